@@ -1,0 +1,45 @@
+"""seqdyn: sequence mixers as dynamical systems.
+
+Attention, linear attention, state space models and gated RNNs compute the same thing: a linear combination of
+past values whose coefficients are the outputs of linear dynamics driven by impulses (the keys).  Everything in
+seqdyn reduces to one operator, :func:`coefficient_dynamics`; see ``DESIGN.md`` §2.
+
+Sub-packages (``mixers``, ``tasks``, ``train``, ``analysis``, ``features``) are imported on first use so that
+``import seqdyn`` stays light.
+"""
+
+from importlib import import_module
+
+from seqdyn.core.dsf import DSF, dsf
+from seqdyn.core.operator import (
+    BACKENDS,
+    NORMALIZERS,
+    coefficient_dynamics,
+    coefficient_dynamics_step,
+    coefficients,
+    select_backend,
+)
+from seqdyn.core.readouts import READOUTS
+
+__version__ = "0.1.0"
+
+_LAZY_SUBMODULES = ("features", "mixers", "tasks", "train", "nn", "analysis", "bench", "reproduce")
+
+__all__ = [
+    "BACKENDS",
+    "DSF",
+    "NORMALIZERS",
+    "READOUTS",
+    "coefficient_dynamics",
+    "coefficient_dynamics_step",
+    "coefficients",
+    "dsf",
+    "select_backend",
+    *_LAZY_SUBMODULES,
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        return import_module(f"seqdyn.{name}")
+    raise AttributeError(f"module 'seqdyn' has no attribute {name!r}")

@@ -1,0 +1,131 @@
+"""Timing and peak-memory measurement shared by the benchmarks.
+
+Peak memory on CUDA is ``torch.cuda.max_memory_allocated``.  On the CPU torch keeps no allocator statistics, so
+a background thread samples the process's resident set size (``/proc/self/statm`` on Linux, psutil elsewhere)
+and the peak rise over the level before the measured call is reported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+def _rss_reader() -> Callable[[], int] | None:
+    if os.path.exists("/proc/self/statm"):
+        page = os.sysconf("SC_PAGE_SIZE")
+
+        def read() -> int:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * page
+
+        return read
+    try:
+        import psutil
+    except ImportError:
+        return None
+    process = psutil.Process()
+    return lambda: process.memory_info().rss
+
+
+_READ_RSS = _rss_reader()
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def return_freed_memory_to_os() -> bool:
+    """Make glibc serve every block over 64 KiB by mmap and unmap it when freed, so that the resident set size
+    follows live memory (by default glibc raises its mmap threshold after large frees and keeps the pages, which
+    hides later peaks).  Returns whether it applied (glibc only)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        return bool(libc and libc.mallopt(_M_MMAP_THRESHOLD, 1 << 16) and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 16))
+    except (OSError, AttributeError):
+        return False
+
+
+class PeakMemory:
+    """Context manager: ``.peak_bytes`` is the peak memory the block added (``None`` where it can't be read)."""
+
+    def __init__(self, device: torch.device, interval: float = 0.0005):
+        self.device = device
+        self.interval = interval
+        self.peak_bytes: int | None = None
+
+    def __enter__(self) -> PeakMemory:
+        return_freed_memory_to_os()
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            return self
+        if _READ_RSS is None:
+            return self
+        self._base = self._peak = _READ_RSS()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self._peak = max(self._peak, _READ_RSS())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_bytes = torch.cuda.max_memory_allocated(self.device) - self._base
+        elif _READ_RSS is not None:
+            self._stop.set()
+            self._thread.join()
+            self.peak_bytes = max(0, max(self._peak, _READ_RSS()) - self._base)
+
+
+@dataclass
+class Timing:
+    median_s: float
+    runs: int
+
+
+def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow_s: float = 2.0) -> Timing:
+    """Median wall time of ``fn`` over ``repeats`` runs after one warm-up; a warm-up slower than ``slow_s``
+    counts as the only measurement (long cells are not worth repeating)."""
+
+    def once() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    first = once()
+    if first > slow_s or repeats <= 0:
+        return Timing(first, 1)
+    return Timing(statistics.median(once() for _ in range(repeats)), repeats)
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Free memory on the device (CUDA) or available RAM (Linux ``MemAvailable``); ``None`` if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,269 @@
+"""``seqdyn bench operator``: time and peak memory of every backend of ``coefficient_dynamics`` side by side.
+
+Argument types follow the mixers they stand for (DESIGN §4), at the operator level:
+  ``gla``      diagonal decay ``g = logsigmoid(·)/16``, scale K^-½;
+  ``mamba2``   scalar decay ``g = Δ·A`` (Δ = softplus, A < 0), scale ``b = Δ``, q = C and k = B shared by heads;
+  ``deltanet`` Householder factor with L2-normalized keys, ``β = σ(·)``, scale ``β·K^-½``;
+  ``softmax``  exp readout with ``"sum"`` normalizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from seqdyn.bench.measure import PeakMemory, available_memory_bytes, time_call
+from seqdyn.core.operator import coefficient_dynamics, select_backend
+
+KINDS = ("gla", "mamba2", "deltanet", "softmax")
+BACKEND_ORDER = ("quadratic", "recurrent", "chunk", "scan", "auto")
+
+
+def make_arguments(kind: str, batch: int, heads: int, length: int, dim: int, device: torch.device,
+                   dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[tuple, dict]:
+    """Random operator arguments of one mixer type; returns ``(q, k, v), keywords``, leaves requiring grad."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: got {kind!r}; allowed: {list(KINDS)}")
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=dtype).to(device)  # noqa: E731
+    shared_heads = 1 if kind == "mamba2" else heads
+    q = rand(batch, length, shared_heads, dim)
+    k = rand(batch, length, shared_heads, dim)
+    v = rand(batch, length, heads, dim)
+    options: dict = {}
+    if kind == "gla":
+        options["log_decay"] = F.logsigmoid(rand(batch, length, heads, dim)) / 16
+    elif kind == "mamba2":
+        step = F.softplus(rand(batch, length, heads) - 2.0)
+        rate = torch.linspace(1.0, 16.0, heads, dtype=dtype, device=device)
+        options.update(log_decay=-step * rate, scale=step)
+    elif kind == "deltanet":
+        k = F.normalize(k, dim=-1)
+        beta = torch.sigmoid(rand(batch, length, heads))
+        options.update(householder=beta, scale=beta * dim**-0.5)
+    else:
+        options.update(readout="exp", normalizer="sum")
+    leaves = [q, k, v] + [x for x in options.values() if isinstance(x, torch.Tensor)]
+    for x in leaves:
+        x.requires_grad_(True)
+    return (q, k, v), options
+
+
+def _cost_exponent(kind: str, backend: str) -> int:
+    """How a backend's time grows with T, used to skip cells that would exceed the time budget."""
+    if backend == "quadratic":
+        return 3 if kind == "deltanet" else 2
+    if backend == "recurrent" and kind == "softmax":
+        return 2
+    return 1
+
+
+@dataclass
+class Cell:
+    kind: str
+    length: int
+    backend: str
+    status: str = "ok"  # ok | n/a | skip
+    forward_s: float | None = None
+    train_s: float | None = None
+    peak_mb: float | None = None
+    picked: str | None = None
+    note: str = ""
+
+
+@dataclass
+class Report:
+    device: str
+    cells: list[Cell] = field(default_factory=list)
+
+    def get(self, kind: str, length: int, backend: str) -> Cell | None:
+        return next((c for c in self.cells if (c.kind, c.length, c.backend) == (kind, length, backend)), None)
+
+
+def _measure_cell(kind: str, length: int, backend: str, batch: int, heads: int, dim: int,
+                  device: torch.device, repeats: int) -> Cell:
+    args, options = make_arguments(kind, batch, heads, length, dim, device)
+    leaves = [x for x in (*args, *options.values()) if isinstance(x, torch.Tensor)]
+    cell = Cell(kind, length, backend)
+    try:
+        cell.picked = select_backend(*args, backend=backend, **options)
+    except ValueError:
+        cell.status = "n/a"
+        return cell
+
+    def forward() -> None:
+        with torch.no_grad():
+            coefficient_dynamics(*args, backend=backend, **options)
+
+    def train_step() -> None:
+        for x in leaves:
+            x.grad = None
+        coefficient_dynamics(*args, backend=backend, **options).sum().backward()
+
+    cell.forward_s = time_call(forward, device, repeats).median_s
+    cell.train_s = time_call(train_step, device, repeats).median_s
+    with PeakMemory(device) as peak:
+        train_step()
+    cell.peak_mb = None if peak.peak_bytes is None else peak.peak_bytes / 2**20
+    return cell
+
+
+def run_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3,
+                  max_seconds=60.0, progress=None) -> Report:
+    """Measure every (kind, T, backend) cell; cells estimated to exceed ``max_seconds`` or the free memory are
+    skipped (their estimate is noted).  ``progress(cell)`` is called after each cell."""
+    device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if device == "auto" else device))
+    for name in backends:
+        if name not in BACKEND_ORDER:
+            raise ValueError(f"backends: unknown {name!r}; allowed: {list(BACKEND_ORDER)}")
+    report = Report(device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device))
+    memory = available_memory_bytes(device)
+    for kind in kinds:
+        last: dict[str, Cell] = {}
+        for length in sorted(seq_lens):
+            for backend in backends:
+                prev = last.get(backend)
+                cell = None
+                if prev is not None and prev.train_s is not None:
+                    growth = (length / prev.length) ** _cost_exponent(kind, backend if backend != "auto" else prev.picked)
+                    est_s = (prev.forward_s + 2 * prev.train_s) * growth
+                    est_mb = (prev.peak_mb or 0.0) * growth ** (2 / 3 if growth > 16 else 1)
+                    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.6 * memory):
+                        cell = Cell(kind, length, backend, status="skip",
+                                    note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB")
+                if cell is None:
+                    cell = _measure_cell(kind, length, backend, batch, heads, dim, device, repeats)
+                    if cell.status == "ok":
+                        last[backend] = cell
+                report.cells.append(cell)
+                if progress is not None:
+                    progress(cell)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------------- output
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else (f"{seconds * 1e3:.1f}" if seconds < 10 else f"{seconds * 1e3:.0f}")
+
+
+def results_table(report: Report):
+    from rich.table import Table
+
+    table = Table(title=f"coefficient_dynamics on {report.device}: time (ms) and peak memory of forward+backward")
+    for column in ("args", "T", "backend", "fwd ms", "fwd+bwd ms", "peak MB", "fwd+bwd ÷ chunk"):
+        table.add_column(column, justify="right" if column not in ("args", "backend") else "left")
+    for cell in report.cells:
+        chunk = report.get(cell.kind, cell.length, "chunk")
+        ratio = ""
+        if cell.train_s and chunk is not None and chunk.train_s:
+            ratio = f"{cell.train_s / chunk.train_s:.2f}×"
+        name = cell.backend + (f" → {cell.picked}" if cell.backend == "auto" and cell.picked else "")
+        if cell.status != "ok":
+            table.add_row(cell.kind, str(cell.length), name, cell.status, cell.note, "", "")
+            continue
+        peak = "n/a" if cell.peak_mb is None else f"{cell.peak_mb:.0f}"
+        table.add_row(cell.kind, str(cell.length), name, _ms(cell.forward_s), _ms(cell.train_s), peak, ratio)
+    return table
+
+
+def target_checks(report: Report) -> list[tuple[str, str, bool | None]]:
+    """The issue's targets at the largest T: (what, measured, met?) — ``None`` where a cell was not measured."""
+    checks = []
+    lengths = sorted({c.length for c in report.cells})
+    top = lengths[-1]
+    for kind in dict.fromkeys(c.kind for c in report.cells):
+        chunk = report.get(kind, top, "chunk")
+        for other, factor in (("recurrent", 10.0), ("quadratic", 5.0)):
+            cell = report.get(kind, top, other)
+            if chunk is None or chunk.train_s is None or cell is None:
+                continue
+            if cell.train_s is None:
+                checks.append((f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}",
+                               f"{other} {cell.status} ({cell.note})", None))
+                continue
+            speedup = cell.train_s / chunk.train_s
+            checks.append((f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}", f"{speedup:.1f}×",
+                           speedup >= factor))
+        peaks = [(t, report.get(kind, t, "chunk")) for t in lengths]
+        peaks = [(t, c.peak_mb) for t, c in peaks if c is not None and c.peak_mb]
+        if len(peaks) >= 2:
+            (t0, m0), (t1, m1) = peaks[-2], peaks[-1]
+            growth = m1 / m0
+            checks.append((f"{kind}: chunk peak memory linear in T ({t0}→{t1}: ×{t1 / t0:.0f})", f"×{growth:.1f}",
+                           growth <= 1.5 * t1 / t0))
+        for t in lengths:
+            auto = report.get(kind, t, "auto")
+            valid = [c.train_s for c in report.cells if c.kind == kind and c.length == t
+                     and c.backend not in ("auto",) and c.train_s is not None]
+            if auto is None or auto.train_s is None or not valid:
+                continue
+            ratio = auto.train_s / min(valid)
+            checks.append((f"{kind}: auto ({auto.picked}) ≤ 1.2× the fastest at T={t}", f"{ratio:.2f}×", ratio <= 1.2))
+    return checks
+
+
+def checks_table(checks):
+    from rich.table import Table
+
+    table = Table(title="targets (issue 'foundation')")
+    for column in ("target", "measured", "met"):
+        table.add_column(column)
+    for what, measured, met in checks:
+        table.add_row(what, measured, {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[met])
+    return table
+
+
+def run_operator_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3,
+                           max_seconds=60.0) -> Report:
+    """Run the benchmark with a progress bar and print the results and the target checks."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console()
+    total = len(seq_lens) * len(kinds) * len(backends)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("benchmarking", total=total)
+
+        def advance(cell: Cell) -> None:
+            bar.update(task, advance=1, description=f"{cell.kind} T={cell.length} {cell.backend}")
+
+        report = run_benchmark(seq_lens, kinds, backends, batch, heads, dim, device, repeats, max_seconds, advance)
+    console.print(results_table(report))
+    console.print(checks_table(target_checks(report)))
+    return report
+
+
+def agreement(length: int = 200, dim: int = 16, seed: int = 0) -> list[tuple[str, str, float]]:
+    """Every backend against ``quadratic`` in float64 for each argument type: (kind, backend, max |error|)."""
+    rows = []
+    for kind in KINDS:
+        args, options = make_arguments(kind, 2, 3, length, dim, torch.device("cpu"), torch.float64, seed)
+        with torch.no_grad():
+            reference = coefficient_dynamics(*args, backend="quadratic", **options)
+            for backend in BACKEND_ORDER[1:]:
+                try:
+                    out = coefficient_dynamics(*args, backend=backend, **options)
+                except ValueError:
+                    continue
+                rows.append((kind, backend, float((out - reference).abs().max())))
+    return rows
+
+
+def run_demo(quick: bool = False) -> None:
+    """The main job for now: agreement of every backend with the reference, then the benchmark table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.rule("seqdyn: one operator, every backend")
+    table = Table(title="every backend against the quadratic reference (float64, T=200, K=V=16)")
+    for column in ("args", "backend", "max |y − y_quadratic|"):
+        table.add_column(column)
+    for kind, backend, error in agreement():
+        table.add_row(kind, backend, f"{error:.1e}")
+    console.print(table)
+    lengths = [256, 1024] if quick else [256, 1024, 4096]
+    run_operator_benchmark(lengths, list(KINDS), list(BACKEND_ORDER))

@@ -1,0 +1,216 @@
+"""The ``chunk`` backend: chunkwise-parallel coefficient dynamics, linear in T.
+
+Identity readout (GLA / SSD / DeltaNet chunk form; seed 003 on structured masks, Yang et al. 2024 for the UT
+transform).  Split the sequence into chunks of C steps and let ``γ_t`` be the log decay accumulated inside the
+chunk.  With the state ``S`` entering the chunk:
+  1. intra-chunk coefficients ``A[t,j] = q_tᵀ diag(e^{γ_t − γ_j}) k_j`` (``j ≤ t``) and ``y = A V``;
+  2. with a Householder factor, the corrections ``u_t = S_{t-1}ᵀ w_t`` solve the unit lower-triangular system
+     ``(I + M_e) U = W̃ S + M_k V`` (see :func:`seqdyn.core.backends.quadratic.scores` for the matrices);
+  3. between chunks ``S ← P S + ΔS`` and ``y += Q̃ S`` with ``P = diag(e^{Γ})`` (minus ``Ẽᵀ W`` with a
+     Householder factor), ``ΔS = K̃ᵀ V`` and ``Q̃_t = q_t ⊙ e^{γ_t}``.
+All exponents are differences ``γ_t − γ_j ≤ 0`` for decays.  Diagonal decays are factorized inside a chunk
+around the chunk's middle log decay; the chunk is halved where that would leave the float range.
+
+``exp`` readout with ``"sum"`` (softmax): torch's fused ``scaled_dot_product_attention`` (a blockwise online
+softmax) when Λ = I, otherwise a blockwise online softmax over key blocks, one checkpointed query block at a
+time, so memory stays linear in T.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from seqdyn.core.evolution import causal_mask, cumulative_log_decay, pairwise_gram
+from seqdyn.core.problem import Problem
+
+NAME = "chunk"
+SOFTMAX_QUERY_BLOCK = 128
+SOFTMAX_KEY_BLOCK = 1024
+
+
+def unsupported(problem: Problem) -> str | None:
+    if problem.readout.linear:
+        return None
+    if not (problem.readout.is_exp and problem.normalizer_kind == "sum"):
+        return (f"readout={problem.readout.name!r} with normalizer={problem.normalizer_kind!r} has no chunked form; "
+                "chunk computes readout='identity' (any normalizer) and readout='exp' with normalizer='sum'")
+    if problem.householder:
+        return "householder with readout='exp' has no chunked form; chunk's softmax supports no/scalar/diagonal decay"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- identity readout
+def safe_chunk_size(log_decay: Tensor, chunk_size: int) -> int:
+    """Largest ``C' ≤ C`` (halving) for which every chunk's range of diagonal log decays fits the float range.
+
+    Inside a chunk the factors ``e^{γ − r}`` and ``e^{r − γ}`` around the middle ``r`` stay below
+    ``e^{range/2}``; ``range < 0.75·log(float max)`` keeps their products finite.  Non-finite decays are ignored
+    here (they propagate as NaN/Inf like any other input).
+    """
+    limit = 0.75 * math.log(torch.finfo(log_decay.dtype).max)
+    length = log_decay.shape[2]
+    cumulative = cumulative_log_decay(log_decay)
+    cumulative = torch.cat([torch.zeros_like(cumulative[:, :, :1]), cumulative], dim=2)  # G_{-1} = 0
+    while chunk_size > 1:
+        chunks = -(-length // chunk_size)
+        pad = chunks * chunk_size + 1 - cumulative.shape[2]  # padded steps have g = 0: G stays constant
+        padded = torch.cat([cumulative, cumulative[:, :, -1:].expand(-1, -1, pad, -1)], dim=2)
+        windows = padded.unfold(2, chunk_size + 1, chunk_size)
+        spread = torch.nan_to_num(windows.amax(-1) - windows.amin(-1), nan=0.0, posinf=0.0, neginf=0.0)
+        if spread.max().item() < limit:
+            break
+        chunk_size //= 2
+    return chunk_size
+
+
+def _chunk_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, strict: bool, diagonal: bool) -> Tensor:
+    """``Σ_k a_tk b_jk e^{la_tk − lb_jk}`` for ``j ≤ t`` (``j < t`` when ``strict``) inside each chunk, else 0.
+
+    Scalar decays are formed pairwise (:func:`pairwise_gram`).  Diagonal decays are factorized as
+    ``(a ⊙ e^{la − r})(b ⊙ e^{r − lb})ᵀ`` with ``r`` the middle of the chunk's range (exact for any r); the
+    diagonal ``t = j`` is formed pairwise so that a chunk of one step is exact for any decay.
+    """
+    size = a.shape[-2]
+    valid = causal_mask(size, size, a.device, strict=strict)
+    if not diagonal:
+        return pairwise_gram(a, b, la, lb, valid)
+    both = torch.cat([la, lb], dim=-2)
+    middle = (0.5 * (both.amax(dim=-2, keepdim=True) + both.amin(dim=-2, keepdim=True))).detach()
+    middle = torch.nan_to_num(middle, nan=0.0, posinf=0.0, neginf=0.0)
+    lower = (a * torch.exp(la - middle).to(a.dtype)) @ (b * torch.exp(middle - lb).to(b.dtype)).transpose(-1, -2)
+    gram = torch.where(causal_mask(size, size, a.device, strict=True), lower, torch.zeros_like(lower))
+    if not strict:
+        gram = gram + torch.diag_embed((a * b * torch.exp(la - lb).to(a.dtype)).sum(-1))
+    return gram
+
+
+def _to_chunks(x: Tensor | None, chunks: int, size: int) -> Tensor | None:
+    """``[B, H, T, ...]`` → ``[B, H, N, C, ...]``, zero-padding the end (zero input, Λ = I: the state is unchanged)."""
+    if x is None:
+        return None
+    pad = chunks * size - x.shape[2]
+    if pad:
+        x = torch.cat([x, x.new_zeros(*x.shape[:2], pad, *x.shape[3:])], dim=2)
+    return x.reshape(*x.shape[:2], chunks, size, *x.shape[3:])
+
+
+def _along_keys(x: Tensor, diagonal: bool) -> Tensor:
+    """Shape a (log) decay to multiply ``[..., K]`` rows: scalar ``[...]`` gains a trailing axis."""
+    return x if diagonal else x.unsqueeze(-1)
+
+
+def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
+    """Chunkwise-parallel identity readout; returns ``y`` ``[B, H, T, V]`` and ``S_T``."""
+    batch, heads, length, key_dim, value_dim = problem.shape
+    diagonal = problem.diagonal
+    size = min(problem.chunk_size, length)
+    if diagonal:
+        size = safe_chunk_size(problem.log_decay, size)
+    chunks = -(-length // size)
+    q, k, v, g, beta, direction = (_to_chunks(x, chunks, size) for x in (
+        problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction))
+    decayed = g is not None
+    if decayed:  # in float64: a chunk of strong decays sums to large γ whose differences matter
+        g = g.to(torch.float64)
+    gamma = g.cumsum(dim=3) if decayed else None  # γ_t, inclusive, within each chunk
+    total = gamma[:, :, :, -1] if decayed else None  # Γ
+    grow = (lambda x, lg: x * torch.exp(_along_keys(lg, diagonal)).to(x.dtype)) if decayed else (lambda x, lg: x)  # noqa: E731
+    to_end = (lambda lg: total.unsqueeze(3) - lg) if decayed else (lambda lg: None)  # noqa: E731
+
+    out = _chunk_gram(q, k, gamma, gamma, False, diagonal) @ v
+    query_in = grow(q, gamma)  # Q̃: reads the state that entered the chunk
+    delta_state = grow(k, to_end(gamma)).transpose(-1, -2) @ v  # K̃ᵀ V
+    transition = None
+    if beta is not None:
+        gamma_before = gamma - g if decayed else None  # γ_{t-1}
+        weighted = beta.unsqueeze(-1) * direction
+        a_e = _chunk_gram(q, weighted, gamma, gamma_before, False, diagonal)
+        m_k = _chunk_gram(direction, k, gamma_before, gamma, True, diagonal)
+        m_e = _chunk_gram(direction, weighted, gamma_before, gamma_before, True, diagonal)
+        eye = torch.eye(size, dtype=q.dtype, device=q.device)
+        rhs = torch.cat([grow(direction, gamma_before), m_k @ v], dim=-1)
+        solved = torch.linalg.solve_triangular(eye + m_e, rhs, upper=False, unitriangular=True)
+        from_state, from_values = solved.split([key_dim, value_dim], dim=-1)
+        e_out = grow(weighted, to_end(gamma_before)).transpose(-1, -2)  # Ẽᵀ
+        query_in = query_in - a_e @ from_state
+        out = out - a_e @ from_values
+        delta_state = delta_state - e_out @ from_values
+        decay_matrix = torch.diag_embed(_along_keys(torch.exp(total), diagonal).expand(*total.shape[:3], key_dim)).to(
+            q.dtype) if decayed else torch.eye(key_dim, dtype=q.dtype, device=q.device)
+        transition = decay_matrix - e_out @ from_state  # [B, H, N, K, K]
+
+    state = problem.initial_state
+    if state is None:
+        state = v.new_zeros(batch, heads, key_dim, value_dim)
+    entering = []
+    for n in range(chunks):
+        entering.append(state)
+        if transition is not None:
+            state = transition[:, :, n] @ state
+        elif decayed:
+            state = _along_keys(torch.exp(total[:, :, n]), diagonal).unsqueeze(-1).to(state.dtype) * state
+        state = state + delta_state[:, :, n]
+    out = out + query_in @ torch.stack(entering, dim=2)
+    return out.reshape(batch, heads, chunks * size, value_dim)[:, :, :length], state
+
+
+# ------------------------------------------------------------------------------------------------------ softmax
+def nonlinear(problem: Problem, want_state: bool):
+    """``exp`` readout with ``"sum"``: softmax of the decayed scores, blockwise; the state is the key cache."""
+    cache = problem.initial_state
+    if problem.log_decay is None and cache is None:
+        out = F.scaled_dot_product_attention(problem.q, problem.k, problem.v, is_causal=True, scale=1.0)
+        return out, ((problem.k, problem.v) if want_state else None)
+    batch, heads, length, key_dim, value_dim = problem.shape
+    prefix = 0 if cache is None else cache[0].shape[2]
+    keys = problem.k if cache is None else torch.cat([cache[0], problem.k], dim=2)
+    values = problem.v if cache is None else torch.cat([cache[1], problem.v], dim=2)
+    query_log = key_log = None
+    if problem.log_decay is not None:  # cached keys sit at time -1, where G = 0
+        query_log = cumulative_log_decay(problem.log_decay)
+        key_log = torch.cat([query_log.new_zeros(batch, heads, prefix, *query_log.shape[3:]), query_log], dim=2)
+    pieces = []
+    for start in range(0, length, SOFTMAX_QUERY_BLOCK):
+        stop = min(length, start + SOFTMAX_QUERY_BLOCK)
+        args = (problem.q[:, :, start:stop], keys[:, :, :prefix + stop], values[:, :, :prefix + stop],
+                None if query_log is None else query_log[:, :, start:stop],
+                None if key_log is None else key_log[:, :, :prefix + stop])
+        if torch.is_grad_enabled():
+            pieces.append(checkpoint(_softmax_block, *args, prefix + start, use_reentrant=False))
+        else:
+            pieces.append(_softmax_block(*args, prefix + start))
+    out = torch.cat(pieces, dim=2)
+    if not want_state:
+        return out, None
+    if query_log is not None:
+        final = query_log[:, :, -1:]
+        keys = keys * torch.exp(_along_keys(final - key_log, problem.diagonal)).to(keys.dtype)
+    return out, (keys, values)
+
+
+def _softmax_block(q: Tensor, keys: Tensor, values: Tensor, query_log: Tensor | None, key_log: Tensor | None,
+                   first: int) -> Tensor:
+    """Online softmax of one query block (positions ``first + i``) over key blocks ``[0, first + rows)``."""
+    rows = q.shape[2]
+    row_max = q.new_full((*q.shape[:3],), float("-inf"))
+    row_sum = q.new_zeros(q.shape[:3])
+    acc = q.new_zeros(*q.shape[:3], values.shape[-1])
+    for start in range(0, keys.shape[2], SOFTMAX_KEY_BLOCK):
+        stop = min(keys.shape[2], start + SOFTMAX_KEY_BLOCK)
+        valid = causal_mask(rows, stop - start, q.device, offset=first - start)
+        scores = pairwise_gram(q, keys[:, :, start:stop], query_log,
+                               None if key_log is None else key_log[:, :, start:stop], valid)
+        scores = scores.masked_fill(~valid, float("-inf"))
+        new_max = torch.maximum(row_max, scores.detach().amax(-1))
+        safe_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+        weights = torch.exp(scores - safe_max.unsqueeze(-1))
+        rescale = torch.exp(row_max - safe_max)
+        row_sum = row_sum * rescale + weights.sum(-1)
+        acc = acc * rescale.unsqueeze(-1) + weights @ values[:, :, start:stop]
+        row_max = new_max
+    return acc / row_sum.unsqueeze(-1)

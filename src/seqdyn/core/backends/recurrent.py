@@ -1,0 +1,76 @@
+"""The ``recurrent`` backend: the coefficient dynamics step by step, the streaming form of every mixer.
+
+Identity readout (seed 001 Lemma 1; DESIGN §2): a finite state ``S_t = Λ_t S_{t-1} + b_t k_t v_tᵀ`` ``[K, V]``
+and ``y_t = S_tᵀ q_t``.  Any other readout has no finite state: the state is the cache of transformed keys
+``x_t^(j) = Λ_t x_{t-1}^(j)`` of every past ``j`` with their values (seed 001 eq. 3), and
+``y_t = Σ_j φ(q_tᵀ x_t^(j)) v_j / η_t`` — a KV cache that grows with t.  ``O(T·K·V)`` time in T Python steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqdyn.core.evolution import apply_evolution
+from seqdyn.core.problem import Problem
+from seqdyn.core.readouts import normalized_coefficients
+
+NAME = "recurrent"
+
+
+def unsupported(problem: Problem) -> str | None:
+    """Every combination has a step-by-step form (a key cache for nonlinear readouts)."""
+    return None
+
+
+def _step_inputs(problem: Problem, t: int):
+    pick = lambda x: None if x is None else x[:, :, t]  # noqa: E731
+    return pick(problem.log_decay), pick(problem.beta), pick(problem.direction)
+
+
+def state_step(state: Tensor, key: Tensor, value: Tensor, log_decay, beta, direction, diagonal: bool) -> Tensor:
+    """``S_t = Λ_t S_{t-1} + k_t v_tᵀ`` for one step; ``state`` ``[B, H, K, V]``, ``key`` ``[B, H, K]`` (with b)."""
+    return apply_evolution(state, log_decay, beta, direction, diagonal) + key.unsqueeze(-1) * value.unsqueeze(-2)
+
+
+def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
+    """Run the linear recurrence over the sequence; returns ``y`` ``[B, H, T, V]`` and ``S_T``."""
+    batch, heads, length, key_dim, value_dim = problem.shape
+    state = problem.initial_state
+    if state is None:
+        state = problem.v.new_zeros(batch, heads, key_dim, value_dim)
+    outputs = []
+    for t in range(length):
+        state = state_step(state, problem.k[:, :, t], problem.v[:, :, t], *_step_inputs(problem, t), problem.diagonal)
+        outputs.append(torch.einsum("bhk,bhkv->bhv", problem.q[:, :, t], state))
+    return torch.stack(outputs, dim=2), state
+
+
+def nonlinear(problem: Problem, want_state: bool):
+    """Run the key-cache recurrence; the state is ``(keys [B, H, N, K], values [B, H, N, V])``."""
+    batch, heads, length, key_dim, value_dim = problem.shape
+    cache = problem.initial_state
+    if cache is None:
+        cache = (problem.k.new_zeros(batch, heads, 0, key_dim), problem.v.new_zeros(batch, heads, 0, value_dim))
+    prefix = cache[0].shape[2]
+    values = torch.cat([cache[1], problem.v], dim=2)
+    normalizer = problem.normalizer
+    row_normalizer = (lambda t: normalizer[:, :, t:t + 1]) if isinstance(normalizer, Tensor) else (lambda t: normalizer)
+    static = problem.log_decay is None and problem.beta is None
+    if static:  # Λ = I: the cache never changes, so every step reads a prefix of one key tensor
+        keys = torch.cat([cache[0], problem.k], dim=2).transpose(-1, -2)
+    else:
+        keys = cache[0].transpose(-1, -2)  # [B, H, K, N]
+    outputs = []
+    for t in range(length):
+        size = prefix + t + 1
+        if static:
+            current = keys[..., :size]
+        else:
+            current = apply_evolution(keys, *_step_inputs(problem, t), problem.diagonal)
+            keys = current = torch.cat([current, problem.k[:, :, t].unsqueeze(-1)], dim=-1)
+        scores = torch.einsum("bhk,bhkn->bhn", problem.q[:, :, t], current).unsqueeze(-2)
+        coefficients = normalized_coefficients(scores, None, problem.readout, row_normalizer(t))
+        outputs.append((coefficients @ values[:, :, :size]).squeeze(-2))
+    final = (keys.transpose(-1, -2), values) if want_state else None
+    return torch.stack(outputs, dim=2), final

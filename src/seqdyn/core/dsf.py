@@ -1,0 +1,123 @@
+"""The DSF view: every identity-readout mixer as a linear time-varying system (seed 000 §3, eq. 12, appendix B).
+
+``h_i = Λ_i h_{i-1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i`` with kernel ``Φ_ij = C_i Λ_i ⋯ Λ_{j+1} B_j``
+(``+ D_i`` on the diagonal), so ``y = Φ u``.  For the coefficient form the state is ``h = vec(S)/η``
+(N = K·V per head, row-major ``h[k·V + a] = S[k, a]``), the input is the value ``u_i = v_i`` (``W_V = I``) and
+(seed 000 eq. 15)::
+
+    Λ_i^DSF = (η_{i-1}/η_i) (Λ_i ⊗ I_V),   B_i = (b_i/η_i) (k_i ⊗ I_V),   C_i = q_iᵀ ⊗ I_V,   D_i = 0.
+
+Nonlinear readouts have no finite DSF (seed 000 Lemma 1); Taylor features (:func:`seqdyn.features.taylor`)
+give a finite approximation of softmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqdyn.core.backends import quadratic
+from seqdyn.core.evolution import evolution_matrix
+from seqdyn.core.problem import prepare
+
+__all__ = ["DSF", "dsf"]
+
+
+@dataclass
+class DSF:
+    """Per-step DSF matrices of every batch element and head (seed 000 eq. 12).
+
+    Attributes:
+        Lambda: ``[B, H, T, N, N]`` state transitions Λ_i.
+        B: ``[B, H, T, N, V]`` input matrices B_i.
+        C: ``[B, H, T, V, N]`` output matrices C_i.
+        D: ``[B, H, T, V, V]`` feedthrough D_i.
+    """
+
+    Lambda: Tensor
+    B: Tensor
+    C: Tensor
+    D: Tensor
+
+    def kernel(self) -> Tensor:
+        """``Φ`` ``[B, H, T, T, V, V]``: block ``(i, j)`` is ``C_i Λ_i ⋯ Λ_{j+1} B_j`` (+ ``D_i`` if i = j), 0 if j > i."""
+        batch, heads, length, state_dim, width = self.B.shape
+        blocks = self.B.new_zeros(batch, heads, length, length, width, width)
+        carried = self.B.new_zeros(batch, heads, length, state_dim, width)  # Λ_i ⋯ Λ_{j+1} B_j for every j ≤ i
+        for i in range(length):
+            carried = self.Lambda[:, :, i].unsqueeze(2) @ carried
+            carried[:, :, i] = self.B[:, :, i]
+            blocks[:, :, i, : i + 1] = self.C[:, :, i].unsqueeze(2) @ carried[:, :, : i + 1]
+            blocks[:, :, i, i] = blocks[:, :, i, i] + self.D[:, :, i]
+        return blocks
+
+    def apply(self, u: Tensor) -> Tensor:
+        """``y = Φ u`` for inputs ``u`` ``[B, T, H, V]``; returns ``[B, T, H, V]``."""
+        return torch.einsum("bhijac,bjhc->biha", self.kernel(), u.to(self.B.dtype))
+
+    def simulate(self, u: Tensor) -> Tensor:
+        """Run ``h_i = Λ_i h_{i-1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i`` step by step; ``u`` ``[B, T, H, V]``."""
+        u = u.to(self.B.dtype).transpose(1, 2)
+        state = self.B.new_zeros(*self.B.shape[:2], self.B.shape[3], 1)
+        outputs = []
+        for i in range(u.shape[2]):
+            state = self.Lambda[:, :, i] @ state + self.B[:, :, i] @ u[:, :, i].unsqueeze(-1)
+            outputs.append((self.C[:, :, i] @ state + self.D[:, :, i] @ u[:, :, i].unsqueeze(-1)).squeeze(-1))
+        return torch.stack(outputs, dim=1)
+
+
+def dsf(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    readout: Any = "identity",
+    log_decay: Tensor | None = None,
+    householder: Tensor | None = None,
+    householder_dir: Tensor | None = None,
+    scale: Any = None,
+    normalizer: Any = "none",
+) -> DSF:
+    """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (seed 000 eq. 15); ``DSF.apply(v)`` equals it.
+
+    ``v`` only fixes the value width V (the values are the DSF's inputs).  For small sizes: Λ is ``[N, N]`` with
+    ``N = K·V``.  η for ``"sum"``/``"abs_max1"`` is computed from the coefficients, which depend on q, k and Λ only.
+    """
+    problem = prepare(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
+                      householder_dir=householder_dir, scale=scale, normalizer=normalizer)
+    if not problem.readout.linear:
+        raise ValueError(
+            f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "
+            "seqdyn.features.taylor(q, p) and taylor(k, p) for a degree-p approximation of softmax"
+        )
+    batch, heads, length, key_dim, value_dim = problem.shape
+    eta = _eta(problem)
+    eta_before = torch.cat([torch.ones_like(eta[:, :, :1]), eta[:, :, :-1]], dim=2)
+    eye_v = torch.eye(value_dim, dtype=problem.q.dtype, device=problem.q.device)
+    transitions = torch.stack([
+        evolution_matrix(*(None if x is None else x[:, :, t] for x in (problem.log_decay, problem.beta, problem.direction)),
+                         problem.diagonal, key_dim, problem.q)
+        for t in range(length)
+    ], dim=2)
+    state_dim = key_dim * value_dim
+    lam = torch.einsum("bhtij,ac->bhtiajc", transitions, eye_v).reshape(batch, heads, length, state_dim, state_dim)
+    inputs = torch.einsum("bhtk,ac->bhtkac", problem.k, eye_v).reshape(batch, heads, length, state_dim, value_dim)
+    outputs = torch.einsum("bhtk,ac->bhtakc", problem.q, eye_v).reshape(batch, heads, length, value_dim, state_dim)
+    return DSF(
+        Lambda=lam * (eta_before / eta)[..., None, None],
+        B=inputs / eta[..., None, None],
+        C=outputs,
+        D=torch.zeros(batch, heads, length, value_dim, value_dim, dtype=problem.q.dtype, device=problem.q.device),
+    )
+
+
+def _eta(problem) -> Tensor:
+    """η_i ``[B, H, T]`` of the problem's normalizer (1 for ``"none"``)."""
+    if isinstance(problem.normalizer, Tensor):
+        return problem.normalizer
+    if problem.normalizer == "none":
+        return problem.q.new_ones(problem.q.shape[:3])
+    sums = quadratic.coefficient_scores(problem).sum(-1)
+    return sums if problem.normalizer == "sum" else torch.clamp(sums.abs(), min=1.0)

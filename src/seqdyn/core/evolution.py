@@ -1,0 +1,89 @@
+"""Evolution matrices ``Λ_t = D_t (I − β_t w_t w_tᵀ)`` and the decayed products every backend is made of.
+
+Notation (DESIGN §1–2, head-major inside the backends): ``g`` is the log decay, ``[B, H, T]`` for a scalar
+``D_t = exp(g_t)·I`` or ``[B, H, T, K]`` for a diagonal ``D_t = diag(exp(g_t))``; ``β`` ``[B, H, T]`` and
+``w`` ``[B, H, T, K]`` give the Householder factor (seed 001 Lemma 4 a–c).  ``G_t = Σ_{s≤t} g_s`` is the
+inclusive cumulative log decay, so ``D_i ⋯ D_{j+1} = diag(exp(G_i − G_j))``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+#: Largest number of float elements one block of pairwise decays may hold (bounds the quadratic reference's memory).
+PAIRWISE_BLOCK_ELEMENTS = 1 << 24
+
+
+def apply_evolution(
+    state: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None, diagonal: bool
+) -> Tensor:
+    """``Λ_t X = D_t (X − β_t w_t (w_tᵀ X))`` for one time step (seed 001 eq. 3b).
+
+    ``state`` is ``[B, H, K, X]`` (a linear state ``S`` with X = V, or a cache of transformed keys with X = N);
+    ``log_decay`` is ``[B, H]`` (scalar) or ``[B, H, K]`` (``diagonal``); ``beta`` ``[B, H]``; ``direction``
+    ``[B, H, K]``.
+    """
+    if beta is not None:
+        projection = torch.einsum("bhk,bhkx->bhx", direction, state)
+        state = state - (beta[..., None] * direction).unsqueeze(-1) * projection.unsqueeze(-2)
+    if log_decay is not None:
+        factor = torch.exp(log_decay)
+        state = state * (factor.unsqueeze(-1) if diagonal else factor[..., None, None])
+    return state
+
+
+def evolution_matrix(
+    log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None, diagonal: bool, size: int, like: Tensor
+) -> Tensor:
+    """The matrices ``Λ_t`` ``[B, H, K, K]`` of one step, built by applying :func:`apply_evolution` to ``I``."""
+    batch, heads = like.shape[:2]
+    eye = torch.eye(size, dtype=like.dtype, device=like.device).expand(batch, heads, size, size)
+    return apply_evolution(eye, log_decay, beta, direction, diagonal)
+
+
+def cumulative_log_decay(log_decay: Tensor, dim: int = 2) -> Tensor:
+    """``G_t = Σ_{s≤t} g_s`` in float64 (long sums of strong decays lose their differences in float32)."""
+    return log_decay.to(torch.float64).cumsum(dim)
+
+
+def pairwise_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, valid: Tensor) -> Tensor:
+    """``P_ij = Σ_k a_ik b_jk exp(la_ik − lb_jk)`` where ``valid[i, j]``, else 0, with every decay formed pairwise.
+
+    ``a`` ``[..., Ta, K]``, ``b`` ``[..., Tb, K]``; ``la``/``lb`` are ``None`` (no decay), ``[..., T]`` (scalar)
+    or ``[..., T, K]`` (diagonal) cumulative log decays.  Forming ``la_i − lb_j`` before the exponential keeps
+    every factor ``≤ 1`` for decays (never ``e^{+G}·e^{−G}``), so the result is exact for any decay strength.
+    Diagonal decays are processed in blocks of rows (recomputed in the backward pass) so that memory stays
+    ``O(Ta·Tb)``.  Returns ``[..., Ta, Tb]`` in the dtype of ``a``.
+    """
+    if la is None:
+        return (a @ b.transpose(-1, -2)).masked_fill(~valid, 0.0)
+    if la.dim() == a.dim() - 1:
+        exponent = (la.unsqueeze(-1) - lb.unsqueeze(-2)).masked_fill(~valid, float("-inf"))
+        return (a @ b.transpose(-1, -2)) * torch.exp(exponent.to(a.dtype))
+    rows, cols, width = a.shape[-2], b.shape[-2], a.shape[-1]
+    block = max(1, PAIRWISE_BLOCK_ELEMENTS // max(1, math.prod(a.shape[:-2]) * cols * width))
+    valid = valid.expand(rows, cols) if valid.dim() == 2 else valid
+    pieces = []
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        args = (a[..., start:stop, :], b, la[..., start:stop, :], lb, valid[..., start:stop, :])
+        if torch.is_grad_enabled() and any(t.requires_grad for t in args[:4]):
+            pieces.append(checkpoint(_diagonal_gram_block, *args, use_reentrant=False))
+        else:
+            pieces.append(_diagonal_gram_block(*args))
+    return torch.cat(pieces, dim=-2)
+
+
+def _diagonal_gram_block(a: Tensor, b: Tensor, la: Tensor, lb: Tensor, valid: Tensor) -> Tensor:
+    exponent = (la.unsqueeze(-2) - lb.unsqueeze(-3)).to(a.dtype)  # [..., Ta, Tb, K], formed in float64
+    decay = torch.exp(exponent.masked_fill(~valid.unsqueeze(-1), float("-inf")))
+    return ((a.unsqueeze(-2) * decay) * b.unsqueeze(-3)).sum(-1)
+
+
+def causal_mask(rows: int, cols: int, device: torch.device, strict: bool = False, offset: int = 0) -> Tensor:
+    """Boolean ``[rows, cols]`` mask of the pairs ``j ≤ i + offset`` (``j < i + offset`` when ``strict``)."""
+    return torch.ones(rows, cols, dtype=torch.bool, device=device).tril(offset - 1 if strict else offset)

@@ -1,0 +1,279 @@
+"""``coefficient_dynamics``: the one operator every mixer reduces to (DESIGN §2; seed 001 eqs. 2–4; seed 000 eq. 11).
+
+For each head, every key position ``j`` starts an autonomous linear system with an impulse input::
+
+    x_j^(j) = b_j k_j,   x_i^(j) = Λ_i x_{i-1}^(j)  (i > j),   α_ij = φ(q_iᵀ x_i^(j)),   y_i = (1/η_i) Σ_{j≤i} α_ij v_j
+
+with ``Λ_t = D_t (I − β_t w_t w_tᵀ)``.  This module validates the arguments, chooses a backend, and does the
+work shared by all backends: for the identity readout the normalizer state ``z`` rides along as an extra value
+column of ones (``Σ_j α_ij = q_iᵀ z_i``), and unstable decays (g > 0) are rescaled so nothing overflows where
+the exact result is finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqdyn.core.backends import REGISTRY
+from seqdyn.core.backends import quadratic as quadratic_backend
+from seqdyn.core.evolution import causal_mask, cumulative_log_decay
+from seqdyn.core.problem import Problem, prepare
+from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients
+
+__all__ = [
+    "BACKENDS",
+    "NORMALIZERS",
+    "coefficient_dynamics",
+    "coefficient_dynamics_step",
+    "coefficients",
+    "select_backend",
+]
+
+#: The backend names accepted by ``backend=``; ``"auto"`` picks the fastest valid one.
+BACKENDS = ("quadratic", "recurrent", "chunk", "scan", "auto")
+
+log = logging.getLogger("seqdyn")
+
+#: Above this many score entries (B·H·T²) ``auto`` avoids materializing coefficients.
+QUADRATIC_AUTO_LIMIT = 1 << 26
+
+
+def coefficient_dynamics(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    readout: Any = "identity",
+    log_decay: Tensor | None = None,
+    householder: Tensor | None = None,
+    householder_dir: Tensor | None = None,
+    scale: Any = None,
+    normalizer: Any = "none",
+    initial_state: Any = None,
+    output_final_state: bool = False,
+    backend: str = "auto",
+    chunk_size: int | None = None,
+):
+    """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (seed 001 eqs. 2 and 4).
+
+    Args:
+        q, k: ``[B, T, H, K]`` queries and keys; v: ``[B, T, H, V]`` values.  A head axis of size 1 is shared.
+        readout: φ — ``"identity"``, ``"exp"``, ``"softplus"``, ``"relu"``, ``"sigmoid"``, ``"elu1"``,
+            ``"square"`` or a callable on score tensors.
+        log_decay: ``g`` with ``D_t = exp(g_t)``: ``None`` (Λ = I), ``[B, T, H]`` (scalar) or ``[B, T, H, K]``
+            (diagonal).  ``g > 0`` (unstable Λ) is allowed.
+        householder: β ``[B, T, H]``: ``Λ_t ← D_t (I − β_t w_t w_tᵀ)``; householder_dir: w ``[B, T, H, K]``
+            (default ``w = k``, DeltaNet).
+        scale: b — ``None`` (``K**-0.5``, Principle 5), a float or ``[B, T, H]``.
+        normalizer: η — ``"none"``, ``"sum"`` (Σ_j α_ij), ``"abs_max1"`` (max(|Σ_j α_ij|, 1)) or ``[B, T, H]``.
+        initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
+        output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
+            ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
+            ``(keys [B, H, N, K], values [B, H, N, V])`` of transformed keys for any other readout.
+        backend: ``"quadratic"``, ``"recurrent"``, ``"chunk"``, ``"scan"`` or ``"auto"``.
+        chunk_size: chunk length C of the ``chunk`` backend (default 64).
+
+    Returns:
+        ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``.
+
+    Raises:
+        ValueError: naming the argument, what was given and what is allowed.
+    """
+    problem = prepare(
+        q, k, v, readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
+        scale=scale, normalizer=normalizer, initial_state=initial_state, chunk_size=chunk_size,
+    )
+    module = _backend_for(problem, backend)
+    out, state = _run(problem, module, bool(output_final_state))
+    out = out.transpose(1, 2).to(problem.out_dtype)
+    return (out, state) if output_final_state else out
+
+
+def select_backend(q: Tensor, k: Tensor, v: Tensor, backend: str = "auto", **options: Any) -> str:
+    """The backend ``coefficient_dynamics`` would use for these arguments (what ``"auto"`` chooses).
+
+    Takes the same arguments as :func:`coefficient_dynamics`; raises the same ``ValueError`` for a backend that
+    cannot compute the combination.
+    """
+    options.pop("output_final_state", None)
+    problem = prepare(q, k, v, **options)
+    return _backend_for(problem, backend).NAME
+
+
+def coefficient_dynamics_step(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: Any = None,
+    readout: Any = "identity",
+    log_decay: Tensor | None = None,
+    householder: Tensor | None = None,
+    householder_dir: Tensor | None = None,
+    scale: Any = None,
+    normalizer: Any = "none",
+):
+    """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
+
+    Per-token layouts drop the time axis: q, k ``[B, H, K]``, v ``[B, H, V]``, log_decay ``[B, H]`` or
+    ``[B, H, K]``, householder and tensor scale/normalizer ``[B, H]``, householder_dir ``[B, H, K]``.  The state
+    has the layout of ``coefficient_dynamics``' final state; ``None`` starts from zero (an empty cache).
+    Applying it token by token equals the ``recurrent`` backend on the whole sequence.
+    """
+    per_token = {
+        "q": (q, 3, "[B, H, K]"),
+        "k": (k, 3, "[B, H, K]"),
+        "v": (v, 3, "[B, H, V]"),
+        "log_decay": (log_decay, (2, 3), "[B, H] or [B, H, K]"),
+        "householder": (householder, 2, "[B, H]"),
+        "householder_dir": (householder_dir, 3, "[B, H, K]"),
+        "scale": (scale, 2, "[B, H]"),
+        "normalizer": (normalizer, 2, "[B, H]"),
+    }
+    timed = {}
+    for name, (value, ranks, layout) in per_token.items():
+        if not isinstance(value, Tensor) or (name == "scale" and value.dim() == 0):
+            timed[name] = value
+            continue
+        if value.dim() not in ((ranks,) if isinstance(ranks, int) else ranks):
+            raise ValueError(f"{name}: one step expects {layout}, got shape {list(value.shape)}")
+        timed[name] = value.unsqueeze(1)
+    y, new_state = coefficient_dynamics(
+        timed.pop("q"), timed.pop("k"), timed.pop("v"), readout=readout, initial_state=state,
+        output_final_state=True, backend="recurrent", **timed,
+    )
+    return y[:, 0], new_state
+
+
+def coefficients(
+    q: Tensor,
+    k: Tensor,
+    readout: Any = "identity",
+    log_decay: Tensor | None = None,
+    householder: Tensor | None = None,
+    householder_dir: Tensor | None = None,
+    scale: Any = None,
+    normalizer: Any = "none",
+    backend: str = "quadratic",
+    chunk_size: int | None = None,
+    initial_state: None = None,
+    output_final_state: bool = False,
+) -> Tensor:
+    """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
+
+    Same keywords as :func:`coefficient_dynamics` (without values): the "attention matrix" of any mixer, so
+    ``coefficient_dynamics(q, k, v, ...)`` equals ``A @ v`` per head.  ``backend="quadratic"`` (default, also
+    ``"auto"``) forms the scores directly; any other backend that supports the combination computes the rows
+    as outputs for one-hot values (a cross-check of that backend).
+    """
+    if initial_state is not None or output_final_state:
+        raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
+    options = dict(readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
+                   scale=scale, normalizer=normalizer, chunk_size=chunk_size)
+    problem = prepare(q, k, None, **options)
+    batch, heads, length, _, _ = problem.shape
+    if backend not in ("quadratic", "auto"):
+        one_hot = torch.eye(length, dtype=problem.q.dtype, device=q.device)[None, :, None, :]
+        one_hot = one_hot.expand(batch, length, heads, length)
+        return coefficient_dynamics(q, k, one_hot, backend=backend, **options).transpose(1, 2)
+    if not problem.readout.linear:
+        valid = causal_mask(length, length, problem.q.device)
+        return normalized_coefficients(quadratic_backend.coefficient_scores(problem), valid, problem.readout,
+                                       problem.normalizer)
+    problem, row_scale, _ = _stabilized(problem)
+    scores = quadratic_backend.coefficient_scores(problem)
+    return _normalized(scores, scores.sum(-1), problem.normalizer, row_scale)
+
+
+# --------------------------------------------------------------------------------------------------- internals
+def _backend_for(problem: Problem, backend: Any):
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend: got {backend!r}; allowed: {list(BACKENDS)}")
+    chosen = _auto(problem) if backend == "auto" else backend
+    module = REGISTRY[chosen]
+    reason = module.unsupported(problem)
+    if reason is not None:
+        able = [name for name, other in REGISTRY.items() if other.unsupported(problem) is None]
+        raise ValueError(f"backend={chosen!r} cannot compute {problem.describe()}: {reason}. Backends that can: {able}")
+    if backend == "auto":
+        log.debug("auto backend: %s for %s, shape %s", chosen, problem.describe(), problem.shape)
+    return module
+
+
+def _auto(problem: Problem) -> str:
+    """The backend ``"auto"`` picks: measured by ``seqdyn bench operator`` (see ``benchmarks/README.md``)."""
+    batch, heads, length, _, _ = problem.shape
+    if REGISTRY["chunk"].unsupported(problem) is None:
+        return "chunk"
+    if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:
+        return "quadratic"
+    return "recurrent"
+
+
+def _run(problem: Problem, module, want_state: bool):
+    if not problem.readout.linear:
+        return module.nonlinear(problem, want_state)
+    original = problem
+    if problem.augmented:  # z_t rides along as a value column of ones: q_tᵀ z_t = Σ_j α_tj
+        ones = problem.v.new_ones(*problem.v.shape[:-1], 1)
+        state = problem.initial_state
+        if state is not None:
+            state = torch.cat([state[0], state[1].unsqueeze(-1)], dim=-1)
+        problem = dataclasses.replace(problem, v=torch.cat([problem.v, ones], dim=-1), initial_state=state)
+    problem, row_scale, state_scale = _stabilized(problem)
+    out, state = module.linear(problem, want_state)
+    numerator, denominator = (out[..., :-1], out[..., -1]) if original.augmented else (out, None)
+    out = _normalized(numerator, denominator, original.normalizer, row_scale)
+    if not want_state:
+        return out, None
+    if state_scale is not None:
+        state = (state.to(torch.float64) * state_scale).to(state.dtype)
+    return out, ((state[..., :-1], state[..., -1]) if original.augmented else state)
+
+
+def _normalized(numerator: Tensor, denominator: Tensor | None, normalizer, row_scale: Tensor | None) -> Tensor:
+    """:func:`normalize`, in float64 when a row scale undoes the stabilization (``e^c`` may exceed float32)."""
+    if row_scale is None:
+        return normalize(numerator, denominator, normalizer)
+    dtype = numerator.dtype
+    wide = lambda x: x if x is None or isinstance(x, str) else x.to(torch.float64)  # noqa: E731
+    return normalize(wide(numerator), wide(denominator), wide(normalizer), row_scale).to(dtype)
+
+
+def _stabilized(problem: Problem):
+    """Rescale an identity-readout problem with unstable decays (some ``g > 0``) so that every factor is ``≤ 1``.
+
+    For any per-step log-scale ``c_t ≥ 0`` (``c_{-1} = 0``), ``S̃_t = e^{-c_t} S_t`` obeys the same recurrence with
+    ``g'_t = g_t − (c_t − c_{t-1})`` and keys ``e^{-c_t} k_t``.  Choosing ``c_t = G_t − min(0, min_{s≤t} G_s)``
+    (per channel for diagonal decays) makes ``g' ≤ 0``.  Rows are read with ``q ⊙ e^{c_t − c*_t}``,
+    ``c*_t = max_k c_tk``, so outputs come out as ``e^{-c*_t} y_t`` and :func:`normalize` undoes the factor.
+    Returns ``(problem', c* [B, H, T] or None, state factor e^{c_T} or None)``; ``c`` carries no gradient (the
+    identity holds for every c).
+    """
+    g = problem.log_decay
+    if g is None or not bool((g > 0).any()):
+        return problem, None, None
+    with torch.no_grad():
+        cumulative = cumulative_log_decay(g)
+        floor = torch.clamp(cumulative.cummin(dim=2).values, max=0.0)
+        log_scale = cumulative - floor
+        if problem.diagonal and problem.householder:  # the Householder factor only commutes with scalars
+            log_scale = log_scale.amax(-1)
+        per_channel = log_scale.dim() == 4
+        row_scale = log_scale.amax(-1) if per_channel else log_scale
+        shift = log_scale - torch.cat([torch.zeros_like(log_scale[:, :, :1]), log_scale[:, :, :-1]], dim=2)
+        if problem.diagonal and not per_channel:
+            shift = shift.unsqueeze(-1)
+    along_keys = (lambda x: x) if per_channel else (lambda x: x.unsqueeze(-1))  # noqa: E731
+    dtype = problem.k.dtype
+    stable = dataclasses.replace(
+        problem,
+        log_decay=(g.to(torch.float64) - shift).to(g.dtype),
+        k=problem.k * torch.exp(-along_keys(log_scale)).to(dtype),
+        q=problem.q * torch.exp(log_scale - row_scale.unsqueeze(-1)).to(dtype) if per_channel else problem.q,
+    )
+    final = torch.exp(along_keys(log_scale[:, :, -1])).unsqueeze(-1)  # multiplies S_T [B, H, K, V]
+    return stable, row_scale, final

@@ -1,0 +1,277 @@
+"""Validation of the operator's arguments and the canonical, head-major form every backend receives.
+
+Public layout (DESIGN §1): ``q, k: [B, T, H, K]``, ``v: [B, T, H, V]``, per-head scalars ``[B, T, H]``; a head
+axis of size 1 is shared by all heads.  Inside, every tensor is head-major (``[B, H, T, ...]``), heads are
+expanded, the scale ``b`` is folded into the keys, and half precision is computed in float32.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqdyn.core.readouts import NORMALIZERS, Readout, resolve_readout
+
+DEFAULT_CHUNK_SIZE = 64
+
+
+@dataclass
+class Problem:
+    """The operator's arguments after validation (DESIGN §2), in the layout the backends share.
+
+    Attributes:
+        q: ``[B, H, T, K]`` queries.
+        k: ``[B, H, T, K]`` keys multiplied by their scale ``b_j`` (the impulse ``b_j k_j`` of seed 001 eq. 3a).
+        v: ``[B, H, T, V]`` values, or ``None`` when only coefficients are asked for.
+        log_decay: ``None`` (Λ = I), ``[B, H, T]`` (scalar) or ``[B, H, T, K]`` (diagonal) log decays ``g``.
+        beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
+        readout: the map φ.  normalizer: a name, or η as ``[B, H, T]``.
+        initial_state: validated, head-major state (see :func:`check_state`), or ``None``.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor | None
+    log_decay: Tensor | None
+    beta: Tensor | None
+    direction: Tensor | None
+    readout: Readout
+    normalizer: str | Tensor
+    initial_state: Any
+    chunk_size: int
+    out_dtype: torch.dtype
+
+    @property
+    def decay_kind(self) -> str:
+        if self.log_decay is None:
+            return "none"
+        return "diagonal" if self.log_decay.dim() == 4 else "scalar"
+
+    @property
+    def diagonal(self) -> bool:
+        return self.decay_kind == "diagonal"
+
+    @property
+    def householder(self) -> bool:
+        return self.beta is not None
+
+    @property
+    def normalizer_kind(self) -> str:
+        return "tensor" if isinstance(self.normalizer, Tensor) else self.normalizer
+
+    @property
+    def augmented(self) -> bool:
+        """Linear readouts with ``"sum"``/``"abs_max1"`` carry the normalizer state ``z`` as an extra value column."""
+        return self.readout.linear and self.normalizer_kind in ("sum", "abs_max1")
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        batch, heads, length, key_dim = self.q.shape
+        return batch, heads, length, key_dim, 0 if self.v is None else self.v.shape[-1]
+
+    def describe(self) -> str:
+        """A short description of the combination, used in error messages."""
+        parts = [f"readout={self.readout.name!r}", f"decay={self.decay_kind}"]
+        if self.householder:
+            parts.append("householder")
+        parts.append(f"normalizer={self.normalizer_kind!r}")
+        return ", ".join(parts)
+
+
+def _shape(x: Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in x.shape) + "]"
+
+
+def _check_tensor(name: str, x: Any, rank: int, layout: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name}: expected a tensor {layout}, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}; convert it with .float()")
+    if x.dim() != rank:
+        raise ValueError(f"{name}: expected {rank} dimensions {layout}, got shape {_shape(x)}")
+    return x
+
+
+class _Sizes:
+    """Collects B, T, H, K, V from the inputs and checks every further tensor against them."""
+
+    def __init__(self, q: Tensor, k: Tensor, v: Tensor | None, per_head: dict[str, Tensor]):
+        self.batch, self.length = q.shape[0], q.shape[1]
+        self.key_dim = q.shape[3]
+        self.device = q.device
+        if self.length < 1:
+            raise ValueError("q: the sequence is empty (T=0); coefficient dynamics need T ≥ 1")
+        if self.key_dim < 1 or (v is not None and v.shape[3] < 1):
+            raise ValueError(f"q/v: key and value dimensions must be ≥ 1, got K={self.key_dim}, V={v.shape[3]}")
+        self.heads = max(t.shape[2] for t in per_head.values())
+        if k.shape[3] != self.key_dim:
+            raise ValueError(f"k: key dimension {k.shape[3]} does not match q's {self.key_dim} (shapes [B, T, H, K])")
+
+    def check(self, name: str, x: Tensor, key_dim: bool = False, heads_of: str = "the other inputs") -> None:
+        """Check batch, time, heads (1 or H) and, for ``key_dim``, the last axis K of ``x`` ``[B, T, H, ...]``."""
+        if x.device != self.device:
+            raise ValueError(f"{name}: on device {x.device}, but q is on {self.device}; move it with .to()")
+        if x.shape[0] != self.batch:
+            raise ValueError(f"{name}: batch size {x.shape[0]} does not match q's {self.batch}")
+        if x.shape[1] != self.length:
+            raise ValueError(f"{name}: sequence length {x.shape[1]} does not match q's {self.length}")
+        if x.shape[2] not in (1, self.heads):
+            raise ValueError(
+                f"{name}: {x.shape[2]} heads, but {heads_of} have {self.heads}; use {self.heads} or 1 (shared by all heads)"
+            )
+        if key_dim and x.shape[3] != self.key_dim:
+            raise ValueError(f"{name}: last dimension {x.shape[3]} does not match the key dimension K={self.key_dim}")
+
+    def head_major(self, x: Tensor, dtype: torch.dtype) -> Tensor:
+        """``[B, T, H|1, ...]`` → ``[B, H, T, ...]`` with heads expanded, in ``dtype``."""
+        x = x.to(dtype).transpose(1, 2)
+        return x.expand(x.shape[0], self.heads, *x.shape[2:])
+
+
+def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
+    """The dtype the math runs in: the promoted input dtype, with float16/bfloat16 lifted to float32."""
+    dtype = None
+    for t in tensors:
+        if t is not None:
+            dtype = t.dtype if dtype is None else torch.promote_types(dtype, t.dtype)
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def prepare(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor | None,
+    *,
+    readout: Any = "identity",
+    log_decay: Tensor | None = None,
+    householder: Tensor | None = None,
+    householder_dir: Tensor | None = None,
+    scale: Any = None,
+    normalizer: Any = "none",
+    initial_state: Any = None,
+    chunk_size: int | None = None,
+) -> Problem:
+    """Validate the public arguments of ``coefficient_dynamics`` and return the canonical :class:`Problem`."""
+    q = _check_tensor("q", q, 4, "[B, T, H, K]")
+    k = _check_tensor("k", k, 4, "[B, T, H, K]")
+    if v is not None:
+        v = _check_tensor("v", v, 4, "[B, T, H, V]")
+    readout_map = resolve_readout(readout)
+    if log_decay is not None:
+        rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
+        log_decay = _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
+    if householder_dir is not None and householder is None:
+        raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
+    if householder is not None:
+        householder = _check_tensor("householder", householder, 3, "β as [B, T, H]")
+        if householder_dir is not None:
+            householder_dir = _check_tensor("householder_dir", householder_dir, 4, "w as [B, T, H, K]")
+    scale_tensor = _check_scale(scale)
+    normalizer_value = _check_normalizer(normalizer)
+    per_head = {"q": q, "k": k, "v": v, "log_decay": log_decay, "householder": householder,
+                "householder_dir": householder_dir,
+                "scale": scale_tensor if scale_tensor is not None and scale_tensor.dim() == 3 else None,
+                "normalizer": normalizer_value if isinstance(normalizer_value, Tensor) else None}
+    per_head = {name: x for name, x in per_head.items() if x is not None}
+    sizes = _Sizes(q, k, v, per_head)
+    for name, x in per_head.items():
+        sizes.check(name, x, key_dim=name in ("q", "k", "householder_dir") or (name == "log_decay" and x.dim() == 4))
+    if scale_tensor is not None and scale_tensor.dim() == 0:
+        scale_tensor = scale_tensor.to(sizes.device).expand(sizes.batch, sizes.length, 1)
+    if chunk_size is None:
+        chunk_size = DEFAULT_CHUNK_SIZE
+    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
+
+    dtype = compute_dtype(q, k, v, log_decay, householder, householder_dir, scale_tensor,
+                          normalizer_value if isinstance(normalizer_value, Tensor) else None)
+    as_head_major = lambda x: None if x is None else sizes.head_major(x, dtype)  # noqa: E731
+    q_h, k_h = as_head_major(q), as_head_major(k)
+    direction = as_head_major(householder_dir) if householder is not None and householder_dir is not None else None
+    if householder is not None and direction is None:
+        direction = k_h  # DeltaNet: the Householder direction is the (unscaled) key
+    if scale_tensor is None:
+        scaled_keys = k_h * (q.shape[3] ** -0.5 if scale is None else float(scale))
+    else:
+        scaled_keys = k_h * as_head_major(scale_tensor).unsqueeze(-1)
+    problem = Problem(
+        q=q_h,
+        k=scaled_keys,
+        v=as_head_major(v),
+        log_decay=as_head_major(log_decay),
+        beta=as_head_major(householder),
+        direction=direction,
+        readout=readout_map,
+        normalizer=as_head_major(normalizer_value) if isinstance(normalizer_value, Tensor) else normalizer_value,
+        initial_state=None,
+        chunk_size=chunk_size,
+        out_dtype=v.dtype if v is not None else q.dtype,
+    )
+    problem.initial_state = check_state("initial_state", initial_state, problem, dtype)
+    return problem
+
+
+def _check_scale(scale: Any) -> Tensor | None:
+    if scale is None or (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
+        return None
+    if isinstance(scale, Tensor) and scale.dim() == 0:
+        if not scale.is_floating_point():
+            raise ValueError(f"scale: expected a float or a floating-point tensor [B, T, H], got dtype {scale.dtype}")
+        return scale
+    if isinstance(scale, Tensor):
+        return _check_tensor("scale", scale, 3, "b as [B, T, H]")
+    raise ValueError(f"scale: expected None (K**-0.5), a float or a tensor [B, T, H], got {type(scale).__name__}")
+
+
+def _check_normalizer(normalizer: Any) -> str | Tensor:
+    if isinstance(normalizer, Tensor):
+        return _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
+    if isinstance(normalizer, str) and normalizer in NORMALIZERS:
+        return normalizer
+    raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
+
+
+def state_layout(problem: Problem) -> str:
+    """The layout of the recurrent state for this combination (DESIGN §2), for messages and docs."""
+    if not problem.readout.linear:
+        return "a key cache (keys [B, H, N, K], values [B, H, N, V]) of transformed keys"
+    if problem.augmented:
+        return f"(S [B, H, K, V], z [B, H, K]) for normalizer={problem.normalizer_kind!r}"
+    return "S [B, H, K, V]"
+
+
+def check_state(name: str, state: Any, problem: Problem, dtype: torch.dtype) -> Any:
+    """Validate a recurrent state against ``problem``; returns it in ``dtype`` (or ``None``)."""
+    if state is None:
+        return None
+    batch, heads, _, key_dim, value_dim = problem.shape
+    expected = state_layout(problem)
+    if problem.readout.linear and not problem.augmented:
+        if not isinstance(state, Tensor):
+            raise ValueError(f"{name}: expected {expected}, got {type(state).__name__}")
+        parts, shapes = (state,), [(batch, heads, key_dim, value_dim)]
+    else:
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            raise ValueError(f"{name}: expected {expected}, got {type(state).__name__}")
+        parts = tuple(state)
+        shapes = [(batch, heads, key_dim, value_dim), (batch, heads, key_dim)] if problem.readout.linear else None
+    for part in parts:
+        if not isinstance(part, Tensor) or not part.is_floating_point():
+            raise ValueError(f"{name}: expected {expected} of floating-point tensors")
+        if part.device != problem.q.device:
+            raise ValueError(f"{name}: on device {part.device}, but q is on {problem.q.device}")
+    if shapes is None:
+        keys, values = parts
+        ok = (keys.dim() == 4 and values.dim() == 4 and keys.shape[:2] == (batch, heads) and keys.shape[3] == key_dim
+              and values.shape[:3] == keys.shape[:3] and (value_dim == 0 or values.shape[3] == value_dim))
+    else:
+        ok = all(tuple(p.shape) == s for p, s in zip(parts, shapes))
+    if not ok:
+        got = ", ".join(_shape(p) for p in parts)
+        raise ValueError(f"{name}: expected {expected} with B={batch}, H={heads}, K={key_dim}, V={value_dim}; got {got}")
+    parts = tuple(p.to(dtype) for p in parts)
+    return parts[0] if len(parts) == 1 else parts

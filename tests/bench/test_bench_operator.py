@@ -1,0 +1,60 @@
+"""The operator benchmark and the demo run end to end on tiny sizes (speed targets live in the benchmark itself)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+from typer.testing import CliRunner
+
+from seqdyn.bench.measure import PeakMemory
+from seqdyn.bench.operator import BACKEND_ORDER, KINDS, agreement, run_benchmark, target_checks
+from seqdyn.cli import app
+
+
+def test_bench_operator_command_prints_every_backend_and_the_targets():
+    result = CliRunner().invoke(app, ["bench", "operator", "--seq-lens", "8,16", "--batch", "1", "--heads", "2",
+                                      "--dim", "4", "--repeats", "1"])
+    assert result.exit_code == 0, result.output
+    for word in (*BACKEND_ORDER, *KINDS, "fwd+bwd ms", "peak MB", "targets"):
+        assert word in result.output
+    assert "n/a" in result.output  # scan cannot compute DeltaNet- or softmax-type arguments
+
+
+def test_report_cells_and_checks():
+    report = run_benchmark([8, 32], ["mamba2", "deltanet"], list(BACKEND_ORDER), batch=1, heads=1, dim=4, repeats=0)
+    assert {(c.kind, c.backend) for c in report.cells} >= {("mamba2", "scan"), ("deltanet", "chunk")}
+    assert report.get("deltanet", 8, "scan").status == "n/a"
+    ok = [c for c in report.cells if c.status == "ok"]
+    assert all(c.train_s > 0 and c.forward_s > 0 for c in ok)
+    assert all(c.picked == "chunk" for c in ok if c.backend == "auto")
+    whats = [what for what, _, _ in target_checks(report)]
+    assert any("faster than recurrent" in w for w in whats) and any("auto" in w for w in whats)
+
+
+def test_time_budget_skips_cells_with_an_estimate():
+    report = run_benchmark([16, 1024], ["softmax"], ["quadratic"], batch=1, heads=1, dim=4, repeats=0,
+                           max_seconds=1e-9)
+    skipped = report.get("softmax", 1024, "quadratic")
+    assert skipped.status == "skip" and skipped.note.startswith("est.")
+
+
+def test_demo_agreement_table_is_exact():
+    rows = agreement(length=40, dim=4)
+    assert {backend for _, backend, _ in rows} == {"recurrent", "chunk", "scan", "auto"}
+    assert max(error for _, _, error in rows) < 1e-10
+
+
+def test_peak_memory_sees_a_large_allocation():
+    with PeakMemory(torch.device("cpu")) as peak:
+        block = torch.ones(64, 2**20 // 4)  # 64 MiB
+        del block
+    if peak.peak_bytes is not None:
+        assert peak.peak_bytes > 32 * 2**20
+
+
+def test_python_dash_m_seqdyn_works_like_the_command():
+    result = subprocess.run([sys.executable, "-m", "seqdyn", "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert "bench" in result.stdout and "demo" in result.stdout

@@ -1,0 +1,133 @@
+"""Every backend against the ``quadratic`` reference in float64: outputs, final states and all gradients."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+import seqdyn
+from seqdyn.core.backends import REGISTRY
+from tests.core.cases import all_combinations, assert_close, build, call, flatten, random_case
+
+TOL = 1e-10
+
+
+def _combinations():
+    for readout, decay, householder, normalizer in all_combinations():
+        if readout != "identity" and decay.endswith("unstable"):
+            continue  # unstable Λ needs a normalizer that sees the linear coefficients (Principle 6)
+        yield readout, decay, householder, normalizer
+
+
+COMBINATIONS = list(_combinations())
+
+
+def _gradients(output, leaves: dict, seed: int) -> dict[str, torch.Tensor]:
+    """Gradients of a random linear functional of every output tensor (outputs and final state)."""
+    gen = torch.Generator().manual_seed(seed)
+    parts = flatten(output)
+    loss = sum((part * torch.randn(part.shape, generator=gen, dtype=part.dtype)).sum() for part in parts)
+    names = list(leaves)
+    grads = torch.autograd.grad(loss, [leaves[n] for n in names], allow_unused=True)
+    return {n: g if g is not None else torch.zeros_like(leaves[n]) for n, g in zip(names, grads)}
+
+
+@pytest.mark.parametrize("combo", COMBINATIONS, ids=lambda c: "-".join(c))
+def test_every_backend_matches_quadratic(combo):
+    readout, decay, householder, normalizer = combo
+    seed = zlib.crc32("-".join(combo).encode()) % 10_000
+    case = random_case(readout, decay, householder, normalizer, seed)
+    leaves, options = build(case)
+    reference = call(leaves, options, "quadratic", case.chunk_size)
+    reference_grads = _gradients(reference, leaves, seed)
+    checked = 0
+    for name, backend in REGISTRY.items():
+        if name == "quadratic":
+            continue
+        try:
+            output = call(leaves, options, name, case.chunk_size)
+        except ValueError as error:
+            assert "cannot compute" in str(error) and "quadratic" in str(error)
+            continue
+        checked += 1
+        for i, (got, want) in enumerate(zip(flatten(output), flatten(reference))):
+            assert_close(got, want, TOL, f"{name} output/state part {i}")
+        for leaf, grad in _gradients(output, leaves, seed).items():
+            assert_close(grad, reference_grads[leaf], TOL, f"{name} d/d{leaf}")
+    assert checked >= 1  # the recurrent backend computes every combination
+
+
+def test_unsupported_combinations_are_the_documented_ones():
+    expectations = {
+        ("identity", "diagonal", "given", "sum"): {"quadratic", "recurrent", "chunk"},
+        ("identity", "scalar", "none", "none"): {"quadratic", "recurrent", "chunk", "scan"},
+        ("exp", "scalar", "none", "sum"): {"quadratic", "recurrent", "chunk"},
+        ("exp", "none", "keys", "sum"): {"quadratic", "recurrent"},
+        ("exp", "none", "none", "none"): {"quadratic", "recurrent"},
+        ("softplus", "diagonal", "none", "sum"): {"quadratic", "recurrent"},
+    }
+    for combo, expected in expectations.items():
+        leaves, options = build(random_case(*combo, seed=1))
+        able = set()
+        for name in REGISTRY:
+            try:
+                call(leaves, options, name)
+                able.add(name)
+            except ValueError as error:
+                message = str(error)
+                assert f"backend={name!r} cannot compute" in message
+                for other in expected:
+                    assert repr(other) in message
+        assert able == expected, combo
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 33])
+@pytest.mark.parametrize("backend", ["recurrent", "chunk", "scan"])
+def test_lengths_around_the_chunk_size(length, backend):
+    """T = 1, T not a multiple of the chunk size, several chunks; diagonal decay and the default scale."""
+    case = random_case("identity", "diagonal", "none", "none", seed=length, length=length, chunk_size=8,
+                       with_state=True)
+    leaves, options = build(case)
+    reference = call(leaves, options, "quadratic", 8)
+    output = call(leaves, options, backend, 8)
+    for got, want in zip(flatten(output), flatten(reference)):
+        assert_close(got, want, TOL, backend)
+
+
+def test_heads_of_size_one_broadcast():
+    """A head axis of size 1 equals the same tensor repeated over heads."""
+    case = random_case("identity", "scalar", "keys", "none", seed=3, heads=3, shared=("q", "k", "gates"))
+    leaves, options = build(case)
+    repeated = {n: (x.detach().expand(*x.shape[:2], 3, *x.shape[3:]).clone() if x.dim() >= 3 and x.shape[2] == 1
+                    and not n.startswith("state_") else x.detach()) for n, x in leaves.items()}
+    for backend in ("quadratic", "chunk", "recurrent"):
+        shared = call(leaves, options, backend, want_state=False)
+        full = call(repeated, options, backend, want_state=False)
+        assert_close(shared, full, TOL, backend)
+
+
+def test_output_dtype_follows_values_and_half_precision_computes_in_float32():
+    case = random_case("identity", "scalar", "none", "none", seed=4, with_state=False)
+    leaves, options = build(case, dtype=torch.float32)
+    q, k, v = leaves["q"].detach(), leaves["k"].detach(), leaves["v"].detach()
+    g = leaves["log_decay"].detach()
+    out = seqdyn.coefficient_dynamics(q.bfloat16(), k.bfloat16(), v.bfloat16(), log_decay=g, backend="chunk")
+    assert out.dtype == torch.bfloat16
+    exact = seqdyn.coefficient_dynamics(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(),
+                                        log_decay=g, backend="chunk")
+    assert_close(out.float(), exact, 1e-2, "bfloat16")
+
+
+def test_auto_picks_a_valid_backend_and_says_which():
+    for combo in [("identity", "diagonal", "keys", "sum"), ("exp", "none", "none", "sum"),
+                  ("sigmoid", "scalar", "none", "none"), ("exp", "none", "keys", "abs_max1")]:
+        leaves, options = build(random_case(*combo, seed=2, with_state=False))
+        q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
+        chosen = seqdyn.select_backend(q, k, v, **leaves, **options)
+        assert REGISTRY[chosen].unsupported(
+            seqdyn.core.problem.prepare(q, k, v, **leaves, **options)) is None
+        auto = seqdyn.coefficient_dynamics(q, k, v, backend="auto", **leaves, **options)
+        explicit = seqdyn.coefficient_dynamics(q, k, v, backend=chosen, **leaves, **options)
+        assert torch.equal(auto, explicit)
