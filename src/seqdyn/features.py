@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["elu1", "taylor", "taylor_dim"]
+__all__ = ["FEATURE_MAPS", "elu1", "feature_map", "taylor", "taylor_dim"]
 
 
 def taylor_dim(dim: int, degree: int) -> int:
@@ -41,3 +41,21 @@ def taylor(x: Tensor, degree: int) -> Tensor:
 def elu1(x: Tensor) -> Tensor:
     """``elu(x) + 1``, the positive feature map of linear attention (Katharopoulos et al. 2020; seed 000 eq. 16)."""
     return F.elu(x) + 1.0
+
+
+#: Positive and polynomial feature maps ψ for linear attention: ``φ(qᵀk) ≈ ψ(q)ᵀψ(k)`` (seed 001 Principle 2.1).
+FEATURE_MAPS = {
+    "identity": lambda x: x,
+    "elu1": elu1,
+    "relu": F.relu,
+    "softplus": F.softplus,
+    "exp": torch.exp,
+    "square": lambda x: x * x,
+}
+
+
+def feature_map(name: str):
+    """The feature map called ``name`` (:data:`FEATURE_MAPS`); unknown names raise ``ValueError``."""
+    if name not in FEATURE_MAPS:
+        raise ValueError(f"feature_map: got {name!r}; allowed: {sorted(FEATURE_MAPS)}")
+    return FEATURE_MAPS[name]

@@ -57,7 +57,7 @@ def random_case(readout: str, decay: str, householder: str, normalizer: str, see
         chunk_size=chunk,
         shared=tuple(name for name in ("q", "k", "v", "gates") if bool(torch.rand((), generator=gen) < 0.25)),
         with_state=bool(torch.rand((), generator=gen) < 0.5),
-        scale=pick(["default", "float", "tensor"]),
+        scale=pick(["default", "float", "tensor", "log"]),
     )
     shape.update(overrides)
     return Case(readout, decay, householder, normalizer, seed, **shape)
@@ -94,6 +94,8 @@ def build(case: Case, dtype=torch.float64):
         options["scale"] = 0.7
     elif case.scale == "tensor":
         leaves["scale"] = 0.2 + uniform(b, t, gate_heads)
+    elif case.scale == "log":
+        leaves["log_scale"] = 2 * rand(b, t, gate_heads)
     if case.normalizer == "tensor":
         leaves["normalizer"] = 0.5 + uniform(b, t, gate_heads)
     else:

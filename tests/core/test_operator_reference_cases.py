@@ -162,3 +162,39 @@ def test_coefficients_are_causal_and_agree_across_backends():
     assert torch.all(A.triu(1) == 0)
     for backend in ("recurrent", "chunk", "scan"):
         assert_close(seqdyn.coefficients(q, k, log_decay=g, backend=backend), A, 1e-12, backend)
+
+
+def test_mlstm_with_log_scale_survives_input_gates_beyond_the_float_range():
+    """ĩ up to 200 overflows exp in float32; with log_scale the stabilized result equals float64 with scale=exp(ĩ)."""
+    q, k, v = randn(B, T, H, K, seed=36), randn(B, T, H, K, seed=37), randn(B, T, H, V, seed=38)
+    i_tilde = 200 * torch.rand(B, T, H, generator=torch.Generator().manual_seed(39), dtype=torch.float64)
+    f_log = F.logsigmoid(randn(B, T, H, seed=40) + 2)
+    expected = seqdyn.coefficient_dynamics(q, k, v, log_decay=f_log, scale=torch.exp(i_tilde) * K**-0.5,
+                                           normalizer="abs_max1", backend="recurrent")
+    for backend in ALL_BACKENDS:
+        out = seqdyn.coefficient_dynamics(q.float(), k.float(), v.float(), log_decay=f_log.float(),
+                                          log_scale=(i_tilde - 0.5 * torch.log(torch.tensor(float(K)))).float(),
+                                          normalizer="abs_max1", backend=backend)
+        assert torch.isfinite(out).all()
+        assert_close(out.double(), expected, 1e-4, backend)
+
+
+def test_log_scale_equals_scale_with_gradients():
+    q, k, v = randn(B, T, H, K, seed=41), randn(B, T, H, K, seed=42), randn(B, T, H, V, seed=43)
+    g = -F.softplus(randn(B, T, H, K, seed=44))
+    ell = randn(B, T, H, seed=45).requires_grad_(True)
+    for normalizer in ("none", "abs_max1"):
+        for backend in ALL_BACKENDS:
+            a = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, log_scale=ell, normalizer=normalizer, backend=backend)
+            b = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, scale=torch.exp(ell), normalizer=normalizer,
+                                            backend="quadratic")
+            assert_close(a, b, 1e-10, backend)
+            (grad_a,) = torch.autograd.grad(a.sum(), ell)
+            (grad_b,) = torch.autograd.grad(b.sum(), ell)
+            assert_close(grad_a, grad_b, 1e-10, f"{backend} d/dlog_scale")
+    for readout in ("exp", "sigmoid"):
+        a = seqdyn.coefficient_dynamics(q, k, v, readout=readout, log_scale=ell, normalizer="sum")
+        b = seqdyn.coefficient_dynamics(q, k, v, readout=readout, scale=torch.exp(ell), normalizer="sum")
+        assert_close(a, b, 1e-12, readout)
+    with pytest.raises(ValueError, match="scale/log_scale"):
+        seqdyn.coefficient_dynamics(q, k, v, scale=1.0, log_scale=ell)

@@ -11,7 +11,6 @@ import ctypes
 import ctypes.util
 import gc
 import os
-import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -94,13 +93,14 @@ class PeakMemory:
 
 @dataclass
 class Timing:
-    median_s: float
+    best_s: float
     runs: int
 
 
 def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow_s: float = 2.0) -> Timing:
-    """Median wall time of ``fn`` over ``repeats`` runs after one warm-up; a warm-up slower than ``slow_s``
-    counts as the only measurement (long cells are not worth repeating)."""
+    """Best (minimum) wall time of ``fn`` over ``repeats`` runs after one warm-up — the minimum is the estimate
+    least disturbed by other work on the machine; a warm-up slower than ``slow_s`` counts as the only
+    measurement (long cells are not worth repeating)."""
 
     def once() -> float:
         if device.type == "cuda":
@@ -114,7 +114,7 @@ def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow
     first = once()
     if first > slow_s or repeats <= 0:
         return Timing(first, 1)
-    return Timing(statistics.median(once() for _ in range(repeats)), repeats)
+    return Timing(min(once() for _ in range(repeats)), repeats)
 
 
 def available_memory_bytes(device: torch.device) -> int | None:
@@ -129,3 +129,28 @@ def available_memory_bytes(device: torch.device) -> int | None:
     except OSError:
         return None
     return None
+
+
+@dataclass
+class Measurement:
+    forward_s: float
+    train_s: float
+    peak_mb: float | None
+
+
+def measure_step(forward: Callable[[], object], train_step: Callable[[], object], device: torch.device,
+                 repeats: int) -> Measurement:
+    """Best forward time (run it under ``no_grad``), best forward+backward time, and the peak memory of one
+    forward+backward — the three numbers every benchmark table reports."""
+    forward_s = time_call(forward, device, repeats).best_s
+    train_s = time_call(train_step, device, repeats).best_s
+    with PeakMemory(device) as peak:
+        train_step()
+    return Measurement(forward_s, train_s, None if peak.peak_bytes is None else peak.peak_bytes / 2**20)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` is CUDA when available, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from seqdyn.bench.measure import PeakMemory, available_memory_bytes, time_call
+from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device
 from seqdyn.core.operator import coefficient_dynamics, select_backend
 
 KINDS = ("gla", "mamba2", "deltanet", "softmax")
@@ -53,9 +53,7 @@ def make_arguments(kind: str, batch: int, heads: int, length: int, dim: int, dev
 
 def _cost_exponent(kind: str, backend: str) -> int:
     """How a backend's time grows with T, used to skip cells that would exceed the time budget."""
-    if backend == "quadratic":
-        return 3 if kind == "deltanet" else 2
-    if backend == "recurrent" and kind == "softmax":
+    if backend == "quadratic" or (backend == "recurrent" and kind == "softmax"):
         return 2
     return 1
 
@@ -102,20 +100,16 @@ def _measure_cell(kind: str, length: int, backend: str, batch: int, heads: int, 
             x.grad = None
         coefficient_dynamics(*args, backend=backend, **options).sum().backward()
 
-    cell.forward_s = time_call(forward, device, repeats).median_s
-    cell.train_s = time_call(train_step, device, repeats).median_s
-    with PeakMemory(device) as peak:
-        train_step()
-    cell.peak_mb = None if peak.peak_bytes is None else peak.peak_bytes / 2**20
+    result = measure_step(forward, train_step, device, repeats)
+    cell.forward_s, cell.train_s, cell.peak_mb = result.forward_s, result.train_s, result.peak_mb
     return cell
 
 
 def run_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3,
-                  max_seconds=60.0, progress=None) -> Report:
+                  max_seconds=120.0, progress=None) -> Report:
     """Measure every (kind, T, backend) cell; cells estimated to exceed ``max_seconds`` or the free memory are
     skipped (their estimate is noted).  ``progress(cell)`` is called after each cell."""
-    device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if device == "auto" else device))
+    device = resolve_device(device)
     for name in backends:
         if name not in BACKEND_ORDER:
             raise ValueError(f"backends: unknown {name!r}; allowed: {list(BACKEND_ORDER)}")
@@ -205,10 +199,10 @@ def target_checks(report: Report) -> list[tuple[str, str, bool | None]]:
     return checks
 
 
-def checks_table(checks):
+def checks_table(checks, title: str = "targets (issue 'foundation')"):
     from rich.table import Table
 
-    table = Table(title="targets (issue 'foundation')")
+    table = Table(title=title)
     for column in ("target", "measured", "met"):
         table.add_column(column)
     for what, measured, met in checks:
@@ -217,12 +211,12 @@ def checks_table(checks):
 
 
 def run_operator_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3,
-                           max_seconds=60.0) -> Report:
+                           max_seconds=120.0) -> Report:
     """Run the benchmark with a progress bar and print the results and the target checks."""
-    from rich.console import Console
+    from seqdyn.bench import console as make_console
     from rich.progress import Progress
 
-    console = Console()
+    console = make_console()
     total = len(seq_lens) * len(kinds) * len(backends)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("benchmarking", total=total)
@@ -254,10 +248,10 @@ def agreement(length: int = 200, dim: int = 16, seed: int = 0) -> list[tuple[str
 
 def run_demo(quick: bool = False) -> None:
     """The main job for now: agreement of every backend with the reference, then the benchmark table."""
-    from rich.console import Console
+    from seqdyn.bench import console as make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     console.rule("seqdyn: one operator, every backend")
     table = Table(title="every backend against the quadratic reference (float64, T=200, K=V=16)")
     for column in ("args", "backend", "max |y − y_quadratic|"):

@@ -23,7 +23,7 @@ from seqdyn.core.backends import quadratic
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.problem import prepare
 
-__all__ = ["DSF", "dsf"]
+__all__ = ["DSF", "dsf", "from_coefficients"]
 
 
 @dataclass
@@ -79,6 +79,7 @@ def dsf(
     householder_dir: Tensor | None = None,
     scale: Any = None,
     normalizer: Any = "none",
+    log_scale: Tensor | None = None,
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (seed 000 eq. 15); ``DSF.apply(v)`` equals it.
 
@@ -86,7 +87,7 @@ def dsf(
     ``N = K·V``.  η for ``"sum"``/``"abs_max1"`` is computed from the coefficients, which depend on q, k and Λ only.
     """
     problem = prepare(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
-                      householder_dir=householder_dir, scale=scale, normalizer=normalizer)
+                      householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale).folded()
     if not problem.readout.linear:
         raise ValueError(
             f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "
@@ -121,3 +122,25 @@ def _eta(problem) -> Tensor:
         return problem.q.new_ones(problem.q.shape[:3])
     sums = quadratic.coefficient_scores(problem).sum(-1)
     return sums if problem.normalizer == "sum" else torch.clamp(sums.abs(), min=1.0)
+
+
+def from_coefficients(coefficients: Tensor, value_dim: int) -> DSF:
+    """A DSF realization of a given coefficient matrix ``A`` ``[B, H, T, T]``: ``y_i = Σ_j A_ij v_j``.
+
+    The state keeps every past value, ``h_i = [v_0, …, v_i, 0, …]`` (N = T·V): ``Λ_i = I``,
+    ``B_i = e_i ⊗ I_V``, ``C_i = A_i ⊗ I_V``.  For a nonlinear readout this is the only kind of realization there
+    is — the state grows with T (seed 000 Lemma 1) — and it serves to inspect such mixers on a fixed input.
+    """
+    batch, heads, length, _ = coefficients.shape
+    eye_v = torch.eye(value_dim, dtype=coefficients.dtype, device=coefficients.device)
+    state_dim = length * value_dim
+    slots = torch.eye(length, dtype=coefficients.dtype, device=coefficients.device)
+    inputs = torch.einsum("tj,ac->tjac", slots, eye_v).reshape(length, state_dim, value_dim)
+    outputs = torch.einsum("bhtj,ac->bhtajc", coefficients, eye_v).reshape(batch, heads, length, value_dim, state_dim)
+    return DSF(
+        Lambda=torch.eye(state_dim, dtype=coefficients.dtype, device=coefficients.device).expand(
+            batch, heads, length, state_dim, state_dim),
+        B=inputs.expand(batch, heads, length, state_dim, value_dim),
+        C=outputs,
+        D=coefficients.new_zeros(batch, heads, length, value_dim, value_dim),
+    )

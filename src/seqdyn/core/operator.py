@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any
 
 import torch
@@ -57,6 +58,7 @@ def coefficient_dynamics(
     output_final_state: bool = False,
     backend: str = "auto",
     chunk_size: int | None = None,
+    log_scale: Tensor | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (seed 001 eqs. 2 and 4).
 
@@ -76,6 +78,9 @@ def coefficient_dynamics(
             ``(keys [B, H, N, K], values [B, H, N, V])`` of transformed keys for any other readout.
         backend: ``"quadratic"``, ``"recurrent"``, ``"chunk"``, ``"scan"`` or ``"auto"``.
         chunk_size: chunk length C of the ``chunk`` backend (default 64).
+        log_scale: ``log b`` ``[B, T, H]`` instead of ``scale``, for scales that exceed the float range (mLSTM's
+            input gate ``exp(ĩ)``); with the identity readout it is folded into the stabilization, never
+            exponentiated alone.
 
     Returns:
         ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``.
@@ -85,7 +90,7 @@ def coefficient_dynamics(
     """
     problem = prepare(
         q, k, v, readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
-        scale=scale, normalizer=normalizer, initial_state=initial_state, chunk_size=chunk_size,
+        scale=scale, normalizer=normalizer, initial_state=initial_state, chunk_size=chunk_size, log_scale=log_scale,
     )
     module = _backend_for(problem, backend)
     out, state = _run(problem, module, bool(output_final_state))
@@ -115,11 +120,12 @@ def coefficient_dynamics_step(
     householder_dir: Tensor | None = None,
     scale: Any = None,
     normalizer: Any = "none",
+    log_scale: Tensor | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
     Per-token layouts drop the time axis: q, k ``[B, H, K]``, v ``[B, H, V]``, log_decay ``[B, H]`` or
-    ``[B, H, K]``, householder and tensor scale/normalizer ``[B, H]``, householder_dir ``[B, H, K]``.  The state
+    ``[B, H, K]``, householder, log_scale and tensor scale/normalizer ``[B, H]``, householder_dir ``[B, H, K]``.  The state
     has the layout of ``coefficient_dynamics``' final state; ``None`` starts from zero (an empty cache).
     Applying it token by token equals the ``recurrent`` backend on the whole sequence.
     """
@@ -132,6 +138,7 @@ def coefficient_dynamics_step(
         "householder_dir": (householder_dir, 3, "[B, H, K]"),
         "scale": (scale, 2, "[B, H]"),
         "normalizer": (normalizer, 2, "[B, H]"),
+        "log_scale": (log_scale, 2, "[B, H]"),
     }
     timed = {}
     for name, (value, ranks, layout) in per_token.items():
@@ -161,6 +168,7 @@ def coefficients(
     chunk_size: int | None = None,
     initial_state: None = None,
     output_final_state: bool = False,
+    log_scale: Tensor | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
@@ -172,7 +180,7 @@ def coefficients(
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
     options = dict(readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
-                   scale=scale, normalizer=normalizer, chunk_size=chunk_size)
+                   scale=scale, normalizer=normalizer, chunk_size=chunk_size, log_scale=log_scale)
     problem = prepare(q, k, None, **options)
     batch, heads, length, _, _ = problem.shape
     if backend not in ("quadratic", "auto"):
@@ -181,6 +189,7 @@ def coefficients(
         return coefficient_dynamics(q, k, one_hot, backend=backend, **options).transpose(1, 2)
     if not problem.readout.linear:
         valid = causal_mask(length, length, problem.q.device)
+        problem = problem.folded()
         return normalized_coefficients(quadratic_backend.coefficient_scores(problem), valid, problem.readout,
                                        problem.normalizer)
     problem, row_scale, _ = _stabilized(problem)
@@ -204,8 +213,16 @@ def _backend_for(problem: Problem, backend: Any):
 
 
 def _auto(problem: Problem) -> str:
-    """The backend ``"auto"`` picks: measured by ``seqdyn bench operator`` (see ``benchmarks/README.md``)."""
-    batch, heads, length, _, _ = problem.shape
+    """The backend ``"auto"`` picks, from a cost model checked by ``seqdyn bench operator`` / ``bench mixers``.
+
+    Per head the chunked form costs about ``T·C·(K+V)`` (intra-chunk matrices) and the scan ``T·K·V·log₂T``: the
+    scan wins for small states (per-channel mixers such as S6, qLSTM and RG-LRU), the chunked form otherwise.
+    Without a linear-time form, materialize while it fits, else step.
+    """
+    batch, heads, length, key_dim, value_dim = problem.shape
+    scan_cost = key_dim * value_dim * max(1.0, math.log2(length))
+    if REGISTRY["scan"].unsupported(problem) is None and scan_cost < problem.chunk_size * (key_dim + value_dim):
+        return "scan"
     if REGISTRY["chunk"].unsupported(problem) is None:
         return "chunk"
     if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:
@@ -215,7 +232,7 @@ def _auto(problem: Problem) -> str:
 
 def _run(problem: Problem, module, want_state: bool):
     if not problem.readout.linear:
-        return module.nonlinear(problem, want_state)
+        return module.nonlinear(problem.folded(), want_state)
     original = problem
     if problem.augmented:  # z_t rides along as a value column of ones: q_tᵀ z_t = Σ_j α_tj
         ones = problem.v.new_ones(*problem.v.shape[:-1], 1)
@@ -244,22 +261,30 @@ def _normalized(numerator: Tensor, denominator: Tensor | None, normalizer, row_s
 
 
 def _stabilized(problem: Problem):
-    """Rescale an identity-readout problem with unstable decays (some ``g > 0``) so that every factor is ``≤ 1``.
+    """Rescale an identity-readout problem so every factor is ``≤ 1``: unstable decays (``g > 0``) and scales in log
+    space (``log_scale``, e.g. mLSTM's input gate ``exp(ĩ)``).
 
-    For any per-step log-scale ``c_t ≥ 0`` (``c_{-1} = 0``), ``S̃_t = e^{-c_t} S_t`` obeys the same recurrence with
-    ``g'_t = g_t − (c_t − c_{t-1})`` and keys ``e^{-c_t} k_t``.  Choosing ``c_t = G_t − min(0, min_{s≤t} G_s)``
-    (per channel for diagonal decays) makes ``g' ≤ 0``.  Rows are read with ``q ⊙ e^{c_t − c*_t}``,
-    ``c*_t = max_k c_tk``, so outputs come out as ``e^{-c*_t} y_t`` and :func:`normalize` undoes the factor.
-    Returns ``(problem', c* [B, H, T] or None, state factor e^{c_T} or None)``; ``c`` carries no gradient (the
-    identity holds for every c).
+    For any per-step log-scale ``m_t`` (``m_{-1} = 0``), ``S̃_t = e^{-m_t} S_t`` obeys the same recurrence with
+    ``g'_t = g_t + m_{t-1} − m_t`` and impulses ``e^{ℓ_t − m_t} k_t`` (``ℓ = log b``).  Choosing
+    ``m_t = max(m_{t-1} + g_t, ℓ_t)`` — xLSTM's stabilizer; ``G_t + max(0, max_{s≤t} ℓ_s − G_s)`` in closed form,
+    per channel for diagonal decays — makes both exponents ``≤ 0``.  Rows are read with ``q ⊙ e^{m_t − m*_t}``,
+    ``m*_t = max_k m_tk``, so outputs come out as ``e^{-m*_t} y_t`` and :func:`normalize` undoes the factor.
+    Returns ``(problem', m* [B, H, T] or None, state factor e^{m_T} or None)``; ``m`` carries no gradient (the
+    identity holds for every m).
     """
-    g = problem.log_decay
-    if g is None or not bool((g > 0).any()):
+    g, ell = problem.log_decay, problem.log_scale
+    if ell is None and (g is None or not bool((g > 0).any())):
         return problem, None, None
+    batch, heads, length, _, _ = problem.shape
     with torch.no_grad():
-        cumulative = cumulative_log_decay(g)
-        floor = torch.clamp(cumulative.cummin(dim=2).values, max=0.0)
-        log_scale = cumulative - floor
+        if g is None:
+            cumulative = torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device)
+        else:
+            cumulative = cumulative_log_decay(g)
+        impulse = torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device) \
+            if ell is None else ell.detach().to(torch.float64)
+        lifted = impulse.unsqueeze(-1) if cumulative.dim() == 4 else impulse
+        log_scale = cumulative + torch.clamp((lifted - cumulative).cummax(dim=2).values, min=0.0)
         if problem.diagonal and problem.householder:  # the Householder factor only commutes with scalars
             log_scale = log_scale.amax(-1)
         per_channel = log_scale.dim() == 4
@@ -269,11 +294,15 @@ def _stabilized(problem: Problem):
             shift = shift.unsqueeze(-1)
     along_keys = (lambda x: x) if per_channel else (lambda x: x.unsqueeze(-1))  # noqa: E731
     dtype = problem.k.dtype
+    new_decay = -shift if g is None else g.to(torch.float64) - shift
+    key_log = impulse if ell is None else ell.to(torch.float64)
+    key_factor = torch.exp((key_log.unsqueeze(-1) if per_channel else key_log) - log_scale)
     stable = dataclasses.replace(
         problem,
-        log_decay=(g.to(torch.float64) - shift).to(g.dtype),
-        k=problem.k * torch.exp(-along_keys(log_scale)).to(dtype),
+        log_decay=new_decay.to(dtype),
+        k=problem.k * along_keys(key_factor).to(dtype),
         q=problem.q * torch.exp(log_scale - row_scale.unsqueeze(-1)).to(dtype) if per_channel else problem.q,
+        log_scale=None,
     )
     final = torch.exp(along_keys(log_scale[:, :, -1])).unsqueeze(-1)  # multiplies S_T [B, H, K, V]
     return stable, row_scale, final

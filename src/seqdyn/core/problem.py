@@ -7,6 +7,7 @@ expanded, the scale ``b`` is folded into the keys, and half precision is compute
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,9 @@ class Problem:
 
     Attributes:
         q: ``[B, H, T, K]`` queries.
-        k: ``[B, H, T, K]`` keys multiplied by their scale ``b_j`` (the impulse ``b_j k_j`` of seed 001 eq. 3a).
+        k: ``[B, H, T, K]`` keys multiplied by their scale ``b_j`` (the impulse ``b_j k_j`` of seed 001 eq. 3a),
+            unless the scale is given in log space (``log_scale``, folded in by :meth:`folded` or by the
+            operator's stabilization).
         v: ``[B, H, T, V]`` values, or ``None`` when only coefficients are asked for.
         log_decay: ``None`` (Λ = I), ``[B, H, T]`` (scalar) or ``[B, H, T, K]`` (diagonal) log decays ``g``.
         beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
@@ -44,6 +47,13 @@ class Problem:
     initial_state: Any
     chunk_size: int
     out_dtype: torch.dtype
+    log_scale: Tensor | None = None
+
+    def folded(self) -> "Problem":
+        """The same problem with ``b = exp(log_scale)`` multiplied into the keys (for the nonlinear readouts)."""
+        if self.log_scale is None:
+            return self
+        return dataclasses.replace(self, k=self.k * torch.exp(self.log_scale).unsqueeze(-1), log_scale=None)
 
     @property
     def decay_kind(self) -> str:
@@ -154,6 +164,7 @@ def prepare(
     normalizer: Any = "none",
     initial_state: Any = None,
     chunk_size: int | None = None,
+    log_scale: Tensor | None = None,
 ) -> Problem:
     """Validate the public arguments of ``coefficient_dynamics`` and return the canonical :class:`Problem`."""
     q = _check_tensor("q", q, 4, "[B, T, H, K]")
@@ -171,10 +182,15 @@ def prepare(
         if householder_dir is not None:
             householder_dir = _check_tensor("householder_dir", householder_dir, 4, "w as [B, T, H, K]")
     scale_tensor = _check_scale(scale)
+    if log_scale is not None:
+        if scale is not None:
+            raise ValueError("scale/log_scale: give the scale b once, either as scale or as log_scale = log b")
+        log_scale = _check_tensor("log_scale", log_scale, 3, "log b as [B, T, H]")
     normalizer_value = _check_normalizer(normalizer)
     per_head = {"q": q, "k": k, "v": v, "log_decay": log_decay, "householder": householder,
                 "householder_dir": householder_dir,
                 "scale": scale_tensor if scale_tensor is not None and scale_tensor.dim() == 3 else None,
+                "log_scale": log_scale,
                 "normalizer": normalizer_value if isinstance(normalizer_value, Tensor) else None}
     per_head = {name: x for name, x in per_head.items() if x is not None}
     sizes = _Sizes(q, k, v, per_head)
@@ -187,14 +203,16 @@ def prepare(
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
 
-    dtype = compute_dtype(q, k, v, log_decay, householder, householder_dir, scale_tensor,
+    dtype = compute_dtype(q, k, v, log_decay, householder, householder_dir, scale_tensor, log_scale,
                           normalizer_value if isinstance(normalizer_value, Tensor) else None)
     as_head_major = lambda x: None if x is None else sizes.head_major(x, dtype)  # noqa: E731
     q_h, k_h = as_head_major(q), as_head_major(k)
     direction = as_head_major(householder_dir) if householder is not None and householder_dir is not None else None
     if householder is not None and direction is None:
         direction = k_h  # DeltaNet: the Householder direction is the (unscaled) key
-    if scale_tensor is None:
+    if log_scale is not None:
+        scaled_keys = k_h
+    elif scale_tensor is None:
         scaled_keys = k_h * (q.shape[3] ** -0.5 if scale is None else float(scale))
     else:
         scaled_keys = k_h * as_head_major(scale_tensor).unsqueeze(-1)
@@ -210,6 +228,7 @@ def prepare(
         initial_state=None,
         chunk_size=chunk_size,
         out_dtype=v.dtype if v is not None else q.dtype,
+        log_scale=as_head_major(log_scale),
     )
     problem.initial_state = check_state("initial_state", initial_state, problem, dtype)
     return problem

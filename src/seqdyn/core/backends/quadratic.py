@@ -4,7 +4,8 @@ Step by step (seed 001 eqs. 2–4):
   1. scores ``s_ij = q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j`` for all pairs ``j ≤ i`` (:func:`scores`);
   2. coefficients ``α_ij = φ(s_ij)`` and their normalization ``1/η_i``;
   3. outputs ``y_i = Σ_j (α_ij/η_i) v_j`` as one matrix product.
-Costs ``O(T²(K+V))`` time and ``O(T²)`` memory (``O(T³)`` time with a Householder factor).  A recurrent state
+Costs ``O(T²(K+V))`` time and ``O(T²)`` memory (``O(T³)`` for every coefficient of a nonlinear readout with
+a Householder factor).  A recurrent state
 enters as K virtual key/value pairs before the sequence, and the final state is read by K virtual queries after it.
 """
 
@@ -25,6 +26,24 @@ def unsupported(problem: Problem) -> str | None:
     return None
 
 
+def _grams(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None):
+    """The decayed Gram matrices ``A_k`` and, with a Householder factor, ``A_e``, ``M_k``, ``M_e`` (see :func:`scores`)."""
+    length, device = q.shape[-2], q.device
+    inclusive = causal_mask(length, length, device)
+    cumulative = None if log_decay is None else cumulative_log_decay(log_decay)
+    coupled = pairwise_gram(q, k, cumulative, cumulative, inclusive)
+    if beta is None:
+        return coupled, None
+    strict = causal_mask(length, length, device, strict=True)
+    before = None if log_decay is None else cumulative - log_decay.to(torch.float64)  # G_{t-1}
+    weighted_dir = beta.unsqueeze(-1) * direction
+    a_e = pairwise_gram(q, weighted_dir, cumulative, before, inclusive)
+    m_k = pairwise_gram(direction, k, before, cumulative, strict)
+    m_e = pairwise_gram(direction, weighted_dir, before, before, strict)
+    unit_lower = torch.eye(length, dtype=q.dtype, device=device) + m_e
+    return coupled, (a_e, m_k, unit_lower)
+
+
 def scores(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None) -> Tensor:
     """``s_ij = q_iᵀ Λ_i ⋯ Λ_{j+1} k_j`` ``[B, H, T, T]`` for ``j ≤ i`` (0 above the diagonal); keys carry b.
 
@@ -34,23 +53,25 @@ def scores(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, 
     system ``(I + M_e) U = M_k V`` (the UT transform of the WY representation), hence
     ``s = A_k − A_e (I + M_e)^{-1} M_k`` with the decayed Gram matrices
     ``A_k[i,j] = q_iᵀ Φ_{i,j} k_j``, ``A_e[i,j] = q_iᵀ Φ_{i,j} e_j``, ``M_k[i,j] = w_iᵀ Φ_{i-1,j} k_j``,
-    ``M_e[i,j] = w_iᵀ Φ_{i-1,j} e_j`` (``j < i`` for M) and ``Φ_{i,j} = D_i ⋯ D_{j+1}``.
+    ``M_e[i,j] = w_iᵀ Φ_{i-1,j} e_j`` (``j < i`` for M) and ``Φ_{i,j} = D_i ⋯ D_{j+1}``.  Forming every
+    coefficient with a Householder factor solves for T right-hand sides: ``O(T³)``.
     """
-    length, device = q.shape[-2], q.device
-    inclusive = causal_mask(length, length, device)
-    cumulative = None if log_decay is None else cumulative_log_decay(log_decay)
-    coupled = pairwise_gram(q, k, cumulative, cumulative, inclusive)
-    if beta is None:
+    coupled, householder = _grams(q, k, log_decay, beta, direction)
+    if householder is None:
         return coupled
-    strict = causal_mask(length, length, device, strict=True)
-    before = None if log_decay is None else cumulative - log_decay.to(torch.float64)  # G_{t-1}
-    weighted_dir = beta.unsqueeze(-1) * direction
-    a_e = pairwise_gram(q, weighted_dir, cumulative, before, inclusive)
-    m_k = pairwise_gram(direction, k, before, cumulative, strict)
-    m_e = pairwise_gram(direction, weighted_dir, before, before, strict)
-    eye = torch.eye(length, dtype=q.dtype, device=device)
-    corrections = torch.linalg.solve_triangular(eye + m_e, m_k, upper=False, unitriangular=True)
-    return coupled - a_e @ corrections
+    a_e, m_k, unit_lower = householder
+    return coupled - a_e @ torch.linalg.solve_triangular(unit_lower, m_k, upper=False, unitriangular=True)
+
+
+def outputs(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, beta: Tensor | None,
+            direction: Tensor | None) -> Tensor:
+    """``y = s v`` for the identity readout; with a Householder factor ``y = A_k V − A_e (I + M_e)^{-1} (M_k V)``
+    solves for V right-hand sides only, so the cost stays ``O(T²(K+V))``."""
+    coupled, householder = _grams(q, k, log_decay, beta, direction)
+    if householder is None:
+        return coupled @ v
+    a_e, m_k, unit_lower = householder
+    return coupled @ v - a_e @ torch.linalg.solve_triangular(unit_lower, m_k @ v, upper=False, unitriangular=True)
 
 
 def _extend(problem: Problem, prefix_keys: Tensor | None, prefix_values: Tensor | None, final_queries: bool):
@@ -89,13 +110,12 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor | None]:
     """
     batch, heads, length, key_dim, value_dim = problem.shape
     if problem.initial_state is None and not want_state:
-        return coefficient_scores(problem) @ problem.v, None
+        return outputs(problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction), None
     eye = torch.eye(key_dim, dtype=problem.q.dtype, device=problem.q.device).expand(batch, heads, key_dim, key_dim)
     state = problem.initial_state
     if state is None:
         state = problem.v.new_zeros(batch, heads, key_dim, value_dim)
-    q, k, v, g, beta, direction = _extend(problem, eye, state, final_queries=True)
-    out = scores(q, k, g, beta, direction) @ v
+    out = outputs(*_extend(problem, eye, state, final_queries=True))
     return out[:, :, key_dim:key_dim + length], out[:, :, key_dim + length:]
 
 

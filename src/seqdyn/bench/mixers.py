@@ -1,0 +1,175 @@
+"""``seqdyn bench mixers``: every registered mixer at default options, side by side with softmax attention.
+
+Each mixer runs with ``backend="auto"`` (softmax attention's auto is torch's ``scaled_dot_product_attention``);
+mixers with an ``fft`` backend (the LTI mixers) also run ``fft`` and ``recurrent`` explicitly, for the target
+"fft ≥ 5× faster than recurrent".  A mixer is linear-time when its recurrent state does not grow with T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from seqdyn import mixers
+from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device
+from seqdyn.core.operator import select_backend
+from seqdyn.mixers.base import CoefficientMixer, MixerState
+
+REFERENCE = "softmax_attention"
+
+
+@dataclass
+class MixerCell:
+    name: str
+    length: int
+    backend: str
+    status: str = "ok"  # ok | skip | error
+    picked: str | None = None
+    forward_s: float | None = None
+    train_s: float | None = None
+    peak_mb: float | None = None
+    note: str = ""
+
+
+def linear_time(mixer: mixers.Mixer) -> bool:
+    """Whether the mixer's recurrent state is bounded (it does not grow with the sequence)."""
+    return mixer.state_size(4096) == mixer.state_size(8192)
+
+
+def _picked(mixer: mixers.Mixer, x: torch.Tensor, backend: str) -> str:
+    if backend != "auto" or not isinstance(mixer, CoefficientMixer):
+        return backend
+    with torch.no_grad():
+        inputs, _ = mixer.core_inputs(x[:, :1], MixerState())
+    return select_backend(inputs.q, inputs.k, inputs.v, **inputs.options())
+
+
+def _measure(mixer: mixers.Mixer, backend: str, length: int, batch: int, d_model: int, device: torch.device,
+             repeats: int) -> MixerCell:
+    x = torch.randn(batch, length, d_model, device=device, requires_grad=True)
+    cell = MixerCell(mixer.name, length, backend, picked=_picked(mixer, x, backend))
+
+    def forward() -> None:
+        with torch.no_grad():
+            mixer(x, backend=backend)
+
+    def train_step() -> None:
+        mixer.zero_grad(set_to_none=True)
+        x.grad = None
+        mixer(x, backend=backend).square().mean().backward()
+
+    result = measure_step(forward, train_step, device, repeats)
+    cell.forward_s, cell.train_s, cell.peak_mb = result.forward_s, result.train_s, result.peak_mb
+    return cell
+
+
+def _backends_of(mixer: mixers.Mixer) -> list[str]:
+    return ["auto", "fft", "recurrent"] if "fft" in mixer.backends else ["auto"]
+
+
+def run_benchmark(names=None, seq_lens=(1024, 4096), d_model=256, batch=4, device="auto", repeats=2,
+                  max_seconds=120.0, progress=None) -> tuple[list[MixerCell], dict[str, bool]]:
+    """Measure every (mixer, T, backend) cell; returns the cells and which mixers are linear-time."""
+    device = resolve_device(device)
+    names = list(names or mixers.names())
+    if REFERENCE not in names:
+        names.insert(0, REFERENCE)
+    memory = available_memory_bytes(device)
+    cells, linear = [], {}
+    for name in names:
+        torch.manual_seed(0)
+        mixer = mixers.build(name, d_model).to(device)
+        linear[name] = linear_time(mixer)
+        last: dict[str, MixerCell] = {}
+        for length in sorted(seq_lens):
+            for backend in _backends_of(mixer):
+                prev = last.get(backend)
+                cell = None
+                if prev is not None:
+                    growth = (length / prev.length) ** (1 if linear[name] else 2)
+                    est_s = (prev.forward_s + 2 * prev.train_s) * growth
+                    est_mb = (prev.peak_mb or 0.0) * length / prev.length
+                    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.6 * memory):
+                        cell = MixerCell(name, length, backend, status="skip",
+                                         note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB")
+                if cell is None:
+                    try:
+                        cell = _measure(mixer, backend, length, batch, d_model, device, repeats)
+                        last[backend] = cell
+                    except (RuntimeError, MemoryError) as error:  # out of memory is a result, not a crash
+                        cell = MixerCell(name, length, backend, status="error", note=str(error).split("\n")[0][:60])
+                cells.append(cell)
+                if progress is not None:
+                    progress(cell)
+    return cells, linear
+
+
+def _get(cells, name, length, backend):
+    return next((c for c in cells if (c.name, c.length, c.backend) == (name, length, backend)), None)
+
+
+def target_checks(cells: list[MixerCell], linear: dict[str, bool]) -> list[tuple[str, str, bool | None]]:
+    top = max(c.length for c in cells)
+    reference = _get(cells, REFERENCE, top, "auto")
+    checks = []
+    for name, is_linear in linear.items():
+        cell = _get(cells, name, top, "auto")
+        if is_linear and name != REFERENCE and reference is not None and reference.train_s:
+            if cell is None or cell.train_s is None:
+                checks.append((f"{name} faster than softmax attention at T={top}", cell.status if cell else "—", None))
+            else:
+                ratio = reference.train_s / cell.train_s
+                checks.append((f"{name} faster than softmax attention at T={top}", f"{ratio:.2f}×", ratio > 1))
+        fft, recurrent = _get(cells, name, top, "fft"), _get(cells, name, top, "recurrent")
+        if fft is not None and recurrent is not None:
+            if fft.train_s and recurrent.train_s:
+                ratio = recurrent.train_s / fft.train_s
+                checks.append((f"{name}: fft ≥ 5× faster than recurrent at T={top}", f"{ratio:.1f}×", ratio >= 5))
+            else:
+                checks.append((f"{name}: fft ≥ 5× faster than recurrent at T={top}",
+                               f"recurrent {recurrent.status} ({recurrent.note})", None))
+    return checks
+
+
+def results_table(cells: list[MixerCell], device: str):
+    from rich.table import Table
+
+    from seqdyn.bench.operator import _ms
+
+    table = Table(title=f"mixers on {device}: time (ms) and peak memory of forward+backward")
+    for column in ("mixer", "T", "backend", "fwd ms", "fwd+bwd ms", "peak MB", f"÷ {REFERENCE}"):
+        table.add_column(column, justify="left" if column in ("mixer", "backend") else "right")
+    for cell in cells:
+        name = cell.backend + (f" → {cell.picked}" if cell.backend == "auto" and cell.picked not in (None, "auto") else "")
+        if cell.status != "ok":
+            table.add_row(cell.name, str(cell.length), name, cell.status, cell.note, "", "")
+            continue
+        reference = _get(cells, REFERENCE, cell.length, "auto")
+        ratio = f"{cell.train_s / reference.train_s:.2f}×" if reference and reference.train_s else ""
+        peak = "n/a" if cell.peak_mb is None else f"{cell.peak_mb:.0f}"
+        table.add_row(cell.name, str(cell.length), name, _ms(cell.forward_s), _ms(cell.train_s), peak, ratio)
+    return table
+
+
+def run_mixer_benchmark(names=None, seq_lens=(1024, 4096), d_model=256, batch=4, device="auto", repeats=2,
+                        max_seconds=120.0):
+    """Run with a progress bar, print the table and the target checks."""
+    from seqdyn.bench import console as make_console
+    from rich.progress import Progress
+
+    from seqdyn.bench.operator import checks_table
+
+    console = make_console()
+    names = list(names or mixers.names())
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("benchmarking mixers", total=None)
+
+        def advance(cell: MixerCell) -> None:
+            bar.update(task, advance=1, description=f"{cell.name} T={cell.length} {cell.backend}")
+
+        cells, linear = run_benchmark(names, seq_lens, d_model, batch, device, repeats, max_seconds, advance)
+    dev = resolve_device(device)
+    console.print(results_table(cells, str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev)))
+    console.print(checks_table(target_checks(cells, linear), "targets (issue 'mixer zoo')"))
+    return cells

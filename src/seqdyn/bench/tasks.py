@@ -1,0 +1,82 @@
+"""``seqdyn bench tasks``: how fast the task generators are on one CPU core (issue 4).
+
+Times, with torch limited to one thread (these generators use numpy's element-wise kernels, which run on one
+core, and no BLAS): 100,000 MQAR examples at L = 512 with 64 pairs
+(target < 10 s), 1,000 ``listops_subtrees`` expressions of 7,000–8,192 tokens (target < 30 s), 100
+``pathfinder_segmentation`` images at M = 256 (target < 30 s) and at M = 512 (no target). ``--scale`` multiplies
+every count, and the targets with them, for a quick run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import typer
+
+
+@dataclass
+class Case:
+    label: str
+    task: str
+    params: dict
+    count: int
+    target_s: float | None
+
+
+CASES = [
+    Case("MQAR, L=512, 64 pairs", "mqar", {"seq_len": 512, "num_kv_pairs": 64}, 100_000, 10.0),
+    Case("ListOps-SubTrees, 7000–8192 tokens", "listops_subtrees", {}, 1_000, 30.0),
+    Case("Pathfinder-Segmentation, M=256", "pathfinder_segmentation", {"seq_len": 256 * 256}, 100, 30.0),
+    Case("Pathfinder-Segmentation, M=512", "pathfinder_segmentation", {"seq_len": 512 * 512}, 100, None),
+]
+
+
+def run(scale: float = 1.0, skip_512: bool = False, seed: int = 0) -> list[dict]:
+    """Time every case single-threaded; returns one row per case (label, count, seconds, target, met)."""
+    import torch
+
+    from seqdyn.tasks import build
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for case in CASES:
+            if skip_512 and "512" in case.label and case.task == "pathfinder_segmentation":
+                continue
+            count = max(1, round(case.count * scale))
+            task = build(case.task, **case.params)
+            start = time.perf_counter()
+            task.generate(count, seed)
+            seconds = time.perf_counter() - start
+            target = None if case.target_s is None else case.target_s * count / case.count
+            met = None if target is None else seconds < target
+            rows.append({"case": case.label, "count": count, "seconds": seconds, "target_s": target, "met": met})
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
+def main(
+    scale: float = typer.Option(1.0, min=1e-6, help="Multiply every count (and its target) by this, e.g. 0.01."),
+    skip_512: bool = typer.Option(False, "--skip-512", help="Leave out Pathfinder-Segmentation at M=512."),
+    seed: int = typer.Option(0, help="Data seed."),
+) -> None:
+    """Time the task generators on one CPU core and print a table against the issue's targets."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = run(scale=scale, skip_512=skip_512, seed=seed)
+    table = Table(title="seqdyn bench tasks (one CPU thread)")
+    for column in ("case", "examples", "seconds", "target", "met"):
+        table.add_column(column, justify="left" if column == "case" else "right")
+    for row in rows:
+        target = "—" if row["target_s"] is None else f"< {row['target_s']:.3g} s"
+        met = "—" if row["met"] is None else ("[green]yes[/green]" if row["met"] else "[red]no[/red]")
+        table.add_row(row["case"], f"{row['count']:,}", f"{row['seconds']:.2f}", target, met)
+    Console(width=120).print(table)
+
+
+if __name__ == "__main__":
+    typer.run(main)

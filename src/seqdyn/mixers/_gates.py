@@ -1,0 +1,67 @@
+"""Decay parameterizations shared by several mixers (defined once here; each mixer file names the one it uses).
+
+* :class:`MambaDecay` — ``g_t = Δ_t A`` with ``Δ_t = softplus(w_Δᵀ u_t + b_Δ)`` and ``A = −exp(A_log) < 0`` per
+  head (Mamba-2, Gated DeltaNet; seed 001 §5 "Mamba-2 parameterization").
+* :class:`GLADecay` — ``g_t = logsigmoid(W_2 W_1 u_t) / τ`` per key channel (GLA; seed 001 §5 "GLA
+  parameterization").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqdyn.mixers.base import check_positive
+
+
+def inverse_softplus(y: Tensor) -> Tensor:
+    """``x`` with ``softplus(x) = y`` (``y > 0``)."""
+    return y + torch.log(-torch.expm1(-y))
+
+
+def init_dt_bias(size: int, dt_min: float = 0.001, dt_max: float = 0.1, floor: float = 1e-4) -> Tensor:
+    """Mamba's Δ bias: ``softplus(bias)`` log-uniform in ``[dt_min, dt_max]`` (Gu & Dao 2023, §3.6)."""
+    if not 0 < dt_min <= dt_max:
+        raise ValueError(f"dt_min, dt_max: expected 0 < dt_min <= dt_max, got {dt_min}, {dt_max}")
+    dt = torch.exp(torch.rand(size) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    return inverse_softplus(dt.clamp(min=floor))
+
+
+class MambaDecay(nn.Module):
+    """``(g_t, Δ_t)`` ``[B, T, H]`` with ``g_t = −exp(A_log) Δ_t``, ``Δ_t = softplus(W_Δ u_t + b_Δ)``.
+
+    ``A ~ U(a_init_range)`` and ``b_Δ`` from :func:`init_dt_bias` (Mamba-2).  ``project=False`` takes the
+    pre-activation ``W_Δ u_t`` from the caller (Mamba-2 computes it inside its fused input projection).
+    """
+
+    def __init__(self, d_model: int, heads: int, dt_min: float = 0.001, dt_max: float = 0.1,
+                 a_init_range: tuple[float, float] = (1.0, 16.0), project: bool = True):
+        super().__init__()
+        if not 0 < a_init_range[0] <= a_init_range[1]:
+            raise ValueError(f"a_init_range: expected 0 < low <= high, got {a_init_range}")
+        self.proj = nn.Linear(d_model, heads, bias=False) if project else None
+        self.dt_bias = nn.Parameter(init_dt_bias(heads, dt_min, dt_max))
+        self.a_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*a_init_range)))
+
+    def forward(self, u: Tensor) -> tuple[Tensor, Tensor]:
+        raw = self.proj(u) if self.proj is not None else u
+        step = F.softplus(raw + self.dt_bias)
+        return -torch.exp(self.a_log) * step, step
+
+
+class GLADecay(nn.Module):
+    """``g_t = logsigmoid(W_2 W_1 u_t) / τ`` ``[B, T, width]`` with a rank-r bottleneck (GLA, Yang et al. 2023)."""
+
+    def __init__(self, d_model: int, width: int, low_rank: int = 16, normalizer: float = 16.0):
+        super().__init__()
+        if normalizer <= 0:
+            raise ValueError(f"gate_normalizer: expected τ > 0, got {normalizer}")
+        self.normalizer = normalizer
+        self.down = nn.Linear(d_model, check_positive("gate_low_rank", low_rank), bias=False)
+        self.up = nn.Linear(low_rank, width, bias=True)
+
+    def forward(self, u: Tensor) -> Tensor:
+        return F.logsigmoid(self.up(self.down(u))) / self.normalizer

@@ -1,0 +1,250 @@
+"""The mixer interface (DESIGN §4) and the base class of every mixer that reduces to the one operator.
+
+A mixer maps ``[B, T, D] -> [B, T, D]`` and offers ``forward(x, backend)``, ``init_state(batch)``,
+``step(x_t, state)``, ``state_size(seq_len)``, ``coefficients(x)`` (scalar coefficients per head) and ``dsf(x)``
+(the DSF of its mixing core).  A :class:`CoefficientMixer` only computes its projections, gates and
+discretization (:meth:`CoefficientMixer.core_inputs`) and what it does with the core's output
+(:meth:`CoefficientMixer.core_output`); the mixing itself is always ``seqdyn.coefficient_dynamics``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from seqdyn.core.backends import REGISTRY
+from seqdyn.core.dsf import DSF, dsf, from_coefficients
+from seqdyn.core.operator import coefficient_dynamics, coefficients
+from seqdyn.core.problem import prepare
+
+OPERATOR_BACKENDS = ("auto", "quadratic", "recurrent", "chunk", "scan")
+
+
+@dataclass
+class CoreInputs:
+    """The arguments of ``coefficient_dynamics`` a mixer computes from its input (DESIGN §2 layouts)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    readout: Any = "identity"
+    log_decay: Tensor | None = None
+    householder: Tensor | None = None
+    householder_dir: Tensor | None = None
+    scale: Any = None
+    normalizer: Any = "none"
+    log_scale: Tensor | None = None
+
+    def options(self) -> dict[str, Any]:
+        """Every keyword except q, k, v."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("q", "k", "v")}
+
+
+@dataclass
+class MixerState:
+    """Streaming state of a :class:`CoefficientMixer`: the operator's state and the short convolutions' inputs."""
+
+    core: Any = None
+    conv: dict[str, Tensor] = field(default_factory=dict)
+
+
+def check_positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return value
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """``[B, T, H·d] -> [B, T, H, d]``."""
+    return x.unflatten(-1, (heads, x.shape[-1] // heads))
+
+
+def check_heads(heads: int, width: int, what: str = "d_model") -> int:
+    """``heads`` must be a positive divisor of ``width`` (named ``what`` in the error)."""
+    check_positive("heads", heads)
+    if width % heads:
+        raise ValueError(f"heads: {heads} does not divide {what}={width}; choose a divisor")
+    return heads
+
+
+def scaled_width(name: str, d_model: int, factor: float) -> int:
+    """``round(factor · d_model)``, which must be a positive integer (expansion options)."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+        raise ValueError(f"{name}: expected a positive number, got {factor!r}")
+    width = factor * d_model
+    if width != int(width) or width < 1:
+        raise ValueError(f"{name}: {factor} × d_model={d_model} = {width} is not a positive integer")
+    return int(width)
+
+
+def check_choice(name: str, value: Any, allowed) -> Any:
+    if value not in allowed:
+        raise ValueError(f"{name}: got {value!r}; allowed: {list(allowed)}")
+    return value
+
+
+class Mixer(nn.Module, ABC):
+    """A sequence mixer ``[B, T, D] -> [B, T, D]`` (DESIGN §4)."""
+
+    #: registry name (the file name under ``seqdyn/mixers``)
+    name: ClassVar[str] = ""
+    #: whether :meth:`coefficients` exists (all but MIMO LTI mixers)
+    scalar_coefficients: ClassVar[bool] = True
+    #: the backend every other backend of this mixer is checked against
+    reference_backend: ClassVar[str] = "quadratic"
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backends ``forward`` accepts (``"auto"`` first)."""
+        return OPERATOR_BACKENDS
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.d_model = check_positive("d_model", d_model)
+
+    def check_input(self, x: Tensor, what: str = "x", with_time: bool = True) -> Tensor:
+        layout = "[B, T, D]" if with_time else "[B, D]"
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise ValueError(f"{what}: expected a floating-point tensor {layout}, got "
+                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+        if x.dim() != (3 if with_time else 2) or x.shape[-1] != self.d_model:
+            raise ValueError(f"{what}: expected {layout} with D={self.d_model} for {self.name}, got {list(x.shape)}")
+        if with_time and x.shape[1] < 1:
+            raise ValueError(f"{what}: the sequence is empty (T=0)")
+        return x
+
+    def check_backend(self, backend: Any) -> str:
+        if backend not in self.backends:
+            raise ValueError(f"backend: {self.name} computes with {list(self.backends)}, got {backend!r}")
+        return backend
+
+    @abstractmethod
+    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+        """``[B, T, D] -> [B, T, D]``."""
+
+    @abstractmethod
+    def init_state(self, batch: int) -> Any:
+        """The state before the first token."""
+
+    @abstractmethod
+    def step(self, x_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """One token ``[B, D]``: ``(y_t [B, D], state)``; token by token equals :meth:`forward`."""
+
+    @abstractmethod
+    def state_size(self, seq_len: int) -> int:
+        """Floats in the recurrent state of one sequence after ``seq_len`` tokens."""
+
+    def coefficients(self, x: Tensor) -> Tensor:
+        """Normalized coefficients ``[B, H, T, T]`` of the mixing core."""
+        raise ValueError(f"{self.name} has no scalar coefficients per head (a MIMO system); use dsf(x) instead")
+
+    @abstractmethod
+    def dsf(self, x: Tensor) -> DSF:
+        """The DSF matrices of the mixing core for input ``x`` (small sizes)."""
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}"
+
+
+class CoefficientMixer(Mixer):
+    """A mixer whose core is ``coefficient_dynamics``: subclasses define :meth:`core_inputs` and :meth:`core_output`.
+
+    Short convolutions (``self.convs``, a ``ModuleDict`` of :class:`seqdyn.nn.ShortConv`) are applied inside
+    :meth:`core_inputs` through :meth:`convolve`, which threads their streaming state.
+    """
+
+    def __init__(self, d_model: int, chunk_size: int = 64):
+        super().__init__(d_model)
+        self.chunk_size = check_positive("chunk_size", chunk_size)
+        self.convs = nn.ModuleDict()
+
+    @abstractmethod
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Any]:
+        """Projections, gates and discretization: the operator's arguments and what :meth:`core_output` needs.
+
+        ``state`` carries the short convolutions' inputs; :meth:`convolve` updates it in place.
+        """
+
+    @abstractmethod
+    def core_output(self, core: Tensor, extras: Any) -> Tensor:
+        """From the core's output ``[B, T, H, V]`` to the mixer's output ``[B, T, D]`` (gates, skips, projection)."""
+
+    def convolve(self, key: str, x: Tensor, state: MixerState) -> Tensor:
+        """Apply short convolution ``key`` to ``x`` ``[B, T, C]``, carrying its state across calls."""
+        y, state.conv[key] = self.convs[key](x, state.conv.get(key))
+        return y
+
+    def run_core(self, inputs: CoreInputs, backend: str = "auto", initial_state: Any = None,
+                 output_final_state: bool = False):
+        """``coefficient_dynamics`` on the mixer's own inputs."""
+        return coefficient_dynamics(inputs.q, inputs.k, inputs.v, **inputs.options(), initial_state=initial_state,
+                                    output_final_state=output_final_state, backend=backend,
+                                    chunk_size=self.chunk_size)
+
+    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+        self.check_input(x)
+        inputs, extras = self.core_inputs(x, MixerState())
+        return self.core_output(self.run_core(inputs, self.check_backend(backend)), extras)
+
+    def init_state(self, batch: int) -> MixerState:
+        check_positive("batch", batch)
+        return MixerState()
+
+    def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
+        self.check_input(x_t, "x_t", with_time=False)
+        if not isinstance(state, MixerState):
+            raise ValueError(f"state: expected the MixerState of {self.name}.init_state(batch), got {type(state).__name__}")
+        state = MixerState(state.core, dict(state.conv))
+        inputs, extras = self.core_inputs(x_t.unsqueeze(1), state)
+        core, state.core = self.run_core(inputs, "recurrent", state.core, output_final_state=True)
+        return self.core_output(core, extras)[:, 0], state
+
+    def coefficients(self, x: Tensor) -> Tensor:
+        self.check_input(x)
+        inputs, _ = self.core_inputs(x, MixerState())
+        return coefficients(inputs.q, inputs.k, **inputs.options())
+
+    def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
+        """The mixing core's output ``[B, T, H, V]`` and the values it mixes ``[B, T, H, V]`` (analysis, tests)."""
+        self.check_input(x)
+        inputs, _ = self.core_inputs(x, MixerState())
+        out = self.run_core(inputs, self.check_backend(backend))
+        return out, inputs.v.expand(*inputs.v.shape[:2], out.shape[2], inputs.v.shape[3])
+
+    def _probe(self) -> CoreInputs:
+        """The operator's arguments for a one-token input, which fix heads, dimensions and the combination."""
+        parameter = next(self.parameters())
+        with torch.no_grad():
+            inputs, _ = self.core_inputs(torch.zeros(1, 1, self.d_model, dtype=parameter.dtype,
+                                                     device=parameter.device), MixerState())
+        return inputs
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        inputs = self._probe()
+        problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
+        return ("auto",) + tuple(name for name, module in REGISTRY.items() if module.unsupported(problem) is None)
+
+    def dsf(self, x: Tensor) -> DSF:
+        self.check_input(x)
+        inputs, _ = self.core_inputs(x, MixerState())
+        if inputs.readout == "identity":
+            return dsf(inputs.q, inputs.k, inputs.v, **inputs.options())
+        # no finite DSF (seed 000 Lemma 1): the realization whose state keeps every value, for this input
+        return from_coefficients(self.coefficients(x), inputs.v.shape[3])
+
+    def state_size(self, seq_len: int) -> int:
+        check_positive("seq_len", seq_len)
+        inputs = self._probe()
+        heads = max(inputs.q.shape[2], inputs.k.shape[2], inputs.v.shape[2])
+        key_dim, value_dim = inputs.q.shape[3], inputs.v.shape[3]
+        conv = sum((module.width - 1) * module.channels for module in self.convs.values())
+        linear = inputs.readout == "identity"
+        if not linear:  # the key cache grows with the sequence (seed 001 Lemma 1)
+            return seq_len * heads * (key_dim + value_dim) + conv
+        normalizer_state = heads * key_dim if inputs.normalizer in ("sum", "abs_max1") else 0
+        return heads * key_dim * value_dim + normalizer_state + conv

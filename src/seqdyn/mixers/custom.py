@@ -1,0 +1,151 @@
+"""A mixer that exposes the operator's knobs directly, so seed 001's ablations (§5, appendix D) are configs.
+
+Per head (key dim K, value dim V), from projections ``q, k, v`` of the input u (optionally through a short
+convolution, the Type-2 block's preprocessing) and an optional feature map ψ on q and k::
+
+    x_i^(j) = Λ_i ⋯ Λ_{j+1} b_j ψ(k_j),   α_ij = φ(ψ(q_i)ᵀ x_i^(j)),   y_i = (1/η_i) Σ_j α_ij v_j
+
+with every choice of the coefficient dynamics (seed 001 eqs. 2–4):
+
+* ``readout`` φ: any name of ``seqdyn.READOUTS`` (Principle 2); ``feature_map`` ψ: any of
+  ``seqdyn.features.FEATURE_MAPS`` (kernel approximations, Principle 2.1);
+* ``decay``: ``"none"`` (Λ = I), ``"constant"`` (Λ = λI with a fixed λ — ALiBi-like positions, Principle 3;
+  λ > 1 is the unstable case of Principle 6), ``"scalar"`` or ``"diagonal"`` (input-dependent), each
+  parameterized as in ``"gla"`` or ``"mamba2"`` (``decay_param``, Principle 4);
+* ``householder``: ``"none"``, ``"keys"`` (w = k, DeltaNet) or ``"learned"`` (a learned vector w per head), with
+  ``householder_beta`` ``"input"`` (β = σ(W u)) or a fixed number (2 is a reflection);
+* ``scale`` b: ``"inv_sqrt"`` (K^-½), ``"one"``, ``"input"`` (σ(W u)), ``"input_inv_sqrt"`` (σ(W u) K^-½) or
+  ``"delta"`` (b = Δ of the Mamba-2 parameterization) (Principle 5);
+* ``normalizer`` η: ``"none"``, ``"sum"``, ``"abs_max1"`` or ``"learned"`` (η = exp(W u), normalized attention)
+  (Principle 6).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from seqdyn.core.readouts import READOUTS
+from seqdyn.features import FEATURE_MAPS
+from seqdyn.mixers._gates import GLADecay, MambaDecay
+from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_heads,
+                                check_positive, split_heads)
+from seqdyn.nn import HeadOutput, ShortConv
+
+DECAYS = ("none", "constant", "scalar", "diagonal")
+DECAY_PARAMS = ("gla", "mamba2")
+HOUSEHOLDERS = ("none", "keys", "learned")
+SCALES = ("inv_sqrt", "one", "input", "input_inv_sqrt", "delta")
+NORMALIZERS = ("none", "sum", "abs_max1", "learned")
+
+
+class Custom(CoefficientMixer):
+    name = "custom"
+
+    def __init__(self, d_model: int, heads: int = 1, key_dim: int | None = None, value_dim: int | None = None,
+                 readout: str = "identity", feature_map: str | None = None, decay: str = "none",
+                 decay_param: str = "mamba2", constant_decay: float = 0.99, householder: str = "none",
+                 householder_beta: str | float = "input", scale: str = "inv_sqrt", normalizer: str = "none",
+                 short_conv: bool = False, conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64):
+        super().__init__(d_model, chunk_size)
+        self.heads = check_heads(heads, d_model)
+        self.key_dim = check_positive("key_dim", d_model // heads if key_dim is None else key_dim)
+        self.value_dim = check_positive("value_dim", d_model // heads if value_dim is None else value_dim)
+        self.readout = check_choice("readout", readout, READOUTS)
+        self.feature_map = None if feature_map is None else check_choice("feature_map", feature_map, FEATURE_MAPS)
+        self.decay_kind = check_choice("decay", decay, DECAYS)
+        self.decay_param = check_choice("decay_param", decay_param, DECAY_PARAMS)
+        self.householder_kind = check_choice("householder", householder, HOUSEHOLDERS)
+        self.scale_kind = check_choice("scale", scale, SCALES)
+        self.normalizer_kind = check_choice("normalizer", normalizer, NORMALIZERS)
+        if scale == "delta" and not (decay in ("scalar", "diagonal") and decay_param == "mamba2"):
+            raise ValueError("scale: 'delta' couples b to the Mamba-2 step Δ; it needs decay='scalar' or 'diagonal' "
+                             "with decay_param='mamba2'")
+        if decay == "constant" and not constant_decay > 0:
+            raise ValueError(f"constant_decay: expected λ > 0, got {constant_decay}")
+        if householder != "none" and not (householder_beta == "input" or isinstance(householder_beta, (int, float))):
+            raise ValueError(f"householder_beta: expected 'input' or a number, got {householder_beta!r}")
+
+        key_width, value_width = heads * self.key_dim, heads * self.value_dim
+        self.qk = nn.Linear(d_model, 2 * key_width, bias=False)
+        self.v = nn.Linear(d_model, value_width, bias=False)
+        if short_conv:
+            self.convs["qk"] = ShortConv(2 * key_width, conv_size)
+        self.log_constant = math.log(constant_decay)
+        self.decay = self._decay_module(d_model, key_width)
+        self.direction = nn.Parameter(torch.randn(heads, self.key_dim)) if householder == "learned" else None
+        self.householder_beta = householder_beta
+        self.beta = nn.Linear(d_model, heads) if householder != "none" and householder_beta == "input" else None
+        self.scale_gate = nn.Linear(d_model, heads) if scale in ("input", "input_inv_sqrt") else None
+        self.eta = nn.Linear(d_model, heads) if normalizer == "learned" else None
+        self.output = HeadOutput(d_model, heads, self.value_dim, gate=output_gate)
+
+    def _decay_module(self, d_model: int, key_width: int) -> nn.Module | None:
+        if self.decay_kind not in ("scalar", "diagonal"):
+            return None
+        width = self.heads if self.decay_kind == "scalar" else key_width
+        if self.decay_param == "gla":
+            return GLADecay(d_model, width)
+        return MambaDecay(d_model, width)
+
+    def _decays(self, x: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """The log decay ``[B, T, H]`` or ``[B, T, H, K]`` and, for Mamba-2's parameterization, the step Δ."""
+        if self.decay_kind == "none":
+            return None, None
+        if self.decay_kind == "constant":
+            return x.new_full((*x.shape[:2], self.heads), self.log_constant), None
+        if self.decay_param == "gla":
+            log_decay, step = self.decay(x), None
+        else:
+            log_decay, step = self.decay(x)
+        if self.decay_kind == "diagonal":
+            log_decay = split_heads(log_decay, self.heads)
+            step = None if step is None else split_heads(step, self.heads).mean(-1)
+        return log_decay, step
+
+    def _scale(self, x: Tensor, step: Tensor | None):
+        if self.scale_kind == "inv_sqrt":
+            return self.key_dim**-0.5
+        if self.scale_kind == "one":
+            return 1.0
+        if self.scale_kind == "delta":
+            return step
+        gate = torch.sigmoid(self.scale_gate(x))
+        return gate * self.key_dim**-0.5 if self.scale_kind == "input_inv_sqrt" else gate
+
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+        qk = self.qk(x)
+        if self.convs:
+            qk = self.convolve("qk", qk, state)
+        q, k = (split_heads(t, self.heads) for t in qk.chunk(2, dim=-1))
+        if self.feature_map is not None:
+            q, k = FEATURE_MAPS[self.feature_map](q), FEATURE_MAPS[self.feature_map](k)
+        log_decay, step = self._decays(x)
+        inputs = CoreInputs(q, k, split_heads(self.v(x), self.heads), readout=self.readout, log_decay=log_decay,
+                            scale=self._scale(x, step))
+        if self.householder_kind != "none":
+            if self.householder_kind == "keys":
+                inputs.k = torch.nn.functional.normalize(k, dim=-1)
+            else:
+                direction = torch.nn.functional.normalize(self.direction, dim=-1).to(x.dtype)
+                inputs.householder_dir = direction.expand(*x.shape[:2], self.heads, self.key_dim)
+            inputs.householder = (torch.sigmoid(self.beta(x)) if self.beta is not None
+                                  else x.new_full((*x.shape[:2], self.heads), float(self.householder_beta)))
+        if self.normalizer_kind == "learned":
+            inputs.normalizer = torch.exp(self.eta(x))
+        else:
+            inputs.normalizer = self.normalizer_kind
+        return inputs, x
+
+    def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
+        return self.output(core, extras)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, heads={self.heads}, key_dim={self.key_dim}, readout={self.readout!r}, "
+                f"decay={self.decay_kind!r}/{self.decay_param!r}, householder={self.householder_kind!r}, "
+                f"scale={self.scale_kind!r}, normalizer={self.normalizer_kind!r}")
+
+
+MIXER = Custom

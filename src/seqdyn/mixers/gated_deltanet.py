@@ -1,0 +1,32 @@
+"""Gated DeltaNet (Yang et al. 2025; seed 001 Table 1): the delta rule with a Mamba-2 decay gate.
+
+As :mod:`seqdyn.mixers.deltanet`, with a scalar decay per head in front of the Householder factor::
+
+    α_t = exp(−exp(A_log) softplus(w_αᵀ u_t + b_Δ))            (Mamba-2 parameterization)
+    S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ,   y_t = W_O (RMSNorm(o_t) ⊙ SiLU(W_g u_t))
+
+Coefficient form: φ = identity, Λ_t = α_t (I − β_t k_t k_tᵀ), b_t = β_t K^-½, η = 1.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from seqdyn.mixers._gates import MambaDecay
+from seqdyn.mixers.deltanet import DeltaNet
+
+
+class GatedDeltaNet(DeltaNet):
+    name = "gated_deltanet"
+
+    def __init__(self, d_model: int, heads: int = 4, expand_v: float = 2.0, short_conv: bool = True,
+                 conv_size: int = 4, output_gate: bool = True, dt_min: float = 0.001, dt_max: float = 0.1,
+                 a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64):
+        super().__init__(d_model, heads, expand_v, short_conv, conv_size, output_gate, chunk_size)
+        self.decay = MambaDecay(d_model, heads, dt_min, dt_max, a_init_range)
+
+    def log_decay(self, u: Tensor) -> Tensor:
+        return self.decay(u)[0]
+
+
+MIXER = GatedDeltaNet

@@ -1,0 +1,57 @@
+"""Gated Linear Attention (Yang et al. 2023; seed 001 Table 1).
+
+Per head (key dim K = expand_k·D/H, value dim V = expand_v·D/H)::
+
+    log α_t = logsigmoid(W_2 W_1 u_t) / τ          (low-rank gate, τ = 16)
+    S_t = diag(α_t) S_{t-1} + k_t v_tᵀ,   o_t = S_tᵀ (q_t K^-½)
+    y_t = W_O (RMSNorm(o_t) ⊙ SiLU(W_g u_t))
+
+Coefficient form: φ = identity, Λ_t = diag(α_t) (diagonal decay), b = K^-½, η = 1.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from seqdyn.mixers._gates import GLADecay
+from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
+from seqdyn.nn import HeadOutput, ShortConv
+
+
+class GLA(CoefficientMixer):
+    name = "gla"
+
+    def __init__(self, d_model: int, heads: int = 4, expand_k: float = 0.5, expand_v: float = 1.0,
+                 gate_low_rank: int = 16, gate_normalizer: float = 16.0, output_gate: bool = True,
+                 short_conv: bool = False, conv_size: int = 4, chunk_size: int = 64):
+        super().__init__(d_model, chunk_size)
+        self.key_width = scaled_width("expand_k", d_model, expand_k)
+        self.value_width = scaled_width("expand_v", d_model, expand_v)
+        self.heads = check_heads(heads, self.key_width, "expand_k·d_model")
+        check_heads(heads, self.value_width, "expand_v·d_model")
+        self.q = nn.Linear(d_model, self.key_width, bias=False)
+        self.k = nn.Linear(d_model, self.key_width, bias=False)
+        self.v = nn.Linear(d_model, self.value_width, bias=False)
+        self.decay = GLADecay(d_model, self.key_width, gate_low_rank, gate_normalizer)
+        if short_conv:
+            for key, width in (("q", self.key_width), ("k", self.key_width), ("v", self.value_width)):
+                self.convs[key] = ShortConv(width, conv_size)
+        self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate)
+
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        if self.convs:
+            q, k, v = (self.convolve(key, t, state) for key, t in (("q", q), ("k", k), ("v", v)))
+        log_decay = self.decay(x)
+        heads = self.heads
+        return CoreInputs(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads),
+                          log_decay=split_heads(log_decay, heads)), x
+
+    def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
+        return self.output(core, extras)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, heads={self.heads}, key_width={self.key_width}, value_width={self.value_width}"
+
+
+MIXER = GLA

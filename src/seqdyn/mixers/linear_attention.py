@@ -1,0 +1,45 @@
+"""Linear attention (Katharopoulos et al. 2020; seed 000 eq. 16, §4.1 and Fig. 1).
+
+Per head, with a positive feature map ψ (default ``elu(·) + 1``) on n-dimensional queries and keys::
+
+    y_i = Σ_{j≤i} ψ(q_i)ᵀ ψ(k_j) v_j / Σ_{j≤i} ψ(q_i)ᵀ ψ(k_j)
+
+Coefficient form: φ = identity on the features, Λ = I, b = 1, η_i = Σ_j α_ij; a finite state
+``S_i = Σ_j ψ(k_j) v_jᵀ`` of n·V floats per head, so the state expansion n (``state_dim``) sets its capacity
+(seed 000 Lemma 2, Fig. 1).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from seqdyn.features import feature_map as feature_map_by_name
+from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, check_positive, split_heads
+
+
+class LinearAttention(CoefficientMixer):
+    name = "linear_attention"
+
+    def __init__(self, d_model: int, heads: int = 1, state_dim: int | None = None, feature_map: str = "elu1",
+                 bias: bool = False, chunk_size: int = 64):
+        super().__init__(d_model, chunk_size)
+        self.heads = check_heads(heads, d_model)
+        self.state_dim = check_positive("state_dim", d_model // heads if state_dim is None else state_dim)
+        self.feature_name = feature_map
+        self.features = feature_map_by_name(feature_map)
+        self.qk = nn.Linear(d_model, 2 * self.heads * self.state_dim, bias=bias)
+        self.v = nn.Linear(d_model, d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, None]:
+        q, k = (self.features(split_heads(t, self.heads)) for t in self.qk(x).chunk(2, dim=-1))
+        return CoreInputs(q, k, split_heads(self.v(x), self.heads), scale=1.0, normalizer="sum"), None
+
+    def core_output(self, core: Tensor, extras: None) -> Tensor:
+        return self.out(core.flatten(2))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, heads={self.heads}, state_dim={self.state_dim}, feature_map={self.feature_name!r}"
+
+
+MIXER = LinearAttention

@@ -1,0 +1,141 @@
+"""Local attention, the tractable attention baseline of the DLR paper (seed 002 §3.4, "LOCALATTENTION").
+
+The sequence is cut into non-overlapping chunks of ``window`` tokens; a query attends, causally, to its own chunk
+and the whole previous chunk::
+
+    α_ij = exp(q_iᵀ k_j / √K)  for  ⌊i/C⌋ − 1 ≤ ⌊j/C⌋,  j ≤ i   (else 0),      y_i = Σ_j α_ij v_j / Σ_j α_ij
+
+This is softmax attention (φ = exp, Λ = I, b = K^-½, η = Σ_j α_ij) with a band mask — not an instance of the
+coefficient dynamics, since an ``exp`` readout never makes a coefficient exactly zero; so it computes its masked
+softmax directly.  Backends: ``quadratic`` (the T×T mask), ``chunk`` (each chunk against itself and its
+predecessor, linear in T) and ``recurrent`` (a cache of at most 2C − 1 keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqdyn.core.dsf import DSF, from_coefficients
+from seqdyn.mixers.base import check_positive
+from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
+
+
+@dataclass
+class WindowCache:
+    """Keys and values ``[B, H, n, ·]`` from the start of the previous chunk, and the next position."""
+
+    keys: Tensor | None = None
+    values: Tensor | None = None
+    position: int = 0
+
+
+def band_mask(length: int, window: int, device, offset: int = 0, keys: int | None = None) -> Tensor:
+    """``[T, S]`` mask of the pairs a query ``offset + i`` may read from key ``j``: own or previous chunk, ``j ≤ i``."""
+    keys = length + offset if keys is None else keys
+    rows = torch.arange(offset, offset + length, device=device)[:, None]
+    cols = torch.arange(keys, device=device)[None, :]
+    return (cols <= rows) & (cols // window >= rows // window - 1)
+
+
+class LocalAttention(SoftmaxAttention):
+    name = "local_attention"
+
+    def __init__(self, d_model: int, heads: int = 1, window: int = 1024, bias: bool = False):
+        super().__init__(d_model, heads, bias)
+        self.window = check_positive("window", window)
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return ("auto", "quadratic", "chunk", "recurrent")
+
+    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Head-major ``[B, H, T, d]`` queries (scaled by K^-½), keys and values."""
+        q, k, v = (split_heads(t, self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        return q * q.shape[-1] ** -0.5, k, v
+
+    def _coefficients(self, q: Tensor, k: Tensor) -> Tensor:
+        mask = band_mask(q.shape[2], self.window, q.device)
+        return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), dim=-1)
+
+    def _chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        batch, heads, length, _ = q.shape
+        size = min(self.window, length)
+        chunks = -(-length // size)
+        pad = lambda t: F.pad(t, (0, 0, 0, chunks * size - length)).unflatten(2, (chunks, size))  # noqa: E731
+        q, k, v = pad(q), pad(k), pad(v)
+        previous = lambda t: torch.cat([torch.zeros_like(t[:, :, :1]), t[:, :, :-1]], dim=2)  # noqa: E731
+        keys, values = torch.cat([previous(k), k], dim=3), torch.cat([previous(v), v], dim=3)  # [B, H, N, 2C, ·]
+        local = torch.arange(size, device=q.device)
+        slots = torch.arange(2 * size, device=q.device)
+        mask = (slots[None, :] <= local[:, None] + size) & ((slots[None, :] >= size) | (torch.arange(
+            chunks, device=q.device)[:, None, None] > 0))  # [N, C, 2C]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0)
+        return out.flatten(2, 3)[:, :, :length]
+
+    def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
+        """The masked softmax's output ``[B, T, H, V]`` and its values ``[B, T, H, V]``."""
+        self.check_input(x)
+        backend = self.check_backend(backend)
+        q, k, v = self._qkv(x)
+        if backend == "quadratic":
+            out = self._coefficients(q, k) @ v
+        elif backend == "recurrent":
+            out = self._stream(q, k, v)
+        else:
+            out = self._chunked(q, k, v)
+        return out.transpose(1, 2), v.transpose(1, 2)
+
+    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+        return self.out(self.core(x, backend)[0].flatten(2))
+
+    def coefficients(self, x: Tensor) -> Tensor:
+        self.check_input(x)
+        q, k, _ = self._qkv(x)
+        return self._coefficients(q, k)
+
+    def dsf(self, x: Tensor) -> DSF:
+        return from_coefficients(self.coefficients(x), self.d_model // self.heads)
+
+    def init_state(self, batch: int) -> WindowCache:
+        check_positive("batch", batch)
+        return WindowCache()
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, cache: WindowCache) -> tuple[Tensor, WindowCache]:
+        """One token: append to the cache, attend to the window, drop what the next token no longer sees."""
+        keys = k if cache.keys is None else torch.cat([cache.keys, k], dim=2)
+        values = v if cache.values is None else torch.cat([cache.values, v], dim=2)
+        out = torch.softmax(q @ keys.transpose(-1, -2), dim=-1) @ values
+        position = cache.position + 1
+        first = max(0, (position // self.window - 1) * self.window)  # oldest key the next token reads
+        drop = keys.shape[2] - (position - first)
+        return out, WindowCache(keys[:, :, drop:], values[:, :, drop:], position)
+
+    def _stream(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        cache, outputs = WindowCache(), []
+        for t in range(q.shape[2]):
+            out, cache = self._attend(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache)
+            outputs.append(out)
+        return torch.cat(outputs, dim=2)
+
+    def step(self, x_t: Tensor, state: WindowCache) -> tuple[Tensor, WindowCache]:
+        self.check_input(x_t, "x_t", with_time=False)
+        if not isinstance(state, WindowCache):
+            raise ValueError(f"state: expected the WindowCache of {self.name}.init_state(batch)")
+        q, k, v = self._qkv(x_t.unsqueeze(1))
+        out, state = self._attend(q, k, v, state)
+        return self.out(out.transpose(1, 2).flatten(2))[:, 0], state
+
+    def state_size(self, seq_len: int) -> int:
+        check_positive("seq_len", seq_len)
+        first = max(0, (seq_len // self.window - 1) * self.window)
+        return (seq_len - first) * 2 * self.d_model
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, heads={self.heads}, window={self.window}"
+
+
+MIXER = LocalAttention

@@ -1,0 +1,67 @@
+"""Mamba-2 / SSD (Dao & Gu 2024; seed 000 §4.2; seed 001 Table 1; blog seed 003 "state space duality").
+
+Per head h (head dim P, state N, B and C shared by all heads)::
+
+    Δ_t = softplus(W_Δ u_t + b_Δ),   A_h = −exp(A_log_h) < 0
+    S_t = exp(Δ_t A_h) S_{t-1} + Δ_t B_t x_tᵀ,   y_t = S_tᵀ C_t + D_h x_t
+
+Coefficient form: φ = identity, Λ_t = exp(Δ_t A_h)·I (scalar decay), b_t = Δ_t, η = 1, with q = C, k = B.
+The block around it (all optional): a short causal convolution with SiLU on (x, B, C), and the output
+``RMSNorm(y ⊙ SiLU(z))`` before the out-projection.  Initialization as in Mamba-2: A ~ U(1, 16), Δ log-uniform in
+[dt_min, dt_max] through the inverse softplus of the bias, D = 1.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from seqdyn.mixers._gates import MambaDecay
+from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_positive
+from seqdyn.nn import GatedRMSNorm, ShortConv
+
+
+class Mamba2(CoefficientMixer):
+    name = "mamba2"
+
+    def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int = 64,
+                 short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
+                 dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64):
+        super().__init__(d_model, chunk_size)
+        self.state_dim = check_positive("state_dim", state_dim)
+        self.inner = check_positive("expand", expand) * d_model
+        self.head_dim = check_positive("head_dim", head_dim)
+        if self.inner % head_dim:
+            raise ValueError(f"head_dim: {head_dim} does not divide expand·d_model={self.inner}")
+        self.heads = self.inner // head_dim
+        self.gate = gate
+        conv_channels = self.inner + 2 * state_dim
+        self.in_proj = nn.Linear(d_model, (self.inner if gate else 0) + conv_channels + self.heads, bias=False)
+        if short_conv:
+            self.convs["xbc"] = ShortConv(conv_channels, conv_size)
+        self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False)
+        self.skip = nn.Parameter(torch.ones(self.heads))  # D
+        self.norm = GatedRMSNorm(self.inner) if gate else None
+        self.out_proj = nn.Linear(self.inner, d_model, bias=False)
+
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, tuple[Tensor, Tensor | None]]:
+        projected = self.in_proj(x)
+        z, xbc, dt = projected.split([self.inner if self.gate else 0, self.inner + 2 * self.state_dim, self.heads], -1)
+        if "xbc" in self.convs:
+            xbc = self.convolve("xbc", xbc, state)
+        values, keys, queries = xbc.split([self.inner, self.state_dim, self.state_dim], dim=-1)
+        values = values.unflatten(-1, (self.heads, self.head_dim))
+        log_decay, step = self.decay(dt)  # Δ A and Δ, [B, T, H]
+        inputs = CoreInputs(q=queries.unsqueeze(2), k=keys.unsqueeze(2), v=values, log_decay=log_decay, scale=step)
+        return inputs, (values, z if self.gate else None)
+
+    def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:
+        values, z = extras
+        y = (core + self.skip[:, None] * values).flatten(2)
+        return self.out_proj(self.norm(y, z) if self.gate else y)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, heads={self.heads}, head_dim={self.head_dim}, state_dim={self.state_dim}"
+
+
+MIXER = Mamba2

@@ -1,0 +1,39 @@
+"""Softmax attention (Vaswani et al. 2017; seed 000 eq. 2; seed 001 Table 1).
+
+Per head (K = V = D/H)::
+
+    q_i, k_i, v_i = W_Q u_i, W_K u_i, W_V u_i
+    y_i = Σ_{j≤i} exp(q_iᵀ k_j / √K) v_j / Σ_{j≤i} exp(q_iᵀ k_j / √K),      output W_O y_i
+
+Coefficient form: φ = exp, Λ = I, b = K^-½, η_i = Σ_j α_ij.  No finite state (seed 000 Lemma 1): the recurrent
+form keeps every key; position information comes from the model (learned positions), since Λ = I (Lemma 3).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, split_heads
+
+
+class SoftmaxAttention(CoefficientMixer):
+    name = "softmax_attention"
+
+    def __init__(self, d_model: int, heads: int = 1, bias: bool = False, chunk_size: int = 64):
+        super().__init__(d_model, chunk_size)
+        self.heads = check_heads(heads, d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, None]:
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+        return CoreInputs(q, k, v, readout="exp", normalizer="sum"), None
+
+    def core_output(self, core: Tensor, extras: None) -> Tensor:
+        return self.out(core.flatten(2))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, heads={self.heads}"
+
+
+MIXER = SoftmaxAttention

@@ -1,0 +1,30 @@
+"""The mixer benchmark and the mixer listing run end to end on tiny sizes."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from seqdyn.bench.mixers import REFERENCE, run_benchmark, target_checks
+from seqdyn.cli import app
+
+
+def test_cells_linear_time_and_checks():
+    cells, linear = run_benchmark(["mamba2", "local_attention"], seq_lens=[16, 32], d_model=64, batch=1, repeats=0)
+    assert linear == {REFERENCE: False, "mamba2": True, "local_attention": True}
+    assert {(c.name, c.length) for c in cells} == {(n, t) for n in linear for t in (16, 32)}
+    assert all(c.status == "ok" and c.train_s > 0 for c in cells)
+    whats = [what for what, _, _ in target_checks(cells, linear)]
+    assert "mamba2 faster than softmax attention at T=32" in whats
+    assert not any(REFERENCE + " faster" in w for w in whats)
+
+
+def test_bench_mixers_and_mixers_commands():
+    runner = CliRunner()
+    result = runner.invoke(app, ["bench", "mixers", "--names", "gla", "--seq-lens", "16", "--d-model", "16",
+                                 "--batch", "1", "--repeats", "0"])
+    assert result.exit_code == 0, result.output
+    assert "gla" in result.output and REFERENCE in result.output and "targets" in result.output
+    listing = runner.invoke(app, ["mixers"])
+    assert listing.exit_code == 0 and "mamba2" in listing.output and "state_dim=64" in listing.output
+    bad = runner.invoke(app, ["bench", "mixers", "--names", "mamba3"])
+    assert bad.exit_code != 0 and "mamba3" in str(bad.exception)

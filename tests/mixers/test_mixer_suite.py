@@ -1,0 +1,202 @@
+"""Every registered mixer, automatically: backends agree, streaming equals forward, coefficients and the DSF
+reproduce the mixing core, long sequences give finite gradients, parameters and state sizes match formulas."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from seqdyn import mixers
+from seqdyn.mixers.base import CoefficientMixer
+
+D = 16
+#: small options that keep every check fast (chunk_size is added where a mixer has one)
+SMALL = {
+    "softmax_attention": dict(heads=2),
+    "linear_attention": dict(heads=2, state_dim=4),
+    "normalized_attention": dict(heads=2, state_dim=4),
+    "taylor_attention": dict(heads=2, state_dim=2, degree=2),
+    "local_attention": dict(heads=2, window=4),
+    "gla": dict(heads=2, gate_low_rank=4),
+    "retnet": dict(heads=2),
+    "mamba2": dict(state_dim=4, head_dim=8),
+    "deltanet": dict(heads=2),
+    "gated_deltanet": dict(heads=2),
+    "mlstm": dict(heads=2),
+    "ttt_linear": dict(heads=2),
+    "custom": dict(heads=2, decay="scalar", householder="keys", normalizer="abs_max1"),
+}
+
+DESIGN_NAMES = {
+    "softmax_attention", "linear_attention", "normalized_attention", "taylor_attention", "gla", "retnet", "mamba2",
+    "s6", "deltanet", "gated_deltanet", "mlstm", "ttt_linear", "qlstm", "qlstm_s6", "rglru", "dlr", "dss_exp", "s4d",
+    "s4", "s5", "lru", "local_attention", "custom",
+}
+
+
+def small(name: str) -> mixers.Mixer:
+    options = dict(SMALL.get(name, {}))
+    if "chunk_size" in mixers.options(name):
+        options["chunk_size"] = 4
+    torch.manual_seed(0)
+    return mixers.build(name, D, **options).double()
+
+
+def inputs(length: int = 11, batch: int = 2, seed: int = 1, dtype=torch.float64) -> torch.Tensor:
+    return torch.randn(batch, length, D, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def close(actual, expected, what, tol=1e-10):
+    scale = max(1.0, float(expected.detach().abs().max()))
+    error = float((actual - expected).detach().abs().max())
+    assert error <= tol * scale, f"{what}: {error:.2e}"
+
+
+NAMES = mixers.names()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_backend_gives_the_same_output_and_gradients(name):
+    mixer = small(name)
+    backends = [b for b in mixer.backends if b != "auto"]
+    assert mixer.reference_backend in backends
+    results = {}
+    for backend in backends:
+        x = inputs().requires_grad_(True)
+        y = mixer(x, backend=backend)
+        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(2), dtype=y.dtype)
+        params = [p for p in mixer.parameters() if p.requires_grad]
+        grads = torch.autograd.grad((y * weights).sum(), [x, *params], allow_unused=True)
+        results[backend] = (y, grads)
+    y_ref, grads_ref = results[mixer.reference_backend]
+    for backend, (y, grads) in results.items():
+        close(y, y_ref, f"{name}/{backend} output")
+        for i, (g, g_ref) in enumerate(zip(grads, grads_ref)):
+            if g_ref is None:
+                assert g is None or torch.all(g == 0)
+            else:
+                close(g, g_ref, f"{name}/{backend} gradient {i}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_step_token_by_token_equals_forward(name):
+    mixer = small(name)
+    x = inputs()
+    if getattr(mixer, "bidirectional", False):
+        pytest.skip("a bidirectional mixer is not causal")
+    expected = mixer(x, backend=mixer.reference_backend)
+    state = mixer.init_state(x.shape[0])
+    outputs = []
+    for t in range(x.shape[1]):
+        y, state = mixer.step(x[:, t], state)
+        outputs.append(y)
+    close(torch.stack(outputs, dim=1), expected, f"{name} step")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_coefficients_are_causal_and_reproduce_the_core(name):
+    mixer = small(name)
+    x = inputs()
+    if not mixer.scalar_coefficients:
+        with pytest.raises(ValueError, match="no scalar coefficients"):
+            mixer.coefficients(x)
+        return
+    A = mixer.coefficients(x)
+    core, values = mixer.core(x)
+    assert A.shape == (x.shape[0], core.shape[2], x.shape[1], x.shape[1])
+    assert torch.all(A.triu(1) == 0)
+    close(torch.einsum("bhij,bjhv->bihv", A, values), core, f"{name} A·v")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dsf_kernel_reproduces_the_core(name):
+    mixer = small(name)
+    x = inputs(length=6)
+    core, values = mixer.core(x)
+    system = mixer.dsf(x)
+    close(system.apply(values), core, f"{name} Φ u")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_are_finite_at_T_2048_in_float32_with_default_init(name):
+    torch.manual_seed(0)
+    mixer = mixers.build(name, 32)
+    x = torch.randn(1, 2048, 32, generator=torch.Generator().manual_seed(3))
+    mixer(x).square().mean().backward()
+    for parameter_name, parameter in mixer.named_parameters():
+        assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), parameter_name
+
+
+def _floats(state) -> int:
+    """Real floats held in a state made of tensors, containers and dataclasses (complex counts twice)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * (2 if state.is_complex() else 1)
+    if dataclasses.is_dataclass(state):
+        return sum(_floats(getattr(state, f.name)) for f in dataclasses.fields(state))
+    if isinstance(state, dict):
+        return sum(_floats(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_floats(v) for v in state)
+    return 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_size_counts_the_floats_of_the_streaming_state(name):
+    mixer = small(name)
+    if getattr(mixer, "bidirectional", False):
+        pytest.skip("a bidirectional mixer is not causal")
+    x = inputs(length=9, batch=1)
+    state = mixer.init_state(1)
+    for t in range(x.shape[1]):
+        _, state = mixer.step(x[:, t], state)
+    assert _floats(state) == mixer.state_size(9)
+
+
+def test_unknown_names_options_and_backends_are_named():
+    with pytest.raises(ValueError, match="unknown name 'mamba3'.*mamba2"):
+        mixers.build("mamba3", 16)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['head'\].*heads"):
+        mixers.build("softmax_attention", 16, head=2)
+    with pytest.raises(ValueError, match="heads: 3 does not divide d_model=16"):
+        mixers.build("softmax_attention", 16, heads=3)
+    with pytest.raises(ValueError, match="feature_map: got 'cosine'"):
+        mixers.build("linear_attention", 16, feature_map="cosine")
+    with pytest.raises(ValueError, match="backend: softmax_attention computes with .*got 'scan'"):
+        mixers.build("softmax_attention", 16)(torch.randn(1, 4, 16), backend="scan")
+    with pytest.raises(ValueError, match=r"x: expected \[B, T, D\] with D=16"):
+        mixers.build("gla", 16)(torch.randn(1, 4, 8))
+    with pytest.raises(ValueError, match="d_model"):
+        mixers.build("gla", 0)
+
+
+def _head_output(d, value_width, heads, gate):
+    """Per-head RMSNorm weight, optional gate projection, output projection (seqdyn.nn.HeadOutput)."""
+    return value_width // heads + (d * value_width if gate else 0) + value_width * d
+
+
+#: parameter counts at d_model = D with the SMALL options, from the papers' layer definitions
+PARAMETERS = {
+    "softmax_attention": lambda d: 3 * d * d + d * d,
+    "local_attention": lambda d: 3 * d * d + d * d,
+    "linear_attention": lambda d: d * 2 * (2 * 4) + d * d + d * d,
+    "normalized_attention": lambda d: d * 2 * (2 * 4) + d * d + (d * 2 + 2) + d * d,
+    "taylor_attention": lambda d: d * 2 * (2 * 2) + d * d + d * d,
+    "gla": lambda d: 2 * d * (d // 2) + d * d + (d * 4 + 4 * (d // 2) + d // 2) + _head_output(d, d, 2, True),
+    "retnet": lambda d: 2 * d * d + d * 2 * d + _head_output(d, 2 * d, 2, True),
+    "mamba2": lambda d: (d * (2 * d + 2 * d + 2 * 4 + (2 * d) // 8) + (2 * d + 2 * 4) * 5
+                         + 3 * ((2 * d) // 8) + 2 * d + 2 * d * d),
+    "deltanet": lambda d: 3 * d * d + d * 2 + 3 * d * 5 + _head_output(d, d, 2, False),
+    "gated_deltanet": lambda d: (2 * d * d + d * 2 * d + d * 2 + (d + d + 2 * d) * 5 + (d * 2 + 2 + 2)
+                                 + _head_output(d, 2 * d, 2, True)),
+    "mlstm": lambda d: 3 * d * d + 2 * (d * 2 + 2) + (d * d + d) + d // 2 + d * d,
+    "ttt_linear": lambda d: 3 * d * d + _head_output(d, d, 2, False),
+    "custom": lambda d: 2 * d * d + d * d + (d * 2 + 2 + 2) + (d * 2 + 2) + _head_output(d, d, 2, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_parameter_count_matches_the_formula(name):
+    mixer = small(name)
+    assert sum(p.numel() for p in mixer.parameters()) == PARAMETERS[name](D)

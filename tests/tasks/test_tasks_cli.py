@@ -1,0 +1,65 @@
+"""The `seqdyn tasks` commands and the `seqdyn bench tasks` benchmark, on tiny inputs."""
+
+import typer
+from typer.testing import CliRunner
+
+from seqdyn.bench.tasks import main as bench_main
+from seqdyn.bench.tasks import run as bench_run
+from seqdyn.tasks import names
+from seqdyn.tasks.cli import app
+
+runner = CliRunner()
+
+
+def test_list_shows_every_task_with_defaults():
+    result = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    for name in names():
+        assert name in result.output
+    assert "power_a=0.01" in result.output and "regression" in result.output
+
+
+def test_show_resolves_parameters_and_renders():
+    args = ["show", "mqar", "--param", "seq_len=128", "--param", "num_kv_pairs=8", "-p", "vocab_size=512"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for line in ("seq_len = 128", "num_kv_pairs = 8", "vocab_size = 512", "power_a = 0.01"):
+        assert line in result.output
+    assert "8 labelled positions" in result.output
+
+
+def test_show_parses_booleans_and_floats():
+    result = runner.invoke(
+        app, ["show", "mqar", "-p", "random_non_queries=false", "-p", "power_a=0.5", "--split", "test", "--seed", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "random_non_queries = False" in result.output and "power_a = 0.5" in result.output
+
+
+def test_show_reports_bad_input():
+    result = runner.invoke(app, ["show", "mqar", "--param", "seq_len=63"])
+    assert result.exit_code == 2 and "seq_len=63" in result.output and "even" in result.output
+    result = runner.invoke(app, ["show", "mqar", "--param", "bogus=1"])
+    assert result.exit_code != 0 and "bogus" in str(result.output) + str(result.exception)
+    result = runner.invoke(app, ["show", "nosuchtask"])
+    assert result.exit_code != 0 and "nosuchtask" in str(result.output) + str(result.exception)
+    result = runner.invoke(app, ["show", "mqar", "--param", "seq_len"])
+    assert result.exit_code != 0
+
+
+def test_show_pathfinder_writes_a_png(tmp_path):
+    png = tmp_path / "pf.png"
+    result = runner.invoke(app, ["show", "pathfinder_segmentation", "-p", "seq_len=4096", "--png", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:4] == b"\x89PNG" and "label 2" in result.output
+
+
+def test_bench_on_tiny_counts():
+    rows = bench_run(scale=1e-3, skip_512=True)
+    assert [row["count"] for row in rows] == [100, 1, 1]
+    assert all(row["seconds"] > 0 and row["target_s"] > 0 for row in rows)
+    cli = typer.Typer()
+    cli.command()(bench_main)
+    result = runner.invoke(cli, ["--scale", "0.0005", "--skip-512"], env={"COLUMNS": "150"})
+    assert result.exit_code == 0, result.output
+    assert "MQAR" in result.output and "ListOps" in result.output and "M=256" in result.output
