@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from seqdyn import mixers
-from seqdyn.mixers.base import CoefficientMixer
+from tests.mixers.test_rnn_mixers import qlstm_parameters, rglru_parameters, s6_parameters
 
 D = 16
 #: small options that keep every check fast (chunk_size is added where a mixer has one)
@@ -27,6 +27,7 @@ SMALL = {
     "mlstm": dict(heads=2),
     "ttt_linear": dict(heads=2),
     "custom": dict(heads=2, decay="scalar", householder="keys", normalizer="abs_max1"),
+    "s6": dict(state_dim=4),
 }
 
 DESIGN_NAMES = {
@@ -193,6 +194,10 @@ PARAMETERS = {
     "mlstm": lambda d: 3 * d * d + 2 * (d * 2 + 2) + (d * d + d) + d // 2 + d * d,
     "ttt_linear": lambda d: 3 * d * d + _head_output(d, d, 2, False),
     "custom": lambda d: 2 * d * d + d * d + (d * 2 + 2 + 2) + (d * 2 + 2) + _head_output(d, d, 2, False),
+    "s6": lambda d: s6_parameters(d, n=4),
+    "qlstm": qlstm_parameters,
+    "qlstm_s6": lambda d: qlstm_parameters(d, s6=True),
+    "rglru": rglru_parameters,
 }
 
 

@@ -82,7 +82,8 @@ def scaled_width(name: str, d_model: int, factor: float) -> int:
 
 
 def check_choice(name: str, value: Any, allowed) -> Any:
-    if value not in allowed:
+    """``value`` must be one of ``allowed`` with the same type (so ``1`` is not accepted for ``True``)."""
+    if not any(value == option and type(value) is type(option) for option in allowed):
         raise ValueError(f"{name}: got {value!r}; allowed: {list(allowed)}")
     return value
 
@@ -225,9 +226,13 @@ class CoefficientMixer(Mixer):
 
     @property
     def backends(self) -> tuple[str, ...]:
-        inputs = self._probe()
-        problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
-        return ("auto",) + tuple(name for name, module in REGISTRY.items() if module.unsupported(problem) is None)
+        # the combination (readout, decay, Householder, normalizer) is fixed by the options: probe once
+        if getattr(self, "_backends", None) is None:
+            inputs = self._probe()
+            problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
+            self._backends = ("auto",) + tuple(name for name, module in REGISTRY.items()
+                                               if module.unsupported(problem) is None)
+        return self._backends
 
     def dsf(self, x: Tensor) -> DSF:
         self.check_input(x)

@@ -1,0 +1,103 @@
+"""S6, the selective SSM of Mamba-1 (Gu & Dao 2023; seed 000 eqs. 4 and 18, appendix D).
+
+Per channel c of the inner width I (state dim N, B and C shared by all channels)::
+
+    Δ_t = softplus(W_Δ (W_r x_t) + b_Δ)              (low-rank dt projection, rank R = ceil(D/16))
+    h_t^c = exp(Δ_t^c A^c) ⊙ h_{t-1}^c + Δ_t^c B_t x_t^c,   A^c = −exp(A_log^c) ∈ R^N (diagonal, < 0)
+    y_t^c = C_tᵀ h_t^c + D^c x_t^c                                                  (seed 000 eq. 4)
+
+Coefficient form, one head per channel (H = I, K = N, V = 1): φ = identity, Λ_t = diag(exp(Δ_t^c A^c))
+(diagonal log decay ``Δ ⊗ A``), b_t = Δ_t^c, η = 1, q = C_t and k = B_t shared by every channel, v = x^c; the
+skip D stays outside the core.  The DSF is seed 000 eq. 18: Λ_i = exp((Δ_i ⊗ I_N) ⊙ A), B_i = Δ_i ⊗ b_i,
+C_i = I ⊗ c_iᵀ.
+
+The block around it is Mamba-1's (``mamba_simple.Mamba``)::
+
+    x, z = W_in u                          (x: I = expand·D channels; z only with ``gate``)
+    x = SiLU(conv(x))                      (``short_conv``: depthwise causal conv of width 4)
+    Δ, B, C from W_x x;  y = S6(x) + D ⊙ x
+    y = y ⊙ SiLU(z)                        (``gate``)
+    out = W_out y
+
+``short_conv=False, gate=False`` is the bare S6 block of seed 000's experiments (appendix I: "we do not
+implement the pre-convolution on the input or the SiLU activations").  Initialization as in Mamba-1:
+S4D-Real A^c_n = −(n + 1), Δ = softplus(b_Δ) log-uniform in [dt_min, dt_max] (floor 1e-4),
+W_Δ ~ U(±R^-½), D = 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqdyn.mixers._gates import init_dt_bias
+from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, scaled_width
+from seqdyn.nn import ShortConv
+
+
+def s4d_real(channels: int, state_dim: int) -> Tensor:
+    """``log(−A)`` of the S4D-Real initialization ``A_n = −(n + 1)``, the same for every channel ``[I, N]``."""
+    return torch.log(torch.arange(1, state_dim + 1, dtype=torch.get_default_dtype())).repeat(channels, 1)
+
+
+def check_dt_rank(dt_rank, d_model: int) -> int:
+    """``"auto"`` is Mamba's ``ceil(d_model / 16)``."""
+    if dt_rank == "auto":
+        return math.ceil(d_model / 16)
+    return check_positive("dt_rank", dt_rank)
+
+
+class S6(CoefficientMixer):
+    name = "s6"
+
+    def __init__(self, d_model: int, state_dim: int = 16, expand: float = 2, dt_rank: int | str = "auto",
+                 short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
+                 dt_max: float = 0.1, chunk_size: int = 64):
+        super().__init__(d_model, chunk_size)
+        self.state_dim = check_positive("state_dim", state_dim)
+        self.inner = scaled_width("expand", d_model, expand)
+        self.dt_rank = check_dt_rank(dt_rank, d_model)
+        self.gate = check_choice("gate", gate, (True, False))
+        check_choice("short_conv", short_conv, (True, False))
+        check_positive("conv_size", conv_size)
+        self.in_proj = nn.Linear(d_model, self.inner * (2 if gate else 1), bias=False)
+        if short_conv:
+            self.convs["x"] = ShortConv(self.inner, conv_size)  # with SiLU
+        self.x_proj = nn.Linear(self.inner, self.dt_rank + 2 * state_dim, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, self.inner, bias=True)
+        self.a_log = nn.Parameter(s4d_real(self.inner, state_dim))
+        self.skip = nn.Parameter(torch.ones(self.inner))  # D
+        self.out_proj = nn.Linear(self.inner, d_model, bias=False)
+        with torch.no_grad():
+            nn.init.uniform_(self.dt_proj.weight, -self.dt_rank**-0.5, self.dt_rank**-0.5)
+            self.dt_proj.bias.copy_(init_dt_bias(self.inner, dt_min, dt_max))
+
+    @property
+    def A(self) -> Tensor:  # noqa: N802 — the paper's name
+        """The diagonal state matrices ``A`` ``[I, N]`` (negative)."""
+        return -torch.exp(self.a_log)
+
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, tuple[Tensor, Tensor | None]]:
+        x, z = self.in_proj(x).split([self.inner, self.inner if self.gate else 0], dim=-1)
+        if self.convs:
+            x = self.convolve("x", x, state)
+        dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
+        step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
+        inputs = CoreInputs(q=c.unsqueeze(2), k=b.unsqueeze(2), v=x.unsqueeze(-1),
+                            log_decay=step.unsqueeze(-1) * self.A, scale=step)  # Δ ⊗ A [B, T, I, N]
+        return inputs, (x, z if self.gate else None)
+
+    def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:
+        x, z = extras
+        y = core.squeeze(-1) + self.skip * x
+        return self.out_proj(y * F.silu(z) if self.gate else y)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, inner={self.inner}, state_dim={self.state_dim}, dt_rank={self.dt_rank}, "
+                f"gate={self.gate}")
+
+
+MIXER = S6
