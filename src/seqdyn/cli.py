@@ -26,6 +26,117 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
+
+
+def _fail(message: str) -> None:
+    """A one-line error on stderr and exit code 2 (bad input)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _load(config_path: str):
+    from seqdyn.train.config import ConfigError, load_config
+
+    try:
+        return load_config(config_path)
+    except ConfigError as error:
+        _fail(str(error))
+
+
+def _open_store(path: str):
+    from seqdyn.train.store import Store
+
+    try:
+        return Store(path)
+    except ValueError as error:
+        _fail(str(error))
+
+
+@app.command()
+def train(
+    config: str = typer.Argument(..., help="A run config (YAML)."),
+    store: str = STORE_OPTION,
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Train one run into the store (resumes it from its checkpoint when it was interrupted).
+
+    Under ``torchrun --nproc_per_node N`` the run trains data-parallel (DDP; gloo on CPU, nccl on GPU).
+    """
+    from seqdyn.train.config import SweepConfig
+    from seqdyn.train.distributed import Distributed
+    from seqdyn.train.loop import train_run
+    from seqdyn.train.sweep import checkpoint_dir_for
+
+    run = _load(config)
+    if isinstance(run, SweepConfig):
+        _fail(f"{config}: has a sweep section; run it with `seqdyn sweep {config}`")
+    distributed = Distributed.from_environment()
+    results = _open_store(store) if distributed is None or distributed.rank == 0 else None
+    try:
+        result = train_run(run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress,
+                           distributed=distributed)
+    except ValueError as error:
+        _fail(str(error))
+    finally:
+        if distributed is not None:
+            distributed.close()
+    if distributed is None or distributed.rank == 0:
+        _print_summary([result])
+
+
+@app.command()
+def sweep(
+    config: str = typer.Argument(..., help="A sweep config (YAML with a `sweep` section) or a run config."),
+    store: str = STORE_OPTION,
+    workers: int = typer.Option(1, help="Local worker processes."),
+    ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Train every run of a sweep that is not finished yet, then print a summary."""
+    from seqdyn.train.sweep import run_sweep
+
+    parsed = _load(config)
+    _open_store(store)
+    try:
+        results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress)
+    except ValueError as error:
+        _fail(str(error))
+    _print_summary(results)
+
+
+@app.command()
+def report(
+    store: str = STORE_OPTION,
+    format: str = typer.Option("table", "--format", help="table, csv or json."),
+    plot: str = typer.Option("", "--plot", help="Write a figure here (accuracy grid or learning curves)."),
+    sweep_name: str = typer.Option("", "--sweep", help="Only the runs of this sweep."),
+) -> None:
+    """One row per run (the hyper-parameters that vary, final and best metric, steps, wall time), best over
+    learning rates, and optionally a figure."""
+    from seqdyn.train.report import report_command
+
+    try:
+        typer.echo(report_command(store, format, plot or None, sweep_name or None))
+    except ValueError as error:
+        _fail(str(error))
+
+
+def _print_summary(results) -> None:
+    from rich.table import Table
+
+    from seqdyn.bench import console
+
+    table = Table(title="runs")
+    for column in ("run", "name", "status", "steps", "metric", "final", "best", "wall s"):
+        table.add_column(column)
+    fmt = lambda v: "—" if v is None else f"{v:.4f}"  # noqa: E731
+    for r in results:
+        table.add_row(r.run_id, r.name, r.status + (f" ({r.reason})" if r.reason else ""), str(r.step),
+                      r.metric_name, fmt(r.final_metric), fmt(r.best_metric), f"{r.wall_time:.1f}")
+    console().print(table)
+
+
 @app.command()
 def demo(
     quick: bool = typer.Option(False, help="Only T=256 and 1024 in the benchmark table (about a minute)."),

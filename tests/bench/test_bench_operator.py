@@ -29,8 +29,7 @@ def test_report_cells_and_checks():
     ok = [c for c in report.cells if c.status == "ok"]
     assert all(c.train_s > 0 and c.forward_s > 0 for c in ok)
     picked = {c.kind: c.picked for c in ok if c.backend == "auto"}
-    assert picked["deltanet"] == "chunk"  # the only linear-time backend with a Householder factor
-    assert picked["mamba2"] == "scan"  # K = V = 4: the scan's T·K·V·log T beats the chunks' T·C·(K+V)
+    assert picked == {"mamba2": "quadratic", "deltanet": "quadratic"}  # short sequences: materialized is fastest
     whats = [what for what, _, _ in target_checks(report)]
     assert any("faster than recurrent" in w for w in whats) and any("auto" in w for w in whats)
 

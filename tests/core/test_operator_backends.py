@@ -131,3 +131,30 @@ def test_auto_picks_a_valid_backend_and_says_which():
         auto = seqdyn.coefficient_dynamics(q, k, v, backend="auto", **leaves, **options)
         explicit = seqdyn.coefficient_dynamics(q, k, v, backend=chosen, **leaves, **options)
         assert torch.equal(auto, explicit)
+
+
+@pytest.mark.parametrize("shape,options,expected", [
+    ((4, 4096, 256, 1, 1), {"log_decay": "scalar"}, "scan"),  # per-channel states (qLSTM, RG-LRU)
+    ((4, 4096, 64, 16, 1), {"log_decay": "diagonal"}, "scan"),  # S6: N = 16 states, V = 1
+    ((4, 4096, 4, 64, 64), {"log_decay": "scalar"}, "chunk"),  # Mamba-2 heads
+    ((4, 4096, 4, 64, 64), {"log_decay": "diagonal"}, "chunk"),  # GLA heads
+    ((4, 4096, 4, 64, 64), {"householder": True}, "chunk"),  # DeltaNet
+    ((4, 100, 4, 16, 16), {"log_decay": "scalar"}, "quadratic"),  # short: materialized is fastest
+    ((4, 100, 4, 16, 16), {"log_decay": "diagonal"}, "chunk"),  # ... but not with pairwise diagonal decays
+    ((4, 4096, 4, 64, 64), {"readout": "exp", "normalizer": "sum"}, "chunk"),  # softmax
+    ((1, 64, 2, 8, 8), {"readout": "sigmoid"}, "quadratic"),
+    ((8, 8192, 8, 8, 8), {"readout": "sigmoid"}, "recurrent"),  # the T×T scores would not fit
+])
+def test_auto_cost_model_decisions(shape, options, expected):
+    """The choices of the cost model calibrated by ``seqdyn bench operator`` (see ``operator._auto``)."""
+    batch, length, heads, key_dim, value_dim = shape
+    meta = lambda *s: torch.empty(*s, device="meta")  # noqa: E731
+    q, k, v = meta(batch, length, 1, key_dim), meta(batch, length, 1, key_dim), meta(batch, length, heads, value_dim)
+    kwargs = dict(options)
+    if kwargs.get("log_decay") == "scalar":
+        kwargs["log_decay"] = meta(batch, length, heads)
+    elif kwargs.get("log_decay") == "diagonal":
+        kwargs["log_decay"] = meta(batch, length, heads, key_dim)
+    if kwargs.pop("householder", False):
+        kwargs["householder"] = meta(batch, length, heads)
+    assert seqdyn.select_backend(q, k, v, **kwargs) == expected

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from seqdyn import mixers
+from tests.mixers.test_lti_mixers import PARAMETERS as LTI_PARAMETERS
 from tests.mixers.test_rnn_mixers import qlstm_parameters, rglru_parameters, s6_parameters
 
 D = 16
@@ -56,6 +57,11 @@ def close(actual, expected, what, tol=1e-10):
 
 
 NAMES = mixers.names()
+
+
+def test_every_mixer_of_the_design_is_registered():
+    missing = DESIGN_NAMES - set(NAMES)
+    assert not missing, f"not yet registered: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -198,6 +204,8 @@ PARAMETERS = {
     "qlstm": qlstm_parameters,
     "qlstm_s6": lambda d: qlstm_parameters(d, s6=True),
     "rglru": rglru_parameters,
+    # the LTI mixers at their defaults (state_dim 64), from the papers' layer definitions in test_lti_mixers.py
+    **{name: formula for name, options, formula in LTI_PARAMETERS if not options},
 }
 
 

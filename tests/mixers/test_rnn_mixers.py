@@ -284,16 +284,6 @@ def test_dsf_kernel_reproduces_the_core(name, options):
     close(system.simulate(values), core, "h_i = Λ_i h_{i-1} + B_i u_i")
 
 
-@pytest.mark.parametrize("name", ["s6", "qlstm", "qlstm_s6", "rglru"])
-def test_gradients_are_finite_at_T_2048_in_float32_with_default_init(name):
-    torch.manual_seed(0)
-    mixer = mixers.build(name, 16)
-    x = torch.randn(1, 2048, 16, generator=torch.Generator().manual_seed(3))
-    mixer(x).square().mean().backward()
-    for parameter_name, parameter in mixer.named_parameters():
-        assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), parameter_name
-
-
 def test_rglru_gradients_stay_finite_where_a_rounds_to_one():
     """softplus(Λ) underflows to 0 in float32, so 1 − a² = 0: the clipped √ derivative (Griffin) keeps it finite."""
     torch.manual_seed(0)

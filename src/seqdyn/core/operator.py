@@ -212,17 +212,26 @@ def _backend_for(problem: Problem, backend: Any):
     return module
 
 
-def _auto(problem: Problem) -> str:
-    """The backend ``"auto"`` picks, from a cost model checked by ``seqdyn bench operator`` / ``bench mixers``.
+#: the scan's cost per element relative to the chunked form's (calibrated on the CPU, see ``_auto``)
+SCAN_COST_FACTOR = 4.0
 
-    Per head the chunked form costs about ``T·C·(K+V)`` (intra-chunk matrices) and the scan ``T·K·V·log₂T``: the
-    scan wins for small states (per-channel mixers such as S6, qLSTM and RG-LRU), the chunked form otherwise.
-    Without a linear-time form, materialize while it fits, else step.
+
+def _auto(problem: Problem) -> str:
+    """The backend ``"auto"`` picks, from a cost model calibrated with ``seqdyn bench operator`` on the CPU.
+
+    Per head and step, the chunked form costs about ``C·(K+V) + K·V`` (its intra-chunk matrices and the state
+    hand-over, C = min(chunk, T)) and the scan ``4·K·V·log₂T``: the scan wins for the tiny states of per-channel
+    mixers (S6, qLSTM, RG-LRU), the chunked form for heads of K = V = 64.  Short sequences (T ≤ 2C) without a
+    diagonal decay are fastest materialized.  Without a linear-time form: materialize while it fits, else step.
     """
     batch, heads, length, key_dim, value_dim = problem.shape
-    scan_cost = key_dim * value_dim * max(1.0, math.log2(length))
-    if REGISTRY["scan"].unsupported(problem) is None and scan_cost < problem.chunk_size * (key_dim + value_dim):
-        return "scan"
+    chunk = min(problem.chunk_size, length)
+    if problem.readout.linear:
+        scan_cost = SCAN_COST_FACTOR * key_dim * value_dim * max(1.0, math.log2(length))
+        if REGISTRY["scan"].unsupported(problem) is None and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim:
+            return "scan"
+        if not problem.diagonal and length <= 2 * problem.chunk_size:
+            return "quadratic"
     if REGISTRY["chunk"].unsupported(problem) is None:
         return "chunk"
     if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:

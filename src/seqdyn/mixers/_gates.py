@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import check_positive
+from seqdyn.mixers.base import check_positive, keep_init
 
 
 def inverse_softplus(y: Tensor) -> Tensor:
@@ -45,6 +45,7 @@ class MambaDecay(nn.Module):
         self.proj = nn.Linear(d_model, heads, bias=False) if project else None
         self.dt_bias = nn.Parameter(init_dt_bias(heads, dt_min, dt_max))
         self.a_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*a_init_range)))
+        keep_init(self.dt_bias, self.a_log)
 
     def forward(self, u: Tensor) -> tuple[Tensor, Tensor]:
         raw = self.proj(u) if self.proj is not None else u

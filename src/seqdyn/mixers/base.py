@@ -52,6 +52,18 @@ class MixerState:
     conv: dict[str, Tensor] = field(default_factory=dict)
 
 
+def keep_init(*parameters: Tensor) -> None:
+    """Mark parameters whose initialization comes from their paper (Mamba's Δ bias, xLSTM's gate biases, …) so
+    that a model-wide initialization (Zoology's normal(0, 0.02)) leaves them alone."""
+    for parameter in parameters:
+        parameter._no_reinit = True
+
+
+def is_kept(parameter: Tensor) -> bool:
+    """Whether :func:`keep_init` marked ``parameter``."""
+    return getattr(parameter, "_no_reinit", False)
+
+
 def check_positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
@@ -138,6 +150,15 @@ class Mixer(nn.Module, ABC):
     @abstractmethod
     def state_size(self, seq_len: int) -> int:
         """Floats in the recurrent state of one sequence after ``seq_len`` tokens."""
+
+    def output_projection(self) -> nn.Linear | None:
+        """The linear map that writes the mixer's output (``W_O``), or ``None`` when the output is not one.
+
+        A model scales it as a residual projection (Zoology / GPT-2 init: std / √(2·layers)).  Default: the last
+        ``nn.Linear`` among ``self.modules()``; a mixer that registers a Linear after its output map overrides this.
+        """
+        linears = [module for module in self.modules() if isinstance(module, nn.Linear)]
+        return linears[-1] if linears else None
 
     def coefficients(self, x: Tensor) -> Tensor:
         """Normalized coefficients ``[B, H, T, T]`` of the mixing core."""

@@ -10,7 +10,7 @@ Coefficient form: φ = identity, Λ_t = α_t (I − β_t k_t k_tᵀ), b_t = β_t
 
 from __future__ import annotations
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from seqdyn.mixers._gates import MambaDecay
 from seqdyn.mixers.deltanet import DeltaNet
@@ -27,6 +27,9 @@ class GatedDeltaNet(DeltaNet):
 
     def log_decay(self, u: Tensor) -> Tensor:
         return self.decay(u)[0]
+
+    def output_projection(self) -> nn.Linear:
+        return self.output.out  # the decay's projection is registered after it
 
 
 MIXER = GatedDeltaNet

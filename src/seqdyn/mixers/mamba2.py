@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.mixers._gates import MambaDecay
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_positive
+from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_positive, keep_init
 from seqdyn.nn import GatedRMSNorm, ShortConv
 
 
@@ -41,6 +41,7 @@ class Mamba2(CoefficientMixer):
             self.convs["xbc"] = ShortConv(conv_channels, conv_size)
         self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False)
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
+        keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
         self.norm = GatedRMSNorm(self.inner) if gate else None
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 

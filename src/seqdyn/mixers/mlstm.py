@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, split_heads
+from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, keep_init, split_heads
 from seqdyn.nn import RMSNorm
 
 
@@ -39,6 +39,7 @@ class MLSTM(CoefficientMixer):
             self.forget_gate.bias.copy_(torch.linspace(3.0, 6.0, heads))
             nn.init.zeros_(self.input_gate.weight)
             nn.init.normal_(self.input_gate.bias, std=0.1)
+        keep_init(self.forget_gate.weight, self.forget_gate.bias, self.input_gate.weight, self.input_gate.bias)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))

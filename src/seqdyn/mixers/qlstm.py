@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, scaled_width
+from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
+                                scaled_width)
 from seqdyn.nn import ShortConv
 
 #: standard deviation of every weight at initialization (Languini)
@@ -64,6 +65,7 @@ class QLSTM(CoefficientMixer):
                     nn.init.normal_(linear.weight, std=WEIGHT_STD)
                     nn.init.zeros_(linear.bias)
             self.gates.bias[: self.inner].fill_(self.forget_bias)
+        keep_init(self.gates.bias)  # the forget-gate bias (the other gates' biases are 0, as a model init sets them)
 
     def log_forget(self, pre: Tensor) -> Tensor:
         """``log f_t`` from the forget gate's pre-activation: ``log σ(W_f u_t)`` (eq. 8)."""

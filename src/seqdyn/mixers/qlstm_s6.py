@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqdyn.mixers.base import keep_init
 from seqdyn.mixers.qlstm import QLSTM
 
 
@@ -31,6 +32,7 @@ class QLSTMS6(QLSTM):
                  conv_size: int = 4, gate: bool = False, chunk_size: int = 64):
         super().__init__(d_model, expand, dsf_form, short_conv, conv_size, gate, chunk_size)
         self.a_log = nn.Parameter(torch.zeros(()))  # a = 1
+        keep_init(self.a_log)
 
     @property
     def a(self) -> Tensor:

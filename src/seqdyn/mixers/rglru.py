@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.mixers._gates import inverse_softplus
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, scaled_width
+from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
+                                scaled_width)
 from seqdyn.nn import ShortConv
 
 #: largest derivative of √x let through (RecurrentGemma's ``_MAX_SQRT_GRADIENT``)
@@ -96,6 +97,8 @@ class RGLRU(CoefficientMixer):
         self.input_gate = BlockDiagonalLinear(self.width, gate_blocks)  # W_x: i_t
         self.a_param = nn.Parameter(init_recurrence(self.width, self.c))  # Λ
         self.out_proj = nn.Linear(self.width, d_model)
+        keep_init(self.a_param, *self.a_gate.parameters(), *self.input_gate.parameters(),
+                  *(conv.weight for conv in self.convs.values()))
 
     def log_base_decay(self) -> Tensor:
         """``−c·softplus(Λ)`` ``[W]``: the log decay at ``r_t = 1`` (``log a_t = r_t ·`` this)."""

@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.mixers._gates import init_dt_bias
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, scaled_width
+from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
+                                scaled_width)
 from seqdyn.nn import ShortConv
 
 
@@ -74,6 +75,7 @@ class S6(CoefficientMixer):
         with torch.no_grad():
             nn.init.uniform_(self.dt_proj.weight, -self.dt_rank**-0.5, self.dt_rank**-0.5)
             self.dt_proj.bias.copy_(init_dt_bias(self.inner, dt_min, dt_max))
+        keep_init(self.dt_proj.weight, self.dt_proj.bias, self.a_log, self.skip)
 
     @property
     def A(self) -> Tensor:  # noqa: N802 — the paper's name

@@ -1,0 +1,141 @@
+"""The two residual blocks around a mixer (DESIGN §7; seed 001 appendix E, "Block Design").
+
+``transformer`` (Type 1, pre-norm; Vaswani et al. 2017, GPT-2)::
+
+    x = x + mixer(norm₁ x)
+    x = x + MLP(norm₂ x)                                (no MLP: the second line is skipped)
+
+``gated`` (Type 2, Gated-DeltaNet / Mamba style; Yang et al. 2025, Gu & Dao 2023), inner width I = expand·D::
+
+    u = norm₁ x
+    a = W_in u,  g = W_gate u                            (D → I each, no bias)
+    a = SiLU(conv(a))                                    (short causal depthwise conv when ``short_conv``; else SiLU(a))
+    x = x + W_out (RMSNorm(mixer(a)) ⊙ SiLU(g))          (the mixer runs at width I; W_out: I → D, no bias)
+    x = x + MLP(norm₂ x)
+
+The residual projections — the last linear map of each residual branch, which the model's initialization scales
+by 1/√(2·layers) — are the mixer's output projection and ``fc2`` (transformer), ``W_out`` and ``fc2`` (gated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqdyn.mixers.base import Mixer
+from seqdyn.nn.conv import ShortConv
+from seqdyn.nn.mlp import build_mlp
+from seqdyn.nn.norms import RMSNorm
+
+NORMS = ("layernorm", "rmsnorm")
+BLOCKS = ("transformer", "gated")
+
+
+def make_norm(kind: str, dim: int) -> nn.Module:
+    """``nn.LayerNorm(dim)`` (with bias) or :class:`RMSNorm` ``(dim)``."""
+    if kind == "layernorm":
+        return nn.LayerNorm(dim)
+    if kind == "rmsnorm":
+        return RMSNorm(dim)
+    raise ValueError(f"norm: expected one of {list(NORMS)}, got {kind!r}")
+
+
+class _Block(nn.Module):
+    """What both blocks share: the optional MLP sub-block ``x + MLP(norm₂ x)``."""
+
+    def _init_mlp(self, d_model: int, norm: str, mlp: str, mlp_ratio: float) -> None:
+        module = build_mlp(mlp, d_model, mlp_ratio)
+        self.norm2 = make_norm(norm, d_model) if module is not None else None
+        self.mlp = module
+
+    def _mlp(self, x: Tensor) -> Tensor:
+        return x if self.mlp is None else x + self.mlp(self.norm2(x))
+
+    def _mlp_projection(self) -> list[nn.Linear]:
+        return [] if self.mlp is None else [self.mlp.fc2]
+
+
+class TransformerBlock(_Block):
+    """Type 1: ``x + mixer(norm x)`` then ``x + MLP(norm x)``; the mixer runs at the model width."""
+
+    def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
+                 mlp_ratio: float = 4.0):
+        super().__init__()
+        if mixer.d_model != d_model:
+            raise ValueError(f"mixer: a transformer block needs a mixer of width d_model={d_model}, "
+                             f"got {mixer.d_model}")
+        self.norm1 = make_norm(norm, d_model)
+        self.mixer = mixer
+        self._init_mlp(d_model, norm, mlp, mlp_ratio)
+
+    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+        return self._mlp(x + self.mixer(self.norm1(x), backend=backend))
+
+    def init_state(self, batch: int) -> Any:
+        return self.mixer.init_state(batch)
+
+    def step(self, x_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """One position ``[B, D]``: ``(x_t [B, D], state)``."""
+        y, state = self.mixer.step(self.norm1(x_t), state)
+        return self._mlp(x_t + y), state
+
+    def residual_projections(self) -> list[nn.Linear]:
+        out = self.mixer.output_projection()
+        return ([] if out is None else [out]) + self._mlp_projection()
+
+
+@dataclass
+class GatedState:
+    """Streaming state of a :class:`GatedBlock`: the short convolution's last inputs and the mixer's state."""
+
+    conv: Tensor | None
+    mixer: Any
+
+
+class GatedBlock(_Block):
+    """Type 2: in- and gate projections to the mixer's width, short conv + SiLU, mixer, RMSNorm ⊙ SiLU(gate),
+    out-projection, residual; then the MLP sub-block.  The inner width is the mixer's ``d_model``."""
+
+    def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
+                 mlp_ratio: float = 4.0, short_conv: bool = False, conv_size: int = 4):
+        super().__init__()
+        inner = mixer.d_model
+        self.norm1 = make_norm(norm, d_model)
+        self.in_proj = nn.Linear(d_model, inner, bias=False)
+        self.gate_proj = nn.Linear(d_model, inner, bias=False)
+        self.conv = ShortConv(inner, conv_size, activation=True) if short_conv else None
+        self.mixer = mixer
+        self.out_norm = RMSNorm(inner)
+        self.out_proj = nn.Linear(inner, d_model, bias=False)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio)
+
+    def _mixer_input(self, u: Tensor, conv_state: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        a = self.in_proj(u)
+        if self.conv is None:
+            return F.silu(a), None
+        return self.conv(a, conv_state)  # SiLU inside
+
+    def _output(self, m: Tensor, u: Tensor) -> Tensor:
+        return self.out_proj(self.out_norm(m) * F.silu(self.gate_proj(u)))
+
+    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+        u = self.norm1(x)
+        a, _ = self._mixer_input(u, None)
+        return self._mlp(x + self._output(self.mixer(a, backend=backend), u))
+
+    def init_state(self, batch: int) -> GatedState:
+        conv = None if self.conv is None else self.conv.init_state(batch)
+        return GatedState(conv, self.mixer.init_state(batch))
+
+    def step(self, x_t: Tensor, state: GatedState) -> tuple[Tensor, GatedState]:
+        """One position ``[B, D]``: ``(x_t [B, D], state)``."""
+        u = self.norm1(x_t)
+        a, conv = self._mixer_input(u.unsqueeze(1), state.conv)
+        m, mixer_state = self.mixer.step(a[:, 0], state.mixer)
+        return self._mlp(x_t + self._output(m, u)), GatedState(conv, mixer_state)
+
+    def residual_projections(self) -> list[nn.Linear]:
+        return [self.out_proj] + self._mlp_projection()

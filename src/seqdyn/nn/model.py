@@ -1,0 +1,207 @@
+"""The sequence model of a run (DESIGN §7): input map, optional learned positions, blocks, final norm, head.
+
+    x = E(inputs) (+ P[0:T])              token embedding [V, D] or Linear(C_in → D); P learned, T ≤ input_len
+    x = block_l(x),  l = 1 … layers       transformer or gated block, each with its layer's mixer (hybrid stacks)
+    out = head(norm(x))                   [n, T, output_size]: what ``task.loss`` / ``task.metrics`` take
+
+Initialization (Zoology ``_init_weights``, after GPT-2 / nanoGPT): every ``nn.Linear`` and ``nn.Embedding`` weight
+~ N(0, init_std²), Linear biases 0, then the residual projections (each block's mixer output projection or gated
+out-projection, and its MLP's ``fc2``) ~ N(0, (init_std / √(2·layers))²).  Parameters a mixer marked with
+:func:`seqdyn.mixers.base.keep_init` (paper inits: Mamba's Δ, xLSTM's gate biases, …) are left alone; norms,
+short convolutions and the mixers' other plain parameters keep their own initialization.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from seqdyn import mixers
+from seqdyn.mixers.base import is_kept, scaled_width
+from seqdyn.nn.blocks import GatedBlock, TransformerBlock, make_norm
+from seqdyn.nn.heads import HEAD_KINDS, Head, build_head
+
+if TYPE_CHECKING:
+    from seqdyn.tasks.base import Task, TaskSpec
+    from seqdyn.train.config import ModelConfig
+
+
+@dataclass
+class ModelState:
+    """Streaming state of a :class:`SequenceModel`: the next position, each block's state and the head's."""
+
+    position: int
+    blocks: list[Any]
+    head: Any
+
+
+class SequenceModel(nn.Module):
+    """Embedding, optional learned positions, ``config.layers`` blocks, final norm and the head of ``spec.head``.
+
+    Attributes: ``config`` (the :class:`~seqdyn.train.config.ModelConfig`), ``spec`` (the
+    :class:`~seqdyn.tasks.base.TaskSpec`), ``embedding``, ``positions`` (``None`` when off), ``blocks``, ``norm``,
+    ``head``, ``tied`` (whether the lm head shares the embedding's weight).
+    """
+
+    def __init__(self, config: ModelConfig, spec: TaskSpec):
+        super().__init__()
+        _check_spec(spec)
+        self.config, self.spec = config, spec
+        d = config.d_model
+        tokens = spec.input_kind == "tokens"
+        self.embedding = nn.Embedding(spec.input_size, d) if tokens else nn.Linear(spec.input_size, d)
+        self.positions = nn.Embedding(spec.input_len, d) if config.positions else None
+        self.blocks = nn.ModuleList(_build_block(config, index, name, options)
+                                    for index, (name, options) in enumerate(config.layer_mixers()))
+        self.norm = make_norm(config.norm, d)
+        tie = config.tie_embeddings and spec.head == "lm" and tokens and spec.input_size == spec.output_size
+        self.head: Head = build_head(spec.head, d, spec.output_size, spec.input_len, config.norm,
+                                     tied=self.embedding if tie else None)
+        self.tied = tie
+        init_weights(self)
+
+    # --- full sequences --------------------------------------------------------------------------------------
+    def forward(self, inputs: Tensor, backend: str = "auto") -> Tensor:
+        """``inputs`` (tokens ``[n, T]`` or channels ``[n, T, C_in]``) -> ``[n, T, output_size]``."""
+        x = self.embed(inputs)
+        for block in self.blocks:
+            x = block(x, backend=backend)
+        return self.head(self.norm(x))
+
+    def embed(self, inputs: Tensor) -> Tensor:
+        """The blocks' input ``[n, T, D]``: embedded inputs plus the learned positions ``0 … T−1``."""
+        self._check_inputs(inputs, with_time=True)
+        x = self._input_map(inputs)
+        if self.positions is not None:
+            x = x + self.positions.weight[: inputs.shape[1]]
+        return x
+
+    # --- streaming -------------------------------------------------------------------------------------------
+    def init_state(self, batch: int) -> ModelState:
+        """The state before the first position (``batch`` sequences)."""
+        if not self.head.streams:
+            raise ValueError(f"head: the {self.spec.head} head cannot stream (it decodes from the last position)")
+        return ModelState(0, [block.init_state(batch) for block in self.blocks], self.head.init_state(batch))
+
+    def step(self, inputs_t: Tensor, state: ModelState) -> tuple[Tensor, ModelState]:
+        """One position — tokens ``[n]`` or channels ``[n, C_in]`` — to ``(outputs [n, output_size], state)``.
+
+        Fed ``inputs[:, t]`` for t = 0, 1, … from :meth:`init_state`, it returns ``forward(inputs)[:, t]``; the
+        state counts the positions (which index the learned position embedding).
+        """
+        if not isinstance(state, ModelState):
+            raise ValueError(f"state: expected the ModelState of init_state(batch), got {type(state).__name__}")
+        self._check_inputs(inputs_t, with_time=False)
+        x = self._input_map(inputs_t)
+        if self.positions is not None:
+            if state.position >= self.spec.input_len:
+                raise ValueError(f"state: position {state.position} is past the learned positions "
+                                 f"(input_len={self.spec.input_len})")
+            x = x + self.positions.weight[state.position]
+        block_states = []
+        for block, block_state in zip(self.blocks, state.blocks):
+            x, block_state = block.step(x, block_state)
+            block_states.append(block_state)
+        out, head_state = self.head.step(self.norm(x), state.head)
+        return out, ModelState(state.position + 1, block_states, head_state)
+
+    # --- helpers ---------------------------------------------------------------------------------------------
+    def _input_map(self, inputs: Tensor) -> Tensor:
+        if self.spec.input_kind == "tokens":
+            return self.embedding(inputs)
+        return self.embedding(inputs.to(self.embedding.weight.dtype))
+
+    def _check_inputs(self, inputs: Tensor, with_time: bool) -> None:
+        tokens = self.spec.input_kind == "tokens"
+        layout = ("[n, T]" if with_time else "[n]") if tokens else ("[n, T, C]" if with_time else "[n, C]")
+        dims = (2 if with_time else 1) if tokens else (3 if with_time else 2)
+        what = "inputs" if with_time else "inputs_t"
+        if not isinstance(inputs, Tensor) or inputs.dim() != dims:
+            shape = list(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
+            raise ValueError(f"{what}: expected {self.spec.input_kind} {layout}, got {shape}")
+        if tokens and (inputs.is_floating_point() or inputs.is_complex()):
+            raise ValueError(f"{what}: expected integer tokens, got {inputs.dtype}")
+        if not tokens and inputs.shape[-1] != self.spec.input_size:
+            raise ValueError(f"{what}: expected C={self.spec.input_size} channels, got {inputs.shape[-1]}")
+        if with_time and not 1 <= inputs.shape[1] <= self.spec.input_len and (
+                self.positions is not None or self.spec.head == "autoencoder"):
+            raise ValueError(f"{what}: {inputs.shape[1]} positions; this model takes 1 … {self.spec.input_len}")
+
+    def extra_repr(self) -> str:
+        return f"head={self.spec.head!r}, tied={self.tied}"
+
+
+def _check_spec(spec: TaskSpec) -> None:
+    if spec.input_kind not in ("tokens", "channels"):
+        raise ValueError(f"input_kind: expected 'tokens' or 'channels', got {spec.input_kind!r}")
+    if spec.head not in HEAD_KINDS:
+        raise ValueError(f"head: unknown kind {spec.head!r}; expected one of {list(HEAD_KINDS)}")
+    for name in ("input_size", "input_len", "output_size"):
+        if getattr(spec, name) < 1:
+            raise ValueError(f"{name}: expected a positive size, got {getattr(spec, name)}")
+
+
+def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, Any]) -> nn.Module:
+    """Layer ``index``: its mixer (at the model width, or expand·d_model in a gated block) inside its block."""
+    d = config.d_model
+    width = d if config.block == "transformer" else scaled_width("expand", d, config.expand)
+    try:
+        mixer = mixers.build(name, width, **options)
+    except ValueError as error:
+        raise ValueError(f"mixer_options (layer {index}, {name}): {error}") from None
+    common = dict(norm=config.norm, mlp=config.mlp, mlp_ratio=config.mlp_ratio)
+    if config.block == "transformer":
+        return TransformerBlock(d, mixer, **common)
+    if config.block == "gated":
+        return GatedBlock(d, mixer, short_conv=config.short_conv, conv_size=config.conv_size, **common)
+    raise ValueError(f"block: expected 'transformer' or 'gated', got {config.block!r}")
+
+
+@torch.no_grad()
+def init_weights(model: SequenceModel) -> None:
+    """Zoology's initialization of ``model`` in place (module docstring); parameters marked kept are skipped."""
+    std = model.config.init_std
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)) and not is_kept(module.weight):
+            nn.init.normal_(module.weight, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None and not is_kept(module.bias):
+            nn.init.zeros_(module.bias)
+    residual_std = std / math.sqrt(2 * model.config.layers)
+    for projection in residual_projections(model):
+        if not is_kept(projection.weight):
+            nn.init.normal_(projection.weight, std=residual_std)
+
+
+def residual_projections(model: SequenceModel) -> list[nn.Linear]:
+    """The last linear map of every residual branch (mixer output / gated out-projection, MLP ``fc2``)."""
+    return [projection for block in model.blocks for projection in block.residual_projections()]
+
+
+def count_parameters(model: nn.Module, embeddings: bool = True, trainable_only: bool = False) -> int:
+    """Number of distinct parameters (a tied weight counts once).  ``embeddings=False`` leaves out a
+    :class:`SequenceModel`'s input embedding and learned positions (the "non-embedding" count)."""
+    skip: set[int] = set()
+    if not embeddings and isinstance(model, SequenceModel):
+        skip = {id(p) for part in (model.embedding, model.positions) if part is not None for p in part.parameters()}
+    return sum(p.numel() for p in model.parameters()
+               if id(p) not in skip and (p.requires_grad or not trainable_only))
+
+
+def build_model(config: ModelConfig | Mapping[str, Any], spec: TaskSpec | Task) -> SequenceModel:
+    """The model of ``config`` for the task ``spec`` (a :class:`TaskSpec`, or a task whose ``spec`` is used).
+
+    ``config`` may be a mapping, validated as a :class:`~seqdyn.train.config.ModelConfig`.  The lm head is tied
+    to the token embedding when ``tie_embeddings`` is set, the input is tokens and the vocabularies agree;
+    otherwise (channel inputs, other sizes) it has its own weight — ``model.tied`` says which.
+    """
+    if isinstance(config, Mapping):
+        from seqdyn.train.config import ModelConfig
+
+        config = ModelConfig.model_validate(dict(config))
+    spec = getattr(spec, "spec", spec)
+    return SequenceModel(config, spec)

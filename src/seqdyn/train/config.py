@@ -1,0 +1,278 @@
+"""Typed run and sweep configurations (pydantic), read from YAML (DESIGN §7).
+
+A run config::
+
+    name: mqar-demo
+    model: {block: transformer, mixer: mamba2, mixer_options: {state_dim: 16}, d_model: 64, layers: 2}
+    task: {name: mqar, params: {seq_len: 64, num_kv_pairs: 4}, train_examples: 20000, test_examples: 1000}
+    optimizer: {lr: 1.0e-3, weight_decay: 0.1}
+    schedule: {kind: cosine, warmup: 0.1}
+    train: {epochs: 8, batch_size: 64, early_stop: {threshold: 0.99}}
+
+A sweep config is a run config plus ``sweep``: a mapping from dotted paths to lists.  The grid of all
+combinations expands to runs; a value that is a mapping replaces the keys it names at its path (one level
+deep), so one axis can change a mixer together with its options::
+
+    sweep:
+      model: [{mixer: softmax_attention}, {mixer: mamba2, mixer_options: {state_dim: 16}}]
+      optimizer.lr: [1.0e-3, 3.0e-3]
+
+Each run's id is a hash of its resolved config, so the same run always has the same id.  Errors name the field
+and the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """An invalid config; the message names the file and the field."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Strict):
+    """The network around the mixers (DESIGN §7): blocks, widths, positions, MLP, norms and head tying."""
+
+    block: Literal["transformer", "gated"] = "transformer"
+    mixer: Union[str, list[str]] = "softmax_attention"
+    mixer_options: Union[dict[str, Any], list[dict[str, Any]]] = Field(default_factory=dict)
+    d_model: int = Field(64, gt=0)
+    layers: int = Field(2, gt=0)
+    positions: bool = True
+    mlp: Literal["gelu", "swiglu", "none"] = "gelu"
+    mlp_ratio: float = Field(4.0, gt=0)
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")
+    short_conv: bool = Field(False, description="gated block: short causal convolution before the mixer")
+    conv_size: int = Field(4, gt=0)
+    tie_embeddings: bool = True
+    init_std: float = Field(0.02, gt=0)
+
+    def layer_mixers(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(mixer name, options)`` of every layer; a hybrid stack lists one mixer per layer."""
+        names = self.mixer if isinstance(self.mixer, list) else [self.mixer] * self.layers
+        options = self.mixer_options if isinstance(self.mixer_options, list) else [self.mixer_options] * self.layers
+        return list(zip(names, options))
+
+    @model_validator(mode="after")
+    def _check_mixers(self) -> ModelConfig:
+        from seqdyn import mixers
+
+        for field, value in (("mixer", self.mixer), ("mixer_options", self.mixer_options)):
+            if isinstance(value, list) and len(value) != self.layers:
+                raise ValueError(f"{field}: a per-layer list must have one entry per layer ({self.layers}), got {len(value)}")
+        known = mixers.names()
+        for name, options in self.layer_mixers():
+            if name not in known:
+                raise ValueError(f"mixer: unknown name {name!r}; known mixers: {', '.join(known)}")
+            unknown = sorted(set(options) - set(mixers.options(name)))
+            if unknown:
+                raise ValueError(f"mixer_options: {name} has no option(s) {unknown}; allowed: {sorted(mixers.options(name))}")
+        return self
+
+
+class TaskConfig(Strict):
+    """The task (DESIGN §6), its parameters and data sizes; train and test data come from disjoint seeds."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    train_examples: int = Field(100_000, gt=0)
+    test_examples: int = Field(3_000, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check_task(self) -> TaskConfig:
+        from seqdyn import tasks
+
+        if self.name not in tasks.names():
+            raise ValueError(f"name: unknown task {self.name!r}; known tasks: {', '.join(tasks.names())}")
+        tasks.build(self.name, **self.params)  # parameter errors name the parameter
+        return self
+
+
+class OptimizerConfig(Strict):
+    """AdamW with decoupled weight decay on matrices, and gradient-norm clipping."""
+
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: Union[float, None] = Field(1.0, gt=0)
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in value):
+            raise ValueError(f"each beta must lie in [0, 1), got {value}")
+        return value
+
+
+class ScheduleConfig(Strict):
+    """Learning-rate schedule: cosine decay to ``min_lr`` (or constant) after a linear warm-up fraction."""
+
+    kind: Literal["cosine", "constant"] = "cosine"
+    warmup: float = Field(0.0, ge=0, lt=1, description="fraction of the training steps")
+    min_lr: float = Field(0.0, ge=0)
+
+
+class EarlyStopConfig(Strict):
+    """Stop when the test metric reaches ``threshold`` (Zoology: MQAR accuracy 0.99); ``None`` never stops."""
+
+    metric: Union[str, None] = Field(None, description="default: the task's primary metric")
+    threshold: Union[float, None] = None
+
+
+class TrainConfig(Strict):
+    """Length of training, batching, evaluation, checkpoints, seed, device and precision."""
+
+    epochs: Union[int, None] = Field(None, gt=0)
+    steps: Union[int, None] = Field(None, gt=0)
+    batch_size: int = Field(64, gt=0)
+    eval_every: Union[int, None] = Field(None, gt=0, description="steps between evaluations; default: each epoch")
+    checkpoint_every: Union[int, None] = Field(None, gt=0, description="steps between checkpoints; default: each evaluation")
+    early_stop: EarlyStopConfig = Field(default_factory=EarlyStopConfig)
+    seed: int = 0
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    backend: str = Field("auto", description="the mixers' backend")
+
+    @model_validator(mode="after")
+    def _length(self) -> TrainConfig:
+        if (self.epochs is None) == (self.steps is None):
+            raise ValueError("give exactly one of epochs and steps")
+        if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
+            raise ValueError(f"device: expected 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}")
+        return self
+
+
+class LoggersConfig(Strict):
+    """Optional loggers, off by default (the results store always records everything)."""
+
+    wandb: bool = False
+    tensorboard: bool = False
+    project: str = "seqdyn"
+
+
+class RunConfig(Strict):
+    """One training run."""
+
+    name: str = "run"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(epochs=1))
+    loggers: LoggersConfig = Field(default_factory=LoggersConfig)
+
+    def canonical(self) -> dict[str, Any]:
+        """The resolved config as plain data (every default filled in)."""
+        return self.model_dump(mode="json")
+
+    @property
+    def run_id(self) -> str:
+        """A stable id: the first 12 hex digits of the SHA-256 of the canonical JSON (the name excluded)."""
+        data = self.canonical()
+        data.pop("name")
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class SweepConfig(RunConfig):
+    """A run config plus grid axes: dotted path -> list of values (mappings merge into the base)."""
+
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @field_validator("sweep")
+    @classmethod
+    def _axes(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for path, values in axes.items():
+            if not values:
+                raise ValueError(f"{path}: an axis needs at least one value")
+        return axes
+
+    def expand(self) -> list[RunConfig]:
+        """Every combination of the axes as a run config (validated), in a deterministic order."""
+        base = self.model_dump(mode="json", exclude={"sweep"})
+        runs = []
+        for combination in itertools.product(*self.sweep.values()):
+            data = copy.deepcopy(base)
+            labels = []
+            for path, value in zip(self.sweep, combination):
+                _set_path(data, path, value)
+                labels.append(_label(path, value))
+            if labels:
+                data["name"] = f"{base['name']}[{', '.join(labels)}]"
+            runs.append(RunConfig.model_validate(data))
+        return runs
+
+
+def _set_path(data: dict, path: str, value: Any) -> None:
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        if key not in node or not isinstance(node[key], dict):
+            raise ValueError(f"sweep: {path}: {key!r} is not a section of the config")
+        node = node[key]
+    if isinstance(value, dict) and isinstance(node.get(keys[-1]), dict):
+        node[keys[-1]] = {**node[keys[-1]], **value}  # the keys a value names replace the base's
+    else:
+        node[keys[-1]] = value
+
+
+def _label(path: str, value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items() if not isinstance(v, dict))
+    return f"{path.split('.')[-1]}={value}"
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
+
+
+def parse_config(data: Any, source: str = "<config>") -> RunConfig | SweepConfig:
+    """Validate plain data as a run config, or as a sweep config when it has a ``sweep`` section."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        if "sweep" in data:
+            sweep = SweepConfig.model_validate(data)
+            sweep.expand()  # every combination must be valid too
+            return sweep
+        return RunConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(f"{source}: {_describe(error)}") from None
+    except ValueError as error:
+        raise ConfigError(f"{source}: {error}") from None
+
+
+def load_config(path: str | Path) -> RunConfig | SweepConfig:
+    """Read and validate a YAML config file; every problem raises :class:`ConfigError` naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the config ({error.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(error, 'problem', error)}") from None
+    return parse_config(data, str(path))

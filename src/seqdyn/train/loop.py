@@ -1,0 +1,436 @@
+"""One training run: data, model, AdamW with a cosine schedule, evaluation, early stop, checkpoints, resume.
+
+``train_run(config, store)`` trains ``config`` (a :class:`~seqdyn.train.config.RunConfig`) and records it in the
+results store.  Everything that decides the result is derived from the config, so a run killed at any point and
+started again resumes from its last checkpoint and ends with the same metrics as an uninterrupted run:
+
+* the training order of epoch e is a permutation drawn from ``(seed, e)``;
+* a checkpoint (safetensors) holds the model, the optimizer and scheduler state, the step and the RNG state;
+* evaluation and checkpoints happen at fixed steps.
+
+A non-finite loss ends the run as ``failed`` with the step and the reason; the caller (a sweep) goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from seqdyn.train.config import RunConfig
+
+#: evaluate on the concatenated outputs (exact for every metric) while they hold at most this many numbers
+EXACT_EVAL_ELEMENTS = 1 << 25
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class RunResult:
+    """How a run ended."""
+
+    run_id: str
+    name: str
+    status: str  # finished | stopped_early | failed | interrupted | skipped
+    step: int = 0
+    metric_name: str = ""
+    final_metric: float | None = None
+    best_metric: float | None = None
+    final: dict[str, float] = field(default_factory=dict)
+    wall_time: float = 0.0
+    reason: str | None = None
+
+
+@dataclass
+class Plan:
+    """Step arithmetic of a run: steps per epoch, total steps, when to evaluate and to checkpoint."""
+
+    examples: int
+    batch_size: int
+    total_steps: int
+    eval_every: int
+    checkpoint_every: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.examples // self.batch_size)
+
+    @classmethod
+    def of(cls, config: RunConfig) -> Plan:
+        train = config.train
+        per_epoch = -(-config.task.train_examples // train.batch_size)
+        total = train.steps if train.steps is not None else train.epochs * per_epoch
+        eval_every = train.eval_every or (per_epoch if train.epochs is not None else max(1, total // 10))
+        return cls(config.task.train_examples, train.batch_size, total, eval_every,
+                   train.checkpoint_every or eval_every)
+
+    def batch(self, step: int, seed: int) -> Tensor:
+        """The example indices of training step ``step``: epoch ``step // steps_per_epoch`` of a seeded shuffle."""
+        epoch, position = divmod(step, self.steps_per_epoch)
+        order = torch.randperm(self.examples, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+        return order[position * self.batch_size:(position + 1) * self.batch_size]
+
+
+def learning_rate_factor(config: RunConfig, total_steps: int) -> Callable[[int], float]:
+    """Linear warm-up over ``warmup·total`` steps, then cosine decay to ``min_lr`` (or constant)."""
+    schedule, base = config.schedule, config.optimizer.lr
+    warmup = int(schedule.warmup * total_steps)
+    floor = schedule.min_lr / base
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule.kind == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total_steps - warmup)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (not on biases, norms or 1-D gate parameters)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    opt = config.optimizer
+    groups = [{"params": decay, "weight_decay": opt.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"train.device: {name!r} asked for, but no CUDA device is available; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# ------------------------------------------------------------------------------------------------- evaluation
+def evaluate(model: torch.nn.Module, task, inputs: Tensor, targets: Tensor, batch_size: int, device: torch.device,
+             backend: str, autocast: Callable[[], Any]) -> dict[str, float]:
+    """The task's metrics on the test set, in batches; exact (one call on all outputs) when they fit in memory,
+    otherwise batch metrics weighted by their labelled positions."""
+    model.eval()
+    outputs, weighted, weights = [], {}, 0.0
+    exact = inputs.shape[0] * task.spec.input_len * task.spec.output_size <= EXACT_EVAL_ELEMENTS
+    with torch.no_grad():
+        for start in range(0, inputs.shape[0], batch_size):
+            batch = inputs[start:start + batch_size].to(device)
+            with autocast():
+                out = model(batch, backend=backend).float()
+            if exact:
+                outputs.append(out.cpu())
+                continue
+            target = targets[start:start + batch_size]
+            weight = float((target != task.spec.ignore_index).sum()) if target.dtype == torch.int64 else target.numel()
+            for name, value in task.metrics(out, target.to(device)).items():
+                weighted[name] = weighted.get(name, 0.0) + weight * value
+            weights += weight
+    model.train()
+    if exact:
+        return task.metrics(torch.cat(outputs), targets)
+    return {name: value / weights for name, value in weighted.items()}
+
+
+def _better(value: float, best: float | None, higher: bool) -> bool:
+    if best is None or math.isnan(best):
+        return not math.isnan(value)
+    return value > best if higher else value < best
+
+
+def _reached(value: float, threshold: float | None, higher: bool) -> bool:
+    return threshold is not None and (value >= threshold if higher else value <= threshold)
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
+    """Model and optimizer tensors plus JSON metadata in one safetensors file, written atomically."""
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = optimizer.state_dict()
+    for index, values in state["state"].items():
+        for key, value in values.items():
+            tensors[f"optim.{index}.{key}"] = torch.as_tensor(value).contiguous().cpu()
+    tensors["rng.torch"] = torch.get_rng_state()
+    meta = dict(meta, param_groups=[{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    save_file(tensors, str(temporary), metadata={"seqdyn": json.dumps(meta)})
+    os.replace(temporary, path)
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    run_id: str) -> dict[str, Any]:
+    """Restore model, optimizer and RNG from :func:`save_checkpoint`; returns the metadata.  A checkpoint of
+    another run or another architecture raises ``ValueError``."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        meta = json.loads(handle.metadata()["seqdyn"])
+    if meta.get("run_id") != run_id:
+        raise ValueError(f"checkpoint {path}: belongs to run {meta.get('run_id')}, not {run_id}")
+    tensors = load_file(str(path))
+    weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        raise ValueError(f"checkpoint {path}: does not match the config's model ({str(error).splitlines()[0]})") from None
+    state: dict[str, Any] = {"state": {}, "param_groups": []}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, index, name = key.split(".", 2)
+            state["state"].setdefault(int(index), {})[name] = value
+    groups = optimizer.state_dict()["param_groups"]
+    state["param_groups"] = [dict(saved, params=group["params"]) for saved, group in zip(meta["param_groups"], groups)]
+    optimizer.load_state_dict(state)
+    torch.set_rng_state(tensors["rng.torch"])
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------------- training
+class _Loggers:
+    """TensorBoard and Weights & Biases, when the config turns them on (off by default)."""
+
+    def __init__(self, config: RunConfig, run_id: str, log_dir: Path):
+        self.writers: list[Callable[[dict[str, float], int], None]] = []
+        if config.loggers.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ValueError("loggers.tensorboard: install the 'tensorboard' package or turn it off") from None
+            writer = SummaryWriter(str(log_dir / run_id))
+            self.writers.append(lambda m, s: [writer.add_scalar(k, v, s) for k, v in m.items()])
+        if config.loggers.wandb:
+            try:
+                import wandb
+            except ImportError:
+                raise ValueError("loggers.wandb: install the 'wandb' package or turn it off") from None
+            wb_run = wandb.init(project=config.loggers.project, name=config.name, id=run_id, resume="allow",
+                                config=config.canonical())
+            self.writers.append(lambda m, s: wb_run.log(m, step=s))
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for write in self.writers:
+            write(metrics, step)
+
+
+class Trainer:
+    """The state of one run between steps; :meth:`run` trains it to the end."""
+
+    def __init__(self, config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None,
+                 owner: str | None = None, progress: bool = True, distributed=None):
+        from seqdyn import tasks
+        from seqdyn.nn import build_model
+
+        self.config, self.store, self.distributed = config, store, distributed
+        self.run_id, self.owner = config.run_id, owner or default_owner()
+        self.lead = distributed is None or distributed.rank == 0
+        self.device = resolve_device(config.train.device)
+        if distributed is not None:
+            self.device = distributed.device(self.device)
+        self.task = tasks.build(config.task.name, **config.task.params)
+        self.train_data = self.task.generate(config.task.train_examples, config.task.seed, "train")
+        self.test_data = self.task.generate(config.task.test_examples, config.task.seed, "test")
+        torch.manual_seed(config.train.seed)
+        self.model = build_model(config.model, self.task.spec).to(self.device)
+        self.optimizer = build_optimizer(self.model, config)
+        self.trained = distributed.wrap(self.model) if distributed is not None else self.model
+        self.plan = Plan.of(config)
+        self.lr_factor = learning_rate_factor(config, self.plan.total_steps)
+        self.watched = config.train.early_stop.metric or self.task.spec.primary_metric
+        self.higher = self.task.spec.higher_is_better
+        self.checkpoint_path = Path(checkpoint_dir or "checkpoints") / f"{self.run_id}.safetensors"
+        self.loggers = _Loggers(config, self.run_id, self.checkpoint_path.parent / "logs") if self.lead else None
+        self.progress = progress and self.lead
+        self.step, self.best, self.elapsed, self.final = 0, None, 0.0, {}
+        dtype = {"float32": None, "bfloat16": torch.bfloat16}[config.train.dtype]
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else _null
+
+    def resume(self, path: Path | None) -> None:
+        """Continue from a checkpoint of this run, if there is one."""
+        if self.distributed is not None:
+            path = self.distributed.broadcast_object(path)
+        if path is not None and path.exists():
+            meta = load_checkpoint(path, self.model, self.optimizer, self.run_id)
+            self.step, self.best, self.elapsed = meta["step"], meta["best"], meta["elapsed"]
+
+    def train_step(self) -> float:
+        indices = self.plan.batch(self.step, self.config.train.seed)
+        if self.distributed is not None:
+            indices = self.distributed.shard(indices)
+        inputs, targets = (t[indices].to(self.device) for t in self.train_data)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.optimizer.lr * self.lr_factor(self.step)
+        with self.autocast():
+            loss = self.task.loss(self.trained(inputs, backend=self.config.train.backend), targets)
+        if self.distributed is not None:
+            loss_value = self.distributed.mean(loss.detach())
+        else:
+            loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            raise Diverged(f"non-finite loss ({loss_value}) at step {self.step}")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.optimizer.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optimizer.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        return loss_value
+
+    def evaluate_and_record(self, train_loss: float, wall: float) -> bool:
+        """Test metrics, store rows, checkpoint; returns whether the early-stop threshold was reached."""
+        self.final = evaluate(self.model, self.task, *self.test_data, self.plan.batch_size, self.device,
+                              self.config.train.backend, self.autocast)
+        value = self.final.get(self.watched, float("nan"))
+        if _better(value, self.best, self.higher):
+            self.best = value
+        stop = _reached(value, self.config.train.early_stop.threshold, self.higher)
+        if not self.lead:
+            return stop
+        train_metrics = {"loss": train_loss, "lr": self.optimizer.param_groups[0]["lr"]}
+        _record(self.store, self.loggers, self.run_id, self.owner, self.step, self.plan, train_metrics, self.final,
+                wall)
+        if self.step % self.plan.checkpoint_every == 0 or stop or self.step == self.plan.total_steps:
+            save_checkpoint(self.checkpoint_path, self.model, self.optimizer,
+                            {"run_id": self.run_id, "step": self.step, "best": self.best, "elapsed": wall})
+            if self.store is not None:
+                self.store.set_checkpoint(self.run_id, str(self.checkpoint_path), self.step)
+        return stop
+
+    def run(self) -> tuple[str, str | None]:
+        """Train from ``self.step`` to the end; returns ``(status, reason)``."""
+        begun, losses = time.perf_counter(), []
+        bar = _progress(self.progress, self.config.name, self.plan.total_steps, self.step)
+        try:
+            while self.step < self.plan.total_steps:
+                losses.append(self.train_step())
+                bar.advance(losses[-1])
+                if self.step % self.plan.eval_every == 0 or self.step == self.plan.total_steps:
+                    stop = self.evaluate_and_record(sum(losses) / len(losses),
+                                                    self.elapsed + time.perf_counter() - begun)
+                    bar.show(self.watched, self.final.get(self.watched, float("nan")))
+                    losses = []
+                    if stop:
+                        return "stopped_early", None
+            return "finished", None
+        except Diverged as error:
+            return "failed", str(error)
+        finally:
+            self.elapsed += time.perf_counter() - begun
+            bar.close()
+
+
+class _Heartbeat:
+    """Tells the store every ``interval`` seconds that this run's owner is alive, so that a long stretch between
+    evaluations is not mistaken for a dead process (claims go stale after 120 s without a heartbeat)."""
+
+    def __init__(self, store, run_id: str, owner: str, interval: float = 20.0):
+        self.store, self.run_id, self.owner, self.interval = store, run_id, owner, interval
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.store.heartbeat(self.run_id, self.owner)
+
+    def __enter__(self) -> _Heartbeat:
+        if self.store is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+
+def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None, owner: str | None = None,
+              progress: bool = True, sweep: str | None = None, distributed=None) -> RunResult:
+    """Train ``config`` to the end (or early stop, or failure), resuming from its checkpoint in ``store``."""
+    run_id, owner = config.run_id, owner or default_owner()
+    lead = distributed is None or distributed.rank == 0
+    if store is not None and lead:
+        store.add_run(run_id, config.name, config.canonical(), sweep)
+        if not store.claim(run_id, owner):
+            record = store.run(run_id)
+            return RunResult(run_id, config.name, "skipped", reason=f"{record.status} (owner {record.owner})")
+    trainer = Trainer(config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress,
+                      distributed=distributed)
+    record = store.run(run_id) if store is not None and lead else None
+    trainer.resume(Path(record.checkpoint) if record is not None and record.checkpoint else None)
+    try:
+        with _Heartbeat(store if lead else None, run_id, owner):
+            status, reason = trainer.run()
+    except BaseException:
+        if store is not None and lead:
+            store.release(run_id, owner)  # interrupted: the next sweep resumes it from its checkpoint
+        raise
+    final_value = trainer.final.get(trainer.watched) if trainer.final else None
+    if store is not None and lead:
+        store.finish(run_id, owner, status, step=trainer.step, reason=reason, final_metric=final_value,
+                     best_metric=trainer.best, metric_name=trainer.watched, wall_time=trainer.elapsed)
+    return RunResult(run_id, config.name, status, trainer.step, trainer.watched, final_value, trainer.best,
+                     trainer.final, trainer.elapsed, reason)
+
+
+def _record(store, loggers, run_id, owner, step, plan, train_metrics, test_metrics, wall) -> None:
+    epoch = step / plan.steps_per_epoch
+    if store is not None:
+        store.log_metrics(run_id, step, epoch, "train", train_metrics, wall)
+        store.log_metrics(run_id, step, epoch, "test", test_metrics, wall)
+        store.heartbeat(run_id, owner)
+    if loggers is not None:
+        loggers.log({f"train/{k}": v for k, v in train_metrics.items()}
+                    | {f"test/{k}": v for k, v in test_metrics.items()}, step)
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _progress:
+    """A rich progress bar for one run (or nothing, when ``enabled`` is false)."""
+
+    def __init__(self, enabled: bool, name: str, total: int, start: int):
+        self.bar = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=True)
+        self.task = self.bar.add_task(name[:60], total=total, completed=start, info="")
+        self.bar.start()
+        self.metric = ""
+
+    def advance(self, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, info=f"loss {loss:.3f} {self.metric}")
+
+    def show(self, name: str, value: float) -> None:
+        self.metric = f"{name} {value:.3f}"
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,615 @@
+"""The embedded results store (DESIGN §7): one SQLite file holding runs, their configs, metrics and checkpoints.
+
+A store is safe for several processes at once (two sweeps on one file, a sweep's workers, a report reading while
+a sweep writes):
+
+- the file is in WAL mode, so readers never block the writer and the writer never blocks readers;
+- every write is one transaction opened with ``BEGIN IMMEDIATE`` (the write lock is taken before anything is
+  read, so a read-modify-write cannot interleave with another writer's), and waiting writers retry for
+  ``busy_timeout`` instead of failing;
+- :meth:`Store.claim` is a single conditional ``UPDATE``: of two processes claiming one run, exactly one sees a
+  changed row. A claim that finds the run ``running`` takes it over only when the owner's heartbeat is older
+  than ``stale_after`` seconds (its process died without a word).
+
+Run life cycle (``STATUSES``)::
+
+    add_run -> pending --claim--> running --finish--> finished | failed | stopped_early
+                                    |  ^
+                            release |  | claim (or a stale heartbeat)
+                                    v  |
+                                 interrupted
+
+Open one :class:`Store` per process (a store object passed to another process reopens its connection there).
+Times are seconds since the epoch (``time.time()``); NaN metric values are stored as NULL and read back as NaN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("pending", "running", "interrupted", "finished", "failed", "stopped_early")
+FINAL_STATUSES = ("finished", "failed", "stopped_early")
+CLAIMABLE_STATUSES = ("pending", "interrupted")
+EXPORT_FORMATS = ("csv", "parquet")
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 60.0
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS runs (
+    id              TEXT PRIMARY KEY,
+    name            TEXT NOT NULL,
+    sweep           TEXT,
+    config          TEXT NOT NULL,
+    status          TEXT NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ({", ".join(f"'{s}'" for s in STATUSES)})),
+    reason          TEXT,
+    step            INTEGER NOT NULL DEFAULT 0,
+    epoch           REAL,
+    metric_name     TEXT,
+    final_metric    REAL,
+    best_metric     REAL,
+    checkpoint      TEXT,
+    checkpoint_step INTEGER,
+    created         REAL NOT NULL,
+    started         REAL,
+    finished        REAL,
+    wall_time       REAL,
+    owner           TEXT,
+    heartbeat       REAL,
+    attempts        INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_by_sweep ON runs (sweep);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id    TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    step      INTEGER NOT NULL,
+    epoch     REAL,
+    split     TEXT NOT NULL,
+    name      TEXT NOT NULL,
+    value     REAL,
+    wall_time REAL,
+    PRIMARY KEY (run_id, step, split, name)
+) WITHOUT ROWID;
+"""
+
+
+class MissingDependencyError(ImportError, ValueError):
+    """An optional package a feature needs is not installed (catchable as ImportError or ValueError)."""
+
+
+@dataclass
+class RunRecord:
+    """One row of the ``runs`` table; ``config`` is the resolved run config as plain data."""
+
+    id: str
+    name: str
+    sweep: str | None
+    config: dict[str, Any]
+    status: str
+    reason: str | None
+    step: int
+    epoch: float | None
+    best_metric: float | None
+    final_metric: float | None
+    metric_name: str | None
+    checkpoint: str | None
+    checkpoint_step: int | None
+    created: float
+    started: float | None
+    finished: float | None
+    wall_time: float | None
+    owner: str | None
+    heartbeat: float | None
+    attempts: int
+
+
+@dataclass
+class MetricRow:
+    """One evaluation value: ``name`` on ``split`` at ``step`` of run ``run_id``."""
+
+    run_id: str
+    step: int
+    epoch: float | None
+    split: str
+    name: str
+    value: float
+    wall_time: float | None
+
+
+_RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
+_METRIC_COLUMNS = tuple(f.name for f in fields(MetricRow))
+
+
+class Store:
+    """A results store in the SQLite file ``path`` (created with its tables when absent).
+
+    Args:
+        path: the database file. Its directory must exist and be writable (WAL mode keeps ``-wal`` and ``-shm``
+            files beside it); otherwise a ``ValueError`` names the path and the reason, and nothing is created.
+        readonly: open an existing store for reading only (reports); a missing file is a ``ValueError``.
+        clock: the time source (seconds); tests pass a fake one.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False, clock: Callable[[], float] = time.time):
+        self.path = Path(path)
+        self.readonly = readonly
+        self.clock = clock
+        self._lock = threading.RLock()
+        _check_path(self.path, readonly)
+        existed = self.path.exists()
+        try:
+            self._conn = self._connect()
+        except ValueError:
+            if not existed:  # leave no trace of a store that could not be made
+                for suffix in ("", "-wal", "-shm"):
+                    self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+            raise
+        self._pid = os.getpid()
+
+    # --- connection ---------------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            if self.readonly:
+                uri = f"{self.path.resolve().as_uri()}?mode=ro"
+                conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                       check_same_thread=False)
+            else:
+                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                       check_same_thread=False)
+        except sqlite3.Error as error:
+            raise ValueError(f"results store {self.path}: cannot open ({error})") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            _check_schema(conn, self.path, self.readonly)
+            if not self.readonly:
+                _set_wal(conn, self.path)
+                conn.execute("PRAGMA synchronous = NORMAL")  # in WAL mode: durable across process crashes
+                conn.execute("PRAGMA foreign_keys = ON")
+                _create_schema(conn)
+        except sqlite3.Error as error:
+            conn.close()
+            raise ValueError(f"results store {self.path}: cannot use the file ({error})") from None
+        except ValueError:
+            conn.close()
+            raise
+        return conn
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This process's connection (reopened after a fork or in a process the store was pickled to)."""
+        if self._pid != os.getpid():
+            self._conn = self._connect()
+            self._pid = os.getpid()
+        return self._conn
+
+    def close(self) -> None:
+        """Close the connection (the WAL is checkpointed when the last connection closes)."""
+        with self._lock:
+            if self._pid == os.getpid():
+                self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "readonly": self.readonly, "clock": self.clock}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], readonly=state["readonly"], clock=state["clock"])
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, the write lock taken up front (``BEGIN IMMEDIATE``)."""
+        if self.readonly:
+            raise ValueError(f"results store {self.path}: opened read-only")
+        with self._lock:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            cursor = self.conn.execute(sql, tuple(params))
+            return cursor.fetchall()
+
+    # --- runs -----------------------------------------------------------------------------------------
+    def add_run(self, run_id: str, name: str, config: dict[str, Any], sweep: str | None = None) -> bool:
+        """Insert a run as ``pending`` unless present; True if it is new.
+
+        The id identifies the resolved config: re-adding an id with a config that differs (other than in its
+        ``name``) is a ``ValueError``. A re-added run keeps its name, sweep, status and history.
+        """
+        text = _config_json(config)
+        with self._write() as conn:
+            row = conn.execute("SELECT config FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is not None:
+                if _without_name(json.loads(row[0])) != _without_name(json.loads(text)):
+                    raise ValueError(f"run {run_id}: already in {self.path} with a different config")
+                return False
+            conn.execute(
+                "INSERT INTO runs (id, name, sweep, config, created) VALUES (?, ?, ?, ?, ?)",
+                (run_id, name, sweep, text, self.clock()),
+            )
+            return True
+
+    def claim(self, run_id: str, owner: str, stale_after: float = 120.0) -> bool:
+        """Mark the run ``running`` by ``owner`` if it is pending, interrupted, or running with a heartbeat older
+        than ``stale_after`` seconds; True if this caller got it. Each successful claim counts an attempt."""
+        now = self.clock()
+        with self._write() as conn:
+            cursor = conn.execute(
+                """UPDATE runs SET status = 'running', owner = ?, heartbeat = ?, started = COALESCE(started, ?),
+                          reason = NULL, attempts = attempts + 1
+                   WHERE id = ? AND (status IN ('pending', 'interrupted')
+                                     OR (status = 'running' AND (heartbeat IS NULL OR heartbeat < ?)))""",
+                (owner, now, now, run_id, now - stale_after),
+            )
+            if cursor.rowcount == 0:
+                self._require(conn, run_id)
+            return cursor.rowcount == 1
+
+    def heartbeat(self, run_id: str, owner: str) -> bool:
+        """Refresh the owner's heartbeat; False if ``owner`` no longer holds the run (another process took it)."""
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET heartbeat = ? WHERE id = ? AND owner = ? AND status = 'running'",
+                (self.clock(), run_id, owner),
+            )
+            return cursor.rowcount == 1
+
+    def release(self, run_id: str, owner: str) -> bool:
+        """Give the run back as ``interrupted`` (stopped by Ctrl-C, resumable); False if ``owner`` did not hold it."""
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET status = 'interrupted', heartbeat = NULL "
+                "WHERE id = ? AND owner = ? AND status = 'running'",
+                (run_id, owner),
+            )
+            return cursor.rowcount == 1
+
+    def finish(
+        self,
+        run_id: str,
+        owner: str,
+        status: str,
+        *,
+        step: int,
+        reason: str | None = None,
+        final_metric: float | None = None,
+        best_metric: float | None = None,
+        metric_name: str | None = None,
+        wall_time: float | None = None,
+    ) -> bool:
+        """Record the end of a run held by ``owner``: ``finished``, ``failed`` (with a ``reason`` such as
+        "NaN loss at step 120") or ``stopped_early``. False if ``owner`` no longer holds the run."""
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"finish: status {status!r} is not one of {', '.join(FINAL_STATUSES)}")
+        if status == "failed" and not reason:
+            raise ValueError(f"finish: run {run_id} failed without a reason")
+        with self._write() as conn:
+            cursor = conn.execute(
+                """UPDATE runs SET status = ?, step = ?, reason = ?, final_metric = ?, best_metric = ?,
+                          metric_name = COALESCE(?, metric_name), wall_time = ?, finished = ?, heartbeat = NULL
+                   WHERE id = ? AND owner = ? AND status = 'running'""",
+                (status, step, reason, _real(final_metric), _real(best_metric), metric_name, wall_time,
+                 self.clock(), run_id, owner),
+            )
+            if cursor.rowcount == 0:
+                self._require(conn, run_id)
+            return cursor.rowcount == 1
+
+    def set_checkpoint(self, run_id: str, path: str | os.PathLike, step: int) -> None:
+        """Record the run's latest checkpoint file and the step it holds."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE runs SET checkpoint = ?, checkpoint_step = ? WHERE id = ?", (str(path), step, run_id)
+            )
+            self._require(conn, run_id)
+
+    def log_metrics(
+        self,
+        run_id: str,
+        step: int,
+        epoch: float | None,
+        split: str,
+        metrics: dict[str, float],
+        wall_time: float | None,
+    ) -> None:
+        """Record one evaluation (one row per metric; logging a (step, split, name) again replaces it) and
+        advance the run's step and epoch."""
+        rows = [(run_id, step, epoch, split, name, _real(value), wall_time) for name, value in metrics.items()]
+        with self._write() as conn:
+            self._require(conn, run_id)
+            conn.executemany(
+                "INSERT OR REPLACE INTO metrics (run_id, step, epoch, split, name, value, wall_time) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            conn.execute("UPDATE runs SET step = ?, epoch = ? WHERE id = ?", (step, epoch, run_id))
+
+    def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            raise ValueError(f"run {run_id}: not in the results store {self.path}")
+
+    # --- queries --------------------------------------------------------------------------------------
+    def run(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None."""
+        rows = self._read(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,))
+        return _run_record(rows[0]) if rows else None
+
+    def runs(self, sweep: str | None = None, status: str | Iterable[str] | None = None) -> list[RunRecord]:
+        """Runs in the order they were added, optionally of one sweep and with one status (or several)."""
+        where, params = [], []
+        if sweep is not None:
+            where.append("sweep = ?")
+            params.append(sweep)
+        if status is not None:
+            wanted = [status] if isinstance(status, str) else list(status)
+            unknown = sorted(set(wanted) - set(STATUSES))
+            if unknown:
+                raise ValueError(f"runs: unknown status {', '.join(unknown)}; statuses: {', '.join(STATUSES)}")
+            where.append(f"status IN ({', '.join('?' * len(wanted))})")
+            params.extend(wanted)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._read(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs{clause} ORDER BY rowid", params)
+        return [_run_record(row) for row in rows]
+
+    def sweeps(self) -> list[str]:
+        """The sweep names in the store, in the order their first run was added."""
+        rows = self._read("SELECT sweep FROM runs WHERE sweep IS NOT NULL GROUP BY sweep ORDER BY MIN(rowid)")
+        return [row[0] for row in rows]
+
+    def status_counts(self, sweep: str | None = None) -> dict[str, int]:
+        """How many runs (of ``sweep``, or all) have each status; every status is a key."""
+        clause, params = (" WHERE sweep = ?", (sweep,)) if sweep is not None else ("", ())
+        counts = dict(self._read(f"SELECT status, COUNT(*) FROM runs{clause} GROUP BY status", params))
+        return {status: counts.get(status, 0) for status in STATUSES}
+
+    def metrics(self, run_id: str | None = None, split: str | None = None) -> list[MetricRow]:
+        """Metric rows ordered by run, step, split and name, optionally of one run and one split."""
+        where, params = [], []
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if split is not None:
+            where.append("split = ?")
+            params.append(split)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._read(
+            f"SELECT {', '.join(_METRIC_COLUMNS)} FROM metrics{clause} ORDER BY run_id, step, split, name", params
+        )
+        return [_metric_row(row) for row in rows]
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check``: ``"ok"`` for an intact file."""
+        return "; ".join(row[0] for row in self._read("PRAGMA integrity_check"))
+
+    # --- export ---------------------------------------------------------------------------------------
+    def export(self, path: str | os.PathLike, format: str = "csv") -> dict[str, Path]:
+        """Write ``runs.<format>`` (one row per run, config flattened to dotted columns such as
+        ``model.mixer``) and ``metrics.<format>`` into the directory ``path`` (created if needed).
+
+        Parquet needs ``pyarrow`` (``pip install 'seqdyn[parquet]'``). Returns ``{"runs": path, "metrics": path}``.
+        """
+        if format not in EXPORT_FORMATS:
+            raise ValueError(f"export: unknown format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
+        if format == "parquet":
+            _require_pyarrow()
+        directory = Path(path)
+        if directory.exists() and not directory.is_dir():
+            raise ValueError(f"export: {directory} exists and is not a directory")
+        directory.mkdir(parents=True, exist_ok=True)
+        tables = {"runs": self._run_table(), "metrics": [asdict(m) for m in self.metrics()]}
+        headers = {"runs": _header(tables["runs"], _run_fixed_columns()), "metrics": list(_METRIC_COLUMNS)}
+        written = {}
+        for table, rows in tables.items():
+            written[table] = directory / f"{table}.{format}"
+            writer = _write_csv if format == "csv" else _write_parquet
+            writer(written[table], headers[table], rows)
+        return written
+
+    def _run_table(self) -> list[dict[str, Any]]:
+        rows = []
+        for record in self.runs():
+            row = {key: value for key, value in asdict(record).items() if key != "config"}
+            config = dict(record.config)
+            config.pop("name", None)
+            row.update({key: _cell(value) for key, value in flatten(config).items()})
+            rows.append(row)
+        return rows
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one mapping with dotted keys (``{"model": {"mixer": m}}`` -> ``{"model.mixer": m}``);
+    empty mappings vanish, lists stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _check_path(path: Path, readonly: bool) -> None:
+    """Raise ValueError (naming the path and the reason) unless ``path`` can hold a store; touch nothing."""
+    def fail(reason: str) -> None:
+        raise ValueError(f"results store {path}: {reason}")
+
+    if path.is_dir():
+        fail("is a directory")
+    if readonly:
+        if not path.exists():
+            fail("no such file")
+        if not os.access(path, os.R_OK):
+            fail("file is not readable")
+    else:
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.exists():
+            fail(f"directory {parent} does not exist")
+        if not parent.is_dir():
+            fail(f"{parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            fail(f"directory {parent} is not writable")
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            fail("file is not writable")
+    if path.exists() and path.stat().st_size > 0:
+        with open(path, "rb") as handle:
+            if handle.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                fail("not a SQLite database")
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
+    """Refuse a SQLite file that another program made, or a newer seqdyn; reads only."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"results store {path}: schema {version} is newer than this seqdyn's ({SCHEMA_VERSION})")
+    if (tables or readonly) and not {"runs", "metrics"} <= tables:
+        names = ", ".join(sorted(tables)) or "none"
+        raise ValueError(f"results store {path}: a SQLite database that is not a seqdyn store (tables: {names})")
+
+
+def _set_wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Switch to WAL (persistent in the file); retried because the switch may not wait on another's lock."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower()
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+            continue
+        if mode != "wal":
+            raise ValueError(f"results store {path}: the file system refuses WAL mode (journal mode stays {mode!r})")
+        return
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _config_json(config: dict[str, Any]) -> str:
+    if not isinstance(config, dict):
+        raise ValueError(f"add_run: config must be a mapping (RunConfig.canonical()), got {type(config).__name__}")
+    try:
+        return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"add_run: config is not plain JSON data ({error})") from None
+
+
+def _without_name(config: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in config.items() if key != "name"}
+
+
+def _real(value: float | None) -> float | None:
+    """A metric value for SQLite: floats as floats, NaN as NULL (SQLite has no NaN)."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _run_record(row: tuple) -> RunRecord:
+    data = dict(zip(_RUN_COLUMNS, row))
+    data["config"] = json.loads(data["config"])
+    return RunRecord(**data)
+
+
+def _metric_row(row: tuple) -> MetricRow:
+    data = dict(zip(_METRIC_COLUMNS, row))
+    if data["value"] is None:
+        data["value"] = math.nan
+    return MetricRow(**data)
+
+
+def _cell(value: Any) -> Any:
+    """A flat-table cell: lists (per-layer mixers, betas) as JSON text."""
+    return json.dumps(value) if isinstance(value, (list, tuple)) else value
+
+
+def _run_fixed_columns() -> list[str]:
+    return [name for name in _RUN_COLUMNS if name != "config"]
+
+
+def _header(rows: list[dict[str, Any]], first: list[str]) -> list[str]:
+    header = list(first)
+    seen = set(header)
+    for row in rows:
+        for key in row:
+            if key not in seen:
+                seen.add(key)
+                header.append(key)
+    return header
+
+
+def _write_csv(path: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _require_pyarrow() -> None:
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(
+            "export to parquet needs the package pyarrow, which is not installed; "
+            "install it with: pip install 'seqdyn[parquet]'",
+            name="pyarrow",
+        ) from None
+
+
+def _write_parquet(path: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
+    import pyarrow
+    import pyarrow.parquet
+
+    columns = {key: _arrow_column([row.get(key) for row in rows]) for key in header}
+    pyarrow.parquet.write_table(pyarrow.table(columns), path)
+
+
+def _arrow_column(values: list[Any]) -> Any:
+    """An Arrow array; a column mixing kinds (a number in one run, text in another) becomes text."""
+    import pyarrow
+
+    try:
+        return pyarrow.array(values)
+    except (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError):
+        return pyarrow.array([None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values])

@@ -1,0 +1,113 @@
+"""Sweeps: expand a sweep config, record every run in the store, and train what is not done yet.
+
+Runs are trained in this process (``workers=1``), in a pool of local processes (``workers > 1``) or as Ray
+tasks (``use_ray``: ``RAY_ADDRESS`` picks a cluster, otherwise a local Ray instance starts; one GPU per task
+where GPUs exist).  Every worker claims a run in the store before training it, so concurrent sweeps never train
+the same run twice; a sweep started again skips finished runs and resumes interrupted ones from their last
+checkpoint.  On a cluster, the store and the checkpoint directory must be on a file system every node sees.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+
+from seqdyn.train.config import RunConfig, SweepConfig
+from seqdyn.train.loop import RunResult, train_run
+
+DONE = ("finished", "stopped_early", "failed")
+
+
+def checkpoint_dir_for(store_path: str | Path) -> Path:
+    """Checkpoints live beside the store: ``results.db`` -> ``results.checkpoints/``."""
+    store_path = Path(store_path)
+    return store_path.with_name(store_path.stem + ".checkpoints")
+
+
+def expand(config: RunConfig | SweepConfig) -> list[RunConfig]:
+    return config.expand() if isinstance(config, SweepConfig) else [config]
+
+
+def register(config: RunConfig | SweepConfig, store) -> list[RunConfig]:
+    """Add every run of the sweep to the store (pending unless already known); returns them in order."""
+    runs = expand(config)
+    for run in runs:
+        store.add_run(run.run_id, run.name, run.canonical(), config.name)
+    return runs
+
+
+def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, threads: int, sweep: str) -> RunResult:
+    from seqdyn.train.store import Store
+
+    torch.set_num_threads(threads)
+    config = RunConfig.model_validate(config_data)
+    return train_run(config, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False, sweep=sweep)
+
+
+def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, workers: int = 1, use_ray: bool = False,
+              checkpoint_dir: str | Path | None = None, progress: bool = True, on_result=None) -> list[RunResult]:
+    """Train every run of ``config`` that is not done; returns one result per run of the sweep (in order)."""
+    from seqdyn.train.store import Store
+
+    if workers < 1:
+        raise ValueError(f"workers: expected at least 1, got {workers}")
+    store = Store(store_path)
+    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else checkpoint_dir_for(store_path)
+    runs = register(config, store)
+    todo = [run for run in runs if store.run(run.run_id).status not in DONE]
+    results: dict[str, RunResult] = {}
+    if use_ray:
+        results = _run_ray(todo, str(store_path), str(checkpoint_dir), config.name, on_result)
+    elif workers > 1 and len(todo) > 1:
+        results = _run_processes(todo, str(store_path), str(checkpoint_dir), config.name, workers, on_result)
+    else:
+        for run in todo:
+            results[run.run_id] = train_run(run, store, checkpoint_dir=checkpoint_dir, progress=progress,
+                                            sweep=config.name)
+            if on_result is not None:
+                on_result(results[run.run_id])
+    return [results.get(run.run_id) or _from_record(store.run(run.run_id)) for run in runs]
+
+
+def _run_processes(todo, store_path, checkpoint_dir, sweep, workers, on_result) -> dict[str, RunResult]:
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    results = {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_train_in_worker, run.canonical(), store_path, checkpoint_dir,
+                               threads, sweep) for run in todo]
+        for future in as_completed(futures):
+            result = future.result()
+            results[result.run_id] = result
+            if on_result is not None:
+                on_result(result)
+    return results
+
+
+def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, RunResult]:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--ray: install the 'ray' extra (pip install 'seqdyn[ray]')") from None
+    address = os.environ.get("RAY_ADDRESS")
+    ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False)
+    gpus = 1 if torch.cuda.is_available() or (address and ray.cluster_resources().get("GPU", 0) > 0) else 0
+    remote = ray.remote(num_cpus=1, num_gpus=gpus)(_train_in_worker)
+    refs = [remote.remote(run.canonical(), store_path, checkpoint_dir, 1, sweep) for run in todo]
+    results = {}
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        result = ray.get(ready[0])
+        results[result.run_id] = result
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def _from_record(record) -> RunResult:
+    return RunResult(record.id, record.name, record.status, record.step or 0, record.metric_name or "",
+                     record.final_metric, record.best_metric, {}, record.wall_time or 0.0, record.reason)

@@ -1,0 +1,349 @@
+"""The LTI mixers dlr, dss_exp, s4d, s4, s5, lru: backends agree, streaming equals forward, coefficients and the DSF
+reproduce the core, long sequences give finite gradients, parameter counts and state sizes match formulas, bad
+options are named, and the initializations follow their papers (formulas written out here)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from seqdyn import mixers
+from seqdyn.mixers._lti import hippo_legs, hippo_legs_nplr
+
+F64 = torch.float64
+D = 6
+#: (name, options): small configurations, and the variants of each paper's options
+CONFIGS = [
+    ("dlr", dict(state_dim=4)),
+    ("dlr", dict(state_dim=3, prod=True, output="none", activation="none")),
+    ("dss_exp", dict(state_dim=4)),
+    ("dss_exp", dict(state_dim=3, init="inv", skip=False, output="linear")),
+    ("s4d", dict(state_dim=4)),
+    ("s4d", dict(state_dim=6, init="inv", output="half_glu")),
+    ("s4", dict(state_dim=4)),
+    ("s4", dict(state_dim=6, n_ssm=2)),
+    ("s5", dict(state_dim=4)),
+    ("s5", dict(state_dim=8, blocks=2, clip_eigs=True, output="glu")),
+    ("lru", dict(state_dim=3)),
+    ("lru", dict(state_dim=5, r_min=0.5, r_max=0.99, max_phase=1.0, activation="gelu", output="linear")),
+]
+IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in options.items())}" for name, options in CONFIGS]
+
+
+def build(name: str, **options) -> mixers.Mixer:
+    torch.manual_seed(0)
+    return mixers.build(name, D, **options).double()
+
+
+def build64(name: str, d_model: int = D, **options) -> mixers.Mixer:
+    """Built with float64 as the default dtype, so that the initial values are exact to compare with formulas."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(F64)
+    try:
+        torch.manual_seed(0)
+        return mixers.build(name, d_model, **options)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def inputs(length: int = 9, batch: int = 2, seed: int = 1) -> torch.Tensor:
+    return torch.randn(batch, length, D, generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+
+def close(actual, expected, what, tol=1e-10):
+    scale = max(1.0, float(expected.detach().abs().max()))
+    error = float((actual - expected).detach().abs().max())
+    assert error <= tol * scale, f"{what}: {error:.2e}"
+
+
+def test_the_six_lti_mixers_are_registered_with_the_lti_backends():
+    for name in ("dlr", "dss_exp", "s4d", "s4", "s5", "lru"):
+        mixer = mixers.build(name, 8)
+        assert mixer.name == name and mixer.backends == ("auto", "fft", "scan", "recurrent")
+        assert mixer.reference_backend == "recurrent"
+        assert mixer.scalar_coefficients == (name not in ("s5", "lru"))
+
+
+@pytest.mark.parametrize(("name", "options"), CONFIGS, ids=IDS)
+@pytest.mark.parametrize("length", [1, 8, 9])
+def test_backends_agree_values_and_gradients(name, options, length):
+    mixer = build(name, **options)
+    results = {}
+    for backend in ("auto", "fft", "scan", "recurrent"):
+        x = inputs(length).requires_grad_(True)
+        y = mixer(x, backend=backend)
+        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(2), dtype=F64)
+        grads = torch.autograd.grad((y * weights).sum(), [x, *mixer.parameters()], allow_unused=True)
+        results[backend] = (y, [torch.zeros(1, dtype=F64) if g is None else g for g in grads])
+    y_ref, grads_ref = results["recurrent"]
+    for backend, (y, grads) in results.items():
+        close(y, y_ref, f"{backend} output")
+        for (parameter, _), g, g_ref in zip([("x", None), *mixer.named_parameters()], grads, grads_ref):
+            close(g, g_ref, f"{backend} gradient of {parameter}")
+
+
+@pytest.mark.parametrize(("name", "options"), CONFIGS, ids=IDS)
+def test_step_equals_forward_and_the_state_has_state_size_floats(name, options):
+    mixer = build(name, **options)
+    x = inputs()
+    state = mixer.init_state(2)
+    outputs = []
+    for t in range(x.shape[1]):
+        y, state = mixer.step(x[:, t], state)
+        outputs.append(y)
+    close(torch.stack(outputs, dim=1), mixer(x), "step")
+    floats = state.numel() * (2 if state.is_complex() else 1) // 2
+    assert floats == mixer.state_size(9) == STATE_SIZES[name](**options)
+
+
+#: real floats of the streaming state per sequence (complex counts twice), from the papers' state definitions
+STATE_SIZES = {
+    "dlr": lambda state_dim, prod=False, **_: D * (state_dim * (state_dim + 1) if prod else 2 * state_dim),
+    "dss_exp": lambda state_dim, **_: D * 2 * state_dim,
+    "s4d": lambda state_dim, **_: D * state_dim,  # N/2 complex states of a real N-state system
+    "s4": lambda state_dim, **_: D * state_dim,  # N real states (dense)
+    "s5": lambda state_dim, **_: state_dim,  # P/2 complex states
+    "lru": lambda state_dim, **_: 2 * state_dim,
+}
+
+
+@pytest.mark.parametrize(("name", "options"), CONFIGS, ids=IDS)
+def test_coefficients_and_dsf_reproduce_the_core(name, options):
+    mixer = build(name, **options)
+    x = inputs(length=7)
+    core, values = mixer.core(x)
+    assert core.shape == values.shape == ((2, 7, D, 1) if mixer.scalar_coefficients else (2, 7, 1, D))
+    close(values, x.reshape(values.shape), "values are the inputs")
+    for backend in ("fft", "scan"):
+        close(mixer.core(x, backend)[0], core, f"core by {backend}")
+    close(mixer.dsf(x).apply(values), core, "DSF Φ u")
+    close(mixer.dsf(x).simulate(values), core, "DSF recurrence")
+    assert not mixer.dsf(x).Lambda.is_complex()
+    if not mixer.scalar_coefficients:
+        with pytest.raises(ValueError, match="no scalar coefficients"):
+            mixer.coefficients(x)
+        return
+    A = mixer.coefficients(x)
+    assert A.shape == (2, D, 7, 7) and torch.all(A.triu(1) == 0)
+    assert torch.all(A[:, :, 3:, 3:] == A[:, :, :4, :4])  # time invariant: a Toeplitz matrix
+    close(torch.einsum("bhij,bjhv->bihv", A, values), core, "A·v")
+
+
+def _glu(d):
+    return 2 * d * d + 2 * d
+
+
+#: parameter counts from the papers' layer definitions (complex numbers count twice)
+PARAMETERS = [
+    ("dlr", {}, lambda d: 2 * 64 + 2 * d * 64 + d * d),  # (logΛ)_re, (logΛ)_im, W, W_out (no bias)
+    ("dlr", dict(state_dim=8, bidirectional=True), lambda d: 2 * (2 * 8 + 2 * d * 8) + d * d),
+    ("dlr", dict(state_dim=8, residual=False, output="none"), lambda d: 2 * 8 + 2 * d * 8),
+    ("dss_exp", {}, lambda d: 2 * 64 + 2 * d * 64 + d + d + _glu(d)),  # Λ, W, log Δ, D, GLU
+    ("s4d", {}, lambda d: d * 32 * (2 + 2 + 2) + d + d + _glu(d)),  # A, B, C per channel; log Δ, D, GLU
+    ("s4d", dict(state_dim=8, skip=False, output="linear"), lambda d: d * 4 * 6 + d + d * d + d),
+    ("s4", {}, lambda d: d * 32 * (2 + 2 + 2) + d * 64 + d + d + _glu(d)),  # Λ, P, B per copy; C; log Δ; D; GLU
+    ("s4", dict(state_dim=8, n_ssm=1), lambda d: 4 * 6 + d * 8 + d + d + _glu(d)),
+    ("s5", {}, lambda d: 64 + 64 * d + 64 * d + 32 + d + d * d + d),  # Λ, B̃, C̃, log Δ, D, half-GLU
+    ("lru", {}, lambda d: 3 * 64 + 2 * 64 * d + 2 * d * 64 + d),  # ν, θ, γ, B, C, D
+]
+
+
+@pytest.mark.parametrize(("name", "options", "formula"), PARAMETERS, ids=[f"{n}-{o}" for n, o, _ in PARAMETERS])
+def test_parameter_count_matches_the_formula(name, options, formula):
+    mixer = mixers.build(name, 16, **options)
+    assert sum(p.numel() for p in mixer.parameters()) == formula(16)
+
+
+BAD_OPTIONS = [
+    ("dlr", dict(state_dim=0), "state_dim: expected a positive integer"),
+    ("dlr", dict(prod="yes"), "prod: got 'yes'"),
+    ("dlr", dict(bidirectional=2), "bidirectional: got 2"),
+    ("dlr", dict(r_range=(0.5, 0.1)), "r_range"),
+    ("dlr", dict(activation="relu"), "activation: got 'relu'.*gelu"),
+    ("dlr", dict(output="mlp"), "output: got 'mlp'.*glu"),
+    ("dss_exp", dict(init="legs"), "init: got 'legs'.*lin2pi"),
+    ("dss_exp", dict(dt_min=0.2, dt_max=0.1), "dt_min, dt_max"),
+    ("dss_exp", dict(dt_min=-1.0), "dt_min"),
+    ("s4d", dict(state_dim=5), "state_dim: got 5; it must be even"),
+    ("s4d", dict(init="diag"), "init: got 'diag'"),
+    ("s4d", dict(skip="yes"), "skip: got 'yes'"),
+    ("s4", dict(n_ssm=5), "n_ssm: 5 does not divide d_model=16"),
+    ("s4", dict(state_dim=3), "state_dim"),
+    ("s5", dict(blocks=3), "blocks: 3 blocks"),
+    ("s5", dict(state_dim=12, blocks=4), "blocks: 4 blocks of state_dim=12"),
+    ("s5", dict(clip_eigs=2), "clip_eigs"),
+    ("lru", dict(r_min=0.9, r_max=0.5), "r_min, r_max"),
+    ("lru", dict(r_max=1.5), r"r_max: got 1.5; allowed: \[0.0, 1.0\]"),
+    ("lru", dict(max_phase=0.0), "max_phase"),
+    ("lru", dict(state_dim=-2), "state_dim"),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "match"), BAD_OPTIONS, ids=[f"{n}-{o}" for n, o, _ in BAD_OPTIONS])
+def test_bad_options_raise_value_errors_naming_the_option(name, options, match):
+    with pytest.raises(ValueError, match=match):
+        mixers.build(name, 16, **options)
+
+
+def test_bad_backend_state_and_input_are_named():
+    mixer = build("s4d", state_dim=4)
+    x = inputs()
+    with pytest.raises(ValueError, match=r"backend: s4d computes with \['auto', 'fft', 'scan', 'recurrent'\]"):
+        mixer(x, backend="chunk")
+    with pytest.raises(ValueError, match=r"state: expected s4d.init_state\(batch\)"):
+        mixer.step(x[:, 0], torch.zeros(2, D, 3, dtype=torch.complex128))
+    with pytest.raises(ValueError, match=r"x: expected \[B, T, D\] with D=6"):
+        mixer(torch.randn(2, 5, 4, dtype=F64))
+
+
+def test_bidirectional_dlr_is_not_causal_and_says_so():
+    """002 eqs. 5-6: backends agree; the coefficients are the full Toeplitz matrix; no streaming, no causal DSF."""
+    mixer = build("dlr", state_dim=4, bidirectional=True)
+    x = inputs()
+    outputs = {backend: mixer(x, backend=backend) for backend in ("fft", "scan", "recurrent")}
+    for backend, y in outputs.items():
+        close(y, outputs["recurrent"], backend)
+    A = mixer.coefficients(x)
+    core, values = mixer.core(x)
+    assert A.triu(1).abs().sum() > 0
+    close(torch.einsum("bhij,bjhv->bihv", A, values), core, "A·v")
+    close(A[:, :, :-1, 1:].diagonal(dim1=-2, dim2=-1), A[:, :, :1, 1:2].expand(-1, -1, 8, 1)[..., 0], "Toeplitz")
+    for call in (lambda: mixer.init_state(2), lambda: mixer.step(x[:, 0], None), lambda: mixer.dsf(x),
+                 lambda: mixer.state_size(9)):
+        with pytest.raises(ValueError, match="bidirectional: a bidirectional DLR is not causal"):
+            call()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# initializations
+
+
+def test_dlr_init_follows_section_2_3():
+    """(logΛ)_im = 2πn/N; (logΛ)_re = (e^r/2)^½, r ~ U(log .0005, log .5); Re W, Im W ~ N(0, N⁻²); W_out no bias."""
+    torch.manual_seed(0)
+    mixer = mixers.build("dlr", 64, state_dim=128)
+    N = 128
+    close(mixer.log_im[0].double(), 2 * math.pi * torch.arange(N, dtype=F64) / N, "(logΛ)_im", tol=1e-6)
+    e_r = 2 * mixer.log_re.double() ** 2
+    assert e_r.min() >= 0.0005 * (1 - 1e-5) and e_r.max() <= 0.5 * (1 + 1e-5)
+    assert e_r.log().std() > 0.25 * (math.log(0.5) - math.log(0.0005))  # spread over the log range
+    modulus = torch.exp(-mixer.log_re.double() ** 2)
+    assert modulus.min() >= math.exp(-0.25) - 1e-6 and modulus.max() <= 1
+    assert abs(float(mixer.W.detach().std()) * N - 1) < 0.05
+    assert mixer.head.proj.bias is None and mixer.head.skip == "identity" and mixer.head.activation == "gelu"
+
+
+def _continuous(mixer) -> torch.Tensor:
+    return torch.complex(-torch.exp(mixer.log_neg_re.double()), mixer.im.double())
+
+
+def test_s4d_lin_and_inv_inits():
+    """S4D-Lin A_n = −½ + iπn; S4D-Inv A_n = −½ + i(N/π)(N/(2n+1) − 1), n < N/2; B = 1; Δ ∈ [dt_min, dt_max]."""
+    N = 16
+    n = torch.arange(N // 2, dtype=F64)
+    lin = build64("s4d", state_dim=N, init="lin")
+    close(_continuous(lin)[0], torch.complex(torch.full_like(n, -0.5), math.pi * n), "S4D-Lin")
+    inv = build64("s4d", state_dim=N, init="inv")
+    close(_continuous(inv)[3], torch.complex(torch.full_like(n, -0.5), N / math.pi * (N / (2 * n + 1) - 1)), "S4D-Inv")
+    assert torch.all(lin.B[..., 0] == 1) and torch.all(lin.B[..., 1] == 0)
+    dt = torch.exp(lin.log_dt)
+    assert dt.min() >= 0.001 * (1 - 1e-9) and dt.max() <= 0.1 * (1 + 1e-9)
+
+
+def test_dss_exp_init_and_zoh():
+    """Λ_n = −½ + 2πin (seed 002 §A); λ = exp(ΔΛ) and the output weights w (exp(ΔΛ) − 1)/Λ (002 §2.1)."""
+    mixer = build64("dss_exp", state_dim=5)
+    n = torch.arange(5, dtype=F64)
+    lam = _continuous(mixer)
+    close(lam, torch.complex(torch.full_like(n, -0.5), 2 * math.pi * n), "Λ")
+    system = mixer.system()
+    dt = torch.exp(mixer.log_dt)[:, None]
+    close(system.log_lam, dt * lam, "log λ = ΔΛ")
+    w = torch.complex(mixer.W[..., 0], mixer.W[..., 1])
+    close(system.c, w * (torch.exp(dt * lam) - 1) / lam, "C̄")
+
+
+def test_hippo_legs_matches_the_formula_of_seed_004():
+    N = 7
+    A, B = hippo_legs(N)
+    for n in range(N):
+        assert B[n] == math.sqrt(2 * n + 1)
+        for k in range(N):
+            expected = -math.sqrt(2 * n + 1) * math.sqrt(2 * k + 1) if n > k else (-(n + 1) if n == k else 0.0)
+            assert abs(A[n, k] - expected) < 1e-12
+
+
+def test_nplr_form_reconstructs_hippo_legs():
+    """A = V (diag Λ − p p*) V* with V = [V_h, conj V_h] unitary and Λ = −½ + iω (S4 §3)."""
+    N = 12
+    lam, p, b, half = hippo_legs_nplr(N)
+    V = torch.cat([half, half.conj()], dim=1)
+    close(V.conj().T @ V, torch.eye(N, dtype=torch.complex128), "V unitary")
+    lam_full, p_full = torch.cat([lam, lam.conj()]), torch.cat([p, p.conj()])
+    A, B = hippo_legs(N)
+    rebuilt = V @ (torch.diag(lam_full) - p_full[:, None] * p_full.conj()[None, :]) @ V.conj().T
+    close(rebuilt, A.to(torch.complex128), "V (Λ − pp*) V*")
+    close(torch.cat([b, b.conj()]), V.conj().T @ B.to(torch.complex128), "b = V* B")
+    assert torch.all(lam.real == -0.5) and torch.all(lam.imag > 0)
+
+
+@pytest.mark.parametrize("state_dim", [8, 16])
+def test_s4_kernel_is_the_zoh_discretized_hippo_legs_system(state_dim):
+    """At init S4 computes K_j = C Ā^j B̄ with Ā = exp(ΔA), B̄ = A⁻¹(Ā − I)B and A, B = HiPPO-LegS (seed 004), for the
+    output map C = 2 Re(c V_h*) that its complex parameter c stands for."""
+    mixer = build64("s4", state_dim=state_dim)
+    _, _, _, half = hippo_legs_nplr(state_dim)
+    A, B = hippo_legs(state_dim)
+    c = torch.complex(mixer.C[..., 0], mixer.C[..., 1])
+    C_orig = 2 * (c @ half.conj().T).real  # [H, N]
+    length = 20
+    for h in range(D):
+        dt = torch.exp(mixer.log_dt[h])
+        A_bar = torch.linalg.matrix_exp(dt * A)
+        B_bar = torch.linalg.solve(A, (A_bar - torch.eye(state_dim, dtype=F64)) @ B)
+        expected = torch.stack([C_orig[h] @ torch.linalg.matrix_power(A_bar, j) @ B_bar for j in range(length)])
+        close(mixer.system().kernel(length)[h], expected, f"channel {h}")
+    # the real coordinates r = (Re z, Im z) of z = V_h* x: r = Q x with Q Qᵀ = I/2, so A_r = 2 Q A Qᵀ
+    Q = torch.cat([half.conj().T.real, half.conj().T.imag])
+    close(Q @ Q.T, 0.5 * torch.eye(state_dim, dtype=F64), "Q Qᵀ = I/2")
+    A_r, B_r, _ = mixer.continuous()
+    close(A_r[0], 2 * Q @ A @ Q.T, "A_r similar to HiPPO-LegS")
+    close(B_r[0], Q @ B, "B_r = Q B")
+
+
+def test_s5_init_uses_the_hippo_n_eigenvalues():
+    """Λ: eigenvalues −½ + iω of the normal part A + PPᵀ of HiPPO-LegS, repeated per block; B̃ = V⁻¹B, C̃ = CV."""
+    mixer = build64("s5", state_dim=8, blocks=2)
+    A, _ = hippo_legs(4)
+    P = torch.sqrt(torch.arange(4, dtype=F64) + 0.5)
+    eigenvalues = torch.linalg.eigvals(A + P[:, None] * P[None, :])
+    upper = eigenvalues[eigenvalues.imag > 0]
+    expected = upper[upper.imag.argsort()].repeat(2)
+    close(torch.complex(mixer.lambda_re, mixer.lambda_im), expected, "Λ")
+    step = torch.exp(mixer.log_step)
+    assert step.shape == (4,) and step.min() >= 0.001 * (1 - 1e-9) and step.max() <= 0.1 * (1 + 1e-9)
+    system = mixer.system()
+    lam = torch.complex(mixer.lambda_re, mixer.lambda_im)
+    close(system.B, ((torch.exp(lam * step) - 1) / lam)[:, None] * torch.complex(mixer.B[..., 0], mixer.B[..., 1]),
+          "B̄ = (λ̄ − 1)/Λ B̃")
+
+
+def test_lru_ring_init_and_gamma_normalization():
+    """|λ| ∈ [r_min, r_max] with |λ|² uniform, arg λ ∈ [0, max_phase], γ = √(1 − |λ|²) (Orvieto et al. 2023)."""
+    torch.manual_seed(0)
+    r_min, r_max, max_phase = 0.4, 0.9, math.pi / 4
+    mixer = mixers.build("lru", 4, state_dim=4000, r_min=r_min, r_max=r_max, max_phase=max_phase).double()
+    log_lam = mixer.system().log_lam
+    modulus, phase = torch.exp(log_lam.real).detach(), log_lam.imag.detach()
+    assert modulus.min() >= r_min - 1e-6 and modulus.max() <= r_max + 1e-6
+    assert phase.min() >= 0 and phase.max() <= max_phase + 1e-6
+    assert abs(float((modulus ** 2).mean()) - (r_min ** 2 + r_max ** 2) / 2) < 0.02
+    assert abs(float(phase.mean()) - max_phase / 2) < 0.03
+    close(torch.exp(mixer.gamma_log), torch.sqrt(1 - modulus ** 2), "γ", tol=1e-6)
+    default = mixers.build("lru", 4, state_dim=2000)
+    modulus = torch.exp(-torch.exp(default.nu_log.detach().double()))
+    assert modulus.max() < 1 and abs(float((modulus ** 2).mean()) - 0.5) < 0.03
+    assert abs(float(default.B.detach().std()) * math.sqrt(2 * 4) - 1) < 0.05
+    assert abs(float(default.C.detach().std()) * math.sqrt(2000) - 1) < 0.05

@@ -1,0 +1,50 @@
+"""Synthetic runs for the store and report tests: real RunConfigs (tiny MQAR / LM tasks), fake training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seqdyn.train.config import RunConfig, SweepConfig
+from seqdyn.train.store import Store
+
+MQAR = {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 64},
+        "train_examples": 64, "test_examples": 16}
+
+
+def sweep_configs(
+    axes: dict[str, list[Any]], task: dict[str, Any] | None = None, name: str = "demo"
+) -> list[RunConfig]:
+    """The runs of a sweep over ``axes`` on ``task`` (tiny MQAR by default)."""
+    data = {"name": name, "task": task or MQAR, "model": {"layers": 1}, "train": {"steps": 20}, "sweep": axes}
+    return SweepConfig.model_validate(data).expand()
+
+
+def add_finished(store: Store, config: RunConfig, final: float, *, sweep: str | None = "demo",
+                 metric: str = "accuracy", status: str = "finished", steps: int = 20) -> str:
+    """Add ``config`` as a run that evaluated twice and ended with ``final``; returns its id."""
+    run_id = config.run_id
+    store.add_run(run_id, config.name, config.canonical(), sweep=sweep)
+    assert store.claim(run_id, "tester")
+    store.log_metrics(run_id, steps // 2, 0.5, "test", {metric: final / 2, "loss": 2.0}, 1.0)
+    store.log_metrics(run_id, steps, 1.0, "test", {metric: final, "loss": 1.0}, 2.0)
+    store.finish(run_id, "tester", status, step=steps, final_metric=final, best_metric=final,
+                 metric_name=metric, wall_time=2.5)
+    return run_id
+
+
+def worker(path: str, owner: str, run_ids: list[str], configs: list[dict], barrier: Any, steps: int) -> None:
+    """A sweep process: add every run, then claim what it can and log its metrics; both workers race."""
+    store = Store(path)
+    for run_id, config in zip(run_ids, configs):
+        store.add_run(run_id, config["name"], config, sweep="race")
+    barrier.wait()
+    for run_id in run_ids:
+        if not store.claim(run_id, owner):
+            continue
+        for step in range(1, steps + 1):
+            store.log_metrics(run_id, step, step / steps, "test", {"accuracy": step / steps, "loss": 1 / step}, 0.1)
+            store.log_metrics(run_id, step, step / steps, "train", {"loss": 1 / step}, 0.1)
+            store.heartbeat(run_id, owner)
+        store.finish(run_id, owner, "finished", step=steps, final_metric=1.0, best_metric=1.0,
+                     metric_name="accuracy", wall_time=0.1)
+    store.close()

@@ -1,0 +1,326 @@
+"""The results store: run life cycle, claims, concurrency across processes, bad paths, export."""
+
+from __future__ import annotations
+
+import csv
+import math
+import multiprocessing
+import os
+import pickle
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from seqdyn.train.store import STATUSES, MetricRow, MissingDependencyError, RunRecord, Store
+from tests.train._helpers import add_finished, sweep_configs, worker
+
+
+class Clock:
+    """A settable time source."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def configs():
+    return sweep_configs({"model.mixer": ["softmax_attention", "mamba2"], "optimizer.lr": [1e-3, 3e-3]})
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path, clock):
+    with Store(tmp_path / "runs.db", clock=clock) as store:
+        yield store
+
+
+def add(store: Store, config, sweep: str | None = "demo") -> str:
+    store.add_run(config.run_id, config.name, config.canonical(), sweep=sweep)
+    return config.run_id
+
+
+# --- schema and records ----------------------------------------------------------------------------------------
+def test_statuses_and_wal(store):
+    assert STATUSES == ("pending", "running", "interrupted", "finished", "failed", "stopped_early")
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.integrity_check() == "ok"
+
+
+def test_add_run_inserts_pending_once(store, configs, clock):
+    config = configs[0]
+    assert store.add_run(config.run_id, config.name, config.canonical(), sweep="demo") is True
+    assert store.add_run(config.run_id, config.name, config.canonical(), sweep="demo") is False
+    record = store.run(config.run_id)
+    assert isinstance(record, RunRecord)
+    assert (record.id, record.name, record.sweep, record.status) == (config.run_id, config.name, "demo", "pending")
+    assert record.config == config.canonical()
+    assert (record.step, record.attempts, record.created) == (0, 0, clock.now)
+    assert store.run("000000000000") is None
+
+
+def test_add_run_same_id_other_config_is_an_error(store, configs):
+    add(store, configs[0])
+    other = configs[1].canonical()
+    with pytest.raises(ValueError, match=configs[0].run_id):
+        store.add_run(configs[0].run_id, "x", other)
+    renamed = {**configs[0].canonical(), "name": "another sweep's name"}  # the id ignores the name
+    assert store.add_run(configs[0].run_id, "another", renamed, sweep="other") is False
+    assert store.run(configs[0].run_id).sweep == "demo"
+
+
+def test_runs_filters_in_insertion_order(store, configs):
+    ids = [add(store, c, sweep="a" if i < 3 else "b") for i, c in enumerate(configs)]
+    assert [r.id for r in store.runs()] == ids
+    assert [r.id for r in store.runs(sweep="b")] == ids[3:]
+    store.claim(ids[0], "me")
+    assert [r.id for r in store.runs(status="running")] == ids[:1]
+    assert [r.id for r in store.runs(sweep="a", status=["pending", "running"])] == ids[:3]
+    assert store.sweeps() == ["a", "b"]
+    assert store.status_counts() == {**dict.fromkeys(STATUSES, 0), "pending": 3, "running": 1}
+    assert store.status_counts(sweep="b")["pending"] == 1
+    with pytest.raises(ValueError, match="unknown status done"):
+        store.runs(status="done")
+
+
+# --- claims ----------------------------------------------------------------------------------------------------
+def test_claim_pending_once_then_only_when_stale(store, configs, clock):
+    run_id = add(store, configs[0])
+    assert store.claim(run_id, "a") is True
+    assert store.claim(run_id, "b") is False
+    assert store.claim(run_id, "a") is False  # no double claim by the holder either
+    clock.now += 100
+    assert store.heartbeat(run_id, "a") is True
+    clock.now += 119
+    assert store.claim(run_id, "b", stale_after=120) is False  # heartbeat 119 s old: alive
+    clock.now += 2
+    assert store.claim(run_id, "b", stale_after=120) is True  # 121 s: its process died
+    record = store.run(run_id)
+    assert (record.status, record.owner, record.attempts, record.heartbeat) == ("running", "b", 2, clock.now)
+    assert store.heartbeat(run_id, "a") is False  # the old owner learns it lost the run
+    assert store.finish(run_id, "a", "finished", step=5) is False
+    assert store.release(run_id, "a") is False
+    assert store.run(run_id).status == "running"
+
+
+def test_interrupted_is_reclaimable(store, configs):
+    run_id = add(store, configs[0])
+    store.claim(run_id, "a")
+    store.set_checkpoint(run_id, "/ckpt/a.safetensors", 40)
+    assert store.release(run_id, "a") is True
+    record = store.run(run_id)
+    assert (record.status, record.checkpoint, record.checkpoint_step) == ("interrupted", "/ckpt/a.safetensors", 40)
+    assert store.claim(run_id, "b") is True
+    assert store.run(run_id).attempts == 2
+
+
+@pytest.mark.parametrize("status", ["finished", "failed", "stopped_early"])
+def test_final_runs_are_never_claimed(store, configs, clock, status):
+    run_id = add(store, configs[0])
+    store.claim(run_id, "a")
+    store.finish(run_id, "a", status, step=7, reason="NaN loss at step 7" if status == "failed" else None)
+    clock.now += 1e6
+    assert store.claim(run_id, "b", stale_after=0.0) is False
+    assert store.run(run_id).status == status
+
+
+def test_claim_unknown_run(store):
+    with pytest.raises(ValueError, match="abcdefabcdef: not in the results store"):
+        store.claim("abcdefabcdef", "a")
+
+
+def test_finish_records_the_outcome(store, configs, clock):
+    run_id = add(store, configs[0])
+    store.claim(run_id, "a")
+    clock.now += 30
+    assert store.finish(run_id, "a", "failed", step=120, reason="NaN loss at step 120", wall_time=30.0)
+    record = store.run(run_id)
+    assert (record.status, record.reason, record.step) == ("failed", "NaN loss at step 120", 120)
+    assert record.wall_time == 30.0
+    assert (record.finished, record.heartbeat) == (clock.now, None)
+
+    other = add(store, configs[1])
+    store.claim(other, "a")
+    store.finish(other, "a", "stopped_early", step=60, final_metric=0.995, best_metric=0.996, metric_name="accuracy")
+    record = store.run(other)
+    assert (record.final_metric, record.best_metric, record.metric_name) == (0.995, 0.996, "accuracy")
+
+
+def test_finish_rejects_bad_status(store, configs):
+    run_id = add(store, configs[0])
+    store.claim(run_id, "a")
+    with pytest.raises(ValueError, match="status 'done'"):
+        store.finish(run_id, "a", "done", step=1)
+    with pytest.raises(ValueError, match="without a reason"):
+        store.finish(run_id, "a", "failed", step=1)
+    assert store.run(run_id).status == "running"
+
+
+# --- metrics ---------------------------------------------------------------------------------------------------
+def test_log_metrics_rows(store, configs):
+    run_id = add(store, configs[0])
+    store.log_metrics(run_id, 10, 0.5, "test", {"accuracy": 0.25, "loss": 3.0}, 1.5)
+    store.log_metrics(run_id, 10, 0.5, "train", {"loss": float("nan")}, 1.5)
+    store.log_metrics(run_id, 20, 1, "test", {"accuracy": 0.5}, 3.0)
+    store.log_metrics(run_id, 20, 1, "test", {"accuracy": 0.75}, 3.1)  # the same (step, split, name) replaces
+    rows = store.metrics(run_id)
+    assert all(isinstance(r, MetricRow) for r in rows)
+    assert [(r.step, r.split, r.name) for r in rows] == [
+        (10, "test", "accuracy"), (10, "test", "loss"), (10, "train", "loss"), (20, "test", "accuracy")]
+    assert math.isnan(rows[2].value) and rows[3].value == 0.75 and rows[3].wall_time == 3.1
+    assert [r.name for r in store.metrics(split="test")] == ["accuracy", "loss", "accuracy"]
+    assert (store.run(run_id).step, store.run(run_id).epoch) == (20, 1)
+    with pytest.raises(ValueError, match="not in the results store"):
+        store.log_metrics("ffffffffffff", 1, 0, "test", {"loss": 1.0}, 0.0)
+
+
+# --- paths -----------------------------------------------------------------------------------------------------
+def _listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_unwritable_paths_raise_and_create_nothing(tmp_path):
+    before = _listing(tmp_path)
+    with pytest.raises(ValueError, match=r"missing/runs.db: directory .*missing does not exist"):
+        Store(tmp_path / "missing" / "runs.db")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"afile/runs.db: .*afile is not a directory"):
+        Store(tmp_path / "afile" / "runs.db")
+    with pytest.raises(ValueError, match="is a directory"):
+        Store(tmp_path)
+    assert _listing(tmp_path) == sorted([*before, "afile"])
+
+
+def test_read_only_directory(tmp_path, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() == 0:  # root may write anyway: let os.access answer as for anyone else
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: real_access(p, mode) and Path(p) != locked)
+    try:
+        with pytest.raises(ValueError, match=r"locked/runs.db: directory .*locked is not writable"):
+            Store(locked / "runs.db")
+        assert _listing(locked) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_foreign_files_are_left_untouched(tmp_path):
+    text = tmp_path / "notes.db"
+    text.write_text("not a database")
+    with pytest.raises(ValueError, match="notes.db: not a SQLite database"):
+        Store(text)
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    data = other.read_bytes()
+    with pytest.raises(ValueError, match="other.db: a SQLite database that is not a seqdyn store"):
+        Store(other)
+    assert other.read_bytes() == data
+    assert _listing(tmp_path) == ["notes.db", "other.db"]
+
+
+def test_read_only_store(tmp_path, configs):
+    with pytest.raises(ValueError, match="no such file"):
+        Store(tmp_path / "absent.db", readonly=True)
+    assert _listing(tmp_path) == []
+    with Store(tmp_path / "runs.db") as store:
+        run_id = add(store, configs[0])
+    with Store(tmp_path / "runs.db", readonly=True) as reader:
+        assert reader.run(run_id).status == "pending"
+        with pytest.raises(ValueError, match="read-only"):
+            reader.claim(run_id, "a")
+
+
+def test_store_pickles_to_another_process(store, configs):
+    run_id = add(store, configs[0])
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.run(run_id).id == run_id
+    copy.close()
+
+
+# --- two processes ---------------------------------------------------------------------------------------------
+def test_two_processes_share_one_store(tmp_path):
+    configs = sweep_configs({"model.mixer": ["softmax_attention", "mamba2", "linear_attention"],
+                             "optimizer.lr": [1e-4, 3e-4, 1e-3, 3e-3]})
+    ids, data = [c.run_id for c in configs], [c.canonical() for c in configs]
+    path, steps = str(tmp_path / "race.db"), 8
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    workers = [context.Process(target=worker, args=(path, owner, ids, data, barrier, steps)) for owner in ("p1", "p2")]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(timeout=120)
+    assert [p.exitcode for p in workers] == [0, 0]
+
+    with Store(path) as store:
+        assert store.integrity_check() == "ok"
+        runs = store.runs()
+        assert sorted(r.id for r in runs) == sorted(ids)
+        assert all(r.status == "finished" and r.attempts == 1 for r in runs)  # each run claimed exactly once
+        assert {r.owner for r in runs} <= {"p1", "p2"}
+        rows = store.metrics()
+        assert len(rows) == len(ids) * steps * 3
+        assert len({(r.run_id, r.step, r.split, r.name) for r in rows}) == len(rows)
+        assert {(r.run_id, r.step) for r in rows} == {(i, s) for i in ids for s in range(1, steps + 1)}
+
+
+# --- export ----------------------------------------------------------------------------------------------------
+def test_export_csv_round_trips(store, configs, tmp_path):
+    for final, config in zip([0.5, 0.75, 0.25, 1.0], configs):
+        add_finished(store, config, final)
+    store.log_metrics(configs[0].run_id, 30, 1.5, "train", {"loss": float("nan")}, 9.0)
+    paths = store.export(tmp_path / "out")
+    assert paths == {"runs": tmp_path / "out" / "runs.csv", "metrics": tmp_path / "out" / "metrics.csv"}
+
+    with open(paths["runs"], newline="") as handle:
+        runs = list(csv.DictReader(handle))
+    assert [r["id"] for r in runs] == [c.run_id for c in configs]
+    for row, record in zip(runs, store.runs()):
+        assert (row["name"], row["status"]) == (record.name, record.status)
+        assert float(row["final_metric"]) == record.final_metric
+        assert row["model.mixer"] == record.config["model"]["mixer"]
+        assert float(row["optimizer.lr"]) == record.config["optimizer"]["lr"]
+        assert int(row["model.d_model"]) == record.config["model"]["d_model"]
+        assert row["task.name"] == "mqar" and int(row["task.params.seq_len"]) == 16
+        assert "config" not in row and "name" in row
+
+    with open(paths["metrics"], newline="") as handle:
+        exported = list(csv.DictReader(handle))
+    stored = store.metrics()
+    assert len(exported) == len(stored)
+    for row, metric in zip(exported, stored):
+        assert (row["run_id"], int(row["step"]), row["split"], row["name"]) == (
+            metric.run_id, metric.step, metric.split, metric.name)
+        value = float(row["value"])
+        assert value == metric.value or (math.isnan(value) and math.isnan(metric.value))
+
+
+def test_export_parquet_or_a_clear_error(store, configs, tmp_path):
+    add_finished(store, configs[0], 0.5)
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        with pytest.raises(MissingDependencyError, match="pyarrow.*seqdyn\\[parquet\\]"):
+            store.export(tmp_path / "out", format="parquet")
+        assert not (tmp_path / "out").exists()
+        return
+    paths = store.export(tmp_path / "out", format="parquet")
+    assert pyarrow.parquet.read_table(paths["runs"]).column("model.mixer").to_pylist() == ["softmax_attention"]
+    assert pyarrow.parquet.read_table(paths["metrics"]).num_rows == len(store.metrics())
+
+
+def test_export_rejects_unknown_format(store, tmp_path):
+    with pytest.raises(ValueError, match="unknown format 'xlsx'"):
+        store.export(tmp_path / "out", format="xlsx")
+    assert isinstance(MissingDependencyError("x"), ValueError)
