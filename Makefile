@@ -10,11 +10,14 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,ray]'
 	touch $(STAMP)
 
+# The main job: a real sweep (4 mixers x 2 learning rates on MQAR) into the embedded store, then its report and
+# figure. Started again, it skips finished runs and resumes unfinished ones from their checkpoints.
 main: $(STAMP)
-	$(VENV)/bin/seqdyn demo
+	$(VENV)/bin/seqdyn sweep examples/mqar_main.yaml --store seqdyn.db --workers 2
+	$(VENV)/bin/seqdyn report --store seqdyn.db --plot mqar_main.png
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(
@@ -17,10 +19,12 @@ app.add_typer(bench_app, name="bench")
 def _register_subcommands() -> None:
     """Sub-apps that live beside the code they drive (the task suites own ``seqdyn tasks``)."""
     from seqdyn.bench.tasks import main as bench_tasks
+    from seqdyn.bench.train import main as bench_train
     from seqdyn.tasks.cli import app as tasks_app
 
     app.add_typer(tasks_app, name="tasks", help="List the task suites and show a generated example.")
     bench_app.command("tasks")(bench_tasks)
+    bench_app.command("train")(bench_train)
 
 
 _register_subcommands()
@@ -122,7 +126,48 @@ def report(
         _fail(str(error))
 
 
+@app.command()
+def inspect(
+    run_id: str = typer.Argument(..., help="The run's id (first column of `seqdyn report`)."),
+    store: str = STORE_OPTION,
+    input: str = typer.Option("", "--input", help="Token ids [B,T] (.pt or .npy) instead of the task's test set."),
+    examples: int = typer.Option(8, help="Test sequences to run when no --input is given."),
+    eps: float = typer.Option(1e-3, help="Threshold of a near-zero coefficient."),
+    plot: str = typer.Option("", "--plot", help="Write coefficient heat maps here, and the principle plot of the "
+                                                "run's sweep beside it (FILE-principle.png)."),
+) -> None:
+    """Load a trained run and print, per layer and head, the near-zero fraction, zero counts against K−1, the
+    combination classes and the spectral bound of its coefficient dynamics (seed 001 §5)."""
+    from rich.markup import escape
+
+    from seqdyn.analysis.model import format_table
+    from seqdyn.analysis.runs import inspect_run, load_inputs, principle_points
+    from seqdyn.bench import console
+    from seqdyn.train.store import Store
+
+    try:
+        opened = Store(store, readonly=True)
+        inputs = load_inputs(input) if input else None
+        result = inspect_run(opened, run_id, inputs, examples, eps)
+        out = console()
+        metric = "" if result.best_metric is None else f", best {result.metric_name} {result.best_metric:.4f}"
+        title = f"run {run_id} ({result.name}, {result.status}{metric}) on {tuple(result.inputs.shape)} inputs"
+        out.print(format_table(result.rows, title=escape(title)))
+        if plot:
+            from seqdyn.analysis.plots import plot_coefficients, plot_principle
+
+            written = [plot_coefficients(result.coefficients, plot, title=f"coefficients of run {run_id}")]
+            points = principle_points(opened, opened.run(run_id).sweep, examples, eps)
+            if len(points) > 1:
+                target = Path(plot).with_name(Path(plot).stem + "-principle.png")
+                written.append(plot_principle(points, target, ylabel=f"best {result.metric_name}"))
+            out.print("wrote " + ", ".join(str(path) for path in written))
+    except ValueError as error:
+        _fail(str(error))
+
+
 def _print_summary(results) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from seqdyn.bench import console
@@ -132,7 +177,7 @@ def _print_summary(results) -> None:
         table.add_column(column)
     fmt = lambda v: "—" if v is None else f"{v:.4f}"  # noqa: E731
     for r in results:
-        table.add_row(r.run_id, r.name, r.status + (f" ({r.reason})" if r.reason else ""), str(r.step),
+        table.add_row(r.run_id, escape(r.name), escape(r.status + (f" ({r.reason})" if r.reason else "")), str(r.step),
                       r.metric_name, fmt(r.final_metric), fmt(r.best_metric), f"{r.wall_time:.1f}")
     console().print(table)
 

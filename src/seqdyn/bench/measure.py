@@ -38,18 +38,32 @@ def _rss_reader() -> Callable[[], int] | None:
 
 _READ_RSS = _rss_reader()
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_LIBC = None
 
 
-def return_freed_memory_to_os() -> bool:
-    """Make glibc serve every block over 64 KiB by mmap and unmap it when freed, so that the resident set size
-    follows live memory (by default glibc raises its mmap threshold after large frees and keeps the pages, which
-    hides later peaks).  Returns whether it applied (glibc only)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        return bool(libc and libc.mallopt(_M_MMAP_THRESHOLD, 1 << 16) and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 16))
-    except (OSError, AttributeError):
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _LIBC = ctypes.CDLL(name) if name else False
+            _LIBC.mallopt  # noqa: B018  (glibc only)
+        except (OSError, AttributeError):
+            _LIBC = False
+    return _LIBC
+
+
+def track_allocations(exact: bool) -> bool:
+    """Switch glibc between fast allocation (large mmap threshold: freed memory is reused, for timing) and
+    exact tracking (every block over 64 KiB is mmapped and unmapped when freed, after returning all free memory
+    with ``malloc_trim``, so that the resident set size follows live memory).  Returns whether it applied."""
+    libc = _libc()
+    if not libc:
         return False
+    threshold = 1 << 16 if exact else 1 << 25
+    if exact:
+        libc.malloc_trim(0)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold) and libc.mallopt(_M_TRIM_THRESHOLD, threshold))
 
 
 class PeakMemory:
@@ -61,8 +75,8 @@ class PeakMemory:
         self.peak_bytes: int | None = None
 
     def __enter__(self) -> PeakMemory:
-        return_freed_memory_to_os()
         gc.collect()
+        track_allocations(exact=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -89,6 +103,7 @@ class PeakMemory:
             self._stop.set()
             self._thread.join()
             self.peak_bytes = max(0, max(self._peak, _READ_RSS()) - self._base)
+        track_allocations(exact=False)
 
 
 @dataclass

@@ -187,11 +187,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     if meta.get("run_id") != run_id:
         raise ValueError(f"checkpoint {path}: belongs to run {meta.get('run_id')}, not {run_id}")
     tensors = load_file(str(path))
-    weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as error:
-        raise ValueError(f"checkpoint {path}: does not match the config's model ({str(error).splitlines()[0]})") from None
+    _load_weights(path, model, tensors)
     state: dict[str, Any] = {"state": {}, "param_groups": []}
     for key, value in tensors.items():
         if key.startswith("optim."):
@@ -202,6 +198,40 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     optimizer.load_state_dict(state)
     torch.set_rng_state(tensors["rng.torch"])
     return meta
+
+
+def _load_weights(path: Path, model: torch.nn.Module, tensors: dict[str, Tensor]) -> None:
+    weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        raise ValueError(f"checkpoint {path}: does not match the config's model ({str(error).splitlines()[0]})") from None
+
+
+def load_trained(store, run_id: str):
+    """``(config, task, model)`` of run ``run_id`` in ``store`` with the weights of its last checkpoint, in
+    evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint, raises ``ValueError``."""
+    from safetensors.torch import load_file
+
+    from seqdyn import tasks
+    from seqdyn.nn import build_model
+
+    record = store.run(run_id)
+    if record is None:
+        known = ", ".join(r.id for r in store.runs()[:10]) or "none"
+        raise ValueError(f"run id {run_id!r}: not in store {store.path}; runs there include: {known}")
+    path = Path(record.checkpoint or "")
+    if record.checkpoint and not path.exists():  # the store and its checkpoint folder moved together
+        from seqdyn.train.sweep import checkpoint_dir_for
+
+        path = checkpoint_dir_for(store.path) / path.name
+    if not record.checkpoint or not path.exists():
+        raise ValueError(f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})")
+    config = RunConfig.model_validate(record.config)
+    task = tasks.build(config.task.name, **config.task.params)
+    model = build_model(config.model, task.spec)
+    _load_weights(path, model, load_file(str(path)))
+    return config, task, model.eval()
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -361,20 +391,46 @@ class _Heartbeat:
             self.thread.join()
 
 
+def owner_is_dead(owner: str | None) -> bool:
+    """Whether ``owner`` (``host:pid``, see :func:`default_owner`) is a process of this host that has ended."""
+    host, _, pid = (owner or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None, owner: str | None = None,
               progress: bool = True, sweep: str | None = None, distributed=None) -> RunResult:
-    """Train ``config`` to the end (or early stop, or failure), resuming from its checkpoint in ``store``."""
+    """Train ``config`` to the end (or early stop, or failure), resuming from its checkpoint in ``store``.
+
+    The run is claimed in the store first, so concurrent sweeps never train it twice; a run whose owner died
+    (killed on this host, or silent for two minutes elsewhere) is taken over and resumed.  A checkpoint that does
+    not belong to this config raises ``ValueError`` before anything in the store changes.
+    """
     run_id, owner = config.run_id, owner or default_owner()
     lead = distributed is None or distributed.rank == 0
+    record = None
     if store is not None and lead:
         store.add_run(run_id, config.name, config.canonical(), sweep)
-        if not store.claim(run_id, owner):
-            record = store.run(run_id)
-            return RunResult(run_id, config.name, "skipped", reason=f"{record.status} (owner {record.owner})")
+        record = store.run(run_id)
+        if record.status in ("finished", "stopped_early", "failed"):
+            return _skipped(config, record)
     trainer = Trainer(config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress,
                       distributed=distributed)
-    record = store.run(run_id) if store is not None and lead else None
     trainer.resume(Path(record.checkpoint) if record is not None and record.checkpoint else None)
+    if store is not None and lead:
+        stale_after = 0.0 if record.status == "running" and owner_is_dead(record.owner) else 120.0
+        if not store.claim(run_id, owner, stale_after=stale_after):
+            return _skipped(config, store.run(run_id))
+        claimed = store.run(run_id)
+        if claimed.checkpoint_step != record.checkpoint_step and claimed.checkpoint:
+            trainer.resume(Path(claimed.checkpoint))  # its last owner checkpointed after we looked
     try:
         with _Heartbeat(store if lead else None, run_id, owner):
             status, reason = trainer.run()
@@ -388,6 +444,12 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
                      best_metric=trainer.best, metric_name=trainer.watched, wall_time=trainer.elapsed)
     return RunResult(run_id, config.name, status, trainer.step, trainer.watched, final_value, trainer.best,
                      trainer.final, trainer.elapsed, reason)
+
+
+def _skipped(config: RunConfig, record) -> RunResult:
+    return RunResult(record.id, config.name, "skipped", record.step or 0, record.metric_name or "",
+                     record.final_metric, record.best_metric, {}, record.wall_time or 0.0,
+                     f"already {record.status}" + (f" by {record.owner}" if record.status == "running" else ""))
 
 
 def _record(store, loggers, run_id, owner, step, plan, train_metrics, test_metrics, wall) -> None:

@@ -322,10 +322,10 @@ class Store:
             return cursor.rowcount == 1
 
     def set_checkpoint(self, run_id: str, path: str | os.PathLike, step: int) -> None:
-        """Record the run's latest checkpoint file and the step it holds."""
+        """Record the run's latest checkpoint file (as an absolute path) and the step it holds."""
         with self._write() as conn:
             conn.execute(
-                "UPDATE runs SET checkpoint = ?, checkpoint_step = ? WHERE id = ?", (str(path), step, run_id)
+                "UPDATE runs SET checkpoint = ?, checkpoint_step = ? WHERE id = ?", (str(Path(path).resolve()), step, run_id)
             )
             self._require(conn, run_id)
 

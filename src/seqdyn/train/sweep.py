@@ -92,8 +92,10 @@ def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, Ru
         import ray
     except ImportError:
         raise ValueError("--ray: install the 'ray' extra (pip install 'seqdyn[ray]')") from None
-    address = os.environ.get("RAY_ADDRESS")
-    ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False)
+    address = os.environ.get("RAY_ADDRESS") or None
+    cpus = os.environ.get("SEQDYN_RAY_NUM_CPUS")  # size of a local instance (tests, laptops)
+    ray.init(address=address, num_cpus=int(cpus) if cpus and not address else None, ignore_reinit_error=True,
+             log_to_driver=False)
     gpus = 1 if torch.cuda.is_available() or (address and ray.cluster_resources().get("GPU", 0) > 0) else 0
     remote = ray.remote(num_cpus=1, num_gpus=gpus)(_train_in_worker)
     refs = [remote.remote(run.canonical(), store_path, checkpoint_dir, 1, sweep) for run in todo]

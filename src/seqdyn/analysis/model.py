@@ -1,0 +1,242 @@
+"""Per-layer, per-head measurements of a whole model (seed 001 §5 and appendix D, on trained networks).
+
+    rows = inspect_model(model, inputs)          one HeadReport per (layer, head)
+    console.print(format_table(rows))            a rich table
+    layers = layer_coefficients(model, inputs)   {"layer 0 · softmax_attention": A [B, H, T, T], ...} for plots
+
+Each mixer's input activations are captured with a forward pre-hook during one forward pass of ``inputs``; the
+mixer then recomputes its coefficients (``mixer.coefficients(x)``) and evolution spectra from them.  Mixers
+without scalar coefficients (MIMO LTI: ``s5``, ``lru``) get ``None`` for every coefficient metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, COMBINATION_TOL, NEAR_ZERO_EPS,
+                                          combination_class_shares, large_fraction, near_zero_fraction,
+                                          zero_count_per_row)
+from seqdyn.analysis.mixers import _dsf_radii, _evolution_radii, _is_lti
+
+__all__ = ["HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model", "layer_coefficients"]
+
+
+@dataclass
+class MixerCall:
+    """One mixer of a model and the input ``x`` ``[B, T, D]`` it received in the captured forward pass."""
+
+    layer: int
+    module: str
+    mixer: nn.Module
+    x: Tensor
+
+    @property
+    def label(self) -> str:
+        return f"layer {self.layer} · {self.mixer.name}"
+
+
+@dataclass
+class HeadReport:
+    """Measurements of one head of one layer (``None``: not defined for this mixer).
+
+    Attributes:
+        layer, module, mixer, head: position in the model (``module`` is the qualified module name).
+        key_dim: K, the head's key / state dimension (for LTI mixers the real state size per channel).
+        readout: the readout φ of the coefficient dynamics (``"identity"`` for LTI mixers).
+        near_zero_fraction, large_fraction: at ``eps`` (seed 001 Principle 2, appendix D.2).
+        max_zero_count: largest number of zero coefficients in any row (Corollary 2.2).
+        zero_bound: K − 1 where Corollary 2.2 applies (identity readout), else ``None``.
+        class_shares: share of rows per combination class (appendix A, Table 2).
+        spectral_bound: largest |eigenvalue| of Λ_t over batch and time (Principle 6).
+    """
+
+    layer: int
+    module: str
+    mixer: str
+    head: int
+    key_dim: int | None
+    readout: str | None
+    near_zero_fraction: float | None
+    large_fraction: float | None
+    max_zero_count: int | None
+    zero_bound: int | None
+    class_shares: dict[str, float] | None
+    spectral_bound: float | None
+
+    @property
+    def within_bound(self) -> bool | None:
+        """``max_zero_count ≤ K − 1`` where the bound applies, else ``None``."""
+        if self.max_zero_count is None or self.zero_bound is None:
+            return None
+        return self.max_zero_count <= self.zero_bound
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (for JSON or a results store), ``within_bound`` included."""
+        return {**asdict(self), "within_bound": self.within_bound}
+
+
+def _top_level_mixers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The ``Mixer`` modules of ``model`` in registration order, skipping mixers nested inside another mixer."""
+    from seqdyn.mixers.base import Mixer
+
+    found: list[tuple[str, nn.Module]] = []
+    for name, module in model.named_modules():
+        if isinstance(module, Mixer) and not any(name.startswith(outer + ".") for outer, _ in found):
+            found.append((name, module))
+    return found
+
+
+@contextmanager
+def _evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode and no gradients inside; the model's training mode is restored afterwards."""
+    training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(training)
+
+
+def capture_mixer_inputs(model: nn.Module, inputs: Tensor) -> list[MixerCall]:
+    """Run ``model(inputs)`` once (eval mode, no gradients) and return the input of every mixer, in layer order.
+
+    A forward pre-hook on each top-level mixer records the ``x`` of its first call; the hooks are removed and the
+    model's training mode restored afterwards.  ``ValueError`` if ``model`` holds no seqdyn mixer.
+    """
+    mixers = _top_level_mixers(model)
+    if not mixers:
+        raise ValueError(f"model: no seqdyn mixer found in {type(model).__name__}")
+    captured: dict[int, Tensor] = {}
+
+    def hook(index: int):
+        def record(module: nn.Module, args: tuple) -> None:
+            if index not in captured and args:
+                captured[index] = args[0].detach()
+        return record
+
+    handles = [module.register_forward_pre_hook(hook(index)) for index, (_, module) in enumerate(mixers)]
+    try:
+        with _evaluating(model):
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [MixerCall(index, name, module, captured[index])
+            for index, (name, module) in enumerate(mixers) if index in captured]
+
+
+def _coefficients(call: MixerCall) -> Tensor | None:
+    """``mixer.coefficients(x)`` ``[B, H, T, T]``, or ``None`` for a mixer without scalar coefficients."""
+    if not getattr(call.mixer, "scalar_coefficients", True):
+        return None
+    try:
+        with torch.no_grad():
+            return call.mixer.coefficients(call.x)
+    except NotImplementedError:
+        return None
+
+
+def layer_coefficients(model: nn.Module, inputs: Tensor) -> dict[str, Tensor]:
+    """``{"layer l · <mixer>": A [B, H, T, T]}`` for every layer with scalar coefficients (for
+    :func:`seqdyn.analysis.plots.plot_coefficients`)."""
+    out = {}
+    with _evaluating(model):
+        for call in capture_mixer_inputs(model, inputs):
+            A = _coefficients(call)
+            if A is not None:
+                out[call.label] = A
+    return out
+
+
+def _structure(call: MixerCall, spectral: bool) -> tuple[str, int, Tensor | None]:
+    """``(readout name, key dim K, spectral radii [H])`` of a mixer on its captured input; the radii are ``None``
+    when not ``spectral`` (mixers built on ``coefficient_dynamics``) — the DSF of others is computed anyway."""
+    from seqdyn.core.problem import prepare
+    from seqdyn.mixers.base import CoefficientMixer, MixerState
+
+    mixer, x = call.mixer, call.x
+    with torch.no_grad():
+        if isinstance(mixer, CoefficientMixer):
+            inputs, _ = mixer.core_inputs(x, MixerState())
+            problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
+            return problem.readout.name, problem.q.shape[-1], _evolution_radii(mixer, x) if spectral else None
+        system = mixer.dsf(x[:1, :1] if _is_lti(mixer) else x)  # an LTI system's DSF does not depend on x
+        return "identity", system.B.shape[-2] // system.B.shape[-1], _dsf_radii(system)
+
+
+def inspect_model(model: nn.Module, inputs: Tensor, eps: float = NEAR_ZERO_EPS, zero_tol: float | None = None,
+                  class_tol: float = COMBINATION_TOL, spectral: bool = True) -> list[HeadReport]:
+    """Measure every head of every layer of ``model`` on ``inputs`` (what ``model(inputs)`` accepts).
+
+    For each layer's mixer, on the activations it receives: the near-zero and large fractions at ``eps``, the
+    largest zero count per row at ``zero_tol`` (see :func:`~seqdyn.analysis.zero_count_per_row`) against the
+    bound K − 1 of seed 001 Corollary 2.2 (identity readouts only), the shares of the combination classes
+    (appendix A) at ``class_tol``, and — when ``spectral`` — the largest |eigenvalue| of Λ_t (Principle 6).
+    Returns one :class:`HeadReport` per (layer, head), in layer then head order.
+    """
+    with _evaluating(model):
+        return [row for call in capture_mixer_inputs(model, inputs)
+                for row in _head_reports(call, eps, zero_tol, class_tol, spectral)]
+
+
+def _head_reports(call: MixerCall, eps: float, zero_tol: float | None, class_tol: float,
+                  spectral: bool) -> list[HeadReport]:
+    """The rows of one layer (see :func:`inspect_model`)."""
+    rows: list[HeadReport] = []
+    A = _coefficients(call)
+    readout, key_dim, radii = _structure(call, spectral)
+    heads = A.shape[1] if A is not None else radii.shape[0]
+    if radii is not None:
+        if radii.shape[0] not in (1, heads):
+            raise ValueError(f"model: layer {call.layer} ({call.mixer.name}) has {heads} coefficient heads but "
+                             f"{radii.shape[0]} evolution heads")
+        radii = radii.expand(heads)
+    zeros = zero_count_per_row(A, zero_tol) if A is not None else None
+    for head in range(heads):
+        one = A[:, head:head + 1] if A is not None else None
+        rows.append(HeadReport(
+            layer=call.layer, module=call.module, mixer=call.mixer.name, head=head, key_dim=int(key_dim),
+            readout=readout,
+            near_zero_fraction=None if one is None else near_zero_fraction(one, eps),
+            large_fraction=None if one is None else large_fraction(one, eps),
+            max_zero_count=None if zeros is None else int(zeros[:, head].max()),
+            zero_bound=int(key_dim) - 1 if readout == "identity" and one is not None else None,
+            class_shares=None if one is None else combination_class_shares(one, class_tol),
+            spectral_bound=float(radii[head]) if spectral and radii is not None else None,
+        ))
+    return rows
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(rows: list[HeadReport], title: str | None = "Coefficient analysis") -> Any:
+    """A ``rich.table.Table`` of :func:`inspect_model`'s rows (classes shown as percentages, zero rows hidden)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column, justify in (("layer", "right"), ("mixer", "left"), ("head", "right"), ("K", "right"),
+                            ("φ", "left"), ("near-zero", "right"), ("large", "right"), ("max zeros / K−1", "right"),
+                            ("classes", "left"), ("max |eig Λ|", "right")):
+        table.add_column(column, justify=justify)
+    for row in rows:
+        if row.max_zero_count is None:
+            zeros = "—"
+        else:
+            bound = "n/a" if row.zero_bound is None else str(row.zero_bound)
+            flag = "" if row.within_bound in (None, True) else " [red]exceeds[/red]"
+            zeros = f"{row.max_zero_count} / {bound}{flag}"
+        shares = "—" if row.class_shares is None else ", ".join(
+            f"{name} {100 * row.class_shares[name]:.0f}%" for name in COMBINATION_CLASSES if row.class_shares[name] > 0)
+        table.add_row(str(row.layer), row.mixer, str(row.head), "—" if row.key_dim is None else str(row.key_dim),
+                      row.readout or "—", _number(row.near_zero_fraction), _number(row.large_fraction), zeros,
+                      shares, _number(row.spectral_bound, 4))
+    return table

@@ -1,0 +1,172 @@
+"""Figures of the analysis (DESIGN §5): coefficient heat maps, principle plots, accuracy grids.
+
+matplotlib is imported inside each function and used without pyplot: each figure is drawn on its own Agg
+canvas and written to ``path`` (format from the suffix, e.g. ``.png``, ``.pdf``), so no global backend state
+changes and nothing opens a window.  Every function returns the path it wrote.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from seqdyn.analysis.coefficients import check_coefficients
+
+__all__ = ["plot_accuracy_grid", "plot_coefficients", "plot_principle"]
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def _layers(A: Tensor | Sequence[Tensor] | Mapping[str, Tensor]) -> list[tuple[str, Tensor]]:
+    if isinstance(A, Tensor):
+        return [("", check_coefficients(A))]
+    if isinstance(A, Mapping):
+        items = list(A.items())
+    elif isinstance(A, Sequence) and not isinstance(A, (str, bytes)):
+        items = [(f"layer {index}", value) for index, value in enumerate(A)]
+    else:
+        raise ValueError(f"A: expected a tensor [B, H, T, T], a list of them or a mapping label → tensor, "
+                         f"got {type(A).__name__}")
+    if not items:
+        raise ValueError("A: no coefficient tensors to plot")
+    return [(str(label), check_coefficients(value, f"A[{label!r}]")) for label, value in items]
+
+
+def plot_coefficients(A: Tensor | Sequence[Tensor] | Mapping[str, Tensor], path: str | Path, batch: int = 0,
+                      heads: Sequence[int] | None = None, log: bool = False, title: str | None = None) -> Path:
+    """Heat maps of coefficient matrices ("attention matrices" of any mixer), one row per layer, one panel per head.
+
+    ``A``: one tensor ``[B, H, T, T]`` (one layer), a list of them (layers 0, 1, …) or a mapping label → tensor
+    (e.g. :func:`seqdyn.analysis.layer_coefficients`).  Plots sequence ``batch`` and the heads ``heads`` (all by
+    default; heads a layer lacks are skipped).  Entries above the diagonal are left blank.  Signed coefficients
+    use a diverging map centred at 0, non-negative ones a sequential map; ``log`` plots ``log10 |A_ij|``.
+    """
+    layers = _layers(A)
+    for label, value in layers:
+        if not 0 <= batch < value.shape[0]:
+            raise ValueError(f"batch: {batch} is out of range for {label or 'A'} with B={value.shape[0]}")
+    columns = max(value.shape[1] for _, value in layers) if heads is None else len(heads)
+    if columns < 1:
+        raise ValueError("heads: no head selected")
+    figure = _figure(2.6 * columns + 0.6, 2.4 * len(layers) + (0.4 if title else 0.0))
+    grid = figure.subplots(len(layers), columns, squeeze=False)
+    for row, (label, value) in enumerate(layers):
+        chosen = list(range(value.shape[1])) if heads is None else list(heads)
+        for column in range(columns):
+            axis = grid[row][column]
+            if column >= len(chosen) or not 0 <= chosen[column] < value.shape[1]:
+                axis.set_axis_off()
+                continue
+            head = chosen[column]
+            matrix = value[batch, head].detach().to("cpu", torch.float64).numpy()
+            upper = np.triu(np.ones_like(matrix, dtype=bool), k=1)
+            if log:
+                data = np.log10(np.maximum(np.abs(matrix), np.finfo(np.float64).tiny))
+                style = dict(cmap="magma")
+            elif (matrix[~upper] < 0).any():
+                bound = float(np.abs(matrix[~upper]).max()) or 1.0
+                data, style = matrix, dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
+            else:
+                data, style = matrix, dict(cmap="viridis", vmin=0.0)
+            image = axis.imshow(np.ma.masked_array(data, mask=upper), interpolation="nearest", **style)
+            figure.colorbar(image, ax=axis, shrink=0.8).ax.tick_params(labelsize=6)
+            axis.set_title(f"{label + ' · ' if label else ''}head {head}", fontsize=8)
+            axis.set_xlabel("j (key position)", fontsize=7)
+            axis.set_ylabel("i (query position)", fontsize=7)
+            axis.tick_params(labelsize=6)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def _check_points(points: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    checked = []
+    for index, point in enumerate(points):
+        try:
+            label, x, y = point
+            x, y = float(x), float(y)
+        except (TypeError, ValueError):
+            raise ValueError(f"points[{index}]: expected (label, near_zero_fraction, accuracy), "
+                             f"got {point!r}") from None
+        if not (math.isfinite(x) and math.isfinite(y)):
+            raise ValueError(f"points[{index}]: expected finite numbers, got {point!r}")
+        checked.append((str(label), x, y))
+    if not checked:
+        raise ValueError("points: nothing to plot")
+    return checked
+
+
+def plot_principle(points: Sequence[tuple[str, float, float]], path: str | Path,
+                   xlabel: str = "fraction of near-zero coefficients", ylabel: str = "accuracy",
+                   title: str | None = None, log_x: bool = False) -> Path:
+    """Accuracy against the near-zero fraction across runs (seed 001 Fig. 1; Fig. 7 with ``log_x`` and ratios).
+
+    ``points``: ``(label, near_zero_fraction, accuracy)`` per run, e.g. the readout map as label; runs with the
+    same label share a colour and a legend entry.
+    """
+    checked = _check_points(points)
+    if log_x and any(x <= 0 for _, x, _ in checked):
+        raise ValueError("points: log_x needs positive x values")
+    figure = _figure(5.0, 3.8)
+    axis = figure.subplots()
+    labels = list(dict.fromkeys(label for label, _, _ in checked))
+    markers = "osD^vP*Xh<>"
+    for index, label in enumerate(labels):
+        xs = [x for name, x, _ in checked if name == label]
+        ys = [y for name, _, y in checked if name == label]
+        axis.scatter(xs, ys, label=label, marker=markers[index % len(markers)], s=40)
+    if log_x:
+        axis.set_xscale("log")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7, loc="best")
+    if title:
+        axis.set_title(title)
+    return _save(figure, path)
+
+
+def plot_accuracy_grid(values: Any, row_labels: Sequence[Any], column_labels: Sequence[Any], path: str | Path,
+                       row_name: str = "state expansion n", column_name: str = "model size d",
+                       title: str | None = None, percent: bool = True) -> Path:
+    """A grid of accuracies with the value in each cell (seed 000 Fig. 5 style: rows n, columns d).
+
+    ``values`` ``[rows, columns]`` (array-like; NaN cells stay blank) in [0, 1]; ``percent`` prints them in %.
+    """
+    grid = np.asarray(values, dtype=np.float64)
+    if grid.ndim != 2 or grid.shape != (len(row_labels), len(column_labels)):
+        raise ValueError(f"values: expected shape [{len(row_labels)}, {len(column_labels)}] (rows × columns), "
+                         f"got {list(grid.shape)}")
+    figure = _figure(1.0 + 0.9 * grid.shape[1], 1.0 + 0.7 * grid.shape[0])
+    axis = figure.subplots()
+    axis.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
+    for (i, j), value in np.ndenumerate(grid):
+        if np.isfinite(value):
+            axis.text(j, i, f"{100 * value:.0f}" if percent else f"{value:.2g}", ha="center", va="center", fontsize=8)
+    axis.set_xticks(range(grid.shape[1]), [str(label) for label in column_labels])
+    axis.set_yticks(range(grid.shape[0]), [str(label) for label in row_labels])
+    axis.set_xlabel(column_name)
+    axis.set_ylabel(row_name)
+    if title:
+        axis.set_title(title)
+    return _save(figure, path)

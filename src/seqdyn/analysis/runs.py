@@ -1,0 +1,110 @@
+"""The analysis of trained runs in a results store (``seqdyn inspect``; seed 001 §5 and Fig. 1 on trained models).
+
+    report = inspect_run("seqdyn.db", "3f2a9c01d4e7")        # per layer and head, on a batch of its test set
+    points = principle_points("seqdyn.db", sweep="mqar-main")  # (mixer, near-zero fraction, best accuracy) per run
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from seqdyn.analysis.coefficients import NEAR_ZERO_EPS
+from seqdyn.analysis.model import HeadReport, inspect_model, layer_coefficients
+
+__all__ = ["RunInspection", "inspect_run", "load_inputs", "principle_points"]
+
+
+@dataclass
+class RunInspection:
+    """What :func:`inspect_run` measured on one run: the run's record, its inputs and the per-head rows."""
+
+    run_id: str
+    name: str
+    status: str
+    metric_name: str | None
+    best_metric: float | None
+    inputs: Tensor
+    rows: list[HeadReport]
+    coefficients: dict[str, Tensor]
+
+    def mean_near_zero_fraction(self) -> float | None:
+        values = [row.near_zero_fraction for row in self.rows if row.near_zero_fraction is not None]
+        return sum(values) / len(values) if values else None
+
+
+def load_inputs(path: str | os.PathLike) -> Tensor:
+    """Token ids ``[B, T]`` (or ``[T]``, made ``[1, T]``) or channels ``[B, T, C]`` from a ``.pt`` tensor or a
+    ``.npy`` array."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"--input: no file {path}")
+    if path.suffix == ".npy":
+        import numpy as np
+
+        tensor = torch.from_numpy(np.load(path))
+    elif path.suffix == ".pt":
+        tensor = torch.load(path, weights_only=True)
+    else:
+        raise ValueError(f"--input: {path.name} must be a .pt tensor or a .npy array of token ids")
+    if not isinstance(tensor, Tensor) or tensor.dim() not in (1, 2, 3):
+        raise ValueError(f"--input: expected [B, T] token ids or [B, T, C] channels, got {getattr(tensor, 'shape', type(tensor))}")
+    return tensor.unsqueeze(0) if tensor.dim() == 1 else tensor
+
+
+def _check_inputs(inputs: Tensor, task) -> Tensor:
+    spec = task.spec
+    tokens = spec.input_kind == "tokens"
+    if inputs.dtype.is_floating_point == tokens:
+        raise ValueError(f"--input: this run's task {task.name!r} takes {spec.input_kind} inputs, got {inputs.dtype}")
+    if inputs.dim() != (2 if tokens else 3):
+        raise ValueError(f"--input: task {task.name!r} takes {'[B, T]' if tokens else '[B, T, C]'} inputs, "
+                         f"got shape {tuple(inputs.shape)}")
+    if tokens:
+        inputs = inputs.long()
+        if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= spec.input_size):
+            raise ValueError(f"--input: token ids must lie in [0, {spec.input_size}) for task {task.name!r}")
+    return inputs
+
+
+def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int = 8,
+                eps: float = NEAR_ZERO_EPS) -> RunInspection:
+    """Load run ``run_id`` from ``store`` (a :class:`~seqdyn.train.store.Store` or a path) at its last checkpoint
+    and measure every layer and head (:func:`~seqdyn.analysis.inspect_model`) on ``inputs``, by default the first
+    ``examples`` sequences of its task's test set.  Unknown run ids raise ``ValueError``."""
+    from seqdyn.train.loop import load_trained
+    from seqdyn.train.store import Store
+
+    if not isinstance(store, Store):
+        store = Store(store, readonly=True)
+    config, task, model = load_trained(store, run_id)
+    if inputs is None:
+        inputs = task.generate(examples, config.task.seed, "test")[0]
+    inputs = _check_inputs(inputs, task)
+    record = store.run(run_id)
+    return RunInspection(run_id, record.name, record.status, record.metric_name, record.best_metric, inputs,
+                         inspect_model(model, inputs, eps=eps), layer_coefficients(model, inputs))
+
+
+def principle_points(store, sweep: str | None = None, examples: int = 8,
+                     eps: float = NEAR_ZERO_EPS) -> list[tuple[str, float, float]]:
+    """``(mixer, mean near-zero fraction, best metric)`` for every run with a checkpoint (of ``sweep``, if given),
+    the points of seed 001 Fig. 1 (accuracy against the fraction of near-zero coefficients)."""
+    from seqdyn.train.store import Store
+
+    if not isinstance(store, Store):
+        store = Store(store, readonly=True)
+    points = []
+    for record in store.runs(sweep=sweep):
+        if not record.checkpoint or record.best_metric is None:
+            continue
+        inspection = inspect_run(store, record.id, examples=examples, eps=eps)
+        fraction = inspection.mean_near_zero_fraction()
+        if fraction is not None:
+            mixer = record.config.get("model", {}).get("mixer", "?")
+            points.append((mixer if isinstance(mixer, str) else "+".join(mixer), fraction, record.best_metric))
+    return points

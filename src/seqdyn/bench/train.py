@@ -1,0 +1,159 @@
+"""``seqdyn bench train``: training throughput per mixer and the overhead of the training harness.
+
+For every mixer, a 2-layer model on MQAR (CPU: d = 128, L = 256; GPU: d = 512, L = 512, batch 64, bfloat16):
+
+* **bare step** — forward, backward and AdamW step on one fixed batch, nothing else;
+* **harness step** — :class:`seqdyn.train.loop.Trainer` steps: the shuffled batch of the step, the learning-rate
+  schedule, the loss check, the progress bar, and a row in the results store every ``log_every`` steps.
+
+Tokens per second are those of the harness; the overhead is ``1 − bare / harness`` (target < 5 %).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from seqdyn import mixers
+from seqdyn.bench.measure import resolve_device
+
+
+@dataclass
+class TrainCell:
+    mixer: str
+    tokens_per_s: float | None = None
+    bare_ms: float | None = None
+    harness_ms: float | None = None
+    status: str = "ok"
+    note: str = ""
+
+    @property
+    def overhead(self) -> float | None:
+        if self.bare_ms is None or self.harness_ms is None:
+            return None
+        return 1.0 - self.bare_ms / self.harness_ms
+
+
+def bench_config(mixer: str, device: torch.device, d_model: int, seq_len: int, batch: int, steps: int):
+    from seqdyn.train.config import RunConfig
+
+    gpu = device.type == "cuda"
+    return RunConfig.model_validate({
+        "name": f"bench-{mixer}",
+        "model": {"mixer": mixer, "d_model": d_model, "layers": 2},
+        "task": {"name": "mqar", "params": {"seq_len": seq_len, "num_kv_pairs": seq_len // 8,
+                                            "vocab_size": 8192},
+                 "train_examples": batch * (steps + 2), "test_examples": batch},
+        "train": {"steps": 10**6, "batch_size": batch, "device": str(device),
+                  "dtype": "bfloat16" if gpu else "float32"},
+    })
+
+
+def _timed(step, repeats: int, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / repeats * 1000
+
+
+def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch: int, steps: int,
+            log_every: int = 10) -> TrainCell:
+    """Bare and harness step times of one mixer (a warm-up step each first)."""
+    from seqdyn.train.loop import Trainer, _progress
+    from seqdyn.train.store import Store
+
+    config = bench_config(mixer, device, d_model, seq_len, batch, steps)
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store(Path(folder) / "bench.db")
+        store.add_run(config.run_id, config.name, config.canonical())
+        store.claim(config.run_id, "bench")
+        trainer = Trainer(config, store, checkpoint_dir=folder, owner="bench", progress=False)
+        inputs, targets = (t[:batch].to(trainer.device) for t in trainer.train_data)
+
+        def bare() -> None:
+            with trainer.autocast():
+                loss = trainer.task.loss(trainer.model(inputs), targets)
+            trainer.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            trainer.optimizer.step()
+
+        bar = _progress(True, config.name, 10**6, 0)
+
+        def harness() -> None:
+            loss = trainer.train_step()
+            bar.advance(loss)
+            if trainer.step % log_every == 0:
+                store.log_metrics(config.run_id, trainer.step, 0.0, "train", {"loss": loss}, 0.0)
+                store.heartbeat(config.run_id, "bench")
+
+        try:
+            bare(), harness()
+            bare_ms = _timed(bare, steps, device)
+            harness_ms = _timed(harness, steps, device)
+        finally:
+            bar.close()
+            store.close()
+    return TrainCell(mixer, batch * seq_len / (harness_ms / 1000), bare_ms, harness_ms)
+
+
+def run(names=None, device: str = "auto", steps: int = 5, progress=None, **sizes: int) -> tuple[list[TrainCell], dict]:
+    """Measure every named mixer (default: all); ``sizes`` overrides ``d_model``, ``seq_len`` or ``batch``."""
+    device_ = resolve_device(device)
+    gpu = device_.type == "cuda"
+    setup = {"d_model": 512 if gpu else 128, "seq_len": 512 if gpu else 256, "batch": 64 if gpu else 16}
+    unknown = set(sizes) - set(setup)
+    if unknown:
+        raise ValueError(f"unknown size {sorted(unknown)}; sizes: {', '.join(setup)}")
+    setup.update(sizes)
+    cells = []
+    for name in names or mixers.names():
+        try:
+            cell = measure(name, device_, setup["d_model"], setup["seq_len"], setup["batch"], steps)
+        except (RuntimeError, ValueError) as error:  # e.g. out of memory or an option a width can't take
+            cell = TrainCell(name, status="error", note=str(error).splitlines()[0][:80])
+        cells.append(cell)
+        if progress is not None:
+            progress(cell)
+    return cells, setup
+
+
+def main(names: str = "", device: str = "auto", steps: int = 5) -> None:
+    """Training tokens per second per mixer and the harness overhead (issue 'training')."""
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from seqdyn.bench import console
+    from seqdyn.bench.operator import checks_table
+
+    selected = [n for n in names.split(",") if n] or None
+    for name in selected or []:
+        mixers.get(name)
+    out = console()
+    with Progress(console=out, transient=True) as bar:
+        task = bar.add_task("training steps", total=len(selected or mixers.names()))
+        cells, setup = run(selected, device, steps, lambda cell: bar.update(task, advance=1, description=cell.mixer))
+    title = (f"training throughput on {resolve_device(device)}: 2 layers, d={setup['d_model']}, MQAR L={setup['seq_len']},"
+             f" batch {setup['batch']}")
+    table = Table(title=title)
+    for column in ("mixer", "tokens/s", "bare step ms", "harness step ms", "harness overhead"):
+        table.add_column(column, justify="left" if column == "mixer" else "right")
+    for cell in cells:
+        if cell.status != "ok":
+            table.add_row(cell.mixer, cell.status, cell.note, "", "")
+            continue
+        table.add_row(cell.mixer, f"{cell.tokens_per_s:,.0f}", f"{cell.bare_ms:.1f}", f"{cell.harness_ms:.1f}",
+                      f"{100 * cell.overhead:.1f} %")
+    out.print(table)
+    ok = [c for c in cells if c.overhead is not None]
+    if ok:
+        median = sorted(c.overhead for c in ok)[len(ok) // 2]
+        out.print(checks_table([("median harness overhead < 5 % of the step time", f"{100 * median:.1f} %",
+                                 median < 0.05)], "targets (issue 'training')"))

@@ -1,0 +1,91 @@
+"""`seqdyn inspect` and the analysis of trained runs in a results store (issue 6, part 3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from seqdyn.analysis.runs import inspect_run, principle_points
+from seqdyn.cli import app
+from seqdyn.train.config import SweepConfig
+from seqdyn.train.store import Store
+from seqdyn.train.sweep import run_sweep
+
+SWEEP = {
+    "name": "inspect-demo",
+    "model": {"d_model": 16, "layers": 2, "mlp": "none"},
+    "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
+             "train_examples": 128, "test_examples": 16},
+    "train": {"steps": 6, "batch_size": 16, "eval_every": 3},
+    "sweep": {"model": [{"mixer": "softmax_attention", "mixer_options": {"heads": 2}},
+                        {"mixer": "gla", "positions": False, "mixer_options": {"heads": 2}}]},
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inspect")
+    store_path = folder / "runs.db"
+    results = run_sweep(SweepConfig.model_validate(SWEEP), store_path, progress=False)
+    assert all(r.status == "finished" for r in results), results
+    return store_path, {r.name.split("mixer=")[1].split(",")[0].rstrip("]"): r.run_id for r in results}
+
+
+def test_inspect_run_measures_every_layer_and_head(trained):
+    store_path, ids = trained
+    result = inspect_run(store_path, ids["softmax_attention"], examples=4)
+    assert result.inputs.shape == (4, 16)
+    assert [(row.layer, row.head) for row in result.rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for row in result.rows:  # softmax coefficients are convex combinations (seed 001 appendix A)
+        assert row.class_shares["convex"] == 1.0 and row.zero_bound is None
+    gla = inspect_run(store_path, ids["gla"], examples=4).rows
+    assert all(row.zero_bound == row.key_dim - 1 and row.within_bound for row in gla)  # Corollary 2.2
+    assert all(0 < row.spectral_bound <= 1 for row in gla)
+    assert set(result.coefficients) == {"layer 0 · softmax_attention", "layer 1 · softmax_attention"}
+
+
+def test_principle_points_cover_the_sweep(trained):
+    store_path, ids = trained
+    points = principle_points(store_path, "inspect-demo", examples=2)
+    assert sorted(label for label, _, _ in points) == ["gla", "softmax_attention"]
+    assert all(0 <= fraction <= 1 and 0 <= accuracy <= 1 for _, fraction, accuracy in points)
+
+
+def test_inspect_command_prints_the_table_and_writes_figures(trained, tmp_path):
+    store_path, ids = trained
+    figure = tmp_path / "coefficients.png"
+    result = CliRunner().invoke(app, ["inspect", ids["gla"], "--store", str(store_path), "--examples", "2",
+                                      "--plot", str(figure)])
+    assert result.exit_code == 0, result.output
+    assert "gla" in result.output and "inspect-demo[mixer=gla" in result.output
+    assert figure.stat().st_size > 0 and (tmp_path / "coefficients-principle.png").stat().st_size > 0
+
+
+def test_inspect_command_takes_token_ids_from_a_file(trained, tmp_path):
+    store_path, ids = trained
+    tokens = torch.randint(0, 32, (3, 10))
+    torch.save(tokens, tmp_path / "tokens.pt")
+    result = CliRunner().invoke(app, ["inspect", ids["softmax_attention"], "--store", str(store_path),
+                                      "--input", str(tmp_path / "tokens.pt")])
+    assert result.exit_code == 0, result.output
+    assert "(3, 10)" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nosuchrun"], "run id 'nosuchrun'"),
+    (["{softmax}", "--input", "{missing}"], "--input: no file"),
+    (["{softmax}", "--input", "{floats}"], "takes tokens inputs"),
+    (["{softmax}", "--input", "{large}"], "token ids must lie in [0, 32)"),
+])
+def test_inspect_command_bad_input_exits_2(trained, tmp_path, args, message):
+    store_path, ids = trained
+    torch.save(torch.rand(2, 8), tmp_path / "floats.pt")
+    torch.save(torch.full((2, 8), 99), tmp_path / "large.pt")
+    fill = {"softmax": ids["softmax_attention"], "missing": str(tmp_path / "missing.pt"),
+            "floats": str(tmp_path / "floats.pt"), "large": str(tmp_path / "large.pt")}
+    before = Store(store_path, readonly=True).runs()
+    result = CliRunner().invoke(app, ["inspect", *(a.format(**fill) for a in args), "--store", str(store_path)])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert Store(store_path, readonly=True).runs() == before
