@@ -66,8 +66,9 @@ def test_inspect_command_takes_token_ids_from_a_file(trained, tmp_path):
     store_path, ids = trained
     tokens = torch.randint(0, 32, (3, 10))
     torch.save(tokens, tmp_path / "tokens.pt")
-    result = CliRunner().invoke(app, ["inspect", ids["softmax_attention"], "--store", str(store_path),
-                                      "--input", str(tmp_path / "tokens.pt")])
+    # the order: options first, then the run id
+    result = CliRunner().invoke(app, ["inspect", "--store", str(store_path), "--input", str(tmp_path / "tokens.pt"),
+                                      ids["softmax_attention"]])
     assert result.exit_code == 0, result.output
     assert "(3, 10)" in result.output
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 from typer.testing import CliRunner
 
 from seqdyn.bench.mixers import REFERENCE, run_benchmark, target_checks
 from seqdyn.cli import app
+from seqdyn.mixers.base import MixerState
 
 
 def test_cells_linear_time_and_checks():
@@ -28,3 +30,17 @@ def test_bench_mixers_and_mixers_commands():
     assert listing.exit_code == 0 and "mamba2" in listing.output and "state_dim=64" in listing.output
     bad = runner.invoke(app, ["bench", "mixers", "--names", "mamba3"])
     assert bad.exit_code != 0 and "mamba3" in str(bad.exception)
+
+
+def test_picked_backend_is_the_one_auto_runs_at_the_measured_length():
+    import seqdyn
+    from seqdyn import mixers
+    from seqdyn.bench.mixers import _picked
+
+    mixer = mixers.build("gla", 16, chunk_size=8)
+    for length in (8, 64):
+        x = torch.randn(1, length, 16)
+        inputs, _ = mixer.core_inputs(x, MixerState())
+        assert _picked(mixer, x, "auto") == seqdyn.select_backend(
+            inputs.q, inputs.k, inputs.v, chunk_size=8, **inputs.options())
+    assert _picked(mixer, torch.randn(1, 64, 16), "auto") == "chunk"  # not the pick for one step (quadratic)

@@ -59,3 +59,38 @@ def test_python_dash_m_seqdyn_works_like_the_command():
     result = subprocess.run([sys.executable, "-m", "seqdyn", "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "bench" in result.stdout and "demo" in result.stdout
+
+
+def test_auto_check_judges_the_picked_computation_and_still_flags_a_bad_pick():
+    from seqdyn.bench.operator import Cell, Report
+
+    def report(chunk_s, auto_s, scan_s):
+        cells = [Cell("gla", 64, "chunk", train_s=chunk_s), Cell("gla", 64, "scan", train_s=scan_s),
+                 Cell("gla", 64, "auto", train_s=auto_s, picked="chunk")]
+        return Report("cpu", cells)
+
+    def auto_check(r):
+        return next((measured, met) for what, measured, met in target_checks(r) if "auto" in what)
+
+    # the auto cell disturbed by other work, its pick (chunk) the fastest: the pick is right
+    assert auto_check(report(chunk_s=1.0, auto_s=1.6, scan_s=1.1)) == ("1.00×", True)
+    # a pick 1.5× slower than the fastest valid backend is a miss, however it is timed
+    assert auto_check(report(chunk_s=1.5, auto_s=1.5, scan_s=1.0)) == ("1.50×", False)
+
+
+def test_time_call_repeats_fast_calls_and_times_slow_ones_once_after_the_warm_up(monkeypatch):
+    import seqdyn.bench.measure as measure
+
+    calls = []
+    cpu = torch.device("cpu")
+    assert measure.time_call(lambda: calls.append(1), cpu, repeats=3).runs == 3 and len(calls) == 4
+
+    clock = {"now": 0.0}
+    durations = iter([0.5, 0.2])  # a slow warm-up, then one timed run
+
+    def slow_call():
+        clock["now"] += next(durations)
+
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock["now"])
+    timing = measure.time_call(slow_call, cpu, repeats=3, slow_s=0.3, very_slow_s=10.0)
+    assert timing.runs == 2 and abs(timing.best_s - 0.2) < 1e-12

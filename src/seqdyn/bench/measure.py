@@ -112,10 +112,12 @@ class Timing:
     runs: int
 
 
-def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow_s: float = 2.0) -> Timing:
+def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow_s: float = 2.0,
+              very_slow_s: float = 30.0) -> Timing:
     """Best (minimum) wall time of ``fn`` over ``repeats`` runs after one warm-up — the minimum is the estimate
-    least disturbed by other work on the machine; a warm-up slower than ``slow_s`` counts as the only
-    measurement (long cells are not worth repeating)."""
+    least disturbed by other work on the machine.  A warm-up slower than ``slow_s`` is followed by a single
+    timed run (long cells are not worth repeating, but a warm-up alone overstates them), one slower than
+    ``very_slow_s`` counts as the only measurement."""
 
     def once() -> float:
         if device.type == "cuda":
@@ -127,8 +129,10 @@ def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow
         return time.perf_counter() - start
 
     first = once()
-    if first > slow_s or repeats <= 0:
+    if first > very_slow_s or repeats <= 0:
         return Timing(first, 1)
+    if first > slow_s:
+        return Timing(min(first, once()), 2)
     return Timing(min(once() for _ in range(repeats)), repeats)
 
 

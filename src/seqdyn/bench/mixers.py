@@ -41,8 +41,8 @@ def _picked(mixer: mixers.Mixer, x: torch.Tensor, backend: str) -> str:
     if backend != "auto" or not isinstance(mixer, CoefficientMixer):
         return backend
     with torch.no_grad():
-        inputs, _ = mixer.core_inputs(x[:, :1], MixerState())
-    return select_backend(inputs.q, inputs.k, inputs.v, **inputs.options())
+        inputs, _ = mixer.core_inputs(x, MixerState())
+    return select_backend(inputs.q, inputs.k, inputs.v, chunk_size=mixer.chunk_size, **inputs.options())
 
 
 def _measure(mixer: mixers.Mixer, backend: str, length: int, batch: int, d_model: int, device: torch.device,

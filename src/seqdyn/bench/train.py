@@ -6,11 +6,13 @@ For every mixer, a 2-layer model on MQAR (CPU: d = 128, L = 256; GPU: d = 512, L
 * **harness step** — :class:`seqdyn.train.loop.Trainer` steps: the shuffled batch of the step, the learning-rate
   schedule, the loss check, the progress bar, and a row in the results store every ``log_every`` steps.
 
-Tokens per second are those of the harness; the overhead is ``1 − bare / harness`` (target < 5 %).
+The two are timed alternately, step by step, and their medians compared.  Tokens per second are those of the
+harness; the overhead is ``1 − bare / harness`` (target < 5 %).
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -53,15 +55,21 @@ def bench_config(mixer: str, device: torch.device, d_model: int, seq_len: int, b
     })
 
 
-def _timed(step, repeats: int, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
+def _interleaved_ms(first, second, repeats: int, device: torch.device) -> tuple[float, float]:
+    """Median step times (ms) of two step functions timed alternately, so that drifts in the machine's speed
+    (other work, clock changes) fall on both alike."""
+
+    def once(step) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
         step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / repeats * 1000
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - start) * 1000
+
+    pairs = [(once(first), once(second)) for _ in range(repeats)]
+    return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs)
 
 
 def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch: int, steps: int,
@@ -96,15 +104,14 @@ def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch:
 
         try:
             bare(), harness()
-            bare_ms = _timed(bare, steps, device)
-            harness_ms = _timed(harness, steps, device)
+            bare_ms, harness_ms = _interleaved_ms(bare, harness, steps, device)
         finally:
             bar.close()
             store.close()
     return TrainCell(mixer, batch * seq_len / (harness_ms / 1000), bare_ms, harness_ms)
 
 
-def run(names=None, device: str = "auto", steps: int = 5, progress=None, **sizes: int) -> tuple[list[TrainCell], dict]:
+def run(names=None, device: str = "auto", steps: int = 7, progress=None, **sizes: int) -> tuple[list[TrainCell], dict]:
     """Measure every named mixer (default: all); ``sizes`` overrides ``d_model``, ``seq_len`` or ``batch``."""
     device_ = resolve_device(device)
     gpu = device_.type == "cuda"
@@ -125,7 +132,7 @@ def run(names=None, device: str = "auto", steps: int = 5, progress=None, **sizes
     return cells, setup
 
 
-def main(names: str = "", device: str = "auto", steps: int = 5) -> None:
+def main(names: str = "", device: str = "auto", steps: int = 7) -> None:
     """Training tokens per second per mixer and the harness overhead (issue 'training')."""
     from rich.progress import Progress
     from rich.table import Table

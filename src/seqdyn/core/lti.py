@@ -399,8 +399,8 @@ class DiagonalSISO:
         lam = torch.exp(self.log_lam)
         x = self.init_state(u.shape[0]) if state is None else state
         outputs = []
-        for t in range(u.shape[1]):
-            x = lam * x + self.b * u[:, t, :, None]
+        for u_t in u.unbind(1):
+            x = lam * x + self.b * u_t[:, :, None]
             outputs.append((self.c * x).sum(-1).real)
         return _finish(torch.stack(outputs, dim=1), x, output_final_state)
 
@@ -499,8 +499,8 @@ class DenseSISO:
     def _recurrent(self, u: Tensor, state: Tensor | None, output_final_state: bool):
         x = self.init_state(u.shape[0]) if state is None else state
         outputs = []
-        for t in range(u.shape[1]):
-            x = self._apply(self.A, x) + self.b * u[:, t, :, None]
+        for u_t in u.unbind(1):
+            x = self._apply(self.A, x) + self.b * u_t[:, :, None]
             outputs.append((self.c * x).sum(-1))
         return _finish(torch.stack(outputs, dim=1), x, output_final_state)
 
@@ -572,8 +572,8 @@ class DiagonalMIMO:
         lam = torch.exp(self.log_lam)
         x = self.init_state(u.shape[0]) if state is None else state
         outputs = []
-        for t in range(u.shape[1]):
-            x = lam * x + self.project_in(u[:, t])
+        for u_t in u.unbind(1):
+            x = lam * x + self.project_in(u_t)
             outputs.append(self.project_out(x))
         return _finish(torch.stack(outputs, dim=1), x, output_final_state)
 

@@ -147,14 +147,21 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     state = problem.initial_state
     if state is None:
         state = v.new_zeros(batch, heads, key_dim, value_dim)
+    # unbind, not indexing: the backward of one unbind stacks the chunks' gradients once, while indexing chunk n
+    # would add a zero-filled gradient of the whole tensor for every chunk
+    deltas = delta_state.unbind(2)
+    if transition is not None:
+        steps = transition.unbind(2)
+    elif decayed:
+        steps = _along_keys(torch.exp(total), diagonal).unsqueeze(-1).unbind(2)
     entering = []
     for n in range(chunks):
         entering.append(state)
         if transition is not None:
-            state = transition[:, :, n] @ state
+            state = steps[n] @ state
         elif decayed:
-            state = _along_keys(torch.exp(total[:, :, n]), diagonal).unsqueeze(-1).to(state.dtype) * state
-        state = state + delta_state[:, :, n]
+            state = steps[n].to(state.dtype) * state
+        state = state + deltas[n]
     out = out + query_in @ torch.stack(entering, dim=2)
     return out.reshape(batch, heads, chunks * size, value_dim)[:, :, :length], state
 

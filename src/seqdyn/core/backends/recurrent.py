@@ -23,9 +23,15 @@ def unsupported(problem: Problem) -> str | None:
     return None
 
 
-def _step_inputs(problem: Problem, t: int):
-    pick = lambda x: None if x is None else x[:, :, t]  # noqa: E731
-    return pick(problem.log_decay), pick(problem.beta), pick(problem.direction)
+def steps_of(*tensors: Tensor | None) -> list[tuple]:
+    """The per-step slices ``x[:, :, t]`` of head-major tensors (``None`` stays ``None``), as one tuple per step.
+
+    One ``unbind`` per tensor: its backward stacks the steps' gradients once, where indexing step t would add a
+    zero-filled gradient of the whole tensor for every step (quadratic in T).
+    """
+    length = next(x.shape[2] for x in tensors if x is not None)
+    slices = [x.unbind(2) if x is not None else (None,) * length for x in tensors]
+    return list(zip(*slices))
 
 
 def state_step(state: Tensor, key: Tensor, value: Tensor, log_decay, beta, direction, diagonal: bool) -> Tensor:
@@ -40,9 +46,10 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     if state is None:
         state = problem.v.new_zeros(batch, heads, key_dim, value_dim)
     outputs = []
-    for t in range(length):
-        state = state_step(state, problem.k[:, :, t], problem.v[:, :, t], *_step_inputs(problem, t), problem.diagonal)
-        outputs.append(torch.einsum("bhk,bhkv->bhv", problem.q[:, :, t], state))
+    for query, key, value, log_decay, beta, direction in steps_of(
+            problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction):
+        state = state_step(state, key, value, log_decay, beta, direction, problem.diagonal)
+        outputs.append(torch.einsum("bhk,bhkv->bhv", query, state))
     return torch.stack(outputs, dim=2), state
 
 
@@ -55,22 +62,24 @@ def nonlinear(problem: Problem, want_state: bool):
     prefix = cache[0].shape[2]
     values = torch.cat([cache[1], problem.v], dim=2)
     normalizer = problem.normalizer
-    row_normalizer = (lambda t: normalizer[:, :, t:t + 1]) if isinstance(normalizer, Tensor) else (lambda t: normalizer)
+    row_normalizers = ([row.unsqueeze(2) for row in normalizer.unbind(2)] if isinstance(normalizer, Tensor)
+                       else [normalizer] * length)
     static = problem.log_decay is None and problem.beta is None
     if static:  # Λ = I: the cache never changes, so every step reads a prefix of one key tensor
         keys = torch.cat([cache[0], problem.k], dim=2).transpose(-1, -2)
     else:
         keys = cache[0].transpose(-1, -2)  # [B, H, K, N]
     outputs = []
-    for t in range(length):
+    steps = steps_of(problem.q, problem.k, problem.log_decay, problem.beta, problem.direction)
+    for t, (query, key, log_decay, beta, direction) in enumerate(steps):
         size = prefix + t + 1
         if static:
             current = keys[..., :size]
         else:
-            current = apply_evolution(keys, *_step_inputs(problem, t), problem.diagonal)
-            keys = current = torch.cat([current, problem.k[:, :, t].unsqueeze(-1)], dim=-1)
-        scores = torch.einsum("bhk,bhkn->bhn", problem.q[:, :, t], current).unsqueeze(-2)
-        coefficients = normalized_coefficients(scores, None, problem.readout, row_normalizer(t))
+            current = apply_evolution(keys, log_decay, beta, direction, problem.diagonal)
+            keys = current = torch.cat([current, key.unsqueeze(-1)], dim=-1)
+        scores = torch.einsum("bhk,bhkn->bhn", query, current).unsqueeze(-2)
+        coefficients = normalized_coefficients(scores, None, problem.readout, row_normalizers[t])
         outputs.append((coefficients @ values[:, :, :size]).squeeze(-2))
     final = (keys.transpose(-1, -2), values) if want_state else None
     return torch.stack(outputs, dim=2), final
