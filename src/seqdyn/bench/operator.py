@@ -125,7 +125,7 @@ def run_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="a
                     growth = (length / prev.length) ** _cost_exponent(kind, backend if backend != "auto" else prev.picked)
                     est_s = (prev.forward_s + 2 * prev.train_s) * growth
                     est_mb = (prev.peak_mb or 0.0) * growth ** (2 / 3 if growth > 16 else 1)
-                    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.6 * memory):
+                    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.75 * memory):
                         cell = Cell(kind, length, backend, status="skip",
                                     note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB")
                 if cell is None:

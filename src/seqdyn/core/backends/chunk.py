@@ -82,10 +82,10 @@ def _chunk_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, stri
     both = torch.cat([la, lb], dim=-2)
     middle = (0.5 * (both.amax(dim=-2, keepdim=True) + both.amin(dim=-2, keepdim=True))).detach()
     middle = torch.nan_to_num(middle, nan=0.0, posinf=0.0, neginf=0.0)
-    lower = (a * torch.exp(la - middle).to(a.dtype)) @ (b * torch.exp(middle - lb).to(b.dtype)).transpose(-1, -2)
+    lower = (a * torch.exp((la - middle).to(a.dtype))) @ (b * torch.exp((middle - lb).to(b.dtype))).transpose(-1, -2)
     gram = torch.where(causal_mask(size, size, a.device, strict=True), lower, torch.zeros_like(lower))
     if not strict:
-        gram = gram + torch.diag_embed((a * b * torch.exp(la - lb).to(a.dtype)).sum(-1))
+        gram = gram + torch.diag_embed((a * b * torch.exp((la - lb).to(a.dtype))).sum(-1))
     return gram
 
 
@@ -119,7 +119,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
         g = g.to(torch.float64)
     gamma = g.cumsum(dim=3) if decayed else None  # γ_t, inclusive, within each chunk
     total = gamma[:, :, :, -1] if decayed else None  # Γ
-    grow = (lambda x, lg: x * torch.exp(_along_keys(lg, diagonal)).to(x.dtype)) if decayed else (lambda x, lg: x)  # noqa: E731
+    grow = (lambda x, lg: x * torch.exp(_along_keys(lg, diagonal).to(x.dtype))) if decayed else (lambda x, lg: x)  # noqa: E731
     to_end = (lambda lg: total.unsqueeze(3) - lg) if decayed else (lambda lg: None)  # noqa: E731
 
     out = _chunk_gram(q, k, gamma, gamma, False, diagonal) @ v
