@@ -108,6 +108,20 @@ def test_heads_of_size_one_broadcast():
         assert_close(shared, full, TOL, backend)
 
 
+@pytest.mark.parametrize("decay", [False, True])
+def test_delta_rule_with_keys_shared_over_heads_and_a_scale_per_head(decay):
+    """DeltaNet-type arguments (direction = key) whose key has one head while β, b and g have three."""
+    gen = torch.Generator().manual_seed(5)
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    q, k, v = rand(2, 37, 1, 6), torch.nn.functional.normalize(rand(2, 37, 1, 6), dim=-1), rand(2, 37, 3, 5)
+    beta = torch.sigmoid(rand(2, 37, 3))
+    options = dict(householder=beta, scale=torch.rand(2, 37, 3, generator=gen, dtype=torch.float64),
+                   log_decay=-torch.rand(2, 37, 3, generator=gen, dtype=torch.float64) if decay else None,
+                   chunk_size=8)
+    exact = seqdyn.coefficient_dynamics(q, k, v, backend="quadratic", **options)
+    assert_close(seqdyn.coefficient_dynamics(q, k, v, backend="chunk", **options), exact, TOL, "chunk")
+
+
 def test_output_dtype_follows_values_and_half_precision_computes_in_float32():
     case = random_case("identity", "scalar", "none", "none", seed=4, with_state=False)
     leaves, options = build(case, dtype=torch.float32)

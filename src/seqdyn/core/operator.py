@@ -306,10 +306,9 @@ def _stabilized(problem: Problem):
     new_decay = -shift if g is None else g.to(torch.float64) - shift
     key_log = impulse if ell is None else ell.to(torch.float64)
     key_factor = torch.exp((key_log.unsqueeze(-1) if per_channel else key_log) - log_scale)
-    stable = dataclasses.replace(
-        problem,
+    stable = problem.with_keys_scaled(
+        key_factor,
         log_decay=new_decay.to(dtype),
-        k=problem.k * along_keys(key_factor).to(dtype),
         q=problem.q * torch.exp(log_scale - row_scale.unsqueeze(-1)).to(dtype) if per_channel else problem.q,
         log_scale=None,
     )

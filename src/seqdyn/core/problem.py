@@ -34,6 +34,8 @@ class Problem:
         beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
         readout: the map φ.  normalizer: a name, or η as ``[B, H, T]``.
         initial_state: validated, head-major state (see :func:`check_state`), or ``None``.
+        key_scale: ``[B, H, T]`` with ``k = direction ⊙ key_scale`` when the Householder direction is the key
+            (DeltaNet), which lets the ``chunk`` backend share Gram matrices; ``None`` otherwise.
     """
 
     q: Tensor
@@ -48,12 +50,20 @@ class Problem:
     chunk_size: int
     out_dtype: torch.dtype
     log_scale: Tensor | None = None
+    key_scale: Tensor | None = None
 
     def folded(self) -> "Problem":
         """The same problem with ``b = exp(log_scale)`` multiplied into the keys (for the nonlinear readouts)."""
         if self.log_scale is None:
             return self
-        return dataclasses.replace(self, k=self.k * torch.exp(self.log_scale).unsqueeze(-1), log_scale=None)
+        return self.with_keys_scaled(torch.exp(self.log_scale), log_scale=None)
+
+    def with_keys_scaled(self, factor: Tensor, **changes) -> "Problem":
+        """The problem with every key ``k_t`` multiplied by ``factor`` (``[B, H, T]``, or ``[B, H, T, K]`` per channel)."""
+        per_step = factor.dim() == self.k.dim() - 1
+        key_scale = self.key_scale * factor.to(self.key_scale.dtype) if per_step and self.key_scale is not None else None
+        scaled = self.k * (factor.unsqueeze(-1) if per_step else factor).to(self.k.dtype)
+        return dataclasses.replace(self, k=scaled, key_scale=key_scale, **changes)
 
     @property
     def decay_kind(self) -> str:
@@ -208,14 +218,16 @@ def prepare(
     as_head_major = lambda x: None if x is None else sizes.head_major(x, dtype)  # noqa: E731
     q_h, k_h = as_head_major(q), as_head_major(k)
     direction = as_head_major(householder_dir) if householder is not None and householder_dir is not None else None
-    if householder is not None and direction is None:
-        direction = k_h  # DeltaNet: the Householder direction is the (unscaled) key
     if log_scale is not None:
-        scaled_keys = k_h
+        key_scale = k_h.new_ones(k_h.shape[:3])
     elif scale_tensor is None:
-        scaled_keys = k_h * (q.shape[3] ** -0.5 if scale is None else float(scale))
+        key_scale = k_h.new_full(k_h.shape[:3], q.shape[3] ** -0.5 if scale is None else float(scale))
     else:
-        scaled_keys = k_h * as_head_major(scale_tensor).unsqueeze(-1)
+        key_scale = as_head_major(scale_tensor)
+    scaled_keys = k_h if log_scale is not None else k_h * key_scale.unsqueeze(-1)
+    key_is_direction = householder is not None and direction is None
+    if key_is_direction:
+        direction = k_h  # DeltaNet: the Householder direction is the (unscaled) key
     problem = Problem(
         q=q_h,
         k=scaled_keys,
@@ -229,6 +241,7 @@ def prepare(
         chunk_size=chunk_size,
         out_dtype=v.dtype if v is not None else q.dtype,
         log_scale=as_head_major(log_scale),
+        key_scale=key_scale if key_is_direction else None,
     )
     problem.initial_state = check_state("initial_state", initial_state, problem, dtype)
     return problem

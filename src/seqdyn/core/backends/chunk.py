@@ -53,6 +53,14 @@ def safe_chunk_size(log_decay: Tensor, chunk_size: int) -> int:
     here (they propagate as NaN/Inf like any other input).
     """
     limit = 0.75 * math.log(torch.finfo(log_decay.dtype).max)
+    largest_step = torch.linalg.vector_norm(log_decay.detach(), ord=float("inf")).item()
+    if largest_step * chunk_size < limit:  # the common case: no chunk can span the limit
+        return chunk_size
+    with torch.no_grad():
+        return _halve_until_safe(log_decay, chunk_size, limit)
+
+
+def _halve_until_safe(log_decay: Tensor, chunk_size: int, limit: float) -> int:
     length = log_decay.shape[2]
     cumulative = cumulative_log_decay(log_decay)
     cumulative = torch.cat([torch.zeros_like(cumulative[:, :, :1]), cumulative], dim=2)  # G_{-1} = 0
@@ -79,14 +87,76 @@ def _chunk_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, stri
     valid = causal_mask(size, size, a.device, strict=strict)
     if not diagonal:
         return pairwise_gram(a, b, la, lb, valid)
-    both = torch.cat([la, lb], dim=-2)
-    middle = (0.5 * (both.amax(dim=-2, keepdim=True) + both.amin(dim=-2, keepdim=True))).detach()
-    middle = torch.nan_to_num(middle, nan=0.0, posinf=0.0, neginf=0.0)
+    middle = _middle(torch.cat([la, lb], dim=-2))
     lower = (a * torch.exp((la - middle).to(a.dtype))) @ (b * torch.exp((middle - lb).to(b.dtype))).transpose(-1, -2)
     gram = torch.where(causal_mask(size, size, a.device, strict=True), lower, torch.zeros_like(lower))
     if not strict:
         gram = gram + torch.diag_embed((a * b * torch.exp((la - lb).to(a.dtype))).sum(-1))
     return gram
+
+
+def _middle(log_decays: Tensor) -> Tensor:
+    """The middle of each chunk's range of log decays (per key), ``[..., 1, K]``; 0 where it is not finite."""
+    middle = 0.5 * (log_decays.amax(dim=-2, keepdim=True) + log_decays.amin(dim=-2, keepdim=True))
+    return torch.nan_to_num(middle.detach(), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _diagonal_factors(q: Tensor, k: Tensor, gamma: Tensor, total: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Diagonal decays inside each chunk, factorized once around the chunk's middle log decay ``r``.
+
+    With ``Q_r = q ⊙ e^{γ − r}`` and ``K_r = k ⊙ e^{r − γ}`` (every factor below ``e^{range/2}``):
+    the intra-chunk coefficients ``tril(Q_r K_rᵀ)``, the queries reading the entering state ``Q_r ⊙ e^{r} =
+    q ⊙ e^{γ}``, and the keys carried to the chunk's end ``K_r ⊙ e^{Γ − r} = k ⊙ e^{Γ − γ}``.  A chunk of one
+    step has ``r = γ``: its factors are 1 for any decay.
+    """
+    middle = _middle(gamma)
+    queries = q * torch.exp(gamma - middle)
+    keys = k * torch.exp(middle - gamma)
+    gram = torch.tril(queries @ keys.transpose(-1, -2))
+    return gram, queries * torch.exp(middle), keys * torch.exp(total.unsqueeze(3) - middle)
+
+
+def _decayed_chunks(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor | None, total: Tensor | None, diagonal: bool,
+                    grow, to_end) -> tuple[Tensor, Tensor, Tensor]:
+    """Steps 1 and 3 without a Householder factor: ``(A V, Q̃, K̃ᵀ V)`` of every chunk."""
+    if diagonal:
+        gram, query_in, keys_to_end = _diagonal_factors(q, k, gamma, total)
+    else:
+        gram, query_in, keys_to_end = _chunk_gram(q, k, gamma, gamma, False, False), grow(q, gamma), grow(
+            k, to_end(gamma))
+    return gram @ v, query_in, keys_to_end.transpose(-1, -2) @ v
+
+
+def _unit_lower_solve(strict_lower: Tensor, rhs: Tensor) -> Tensor:
+    """``(I + L)^{-1} rhs`` for strictly lower-triangular ``L`` ``[..., C, C]`` (the UT transform)."""
+    eye = torch.eye(strict_lower.shape[-1], dtype=strict_lower.dtype, device=strict_lower.device)
+    return torch.linalg.solve_triangular(eye + strict_lower, rhs, upper=False, unitriangular=True)
+
+
+def _delta_rule_chunks(q: Tensor, v: Tensor, g: Tensor | None, gamma: Tensor | None, gamma_before: Tensor | None,
+                       beta: Tensor, direction: Tensor, key_scale: Tensor, decay_matrix: Tensor, grow, to_end):
+    """The Householder chunk of DeltaNet / Gated DeltaNet: direction = key (``k_j = s_j d_j``), no or scalar decay.
+
+    Then the four Gram matrices of the general path share two, ``A[t,j] = q_tᵀ d_j e^{γ_t − γ_j}`` (``j ≤ t``) and
+    ``M[t,j] = d_tᵀ d_j e^{γ_{t-1} − γ_j}`` (``j < t``), up to column scales: ``A_k = A s``, ``A_e = A c``,
+    ``M_k = M s``, ``M_e = M c`` with ``c_j = β_j e^{g_j}``.  With ``(F_S, F_V) = (I + M_e)^{-1} (D̃, M (s ⊙ V))``,
+    ``U = s ⊙ V − c ⊙ F_V`` and ``W = c ⊙ F_S``: the chunk's output ``A U``, the queries reading the entering
+    state ``Q̃ − A W``, the state increment ``D̃_endᵀ U`` and the transition ``diag(e^{Γ}) − D̃_endᵀ W``.
+    Returns ``(out, query_in, delta_state, transition)``.
+    """
+    value_dim = v.shape[-1]
+    a = _chunk_gram(q, direction, gamma, gamma, False, False)
+    m = _chunk_gram(direction, direction, gamma_before, gamma, True, False)
+    c = beta if g is None else beta * torch.exp(g).to(beta.dtype)
+    scaled_values = key_scale.unsqueeze(-1) * v
+    rhs = torch.cat([grow(direction, gamma_before), m @ scaled_values], dim=-1)
+    from_state, from_values = _unit_lower_solve(m * c.unsqueeze(-2), rhs).split(
+        [direction.shape[-1], value_dim], dim=-1)
+    update = torch.cat([scaled_values - c.unsqueeze(-1) * from_values, c.unsqueeze(-1) * from_state], dim=-1)
+    within = a @ update
+    carried = grow(direction, to_end(gamma)).transpose(-1, -2) @ update
+    return (within[..., :value_dim], grow(q, gamma) - within[..., value_dim:], carried[..., :value_dim],
+            decay_matrix - carried[..., value_dim:])
 
 
 def _to_chunks(x: Tensor | None, chunks: int, size: int) -> Tensor | None:
@@ -112,37 +182,39 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     if diagonal:
         size = safe_chunk_size(problem.log_decay, size)
     chunks = -(-length // size)
-    q, k, v, g, beta, direction = (_to_chunks(x, chunks, size) for x in (
-        problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction))
+    q, k, v, g, beta, direction, key_scale = (_to_chunks(x, chunks, size) for x in (
+        problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction, problem.key_scale))
     decayed = g is not None
-    if decayed:  # in float64: a chunk of strong decays sums to large γ whose differences matter
-        g = g.to(torch.float64)
+    if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
+        g = g.to(torch.float64)   # matter; diagonal chunks are sized so that their γ range fits (safe_chunk_size)
     gamma = g.cumsum(dim=3) if decayed else None  # γ_t, inclusive, within each chunk
     total = gamma[:, :, :, -1] if decayed else None  # Γ
     grow = (lambda x, lg: x * torch.exp(_along_keys(lg, diagonal).to(x.dtype))) if decayed else (lambda x, lg: x)  # noqa: E731
     to_end = (lambda lg: total.unsqueeze(3) - lg) if decayed else (lambda lg: None)  # noqa: E731
 
-    out = _chunk_gram(q, k, gamma, gamma, False, diagonal) @ v
-    query_in = grow(q, gamma)  # Q̃: reads the state that entered the chunk
-    delta_state = grow(k, to_end(gamma)).transpose(-1, -2) @ v  # K̃ᵀ V
     transition = None
-    if beta is not None:
+    if beta is None:
+        out, query_in, delta_state = _decayed_chunks(q, k, v, gamma, total, diagonal, grow, to_end)
+    else:
         gamma_before = gamma - g if decayed else None  # γ_{t-1}
-        weighted = beta.unsqueeze(-1) * direction
-        a_e = _chunk_gram(q, weighted, gamma, gamma_before, False, diagonal)
-        m_k = _chunk_gram(direction, k, gamma_before, gamma, True, diagonal)
-        m_e = _chunk_gram(direction, weighted, gamma_before, gamma_before, True, diagonal)
-        eye = torch.eye(size, dtype=q.dtype, device=q.device)
-        rhs = torch.cat([grow(direction, gamma_before), m_k @ v], dim=-1)
-        solved = torch.linalg.solve_triangular(eye + m_e, rhs, upper=False, unitriangular=True)
-        from_state, from_values = solved.split([key_dim, value_dim], dim=-1)
-        e_out = grow(weighted, to_end(gamma_before)).transpose(-1, -2)  # Ẽᵀ
-        query_in = query_in - a_e @ from_state
-        out = out - a_e @ from_values
-        delta_state = delta_state - e_out @ from_values
         decay_matrix = torch.diag_embed(_along_keys(torch.exp(total), diagonal).expand(*total.shape[:3], key_dim)).to(
             q.dtype) if decayed else torch.eye(key_dim, dtype=q.dtype, device=q.device)
-        transition = decay_matrix - e_out @ from_state  # [B, H, N, K, K]
+        if key_scale is not None and not diagonal:
+            out, query_in, delta_state, transition = _delta_rule_chunks(
+                q, v, g, gamma, gamma_before, beta, direction, key_scale, decay_matrix, grow, to_end)
+        else:
+            out, query_in, delta_state = _decayed_chunks(q, k, v, gamma, total, diagonal, grow, to_end)
+            weighted = beta.unsqueeze(-1) * direction
+            a_e = _chunk_gram(q, weighted, gamma, gamma_before, False, diagonal)
+            m_k = _chunk_gram(direction, k, gamma_before, gamma, True, diagonal)
+            m_e = _chunk_gram(direction, weighted, gamma_before, gamma_before, True, diagonal)
+            rhs = torch.cat([grow(direction, gamma_before), m_k @ v], dim=-1)
+            from_state, from_values = _unit_lower_solve(m_e, rhs).split([key_dim, value_dim], dim=-1)
+            e_out = grow(weighted, to_end(gamma_before)).transpose(-1, -2)  # Ẽᵀ
+            query_in = query_in - a_e @ from_state
+            out = out - a_e @ from_values
+            delta_state = delta_state - e_out @ from_values
+            transition = decay_matrix - e_out @ from_state  # [B, H, N, K, K]
 
     state = problem.initial_state
     if state is None:
