@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -39,6 +40,22 @@ def test_time_budget_skips_cells_with_an_estimate():
                            max_seconds=1e-9)
     skipped = report.get("softmax", 1024, "quadratic")
     assert skipped.status == "skip" and skipped.note.startswith("est.")
+    measured_16 = report.get("softmax", 16, "quadratic").train_s
+    assert skipped.estimated_train_s == pytest.approx(measured_16 * (1024 / 16) ** 2)
+
+
+def test_a_skipped_cell_is_judged_by_its_estimate_and_says_so():
+    from seqdyn.bench.operator import Cell, Report
+
+    def check(estimate_s):
+        cells = [Cell("gla", 4096, "chunk", train_s=0.5),
+                 Cell("gla", 4096, "quadratic", status="skip", note="est. 9 s", estimated_train_s=estimate_s)]
+        return next((measured, met) for what, measured, met in target_checks(Report("cpu", cells))
+                    if "quadratic" in what)
+
+    assert check(1000.0) == ("est. 2000× (quadratic fwd+bwd est. 1000 s)", True)
+    assert check(2.0)[1] is False
+    assert check(None) == ("quadratic skip (est. 9 s)", None)
 
 
 def test_demo_agreement_table_is_exact():

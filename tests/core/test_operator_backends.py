@@ -122,6 +122,20 @@ def test_delta_rule_with_keys_shared_over_heads_and_a_scale_per_head(decay):
     assert_close(seqdyn.coefficient_dynamics(q, k, v, backend="chunk", **options), exact, TOL, "chunk")
 
 
+def test_unit_lower_solve_and_its_gradients_match_a_triangular_solve():
+    from seqdyn.core.backends.chunk import _unit_lower_solve
+
+    gen = torch.Generator().manual_seed(6)
+    lower = (0.3 * torch.randn(2, 3, 9, 9, generator=gen, dtype=torch.float64)).tril(-1).requires_grad_()
+    rhs = torch.randn(2, 3, 9, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    exact = torch.linalg.solve_triangular(torch.eye(9, dtype=torch.float64) + lower, rhs, upper=False)
+    assert_close(_unit_lower_solve(lower, rhs), exact, TOL, "solve")
+    assert torch.autograd.gradcheck(lambda a, b: _unit_lower_solve(a.tril(-1), b), (lower, rhs))
+    grad = torch.autograd.grad(_unit_lower_solve(lower, rhs).sum(), lower, create_graph=True)[0]
+    with pytest.raises(RuntimeError):  # no silent wrong second derivatives
+        grad.sum().backward()
+
+
 def test_output_dtype_follows_values_and_half_precision_computes_in_float32():
     case = random_case("identity", "scalar", "none", "none", seed=4, with_state=False)
     leaves, options = build(case, dtype=torch.float32)
