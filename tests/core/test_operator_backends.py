@@ -136,6 +136,33 @@ def test_unit_lower_solve_and_its_gradients_match_a_triangular_solve():
         grad.sum().backward()
 
 
+def test_opposite_decay_factors_and_their_gradients_with_broadcast_heads():
+    from seqdyn.core.backends.chunk import _OppositeDecays
+
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 1, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    exponent = torch.randn(2, 3, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    grown, shrunk = _OppositeDecays.apply(q, k, exponent)
+    assert_close(grown, q * torch.exp(exponent), TOL, "q e^d")
+    assert_close(shrunk, k * torch.exp(-exponent), TOL, "k e^-d")
+    assert torch.autograd.gradcheck(_OppositeDecays.apply, (q, k, exponent))
+    assert torch.autograd.gradcheck(_OppositeDecays.apply, (k, q, exponent[:, :1]))
+
+
+def test_diagonal_decay_and_keys_shared_over_heads_with_queries_per_head():
+    gen = torch.Generator().manual_seed(8)
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    q, k, v = rand(2, 21, 3, 4), rand(2, 21, 1, 4), rand(2, 21, 3, 2)
+    g = (-torch.rand(2, 21, 1, 4, generator=gen, dtype=torch.float64)).requires_grad_()
+    grads = {}
+    for backend in ("quadratic", "chunk"):
+        y = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, backend=backend, chunk_size=8)
+        grads[backend] = (y, *torch.autograd.grad(y.square().sum(), (q, k, v, g)))
+    for exact, got in zip(grads["quadratic"], grads["chunk"]):
+        assert_close(got, exact, TOL, "chunk")
+
+
 def test_output_dtype_follows_values_and_half_precision_computes_in_float32():
     case = random_case("identity", "scalar", "none", "none", seed=4, with_state=False)
     leaves, options = build(case, dtype=torch.float32)
