@@ -213,3 +213,55 @@ def test_auto_cost_model_decisions(shape, options, expected):
     if kwargs.pop("householder", False):
         kwargs["householder"] = meta(batch, length, heads)
     assert seqdyn.select_backend(q, k, v, **kwargs) == expected
+
+
+@pytest.mark.parametrize("decay", ["none", "scalar", "diagonal"])
+@pytest.mark.parametrize("blocks", [1, 2, 3.2])
+def test_scan_across_its_blocks_with_state_and_gradients(decay, blocks):
+    """The scan's blocks: T a whole number of blocks or not, an initial state, keys shared over heads."""
+    from seqdyn.core.backends.scan import BLOCK
+
+    length = int(blocks * BLOCK) + (1 if blocks == 1 else 0)
+    gen = torch.Generator().manual_seed(length)
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    q, k, v = rand(2, length, 3, 4), rand(2, length, 1, 4), rand(2, length, 3, 2)
+    state = rand(2, 3, 4, 2)
+    g = {"none": None, "scalar": -torch.rand(2, length, 3, generator=gen, dtype=torch.float64),
+         "diagonal": -torch.rand(2, length, 3, 4, generator=gen, dtype=torch.float64)}[decay]
+    leaves = [q, k, v, state] + ([g.requires_grad_()] if g is not None else [])
+    results = {}
+    for backend in ("quadratic", "scan"):
+        y, final = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, initial_state=state, output_final_state=True,
+                                               backend=backend)
+        loss = (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum() + final.square().sum()
+        results[backend] = (y, final, *torch.autograd.grad(loss, leaves))
+    for i, (got, exact) in enumerate(zip(results["scan"], results["quadratic"])):
+        assert_close(got, exact, TOL, f"scan part {i}")
+
+
+def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values():
+    """S6-type arguments (V < K, b per head, k shared): b may ride on the values (``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``),
+    which changes no output, state, gradient or coefficient, and the DSF still carries b in its B_i."""
+    from seqdyn.core.problem import prepare
+
+    gen = torch.Generator().manual_seed(11)
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    q, k, v = rand(2, 40, 1, 4), rand(2, 40, 1, 4), rand(2, 40, 5, 1)
+    b = torch.rand(2, 40, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    g = (-torch.rand(2, 40, 5, 4, generator=gen, dtype=torch.float64)).requires_grad_()
+    problem = prepare(q, k, v, log_decay=g, scale=b)
+    assert torch.equal(problem.k, prepare(q, k, v).k * 4**0.5)  # keys untouched: the scale went on the values
+    results = {}
+    for backend in ("quadratic", "chunk", "scan", "recurrent"):
+        y, final = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, scale=b, output_final_state=True,
+                                               backend=backend)
+        results[backend] = (y, final, *torch.autograd.grad(y.square().sum() + final.sum(), (q, k, v, g, b)))
+    for backend in ("chunk", "scan", "recurrent"):
+        for i, (got, exact) in enumerate(zip(results[backend], results["quadratic"])):
+            assert_close(got, exact, TOL, f"{backend} part {i}")
+    coefficients = seqdyn.coefficients(q, k, log_decay=g, scale=b)
+    assert_close(coefficients @ v.detach().transpose(1, 2), results["quadratic"][0].transpose(1, 2), TOL,
+                 "coefficients")
+    system = seqdyn.dsf(q[:, :6], k[:, :6], v[:, :6], log_decay=g[:, :6], scale=b[:, :6])
+    impulses = (k[:, :6] * b[:, :6].unsqueeze(-1)).transpose(1, 2)  # b_i k_i per head [B, H, T, K]
+    assert_close(system.B.squeeze(-1), impulses, TOL, "dsf B_i")

@@ -87,7 +87,8 @@ def dsf(
     ``N = K·V``.  η for ``"sum"``/``"abs_max1"`` is computed from the coefficients, which depend on q, k and Λ only.
     """
     problem = prepare(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
-                      householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale).folded()
+                      householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
+                      scale_on_values=False).folded()
     if not problem.readout.linear:
         raise ValueError(
             f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "

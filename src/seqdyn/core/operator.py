@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from typing import Any
 
 import torch
@@ -212,26 +211,28 @@ def _backend_for(problem: Problem, backend: Any):
     return module
 
 
-#: the scan's cost per element relative to the chunked form's (calibrated on the CPU, see ``_auto``)
-SCAN_COST_FACTOR = 4.0
+#: the scan's cost per state element and step relative to the chunked form's per-step cost (calibrated with
+#: ``seqdyn bench operator`` on the CPU: GLA-type heads of K = V = 64 scan ~6× slower than they chunk)
+SCAN_COST_FACTOR = 16.0
 
 
 def _auto(problem: Problem) -> str:
     """The backend ``"auto"`` picks, from a cost model calibrated with ``seqdyn bench operator`` on the CPU.
 
     Per head and step, the chunked form costs about ``C·(K+V) + K·V`` (its intra-chunk matrices and the state
-    hand-over, C = min(chunk, T)) and the scan ``4·K·V·log₂T``: the scan wins for the tiny states of per-channel
-    mixers (S6, qLSTM, RG-LRU), the chunked form for heads of K = V = 64.  Short sequences (T ≤ 2C) without a
-    diagonal decay are fastest materialized.  Without a linear-time form: materialize while it fits, else step.
+    hand-over, C = min(chunk, T)) and the scan ``16·K·V`` (a few elementwise passes over every state element):
+    the scan wins for the tiny states of per-channel mixers (S6, qLSTM, RG-LRU), the chunked form for heads of
+    K = V = 64.  Short sequences (T ≤ 2C) without a diagonal decay are fastest materialized.  Without a
+    linear-time form: materialize while it fits, else step.
     """
     batch, heads, length, key_dim, value_dim = problem.shape
     chunk = min(problem.chunk_size, length)
     if problem.readout.linear:
-        scan_cost = SCAN_COST_FACTOR * key_dim * value_dim * max(1.0, math.log2(length))
-        if REGISTRY["scan"].unsupported(problem) is None and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim:
-            return "scan"
         if not problem.diagonal and length <= 2 * problem.chunk_size:
             return "quadratic"
+        scan_cost = SCAN_COST_FACTOR * key_dim * value_dim
+        if REGISTRY["scan"].unsupported(problem) is None and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim:
+            return "scan"
     if REGISTRY["chunk"].unsupported(problem) is None:
         return "chunk"
     if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:

@@ -28,7 +28,7 @@ class Problem:
         q: ``[B, H, T, K]`` queries.
         k: ``[B, H, T, K]`` keys multiplied by their scale ``b_j`` (the impulse ``b_j k_j`` of seed 001 eq. 3a),
             unless the scale is given in log space (``log_scale``, folded in by :meth:`folded` or by the
-            operator's stabilization).
+            operator's stabilization), or on the values when that is cheaper (see :func:`_scale_on_values`).
         v: ``[B, H, T, V]`` values, or ``None`` when only coefficients are asked for.
         log_decay: ``None`` (Λ = I), ``[B, H, T]`` (scalar) or ``[B, H, T, K]`` (diagonal) log decays ``g``.
         beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
@@ -175,8 +175,13 @@ def prepare(
     initial_state: Any = None,
     chunk_size: int | None = None,
     log_scale: Tensor | None = None,
+    scale_on_values: bool = True,
 ) -> Problem:
-    """Validate the public arguments of ``coefficient_dynamics`` and return the canonical :class:`Problem`."""
+    """Validate the public arguments of ``coefficient_dynamics`` and return the canonical :class:`Problem`.
+
+    ``scale_on_values=False`` keeps the scale on the keys always (for views that read ``k`` as the impulse
+    ``b_j k_j``, like the DSF's ``B_i``).
+    """
     q = _check_tensor("q", q, 4, "[B, T, H, K]")
     k = _check_tensor("k", k, 4, "[B, T, H, K]")
     if v is not None:
@@ -224,14 +229,18 @@ def prepare(
         key_scale = k_h.new_full(k_h.shape[:3], q.shape[3] ** -0.5 if scale is None else float(scale))
     else:
         key_scale = as_head_major(scale_tensor)
-    scaled_keys = k_h if log_scale is not None else k_h * key_scale.unsqueeze(-1)
+    values = as_head_major(v)
+    if scale_on_values and _scale_on_values(readout_map, normalizer_value, householder, scale_tensor, values, k_h):
+        scaled_keys, values = k_h, values * key_scale.unsqueeze(-1)
+    else:
+        scaled_keys = k_h if log_scale is not None else k_h * key_scale.unsqueeze(-1)
     key_is_direction = householder is not None and direction is None
     if key_is_direction:
         direction = k_h  # DeltaNet: the Householder direction is the (unscaled) key
     problem = Problem(
         q=q_h,
         k=scaled_keys,
-        v=as_head_major(v),
+        v=values,
         log_decay=as_head_major(log_decay),
         beta=as_head_major(householder),
         direction=direction,
@@ -245,6 +254,16 @@ def prepare(
     )
     problem.initial_state = check_state("initial_state", initial_state, problem, dtype)
     return problem
+
+
+def _scale_on_values(readout: Readout, normalizer: Any, householder: Tensor | None, scale: Tensor | None,
+                     values: Tensor | None, keys: Tensor) -> bool:
+    """Whether the per-step scale ``b_j`` goes on the values instead of the keys: ``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``
+    for the identity readout, where ``b`` enters nowhere else (no Householder factor, no normalizer state ``z``).
+    It does when the values are narrower than the keys (S6: V = 1, K = N), so scaling them is the cheaper product
+    and keys shared by all heads stay shared."""
+    return (scale is not None and values is not None and readout.linear and householder is None
+            and normalizer not in ("sum", "abs_max1") and values.shape[-1] < keys.shape[-1])
 
 
 def _check_scale(scale: Any) -> Tensor | None:
