@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqdyn.core.readouts import NORMALIZERS, Readout, resolve_readout
+from seqdyn.core.readouts import NORMALIZERS, STATE_NORMALIZERS, Readout, resolve_readout
 
 DEFAULT_CHUNK_SIZE = 64
 
@@ -86,7 +86,7 @@ class Problem:
     @property
     def augmented(self) -> bool:
         """Linear readouts with ``"sum"``/``"abs_max1"`` carry the normalizer state ``z`` as an extra value column."""
-        return self.readout.linear and self.normalizer_kind in ("sum", "abs_max1")
+        return self.readout.linear and self.normalizer_kind in STATE_NORMALIZERS
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:
@@ -263,7 +263,7 @@ def _scale_on_values(readout: Readout, normalizer: Any, householder: Tensor | No
     It does when the values are narrower than the keys (S6: V = 1, K = N), so scaling them is the cheaper product
     and keys shared by all heads stay shared."""
     return (scale is not None and values is not None and readout.linear and householder is None
-            and normalizer not in ("sum", "abs_max1") and values.shape[-1] < keys.shape[-1])
+            and normalizer not in STATE_NORMALIZERS and values.shape[-1] < keys.shape[-1])
 
 
 def _check_scale(scale: Any) -> Tensor | None:

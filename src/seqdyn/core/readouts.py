@@ -41,6 +41,8 @@ READOUTS: dict[str, Callable[[Tensor], Tensor]] = {
 
 #: The named normalizers η (DESIGN §2); a tensor ``[B, T, H]`` of given η_i is also accepted.
 NORMALIZERS = ("none", "sum", "abs_max1")
+#: The normalizers computed from a state ``z_t`` carried beside ``S_t`` (for the identity readout).
+STATE_NORMALIZERS = ("sum", "abs_max1")
 
 ReadoutLike = Union[str, Callable[[Tensor], Tensor]]
 NormalizerLike = Union[str, Tensor]

@@ -20,6 +20,7 @@ from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.operator import coefficient_dynamics, coefficients
 from seqdyn.core.problem import prepare
+from seqdyn.core.readouts import STATE_NORMALIZERS
 
 OPERATOR_BACKENDS = ("auto", "quadratic", "recurrent", "chunk", "scan")
 
@@ -272,5 +273,5 @@ class CoefficientMixer(Mixer):
         linear = inputs.readout == "identity"
         if not linear:  # the key cache grows with the sequence (seed 001 Lemma 1)
             return seq_len * heads * (key_dim + value_dim) + conv
-        normalizer_state = heads * key_dim if inputs.normalizer in ("sum", "abs_max1") else 0
+        normalizer_state = heads * key_dim if inputs.normalizer in STATE_NORMALIZERS else 0
         return heads * key_dim * value_dim + normalizer_state + conv

@@ -70,6 +70,11 @@ def _contract_value(states: Tensor, y: Tensor) -> Tensor:
     return (states @ y.unsqueeze(-1)).squeeze(-1)
 
 
+def _block_steps(length: int) -> list[slice]:
+    """The steps of each block of :data:`BLOCK` (the last one may be shorter)."""
+    return [slice(start, min(start + BLOCK, length)) for start in range(0, length, BLOCK)]
+
+
 def _scan_block(states: Tensor, decay: Tensor | None, entering: Tensor) -> Tensor:
     """In place on time-major ``states`` ``[L, ...]`` holding ``X``: ``S_j = a_j ⊙ S_{j-1} + X_j``, ``S_{-1}`` the
     entering state (``decay`` ``None``: ``a = 1``)."""
@@ -112,10 +117,9 @@ class BlockScan(torch.autograd.Function):
         state = initial.expand(state_shape) if initial is not None else v.new_zeros(state_shape)
         y = v.new_empty(length, *state_shape[:2], state_shape[-1])
         entering = []
-        for start in range(0, length, BLOCK):
-            steps = slice(start, min(start + BLOCK, length))
+        for steps in _block_steps(length):
             entering.append(state)
-            states = _outer(_time_major(k, steps), _time_major(v, steps), (steps.stop - start, *state_shape))
+            states = _outer(_time_major(k, steps), _time_major(v, steps), (steps.stop - steps.start, *state_shape))
             _scan_block(states, None if decays is None else decays[steps], state)
             y[steps] = _contract_key(_time_major(q, steps), states)
             state = states[-1].clone()
@@ -130,13 +134,11 @@ class BlockScan(torch.autograd.Function):
         grad_q, grad_k, grad_v = (torch.empty_like(x) for x in (q, k, v))
         grad_g = None if decays is None else torch.empty_like(decays)
         flowing = grad_final
-        for block in range(len(entering) - 1, -1, -1):
-            start = block * BLOCK
-            steps = slice(start, min(start + BLOCK, length))
+        for steps, state in reversed(list(zip(_block_steps(length), entering))):
             decay = None if decays is None else decays[steps]
             q_b, k_b, v_b, grad_y_b = (_time_major(x, steps) for x in (q, k, v, grad_y))
-            shape = (steps.stop - start, *entering[block].shape)
-            states = _scan_block(_outer(k_b, v_b, shape), decay, entering[block])
+            shape = (steps.stop - steps.start, *state.shape)
+            states = _scan_block(_outer(k_b, v_b, shape), decay, state)
             grads = _outer(q_b, grad_y_b, shape)
             if flowing is not None:
                 grads[-1] += flowing
@@ -147,7 +149,7 @@ class BlockScan(torch.autograd.Function):
             _time_major(grad_v, steps).copy_(_contract_key(k_b, grads).sum_to_size(v_b.shape))
             if grad_g is not None:  # ∂g_t = a_t ⊙ ⟨∂X_t, S_{t-1}⟩, in place in grads
                 grads[1:] *= states[:-1]
-                grads[0] *= entering[block]
+                grads[0] *= state
                 if grads.shape == decay.shape:
                     torch.mul(grads, decay, out=grad_g[steps])
                 else:
