@@ -239,29 +239,34 @@ def test_scan_across_its_blocks_with_state_and_gradients(decay, blocks):
         assert_close(got, exact, TOL, f"scan part {i}")
 
 
-def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values():
-    """S6-type arguments (V < K, b per head, k shared): b may ride on the values (``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``),
+@pytest.mark.parametrize("kind", ["s6", "mamba2"])
+def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values(kind):
+    """Keys shared by all heads with a scale per head — S6-type (V < K, diagonal decay) and Mamba-2-type (one group
+    of queries and keys, V = K, scalar decay per head): b rides on the values (``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``),
     which changes no output, state, gradient or coefficient, and the DSF still carries b in its B_i."""
     from seqdyn.core.problem import prepare
 
     gen = torch.Generator().manual_seed(11)
     rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64, requires_grad=True)  # noqa: E731
-    q, k, v = rand(2, 40, 1, 4), rand(2, 40, 1, 4), rand(2, 40, 5, 1)
+    value_dim, decay_shape = (1, (2, 40, 5, 4)) if kind == "s6" else (4, (2, 40, 5))
+    q, k, v = rand(2, 40, 1, 4), rand(2, 40, 1, 4), rand(2, 40, 5, value_dim)
     b = torch.rand(2, 40, 5, generator=gen, dtype=torch.float64, requires_grad=True)
-    g = (-torch.rand(2, 40, 5, 4, generator=gen, dtype=torch.float64)).requires_grad_()
+    g = (-torch.rand(*decay_shape, generator=gen, dtype=torch.float64)).requires_grad_()
+    initial = rand(2, 5, 4, value_dim)
     problem = prepare(q, k, v, log_decay=g, scale=b)
     assert torch.equal(problem.k, prepare(q, k, v).k * 4**0.5)  # keys untouched: the scale went on the values
     results = {}
     for backend in ("quadratic", "chunk", "scan", "recurrent"):
         y, final = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, scale=b, output_final_state=True,
-                                               backend=backend)
-        results[backend] = (y, final, *torch.autograd.grad(y.square().sum() + final.sum(), (q, k, v, g, b)))
+                                               initial_state=initial, backend=backend, chunk_size=16)
+        results[backend] = (y, final, *torch.autograd.grad(y.square().sum() + final.sum(), (q, k, v, g, b, initial)))
     for backend in ("chunk", "scan", "recurrent"):
         for i, (got, exact) in enumerate(zip(results[backend], results["quadratic"])):
             assert_close(got, exact, TOL, f"{backend} part {i}")
     coefficients = seqdyn.coefficients(q, k, log_decay=g, scale=b)
-    assert_close(coefficients @ v.detach().transpose(1, 2), results["quadratic"][0].transpose(1, 2), TOL,
-                 "coefficients")
-    system = seqdyn.dsf(q[:, :6], k[:, :6], v[:, :6], log_decay=g[:, :6], scale=b[:, :6])
-    impulses = (k[:, :6] * b[:, :6].unsqueeze(-1)).transpose(1, 2)  # b_i k_i per head [B, H, T, K]
-    assert_close(system.B.squeeze(-1), impulses, TOL, "dsf B_i")
+    without_state = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, scale=b, backend="quadratic")
+    assert_close(coefficients @ v.detach().transpose(1, 2), without_state.transpose(1, 2), TOL, "coefficients")
+    if kind == "s6":  # one value per head: B_i is the impulse itself
+        system = seqdyn.dsf(q[:, :6], k[:, :6], v[:, :6], log_decay=g[:, :6], scale=b[:, :6])
+        impulses = (k[:, :6] * b[:, :6].unsqueeze(-1)).transpose(1, 2)  # b_i k_i per head [B, H, T, K]
+        assert_close(system.B.squeeze(-1), impulses, TOL, "dsf B_i")

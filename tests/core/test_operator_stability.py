@@ -76,11 +76,14 @@ def test_nan_and_inf_inputs_propagate_without_crashing(backend, where, value):
 
 
 @pytest.mark.parametrize("strength", [1 / 16, 3.0, 30.0])
-def test_float32_chunk_with_diagonal_decay_is_as_accurate_as_float32_allows(strength):
-    """GLA-type decays, mild to strong (chunks halved): float32 chunk within 1e-5 of the float64 result."""
+@pytest.mark.parametrize("kind", ["diagonal", "scalar"])
+def test_float32_chunk_is_as_accurate_as_float32_allows(strength, kind):
+    """GLA-type (chunks halved) and Mamba-2-type decays, mild to strong, and a strong step among weak ones:
+    float32 chunk within 1e-5 of the float64 result."""
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 300, 2, 16, generator=gen) for _ in range(3))
-    g = F.logsigmoid(torch.randn(2, 300, 2, 16, generator=gen)) * strength
+    g = F.logsigmoid(torch.randn(2, 300, 2, *((16,) if kind == "diagonal" else ()), generator=gen)) * strength
+    g[:, 70] = -1000.0  # a hard reset inside a chunk: the short segments after it keep their digits
     exact = seqdyn.coefficient_dynamics(q.double(), k.double(), v.double(), log_decay=g.double(), backend="quadratic")
     out = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, backend="chunk")
     assert ((out.double() - exact).abs().max() / exact.abs().max()) < 1e-5

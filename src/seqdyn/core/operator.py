@@ -93,7 +93,7 @@ def coefficient_dynamics(
     )
     module = _backend_for(problem, backend)
     out, state = _run(problem, module, bool(output_final_state))
-    out = out.transpose(1, 2).to(problem.out_dtype)
+    out = out.transpose(1, 2).to(problem.out_dtype, memory_format=torch.contiguous_format)
     return (out, state) if output_final_state else out
 
 

@@ -260,10 +260,19 @@ def _scale_on_values(readout: Readout, normalizer: Any, householder: Tensor | No
                      values: Tensor | None, keys: Tensor) -> bool:
     """Whether the per-step scale ``b_j`` goes on the values instead of the keys: ``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``
     for the identity readout, where ``b`` enters nowhere else (no Householder factor, no normalizer state ``z``).
-    It does when the values are narrower than the keys (S6: V = 1, K = N), so scaling them is the cheaper product
-    and keys shared by all heads stay shared."""
-    return (scale is not None and values is not None and readout.linear and householder is None
-            and normalizer not in STATE_NORMALIZERS and values.shape[-1] < keys.shape[-1])
+    It does when the values are narrower than the keys (S6: V = 1, K = N), so scaling them is the cheaper product,
+    and when keys shared by all heads meet a scale per head (Mamba-2: one group of keys), so the keys stay shared."""
+    if scale is None or values is None or not readout.linear or householder is not None:
+        return False
+    if normalizer in STATE_NORMALIZERS:
+        return False
+    keys_stay_shared = shared_over_heads(keys) and scale.dim() == 3 and scale.shape[-1] > 1
+    return values.shape[-1] < keys.shape[-1] or keys_stay_shared
+
+
+def shared_over_heads(x: Tensor) -> bool:
+    """Whether a head-major ``[B, H, ...]`` tensor holds one head for all (size 1, or expanded with stride 0)."""
+    return x.shape[1] == 1 or x.stride(1) == 0
 
 
 def _check_scale(scale: Any) -> Tensor | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 
 class ShortConv(nn.Module):
@@ -30,12 +31,47 @@ class ShortConv(nn.Module):
     def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if state is None:
             state = self.init_state(x.shape[0], x)
-        padded = torch.cat([state.to(x.dtype), x], dim=1)  # [B, w - 1 + T, C]
-        y = F.conv1d(padded.transpose(1, 2), self.weight.unsqueeze(1).to(x.dtype),
-                     None if self.bias is None else self.bias.to(x.dtype), groups=self.channels).transpose(1, 2)
+        padded = torch.cat([state.to(x.dtype), x], dim=1)  # [B, w - 1 + T, C], contiguous
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        y = _DepthwiseCorrelation.apply(padded, self.weight.to(x.dtype), bias)
         if self.activation:
             y = F.silu(y)
         return y, padded[:, padded.shape[1] - (self.width - 1):]
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, width={self.width}, activation={self.activation}"
+
+
+def _correlate(padded: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``y_t = b + Σ_s W[:, s] ⊙ x_{t+s}`` of time-major ``padded`` ``[B, T + w − 1, C]`` → ``[B, T, C]``.
+
+    Seen as a ``[B, C, 1, T]`` image in channels-last layout, ``[B, T, C]`` needs no transposed copy: the
+    convolution reads and writes it in place of memory.
+    """
+    image = padded.transpose(1, 2).unsqueeze(2)  # [B, C, 1, T + w − 1], channels-last strides
+    out = F.conv2d(image, weight[:, None, None, :], bias, groups=weight.shape[0])
+    return out.squeeze(2).transpose(1, 2)
+
+
+class _DepthwiseCorrelation(torch.autograd.Function):
+    """:func:`_correlate` with a hand-written backward: ``∂x_u = Σ_s W[:, s] ∂y_{u−s}`` is the same correlation of
+    the zero-padded ``∂y`` with the flipped kernel, and ``∂W[:, s] = Σ_{b,t} ∂y_t ⊙ x_{t+s}`` one multiply-and-sum
+    per tap (torch's convolution backward for depthwise weights is several times slower on a CPU)."""
+
+    @staticmethod
+    def forward(ctx, padded: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        padded = padded.contiguous()
+        ctx.save_for_backward(padded, weight)
+        ctx.has_bias = bias is not None
+        return _correlate(padded, weight, bias).contiguous()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y: Tensor):
+        padded, weight = ctx.saved_tensors
+        width, length = weight.shape[1], grad_y.shape[1]
+        grad_y = grad_y.contiguous()
+        grad_padded = _correlate(F.pad(grad_y, (0, 0, width - 1, width - 1)), weight.flip(1), None).contiguous()
+        grad_weight = torch.stack([(grad_y * padded[:, s:s + length]).sum((0, 1)) for s in range(width)], dim=1)
+        grad_bias = grad_y.sum((0, 1)) if ctx.has_bias else None
+        return grad_padded, grad_weight, grad_bias

@@ -27,7 +27,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay, pairwise_gram
-from seqdyn.core.problem import Problem
+from seqdyn.core.problem import Problem, shared_over_heads
 
 NAME = "chunk"
 SOFTMAX_QUERY_BLOCK = 128
@@ -155,6 +155,94 @@ def _decayed_chunks(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor | None, total
     return gram @ v, query_in, keys_to_end.transpose(-1, -2) @ v
 
 
+def _segment_sums(g: Tensor) -> Tensor:
+    """``σ[i, j] = Σ_{j<s≤i} g_s`` for ``j ≤ i``, ``−∞`` above the diagonal, ``[..., C, C]`` from ``g`` ``[..., C]``.
+
+    Summed per segment (Mamba-2's "segsum") rather than as ``γ_i − γ_j``: the difference of two long cumulative
+    sums loses the digits of the short segments, which matter most.
+    """
+    size = g.shape[-1]
+    below = causal_mask(size, size, g.device, strict=True)
+    sums = g.unsqueeze(-1).expand(*g.shape, size).masked_fill(~below, 0.0).cumsum(dim=-2)
+    return sums.masked_fill(~causal_mask(size, size, g.device), float("-inf"))
+
+
+class _ScalarDecayChunks(torch.autograd.Function):
+    """Steps 1 and 3 for no or scalar decay without a Householder factor (linear attention, RetNet, Mamba-2/SSD,
+    mLSTM), with a hand-written backward.
+
+    Per chunk, with ``L[i, j] = e^{σ[i, j]}`` (:func:`_segment_sums`), ``A = (Q Kᵀ) ⊙ L``,
+    ``Q̃ = Q ⊙ e^{γ}``, ``K̃ = K ⊙ e^{Γ − γ}`` and the state ``E`` entering it::
+
+        Y = A V + Q̃ E,     E_next = e^{Γ} E + K̃ᵀ V.
+
+    The backward runs the state recurrence in reverse (``∂E = Q̃ᵀ ∂Y + e^{Γ} ∂E_next``) and takes ``∂g`` through
+    ``γ = cumsum(g)``: every exponent above is a difference of ``γ``'s.  Forming ``Q Kᵀ`` once for queries and
+    keys shared by all heads (Mamba-2's single group), and summing ``∂(Q Kᵀ)`` over heads before the products
+    that return to them, saves a factor H on those products.  Inputs are chunked ``[B, H, N, C, ...]``
+    (``g`` ``[B, H, N, C]`` or ``None``), batch and heads of size 1 broadcast.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
+        if g is None:
+            g = q.new_zeros(1, 1, *q.shape[2:4])
+        v = v.contiguous()  # one copy here rather than one in each product that batches over heads and chunks
+        gamma = g.cumsum(dim=-1)
+        to_end = F.pad(g[..., 1:], (0, 1)).flip(-1).cumsum(dim=-1).flip(-1)  # Γ − γ_t = Σ_{s>t} g_s
+        decay = torch.exp(_segment_sums(g))
+        gram = q @ k.transpose(-1, -2)
+        coefficients = gram * decay
+        queries, keys = q * torch.exp(gamma).unsqueeze(-1), k * torch.exp(to_end).unsqueeze(-1)
+        increments = keys.transpose(-1, -2) @ v  # [B, H, N, K, V]
+        chunk_decay = torch.exp(gamma[..., -1]).unsqueeze(-1).unsqueeze(-1)  # e^{Γ} [B, H, N, 1, 1]
+        state_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (
+            k.shape[-1], v.shape[-1])
+        state = initial.expand(state_shape) if initial is not None else v.new_zeros(state_shape)
+        entering = []
+        for n in range(v.shape[2]):
+            entering.append(state)
+            state = torch.addcmul(increments[:, :, n], chunk_decay[:, :, n], state)
+        entering = torch.stack(entering, dim=2)
+        out = coefficients @ v + queries @ entering
+        ctx.save_for_backward(q, k, v, g, initial, decay, coefficients, queries, keys, entering, chunk_decay,
+                              gamma, to_end)
+        ctx.has_decay = ctx.needs_input_grad[3]
+        return out, state
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
+        q, k, v, g, initial, decay, coefficients, queries, keys, entering, chunk_decay, gamma, to_end = \
+            ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_entering = queries.transpose(-1, -2) @ grad_out  # [B, H, N, K, V]
+        grad_after = torch.zeros_like(entering[:, :, 0]) if grad_state is None else grad_state.expand_as(
+            entering[:, :, 0]).clone()
+        grad_increments = torch.empty_like(entering)
+        for n in range(v.shape[2] - 1, -1, -1):  # ∂ of the state after chunk n, then of the state entering it
+            grad_increments[:, :, n] = grad_after
+            grad_after = torch.addcmul(grad_entering[:, :, n], chunk_decay[:, :, n], grad_after)
+        grad_queries = grad_out @ entering.transpose(-1, -2)
+        grad_keys = v @ grad_increments.transpose(-1, -2)
+        grad_v = keys @ grad_increments + coefficients.transpose(-1, -2) @ grad_out
+        grad_coefficients = grad_out @ v.transpose(-1, -2)
+        gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
+        grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
+        grad_q = (grad_gram @ k + grad_queries * torch.exp(gamma).unsqueeze(-1)).sum_to_size(q.shape)
+        grad_k = (grad_gram.transpose(-1, -2) @ q + grad_keys * torch.exp(to_end).unsqueeze(-1)).sum_to_size(k.shape)
+        grad_g = None
+        if ctx.has_decay:
+            grad_segments = grad_coefficients * coefficients  # ∂σ[i, j], σ = γ_i − γ_j
+            from_keys = (grad_keys * keys).sum(-1)  # ∂(Γ − γ_t)
+            grad_gamma = (grad_queries * queries).sum(-1) + grad_segments.sum(-1) - grad_segments.sum(-2) - from_keys
+            grad_total = from_keys.sum(-1) + (grad_increments * chunk_decay * entering).sum((-1, -2))
+            grad_gamma[..., -1] += grad_total
+            grad_g = grad_gamma.flip(-1).cumsum(-1).flip(-1).sum_to_size(g.shape)
+        grad_initial = None if initial is None else grad_after.sum_to_size(initial.shape)
+        return grad_q, grad_k, grad_v.sum_to_size(v.shape), grad_g, grad_initial
+
+
 def _unit_lower_solve(strict_lower: Tensor, rhs: Tensor) -> Tensor:
     """``(I + L)^{-1} rhs`` for strictly lower-triangular ``L`` ``[..., C, C]`` (the UT transform)."""
     return _UnitLowerSolve.apply(strict_lower, rhs)
@@ -234,6 +322,10 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     chunks = -(-length // size)
     q, k, v, g, beta, direction, key_scale = (_to_chunks(x, chunks, size) for x in (
         problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction, problem.key_scale))
+    if beta is None and not diagonal:
+        out, state = _ScalarDecayChunks.apply(_one_head_if_shared(q), _one_head_if_shared(k), v, g,
+                                              problem.initial_state)
+        return _unchunked(out, length), state
     decayed = g is not None
     if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
         g = g.to(torch.float64)   # matter; diagonal chunks are sized so that their γ range fits (safe_chunk_size)
@@ -285,8 +377,18 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
             state = steps[n].to(state.dtype) * state
         state = state + deltas[n]
     out = out + query_in @ torch.stack(entering, dim=2)
-    out = out.reshape(batch, heads, chunks * size, value_dim)
-    return (out if chunks * size == length else out[:, :, :length]), state
+    return _unchunked(out, length), state
+
+
+def _one_head_if_shared(x: Tensor) -> Tensor:
+    """The first head of a tensor expanded over heads (stride 0), so that products with it are formed once."""
+    return x[:, :1] if shared_over_heads(x) else x
+
+
+def _unchunked(out: Tensor, length: int) -> Tensor:
+    """``[B, H, N, C, V]`` → ``[B, H, T, V]``, dropping the padding."""
+    out = out.flatten(2, 3)
+    return out if out.shape[2] == length else out[:, :, :length]
 
 
 # ------------------------------------------------------------------------------------------------------ softmax
