@@ -9,14 +9,16 @@ import torch.nn.functional as F
 from seqdyn.nn import ShortConv
 
 
-@pytest.mark.parametrize("width,bias,activation", [(4, True, True), (1, False, False), (3, True, False)])
-def test_short_conv_equals_a_causal_depthwise_conv1d_with_gradients(width, bias, activation):
+@pytest.mark.parametrize("width,bias,activation,length", [(4, True, True, 11), (1, False, False, 11),
+                                                          (3, True, False, 11), (4, True, True, 600)])
+def test_short_conv_equals_a_causal_depthwise_conv1d_with_gradients(width, bias, activation, length):
+    """Outputs and every gradient, over one and several slices of the weight gradient's sum."""
     gen = torch.Generator().manual_seed(width)
     conv = ShortConv(5, width, activation=activation, bias=bias).double()
     with torch.no_grad():
         if bias:
             conv.bias.normal_(generator=gen)
-    x = torch.randn(2, 11, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, length, 5, generator=gen, dtype=torch.float64, requires_grad=True)
     state = torch.randn(2, width - 1, 5, generator=gen, dtype=torch.float64, requires_grad=True)
     y, _ = conv(x, state)
     padded = torch.cat([state, x], dim=1).transpose(1, 2)

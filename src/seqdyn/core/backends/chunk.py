@@ -187,7 +187,6 @@ class _ScalarDecayChunks(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
         if g is None:
             g = q.new_zeros(1, 1, *q.shape[2:4])
-        v = v.contiguous()  # one copy here rather than one in each product that batches over heads and chunks
         gamma = g.cumsum(dim=-1)
         to_end = F.pad(g[..., 1:], (0, 1)).flip(-1).cumsum(dim=-1).flip(-1)  # Γ − γ_t = Σ_{s>t} g_s
         decay = torch.exp(_segment_sums(g))
@@ -320,11 +319,11 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     if diagonal:
         size = safe_chunk_size(problem.log_decay, size)
     chunks = -(-length // size)
-    q, k, v, g, beta, direction, key_scale = (_to_chunks(x, chunks, size) for x in (
-        problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction, problem.key_scale))
+    q, k, v, direction = (_dense(_to_chunks(x, chunks, size)) for x in (problem.q, problem.k, problem.v,
+                                                                         problem.direction))
+    g, beta, key_scale = (_to_chunks(x, chunks, size) for x in (problem.log_decay, problem.beta, problem.key_scale))
     if beta is None and not diagonal:
-        out, state = _ScalarDecayChunks.apply(_one_head_if_shared(q), _one_head_if_shared(k), v, g,
-                                              problem.initial_state)
+        out, state = _ScalarDecayChunks.apply(q, k, v, g, problem.initial_state)
         return _unchunked(out, length), state
     decayed = g is not None
     if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
@@ -380,9 +379,13 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     return _unchunked(out, length), state
 
 
-def _one_head_if_shared(x: Tensor) -> Tensor:
-    """The first head of a tensor expanded over heads (stride 0), so that products with it are formed once."""
-    return x[:, :1] if shared_over_heads(x) else x
+def _dense(x: Tensor | None) -> Tensor | None:
+    """A chunked ``[B, H, N, C, D]`` operand for batched products: contiguous (copied once here rather than in
+    every product that batches over heads and chunks), and of one head when it is shared by all heads (expanded
+    with stride 0), so that products with it are formed once."""
+    if x is None:
+        return None
+    return x[:, :1].contiguous() if shared_over_heads(x) else x.contiguous()
 
 
 def _unchunked(out: Tensor, length: int) -> Tensor:
