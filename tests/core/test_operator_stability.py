@@ -101,3 +101,23 @@ def test_safe_chunk_size_keeps_every_chunk_range_inside_the_float_range(strength
     chunk_ranges = -padded.reshape(1, 2, -1, size, 4).sum(3)
     assert chunk_ranges.max() < limit
     assert size == 64 or (-F.pad(g, (0, 0, 0, -g.shape[2] % (2 * size))).reshape(1, 2, -1, 2 * size, 4).sum(3)).max() >= limit
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_decay_factors_that_would_be_subnormal_products_are_zero(dtype):
+    """``decay_factor`` is ``exp`` down to ``e^{-20}·tiny``, 0 below (no subnormal operands for the products), and
+    NaN stays NaN."""
+    from seqdyn.core.evolution import decay_factor
+
+    cutoff = math.log(torch.finfo(dtype).tiny) + 20.0
+    x = torch.tensor([0.0, -1.0, cutoff + 0.5, cutoff - 0.5, cutoff - 30.0, float("-inf"), float("nan")], dtype=dtype)
+    got = decay_factor(x)
+    assert torch.equal(got[:3], torch.exp(x[:3]))
+    assert torch.equal(got[3:6], torch.zeros(3, dtype=dtype))
+    assert torch.isnan(got[6])
+    strong = -torch.rand(1, 300, 2, generator=torch.Generator().manual_seed(0)) * 40
+    q, k, v = (torch.randn(1, 300, 2, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    out = seqdyn.coefficient_dynamics(q, k, v, log_decay=strong, backend="chunk")
+    exact = seqdyn.coefficient_dynamics(q.double(), k.double(), v.double(), log_decay=strong.double(),
+                                        backend="quadratic")
+    assert ((out.double() - exact).abs().max() / exact.abs().max()) < 1e-6

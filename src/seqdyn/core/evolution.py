@@ -45,6 +45,17 @@ def evolution_matrix(
     return apply_evolution(eye, log_decay, beta, direction, diagonal)
 
 
+def decay_factor(log_factor: Tensor) -> Tensor:
+    """``e^x``, with the factors below ``e^{-20}`` times the smallest normal number of the dtype set to 0.
+
+    Products with such factors are subnormal numbers, which CPUs multiply tens of times slower (a chunk of strong
+    decays made the matrix products of the ``chunk`` backend several times slower); any sum they enter already
+    holds a term ``e^{20}`` times the dtype's whole range larger (each row's own step has factor 1).
+    """
+    cutoff = math.log(torch.finfo(log_factor.dtype).tiny) + 20.0
+    return torch.exp(log_factor.masked_fill(log_factor < cutoff, float("-inf")))
+
+
 def cumulative_log_decay(log_decay: Tensor, dim: int = 2) -> Tensor:
     """``G_t = Σ_{s≤t} g_s`` in float64 (long sums of strong decays lose their differences in float32)."""
     return log_decay.to(torch.float64).cumsum(dim)
@@ -63,7 +74,7 @@ def pairwise_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, va
         return (a @ b.transpose(-1, -2)).masked_fill(~valid, 0.0)
     if la.dim() == a.dim() - 1:
         exponent = (la.unsqueeze(-1) - lb.unsqueeze(-2)).masked_fill(~valid, float("-inf"))
-        return (a @ b.transpose(-1, -2)) * torch.exp(exponent.to(a.dtype))
+        return (a @ b.transpose(-1, -2)) * decay_factor(exponent.to(a.dtype))
     rows, cols, width = a.shape[-2], b.shape[-2], a.shape[-1]
     block = max(1, PAIRWISE_BLOCK_ELEMENTS // max(1, math.prod(a.shape[:-2]) * cols * width))
     valid = valid.expand(rows, cols) if valid.dim() == 2 else valid

@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from seqdyn.core.evolution import causal_mask, cumulative_log_decay, pairwise_gram
+from seqdyn.core.evolution import causal_mask, cumulative_log_decay, decay_factor, pairwise_gram
 from seqdyn.core.problem import Problem, shared_over_heads
 
 NAME = "chunk"
@@ -189,12 +189,13 @@ class _ScalarDecayChunks(torch.autograd.Function):
             g = q.new_zeros(1, 1, *q.shape[2:4])
         gamma = g.cumsum(dim=-1)
         to_end = F.pad(g[..., 1:], (0, 1)).flip(-1).cumsum(dim=-1).flip(-1)  # Γ − γ_t = Σ_{s>t} g_s
-        decay = torch.exp(_segment_sums(g))
+        decay = decay_factor(_segment_sums(g))
         gram = q @ k.transpose(-1, -2)
         coefficients = gram * decay
-        queries, keys = q * torch.exp(gamma).unsqueeze(-1), k * torch.exp(to_end).unsqueeze(-1)
+        query_factor, key_factor = decay_factor(gamma).unsqueeze(-1), decay_factor(to_end).unsqueeze(-1)
+        queries, keys = q * query_factor, k * key_factor
         increments = keys.transpose(-1, -2) @ v  # [B, H, N, K, V]
-        chunk_decay = torch.exp(gamma[..., -1]).unsqueeze(-1).unsqueeze(-1)  # e^{Γ} [B, H, N, 1, 1]
+        chunk_decay = decay_factor(gamma[..., -1]).unsqueeze(-1).unsqueeze(-1)  # e^{Γ} [B, H, N, 1, 1]
         state_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (
             k.shape[-1], v.shape[-1])
         state = initial.expand(state_shape) if initial is not None else v.new_zeros(state_shape)
@@ -205,14 +206,14 @@ class _ScalarDecayChunks(torch.autograd.Function):
         entering = torch.stack(entering, dim=2)
         out = coefficients @ v + queries @ entering
         ctx.save_for_backward(q, k, v, g, initial, decay, coefficients, queries, keys, entering, chunk_decay,
-                              gamma, to_end)
+                              query_factor, key_factor)
         ctx.has_decay = ctx.needs_input_grad[3]
         return out, state
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        q, k, v, g, initial, decay, coefficients, queries, keys, entering, chunk_decay, gamma, to_end = \
+        q, k, v, g, initial, decay, coefficients, queries, keys, entering, chunk_decay, query_factor, key_factor = \
             ctx.saved_tensors
         grad_out = grad_out.contiguous()
         grad_entering = queries.transpose(-1, -2) @ grad_out  # [B, H, N, K, V]
@@ -228,8 +229,8 @@ class _ScalarDecayChunks(torch.autograd.Function):
         grad_coefficients = grad_out @ v.transpose(-1, -2)
         gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
         grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
-        grad_q = (grad_gram @ k + grad_queries * torch.exp(gamma).unsqueeze(-1)).sum_to_size(q.shape)
-        grad_k = (grad_gram.transpose(-1, -2) @ q + grad_keys * torch.exp(to_end).unsqueeze(-1)).sum_to_size(k.shape)
+        grad_q = (grad_gram @ k + grad_queries * query_factor).sum_to_size(q.shape)
+        grad_k = (grad_gram.transpose(-1, -2) @ q + grad_keys * key_factor).sum_to_size(k.shape)
         grad_g = None
         if ctx.has_decay:
             grad_segments = grad_coefficients * coefficients  # ∂σ[i, j], σ = γ_i − γ_j
@@ -330,7 +331,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
         g = g.to(torch.float64)   # matter; diagonal chunks are sized so that their γ range fits (safe_chunk_size)
     gamma = g.cumsum(dim=3) if decayed else None  # γ_t, inclusive, within each chunk
     total = gamma[:, :, :, -1] if decayed else None  # Γ
-    grow = (lambda x, lg: x * torch.exp(_along_keys(lg, diagonal).to(x.dtype))) if decayed else (lambda x, lg: x)  # noqa: E731
+    grow = (lambda x, lg: x * decay_factor(_along_keys(lg, diagonal).to(x.dtype))) if decayed else (lambda x, lg: x)  # noqa: E731
     to_end = (lambda lg: total.unsqueeze(3) - lg) if decayed else (lambda lg: None)  # noqa: E731
 
     transition = None
