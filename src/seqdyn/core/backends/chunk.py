@@ -339,8 +339,8 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
         out, query_in, delta_state = _decayed_chunks(q, k, v, gamma, total, diagonal, grow, to_end)
     else:
         gamma_before = gamma - g if decayed else None  # γ_{t-1}
-        decay_matrix = torch.diag_embed(_along_keys(torch.exp(total), diagonal).expand(*total.shape[:3], key_dim)).to(
-            q.dtype) if decayed else torch.eye(key_dim, dtype=q.dtype, device=q.device)
+        decay_matrix = torch.diag_embed(_along_keys(decay_factor(total.to(q.dtype)), diagonal).expand(
+            *total.shape[:3], key_dim)) if decayed else torch.eye(key_dim, dtype=q.dtype, device=q.device)
         if key_scale is not None and not diagonal:
             out, query_in, delta_state, transition = _delta_rule_chunks(
                 q, v, g, gamma, gamma_before, beta, direction, key_scale, decay_matrix, grow, to_end)
@@ -367,7 +367,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     if transition is not None:
         steps = transition.unbind(2)
     elif decayed:
-        steps = _along_keys(torch.exp(total), diagonal).unsqueeze(-1).unbind(2)
+        steps = _along_keys(decay_factor(total.to(q.dtype)), diagonal).unsqueeze(-1).unbind(2)
     entering = []
     for n in range(chunks):
         entering.append(state)
