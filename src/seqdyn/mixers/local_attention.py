@@ -62,18 +62,22 @@ class LocalAttention(SoftmaxAttention):
         return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), dim=-1)
 
     def _chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Causal attention over each pair of neighbouring chunks ``[n − 1, n]``: its second half is chunk n's
+        output (all of chunk n − 1 and causally its own chunk), the first half of the first pair is chunk 0's.
+        Torch's fused causal kernel then does the masking: no band mask is formed, and the pairs cost
+        ``(N − 1)·2C²`` score entries against ``T²/2`` for full causal attention."""
         batch, heads, length, _ = q.shape
         size = min(self.window, length)
         chunks = -(-length // size)
         pad = lambda t: F.pad(t, (0, 0, 0, chunks * size - length)).unflatten(2, (chunks, size))  # noqa: E731
         q, k, v = pad(q), pad(k), pad(v)
-        previous = lambda t: torch.cat([torch.zeros_like(t[:, :, :1]), t[:, :, :-1]], dim=2)  # noqa: E731
-        keys, values = torch.cat([previous(k), k], dim=3), torch.cat([previous(v), v], dim=3)  # [B, H, N, 2C, ·]
-        local = torch.arange(size, device=q.device)
-        slots = torch.arange(2 * size, device=q.device)
-        mask = (slots[None, :] <= local[:, None] + size) & ((slots[None, :] >= size) | (torch.arange(
-            chunks, device=q.device)[:, None, None] > 0))  # [N, C, 2C]
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0)
+        if chunks == 1:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+            return out.flatten(2, 3)[:, :, :length]
+        pairs = lambda t: torch.cat([t[:, :, :-1], t[:, :, 1:]], dim=3).flatten(1, 2)  # [B, H·(N−1), 2C, ·]  # noqa: E731
+        out = F.scaled_dot_product_attention(pairs(q), pairs(k), pairs(v), is_causal=True, scale=1.0)
+        out = out.unflatten(1, (heads, chunks - 1))
+        out = torch.cat([out[:, :, :1, :size], out[:, :, :, size:]], dim=2)  # [B, H, N, C, ·]
         return out.flatten(2, 3)[:, :, :length]
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:

@@ -9,7 +9,10 @@ chunk.  With the state ``S`` entering the chunk:
   3. between chunks ``S ← P S + ΔS`` and ``y += Q̃ S`` with ``P = diag(e^{Γ})`` (minus ``Ẽᵀ W`` with a
      Householder factor), ``ΔS = K̃ᵀ V`` and ``Q̃_t = q_t ⊙ e^{γ_t}``.
 All exponents are differences ``γ_t − γ_j ≤ 0`` for decays.  Diagonal decays are factorized inside a chunk
-around the chunk's middle log decay; the chunk is halved where that would leave the float range.
+around the chunk's middle log decay; the chunk is halved where that would leave the float range.  No or scalar
+decay without a Householder factor (linear attention, RetNet, Mamba-2, mLSTM) takes one function with a
+hand-written backward (:class:`_ScalarDecayChunks`); factors too small to be normal floats are 0
+(:func:`~seqdyn.core.evolution.decay_factor`).
 
 ``exp`` readout with ``"sum"`` (softmax): torch's fused ``scaled_dot_product_attention`` (a blockwise online
 softmax) when Λ = I, otherwise a blockwise online softmax over key blocks, one checkpointed query block at a
