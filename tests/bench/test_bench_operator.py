@@ -111,3 +111,23 @@ def test_time_call_repeats_fast_calls_and_times_slow_ones_once_after_the_warm_up
     monkeypatch.setattr(measure.time, "perf_counter", lambda: clock["now"])
     timing = measure.time_call(slow_call, cpu, repeats=3, slow_s=0.3, very_slow_s=10.0)
     assert timing.runs == 2 and abs(timing.best_s - 0.2) < 1e-12
+
+
+def test_timing_mode_keeps_freed_memory_and_peak_memory_still_sees_allocations():
+    """Timing reuses freed pages (no mmap, no trim); the exact mode of PeakMemory returns them and still sees a
+    large allocation made after timing mode was on."""
+    from seqdyn.bench.measure import _READ_RSS, track_allocations
+
+    if _READ_RSS is None or not track_allocations(exact=False):
+        pytest.skip("needs glibc and a readable resident set size")
+    block = torch.ones(64, 2**20 // 4)  # 64 MiB, every page touched
+    del block
+    kept = _READ_RSS()
+    track_allocations(exact=True)
+    returned = _READ_RSS()
+    track_allocations(exact=False)
+    assert kept - returned > 32 * 2**20
+    with PeakMemory(torch.device("cpu")) as peak:
+        block = torch.ones(64, 2**20 // 4)
+        del block
+    assert peak.peak_bytes > 32 * 2**20

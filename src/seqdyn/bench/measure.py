@@ -37,7 +37,8 @@ def _rss_reader() -> Callable[[], int] | None:
 
 
 _READ_RSS = _rss_reader()
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_DEFAULT_MMAP_MAX = 65536
 _LIBC = None
 
 
@@ -54,16 +55,20 @@ def _libc():
 
 
 def track_allocations(exact: bool) -> bool:
-    """Switch glibc between fast allocation (large mmap threshold: freed memory is reused, for timing) and
-    exact tracking (every block over 64 KiB is mmapped and unmapped when freed, after returning all free memory
-    with ``malloc_trim``, so that the resident set size follows live memory).  Returns whether it applied."""
+    """Switch glibc between fast allocation (for timing: no block is mmapped and freed memory is kept, so a step
+    reuses the pages of the last one instead of faulting in fresh zeroed pages — what torch's caching allocator
+    does on a GPU; without it a timing depended on what the process had allocated before, up to 2× for Mamba-2
+    at T=4096) and exact tracking (every block over 64 KiB is mmapped and unmapped when freed, after returning
+    all free memory with ``malloc_trim``, so that the resident set size follows live memory).  Returns whether
+    it applied."""
     libc = _libc()
     if not libc:
         return False
-    threshold = 1 << 16 if exact else 1 << 25
     if exact:
         libc.malloc_trim(0)
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold) and libc.mallopt(_M_TRIM_THRESHOLD, threshold))
+        return bool(libc.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and libc.mallopt(_M_MMAP_THRESHOLD, 1 << 16)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 16))
+    return bool(libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
 
 
 class PeakMemory:
@@ -161,6 +166,7 @@ def measure_step(forward: Callable[[], object], train_step: Callable[[], object]
                  repeats: int) -> Measurement:
     """Best forward time (run it under ``no_grad``), best forward+backward time, and the peak memory of one
     forward+backward — the three numbers every benchmark table reports."""
+    track_allocations(exact=False)
     forward_s = time_call(forward, device, repeats).best_s
     train_s = time_call(train_step, device, repeats).best_s
     with PeakMemory(device) as peak:
