@@ -11,7 +11,7 @@ chunk.  With the state ``S`` entering the chunk:
 All exponents are differences ``γ_t − γ_j ≤ 0`` for decays.  Diagonal decays are factorized inside a chunk
 around the chunk's middle log decay; the chunk is halved where that would leave the float range.  No or scalar
 decay without a Householder factor (linear attention, RetNet, Mamba-2, mLSTM) takes one function with a
-hand-written backward (:class:`_ScalarDecayChunks`); factors too small to be normal floats are 0
+hand-written backward (:class:`_DecayedChunks`); factors too small to be normal floats are 0
 (:func:`~seqdyn.core.evolution.decay_factor`).
 
 ``exp`` readout with ``"sum"`` (softmax): torch's fused ``scaled_dot_product_attention`` (a blockwise online
@@ -170,80 +170,120 @@ def _segment_sums(g: Tensor) -> Tensor:
     return sums.masked_fill(~causal_mask(size, size, g.device), float("-inf"))
 
 
-class _ScalarDecayChunks(torch.autograd.Function):
-    """Steps 1 and 3 for no or scalar decay without a Householder factor (linear attention, RetNet, Mamba-2/SSD,
-    mLSTM), with a hand-written backward.
+def _sum_after(g: Tensor) -> Tensor:
+    """``Γ − γ_t = Σ_{s>t} g_s`` within each chunk (axis 3 of ``[B, H, N, C, ...]``), summed from the end."""
+    later = torch.cat([g[:, :, :, 1:], torch.zeros_like(g[:, :, :, :1])], dim=3)
+    return later.flip(3).cumsum(3).flip(3)
 
-    Per chunk, with ``L[i, j] = e^{σ[i, j]}`` (:func:`_segment_sums`), ``A = (Q Kᵀ) ⊙ L``,
-    ``Q̃ = Q ⊙ e^{γ}``, ``K̃ = K ⊙ e^{Γ − γ}`` and the state ``E`` entering it::
 
-        Y = A V + Q̃ E,     E_next = e^{Γ} E + K̃ᵀ V.
+def _pass_states(increments: Tensor, chunk_decay: Tensor, initial: Tensor | None, shape: tuple[int, ...]):
+    """``E_{n+1} = e^{Γ_n} ⊙ E_n + ΔS_n`` from ``E_0`` (``initial`` or zero): the entering states stacked
+    ``[B, H, N, K, V]`` and the final state."""
+    state = initial.expand(shape) if initial is not None else increments.new_zeros(shape)
+    entering = []
+    for n in range(increments.shape[2]):
+        entering.append(state)
+        state = torch.addcmul(increments[:, :, n], chunk_decay[:, :, n], state)
+    return torch.stack(entering, dim=2), state
 
-    The backward runs the state recurrence in reverse (``∂E = Q̃ᵀ ∂Y + e^{Γ} ∂E_next``) and takes ``∂g`` through
-    ``γ = cumsum(g)``: every exponent above is a difference of ``γ``'s.  Forming ``Q Kᵀ`` once for queries and
-    keys shared by all heads (Mamba-2's single group), and summing ``∂(Q Kᵀ)`` over heads before the products
-    that return to them, saves a factor H on those products.  Inputs are chunked ``[B, H, N, C, ...]``
-    (``g`` ``[B, H, N, C]`` or ``None``), batch and heads of size 1 broadcast.
+
+def _pass_state_gradients(grad_entering: Tensor, chunk_decay: Tensor, grad_final: Tensor | None):
+    """The reverse of :func:`_pass_states`: ``∂ΔS_n = ∂E_{n+1}`` and ``∂E_n = ∂_direct E_n + e^{Γ_n} ⊙ ∂E_{n+1}``;
+    returns ``(∂ΔS [B, H, N, K, V], ∂E_0)``."""
+    grad_after = torch.zeros_like(grad_entering[:, :, 0]) if grad_final is None else grad_final.expand_as(
+        grad_entering[:, :, 0]).clone()
+    grad_increments = torch.empty_like(grad_entering)
+    for n in range(grad_entering.shape[2] - 1, -1, -1):
+        grad_increments[:, :, n] = grad_after
+        grad_after = torch.addcmul(grad_entering[:, :, n], chunk_decay[:, :, n], grad_after)
+    return grad_increments, grad_after
+
+
+class _DecayedChunks(torch.autograd.Function):
+    """Steps 1 and 3 without a Householder factor — no, scalar or diagonal decay (linear attention, RetNet,
+    Mamba-2/SSD, mLSTM, GLA) — with a hand-written backward.
+
+    Per chunk, with the state ``E`` entering it, ``Q̃ = Q ⊙ e^{γ}`` and ``K̃ = K ⊙ e^{Γ − γ}``::
+
+        Y = A V + Q̃ E,     E_next = e^{Γ} ⊙ E + K̃ᵀ V,
+
+    where the intra-chunk coefficients are ``A = (Q Kᵀ) ⊙ e^{σ}`` for a scalar decay (segment sums σ,
+    :func:`_segment_sums`; ``Q Kᵀ`` formed once when queries and keys are shared by all heads, as Mamba-2's single
+    group) and ``A = tril(Q_r K_rᵀ)`` for a diagonal one, factorized around the chunk's middle log decay ``r``
+    (``Q_r = Q ⊙ e^{γ − r}``, ``K_r = K ⊙ e^{r − γ}``; exact for any r, so r carries no gradient).  The backward
+    runs the state recurrence in reverse and takes ``∂g`` through ``γ = cumsum(g)``: every exponent above is a
+    difference of ``γ``'s.  Inputs are chunked ``[B, H, N, C, ...]`` (``g`` ``[B, H, N, C]``, ``[B, H, N, C, K]``
+    or ``None``), batch and heads of size 1 broadcast.
     """
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
+        diagonal = g is not None and g.dim() == 5
         if g is None:
             g = q.new_zeros(1, 1, *q.shape[2:4])
-        gamma = g.cumsum(dim=-1)
-        to_end = F.pad(g[..., 1:], (0, 1)).flip(-1).cumsum(dim=-1).flip(-1)  # Γ − γ_t = Σ_{s>t} g_s
-        decay = decay_factor(_segment_sums(g))
-        gram = q @ k.transpose(-1, -2)
-        coefficients = gram * decay
-        query_factor, key_factor = decay_factor(gamma).unsqueeze(-1), decay_factor(to_end).unsqueeze(-1)
-        queries, keys = q * query_factor, k * key_factor
-        increments = keys.transpose(-1, -2) @ v  # [B, H, N, K, V]
-        chunk_decay = decay_factor(gamma[..., -1]).unsqueeze(-1).unsqueeze(-1)  # e^{Γ} [B, H, N, 1, 1]
-        state_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (
-            k.shape[-1], v.shape[-1])
-        state = initial.expand(state_shape) if initial is not None else v.new_zeros(state_shape)
-        entering = []
-        for n in range(v.shape[2]):
-            entering.append(state)
-            state = torch.addcmul(increments[:, :, n], chunk_decay[:, :, n], state)
-        entering = torch.stack(entering, dim=2)
+        gamma = g.cumsum(dim=3)
+        total = gamma[:, :, :, -1:]  # Γ [B, H, N, 1(, K)]
+        if diagonal:  # e^{γ} = e^{γ − r} e^{r} and e^{Γ − γ} = e^{r − γ} e^{Γ − r}, every factor inside e^{±range/2}
+            middle = _middle(gamma)
+            inner = torch.exp(gamma - middle)
+            grown, shrunk = q * inner, k / inner
+            coefficients = torch.tril(grown @ shrunk.transpose(-1, -2))
+            up, down = torch.exp(middle), torch.exp(total - middle)
+            queries, keys = grown * up, shrunk * down
+            intra = (inner, up, down)
+        else:
+            decay = decay_factor(_segment_sums(g))
+            coefficients = (q @ k.transpose(-1, -2)) * decay
+            queries = q * decay_factor(gamma).unsqueeze(-1)
+            keys = k * decay_factor(_sum_after(g)).unsqueeze(-1)
+            intra = (decay,)
+        chunk_decay = decay_factor(total.squeeze(3)).unsqueeze(-1)  # e^{Γ} [B, H, N, K|1, 1]
+        if not diagonal:
+            chunk_decay = chunk_decay.unsqueeze(-1)
+        shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (k.shape[-1],
+                                                                                             v.shape[-1])
+        entering, state = _pass_states(keys.transpose(-1, -2) @ v, chunk_decay, initial, shape)
         out = coefficients @ v + queries @ entering
-        ctx.save_for_backward(q, k, v, g, initial, decay, coefficients, queries, keys, entering, chunk_decay,
-                              query_factor, key_factor)
-        ctx.has_decay = ctx.needs_input_grad[3]
+        ctx.save_for_backward(q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra)
+        ctx.diagonal, ctx.has_decay = diagonal, ctx.needs_input_grad[3]
         return out, state
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        q, k, v, g, initial, decay, coefficients, queries, keys, entering, chunk_decay, query_factor, key_factor = \
-            ctx.saved_tensors
+        q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra = ctx.saved_tensors
         grad_out = grad_out.contiguous()
-        grad_entering = queries.transpose(-1, -2) @ grad_out  # [B, H, N, K, V]
-        grad_after = torch.zeros_like(entering[:, :, 0]) if grad_state is None else grad_state.expand_as(
-            entering[:, :, 0]).clone()
-        grad_increments = torch.empty_like(entering)
-        for n in range(v.shape[2] - 1, -1, -1):  # ∂ of the state after chunk n, then of the state entering it
-            grad_increments[:, :, n] = grad_after
-            grad_after = torch.addcmul(grad_entering[:, :, n], chunk_decay[:, :, n], grad_after)
+        grad_increments, grad_initial = _pass_state_gradients(queries.transpose(-1, -2) @ grad_out, chunk_decay,
+                                                              grad_state)
         grad_queries = grad_out @ entering.transpose(-1, -2)
         grad_keys = v @ grad_increments.transpose(-1, -2)
         grad_v = keys @ grad_increments + coefficients.transpose(-1, -2) @ grad_out
         grad_coefficients = grad_out @ v.transpose(-1, -2)
-        gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
-        grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
-        grad_q = (grad_gram @ k + grad_queries * query_factor).sum_to_size(q.shape)
-        grad_k = (grad_gram.transpose(-1, -2) @ q + grad_keys * key_factor).sum_to_size(k.shape)
+        if ctx.diagonal:
+            inner, up, down = intra
+            grad_coefficients = torch.tril(grad_coefficients)
+            grad_q = torch.addcmul(grad_coefficients @ (k / inner), grad_queries, up) * inner
+            grad_k = torch.addcmul(grad_coefficients.transpose(-1, -2) @ (q * inner), grad_keys, down) / inner
+            if ctx.has_decay:  # every factor of q is e^{γ}, of k e^{−γ}: ∂γ = ∂q ⊙ q − ∂k ⊙ k
+                grad_gamma = grad_q * q - grad_k * k
+        else:
+            (decay,) = intra
+            gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
+            grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
+            grad_q = grad_gram @ k + grad_queries * decay_factor(g.cumsum(dim=3)).unsqueeze(-1)
+            grad_k = grad_gram.transpose(-1, -2) @ q + grad_keys * decay_factor(_sum_after(g)).unsqueeze(-1)
+            if ctx.has_decay:
+                grad_segments = grad_coefficients * coefficients  # ∂σ[i, j] with σ = γ_i − γ_j
+                grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) + (grad_queries * queries).sum(-1)
+                              - (grad_keys * keys).sum(-1))
         grad_g = None
-        if ctx.has_decay:
-            grad_segments = grad_coefficients * coefficients  # ∂σ[i, j], σ = γ_i − γ_j
-            from_keys = (grad_keys * keys).sum(-1)  # ∂(Γ − γ_t)
-            grad_gamma = (grad_queries * queries).sum(-1) + grad_segments.sum(-1) - grad_segments.sum(-2) - from_keys
-            grad_total = from_keys.sum(-1) + (grad_increments * chunk_decay * entering).sum((-1, -2))
-            grad_gamma[..., -1] += grad_total
-            grad_g = grad_gamma.flip(-1).cumsum(-1).flip(-1).sum_to_size(g.shape)
-        grad_initial = None if initial is None else grad_after.sum_to_size(initial.shape)
-        return grad_q, grad_k, grad_v.sum_to_size(v.shape), grad_g, grad_initial
+        if ctx.has_decay:  # Γ enters e^{Γ − γ} of the keys and e^{Γ} of the state
+            grad_total = (grad_keys * keys).sum(3) + (grad_increments * chunk_decay * entering).sum(-1)
+            grad_gamma[:, :, :, -1] += grad_total if ctx.diagonal else grad_total.sum(-1)
+            grad_g = grad_gamma.flip(3).cumsum(3).flip(3).sum_to_size(g.shape)
+        grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
+        return (grad_q.sum_to_size(q.shape), grad_k.sum_to_size(k.shape), grad_v.sum_to_size(v.shape), grad_g,
+                grad_initial)
 
 
 def _unit_lower_solve(strict_lower: Tensor, rhs: Tensor) -> Tensor:
@@ -326,8 +366,8 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     q, k, v, direction = (_dense(_to_chunks(x, chunks, size)) for x in (problem.q, problem.k, problem.v,
                                                                          problem.direction))
     g, beta, key_scale = (_to_chunks(x, chunks, size) for x in (problem.log_decay, problem.beta, problem.key_scale))
-    if beta is None and not diagonal:
-        out, state = _ScalarDecayChunks.apply(q, k, v, g, problem.initial_state)
+    if beta is None:
+        out, state = _DecayedChunks.apply(q, k, v, g, problem.initial_state)
         return _unchunked(out, length), state
     decayed = g is not None
     if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
