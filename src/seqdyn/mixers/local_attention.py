@@ -52,16 +52,16 @@ class LocalAttention(SoftmaxAttention):
     def backends(self) -> tuple[str, ...]:
         return ("auto", "quadratic", "chunk", "recurrent")
 
-    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Head-major ``[B, H, T, d]`` queries (scaled by K^-½), keys and values."""
+    def _qkv(self, x: Tensor, scaled: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """Head-major ``[B, H, T, d]`` queries (scaled by K^-½ unless ``scaled=False``), keys and values."""
         q, k, v = (split_heads(t, self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
-        return q * q.shape[-1] ** -0.5, k, v
+        return (q * q.shape[-1] ** -0.5 if scaled else q), k, v
 
     def _coefficients(self, q: Tensor, k: Tensor) -> Tensor:
         mask = band_mask(q.shape[2], self.window, q.device)
         return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), dim=-1)
 
-    def _chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def _chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # q unscaled: the fused kernel scales it
         """Causal attention over each pair of neighbouring chunks ``[n − 1, n]``: its second half is chunk n's
         output (all of chunk n − 1 and causally its own chunk), the first half of the first pair is chunk 0's.
         Torch's fused causal kernel then does the masking: no band mask is formed, and the pairs cost
@@ -69,13 +69,14 @@ class LocalAttention(SoftmaxAttention):
         batch, heads, length, _ = q.shape
         size = min(self.window, length)
         chunks = -(-length // size)
-        pad = lambda t: F.pad(t, (0, 0, 0, chunks * size - length)).unflatten(2, (chunks, size))  # noqa: E731
+        padding = chunks * size - length
+        pad = lambda t: (F.pad(t, (0, 0, 0, padding)) if padding else t).unflatten(2, (chunks, size))  # noqa: E731
         q, k, v = pad(q), pad(k), pad(v)
         if chunks == 1:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             return out.flatten(2, 3)[:, :, :length]
         pairs = lambda t: torch.cat([t[:, :, :-1], t[:, :, 1:]], dim=3).flatten(1, 2)  # [B, H·(N−1), 2C, ·]  # noqa: E731
-        out = F.scaled_dot_product_attention(pairs(q), pairs(k), pairs(v), is_causal=True, scale=1.0)
+        out = F.scaled_dot_product_attention(pairs(q), pairs(k), pairs(v), is_causal=True)
         out = out.unflatten(1, (heads, chunks - 1))
         out = torch.cat([out[:, :, :1, :size], out[:, :, :, size:]], dim=2)  # [B, H, N, C, ·]
         return out.flatten(2, 3)[:, :, :length]
@@ -84,7 +85,7 @@ class LocalAttention(SoftmaxAttention):
         """The masked softmax's output ``[B, T, H, V]`` and its values ``[B, T, H, V]``."""
         self.check_input(x)
         backend = self.check_backend(backend)
-        q, k, v = self._qkv(x)
+        q, k, v = self._qkv(x, scaled=backend in ("quadratic", "recurrent"))
         if backend == "quadratic":
             out = self._coefficients(q, k) @ v
         elif backend == "recurrent":
