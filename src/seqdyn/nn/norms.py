@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 
 class RMSNorm(nn.Module):
@@ -16,7 +17,30 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return _RMSNorm.apply(x, self.weight, self.eps)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """``y = x r ⊙ w`` with ``r = (mean(x²) + ε)^{-½}`` per row, and its backward by hand:
+    ``∂x = r (u − x r² mean(u ⊙ x))`` with ``u = ∂y ⊙ w``, ``∂w = Σ_rows ∂y ⊙ x r`` — half the elementwise
+    passes of autograd through ``pow``, ``mean``, ``rsqrt`` and two products."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        rows = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps))
+        normalized = x * rows
+        ctx.save_for_backward(normalized, rows, weight)
+        return normalized * weight
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y: Tensor):
+        normalized, rows, weight = ctx.saved_tensors
+        grad_weight = (grad_y * normalized).sum_to_size(weight.shape) if ctx.needs_input_grad[1] else None
+        weighted = grad_y * weight
+        along = (weighted * normalized).mean(-1, keepdim=True)
+        grad_x = (weighted - normalized * along).mul_(rows)
+        return grad_x, grad_weight, None
 
 
 class GatedRMSNorm(RMSNorm):

@@ -1,0 +1,40 @@
+"""RMSNorm's hand-written backward against the formula written out."""
+
+from __future__ import annotations
+
+import torch
+
+from seqdyn.nn import GatedRMSNorm, RMSNorm
+
+
+def _reference(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def test_rms_norm_and_its_gradients_equal_the_formula():
+    gen = torch.Generator().manual_seed(0)
+    norm = RMSNorm(7).double()
+    with torch.no_grad():
+        norm.weight.normal_(generator=gen)
+    x = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
+    y, exact = norm(x), _reference(x, norm.weight, norm.eps)
+    torch.testing.assert_close(y, exact, rtol=0, atol=1e-13)
+    for got, want in zip(torch.autograd.grad(y, (x, norm.weight), upstream),
+                         torch.autograd.grad(exact, (x, norm.weight), upstream)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_gated_rms_norm_with_a_frozen_weight_and_strided_input():
+    gen = torch.Generator().manual_seed(1)
+    norm = GatedRMSNorm(4).double().requires_grad_(False)
+    wide = torch.randn(2, 6, 9, generator=gen, dtype=torch.float64, requires_grad=True)
+    gate = torch.randn(2, 6, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    x = wide[..., 1:5]
+    y = norm(x, gate)
+    exact = _reference(x * torch.nn.functional.silu(gate), norm.weight, norm.eps)
+    torch.testing.assert_close(y, exact, rtol=0, atol=1e-13)
+    upstream = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    for got, want in zip(torch.autograd.grad(y, (wide, gate), upstream), torch.autograd.grad(exact, (wide, gate),
+                                                                                              upstream)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
