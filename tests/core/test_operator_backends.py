@@ -108,18 +108,26 @@ def test_heads_of_size_one_broadcast():
         assert_close(shared, full, TOL, backend)
 
 
+@pytest.mark.parametrize("length", [37, 32])  # 32: whole chunks, no padding, so the chunks keep one shared head
 @pytest.mark.parametrize("decay", [False, True])
-def test_delta_rule_with_keys_shared_over_heads_and_a_scale_per_head(decay):
-    """DeltaNet-type arguments (direction = key) whose key has one head while β, b and g have three."""
+def test_delta_rule_with_keys_shared_over_heads_and_a_scale_per_head(decay, length):
+    """DeltaNet-type arguments (direction = key) whose query and key have one head while β, b and g have three:
+    outputs, final states and every gradient."""
     gen = torch.Generator().manual_seed(5)
     rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    q, k, v = rand(2, 37, 1, 6), torch.nn.functional.normalize(rand(2, 37, 1, 6), dim=-1), rand(2, 37, 3, 5)
-    beta = torch.sigmoid(rand(2, 37, 3))
-    options = dict(householder=beta, scale=torch.rand(2, 37, 3, generator=gen, dtype=torch.float64),
-                   log_decay=-torch.rand(2, 37, 3, generator=gen, dtype=torch.float64) if decay else None,
-                   chunk_size=8)
-    exact = seqdyn.coefficient_dynamics(q, k, v, backend="quadratic", **options)
-    assert_close(seqdyn.coefficient_dynamics(q, k, v, backend="chunk", **options), exact, TOL, "chunk")
+    q, k = rand(2, length, 1, 6), torch.nn.functional.normalize(rand(2, length, 1, 6), dim=-1)
+    v, beta = rand(2, length, 3, 5), torch.sigmoid(rand(2, length, 3))
+    scale = torch.rand(2, length, 3, generator=gen, dtype=torch.float64)
+    g = -torch.rand(2, length, 3, generator=gen, dtype=torch.float64) if decay else None
+    initial = 0.5 * rand(2, 3, 6, 5)
+    leaves = [x.requires_grad_() for x in (q, k, v, beta, scale, initial) + ((g,) if decay else ())]
+    results = {}
+    for backend in ("quadratic", "chunk"):
+        y, final = seqdyn.coefficient_dynamics(q, k, v, householder=beta, scale=scale, log_decay=g, chunk_size=8,
+                                               initial_state=initial, output_final_state=True, backend=backend)
+        results[backend] = (y, final, *torch.autograd.grad(y.square().sum() + final.sin().sum(), leaves))
+    for i, (got, exact) in enumerate(zip(results["chunk"], results["quadratic"])):
+        assert_close(got, exact, TOL, f"chunk part {i}")
 
 
 def test_unit_lower_solve_and_its_gradients_match_a_triangular_solve():
@@ -239,8 +247,9 @@ def test_scan_across_its_blocks_with_state_and_gradients(decay, blocks):
         assert_close(got, exact, TOL, f"scan part {i}")
 
 
+@pytest.mark.parametrize("length", [40, 32])  # 32: whole chunks, no padding, so the chunks keep one shared head
 @pytest.mark.parametrize("kind", ["s6", "mamba2"])
-def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values(kind):
+def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values(kind, length):
     """Keys shared by all heads with a scale per head — S6-type (V < K, diagonal decay) and Mamba-2-type (one group
     of queries and keys, V = K, scalar decay per head): b rides on the values (``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``),
     which changes no output, state, gradient or coefficient, and the DSF still carries b in its B_i."""
@@ -248,9 +257,9 @@ def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values(kind):
 
     gen = torch.Generator().manual_seed(11)
     rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64, requires_grad=True)  # noqa: E731
-    value_dim, decay_shape = (1, (2, 40, 5, 4)) if kind == "s6" else (4, (2, 40, 5))
-    q, k, v = rand(2, 40, 1, 4), rand(2, 40, 1, 4), rand(2, 40, 5, value_dim)
-    b = torch.rand(2, 40, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    value_dim, decay_shape = (1, (2, length, 5, 4)) if kind == "s6" else (4, (2, length, 5))
+    q, k, v = rand(2, length, 1, 4), rand(2, length, 1, 4), rand(2, length, 5, value_dim)
+    b = torch.rand(2, length, 5, generator=gen, dtype=torch.float64, requires_grad=True)
     g = (-torch.rand(*decay_shape, generator=gen, dtype=torch.float64)).requires_grad_()
     initial = rand(2, 5, 4, value_dim)
     problem = prepare(q, k, v, log_decay=g, scale=b)

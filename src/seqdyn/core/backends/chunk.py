@@ -9,9 +9,10 @@ chunk.  With the state ``S`` entering the chunk:
   3. between chunks ``S ← P S + ΔS`` and ``y += Q̃ S`` with ``P = diag(e^{Γ})`` (minus ``Ẽᵀ W`` with a
      Householder factor), ``ΔS = K̃ᵀ V`` and ``Q̃_t = q_t ⊙ e^{γ_t}``.
 All exponents are differences ``γ_t − γ_j ≤ 0`` for decays.  Diagonal decays are factorized inside a chunk
-around the chunk's middle log decay; the chunk is halved where that would leave the float range.  No or scalar
-decay without a Householder factor (linear attention, RetNet, Mamba-2, mLSTM) takes one function with a
-hand-written backward (:class:`_DecayedChunks`); factors too small to be normal floats are 0
+around the chunk's middle log decay; the chunk is halved where that would leave the float range.  No, scalar or
+diagonal decay without a Householder factor takes one function with a hand-written backward
+(:class:`_DecayedChunks`), as does DeltaNet's Householder factor with no or scalar decay
+(:class:`_DeltaRuleChunks`); factors too small to be normal floats are 0
 (:func:`~seqdyn.core.evolution.decay_factor`).
 
 ``exp`` readout with ``"sum"`` (softmax): torch's fused ``scaled_dot_product_attention`` (a blockwise online
@@ -270,8 +271,11 @@ class _DecayedChunks(torch.autograd.Function):
             (decay,) = intra
             gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
             grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
-            grad_q = grad_gram @ k + grad_queries * decay_factor(g.cumsum(dim=3)).unsqueeze(-1)
-            grad_k = grad_gram.transpose(-1, -2) @ q + grad_keys * decay_factor(_sum_after(g)).unsqueeze(-1)
+            # terms reduced to the input's heads one by one: the gram's gradient is already summed over heads
+            grad_q = (grad_gram @ k).sum_to_size(q.shape) + (
+                grad_queries * decay_factor(g.cumsum(dim=3)).unsqueeze(-1)).sum_to_size(q.shape)
+            grad_k = (grad_gram.transpose(-1, -2) @ q).sum_to_size(k.shape) + (
+                grad_keys * decay_factor(_sum_after(g)).unsqueeze(-1)).sum_to_size(k.shape)
             if ctx.has_decay:
                 grad_segments = grad_coefficients * coefficients  # ∂σ[i, j] with σ = γ_i − γ_j
                 grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) + (grad_queries * queries).sum(-1)
@@ -316,28 +320,120 @@ class _UnitLowerSolve(torch.autograd.Function):
         return -(grad_rhs @ solved.transpose(-1, -2)).tril(-1), grad_rhs
 
 
-def _delta_rule_chunks(q: Tensor, v: Tensor, g: Tensor | None, gamma: Tensor | None, gamma_before: Tensor | None,
-                       beta: Tensor, direction: Tensor, key_scale: Tensor, decay_matrix: Tensor, grow, to_end):
-    """The Householder chunk of DeltaNet / Gated DeltaNet: direction = key (``k_j = s_j d_j``), no or scalar decay.
+class _DeltaRuleChunks(torch.autograd.Function):
+    """The Householder chunk of DeltaNet / Gated DeltaNet (direction = key, ``k_j = s_j d_j``; no or scalar decay),
+    with a hand-written backward.
 
-    Then the four Gram matrices of the general path share two, ``A[t,j] = q_tᵀ d_j e^{γ_t − γ_j}`` (``j ≤ t``) and
-    ``M[t,j] = d_tᵀ d_j e^{γ_{t-1} − γ_j}`` (``j < t``), up to column scales: ``A_k = A s``, ``A_e = A c``,
-    ``M_k = M s``, ``M_e = M c`` with ``c_j = β_j e^{g_j}``.  The push-through identity
-    ``c (I + M c)^{-1} = (I + c M)^{-1} c`` turns the general path's corrections into one solve,
-    ``(U, W) = (I + c M)^{-1} (s ⊙ V, c ⊙ D̃)`` with ``D̃ = d ⊙ e^{γ_{t-1}}`` (the UT transform of DeltaNet): the
-    chunk's output is ``A U``, the queries reading the entering state ``Q̃ − A W``, the state increment
-    ``D̃_endᵀ U`` and the transition ``diag(e^{Γ}) − D̃_endᵀ W``.  Returns ``(out, query_in, delta_state, transition)``.
+    Per chunk, with ``L = e^{σ}`` (:func:`_segment_sums`, ``j ≤ t``), ``L⁻[t, j] = e^{σ[t−1, j]}`` (``j < t``),
+    ``c = β e^{g}``, ``D̃ = d ⊙ e^{γ_{t−1}}``, ``D̂ = d ⊙ e^{Γ − γ}`` and ``Q̃ = q ⊙ e^{γ}``::
+
+        A = (Q Dᵀ) ⊙ L,   M = (D Dᵀ) ⊙ L⁻,   [U, W] = (I + c M)^{-1} [s ⊙ V, c ⊙ D̃]   (the UT transform)
+        Y = A U + (Q̃ − A W) E,     E_next = (e^{Γ} I − D̂ᵀ W) E + D̂ᵀ U.
+
+    The backward runs the state recurrence in reverse and returns through the unit-triangular solve with its
+    explicit inverse (``∂R = Tᵀ ∂X``, ``∂(cM) = −tril₋₁(∂R Xᵀ)``); ``∂g`` goes through ``γ = cumsum(g)``.
+    Inputs chunked ``[B, H, N, C, ...]``: q, d ``[.., K]``, v ``[.., V]``, g, β, s ``[B, H, N, C]`` (g may be
+    ``None``), batch and heads of size 1 broadcast.
     """
-    value_dim = v.shape[-1]
-    a = _chunk_gram(q, direction, gamma, gamma, False, False)
-    m = _chunk_gram(direction, direction, gamma_before, gamma, True, False)
-    c = (beta if g is None else beta * torch.exp(g).to(beta.dtype)).unsqueeze(-1)
-    rhs = torch.cat([key_scale.unsqueeze(-1) * v, c * grow(direction, gamma_before)], dim=-1)
-    update = _unit_lower_solve(c * m, rhs)  # [U, W]
-    key_dim = direction.shape[-1]
-    out, correction = (a @ update).split([value_dim, key_dim], dim=-1)
-    delta_state, removed = (grow(direction, to_end(gamma)).transpose(-1, -2) @ update).split([value_dim, key_dim], -1)
-    return out, grow(q, gamma) - correction, delta_state, decay_matrix - removed
+
+    @staticmethod
+    def forward(ctx, q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, s: Tensor,
+                initial: Tensor | None):
+        has_decay = g is not None
+        if g is None:
+            g = q.new_zeros(1, 1, *q.shape[2:4])
+        key_dim, value_dim = d.shape[-1], v.shape[-1]
+        gamma = g.cumsum(dim=3)
+        sigma = _segment_sums(g)
+        before = torch.cat([torch.full_like(sigma[..., :1, :], float("-inf")), sigma[..., :-1, :]], dim=-2)
+        decay, decay_before = decay_factor(sigma), decay_factor(before)  # L, L⁻ (strictly lower)
+        gamma_before = torch.cat([torch.zeros_like(gamma[..., :1]), gamma[..., :-1]], dim=-1)  # γ_{t−1}
+        query_factor = decay_factor(gamma).unsqueeze(-1)
+        before_factor = decay_factor(gamma_before).unsqueeze(-1)
+        end_factor = decay_factor(_sum_after(g)).unsqueeze(-1)
+        c = beta * torch.exp(g)
+        coefficients = (q @ d.transpose(-1, -2)) * decay  # A
+        overlaps = (d @ d.transpose(-1, -2)) * decay_before  # M
+        eye = torch.eye(q.shape[3], dtype=q.dtype, device=q.device)
+        lower = c.unsqueeze(-1) * overlaps
+        inverse = torch.linalg.solve_triangular(lower, eye.expand_as(lower), upper=False, unitriangular=True)
+        carried = d * before_factor  # D̃
+        solved = inverse @ torch.cat([s.unsqueeze(-1) * v, c.unsqueeze(-1) * carried], dim=-1)  # [U, W]
+        read = coefficients @ solved  # [A U, A W]
+        query_in = q * query_factor - read[..., value_dim:]
+        to_end = d * end_factor  # D̂
+        pushed = to_end.transpose(-1, -2) @ solved  # [D̂ᵀ U, D̂ᵀ W]
+        chunk_decay = decay_factor(gamma[:, :, :, -1]).unsqueeze(-1).unsqueeze(-1)  # e^{Γ}
+        transition = chunk_decay * torch.eye(key_dim, dtype=q.dtype, device=q.device) - pushed[..., value_dim:]
+        shape = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2],
+                                       s.shape[:2]) + (key_dim, value_dim)
+        state = initial.expand(shape) if initial is not None else v.new_zeros(shape)
+        entering = []
+        for n in range(v.shape[2]):
+            entering.append(state)
+            state = transition[:, :, n] @ state + pushed[:, :, n, :, :value_dim]
+        entering = torch.stack(entering, dim=2)
+        out = read[..., :value_dim] + query_in @ entering
+        ctx.save_for_backward(q, d, v, g, beta, s, initial, decay, decay_before, query_factor, before_factor,
+                              end_factor, c, coefficients, overlaps, inverse, carried, solved, query_in, to_end,
+                              chunk_decay, transition, entering)
+        ctx.has_decay = has_decay and ctx.needs_input_grad[3]
+        return out, state
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
+        (q, d, v, g, beta, s, initial, decay, decay_before, query_factor, before_factor, end_factor, c, coefficients,
+         overlaps, inverse, carried, solved, query_in, to_end, chunk_decay, transition, entering) = ctx.saved_tensors
+        value_dim = v.shape[-1]
+        grad_out = grad_out.contiguous()
+        grad_entering = query_in.transpose(-1, -2) @ grad_out
+        grad_after = torch.zeros_like(entering[:, :, 0]) if grad_state is None else grad_state.expand_as(
+            entering[:, :, 0]).clone()
+        grad_increments = torch.empty_like(entering)
+        for n in range(v.shape[2] - 1, -1, -1):
+            grad_increments[:, :, n] = grad_after
+            grad_after = grad_entering[:, :, n] + transition[:, :, n].transpose(-1, -2) @ grad_after
+        grad_transition = grad_increments @ entering.transpose(-1, -2)
+        grad_query_in = grad_out @ entering.transpose(-1, -2)
+        grad_pushed = torch.cat([grad_increments, -grad_transition], dim=-1)  # ∂[D̂ᵀ U, D̂ᵀ W]
+        grad_to_end = solved @ grad_pushed.transpose(-1, -2)
+        grad_read = torch.cat([grad_out, -grad_query_in], dim=-1)  # ∂[A U, A W]
+        grad_solved = to_end @ grad_pushed + coefficients.transpose(-1, -2) @ grad_read
+        grad_coefficients = grad_read @ solved.transpose(-1, -2)
+        grad_rhs = inverse.transpose(-1, -2) @ grad_solved
+        grad_lower = -(grad_rhs @ solved.transpose(-1, -2)).tril(-1)
+        grad_v = s.unsqueeze(-1) * grad_rhs[..., :value_dim]
+        grad_s = (v * grad_rhs[..., :value_dim]).sum(-1)
+        grad_c = (carried * grad_rhs[..., value_dim:]).sum(-1) + (overlaps * grad_lower).sum(-1)
+        grad_carried = c.unsqueeze(-1) * grad_rhs[..., value_dim:]
+        grad_overlaps = c.unsqueeze(-1) * grad_lower
+        gram_shape = torch.broadcast_shapes(q.shape[:2], d.shape[:2]) + decay.shape[2:]
+        self_shape = d.shape[:2] + decay.shape[2:]
+        grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)
+        grad_self = (grad_overlaps * decay_before).sum_to_size(self_shape)
+        # terms reduced to the input's heads one by one: the grams' gradients are already summed over heads
+        grad_q = (grad_gram @ d).sum_to_size(q.shape) + (grad_query_in * query_factor).sum_to_size(q.shape)
+        grad_d = ((grad_gram.transpose(-1, -2) @ q).sum_to_size(d.shape)
+                  + ((grad_self + grad_self.transpose(-1, -2)) @ d).sum_to_size(d.shape)
+                  + (grad_carried * before_factor + grad_to_end * end_factor).sum_to_size(d.shape))
+        grad_beta = grad_c * torch.exp(g)
+        grad_g = None
+        if ctx.has_decay:
+            grad_segments = grad_coefficients * coefficients  # ∂σ[t, j], σ = γ_t − γ_j
+            grad_before = grad_overlaps * overlaps  # ∂σ⁻[t, j], σ⁻ = γ_{t−1} − γ_j
+            from_end = (grad_to_end * to_end).sum(-1)  # ∂(Γ − γ_t)
+            grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) - grad_before.sum(-2)
+                          + (grad_query_in * q * query_factor).sum(-1) - from_end)
+            grad_gamma_before = grad_before.sum(-1) + (grad_carried * carried).sum(-1)
+            grad_gamma[..., :-1] += grad_gamma_before[..., 1:]
+            traced = grad_transition.diagonal(dim1=-2, dim2=-1).sum(-1) * chunk_decay.squeeze(-1).squeeze(-1)
+            grad_gamma[..., -1] += from_end.sum(-1) + traced
+            grad_g = grad_gamma.flip(3).cumsum(3).flip(3) + grad_c * c
+            grad_g = grad_g.sum_to_size(g.shape)
+        grad_initial = None if initial is None else grad_after.sum_to_size(initial.shape)
+        return (grad_q.sum_to_size(q.shape), grad_d.sum_to_size(d.shape), grad_v.sum_to_size(v.shape), grad_g,
+                grad_beta.sum_to_size(beta.shape), grad_s.sum_to_size(s.shape), grad_initial)
 
 
 def _to_chunks(x: Tensor | None, chunks: int, size: int) -> Tensor | None:
@@ -369,6 +465,10 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     if beta is None:
         out, state = _DecayedChunks.apply(q, k, v, g, problem.initial_state)
         return _unchunked(out, length), state
+    if key_scale is not None and not diagonal:  # DeltaNet / Gated DeltaNet: the direction is the key
+        out, state = _DeltaRuleChunks.apply(q, direction, v, g, beta, key_scale, problem.initial_state)
+        return _unchunked(out, length), state
+    # the general Householder factor (a given direction, or a diagonal decay)
     decayed = g is not None
     if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
         g = g.to(torch.float64)   # matter; diagonal chunks are sized so that their γ range fits (safe_chunk_size)
@@ -376,49 +476,32 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     total = gamma[:, :, :, -1] if decayed else None  # Γ
     grow = (lambda x, lg: x * decay_factor(_along_keys(lg, diagonal).to(x.dtype))) if decayed else (lambda x, lg: x)  # noqa: E731
     to_end = (lambda lg: total.unsqueeze(3) - lg) if decayed else (lambda lg: None)  # noqa: E731
-
-    transition = None
-    if beta is None:
-        out, query_in, delta_state = _decayed_chunks(q, k, v, gamma, total, diagonal, grow, to_end)
-    else:
-        gamma_before = gamma - g if decayed else None  # γ_{t-1}
-        decay_matrix = torch.diag_embed(_along_keys(decay_factor(total.to(q.dtype)), diagonal).expand(
-            *total.shape[:3], key_dim)) if decayed else torch.eye(key_dim, dtype=q.dtype, device=q.device)
-        if key_scale is not None and not diagonal:
-            out, query_in, delta_state, transition = _delta_rule_chunks(
-                q, v, g, gamma, gamma_before, beta, direction, key_scale, decay_matrix, grow, to_end)
-        else:
-            out, query_in, delta_state = _decayed_chunks(q, k, v, gamma, total, diagonal, grow, to_end)
-            weighted = beta.unsqueeze(-1) * direction
-            a_e = _chunk_gram(q, weighted, gamma, gamma_before, False, diagonal)
-            m_k = _chunk_gram(direction, k, gamma_before, gamma, True, diagonal)
-            m_e = _chunk_gram(direction, weighted, gamma_before, gamma_before, True, diagonal)
-            rhs = torch.cat([grow(direction, gamma_before), m_k @ v], dim=-1)
-            from_state, from_values = _unit_lower_solve(m_e, rhs).split([key_dim, value_dim], dim=-1)
-            e_out = grow(weighted, to_end(gamma_before)).transpose(-1, -2)  # Ẽᵀ
-            query_in = query_in - a_e @ from_state
-            out = out - a_e @ from_values
-            delta_state = delta_state - e_out @ from_values
-            transition = decay_matrix - e_out @ from_state  # [B, H, N, K, K]
+    gamma_before = gamma - g if decayed else None  # γ_{t-1}
+    decay_matrix = torch.diag_embed(_along_keys(decay_factor(total.to(q.dtype)), diagonal).expand(
+        *total.shape[:3], key_dim)) if decayed else torch.eye(key_dim, dtype=q.dtype, device=q.device)
+    out, query_in, delta_state = _decayed_chunks(q, k, v, gamma, total, diagonal, grow, to_end)
+    weighted = beta.unsqueeze(-1) * direction
+    a_e = _chunk_gram(q, weighted, gamma, gamma_before, False, diagonal)
+    m_k = _chunk_gram(direction, k, gamma_before, gamma, True, diagonal)
+    m_e = _chunk_gram(direction, weighted, gamma_before, gamma_before, True, diagonal)
+    rhs = torch.cat([grow(direction, gamma_before), m_k @ v], dim=-1)
+    from_state, from_values = _unit_lower_solve(m_e, rhs).split([key_dim, value_dim], dim=-1)
+    e_out = grow(weighted, to_end(gamma_before)).transpose(-1, -2)  # Ẽᵀ
+    query_in = query_in - a_e @ from_state
+    out = out - a_e @ from_values
+    delta_state = delta_state - e_out @ from_values
+    transition = decay_matrix - e_out @ from_state  # [B, H, N, K, K]
 
     state = problem.initial_state
     if state is None:
         state = v.new_zeros(batch, heads, key_dim, value_dim)
     # unbind, not indexing: the backward of one unbind stacks the chunks' gradients once, while indexing chunk n
     # would add a zero-filled gradient of the whole tensor for every chunk
-    deltas = delta_state.unbind(2)
-    if transition is not None:
-        steps = transition.unbind(2)
-    elif decayed:
-        steps = _along_keys(decay_factor(total.to(q.dtype)), diagonal).unsqueeze(-1).unbind(2)
+    deltas, steps = delta_state.unbind(2), transition.unbind(2)
     entering = []
     for n in range(chunks):
         entering.append(state)
-        if transition is not None:
-            state = steps[n] @ state
-        elif decayed:
-            state = steps[n].to(state.dtype) * state
-        state = state + deltas[n]
+        state = steps[n] @ state + deltas[n]
     out = out + query_in @ torch.stack(entering, dim=2)
     return _unchunked(out, length), state
 
