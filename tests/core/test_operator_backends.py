@@ -59,6 +59,30 @@ def test_every_backend_matches_quadratic(combo):
     assert checked >= 1  # the recurrent backend computes every combination
 
 
+@pytest.mark.parametrize("combo", [c for c in COMBINATIONS if c[0] == "identity"], ids=lambda c: "-".join(c))
+def test_every_backend_matches_quadratic_with_heads_shared_over_whole_chunks(combo):
+    """Queries, keys and gates of one head for all heads, T a multiple of the chunk size: no padding copy
+    materializes the shared heads, so the chunked form works on one head for them (its gradients must be summed
+    over heads exactly once)."""
+    seed = zlib.crc32(("shared-" + "-".join(combo)).encode()) % 10_000
+    case = random_case(*combo, seed, shared=("q", "k", "gates"), length=16, chunk_size=8, heads=3)
+    leaves, options = build(case)
+    reference = call(leaves, options, "quadratic", case.chunk_size)
+    reference_grads = _gradients(reference, leaves, seed)
+    for name in REGISTRY:
+        if name == "quadratic":
+            continue
+        try:
+            output = call(leaves, options, name, case.chunk_size)
+        except ValueError as error:
+            assert "cannot compute" in str(error)
+            continue
+        for i, (got, want) in enumerate(zip(flatten(output), flatten(reference))):
+            assert_close(got, want, TOL, f"{name} output/state part {i}")
+        for leaf, grad in _gradients(output, leaves, seed).items():
+            assert_close(grad, reference_grads[leaf], TOL, f"{name} d/d{leaf}")
+
+
 def test_unsupported_combinations_are_the_documented_ones():
     expectations = {
         ("identity", "diagonal", "given", "sum"): {"quadratic", "recurrent", "chunk"},

@@ -468,7 +468,8 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     if key_scale is not None and not diagonal:  # DeltaNet / Gated DeltaNet: the direction is the key
         out, state = _DeltaRuleChunks.apply(q, direction, v, g, beta, key_scale, problem.initial_state)
         return _unchunked(out, length), state
-    # the general Householder factor (a given direction, or a diagonal decay)
+    # the general Householder factor (a given direction, or a diagonal decay), autograd through every head
+    q, k, direction = (x.expand(batch, heads, *x.shape[2:]) for x in (q, k, direction))
     decayed = g is not None
     if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
         g = g.to(torch.float64)   # matter; diagonal chunks are sized so that their γ range fits (safe_chunk_size)
