@@ -295,19 +295,23 @@ def _unit_lower_solve(strict_lower: Tensor, rhs: Tensor) -> Tensor:
     return _UnitLowerSolve.apply(strict_lower, rhs)
 
 
+def _unit_lower_inverse(strict_lower: Tensor) -> Tensor:
+    """``(I + L)^{-1}`` for strictly lower-triangular ``L`` ``[..., C, C]`` (a unit-triangular solve never reads
+    the diagonal, so ``L`` is passed as it is)."""
+    eye = torch.eye(strict_lower.shape[-1], dtype=strict_lower.dtype, device=strict_lower.device)
+    return torch.linalg.solve_triangular(strict_lower, eye.expand_as(strict_lower), upper=False, unitriangular=True)
+
+
 class _UnitLowerSolve(torch.autograd.Function):
     """``X = T R`` with the explicit inverse ``T = (I + L)^{-1}`` of a small unit lower-triangular matrix.
 
     Keeping ``T`` makes the backward two products, ``∂R = Tᵀ ∂X`` and ``∂L = −tril₋₁(∂R Xᵀ)``, instead of a
     second batched triangular solve (on CPUs batched products run several times faster than batched solves).
-    A unit-triangular solve never reads the diagonal, so ``L`` is passed as it is.
     """
 
     @staticmethod
     def forward(ctx, strict_lower: Tensor, rhs: Tensor) -> Tensor:
-        eye = torch.eye(strict_lower.shape[-1], dtype=strict_lower.dtype, device=strict_lower.device)
-        inverse = torch.linalg.solve_triangular(strict_lower, eye.expand_as(strict_lower), upper=False,
-                                                unitriangular=True)
+        inverse = _unit_lower_inverse(strict_lower)
         solved = inverse @ rhs
         ctx.save_for_backward(inverse, solved)
         return solved
@@ -354,9 +358,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
         c = beta * torch.exp(g)
         coefficients = (q @ d.transpose(-1, -2)) * decay  # A
         overlaps = (d @ d.transpose(-1, -2)) * decay_before  # M
-        eye = torch.eye(q.shape[3], dtype=q.dtype, device=q.device)
-        lower = c.unsqueeze(-1) * overlaps
-        inverse = torch.linalg.solve_triangular(lower, eye.expand_as(lower), upper=False, unitriangular=True)
+        inverse = _unit_lower_inverse(c.unsqueeze(-1) * overlaps)
         carried = d * before_factor  # D̃
         solved = inverse @ torch.cat([s.unsqueeze(-1) * v, c.unsqueeze(-1) * carried], dim=-1)  # [U, W]
         read = coefficients @ solved  # [A U, A W]
