@@ -177,26 +177,35 @@ def _sum_after(g: Tensor) -> Tensor:
     return later.flip(3).cumsum(3).flip(3)
 
 
-def _pass_states(increments: Tensor, chunk_decay: Tensor, initial: Tensor | None, shape: tuple[int, ...]):
-    """``E_{n+1} = e^{Γ_n} ⊙ E_n + ΔS_n`` from ``E_0`` (``initial`` or zero): the entering states stacked
-    ``[B, H, N, K, V]`` and the final state."""
+def _pass_states(increments: Tensor, transitions: Tensor, initial: Tensor | None, shape: tuple[int, ...],
+                 matrix: bool = False):
+    """``E_{n+1} = P_n E_n + ΔS_n`` from ``E_0`` (``initial`` or zero), with ``P_n`` a decay multiplying
+    elementwise (``e^{Γ_n}``, broadcast against ``[K, V]``) or, with ``matrix``, a ``[K, K]`` transition: the
+    entering states stacked ``[B, H, N, K, V]`` and the final state."""
     state = initial.expand(shape) if initial is not None else increments.new_zeros(shape)
     entering = []
     for n in range(increments.shape[2]):
         entering.append(state)
-        state = torch.addcmul(increments[:, :, n], chunk_decay[:, :, n], state)
+        if matrix:
+            state = transitions[:, :, n] @ state + increments[:, :, n]
+        else:
+            state = torch.addcmul(increments[:, :, n], transitions[:, :, n], state)
     return torch.stack(entering, dim=2), state
 
 
-def _pass_state_gradients(grad_entering: Tensor, chunk_decay: Tensor, grad_final: Tensor | None):
-    """The reverse of :func:`_pass_states`: ``∂ΔS_n = ∂E_{n+1}`` and ``∂E_n = ∂_direct E_n + e^{Γ_n} ⊙ ∂E_{n+1}``;
+def _pass_state_gradients(grad_entering: Tensor, transitions: Tensor, grad_final: Tensor | None,
+                          matrix: bool = False):
+    """The reverse of :func:`_pass_states`: ``∂ΔS_n = ∂E_{n+1}`` and ``∂E_n = ∂_direct E_n + P_nᵀ ∂E_{n+1}``;
     returns ``(∂ΔS [B, H, N, K, V], ∂E_0)``."""
     grad_after = torch.zeros_like(grad_entering[:, :, 0]) if grad_final is None else grad_final.expand_as(
         grad_entering[:, :, 0]).clone()
     grad_increments = torch.empty_like(grad_entering)
     for n in range(grad_entering.shape[2] - 1, -1, -1):
         grad_increments[:, :, n] = grad_after
-        grad_after = torch.addcmul(grad_entering[:, :, n], chunk_decay[:, :, n], grad_after)
+        if matrix:
+            grad_after = grad_entering[:, :, n] + transitions[:, :, n].transpose(-1, -2) @ grad_after
+        else:
+            grad_after = torch.addcmul(grad_entering[:, :, n], transitions[:, :, n], grad_after)
     return grad_increments, grad_after
 
 
@@ -235,9 +244,9 @@ class _DecayedChunks(torch.autograd.Function):
         else:
             decay = decay_factor(_segment_sums(g))
             coefficients = (q @ k.transpose(-1, -2)) * decay
-            queries = q * decay_factor(gamma).unsqueeze(-1)
-            keys = k * decay_factor(_sum_after(g)).unsqueeze(-1)
-            intra = (decay,)
+            query_factor, key_factor = decay_factor(gamma).unsqueeze(-1), decay_factor(_sum_after(g)).unsqueeze(-1)
+            queries, keys = q * query_factor, k * key_factor
+            intra = (decay, query_factor, key_factor)
         chunk_decay = decay_factor(total.squeeze(3)).unsqueeze(-1)  # e^{Γ} [B, H, N, K|1, 1]
         if not diagonal:
             chunk_decay = chunk_decay.unsqueeze(-1)
@@ -268,14 +277,13 @@ class _DecayedChunks(torch.autograd.Function):
             if ctx.has_decay:  # every factor of q is e^{γ}, of k e^{−γ}: ∂γ = ∂q ⊙ q − ∂k ⊙ k
                 grad_gamma = grad_q * q - grad_k * k
         else:
-            (decay,) = intra
+            decay, query_factor, key_factor = intra
             gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
             grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
             # terms reduced to the input's heads one by one: the gram's gradient is already summed over heads
-            grad_q = (grad_gram @ k).sum_to_size(q.shape) + (
-                grad_queries * decay_factor(g.cumsum(dim=3)).unsqueeze(-1)).sum_to_size(q.shape)
-            grad_k = (grad_gram.transpose(-1, -2) @ q).sum_to_size(k.shape) + (
-                grad_keys * decay_factor(_sum_after(g)).unsqueeze(-1)).sum_to_size(k.shape)
+            grad_q = (grad_gram @ k).sum_to_size(q.shape) + (grad_queries * query_factor).sum_to_size(q.shape)
+            grad_k = (grad_gram.transpose(-1, -2) @ q).sum_to_size(k.shape) + (grad_keys * key_factor).sum_to_size(
+                k.shape)
             if ctx.has_decay:
                 grad_segments = grad_coefficients * coefficients  # ∂σ[i, j] with σ = γ_i − γ_j
                 grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) + (grad_queries * queries).sum(-1)
@@ -369,12 +377,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
         transition = chunk_decay * torch.eye(key_dim, dtype=q.dtype, device=q.device) - pushed[..., value_dim:]
         shape = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2],
                                        s.shape[:2]) + (key_dim, value_dim)
-        state = initial.expand(shape) if initial is not None else v.new_zeros(shape)
-        entering = []
-        for n in range(v.shape[2]):
-            entering.append(state)
-            state = transition[:, :, n] @ state + pushed[:, :, n, :, :value_dim]
-        entering = torch.stack(entering, dim=2)
+        entering, state = _pass_states(pushed[..., :value_dim], transition, initial, shape, matrix=True)
         out = read[..., :value_dim] + query_in @ entering
         ctx.save_for_backward(q, d, v, g, beta, s, initial, decay, decay_before, query_factor, before_factor,
                               end_factor, c, coefficients, overlaps, inverse, carried, solved, query_in, to_end,
@@ -389,13 +392,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
          overlaps, inverse, carried, solved, query_in, to_end, chunk_decay, transition, entering) = ctx.saved_tensors
         value_dim = v.shape[-1]
         grad_out = grad_out.contiguous()
-        grad_entering = query_in.transpose(-1, -2) @ grad_out
-        grad_after = torch.zeros_like(entering[:, :, 0]) if grad_state is None else grad_state.expand_as(
-            entering[:, :, 0]).clone()
-        grad_increments = torch.empty_like(entering)
-        for n in range(v.shape[2] - 1, -1, -1):
-            grad_increments[:, :, n] = grad_after
-            grad_after = grad_entering[:, :, n] + transition[:, :, n].transpose(-1, -2) @ grad_after
+        grad_increments, grad_initial = _pass_state_gradients(query_in.transpose(-1, -2) @ grad_out, transition,
+                                                              grad_state, matrix=True)
         grad_transition = grad_increments @ entering.transpose(-1, -2)
         grad_query_in = grad_out @ entering.transpose(-1, -2)
         grad_pushed = torch.cat([grad_increments, -grad_transition], dim=-1)  # ∂[D̂ᵀ U, D̂ᵀ W]
@@ -433,7 +431,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
             grad_gamma[..., -1] += from_end.sum(-1) + traced
             grad_g = grad_gamma.flip(3).cumsum(3).flip(3) + grad_c * c
             grad_g = grad_g.sum_to_size(g.shape)
-        grad_initial = None if initial is None else grad_after.sum_to_size(initial.shape)
+        grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
         return (grad_q.sum_to_size(q.shape), grad_d.sum_to_size(d.shape), grad_v.sum_to_size(v.shape), grad_g,
                 grad_beta.sum_to_size(beta.shape), grad_s.sum_to_size(s.shape), grad_initial)
 
