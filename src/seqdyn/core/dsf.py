@@ -80,6 +80,7 @@ def dsf(
     scale: Any = None,
     normalizer: Any = "none",
     log_scale: Tensor | None = None,
+    decay_rate: Tensor | None = None,
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (seed 000 eq. 15); ``DSF.apply(v)`` equals it.
 
@@ -88,7 +89,7 @@ def dsf(
     """
     problem = prepare(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
                       householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
-                      scale_on_values=False).folded()
+                      decay_rate=decay_rate, scale_on_values=False).folded()
     if not problem.readout.linear:
         raise ValueError(
             f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "

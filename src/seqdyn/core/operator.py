@@ -58,6 +58,7 @@ def coefficient_dynamics(
     backend: str = "auto",
     chunk_size: int | None = None,
     log_scale: Tensor | None = None,
+    decay_rate: Tensor | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (seed 001 eqs. 2 and 4).
 
@@ -80,6 +81,9 @@ def coefficient_dynamics(
         log_scale: ``log b`` ``[B, T, H]`` instead of ``scale``, for scales that exceed the float range (mLSTM's
             input gate ``exp(ĩ)``); with the identity readout it is folded into the stabilization, never
             exponentiated alone.
+        decay_rate: ``A`` ``[H, K]`` (or ``[1, K]``) of a factored diagonal decay ``g_t = Δ_t ⊗ A`` with the steps
+            ``Δ`` given as a scalar ``log_decay`` ``[B, T, H]`` (Mamba-1's discretization, seed 000 eq. 4).  The
+            same as passing ``g`` ``[B, T, H, K]``, but the ``scan`` backend never forms ``g``.
 
     Returns:
         ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``.
@@ -90,8 +94,11 @@ def coefficient_dynamics(
     problem = prepare(
         q, k, v, readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
         scale=scale, normalizer=normalizer, initial_state=initial_state, chunk_size=chunk_size, log_scale=log_scale,
+        decay_rate=decay_rate, factored=True,
     )
     module = _backend_for(problem, backend)
+    if not getattr(module, "FACTORED_DECAY", False):
+        problem = problem.materialized()
     out, state = _run(problem, module, bool(output_final_state))
     out = out.transpose(1, 2).to(problem.out_dtype, memory_format=torch.contiguous_format)
     return (out, state) if output_final_state else out
@@ -120,12 +127,14 @@ def coefficient_dynamics_step(
     scale: Any = None,
     normalizer: Any = "none",
     log_scale: Tensor | None = None,
+    decay_rate: Tensor | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
     Per-token layouts drop the time axis: q, k ``[B, H, K]``, v ``[B, H, V]``, log_decay ``[B, H]`` or
     ``[B, H, K]``, householder, log_scale and tensor scale/normalizer ``[B, H]``, householder_dir ``[B, H, K]``.  The state
     has the layout of ``coefficient_dynamics``' final state; ``None`` starts from zero (an empty cache).
+    ``decay_rate`` stays ``[H, K]``.
     Applying it token by token equals the ``recurrent`` backend on the whole sequence.
     """
     per_token = {
@@ -149,7 +158,7 @@ def coefficient_dynamics_step(
         timed[name] = value.unsqueeze(1)
     y, new_state = coefficient_dynamics(
         timed.pop("q"), timed.pop("k"), timed.pop("v"), readout=readout, initial_state=state,
-        output_final_state=True, backend="recurrent", **timed,
+        output_final_state=True, backend="recurrent", decay_rate=decay_rate, **timed,
     )
     return y[:, 0], new_state
 
@@ -168,6 +177,7 @@ def coefficients(
     initial_state: None = None,
     output_final_state: bool = False,
     log_scale: Tensor | None = None,
+    decay_rate: Tensor | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
@@ -179,7 +189,7 @@ def coefficients(
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
     options = dict(readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
-                   scale=scale, normalizer=normalizer, chunk_size=chunk_size, log_scale=log_scale)
+                   scale=scale, normalizer=normalizer, chunk_size=chunk_size, log_scale=log_scale, decay_rate=decay_rate)
     problem = prepare(q, k, None, **options)
     batch, heads, length, _, _ = problem.shape
     if backend not in ("quadratic", "auto"):
@@ -270,6 +280,11 @@ def _normalized(numerator: Tensor, denominator: Tensor | None, normalizer, row_s
     return normalize(wide(numerator), wide(denominator), wide(normalizer), row_scale).to(dtype)
 
 
+def _stable_factors(step: Tensor, rate: Tensor) -> bool:
+    """Whether every ``Δ_t A`` is ``≤ 0`` for sure: steps ``≥ 0`` and rates ``≤ 0`` (NaN: not sure)."""
+    return bool(step.detach().amin() >= 0) and bool(rate.detach().amax() <= 0)
+
+
 def _stabilized(problem: Problem):
     """Rescale an identity-readout problem so every factor is ``≤ 1``: unstable decays (``g > 0``) and scales in log
     space (``log_scale``, e.g. mLSTM's input gate ``exp(ĩ)``).
@@ -282,8 +297,12 @@ def _stabilized(problem: Problem):
     Returns ``(problem', m* [B, H, T] or None, state factor e^{m_T} or None)``; ``m`` carries no gradient (the
     identity holds for every m).
     """
+    if problem.decay_rate is not None:
+        if problem.log_scale is None and _stable_factors(problem.log_decay, problem.decay_rate):
+            return problem, None, None
+        problem = problem.materialized()
     g, ell = problem.log_decay, problem.log_scale
-    if ell is None and (g is None or not bool(g.detach().max() > 0)):  # one read, no mask (NaN: not > 0)
+    if ell is None and (g is None or not bool(g.detach().amax() > 0)):  # one read (amax: no copy of a strided g)
         return problem, None, None
     batch, heads, length, _, _ = problem.shape
     with torch.no_grad():

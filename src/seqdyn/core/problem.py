@@ -30,7 +30,10 @@ class Problem:
             unless the scale is given in log space (``log_scale``, folded in by :meth:`folded` or by the
             operator's stabilization), or on the values when that is cheaper (see :func:`_scale_on_values`).
         v: ``[B, H, T, V]`` values, or ``None`` when only coefficients are asked for.
-        log_decay: ``None`` (Λ = I), ``[B, H, T]`` (scalar) or ``[B, H, T, K]`` (diagonal) log decays ``g``.
+        log_decay: ``None`` (Λ = I), ``[B, H, T]`` (scalar) or ``[B, H, T, K]`` (diagonal) log decays ``g``; with
+            ``decay_rate`` the step ``Δ`` ``[B, H, T]`` of the factored diagonal decay ``g = Δ ⊗ A``.
+        decay_rate: ``A`` ``[H, K]`` of a factored diagonal decay, kept apart only for the backends that use the
+            factors (``scan``); :meth:`materialized` forms ``g`` for the others.
         beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
         readout: the map φ.  normalizer: a name, or η as ``[B, H, T]``.
         initial_state: validated, head-major state (see :func:`check_state`), or ``None``.
@@ -51,6 +54,13 @@ class Problem:
     out_dtype: torch.dtype
     log_scale: Tensor | None = None
     key_scale: Tensor | None = None
+    decay_rate: Tensor | None = None
+
+    def materialized(self) -> "Problem":
+        """The same problem with a factored decay formed: ``g_t = Δ_t A`` ``[B, H, T, K]`` (seed 000 eq. 4)."""
+        if self.decay_rate is None:
+            return self
+        return dataclasses.replace(self, log_decay=factored_log_decay(self.log_decay, self.decay_rate), decay_rate=None)
 
     def folded(self) -> "Problem":
         """The same problem with ``b = exp(log_scale)`` multiplied into the keys (for the nonlinear readouts)."""
@@ -69,7 +79,7 @@ class Problem:
     def decay_kind(self) -> str:
         if self.log_decay is None:
             return "none"
-        return "diagonal" if self.log_decay.dim() == 4 else "scalar"
+        return "diagonal" if self.log_decay.dim() == 4 or self.decay_rate is not None else "scalar"
 
     @property
     def diagonal(self) -> bool:
@@ -100,6 +110,11 @@ class Problem:
             parts.append("householder")
         parts.append(f"normalizer={self.normalizer_kind!r}")
         return ", ".join(parts)
+
+
+def factored_log_decay(step: Tensor, rate: Tensor) -> Tensor:
+    """``g = Δ ⊗ A``: head-major steps ``[B, H, T]`` times rates ``[H, K]`` → ``[B, H, T, K]`` (Mamba-1's ``Δ_t A``)."""
+    return step.unsqueeze(-1) * rate.unsqueeze(1)
 
 
 def _shape(x: Tensor) -> str:
@@ -175,12 +190,15 @@ def prepare(
     initial_state: Any = None,
     chunk_size: int | None = None,
     log_scale: Tensor | None = None,
+    decay_rate: Tensor | None = None,
     scale_on_values: bool = True,
+    factored: bool = False,
 ) -> Problem:
     """Validate the public arguments of ``coefficient_dynamics`` and return the canonical :class:`Problem`.
 
     ``scale_on_values=False`` keeps the scale on the keys always (for views that read ``k`` as the impulse
-    ``b_j k_j``, like the DSF's ``B_i``).
+    ``b_j k_j``, like the DSF's ``B_i``).  ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
+    caller materializes it where its backend needs ``g``); by default ``g = Δ ⊗ A`` is formed here.
     """
     q = _check_tensor("q", q, 4, "[B, T, H, K]")
     k = _check_tensor("k", k, 4, "[B, T, H, K]")
@@ -190,6 +208,8 @@ def prepare(
     if log_decay is not None:
         rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
         log_decay = _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
+    if decay_rate is not None:
+        decay_rate = _check_decay_rate(decay_rate, log_decay, q)
     if householder_dir is not None and householder is None:
         raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
     if householder is not None:
@@ -218,7 +238,10 @@ def prepare(
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
 
-    dtype = compute_dtype(q, k, v, log_decay, householder, householder_dir, scale_tensor, log_scale,
+    if decay_rate is not None and decay_rate.shape[0] not in (1, sizes.heads):
+        raise ValueError(f"decay_rate: {decay_rate.shape[0]} heads, but the other inputs have {sizes.heads}; "
+                         f"give A as [{sizes.heads}, {sizes.key_dim}] or [1, {sizes.key_dim}]")
+    dtype = compute_dtype(q, k, v, log_decay, decay_rate, householder, householder_dir, scale_tensor, log_scale,
                           normalizer_value if isinstance(normalizer_value, Tensor) else None)
     as_head_major = lambda x: None if x is None else sizes.head_major(x, dtype)  # noqa: E731
     q_h, k_h = as_head_major(q), as_head_major(k)
@@ -251,7 +274,10 @@ def prepare(
         out_dtype=v.dtype if v is not None else q.dtype,
         log_scale=as_head_major(log_scale),
         key_scale=key_scale if key_is_direction else None,
+        decay_rate=None if decay_rate is None else decay_rate.to(dtype).expand(sizes.heads, sizes.key_dim),
     )
+    if not factored:
+        problem = problem.materialized()
     problem.initial_state = check_state("initial_state", initial_state, problem, dtype)
     return problem
 
@@ -273,6 +299,19 @@ def _scale_on_values(readout: Readout, normalizer: Any, householder: Tensor | No
 def shared_over_heads(x: Tensor) -> bool:
     """Whether a head-major ``[B, H, ...]`` tensor holds one head for all (size 1, or expanded with stride 0)."""
     return x.shape[1] == 1 or x.stride(1) == 0
+
+
+def _check_decay_rate(rate: Any, log_decay: Tensor | None, q: Tensor) -> Tensor:
+    """``A`` ``[H, K]`` of the factored decay ``g_t = Δ_t ⊗ A``; needs the steps ``Δ`` as a scalar ``log_decay``."""
+    rate = _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
+    if log_decay is None or log_decay.dim() != 3:
+        raise ValueError("decay_rate: the factored decay g = log_decay ⊗ decay_rate needs log_decay as the steps "
+                         "Δ [B, T, H]; pass a scalar log_decay, or drop decay_rate and pass g as [B, T, H, K]")
+    if rate.shape[1] != q.shape[3]:
+        raise ValueError(f"decay_rate: last dimension {rate.shape[1]} does not match the key dimension K={q.shape[3]}")
+    if rate.device != q.device:
+        raise ValueError(f"decay_rate: on device {rate.device}, but q is on {q.device}; move it with .to()")
+    return rate
 
 
 def _check_scale(scale: Any) -> Tensor | None:

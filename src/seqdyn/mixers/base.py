@@ -39,6 +39,7 @@ class CoreInputs:
     scale: Any = None
     normalizer: Any = "none"
     log_scale: Tensor | None = None
+    decay_rate: Tensor | None = None
 
     def options(self) -> dict[str, Any]:
         """Every keyword except q, k, v."""

@@ -89,7 +89,7 @@ class S6(CoefficientMixer):
         dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
         step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
         inputs = CoreInputs(q=c.unsqueeze(2), k=b.unsqueeze(2), v=x.unsqueeze(-1),
-                            log_decay=step.unsqueeze(-1) * self.A, scale=step)  # Δ ⊗ A [B, T, I, N]
+                            log_decay=step, decay_rate=self.A, scale=step)  # g = Δ ⊗ A, never formed by the scan
         return inputs, (x, z if self.gate else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:

@@ -2,32 +2,47 @@
 
 The states of the identity readout satisfy ``S_t = Λ_t S_{t-1} + X_t`` with ``X_t = b_t k_t v_tᵀ`` and Λ scalar
 or diagonal, so every state element follows its own first-order linear recurrence (textbook seed 004, S5; the
-"selective scan" of Mamba).  The sequence is taken in blocks of :data:`BLOCK` steps: a block's ``X`` and decays
-are formed at once (time-major, contiguous), its steps applied in place one after another — each one
-multiply-add over every batch, head and state element — and its outputs read at once.  Only the state entering
-each block is kept; the backward recomputes a block's states from it and runs the adjoint recurrence
-``∂X_t = q_t ∂y_tᵀ + Λ_{t+1} ∂X_{t+1}`` backwards through the block (:class:`BlockScan`).  ``O(T·K·V)`` work,
-``O((T/L + L)·K·V)`` memory besides the decays.  On a CPU this keeps each block's tensors in cache: several
-times faster than a log-depth associative scan, which streams all ``T·K·V`` states through memory ``log T``
-times (the S6 mixer at D=256, B=4, T=4096: fwd+bwd ~4.5 s against ~17 s), and faster even for per-channel states
-with K = V = 1 (~180 ms against ~250 ms at B=4, H=256).  The price is ``T`` sequential steps where the pairing
-had ``log T``.  Λ must be scalar or diagonal (a Householder factor would make every element a ``[K, K]`` matrix).
+"selective scan" of Mamba).  The sequence is taken in blocks of :data:`BLOCK` steps: a block's decays and ``X``
+are formed at once, its steps applied one after another — each one multiply-add over every batch, head and
+state element — and its outputs read at once (:func:`scan_block`).  Only the state entering each block is kept;
+the backward recomputes a block's states from it and runs the adjoint recurrence
+``∂X_t = q_t ∂y_tᵀ + Λ_{t+1} ∂X_{t+1}`` backwards through the block (:func:`adjoint_block`).  ``O(T·K·V)`` work,
+``O((T/L + L)·K·V)`` memory.  A factored decay ``g_t = Δ_t ⊗ A`` (Mamba-1, ``decay_rate``) is formed block by
+block from its factors and its gradient returned to them, so nothing of size ``T·K`` besides the states' own
+block is ever formed.
+
+On a CPU this keeps each block's tensors in cache: several times faster than a log-depth associative scan, which
+streams all ``T·K·V`` states through memory ``log T`` times.  With a C++ compiler at hand, large problems run
+the two block functions compiled by ``torch.compile`` (:func:`_run_block`), which fuses a block's steps
+into one loop over the state elements — the selective scan kernel of Mamba written as torch code.  Set
+``SEQDYN_COMPILE=0`` to never compile.  Λ must be scalar or diagonal (a Householder factor would make every
+element a ``[K, K]`` matrix).
 """
 
 from __future__ import annotations
+
+import functools
+import logging
+import os
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.problem import Problem
+from seqdyn.core.problem import Problem, shared_over_heads
 
 NAME = "scan"
+#: the scan forms a factored decay ``Δ ⊗ A`` itself, block by block
+FACTORED_DECAY = True
 
 #: steps per block: long enough to amortize a block's vectorized work, short enough to stay in cache
-BLOCK = 32
-#: below this value width ``Σ_k q_k S_kv`` is a multiply-and-sum rather than a batch of tiny matrix products
-SMALL_VALUE_DIM = 8
+BLOCK = 16
+#: steps per block of the compiled block functions (fused loops; longer blocks compile longer)
+COMPILED_BLOCK = 32
+#: state elements × steps (B·H·K·V·T) from which the compiled block functions pay for their compilation
+COMPILE_MIN_WORK = 1 << 24
+
+log = logging.getLogger("seqdyn")
 
 
 def unsupported(problem: Problem) -> str | None:
@@ -40,119 +55,205 @@ def unsupported(problem: Problem) -> str | None:
 
 def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     """All outputs ``y_t = S_tᵀ q_t`` and the final state ``S_T`` by :class:`BlockScan`."""
-    g = problem.log_decay
-    if g is not None:
-        g = g.unsqueeze(-1) if problem.diagonal else g[..., None, None]  # broadcasts against [B, H, T, K, V]
-    return BlockScan.apply(problem.q, problem.k, problem.v, g, problem.initial_state)
+    g, rate = problem.log_decay, problem.decay_rate
+    if g is not None:  # [B, H, T, K|1, 1], broadcasting against the states [B, H, T, K, V]
+        g = g.unsqueeze(-1) if problem.diagonal and rate is None else g[..., None, None]
+    if rate is not None:
+        rate = rate.unsqueeze(-1)  # [H, K, 1]
+    batch, heads, length, key_dim, value_dim = problem.shape
+    compiled = batch * heads * key_dim * value_dim * length >= COMPILE_MIN_WORK
+    return BlockScan.apply(problem.q, problem.k, problem.v, g, rate, problem.initial_state, compiled)
 
 
-def _time_major(x: Tensor, steps: slice) -> Tensor:
-    """The steps ``x[:, :, steps]`` of a head-major tensor, time-major ``[L, B, H, ...]`` (a view)."""
-    return x[:, :, steps].movedim(2, 0)
+# ----------------------------------------------------------------------------------------- one block of steps
+def block_decays(step: Tensor | None, rate: Tensor | None) -> Tensor | None:
+    """``a_t = exp(g_t)``: ``g = step`` or, factored, ``g = step · rate`` (Mamba-1's ``Δ_t A``)."""
+    if step is None:
+        return None
+    return torch.exp(step if rate is None else step * rate)
 
 
-def _outer(k: Tensor, v: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """``k ⊗ v`` ``[..., K, V]`` of broadcasting ``k`` ``[..., K]`` and ``v`` ``[..., V]``, contiguous."""
-    return torch.mul(k.unsqueeze(-1), v.unsqueeze(-2), out=k.new_empty(shape))
-
-
-def _contract_key(q: Tensor, states: Tensor) -> Tensor:
-    """``Σ_k q_k S_kv``: ``q`` ``[..., K]``, ``states`` ``[..., K, V]`` → ``[..., V]``."""
-    if states.shape[-1] < SMALL_VALUE_DIM:
-        return (q.unsqueeze(-1) * states).sum(-2)
-    return (q.unsqueeze(-2) @ states).squeeze(-2)
-
-
-def _contract_value(states: Tensor, y: Tensor) -> Tensor:
-    """``Σ_v S_kv y_v``: ``states`` ``[..., K, V]``, ``y`` ``[..., V]`` → ``[..., K]``."""
-    if states.shape[-1] < SMALL_VALUE_DIM:
-        return (states * y.unsqueeze(-2)).sum(-1)
-    return (states @ y.unsqueeze(-1)).squeeze(-1)
-
-
-def _block_steps(length: int) -> list[slice]:
-    """The steps of each block of :data:`BLOCK` (the last one may be shorter)."""
-    return [slice(start, min(start + BLOCK, length)) for start in range(0, length, BLOCK)]
-
-
-def _scan_block(states: Tensor, decay: Tensor | None, entering: Tensor) -> Tensor:
-    """In place on time-major ``states`` ``[L, ...]`` holding ``X``: ``S_j = a_j ⊙ S_{j-1} + X_j``, ``S_{-1}`` the
-    entering state (``decay`` ``None``: ``a = 1``)."""
+def recur(impulses: Tensor, decays: Tensor | None, entering: Tensor, time: int, reverse: bool = False,
+          carried: list | None = None) -> Tensor:
+    """``S_j = a_j ⊙ S_{j-1} + X_j`` along axis ``time`` of a block from ``S_{-1}`` = ``entering`` (``a = 1`` when
+    ``decays`` is ``None``); ``reverse``: the adjoint ``G_j = a_{j+1} ⊙ G_{j+1} + X_j`` from
+    ``a_L ⊙ G_L`` = ``entering``.  ``carried`` collects the terms ``a_j ⊙ S_{j-1}`` (forward)."""
+    length = impulses.shape[time]
+    out = [None] * length
     previous = entering
-    for j in range(len(states)):
-        if decay is None:
-            states[j].add_(previous)
+    for j in (range(length - 1, -1, -1) if reverse else range(length)):
+        impulse = impulses.select(time, j)
+        if decays is None or (reverse and j == length - 1):
+            previous = impulse + previous
+        elif carried is not None:
+            carried.append(decays.select(time, j) * previous)
+            previous = impulse + carried[-1]
         else:
-            states[j].addcmul_(decay[j], previous)
-        previous = states[j]
-    return states
+            previous = torch.addcmul(impulse, decays.select(time, j + 1 if reverse else j), previous)
+        out[j] = previous
+    return torch.stack(out, dim=time)
 
 
-def _adjoint_block(grads: Tensor, decay: Tensor | None) -> Tensor:
-    """In place on time-major ``grads`` ``[L, ...]``: ``∂X_j = G_j + a_{j+1} ⊙ ∂X_{j+1}`` (the last step already
-    holds what flows in from the next block)."""
-    for j in range(len(grads) - 2, -1, -1):
-        if decay is None:
-            grads[j].add_(grads[j + 1])
+def scan_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Tensor | None, entering: Tensor,
+               time: int):
+    """Outputs ``y_j = Σ_k q_jk S_j,kv`` and the last state of one block.  Each input broadcasts against the
+    states ``[L, B, H, K, V]`` (``time`` = 0) or ``[B, H, L, K, V]`` (``time`` = 2): q, k with a unit V axis, v with
+    a unit K axis, heads of size 1 shared, step ``[.., K|1, 1]``; rate ``[H, K, 1]`` (``[H, 1, K, 1]``) or ``None``;
+    ``entering``
+    ``[B, H, K, V]``."""
+    states = recur(k * v, block_decays(step, rate), entering, time)
+    return (q * states).sum(-2), states.select(time, -1)
+
+
+def adjoint_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Tensor | None, entering: Tensor,
+                  time: int, grad_y: Tensor, grad_leaving: Tensor):
+    """Gradients of one block (see :class:`BlockScan`; layouts as in :func:`scan_block`), recomputing its states
+    from ``entering``; ``grad_y`` like the outputs, ``grad_leaving`` = ``∂S`` of the block's last state from after
+    it.  Returns ``(∂q, ∂k, ∂v, ∂step, ∂rate, ∂S_{-1})``, each summed to its input's shape."""
+    decays = block_decays(step, rate)
+    carried = None if decays is None else []
+    states = recur(k * v, decays, entering, time, carried=carried)
+    grads = recur(q * grad_y.unsqueeze(-2), decays, grad_leaving, time, reverse=True)  # ∂X_j = ∂S_j
+    grad_q = (states * grad_y.unsqueeze(-2)).sum(-1, keepdim=True).sum_to_size(q.shape)
+    grad_k = (grads * v).sum(-1, keepdim=True).sum_to_size(k.shape)
+    grad_v = (grads * k).sum(-2, keepdim=True).sum_to_size(v.shape)
+    grad_step = grad_rate = None
+    if decays is not None:  # ∂g_j = ⟨∂X_j, a_j ⊙ S_{j-1}⟩
+        grad_log = (grads * torch.stack(carried, dim=time)).sum(-1, keepdim=True)
+        if rate is None:
+            grad_step = grad_log.sum_to_size(step.shape)
         else:
-            grads[j].addcmul_(decay[j + 1], grads[j + 1])
-    return grads
+            grad_step = (grad_log * rate).sum_to_size(step.shape)
+            grad_rate = (grad_log * step).sum_to_size(rate.shape)
+    grad_entering = grads.select(time, 0) if decays is None else decays.select(time, 0) * grads.select(time, 0)
+    return grad_q, grad_k, grad_v, grad_step, grad_rate, grad_entering
+
+
+@functools.cache
+def _compiled_kernels():
+    """``(scan_block, adjoint_block)`` compiled by ``torch.compile`` (once per process; inductor keeps the
+    generated code on disk, so a later process compiles faster)."""
+    return tuple(torch.compile(fn, dynamic=False) for fn in (scan_block, adjoint_block))
+
+
+_COMPILE_FAILED = []
+
+
+def _compiling() -> bool:
+    """Whether large scans run compiled: not with ``SEQDYN_COMPILE=0``, and not after the compiler failed once."""
+    return os.environ.get("SEQDYN_COMPILE", "1") != "0" and not _COMPILE_FAILED
+
+
+def _run_block(index: int, compiled: bool, *args):
+    """Block function ``index`` (0: forward, 1: adjoint) on ``args``; a failing compiler (no C++ compiler, an
+    unsupported platform) switches compiling off for the process, with a warning, and the block runs eagerly."""
+    if compiled and _compiling():
+        try:  # detached: the compiled functions are plain (inference) graphs inside BlockScan's own autograd
+            return _compiled_kernels()[index](*(x.detach() if isinstance(x, Tensor) else x for x in args))
+        except Exception as error:  # noqa: BLE001 — whatever the compiler stack raises, the eager code is exact
+            _COMPILE_FAILED.append(error)
+            log.warning("scan: torch.compile failed (%s: %s); scanning eagerly from now on",
+                        type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+    return (scan_block, adjoint_block)[index](*args)
+
+
+# ---------------------------------------------------------------------------------------------- whole sequence
+def _one_head(x: Tensor | None) -> bool:
+    """Whether ``x`` ``[B, H, ...]`` is one head expanded over all (stride 0) and can be scanned as one: its
+    gradient is then returned split evenly over the heads, which only a view (not a leaf) may receive."""
+    return x is not None and x.shape[1] > 1 and x.stride(1) == 0 and (x.grad_fn is not None or not x.requires_grad)
+
+
+def _arranged(x: Tensor | None, one_head: bool, new_axis: int | None, time: int) -> Tensor | None:
+    """Head-major ``[B, H, T, ...]`` as the block functions take it: one head when shared by all, time-major and
+    contiguous for ``time`` = 0 (each eager step then reads one stretch of memory), and with a unit axis inserted at
+    ``new_axis`` (the K or V axis it broadcasts along)."""
+    if x is None:
+        return None
+    if one_head:
+        x = x[:, :1]
+    if time == 0:
+        x = x.movedim(2, 0).contiguous()
+    return x if new_axis is None else x.unsqueeze(new_axis)
+
+
+def _restored(grad: Tensor | None, shape: torch.Size | None, one_head: bool, new_axis: int | None, time: int):
+    """The inverse of :func:`_arranged` for the gradient of an input of ``shape``; one head's gradient is split
+    evenly over the heads (only their sum reaches the tensor they were expanded from)."""
+    if grad is None or shape is None:
+        return None
+    if new_axis is not None:
+        grad = grad.squeeze(new_axis)
+    if time == 0:
+        grad = grad.movedim(0, 2)
+    return (grad / shape[1]).expand(shape) if one_head else grad
+
+
+def _blocks(length: int, size: int) -> list[tuple[int, int]]:
+    """``(start, length)`` of each block of ``size`` steps (the last one may be shorter)."""
+    return [(start, min(size, length - start)) for start in range(0, length, size)]
+
+
+#: where each input of :class:`BlockScan` gains the unit axis it broadcasts along (q, k: V; v: K; g: none)
+_NEW_AXES = (-1, -1, -2, None)
 
 
 class BlockScan(torch.autograd.Function):
-    """``(y, S_T)`` of ``S_t = a_t ⊙ S_{t-1} + k_t v_tᵀ``, ``y_t = S_tᵀ q_t``, ``a = e^g`` (``g`` ``None``: no
-    decay).  Its adjoint: ``∂X_t = q_t ∂y_tᵀ + a_{t+1} ⊙ ∂X_{t+1}`` with ``∂S_T`` flowing into ``∂X_{T-1}``;
-    ``∂q_t = S_t ∂y_t``, ``∂k_t = ∂X_t v_t``, ``∂v_t = ∂X_tᵀ k_t``, ``∂g_t = a_t ⊙ ⟨∂X_t, S_{t-1}⟩`` and
-    ``∂S_{-1} = a_0 ⊙ ∂X_0``, each summed over the axes its input broadcasts along.  Inputs head-major
-    ``[B, H, T, ...]`` (``g`` ``[B, H, T, K|1, 1]``), batch and heads of size 1 broadcast."""
+    """``(y, S_T)`` of ``S_t = a_t ⊙ S_{t-1} + k_t v_tᵀ``, ``y_t = S_tᵀ q_t``, ``a = e^g`` (``g = Δ ⊗ A`` with a
+    ``rate``; ``g`` ``None``: no decay).  Its adjoint: ``∂X_t = q_t ∂y_tᵀ + a_{t+1} ⊙ ∂X_{t+1}`` with ``∂S_T``
+    flowing into ``∂X_{T-1}``; ``∂q_t = S_t ∂y_t``, ``∂k_t = ∂X_t v_t``, ``∂v_t = ∂X_tᵀ k_t``,
+    ``∂g_t = a_t ⊙ ⟨∂X_t, S_{t-1}⟩`` (``∂Δ = ∂g A``, ``∂A = Σ ∂g Δ``) and ``∂S_{-1} = a_0 ⊙ ∂X_0``, each summed
+    over the axes its input broadcasts along.  Inputs head-major ``[B, H, T, ...]`` (``g`` ``[B, H, T, K|1, 1]``,
+    ``rate`` ``[H, K, 1]``), heads shared by all (expanded) scanned once.  ``compiled``: whole blocks run the
+    compiled block functions on head-major views; else the eager ones on time-major copies."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
-        length = v.shape[2]
-        present = [x for x in (q, k, v, g, initial) if x is not None]
-        state_shape = (max(x.shape[0] for x in present), max(x.shape[1] for x in present), k.shape[-1], v.shape[-1])
-        decays = None
-        if g is not None:  # time-major [T, B, H, K|1, 1], contiguous so that each step reads one block of memory
-            decays = torch.exp(g.movedim(2, 0), out=g.new_empty(length, *g.shape[:2], *g.shape[3:]))
-        state = initial.expand(state_shape) if initial is not None else v.new_zeros(state_shape)
-        y = v.new_empty(length, *state_shape[:2], state_shape[-1])
-        entering = []
-        for steps in _block_steps(length):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None,
+                initial: Tensor | None, compiled: bool):
+        time = 2 if compiled and _compiling() else 0
+        inputs = (q, k, v, g)
+        one_head = [_one_head(x) for x in inputs]
+        arranged = [_arranged(x, shared, axis, time) for x, shared, axis in zip(inputs, one_head, _NEW_AXES)]
+        if rate is not None and time == 2:
+            rate = rate.unsqueeze(1)  # [H, 1, K, 1] against [B, H, L, K, V]
+        state_shape = (q.shape[0], q.shape[1], q.shape[3], v.shape[3])
+        state = v.new_zeros(state_shape) if initial is None else initial.expand(state_shape).contiguous()
+        entering, outputs = [], []
+        size = COMPILED_BLOCK if time == 2 else BLOCK
+        for start, length in _blocks(q.shape[2], size):
             entering.append(state)
-            states = _outer(_time_major(k, steps), _time_major(v, steps), (steps.stop - steps.start, *state_shape))
-            _scan_block(states, None if decays is None else decays[steps], state)
-            y[steps] = _contract_key(_time_major(q, steps), states)
-            state = states[-1].clone()
-        ctx.save_for_backward(q, k, v, decays, initial, *entering)
-        return y.movedim(0, 2), state
+            block = [None if x is None else x.narrow(time, start, length) for x in arranged]
+            y, state = _run_block(0, time == 2 and length == size, *block, rate, state, time)
+            outputs.append(y)
+        ctx.one_head, ctx.time = one_head, time
+        ctx.shapes = [None if x is None else x.shape for x in (*inputs, initial)]
+        ctx.save_for_backward(*arranged, rate, *entering)
+        y = torch.cat(outputs, dim=time)
+        return (y.movedim(0, 2) if time == 0 else y), state
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y: Tensor, grad_final: Tensor | None):
-        q, k, v, decays, initial, *entering = ctx.saved_tensors
-        length = v.shape[2]
-        grad_q, grad_k, grad_v = (torch.empty_like(x) for x in (q, k, v))
-        grad_g = None if decays is None else torch.empty_like(decays)
-        flowing = grad_final
-        for steps, state in reversed(list(zip(_block_steps(length), entering))):
-            decay = None if decays is None else decays[steps]
-            q_b, k_b, v_b, grad_y_b = (_time_major(x, steps) for x in (q, k, v, grad_y))
-            shape = (steps.stop - steps.start, *state.shape)
-            states = _scan_block(_outer(k_b, v_b, shape), decay, state)
-            grads = _outer(q_b, grad_y_b, shape)
-            if flowing is not None:
-                grads[-1] += flowing
-            _adjoint_block(grads, decay)
-            flowing = grads[0] if decay is None else decay[0] * grads[0]
-            _time_major(grad_q, steps).copy_(_contract_value(states, grad_y_b).sum_to_size(q_b.shape))
-            _time_major(grad_k, steps).copy_(_contract_value(grads, v_b).sum_to_size(k_b.shape))
-            _time_major(grad_v, steps).copy_(_contract_key(k_b, grads).sum_to_size(v_b.shape))
-            if grad_g is not None:  # ∂g_t = a_t ⊙ ⟨∂X_t, S_{t-1}⟩, in place in grads
-                grads[1:] *= states[:-1]
-                grads[0] *= state
-                if grads.shape == decay.shape:
-                    torch.mul(grads, decay, out=grad_g[steps])
-                else:
-                    grad_g[steps] = (grads * decay).sum_to_size(decay.shape)
-        grad_initial = None if initial is None else flowing.sum_to_size(initial.shape)
-        return grad_q, grad_k, grad_v, None if grad_g is None else grad_g.movedim(0, 2), grad_initial
+        q, k, v, g, rate, *entering = ctx.saved_tensors
+        time = ctx.time
+        grad_y = grad_y.movedim(2, 0).contiguous() if time == 0 else grad_y
+        flowing = torch.zeros_like(entering[0]) if grad_final is None else grad_final.contiguous()
+        grads = [None if x is None else torch.empty_like(x) for x in (q, k, v, g)]
+        grad_rate = None
+        size = COMPILED_BLOCK if time == 2 else BLOCK
+        for (start, length), state in reversed(list(zip(_blocks(grad_y.shape[time], size), entering))):
+            block = [None if x is None else x.narrow(time, start, length) for x in (q, k, v, g)]
+            *block_grads, rate_part, flowing = _run_block(
+                1, time == 2 and length == size, *block, rate, state, time, grad_y.narrow(time, start, length), flowing)
+            for full, part in zip(grads, block_grads):
+                if full is not None:
+                    full.narrow(time, start, length).copy_(part)
+            if rate_part is not None:
+                grad_rate = rate_part if grad_rate is None else grad_rate + rate_part
+        *shapes, initial_shape = ctx.shapes
+        grad_q, grad_k, grad_v, grad_g = (_restored(grad, shape, shared, axis, time) for grad, shape, shared, axis
+                                          in zip(grads, shapes, ctx.one_head, _NEW_AXES))
+        grad_initial = None if initial_shape is None else flowing.sum_to_size(initial_shape)
+        if grad_rate is not None and time == 2:
+            grad_rate = grad_rate.squeeze(1)
+        return grad_q, grad_k, grad_v, grad_g, grad_rate, grad_initial, None
