@@ -1,7 +1,8 @@
-"""RMSNorm's hand-written backward against the formula written out."""
+"""RMSNorm's and the L2 normalization's hand-written backwards against the formulas written out."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from seqdyn.nn import GatedRMSNorm, RMSNorm
@@ -38,3 +39,20 @@ def test_gated_rms_norm_with_a_frozen_weight_and_strided_input():
     for got, want in zip(torch.autograd.grad(y, (wide, gate), upstream), torch.autograd.grad(exact, (wide, gate),
                                                                                               upstream)):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-14])  # 1e-14: norms below ε, clamped
+def test_l2_normalize_matches_f_normalize_with_gradients(scale):
+    from seqdyn.nn.norms import l2_normalize
+
+    x = (torch.randn(3, 5, 7, dtype=torch.float64) * scale).requires_grad_()
+    x.data[0, 0] = 0.0  # a zero row
+    grad = torch.randn(3, 5, 7, dtype=torch.float64)
+    got = l2_normalize(x)
+    want = torch.nn.functional.normalize(x, dim=-1)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    (got_grad,) = torch.autograd.grad(got, x, grad)
+    (want_grad,) = torch.autograd.grad(want, x, grad)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-9, atol=1e-9 / scale)
+    if scale == 1.0:  # finite differences would cross the clamp at the tiny scale
+        assert torch.autograd.gradcheck(l2_normalize, (x[1:, :2].detach().clone().requires_grad_(),))

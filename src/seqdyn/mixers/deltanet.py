@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
 from seqdyn.nn import HeadOutput, ShortConv
+from seqdyn.nn.norms import l2_normalize
 
 
 class DeltaNet(CoefficientMixer):
@@ -48,7 +49,7 @@ class DeltaNet(CoefficientMixer):
             q, k, v = (self.convolve(key, t, state) for key, t in (("q", q), ("k", k), ("v", v)))
         else:
             q, k = F.silu(q), F.silu(k)
-        q, k = (F.normalize(split_heads(t, self.heads), dim=-1) for t in (q, k))
+        q, k = (l2_normalize(split_heads(t, self.heads)) for t in (q, k))
         beta = torch.sigmoid(self.beta(x))
         inputs = CoreInputs(q, k, split_heads(v, self.heads), householder=beta, scale=beta * q.shape[-1] ** -0.5,
                             log_decay=self.log_decay(x))

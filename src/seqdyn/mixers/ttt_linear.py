@@ -11,11 +11,11 @@ The state is the weight W of an inner linear model trained online by one gradien
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, split_heads
 from seqdyn.nn import HeadOutput
+from seqdyn.nn.norms import l2_normalize
 
 
 class TTTLinear(CoefficientMixer):
@@ -32,7 +32,7 @@ class TTTLinear(CoefficientMixer):
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
-        k = F.normalize(k, dim=-1)
+        k = l2_normalize(k)
         rate = k.new_full(k.shape[:3], self.inner_lr)
         return CoreInputs(q, k, v, householder=rate, scale=rate * q.shape[-1] ** -0.5), x
 

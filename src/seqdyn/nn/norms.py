@@ -43,6 +43,32 @@ class _RMSNorm(torch.autograd.Function):
         return grad_x, grad_weight, None
 
 
+def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
+    """``x / max(‖x‖₂, ε)`` over the last axis (``F.normalize``), with the backward of :class:`_L2Normalize`."""
+    return _L2Normalize.apply(x, eps)
+
+
+class _L2Normalize(torch.autograd.Function):
+    """``y = x / n`` with ``n = max(‖x‖, ε)`` per row; backward ``∂x = (∂y − y ⟨y, ∂y⟩) / n`` where ``‖x‖ > ε``
+    and ``∂y / ε`` where the norm is clamped — two passes where autograd through norm, clamp and division
+    takes five."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, eps: float) -> Tensor:
+        norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min_(eps)
+        y = x / norms
+        ctx.save_for_backward(y, norms)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y: Tensor):
+        y, norms = ctx.saved_tensors
+        along = (y * grad_y).sum(-1, keepdim=True).masked_fill_(norms <= ctx.eps, 0.0)
+        return torch.addcmul(grad_y, y, along, value=-1).div_(norms), None
+
+
 class GatedRMSNorm(RMSNorm):
     """``RMSNorm(x ⊙ SiLU(z))``, the gated output normalization of Mamba-2 and Gated DeltaNet."""
 
