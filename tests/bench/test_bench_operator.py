@@ -113,6 +113,23 @@ def test_time_call_repeats_fast_calls_and_times_slow_ones_once_after_the_warm_up
     assert timing.runs == 2 and abs(timing.best_s - 0.2) < 1e-12
 
 
+def test_time_call_does_not_count_a_call_that_compiled(monkeypatch):
+    """A first call that compiles (torch.compile in the scan) is a warm-up, however long it took."""
+    import seqdyn.bench.measure as measure
+
+    clock = {"now": 0.0, "compiled": 0}
+    durations = iter([40.0, 0.25, 0.2, 0.3, 0.2])  # compiling, then the usual warm-up and three timed runs
+
+    def compiling_call():
+        clock["now"] += next(durations)
+        clock["compiled"] = 1
+
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(measure, "compilations", lambda: clock["compiled"])
+    timing = measure.time_call(compiling_call, torch.device("cpu"), repeats=3, slow_s=1.0, very_slow_s=30.0)
+    assert timing.runs == 3 and abs(timing.best_s - 0.2) < 1e-12
+
+
 def test_timing_mode_keeps_freed_memory_and_peak_memory_still_sees_allocations():
     """Timing reuses freed pages (no mmap, no trim); the exact mode of PeakMemory returns them and still sees a
     large allocation made after timing mode was on."""

@@ -30,13 +30,11 @@ class DeltaNet(CoefficientMixer):
         self.heads = check_heads(heads, d_model)
         self.value_width = scaled_width("expand_v", d_model, expand_v)
         check_heads(heads, self.value_width, "expand_v·d_model")
-        self.q = nn.Linear(d_model, d_model, bias=False)
-        self.k = nn.Linear(d_model, d_model, bias=False)
-        self.v = nn.Linear(d_model, self.value_width, bias=False)
+        self.widths = [d_model, d_model, self.value_width]  # of q, k and v
+        self.qkv = nn.Linear(d_model, sum(self.widths), bias=False)  # W_Q, W_K, W_V stacked: one product
         self.beta = nn.Linear(d_model, heads, bias=False)
-        if short_conv:
-            for key, width in (("q", d_model), ("k", d_model), ("v", self.value_width)):
-                self.convs[key] = ShortConv(width, conv_size)
+        if short_conv:  # the three convolutions of q, k and v as one over their stacked channels
+            self.convs["qkv"] = ShortConv(sum(self.widths), conv_size)
         self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate)
 
     def log_decay(self, u: Tensor) -> Tensor | None:
@@ -44,10 +42,11 @@ class DeltaNet(CoefficientMixer):
         return None
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
-        q, k, v = self.q(x), self.k(x), self.v(x)
+        qkv = self.qkv(x)
         if self.convs:
-            q, k, v = (self.convolve(key, t, state) for key, t in (("q", q), ("k", k), ("v", v)))
+            q, k, v = self.convolve("qkv", qkv, state).split(self.widths, dim=-1)
         else:
+            q, k, v = qkv.split(self.widths, dim=-1)
             q, k = F.silu(q), F.silu(k)
         q, k = (l2_normalize(split_heads(t, self.heads)) for t in (q, k))
         beta = torch.sigmoid(self.beta(x))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -39,7 +40,8 @@ FACTORED_DECAY = True
 BLOCK = 16
 #: steps per block of the compiled block functions (fused loops; longer blocks compile longer)
 COMPILED_BLOCK = 32
-#: state elements × steps (B·H·K·V·T) from which the compiled block functions pay for their compilation
+#: state elements × steps (B·H·K·V·T) from which the compiled block functions pay for their compilation; only
+#: diagonal decays (selective scans) compile — with a scalar decay the eager blocks were faster
 COMPILE_MIN_WORK = 1 << 24
 
 log = logging.getLogger("seqdyn")
@@ -58,10 +60,8 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     g, rate = problem.log_decay, problem.decay_rate
     if g is not None:  # [B, H, T, K|1, 1], broadcasting against the states [B, H, T, K, V]
         g = g.unsqueeze(-1) if problem.diagonal and rate is None else g[..., None, None]
-    if rate is not None:
-        rate = rate.unsqueeze(-1)  # [H, K, 1]
     batch, heads, length, key_dim, value_dim = problem.shape
-    compiled = batch * heads * key_dim * value_dim * length >= COMPILE_MIN_WORK
+    compiled = problem.diagonal and batch * heads * key_dim * value_dim * length >= COMPILE_MIN_WORK
     return BlockScan.apply(problem.q, problem.k, problem.v, g, rate, problem.initial_state, compiled)
 
 
@@ -71,6 +71,18 @@ def block_decays(step: Tensor | None, rate: Tensor | None) -> Tensor | None:
     if step is None:
         return None
     return torch.exp(step if rate is None else step * rate)
+
+
+class Layout(NamedTuple):
+    """Where a block's axes lie: states ``[L, B, H, K, V]`` (time-major, contiguous copies: the eager blocks) or
+    ``[B, H, L, K, V]`` (head-major views of the inputs: the compiled blocks, which read strided memory well)."""
+
+    time: int
+    key: int
+    value: int
+
+
+TIME_MAJOR, HEAD_MAJOR = Layout(0, -2, -1), Layout(2, -2, -1)
 
 
 def recur(impulses: Tensor, decays: Tensor | None, entering: Tensor, time: int, reverse: bool = False,
@@ -95,31 +107,32 @@ def recur(impulses: Tensor, decays: Tensor | None, entering: Tensor, time: int, 
 
 
 def scan_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Tensor | None, entering: Tensor,
-               time: int):
+               layout: Layout):
     """Outputs ``y_j = Σ_k q_jk S_j,kv`` and the last state of one block.  Each input broadcasts against the
-    states ``[L, B, H, K, V]`` (``time`` = 0) or ``[B, H, L, K, V]`` (``time`` = 2): q, k with a unit V axis, v with
-    a unit K axis, heads of size 1 shared, step ``[.., K|1, 1]``; rate ``[H, K, 1]`` (``[H, 1, K, 1]``) or ``None``;
-    ``entering``
-    ``[B, H, K, V]``."""
-    states = recur(k * v, block_decays(step, rate), entering, time)
-    return (q * states).sum(-2), states.select(time, -1)
+    states of the ``layout``: q, k with a unit V axis, v with a unit K axis, one head when shared, step with a
+    unit V axis (and K axis for a scalar decay); rate ``A`` ``[H, K]`` placed for the layout, or ``None``;
+    ``entering`` a state ``[B, H, K, V]``."""
+    states = recur(k * v, block_decays(step, rate), entering, layout.time)
+    return (q * states).sum(layout.key), states.select(layout.time, -1)
 
 
 def adjoint_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Tensor | None, entering: Tensor,
-                  time: int, grad_y: Tensor, grad_leaving: Tensor):
+                  layout: Layout, grad_y: Tensor, grad_leaving: Tensor):
     """Gradients of one block (see :class:`BlockScan`; layouts as in :func:`scan_block`), recomputing its states
     from ``entering``; ``grad_y`` like the outputs, ``grad_leaving`` = ``∂S`` of the block's last state from after
     it.  Returns ``(∂q, ∂k, ∂v, ∂step, ∂rate, ∂S_{-1})``, each summed to its input's shape."""
+    time, key, value = layout.time, layout.key, layout.value
     decays = block_decays(step, rate)
     carried = None if decays is None else []
     states = recur(k * v, decays, entering, time, carried=carried)
-    grads = recur(q * grad_y.unsqueeze(-2), decays, grad_leaving, time, reverse=True)  # ∂X_j = ∂S_j
-    grad_q = (states * grad_y.unsqueeze(-2)).sum(-1, keepdim=True).sum_to_size(q.shape)
-    grad_k = (grads * v).sum(-1, keepdim=True).sum_to_size(k.shape)
-    grad_v = (grads * k).sum(-2, keepdim=True).sum_to_size(v.shape)
+    grad_y = grad_y.unsqueeze(key)
+    grads = recur(q * grad_y, decays, grad_leaving, time, reverse=True)  # ∂X_j = ∂S_j
+    grad_q = (states * grad_y).sum(value, keepdim=True).sum_to_size(q.shape)
+    grad_k = (grads * v).sum(value, keepdim=True).sum_to_size(k.shape)
+    grad_v = (grads * k).sum(key, keepdim=True).sum_to_size(v.shape)
     grad_step = grad_rate = None
     if decays is not None:  # ∂g_j = ⟨∂X_j, a_j ⊙ S_{j-1}⟩
-        grad_log = (grads * torch.stack(carried, dim=time)).sum(-1, keepdim=True)
+        grad_log = (grads * torch.stack(carried, dim=time)).sum(value, keepdim=True)
         if rate is None:
             grad_step = grad_log.sum_to_size(step.shape)
         else:
@@ -164,29 +177,46 @@ def _one_head(x: Tensor | None) -> bool:
     return x is not None and x.shape[1] > 1 and x.stride(1) == 0 and (x.grad_fn is not None or not x.requires_grad)
 
 
-def _arranged(x: Tensor | None, one_head: bool, new_axis: int | None, time: int) -> Tensor | None:
-    """Head-major ``[B, H, T, ...]`` as the block functions take it: one head when shared by all, time-major and
-    contiguous for ``time`` = 0 (each eager step then reads one stretch of memory), and with a unit axis inserted at
-    ``new_axis`` (the K or V axis it broadcasts along)."""
+def _arranged(x: Tensor | None, one_head: bool, kind: str, layout: Layout) -> Tensor | None:
+    """A head-major input ``[B, H, T, ...]`` in the block functions' ``layout``: one head when shared by all,
+    time-major and contiguous for :data:`TIME_MAJOR` (each eager step then reads one stretch of memory), and with
+    the unit axis it broadcasts along (``kind``: ``"key"`` for q and k — a V axis; ``"value"`` for v — a K axis)."""
     if x is None:
         return None
     if one_head:
         x = x[:, :1]
-    if time == 0:
+    if layout is TIME_MAJOR:
         x = x.movedim(2, 0).contiguous()
-    return x if new_axis is None else x.unsqueeze(new_axis)
+    return x.unsqueeze(_unit_axis(kind, layout)) if kind != "decay" else x
 
 
-def _restored(grad: Tensor | None, shape: torch.Size | None, one_head: bool, new_axis: int | None, time: int):
+def _unit_axis(kind: str, layout: Layout) -> int:
+    return layout.value if kind == "key" else layout.key
+
+
+def _restored(grad: Tensor | None, shape: torch.Size | None, one_head: bool, kind: str, layout: Layout):
     """The inverse of :func:`_arranged` for the gradient of an input of ``shape``; one head's gradient is split
     evenly over the heads (only their sum reaches the tensor they were expanded from)."""
     if grad is None or shape is None:
         return None
-    if new_axis is not None:
-        grad = grad.squeeze(new_axis)
-    if time == 0:
+    if kind != "decay":
+        grad = grad.squeeze(_unit_axis(kind, layout))
+    if layout is TIME_MAJOR:
         grad = grad.movedim(0, 2)
     return (grad / shape[1]).expand(shape) if one_head else grad
+
+
+def _rate_arranged(rate: Tensor | None, layout: Layout) -> Tensor | None:
+    """``A`` ``[H, K]`` placed against the layout's states: ``[H, K, 1]`` or ``[H, 1, K, 1]``."""
+    if rate is None:
+        return None
+    return rate.unsqueeze(-1) if layout is TIME_MAJOR else rate[:, None, :, None]
+
+
+def _rate_restored(grad: Tensor | None, layout: Layout) -> Tensor | None:
+    if grad is None:
+        return None
+    return grad.squeeze(-1) if layout is TIME_MAJOR else grad[:, 0, :, 0]
 
 
 def _blocks(length: int, size: int) -> list[tuple[int, int]]:
@@ -194,8 +224,8 @@ def _blocks(length: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(size, length - start)) for start in range(0, length, size)]
 
 
-#: where each input of :class:`BlockScan` gains the unit axis it broadcasts along (q, k: V; v: K; g: none)
-_NEW_AXES = (-1, -1, -2, None)
+#: the kinds of BlockScan's inputs q, k, v, g, which fix the unit axis each broadcasts along
+_KINDS = ("key", "key", "value", "decay")
 
 
 class BlockScan(torch.autograd.Function):
@@ -204,56 +234,56 @@ class BlockScan(torch.autograd.Function):
     flowing into ``∂X_{T-1}``; ``∂q_t = S_t ∂y_t``, ``∂k_t = ∂X_t v_t``, ``∂v_t = ∂X_tᵀ k_t``,
     ``∂g_t = a_t ⊙ ⟨∂X_t, S_{t-1}⟩`` (``∂Δ = ∂g A``, ``∂A = Σ ∂g Δ``) and ``∂S_{-1} = a_0 ⊙ ∂X_0``, each summed
     over the axes its input broadcasts along.  Inputs head-major ``[B, H, T, ...]`` (``g`` ``[B, H, T, K|1, 1]``,
-    ``rate`` ``[H, K, 1]``), heads shared by all (expanded) scanned once.  ``compiled``: whole blocks run the
+    ``rate`` ``[H, K]``), heads shared by all (expanded) scanned once.  ``compiled``: whole blocks run the
     compiled block functions on head-major views; else the eager ones on time-major copies."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None,
                 initial: Tensor | None, compiled: bool):
-        time = 2 if compiled and _compiling() else 0
+        layout = HEAD_MAJOR if compiled and _compiling() else TIME_MAJOR
         inputs = (q, k, v, g)
         one_head = [_one_head(x) for x in inputs]
-        arranged = [_arranged(x, shared, axis, time) for x, shared, axis in zip(inputs, one_head, _NEW_AXES)]
-        if rate is not None and time == 2:
-            rate = rate.unsqueeze(1)  # [H, 1, K, 1] against [B, H, L, K, V]
+        arranged = [_arranged(x, shared, kind, layout) for x, shared, kind in zip(inputs, one_head, _KINDS)]
+        rate = _rate_arranged(rate, layout)
         state_shape = (q.shape[0], q.shape[1], q.shape[3], v.shape[3])
         state = v.new_zeros(state_shape) if initial is None else initial.expand(state_shape).contiguous()
         entering, outputs = [], []
-        size = COMPILED_BLOCK if time == 2 else BLOCK
+        size = BLOCK if layout is TIME_MAJOR else COMPILED_BLOCK
         for start, length in _blocks(q.shape[2], size):
             entering.append(state)
-            block = [None if x is None else x.narrow(time, start, length) for x in arranged]
-            y, state = _run_block(0, time == 2 and length == size, *block, rate, state, time)
+            block = [None if x is None else x.narrow(layout.time, start, length) for x in arranged]
+            y, state = _run_block(0, layout is not TIME_MAJOR and length == size, *block, rate, state, layout)
             outputs.append(y)
-        ctx.one_head, ctx.time = one_head, time
+        ctx.one_head, ctx.layout = one_head, layout
         ctx.shapes = [None if x is None else x.shape for x in (*inputs, initial)]
         ctx.save_for_backward(*arranged, rate, *entering)
-        y = torch.cat(outputs, dim=time)
-        return (y.movedim(0, 2) if time == 0 else y), state
+        y = torch.cat(outputs, dim=layout.time)
+        return (y.movedim(0, 2) if layout is TIME_MAJOR else y), state
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y: Tensor, grad_final: Tensor | None):
         q, k, v, g, rate, *entering = ctx.saved_tensors
-        time = ctx.time
-        grad_y = grad_y.movedim(2, 0).contiguous() if time == 0 else grad_y
+        layout = ctx.layout
+        time = layout.time
+        if layout is TIME_MAJOR:
+            grad_y = grad_y.movedim(2, 0).contiguous()
         flowing = torch.zeros_like(entering[0]) if grad_final is None else grad_final.contiguous()
         grads = [None if x is None else torch.empty_like(x) for x in (q, k, v, g)]
         grad_rate = None
-        size = COMPILED_BLOCK if time == 2 else BLOCK
+        size = BLOCK if layout is TIME_MAJOR else COMPILED_BLOCK
         for (start, length), state in reversed(list(zip(_blocks(grad_y.shape[time], size), entering))):
             block = [None if x is None else x.narrow(time, start, length) for x in (q, k, v, g)]
             *block_grads, rate_part, flowing = _run_block(
-                1, time == 2 and length == size, *block, rate, state, time, grad_y.narrow(time, start, length), flowing)
+                1, layout is not TIME_MAJOR and length == size, *block, rate, state, layout,
+                grad_y.narrow(time, start, length), flowing)
             for full, part in zip(grads, block_grads):
                 if full is not None:
                     full.narrow(time, start, length).copy_(part)
             if rate_part is not None:
                 grad_rate = rate_part if grad_rate is None else grad_rate + rate_part
         *shapes, initial_shape = ctx.shapes
-        grad_q, grad_k, grad_v, grad_g = (_restored(grad, shape, shared, axis, time) for grad, shape, shared, axis
-                                          in zip(grads, shapes, ctx.one_head, _NEW_AXES))
+        grad_q, grad_k, grad_v, grad_g = (_restored(grad, shape, shared, kind, layout) for grad, shape, shared, kind
+                                          in zip(grads, shapes, ctx.one_head, _KINDS))
         grad_initial = None if initial_shape is None else flowing.sum_to_size(initial_shape)
-        if grad_rate is not None and time == 2:
-            grad_rate = grad_rate.squeeze(1)
-        return grad_q, grad_k, grad_v, grad_g, grad_rate, grad_initial, None
+        return grad_q, grad_k, grad_v, grad_g, _rate_restored(grad_rate, layout), grad_initial, None
