@@ -89,21 +89,26 @@ def recur(impulses: Tensor, decays: Tensor | None, entering: Tensor, time: int, 
           carried: list | None = None) -> Tensor:
     """``S_j = a_j ⊙ S_{j-1} + X_j`` along axis ``time`` of a block from ``S_{-1}`` = ``entering`` (``a = 1`` when
     ``decays`` is ``None``); ``reverse``: the adjoint ``G_j = a_{j+1} ⊙ G_{j+1} + X_j`` from
-    ``a_L ⊙ G_L`` = ``entering``.  ``carried`` collects the terms ``a_j ⊙ S_{j-1}`` (forward)."""
+    ``a_L ⊙ G_L`` = ``entering``.  ``carried`` collects the terms ``a_j ⊙ S_{j-1}`` (forward).
+
+    Eagerly the states overwrite ``impulses`` (a fresh tensor) step by step; under ``torch.compile`` the steps
+    are functional, so that inductor fuses them."""
+    in_place = not torch.compiler.is_compiling()
     length = impulses.shape[time]
     out = [None] * length
     previous = entering
     for j in (range(length - 1, -1, -1) if reverse else range(length)):
         impulse = impulses.select(time, j)
         if decays is None or (reverse and j == length - 1):
-            previous = impulse + previous
+            previous = impulse.add_(previous) if in_place else impulse + previous
         elif carried is not None:
             carried.append(decays.select(time, j) * previous)
-            previous = impulse + carried[-1]
+            previous = impulse.add_(carried[-1]) if in_place else impulse + carried[-1]
         else:
-            previous = torch.addcmul(impulse, decays.select(time, j + 1 if reverse else j), previous)
+            decay = decays.select(time, j + 1 if reverse else j)
+            previous = impulse.addcmul_(decay, previous) if in_place else torch.addcmul(impulse, decay, previous)
         out[j] = previous
-    return torch.stack(out, dim=time)
+    return impulses if in_place else torch.stack(out, dim=time)
 
 
 def scan_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Tensor | None, entering: Tensor,
