@@ -208,8 +208,6 @@ def prepare(
     if log_decay is not None:
         rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
         log_decay = _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
-    if decay_rate is not None:
-        decay_rate = _check_decay_rate(decay_rate, log_decay, q)
     if householder_dir is not None and householder is None:
         raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
     if householder is not None:
@@ -238,9 +236,8 @@ def prepare(
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
 
-    if decay_rate is not None and decay_rate.shape[0] not in (1, sizes.heads):
-        raise ValueError(f"decay_rate: {decay_rate.shape[0]} heads, but the other inputs have {sizes.heads}; "
-                         f"give A as [{sizes.heads}, {sizes.key_dim}] or [1, {sizes.key_dim}]")
+    if decay_rate is not None:
+        decay_rate = _check_decay_rate(decay_rate, log_decay, sizes)
     dtype = compute_dtype(q, k, v, log_decay, decay_rate, householder, householder_dir, scale_tensor, log_scale,
                           normalizer_value if isinstance(normalizer_value, Tensor) else None)
     as_head_major = lambda x: None if x is None else sizes.head_major(x, dtype)  # noqa: E731
@@ -301,16 +298,20 @@ def shared_over_heads(x: Tensor) -> bool:
     return x.shape[1] == 1 or x.stride(1) == 0
 
 
-def _check_decay_rate(rate: Any, log_decay: Tensor | None, q: Tensor) -> Tensor:
-    """``A`` ``[H, K]`` of the factored decay ``g_t = Δ_t ⊗ A``; needs the steps ``Δ`` as a scalar ``log_decay``."""
+def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Tensor:
+    """``A`` ``[H, K]`` (or ``[1, K]``) of the factored decay ``g_t = Δ_t ⊗ A``; needs the steps ``Δ`` as a scalar
+    ``log_decay``."""
     rate = _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
     if log_decay is None or log_decay.dim() != 3:
         raise ValueError("decay_rate: the factored decay g = log_decay ⊗ decay_rate needs log_decay as the steps "
                          "Δ [B, T, H]; pass a scalar log_decay, or drop decay_rate and pass g as [B, T, H, K]")
-    if rate.shape[1] != q.shape[3]:
-        raise ValueError(f"decay_rate: last dimension {rate.shape[1]} does not match the key dimension K={q.shape[3]}")
-    if rate.device != q.device:
-        raise ValueError(f"decay_rate: on device {rate.device}, but q is on {q.device}; move it with .to()")
+    if rate.shape[1] != sizes.key_dim:
+        raise ValueError(f"decay_rate: last dimension {rate.shape[1]} does not match the key dimension K={sizes.key_dim}")
+    if rate.shape[0] not in (1, sizes.heads):
+        raise ValueError(f"decay_rate: {rate.shape[0]} heads, but the other inputs have {sizes.heads}; "
+                         f"give A as [{sizes.heads}, {sizes.key_dim}] or [1, {sizes.key_dim}]")
+    if rate.device != sizes.device:
+        raise ValueError(f"decay_rate: on device {rate.device}, but q is on {sizes.device}; move it with .to()")
     return rate
 
 

@@ -171,25 +171,28 @@ def _segment_sums(g: Tensor) -> Tensor:
     return sums.masked_fill(~causal_mask(size, size, g.device), float("-inf"))
 
 
+def _suffix_sums(x: Tensor) -> Tensor:
+    """``Σ_{s≥t} x_s`` within each chunk (axis 3 of ``[B, H, N, C, ...]``): the adjoint of ``γ = cumsum(g)``."""
+    return x.flip(3).cumsum(3).flip(3)
+
+
 def _sum_after(g: Tensor) -> Tensor:
     """``Γ − γ_t = Σ_{s>t} g_s`` within each chunk (axis 3 of ``[B, H, N, C, ...]``), summed from the end."""
-    later = torch.cat([g[:, :, :, 1:], torch.zeros_like(g[:, :, :, :1])], dim=3)
-    return later.flip(3).cumsum(3).flip(3)
+    return _suffix_sums(torch.cat([g[:, :, :, 1:], torch.zeros_like(g[:, :, :, :1])], dim=3))
 
 
 def _pass_states(increments: Tensor, transitions: Tensor, initial: Tensor | None, shape: tuple[int, ...],
                  matrix: bool = False):
     """``E_{n+1} = P_n E_n + ΔS_n`` from ``E_0`` (``initial`` or zero), with ``P_n`` a decay multiplying
     elementwise (``e^{Γ_n}``, broadcast against ``[K, V]``) or, with ``matrix``, a ``[K, K]`` transition: the
-    entering states stacked ``[B, H, N, K, V]`` and the final state."""
+    entering states stacked ``[B, H, N, K, V]`` and the final state.  Chunks are taken by ``unbind``, not by
+    indexing: under autograd one unbind stacks the chunks' gradients once, where indexing chunk n would add a
+    zero-filled gradient of the whole tensor for every chunk."""
     state = initial.expand(shape) if initial is not None else increments.new_zeros(shape)
     entering = []
-    for n in range(increments.shape[2]):
+    for increment, transition in zip(increments.unbind(2), transitions.unbind(2)):
         entering.append(state)
-        if matrix:
-            state = transitions[:, :, n] @ state + increments[:, :, n]
-        else:
-            state = torch.addcmul(increments[:, :, n], transitions[:, :, n], state)
+        state = transition @ state + increment if matrix else torch.addcmul(increment, transition, state)
     return torch.stack(entering, dim=2), state
 
 
@@ -292,7 +295,7 @@ class _DecayedChunks(torch.autograd.Function):
         if ctx.has_decay:  # Γ enters e^{Γ − γ} of the keys and e^{Γ} of the state
             grad_total = (grad_keys * keys).sum(3) + (grad_increments * chunk_decay * entering).sum(-1)
             grad_gamma[:, :, :, -1] += grad_total if ctx.diagonal else grad_total.sum(-1)
-            grad_g = grad_gamma.flip(3).cumsum(3).flip(3).sum_to_size(g.shape)
+            grad_g = _suffix_sums(grad_gamma).sum_to_size(g.shape)
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
         return (grad_q.sum_to_size(q.shape), grad_k.sum_to_size(k.shape), grad_v.sum_to_size(v.shape), grad_g,
                 grad_initial)
@@ -429,7 +432,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
             grad_gamma[..., :-1] += grad_gamma_before[..., 1:]
             traced = grad_transition.diagonal(dim1=-2, dim2=-1).sum(-1) * chunk_decay.squeeze(-1).squeeze(-1)
             grad_gamma[..., -1] += from_end.sum(-1) + traced
-            grad_g = grad_gamma.flip(3).cumsum(3).flip(3) + grad_c * c
+            grad_g = _suffix_sums(grad_gamma) + grad_c * c
             grad_g = grad_g.sum_to_size(g.shape)
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
         return (grad_q.sum_to_size(q.shape), grad_d.sum_to_size(d.shape), grad_v.sum_to_size(v.shape), grad_g,
@@ -493,18 +496,9 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     delta_state = delta_state - e_out @ from_values
     transition = decay_matrix - e_out @ from_state  # [B, H, N, K, K]
 
-    state = problem.initial_state
-    if state is None:
-        state = v.new_zeros(batch, heads, key_dim, value_dim)
-    # unbind, not indexing: the backward of one unbind stacks the chunks' gradients once, while indexing chunk n
-    # would add a zero-filled gradient of the whole tensor for every chunk
-    deltas, steps = delta_state.unbind(2), transition.unbind(2)
-    entering = []
-    for n in range(chunks):
-        entering.append(state)
-        state = steps[n] @ state + deltas[n]
-    out = out + query_in @ torch.stack(entering, dim=2)
-    return _unchunked(out, length), state
+    entering, state = _pass_states(delta_state, transition, problem.initial_state,
+                                   (batch, heads, key_dim, value_dim), matrix=True)
+    return _unchunked(out + query_in @ entering, length), state
 
 
 def _dense(x: Tensor | None) -> Tensor | None:

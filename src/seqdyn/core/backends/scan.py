@@ -179,7 +179,8 @@ def _run_block(index: int, compiled: bool, *args):
 def _one_head(x: Tensor | None) -> bool:
     """Whether ``x`` ``[B, H, ...]`` is one head expanded over all (stride 0) and can be scanned as one: its
     gradient is then returned split evenly over the heads, which only a view (not a leaf) may receive."""
-    return x is not None and x.shape[1] > 1 and x.stride(1) == 0 and (x.grad_fn is not None or not x.requires_grad)
+    return (x is not None and x.shape[1] > 1 and shared_over_heads(x)
+            and (x.grad_fn is not None or not x.requires_grad))
 
 
 def _arranged(x: Tensor | None, one_head: bool, kind: str, layout: Layout) -> Tensor | None:
