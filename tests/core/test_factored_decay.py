@@ -1,19 +1,17 @@
-"""The factored diagonal decay ``g_t = Δ_t ⊗ A`` (``decay_rate``, Mamba-1's discretization) and the compiled scan.
+"""The factored diagonal decay ``g_t = Δ_t ⊗ A`` (``decay_rate``, Mamba-1's discretization).
 
 ``decay_rate`` must equal passing the formed ``g`` on every backend — outputs, final states and the gradients of
-the steps and the rates — including where the scan never forms ``g`` and where it runs compiled.
+the steps and the rates — including where the scan never forms ``g`` (its native kernel, tested further in
+test_native_scan.py, and its torch blocks).
 """
 
 from __future__ import annotations
-
-import logging
-import shutil
 
 import pytest
 import torch
 
 import seqdyn
-from seqdyn.core.backends import scan
+from seqdyn.core.backends import native, scan
 from tests.core.cases import assert_close
 
 TOL = 1e-10
@@ -108,64 +106,13 @@ def test_bad_decay_rates_are_named(change, message):
         seqdyn.coefficient_dynamics(q, k, torch.randn(2, 6, 3, 2), **options)
 
 
-# ------------------------------------------------------------------------------------------------ compiled scan
-@pytest.fixture
-def compiled_scan(monkeypatch):
-    """The scan's compiled block functions on small problems: short blocks, no size threshold."""
-    monkeypatch.setattr(scan, "COMPILED_BLOCK", 4)
-    monkeypatch.setattr(scan, "COMPILE_MIN_WORK", 0)
-    monkeypatch.setattr(scan, "_COMPILE_FAILED", [])
-    monkeypatch.delenv("SEQDYN_COMPILE", raising=False)
-
-
-@pytest.mark.parametrize("decay", ["diagonal", "factored"])  # the decays whose scans compile
-def test_compiled_scan_matches_quadratic(compiled_scan, decay, monkeypatch):
-    """Whole blocks compiled, the partial last block eager; keys shared over heads; every gradient."""
-    pytest.importorskip("torch._inductor")
-    if not any(shutil.which(compiler) for compiler in ("g++", "c++", "clang++")):
-        pytest.skip("torch.compile needs a C++ compiler on the CPU")
-    real, used = scan._compiled_kernels, []
-    monkeypatch.setattr(scan, "_compiled_kernels", lambda: used.append(1) or real())
-    leaves = _inputs(11, 4 * 2 + 3, shared=True)
-    step, rate = leaves["step"], leaves["rate"]
-    extra = {"decay_rate": rate} if decay == "factored" else {}
-
-    def run(backend):
-        formed = {"none": None, "scalar": step, "diagonal": step.unsqueeze(-1) * rate, "factored": step}[decay]
-        y, final = seqdyn.coefficient_dynamics(leaves["q"], leaves["k"], leaves["v"], log_decay=formed,
-                                               scale=leaves["scale"], initial_state=leaves["state"],
-                                               output_final_state=True, backend=backend, **extra)
-        loss = (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum() + final.square().sum()
-        return (y, final, *torch.autograd.grad(loss, list(leaves.values()), allow_unused=True))
-
-    got = run("scan")
-    assert not scan._COMPILE_FAILED, scan._COMPILE_FAILED
-    assert len(used) == 4  # two whole blocks forward and backward
-    for i, (a, b) in enumerate(zip(got, run("quadratic"))):
-        if a is None or b is None:
-            assert a is None and b is None, i
-            continue
-        assert_close(a, b, TOL, f"compiled scan ({decay}) part {i}")
-
-
-def test_a_failing_compiler_falls_back_to_the_eager_scan(compiled_scan, monkeypatch, caplog):
-    def broken(*args, **kwargs):
-        raise RuntimeError("no C++ compiler")
-
-    monkeypatch.setattr(scan, "_compiled_kernels", broken)
-    leaves = _inputs(2, 9)
-    with caplog.at_level(logging.WARNING, logger="seqdyn"):
-        got = _run(leaves, "scan", factored=True)
-    assert "torch.compile failed" in caplog.text and "no C++ compiler" in caplog.text
-    assert scan._COMPILE_FAILED
-    _assert_same(got, _run(leaves, "quadratic", factored=False), "eager fallback")
-
-
-def test_seqdyn_compile_0_keeps_the_scan_eager(compiled_scan, monkeypatch):
+# ---------------------------------------------------------------------------------------- the torch-block scan
+def test_seqdyn_compile_0_scans_with_torch_blocks(monkeypatch):
+    """Without the native kernel the scan's torch blocks form the factored decay block by block."""
     def forbidden(*args, **kwargs):
-        raise AssertionError("compiled although SEQDYN_COMPILE=0")
+        raise AssertionError("the native kernel ran although SEQDYN_COMPILE=0")
 
     monkeypatch.setenv("SEQDYN_COMPILE", "0")
-    monkeypatch.setattr(scan, "_compiled_kernels", forbidden)
-    leaves = _inputs(4, 9)
-    _assert_same(_run(leaves, "scan", factored=True), _run(leaves, "quadratic", factored=False), "eager")
+    monkeypatch.setattr(native.NativeScan, "apply", forbidden)
+    leaves = _inputs(4, 2 * scan.BLOCK + 3, shared=True)
+    _assert_same(_run(leaves, "scan", factored=True), _run(leaves, "quadratic", factored=False), "torch blocks")

@@ -1,0 +1,271 @@
+"""The scan backend's native CPU kernel (``scan_kernel.cpp``): built on first use, run by threads, one autograd op.
+
+The kernel scans one (batch, head) pair at a time with its state ``[K, V]`` held in cache for all ``T`` steps —
+what the selective-scan kernels of Mamba do on a GPU — and runs the adjoint backwards from states saved every
+:data:`INTERVAL` steps.  It is built once per machine with the system C++ compiler (``$CXX``, else ``c++``;
+under a second) into ``$SEQDYN_CACHE`` (default ``~/.cache/seqdyn``) and loaded with :mod:`ctypes`, which
+releases the GIL, so a pool of :func:`torch.get_num_threads` threads splits the pairs.  Without a compiler, on
+other devices or dtypes, or with ``SEQDYN_COMPILE=0``, :func:`available` is false and the scan runs its torch
+blocks instead — the same recurrence, which the tests compare this kernel with.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+log = logging.getLogger("seqdyn")
+
+#: steps between the states the forward saves for the backward (which recomputes the steps between)
+INTERVAL = 64
+#: bytes of a group's recomputed block of states that the backward keeps in cache
+BLOCK_BYTES = 1 << 17
+#: heads scanned together at most, and state elements of such a group at most
+GROUP, GROUP_ELEMENTS = 16, 4096
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fassociative-math",
+         "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp-simd", "-fPIC",
+         "-shared", "-std=c++17")
+_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+
+
+def _fields(kind, *names: str) -> list[tuple[str, type]]:
+    return [(name, kind) for name in names]
+
+
+_STRIDES = ctypes.c_int64 * 3
+
+
+class ScanArgs(ctypes.Structure):
+    """Mirror of ``struct ScanArgs`` in ``scan_kernel.cpp``."""
+
+    _fields_ = (_fields(ctypes.c_int64, "batch", "heads", "length", "key_dim", "value_dim", "interval", "group")
+                + _fields(ctypes.c_void_p, "q", "k", "v", "g", "rate", "initial")
+                + _fields(_STRIDES, "q_stride", "k_stride", "v_stride", "g_stride")
+                + _fields(ctypes.c_int64, "g_per_key", "rate_head_stride")
+                + _fields(ctypes.c_void_p, "y", "final", "saved") + _fields(_STRIDES, "y_stride")
+                + _fields(ctypes.c_void_p, "grad_y", "grad_final") + _fields(_STRIDES, "grad_y_stride")
+                + _fields(ctypes.c_void_p, "grad_q", "grad_k", "grad_v", "grad_g", "grad_rate", "grad_initial")
+                + _fields(_STRIDES, "grad_q_stride", "grad_k_stride", "grad_v_stride", "grad_g_stride")
+                + _fields(ctypes.c_int64, "grad_q_part_stride", "grad_k_part_stride"))
+
+
+# ------------------------------------------------------------------------------------------------- building
+def _cache_dir() -> Path:
+    return Path(os.environ.get("SEQDYN_CACHE", Path.home() / ".cache" / "seqdyn")) / "kernels"
+
+
+def _machine() -> str:
+    """What ``-march=native`` compiles for: the CPU's model and feature flags where Linux tells them."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine() + platform.processor()
+    return "".join(sorted({line for line in lines if line.startswith(("model name", "flags"))}))
+
+
+def _build(compiler: str, source: str) -> Path:
+    """The shared library for ``source``, compiled unless this machine's cache already holds it."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.sha256("\0".join((source, compiler, version, *FLAGS, _machine())).encode()).hexdigest()[:20]
+    target = _cache_dir() / f"scan_kernel-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        source_file, built = Path(tmp) / "scan_kernel.cpp", Path(tmp) / target.name
+        source_file.write_text(source)
+        subprocess.run([compiler, *FLAGS, "-o", str(built), str(source_file), "-lm"], capture_output=True,
+                       text=True, check=True)
+        os.replace(built, target)  # atomic: a concurrent process sees no half-written library
+    return target
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel, or ``None`` (logged once) when it cannot be built here."""
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not compiler:
+        log.info("scan: no C++ compiler found; the scan runs its torch blocks")
+        return None
+    source = resources.files("seqdyn.core.backends").joinpath("scan_kernel.cpp").read_text()
+    try:
+        lib = ctypes.CDLL(str(_build(compiler, source)))
+    except (OSError, subprocess.CalledProcessError) as error:
+        detail = getattr(error, "stderr", "") or str(error)
+        log.warning("scan: the native kernel did not build (%s); the scan runs its torch blocks",
+                    detail.strip().splitlines()[-1] if detail.strip() else type(error).__name__)
+        return None
+    args = ctypes.POINTER(ScanArgs)
+    for suffix in _DTYPES.values():
+        forward, backward = getattr(lib, f"seqdyn_scan_forward_{suffix}"), getattr(lib, f"seqdyn_scan_backward_{suffix}")
+        forward.argtypes, forward.restype = [args, ctypes.c_int64, ctypes.c_int64], ctypes.c_int
+        backward.argtypes, backward.restype = [args, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64], ctypes.c_int
+    return lib
+
+
+def enabled() -> bool:
+    """Whether native kernels may be used at all (``SEQDYN_COMPILE=0`` turns off every compiled path)."""
+    return os.environ.get("SEQDYN_COMPILE", "1") != "0"
+
+
+def available(*tensors: Tensor | None) -> bool:
+    """Whether the kernel can scan these tensors: CPU, float32 or float64, one dtype, and a kernel built."""
+    present = [x for x in tensors if x is not None]
+    dtype = present[0].dtype
+    return (enabled() and dtype in _DTYPES and all(x.device.type == "cpu" and x.dtype == dtype for x in present)
+            and library() is not None)
+
+
+# -------------------------------------------------------------------------------------------------- running
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="seqdyn-scan")
+
+
+def _ranges(items: int) -> list[tuple[int, int]]:
+    """The work items split into one contiguous range per thread."""
+    parts = max(1, min(torch.get_num_threads(), items))
+    bounds = [items * i // parts for i in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _run(function_name: str, args: ScanArgs, dtype: torch.dtype, ranges: list[tuple[int, int]]) -> None:
+    """The kernel's ``function_name`` over each range of items in its own thread (``part`` = the range's index)."""
+    function = getattr(library(), f"{function_name}_{_DTYPES[dtype]}")
+    pointer = ctypes.byref(args)
+    with_part = "backward" in function_name
+    calls = [(pointer, begin, end, part)[:4 if with_part else 3] for part, (begin, end) in enumerate(ranges)]
+    if len(calls) == 1:
+        codes = [function(*calls[0])]
+    else:
+        codes = list(_pool(len(calls)).map(lambda call: function(*call), calls))
+    if any(codes):
+        raise MemoryError(f"scan: the native kernel could not allocate its work space ({function_name})")
+
+
+def _address(x: Tensor | None) -> int | None:
+    return None if x is None else x.data_ptr()
+
+
+def _strides(x: Tensor) -> _STRIDES:
+    return _STRIDES(x.stride(0), x.stride(1), x.stride(2))
+
+
+def _unit_last(x: Tensor | None) -> Tensor | None:
+    """``x`` with a unit stride along its last (key or value) axis, as the kernel reads it."""
+    if x is None or x.dim() < 4 or x.shape[-1] == 1 or x.stride(-1) == 1:
+        return x
+    return x.contiguous()
+
+
+class Plan(NamedTuple):
+    """How a problem is cut: ``group`` heads scanned together (so that the steps of neighbouring heads, which
+    a time-major layout ``[B, T, H]`` stores side by side, are read together), states saved every ``interval``
+    steps, and the ``(batch, group)`` items split into ``ranges``, one per thread."""
+
+    group: int
+    interval: int
+    items: int
+    ranges: list[tuple[int, int]]
+
+
+def plan(batch: int, heads: int, key_dim: int, value_dim: int, element_size: int) -> Plan:
+    state = key_dim * value_dim
+    group = max(1, min(GROUP, heads, GROUP_ELEMENTS // state))
+    interval = max(1, min(INTERVAL, BLOCK_BYTES // (group * state * element_size)))
+    items = batch * -(-heads // group)
+    return Plan(group, interval, items, _ranges(items))
+
+
+class NativeScan(torch.autograd.Function):
+    """``(y, S_T)`` of ``S_t = a_t ⊙ S_{t-1} + k_t v_tᵀ``, ``y_t = S_tᵀ q_t`` by the native kernel — the recurrence
+    and adjoint of :class:`~seqdyn.core.backends.scan.BlockScan`, same inputs: head-major ``q, k`` ``[B, H, T, K]``,
+    ``v`` ``[B, H, T, V]``, ``g`` ``[B, H, T, K]`` (diagonal) or ``[B, H, T]`` (scalar, or ``Δ`` with ``rate``
+    ``[H|1, K]``) or ``None``, ``initial`` broadcasting to ``[B, H, K, V]`` or ``None``; any strides (``y`` comes
+    out time-major in memory, as the operator returns it, and each gradient strided like its input).
+    ``shared_q``, ``shared_k``: q or k is one head expanded over all, whose gradient is summed over the heads in
+    the kernel (split evenly over them on return) instead of being formed per head."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, rate, initial, shared_q: bool, shared_k: bool):
+        q, k, v, g = (_unit_last(x) for x in (q, k, v, g))
+        rate = None if rate is None else rate.contiguous()
+        batch, heads, length, key_dim = q.shape
+        value_dim = v.shape[-1]
+        cut = plan(batch, heads, key_dim, value_dim, q.element_size())
+        y = q.new_empty(batch, length, heads, value_dim).transpose(1, 2)
+        final = q.new_empty(batch, heads, key_dim, value_dim)
+        keep = any(ctx.needs_input_grad)
+        saved = q.new_empty(batch, heads, -(-length // cut.interval), key_dim, value_dim) if keep else None
+        ctx.initial_shape = None if initial is None else initial.shape
+        initial = None if initial is None else initial.expand(batch, heads, key_dim, value_dim).contiguous()
+        args = _arguments(q, k, v, g, rate, cut)
+        args.initial = _address(initial)
+        args.y, args.y_stride, args.final, args.saved = y.data_ptr(), _strides(y), final.data_ptr(), _address(saved)
+        _run("seqdyn_scan_forward", args, q.dtype, cut.ranges)
+        ctx.save_for_backward(q, k, v, g, rate, saved)
+        ctx.cut, ctx.shared = cut, (shared_q, shared_k)
+        return y, final
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y: Tensor, grad_final: Tensor):
+        q, k, v, g, rate, saved = ctx.saved_tensors
+        cut = ctx.cut
+        batch, heads, length, key_dim = q.shape
+        grad_y, grad_final = _unit_last(grad_y), grad_final.contiguous()  # autograd passes zeros for unused outputs
+        args = _arguments(q, k, v, g, rate, cut)
+        args.saved, args.grad_y, args.grad_y_stride = saved.data_ptr(), grad_y.data_ptr(), _strides(grad_y)
+        args.grad_final = grad_final.data_ptr()
+        parts = len(cut.ranges)
+        grads_qk = []
+        for name, x, shared in (("q", q, ctx.shared[0]), ("k", k, ctx.shared[1])):
+            grad = x.new_zeros(parts, batch, length, key_dim) if shared else torch.empty_like(x)
+            setattr(args, f"grad_{name}", grad.data_ptr())
+            setattr(args, f"grad_{name}_stride", _STRIDES(length * key_dim, 0, key_dim) if shared else _strides(grad))
+            setattr(args, f"grad_{name}_part_stride", batch * length * key_dim if shared else 0)
+            grads_qk.append(grad)
+        grad_v = torch.empty_like(v)
+        grad_g = None if g is None else torch.empty_like(g)
+        grad_rate = None if rate is None else q.new_empty(batch, heads, key_dim)
+        grad_initial = q.new_empty(batch, heads, *saved.shape[-2:])
+        args.grad_v, args.grad_v_stride = grad_v.data_ptr(), _strides(grad_v)
+        if grad_g is not None:
+            args.grad_g, args.grad_g_stride = grad_g.data_ptr(), _strides(grad_g)
+        args.grad_rate, args.grad_initial = _address(grad_rate), grad_initial.data_ptr()
+        _run("seqdyn_scan_backward", args, q.dtype, cut.ranges)
+        grad_q, grad_k = (grad.sum(0).unsqueeze(1).div_(heads).expand(x.shape) if shared else grad
+                          for grad, x, shared in zip(grads_qk, (q, k), ctx.shared))
+        grad_rate = None if rate is None else grad_rate.sum(0).sum_to_size(rate.shape)
+        grad_initial = None if ctx.initial_shape is None else grad_initial.sum_to_size(ctx.initial_shape)
+        return grad_q, grad_k, grad_v, grad_g, grad_rate, grad_initial, None, None
+
+
+def _arguments(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None, cut: Plan) -> ScanArgs:
+    """The kernel's arguments for these inputs (outputs are set by the caller)."""
+    batch, heads, length, key_dim = q.shape
+    args = ScanArgs(batch=batch, heads=heads, length=length, key_dim=key_dim, value_dim=v.shape[-1],
+                    interval=cut.interval, group=cut.group)
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g)):
+        if x is not None:
+            setattr(args, name, x.data_ptr())
+            setattr(args, f"{name}_stride", _strides(x))
+    args.g_per_key = int(g is not None and g.dim() == 4)
+    if rate is not None:
+        args.rate, args.rate_head_stride = rate.data_ptr(), (rate.stride(0) if rate.shape[0] > 1 else 0)
+    return args

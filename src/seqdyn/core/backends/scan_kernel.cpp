@@ -1,0 +1,345 @@
+// The scan backend's native kernel: the selective scan of one (batch, head) pair at a time, its state in cache.
+//
+//   S_t = a_t ⊙ S_{t-1} + k_t v_tᵀ,   y_t = S_tᵀ q_t,   a_t = exp(g_t), g_t = Δ_t A (factored) or given
+//
+// and its adjoint, run backwards block by block from the states saved every `interval` steps:
+//
+//   ∂S_t += q_t ∂y_tᵀ;  ∂q_t = S_t ∂y_t;  ∂k_t = ∂S_t v_t;  ∂v_t = ∂S_tᵀ k_t;
+//   ∂g_t = a_t ⊙ Σ_v ∂S_t ⊙ S_{t-1};  ∂S_{t-1} = a_t ⊙ ∂S_t            (∂Δ_t = ⟨∂g_t, A⟩, ∂A = Σ_t ∂g_t Δ_t)
+//
+// The same recurrence as BlockScan in scan.py (its torch definition); this file only keeps a pair's state
+// [K, V] in registers and cache over all T steps, which torch's per-step kernels cannot.  Plain C ABI, loaded
+// by native.py with ctypes; every entry point takes a range of flattened (batch, head) items so that Python
+// threads share the work.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+// glibc's vector math (libmvec) has SIMD versions of exp; declaring them lets the key loops vectorize exactly
+// as with -ffast-math, without its other licences.
+__attribute__((__simd__("notinbranch"))) float expf(float);
+__attribute__((__simd__("notinbranch"))) double exp(double);
+#else
+float expf(float);
+double exp(double);
+#endif
+
+// Every tensor is addressed by its strides (in elements) over batch, head and time; its last axis (key or
+// value) has unit stride.  A head stride of 0 is one head shared by all.
+struct ScanArgs {
+    int64_t batch, heads, length, key_dim, value_dim;
+    int64_t interval;  // steps between saved states
+    int64_t group;     // heads scanned together, step by step (neighbouring heads share cache lines)
+    const void *q, *k, *v, *g, *rate, *initial;
+    int64_t q_stride[3], k_stride[3], v_stride[3], g_stride[3];
+    int64_t g_per_key;         // 1: g [B, H, T, K] (diagonal); 0: g [B, H, T] (scalar, or Δ with a rate)
+    int64_t rate_head_stride;  // rate A [H, K] (stride K) or [1, K] (stride 0)
+    // forward outputs: y (strided), final [B, H, K, V], saved [B, H, ceil(T / interval), K, V] or null
+    void *y, *final, *saved;
+    int64_t y_stride[3];
+    // backward: grad_y (strided), grad_final [B, H, K, V]
+    const void *grad_y, *grad_final;
+    int64_t grad_y_stride[3];
+    // outputs: grad_q, grad_k (strided; accumulated, and offset by part * *_part_stride, when shared by all
+    // heads), grad_v, grad_g (strided like v and g), grad_rate [B, H, K], grad_initial [B, H, K, V]
+    void *grad_q, *grad_k, *grad_v, *grad_g, *grad_rate, *grad_initial;
+    int64_t grad_q_stride[3], grad_k_stride[3], grad_v_stride[3], grad_g_stride[3];
+    int64_t grad_q_part_stride, grad_k_part_stride;  // 0: one gradient per head, written
+};
+}
+
+namespace {
+
+inline float exponential(float x) { return expf(x); }
+inline double exponential(double x) { return exp(x); }
+
+template <typename T>
+const T* at(const void* base, const int64_t* stride, int64_t b, int64_t h, int64_t t) {
+    return static_cast<const T*>(base) + b * stride[0] + h * stride[1] + t * stride[2];
+}
+
+template <typename T>
+T* at(void* base, const int64_t* stride, int64_t b, int64_t h, int64_t t) {
+    return static_cast<T*>(base) + b * stride[0] + h * stride[1] + t * stride[2];
+}
+
+// a_t = exp(g_t) for the K keys of step t
+template <typename T>
+inline void decays(const ScanArgs& a, int64_t b, int64_t h, int64_t t, T* out, int64_t K) {
+    const T* g = at<T>(a.g, a.g_stride, b, h, t);
+    if (a.rate) {
+        const T* rate = static_cast<const T*>(a.rate) + h * a.rate_head_stride;
+        const T step = g[0];
+#pragma omp simd
+        for (int64_t i = 0; i < K; ++i) out[i] = exponential(step * rate[i]);
+    } else if (a.g_per_key) {
+#pragma omp simd
+        for (int64_t i = 0; i < K; ++i) out[i] = exponential(g[i]);
+    } else {
+        const T decay = exponential(g[0]);
+        for (int64_t i = 0; i < K; ++i) out[i] = decay;
+    }
+}
+
+// S = a ⊙ S + k vᵀ (a = 1 when decay is null)
+template <typename T>
+inline void advance(T* S, const T* decay, const T* key, const T* value, int64_t K, int64_t V) {
+    if (V == 1) {
+        const T x = value[0];
+        if (decay) {
+#pragma omp simd
+            for (int64_t i = 0; i < K; ++i) S[i] = decay[i] * S[i] + key[i] * x;
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < K; ++i) S[i] += key[i] * x;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        T* row = S + i * V;
+        const T d = decay ? decay[i] : T(1), key_i = key[i];
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) row[j] = d * row[j] + key_i * value[j];
+    }
+}
+
+// y = Sᵀ q
+template <typename T>
+inline void read_out(const T* S, const T* q, T* y, int64_t K, int64_t V) {
+    if (V == 1) {
+        T sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < K; ++i) sum += q[i] * S[i];
+        y[0] = sum;
+        return;
+    }
+    for (int64_t j = 0; j < V; ++j) y[j] = 0;
+    for (int64_t i = 0; i < K; ++i) {
+        const T q_i = q[i];
+        const T* row = S + i * V;
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) y[j] += q_i * row[j];
+    }
+}
+
+// heads [h0, h0 + n) of batch b, scanned forwards together; S: their states [n, K, V], decay: [K]
+template <typename T, int FixedK>
+void forward_group(const ScanArgs& a, int64_t b, int64_t h0, int64_t n, T* S, T* decay) {
+    const int64_t H = a.heads, L = a.length, K = FixedK ? FixedK : a.key_dim, V = a.value_dim, KV = K * V;
+    const int64_t saves = (L + a.interval - 1) / a.interval;
+    for (int64_t h = 0; h < n; ++h) {
+        T* state = S + h * KV;
+        if (a.initial) std::memcpy(state, static_cast<const T*>(a.initial) + (b * H + h0 + h) * KV, KV * sizeof(T));
+        else std::memset(state, 0, KV * sizeof(T));
+    }
+    for (int64_t t = 0; t < L; ++t) {
+        for (int64_t h = 0; h < n; ++h) {
+            const int64_t head = h0 + h;
+            T* state = S + h * KV;
+            if (a.saved && t % a.interval == 0)
+                std::memcpy(static_cast<T*>(a.saved) + ((b * H + head) * saves + t / a.interval) * KV, state,
+                            KV * sizeof(T));
+            if (a.g) decays<T>(a, b, head, t, decay, K);
+            advance<T>(state, a.g ? decay : nullptr, at<T>(a.k, a.k_stride, b, head, t),
+                       at<T>(a.v, a.v_stride, b, head, t), K, V);
+            read_out<T>(state, at<T>(a.q, a.q_stride, b, head, t), at<T>(a.y, a.y_stride, b, head, t), K, V);
+        }
+    }
+    std::memcpy(static_cast<T*>(a.final) + (b * H + h0) * KV, S, n * KV * sizeof(T));
+}
+
+// One step of the adjoint for one head: G = ∂S_t (before q_t ∂y_tᵀ is added), S = S_t, previous = S_{t-1};
+// writes ∂q_t, ∂k_t (added to when accumulating), ∂v_t and ∂g_t per key into dg, and leaves a_t ⊙ ∂S_t in G.
+template <typename T>
+inline void adjoint_step(T* G, const T* S, const T* previous, const T* d, const T* q, const T* key, const T* value,
+                  const T* dy, T* dq, T* dk, T* dv, T* dg, bool accumulate_q, bool accumulate_k, int64_t K,
+                  int64_t V) {
+    if (V == 1) {
+        const T dy0 = dy[0], x = value[0];
+        T dv0 = 0;
+#pragma omp simd reduction(+ : dv0)
+        for (int64_t i = 0; i < K; ++i) {
+            const T grad = G[i] + q[i] * dy0;
+            dq[i] = (accumulate_q ? dq[i] : T(0)) + S[i] * dy0;
+            dk[i] = (accumulate_k ? dk[i] : T(0)) + grad * x;
+            dv0 += grad * key[i];
+            if (d) {
+                dg[i] = d[i] * grad * previous[i];
+                G[i] = d[i] * grad;
+            } else {
+                G[i] = grad;
+            }
+        }
+        dv[0] = dv0;
+        return;
+    }
+    for (int64_t j = 0; j < V; ++j) dv[j] = 0;
+    for (int64_t i = 0; i < K; ++i) {
+        T* row = G + i * V;
+        const T* S_row = S + i * V;
+        const T* previous_row = previous + i * V;
+        const T q_i = q[i], key_i = key[i];
+        T dq_i = 0, dk_i = 0, dg_i = 0;
+#pragma omp simd reduction(+ : dq_i, dk_i, dg_i)
+        for (int64_t j = 0; j < V; ++j) {
+            const T grad = row[j] + q_i * dy[j];
+            dq_i += S_row[j] * dy[j];
+            dk_i += grad * value[j];
+            dv[j] += grad * key_i;
+            dg_i += grad * previous_row[j];
+            row[j] = grad;
+        }
+        dq[i] = (accumulate_q ? dq[i] : T(0)) + dq_i;
+        dk[i] = (accumulate_k ? dk[i] : T(0)) + dk_i;
+        if (d) {
+            const T d_i = d[i];
+            dg[i] = d_i * dg_i;
+#pragma omp simd
+            for (int64_t j = 0; j < V; ++j) row[j] *= d_i;
+        }
+    }
+}
+
+// ∂g_t from its per-key parts: kept per key (diagonal), ⟨∂g_t, A⟩ and ∂A += ∂g_t Δ_t (factored), or summed
+template <typename T>
+inline void write_decay_grad(const ScanArgs& a, int64_t b, int64_t head, int64_t t, const T* dg, T* rate_grad,
+                             int64_t K) {
+    T* out = at<T>(a.grad_g, a.grad_g_stride, b, head, t);
+    if (a.g_per_key) {
+        std::memcpy(out, dg, K * sizeof(T));
+        return;
+    }
+    T sum = 0;
+    if (a.rate) {
+        const T* rate = static_cast<const T*>(a.rate) + head * a.rate_head_stride;
+        const T step = at<T>(a.g, a.g_stride, b, head, t)[0];
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < K; ++i) {
+            sum += dg[i] * rate[i];
+            rate_grad[i] += dg[i] * step;
+        }
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < K; ++i) sum += dg[i];
+    }
+    out[0] = sum;
+}
+
+// heads [h0, h0 + n) of batch b, their adjoint run backwards block by block; work as in backward_range
+template <typename T, int FixedK>
+void backward_group(const ScanArgs& a, int64_t b, int64_t h0, int64_t n, int64_t part, T* work) {
+    const int64_t H = a.heads, L = a.length, K = FixedK ? FixedK : a.key_dim, V = a.value_dim, KV = K * V;
+    const int64_t interval = a.interval, blocks = (L + interval - 1) / interval;
+    T* G = work;                                  // ∂S [n, K, V]
+    T* states = G + n * KV;                       // S_{start-1+j} of a block [(interval + 1), n, K, V]
+    T* decay = states + (interval + 1) * n * KV;  // a_t of a block [interval, n, K]
+    T* rate_grad = decay + interval * n * K;      // ∂A [n, K]
+    T* dg = rate_grad + n * K;                    // ∂g_t [K]
+    std::memset(rate_grad, 0, n * K * sizeof(T));
+    std::memcpy(G, static_cast<const T*>(a.grad_final) + (b * H + h0) * KV, n * KV * sizeof(T));
+    T* grad_q = static_cast<T*>(a.grad_q) + part * a.grad_q_part_stride;
+    T* grad_k = static_cast<T*>(a.grad_k) + part * a.grad_k_part_stride;
+    for (int64_t block = blocks - 1; block >= 0; --block) {
+        const int64_t start = block * interval, steps = (L - start < interval) ? L - start : interval;
+        for (int64_t h = 0; h < n; ++h)
+            std::memcpy(states + h * KV, static_cast<const T*>(a.saved) + ((b * H + h0 + h) * blocks + block) * KV,
+                        KV * sizeof(T));
+        for (int64_t j = 0; j < steps; ++j) {
+            std::memcpy(states + (j + 1) * n * KV, states + j * n * KV, n * KV * sizeof(T));
+            for (int64_t h = 0; h < n; ++h) {
+                T* d = a.g ? decay + (j * n + h) * K : nullptr;
+                if (d) decays<T>(a, b, h0 + h, start + j, d, K);
+                advance<T>(states + ((j + 1) * n + h) * KV, d, at<T>(a.k, a.k_stride, b, h0 + h, start + j),
+                           at<T>(a.v, a.v_stride, b, h0 + h, start + j), K, V);
+            }
+        }
+        for (int64_t j = steps - 1; j >= 0; --j) {
+            const int64_t t = start + j;
+            for (int64_t h = 0; h < n; ++h) {
+                const int64_t head = h0 + h;
+                const T* d = a.g ? decay + (j * n + h) * K : nullptr;
+                adjoint_step<T>(G + h * KV, states + ((j + 1) * n + h) * KV, states + (j * n + h) * KV, d,
+                                at<T>(a.q, a.q_stride, b, head, t), at<T>(a.k, a.k_stride, b, head, t),
+                                at<T>(a.v, a.v_stride, b, head, t), at<T>(a.grad_y, a.grad_y_stride, b, head, t),
+                                at<T>(grad_q, a.grad_q_stride, b, head, t), at<T>(grad_k, a.grad_k_stride, b, head, t),
+                                at<T>(a.grad_v, a.grad_v_stride, b, head, t), dg, a.grad_q_part_stride != 0,
+                                a.grad_k_part_stride != 0, K, V);
+                if (d) write_decay_grad<T>(a, b, head, t, dg, rate_grad + h * K, K);
+            }
+        }
+    }
+    if (a.rate) std::memcpy(static_cast<T*>(a.grad_rate) + (b * H + h0) * K, rate_grad, n * K * sizeof(T));
+    std::memcpy(static_cast<T*>(a.grad_initial) + (b * H + h0) * KV, G, n * KV * sizeof(T));
+}
+
+// items: (batch, group of heads) pairs, flattened
+template <typename T, typename Body>
+int over_items(const ScanArgs* a, int64_t begin, int64_t end, int64_t work_size, Body body) {
+    T* work = static_cast<T*>(std::malloc(work_size * sizeof(T)));
+    if (!work) return -1;
+    const int64_t groups = (a->heads + a->group - 1) / a->group;
+    for (int64_t item = begin; item < end; ++item) {
+        const int64_t b = item / groups, h0 = (item % groups) * a->group;
+        body(b, h0, (a->heads - h0 < a->group) ? a->heads - h0 : a->group, work);
+    }
+    std::free(work);
+    return 0;
+}
+
+// FixedK: the key dimension known at compile time (0: read at run time), which lets every loop over the keys
+// become a few whole vector instructions
+template <typename T, int FixedK>
+int forward_range(const ScanArgs* a, int64_t begin, int64_t end) {
+    const int64_t K = a->key_dim, KV = K * a->value_dim;
+    return over_items<T>(a, begin, end, a->group * KV + K,
+                         [a, KV](int64_t b, int64_t h0, int64_t n, T* work) {
+                             forward_group<T, FixedK>(*a, b, h0, n, work, work + n * KV);
+                         });
+}
+
+template <typename T, int FixedK>
+int backward_range(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
+    const int64_t K = a->key_dim, KV = K * a->value_dim, n = a->group;
+    return over_items<T>(a, begin, end, (a->interval + 2) * n * KV + (a->interval + 1) * n * K + K,
+                         [a, part](int64_t b, int64_t h0, int64_t heads, T* work) {
+                             backward_group<T, FixedK>(*a, b, h0, heads, part, work);
+                         });
+}
+
+// the state sizes of Mamba-1 (N = 16) and common small key dimensions get loops of fixed length
+template <typename T>
+int forward(const ScanArgs* a, int64_t begin, int64_t end) {
+    switch (a->key_dim) {
+        case 8: return forward_range<T, 8>(a, begin, end);
+        case 16: return forward_range<T, 16>(a, begin, end);
+        case 32: return forward_range<T, 32>(a, begin, end);
+        case 64: return forward_range<T, 64>(a, begin, end);
+        default: return forward_range<T, 0>(a, begin, end);
+    }
+}
+
+template <typename T>
+int backward(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
+    switch (a->key_dim) {
+        case 8: return backward_range<T, 8>(a, begin, end, part);
+        case 16: return backward_range<T, 16>(a, begin, end, part);
+        case 32: return backward_range<T, 32>(a, begin, end, part);
+        case 64: return backward_range<T, 64>(a, begin, end, part);
+        default: return backward_range<T, 0>(a, begin, end, part);
+    }
+}
+
+}  // namespace
+
+extern "C" {
+int seqdyn_scan_forward_f32(const ScanArgs* a, int64_t begin, int64_t end) { return forward<float>(a, begin, end); }
+int seqdyn_scan_forward_f64(const ScanArgs* a, int64_t begin, int64_t end) { return forward<double>(a, begin, end); }
+int seqdyn_scan_backward_f32(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
+    return backward<float>(a, begin, end, part);
+}
+int seqdyn_scan_backward_f64(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
+    return backward<double>(a, begin, end, part);
+}
+}
