@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention.bias import causal_lower_right
 
 from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.mixers.base import check_positive
@@ -62,23 +63,23 @@ class LocalAttention(SoftmaxAttention):
         return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), dim=-1)
 
     def _chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # q unscaled: the fused kernel scales it
-        """Causal attention over each pair of neighbouring chunks ``[n − 1, n]``: its second half is chunk n's
-        output (all of chunk n − 1 and causally its own chunk), the first half of the first pair is chunk 0's.
-        Torch's fused causal kernel then does the masking: no band mask is formed, and the pairs cost
-        ``(N − 1)·2C²`` score entries against ``T²/2`` for full causal attention."""
+        """Chunk 0 by causal attention over itself; every later chunk n by one fused attention of its queries over
+        the keys of chunks ``[n − 1, n]`` with the causal mask aligned to the bottom right (query i of chunk n
+        reads all of chunk n − 1 and keys ``≤ i`` of its own).  No band mask is formed, and the scores cost
+        ``C²/2 + (N − 1)·1.5C²`` entries (the masked ones skipped) against ``T²/2`` for causal attention."""
         batch, heads, length, _ = q.shape
         size = min(self.window, length)
         chunks = -(-length // size)
         padding = chunks * size - length
         pad = lambda t: (F.pad(t, (0, 0, 0, padding)) if padding else t).unflatten(2, (chunks, size))  # noqa: E731
         q, k, v = pad(q), pad(k), pad(v)
+        first = F.scaled_dot_product_attention(q[:, :, 0], k[:, :, 0], v[:, :, 0], is_causal=True)
         if chunks == 1:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return out.flatten(2, 3)[:, :, :length]
+            return first[:, :, :length]
         pairs = lambda t: torch.cat([t[:, :, :-1], t[:, :, 1:]], dim=3).flatten(1, 2)  # [B, H·(N−1), 2C, ·]  # noqa: E731
-        out = F.scaled_dot_product_attention(pairs(q), pairs(k), pairs(v), is_causal=True)
-        out = out.unflatten(1, (heads, chunks - 1))
-        out = torch.cat([out[:, :, :1, :size], out[:, :, :, size:]], dim=2)  # [B, H, N, C, ·]
+        later = F.scaled_dot_product_attention(q[:, :, 1:].flatten(1, 2), pairs(k), pairs(v),
+                                               attn_mask=causal_lower_right(size, 2 * size))
+        out = torch.cat([first.unsqueeze(2), later.unflatten(1, (heads, chunks - 1))], dim=2)  # [B, H, N, C, ·]
         return out.flatten(2, 3)[:, :, :length]
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
