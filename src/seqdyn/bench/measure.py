@@ -123,8 +123,8 @@ def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow
     """Best (minimum) wall time of ``fn`` over ``repeats`` runs after one warm-up — the minimum is the estimate
     least disturbed by other work on the machine.  A warm-up slower than ``slow_s`` is followed by a single
     timed run (long cells are not worth repeating, but a warm-up alone overstates them), one slower than
-    ``very_slow_s`` counts as the only measurement — unless it compiled code (``torch.compile``, e.g. the scan's
-    block functions): then it was a warm-up only, and the cell is timed as if it had been the first call."""
+    ``very_slow_s`` counts as the only measurement — unless it compiled code (``torch.compile``, e.g. of a model a
+    user compiled): then it was a warm-up only, and the cell is timed as if it had been the first call."""
 
     def once() -> float:
         if device.type == "cuda":
