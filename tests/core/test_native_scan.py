@@ -160,3 +160,25 @@ def test_the_kernel_is_built_once_per_machine(monkeypatch, tmp_path):
         assert [p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.so")] == [stamp]
     finally:
         native.library.cache_clear()
+
+
+@needs_kernel
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_scans_with_threads_of_its_own(monkeypatch):
+    """The parent's thread pool does not survive a fork; the child must build its own instead of waiting on
+    threads that do not exist."""
+    import multiprocessing
+
+    monkeypatch.setattr(native.torch, "get_num_threads", lambda: 2)
+    leaves = _problem(9, "factored", True, 16, 1, length=20)
+    want = _run(leaves, "scan")["y"].detach()  # the parent's pool now exists
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        got = pool.apply_async(_forward_in_child, (9,)).get(timeout=60)
+    assert_close(got, want, TOL, "forked child")
+
+
+def _forward_in_child(seed: int) -> torch.Tensor:
+    native.torch.get_num_threads = lambda: 2
+    leaves = _problem(seed, "factored", True, 16, 1, length=20)
+    return _run(leaves, "scan")["y"].detach()

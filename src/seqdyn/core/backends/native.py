@@ -137,6 +137,10 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="seqdyn-scan")
 
 
+if hasattr(os, "register_at_fork"):  # a forked child (data loader workers, process pools) has none of the threads
+    os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
 def _ranges(items: int) -> list[tuple[int, int]]:
     """The work items split into one contiguous range per thread."""
     parts = max(1, min(torch.get_num_threads(), items))
