@@ -298,6 +298,13 @@ def shared_over_heads(x: Tensor) -> bool:
     return x.shape[1] == 1 or x.stride(1) == 0
 
 
+def spread_over_heads(grad: Tensor, shape: torch.Size) -> Tensor:
+    """The gradient for a head-major input of ``shape`` that was one head expanded over all, from the gradient
+    ``[B, 1, ...]`` of that head: split evenly over the heads, so that their sum — all that reaches the tensor
+    they were expanded from — is ``grad``."""
+    return (grad / shape[1]).expand(shape)
+
+
 def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Tensor:
     """``A`` ``[H, K]`` (or ``[1, K]``) of the factored decay ``g_t = Δ_t ⊗ A``; needs the steps ``Δ`` as a scalar
     ``log_decay``."""

@@ -1,10 +1,11 @@
 """The scan backend's native CPU kernel (``scan_kernel.cpp``): built on first use, run by threads, one autograd op.
 
-The kernel scans one (batch, head) pair at a time with its state ``[K, V]`` held in cache for all ``T`` steps —
-what the selective-scan kernels of Mamba do on a GPU — and runs the adjoint backwards from states saved every
-:data:`INTERVAL` steps.  It is built once per machine with the system C++ compiler (``$CXX``, else ``c++``;
-under a second) into ``$SEQDYN_CACHE`` (default ``~/.cache/seqdyn``) and loaded with :mod:`ctypes`, which
-releases the GIL, so a pool of :func:`torch.get_num_threads` threads splits the pairs.  Without a compiler, on
+The kernel scans a group of up to :data:`GROUP` neighbouring heads of one batch element step by step, each head's
+state ``[K, V]`` held in cache for all ``T`` steps — what the selective-scan kernels of Mamba do on a GPU — and
+runs the adjoint backwards from states saved every :data:`INTERVAL` steps.  It is built once per machine with the
+system C++ compiler (``$CXX``, else ``c++``; a few seconds) into ``$SEQDYN_CACHE`` (default ``~/.cache/seqdyn``)
+and loaded with :mod:`ctypes`, which releases the GIL, so a pool of :func:`torch.get_num_threads` threads splits
+the (batch, group) items.  Without a compiler, on
 other devices or dtypes, or with ``SEQDYN_COMPILE=0``, :func:`available` is false and the scan runs its torch
 blocks instead — the same recurrence, which the tests compare this kernel with.
 """
@@ -28,6 +29,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from seqdyn.core.problem import spread_over_heads
 
 log = logging.getLogger("seqdyn")
 
@@ -148,18 +151,19 @@ def _ranges(items: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _run(function_name: str, args: ScanArgs, dtype: torch.dtype, ranges: list[tuple[int, int]]) -> None:
-    """The kernel's ``function_name`` over each range of items in its own thread (``part`` = the range's index)."""
-    function = getattr(library(), f"{function_name}_{_DTYPES[dtype]}")
+def _run(direction: str, args: ScanArgs, dtype: torch.dtype, ranges: list[tuple[int, int]]) -> None:
+    """The kernel's ``direction`` (``"forward"`` or ``"backward"``) over each range of items in its own thread; the
+    backward also takes the range's index, the part of the shared q/k gradients it writes."""
+    function = getattr(library(), f"seqdyn_scan_{direction}_{_DTYPES[dtype]}")
     pointer = ctypes.byref(args)
-    with_part = "backward" in function_name
-    calls = [(pointer, begin, end, part)[:4 if with_part else 3] for part, (begin, end) in enumerate(ranges)]
+    calls = [(pointer, begin, end) + ((part,) if direction == "backward" else ())
+             for part, (begin, end) in enumerate(ranges)]
     if len(calls) == 1:
         codes = [function(*calls[0])]
     else:
         codes = list(_pool(len(calls)).map(lambda call: function(*call), calls))
     if any(codes):
-        raise MemoryError(f"scan: the native kernel could not allocate its work space ({function_name})")
+        raise MemoryError(f"scan: the native kernel could not allocate its work space ({direction})")
 
 
 def _address(x: Tensor | None) -> int | None:
@@ -184,7 +188,6 @@ class Plan(NamedTuple):
 
     group: int
     interval: int
-    items: int
     ranges: list[tuple[int, int]]
 
 
@@ -192,8 +195,7 @@ def plan(batch: int, heads: int, key_dim: int, value_dim: int, element_size: int
     state = key_dim * value_dim
     group = max(1, min(GROUP, heads, GROUP_ELEMENTS // state))
     interval = max(1, min(INTERVAL, BLOCK_BYTES // (group * state * element_size)))
-    items = batch * -(-heads // group)
-    return Plan(group, interval, items, _ranges(items))
+    return Plan(group, interval, _ranges(batch * -(-heads // group)))
 
 
 class NativeScan(torch.autograd.Function):
@@ -221,7 +223,7 @@ class NativeScan(torch.autograd.Function):
         args = _arguments(q, k, v, g, rate, cut)
         args.initial = _address(initial)
         args.y, args.y_stride, args.final, args.saved = y.data_ptr(), _strides(y), final.data_ptr(), _address(saved)
-        _run("seqdyn_scan_forward", args, q.dtype, cut.ranges)
+        _run("forward", args, q.dtype, cut.ranges)
         ctx.save_for_backward(q, k, v, g, rate, saved)
         ctx.cut, ctx.shared = cut, (shared_q, shared_k)
         return y, final
@@ -252,8 +254,8 @@ class NativeScan(torch.autograd.Function):
         if grad_g is not None:
             args.grad_g, args.grad_g_stride = grad_g.data_ptr(), _strides(grad_g)
         args.grad_rate, args.grad_initial = _address(grad_rate), grad_initial.data_ptr()
-        _run("seqdyn_scan_backward", args, q.dtype, cut.ranges)
-        grad_q, grad_k = (grad.sum(0).unsqueeze(1).div_(heads).expand(x.shape) if shared else grad
+        _run("backward", args, q.dtype, cut.ranges)
+        grad_q, grad_k = (spread_over_heads(grad.sum(0).unsqueeze(1), x.shape) if shared else grad
                           for grad, x, shared in zip(grads_qk, (q, k), ctx.shared))
         grad_rate = None if rate is None else grad_rate.sum(0).sum_to_size(rate.shape)
         grad_initial = None if ctx.initial_shape is None else grad_initial.sum_to_size(ctx.initial_shape)

@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from seqdyn.core.backends import native
-from seqdyn.core.problem import Problem, shared_over_heads
+from seqdyn.core.problem import Problem, shared_over_heads, spread_over_heads
 
 NAME = "scan"
 #: the scan forms a factored decay ``Δ ⊗ A`` itself, block by block
@@ -153,7 +153,7 @@ def _restored(grad: Tensor | None, shape: torch.Size | None, one_head: bool, kin
     if kind != "decay":
         grad = grad.squeeze(_unit_axis(kind))
     grad = grad.movedim(0, 2)
-    return (grad / shape[1]).expand(shape) if one_head else grad
+    return spread_over_heads(grad, shape) if one_head else grad
 
 
 def _blocks(length: int, size: int) -> list[tuple[int, int]]:

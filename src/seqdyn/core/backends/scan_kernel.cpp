@@ -1,4 +1,4 @@
-// The scan backend's native kernel: the selective scan of one (batch, head) pair at a time, its state in cache.
+// The scan backend's native kernel: the selective scan of a group of heads step by step, each state in cache.
 //
 //   S_t = a_t ⊙ S_{t-1} + k_t v_tᵀ,   y_t = S_tᵀ q_t,   a_t = exp(g_t), g_t = Δ_t A (factored) or given
 //
@@ -7,13 +7,14 @@
 //   ∂S_t += q_t ∂y_tᵀ;  ∂q_t = S_t ∂y_t;  ∂k_t = ∂S_t v_t;  ∂v_t = ∂S_tᵀ k_t;
 //   ∂g_t = a_t ⊙ Σ_v ∂S_t ⊙ S_{t-1};  ∂S_{t-1} = a_t ⊙ ∂S_t            (∂Δ_t = ⟨∂g_t, A⟩, ∂A = Σ_t ∂g_t Δ_t)
 //
-// The same recurrence as BlockScan in scan.py (its torch definition); this file only keeps a pair's state
+// The same recurrence as BlockScan in scan.py (its torch definition); this file only keeps each head's state
 // [K, V] in registers and cache over all T steps, which torch's per-step kernels cannot.  Plain C ABI, loaded
-// by native.py with ctypes; every entry point takes a range of flattened (batch, head) items so that Python
-// threads share the work.
+// by native.py with ctypes; every entry point takes a range of flattened (batch, group of heads) items so that
+// Python threads share the work.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 extern "C" {
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
@@ -308,27 +309,28 @@ int backward_range(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) 
                          });
 }
 
-// the state sizes of Mamba-1 (N = 16) and common small key dimensions get loops of fixed length
-template <typename T>
-int forward(const ScanArgs* a, int64_t begin, int64_t end) {
-    switch (a->key_dim) {
-        case 8: return forward_range<T, 8>(a, begin, end);
-        case 16: return forward_range<T, 16>(a, begin, end);
-        case 32: return forward_range<T, 32>(a, begin, end);
-        case 64: return forward_range<T, 64>(a, begin, end);
-        default: return forward_range<T, 0>(a, begin, end);
+// run(std::integral_constant<int, FixedK>) with the key dimension fixed at compile time where it is the state
+// size of Mamba-1 (N = 16) or another common small one, else with FixedK = 0
+template <typename Run>
+int with_fixed_key(int64_t key_dim, Run run) {
+    switch (key_dim) {
+        case 8: return run(std::integral_constant<int, 8>{});
+        case 16: return run(std::integral_constant<int, 16>{});
+        case 32: return run(std::integral_constant<int, 32>{});
+        case 64: return run(std::integral_constant<int, 64>{});
+        default: return run(std::integral_constant<int, 0>{});
     }
 }
 
 template <typename T>
+int forward(const ScanArgs* a, int64_t begin, int64_t end) {
+    return with_fixed_key(a->key_dim, [&](auto fixed) { return forward_range<T, decltype(fixed)::value>(a, begin, end); });
+}
+
+template <typename T>
 int backward(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
-    switch (a->key_dim) {
-        case 8: return backward_range<T, 8>(a, begin, end, part);
-        case 16: return backward_range<T, 16>(a, begin, end, part);
-        case 32: return backward_range<T, 32>(a, begin, end, part);
-        case 64: return backward_range<T, 64>(a, begin, end, part);
-        default: return backward_range<T, 0>(a, begin, end, part);
-    }
+    return with_fixed_key(a->key_dim,
+                          [&](auto fixed) { return backward_range<T, decltype(fixed)::value>(a, begin, end, part); });
 }
 
 }  // namespace
