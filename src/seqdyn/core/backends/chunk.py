@@ -339,16 +339,19 @@ class _DeltaRuleChunks(torch.autograd.Function):
     """The Householder chunk of DeltaNet / Gated DeltaNet (direction = key, ``k_j = s_j d_j``; no or scalar decay),
     with a hand-written backward.
 
-    Per chunk, with ``L = e^{σ}`` (:func:`_segment_sums`, ``j ≤ t``), ``L⁻[t, j] = e^{σ[t−1, j]}`` (``j < t``),
-    ``c = β e^{g}``, ``D̃ = d ⊙ e^{γ_{t−1}}``, ``D̂ = d ⊙ e^{Γ − γ}`` and ``Q̃ = q ⊙ e^{γ}``::
+    Per chunk, with the one decay matrix ``E = e^{σ}`` (:func:`_segment_sums`, ``j ≤ t``), ``F_t = e^{γ_t}`` and
+    ``D̂ = D ⊙ e^{Γ − γ}``::
 
-        A = (Q Dᵀ) ⊙ L,   M = (D Dᵀ) ⊙ L⁻,   [U, W] = (I + c M)^{-1} [s ⊙ V, c ⊙ D̃]   (the UT transform)
-        Y = A U + (Q̃ − A W) E,     E_next = (e^{Γ} I − D̂ᵀ W) E + D̂ᵀ U.
+        A = (Q Dᵀ) ⊙ E,   N = tril₋₁((D Dᵀ) ⊙ E),   [U, W] = (I + β N)^{-1} [s ⊙ V, β F ⊙ D]   (the UT transform)
+        Y = A U + (Q ⊙ F − A W) S,     S_next = (e^{Γ} I − D̂ᵀ W) S + D̂ᵀ U.
 
-    The backward runs the state recurrence in reverse and returns through the unit-triangular solve with its
-    explicit inverse (``∂R = Tᵀ ∂X``, ``∂(cM) = −tril₋₁(∂R Xᵀ)``); ``∂g`` goes through ``γ = cumsum(g)``.
-    Inputs chunked ``[B, H, N, C, ...]``: q, d ``[.., K]``, v ``[.., V]``, g, β, s ``[B, H, N, C]`` (g may be
-    ``None``), batch and heads of size 1 broadcast.
+    ``β N`` is the WY matrix ``c_t (d_t·d_j) e^{γ_{t−1} − γ_j}`` with ``c_t = β_t e^{g_t}``, and ``β F ⊙ D`` is
+    ``c ⊙ D e^{γ_{t−1}}``: folding ``e^{g_t}`` in leaves one decay matrix, shared by A and N, whose two grams are
+    one product of the stacked ``[Q; D]`` with ``Dᵀ``.  The backward runs the state recurrence in reverse and
+    returns through the unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ ∂X``,
+    ``∂(βN) = −tril₋₁(∂R Xᵀ)``); ``∂g`` goes through ``γ = cumsum(g)``.  Inputs chunked ``[B, H, N, C, ...]``:
+    q, d ``[.., K]``, v ``[.., V]``, g, β, s ``[B, H, N, C]`` (g may be ``None``), batch and heads of size 1
+    broadcast.
     """
 
     @staticmethod
@@ -357,21 +360,19 @@ class _DeltaRuleChunks(torch.autograd.Function):
         has_decay = g is not None
         if g is None:
             g = q.new_zeros(1, 1, *q.shape[2:4])
-        key_dim, value_dim = d.shape[-1], v.shape[-1]
+        size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
         gamma = g.cumsum(dim=3)
-        sigma = _segment_sums(g)
-        before = torch.cat([torch.full_like(sigma[..., :1, :], float("-inf")), sigma[..., :-1, :]], dim=-2)
-        decay, decay_before = decay_factor(sigma), decay_factor(before)  # L, L⁻ (strictly lower)
-        gamma_before = torch.cat([torch.zeros_like(gamma[..., :1]), gamma[..., :-1]], dim=-1)  # γ_{t−1}
-        query_factor = decay_factor(gamma).unsqueeze(-1)
-        before_factor = decay_factor(gamma_before).unsqueeze(-1)
-        end_factor = decay_factor(_sum_after(g)).unsqueeze(-1)
-        c = beta * torch.exp(g)
-        coefficients = (q @ d.transpose(-1, -2)) * decay  # A
-        overlaps = (d @ d.transpose(-1, -2)) * decay_before  # M
-        inverse = _unit_lower_inverse(c.unsqueeze(-1) * overlaps)
-        carried = d * before_factor  # D̃
-        solved = inverse @ torch.cat([s.unsqueeze(-1) * v, c.unsqueeze(-1) * carried], dim=-1)  # [U, W]
+        decay = decay_factor(_segment_sums(g))  # E
+        query_factor = decay_factor(gamma).unsqueeze(-1)  # F
+        end_factor = decay_factor(_sum_after(g)).unsqueeze(-1)  # e^{Γ − γ}
+        pair = torch.broadcast_shapes(q.shape, d.shape)
+        stacked = torch.cat([q.expand(pair), d.expand(pair)], dim=-2)  # [Q; D]
+        grams = (stacked @ d.transpose(-1, -2)).unflatten(-2, (2, size)) * decay.unsqueeze(-3)  # [A; N]
+        coefficients, overlaps = grams.unbind(-3)
+        overlaps.diagonal(dim1=-2, dim2=-1).zero_()
+        beta_rows = beta.unsqueeze(-1)
+        inverse = _unit_lower_inverse(beta_rows * overlaps)  # T
+        solved = inverse @ torch.cat([s.unsqueeze(-1) * v, (beta_rows * query_factor) * d], dim=-1)  # [U, W]
         read = coefficients @ solved  # [A U, A W]
         query_in = q * query_factor - read[..., value_dim:]
         to_end = d * end_factor  # D̂
@@ -382,18 +383,21 @@ class _DeltaRuleChunks(torch.autograd.Function):
                                        s.shape[:2]) + (key_dim, value_dim)
         entering, state = _pass_states(pushed[..., :value_dim], transition, initial, shape, matrix=True)
         out = read[..., :value_dim] + query_in @ entering
-        ctx.save_for_backward(q, d, v, g, beta, s, initial, decay, decay_before, query_factor, before_factor,
-                              end_factor, c, coefficients, overlaps, inverse, carried, solved, query_in, to_end,
-                              chunk_decay, transition, entering)
+        ctx.save_for_backward(stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse,
+                              solved, query_in, to_end, chunk_decay, transition, entering)
+        ctx.shapes = q.shape, d.shape
         ctx.has_decay = has_decay and ctx.needs_input_grad[3]
         return out, state
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        (q, d, v, g, beta, s, initial, decay, decay_before, query_factor, before_factor, end_factor, c, coefficients,
-         overlaps, inverse, carried, solved, query_in, to_end, chunk_decay, transition, entering) = ctx.saved_tensors
-        value_dim = v.shape[-1]
+        (stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse, solved, query_in, to_end,
+         chunk_decay, transition, entering) = ctx.saved_tensors
+        q_shape, d_shape = ctx.shapes
+        size, value_dim = stacked.shape[-2] // 2, v.shape[-1]
+        q, d = stacked[..., :size, :], stacked[..., size:, :]
+        coefficients, overlaps = grams.unbind(-3)
         grad_out = grad_out.contiguous()
         grad_increments, grad_initial = _pass_state_gradients(query_in.transpose(-1, -2) @ grad_out, transition,
                                                               grad_state, matrix=True)
@@ -403,40 +407,43 @@ class _DeltaRuleChunks(torch.autograd.Function):
         grad_to_end = solved @ grad_pushed.transpose(-1, -2)
         grad_read = torch.cat([grad_out, -grad_query_in], dim=-1)  # ∂[A U, A W]
         grad_solved = to_end @ grad_pushed + coefficients.transpose(-1, -2) @ grad_read
-        grad_coefficients = grad_read @ solved.transpose(-1, -2)
+        grad_coefficients = grad_read @ solved.transpose(-1, -2)  # ∂A
         grad_rhs = inverse.transpose(-1, -2) @ grad_solved
-        grad_lower = -(grad_rhs @ solved.transpose(-1, -2)).tril(-1)
-        grad_v = s.unsqueeze(-1) * grad_rhs[..., :value_dim]
-        grad_s = (v * grad_rhs[..., :value_dim]).sum(-1)
-        grad_c = (carried * grad_rhs[..., value_dim:]).sum(-1) + (overlaps * grad_lower).sum(-1)
-        grad_carried = c.unsqueeze(-1) * grad_rhs[..., value_dim:]
-        grad_overlaps = c.unsqueeze(-1) * grad_lower
-        gram_shape = torch.broadcast_shapes(q.shape[:2], d.shape[:2]) + decay.shape[2:]
-        self_shape = d.shape[:2] + decay.shape[2:]
-        grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)
-        grad_self = (grad_overlaps * decay_before).sum_to_size(self_shape)
-        # terms reduced to the input's heads one by one: the grams' gradients are already summed over heads
-        grad_q = (grad_gram @ d).sum_to_size(q.shape) + (grad_query_in * query_factor).sum_to_size(q.shape)
-        grad_d = ((grad_gram.transpose(-1, -2) @ q).sum_to_size(d.shape)
-                  + ((grad_self + grad_self.transpose(-1, -2)) @ d).sum_to_size(d.shape)
-                  + (grad_carried * before_factor + grad_to_end * end_factor).sum_to_size(d.shape))
-        grad_beta = grad_c * torch.exp(g)
+        products = grad_rhs @ solved.transpose(-1, -2)  # ∂(βN) = −tril₋₁(products)
+        grad_values, grad_scaled_keys = grad_rhs.split([value_dim, d.shape[-1]], dim=-1)
+        grad_v = s.unsqueeze(-1) * grad_values
+        grad_s = (v * grad_values).sum(-1)
+        from_keys = (d * grad_scaled_keys).sum(-1) * query_factor.squeeze(-1)  # ∂β of β F ⊙ D
+        weighted_overlaps = products * overlaps  # −∂(βN) ⊙ N: N is strictly lower, so is this
+        overlap_rows = weighted_overlaps.sum(-1)
+        grad_beta = from_keys - overlap_rows
+        # ∂ of the grams [Q Dᵀ; D Dᵀ]: ∂A ⊙ E and ∂N ⊙ E = −β tril₋₁(products) ⊙ E, stacked as the grams are
+        grad_grams = torch.empty(torch.broadcast_shapes(grams.shape, products.shape[:3] + grams.shape[3:]),
+                                 dtype=grams.dtype, device=grams.device)
+        grad_of_queries, grad_of_keys = grad_grams.unbind(-3)
+        torch.mul(grad_coefficients, decay, out=grad_of_queries)
+        torch.mul(products, decay, out=grad_of_keys).mul_(-beta.unsqueeze(-1))
+        grad_of_keys.diagonal(dim1=-2, dim2=-1).zero_()
+        grad_grams = grad_grams.sum_to_size(grams.shape).flatten(-3, -2)
+        through_keys = grad_grams @ d  # [∂A ⊙ E · D; ∂N ⊙ E · D]
+        through_stacked = grad_grams.transpose(-1, -2) @ stacked  # (∂A ⊙ E)ᵀ Q + (∂N ⊙ E)ᵀ D
+        grad_q = through_keys[..., :size, :].sum_to_size(q_shape) + (grad_query_in * query_factor).sum_to_size(q_shape)
+        grad_d = ((through_keys[..., size:, :] + through_stacked).sum_to_size(d_shape)
+                  + ((beta.unsqueeze(-1) * query_factor) * grad_scaled_keys + grad_to_end * end_factor).sum_to_size(
+                      d_shape))
         grad_g = None
-        if ctx.has_decay:
-            grad_segments = grad_coefficients * coefficients  # ∂σ[t, j], σ = γ_t − γ_j
-            grad_before = grad_overlaps * overlaps  # ∂σ⁻[t, j], σ⁻ = γ_{t−1} − γ_j
+        if ctx.has_decay:  # every decay is a difference of γ's: E[t, j] = e^{γ_t − γ_j}, F_t = e^{γ_t}, e^{Γ − γ_t}
+            grad_segments = grad_coefficients * coefficients  # ∂σ[t, j] through A
             from_end = (grad_to_end * to_end).sum(-1)  # ∂(Γ − γ_t)
-            grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) - grad_before.sum(-2)
-                          + (grad_query_in * q * query_factor).sum(-1) - from_end)
-            grad_gamma_before = grad_before.sum(-1) + (grad_carried * carried).sum(-1)
-            grad_gamma[..., :-1] += grad_gamma_before[..., 1:]
+            grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) - beta * overlap_rows
+                          + weighted_overlaps.mul_(beta.unsqueeze(-1)).sum(-2)
+                          + (grad_query_in * q * query_factor).sum(-1) + beta * from_keys - from_end)
             traced = grad_transition.diagonal(dim1=-2, dim2=-1).sum(-1) * chunk_decay.squeeze(-1).squeeze(-1)
             grad_gamma[..., -1] += from_end.sum(-1) + traced
-            grad_g = _suffix_sums(grad_gamma) + grad_c * c
-            grad_g = grad_g.sum_to_size(g.shape)
+            grad_g = _suffix_sums(grad_gamma).sum_to_size(g.shape)
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
-        return (grad_q.sum_to_size(q.shape), grad_d.sum_to_size(d.shape), grad_v.sum_to_size(v.shape), grad_g,
-                grad_beta.sum_to_size(beta.shape), grad_s.sum_to_size(s.shape), grad_initial)
+        return (grad_q, grad_d, grad_v.sum_to_size(v.shape), grad_g, grad_beta.sum_to_size(beta.shape),
+                grad_s.sum_to_size(s.shape), grad_initial)
 
 
 def _to_chunks(x: Tensor | None, chunks: int, size: int) -> Tensor | None:

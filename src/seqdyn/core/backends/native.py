@@ -1,13 +1,14 @@
-"""The scan backend's native CPU kernel (``scan_kernel.cpp``): built on first use, run by threads, one autograd op.
+"""Native CPU kernels: the scan backend's (``scan_kernel.cpp``) and the short convolution's (``conv_kernel.cpp``),
+built on first use, run by threads; the scan's autograd op.
 
-The kernel scans a group of up to :data:`GROUP` neighbouring heads of one batch element step by step, each head's
-state ``[K, V]`` held in cache for all ``T`` steps — what the selective-scan kernels of Mamba do on a GPU — and
-runs the adjoint backwards from states saved every :data:`INTERVAL` steps.  It is built once per machine with the
-system C++ compiler (``$CXX``, else ``c++``; a few seconds) into ``$SEQDYN_CACHE`` (default ``~/.cache/seqdyn``)
-and loaded with :mod:`ctypes`, which releases the GIL, so a pool of :func:`torch.get_num_threads` threads splits
-the (batch, group) items.  Without a compiler, on
-other devices or dtypes, or with ``SEQDYN_COMPILE=0``, :func:`available` is false and the scan runs its torch
-blocks instead — the same recurrence, which the tests compare this kernel with.
+The scan kernel scans a group of up to :data:`GROUP` neighbouring heads of one batch element step by step, each
+head's state ``[K, V]`` held in cache for all ``T`` steps — what the selective-scan kernels of Mamba do on a GPU —
+and runs the adjoint backwards from states saved every :data:`INTERVAL` steps.  Each kernel is built once per
+machine with the system C++ compiler (``$CXX``, else ``c++``; a few seconds) into ``$SEQDYN_CACHE`` (default
+``~/.cache/seqdyn``) and loaded with :mod:`ctypes`, which releases the GIL, so a pool of
+:func:`torch.get_num_threads` threads splits the work items.  Without a compiler, on other devices or dtypes, or
+with ``SEQDYN_COMPILE=0``, :func:`available` is false and the torch definitions run instead — the same
+operations, which the tests compare the kernels with.
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ class ScanArgs(ctypes.Structure):
                 + _fields(ctypes.c_int64, "grad_q_part_stride", "grad_k_part_stride"))
 
 
+class ConvArgs(ctypes.Structure):
+    """Mirror of ``struct ConvArgs`` in ``conv_kernel.cpp``."""
+
+    _fields_ = (_fields(ctypes.c_int64, "batch", "length", "channels", "width", "activation", "block")
+                + _fields(ctypes.c_void_p, "x", "state", "weight", "bias", "y", "grad_y", "grad_x", "grad_state",
+                          "grad_weight", "grad_bias"))
+
+
+#: each kernel source's entry-point prefix and argument structure
+_KERNELS = {"scan_kernel": ("seqdyn_scan", ScanArgs), "conv_kernel": ("seqdyn_conv", ConvArgs)}
+
+
 # ------------------------------------------------------------------------------------------------- building
 def _cache_dir() -> Path:
     return Path(os.environ.get("SEQDYN_CACHE", Path.home() / ".cache" / "seqdyn")) / "kernels"
@@ -81,17 +94,23 @@ def _machine() -> str:
     return "".join(sorted({line for line in lines if line.startswith(("model name", "flags"))}))
 
 
-def _build(compiler: str, source: str) -> Path:
-    """The shared library for ``source``, compiled unless this machine's cache already holds it."""
+#: the header every kernel source includes (shipped beside it into the build)
+HEADER = "native_math.h"
+
+
+def _build(compiler: str, source: str, header: str, name: str) -> Path:
+    """The shared library of kernel ``name`` from ``source`` (with :data:`HEADER`'s text ``header``), compiled
+    unless this machine's cache already holds it."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\0".join((source, compiler, version, *FLAGS, _machine())).encode()).hexdigest()[:20]
-    target = _cache_dir() / f"scan_kernel-{key}.so"
+    key = hashlib.sha256("\0".join((source, header, compiler, version, *FLAGS, _machine())).encode()).hexdigest()[:20]
+    target = _cache_dir() / f"{name}-{key}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        source_file, built = Path(tmp) / "scan_kernel.cpp", Path(tmp) / target.name
+        source_file, built = Path(tmp) / f"{name}.cpp", Path(tmp) / target.name
         source_file.write_text(source)
+        (Path(tmp) / HEADER).write_text(header)
         subprocess.run([compiler, *FLAGS, "-o", str(built), str(source_file), "-lm"], capture_output=True,
                        text=True, check=True)
         os.replace(built, target)  # atomic: a concurrent process sees no half-written library
@@ -99,23 +118,25 @@ def _build(compiler: str, source: str) -> Path:
 
 
 @functools.cache
-def library() -> ctypes.CDLL | None:
-    """The loaded kernel, or ``None`` (logged once) when it cannot be built here."""
+def library(name: str = "scan_kernel") -> ctypes.CDLL | None:
+    """The loaded kernel ``name`` (a source in this folder), or ``None`` (logged once) when it cannot be built."""
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if not compiler:
-        log.info("scan: no C++ compiler found; the scan runs its torch blocks")
+        log.info("%s: no C++ compiler found; torch code runs instead", name)
         return None
-    source = resources.files("seqdyn.core.backends").joinpath("scan_kernel.cpp").read_text()
+    folder = resources.files("seqdyn.core.backends")
     try:
-        lib = ctypes.CDLL(str(_build(compiler, source)))
+        lib = ctypes.CDLL(str(_build(compiler, folder.joinpath(f"{name}.cpp").read_text(),
+                                     folder.joinpath(HEADER).read_text(), name)))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or str(error)
-        log.warning("scan: the native kernel did not build (%s); the scan runs its torch blocks",
+        log.warning("%s: the native kernel did not build (%s); torch code runs instead", name,
                     detail.strip().splitlines()[-1] if detail.strip() else type(error).__name__)
         return None
-    args = ctypes.POINTER(ScanArgs)
+    prefix, structure = _KERNELS[name]
+    args = ctypes.POINTER(structure)
     for suffix in _DTYPES.values():
-        forward, backward = getattr(lib, f"seqdyn_scan_forward_{suffix}"), getattr(lib, f"seqdyn_scan_backward_{suffix}")
+        forward, backward = getattr(lib, f"{prefix}_forward_{suffix}"), getattr(lib, f"{prefix}_backward_{suffix}")
         forward.argtypes, forward.restype = [args, ctypes.c_int64, ctypes.c_int64], ctypes.c_int
         backward.argtypes, backward.restype = [args, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64], ctypes.c_int
     return lib
@@ -126,12 +147,12 @@ def enabled() -> bool:
     return os.environ.get("SEQDYN_COMPILE", "1") != "0"
 
 
-def available(*tensors: Tensor | None) -> bool:
-    """Whether the kernel can scan these tensors: CPU, float32 or float64, one dtype, and a kernel built."""
+def available(*tensors: Tensor | None, kernel: str = "scan_kernel") -> bool:
+    """Whether ``kernel`` can take these tensors: CPU, float32 or float64, one dtype, and the kernel built."""
     present = [x for x in tensors if x is not None]
     dtype = present[0].dtype
     return (enabled() and dtype in _DTYPES and all(x.device.type == "cpu" and x.dtype == dtype for x in present)
-            and library() is not None)
+            and library(kernel) is not None)
 
 
 # -------------------------------------------------------------------------------------------------- running
@@ -144,17 +165,18 @@ if hasattr(os, "register_at_fork"):  # a forked child (data loader workers, proc
     os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
-def _ranges(items: int) -> list[tuple[int, int]]:
+def split_items(items: int) -> list[tuple[int, int]]:
     """The work items split into one contiguous range per thread."""
     parts = max(1, min(torch.get_num_threads(), items))
     bounds = [items * i // parts for i in range(parts + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _run(direction: str, args: ScanArgs, dtype: torch.dtype, ranges: list[tuple[int, int]]) -> None:
+def run(kernel: str, direction: str, args: ctypes.Structure, dtype: torch.dtype,
+        ranges: list[tuple[int, int]]) -> None:
     """The kernel's ``direction`` (``"forward"`` or ``"backward"``) over each range of items in its own thread; the
-    backward also takes the range's index, the part of the shared q/k gradients it writes."""
-    function = getattr(library(), f"seqdyn_scan_{direction}_{_DTYPES[dtype]}")
+    backward also takes the range's index, the part of the summed gradients it writes."""
+    function = getattr(library(kernel), f"{_KERNELS[kernel][0]}_{direction}_{_DTYPES[dtype]}")
     pointer = ctypes.byref(args)
     calls = [(pointer, begin, end) + ((part,) if direction == "backward" else ())
              for part, (begin, end) in enumerate(ranges)]
@@ -163,7 +185,7 @@ def _run(direction: str, args: ScanArgs, dtype: torch.dtype, ranges: list[tuple[
     else:
         codes = list(_pool(len(calls)).map(lambda call: function(*call), calls))
     if any(codes):
-        raise MemoryError(f"scan: the native kernel could not allocate its work space ({direction})")
+        raise MemoryError(f"{kernel}: the native kernel could not allocate its work space ({direction})")
 
 
 def _address(x: Tensor | None) -> int | None:
@@ -195,7 +217,7 @@ def plan(batch: int, heads: int, key_dim: int, value_dim: int, element_size: int
     state = key_dim * value_dim
     group = max(1, min(GROUP, heads, GROUP_ELEMENTS // state))
     interval = max(1, min(INTERVAL, BLOCK_BYTES // (group * state * element_size)))
-    return Plan(group, interval, _ranges(batch * -(-heads // group)))
+    return Plan(group, interval, split_items(batch * -(-heads // group)))
 
 
 class NativeScan(torch.autograd.Function):
@@ -223,7 +245,7 @@ class NativeScan(torch.autograd.Function):
         args = _arguments(q, k, v, g, rate, cut)
         args.initial = _address(initial)
         args.y, args.y_stride, args.final, args.saved = y.data_ptr(), _strides(y), final.data_ptr(), _address(saved)
-        _run("forward", args, q.dtype, cut.ranges)
+        run("scan_kernel", "forward", args, q.dtype, cut.ranges)
         ctx.save_for_backward(q, k, v, g, rate, saved)
         ctx.cut, ctx.shared = cut, (shared_q, shared_k)
         return y, final
@@ -254,7 +276,7 @@ class NativeScan(torch.autograd.Function):
         if grad_g is not None:
             args.grad_g, args.grad_g_stride = grad_g.data_ptr(), _strides(grad_g)
         args.grad_rate, args.grad_initial = _address(grad_rate), grad_initial.data_ptr()
-        _run("backward", args, q.dtype, cut.ranges)
+        run("scan_kernel", "backward", args, q.dtype, cut.ranges)
         grad_q, grad_k = (spread_over_heads(grad.sum(0).unsqueeze(1), x.shape) if shared else grad
                           for grad, x, shared in zip(grads_qk, (q, k), ctx.shared))
         grad_rate = None if rate is None else grad_rate.sum(0).sum_to_size(rate.shape)

@@ -16,17 +16,9 @@
 #include <cstring>
 #include <type_traits>
 
-extern "C" {
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-// glibc's vector math (libmvec) has SIMD versions of exp; declaring them lets the key loops vectorize exactly
-// as with -ffast-math, without its other licences.
-__attribute__((__simd__("notinbranch"))) float expf(float);
-__attribute__((__simd__("notinbranch"))) double exp(double);
-#else
-float expf(float);
-double exp(double);
-#endif
+#include "native_math.h"
 
+extern "C" {
 // Every tensor is addressed by its strides (in elements) over batch, head and time; its last axis (key or
 // value) has unit stride.  A head stride of 0 is one head shared by all.
 struct ScanArgs {
@@ -52,9 +44,6 @@ struct ScanArgs {
 }
 
 namespace {
-
-inline float exponential(float x) { return expf(x); }
-inline double exponential(double x) { return exp(x); }
 
 template <typename T>
 const T* at(const void* base, const int64_t* stride, int64_t b, int64_t h, int64_t t) {
