@@ -159,16 +159,26 @@ def _decayed_chunks(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor | None, total
     return gram @ v, query_in, keys_to_end.transpose(-1, -2) @ v
 
 
-def _segment_sums(g: Tensor) -> Tensor:
-    """``σ[i, j] = Σ_{j<s≤i} g_s`` for ``j ≤ i``, ``−∞`` above the diagonal, ``[..., C, C]`` from ``g`` ``[..., C]``.
+def _decay_matrix(g: Tensor) -> Tensor:
+    """``L[t, j] = e^{γ_t − γ_j}`` for ``j ≤ t``, 0 above the diagonal and where the factor is below
+    :func:`~seqdyn.core.evolution.decay_factor`'s cutoff: ``[..., C, C]`` from ``g`` ``[..., C]``.
 
-    Summed per segment (Mamba-2's "segsum") rather than as ``γ_i − γ_j``: the difference of two long cumulative
-    sums loses the digits of the short segments, which matter most.
+    ``γ`` is summed in float64 and split into the input dtype's leading part and remainder, ``γ = h + l``:
+    ``h_t − h_j`` is rounded once, so every difference keeps the digits of its own segment — as summing each
+    segment does (Mamba-2's "segsum"), where the difference of two long float32 sums would lose the digits of
+    the short segments, which matter most — in half the passes over ``[C, C]`` of segment sums.  A log decay of
+    ``−∞`` (a hard reset) is summed as ``−10⁴``, whose factor is as exactly 0.
     """
     size = g.shape[-1]
-    below = causal_mask(size, size, g.device, strict=True)
-    sums = g.unsqueeze(-1).expand(*g.shape, size).masked_fill(~below, 0.0).cumsum(dim=-2)
-    return sums.masked_fill(~causal_mask(size, size, g.device), float("-inf"))
+    gamma = g.to(torch.float64).clamp(min=-1e4).cumsum(-1)
+    lead = gamma.to(g.dtype)
+    exponent = lead.unsqueeze(-1) - lead.unsqueeze(-2)
+    if g.dtype != torch.float64:
+        rest = (gamma - lead.to(torch.float64)).to(g.dtype)
+        exponent.add_(rest.unsqueeze(-1)).sub_(rest.unsqueeze(-2))
+    cutoff = math.log(torch.finfo(g.dtype).tiny) + 20.0
+    dropped = (exponent < cutoff).logical_or_(~causal_mask(size, size, g.device))
+    return exponent.masked_fill_(dropped, float("-inf")).exp_()
 
 
 def _suffix_sums(x: Tensor) -> Tensor:
@@ -220,8 +230,8 @@ class _DecayedChunks(torch.autograd.Function):
 
         Y = A V + Q̃ E,     E_next = e^{Γ} ⊙ E + K̃ᵀ V,
 
-    where the intra-chunk coefficients are ``A = (Q Kᵀ) ⊙ e^{σ}`` for a scalar decay (segment sums σ,
-    :func:`_segment_sums`; ``Q Kᵀ`` formed once when queries and keys are shared by all heads, as Mamba-2's single
+    where the intra-chunk coefficients are ``A = (Q Kᵀ) ⊙ L`` for a scalar decay (``L[t, j] = e^{γ_t − γ_j}``,
+    :func:`_decay_matrix`; ``Q Kᵀ`` formed once when queries and keys are shared by all heads, as Mamba-2's single
     group) and ``A = tril(Q_r K_rᵀ)`` for a diagonal one, factorized around the chunk's middle log decay ``r``
     (``Q_r = Q ⊙ e^{γ − r}``, ``K_r = K ⊙ e^{r − γ}``; exact for any r, so r carries no gradient).  The backward
     runs the state recurrence in reverse and takes ``∂g`` through ``γ = cumsum(g)``: every exponent above is a
@@ -245,7 +255,7 @@ class _DecayedChunks(torch.autograd.Function):
             queries, keys = grown * up, shrunk * down
             intra = (inner, up, down)
         else:
-            decay = decay_factor(_segment_sums(g))
+            decay = _decay_matrix(g)
             coefficients = (q @ k.transpose(-1, -2)) * decay
             query_factor, key_factor = decay_factor(gamma).unsqueeze(-1), decay_factor(_sum_after(g)).unsqueeze(-1)
             queries, keys = q * query_factor, k * key_factor
@@ -339,10 +349,11 @@ class _DeltaRuleChunks(torch.autograd.Function):
     """The Householder chunk of DeltaNet / Gated DeltaNet (direction = key, ``k_j = s_j d_j``; no or scalar decay),
     with a hand-written backward.
 
-    Per chunk, with the one decay matrix ``E = e^{σ}`` (:func:`_segment_sums`, ``j ≤ t``), ``F_t = e^{γ_t}`` and
+    Per chunk, with the one decay matrix ``L[t, j] = e^{γ_t − γ_j}`` (:func:`_decay_matrix`, ``j ≤ t``),
+    ``F_t = e^{γ_t}`` and
     ``D̂ = D ⊙ e^{Γ − γ}``::
 
-        A = (Q Dᵀ) ⊙ E,   N = tril₋₁((D Dᵀ) ⊙ E),   [U, W] = (I + β N)^{-1} [s ⊙ V, β F ⊙ D]   (the UT transform)
+        A = (Q Dᵀ) ⊙ L,   N = tril₋₁((D Dᵀ) ⊙ L),   [U, W] = (I + β N)^{-1} [s ⊙ V, β F ⊙ D]   (the UT transform)
         Y = A U + (Q ⊙ F − A W) S,     S_next = (e^{Γ} I − D̂ᵀ W) S + D̂ᵀ U.
 
     ``β N`` is the WY matrix ``c_t (d_t·d_j) e^{γ_{t−1} − γ_j}`` with ``c_t = β_t e^{g_t}``, and ``β F ⊙ D`` is
@@ -362,7 +373,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
             g = q.new_zeros(1, 1, *q.shape[2:4])
         size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
         gamma = g.cumsum(dim=3)
-        decay = decay_factor(_segment_sums(g))  # E
+        decay = _decay_matrix(g)  # L
         query_factor = decay_factor(gamma).unsqueeze(-1)  # F
         end_factor = decay_factor(_sum_after(g)).unsqueeze(-1)  # e^{Γ − γ}
         pair = torch.broadcast_shapes(q.shape, d.shape)
@@ -372,7 +383,12 @@ class _DeltaRuleChunks(torch.autograd.Function):
         overlaps.diagonal(dim1=-2, dim2=-1).zero_()
         beta_rows = beta.unsqueeze(-1)
         inverse = _unit_lower_inverse(beta_rows * overlaps)  # T
-        solved = inverse @ torch.cat([s.unsqueeze(-1) * v, (beta_rows * query_factor) * d], dim=-1)  # [U, W]
+        scaled_keys = beta_rows * query_factor  # β F
+        rows = torch.broadcast_shapes(s.shape, v.shape[:-1], scaled_keys.shape[:-1], d.shape[:-1])
+        rhs = v.new_empty(rows + (value_dim + key_dim,))
+        torch.mul(s.unsqueeze(-1).expand(*rows, 1), v.expand(*rows, value_dim), out=rhs[..., :value_dim])
+        torch.mul(scaled_keys.expand(*rows, 1), d.expand(*rows, key_dim), out=rhs[..., value_dim:])
+        solved = inverse @ rhs  # [U, W] = T [s ⊙ V, β F ⊙ D]
         read = coefficients @ solved  # [A U, A W]
         query_in = q * query_factor - read[..., value_dim:]
         to_end = d * end_factor  # D̂
@@ -406,7 +422,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
         grad_pushed = torch.cat([grad_increments, -grad_transition], dim=-1)  # ∂[D̂ᵀ U, D̂ᵀ W]
         grad_to_end = solved @ grad_pushed.transpose(-1, -2)
         grad_read = torch.cat([grad_out, -grad_query_in], dim=-1)  # ∂[A U, A W]
-        grad_solved = to_end @ grad_pushed + coefficients.transpose(-1, -2) @ grad_read
+        grad_solved = _plus_product(to_end @ grad_pushed, coefficients.transpose(-1, -2), grad_read)
         grad_coefficients = grad_read @ solved.transpose(-1, -2)  # ∂A
         grad_rhs = inverse.transpose(-1, -2) @ grad_solved
         products = grad_rhs @ solved.transpose(-1, -2)  # ∂(βN) = −tril₋₁(products)
@@ -417,7 +433,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
         weighted_overlaps = products * overlaps  # −∂(βN) ⊙ N: N is strictly lower, so is this
         overlap_rows = weighted_overlaps.sum(-1)
         grad_beta = from_keys - overlap_rows
-        # ∂ of the grams [Q Dᵀ; D Dᵀ]: ∂A ⊙ E and ∂N ⊙ E = −β tril₋₁(products) ⊙ E, stacked as the grams are
+        # ∂ of the grams [Q Dᵀ; D Dᵀ]: ∂A ⊙ L and ∂N ⊙ L = −β tril₋₁(products) ⊙ L, stacked as the grams are
         grad_grams = torch.empty(torch.broadcast_shapes(grams.shape, products.shape[:3] + grams.shape[3:]),
                                  dtype=grams.dtype, device=grams.device)
         grad_of_queries, grad_of_keys = grad_grams.unbind(-3)
@@ -425,14 +441,14 @@ class _DeltaRuleChunks(torch.autograd.Function):
         torch.mul(products, decay, out=grad_of_keys).mul_(-beta.unsqueeze(-1))
         grad_of_keys.diagonal(dim1=-2, dim2=-1).zero_()
         grad_grams = grad_grams.sum_to_size(grams.shape).flatten(-3, -2)
-        through_keys = grad_grams @ d  # [∂A ⊙ E · D; ∂N ⊙ E · D]
-        through_stacked = grad_grams.transpose(-1, -2) @ stacked  # (∂A ⊙ E)ᵀ Q + (∂N ⊙ E)ᵀ D
+        through_keys = grad_grams @ d  # [(∂A ⊙ L) D; (∂N ⊙ L) D]
+        through_stacked = grad_grams.transpose(-1, -2) @ stacked  # (∂A ⊙ L)ᵀ Q + (∂N ⊙ L)ᵀ D
         grad_q = through_keys[..., :size, :].sum_to_size(q_shape) + (grad_query_in * query_factor).sum_to_size(q_shape)
         grad_d = ((through_keys[..., size:, :] + through_stacked).sum_to_size(d_shape)
                   + ((beta.unsqueeze(-1) * query_factor) * grad_scaled_keys + grad_to_end * end_factor).sum_to_size(
                       d_shape))
         grad_g = None
-        if ctx.has_decay:  # every decay is a difference of γ's: E[t, j] = e^{γ_t − γ_j}, F_t = e^{γ_t}, e^{Γ − γ_t}
+        if ctx.has_decay:  # every decay is a difference of γ's: L[t, j] = e^{γ_t − γ_j}, F_t = e^{γ_t}, e^{Γ − γ_t}
             grad_segments = grad_coefficients * coefficients  # ∂σ[t, j] through A
             from_end = (grad_to_end * to_end).sum(-1)  # ∂(Γ − γ_t)
             grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) - beta * overlap_rows
@@ -444,6 +460,13 @@ class _DeltaRuleChunks(torch.autograd.Function):
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
         return (grad_q, grad_d, grad_v.sum_to_size(v.shape), grad_g, grad_beta.sum_to_size(beta.shape),
                 grad_s.sum_to_size(s.shape), grad_initial)
+
+
+def _plus_product(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``x + a @ b``, added inside one batched product when all three have the same batch shape."""
+    if x.shape[:-2] == a.shape[:-2] == b.shape[:-2]:
+        return torch.baddbmm(x.flatten(0, -3), a.flatten(0, -3), b.flatten(0, -3)).view(x.shape)
+    return x + a @ b
 
 
 def _to_chunks(x: Tensor | None, chunks: int, size: int) -> Tensor | None:
