@@ -46,14 +46,19 @@ def evolution_matrix(
 
 
 def decay_factor(log_factor: Tensor) -> Tensor:
-    """``e^x``, with the factors below ``e^{-20}`` times the smallest normal number of the dtype set to 0.
+    """``e^x``, with the factors below ``e^{20}`` times the smallest normal number of the dtype set to 0.
 
     Products with such factors are subnormal numbers, which CPUs multiply tens of times slower (a chunk of strong
     decays made the matrix products of the ``chunk`` backend several times slower); any sum they enter already
     holds a term ``e^{20}`` times the dtype's whole range larger (each row's own step has factor 1).
     """
-    cutoff = math.log(torch.finfo(log_factor.dtype).tiny) + 20.0
-    return torch.exp(log_factor.masked_fill(log_factor < cutoff, float("-inf")))
+    return torch.exp(log_factor.masked_fill(log_factor < subnormal_cutoff(log_factor.dtype), float("-inf")))
+
+
+def subnormal_cutoff(dtype: torch.dtype) -> float:
+    """The log factor below which :func:`decay_factor` gives 0: that of ``e^{20}`` times the dtype's smallest normal
+    number."""
+    return math.log(torch.finfo(dtype).tiny) + 20.0
 
 
 def cumulative_log_decay(log_decay: Tensor, dim: int = 2) -> Tensor:

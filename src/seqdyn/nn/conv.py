@@ -31,21 +31,17 @@ class ShortConv(nn.Module):
         return torch.zeros(batch, self.width - 1, self.channels, dtype=dtype, device=self.weight.device)
 
     def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        state = self.init_state(x.shape[0], x) if state is None else state.to(x.dtype)
         weight = self.weight.to(x.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        state = None if state is None else state.to(x.dtype)
         if native.available(x, state, weight, bias, kernel="conv_kernel"):
             y = _NativeConvolution.apply(x, state, weight, bias, self.activation)
-            recent = torch.cat([self.init_state(x.shape[0], x) if state is None else state,
-                                x[:, max(0, x.shape[1] - (self.width - 1)):]], dim=1)
-            return y, recent[:, recent.shape[1] - (self.width - 1):]
-        if state is None:
-            state = self.init_state(x.shape[0], x)
-        padded = torch.cat([state, x], dim=1)  # [B, w - 1 + T, C], contiguous
-        y = _DepthwiseCorrelation.apply(padded, weight, bias)
-        if self.activation:
-            y = F.silu(y)
-        return y, padded[:, padded.shape[1] - (self.width - 1):]
+        else:
+            y = _DepthwiseCorrelation.apply(torch.cat([state, x], dim=1), weight, bias)
+            if self.activation:
+                y = F.silu(y)
+        recent = torch.cat([state, x[:, max(0, x.shape[1] - (self.width - 1)):]], dim=1)
+        return y, recent[:, recent.shape[1] - (self.width - 1):]
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, width={self.width}, activation={self.activation}"
@@ -108,13 +104,11 @@ class _NativeConvolution(torch.autograd.Function):
     """:class:`_DepthwiseCorrelation` followed by the optional SiLU, by the native kernel (``conv_kernel.cpp``):
     one pass over the input for all taps and the activation, forward and backward (which recomputes the
     pre-activation instead of saving it), reading the state where the window reaches before ``x`` instead of
-    copying ``x`` behind it.  ``x`` ``[B, T, C]``, ``state`` ``[B, w − 1, C]`` or ``None`` (zeros),
-    ``weight`` ``[C, w]``."""
+    copying ``x`` behind it.  ``x`` ``[B, T, C]``, ``state`` ``[B, w − 1, C]``, ``weight`` ``[C, w]``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, state: Tensor | None, weight: Tensor, bias: Tensor | None,
-                activation: bool) -> Tensor:
-        x, state, taps = x.contiguous(), None if state is None else state.contiguous(), weight.t().contiguous()
+    def forward(ctx, x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, activation: bool) -> Tensor:
+        x, state, taps = x.contiguous(), state.contiguous(), weight.t().contiguous()
         bias = None if bias is None else bias.contiguous()
         y = torch.empty_like(x)
         args = _conv_arguments(x, state, taps, bias, activation)
@@ -131,7 +125,7 @@ class _NativeConvolution(torch.autograd.Function):
         grad_y = grad_y.contiguous()
         cut = _work(x)
         grad_x = torch.empty_like(x)
-        grad_state = None if state is None or not ctx.needs_input_grad[1] else torch.empty_like(state)
+        grad_state = torch.empty_like(state) if ctx.needs_input_grad[1] else None
         grad_taps = taps.new_zeros(len(cut), *taps.shape)
         grad_bias = None if bias is None else taps.new_zeros(len(cut), taps.shape[1])
         args = _conv_arguments(x, state, taps, bias, ctx.activation)
@@ -147,11 +141,10 @@ def _work(x: Tensor) -> list[tuple[int, int]]:
     return native.split_items(x.shape[0] * -(-x.shape[1] // NATIVE_BLOCK))
 
 
-def _conv_arguments(x: Tensor, state: Tensor | None, taps: Tensor, bias: Tensor | None,
-                    activation: bool) -> native.ConvArgs:
+def _conv_arguments(x: Tensor, state: Tensor, taps: Tensor, bias: Tensor | None, activation: bool) -> native.ConvArgs:
     """The kernel's arguments (outputs are set by the caller); every tensor contiguous and kept alive by it."""
     width, channels = taps.shape
     return native.ConvArgs(batch=x.shape[0], length=x.shape[1], channels=channels, width=width,
                            activation=int(activation), block=NATIVE_BLOCK, x=x.data_ptr(),
-                           state=None if state is None else state.data_ptr(), weight=taps.data_ptr(),
+                           state=state.data_ptr(), weight=taps.data_ptr(),
                            bias=None if bias is None else bias.data_ptr())

@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from seqdyn.core.evolution import causal_mask, cumulative_log_decay, decay_factor, pairwise_gram
+from seqdyn.core.evolution import causal_mask, cumulative_log_decay, decay_factor, pairwise_gram, subnormal_cutoff
 from seqdyn.core.problem import Problem, shared_over_heads
 
 NAME = "chunk"
@@ -176,8 +176,7 @@ def _decay_matrix(g: Tensor) -> Tensor:
     if g.dtype != torch.float64:
         rest = (gamma - lead.to(torch.float64)).to(g.dtype)
         exponent.add_(rest.unsqueeze(-1)).sub_(rest.unsqueeze(-2))
-    cutoff = math.log(torch.finfo(g.dtype).tiny) + 20.0
-    dropped = (exponent < cutoff).logical_or_(~causal_mask(size, size, g.device))
+    dropped = (exponent < subnormal_cutoff(g.dtype)).logical_or_(~causal_mask(size, size, g.device))
     return exponent.masked_fill_(dropped, float("-inf")).exp_()
 
 

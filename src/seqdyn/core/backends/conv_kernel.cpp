@@ -1,6 +1,6 @@
 // The short convolution's native kernel: a causal depthwise convolution of time-major inputs, SiLU fused.
 //
-//   p_t = b + Σ_{s<w} W_s ⊙ x_{t−w+1+s},   y_t = SiLU(p_t) (or p_t)      (x_{−w+1..−1}: the state, or zeros)
+//   p_t = b + Σ_{s<w} W_s ⊙ x_{t−w+1+s},   y_t = SiLU(p_t) (or p_t)      (x_{−w+1..−1}: the state)
 //
 // and its adjoint, with p recomputed rather than saved:
 //
@@ -23,7 +23,7 @@ struct ConvArgs {
     int64_t batch, length, channels, width, activation;
     int64_t block;            // steps per work item
     const void *x;            // [B, T, C]
-    const void *state;        // [B, w − 1, C]: the inputs before x, or null (zeros)
+    const void *state;        // [B, w − 1, C]: the inputs before x
     const void *weight;       // [w, C] (tap-major)
     const void *bias;         // [C] or null
     void *y;                  // forward output [B, T, C]
@@ -37,12 +37,12 @@ struct ConvArgs {
 
 namespace {
 
-// input row u of batch element b, counted from the first state row (u < w − 1: the state; null: zeros)
+// input row u of batch element b, counted from the first state row (u < w − 1: the state)
 template <typename T>
 const T* input_row(const ConvArgs* a, int64_t b, int64_t u) {
     const int64_t before = a->width - 1;
     if (u >= before) return static_cast<const T*>(a->x) + (b * a->length + u - before) * a->channels;
-    return a->state ? static_cast<const T*>(a->state) + (b * before + u) * a->channels : nullptr;
+    return static_cast<const T*>(a->state) + (b * before + u) * a->channels;
 }
 
 // p_t for one step: bias plus every tap, into out[C]
@@ -56,7 +56,6 @@ void preactivation(const ConvArgs* a, int64_t b, int64_t t, T* out) {
     for (int64_t s = 0; s < a->width; ++s) {
         const T* tap = weight + s * channels;
         const T* row = input_row<T>(a, b, t + s);
-        if (!row) continue;
         #pragma omp simd
         for (int64_t c = 0; c < channels; ++c) out[c] += tap[c] * row[c];
     }
@@ -113,7 +112,6 @@ int backward(const ConvArgs* a, int64_t begin, int64_t end, int64_t part) {
             const T* g = grad_p + (t - first) * channels;
             for (int64_t s = 0; s < width; ++s) {
                 const T* row = input_row<T>(a, b, t + s);
-                if (!row) continue;
                 T* gw = grad_weight + s * channels;
                 #pragma omp simd
                 for (int64_t c = 0; c < channels; ++c) gw[c] += g[c] * row[c];
