@@ -12,7 +12,8 @@ All exponents are differences ``γ_t − γ_j ≤ 0`` for decays.  Diagonal deca
 around the chunk's middle log decay; the chunk is halved where that would leave the float range.  No, scalar or
 diagonal decay without a Householder factor takes one function with a hand-written backward
 (:class:`_DecayedChunks`), as does DeltaNet's Householder factor with no or scalar decay
-(:class:`_DeltaRuleChunks`); factors too small to be normal floats are 0
+(:class:`_DeltaRuleChunks`, which carries the corrected values ``V' = U − W S`` from chunk to chunk instead of a
+``[K, K]`` transition); factors too small to be normal floats are 0
 (:func:`~seqdyn.core.evolution.decay_factor`).
 
 ``exp`` readout with ``"sum"`` (softmax): torch's fused ``scaled_dot_product_attention`` (a blockwise online
@@ -205,19 +206,15 @@ def _pass_states(increments: Tensor, transitions: Tensor, initial: Tensor | None
     return torch.stack(entering, dim=2), state
 
 
-def _pass_state_gradients(grad_entering: Tensor, transitions: Tensor, grad_final: Tensor | None,
-                          matrix: bool = False):
-    """The reverse of :func:`_pass_states`: ``∂ΔS_n = ∂E_{n+1}`` and ``∂E_n = ∂_direct E_n + P_nᵀ ∂E_{n+1}``;
-    returns ``(∂ΔS [B, H, N, K, V], ∂E_0)``."""
+def _pass_state_gradients(grad_entering: Tensor, transitions: Tensor, grad_final: Tensor | None):
+    """The reverse of :func:`_pass_states` for an elementwise decay: ``∂ΔS_n = ∂E_{n+1}`` and
+    ``∂E_n = ∂_direct E_n + P_n ⊙ ∂E_{n+1}``; returns ``(∂ΔS [B, H, N, K, V], ∂E_0)``."""
     grad_after = torch.zeros_like(grad_entering[:, :, 0]) if grad_final is None else grad_final.expand_as(
         grad_entering[:, :, 0]).clone()
     grad_increments = torch.empty_like(grad_entering)
     for n in range(grad_entering.shape[2] - 1, -1, -1):
         grad_increments[:, :, n] = grad_after
-        if matrix:
-            grad_after = grad_entering[:, :, n] + transitions[:, :, n].transpose(-1, -2) @ grad_after
-        else:
-            grad_after = torch.addcmul(grad_entering[:, :, n], transitions[:, :, n], grad_after)
+        grad_after = torch.addcmul(grad_entering[:, :, n], transitions[:, :, n], grad_after)
     return grad_increments, grad_after
 
 
@@ -316,10 +313,27 @@ def _unit_lower_solve(strict_lower: Tensor, rhs: Tensor) -> Tensor:
 
 
 def _unit_lower_inverse(strict_lower: Tensor) -> Tensor:
-    """``(I + L)^{-1}`` for strictly lower-triangular ``L`` ``[..., C, C]`` (a unit-triangular solve never reads
-    the diagonal, so ``L`` is passed as it is)."""
-    eye = torch.eye(strict_lower.shape[-1], dtype=strict_lower.dtype, device=strict_lower.device)
-    return torch.linalg.solve_triangular(strict_lower, eye.expand_as(strict_lower), upper=False, unitriangular=True)
+    """``(I + L)^{-1}`` for strictly lower-triangular ``L`` ``[..., C, C]``, by block doubling.
+
+    With the inverses ``A⁻¹``, ``B⁻¹`` of two neighbouring diagonal blocks of size b known, the inverse of
+    ``[[A, 0], [X, B]]`` has the block ``−B⁻¹ X A⁻¹`` below them; starting from blocks of one step (inverse 1),
+    each of the ``log₂ C`` levels doubles the blocks with two batched products.  ``C`` is padded to a power of
+    two (the padding's inverse is I).  This is a few times faster than a batched triangular solve against I on
+    CPUs, which solves matrix by matrix."""
+    size = strict_lower.shape[-1]
+    padded = 1 << max(size - 1, 0).bit_length()
+    batch = strict_lower.shape[:-2]
+    inverse = strict_lower.new_zeros(batch.numel(), padded, padded)
+    inverse[:, :size, :size] = strict_lower.reshape(-1, size, size)
+    inverse.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    block = 1
+    while block < padded:
+        pairs = inverse.as_strided((inverse.shape[0], padded // (2 * block), 2 * block, 2 * block),
+                                   (padded * padded, 2 * block * (padded + 1), padded, 1))
+        below = pairs[..., block:, :block]
+        below.copy_(pairs[..., block:, block:] @ (below @ pairs[..., :block, :block])).neg_()
+        block *= 2
+    return inverse[:, :size, :size].reshape(*batch, size, size)
 
 
 class _UnitLowerSolve(torch.autograd.Function):
@@ -344,24 +358,58 @@ class _UnitLowerSolve(torch.autograd.Function):
         return -(grad_rhs @ solved.transpose(-1, -2)).tril(-1), grad_rhs
 
 
+def _delta_rule_states(u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, initial: Tensor | None,
+                       key_dim: int) -> tuple[Tensor, Tensor]:
+    """The chunks' sequential part, ``V'_n = U_n − W_n S_n`` and ``S_{n+1} = e^{Γ_n} S_n + D̂_nᵀ V'_n`` from
+    ``S_0`` (``initial`` or zero).  Returns ``[S_n; V'_n]`` stacked ``[B, H, N, K + C, V]`` (the right operand
+    of the output ``Y = [Q̃, A] [S; V']``) and the final state; every input has the full batch and heads."""
+    batch, heads, chunks, size, value_dim = u.shape
+    stacked = u.new_empty(batch, heads, chunks, key_dim + size, value_dim)
+    state = stacked.new_zeros(batch, heads, key_dim, value_dim) if initial is None else initial.expand(
+        batch, heads, key_dim, value_dim)
+    for n, right in enumerate(stacked.unbind(2)):
+        right[:, :, :key_dim] = state
+        corrected = torch.sub(u[:, :, n], w[:, :, n] @ state, out=right[:, :, key_dim:])
+        state = _plus_product(chunk_decay[:, :, n] * state, to_end[:, :, n].transpose(-1, -2), corrected)
+    return stacked, state
+
+
+def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor,
+                                grad_final: Tensor | None, key_dim: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The reverse of :func:`_delta_rule_states`, given the direct gradients ``[∂S_n; ∂V'_n]`` of the output:
+    ``∂V'_n = ∂_direct V'_n + D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n + e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.
+    Returns ``(∂S_{n+1} [B, H, N, K, V], ∂V' [B, H, N, C, V], ∂S_0)``."""
+    batch, heads, chunks, _, value_dim = direct.shape
+    grad_after = direct.new_empty(batch, heads, chunks, key_dim, value_dim)
+    grad_corrected = torch.empty_like(direct[:, :, :, key_dim:])
+    grad_state = direct.new_zeros(batch, heads, key_dim, value_dim) if grad_final is None else grad_final.expand(
+        batch, heads, key_dim, value_dim)
+    for n in range(chunks - 1, -1, -1):
+        grad_after[:, :, n] = grad_state
+        values = torch.add(direct[:, :, n, key_dim:], to_end[:, :, n] @ grad_state, out=grad_corrected[:, :, n])
+        grad_state = _plus_product(torch.addcmul(direct[:, :, n, :key_dim], chunk_decay[:, :, n], grad_state),
+                                   w[:, :, n].transpose(-1, -2), values, alpha=-1)
+    return grad_after, grad_corrected, grad_state
+
+
 class _DeltaRuleChunks(torch.autograd.Function):
     """The Householder chunk of DeltaNet / Gated DeltaNet (direction = key, ``k_j = s_j d_j``; no or scalar decay),
     with a hand-written backward.
 
     Per chunk, with the one decay matrix ``L[t, j] = e^{γ_t − γ_j}`` (:func:`_decay_matrix`, ``j ≤ t``),
-    ``F_t = e^{γ_t}`` and
-    ``D̂ = D ⊙ e^{Γ − γ}``::
+    ``F_t = e^{γ_t}``, ``Q̃ = Q ⊙ F`` and ``D̂ = D ⊙ e^{Γ − γ}``::
 
         A = (Q Dᵀ) ⊙ L,   N = tril₋₁((D Dᵀ) ⊙ L),   [U, W] = (I + β N)^{-1} [s ⊙ V, β F ⊙ D]   (the UT transform)
-        Y = A U + (Q ⊙ F − A W) S,     S_next = (e^{Γ} I − D̂ᵀ W) S + D̂ᵀ U.
+        V' = U − W S,     Y = Q̃ S + A V',     S_next = e^{Γ} S + D̂ᵀ V'
 
-    ``β N`` is the WY matrix ``c_t (d_t·d_j) e^{γ_{t−1} − γ_j}`` with ``c_t = β_t e^{g_t}``, and ``β F ⊙ D`` is
-    ``c ⊙ D e^{γ_{t−1}}``: folding ``e^{g_t}`` in leaves one decay matrix, shared by A and N, whose two grams are
-    one product of the stacked ``[Q; D]`` with ``Dᵀ``.  The backward runs the state recurrence in reverse and
-    returns through the unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ ∂X``,
-    ``∂(βN) = −tril₋₁(∂R Xᵀ)``); ``∂g`` goes through ``γ = cumsum(g)``.  Inputs chunked ``[B, H, N, C, ...]``:
-    q, d ``[.., K]``, v ``[.., V]``, g, β, s ``[B, H, N, C]`` (g may be ``None``), batch and heads of size 1
-    broadcast.
+    (Yang et al. 2024's chunkwise delta rule, with the decay of Gated DeltaNet).  ``β N`` is the WY matrix
+    ``c_t (d_t·d_j) e^{γ_{t−1} − γ_j}`` with ``c_t = β_t e^{g_t}``, and ``β F ⊙ D`` is ``c ⊙ D e^{γ_{t−1}}``:
+    folding ``e^{g_t}`` in leaves one decay matrix, shared by A and N, whose two grams are one product of the
+    stacked ``[Q; D]`` with ``Dᵀ``.  Only ``V'`` and the states are sequential; the output is one product
+    ``[Q̃, A] [S; V']`` per chunk.  The backward runs the two recurrences in reverse and returns through the
+    unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ ∂X``, ``∂(βN) = −tril₋₁(∂R Xᵀ)``); ``∂g``
+    goes through ``γ = cumsum(g)``.  Inputs chunked ``[B, H, N, C, ...]``: q, d ``[.., K]``, v ``[.., V]``, g, β,
+    s ``[B, H, N, C]`` (g may be ``None``), batch and heads of size 1 broadcast.
     """
 
     @staticmethod
@@ -371,6 +419,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
         if g is None:
             g = q.new_zeros(1, 1, *q.shape[2:4])
         size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
+        full = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2],
+                                      s.shape[:2]) + d.shape[2:3]  # B, H, N
         gamma = g.cumsum(dim=3)
         decay = _decay_matrix(g)  # L
         query_factor = decay_factor(gamma).unsqueeze(-1)  # F
@@ -387,19 +437,16 @@ class _DeltaRuleChunks(torch.autograd.Function):
         rhs = v.new_empty(rows + (value_dim + key_dim,))
         torch.mul(s.unsqueeze(-1).expand(*rows, 1), v.expand(*rows, value_dim), out=rhs[..., :value_dim])
         torch.mul(scaled_keys.expand(*rows, 1), d.expand(*rows, key_dim), out=rhs[..., value_dim:])
-        solved = inverse @ rhs  # [U, W] = T [s ⊙ V, β F ⊙ D]
-        read = coefficients @ solved  # [A U, A W]
-        query_in = q * query_factor - read[..., value_dim:]
-        to_end = d * end_factor  # D̂
-        pushed = to_end.transpose(-1, -2) @ solved  # [D̂ᵀ U, D̂ᵀ W]
-        chunk_decay = decay_factor(gamma[:, :, :, -1]).unsqueeze(-1).unsqueeze(-1)  # e^{Γ}
-        transition = chunk_decay * torch.eye(key_dim, dtype=q.dtype, device=q.device) - pushed[..., value_dim:]
-        shape = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2],
-                                       s.shape[:2]) + (key_dim, value_dim)
-        entering, state = _pass_states(pushed[..., :value_dim], transition, initial, shape, matrix=True)
-        out = read[..., :value_dim] + query_in @ entering
+        solved = (inverse @ rhs).expand(*full, *rhs.shape[3:])  # [U, W] = T [s ⊙ V, β F ⊙ D]
+        to_end = (d * end_factor).expand(*full, size, key_dim)  # D̂
+        chunk_decay = decay_factor(gamma[:, :, :, -1]).unsqueeze(-1).unsqueeze(-1).expand(*full, 1, 1)  # e^{Γ}
+        right, state = _delta_rule_states(solved[..., :value_dim], solved[..., value_dim:], to_end, chunk_decay,
+                                          initial, key_dim)  # [S; V']
+        left = torch.cat([(q * query_factor).expand(*full, size, key_dim),
+                          coefficients.expand(*full, size, size)], dim=-1)  # [Q̃, A]
+        out = left @ right
         ctx.save_for_backward(stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse,
-                              solved, query_in, to_end, chunk_decay, transition, entering)
+                              solved, left, right, to_end, chunk_decay)
         ctx.shapes = q.shape, d.shape
         ctx.has_decay = has_decay and ctx.needs_input_grad[3]
         return out, state
@@ -407,25 +454,23 @@ class _DeltaRuleChunks(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        (stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse, solved, query_in, to_end,
-         chunk_decay, transition, entering) = ctx.saved_tensors
+        (stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse, solved, left, right,
+         to_end, chunk_decay) = ctx.saved_tensors
         q_shape, d_shape = ctx.shapes
-        size, value_dim = stacked.shape[-2] // 2, v.shape[-1]
+        size, key_dim, value_dim = stacked.shape[-2] // 2, stacked.shape[-1], v.shape[-1]
         q, d = stacked[..., :size, :], stacked[..., size:, :]
         coefficients, overlaps = grams.unbind(-3)
         grad_out = grad_out.contiguous()
-        grad_increments, grad_initial = _pass_state_gradients(query_in.transpose(-1, -2) @ grad_out, transition,
-                                                              grad_state, matrix=True)
-        grad_transition = grad_increments @ entering.transpose(-1, -2)
-        grad_query_in = grad_out @ entering.transpose(-1, -2)
-        grad_pushed = torch.cat([grad_increments, -grad_transition], dim=-1)  # ∂[D̂ᵀ U, D̂ᵀ W]
-        grad_to_end = solved @ grad_pushed.transpose(-1, -2)
-        grad_read = torch.cat([grad_out, -grad_query_in], dim=-1)  # ∂[A U, A W]
-        grad_solved = _plus_product(to_end @ grad_pushed, coefficients.transpose(-1, -2), grad_read)
-        grad_coefficients = grad_read @ solved.transpose(-1, -2)  # ∂A
+        grad_after, grad_corrected, grad_initial = _delta_rule_state_gradients(
+            left.transpose(-1, -2) @ grad_out, solved[..., value_dim:], to_end, chunk_decay, grad_state, key_dim)
+        grad_left = grad_out @ right.transpose(-1, -2)  # [∂Q̃, ∂A]
+        grad_query_in, grad_coefficients = grad_left.split([key_dim, size], dim=-1)
+        entering, corrected = right.split([key_dim, size], dim=-2)
+        grad_to_end = corrected @ grad_after.transpose(-1, -2)  # ∂D̂ = V' ∂S_nextᵀ
+        grad_solved = torch.cat([grad_corrected, -(grad_corrected @ entering.transpose(-1, -2))], dim=-1)  # ∂[U, W]
         grad_rhs = inverse.transpose(-1, -2) @ grad_solved
         products = grad_rhs @ solved.transpose(-1, -2)  # ∂(βN) = −tril₋₁(products)
-        grad_values, grad_scaled_keys = grad_rhs.split([value_dim, d.shape[-1]], dim=-1)
+        grad_values, grad_scaled_keys = grad_rhs.split([value_dim, key_dim], dim=-1)
         grad_v = s.unsqueeze(-1) * grad_values
         grad_s = (v * grad_values).sum(-1)
         from_keys = (d * grad_scaled_keys).sum(-1) * query_factor.squeeze(-1)  # ∂β of β F ⊙ D
@@ -453,19 +498,19 @@ class _DeltaRuleChunks(torch.autograd.Function):
             grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) - beta * overlap_rows
                           + weighted_overlaps.mul_(beta.unsqueeze(-1)).sum(-2)
                           + (grad_query_in * q * query_factor).sum(-1) + beta * from_keys - from_end)
-            traced = grad_transition.diagonal(dim1=-2, dim2=-1).sum(-1) * chunk_decay.squeeze(-1).squeeze(-1)
-            grad_gamma[..., -1] += from_end.sum(-1) + traced
+            carried = (grad_after * entering).sum((-2, -1)) * chunk_decay.squeeze(-1).squeeze(-1)  # ∂Γ through e^{Γ}
+            grad_gamma[..., -1] += from_end.sum(-1) + carried
             grad_g = _suffix_sums(grad_gamma).sum_to_size(g.shape)
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
         return (grad_q, grad_d, grad_v.sum_to_size(v.shape), grad_g, grad_beta.sum_to_size(beta.shape),
                 grad_s.sum_to_size(s.shape), grad_initial)
 
 
-def _plus_product(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """``x + a @ b``, added inside one batched product when all three have the same batch shape."""
+def _plus_product(x: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x + alpha · a @ b``, added inside one batched product when all three have the same batch shape."""
     if x.shape[:-2] == a.shape[:-2] == b.shape[:-2]:
-        return torch.baddbmm(x.flatten(0, -3), a.flatten(0, -3), b.flatten(0, -3)).view(x.shape)
-    return x + a @ b
+        return torch.baddbmm(x.flatten(0, -3), a.flatten(0, -3), b.flatten(0, -3), alpha=alpha).view(x.shape)
+    return x + alpha * (a @ b)
 
 
 def _to_chunks(x: Tensor | None, chunks: int, size: int) -> Tensor | None:
