@@ -10,17 +10,9 @@ import torch.nn.functional as F
 from seqdyn.core.backends import native
 from seqdyn.nn import ShortConv
 from seqdyn.nn import conv as conv_module
+from tests.nn.helpers import native_paths
 
-needs_kernel = pytest.mark.skipif(native.library("conv_kernel") is None,
-                                  reason="no C++ compiler to build the native convolution")
-PATHS = [pytest.param("native", marks=needs_kernel), "torch"]
-
-
-@pytest.fixture
-def path(request, monkeypatch):
-    """Run the test on the native kernel or, with ``SEQDYN_COMPILE=0``, on the torch definition."""
-    monkeypatch.setenv("SEQDYN_COMPILE", "1" if request.param == "native" else "0")
-    return request.param
+needs_kernel, PATHS = native_paths("conv_kernel")
 
 
 def _reference(conv: ShortConv, x, state):

@@ -1,5 +1,6 @@
-"""Native CPU kernels: the scan backend's (``scan_kernel.cpp``) and the short convolution's (``conv_kernel.cpp``),
-built on first use, run by threads; the scan's autograd op.
+"""Native CPU kernels: the scan backend's (``scan_kernel.cpp``), the short convolution's (``conv_kernel.cpp``) and
+the RMS normalization's with its output gate (``norm_kernel.cpp``), built on first use, run by threads; the scan's
+autograd op.
 
 The scan kernel scans a group of up to :data:`GROUP` neighbouring heads of one batch element step by step, each
 head's state ``[K, V]`` held in cache for all ``T`` steps — what the selective-scan kernels of Mamba do on a GPU —
@@ -76,8 +77,16 @@ class ConvArgs(ctypes.Structure):
                           "grad_weight", "grad_bias"))
 
 
+class NormArgs(ctypes.Structure):
+    """Mirror of ``struct NormArgs`` in ``norm_kernel.cpp``."""
+
+    _fields_ = (_fields(ctypes.c_int64, "rows", "width") + [("eps", ctypes.c_double)]
+                + _fields(ctypes.c_void_p, "x", "gate", "weight", "y", "grad_y", "grad_x", "grad_gate", "grad_weight"))
+
+
 #: each kernel source's entry-point prefix and argument structure
-_KERNELS = {"scan_kernel": ("seqdyn_scan", ScanArgs), "conv_kernel": ("seqdyn_conv", ConvArgs)}
+_KERNELS = {"scan_kernel": ("seqdyn_scan", ScanArgs), "conv_kernel": ("seqdyn_conv", ConvArgs),
+            "norm_kernel": ("seqdyn_norm", NormArgs)}
 
 
 # ------------------------------------------------------------------------------------------------- building
