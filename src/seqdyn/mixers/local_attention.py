@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 from torch.nn.attention.bias import causal_lower_right
 
 from seqdyn.core.dsf import DSF, from_coefficients
@@ -63,10 +64,12 @@ class LocalAttention(SoftmaxAttention):
         return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), dim=-1)
 
     def _chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # q unscaled: the fused kernel scales it
-        """Chunk 0 by causal attention over itself; every later chunk n by one fused attention of its queries over
-        the keys of chunks ``[n − 1, n]`` with the causal mask aligned to the bottom right (query i of chunk n
-        reads all of chunk n − 1 and keys ``≤ i`` of its own).  No band mask is formed, and the scores cost
-        ``C²/2 + (N − 1)·1.5C²`` entries (the masked ones skipped) against ``T²/2`` for causal attention."""
+        """Chunk 0 by causal attention over itself; every later chunk n by attention of its queries over the keys
+        of chunks ``[n − 1, n]``, causal in its own (query i of chunk n reads all of chunk n − 1 and keys ``≤ i``
+        of its own).  On CPUs the two parts are fused attentions of their own (:class:`_TwoPartAttention`: the
+        previous chunk unmasked, the own chunk causal, whose kernel skips the masked blocks) merged by their
+        log-sum-exps, ``C²/2 + (N − 1)·1.5C²`` score entries against ``T²/2`` for causal attention; elsewhere one
+        fused attention over both with the causal mask aligned to the bottom right.  No band mask is formed."""
         batch, heads, length, _ = q.shape
         size = min(self.window, length)
         chunks = -(-length // size)
@@ -76,9 +79,13 @@ class LocalAttention(SoftmaxAttention):
         first = F.scaled_dot_product_attention(q[:, :, 0], k[:, :, 0], v[:, :, 0], is_causal=True)
         if chunks == 1:
             return first[:, :, :length]
-        pairs = lambda t: torch.cat([t[:, :, :-1], t[:, :, 1:]], dim=3).flatten(1, 2)  # [B, H·(N−1), 2C, ·]  # noqa: E731
-        later = F.scaled_dot_product_attention(q[:, :, 1:].flatten(1, 2), pairs(k), pairs(v),
-                                               attn_mask=causal_lower_right(size, 2 * size))
+        if _TwoPartAttention.available(q):
+            later = _TwoPartAttention.apply(*(t.flatten(1, 2) for t in (q[:, :, 1:], k[:, :, :-1], v[:, :, :-1],
+                                                                        k[:, :, 1:], v[:, :, 1:])))
+        else:
+            pairs = lambda t: torch.cat([t[:, :, :-1], t[:, :, 1:]], dim=3).flatten(1, 2)  # [B, H·(N−1), 2C, ·]  # noqa: E731
+            later = F.scaled_dot_product_attention(q[:, :, 1:].flatten(1, 2), pairs(k), pairs(v),
+                                                   attn_mask=causal_lower_right(size, 2 * size))
         out = torch.cat([first.unsqueeze(2), later.unflatten(1, (heads, chunks - 1))], dim=2)  # [B, H, N, C, ·]
         return out.flatten(2, 3)[:, :, :length]
 
@@ -142,6 +149,45 @@ class LocalAttention(SoftmaxAttention):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, heads={self.heads}, window={self.window}"
+
+
+class _TwoPartAttention(torch.autograd.Function):
+    """Softmax attention of queries ``[B, H', C, d]`` over two key sets at once — the previous chunk (every key)
+    and their own chunk (causal) — from one fused CPU attention per part.
+
+    Each part returns its output ``o_p`` and log-sum-exp ``ℓ_p`` per query; the joint softmax is
+    ``y = Σ_p e^{ℓ_p − ℓ} o_p`` with ``ℓ = log Σ_p e^{ℓ_p}``.  The backward of a part given the joint ``y`` and
+    ``ℓ`` is exactly that part's share of the joint gradient (its probabilities are ``e^{s − ℓ}``, and the row
+    term ``⟨∂y, y⟩`` is the joint one), so the two backwards add up — as ring attention merges its blocks.
+    Scores are scaled by ``d^{-½}``."""
+
+    OP = "_scaled_dot_product_flash_attention_for_cpu"
+
+    @staticmethod
+    def available(q: Tensor) -> bool:
+        return q.device.type == "cpu" and hasattr(torch.ops.aten, _TwoPartAttention.OP)
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k_before: Tensor, v_before: Tensor, k_own: Tensor, v_own: Tensor) -> Tensor:
+        attend = getattr(torch.ops.aten, _TwoPartAttention.OP)
+        q, k_before, v_before, k_own, v_own = (t.contiguous() for t in (q, k_before, v_before, k_own, v_own))
+        out_before, log_before = attend(q, k_before, v_before, 0.0, False)
+        out_own, log_own = attend(q, k_own, v_own, 0.0, True)
+        log_sum = torch.logaddexp(log_before, log_own)
+        out = out_before * torch.exp(log_before - log_sum).unsqueeze(-1)
+        out.addcmul_(out_own, torch.exp(log_own - log_sum).unsqueeze(-1))
+        ctx.save_for_backward(q, k_before, v_before, k_own, v_own, out, log_sum)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        q, k_before, v_before, k_own, v_own, out, log_sum = ctx.saved_tensors
+        part = getattr(torch.ops.aten, _TwoPartAttention.OP + "_backward")
+        grad_out = grad_out.contiguous()
+        grad_q, grad_k_before, grad_v_before = part(grad_out, q, k_before, v_before, out, log_sum, 0.0, False)
+        grad_q_own, grad_k_own, grad_v_own = part(grad_out, q, k_own, v_own, out, log_sum, 0.0, True)
+        return grad_q + grad_q_own, grad_k_before, grad_v_before, grad_k_own, grad_v_own
 
 
 MIXER = LocalAttention

@@ -1,0 +1,71 @@
+"""Local attention's chunked path (seed 002 §3.4) against the band-masked softmax written out, on both of its
+forms: two fused attentions merged by their log-sum-exps (CPU) and one attention with a bottom-right causal mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqdyn import mixers
+from seqdyn.mixers import local_attention
+from seqdyn.mixers.local_attention import _TwoPartAttention
+
+F64 = torch.float64
+
+
+def _band_softmax(q, k, v, window):
+    """``y_i = Σ_j softmax_j(q_i·k_j / √d) v_j`` over own and previous chunk, ``j ≤ i`` — the definition."""
+    length = q.shape[2]
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    allowed = (j <= i) & (j // window >= i // window - 1)
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v
+
+
+def _graph_names(tensor) -> set[str]:
+    visited, stack = set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in visited:
+            visited.add(node)
+            stack.extend(fn for fn, _ in node.next_functions)
+    return {type(node).__name__ for node in visited}
+
+
+@pytest.mark.parametrize("two_part", [True, False])
+@pytest.mark.parametrize("length", [3, 8, 13, 24])  # shorter than the window, whole chunks, a padded last chunk
+def test_chunked_local_attention_is_the_band_masked_softmax(monkeypatch, two_part, length):
+    if not two_part:
+        monkeypatch.setattr(_TwoPartAttention, "available", staticmethod(lambda q: False))
+    torch.manual_seed(length)
+    mixer = mixers.build("local_attention", 8, heads=2, window=4).double()
+    x = torch.randn(2, length, 8, dtype=F64, requires_grad=True)
+    core, _ = mixer.core(x, "chunk")
+    assert ("_TwoPartAttentionBackward" in _graph_names(core)) == (two_part and length > 4)
+    q, k, v = mixer._qkv(x, scaled=False)
+    exact = _band_softmax(q, k, v, 4).transpose(1, 2)
+    torch.testing.assert_close(core, exact, rtol=0, atol=1e-12)
+    upstream = torch.randn(core.shape, dtype=F64)
+    leaves = [x, *mixer.qkv.parameters()]  # the core is before the output projection
+    for got, want in zip(torch.autograd.grad(core, leaves, upstream), torch.autograd.grad(exact, leaves, upstream)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-11)
+
+
+def test_two_part_attention_passes_gradcheck():
+    """The merged backward (each part's flash backward given the joint output and log-sum-exp) is the exact
+    gradient of the joint softmax."""
+    gen = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(2, 3, 5, 4, generator=gen, dtype=F64, requires_grad=True) for _ in range(5)]
+    if not _TwoPartAttention.available(inputs[0]):
+        pytest.skip("this torch has no fused CPU attention with log-sum-exp")
+    assert torch.autograd.gradcheck(_TwoPartAttention.apply, inputs)
+    q, k_before, v_before, k_own, v_own = inputs
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    joint = torch.nn.functional.scaled_dot_product_attention(
+        q, torch.cat([k_before, k_own], 2), torch.cat([v_before, v_own], 2),
+        attn_mask=torch.cat([torch.ones_like(causal), causal], 1))
+    torch.testing.assert_close(_TwoPartAttention.apply(*inputs), joint, rtol=0, atol=1e-12)
+
+
+def test_the_mask_form_runs_off_the_cpu_path():
+    assert local_attention._TwoPartAttention.available(torch.zeros(1, device="meta")) is False
