@@ -229,6 +229,7 @@ def bench_mixers(
     device: str = typer.Option("auto", help="'cpu', 'cuda' or 'auto' (cuda when available)."),
     repeats: int = typer.Option(2, help="Timed repetitions per cell after a warm-up (the fastest is reported)."),
     max_seconds: float = typer.Option(120.0, help="Skip a cell whose estimated time exceeds this (marked 'skip')."),
+    rounds: int = typer.Option(2, help="Passes over all cells; each cell reports its best times over them."),
 ) -> None:
     """Forward and forward+backward time and peak memory of every mixer, beside softmax attention (issue 'mixer zoo')."""
     from seqdyn import mixers
@@ -237,7 +238,8 @@ def bench_mixers(
     selected = [n for n in names.split(",") if n] or None
     for name in selected or []:
         mixers.get(name)  # unknown names fail before any work
-    run_mixer_benchmark(selected, [int(t) for t in seq_lens.split(",")], d_model, batch, device, repeats, max_seconds)
+    run_mixer_benchmark(selected, [int(t) for t in seq_lens.split(",")], d_model, batch, device, repeats, max_seconds,
+                        rounds)
 
 
 @app.command("mixers")

@@ -44,3 +44,25 @@ def test_picked_backend_is_the_one_auto_runs_at_the_measured_length():
         assert _picked(mixer, x, "auto") == seqdyn.select_backend(
             inputs.q, inputs.k, inputs.v, chunk_size=8, **inputs.options())
     assert _picked(mixer, torch.randn(1, 64, 16), "auto") == "chunk"  # not the pick for one step (quadratic)
+
+
+def test_rounds_keep_each_cells_best_times_and_first_peak(monkeypatch):
+    """A later round re-times every measured cell (without a peak-memory run) and keeps the better times."""
+    import pytest
+
+    from seqdyn.bench import mixers as bench_mixers
+    from seqdyn.bench.measure import Measurement
+
+    calls = []
+
+    def fake_measure(forward, train_step, device, repeats, peak_memory=True):
+        calls.append(peak_memory)
+        times = {1: (3.0, 5.0), 2: (4.0, 2.0)}[1 if peak_memory else 2]  # round 2: slower forward, faster step
+        return Measurement(*times, 7.0 if peak_memory else None)
+
+    monkeypatch.setattr(bench_mixers, "measure_step", fake_measure)
+    cells, _ = run_benchmark(["gla"], seq_lens=[8], d_model=16, batch=1, repeats=0, rounds=2)
+    assert calls == [True, True, False, False]  # softmax attention and gla, then both again
+    assert all((c.forward_s, c.train_s, c.peak_mb) == (3.0, 2.0, 7.0) for c in cells)
+    with pytest.raises(ValueError, match="rounds"):
+        run_benchmark(["gla"], seq_lens=[8], d_model=16, batch=1, repeats=0, rounds=0)

@@ -176,12 +176,14 @@ class Measurement:
 
 
 def measure_step(forward: Callable[[], object], train_step: Callable[[], object], device: torch.device,
-                 repeats: int) -> Measurement:
+                 repeats: int, peak_memory: bool = True) -> Measurement:
     """Best forward time (run it under ``no_grad``), best forward+backward time, and the peak memory of one
-    forward+backward — the three numbers every benchmark table reports."""
+    forward+backward (unless ``peak_memory=False``) — the three numbers every benchmark table reports."""
     track_allocations(exact=False)
     forward_s = time_call(forward, device, repeats).best_s
     train_s = time_call(train_step, device, repeats).best_s
+    if not peak_memory:
+        return Measurement(forward_s, train_s, None)
     with PeakMemory(device) as peak:
         train_step()
     return Measurement(forward_s, train_s, None if peak.peak_bytes is None else peak.peak_bytes / 2**20)
