@@ -364,14 +364,14 @@ def _delta_rule_states(u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor
     ``S_0`` (``initial`` or zero).  Returns ``[S_n; V'_n]`` stacked ``[B, H, N, K + C, V]`` (the right operand
     of the output ``Y = [Q̃, A] [S; V']``) and the final state; every input has the full batch and heads."""
     batch, heads, chunks, size, value_dim = u.shape
-    stacked = u.new_empty(batch, heads, chunks, key_dim + size, value_dim)
-    state = stacked.new_zeros(batch, heads, key_dim, value_dim) if initial is None else initial.expand(
+    right = u.new_empty(batch, heads, chunks, key_dim + size, value_dim)
+    state = right.new_zeros(batch, heads, key_dim, value_dim) if initial is None else initial.expand(
         batch, heads, key_dim, value_dim)
-    for n, right in enumerate(stacked.unbind(2)):
-        right[:, :, :key_dim] = state
-        corrected = torch.sub(u[:, :, n], w[:, :, n] @ state, out=right[:, :, key_dim:])
+    for n, chunk in enumerate(right.unbind(2)):
+        chunk[:, :, :key_dim] = state
+        corrected = torch.sub(u[:, :, n], w[:, :, n] @ state, out=chunk[:, :, key_dim:])
         state = _plus_product(chunk_decay[:, :, n] * state, to_end[:, :, n].transpose(-1, -2), corrected)
-    return stacked, state
+    return right, state
 
 
 def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor,
