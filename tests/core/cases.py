@@ -32,6 +32,8 @@ class Case:
     shared: tuple[str, ...] = ()
     with_state: bool = False
     scale: str = "default"
+    massless: bool = False
+    hard_reset: bool = False
     tensors: dict = field(default_factory=dict)
 
     @property
@@ -76,6 +78,8 @@ def build(case: Case, dtype=torch.float64):
     leaves["q"] = feature(rand(b, t, heads("q"), k))
     leaves["k"] = feature(rand(b, t, heads("k"), k))
     leaves["v"] = rand(b, t, heads("v"), v)
+    if case.massless:  # every third row reads nothing: φ(0) = 0 for relu and square, q·z = 0 for the identity
+        leaves["q"][:, ::3] = 0.0
     options: dict = {"readout": torch.tanh if case.readout == "tanh_callable" else case.readout}
     gate_heads = heads("gates")
     if case.decay != "none":
@@ -83,6 +87,9 @@ def build(case: Case, dtype=torch.float64):
         g = -F.softplus(rand(*shape))
         if case.decay.endswith("unstable"):
             g = g + 0.6 * uniform(*shape)  # some steps grow: Principle 6
+        if case.hard_reset:  # decay 0: every head and channel in the middle, one channel (or head) near the end
+            g[:, t // 2] = float("-inf")
+            g[(0, t - 2, 0) + (0,) * (g.dim() - 3)] = float("-inf")
         leaves["log_decay"] = g
     if case.householder != "none":
         leaves["householder"] = 1.5 * uniform(b, t, gate_heads)

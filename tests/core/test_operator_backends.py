@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import pytest
@@ -34,29 +35,84 @@ def _gradients(output, leaves: dict, seed: int) -> dict[str, torch.Tensor]:
     return {n: g if g is not None else torch.zeros_like(leaves[n]) for n, g in zip(names, grads)}
 
 
-@pytest.mark.parametrize("combo", COMBINATIONS, ids=lambda c: "-".join(c))
-def test_every_backend_matches_quadratic(combo):
-    readout, decay, householder, normalizer = combo
-    seed = zlib.crc32("-".join(combo).encode()) % 10_000
-    case = random_case(readout, decay, householder, normalizer, seed)
+def _assert_backends_match_quadratic(case, seed: int, backends=tuple(REGISTRY)) -> dict:
+    """Every backend of ``backends`` that computes ``case`` against the quadratic reference: outputs, final states
+    and gradients.  Returns the outputs by backend (the reference's included)."""
     leaves, options = build(case)
     reference = call(leaves, options, "quadratic", case.chunk_size)
     reference_grads = _gradients(reference, leaves, seed)
-    checked = 0
-    for name, backend in REGISTRY.items():
+    outputs = {"quadratic": reference}
+    for name in backends:
         if name == "quadratic":
             continue
         try:
-            output = call(leaves, options, name, case.chunk_size)
+            output = outputs[name] = call(leaves, options, name, case.chunk_size)
         except ValueError as error:
             assert "cannot compute" in str(error) and "quadratic" in str(error)
             continue
-        checked += 1
         for i, (got, want) in enumerate(zip(flatten(output), flatten(reference))):
             assert_close(got, want, TOL, f"{name} output/state part {i}")
         for leaf, grad in _gradients(output, leaves, seed).items():
             assert_close(grad, reference_grads[leaf], TOL, f"{name} d/d{leaf}")
-    assert checked >= 1  # the recurrent backend computes every combination
+    return outputs
+
+
+@pytest.mark.parametrize("combo", COMBINATIONS, ids=lambda c: "-".join(c))
+def test_every_backend_matches_quadratic(combo):
+    seed = zlib.crc32("-".join(combo).encode()) % 10_000
+    outputs = _assert_backends_match_quadratic(random_case(*combo, seed), seed)
+    assert "recurrent" in outputs  # the recurrent backend computes every combination
+
+
+#: rows without mass under ``"sum"`` (Σ_j α_ij = 0): the convention is coefficient 0 and output 0
+MASSLESS = [(readout, decay, householder, "sum") for readout in ("relu", "square", "identity")
+            for decay in ("none", "scalar", "diagonal") for householder in ("none", "keys")]
+MASSLESS += [("identity", "scalar_unstable", "none", "sum"), ("identity", "diagonal_unstable", "given", "sum")]
+
+
+@pytest.mark.parametrize("combo", MASSLESS, ids=lambda c: "-".join(c))
+def test_rows_without_mass_are_zero_with_finite_gradients_on_every_backend(combo):
+    seed = zlib.crc32(("massless-" + "-".join(combo)).encode()) % 10_000
+    case = random_case(*combo, seed, massless=True, length=11)
+    outputs = _assert_backends_match_quadratic(case, seed, backends=(*REGISTRY, "auto"))
+    for name, output in outputs.items():
+        massless_rows = flatten(output)[0][:, ::3]
+        assert torch.equal(massless_rows, torch.zeros_like(massless_rows)), name
+    coefficients = _assert_coefficients_reproduce_the_outputs(case, seed)
+    assert torch.equal(coefficients[:, :, ::3], torch.zeros_like(coefficients[:, :, ::3]))
+
+
+#: hard resets (``g = −∞``, decay 0) among the decays: every backend finite and equal, gradients included (0 or
+#: a rounding residue for the −∞ entries themselves, whose exact gradient is 0)
+HARD_RESETS = [("identity", decay, householder, normalizer)
+               for decay in ("scalar", "diagonal", "scalar_unstable", "diagonal_unstable")
+               for householder in ("none", "keys", "given") for normalizer in ("none", "sum")]
+HARD_RESETS += [(readout, decay, householder, "sum") for readout in ("exp", "softplus", "relu")
+                for decay in ("scalar", "diagonal") for householder in ("none", "keys")]
+
+
+@pytest.mark.parametrize("combo", HARD_RESETS, ids=lambda c: "-".join(c))
+def test_hard_resets_agree_on_every_backend(combo):
+    seed = zlib.crc32(("reset-" + "-".join(combo)).encode()) % 10_000
+    case = random_case(*combo, seed, hard_reset=True, length=11)
+    _assert_backends_match_quadratic(case, seed, backends=(*REGISTRY, "auto"))
+    _assert_coefficients_reproduce_the_outputs(case, seed)
+
+
+def _assert_coefficients_reproduce_the_outputs(case, seed: int) -> torch.Tensor:
+    """``coefficients`` (quadratic) are finite with finite gradients, and ``A v`` is the quadratic output; returns A."""
+    case = dataclasses.replace(case, with_state=False)
+    leaves, options = build(case)
+    inputs = {name: x for name, x in leaves.items() if name != "v"}
+    coefficients = seqdyn.coefficients(inputs.pop("q"), inputs.pop("k"), **inputs, **options)
+    heads = max(coefficients.shape[1], leaves["v"].shape[2])
+    values = leaves["v"].detach().expand(-1, -1, heads, -1)
+    expected = call({**leaves, "v": values}, options, "quadratic", want_state=False)
+    rows = torch.einsum("bhij,bjhv->bihv", coefficients.expand(-1, heads, -1, -1), values)
+    assert_close(rows, expected, TOL, "coefficients @ v")
+    grads = _gradients(coefficients, leaves, seed)
+    assert all(torch.isfinite(grad).all() for grad in grads.values())
+    return coefficients
 
 
 @pytest.mark.parametrize("combo", [c for c in COMBINATIONS if c[0] == "identity"], ids=lambda c: "-".join(c))

@@ -121,3 +121,50 @@ def test_decay_factors_that_would_be_subnormal_products_are_zero(dtype):
     exact = seqdyn.coefficient_dynamics(q.double(), k.double(), v.double(), log_decay=strong.double(),
                                         backend="quadratic")
     assert ((out.double() - exact).abs().max() / exact.abs().max()) < 1e-6
+
+
+@pytest.mark.parametrize("backend", ["quadratic", "recurrent"])
+@pytest.mark.parametrize("dtype,offset", [(torch.float32, 200.0), (torch.float64, 1000.0)])
+@pytest.mark.parametrize("readout", ["softplus", "sigmoid", "elu1"])
+def test_positive_readouts_keep_their_ratios_where_they_underflow(readout, dtype, offset, backend):
+    """Scores around −offset, where φ(s) underflows to 0 and equals ``e^s`` to the dtype's precision: ``"sum"`` rows
+    are the softmax of the scores, outputs and gradients (no 0/0)."""
+    gen = torch.Generator().manual_seed(3)
+    rand = lambda *s: torch.rand(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    q = (1 + 0.2 * rand(2, 12, 2, 4)).to(dtype).requires_grad_()
+    k = (-offset / 4 * (1 + 0.2 * rand(2, 12, 2, 4))).to(dtype).requires_grad_()
+    v = torch.randn(2, 12, 2, 3, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
+    weights = torch.randn(2, 12, 2, 3, generator=gen, dtype=torch.float64)
+    results = {}
+    for name, operands in (("readout", (q, k, v)), ("softmax", tuple(x.double() for x in (q, k, v)))):
+        y = seqdyn.coefficient_dynamics(*operands, readout="exp" if name == "softmax" else readout, scale=1.0,
+                                        normalizer="sum", backend=backend)
+        results[name] = (y, *torch.autograd.grad((y * weights.to(y.dtype)).sum(), (q, k, v)))
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    for i, (got, exact) in enumerate(zip(results["readout"], results["softmax"])):
+        scale = exact.abs().max().clamp(min=1)
+        assert (got.double() - exact).abs().max() <= tol * scale, f"part {i}"
+
+
+@pytest.mark.parametrize("direction", ["keys", "given"])
+@pytest.mark.parametrize("strength", [-200.0, -1000.0, float("-inf")])
+def test_float32_chunk_with_diagonal_decay_and_householder_factor_survives_strong_steps(strength, direction):
+    """A step of ``g ≤ −200`` (beyond float32's range of one factorized chunk, so the chunks are one step) or a hard
+    reset: float32 outputs and gradients finite and within float32's accuracy of the float64 result."""
+    gen = torch.Generator().manual_seed(4)
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    q, k, v = rand(2, 24, 2, 4), F.normalize(rand(2, 24, 2, 4), dim=-1), rand(2, 24, 2, 3)
+    g = -torch.rand(2, 24, 2, 4, generator=gen, dtype=torch.float64)
+    g[:, 9] = strength
+    beta = torch.rand(2, 24, 2, generator=gen, dtype=torch.float64)
+    given = {"householder_dir": F.normalize(rand(2, 24, 2, 4), dim=-1)} if direction == "given" else {}
+    weights = rand(2, 24, 2, 3)
+    results = {}
+    for dtype in (torch.float32, torch.float64):
+        leaves = [x.to(dtype).requires_grad_() for x in (q, k, v, g, beta)]
+        y = seqdyn.coefficient_dynamics(*leaves[:3], log_decay=leaves[3], householder=leaves[4], backend="chunk",
+                                        chunk_size=8, **{n: x.to(dtype) for n, x in given.items()})
+        results[dtype] = (y, *torch.autograd.grad((y * weights.to(dtype)).sum(), leaves))
+    for i, (got, exact) in enumerate(zip(results[torch.float32], results[torch.float64])):
+        assert torch.isfinite(got).all(), f"part {i}"
+        assert (got.double() - exact).abs().max() <= 1e-4 * exact.abs().max().clamp(min=1), f"part {i}"

@@ -16,6 +16,9 @@ from torch.utils.checkpoint import checkpoint
 
 #: Largest number of float elements one block of pairwise decays may hold (bounds the quadratic reference's memory).
 PAIRWISE_BLOCK_ELEMENTS = 1 << 24
+#: The log decay a hard reset ``g = −∞`` (decay 0) is summed as: its factor ``e^{−10⁴}`` is as exactly 0 in every
+#: dtype, and unlike ``−∞`` it leaves differences ``G_i − G_j`` of cumulative log decays defined (``−∞ + ∞`` is NaN).
+HARD_RESET = -1e4
 
 
 def apply_evolution(
@@ -61,9 +64,18 @@ def subnormal_cutoff(dtype: torch.dtype) -> float:
     return math.log(torch.finfo(dtype).tiny) + 20.0
 
 
+def bounded_log_decay(log_decay: Tensor) -> Tensor:
+    """``max(g, HARD_RESET)``: hard resets ``g = −∞`` as :data:`HARD_RESET`, the same decay 0 with finite sums.
+
+    Its gradient is 0 at a hard reset, as that of ``e^g`` at ``g = −∞`` (the recurrent and scan backends).
+    """
+    return log_decay.clamp(min=HARD_RESET)
+
+
 def cumulative_log_decay(log_decay: Tensor, dim: int = 2) -> Tensor:
-    """``G_t = Σ_{s≤t} g_s`` in float64 (long sums of strong decays lose their differences in float32)."""
-    return log_decay.to(torch.float64).cumsum(dim)
+    """``G_t = Σ_{s≤t} g_s`` in float64 (long sums of strong decays lose their differences in float32), hard resets
+    bounded (:func:`bounded_log_decay`)."""
+    return bounded_log_decay(log_decay.to(torch.float64)).cumsum(dim)
 
 
 def pairwise_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, valid: Tensor) -> Tensor:

@@ -67,11 +67,14 @@ def coefficient_dynamics(
         readout: φ — ``"identity"``, ``"exp"``, ``"softplus"``, ``"relu"``, ``"sigmoid"``, ``"elu1"``,
             ``"square"`` or a callable on score tensors.
         log_decay: ``g`` with ``D_t = exp(g_t)``: ``None`` (Λ = I), ``[B, T, H]`` (scalar) or ``[B, T, H, K]``
-            (diagonal).  ``g > 0`` (unstable Λ) is allowed.
+            (diagonal).  ``g > 0`` (unstable Λ) is allowed; ``g = −∞`` is a hard reset (decay 0, gradient 0).
         householder: β ``[B, T, H]``: ``Λ_t ← D_t (I − β_t w_t w_tᵀ)``; householder_dir: w ``[B, T, H, K]``
             (default ``w = k``, DeltaNet).
         scale: b — ``None`` (``K**-0.5``, Principle 5), a float or ``[B, T, H]``.
         normalizer: η — ``"none"``, ``"sum"`` (Σ_j α_ij), ``"abs_max1"`` (max(|Σ_j α_ij|, 1)) or ``[B, T, H]``.
+            With ``"sum"`` a row without mass (``Σ_j α_ij = 0``: relu rows without a positive score, ``square``
+            at zero scores, the identity with ``q_iᵀ z_i = 0``) has coefficients 0 and output 0, with finite
+            gradients.
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache

@@ -31,7 +31,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from seqdyn.core.evolution import causal_mask, cumulative_log_decay, decay_factor, pairwise_gram, subnormal_cutoff
+from seqdyn.core.evolution import (bounded_log_decay, causal_mask, cumulative_log_decay, decay_factor, pairwise_gram,
+                                  subnormal_cutoff)
 from seqdyn.core.problem import Problem, shared_over_heads
 
 NAME = "chunk"
@@ -51,19 +52,34 @@ def unsupported(problem: Problem) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------- identity readout
-def safe_chunk_size(log_decay: Tensor, chunk_size: int) -> int:
+def safe_chunk_size(log_decay: Tensor, chunk_size: int, largest_step: float | None = None) -> int:
     """Largest ``C' ≤ C`` (halving) for which every chunk's range of diagonal log decays fits the float range.
 
     Inside a chunk the factors ``e^{γ − r}`` and ``e^{r − γ}`` around the middle ``r`` stay below
-    ``e^{range/2}``; ``range < 0.75·log(float max)`` keeps their products finite.  Non-finite decays are ignored
-    here (they propagate as NaN/Inf like any other input).
+    ``e^{range/2}``; ``range < 0.75·log(float max)`` keeps their products finite.  Hard resets count as
+    :data:`~seqdyn.core.evolution.HARD_RESET`; other non-finite decays are ignored here (they propagate as NaN/Inf
+    like any other input).  ``largest_step``: ``max |g|`` when the caller has it.
     """
     limit = 0.75 * math.log(torch.finfo(log_decay.dtype).max)
-    largest_step = torch.linalg.vector_norm(log_decay.detach(), ord=float("inf")).item()
+    if largest_step is None:
+        largest_step = _largest_step(log_decay)
     if largest_step * chunk_size < limit:  # the common case: no chunk can span the limit
         return chunk_size
     with torch.no_grad():
         return _halve_until_safe(log_decay, chunk_size, limit)
+
+
+def _largest_step(log_decay: Tensor) -> float:
+    return torch.linalg.vector_norm(log_decay.detach(), ord=float("inf")).item()
+
+
+def _diagonal_chunking(log_decay: Tensor, chunk_size: int) -> tuple[Tensor, int]:
+    """Diagonal log decays with hard resets bounded (:func:`~seqdyn.core.evolution.bounded_log_decay`, only where
+    ``max |g|``, read to size the chunks anyway, is infinite) and the chunk size for them (:func:`safe_chunk_size`)."""
+    largest_step = _largest_step(log_decay)
+    if largest_step == math.inf:
+        log_decay = bounded_log_decay(log_decay)
+    return log_decay, safe_chunk_size(log_decay, chunk_size, largest_step)
 
 
 def _halve_until_safe(log_decay: Tensor, chunk_size: int, limit: float) -> int:
@@ -93,6 +109,9 @@ def _chunk_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, stri
     valid = causal_mask(size, size, a.device, strict=strict)
     if not diagonal:
         return pairwise_gram(a, b, la, lb, valid)
+    if size == 1:  # no pair below the diagonal, whose factors e^{±range/2} would overflow for a step beyond the range
+        own = (a * b * torch.exp((la - lb).to(a.dtype))).sum(-1, keepdim=True)
+        return torch.zeros_like(own) if strict else own
     middle = _middle(torch.cat([la, lb], dim=-2))
     lower = (a * torch.exp((la - middle).to(a.dtype))) @ (b * torch.exp((middle - lb).to(b.dtype))).transpose(-1, -2)
     gram = torch.where(causal_mask(size, size, a.device, strict=True), lower, torch.zeros_like(lower))
@@ -171,7 +190,7 @@ def _decay_matrix(g: Tensor) -> Tensor:
     ``−∞`` (a hard reset) is summed as ``−10⁴``, whose factor is as exactly 0.
     """
     size = g.shape[-1]
-    gamma = g.to(torch.float64).clamp(min=-1e4).cumsum(-1)
+    gamma = bounded_log_decay(g.to(torch.float64)).cumsum(-1)
     lead = gamma.to(g.dtype)
     exponent = lead.unsqueeze(-1) - lead.unsqueeze(-2)
     if g.dtype != torch.float64:
@@ -533,12 +552,13 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     batch, heads, length, key_dim, value_dim = problem.shape
     diagonal = problem.diagonal
     size = min(problem.chunk_size, length)
+    g = problem.log_decay
     if diagonal:
-        size = safe_chunk_size(problem.log_decay, size)
+        g, size = _diagonal_chunking(g, size)
     chunks = -(-length // size)
     q, k, v, direction = (_dense(_to_chunks(x, chunks, size)) for x in (problem.q, problem.k, problem.v,
                                                                          problem.direction))
-    g, beta, key_scale = (_to_chunks(x, chunks, size) for x in (problem.log_decay, problem.beta, problem.key_scale))
+    g, beta, key_scale = (_to_chunks(x, chunks, size) for x in (g, problem.beta, problem.key_scale))
     if beta is None:
         out, state = _DecayedChunks.apply(q, k, v, g, problem.initial_state)
         return _unchunked(out, length), state
@@ -549,7 +569,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     q, k, direction = (x.expand(batch, heads, *x.shape[2:]) for x in (q, k, direction))
     decayed = g is not None
     if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
-        g = g.to(torch.float64)   # matter; diagonal chunks are sized so that their γ range fits (safe_chunk_size)
+        g = bounded_log_decay(g.to(torch.float64))  # matter; diagonal chunks are sized so their γ range fits
     gamma = g.cumsum(dim=3) if decayed else None  # γ_t, inclusive, within each chunk
     total = gamma[:, :, :, -1] if decayed else None  # Γ
     grow = (lambda x, lg: x * decay_factor(_along_keys(lg, diagonal).to(x.dtype))) if decayed else (lambda x, lg: x)  # noqa: E731

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdyn.core.evolution import causal_mask, cumulative_log_decay, pairwise_gram
+from seqdyn.core.evolution import bounded_log_decay, causal_mask, cumulative_log_decay, pairwise_gram
 from seqdyn.core.problem import Problem
 from seqdyn.core.readouts import normalized_coefficients
 
@@ -35,7 +35,7 @@ def _grams(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, 
     if beta is None:
         return coupled, None
     strict = causal_mask(length, length, device, strict=True)
-    before = None if log_decay is None else cumulative - log_decay.to(torch.float64)  # G_{t-1}
+    before = None if log_decay is None else cumulative - bounded_log_decay(log_decay.to(torch.float64))  # G_{t-1}
     weighted_dir = beta.unsqueeze(-1) * direction
     a_e = pairwise_gram(q, weighted_dir, cumulative, before, inclusive)
     m_k = pairwise_gram(direction, k, before, cumulative, strict)
