@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import STATUSES, MetricRow, MissingDependencyError, RunRecord, Store
-from tests.train._helpers import add_finished, sweep_configs, worker
+from seqdyn.train.sweep import run_sweep
+from tests.train._helpers import MQAR, add_finished, sweep_configs, worker
 
 
 class Clock:
@@ -307,6 +309,22 @@ def test_a_second_store_in_one_process_keeps_the_wal_alive(tmp_path, configs):
     first.close()
     second.close()
     assert _sqlite_in_another_process(path, "SELECT COUNT(*) FROM runs") == [[3]]
+
+
+def test_a_sweep_keeps_every_run_while_other_processes_read(tmp_path):
+    """Issue 18.1 as a user met it: ``seqdyn sweep`` opens the store, then ``run_sweep`` opens it again; a report
+    between two runs must not cost the runs after it (they stayed "running" at their first step)."""
+    sweep = SweepConfig.model_validate({"name": "demo", "task": MQAR, "model": {"layers": 1, "d_model": 16},
+                                        "train": {"steps": 4, "eval_every": 2},
+                                        "sweep": {"optimizer.lr": [1e-3, 1e-2]}})
+    path = tmp_path / "runs.db"
+    opened = Store(path)
+    finished = []
+    run_sweep(sweep, path, progress=False, on_result=lambda result: finished.append(
+        _sqlite_in_another_process(path, "SELECT COUNT(*) FROM runs WHERE status = 'finished'")[0][0]))
+    assert finished == [1, 2]
+    assert _sqlite_in_another_process(path, "SELECT status, step FROM runs") == [["finished", 4]] * 2
+    opened.close()
 
 
 def test_stores_of_one_process_share_one_connection(tmp_path, configs):
