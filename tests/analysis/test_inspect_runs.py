@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from seqdyn.cli import app
 from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import Store
 from seqdyn.train.sweep import checkpoint_dir_for, run_sweep
+from tests.train._helpers import unprivileged
 
 SWEEP = {
     "name": "inspect-demo",
@@ -98,21 +98,6 @@ def test_inspect_command_bad_input_exits_2(trained, tmp_path, args, message):
     assert Store(store_path, readonly=True).runs() == before
 
 
-def _unprivileged(command: list[str], locked: Path) -> list[str]:
-    """``command`` as a process that file permissions bind: as root, without the capabilities that override
-    them (``setpriv``); skips where that cannot be had."""
-    if os.geteuid() != 0:
-        return command
-    setpriv = shutil.which("setpriv")
-    prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner"] if setpriv else []
-    probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(locked / 'probe')!r}, 'w')"],
-                           capture_output=True)
-    if not prefix or probe.returncode == 0:
-        (locked / "probe").unlink(missing_ok=True)
-        pytest.skip("running as root without a way to drop the capabilities that ignore file permissions")
-    return [*prefix, *command]
-
-
 def test_report_and_inspect_read_a_store_on_read_only_media(trained, tmp_path):
     """Issue 18.1: a store whose file and folder are not writable (read-only media) is read by ``report`` and
     ``inspect``, and neither changes a byte of it."""
@@ -133,7 +118,7 @@ def test_report_and_inspect_read_a_store_on_read_only_media(trained, tmp_path):
         commands = [["report", "--store", str(media / "runs.db")],
                     ["inspect", ids["gla"], "--store", str(media / "runs.db"), "--examples", "2"]]
         for command in commands:
-            done = subprocess.run(_unprivileged([*seqdyn, *command], media), capture_output=True, text=True,
+            done = subprocess.run(unprivileged([*seqdyn, *command], media), capture_output=True, text=True,
                                   timeout=300, env={**os.environ, "COLUMNS": "200"})
             assert done.returncode == 0, done.stderr
             assert "inspect-demo[mixer=gla" in done.stdout

@@ -9,6 +9,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import STATUSES, MetricRow, MissingDependencyError, RunRecord, Store
 from seqdyn.train.sweep import run_sweep
-from tests.train._helpers import MQAR, add_finished, sweep_configs, worker
+from tests.train._helpers import MQAR, add_finished, sweep_configs, unprivileged, worker
 
 
 class Clock:
@@ -249,6 +250,46 @@ def test_read_only_store(tmp_path, configs):
         assert reader.run(run_id).status == "pending"
         with pytest.raises(ValueError, match="read-only"):
             reader.claim(run_id, "a")
+
+
+_READ_EACH = """
+import sys
+from seqdyn.train.store import Store
+for path in sys.argv[1:]:
+    try:
+        print(len(Store(path, readonly=True).runs()))
+    except ValueError as error:
+        print(error)
+"""
+
+
+def test_a_store_on_read_only_media_is_read_or_refused_in_one_line(tmp_path, configs):
+    """Issue 18.1: a store copied to read-only media is readable; a copy whose -wal holds writes that SQLite cannot
+    read there (no -shm can be made) is refused in one line instead of being read without them."""
+    clean, dirty = tmp_path / "clean", tmp_path / "dirty"
+    with Store(tmp_path / "runs.db") as store:
+        add(store, configs[0])
+        dirty.mkdir()
+        for name in ("runs.db", "runs.db-wal"):  # the run is in the -wal only
+            shutil.copy(tmp_path / name, dirty / name)
+    clean.mkdir()
+    shutil.copy(tmp_path / "runs.db", clean / "runs.db")
+    for folder in (clean, dirty):
+        for path in folder.iterdir():
+            path.chmod(0o444)
+        folder.chmod(0o555)
+    try:
+        command = unprivileged([sys.executable, "-c", _READ_EACH, str(clean / "runs.db"), str(dirty / "runs.db")],
+                               clean)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    finally:
+        for folder in (clean, dirty):
+            folder.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "1", f"results store {dirty / 'runs.db'}: runs.db-wal holds writes that SQLite reads only with a -shm file "
+             "beside it, and the folder is read-only; copy the store's files to a writable one"]
+    assert _listing(clean) == ["runs.db"] and _listing(dirty) == ["runs.db", "runs.db-wal"]
 
 
 def test_store_pickles_to_another_process(store, configs):

@@ -534,6 +534,10 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     conn = _sqlite_connect(path, f"{uri}?mode=ro", uri=True)
     if _on_read_only_media(conn):
         conn.close()
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:  # immutable would ignore the writes it holds
+            raise ValueError(f"results store {path}: {wal.name} holds writes that SQLite reads only with a -shm "
+                             f"file beside it, and the folder is read-only; copy the store's files to a writable one")
         conn = _sqlite_connect(path, f"{uri}?mode=ro&immutable=1", uri=True)
     with _closing_on_error(conn, path):
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -542,8 +546,8 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
 
 
 def _on_read_only_media(conn: sqlite3.Connection) -> bool:
-    """True where SQLite cannot make the ``-shm`` file beside a WAL store that has no ``-wal``: the folder is
-    not writable, so no writer can be at work there either, and the file may be read as ``immutable``."""
+    """True where SQLite cannot make the ``-shm`` file beside a WAL store: the folder is not writable, so no
+    writer can be at work there either, and the file may be read as ``immutable`` (if no ``-wal`` holds writes)."""
     try:
         conn.execute("PRAGMA user_version").fetchone()
     except sqlite3.OperationalError as error:
