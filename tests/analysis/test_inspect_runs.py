@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -10,7 +15,8 @@ from seqdyn.analysis.runs import inspect_run, principle_points
 from seqdyn.cli import app
 from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import Store
-from seqdyn.train.sweep import run_sweep
+from seqdyn.train.sweep import checkpoint_dir_for, run_sweep
+from tests.train._helpers import unprivileged
 
 SWEEP = {
     "name": "inspect-demo",
@@ -90,3 +96,34 @@ def test_inspect_command_bad_input_exits_2(trained, tmp_path, args, message):
     assert result.exit_code == 2
     assert message in result.output
     assert Store(store_path, readonly=True).runs() == before
+
+
+def test_report_and_inspect_read_a_store_on_read_only_media(trained, tmp_path):
+    """Issue 18.1: a store whose file and folder are not writable (read-only media) is read by ``report`` and
+    ``inspect``, and neither changes a byte of it."""
+    store_path, ids = trained
+    with Store(store_path) as store:  # everything into the file, no -wal left to copy
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    media = tmp_path / "media"
+    shutil.copytree(checkpoint_dir_for(store_path), checkpoint_dir_for(media / "runs.db"))
+    shutil.copy(store_path, media / "runs.db")
+    locked = [media / "runs.db", *checkpoint_dir_for(media / "runs.db").iterdir()]
+    for path in locked:
+        path.chmod(0o444)
+    for folder in (checkpoint_dir_for(media / "runs.db"), media):
+        folder.chmod(0o555)
+    before = ((media / "runs.db").read_bytes(), (media / "runs.db").stat().st_mtime_ns)
+    try:
+        seqdyn = [sys.executable, "-m", "seqdyn"]
+        commands = [["report", "--store", str(media / "runs.db")],
+                    ["inspect", ids["gla"], "--store", str(media / "runs.db"), "--examples", "2"]]
+        for command in commands:
+            done = subprocess.run(unprivileged([*seqdyn, *command], media), capture_output=True, text=True,
+                                  timeout=300, env={**os.environ, "COLUMNS": "200"})
+            assert done.returncode == 0, done.stderr
+            assert "inspect-demo[mixer=gla" in done.stdout
+        assert ((media / "runs.db").read_bytes(), (media / "runs.db").stat().st_mtime_ns) == before
+        assert sorted(p.name for p in media.iterdir()) == ["runs.checkpoints", "runs.db"]
+    finally:
+        for folder in (media, checkpoint_dir_for(media / "runs.db")):
+            folder.chmod(0o755)

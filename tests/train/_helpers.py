@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.store import Store
@@ -48,3 +55,19 @@ def worker(path: str, owner: str, run_ids: list[str], configs: list[dict], barri
         store.finish(run_id, owner, "finished", step=steps, final_metric=1.0, best_metric=1.0,
                      metric_name="accuracy", wall_time=0.1)
     store.close()
+
+
+def unprivileged(command: list[str], locked: Path) -> list[str]:
+    """``command`` as a process that file permissions bind (to read a store on read-only media, simulated by a
+    read-only folder ``locked``): as root, without the capabilities that override them (``setpriv``); skips
+    where that cannot be had."""
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner"] if setpriv else []
+    probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(locked / 'probe')!r}, 'w')"],
+                           capture_output=True)
+    if not prefix or probe.returncode == 0:
+        (locked / "probe").unlink(missing_ok=True)
+        pytest.skip("running as root without a way to drop the capabilities that ignore file permissions")
+    return [*prefix, *command]

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import csv
+import gc
+import json
 import math
 import multiprocessing
 import os
 import pickle
+import shutil
 import sqlite3
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import STATUSES, MetricRow, MissingDependencyError, RunRecord, Store
-from tests.train._helpers import add_finished, sweep_configs, worker
+from seqdyn.train.sweep import run_sweep
+from tests.train._helpers import MQAR, add_finished, sweep_configs, unprivileged, worker
 
 
 class Clock:
@@ -218,6 +226,9 @@ def test_foreign_files_are_left_untouched(tmp_path):
     text.write_text("not a database")
     with pytest.raises(ValueError, match="notes.db: not a SQLite database"):
         Store(text)
+    with pytest.raises(ValueError, match="notes.db: not a SQLite database"):
+        Store(text, readonly=True)
+    assert text.read_text() == "not a database"
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as conn:
         conn.execute("CREATE TABLE t (x)")
@@ -239,6 +250,46 @@ def test_read_only_store(tmp_path, configs):
         assert reader.run(run_id).status == "pending"
         with pytest.raises(ValueError, match="read-only"):
             reader.claim(run_id, "a")
+
+
+_READ_EACH = """
+import sys
+from seqdyn.train.store import Store
+for path in sys.argv[1:]:
+    try:
+        print(len(Store(path, readonly=True).runs()))
+    except ValueError as error:
+        print(error)
+"""
+
+
+def test_a_store_on_read_only_media_is_read_or_refused_in_one_line(tmp_path, configs):
+    """Issue 18.1: a store copied to read-only media is readable; a copy whose -wal holds writes that SQLite cannot
+    read there (no -shm can be made) is refused in one line instead of being read without them."""
+    clean, dirty = tmp_path / "clean", tmp_path / "dirty"
+    with Store(tmp_path / "runs.db") as store:
+        add(store, configs[0])
+        dirty.mkdir()
+        for name in ("runs.db", "runs.db-wal"):  # the run is in the -wal only
+            shutil.copy(tmp_path / name, dirty / name)
+    clean.mkdir()
+    shutil.copy(tmp_path / "runs.db", clean / "runs.db")
+    for folder in (clean, dirty):
+        for path in folder.iterdir():
+            path.chmod(0o444)
+        folder.chmod(0o555)
+    try:
+        command = unprivileged([sys.executable, "-c", _READ_EACH, str(clean / "runs.db"), str(dirty / "runs.db")],
+                               clean)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    finally:
+        for folder in (clean, dirty):
+            folder.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "1", f"results store {dirty / 'runs.db'}: runs.db-wal holds writes that SQLite reads only with a -shm file "
+             "beside it, and the folder is read-only; copy the store's files to a writable one"]
+    assert _listing(clean) == ["runs.db"] and _listing(dirty) == ["runs.db", "runs.db-wal"]
 
 
 def test_store_pickles_to_another_process(store, configs):
@@ -273,6 +324,125 @@ def test_two_processes_share_one_store(tmp_path):
         assert len(rows) == len(ids) * steps * 3
         assert len({(r.run_id, r.step, r.split, r.name) for r in rows}) == len(rows)
         assert {(r.run_id, r.step) for r in rows} == {(i, s) for i in ids for s in range(1, steps + 1)}
+
+
+def _sqlite_in_another_process(path: Path, sql: str) -> list:
+    """Run ``sql`` in a fresh process with a plain SQLite connection (as the ``sqlite3`` shell or a report would:
+    open, read, close) and return its rows."""
+    script = (f"import json, sqlite3; c = sqlite3.connect({str(path)!r}); "
+              f"print(json.dumps(c.execute({sql!r}).fetchall())); c.close()")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+def test_a_second_store_in_one_process_keeps_the_wal_alive(tmp_path, configs):
+    """Issue 18.1: a sweep's second Store on the file must not drop the first one's locks, or another process's
+    open/close checkpoints and deletes the live -wal and every later write is lost."""
+    path = tmp_path / "runs.db"
+    first = Store(path)
+    add(first, configs[0])
+    second = Store(path)
+    assert _sqlite_in_another_process(path, "SELECT COUNT(*) FROM runs") == [[1]]
+    add(second, configs[1])
+    add(first, configs[2])
+    seen = _sqlite_in_another_process(path, "SELECT id FROM runs ORDER BY rowid")
+    assert seen == [[c.run_id] for c in configs[:3]]
+    first.close()
+    second.close()
+    assert _sqlite_in_another_process(path, "SELECT COUNT(*) FROM runs") == [[3]]
+
+
+def test_a_sweep_keeps_every_run_while_other_processes_read(tmp_path):
+    """Issue 18.1 as a user met it: ``seqdyn sweep`` opens the store, then ``run_sweep`` opens it again; a report
+    between two runs must not cost the runs after it (they stayed "running" at their first step)."""
+    sweep = SweepConfig.model_validate({"name": "demo", "task": MQAR, "model": {"layers": 1, "d_model": 16},
+                                        "train": {"steps": 4, "eval_every": 2},
+                                        "sweep": {"optimizer.lr": [1e-3, 1e-2]}})
+    path = tmp_path / "runs.db"
+    opened = Store(path)
+    finished = []
+    run_sweep(sweep, path, progress=False, on_result=lambda result: finished.append(
+        _sqlite_in_another_process(path, "SELECT COUNT(*) FROM runs WHERE status = 'finished'")[0][0]))
+    assert finished == [1, 2]
+    assert _sqlite_in_another_process(path, "SELECT status, step FROM runs") == [["finished", 4]] * 2
+    opened.close()
+
+
+def test_stores_of_one_process_share_one_connection(tmp_path, configs):
+    path = tmp_path / "runs.db"
+    first, second = Store(path), Store(str(path))
+    reader = Store(path, readonly=True)
+    assert first.conn is second.conn is reader.conn
+    first.close()
+    first.close()  # closing twice is harmless
+    with pytest.raises(ValueError, match="runs.db: closed"):
+        first.run(configs[0].run_id)
+    add(second, configs[0])  # the others keep the connection
+    assert reader.run(configs[0].run_id).status == "pending"
+    conn = second.conn
+    second.close()
+    reader.close()
+    with pytest.raises(sqlite3.ProgrammingError):  # the last store closed it
+        conn.execute("SELECT 1")
+    with Store(path) as again:
+        assert again.conn is not conn and again.run(configs[0].run_id).status == "pending"
+    dropped = Store(path)
+    conn = dropped.conn
+    del dropped  # a store nobody closed leaves when it is collected
+    gc.collect()
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")
+
+
+def test_stores_on_one_connection_write_from_many_threads(tmp_path):
+    configs = sweep_configs({"optimizer.lr": [i * 1e-4 for i in range(1, 41)]})
+    path = tmp_path / "runs.db"
+    Store(path).close()
+
+    def add_half(half: int) -> None:
+        with Store(path) as store:
+            for config in configs[half::2]:
+                add(store, config)
+                assert store.claim(config.run_id, f"thread {half}")
+
+    threads = [threading.Thread(target=add_half, args=(half,)) for half in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    with Store(path) as store:
+        assert store.status_counts()["running"] == len(configs)
+
+
+def test_a_forked_child_opens_its_own_connection(store, configs):
+    add(store, configs[0])
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=add, args=(store, configs[1]))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    add(store, configs[2])  # the parent's connection is intact
+    assert [r.id for r in store.runs()] == [c.run_id for c in configs[:3]]
+
+
+def _snapshot(path: Path) -> tuple[bytes, int, list[str]]:
+    return path.read_bytes(), path.stat().st_mtime_ns, _listing(path.parent)
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_opening_a_store_does_not_rewrite_it(tmp_path, configs, readonly):
+    """Issue 18.1: opening an existing store (and closing it without writes) leaves its bytes and mtime as they
+    were; before, every writable open rewrote the schema and version."""
+    path = tmp_path / "runs.db"
+    with Store(path) as store:
+        add(store, configs[0])
+    before = _snapshot(path)
+    with Store(path, readonly=readonly) as store:
+        assert store.run(configs[0].run_id).status == "pending"
+    after = _snapshot(path)
+    assert after[:2] == before[:2]
+    if not readonly:  # a read-only connection may leave empty -wal and -shm files beside it
+        assert after[2] == before[2]
 
 
 # --- export ----------------------------------------------------------------------------------------------------

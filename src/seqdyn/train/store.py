@@ -19,7 +19,12 @@ Run life cycle (``STATUSES``)::
                                     v  |
                                  interrupted
 
-Open one :class:`Store` per process (a store object passed to another process reopens its connection there).
+A process holds one SQLite connection per file, shared by every :class:`Store` it opens on that file (a
+store object passed to another process, or inherited by a fork, opens that process's own). Nothing but SQLite
+ever opens the file: closing any descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+included, and another process could then checkpoint and delete the ``-wal`` that this one still writes into.
+A writable open writes nothing unless the file lacks the current schema; a read-only open (``readonly=True``)
+never writes and also reads a store on read-only media.
 Times are seconds since the epoch (``time.time()``); NaN metric values are stored as NULL and read back as NaN.
 """
 
@@ -33,6 +38,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -44,7 +50,6 @@ CLAIMABLE_STATUSES = ("pending", "interrupted")
 EXPORT_FORMATS = ("csv", "parquet")
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
-_SQLITE_HEADER = b"SQLite format 3\x00"
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -132,6 +137,29 @@ _RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
 _METRIC_COLUMNS = tuple(f.name for f in fields(MetricRow))
 
 
+@dataclass
+class _Shared:
+    """One SQLite connection of this process to one file, the lock that serializes its use, and its users."""
+
+    conn: sqlite3.Connection
+    lock: threading.RLock
+    users: int = 0
+
+
+# (pid, st_dev, st_ino, readonly) -> the connection; the pid keeps a forked child off its parent's connections.
+# Reentrant: the garbage collector may finalize an unclosed store (and release its share) while the lock is held.
+_CONNECTIONS: dict[tuple[int, int, int, bool], _Shared] = {}
+_CONNECTIONS_LOCK = threading.RLock()
+
+
+def _reset_lock_in_child() -> None:
+    global _CONNECTIONS_LOCK
+    _CONNECTIONS_LOCK = threading.RLock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_reset_lock_in_child)
+
+
 class Store:
     """A results store in the SQLite file ``path`` (created with its tables when absent).
 
@@ -146,59 +174,34 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self.clock = clock
-        self._lock = threading.RLock()
-        _check_path(self.path, readonly)
-        existed = self.path.exists()
-        try:
-            self._conn = self._connect()
-        except ValueError:
-            if not existed:  # leave no trace of a store that could not be made
-                for suffix in ("", "-wal", "-shm"):
-                    self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
-            raise
-        self._pid = os.getpid()
+        self._attach()
 
     # --- connection ---------------------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            if self.readonly:
-                uri = f"{self.path.resolve().as_uri()}?mode=ro"
-                conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                       check_same_thread=False)
-            else:
-                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                       check_same_thread=False)
-        except sqlite3.Error as error:
-            raise ValueError(f"results store {self.path}: cannot open ({error})") from None
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            _check_schema(conn, self.path, self.readonly)
-            if not self.readonly:
-                _set_wal(conn, self.path)
-                conn.execute("PRAGMA synchronous = NORMAL")  # in WAL mode: durable across process crashes
-                conn.execute("PRAGMA foreign_keys = ON")
-                _create_schema(conn)
-        except sqlite3.Error as error:
-            conn.close()
-            raise ValueError(f"results store {self.path}: cannot use the file ({error})") from None
-        except ValueError:
-            conn.close()
-            raise
-        return conn
+    def _attach(self) -> None:
+        """Join this process's connection to the file, opening (and checking) it if there is none yet."""
+        self._key, self._shared = _acquire(self.path, self.readonly)
+        self._pid = os.getpid()
+        self._release = weakref.finalize(self, _release, self._key)  # also when a store is dropped unclosed
 
     @property
     def conn(self) -> sqlite3.Connection:
-        """This process's connection (reopened after a fork or in a process the store was pickled to)."""
+        """This process's connection to the file, shared with its other stores (joined anew after a fork or in
+        a process the store was pickled to)."""
+        return self._handle().conn
+
+    def _handle(self) -> _Shared:
+        if not self._release.alive:
+            raise ValueError(f"results store {self.path}: closed")
         if self._pid != os.getpid():
-            self._conn = self._connect()
-            self._pid = os.getpid()
-        return self._conn
+            self._release.detach()  # the parent's connection stays the parent's
+            self._attach()
+        return self._shared
 
     def close(self) -> None:
-        """Close the connection (the WAL is checkpointed when the last connection closes)."""
-        with self._lock:
-            if self._pid == os.getpid():
-                self._conn.close()
+        """Leave the shared connection; the last store of the process to leave closes it (and SQLite
+        checkpoints the WAL when no other process has the file open)."""
+        if self._pid == os.getpid():
+            self._release()
 
     def __enter__(self) -> Store:
         return self
@@ -220,8 +223,9 @@ class Store:
         """One write transaction, the write lock taken up front (``BEGIN IMMEDIATE``)."""
         if self.readonly:
             raise ValueError(f"results store {self.path}: opened read-only")
-        with self._lock:
-            conn = self.conn
+        shared = self._handle()
+        with shared.lock:
+            conn = shared.conn
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -231,9 +235,9 @@ class Store:
             conn.execute("COMMIT")
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            cursor = self.conn.execute(sql, tuple(params))
-            return cursor.fetchall()
+        shared = self._handle()
+        with shared.lock:
+            return shared.conn.execute(sql, tuple(params)).fetchall()
 
     # --- runs -----------------------------------------------------------------------------------------
     def add_run(self, run_id: str, name: str, config: dict[str, Any], sweep: str | None = None) -> bool:
@@ -456,8 +460,130 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _acquire(path: Path, readonly: bool) -> tuple[tuple[int, int, int, bool], _Shared]:
+    """This process's connection to the store ``path``, opened and checked when it has none.
+
+    A read-only store shares a writable connection the process already has; two connections of one process
+    to one file (a read-only one and a writable one) are safe, as SQLite keeps their locks together."""
+    with _CONNECTIONS_LOCK:
+        _check_path(path, readonly)
+        found = _registered(path, readonly) if path.exists() else None
+        if found is not None:
+            found[1].users += 1
+            if _CONNECTIONS.get(found[0]) is found[1]:  # else a store collected meanwhile closed it
+                return found
+        conn = _open(path, readonly)
+        stat = path.stat()
+        key = (os.getpid(), stat.st_dev, stat.st_ino, readonly)
+        shared = _CONNECTIONS[key] = _Shared(conn, threading.RLock(), users=1)
+        return key, shared
+
+
+def _registered(path: Path, readonly: bool) -> tuple[tuple[int, int, int, bool], _Shared] | None:
+    stat = path.stat()
+    for mode in (False, True) if readonly else (False,):
+        key = (os.getpid(), stat.st_dev, stat.st_ino, mode)
+        if key in _CONNECTIONS:
+            return key, _CONNECTIONS[key]
+    return None
+
+
+def _release(key: tuple[int, int, int, bool]) -> None:
+    """One store of this process leaves the connection ``key``; the last one closes it."""
+    if key[0] != os.getpid():
+        return
+    with _CONNECTIONS_LOCK:
+        shared = _CONNECTIONS[key]
+        shared.users -= 1
+        if shared.users == 0:
+            del _CONNECTIONS[key]
+            with shared.lock:
+                shared.conn.close()
+
+
+def _open(path: Path, readonly: bool) -> sqlite3.Connection:
+    """A new checked connection to ``path``; a store that could not be made leaves no file behind."""
+    existed = path.exists()
+    try:
+        return _connect_readonly(path) if readonly else _connect_writable(path)
+    except ValueError:
+        if not existed:
+            for suffix in ("", "-wal", "-shm"):
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
+        raise
+
+
+def _connect_writable(path: Path) -> sqlite3.Connection:
+    """Open read-write; switch to WAL and write the schema only where the file lacks them."""
+    conn = _sqlite_connect(path, str(path), uri=False)
+    with _closing_on_error(conn, path):
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        current = _check_schema(conn, path, readonly=False)
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            _set_wal(conn, path)
+        conn.execute("PRAGMA synchronous = NORMAL")  # in WAL mode: durable across process crashes
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not current:
+            _create_schema(conn)
+    return conn
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """Open read-only (``mode=ro``): nothing is written to the file, whatever the command does."""
+    uri = path.resolve().as_uri()
+    conn = _sqlite_connect(path, f"{uri}?mode=ro", uri=True)
+    if _on_read_only_media(conn):
+        conn.close()
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:  # immutable would ignore the writes it holds
+            raise ValueError(f"results store {path}: {wal.name} holds writes that SQLite reads only with a -shm "
+                             f"file beside it, and the folder is read-only; copy the store's files to a writable one")
+        conn = _sqlite_connect(path, f"{uri}?mode=ro&immutable=1", uri=True)
+    with _closing_on_error(conn, path):
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        _check_schema(conn, path, readonly=True)
+    return conn
+
+
+def _on_read_only_media(conn: sqlite3.Connection) -> bool:
+    """True where SQLite cannot make the ``-shm`` file beside a WAL store: the folder is not writable, so no
+    writer can be at work there either, and the file may be read as ``immutable`` (if no ``-wal`` holds writes)."""
+    try:
+        conn.execute("PRAGMA user_version").fetchone()
+    except sqlite3.OperationalError as error:
+        return getattr(error, "sqlite_errorname", "").startswith(("SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN"))
+    except sqlite3.DatabaseError:
+        pass  # not a database: the schema check says so
+    return False
+
+
+def _sqlite_connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
+    try:
+        return sqlite3.connect(target, uri=uri, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.Error as error:
+        raise ValueError(f"results store {path}: cannot open ({error})") from None
+
+
+@contextlib.contextmanager
+def _closing_on_error(conn: sqlite3.Connection, path: Path) -> Iterator[None]:
+    """Close ``conn`` on any error; SQLite's errors become one-line ``ValueError``s naming the file."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        conn.close()
+        if getattr(error, "sqlite_errorname", "") == "SQLITE_NOTADB":
+            raise ValueError(f"results store {path}: not a SQLite database") from None
+        raise ValueError(f"results store {path}: cannot use the file ({error})") from None
+    except BaseException:
+        conn.close()
+        raise
+
+
 def _check_path(path: Path, readonly: bool) -> None:
-    """Raise ValueError (naming the path and the reason) unless ``path`` can hold a store; touch nothing."""
+    """Raise ValueError (naming the path and the reason) unless ``path`` can hold a store; opens nothing (closing
+    a descriptor of the file would drop this process's SQLite locks on it), so the file's header is left for
+    SQLite to check."""
     def fail(reason: str) -> None:
         raise ValueError(f"results store {path}: {reason}")
 
@@ -478,14 +604,11 @@ def _check_path(path: Path, readonly: bool) -> None:
             fail(f"directory {parent} is not writable")
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
             fail("file is not writable")
-    if path.exists() and path.stat().st_size > 0:
-        with open(path, "rb") as handle:
-            if handle.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
-                fail("not a SQLite database")
 
 
-def _check_schema(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
-    """Refuse a SQLite file that another program made, or a newer seqdyn; reads only."""
+def _check_schema(conn: sqlite3.Connection, path: Path, readonly: bool) -> bool:
+    """Refuse a SQLite file that another program made, or a newer seqdyn; reads only. True when the file holds
+    this seqdyn's schema (nothing to create or migrate)."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if version > SCHEMA_VERSION:
@@ -493,6 +616,7 @@ def _check_schema(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
     if (tables or readonly) and not {"runs", "metrics"} <= tables:
         names = ", ".join(sorted(tables)) or "none"
         raise ValueError(f"results store {path}: a SQLite database that is not a seqdyn store (tables: {names})")
+    return version == SCHEMA_VERSION and {"runs", "metrics"} <= tables
 
 
 def _set_wal(conn: sqlite3.Connection, path: Path) -> None:
@@ -512,8 +636,12 @@ def _set_wal(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables and set the version, unless another process did so since this one looked."""
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            conn.execute("COMMIT")
+            return
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
