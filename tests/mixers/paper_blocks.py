@@ -16,11 +16,19 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
-def gated_head_output(output, o: Tensor, u: Tensor) -> Tensor:
+def head_output(output, o: Tensor, u: Tensor, gated: bool = True) -> Tensor:
     """``W_O (RMSNorm_head(o) ⊙ SiLU(W_g u))`` — the output stage of GLA, RetNet and (Gated) DeltaNet — from the
-    weights of a ``seqdyn.nn.HeadOutput`` ``output``; ``o`` ``[B, T, H, V]``, ``u`` ``[B, T, D]``.  Without a gate
-    (``output.gate`` is ``None``) ``W_O RMSNorm_head(o)``."""
+    weights of a ``seqdyn.nn.HeadOutput`` ``output``; ``o`` ``[B, T, H, V]``, ``u`` ``[B, T, D]``.  ``gated=False``
+    (DeltaNet, TTT): ``W_O RMSNorm_head(o)``, whatever gate ``output`` holds."""
     normed = rms_norm(o, output.norm.weight, output.norm.eps).flatten(2)
-    if output.gate is not None:
+    if gated:
         normed = normed * silu(u @ output.gate.weight.T)
     return normed @ output.out.weight.T
+
+
+def short_conv(x: Tensor, conv) -> Tensor:
+    """``SiLU(b + Σ_{s<w} W[:, s] ⊙ x_{t−w+1+s})`` per channel, zero before the start — the short causal
+    convolution of Mamba, GLA and DeltaNet, from the weights of a ``seqdyn.nn.ShortConv`` ``conv``."""
+    width, length = conv.weight.shape[1], x.shape[1]
+    padded = torch.cat([x.new_zeros(x.shape[0], width - 1, x.shape[2]), x], dim=1)
+    return silu(sum(conv.weight[:, s] * padded[:, s:s + length] for s in range(width)) + conv.bias)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.mixers.paper_blocks import gated_head_output
+from tests.mixers.paper_blocks import head_output
 from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, inputs
 
 D, HEADS = 16, 2
@@ -30,7 +30,7 @@ def gla_layer(mixer, x):
         S = torch.exp(log_alpha[:, t, :, :, None]) * S + k[:, t, :, :, None] * v[:, t, :, None, :]
         outputs.append(torch.einsum("bhk,bhkv->bhv", q[:, t], S))
     o = torch.stack(outputs, dim=1)  # [B, T, H, V]
-    y = gated_head_output(mixer.output, o, x)
+    y = head_output(mixer.output, o, x)
     cumulative = log_alpha.cumsum(1)  # Σ_{t≤i} log α_t  [B, T, H, K]
     decay = torch.exp(cumulative[:, :, None] - cumulative[:, None, :])  # [B, i, j, H, K]
     A = torch.einsum("bihc,bijhc,bjhc->bhij", q, decay, k).tril()

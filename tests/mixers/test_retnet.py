@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.mixers.paper_blocks import gated_head_output
+from tests.mixers.paper_blocks import head_output
 from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, inputs
 
 D, HEADS = 16, 2
@@ -30,7 +30,7 @@ def retnet_layer(mixer, x):
         S = gamma[:, None, None] * S + k[:, t, :, :, None] * v[:, t, :, None, :]
         outputs.append(torch.einsum("bhk,bhkv->bhv", q[:, t], S))
     o = torch.stack(outputs, dim=1)  # [B, T, H, V]
-    y = gated_head_output(mixer.output, o, x)
+    y = head_output(mixer.output, o, x)
     distance = torch.arange(length)[:, None] - torch.arange(length)[None, :]
     decay = gamma[:, None, None] ** distance.clamp(min=0) * (distance >= 0)
     return y, S, torch.einsum("bihk,bjhk->bhij", q, k) * decay
