@@ -38,7 +38,8 @@ def custom_layer(options):
             q, k = (torch.where(t > 0, t + 1, torch.exp(t)) for t in (q, k))
         v = (x @ mixer.v.weight.T).view(batch, length, heads, -1)
         if options["decay"] == "scalar":  # Mamba-2
-            log_d = (-torch.exp(mixer.decay.a_log) * F.softplus(x @ mixer.decay.proj.weight.T + mixer.decay.dt_bias))[..., None]
+            gate = mixer.decay
+            log_d = (-torch.exp(gate.a_log) * F.softplus(x @ gate.proj.weight.T + gate.dt_bias))[..., None]
         else:  # GLA, per key channel
             gate = mixer.decay
             log_d = F.logsigmoid(x @ gate.down.weight.T @ gate.up.weight.T + gate.up.bias).view(q.shape) / 16
@@ -49,7 +50,8 @@ def custom_layer(options):
             if options.get("scale") == "input" else k.shape[-1] ** -0.5
         cache, scores = x.new_zeros(batch, heads, 0, k.shape[-1]), x.new_zeros(batch, heads, length, length)
         for i in range(length):  # cache [B, H, j ≤ i, K] holds x_i^(j)
-            reflected = cache - beta[:, i, :, None, None] * k[:, i, :, None] * (cache * k[:, i, :, None]).sum(-1, keepdim=True)
+            along = (cache * k[:, i, :, None]).sum(-1, keepdim=True)  # w_iᵀ x_{i-1}^(j), w = k
+            reflected = cache - beta[:, i, :, None, None] * k[:, i, :, None] * along
             cache = torch.cat([torch.exp(log_d[:, i, :, None]) * reflected, (b * k)[:, i, :, None]], dim=2)
             scores[:, :, i, :i + 1] = torch.einsum("bhk,bhjk->bhj", q[:, i], cache)
         causal = torch.ones(length, length, dtype=torch.bool).tril()

@@ -15,7 +15,8 @@ def delta_rule_layer(mixer, x, log_alpha=None):
     """Yang et al. 2024 (and, with ``log α_t`` ``[B, T, H]``, Gated DeltaNet, Yang et al. 2025)::
 
         q, k, v = SiLU(ShortConv(W_Q u, W_K u, W_V u)),   q, k ← q/‖q‖, k/‖k‖ per head,   β_t = σ(w_βᵀ u_t)
-        S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K,   y_t = W_O (RMSNorm(o_t) [⊙ SiLU(W_g u_t)])
+        S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K
+        y_t = W_O (RMSNorm_head(o_t) [⊙ SiLU(W_g u_t)])
 
     Returns ``(y, (S / √K, last w − 1 projections), A)``: the mixer keeps the query scale K^-½ in its state (b =
     β K^-½), and its convolution's state is the inputs it has not finished with.

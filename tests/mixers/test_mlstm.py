@@ -13,8 +13,8 @@ D, HEADS = 16, 2
 
 
 def mlstm_layer(mixer, x):
-    """Per head, ``q, k, v = W_q u, W_k u / √K, W_v u``, ``ĩ_t = w_iᵀu_t + b_i``, ``log f_t = logsigmoid(w_fᵀu_t + b_f)``,
-    ``o_t = σ(W_o u_t + b_o)``, with the max-stabilizer ``m_t``::
+    """Per head, ``q, k, v = W_q u, W_k u / √K, W_v u``, ``ĩ_t = w_iᵀu_t + b_i``,
+    ``log f_t = logsigmoid(w_fᵀu_t + b_f)``, ``o_t = σ(W_o u_t + b_o)``, with the max-stabilizer ``m_t``::
 
         m_t = max(log f_t + m_{t-1}, ĩ_t),   i'_t = exp(ĩ_t − m_t),   f'_t = exp(log f_t + m_{t-1} − m_t)
         C_t = f'_t C_{t-1} + i'_t k_t v_tᵀ,   n_t = f'_t n_{t-1} + i'_t k_t
@@ -30,7 +30,8 @@ def mlstm_layer(mixer, x):
     i_tilde = x @ mixer.input_gate.weight.T + mixer.input_gate.bias  # [B, T, H]
     log_f = F.logsigmoid(x @ mixer.forget_gate.weight.T + mixer.forget_gate.bias)
     o = torch.sigmoid(x @ mixer.output_gate.weight.T + mixer.output_gate.bias)  # [B, T, D]
-    C, n, m = x.new_zeros(batch, HEADS, k.shape[-1], v.shape[-1]), x.new_zeros(batch, HEADS, k.shape[-1]), x.new_zeros(batch, HEADS)
+    C, n = x.new_zeros(batch, HEADS, k.shape[-1], v.shape[-1]), x.new_zeros(batch, HEADS, k.shape[-1])
+    m = x.new_zeros(batch, HEADS)
     outputs = []
     for t in range(length):
         m_next = torch.maximum(log_f[:, t] + m, i_tilde[:, t])
