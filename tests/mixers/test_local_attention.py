@@ -1,5 +1,6 @@
 """Local attention's chunked path (seed 002 §3.4) against the band-masked softmax written out, on both of its
-forms: two fused attentions merged by their log-sum-exps (CPU) and one attention with a bottom-right causal mask."""
+forms: two fused attentions merged by their log-sum-exps (CPU) and one attention with a bottom-right causal mask;
+and the whole layer against the paper's definition (output, window cache after stepping, coefficients)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from seqdyn import mixers
 from seqdyn.mixers import local_attention
 from seqdyn.mixers.local_attention import _TwoPartAttention
+from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, inputs
 
 F64 = torch.float64
 
@@ -69,3 +71,28 @@ def test_two_part_attention_passes_gradcheck():
 
 def test_the_mask_form_runs_off_the_cpu_path():
     assert local_attention._TwoPartAttention.available(torch.zeros(1, device="meta")) is False
+
+
+def local_attention_layer(mixer, x):
+    """Seed 002 §3.4 as dense matrices: chunks of C = window tokens; query i reads keys j ≤ i of its own and the
+    previous chunk, ``A = softmax(q kᵀ / √K)`` over them, ``y = W_O (A v)``.
+
+    Returns ``(y, state, A)`` with the state the keys and values from the start of the chunk before the last
+    token's own (all the next token reads) and the position."""
+    batch, length, _ = x.shape
+    w_q, w_k, w_v = mixer.qkv.weight.chunk(3, dim=0)
+    q, k, v = ((x @ w.T).view(batch, length, mixer.heads, -1).transpose(1, 2) for w in (w_q, w_k, w_v))
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    band = (j <= i) & (j // mixer.window >= i // mixer.window - 1)
+    A = torch.softmax((q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~band, float("-inf")), dim=-1)
+    y = (A @ v).transpose(1, 2).reshape(batch, length, -1) @ mixer.out.weight.T
+    first = max(0, (length // mixer.window - 1) * mixer.window)
+    return y, (k[:, :, first:], v[:, :, first:], torch.tensor(length)), A
+
+
+@pytest.mark.parametrize("part", PARTS)
+@pytest.mark.parametrize("length", [3, 11])  # within the first chunk; three chunks, the last one partial
+def test_local_attention_matches_its_paper(part, length):
+    mixer = double_mixer("local_attention", 16, heads=2, window=4)
+    compare_with_paper(part, mixer, inputs(2, length, 16, seed=1), local_attention_layer,
+                       state_of=lambda cache: (cache.keys, cache.values, torch.tensor(cache.position)))
