@@ -1,0 +1,62 @@
+"""Shared pieces of the paper tests (``tests/mixers/test_<name>.py``, issue 18 item 7).
+
+Each paper test writes its mixer's whole layer out from the paper's equations (float64, a plain loop or dense
+matrices, reading the mixer's own parameters) and compares it with the mixer: the output of ``forward``, the
+state after stepping token by token, and the coefficient matrix of the analysis path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqdyn import mixers
+
+F64 = torch.float64
+#: standard deviation of the noise added to every parameter, so that gates and norms leave their init values
+PERTURBATION = 0.2
+
+
+def double_mixer(name: str, d_model: int, **opts) -> mixers.Mixer:
+    """Mixer ``name`` built from seed 0 in float64, every parameter moved by N(0, PERTURBATION²) noise (a zero
+    forget-gate weight or a unit norm weight would hide a swapped or dropped term)."""
+    torch.manual_seed(0)
+    mixer = mixers.build(name, d_model, **opts).double()
+    noise = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in mixer.parameters():
+            parameter.add_(PERTURBATION * torch.randn(parameter.shape, generator=noise, dtype=parameter.dtype))
+    return mixer
+
+
+def inputs(batch: int, length: int, d_model: int, seed: int = 0) -> Tensor:
+    """Standard normal input ``[B, T, D]`` in float64."""
+    return torch.randn(batch, length, d_model, generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+
+def assert_close(actual, expected, what: str, tol: float = 1e-10) -> None:
+    """``max |actual − expected| ≤ tol · max(1, max |expected|)``, naming ``what`` and the error otherwise."""
+    actual, expected = torch.as_tensor(actual).detach(), torch.as_tensor(expected).detach()
+    assert actual.shape == expected.shape, f"{what}: shape {list(actual.shape)} != {list(expected.shape)}"
+    scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
+    error = float((actual - expected).abs().max()) if expected.numel() else 0.0
+    assert error <= tol * scale, f"{what}: max error {error:.2e} (tolerance {tol * scale:.1e})"
+
+
+def step_through(mixer: mixers.Mixer, x: Tensor):
+    """Feed ``x`` ``[B, T, D]`` token by token through ``mixer.step``: ``(outputs [B, T, D], final_state)``."""
+    state = mixer.init_state(x.shape[0])
+    outputs = []
+    for t in range(x.shape[1]):
+        y, state = mixer.step(x[:, t], state)
+        outputs.append(y)
+    return torch.stack(outputs, dim=1), state
+
+
+def coefficient_matrix(mixer: mixers.Mixer, x: Tensor) -> Tensor:
+    """The mixer's coefficients ``[B, H, T, T]`` as the analysis reads them (``seqdyn.analysis.model``)."""
+    from seqdyn.analysis.model import MixerCall, _coefficients
+
+    A = _coefficients(MixerCall(0, mixer.name, mixer, x))
+    assert A is not None, f"{mixer.name} has no scalar coefficients"
+    return A

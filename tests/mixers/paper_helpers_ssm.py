@@ -1,0 +1,90 @@
+"""Pieces the SSM and gated-RNN paper tests share (``tests/mixers/test_<name>.py``, issue 18 item 7), written from
+their definitions without the library's convolution, operator or LTI code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqdyn.mixers import MixerState
+from tests.mixers.paper_helpers import assert_close, coefficient_matrix, step_through
+
+
+def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool) -> Tensor:
+    """Depthwise causal convolution ``y_t = b + Σ_{s<w} W[:, s] ⊙ x_{t−w+1+s}`` (zeros before the sequence), then
+    SiLU if ``silu`` — Mamba's ``conv1d(x)[..., :T]`` and Griffin's ``Conv1D``.  ``x`` ``[B, T, C]``,
+    ``W`` ``[C, w]``."""
+    width, length = weight.shape[1], x.shape[1]
+    padded = F.pad(x, (0, 0, width - 1, 0))
+    y = sum(weight[:, s] * padded[:, s:s + length] for s in range(width))
+    y = y if bias is None else y + bias
+    return F.silu(y) if silu else y
+
+
+def last_inputs(x: Tensor, count: int) -> Tensor:
+    """The last ``count`` rows of ``x`` ``[B, T, C]`` (zeros before the sequence): a short convolution's state."""
+    return F.pad(x, (0, 0, count, 0))[:, x.shape[1]:]
+
+
+def toeplitz(kernel: Tensor) -> Tensor:
+    """``A[h, i, j] = K[h, i − j]`` for ``j ≤ i``, else 0: ``[H, T]`` → ``[H, T, T]``."""
+    length = kernel.shape[-1]
+    A = kernel.new_zeros(kernel.shape[0], length, length)
+    for i in range(length):
+        for j in range(i + 1):
+            A[:, i, j] = kernel[:, i - j]
+    return A
+
+
+def decay_products(log_decay: Tensor) -> Tensor:
+    """``Π_{j<l≤i} exp(g_l)`` for ``j ≤ i`` (0 above the diagonal) from the log decays ``g`` ``[B, T, ...]``:
+    ``[B, T_i, T_j, ...]``."""
+    cumulative = log_decay.cumsum(1)
+    span = (cumulative.unsqueeze(2) - cumulative.unsqueeze(1)).clamp(max=0)  # Σ_{j<l≤i} g_l ≤ 0 where j ≤ i
+    length = log_decay.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    return torch.exp(span) * causal.reshape(1, length, length, *[1] * (log_decay.dim() - 2))
+
+
+@dataclass
+class Listing:
+    """What a paper listing computes: the layer's output ``[B, T, D]``, its final state in the mixer's layout,
+    the input each short convolution saw (by the mixer's key) and the coefficients (``[B, H, T, T]``; a MIMO
+    system's matrix kernel ``[B, 1, T, T, D, D]``)."""
+
+    output: Tensor
+    state: Tensor
+    conv_inputs: dict[str, Tensor]
+    coefficients: Tensor
+
+
+def check_output(mixer, x: Tensor, listing: Listing) -> None:
+    """Every backend's output is the listing's."""
+    for backend in mixer.backends:
+        assert_close(mixer(x, backend=backend), listing.output, f"{mixer.name} {backend} output")
+
+
+def check_step(mixer, x: Tensor, listing: Listing) -> None:
+    """Stepping token by token gives the listing's outputs, final state and convolution states."""
+    outputs, state = step_through(mixer, x)
+    assert_close(outputs, listing.output, f"{mixer.name} step outputs")
+    assert_close(state.core if isinstance(state, MixerState) else state, listing.state, f"{mixer.name} final state")
+    for key, seen in listing.conv_inputs.items():
+        width = mixer.convs[key].weight.shape[1]
+        assert_close(state.conv[key], last_inputs(seen, width - 1), f"{mixer.name} convolution state {key!r}")
+
+
+def check_coefficients(mixer, x: Tensor, listing: Listing) -> None:
+    """The analysis path's coefficient matrix (a MIMO system's DSF kernel) is the listing's."""
+    if mixer.scalar_coefficients:
+        assert_close(coefficient_matrix(mixer, x), listing.coefficients, f"{mixer.name} coefficients α_ij")
+    else:
+        assert_close(mixer.dsf(x).kernel(), listing.coefficients, f"{mixer.name} matrix kernel K_ij")
+
+
+#: the three comparisons of a paper test, for ``pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)``
+CHECKS = [check_output, check_step, check_coefficients]
+CHECK_IDS = ["output", "step", "coefficients"]
