@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqdyn import mixers
 from seqdyn.mixers import MixerState
 from tests.mixers.paper_helpers import assert_close, coefficient_matrix, step_through
 
@@ -88,3 +89,48 @@ def check_coefficients(mixer, x: Tensor, listing: Listing) -> None:
 #: the three comparisons of a paper test, for ``pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)``
 CHECKS = [check_output, check_step, check_coefficients]
 CHECK_IDS = ["output", "step", "coefficients"]
+
+
+def complex_parameter(pair: Tensor) -> Tensor:
+    """A parameter stored as (real, imaginary) in its last axis, as a complex tensor."""
+    return torch.complex(pair[..., 0], pair[..., 1])
+
+
+def glu_layer(head, y: Tensor, u: Tensor) -> Tensor:
+    """The S4 layer's output (S4, S4D, DSS): ``GLU(W GELU(y + D ⊙ u) + b)`` with ``GLU(a, b) = a ⊙ σ(b)`` over the
+    two halves of the ``2H`` channels (S4's ``output_linear``: a 1×1 convolution to 2H, then ``nn.GLU``)."""
+    a, b = (F.gelu(y + head.D * u) @ head.proj.weight.T + head.proj.bias).chunk(2, dim=-1)
+    return a * torch.sigmoid(b)
+
+
+def lti_coefficients(kernel: Tensor, batch: int) -> Tensor:
+    """The Toeplitz coefficients ``α_ij = K_{i−j}`` ``[B, H, T, T]`` of a SISO kernel ``[H, T]`` per channel."""
+    return toeplitz(kernel).expand(batch, -1, -1, -1)
+
+
+def lti_matrix_coefficients(kernels: Tensor, batch: int) -> Tensor:
+    """A MIMO system's kernel as the DSF lays it out: block ``(i, j)`` is ``K_{i−j}`` ``[Dout, Din]`` for ``j ≤ i``,
+    else 0; ``kernels`` ``[T, Dout, Din]`` → ``[B, 1, T, T, Dout, Din]``."""
+    length = kernels.shape[0]
+    blocks = kernels.new_zeros(length, length, *kernels.shape[1:])
+    for i in range(length):
+        for j in range(i + 1):
+            blocks[i, j] = kernels[i - j]
+    return blocks.expand(batch, 1, *blocks.shape)
+
+
+def build64(name: str, d_model: int, **options):
+    """Mixer ``name`` built from seed 0 with float64 as the default dtype and left unperturbed, so that its initial
+    values are exact to compare with its paper's initialization formulas."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        return mixers.build(name, d_model, **options)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def continuous_eigenvalues(mixer) -> Tensor:
+    """The continuous-time eigenvalues ``A = −exp(log_neg_re) + i·im`` (Re A < 0) of S4D and DSS-EXP."""
+    return torch.complex(-torch.exp(mixer.log_neg_re), mixer.im)
