@@ -60,3 +60,27 @@ def coefficient_matrix(mixer: mixers.Mixer, x: Tensor) -> Tensor:
     A = _coefficients(MixerCall(0, mixer.name, mixer, x))
     assert A is not None, f"{mixer.name} has no scalar coefficients"
     return A
+
+
+#: what a paper test compares: the output of forward, the state after stepping, the coefficient matrix
+PARTS = ("output", "state", "coefficients")
+
+
+def compare_with_paper(part: str, mixer: mixers.Mixer, x: Tensor, listing, state_of=lambda state: state.core,
+                       tol: float = 1e-10) -> None:
+    """Compare ``mixer`` on ``x`` with ``listing(mixer, x) -> (y [B, T, D], state, A [B, H, T, T])``, the layer
+    written from its paper: ``part`` ``"output"`` (forward, and the outputs of stepping), ``"state"`` (the final
+    state of stepping, read by ``state_of``, against the listing's, tensor by tensor) or ``"coefficients"``."""
+    y, state, A = listing(mixer, x)
+    name = mixer.name
+    if part == "output":
+        assert_close(mixer(x), y, f"{name} forward", tol)
+        assert_close(step_through(mixer, x)[0], y, f"{name} step outputs", tol)
+    elif part == "state":
+        got, want = state_of(step_through(mixer, x)[1]), state
+        got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+        assert len(got) == len(want), f"{name} state: {len(got)} parts, the paper's has {len(want)}"
+        for index, (actual, expected) in enumerate(zip(got, want)):
+            assert_close(actual, expected, f"{name} state part {index}", tol)
+    else:
+        assert_close(coefficient_matrix(mixer, x), A, f"{name} coefficients", tol)

@@ -3,15 +3,12 @@ their definitions without the library's convolution, operator or LTI code."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seqdyn import mixers
 from seqdyn.mixers import MixerState
-from tests.mixers.paper_helpers import assert_close, coefficient_matrix, step_through
 
 
 def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool) -> Tensor:
@@ -50,45 +47,15 @@ def decay_products(log_decay: Tensor) -> Tensor:
     return torch.exp(span) * causal.reshape(1, length, length, *[1] * (log_decay.dim() - 2))
 
 
-@dataclass
-class Listing:
-    """What a paper listing computes: the layer's output ``[B, T, D]``, its final state in the mixer's layout,
-    the input each short convolution saw (by the mixer's key) and the coefficients (``[B, H, T, T]``; a MIMO
-    system's matrix kernel ``[B, 1, T, T, D, D]``)."""
-
-    output: Tensor
-    state: Tensor
-    conv_inputs: dict[str, Tensor]
-    coefficients: Tensor
+def core_and_convs(state: MixerState) -> tuple[Tensor, ...]:
+    """A coefficient mixer's streaming state as a tuple: the operator's state, then each short convolution's last
+    inputs (``state_of`` of :func:`tests.mixers.paper_helpers.compare_with_paper`)."""
+    return (state.core, *state.conv.values())
 
 
-def check_output(mixer, x: Tensor, listing: Listing) -> None:
-    """Every backend's output is the listing's."""
-    for backend in mixer.backends:
-        assert_close(mixer(x, backend=backend), listing.output, f"{mixer.name} {backend} output")
-
-
-def check_step(mixer, x: Tensor, listing: Listing) -> None:
-    """Stepping token by token gives the listing's outputs, final state and convolution states."""
-    outputs, state = step_through(mixer, x)
-    assert_close(outputs, listing.output, f"{mixer.name} step outputs")
-    assert_close(state.core if isinstance(state, MixerState) else state, listing.state, f"{mixer.name} final state")
-    for key, seen in listing.conv_inputs.items():
-        width = mixer.convs[key].weight.shape[1]
-        assert_close(state.conv[key], last_inputs(seen, width - 1), f"{mixer.name} convolution state {key!r}")
-
-
-def check_coefficients(mixer, x: Tensor, listing: Listing) -> None:
-    """The analysis path's coefficient matrix (a MIMO system's DSF kernel) is the listing's."""
-    if mixer.scalar_coefficients:
-        assert_close(coefficient_matrix(mixer, x), listing.coefficients, f"{mixer.name} coefficients α_ij")
-    else:
-        assert_close(mixer.dsf(x).kernel(), listing.coefficients, f"{mixer.name} matrix kernel K_ij")
-
-
-#: the three comparisons of a paper test, for ``pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)``
-CHECKS = [check_output, check_step, check_coefficients]
-CHECK_IDS = ["output", "step", "coefficients"]
+def conv_states(mixer, seen: dict[str, Tensor]) -> tuple[Tensor, ...]:
+    """The last ``w − 1`` inputs each of ``mixer``'s short convolutions saw (``seen`` by key), in its order."""
+    return tuple(last_inputs(seen[key], conv.weight.shape[1] - 1) for key, conv in mixer.convs.items())
 
 
 def complex_parameter(pair: Tensor) -> Tensor:
@@ -134,3 +101,8 @@ def build64(name: str, d_model: int, **options):
 def continuous_eigenvalues(mixer) -> Tensor:
     """The continuous-time eigenvalues ``A = −exp(log_neg_re) + i·im`` (Re A < 0) of S4D and DSS-EXP."""
     return torch.complex(-torch.exp(mixer.log_neg_re), mixer.im)
+
+
+def as_is(state: Tensor) -> Tensor:
+    """An LTI mixer's streaming state, its own tensor (``state_of`` of ``compare_with_paper``)."""
+    return state

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn import mixers
-from tests.mixers.paper_helpers import assert_close, coefficient_matrix, double_mixer, inputs, step_through
-from tests.mixers.paper_helpers_ssm import CHECK_IDS, CHECKS, Listing, complex_parameter, lti_coefficients
+from tests.mixers.paper_helpers import (PARTS, assert_close, coefficient_matrix, compare_with_paper, double_mixer,
+                                         inputs, step_through)
+from tests.mixers.paper_helpers_ssm import as_is, complex_parameter, lti_coefficients
 
 D = 4
 
@@ -29,7 +30,7 @@ def dlr_output(m, y, u):
     return F.gelu(y + u) @ m.head.proj.weight.T
 
 
-def dlr_layer(m, u) -> Listing:
+def dlr_layer(m, u):
     """Per channel h (state x ``[B, H, N]``)::
 
         x_k = diag(λ) x_{k−1} + 1·u_k,   y_k = Re⟨w_h, x_k⟩ = Σ_{j≤k} Re(K_j) u_{k−j},   K_j = Σ_n w_{h,n} λ_n^j
@@ -41,7 +42,7 @@ def dlr_layer(m, u) -> Listing:
         x = lam * x + u[:, k, :, None]
         ys.append((w * x).sum(-1).real)
     kernel = torch.stack([(w * lam**j).sum(-1).real for j in range(u.shape[1])], dim=-1)
-    return Listing(dlr_output(m, torch.stack(ys, dim=1), u), x, {}, lti_coefficients(kernel, u.shape[0]))
+    return dlr_output(m, torch.stack(ys, dim=1), u), x, lti_coefficients(kernel, u.shape[0])
 
 
 def dense_dlr_layer(m, u):
@@ -61,10 +62,10 @@ def dense_dlr_layer(m, u):
     return dlr_output(m, y, u), alpha.expand(u.shape[0], -1, -1, -1)
 
 
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_dlr_is_the_diagonal_linear_rnn_layer(check):
+@pytest.mark.parametrize("part", PARTS)
+def test_dlr_is_the_diagonal_linear_rnn_layer(part):
     mixer, x = double_mixer("dlr", D, state_dim=5), inputs(2, 9, D, seed=1)
-    check(mixer, x, dlr_layer(mixer, x))
+    compare_with_paper(part, mixer, x, dlr_layer, state_of=as_is)
 
 
 @pytest.mark.parametrize("options", [dict(prod=True), dict(bidirectional=True), dict(prod=True, bidirectional=True)],

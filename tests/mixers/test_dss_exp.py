@@ -11,15 +11,15 @@ import math
 import pytest
 import torch
 
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import (CHECK_IDS, CHECKS, Listing, build64, complex_parameter,
-                                            continuous_eigenvalues, glu_layer, lti_coefficients)
+from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import (as_is, build64, complex_parameter, continuous_eigenvalues, glu_layer,
+                                            lti_coefficients)
 
 D = 4
 CONFIGS = [dict(state_dim=5), dict(state_dim=3, init="inv")]
 
 
-def dss_layer(m, u) -> Listing:
+def dss_layer(m, u):
     """Per channel h with Λ ∈ ℂ^N shared by the channels, Δ_h and w_h ∈ ℂ^N per channel (state x ``[B, H, N]``)::
 
         x_k = diag(exp(Δ_h Λ)) x_{k−1} + 1·u_k,   y_k = Re⟨w_h ⊙ (exp(Δ_h Λ) − 1)/Λ, x_k⟩
@@ -35,14 +35,14 @@ def dss_layer(m, u) -> Listing:
         x = decay * x + u[:, k, :, None]
         ys.append((weights * x).sum(-1).real)
     kernel = torch.stack([(weights * decay**j).sum(-1).real for j in range(u.shape[1])], dim=-1)
-    return Listing(glu_layer(m.head, torch.stack(ys, dim=1), u), x, {}, lti_coefficients(kernel, u.shape[0]))
+    return glu_layer(m.head, torch.stack(ys, dim=1), u), x, lti_coefficients(kernel, u.shape[0])
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_dss_exp_is_the_zoh_discretized_diagonal_state_space(options, check):
+@pytest.mark.parametrize("part", PARTS)
+def test_dss_exp_is_the_zoh_discretized_diagonal_state_space(options, part):
     mixer, x = double_mixer("dss_exp", D, **options), inputs(2, 9, D, seed=1)
-    check(mixer, x, dss_layer(mixer, x))
+    compare_with_paper(part, mixer, x, dss_layer, state_of=as_is)
 
 
 def test_dss_exp_init_and_zoh():

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from seqdyn import mixers
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import CHECK_IDS, CHECKS, Listing, complex_parameter, lti_matrix_coefficients
+from tests.mixers.paper_helpers import assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import as_is, complex_parameter, lti_matrix_coefficients
 
 D = 4
 CONFIGS = [dict(state_dim=5), dict(state_dim=3, r_min=0.5, r_max=0.99, max_phase=1.0)]
 
 
-def lru_layer(m, u) -> Listing:
-    """State x ``[B, N]``, inputs and outputs the D channels::
+def lru_layer(m, u):
+    """``(y, x_T [B, N], the matrix kernel [B, 1, T, T, D, D])``, inputs and outputs the D channels::
 
         λ = exp(−exp(ν_log) + i·exp(θ_log)),   γ = exp(γ_log)
         x_k = λ ⊙ x_{k−1} + γ ⊙ (B u_k),   y_k = Re(C x_k) + D ⊙ u_k,   K_j = Re(C diag(λ^j γ) B)
@@ -33,14 +33,20 @@ def lru_layer(m, u) -> Listing:
         x = lam * x + gamma * (u[:, k].to(x.dtype) @ B.T)
         ys.append((x @ C.T).real + m.head.D * u[:, k])
     kernels = torch.stack([((C * lam**j * gamma) @ B).real for j in range(u.shape[1])])
-    return Listing(torch.stack(ys, dim=1), x, {}, lti_matrix_coefficients(kernels, u.shape[0]))
+    return torch.stack(ys, dim=1), x, lti_matrix_coefficients(kernels, u.shape[0])
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_lru_is_the_gamma_normalized_linear_recurrent_unit(options, check):
-    mixer, x = double_mixer("lru", D, **options), inputs(2, 9, D, seed=1)
-    check(mixer, x, lru_layer(mixer, x))
+@pytest.mark.parametrize("part", ["output", "state"])
+def test_lru_is_the_gamma_normalized_linear_recurrent_unit(options, part):
+    compare_with_paper(part, double_mixer("lru", D, **options), inputs(2, 9, D, seed=1), lru_layer, state_of=as_is)
+
+
+@pytest.mark.parametrize("options", CONFIGS, ids=str)
+def test_lru_matrix_kernel_is_re_c_lambda_to_the_j_gamma_b(options):
+    """The LRU mixes channels (no scalar coefficients per channel): its DSF kernel is the listing's K_{i−j}."""
+    mixer, x = double_mixer("lru", D, **options), inputs(2, 7, D, seed=2)
+    assert_close(mixer.dsf(x).kernel(), lru_layer(mixer, x)[2], "lru matrix kernel K_ij")
 
 
 def test_lru_ring_init_and_gamma_normalization():

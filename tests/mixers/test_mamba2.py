@@ -9,15 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.mixers.paper_helpers import double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import CHECK_IDS, CHECKS, Listing, causal_conv, decay_products
+from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_convs, decay_products
 
 D = 8
 CONFIGS = [dict(state_dim=4, head_dim=4), dict(state_dim=3, head_dim=8, short_conv=False, gate=False)]
 
 
-def mamba2_block(m, u) -> Listing:
-    """``mamba_ssm.Mamba2`` with one group; its state S ``[B, H, N, P]``, coefficients ``[B, H, T, T]``::
+def mamba2_block(m, u):
+    """``mamba_ssm.Mamba2`` with one group: ``(out, (S_T [B, H, N, P], conv state), α [B, H, T, T])``::
 
         z, xBC, Δ = W_in u;   x, B, C = SiLU(conv(xBC));   Δ = softplus(Δ + b_Δ);   A_h = −exp(A_log_h)
         S_t = exp(Δ_t A_h) S_{t−1} + Δ_t B_t x_tᵀ;   y_t = S_tᵀ C_t + D_h x_t
@@ -44,13 +44,13 @@ def mamba2_block(m, u) -> Listing:
         eps = m.norm.eps  # mamba_ssm's RMSNormGated: 1e-5 (the value is item 9 of issue 18)
         y = g / torch.sqrt(g.square().mean(-1, keepdim=True) + eps) * m.norm.weight
     alpha = torch.einsum("bin,bjn,bijh,bjh->bhij", C, B, decay_products(delta * A), delta)
-    return Listing(y @ m.out_proj.weight.T, S, {"xbc": conv_in} if m.convs else {}, alpha)
+    return y @ m.out_proj.weight.T, (S, *conv_states(m, {"xbc": conv_in})), alpha
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_mamba2_is_the_mamba_ssm_block(options, check):
+@pytest.mark.parametrize("part", PARTS)
+def test_mamba2_is_the_mamba_ssm_block(options, part):
     """Output, state S_T and the coefficients α_ij = (C_i · B_j) exp(A_h Σ_{j<l≤i} Δ_l) Δ_j: SSD's semiseparable
     matrix (seed 003)."""
     mixer, x = double_mixer("mamba2", D, chunk_size=4, **options), inputs(2, 9, D, seed=1)
-    check(mixer, x, mamba2_block(mixer, x))
+    compare_with_paper(part, mixer, x, mamba2_block, state_of=core_and_convs)

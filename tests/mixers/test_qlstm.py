@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn import mixers
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import CHECK_IDS, CHECKS, Listing, causal_conv, decay_products
+from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_convs, decay_products
 
 D = 4
 CONFIGS = [dict(), dict(dsf_form=True), dict(expand=2, short_conv=True, gate=True)]
@@ -29,8 +29,8 @@ def qlstm_gates(m, x, log_forget=sigmoid_forget):
     return log_forget(m, pre_f), torch.sigmoid(pre_i), torch.sigmoid(pre_o), pre_u
 
 
-def qlstm_layer(m, x, log_forget=sigmoid_forget) -> Listing:
-    """The qLSTM layer; state x ``[B, I]``, coefficients ``[B, I, T, T]``::
+def qlstm_layer(m, x, log_forget=sigmoid_forget):
+    """The qLSTM layer: ``(out, (x_T, conv state), α [B, I, T, T])``::
 
         ū_t = tanh(W_u ũ_t),  f_t = σ(W_f ũ_t),  i_t = σ(W_i ũ_t),  o_t = σ(W_o ũ_t),  ũ = conv(x)   (8)
         x_t = f_t ⊙ x_{t−1} + i_t ⊙ ū_t,   y_t = o_t ⊙ tanh(x_t)                                     (5)
@@ -50,19 +50,19 @@ def qlstm_layer(m, x, log_forget=sigmoid_forget) -> Listing:
     # α_ij = q_i f_{j+1} ⋯ f_i i_j, q = o in the DSF form (its C_i, eq. 19c), else 1 (o acts after the tanh)
     query = o if m.dsf_form else torch.ones_like(o)
     alpha = torch.einsum("bic,bijc,bjc->bcij", query, decay_products(log_f), i)
-    return Listing(y @ m.out.weight.T + m.out.bias, state[..., None, None], {"u": x} if m.convs else {}, alpha)
+    return y @ m.out.weight.T + m.out.bias, (state[..., None, None], *conv_states(m, {"u": x})), alpha
 
 
-def check_all(name, options, log_forget, check, seed):
-    """``check`` (output, step or coefficients) of mixer ``name`` against the qLSTM layer with ``log_forget``."""
+def compare_with_qlstm(name, options, log_forget, part, seed):
+    """``part`` of :func:`compare_with_paper` for mixer ``name`` against the qLSTM layer with ``log_forget``."""
     mixer, x = double_mixer(name, D, chunk_size=4, **options), inputs(2, 9, D, seed=seed)
-    check(mixer, x, qlstm_layer(mixer, x, log_forget))
+    compare_with_paper(part, mixer, x, lambda m, u: qlstm_layer(m, u, log_forget), state_of=core_and_convs)
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_qlstm_is_eqs_5_and_8(options, check):
-    check_all("qlstm", options, sigmoid_forget, check, seed=1)
+@pytest.mark.parametrize("part", PARTS)
+def test_qlstm_is_eqs_5_and_8(options, part):
+    compare_with_qlstm("qlstm", options, sigmoid_forget, part, seed=1)
 
 
 def check_dsf_form(name, log_forget):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.mixers.paper_helpers_ssm import CHECK_IDS, CHECKS
-from tests.mixers.test_qlstm import check_all, check_dsf_form
+from tests.mixers.paper_helpers import PARTS
+from tests.mixers.test_qlstm import check_dsf_form, compare_with_qlstm
 
 CONFIGS = [dict(), dict(dsf_form=True, short_conv=True, gate=True)]
 
@@ -20,9 +20,9 @@ def reversed_sigmoid_forget(m, pre):
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_qlstm_s6_is_eq_22_in_the_qlstm_layer(options, check):
-    check_all("qlstm_s6", options, reversed_sigmoid_forget, check, seed=2)
+@pytest.mark.parametrize("part", PARTS)
+def test_qlstm_s6_is_eq_22_in_the_qlstm_layer(options, part):
+    compare_with_qlstm("qlstm_s6", options, reversed_sigmoid_forget, part, seed=2)
 
 
 def test_qlstm_s6_dsf_form_is_eq_19_with_the_transition_of_eq_22():

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn import mixers
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import CHECK_IDS, CHECKS, Listing, causal_conv, decay_products
+from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_convs, decay_products
 
 D = 6
 #: the gate constant c of Griffin eq. 10 ("we set c = 8")
@@ -30,8 +30,8 @@ def rglru_gates(m, x):
     return u, g, torch.exp(-C * r * F.softplus(m.a_param)), i, conv_in
 
 
-def recurrent_block(m, x) -> Listing:
-    """Griffin's recurrent block; state h ``[B, W]``, coefficients ``[B, W, T, T]``::
+def recurrent_block(m, x):
+    """Griffin's recurrent block: ``(out, (h_T, conv state), α [B, W, T, T])``::
 
         h_t = a_t ⊙ h_{t−1} + √(1 − a_t²) ⊙ (i_t ⊙ u_t)      (9)
         out = W_out (h ⊙ GeLU_tanh(g)) + b_out
@@ -47,15 +47,14 @@ def recurrent_block(m, x) -> Listing:
         y = y * F.gelu(g, approximate="tanh")
     # α_ij = a_{j+1} ⋯ a_i √(1 − a_j²) i_j (seed 000 eq. 20: C_i = 1)
     alpha = torch.einsum("bijc,bjc->bcij", decay_products(torch.log(a)), torch.sqrt(1 - a**2) * i)
-    return Listing(y @ m.out_proj.weight.T + m.out_proj.bias, h[..., None, None], {"u": conv_in} if m.convs else {},
-                   alpha)
+    return y @ m.out_proj.weight.T + m.out_proj.bias, (h[..., None, None], *conv_states(m, {"u": conv_in})), alpha
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_rglru_is_griffins_recurrent_block(options, check):
+@pytest.mark.parametrize("part", PARTS)
+def test_rglru_is_griffins_recurrent_block(options, part):
     mixer, x = double_mixer("rglru", D, chunk_size=4, **options), inputs(2, 9, D, seed=1)
-    check(mixer, x, recurrent_block(mixer, x))
+    compare_with_paper(part, mixer, x, recurrent_block, state_of=core_and_convs)
 
 
 def test_rglru_dsf_is_seed_000_eq_20():

@@ -10,15 +10,14 @@ import pytest
 import torch
 
 from seqdyn.mixers._lti import hippo_legs, hippo_legs_nplr
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import (CHECK_IDS, CHECKS, Listing, build64, complex_parameter, glu_layer,
-                                            lti_coefficients)
+from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import as_is, build64, complex_parameter, glu_layer, lti_coefficients
 
 D = 4
 CONFIGS = [dict(state_dim=4), dict(state_dim=6, n_ssm=2)]
 
 
-def s4_layer(m, u) -> Listing:
+def s4_layer(m, u):
     """Per channel h, with the NPLR parameters of copy h mod n_ssm (S4's ``(v t)`` channel layout)::
 
         A = diag(Λ, Λ̄) − [p; p̄][p; p̄]*,   B = [b; b̄],   C = [c; c̄]      (N complex states, conjugate-closed)
@@ -42,14 +41,14 @@ def s4_layer(m, u) -> Listing:
     kernel = torch.stack([torch.einsum("hn,hnm,hm->h", c, P, B_bar).real for P in powers], dim=-1)
     half = z[..., : z.shape[-1] // 2]
     state = torch.cat([half.real, half.imag], dim=-1)  # the mixer's real coordinates of the first half
-    return Listing(glu_layer(m.head, torch.stack(ys, dim=1), u), state, {}, lti_coefficients(kernel, u.shape[0]))
+    return glu_layer(m.head, torch.stack(ys, dim=1), u), state, lti_coefficients(kernel, u.shape[0])
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_s4_is_the_zoh_discretized_nplr_layer(options, check):
+@pytest.mark.parametrize("part", PARTS)
+def test_s4_is_the_zoh_discretized_nplr_layer(options, part):
     mixer, x = double_mixer("s4", D, **options), inputs(2, 9, D, seed=1)
-    check(mixer, x, s4_layer(mixer, x))
+    compare_with_paper(part, mixer, x, s4_layer, state_of=as_is)
 
 
 @pytest.mark.parametrize("state_dim", [8, 16])

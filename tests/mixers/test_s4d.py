@@ -10,15 +10,15 @@ import math
 import pytest
 import torch
 
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import (CHECK_IDS, CHECKS, Listing, build64, complex_parameter,
-                                            continuous_eigenvalues, glu_layer, lti_coefficients)
+from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import (as_is, build64, complex_parameter, continuous_eigenvalues, glu_layer,
+                                            lti_coefficients)
 
 D = 4
 CONFIGS = [dict(state_dim=6), dict(state_dim=4, init="inv")]
 
 
-def s4d_layer(m, u) -> Listing:
+def s4d_layer(m, u):
     """Per channel h, N/2 complex modes of a real N-state system (state x ``[B, H, N/2]``)::
 
         Ā = exp(ΔA),  B̄ = (exp(ΔA) − 1)/A · B                       (ZOH: B̄ = (ΔA)⁻¹(exp(ΔA) − I)·ΔB)
@@ -36,14 +36,14 @@ def s4d_layer(m, u) -> Listing:
         x = A_bar * x + B_bar * u[:, k, :, None]
         ys.append(2 * (C * x).sum(-1).real)
     kernel = torch.stack([2 * (C * B_bar * A_bar**j).sum(-1).real for j in range(u.shape[1])], dim=-1)
-    return Listing(glu_layer(m.head, torch.stack(ys, dim=1), u), x, {}, lti_coefficients(kernel, u.shape[0]))
+    return glu_layer(m.head, torch.stack(ys, dim=1), u), x, lti_coefficients(kernel, u.shape[0])
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_s4d_is_the_zoh_diagonal_ssm_layer(options, check):
+@pytest.mark.parametrize("part", PARTS)
+def test_s4d_is_the_zoh_diagonal_ssm_layer(options, part):
     mixer, x = double_mixer("s4d", D, **options), inputs(2, 9, D, seed=1)
-    check(mixer, x, s4d_layer(mixer, x))
+    compare_with_paper(part, mixer, x, s4d_layer, state_of=as_is)
 
 
 def test_s4d_lin_and_inv_inits():

@@ -11,16 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn.mixers._lti import hippo_legs
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import (CHECK_IDS, CHECKS, Listing, build64, complex_parameter,
-                                            lti_matrix_coefficients)
+from tests.mixers.paper_helpers import assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import as_is, build64, complex_parameter, lti_matrix_coefficients
 
 D = 4
 CONFIGS = [dict(state_dim=6), dict(state_dim=8, blocks=2, clip_eigs=True)]
 
 
-def s5_layer(m, u) -> Listing:
-    """State x̃ ``[B, P/2]``, inputs and outputs the D channels::
+def s5_layer(m, u):
+    """``(out, x̃_T [B, P/2], the matrix kernel [B, 1, T, T, D, D])``, inputs and outputs the D channels::
 
         λ̄ = exp(ΛΔ),   B̄ = (λ̄ − 1)/Λ ⊙ B̃                 (ZOH per state; clip_eigs: Re Λ ≤ −1e-4)
         x̃_k = λ̄ ⊙ x̃_{k−1} + B̄ u_k,   y_k = 2 Re(C̃ x̃_k),   K_j = 2 Re(C̃ diag(λ̄^j) B̄)
@@ -39,17 +38,28 @@ def s5_layer(m, u) -> Listing:
     g = F.gelu(torch.stack(ys, dim=1) + m.head.D * u)
     out = g * torch.sigmoid(g @ m.head.proj.weight.T + m.head.proj.bias)
     kernels = torch.stack([2 * ((C * lam_bar**j) @ B_bar).real for j in range(u.shape[1])])
-    return Listing(out, x, {}, lti_matrix_coefficients(kernels, u.shape[0]))
+    return out, x, lti_matrix_coefficients(kernels, u.shape[0])
 
 
-@pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_s5_is_the_zoh_discretized_mimo_diagonal_layer(options, check):
-    mixer, x = double_mixer("s5", D, **options), inputs(2, 9, D, seed=1)
+def s5_mixer(options):
+    mixer = double_mixer("s5", D, **options)
     if mixer.clip_eigs:
         with torch.no_grad():
             mixer.lambda_re[0] = 0.05  # an unstable eigenvalue, which the clip moves to Re Λ = −1e-4
-    check(mixer, x, s5_layer(mixer, x))
+    return mixer
+
+
+@pytest.mark.parametrize("options", CONFIGS, ids=str)
+@pytest.mark.parametrize("part", ["output", "state"])
+def test_s5_is_the_zoh_discretized_mimo_diagonal_layer(options, part):
+    compare_with_paper(part, s5_mixer(options), inputs(2, 9, D, seed=1), s5_layer, state_of=as_is)
+
+
+@pytest.mark.parametrize("options", CONFIGS, ids=str)
+def test_s5_matrix_kernel_is_2_re_c_lambda_bar_to_the_j_b_bar(options):
+    """S5 mixes channels (no scalar coefficients per channel): its DSF kernel is the listing's K_{i−j}."""
+    mixer, x = s5_mixer(options), inputs(2, 7, D, seed=2)
+    assert_close(mixer.dsf(x).kernel(), s5_layer(mixer, x)[2], "s5 matrix kernel K_ij")
 
 
 def test_s5_init_uses_the_hippo_n_eigenvalues():
@@ -65,4 +75,5 @@ def test_s5_init_uses_the_hippo_n_eigenvalues():
     assert step.shape == (4,) and step.min() >= 0.001 * (1 - 1e-9) and step.max() <= 0.1 * (1 + 1e-9)
     system = mixer.system()
     lam = torch.complex(mixer.lambda_re, mixer.lambda_im)
-    assert_close(system.B, ((torch.exp(lam * step) - 1) / lam)[:, None] * complex_parameter(mixer.B), "B̄ = (λ̄ − 1)/Λ B̃")
+    zoh_factor = (torch.exp(lam * step) - 1) / lam
+    assert_close(system.B, zoh_factor[:, None] * complex_parameter(mixer.B), "B̄ = (λ̄ − 1)/Λ B̃")

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn import mixers
-from tests.mixers.paper_helpers import assert_close, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import CHECK_IDS, CHECKS, Listing, causal_conv, decay_products
+from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
+from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_convs, decay_products
 
 D = 4
 CONFIGS = [dict(state_dim=4), dict(state_dim=3, short_conv=False, gate=False, dt_rank=3, expand=1)]
@@ -32,8 +32,8 @@ def mamba_inputs(m, u):
     return x, z, delta, -torch.exp(m.a_log), B, C, conv_in
 
 
-def mamba_block(m, u) -> Listing:
-    """The Mamba block (seed 000 eq. 4), ZOH for A and Euler for B (Gu & Dao §3.5)::
+def mamba_block(m, u):
+    """The Mamba block (seed 000 eq. 4), ZOH for A and Euler for B (Gu & Dao §3.5); ``(out, (h_T, conv state), α)``::
 
         h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,   y_t = C_t · h_t + D ⊙ x_t,   out = W_out (y ⊙ SiLU(z))
     """
@@ -47,14 +47,14 @@ def mamba_block(m, u) -> Listing:
     out = (y * F.silu(z) if m.gate else y) @ m.out_proj.weight.T
     # α_ij^c = Σ_n C_i[n] exp(A^c_n Σ_{j<l≤i} Δ_l^c) Δ_j^c B_j[n]
     alpha = torch.einsum("bin,bijcn,bjc,bjn->bcij", C, decay_products(delta[..., None] * A), delta, B)
-    return Listing(out, h.unsqueeze(-1), {"x": conv_in} if m.convs else {}, alpha)
+    return out, (h.unsqueeze(-1), *conv_states(m, {"x": conv_in})), alpha
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)
-@pytest.mark.parametrize("check", CHECKS, ids=CHECK_IDS)
-def test_s6_is_the_mamba_block(options, check):
+@pytest.mark.parametrize("part", PARTS)
+def test_s6_is_the_mamba_block(options, part):
     mixer, x = double_mixer("s6", D, chunk_size=4, **options), inputs(2, 9, D, seed=1)
-    check(mixer, x, mamba_block(mixer, x))
+    compare_with_paper(part, mixer, x, mamba_block, state_of=core_and_convs)
 
 
 def test_s6_dsf_is_seed_000_eq_18():
