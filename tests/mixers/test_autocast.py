@@ -15,7 +15,7 @@ import seqdyn
 from seqdyn import mixers
 from tests.mixers.test_mixer_suite import SMALL
 
-D, LENGTH, CHUNK, STEPS = 16, 24, 8, 3  # three chunks of 8 steps; local attention's window of 4 spans six
+D, LENGTH, CHUNK, STEPS = 16, 24, 8, 3  # T: three chunks of 8 steps, six of local attention's windows of 4
 HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 #: mixers with their options: the registry (small sizes) and the chunk backend's general Householder path
 MIXERS = {name: (name, SMALL.get(name, {})) for name in mixers.names()}
@@ -39,10 +39,11 @@ CASES = [(label, backend) for label in MIXERS for backend in build(label).backen
 
 def autocast(dtype: torch.dtype) -> torch.autocast:
     """CPU autocast in ``dtype``; skips where this torch's CPU autocast does not take it."""
-    context = torch.autocast("cpu", dtype=dtype)
-    if not (context._enabled and context.fast_dtype == dtype):
+    with torch.autocast("cpu", dtype=dtype):  # where it does not, it warns and stays off
+        supported = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == dtype
+    if not supported:
         pytest.skip(f"CPU autocast in {dtype} is not supported by torch {torch.__version__}")
-    return context
+    return torch.autocast("cpu", dtype=dtype)
 
 
 def gradients(mixer: mixers.Mixer) -> torch.Tensor:
