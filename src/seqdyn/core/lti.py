@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from seqdyn.core.dsf import DSF
+from seqdyn.core.precision import float32_under_autocast
 
 __all__ = [
     "BACKENDS",
@@ -202,6 +203,7 @@ def _fft_size(minimum: int) -> int:
         size += 1
 
 
+@float32_under_autocast
 class _CircularConv(torch.autograd.Function):
     """The first T outputs of the circular convolution of size n of ``u`` (zero-padded) with ``kernel``.
 
@@ -533,8 +535,9 @@ class DiagonalMIMO:
         return 2 * self.B.shape[0]
 
     def project_in(self, u: Tensor) -> Tensor:
-        """``B u``: real ``[..., Din]`` -> complex ``[..., N]``."""
-        return torch.complex(*(u @ self._in).chunk(2, dim=-1))
+        """``B u``: real ``[..., Din]`` -> complex ``[..., N]`` in the system's precision (under autocast the
+        product comes out in half precision, which has no complex dtype that the FFT and the scan take)."""
+        return torch.complex(*(u @ self._in).to(self._in.dtype).chunk(2, dim=-1))
 
     def project_out(self, x: Tensor) -> Tensor:
         """``Re(C x)``: complex ``[..., N]`` -> real ``[..., Dout]``."""

@@ -22,6 +22,7 @@ from torch.autograd.function import once_differentiable
 from torch.nn.attention.bias import causal_lower_right
 
 from seqdyn.core.dsf import DSF, from_coefficients
+from seqdyn.core.precision import float32_under_autocast
 from seqdyn.mixers.base import check_positive
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
 
@@ -151,6 +152,7 @@ class LocalAttention(SoftmaxAttention):
         return f"d_model={self.d_model}, heads={self.heads}, window={self.window}"
 
 
+@float32_under_autocast
 class _TwoPartAttention(torch.autograd.Function):
     """Softmax attention of queries ``[B, H', C, d]`` over two key sets at once — the previous chunk (every key)
     and their own chunk (causal) — from one fused CPU attention per part.

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqdyn.core.precision import float32_under_autocast
 from seqdyn.mixers._gates import inverse_softplus
 from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
                                 scaled_width)
@@ -39,6 +40,7 @@ from seqdyn.nn import ShortConv
 MAX_SQRT_GRADIENT = 1000.0
 
 
+@float32_under_autocast
 class SqrtBoundedDerivative(torch.autograd.Function):
     """``√x`` whose derivative ``1/(2√x)`` is capped at :data:`MAX_SQRT_GRADIENT`."""
 

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from seqdyn.core.backends import native
+from seqdyn.core.precision import float32_under_autocast
 
 
 class ShortConv(nn.Module):
@@ -58,6 +59,7 @@ def _correlate(padded: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return out.squeeze(2).transpose(1, 2)
 
 
+@float32_under_autocast
 class _DepthwiseCorrelation(torch.autograd.Function):
     """:func:`_correlate` with a hand-written backward: ``∂x_u = Σ_s W[:, s] ∂y_{u−s}`` is the same correlation of
     the zero-padded ``∂y`` with the flipped kernel, and ``∂W[:, s] = Σ_{b,t} ∂y_t ⊙ x_{t+s}`` one multiply-and-sum
@@ -100,6 +102,7 @@ def _tap_products(grad_y: Tensor, padded: Tensor, width: int) -> Tensor:
 NATIVE_BLOCK = 64
 
 
+@float32_under_autocast
 class _NativeConvolution(torch.autograd.Function):
     """:class:`_DepthwiseCorrelation` followed by the optional SiLU, by the native kernel (``conv_kernel.cpp``):
     one pass over the input for all taps and the activation, forward and backward (which recomputes the

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from seqdyn.core.backends import native
+from seqdyn.core.precision import float32_under_autocast
 
 
 class RMSNorm(nn.Module):
@@ -34,6 +35,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, gate: Tensor | None = None) 
     return y if gate is None else y * F.silu(gate)
 
 
+@float32_under_autocast
 class _RMSNorm(torch.autograd.Function):
     """``y = x r ⊙ w`` with ``r = (mean(x²) + ε)^{-½}`` per row, and its backward by hand:
     ``∂x = r (u − x r² mean(u ⊙ x))`` with ``u = ∂y ⊙ w``, ``∂w = Σ_rows ∂y ⊙ x r`` — half the elementwise
@@ -57,6 +59,7 @@ class _RMSNorm(torch.autograd.Function):
         return grad_x, grad_weight, None
 
 
+@float32_under_autocast
 class _NativeRMSNorm(torch.autograd.Function):
     """:class:`_RMSNorm` (times ``SiLU(gate)``) by the native kernel, which recomputes the row scale and the gate's
     activation in the backward instead of saving them.  Rows of ``x`` ``[..., n]``, ``weight`` ``[n]``."""
@@ -101,6 +104,7 @@ def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
     return _L2Normalize.apply(x, eps)
 
 
+@float32_under_autocast
 class _L2Normalize(torch.autograd.Function):
     """``y = x / n`` with ``n = max(‖x‖, ε)`` per row; backward ``∂x = (∂y − y ⟨y, ∂y⟩) / n`` where ``‖x‖ > ε``
     and ``∂y / ε`` where the norm is clamped — two passes where autograd through norm, clamp and division

@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from seqdyn.core.evolution import (bounded_log_decay, causal_mask, cumulative_log_decay, decay_factor, pairwise_gram,
                                   subnormal_cutoff)
+from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import Problem, shared_over_heads
 
 NAME = "chunk"
@@ -140,6 +141,7 @@ def _diagonal_factors(q: Tensor, k: Tensor, gamma: Tensor, total: Tensor) -> tup
     return gram, queries * torch.exp(middle), keys * torch.exp(total.unsqueeze(3) - middle)
 
 
+@float32_under_autocast
 class _OppositeDecays(torch.autograd.Function):
     """``(q ⊙ e^{d}, k ⊙ e^{−d})`` with one exponential: the forward and the backward each take a few elementwise
     passes fewer than autograd through ``exp``, ``mul`` and ``sub`` (these passes over ``[B, H, T, K]`` are most of
@@ -237,6 +239,7 @@ def _pass_state_gradients(grad_entering: Tensor, transitions: Tensor, grad_final
     return grad_increments, grad_after
 
 
+@float32_under_autocast
 class _DecayedChunks(torch.autograd.Function):
     """Steps 1 and 3 without a Householder factor — no, scalar or diagonal decay (linear attention, RetNet,
     Mamba-2/SSD, mLSTM, GLA) — with a hand-written backward.
@@ -355,6 +358,7 @@ def _unit_lower_inverse(strict_lower: Tensor) -> Tensor:
     return inverse[:, :size, :size].reshape(*batch, size, size)
 
 
+@float32_under_autocast
 class _UnitLowerSolve(torch.autograd.Function):
     """``X = T R`` with the explicit inverse ``T = (I + L)^{-1}`` of a small unit lower-triangular matrix.
 
@@ -411,6 +415,7 @@ def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk
     return grad_after, grad_corrected, grad_state
 
 
+@float32_under_autocast
 class _DeltaRuleChunks(torch.autograd.Function):
     """The Householder chunk of DeltaNet / Gated DeltaNet (direction = key, ``k_j = s_j d_j``; no or scalar decay),
     with a hand-written backward.

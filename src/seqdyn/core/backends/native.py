@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import spread_over_heads
 
 log = logging.getLogger("seqdyn")
@@ -229,6 +230,7 @@ def plan(batch: int, heads: int, key_dim: int, value_dim: int, element_size: int
     return Plan(group, interval, split_items(batch * -(-heads // group)))
 
 
+@float32_under_autocast
 class NativeScan(torch.autograd.Function):
     """``(y, S_T)`` of ``S_t = a_t ⊙ S_{t-1} + k_t v_tᵀ``, ``y_t = S_tᵀ q_t`` by the native kernel — the recurrence
     and adjoint of :class:`~seqdyn.core.backends.scan.BlockScan`, same inputs: head-major ``q, k`` ``[B, H, T, K]``,

@@ -26,6 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from seqdyn.core.backends import native
+from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import Problem, shared_over_heads, spread_over_heads
 
 NAME = "scan"
@@ -165,6 +166,7 @@ def _blocks(length: int, size: int) -> list[tuple[int, int]]:
 _KINDS = ("key", "key", "value", "decay")
 
 
+@float32_under_autocast
 class BlockScan(torch.autograd.Function):
     """``(y, S_T)`` of ``S_t = a_t ⊙ S_{t-1} + k_t v_tᵀ``, ``y_t = S_tᵀ q_t``, ``a = e^g`` (``g = Δ ⊗ A`` with a
     ``rate``; ``g`` ``None``: no decay).  Its adjoint: ``∂X_t = q_t ∂y_tᵀ + a_{t+1} ⊙ ∂X_{t+1}`` with ``∂S_T``
