@@ -1,6 +1,7 @@
 """The README's code runs as written."""
 
 import re
+import shlex
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -16,3 +17,16 @@ def test_readme_python_blocks_run():
 def test_readme_opens_with_the_two_setup_commands():
     first_block = re.search(r"```bash\n(.*?)```", README.read_text(), flags=re.S).group(1).strip().splitlines()
     assert [line.split("#")[0].strip() for line in first_block] == ["make main", "make test"]
+
+
+def test_readme_tasks_commands_run():
+    """Every `seqdyn tasks ...` command quoted in the README runs as written."""
+    from typer.testing import CliRunner
+
+    from seqdyn.tasks.cli import app
+
+    commands = re.findall(r"`(?:\.venv/bin/)?seqdyn tasks ([^`]+)`", README.read_text())
+    assert len(commands) >= 2
+    for command in commands:
+        result = CliRunner().invoke(app, shlex.split(command))
+        assert result.exit_code == 0, f"seqdyn tasks {command}: {result.output}"

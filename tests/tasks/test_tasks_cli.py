@@ -1,5 +1,6 @@
 """The `seqdyn tasks` commands and the `seqdyn bench tasks` benchmark, on tiny inputs."""
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -36,15 +37,22 @@ def test_show_parses_booleans_and_floats():
     assert "random_non_queries = False" in result.output and "power_a = 0.5" in result.output
 
 
-def test_show_reports_bad_input():
-    result = runner.invoke(app, ["show", "mqar", "--param", "seq_len=63"])
-    assert result.exit_code == 2 and "seq_len=63" in result.output and "even" in result.output
-    result = runner.invoke(app, ["show", "mqar", "--param", "bogus=1"])
-    assert result.exit_code != 0 and "bogus" in str(result.output) + str(result.exception)
-    result = runner.invoke(app, ["show", "nosuchtask"])
-    assert result.exit_code != 0 and "nosuchtask" in str(result.output) + str(result.exception)
-    result = runner.invoke(app, ["show", "mqar", "--param", "seq_len"])
-    assert result.exit_code != 0
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["mqar", "--param", "seq_len=63"], ["seq_len=63", "even"]),
+        (["mqar", "--param", "bogus=1"], ["bogus", "allowed"]),
+        (["nosuchtask"], ["unknown task 'nosuchtask'"]),
+        (["mqar", "--param", "seq_len"], ["NAME=VALUE"]),
+        (["mqar", "--split", "[bold]x"], ["split='[bold]x'"]),
+    ],
+)
+def test_show_errors_go_to_stderr_on_one_line(args, words):
+    result = runner.invoke(app, ["show", *args])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    for word in words:
+        assert word in result.stderr
 
 
 def test_show_pathfinder_writes_a_png(tmp_path):

@@ -60,7 +60,8 @@ def test_every_tag_is_its_subexpression_value(params):
     task = build("listops_subtrees", **params)
     n = 4 if not params else 40
     inputs, targets = task.generate(n, seed=0)
-    seq_len, min_len = params.get("seq_len", 8192), params.get("min_len", 7000)
+    seq_len = params.get("seq_len", 8192)
+    min_len = params.get("min_len", seq_len * 7000 // 8192)
     max_args, max_depth = params.get("max_args", 10), params.get("max_depth", 10)
     lengths = []
     for x, y in zip(inputs.tolist(), targets.tolist()):
@@ -83,6 +84,16 @@ def test_every_tag_is_its_subexpression_value(params):
                     u += 1
                 assert 2 <= count <= max_args
     assert len(set(lengths)) > 1
+
+
+@pytest.mark.parametrize("seq_len, min_len", [(1024, 875), (8192, 7000), (256, 218), (4, 4)])
+def test_default_lengths_scale_with_seq_len(seq_len, min_len):
+    """The paper's 7000–8192 range, in proportion, for any seq_len (a fixed 7000 refused every seq_len < 7000)."""
+    task = build("listops_subtrees", seq_len=seq_len)
+    assert task.min_len == task.params["min_len"] == min_len
+    inputs, _ = task.generate(8, seed=0)
+    lengths = [x.index(15) if 15 in x else len(x) for x in inputs.tolist()]
+    assert inputs.shape == (8, seq_len) and min(lengths) >= min_len
 
 
 def test_values_and_operators_are_varied():

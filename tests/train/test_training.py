@@ -78,6 +78,16 @@ def test_sweep_expansion_gives_stable_distinct_ids(tmp_path):
     assert other.stdout.strip() == runs[0].run_id  # no dependence on Python's hash seed
 
 
+def test_sweep_run_names_include_the_mixer_options_that_vary():
+    data = tiny(name="d-001-pe", sweep={"model": [
+        {"mixer": "custom", "positions": False, "mixer_options": {"readout": readout, "normalizer": normalizer}}
+        for readout in ("exp", "relu") for normalizer in ("sum", "none")
+    ]})
+    names = [run.name for run in parse_config(data).expand()]
+    assert len(set(names)) == 4, names
+    assert names[1] == "d-001-pe[mixer=custom, positions=False, readout=exp, normalizer=none]"
+
+
 def test_a_diverging_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path):
     data = tiny(sweep={"optimizer": [{"lr": 1e30, "grad_clip": None}, {"lr": 3e-3}]}, **{"train.steps": 60})
     results = run_sweep(parse_config(data), tmp_path / "s.db", progress=False)

@@ -7,8 +7,9 @@ Per head h (head dim P, state N, B and C shared by all heads)::
 
 Coefficient form: φ = identity, Λ_t = exp(Δ_t A_h)·I (scalar decay), b_t = Δ_t, η = 1, with q = C, k = B.
 The block around it (all optional): a short causal convolution with SiLU on (x, B, C), and the output
-``RMSNorm(y ⊙ SiLU(z))`` before the out-projection.  Initialization as in Mamba-2: A ~ U(1, 16), Δ log-uniform in
-[dt_min, dt_max] through the inverse softplus of the bias, D = 1.
+``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5, as mamba_ssm) before the out-projection.  Head size P = 64 (the paper's)
+where it divides ``expand·d_model``, else the largest divisor below 64.  Initialization as in Mamba-2:
+A ~ U(1, 16), Δ log-uniform in [dt_min, dt_max] through the inverse softplus of the bias, D = 1.
 """
 
 from __future__ import annotations
@@ -24,16 +25,16 @@ from seqdyn.nn import GatedRMSNorm, ShortConv
 class Mamba2(CoefficientMixer):
     name = "mamba2"
 
-    def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int = 64,
+    def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int | None = None,
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
                  dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64):
         super().__init__(d_model, chunk_size)
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = check_positive("expand", expand) * d_model
-        self.head_dim = check_positive("head_dim", head_dim)
-        if self.inner % head_dim:
-            raise ValueError(f"head_dim: {head_dim} does not divide expand·d_model={self.inner}")
-        self.heads = self.inner // head_dim
+        self.head_dim = _default_head_dim(self.inner) if head_dim is None else check_positive("head_dim", head_dim)
+        if self.inner % self.head_dim:
+            raise ValueError(f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset")
+        self.heads = self.inner // self.head_dim
         self.gate = gate
         conv_channels = self.inner + 2 * state_dim
         self.in_proj = nn.Linear(d_model, (self.inner if gate else 0) + conv_channels + self.heads, bias=False)
@@ -42,7 +43,7 @@ class Mamba2(CoefficientMixer):
         self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False)
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
         keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
-        self.norm = GatedRMSNorm(self.inner) if gate else None
+        self.norm = GatedRMSNorm(self.inner, eps=1e-5) if gate else None  # mamba_ssm's RMSNormGated eps
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, tuple[Tensor, Tensor | None]]:
@@ -63,6 +64,12 @@ class Mamba2(CoefficientMixer):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, heads={self.heads}, head_dim={self.head_dim}, state_dim={self.state_dim}"
+
+
+def _default_head_dim(inner: int, preferred: int = 64) -> int:
+    """Mamba-2's head size P = 64 when it divides the inner width ``expand·d_model``, else the largest divisor of
+    the inner width below 64 (d_model 16 → 32, 24 → 48, 48 → 48)."""
+    return max(p for p in range(1, preferred + 1) if inner % p == 0)
 
 
 MIXER = Mamba2

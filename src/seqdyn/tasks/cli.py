@@ -74,6 +74,7 @@ def show(
     parameters take none. For pathfinder_segmentation the image and its label mask are also written as a PNG.
     """
     from rich.console import Console
+    from rich.markup import escape
 
     from seqdyn.tasks import build
 
@@ -82,7 +83,8 @@ def show(
         task = build(name, **_parse_params(name, param))
         inputs, targets = task.generate(index + 1, seed, split=split)
     except ValueError as error:
-        console.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
+        errors = Console(stderr=True, soft_wrap=True)
+        errors.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         raise typer.Exit(code=2) from None
     console.print(f"[bold]{name}[/bold] ({task.family}; {task.reference})", highlight=False)
     for key, value in task.params.items():

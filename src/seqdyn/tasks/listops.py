@@ -8,7 +8,8 @@ Example (tokens separated by spaces)::
 
 Operators MAX, MIN, MED (median; for an even count the mean of the two middle values rounded down, as LRA's
 ``int(np.median)``) and SM (sum modulo 10); leaves are digits 0–9. Expressions have between ``min_len`` and
-``seq_len`` tokens (the paper: 7000–8192) and are right-padded to ``seq_len``.
+``seq_len`` tokens (the paper: 7000–8192; by default ``min_len`` is ⌊7000/8192 · seq_len⌋, the same proportion)
+and are right-padded to ``seq_len``.
 
 Generation (vectorized over a batch of expressions, level by level): each expression's length is drawn
 uniformly from [``min_len``, ``seq_len``] and met exactly; operators take 2..``max_args`` arguments and nest at
@@ -46,12 +47,15 @@ class ListOpsSubTrees(Task):
     head_kind = "tagging"
     PARAMS = {
         "seq_len": Param(8192, int, "maximum expression length; sequences are padded to it", low=4),
-        "min_len": Param(7000, int, "minimum expression length", low=4),
+        "min_len": Param(None, int, "minimum expression length; None: the paper's 7000/8192 of seq_len", low=4,
+                         optional=True),
         "max_args": Param(10, int, "maximum arguments of an operator (LRA: 10)", low=4),
         "max_depth": Param(10, int, "maximum nesting of operators (LRA: 10)", low=1),
     }
 
     def _check(self) -> None:
+        if self.min_len is None:  # the paper's 7000–8192 range, scaled to seq_len
+            self.min_len = self.params["min_len"] = max(4, self.seq_len * 7000 // 8192)
         if self.min_len > self.seq_len:
             self._fail(f"parameter min_len={self.min_len} must be <= seq_len={self.seq_len}")
         longest = capacity(self.max_args, self.max_depth)

@@ -14,13 +14,20 @@ is predicted, and the target at position t is what the model must output after r
   replaced by two uniform noise tokens with probability ``frac_noise`` (one slot per example always keeps its
   pair, so that the probe has a key to re-query).
 - ``fuzzy_in_context_recall``: keys and values are motifs of 1..``k_motif_size`` / 1..``v_motif_size`` distinct
-  tokens; pairs are added while they fit in ``seq_len − k_motif_size − v_motif_size`` tokens, the probe (the
-  pair of a uniformly chosen context slot) is appended, and the sequence is left-padded with ``V − 1``. At test
-  time every key has ``k_motif_size`` tokens; test targets are the value motifs of repeated keys and of the
-  probe.
-- ``selective_copying``: ``num_tokens_to_copy`` tokens (from ``[0, V−2)``) at uniformly random distinct
-  positions among blanks (``V − 2``), a copy token (``V − 1``), then as many blanks whose targets are the
-  tokens in order.
+  tokens (sizes uniform; at test time every key has ``k_motif_size`` tokens). As mad-lab (multi-query): the probe
+  pair is drawn first, with a position ``p`` uniform in ``[0, L − 2·|probe|)``; pairs are then appended while the
+  context is shorter than ``L − |probe| − k_motif_size − v_motif_size``, the probe pair itself taking the place of
+  the first pair that would start at or after ``p`` (unless its key came up earlier); a repeated key keeps the
+  value of its first appearance. The probe pair is appended, the sequence left-padded with ``V − 1`` to
+  ``L + 1`` tokens and its last token dropped: the inputs have ``L`` tokens and the target of the last position
+  is the probe value's last token. Test targets are the value motifs of repeated keys and of the probe.
+  Unlike mad-lab, the probe key is always in the context: with mad-lab's defaults its generator leaves it out
+  (when ``p`` lies beyond the last pair) in about 1.8 % of training and 2.6 % of test examples; here such
+  examples are drawn again, so the distribution is mad-lab's conditioned on the probe being answerable.
+- ``selective_copying``: ``num_tokens_to_copy`` tokens (from ``[0, V−2)``) with ``L − 2·num_tokens_to_copy − 1``
+  blanks (``V − 2``) inserted among them as mad-lab does: each blank goes before a uniformly chosen token, so the
+  blanks before the tokens are multinomial and the last token sits right before the copy token (``V − 1``); then
+  as many blanks as tokens, whose targets are the tokens in order.
 - ``compression``: ``seq_len − 1`` random tokens and a compression token (``V − 1``); the targets are the inputs
   (auto-encoder head: reproduce the sequence from the last position's encoding).
 - ``memorization``: a fixed key→value map (from ``map_seed``, shared by all examples and splits); inputs
@@ -30,6 +37,8 @@ Metric: accuracy over labelled positions (pooled over the batch, as mad-lab).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -152,6 +161,45 @@ class NoisyInContextRecall(InContextRecall):
     }
 
 
+class _Pairs(NamedTuple):
+    """Key-value pairs ``[n, s]`` of fuzzy recall: motif sizes ``[n, s]`` and motifs ``[n, s, max size]``."""
+
+    ksize: np.ndarray
+    kmotif: np.ndarray
+    vsize: np.ndarray
+    vmotif: np.ndarray
+
+
+def _fill_context(length, is_probe, plen, probe_at, limit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mad-lab's loop over the candidate pairs of lengths ``length [n, s]``: the probe pair takes the place of the
+    first pair that starts at or after ``probe_at`` while the context is shorter than ``limit``, unless a pair
+    with the probe key came first. Returns each pair's start ``[n, s]``, the probe pair's ``entry`` position and
+    whether it was ``inserted`` ``[n]``."""
+    slots = length.shape[1]
+    start = np.cumsum(length, axis=1) - length  # without the probe pair
+    at = (start < probe_at[:, None]).sum(axis=1)
+    before = np.arange(slots) < at[:, None]
+    seen_early = (is_probe & before & (start < limit[:, None])).any(axis=1)
+    entry = start[np.arange(len(at)), np.minimum(at, slots - 1)]
+    inserted = ~seen_early & (at < slots) & (entry < limit)
+    return start + np.where(inserted[:, None] & ~before, plen[:, None], 0), entry, inserted
+
+
+def _place(seq, values, start, pairs: _Pairs, keep, labelled) -> None:
+    """Write the ``pairs`` ``[n, s]`` starting at ``start [n, s]`` where ``keep``; copy the value tokens into
+    ``values`` (at their own positions) where ``labelled``."""
+    n = seq.shape[0]
+    parts = ((start, pairs.ksize, pairs.kmotif, None), (start + pairs.ksize, pairs.vsize, pairs.vmotif, labelled))
+    for offset, size, motif, label in parts:
+        rows = np.broadcast_to(np.arange(n)[:, None, None], motif.shape)
+        pos = offset[..., None] + np.arange(motif.shape[-1])
+        ok = keep[..., None] & (np.arange(motif.shape[-1]) < size[..., None])
+        seq[rows[ok], pos[ok]] = motif[ok]
+        if label is not None:
+            lab = ok & label[..., None]
+            values[rows[lab], pos[lab]] = motif[lab]
+
+
 @register
 class FuzzyInContextRecall(_MadTask):
     """In-context recall with multi-token keys and values (mad-lab ``fuzzy-in-context-recall``)."""
@@ -179,68 +227,68 @@ class FuzzyInContextRecall(_MadTask):
         if float(nk + 1) ** self.k_motif_size > 2**40:
             self._fail(f"parameter k_motif_size={self.k_motif_size} too large for vocab_size={self.vocab_size}")
         need = 2 * (self.k_motif_size + self.v_motif_size)
-        if self.seq_len < need:
-            self._fail(f"parameter seq_len={self.seq_len} must be >= 2·(k_motif_size + v_motif_size) = {need}")
+        if self.seq_len <= need:
+            self._fail(f"parameter seq_len={self.seq_len} must be > 2·(k_motif_size + v_motif_size) = {need}")
 
     def token_str(self, token: int) -> str:
         return "·" if token == self.vocab_size - 1 else str(token)
 
     def _generate(self, n: int, rng: np.random.Generator, split: str) -> tuple[np.ndarray, np.ndarray]:
+        inputs = np.empty((n, self.seq_len), dtype=np.int64)
+        targets = np.empty_like(inputs)
+        todo = np.arange(n)
+        while todo.size:  # redraw the rows whose probe key never reached the context (rejection: exact conditioning)
+            inputs[todo], targets[todo], answerable = self._draw(todo.size, rng, split)
+            todo = todo[~answerable]
+        return inputs, targets
+
+    def _draw(self, n: int, rng: np.random.Generator, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``n`` examples of mad-lab's process, and whether each one's probe key is in its context."""
         kmax, vmax, L = self.k_motif_size, self.v_motif_size, self.seq_len
-        nk, ns = self.num_keys, self.vocab_size - 1
-        budget = L - kmax - vmax  # room for the context; the probe pair always fits after it
-        slots = budget // 2
+        probe = self._draw_pairs(n, 1, rng, split)  # the probe pair comes first (mad-lab)
+        plen = probe.ksize[:, 0] + probe.vsize[:, 0]
+        probe_at = rng.integers(0, L - 2 * plen)  # the probe pair enters at the first pair starting here or later
+        limit = L - plen - kmax - vmax  # pairs are added while the context is shorter than this
+        pairs = self._draw_pairs(n, (L - kmax - vmax) // 2 + 1, rng, split)  # enough: every pair has >= 2 tokens
+        kcode = self._key_code(pairs)
+        is_probe = kcode == self._key_code(probe)
+        first = first_index(kcode)  # a key's value is the one drawn at its first appearance, the probe's its own
         rows = np.arange(n)[:, None]
-
-        ksize = rng.integers(1, kmax + 1, size=(n, slots)) if split == "train" else np.full((n, slots), kmax)
-        kmotif = distinct_rows(rng, n * slots, kmax, 0, nk).reshape(n, slots, kmax)
-        vsize_new = rng.integers(1, vmax + 1, size=(n, slots))
-        vmotif_new = distinct_rows(rng, n * slots, vmax, nk, ns).reshape(n, slots, vmax)
-        kmask = np.arange(kmax) < ksize[..., None]
-        kcode = (np.where(kmask, kmotif + 1, 0) * (nk + 1) ** np.arange(kmax)).sum(-1)
-        first = first_index(kcode)  # a key's value is the one drawn at its first appearance
-        vsize, vmotif = vsize_new[rows, first], vmotif_new[rows, first]
-
-        end = np.cumsum(ksize + vsize, axis=1)
-        count = (end <= budget).sum(axis=1)  # context slots that fit (a prefix, >= 1)
-        probe = (rng.random(n) * count).astype(np.int64)
-        r = np.arange(n)
-        probe_len = ksize[r, probe] + vsize[r, probe]
-        pad = L - end[r, count - 1] - probe_len
-
-        seq = np.full((n, L), ns, dtype=np.int64)
-        test_targets = np.full((n, L), IGNORE_INDEX, dtype=np.int64)
-        start = pad[:, None] + end - ksize - vsize
-        in_context = np.arange(slots) < count[:, None]
-        repeated = in_context & (first != np.arange(slots))
-        self._place(seq, test_targets, start, ksize, kmotif, vsize, vmotif, in_context, repeated)
-        self._place(
-            seq,
-            test_targets,
-            (L - probe_len)[:, None],
-            ksize[r, probe][:, None],
-            kmotif[r, probe][:, None],
-            vsize[r, probe][:, None],
-            vmotif[r, probe][:, None],
-            np.ones((n, 1), dtype=bool),
-            np.ones((n, 1), dtype=bool),
+        pairs = pairs._replace(
+            vsize=np.where(is_probe, probe.vsize, pairs.vsize[rows, first]),
+            vmotif=np.where(is_probe[..., None], probe.vmotif, pairs.vmotif[rows, first]),
         )
-        return seq, (_shift_targets(seq) if split == "train" else test_targets)
+        start, entry, inserted = _fill_context(pairs.ksize + pairs.vsize, is_probe, plen, probe_at, limit)
+        used = start < limit[:, None]  # a prefix of the slots
+        answerable = inserted | (is_probe & used).any(axis=1)
+        labelled = used & ((first != np.arange(first.shape[1])) | (is_probe & inserted[:, None]))
 
-    @staticmethod
-    def _place(seq, targets, start, ksize, kmotif, vsize, vmotif, keep, labelled) -> None:
-        """Write key and value motifs of pairs starting at ``start [n, s]``; label the values where asked."""
-        n = seq.shape[0]
-        rows = np.broadcast_to(np.arange(n)[:, None, None], kmotif.shape)
-        kpos = start[..., None] + np.arange(kmotif.shape[-1])
-        kok = keep[..., None] & (np.arange(kmotif.shape[-1]) < ksize[..., None])
-        seq[rows[kok], kpos[kok]] = kmotif[kok]
-        rows = np.broadcast_to(np.arange(n)[:, None, None], vmotif.shape)
-        vpos = (start + ksize)[..., None] + np.arange(vmotif.shape[-1])
-        vok = keep[..., None] & (np.arange(vmotif.shape[-1]) < vsize[..., None])
-        seq[rows[vok], vpos[vok]] = vmotif[vok]
-        lab = vok & labelled[..., None]
-        targets[rows[lab], vpos[lab] - 1] = vmotif[lab]
+        # The whole sequence has L + 1 tokens, left-padded with V − 1; its last token is dropped from the inputs.
+        context = np.where(used, start + pairs.ksize + pairs.vsize, 0).max(axis=1)
+        pad = L + 1 - plen - np.maximum(context, np.where(inserted, entry + plen, 0))
+        seq = np.full((n, L + 1), self.vocab_size - 1, dtype=np.int64)
+        values = np.full((n, L + 1), IGNORE_INDEX, dtype=np.int64)
+        always, never = np.ones((n, 1), dtype=bool), np.zeros((n, 1), dtype=bool)
+        _place(seq, values, pad[:, None] + start, pairs, used, labelled)
+        _place(seq, values, (pad + entry)[:, None], probe, inserted[:, None], never)
+        _place(seq, values, (L + 1 - plen)[:, None], probe, always, always)
+        return seq[:, :-1], (seq if split == "train" else values)[:, 1:], answerable
+
+    def _draw_pairs(self, n: int, slots: int, rng: np.random.Generator, split: str) -> _Pairs:
+        """``[n, slots]`` key-value pairs: motif sizes uniform (test keys: ``k_motif_size``), distinct tokens."""
+        kmax, vmax, nk = self.k_motif_size, self.v_motif_size, self.num_keys
+        train = split == "train"
+        ksize = rng.integers(1, kmax + 1, size=(n, slots)) if train else np.full((n, slots), kmax)
+        kmotif = distinct_rows(rng, n * slots, kmax, 0, nk).reshape(n, slots, kmax)
+        vsize = rng.integers(1, vmax + 1, size=(n, slots))
+        vmotif = distinct_rows(rng, n * slots, vmax, nk, self.vocab_size - 1).reshape(n, slots, vmax)
+        return _Pairs(ksize, kmotif, vsize, vmotif)
+
+    def _key_code(self, pairs: _Pairs) -> np.ndarray:
+        """One integer per key (the first ``ksize`` tokens of its motif), equal for equal keys."""
+        kmax = pairs.kmotif.shape[-1]
+        masked = np.where(np.arange(kmax) < pairs.ksize[..., None], pairs.kmotif + 1, 0)
+        return (masked * (self.num_keys + 1) ** np.arange(kmax)).sum(-1)
 
 
 @register
@@ -265,8 +313,9 @@ class SelectiveCopying(_MadTask):
     def _generate(self, n: int, rng: np.random.Generator, split: str) -> tuple[np.ndarray, np.ndarray]:
         k, L, V = self.num_tokens_to_copy, self.seq_len, self.vocab_size
         copy_at = L - k - 1
-        positions = np.sort(distinct_rows(rng, n, k, 0, copy_at), axis=1)
         tokens = rng.integers(0, V - 2, size=(n, k))
+        blanks_before = rng.multinomial(copy_at - k, np.full(k, 1 / k), size=n)  # each blank before a uniform token
+        positions = np.cumsum(blanks_before, axis=1) + np.arange(k)
         inputs = np.full((n, L), V - 2, dtype=np.int64)
         np.put_along_axis(inputs, positions, tokens, axis=1)
         inputs[:, copy_at] = V - 1

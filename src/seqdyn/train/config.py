@@ -232,8 +232,9 @@ def _set_path(data: dict, path: str, value: Any) -> None:
 
 
 def _label(path: str, value: Any) -> str:
+    """``key=value`` for an axis value; a mapping gives all its leaves (nested ones, e.g. mixer options, too)."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items() if not isinstance(v, dict))
+        return ", ".join(label for key, item in value.items() if (label := _label(key, item)))
     return f"{path.split('.')[-1]}={value}"
 
 
