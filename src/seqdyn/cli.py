@@ -33,10 +33,25 @@ _register_subcommands()
 STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
 
 
-def _fail(message: str) -> None:
-    """A one-line error on stderr and exit code 2 (bad input)."""
+def _fail(message: str, code: int = 2) -> None:
+    """A one-line error on stderr and exit code ``code``: 2 for bad input, 1 for an error of the machine."""
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
+def _fail_resumable(error: OSError) -> None:
+    """An error of the machine during a run (a full disk): one line; the run is left to resume."""
+    where = f"{error.filename}: " if error.filename else ""
+    _fail(f"{where}{error.strerror or error}; the run can resume: run the same command again once that is fixed", 1)
+
+
+def _check_before_start(config_path: str, runs, store: str, use_ray: bool = False) -> None:
+    from seqdyn.train.sweep import check_before_start, checkpoint_dir_for
+
+    try:
+        check_before_start(runs, checkpoint_dir_for(store), use_ray=use_ray)
+    except ValueError as error:
+        _fail(f"{config_path}: {error}")
 
 
 def _load(config_path: str):
@@ -75,6 +90,7 @@ def train(
     run = _load(config)
     if isinstance(run, SweepConfig):
         _fail(f"{config}: has a sweep section; run it with `seqdyn sweep {config}`")
+    _check_before_start(config, [run], store)
     distributed = Distributed.from_environment()
     results = _open_store(store) if distributed is None or distributed.rank == 0 else None
     try:
@@ -82,6 +98,8 @@ def train(
                            distributed=distributed)
     except ValueError as error:
         _fail(str(error))
+    except OSError as error:
+        _fail_resumable(error)
     finally:
         if distributed is not None:
             distributed.close()
@@ -98,14 +116,17 @@ def sweep(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Train every run of a sweep that is not finished yet, then print a summary."""
-    from seqdyn.train.sweep import run_sweep
+    from seqdyn.train.sweep import expand, run_sweep
 
     parsed = _load(config)
+    _check_before_start(config, expand(parsed), store, use_ray=ray)
     _open_store(store)
     try:
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress)
     except ValueError as error:
         _fail(str(error))
+    except OSError as error:
+        _fail_resumable(error)
     _print_summary(results)
 
 
