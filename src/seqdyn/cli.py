@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import typer
@@ -23,8 +24,32 @@ def _register_subcommands() -> None:
     from seqdyn.tasks.cli import app as tasks_app
 
     app.add_typer(tasks_app, name="tasks", help="List the task suites and show a generated example.")
-    bench_app.command("tasks")(bench_tasks)
-    bench_app.command("train")(bench_train)
+    bench_app.command("tasks")(_one_line_errors(bench_tasks))
+    bench_app.command("train")(_one_line_errors(bench_train))
+
+
+def _one_line_errors(command):
+    """``command`` with its ``ValueError`` (bad names, an absent device) as a one-line error, exit code 2."""
+
+    @functools.wraps(command)
+    def wrapped(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ValueError as error:
+            _fail(str(error))
+
+    return wrapped
+
+
+def _lengths(option: str, text: str) -> list[int]:
+    """Comma-separated positive integers (sequence lengths)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        _fail(f"{option}: expected comma-separated positive integers such as 256,1024; got {text!r}")
+    return values
 
 
 _register_subcommands()
@@ -214,6 +239,7 @@ def demo(
 
 
 @bench_app.command("operator")
+@_one_line_errors
 def bench_operator(
     seq_lens: str = typer.Option("256,1024,4096", "--seq-lens", help="Comma-separated sequence lengths T."),
     kinds: str = typer.Option("gla,mamba2,deltanet,softmax", help="Comma-separated argument types."),
@@ -229,7 +255,7 @@ def bench_operator(
     from seqdyn.bench.operator import run_operator_benchmark
 
     run_operator_benchmark(
-        seq_lens=[int(t) for t in seq_lens.split(",")],
+        seq_lens=_lengths("--seq-lens", seq_lens),
         kinds=kinds.split(","),
         backends=backends.split(","),
         batch=batch,
@@ -242,6 +268,7 @@ def bench_operator(
 
 
 @bench_app.command("mixers")
+@_one_line_errors
 def bench_mixers(
     names: str = typer.Option("", help="Comma-separated mixer names (default: every registered mixer)."),
     seq_lens: str = typer.Option("1024,4096", "--seq-lens", help="Comma-separated sequence lengths T."),
@@ -259,7 +286,7 @@ def bench_mixers(
     selected = [n for n in names.split(",") if n] or None
     for name in selected or []:
         mixers.get(name)  # unknown names fail before any work
-    run_mixer_benchmark(selected, [int(t) for t in seq_lens.split(",")], d_model, batch, device, repeats, max_seconds,
+    run_mixer_benchmark(selected, _lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds,
                         rounds)
 
 

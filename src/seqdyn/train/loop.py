@@ -108,14 +108,18 @@ def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Ad
     return torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, field: str = "train.device") -> torch.device:
+    """The device ``name`` means on this machine: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``;
+    one the machine lacks raises ``ValueError`` naming ``field``."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ValueError(f"{field}: expected 'cpu', 'cuda', 'cuda:N' or 'auto', got {name!r}")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"train.device: {name!r} asked for, but no CUDA device is available; use 'cpu' or 'auto'")
+        raise ValueError(f"{field}: {name!r} asked for, but no CUDA device is available; use 'cpu' or 'auto'")
     device = torch.device(name)
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"train.device: {name!r} asked for, but this machine has {torch.cuda.device_count()} "
+        raise ValueError(f"{field}: {name!r} asked for, but this machine has {torch.cuda.device_count()} "
                          f"CUDA device(s); use 'cuda' or one of them")
     return device
 
