@@ -181,9 +181,9 @@ class RunConfig(Strict):
     @classmethod
     def _finite(cls, data: Any) -> Any:
         """Every number finite, in free-form sections (mixer options, task parameters, sweep axes) too."""
-        where = _non_finite(data)
-        if where is not None:
-            raise ValueError(f"{where}: expected a finite number, got {_at(data, where)!r}")
+        found = _non_finite(data)
+        if found is not None:
+            raise ValueError(f"{found[0]}: expected a finite number, got {found[1]!r}")
         return data
 
     @model_validator(mode="after")
@@ -270,22 +270,16 @@ def _meta_mixers(config: ModelConfig, spec) -> list:
     return [block.mixer for block in model.blocks]
 
 
-def _non_finite(data: Any, path: str = "") -> str | None:
-    """The dotted path of the first NaN or infinite number in plain data, or ``None``."""
+def _non_finite(data: Any, path: str = "") -> tuple[str, float] | None:
+    """The dotted path and value of the first NaN or infinite number in plain data, or ``None``."""
     if isinstance(data, float) and not math.isfinite(data):
-        return path or "(top level)"
+        return path or "(top level)", data
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
     for key, value in items:
         found = _non_finite(value, f"{path}.{key}" if path else str(key))
         if found is not None:
             return found
     return None
-
-
-def _at(data: Any, path: str) -> Any:
-    for key in path.split("."):
-        data = data[int(key)] if isinstance(data, (list, tuple)) else data[key]
-    return data
 
 
 def _set_path(data: dict, path: str, value: Any) -> None:
