@@ -24,6 +24,7 @@ and the file.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -199,9 +200,9 @@ class RunConfig(Strict):
         metric, reported = self.train.early_stop.metric, task.metric_names()
         if metric is not None and metric not in reported:
             raise ValueError(f"train.early_stop.metric: task {task.name} reports {', '.join(reported)}; got {metric!r}")
-        for layer, mixer in enumerate(_meta_mixers(self.model, task.spec)):
-            if self.train.backend not in mixer.backends:
-                raise ValueError(f"train.backend: {mixer.name} (layer {layer}) computes with {list(mixer.backends)}, "
+        for layer, (mixer, backends) in enumerate(_layer_backends(self.model.model_dump_json(), task.spec)):
+            if self.train.backend not in backends:
+                raise ValueError(f"train.backend: {mixer} (layer {layer}) computes with {list(backends)}, "
                                  f"got {self.train.backend!r}")
         return self
 
@@ -255,19 +256,21 @@ def _validated_run(data: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"run {data['name']!r}: {_describe(error)}") from None
 
 
-def _meta_mixers(config: ModelConfig, spec) -> list:
-    """Every layer's mixer of the model ``config`` builds for ``spec``, built on the meta device (shapes only);
-    an option a mixer refuses raises its ``ValueError``, named ``model.…``."""
+@functools.lru_cache(maxsize=256)
+def _layer_backends(model_json: str, spec) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(mixer name, backends it accepts)`` of every layer of the model ``model_json`` builds for the task
+    ``spec``, built on the meta device (shapes only; the runs of a sweep that share a model build it once).  An
+    option a mixer refuses raises its ``ValueError``, named ``model.…``."""
     import torch
 
     from seqdyn.nn import build_model
 
     try:
         with torch.device("meta"):
-            model = build_model(config, spec)
+            model = build_model(ModelConfig.model_validate_json(model_json), spec)
     except ValueError as error:
         raise ValueError(f"model.{error}") from None
-    return [block.mixer for block in model.blocks]
+    return tuple((block.mixer.name, tuple(block.mixer.backends)) for block in model.blocks)
 
 
 def _non_finite(data: Any, path: str = "") -> tuple[str, float] | None:
