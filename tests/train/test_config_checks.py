@@ -187,10 +187,11 @@ def test_a_run_that_fails_while_training_is_recorded_and_the_sweep_goes_on(tmp_p
     assert all(records[run.run_id].status == "finished" for run in rest)
 
 
-def test_a_full_disk_while_checkpointing_leaves_the_run_interrupted_and_resumable(tmp_path, monkeypatch):
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_a_full_disk_while_checkpointing_leaves_the_run_interrupted_and_resumable(tmp_path, monkeypatch, command):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(small()))
-    assert run_cli("train", str(config), "--store", str(tmp_path / "whole.db")).exit_code == 0
+    assert run_cli(command, str(config), "--store", str(tmp_path / "whole.db")).exit_code == 0
     saves, save_file = [], safetensors.torch.save_file
 
     def full_after_one(tensors, filename, metadata=None):
@@ -202,7 +203,7 @@ def test_a_full_disk_while_checkpointing_leaves_the_run_interrupted_and_resumabl
 
     monkeypatch.setattr(safetensors.torch, "save_file", full_after_one)
     store_path = tmp_path / "results.db"
-    result = run_cli("train", str(config), "--store", str(store_path))
+    result = run_cli(command, str(config), "--store", str(store_path))
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "No space left on device" in lines[0] and "the run can resume" in lines[0]
@@ -211,7 +212,7 @@ def test_a_full_disk_while_checkpointing_leaves_the_run_interrupted_and_resumabl
     assert (run.status, run.checkpoint_step) == ("interrupted", 2)
     assert [p.suffix for p in checkpoint_dir_for(store_path).iterdir() if p.is_file()] == [".safetensors"]
     monkeypatch.setattr(safetensors.torch, "save_file", save_file)
-    assert run_cli("train", str(config), "--store", str(store_path)).exit_code == 0
+    assert run_cli(command, str(config), "--store", str(store_path)).exit_code == 0
     resumed, whole = Store(store_path, readonly=True).runs()[0], Store(tmp_path / "whole.db", readonly=True).runs()[0]
     assert (resumed.status, resumed.step, resumed.final_metric) == ("finished", 8, whole.final_metric)
     assert torch.isfinite(torch.tensor(resumed.final_metric))
