@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import typer
@@ -23,8 +24,32 @@ def _register_subcommands() -> None:
     from seqdyn.tasks.cli import app as tasks_app
 
     app.add_typer(tasks_app, name="tasks", help="List the task suites and show a generated example.")
-    bench_app.command("tasks")(bench_tasks)
-    bench_app.command("train")(bench_train)
+    bench_app.command("tasks")(_one_line_errors(bench_tasks))
+    bench_app.command("train")(_one_line_errors(bench_train))
+
+
+def _one_line_errors(command):
+    """``command`` with its ``ValueError`` (bad names, an absent device) as a one-line error, exit code 2."""
+
+    @functools.wraps(command)
+    def wrapped(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ValueError as error:
+            _fail(str(error))
+
+    return wrapped
+
+
+def _lengths(option: str, text: str) -> list[int]:
+    """Comma-separated positive integers (sequence lengths)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        _fail(f"{option}: expected comma-separated positive integers such as 256,1024; got {text!r}")
+    return values
 
 
 _register_subcommands()
@@ -33,10 +58,25 @@ _register_subcommands()
 STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
 
 
-def _fail(message: str) -> None:
-    """A one-line error on stderr and exit code 2 (bad input)."""
+def _fail(message: str, code: int = 2) -> None:
+    """A one-line error on stderr and exit code ``code``: 2 for bad input, 1 for an error of the machine."""
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
+def _fail_resumable(error: OSError) -> None:
+    """An error of the machine during a run (a full disk): one line; the run is left to resume."""
+    where = f"{error.filename}: " if error.filename else ""
+    _fail(f"{where}{error.strerror or error}; the run can resume: run the same command again once that is fixed", 1)
+
+
+def _check_before_start(config_path: str, runs, store: str, use_ray: bool = False) -> None:
+    from seqdyn.train.sweep import check_before_start, checkpoint_dir_for
+
+    try:
+        check_before_start(runs, checkpoint_dir_for(store), use_ray=use_ray)
+    except ValueError as error:
+        _fail(f"{config_path}: {error}")
 
 
 def _load(config_path: str):
@@ -75,6 +115,7 @@ def train(
     run = _load(config)
     if isinstance(run, SweepConfig):
         _fail(f"{config}: has a sweep section; run it with `seqdyn sweep {config}`")
+    _check_before_start(config, [run], store)
     distributed = Distributed.from_environment()
     results = _open_store(store) if distributed is None or distributed.rank == 0 else None
     try:
@@ -82,6 +123,8 @@ def train(
                            distributed=distributed)
     except ValueError as error:
         _fail(str(error))
+    except OSError as error:
+        _fail_resumable(error)
     finally:
         if distributed is not None:
             distributed.close()
@@ -98,14 +141,17 @@ def sweep(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Train every run of a sweep that is not finished yet, then print a summary."""
-    from seqdyn.train.sweep import run_sweep
+    from seqdyn.train.sweep import expand, run_sweep
 
     parsed = _load(config)
+    _check_before_start(config, expand(parsed), store, use_ray=ray)
     _open_store(store)
     try:
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress)
     except ValueError as error:
         _fail(str(error))
+    except OSError as error:
+        _fail_resumable(error)
     _print_summary(results)
 
 
@@ -193,6 +239,7 @@ def demo(
 
 
 @bench_app.command("operator")
+@_one_line_errors
 def bench_operator(
     seq_lens: str = typer.Option("256,1024,4096", "--seq-lens", help="Comma-separated sequence lengths T."),
     kinds: str = typer.Option("gla,mamba2,deltanet,softmax", help="Comma-separated argument types."),
@@ -208,7 +255,7 @@ def bench_operator(
     from seqdyn.bench.operator import run_operator_benchmark
 
     run_operator_benchmark(
-        seq_lens=[int(t) for t in seq_lens.split(",")],
+        seq_lens=_lengths("--seq-lens", seq_lens),
         kinds=kinds.split(","),
         backends=backends.split(","),
         batch=batch,
@@ -221,6 +268,7 @@ def bench_operator(
 
 
 @bench_app.command("mixers")
+@_one_line_errors
 def bench_mixers(
     names: str = typer.Option("", help="Comma-separated mixer names (default: every registered mixer)."),
     seq_lens: str = typer.Option("1024,4096", "--seq-lens", help="Comma-separated sequence lengths T."),
@@ -238,7 +286,7 @@ def bench_mixers(
     selected = [n for n in names.split(",") if n] or None
     for name in selected or []:
         mixers.get(name)  # unknown names fail before any work
-    run_mixer_benchmark(selected, [int(t) for t in seq_lens.split(",")], d_model, batch, device, repeats, max_seconds,
+    run_mixer_benchmark(selected, _lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds,
                         rounds)
 
 

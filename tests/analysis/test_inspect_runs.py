@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -84,17 +85,27 @@ def test_inspect_command_takes_token_ids_from_a_file(trained, tmp_path):
     (["{softmax}", "--input", "{missing}"], "--input: no file"),
     (["{softmax}", "--input", "{floats}"], "takes tokens inputs"),
     (["{softmax}", "--input", "{large}"], "token ids must lie in [0, 32)"),
+    (["{softmax}", "--input", "{text_pt}"], "holds no numeric .pt tensor"),
+    (["{softmax}", "--input", "{noise_pt}"], "holds no numeric .pt tensor"),
+    (["{softmax}", "--input", "{text_npy}"], "holds no numeric .npy tensor"),
+    (["{softmax}", "--input", "{strings_npy}"], "holds no numeric .npy tensor"),
 ])
 def test_inspect_command_bad_input_exits_2(trained, tmp_path, args, message):
     store_path, ids = trained
     torch.save(torch.rand(2, 8), tmp_path / "floats.pt")
     torch.save(torch.full((2, 8), 99), tmp_path / "large.pt")
+    (tmp_path / "text.pt").write_text("1 2 3\n")
+    (tmp_path / "noise.pt").write_bytes(bytes(range(256)))
+    (tmp_path / "text.npy").write_text("1 2 3\n")
+    np.save(tmp_path / "strings.npy", np.array(["a", "b"]))
     fill = {"softmax": ids["softmax_attention"], "missing": str(tmp_path / "missing.pt"),
-            "floats": str(tmp_path / "floats.pt"), "large": str(tmp_path / "large.pt")}
+            "floats": str(tmp_path / "floats.pt"), "large": str(tmp_path / "large.pt"),
+            **{f"{stem}_{suffix}": str(tmp_path / f"{stem}.{suffix}")
+               for stem, suffix in (("text", "pt"), ("noise", "pt"), ("text", "npy"), ("strings", "npy"))}}
     before = Store(store_path, readonly=True).runs()
     result = CliRunner().invoke(app, ["inspect", *(a.format(**fill) for a in args), "--store", str(store_path)])
     assert result.exit_code == 2
-    assert message in result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1  # one line, no traceback
     assert Store(store_path, readonly=True).runs() == before
 
 

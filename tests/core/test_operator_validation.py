@@ -80,6 +80,9 @@ def test_coefficients_validate_like_the_operator():
         seqdyn.coefficients(torch.randn(B, T, H, K), torch.randn(B, T, H, K), readout="nope")
     with pytest.raises(ValueError, match="initial_state"):
         seqdyn.coefficients(torch.randn(B, T, H, K), torch.randn(B, T, H, K), initial_state=torch.zeros(1))
+    for readout in ("identity", "exp"):  # K = 0: no keys to score (issue 18)
+        with pytest.raises(ValueError, match=r"key and value dimensions must be ≥ 1, got K=0$"):
+            seqdyn.coefficients(torch.randn(B, T, H, 0), torch.randn(B, T, H, 0), readout=readout)
 
 
 def test_mixed_precision_promotes_and_returns_the_dtype_of_v():

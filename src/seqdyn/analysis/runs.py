@@ -43,17 +43,25 @@ def load_inputs(path: str | os.PathLike) -> Tensor:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"--input: no file {path}")
-    if path.suffix == ".npy":
-        import numpy as np
-
-        tensor = torch.from_numpy(np.load(path))
-    elif path.suffix == ".pt":
-        tensor = torch.load(path, weights_only=True)
-    else:
+    if path.suffix not in (".npy", ".pt"):
         raise ValueError(f"--input: {path.name} must be a .pt tensor or a .npy array of token ids")
+    try:
+        tensor = _read_tensor(path)
+    except Exception as error:  # whatever a file that is not a tensor makes numpy's or torch's reader raise
+        writer = "numpy.save(path, array)" if path.suffix == ".npy" else "torch.save(tensor, path)"
+        raise ValueError(f"--input: {path} holds no numeric {path.suffix} tensor ({type(error).__name__}); "
+                         f"write token ids with {writer}") from None
     if not isinstance(tensor, Tensor) or tensor.dim() not in (1, 2, 3):
         raise ValueError(f"--input: expected [B, T] token ids or [B, T, C] channels, got {getattr(tensor, 'shape', type(tensor))}")
     return tensor.unsqueeze(0) if tensor.dim() == 1 else tensor
+
+
+def _read_tensor(path: Path) -> Tensor:
+    if path.suffix == ".npy":
+        import numpy as np
+
+        return torch.from_numpy(np.load(path))
+    return torch.load(path, weights_only=True)
 
 
 def _check_inputs(inputs: Tensor, task) -> Tensor:

@@ -190,7 +190,7 @@ def measure_step(forward: Callable[[], object], train_step: Callable[[], object]
 
 
 def resolve_device(device: str) -> torch.device:
-    """``"auto"`` is CUDA when available, else the CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    """``"auto"`` is CUDA when available, else the CPU; a device this machine lacks is a ``ValueError``."""
+    from seqdyn.train.loop import resolve_device as resolve
+
+    return resolve(device, "--device")

@@ -114,6 +114,9 @@ def run_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="a
     for name in backends:
         if name not in BACKEND_ORDER:
             raise ValueError(f"backends: unknown {name!r}; allowed: {list(BACKEND_ORDER)}")
+    for kind in kinds:
+        if kind not in KINDS:
+            raise ValueError(f"kinds: unknown {kind!r}; allowed: {list(KINDS)}")
     report = Report(device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device))
     memory = available_memory_bytes(device)
     for kind in kinds:

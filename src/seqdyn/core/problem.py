@@ -141,7 +141,8 @@ class _Sizes:
         if self.length < 1:
             raise ValueError("q: the sequence is empty (T=0); coefficient dynamics need T ≥ 1")
         if self.key_dim < 1 or (v is not None and v.shape[3] < 1):
-            raise ValueError(f"q/v: key and value dimensions must be ≥ 1, got K={self.key_dim}, V={v.shape[3]}")
+            value_dim = "" if v is None else f", V={v.shape[3]}"  # coefficients() has no values
+            raise ValueError(f"q/v: key and value dimensions must be ≥ 1, got K={self.key_dim}{value_dim}")
         self.heads = max(t.shape[2] for t in per_head.values())
         if k.shape[3] != self.key_dim:
             raise ValueError(f"k: key dimension {k.shape[3]} does not match q's {self.key_dim} (shapes [B, T, H, K])")

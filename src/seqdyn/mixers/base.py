@@ -48,10 +48,12 @@ class CoreInputs:
 
 @dataclass
 class MixerState:
-    """Streaming state of a :class:`CoefficientMixer`: the operator's state and the short convolutions' inputs."""
+    """Streaming state of a :class:`CoefficientMixer`: the operator's state, the short convolutions' inputs and
+    the batch size they stream (``None``: any)."""
 
     core: Any = None
     conv: dict[str, Tensor] = field(default_factory=dict)
+    batch: int | None = None
 
 
 def keep_init(*parameters: Tensor) -> None:
@@ -70,6 +72,13 @@ def check_positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     return value
+
+
+def check_state_batch(mixer: str, state_batch: int | None, batch: int) -> None:
+    """A streaming state serves the batch size it was started with (``init_state(batch)``) and no other."""
+    if state_batch is not None and state_batch != batch:
+        raise ValueError(f"state: streams a batch of {state_batch}, but x_t has {batch} rows; start a state for "
+                         f"this batch with {mixer}.init_state({batch})")
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
@@ -215,14 +224,14 @@ class CoefficientMixer(Mixer):
         return self.core_output(self.run_core(inputs, self.check_backend(backend)), extras)
 
     def init_state(self, batch: int) -> MixerState:
-        check_positive("batch", batch)
-        return MixerState()
+        return MixerState(batch=check_positive("batch", batch))
 
     def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
         self.check_input(x_t, "x_t", with_time=False)
         if not isinstance(state, MixerState):
             raise ValueError(f"state: expected the MixerState of {self.name}.init_state(batch), got {type(state).__name__}")
-        state = MixerState(state.core, dict(state.conv))
+        check_state_batch(self.name, state.batch, x_t.shape[0])
+        state = MixerState(state.core, dict(state.conv), x_t.shape[0])
         inputs, extras = self.core_inputs(x_t.unsqueeze(1), state)
         core, state.core = self.run_core(inputs, "recurrent", state.core, output_final_state=True)
         return self.core_output(core, extras)[:, 0], state

@@ -23,17 +23,19 @@ from torch.nn.attention.bias import causal_lower_right
 
 from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.core.precision import float32_under_autocast
-from seqdyn.mixers.base import check_positive
+from seqdyn.mixers.base import check_positive, check_state_batch
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
 
 
 @dataclass
 class WindowCache:
-    """Keys and values ``[B, H, n, ·]`` from the start of the previous chunk, and the next position."""
+    """Keys and values ``[B, H, n, ·]`` from the start of the previous chunk, the next position and the batch
+    size B it streams (``None``: any)."""
 
     keys: Tensor | None = None
     values: Tensor | None = None
     position: int = 0
+    batch: int | None = None
 
 
 def band_mask(length: int, window: int, device, offset: int = 0, keys: int | None = None) -> Tensor:
@@ -115,8 +117,7 @@ class LocalAttention(SoftmaxAttention):
         return from_coefficients(self.coefficients(x), self.d_model // self.heads)
 
     def init_state(self, batch: int) -> WindowCache:
-        check_positive("batch", batch)
-        return WindowCache()
+        return WindowCache(batch=check_positive("batch", batch))
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, cache: WindowCache) -> tuple[Tensor, WindowCache]:
         """One token: append to the cache, attend to the window, drop what the next token no longer sees."""
@@ -139,8 +140,10 @@ class LocalAttention(SoftmaxAttention):
         self.check_input(x_t, "x_t", with_time=False)
         if not isinstance(state, WindowCache):
             raise ValueError(f"state: expected the WindowCache of {self.name}.init_state(batch)")
+        check_state_batch(self.name, state.batch, x_t.shape[0])
         q, k, v = self._qkv(x_t.unsqueeze(1))
         out, state = self._attend(q, k, v, state)
+        state.batch = x_t.shape[0]
         return self.out(out.transpose(1, 2).flatten(2))[:, 0], state
 
     def state_size(self, seq_len: int) -> int:

@@ -32,6 +32,10 @@ class ShortConv(nn.Module):
         return torch.zeros(batch, self.width - 1, self.channels, dtype=dtype, device=self.weight.device)
 
     def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        expected = [x.shape[0], self.width - 1, self.channels]
+        if state is not None and list(state.shape) != expected:
+            raise ValueError(f"state: expected the short convolution's last inputs [B, w − 1, C] = {expected}, got "
+                             f"{list(state.shape)}; start a state for this batch with init_state({x.shape[0]})")
         state = self.init_state(x.shape[0], x) if state is None else state.to(x.dtype)
         weight = self.weight.to(x.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)

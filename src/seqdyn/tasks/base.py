@@ -280,6 +280,13 @@ class Task(ABC):
             return regression_metrics(outputs, targets)
         return {"accuracy": token_accuracy(outputs, targets), "loss": float(self.loss(outputs, targets))}
 
+    def metric_names(self) -> list[str]:
+        """The names :meth:`metrics` reports, sorted (from one labelled position of zeros; no data generated)."""
+        outputs = torch.zeros(1, 1, self.output_size)
+        regression = self.head == "regression"
+        targets = torch.zeros(1, 1, self.output_size) if regression else torch.zeros(1, 1, dtype=torch.long)
+        return sorted(self.metrics(outputs, targets))
+
 
 def _to_tensor(array: np.ndarray) -> torch.Tensor:
     if array.dtype.kind in "iub":

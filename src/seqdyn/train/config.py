@@ -24,9 +24,11 @@ and the file.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -39,7 +41,7 @@ class ConfigError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelConfig(Strict):
@@ -176,6 +178,34 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=lambda: TrainConfig(epochs=1))
     loggers: LoggersConfig = Field(default_factory=LoggersConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _finite(cls, data: Any) -> Any:
+        """Every number finite, in free-form sections (mixer options, task parameters, sweep axes) too."""
+        found = _non_finite(data)
+        if found is not None:
+            raise ValueError(f"{found[0]}: expected a finite number, got {found[1]!r}")
+        return data
+
+    @model_validator(mode="after")
+    def _runnable(self) -> RunConfig:
+        """What only the task and the model can tell: the early-stop metric is one the task reports, and the
+        model (built on the meta device: no memory, no time) accepts the mixer options and ``train.backend``.
+        A sweep's base is not a run: its expanded runs are checked instead."""
+        if isinstance(self, SweepConfig):
+            return self
+        from seqdyn import tasks
+
+        task = tasks.build(self.task.name, **self.task.params)
+        metric, reported = self.train.early_stop.metric, task.metric_names()
+        if metric is not None and metric not in reported:
+            raise ValueError(f"train.early_stop.metric: task {task.name} reports {', '.join(reported)}; got {metric!r}")
+        for layer, (mixer, backends) in enumerate(_layer_backends(self.model.model_dump_json(), task.spec)):
+            if self.train.backend not in backends:
+                raise ValueError(f"train.backend: {mixer} (layer {layer}) computes with {list(backends)}, "
+                                 f"got {self.train.backend!r}")
+        return self
+
     def canonical(self) -> dict[str, Any]:
         """The resolved config as plain data (every default filled in)."""
         return self.model_dump(mode="json")
@@ -214,8 +244,45 @@ class SweepConfig(RunConfig):
                 labels.append(_label(path, value))
             if labels:
                 data["name"] = f"{base['name']}[{', '.join(labels)}]"
-            runs.append(RunConfig.model_validate(data))
+            runs.append(_validated_run(data))
         return runs
+
+
+def _validated_run(data: dict[str, Any]) -> RunConfig:
+    """One expanded run of a sweep; its errors name the run."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(f"run {data['name']!r}: {_describe(error)}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_backends(model_json: str, spec) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(mixer name, backends it accepts)`` of every layer of the model ``model_json`` builds for the task
+    ``spec``, built on the meta device (shapes only; the runs of a sweep that share a model build it once).  An
+    option a mixer refuses raises its ``ValueError``, named ``model.…``."""
+    import torch
+
+    from seqdyn.nn import build_model
+
+    try:
+        with torch.device("meta"):
+            model = build_model(ModelConfig.model_validate_json(model_json), spec)
+    except ValueError as error:
+        raise ValueError(f"model.{error}") from None
+    return tuple((block.mixer.name, tuple(block.mixer.backends)) for block in model.blocks)
+
+
+def _non_finite(data: Any, path: str = "") -> tuple[str, float] | None:
+    """The dotted path and value of the first NaN or infinite number in plain data, or ``None``."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return path or "(top level)", data
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _set_path(data: dict, path: str, value: Any) -> None:
@@ -241,9 +308,9 @@ def _label(path: str, value: Any) -> str:
 def _describe(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}")
+        where = ".".join(str(p) for p in item["loc"])  # empty for a whole-config check, whose message names the field
+        parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)
 
 
@@ -267,9 +334,14 @@ def load_config(path: str | Path) -> RunConfig | SweepConfig:
     """Read and validate a YAML config file; every problem raises :class:`ConfigError` naming the file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the config ({error.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: byte 0x{raw[error.start]:02x} is not UTF-8; save the file as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -108,12 +108,20 @@ def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Ad
     return torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, field: str = "train.device") -> torch.device:
+    """The device ``name`` means on this machine: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``;
+    one the machine lacks raises ``ValueError`` naming ``field``."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ValueError(f"{field}: expected 'cpu', 'cuda', 'cuda:N' or 'auto', got {name!r}")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"train.device: {name!r} asked for, but no CUDA device is available; use 'cpu' or 'auto'")
-    return torch.device(name)
+        raise ValueError(f"{field}: {name!r} asked for, but no CUDA device is available; use 'cpu' or 'auto'")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"{field}: {name!r} asked for, but this machine has {torch.cuda.device_count()} "
+                         f"CUDA device(s); use 'cuda' or one of them")
+    return device
 
 
 def default_owner() -> str:
@@ -171,8 +179,12 @@ def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     meta = dict(meta, param_groups=[{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]])
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    save_file(tensors, str(temporary), metadata={"seqdyn": json.dumps(meta)})
-    os.replace(temporary, path)
+    try:
+        save_file(tensors, str(temporary), metadata={"seqdyn": json.dumps(meta)})
+        os.replace(temporary, path)
+    except OSError as error:  # a full disk: drop the partial file; the last good checkpoint stays
+        temporary.unlink(missing_ok=True)
+        raise OSError(error.errno, f"cannot write the checkpoint ({error.strerror})", str(path)) from None
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -5,11 +5,16 @@ tasks (``use_ray``: ``RAY_ADDRESS`` picks a cluster, otherwise a local Ray insta
 where GPUs exist).  Every worker claims a run in the store before training it, so concurrent sweeps never train
 the same run twice; a sweep started again skips finished runs and resumes interrupted ones from their last
 checkpoint.  On a cluster, the store and the checkpoint directory must be on a file system every node sees.
+
+Every run is checked before the first one starts (:func:`check_before_start`); a run that fails while it trains
+is recorded ``failed`` with its error and the sweep goes on, while an error of the machine (a full disk, an
+unreadable store, Ctrl-C) stops the sweep and leaves the run resumable.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
@@ -17,7 +22,7 @@ from pathlib import Path
 import torch
 
 from seqdyn.train.config import RunConfig, SweepConfig
-from seqdyn.train.loop import RunResult, train_run
+from seqdyn.train.loop import RunResult, default_owner, resolve_device, train_run
 
 DONE = ("finished", "stopped_early", "failed")
 
@@ -32,6 +37,23 @@ def expand(config: RunConfig | SweepConfig) -> list[RunConfig]:
     return config.expand() if isinstance(config, SweepConfig) else [config]
 
 
+def check_before_start(runs: list[RunConfig], checkpoint_dir: str | Path, *, use_ray: bool = False) -> None:
+    """What a config cannot say about itself, checked before the store is touched: every run's device exists
+    on this machine (unless Ray places the runs on a cluster, ``RAY_ADDRESS``) and the checkpoint folder can be
+    made.  Raises ``ValueError`` naming the run and the field."""
+    elsewhere = use_ray and os.environ.get("RAY_ADDRESS")
+    for run in () if elsewhere else runs:
+        try:
+            resolve_device(run.train.device)
+        except ValueError as error:
+            raise ValueError(f"run {run.name!r}: {error}" if len(runs) > 1 else str(error)) from None
+    folder = Path(checkpoint_dir)
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    if not existing.is_dir():
+        raise ValueError(f"checkpoint folder {folder}: {existing} is a file, not a folder; move it away or "
+                         f"choose another store (checkpoints live beside it)")
+
+
 def register(config: RunConfig | SweepConfig, store) -> list[RunConfig]:
     """Add every run of the sweep to the store (pending unless already known); returns them in order."""
     runs = expand(config)
@@ -40,12 +62,29 @@ def register(config: RunConfig | SweepConfig, store) -> list[RunConfig]:
     return runs
 
 
+def train_or_record_failure(config: RunConfig, store, **options) -> RunResult:
+    """:func:`train_run`, except that an error of the run itself (anything but the machine's: ``OSError``, the
+    store's ``sqlite3.Error``, Ctrl-C) is recorded as the run's ``failed`` reason, so that the sweep goes on."""
+    owner = default_owner()
+    try:
+        return train_run(config, store, owner=owner, **options)
+    except (OSError, sqlite3.Error):
+        raise
+    except Exception as error:
+        reason = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        record = store.run(config.run_id)
+        if store.claim(config.run_id, owner, stale_after=float("inf")):  # not while another process trains it
+            store.finish(config.run_id, owner, "failed", step=record.step or 0, reason=reason)
+        return _from_record(store.run(config.run_id))
+
+
 def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, threads: int, sweep: str) -> RunResult:
     from seqdyn.train.store import Store
 
     torch.set_num_threads(threads)
     config = RunConfig.model_validate(config_data)
-    return train_run(config, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False, sweep=sweep)
+    return train_or_record_failure(config, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False,
+                                   sweep=sweep)
 
 
 def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, workers: int = 1, use_ray: bool = False,
@@ -55,8 +94,9 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
 
     if workers < 1:
         raise ValueError(f"workers: expected at least 1, got {workers}")
-    store = Store(store_path)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else checkpoint_dir_for(store_path)
+    check_before_start(expand(config), checkpoint_dir, use_ray=use_ray)
+    store = Store(store_path)
     runs = register(config, store)
     todo = [run for run in runs if store.run(run.run_id).status not in DONE]
     results: dict[str, RunResult] = {}
@@ -66,8 +106,8 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
         results = _run_processes(todo, str(store_path), str(checkpoint_dir), config.name, workers, on_result)
     else:
         for run in todo:
-            results[run.run_id] = train_run(run, store, checkpoint_dir=checkpoint_dir, progress=progress,
-                                            sweep=config.name)
+            results[run.run_id] = train_or_record_failure(run, store, checkpoint_dir=checkpoint_dir,
+                                                          progress=progress, sweep=config.name)
             if on_result is not None:
                 on_result(results[run.run_id])
     return [results.get(run.run_id) or _from_record(store.run(run.run_id)) for run in runs]
@@ -103,7 +143,10 @@ def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, Ru
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
-        result = ray.get(ready[0])
+        try:
+            result = ray.get(ready[0])
+        except ray.exceptions.RayTaskError as error:
+            raise error.cause from None  # the machine's error in the worker (a full disk), not Ray's wrapper of it
         results[result.run_id] = result
         if on_result is not None:
             on_result(result)
