@@ -108,3 +108,16 @@ def test_every_hand_written_autograd_function_follows_autocast():
     assert len(functions) >= 14
     missing = [f"{f.__module__}.{f.__qualname__}" for f in functions if not getattr(f, "follows_autocast", False)]
     assert not missing, f"decorate with seqdyn.core.precision.float32_under_autocast: {missing}"
+
+
+
+def test_hand_written_functions_run_on_the_meta_device_where_autocast_does_not_exist():
+    """Config checks build models on the meta device, which autocast does not know: the hand-written functions
+    must not ask autocast about it."""
+    from seqdyn.nn.conv import ShortConv
+    from seqdyn.nn.norms import l2_normalize, rms_norm
+
+    with torch.device("meta"):
+        x = torch.empty(2, 8, 32)
+        outputs = [ShortConv(32, 4)(x)[0], rms_norm(x, torch.ones(32), 1e-5, gate=x), l2_normalize(x)]
+    assert all(out.shape[:2] == (2, 8) and out.device.type == "meta" for out in outputs)

@@ -29,13 +29,13 @@ def float32_under_autocast(function: type[torch.autograd.Function]) -> type[torc
     @functools.wraps(forward)
     def forward_in_float32(ctx, *args):
         ctx.autocast_device = device_type = next(arg.device.type for arg in args if isinstance(arg, Tensor))
-        if torch.is_autocast_enabled(device_type):
+        if _autocast_on(device_type):
             return _cast_forward(forward, device_type)(ctx, *args)
         return forward(ctx, *args)
 
     @functools.wraps(backward)
     def backward_as_forward(ctx, *grads):
-        if torch.is_autocast_enabled(ctx.autocast_device):  # backward() called inside an autocast region
+        if _autocast_on(ctx.autocast_device):  # backward() called inside an autocast region
             with torch.autocast(ctx.autocast_device, enabled=False):
                 return backward(ctx, *grads)
         return backward(ctx, *grads)
@@ -44,6 +44,11 @@ def float32_under_autocast(function: type[torch.autograd.Function]) -> type[torc
     function.backward = staticmethod(backward_as_forward)
     function.follows_autocast = True
     return function
+
+
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type``; never for devices autocast does not know (``meta``)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 @functools.cache
