@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: main test setup
+.PHONY: main test test-slow setup
 
 setup: $(STAMP)
 
@@ -19,5 +19,10 @@ main: $(STAMP)
 	$(VENV)/bin/seqdyn sweep examples/mqar_main.yaml --store seqdyn.db --workers 2
 	$(VENV)/bin/seqdyn report --store seqdyn.db --plot mqar_main.png
 
+# The default test run leaves out the `slow` checks (smoke runs of whole examples, Ray and worker sweeps);
+# `make test-slow` runs them, and CI (.ci/run) runs both.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
