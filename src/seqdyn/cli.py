@@ -39,6 +39,19 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _interrupted(error: KeyboardInterrupt) -> None:
+    """Ctrl-C or SIGTERM: the run in progress is released as interrupted; say so in one line and exit at once
+    with 128 + the signal (130 for Ctrl-C), skipping the seconds that tearing down torch can take."""
+    import os
+    import sys
+
+    typer.echo(f"interrupted ({error}): the run in progress is marked interrupted; the same command resumes it",
+               err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(getattr(error, "exit_status", 130))
+
+
 def _load(config_path: str):
     from seqdyn.train.config import ConfigError, load_config
 
@@ -82,6 +95,8 @@ def train(
                            distributed=distributed)
     except ValueError as error:
         _fail(str(error))
+    except KeyboardInterrupt as error:
+        _interrupted(error)
     finally:
         if distributed is not None:
             distributed.close()
@@ -106,6 +121,8 @@ def sweep(
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress)
     except ValueError as error:
         _fail(str(error))
+    except KeyboardInterrupt as error:
+        _interrupted(error)
     _print_summary(results)
 
 
