@@ -45,8 +45,8 @@ def _interrupted(error: KeyboardInterrupt) -> None:
     import os
     import sys
 
-    typer.echo(f"interrupted ({error}): the run in progress is marked interrupted; the same command resumes it",
-               err=True)
+    typer.echo(f"interrupted ({error or 'SIGINT'}): the run in progress is marked interrupted; the same command "
+               "resumes it", err=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(getattr(error, "exit_status", 130))
@@ -93,6 +93,8 @@ def train(
     try:
         result = train_run(run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress,
                            distributed=distributed)
+        if distributed is not None:
+            distributed.barrier()  # no rank tears the group down while rank 0 still writes
     except ValueError as error:
         _fail(str(error))
     except KeyboardInterrupt as error:

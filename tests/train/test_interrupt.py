@@ -3,6 +3,7 @@ SIGINT and SIGTERM, workers whose sweep died, threads per worker, markup in run 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -10,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -100,6 +102,9 @@ def test_a_checkpoint_is_recorded_with_its_checksum_and_the_previous_one_kept(tm
 
     assert record.checkpoint_sha256 == sha256_of(checkpoint)
     assert previous_path(checkpoint).is_file() and not checkpoint.with_suffix(".tmp").exists()
+    damage(checkpoint, "bit flipped")
+    with Store(tmp_path / "s.db", readonly=True) as store, pytest.raises(ValueError, match="SHA-256 differs"):
+        loop.load_trained(store, config.run_id)  # `seqdyn inspect` says so in one line
 
 
 def test_checkpoint_every_is_honoured_between_evaluations_and_resumes_exactly(tmp_path, monkeypatch):
@@ -132,47 +137,58 @@ def _environment(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", **extra}
 
 
-def _sweep(tmp_path: Path, *options: str, **environment) -> tuple[subprocess.Popen, Path]:
-    """A long two-run sweep in a subprocess; returns it and its store."""
+@contextlib.contextmanager
+def _sweep(tmp_path: Path, *options: str, **environment) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """A long two-run sweep in a subprocess, killed on the way out if it still runs; yields it and its store."""
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump(tiny(steps=100_000, eval_every=50) | {"sweep": {"optimizer.lr": [1e-3, 2e-3]}}))
     store = tmp_path / "s.db"
     process = subprocess.Popen([sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(store),
                                 "--no-progress", *options], env=_environment(**environment),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return process, store
+    try:
+        yield process, store
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
-def _wait_running(process: subprocess.Popen, store: Path, count: int, timeout: float = 180.0) -> list:
-    """The runs once ``count`` of them are running (and have logged an evaluation)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        try:
-            with Store(store, readonly=True) as opened:
-                running = [r for r in opened.runs() if r.status == "running" and r.step > 0]
-        except ValueError:  # not created yet
-            running = []
-        if len(running) == count:
-            return running
-        time.sleep(0.2)
-    process.kill()
-    raise AssertionError(f"{count} runs did not start: {process.communicate()}")
+def _wait_running(process: subprocess.Popen, store: Path, count: int, timeout: float = 180.0) -> list[tuple]:
+    """``(id, owner, threads)`` of the runs once ``count`` of them are running and have logged an evaluation.
+    One read-only connection stays open while the sweep writes, so that it never folds in the sweep's log."""
+    deadline, connection = time.monotonic() + timeout, None
+    try:
+        while time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            try:
+                connection = connection or sqlite3.connect(f"{store.as_uri()}?mode=ro", uri=True)
+                running = connection.execute("SELECT id, owner, threads FROM runs "
+                                             "WHERE status = 'running' AND step > 0").fetchall()
+            except sqlite3.Error:  # not created yet
+                running = []
+            if len(running) == count:
+                return running
+            time.sleep(0.2)
+    finally:
+        if connection is not None:
+            connection.close()
+    raise AssertionError(f"{count} runs did not start")
 
 
-@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_sigint_and_sigterm_stop_a_sweep_within_a_second_and_mark_the_run_interrupted(tmp_path, number):
-    process, store = _sweep(tmp_path)
-    (run,) = _wait_running(process, store, 1)
-    sent = time.monotonic()
-    process.send_signal(number)
-    _, stderr = process.communicate(timeout=60)
-    took = time.monotonic() - sent
+    with _sweep(tmp_path) as (process, store):
+        ((run_id, _, _),) = _wait_running(process, store, 1)
+        sent = time.monotonic()
+        process.send_signal(number)
+        _, stderr = process.communicate(timeout=60)
+        took = time.monotonic() - sent
     assert process.returncode == 128 + number, stderr
     assert took < 3.0, took  # within a second on an idle machine; the limit leaves room for a loaded one
     assert stderr.strip().splitlines()[-1].startswith("interrupted (")
     with Store(store, readonly=True) as opened:
-        assert opened.run(run.id).status == "interrupted"
+        assert opened.run(run_id).status == "interrupted"
 
 
 def _alive(pid: int) -> bool:
@@ -185,18 +201,18 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_share_the_cores_and_end_when_their_sweep_is_killed(tmp_path):
-    process, store = _sweep(tmp_path, "--workers", "2", OMP_NUM_THREADS="3")
-    runs = _wait_running(process, store, 2)
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
-    pids = [int(run.owner.rsplit(":", 1)[1]) for run in runs]
-    for pid in pids:  # each worker started with its share of the cores and a passive OpenMP wait policy
-        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        assert f"OMP_NUM_THREADS={threads}".encode() in environment
-        assert b"OMP_WAIT_POLICY=PASSIVE" in environment
-    assert [run.threads for run in runs] == [threads, threads]
-    killed = time.monotonic()
-    process.kill()
-    process.communicate()
+    with _sweep(tmp_path, "--workers", "2", OMP_NUM_THREADS="3") as (process, store):
+        runs = _wait_running(process, store, 2)
+        pids = [int(owner.rsplit(":", 1)[1]) for _, owner, _ in runs]
+        for pid in pids:  # each worker started with its share of the cores and a passive OpenMP wait policy
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert f"OMP_NUM_THREADS={threads}".encode() in environment
+            assert b"OMP_WAIT_POLICY=PASSIVE" in environment
+        assert [recorded for _, _, recorded in runs] == [threads, threads]
+        killed = time.monotonic()
+        process.kill()
+        process.communicate()
     while any(_alive(pid) for pid in pids) and time.monotonic() - killed < 30:
         time.sleep(0.1)
     alive = [pid for pid in pids if _alive(pid)]
@@ -238,3 +254,43 @@ def test_a_store_of_schema_1_is_read_read_only_and_migrated_when_opened_to_write
         store.set_checkpoint("r1", tmp_path / "r1.safetensors", 10, "ab" * 32)
         assert (store.run("r1").threads, store.run("r1").checkpoint_sha256) == (4, "ab" * 32)
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+# --- DDP teardown ------------------------------------------------------------------------------------------------
+def test_closing_a_process_group_frees_the_ddp_wrappers_that_hold_it_first(monkeypatch):
+    import gc
+    import socket
+    import weakref
+
+    import torch
+
+    from seqdyn.train.distributed import Distributed
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    gc.disable()  # as when no collection happens to run between the end of the run and the teardown
+    try:
+        group = Distributed("gloo")
+        wrapped = group.wrap(torch.nn.Linear(3, 3))
+        wrapped(torch.randn(2, 3)).sum().backward()
+        alive = weakref.ref(wrapped)
+        del wrapped  # the trainer is gone, but DDP's reference cycle keeps the wrapper (and the group) alive
+        group.close()
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_processes_exits_0_every_time(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny(steps=6, eval_every=3)))
+    for launch in range(6):
+        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                 "--master_port", str(29641 + launch), "-m", "seqdyn", "train", str(config),
+                                 "--store", str(tmp_path / f"{launch}.db"), "--no-progress"],
+                                capture_output=True, text=True, env=_environment(), timeout=600)
+        assert result.returncode == 0, (launch, result.stderr[-3000:])

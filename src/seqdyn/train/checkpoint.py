@@ -43,13 +43,17 @@ def write_durably(path: Path, write: Callable[[Path], None]) -> str:
     damaged current one is not kept."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    write(temporary)
-    with open(temporary, "rb+") as handle:
-        os.fsync(handle.fileno())
-    problem = checkpoint_problem(temporary)
-    if problem is not None:
-        raise OSError(f"checkpoint {temporary}: {problem} right after writing it")
-    digest = sha256_of(temporary)
+    try:
+        write(temporary)
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        problem = checkpoint_problem(temporary)
+        if problem is not None:
+            raise OSError(f"checkpoint {temporary}: {problem} right after writing it")
+        digest = sha256_of(temporary)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     if checkpoint_problem(path) is None:
         _keep_as_previous(path)
     os.replace(temporary, path)

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from seqdyn.train.checkpoint import usable_checkpoint, write_durably
+from seqdyn.train.checkpoint import checkpoint_problem, usable_checkpoint, write_durably
 from seqdyn.train.config import RunConfig
 from seqdyn.train.interrupt import signals_interrupt
 
@@ -215,7 +215,8 @@ def _load_weights(path: Path, model: torch.nn.Module, tensors: dict[str, Tensor]
 
 def load_trained(store, run_id: str):
     """``(config, task, model)`` of run ``run_id`` in ``store`` with the weights of its last checkpoint, in
-    evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint, raises ``ValueError``."""
+    evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint or with a damaged one, raises
+    ``ValueError``."""
     from safetensors.torch import load_file
 
     from seqdyn import tasks
@@ -232,6 +233,9 @@ def load_trained(store, run_id: str):
         path = checkpoint_dir_for(store.path) / path.name
     if not record.checkpoint or not path.exists():
         raise ValueError(f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})")
+    problem = checkpoint_problem(path, record.checkpoint_sha256)
+    if problem is not None:
+        raise ValueError(f"run {run_id}: checkpoint {path}: {problem}; train the run again to rewrite it")
     config = RunConfig.model_validate(record.config)
     task = tasks.build(config.task.name, **config.task.params)
     model = build_model(config.model, task.spec)
