@@ -79,6 +79,19 @@ def _check_before_start(config_path: str, runs, store: str, use_ray: bool = Fals
         _fail(f"{config_path}: {error}")
 
 
+def _interrupted(error: KeyboardInterrupt) -> None:
+    """Ctrl-C or SIGTERM: the run in progress is released as interrupted; say so in one line and exit at once
+    with 128 + the signal (130 for Ctrl-C), skipping the seconds that tearing down torch can take."""
+    import os
+    import sys
+
+    typer.echo(f"interrupted ({error or 'SIGINT'}): the run in progress is marked interrupted; the same command "
+               "resumes it", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(getattr(error, "exit_status", 130))
+
+
 def _load(config_path: str):
     from seqdyn.train.config import ConfigError, load_config
 
@@ -121,8 +134,12 @@ def train(
     try:
         result = train_run(run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress,
                            distributed=distributed)
+        if distributed is not None:
+            distributed.barrier()  # no rank tears the group down while rank 0 still writes
     except ValueError as error:
         _fail(str(error))
+    except KeyboardInterrupt as error:
+        _interrupted(error)
     except OSError as error:
         _fail_resumable(error)
     finally:
@@ -150,6 +167,8 @@ def sweep(
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress)
     except ValueError as error:
         _fail(str(error))
+    except KeyboardInterrupt as error:
+        _interrupted(error)
     except OSError as error:
         _fail_resumable(error)
     _print_summary(results)

@@ -4,10 +4,16 @@
 global batch (``batch_size`` stays the global batch), gradients are averaged by DDP, and only rank 0 writes to
 the results store and the checkpoints.  With equal shards the loss and the update equal those of one process on
 the whole batch.
+
+Teardown: every rank waits at a barrier once the run is done (rank 0 still writes the last checkpoint and the
+store while the others are finished), then the DDP wrappers are collected before the process group is destroyed:
+a DDP wrapper sits in a reference cycle and holds the group, which otherwise lived on until some later garbage
+collection — at times in the interpreter's shutdown, after the other ranks had gone, where it aborted the rank.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -61,6 +67,12 @@ class Distributed:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def barrier(self) -> None:
+        """Wait until every rank is here."""
+        dist.barrier()
+
     def close(self) -> None:
+        """Free what holds the process group (DDP wrappers left in reference cycles), then destroy it."""
+        gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()

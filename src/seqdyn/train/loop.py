@@ -6,7 +6,12 @@ started again resumes from its last checkpoint and ends with the same metrics as
 
 * the training order of epoch e is a permutation drawn from ``(seed, e)``;
 * a checkpoint (safetensors) holds the model, the optimizer and scheduler state, the step and the RNG state;
-* evaluation and checkpoints happen at fixed steps.
+* evaluation and checkpoints happen at fixed steps (a checkpoint between evaluations keeps the training losses
+  since the last one, which the next evaluation averages).
+
+A checkpoint is written durably and its SHA-256 recorded in the store; a damaged one is named in one warning and
+the run resumes from the one before, or from step 0 (:mod:`seqdyn.train.checkpoint`). SIGINT and SIGTERM stop a
+run within a step and leave it ``interrupted`` (:mod:`seqdyn.train.interrupt`).
 
 A non-finite loss ends the run as ``failed`` with the step and the reason; the caller (a sweep) goes on.
 """
@@ -26,7 +31,9 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from seqdyn.train.checkpoint import checkpoint_problem, usable_checkpoint, write_durably
 from seqdyn.train.config import RunConfig
+from seqdyn.train.interrupt import signals_interrupt
 
 #: evaluate on the concatenated outputs (exact for every metric) while they hold at most this many numbers
 EXACT_EVAL_ELEMENTS = 1 << 25
@@ -166,8 +173,9 @@ def _reached(value: float, threshold: float | None, higher: bool) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
-def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
-    """Model and optimizer tensors plus JSON metadata in one safetensors file, written atomically."""
+def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> str:
+    """Model and optimizer tensors plus JSON metadata in one safetensors file, written durably (the previous
+    one kept, see :func:`~seqdyn.train.checkpoint.write_durably`); returns the file's SHA-256."""
     from safetensors.torch import save_file
 
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
@@ -177,14 +185,11 @@ def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
             tensors[f"optim.{index}.{key}"] = torch.as_tensor(value).contiguous().cpu()
     tensors["rng.torch"] = torch.get_rng_state()
     meta = dict(meta, param_groups=[{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
     try:
-        save_file(tensors, str(temporary), metadata={"seqdyn": json.dumps(meta)})
-        os.replace(temporary, path)
-    except OSError as error:  # a full disk: drop the partial file; the last good checkpoint stays
-        temporary.unlink(missing_ok=True)
-        raise OSError(error.errno, f"cannot write the checkpoint ({error.strerror})", str(path)) from None
+        return write_durably(path, lambda temporary: save_file(tensors, str(temporary),
+                                                               metadata={"seqdyn": json.dumps(meta)}))
+    except OSError as error:  # a full disk: the partial file is gone, the last good checkpoint stays
+        raise OSError(error.errno, f"cannot write the checkpoint ({error.strerror or error})", str(path)) from None
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -222,7 +227,8 @@ def _load_weights(path: Path, model: torch.nn.Module, tensors: dict[str, Tensor]
 
 def load_trained(store, run_id: str):
     """``(config, task, model)`` of run ``run_id`` in ``store`` with the weights of its last checkpoint, in
-    evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint, raises ``ValueError``."""
+    evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint or with a damaged one, raises
+    ``ValueError``."""
     from safetensors.torch import load_file
 
     from seqdyn import tasks
@@ -239,6 +245,9 @@ def load_trained(store, run_id: str):
         path = checkpoint_dir_for(store.path) / path.name
     if not record.checkpoint or not path.exists():
         raise ValueError(f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})")
+    problem = checkpoint_problem(path, record.checkpoint_sha256)
+    if problem is not None:
+        raise ValueError(f"run {run_id}: checkpoint {path}: {problem}; train the run again to rewrite it")
     config = RunConfig.model_validate(record.config)
     task = tasks.build(config.task.name, **config.task.params)
     model = build_model(config.model, task.spec)
@@ -302,16 +311,21 @@ class Trainer:
         self.loggers = _Loggers(config, self.run_id, self.checkpoint_path.parent / "logs") if self.lead else None
         self.progress = progress and self.lead
         self.step, self.best, self.elapsed, self.final = 0, None, 0.0, {}
+        self.losses: list[float] = []  # training losses since the last evaluation
         dtype = {"float32": None, "bfloat16": torch.bfloat16}[config.train.dtype]
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else _null
 
-    def resume(self, path: Path | None) -> None:
-        """Continue from a checkpoint of this run, if there is one."""
+    def resume(self, path: Path | None, sha256: str | None = None) -> None:
+        """Continue from the checkpoint ``path`` of this run (SHA-256 ``sha256`` when recorded), or from the one
+        before it when it is damaged (see :func:`~seqdyn.train.checkpoint.usable_checkpoint`)."""
+        if path is not None and self.lead:
+            path = usable_checkpoint(path, sha256)
         if self.distributed is not None:
             path = self.distributed.broadcast_object(path)
-        if path is not None and path.exists():
+        if path is not None:
             meta = load_checkpoint(path, self.model, self.optimizer, self.run_id)
             self.step, self.best, self.elapsed = meta["step"], meta["best"], meta["elapsed"]
+            self.losses = list(meta.get("losses", []))
 
     def train_step(self) -> float:
         indices = self.plan.batch(self.step, self.config.train.seed)
@@ -337,7 +351,7 @@ class Trainer:
         return loss_value
 
     def evaluate_and_record(self, train_loss: float, wall: float) -> bool:
-        """Test metrics, store rows, checkpoint; returns whether the early-stop threshold was reached."""
+        """Test metrics and store rows; returns whether the early-stop threshold was reached."""
         self.final = evaluate(self.model, self.task, *self.test_data, self.plan.batch_size, self.device,
                               self.config.train.backend, self.autocast)
         value = self.final.get(self.watched, float("nan"))
@@ -349,28 +363,35 @@ class Trainer:
         train_metrics = {"loss": train_loss, "lr": self.optimizer.param_groups[0]["lr"]}
         _record(self.store, self.loggers, self.run_id, self.owner, self.step, self.plan, train_metrics, self.final,
                 wall)
-        if self.step % self.plan.checkpoint_every == 0 or stop or self.step == self.plan.total_steps:
-            save_checkpoint(self.checkpoint_path, self.model, self.optimizer,
-                            {"run_id": self.run_id, "step": self.step, "best": self.best, "elapsed": wall})
-            if self.store is not None:
-                self.store.set_checkpoint(self.run_id, str(self.checkpoint_path), self.step)
         return stop
+
+    def checkpoint(self, wall: float) -> None:
+        """Save the state after ``self.step`` (rank 0 only) and record the file and its SHA-256 in the store."""
+        if not self.lead:
+            return
+        meta = {"run_id": self.run_id, "step": self.step, "best": self.best, "elapsed": wall, "losses": self.losses}
+        sha256 = save_checkpoint(self.checkpoint_path, self.model, self.optimizer, meta)
+        if self.store is not None:
+            self.store.set_checkpoint(self.run_id, str(self.checkpoint_path), self.step, sha256)
 
     def run(self) -> tuple[str, str | None]:
         """Train from ``self.step`` to the end; returns ``(status, reason)``."""
-        begun, losses = time.perf_counter(), []
+        begun = time.perf_counter()
         bar = _progress(self.progress, self.config.name, self.plan.total_steps, self.step)
         try:
             while self.step < self.plan.total_steps:
-                losses.append(self.train_step())
-                bar.advance(losses[-1])
-                if self.step % self.plan.eval_every == 0 or self.step == self.plan.total_steps:
-                    stop = self.evaluate_and_record(sum(losses) / len(losses),
+                self.losses.append(self.train_step())
+                bar.advance(self.losses[-1])
+                stop, last = False, self.step == self.plan.total_steps
+                if self.step % self.plan.eval_every == 0 or last:
+                    stop = self.evaluate_and_record(sum(self.losses) / len(self.losses),
                                                     self.elapsed + time.perf_counter() - begun)
                     bar.show(self.watched, self.final.get(self.watched, float("nan")))
-                    losses = []
-                    if stop:
-                        return "stopped_early", None
+                    self.losses = []
+                if self.step % self.plan.checkpoint_every == 0 or stop or last:
+                    self.checkpoint(self.elapsed + time.perf_counter() - begun)
+                if stop:
+                    return "stopped_early", None
             return "finished", None
         except Diverged as error:
             return "failed", str(error)
@@ -417,13 +438,15 @@ def owner_is_dead(owner: str | None) -> bool:
     return False
 
 
+@signals_interrupt()
 def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None, owner: str | None = None,
               progress: bool = True, sweep: str | None = None, distributed=None) -> RunResult:
     """Train ``config`` to the end (or early stop, or failure), resuming from its checkpoint in ``store``.
 
     The run is claimed in the store first, so concurrent sweeps never train it twice; a run whose owner died
     (killed on this host, or silent for two minutes elsewhere) is taken over and resumed.  A checkpoint that does
-    not belong to this config raises ``ValueError`` before anything in the store changes.
+    not belong to this config raises ``ValueError`` before anything in the store changes.  SIGINT and SIGTERM
+    release the run as ``interrupted`` and raise :class:`~seqdyn.train.interrupt.Interrupted`.
     """
     run_id, owner = config.run_id, owner or default_owner()
     lead = distributed is None or distributed.rank == 0
@@ -435,14 +458,15 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
             return _skipped(config, record)
     trainer = Trainer(config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress,
                       distributed=distributed)
-    trainer.resume(Path(record.checkpoint) if record is not None and record.checkpoint else None)
+    trainer.resume(*_checkpoint_of(record))
     if store is not None and lead:
         stale_after = 0.0 if record.status == "running" and owner_is_dead(record.owner) else 120.0
         if not store.claim(run_id, owner, stale_after=stale_after):
             return _skipped(config, store.run(run_id))
+        store.set_threads(run_id, torch.get_num_threads())
         claimed = store.run(run_id)
         if claimed.checkpoint_step != record.checkpoint_step and claimed.checkpoint:
-            trainer.resume(Path(claimed.checkpoint))  # its last owner checkpointed after we looked
+            trainer.resume(*_checkpoint_of(claimed))  # its last owner checkpointed after we looked
     try:
         with _Heartbeat(store if lead else None, run_id, owner):
             status, reason = trainer.run()
@@ -456,6 +480,13 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
                      best_metric=trainer.best, metric_name=trainer.watched, wall_time=trainer.elapsed)
     return RunResult(run_id, config.name, status, trainer.step, trainer.watched, final_value, trainer.best,
                      trainer.final, trainer.elapsed, reason)
+
+
+def _checkpoint_of(record) -> tuple[Path | None, str | None]:
+    """The checkpoint file a store record names and its recorded SHA-256 (``None, None`` without one)."""
+    if record is None or not record.checkpoint:
+        return None, None
+    return Path(record.checkpoint), record.checkpoint_sha256
 
 
 def _skipped(config: RunConfig, record) -> RunResult:
@@ -490,11 +521,12 @@ class _progress:
         self.bar = None
         if not enabled:
             return
+        from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=True)
-        self.task = self.bar.add_task(name[:60], total=total, completed=start, info="")
+        self.task = self.bar.add_task(escape(name[:60]), total=total, completed=start, info="")
         self.bar.start()
         self.metric = ""
 

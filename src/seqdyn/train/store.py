@@ -48,7 +48,7 @@ STATUSES = ("pending", "running", "interrupted", "finished", "failed", "stopped_
 FINAL_STATUSES = ("finished", "failed", "stopped_early")
 CLAIMABLE_STATUSES = ("pending", "interrupted")
 EXPORT_FORMATS = ("csv", "parquet")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 60.0
 
 _SCHEMA = f"""
@@ -89,6 +89,11 @@ CREATE TABLE IF NOT EXISTS metrics (
 ) WITHOUT ROWID;
 """
 
+#: the statements that bring a store of schema ``version - 1`` to ``version``
+_MIGRATIONS = {
+    2: ("ALTER TABLE runs ADD COLUMN checkpoint_sha256 TEXT", "ALTER TABLE runs ADD COLUMN threads INTEGER"),
+}
+
 
 class MissingDependencyError(ImportError, ValueError):
     """An optional package a feature needs is not installed (catchable as ImportError or ValueError)."""
@@ -118,6 +123,8 @@ class RunRecord:
     owner: str | None
     heartbeat: float | None
     attempts: int
+    checkpoint_sha256: str | None = None
+    threads: int | None = None
 
 
 @dataclass
@@ -325,12 +332,19 @@ class Store:
                 self._require(conn, run_id)
             return cursor.rowcount == 1
 
-    def set_checkpoint(self, run_id: str, path: str | os.PathLike, step: int) -> None:
-        """Record the run's latest checkpoint file (as an absolute path) and the step it holds."""
+    def set_checkpoint(self, run_id: str, path: str | os.PathLike, step: int, sha256: str | None = None) -> None:
+        """Record the run's latest checkpoint file (as an absolute path), the step it holds and its SHA-256."""
         with self._write() as conn:
             conn.execute(
-                "UPDATE runs SET checkpoint = ?, checkpoint_step = ? WHERE id = ?", (str(Path(path).resolve()), step, run_id)
+                "UPDATE runs SET checkpoint = ?, checkpoint_step = ?, checkpoint_sha256 = ? WHERE id = ?",
+                (str(Path(path).resolve()), step, sha256, run_id),
             )
+            self._require(conn, run_id)
+
+    def set_threads(self, run_id: str, threads: int) -> None:
+        """Record how many CPU threads the run trains with (results can differ in the last bits across counts)."""
+        with self._write() as conn:
+            conn.execute("UPDATE runs SET threads = ? WHERE id = ?", (threads, run_id))
             self._require(conn, run_id)
 
     def log_metrics(
@@ -361,8 +375,9 @@ class Store:
     # --- queries --------------------------------------------------------------------------------------
     def run(self, run_id: str) -> RunRecord | None:
         """The run with this id, or None."""
-        rows = self._read(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,))
-        return _run_record(rows[0]) if rows else None
+        columns = self._run_columns()
+        rows = self._read(f"SELECT {', '.join(columns)} FROM runs WHERE id = ?", (run_id,))
+        return _run_record(rows[0], columns) if rows else None
 
     def runs(self, sweep: str | None = None, status: str | Iterable[str] | None = None) -> list[RunRecord]:
         """Runs in the order they were added, optionally of one sweep and with one status (or several)."""
@@ -378,8 +393,14 @@ class Store:
             where.append(f"status IN ({', '.join('?' * len(wanted))})")
             params.extend(wanted)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        rows = self._read(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs{clause} ORDER BY rowid", params)
-        return [_run_record(row) for row in rows]
+        columns = self._run_columns()
+        rows = self._read(f"SELECT {', '.join(columns)} FROM runs{clause} ORDER BY rowid", params)
+        return [_run_record(row, columns) for row in rows]
+
+    def _run_columns(self) -> tuple[str, ...]:
+        """The run fields the file holds: a store of an older schema opened read-only lacks the newest."""
+        present = {row[1] for row in self._read("PRAGMA table_info(runs)")}
+        return tuple(name for name in _RUN_COLUMNS if name in present)
 
     def sweeps(self) -> list[str]:
         """The sweep names in the store, in the order their first run was added."""
@@ -639,17 +660,26 @@ def _create_schema(conn: sqlite3.Connection) -> None:
     """Create the tables and set the version, unless another process did so since this one looked."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
             conn.execute("COMMIT")
             return
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
+        _migrate(conn, version)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring the tables from schema ``version`` (0: just created) to :data:`SCHEMA_VERSION`."""
+    for step in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[step]:
+            conn.execute(statement)
 
 
 def _config_json(config: dict[str, Any]) -> str:
@@ -673,8 +703,8 @@ def _real(value: float | None) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _run_record(row: tuple) -> RunRecord:
-    data = dict(zip(_RUN_COLUMNS, row))
+def _run_record(row: tuple, columns: tuple[str, ...] = _RUN_COLUMNS) -> RunRecord:
+    data = dict(zip(columns, row))
     data["config"] = json.loads(data["config"])
     return RunRecord(**data)
 

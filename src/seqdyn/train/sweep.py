@@ -9,19 +9,29 @@ checkpoint.  On a cluster, the store and the checkpoint directory must be on a f
 Every run is checked before the first one starts (:func:`check_before_start`); a run that fails while it trains
 is recorded ``failed`` with its error and the sweep goes on, while an error of the machine (a full disk, an
 unreadable store, Ctrl-C) stops the sweep and leaves the run resumable.
+
+Local workers share the cores: each gets ``max(1, cores // workers)`` torch threads and a passive OpenMP wait
+policy, set in its environment before torch starts its thread pool (the count is recorded with each run). Ctrl-C
+or SIGTERM stops the sweep and its workers within a step, their runs released as ``interrupted``; a worker whose
+sweep died (even by SIGKILL) releases its run and ends too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import signal
+import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 
 import torch
 
 from seqdyn.train.config import RunConfig, SweepConfig
+from seqdyn.train.interrupt import Interrupted, exit_on_signals, exit_with_parent, signals_interrupt
 from seqdyn.train.loop import RunResult, default_owner, resolve_device, train_run
 
 DONE = ("finished", "stopped_early", "failed")
@@ -87,6 +97,7 @@ def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, th
                                    sweep=sweep)
 
 
+@signals_interrupt()
 def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, workers: int = 1, use_ray: bool = False,
               checkpoint_dir: str | Path | None = None, progress: bool = True, on_result=None) -> list[RunResult]:
     """Train every run of ``config`` that is not done; returns one result per run of the sweep (in order)."""
@@ -113,18 +124,82 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
     return [results.get(run.run_id) or _from_record(store.run(run.run_id)) for run in runs]
 
 
+def worker_threads(workers: int, cores: int | None = None) -> int:
+    """Torch threads per local worker: the cores this process may run on, shared out, at least one."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // workers)
+
+
+@contextlib.contextmanager
+def worker_environment(threads: int) -> Iterator[None]:
+    """``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` = ``threads`` and ``OMP_WAIT_POLICY=PASSIVE`` (idle OpenMP
+    threads sleep instead of spinning against the other workers) in ``os.environ`` while worker processes
+    start: they inherit it and read it before torch starts its thread pool. Restored afterwards."""
+    values = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _start_worker(parent_pid: int, threads: int) -> None:
+    """A local worker's set-up: end with the sweep, use ``threads`` threads, stop at once while idle."""
+    exit_with_parent(parent_pid)
+    exit_on_signals()
+    torch.set_num_threads(threads)
+
+
+def _train_in_local_worker(*args) -> RunResult:
+    try:
+        return _train_in_worker(*args)
+    except Interrupted as interrupted:  # the run is released: end the worker rather than take the next run
+        os._exit(interrupted.exit_status)
+
+
 def _run_processes(todo, store_path, checkpoint_dir, sweep, workers, on_result) -> dict[str, RunResult]:
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    results = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_train_in_worker, run.canonical(), store_path, checkpoint_dir,
-                               threads, sweep) for run in todo]
-        for future in as_completed(futures):
-            result = future.result()
-            results[result.run_id] = result
-            if on_result is not None:
-                on_result(result)
+    threads = worker_threads(workers)
+    results, futures = {}, []
+    started_before = set(active_children())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker,
+                               initargs=(os.getpid(), threads))
+    try:
+        with worker_environment(threads):
+            futures += [pool.submit(_train_in_local_worker, run.canonical(), store_path, checkpoint_dir,
+                                    threads, sweep) for run in todo]
+            for future in as_completed(futures):
+                result = future.result()
+                results[result.run_id] = result
+                if on_result is not None:
+                    on_result(result)
+    except BaseException:  # Ctrl-C, SIGTERM or an error: the workers release their runs and end
+        for future in futures:
+            future.cancel()
+        _stop_workers(set(active_children()) - started_before)
+        raise
+    finally:
+        pool.shutdown()
     return results
+
+
+def _stop_workers(workers, grace: float = 5.0) -> None:
+    """SIGTERM to each worker (it releases its run as interrupted and ends), SIGKILL to one still alive after
+    ``grace`` seconds (its run, held by a dead process, is taken over by the next sweep)."""
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
 
 
 def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, RunResult]:
