@@ -147,7 +147,10 @@ class TrainConfig(Strict):
     early_stop: EarlyStopConfig = Field(default_factory=EarlyStopConfig)
     seed: int = 0
     device: str = "cpu"
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="precision of the forward pass: float32; bfloat16 or float16 under torch.autocast "
+        "(weights and optimizer stay float32); float16 also scales the loss (torch.amp.GradScaler, its state kept "
+        "in the checkpoint), skipping a step whose gradients overflow")
     backend: str = Field("auto", description="the mixers' backend")
 
     @model_validator(mode="after")

@@ -5,7 +5,8 @@ results store.  Everything that decides the result is derived from the config, s
 started again resumes from its last checkpoint and ends with the same metrics as an uninterrupted run:
 
 * the training order of epoch e is a permutation drawn from ``(seed, e)``;
-* a checkpoint (safetensors) holds the model, the optimizer and scheduler state, the step and the RNG state;
+* a checkpoint (safetensors) holds the model, the optimizer and scheduler state, the step and the RNG state
+  (and, in float16, the loss scale);
 * evaluation and checkpoints happen at fixed steps (a checkpoint between evaluations keeps the training losses
   since the last one, which the next evaluation averages).
 
@@ -312,8 +313,11 @@ class Trainer:
         self.progress = progress and self.lead
         self.step, self.best, self.elapsed, self.final = 0, None, 0.0, {}
         self.losses: list[float] = []  # training losses since the last evaluation
-        dtype = {"float32": None, "bfloat16": torch.bfloat16}[config.train.dtype]
+        dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[config.train.dtype]
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else _null
+        #: float16 only: the loss scale that keeps small gradients from flushing to zero (a step whose scaled
+        #: gradients overflow is skipped and the scale halved)
+        self.scaler = torch.amp.GradScaler(self.device.type) if dtype == torch.float16 else None
 
     def resume(self, path: Path | None, sha256: str | None = None) -> None:
         """Continue from the checkpoint ``path`` of this run (SHA-256 ``sha256`` when recorded), or from the one
@@ -326,6 +330,8 @@ class Trainer:
             meta = load_checkpoint(path, self.model, self.optimizer, self.run_id)
             self.step, self.best, self.elapsed = meta["step"], meta["best"], meta["elapsed"]
             self.losses = list(meta.get("losses", []))
+            if self.scaler is not None:
+                self.scaler.load_state_dict(meta["grad_scaler"])
 
     def train_step(self) -> float:
         indices = self.plan.batch(self.step, self.config.train.seed)
@@ -343,12 +349,28 @@ class Trainer:
         if not math.isfinite(loss_value):
             raise Diverged(f"non-finite loss ({loss_value}) at step {self.step}")
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.optimizer.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optimizer.grad_clip)
-        self.optimizer.step()
+        if self.scaler is None:
+            loss.backward()
+            self.clip_gradients()
+            self.optimizer.step()
+        else:
+            self.scaled_step(loss)
         self.step += 1
         return loss_value
+
+    def clip_gradients(self) -> None:
+        if self.config.optimizer.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optimizer.grad_clip)
+
+    def scaled_step(self, loss: Tensor) -> None:
+        """float16: backward of ``scale · loss``, the gradients divided by the scale again before clipping; the
+        optimizer step is skipped when they hold inf or NaN, and the scale is halved (doubled after 2000 good
+        steps)."""
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        self.clip_gradients()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
 
     def evaluate_and_record(self, train_loss: float, wall: float) -> bool:
         """Test metrics and store rows; returns whether the early-stop threshold was reached."""
@@ -370,6 +392,8 @@ class Trainer:
         if not self.lead:
             return
         meta = {"run_id": self.run_id, "step": self.step, "best": self.best, "elapsed": wall, "losses": self.losses}
+        if self.scaler is not None:
+            meta["grad_scaler"] = self.scaler.state_dict()
         sha256 = save_checkpoint(self.checkpoint_path, self.model, self.optimizer, meta)
         if self.store is not None:
             self.store.set_checkpoint(self.run_id, str(self.checkpoint_path), self.step, sha256)
