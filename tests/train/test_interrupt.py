@@ -137,6 +137,13 @@ def _environment(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", **extra}
 
 
+def _default_stop_signals() -> None:
+    """The sweep as started from a terminal: a test run started in the background (``cmd &``) ignores SIGINT,
+    and its children inherit that, which the sweep rightly keeps (as for ``nohup``)."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def _sweep(tmp_path: Path, *options: str, **environment) -> Iterator[tuple[subprocess.Popen, Path]]:
     """A long two-run sweep in a subprocess, killed on the way out if it still runs; yields it and its store."""
@@ -145,7 +152,8 @@ def _sweep(tmp_path: Path, *options: str, **environment) -> Iterator[tuple[subpr
     store = tmp_path / "s.db"
     process = subprocess.Popen([sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(store),
                                 "--no-progress", *options], env=_environment(**environment),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_default_stop_signals)
     try:
         yield process, store
     finally:
