@@ -64,12 +64,10 @@ def check_before_start(runs: list[RunConfig], checkpoint_dir: str | Path, *, use
                          f"choose another store (checkpoints live beside it)")
 
 
-def register(config: RunConfig | SweepConfig, store) -> list[RunConfig]:
-    """Add every run of the sweep to the store (pending unless already known); returns them in order."""
-    runs = expand(config)
+def register(runs: list[RunConfig], sweep: str, store) -> None:
+    """Add the runs of sweep ``sweep`` (:func:`expand`) to the store, pending unless already known."""
     for run in runs:
-        store.add_run(run.run_id, run.name, run.canonical(), config.name)
-    return runs
+        store.add_run(run.run_id, run.name, run.canonical(), sweep)
 
 
 def train_or_record_failure(config: RunConfig, store, **options) -> RunResult:
@@ -106,9 +104,10 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
     if workers < 1:
         raise ValueError(f"workers: expected at least 1, got {workers}")
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else checkpoint_dir_for(store_path)
-    check_before_start(expand(config), checkpoint_dir, use_ray=use_ray)
+    runs = expand(config)
+    check_before_start(runs, checkpoint_dir, use_ray=use_ray)
     store = Store(store_path)
-    runs = register(config, store)
+    register(runs, config.name, store)
     todo = [run for run in runs if store.run(run.run_id).status not in DONE]
     results: dict[str, RunResult] = {}
     if use_ray:
