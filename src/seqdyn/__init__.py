@@ -4,7 +4,7 @@ Attention, linear attention, state space models and gated RNNs compute the same 
 past values whose coefficients are the outputs of linear dynamics driven by impulses (the keys).  Everything in
 seqdyn reduces to one operator, :func:`coefficient_dynamics`; see ``DESIGN.md`` §2.
 
-Sub-packages (``mixers``, ``tasks``, ``train``, ``analysis``, ``features``) are imported on first use so that
+Sub-packages (``layers``, ``mixers``, ``models``, ``tasks``, ``train``, ``analysis``, ``bench``, ``features``) are imported on first use so that
 ``import seqdyn`` stays light.
 """
 
@@ -23,7 +23,7 @@ from seqdyn.core.readouts import READOUTS
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = ("features", "mixers", "tasks", "train", "nn", "analysis", "bench", "reproduce")
+_LAZY_SUBMODULES = ("features", "layers", "mixers", "models", "tasks", "train", "analysis", "bench")
 
 __all__ = [
     "BACKENDS",

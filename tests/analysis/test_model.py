@@ -8,7 +8,7 @@ import torch
 from rich.console import Console
 
 from seqdyn import analysis
-from seqdyn.nn import build_model
+from seqdyn.models import build_model
 from seqdyn.tasks.base import TaskSpec
 
 VOCAB, LENGTH = 20, 12

@@ -18,7 +18,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 def head_output(output, o: Tensor, u: Tensor, gated: bool = True) -> Tensor:
     """``W_O (RMSNorm_head(o) ⊙ SiLU(W_g u))`` — the output stage of GLA, RetNet and (Gated) DeltaNet — from the
-    weights of a ``seqdyn.nn.HeadOutput`` ``output``; ``o`` ``[B, T, H, V]``, ``u`` ``[B, T, D]``.  ``gated=False``
+    weights of a ``seqdyn.layers.HeadOutput`` ``output``; ``o`` ``[B, T, H, V]``, ``u`` ``[B, T, D]``.  ``gated=False``
     (DeltaNet, TTT): ``W_O RMSNorm_head(o)``, whatever gate ``output`` holds."""
     normed = rms_norm(o, output.norm.weight, output.norm.eps).flatten(2)
     if gated:
@@ -28,7 +28,7 @@ def head_output(output, o: Tensor, u: Tensor, gated: bool = True) -> Tensor:
 
 def short_conv(x: Tensor, conv) -> Tensor:
     """``SiLU(b + Σ_{s<w} W[:, s] ⊙ x_{t−w+1+s})`` per channel, zero before the start — the short causal
-    convolution of Mamba, GLA and DeltaNet, from the weights of a ``seqdyn.nn.ShortConv`` ``conv``."""
+    convolution of Mamba, GLA and DeltaNet, from the weights of a ``seqdyn.layers.ShortConv`` ``conv``."""
     width, length = conv.weight.shape[1], x.shape[1]
     padded = torch.cat([x.new_zeros(x.shape[0], width - 1, x.shape[2]), x], dim=1)
     return silu(sum(conv.weight[:, s] * padded[:, s:s + length] for s in range(width)) + conv.bias)

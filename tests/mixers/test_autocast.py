@@ -96,7 +96,7 @@ def test_a_backward_called_inside_the_autocast_region_gives_the_same_gradients(l
 
 
 def test_every_hand_written_autograd_function_follows_autocast():
-    for package in (seqdyn.core, seqdyn.nn, seqdyn.mixers):
+    for package in (seqdyn.core, seqdyn.layers, seqdyn.mixers):
         for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             importlib.import_module(module.name)
     functions, unvisited = [], [torch.autograd.Function]
@@ -114,8 +114,8 @@ def test_every_hand_written_autograd_function_follows_autocast():
 def test_hand_written_functions_run_on_the_meta_device_where_autocast_does_not_exist():
     """Config checks build models on the meta device, which autocast does not know: the hand-written functions
     must not ask autocast about it."""
-    from seqdyn.nn.conv import ShortConv
-    from seqdyn.nn.norms import l2_normalize, rms_norm
+    from seqdyn.layers.conv import ShortConv
+    from seqdyn.layers.norms import l2_normalize, rms_norm
 
     with torch.device("meta"):
         x = torch.empty(2, 8, 32)

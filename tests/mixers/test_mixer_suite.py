@@ -179,7 +179,7 @@ def test_unknown_names_options_and_backends_are_named():
 
 
 def _head_output(d, value_width, heads, gate):
-    """Per-head RMSNorm weight, optional gate projection, output projection (seqdyn.nn.HeadOutput)."""
+    """Per-head RMSNorm weight, optional gate projection, output projection (seqdyn.layers.HeadOutput)."""
     return value_width // heads + (d * value_width if gate else 0) + value_width * d
 
 

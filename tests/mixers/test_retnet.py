@@ -17,7 +17,7 @@ def retnet_layer(mixer, x):
         S_t = γ_h S_{t-1} + (k_t / √K) v_tᵀ,   o_t = S_tᵀ q_t,   y_t = W_O (RMSNorm(o_t) ⊙ SiLU(W_G u_t))
 
     RetNet normalizes each head with GroupNorm; the mixer uses an RMSNorm per head with a learned weight, as its
-    docstring and ``seqdyn.nn.HeadOutput`` say (so does flash-linear-attention).  No xPos rotation (docstring).
+    docstring and ``seqdyn.layers.HeadOutput`` say (so does flash-linear-attention).  No xPos rotation (docstring).
     Returns ``(y, S, A)`` with ``A_ij = γ_h^{i−j} q_iᵀk_j / √K``."""
     batch, length, _ = x.shape
     w_q, w_k = mixer.qk.weight.chunk(2, dim=0)

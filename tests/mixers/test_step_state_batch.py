@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seqdyn import mixers, tasks
-from seqdyn.nn import build_model
+from seqdyn.models import build_model
 from tests.mixers.test_mixer_suite import D, NAMES, small
 
 

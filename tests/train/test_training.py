@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def tiny(**changes) -> dict:
     """A tiny MQAR run that a 2-layer softmax model learns in a few hundred steps (the setting of
-    tests/nn/test_learning.py: init_std 0.1, no MLP, constant learning rate)."""
+    tests/models/test_learning.py: init_std 0.1, no MLP, constant learning rate)."""
     config = {
         "name": "tiny",
         "model": {"mixer": "softmax_attention", "d_model": 32, "layers": 2, "mlp": "none", "init_std": 0.1},

@@ -101,7 +101,7 @@ def readout_near_zero_set(readout: ReadoutLike, eps: float = NEAR_ZERO_EPS,
 
 def _warmup(mixer: torch.nn.Module) -> int:
     """Positions a short convolution inside ``mixer`` needs before a repeated token looks the same (w − 1)."""
-    from seqdyn.nn.conv import ShortConv
+    from seqdyn.layers.conv import ShortConv
 
     return max((module.width - 1 for module in mixer.modules() if isinstance(module, ShortConv)), default=0)
 

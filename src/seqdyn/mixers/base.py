@@ -21,6 +21,7 @@ from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.operator import coefficient_dynamics, coefficients
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
+from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
 
 OPERATOR_BACKENDS = ("auto", "quadratic", "recurrent", "chunk", "scan")
 
@@ -56,24 +57,6 @@ class MixerState:
     batch: int | None = None
 
 
-def keep_init(*parameters: Tensor) -> None:
-    """Mark parameters whose initialization comes from their paper (Mamba's Δ bias, xLSTM's gate biases, …) so
-    that a model-wide initialization (Zoology's normal(0, 0.02)) leaves them alone."""
-    for parameter in parameters:
-        parameter._no_reinit = True
-
-
-def is_kept(parameter: Tensor) -> bool:
-    """Whether :func:`keep_init` marked ``parameter``."""
-    return getattr(parameter, "_no_reinit", False)
-
-
-def check_positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return value
-
-
 def check_state_batch(mixer: str, state_batch: int | None, batch: int) -> None:
     """A streaming state serves the batch size it was started with (``init_state(batch)``) and no other."""
     if state_batch is not None and state_batch != batch:
@@ -92,16 +75,6 @@ def check_heads(heads: int, width: int, what: str = "d_model") -> int:
     if width % heads:
         raise ValueError(f"heads: {heads} does not divide {what}={width}; choose a divisor")
     return heads
-
-
-def scaled_width(name: str, d_model: int, factor: float) -> int:
-    """``round(factor · d_model)``, which must be a positive integer (expansion options)."""
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
-        raise ValueError(f"{name}: expected a positive number, got {factor!r}")
-    width = factor * d_model
-    if width != int(width) or width < 1:
-        raise ValueError(f"{name}: {factor} × d_model={d_model} = {width} is not a positive integer")
-    return int(width)
 
 
 def check_choice(name: str, value: Any, allowed) -> Any:
@@ -186,7 +159,7 @@ class Mixer(nn.Module, ABC):
 class CoefficientMixer(Mixer):
     """A mixer whose core is ``coefficient_dynamics``: subclasses define :meth:`core_inputs` and :meth:`core_output`.
 
-    Short convolutions (``self.convs``, a ``ModuleDict`` of :class:`seqdyn.nn.ShortConv`) are applied inside
+    Short convolutions (``self.convs``, a ``ModuleDict`` of :class:`seqdyn.layers.ShortConv`) are applied inside
     :meth:`core_inputs` through :meth:`convolve`, which threads their streaming state.
     """
 

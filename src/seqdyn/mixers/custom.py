@@ -29,10 +29,10 @@ from torch import Tensor, nn
 
 from seqdyn.core.readouts import READOUTS
 from seqdyn.features import FEATURE_MAPS
-from seqdyn.mixers._gates import GLADecay, MambaDecay
+from seqdyn.layers.gates import GLADecay, MambaDecay
 from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_heads,
                                 check_positive, split_heads)
-from seqdyn.nn import HeadOutput, ShortConv
+from seqdyn.layers import HeadOutput, ShortConv
 
 DECAYS = ("none", "constant", "scalar", "diagonal")
 DECAY_PARAMS = ("gla", "mamba2")

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
-from seqdyn.nn import HeadOutput, ShortConv
-from seqdyn.nn.norms import l2_normalize
+from seqdyn.layers import HeadOutput, ShortConv
+from seqdyn.layers.norms import l2_normalize
 
 
 class DeltaNet(CoefficientMixer):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from seqdyn.mixers._gates import MambaDecay
+from seqdyn.layers.gates import MambaDecay
 from seqdyn.mixers.deltanet import DeltaNet
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from seqdyn.mixers._gates import GLADecay
+from seqdyn.layers.gates import GLADecay
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
-from seqdyn.nn import HeadOutput, ShortConv
+from seqdyn.layers import HeadOutput, ShortConv
 
 
 class GLA(CoefficientMixer):

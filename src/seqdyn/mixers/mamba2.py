@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from seqdyn.mixers._gates import MambaDecay
+from seqdyn.layers.gates import MambaDecay
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_positive, keep_init
-from seqdyn.nn import GatedRMSNorm, ShortConv
+from seqdyn.layers import GatedRMSNorm, ShortConv
 
 
 class Mamba2(CoefficientMixer):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, keep_init, split_heads
-from seqdyn.nn import RMSNorm
+from seqdyn.layers import RMSNorm
 
 
 class MLSTM(CoefficientMixer):

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
                                 scaled_width)
-from seqdyn.nn import ShortConv
+from seqdyn.layers import ShortConv
 
 #: standard deviation of every weight at initialization (Languini)
 WEIGHT_STD = 0.02

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
-from seqdyn.nn import HeadOutput
+from seqdyn.layers import HeadOutput
 
 
 def retention_log_decays(heads: int) -> Tensor:

@@ -31,10 +31,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.precision import float32_under_autocast
-from seqdyn.mixers._gates import inverse_softplus
+from seqdyn.layers.gates import inverse_softplus
 from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
                                 scaled_width)
-from seqdyn.nn import ShortConv
+from seqdyn.layers import ShortConv
 
 #: largest derivative of √x let through (RecurrentGemma's ``_MAX_SQRT_GRADIENT``)
 MAX_SQRT_GRADIENT = 1000.0

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers._gates import init_dt_bias
+from seqdyn.layers.gates import init_dt_bias
 from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
                                 scaled_width)
-from seqdyn.nn import ShortConv
+from seqdyn.layers import ShortConv
 
 
 def s4d_real(channels: int, state_dim: int) -> Tensor:

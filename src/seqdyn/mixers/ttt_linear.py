@@ -14,8 +14,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, split_heads
-from seqdyn.nn import HeadOutput
-from seqdyn.nn.norms import l2_normalize
+from seqdyn.layers import HeadOutput
+from seqdyn.layers.norms import l2_normalize
 
 
 class TTTLinear(CoefficientMixer):

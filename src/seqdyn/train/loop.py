@@ -233,7 +233,7 @@ def load_trained(store, run_id: str):
     from safetensors.torch import load_file
 
     from seqdyn import tasks
-    from seqdyn.nn import build_model
+    from seqdyn.models import build_model
 
     record = store.run(run_id)
     if record is None:
@@ -289,7 +289,7 @@ class Trainer:
     def __init__(self, config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None,
                  owner: str | None = None, progress: bool = True, distributed=None):
         from seqdyn import tasks
-        from seqdyn.nn import build_model
+        from seqdyn.models import build_model
 
         self.config, self.store, self.distributed = config, store, distributed
         self.run_id, self.owner = config.run_id, owner or default_owner()

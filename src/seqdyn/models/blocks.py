@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.mixers.base import Mixer
-from seqdyn.nn.conv import ShortConv
-from seqdyn.nn.mlp import build_mlp
-from seqdyn.nn.norms import RMSNorm
+from seqdyn.layers.conv import ShortConv
+from seqdyn.layers.mlp import build_mlp
+from seqdyn.layers.norms import RMSNorm
 
 NORMS = ("layernorm", "rmsnorm")
 BLOCKS = ("transformer", "gated")

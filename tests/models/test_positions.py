@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqdyn.nn import build_model
-from tests.nn.helpers import config, inputs, spec
+from seqdyn.models import build_model
+from tests.models.helpers import config, inputs, spec
 
 
 def _model(positions: bool, mixer: str = "softmax_attention", layers: int = 2):

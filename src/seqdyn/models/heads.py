@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.nn.blocks import make_norm
+from seqdyn.models.blocks import make_norm
 
 HEAD_KINDS = ("lm", "regression", "tagging", "classification", "autoencoder")
 

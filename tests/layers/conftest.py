@@ -1,5 +1,5 @@
 """The ``path`` fixture of the tests of layers with a native kernel and a torch definition (see
-:func:`tests.nn.helpers.native_paths`)."""
+:func:`tests.layers.helpers.native_paths`)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn.core.backends import native
-from seqdyn.nn import ShortConv
-from seqdyn.nn import conv as conv_module
-from tests.nn.helpers import native_paths
+from seqdyn.layers import ShortConv
+from seqdyn.layers import conv as conv_module
+from tests.layers.helpers import native_paths
 
 needs_kernel, PATHS = native_paths("conv_kernel")
 
@@ -99,7 +99,7 @@ def test_short_conv_runs_its_torch_definition_where_the_kernel_cannot(monkeypatc
 
 
 def test_short_conv_backward_passes_gradcheck_on_a_strided_input():
-    from seqdyn.nn.conv import _DepthwiseCorrelation
+    from seqdyn.layers.conv import _DepthwiseCorrelation
 
     gen = torch.Generator().manual_seed(0)
     wide = torch.randn(2, 9, 7, generator=gen, dtype=torch.float64, requires_grad=True)

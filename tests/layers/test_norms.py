@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn.core.backends import native
-from seqdyn.nn import GatedRMSNorm, HeadOutput, RMSNorm
-from seqdyn.nn.norms import rms_norm
-from tests.nn.helpers import native_paths
+from seqdyn.layers import GatedRMSNorm, HeadOutput, RMSNorm
+from seqdyn.layers.norms import rms_norm
+from tests.layers.helpers import native_paths
 
 needs_kernel, PATHS = native_paths("norm_kernel")
 
@@ -58,7 +58,7 @@ def test_rms_norm_times_silu_of_a_gate_with_every_gradient(path, gated):
 
 @needs_kernel
 def test_native_rms_norm_passes_gradcheck_and_float32_split_over_threads(monkeypatch):
-    from seqdyn.nn.norms import _NativeRMSNorm
+    from seqdyn.layers.norms import _NativeRMSNorm
 
     gen = torch.Generator().manual_seed(5)
     x, gate = (torch.randn(4, 6, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -115,7 +115,7 @@ def test_gated_rms_norm_with_a_frozen_weight_and_strided_input():
 
 @pytest.mark.parametrize("scale", [1.0, 1e-14])  # 1e-14: norms below ε, clamped
 def test_l2_normalize_matches_f_normalize_with_gradients(scale):
-    from seqdyn.nn.norms import l2_normalize
+    from seqdyn.layers.norms import l2_normalize
 
     x = (torch.randn(3, 5, 7, dtype=torch.float64) * scale).requires_grad_()
     x.data[0, 0] = 0.0  # a zero row

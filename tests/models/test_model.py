@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from seqdyn import tasks
-from seqdyn.nn import build_model, count_parameters
+from seqdyn.models import build_model, count_parameters
 from seqdyn.tasks.base import HEADS
-from tests.nn.helpers import CHANNELS, LENGTH, VOCAB, config, inputs, spec
+from tests.models.helpers import CHANNELS, LENGTH, VOCAB, config, inputs, spec
 
 HYBRID = dict(layers=3, mixer=["softmax_attention", "mamba2", "gated_deltanet"],
               mixer_options=[{"heads": 2}, {"state_dim": 4, "head_dim": 8}, {"heads": 2}])

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import check_positive, keep_init
+from seqdyn.layers.params import check_positive, keep_init
 
 
 def inverse_softplus(y: Tensor) -> Tensor:

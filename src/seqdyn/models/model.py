@@ -22,13 +22,13 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn import mixers
-from seqdyn.mixers.base import is_kept, scaled_width
-from seqdyn.nn.blocks import GatedBlock, TransformerBlock, make_norm
-from seqdyn.nn.heads import HEAD_KINDS, Head, build_head
+from seqdyn.layers.params import is_kept, scaled_width
+from seqdyn.models.blocks import GatedBlock, TransformerBlock, make_norm
+from seqdyn.models.config import ModelConfig
+from seqdyn.models.heads import HEAD_KINDS, Head, build_head
 
 if TYPE_CHECKING:
     from seqdyn.tasks.base import Task, TaskSpec
-    from seqdyn.train.config import ModelConfig
 
 
 @dataclass
@@ -43,7 +43,7 @@ class ModelState:
 class SequenceModel(nn.Module):
     """Embedding, optional learned positions, ``config.layers`` blocks, final norm and the head of ``spec.head``.
 
-    Attributes: ``config`` (the :class:`~seqdyn.train.config.ModelConfig`), ``spec`` (the
+    Attributes: ``config`` (the :class:`~seqdyn.models.config.ModelConfig`), ``spec`` (the
     :class:`~seqdyn.tasks.base.TaskSpec`), ``embedding``, ``positions`` (``None`` when off), ``blocks``, ``norm``,
     ``head``, ``tied`` (whether the lm head shares the embedding's weight).
     """
@@ -195,13 +195,11 @@ def count_parameters(model: nn.Module, embeddings: bool = True, trainable_only: 
 def build_model(config: ModelConfig | Mapping[str, Any], spec: TaskSpec | Task) -> SequenceModel:
     """The model of ``config`` for the task ``spec`` (a :class:`TaskSpec`, or a task whose ``spec`` is used).
 
-    ``config`` may be a mapping, validated as a :class:`~seqdyn.train.config.ModelConfig`.  The lm head is tied
+    ``config`` may be a mapping, validated as a :class:`~seqdyn.models.config.ModelConfig`.  The lm head is tied
     to the token embedding when ``tie_embeddings`` is set, the input is tokens and the vocabularies agree;
     otherwise (channel inputs, other sizes) it has its own weight — ``model.tied`` says which.
     """
     if isinstance(config, Mapping):
-        from seqdyn.train.config import ModelConfig
-
         config = ModelConfig.model_validate(dict(config))
     spec = getattr(spec, "spec", spec)
     return SequenceModel(config, spec)

@@ -1,13 +1,11 @@
-"""Small specs and configs shared by the model tests, and the native/torch paths of the layer tests."""
+"""Small specs and configs shared by the model tests."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from seqdyn.core.backends import native
 from seqdyn.tasks.base import TaskSpec
-from seqdyn.train.config import ModelConfig
+from seqdyn.models.config import ModelConfig
 
 VOCAB, LENGTH, CHANNELS = 24, 12, 5
 
@@ -31,11 +29,3 @@ def inputs(task_spec: TaskSpec, batch: int = 3, length: int | None = None, seed:
     if task_spec.input_kind == "tokens":
         return torch.randint(0, task_spec.input_size, (batch, length), generator=generator)
     return torch.randn(batch, length, task_spec.input_size, generator=generator)
-
-
-def native_paths(kernel: str) -> tuple[pytest.MarkDecorator, list]:
-    """``(needs_kernel, paths)``: a skip mark for machines that cannot build ``kernel``, and the two values of the
-    ``path`` fixture — "native" (skipped there) and "torch"."""
-    needs_kernel = pytest.mark.skipif(native.library(kernel) is None,
-                                      reason=f"no C++ compiler to build the native kernel {kernel}")
-    return needs_kernel, [pytest.param("native", marks=needs_kernel), "torch"]

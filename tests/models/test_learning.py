@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from seqdyn import tasks
-from seqdyn.nn import build_model
+from seqdyn.models import build_model
 
 MAX_STEPS, BATCH, EVAL_EVERY = 400, 64, 50
 

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqdyn import mixers
-from seqdyn.mixers.base import is_kept
-from seqdyn.nn import build_model, init_weights, residual_projections
-from tests.nn.helpers import config, spec
+from seqdyn.layers.params import is_kept
+from seqdyn.models import build_model, init_weights, residual_projections
+from tests.models.helpers import config, spec
 
 LAYERS, D = 4, 64
 #: LTI mixers are another engineer's work in progress (their output head is checked there)

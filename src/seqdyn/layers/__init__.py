@@ -1,0 +1,14 @@
+"""What mixers are built from (DESIGN §7): the short causal convolution, norms, MLPs, decay gates and parameter
+helpers.  Layers import only the core; mixers and models import them."""
+
+from seqdyn.layers.conv import ShortConv
+from seqdyn.layers.gates import GLADecay, MambaDecay, init_dt_bias, inverse_softplus
+from seqdyn.layers.mlp import MLP, build_mlp
+from seqdyn.layers.norms import GatedRMSNorm, HeadOutput, RMSNorm, l2_normalize, rms_norm
+from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
+
+__all__ = [
+    "GLADecay", "GatedRMSNorm", "HeadOutput", "MLP", "MambaDecay", "RMSNorm", "ShortConv", "build_mlp",
+    "check_positive", "init_dt_bias", "inverse_softplus", "is_kept", "keep_init", "l2_normalize", "rms_norm",
+    "scaled_width",
+]

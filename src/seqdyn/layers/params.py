@@ -1,0 +1,36 @@
+"""Parameter helpers shared by layers, mixers and models: marks on parameters whose initialization comes from
+their paper, and the checks of width options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+
+def keep_init(*parameters: Tensor) -> None:
+    """Mark parameters whose initialization comes from their paper (Mamba's Δ bias, xLSTM's gate biases, …) so
+    that a model-wide initialization (Zoology's normal(0, 0.02)) leaves them alone."""
+    for parameter in parameters:
+        parameter._no_reinit = True
+
+
+def is_kept(parameter: Tensor) -> bool:
+    """Whether :func:`keep_init` marked ``parameter``."""
+    return getattr(parameter, "_no_reinit", False)
+
+
+def check_positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return value
+
+
+def scaled_width(name: str, d_model: int, factor: float) -> int:
+    """``round(factor · d_model)``, which must be a positive integer (expansion options)."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+        raise ValueError(f"{name}: expected a positive number, got {factor!r}")
+    width = factor * d_model
+    if width != int(width) or width < 1:
+        raise ValueError(f"{name}: {factor} × d_model={d_model} = {width} is not a positive integer")
+    return int(width)

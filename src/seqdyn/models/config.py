@@ -1,0 +1,53 @@
+"""The configuration of a model (DESIGN §7): the network around the mixers.  ``train.config.RunConfig`` holds
+one as ``model``; :func:`seqdyn.models.build_model` builds it for a task."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+class ModelConfig(Strict):
+    """The network around the mixers (DESIGN §7): blocks, widths, positions, MLP, norms and head tying."""
+
+    block: Literal["transformer", "gated"] = "transformer"
+    mixer: Union[str, list[str]] = "softmax_attention"
+    mixer_options: Union[dict[str, Any], list[dict[str, Any]]] = Field(default_factory=dict)
+    d_model: int = Field(64, gt=0)
+    layers: int = Field(2, gt=0)
+    positions: bool = True
+    mlp: Literal["gelu", "swiglu", "none"] = "gelu"
+    mlp_ratio: float = Field(4.0, gt=0)
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")
+    short_conv: bool = Field(False, description="gated block: short causal convolution before the mixer")
+    conv_size: int = Field(4, gt=0)
+    tie_embeddings: bool = True
+    init_std: float = Field(0.02, gt=0)
+
+    def layer_mixers(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(mixer name, options)`` of every layer; a hybrid stack lists one mixer per layer."""
+        names = self.mixer if isinstance(self.mixer, list) else [self.mixer] * self.layers
+        options = self.mixer_options if isinstance(self.mixer_options, list) else [self.mixer_options] * self.layers
+        return list(zip(names, options))
+
+    @model_validator(mode="after")
+    def _check_mixers(self) -> ModelConfig:
+        from seqdyn import mixers
+
+        for field, value in (("mixer", self.mixer), ("mixer_options", self.mixer_options)):
+            if isinstance(value, list) and len(value) != self.layers:
+                raise ValueError(f"{field}: a per-layer list must have one entry per layer ({self.layers}), got {len(value)}")
+        known = mixers.names()
+        for name, options in self.layer_mixers():
+            if name not in known:
+                raise ValueError(f"mixer: unknown name {name!r}; known mixers: {', '.join(known)}")
+            unknown = sorted(set(options) - set(mixers.options(name)))
+            if unknown:
+                raise ValueError(f"mixer_options: {name} has no option(s) {unknown}; allowed: {sorted(mixers.options(name))}")
+        return self
