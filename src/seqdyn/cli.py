@@ -15,6 +15,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Speed and memory benchmarks (ratios measured side by side in one run).", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+config_app = typer.Typer(help="The run and sweep configs (YAML).", no_args_is_help=True)
+app.add_typer(config_app, name="config")
 
 
 def _register_subcommands() -> None:
@@ -307,6 +309,14 @@ def bench_mixers(
         mixers.get(name)  # unknown names fail before any work
     run_mixer_benchmark(selected, _lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds,
                         rounds)
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the config reference as Markdown (docs/config.md): each field's type, default, values and meaning."""
+    from seqdyn.train.config_reference import config_reference
+
+    typer.echo(config_reference(), nl=False)
 
 
 @app.command("mixers")

@@ -15,20 +15,34 @@ class Strict(BaseModel):
 class ModelConfig(Strict):
     """The network around the mixers (DESIGN §7): blocks, widths, positions, MLP, norms and head tying."""
 
-    block: Literal["transformer", "gated"] = "transformer"
-    mixer: Union[str, list[str]] = "softmax_attention"
-    mixer_options: Union[dict[str, Any], list[dict[str, Any]]] = Field(default_factory=dict)
-    d_model: int = Field(64, gt=0)
-    layers: int = Field(2, gt=0)
-    positions: bool = True
-    mlp: Literal["gelu", "swiglu", "none"] = "gelu"
-    mlp_ratio: float = Field(4.0, gt=0)
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    block: Literal["transformer", "gated"] = Field(
+        "transformer", description="the residual block around each mixer: transformer (x + mixer(norm x), then "
+        "x + MLP(norm x)) or gated (Mamba / Gated DeltaNet style: the mixer at width expand·d_model between an "
+        "input and a gate projection, its RMS-normed output times SiLU(gate), projected back; then the MLP)")
+    mixer: Union[str, list[str]] = Field(
+        "softmax_attention", description="a mixer name (`seqdyn mixers` lists them), or one name per layer "
+                                         "(a hybrid stack)")
+    mixer_options: Union[dict[str, Any], list[dict[str, Any]]] = Field(
+        default_factory=dict, description="the mixer's options (`seqdyn mixers` lists them with their defaults), "
+                                          "or one mapping per layer")
+    d_model: int = Field(64, gt=0, description="model width D: the embedding and the residual stream")
+    layers: int = Field(2, gt=0, description="number of blocks")
+    positions: bool = Field(True, description="add learned position embeddings, one per position up to the "
+                                               "task's input length")
+    mlp: Literal["gelu", "swiglu", "none"] = Field(
+        "gelu", description="the MLP after the mixer in every block (none: no MLP sub-block)")
+    mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP: round(mlp_ratio · d_model)")
+    norm: Literal["layernorm", "rmsnorm"] = Field(
+        "layernorm", description="the norm of the blocks, the final norm and the head: LayerNorm (with bias) or "
+                                 "RMSNorm")
     expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")
     short_conv: bool = Field(False, description="gated block: short causal convolution before the mixer")
-    conv_size: int = Field(4, gt=0)
-    tie_embeddings: bool = True
-    init_std: float = Field(0.02, gt=0)
+    conv_size: int = Field(4, gt=0, description="taps of the gated block's short convolution (with short_conv)")
+    tie_embeddings: bool = Field(True, description="the language-model head shares the token embedding's weight "
+                                                   "(when the inputs are tokens and both vocabularies are equal)")
+    init_std: float = Field(0.02, gt=0, description="every Linear and Embedding weight ~ N(0, init_std²), Linear "
+                            "biases 0; the residual projections ~ N(0, (init_std / √(2·layers))²); parameters a "
+                            "mixer initializes itself (Mamba's Δ, ...) keep their initialization")
 
     def layer_mixers(self) -> list[tuple[str, dict[str, Any]]]:
         """``(mixer name, options)`` of every layer; a hybrid stack lists one mixer per layer."""

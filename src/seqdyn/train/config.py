@@ -45,11 +45,12 @@ class ConfigError(ValueError):
 class TaskConfig(Strict):
     """The task (DESIGN §6), its parameters and data sizes; train and test data come from disjoint seeds."""
 
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    train_examples: int = Field(100_000, gt=0)
-    test_examples: int = Field(3_000, gt=0)
-    seed: int = 0
+    name: str = Field(description="a task name (`seqdyn tasks list` lists them)")
+    params: dict[str, Any] = Field(default_factory=dict, description="the task's parameters, e.g. seq_len "
+                                   "(`seqdyn tasks list` lists them with their defaults)")
+    train_examples: int = Field(100_000, gt=0, description="training examples generated: one epoch")
+    test_examples: int = Field(3_000, gt=0, description="test examples generated; every evaluation runs them all")
+    seed: int = Field(0, description="seed of the generated data (train and test examples from disjoint streams)")
 
     @model_validator(mode="after")
     def _check_task(self) -> TaskConfig:
@@ -64,11 +65,13 @@ class TaskConfig(Strict):
 class OptimizerConfig(Strict):
     """AdamW with decoupled weight decay on matrices, and gradient-norm clipping."""
 
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-8, gt=0)
-    grad_clip: Union[float, None] = Field(1.0, gt=0)
+    lr: float = Field(1e-3, gt=0, description="peak learning rate (the schedule scales it)")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW's decoupled weight decay, on matrices only (not on "
+                                                       "biases, norms or 1-D gate parameters)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's (β₁, β₂), each in [0, 1)")
+    eps: float = Field(1e-8, gt=0, description="AdamW's ε")
+    grad_clip: Union[float, None] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no "
+                                                                 "clipping")
 
     @field_validator("betas")
     @classmethod
@@ -81,34 +84,44 @@ class OptimizerConfig(Strict):
 class ScheduleConfig(Strict):
     """Learning-rate schedule: cosine decay to ``min_lr`` (or constant) after a linear warm-up fraction."""
 
-    kind: Literal["cosine", "constant"] = "cosine"
-    warmup: float = Field(0.0, ge=0, lt=1, description="fraction of the training steps")
-    min_lr: float = Field(0.0, ge=0)
+    kind: Literal["cosine", "constant"] = Field(
+        "cosine", description="after the warm-up: cosine decay from lr to min_lr at the last step, or lr constant")
+    warmup: float = Field(0.0, ge=0, lt=1, description="fraction of the training steps over which the learning "
+                                                       "rate rises linearly to lr")
+    min_lr: float = Field(0.0, ge=0, description="the learning rate the cosine decay ends at")
 
 
 class EarlyStopConfig(Strict):
     """Stop when the test metric reaches ``threshold`` (Zoology: MQAR accuracy 0.99); ``None`` never stops."""
 
-    metric: Union[str, None] = Field(None, description="default: the task's primary metric")
-    threshold: Union[float, None] = None
+    metric: Union[str, None] = Field(None, description="the test metric watched (for the best value and early "
+                                                       "stopping); default: the task's primary metric")
+    threshold: Union[float, None] = Field(None, description="stop once the watched metric reaches this (≥ where "
+                                          "higher is better, else ≤); null: never stop early")
 
 
 class TrainConfig(Strict):
     """Length of training, batching, evaluation, checkpoints, seed, device and precision."""
 
-    epochs: Union[int, None] = Field(None, gt=0)
-    steps: Union[int, None] = Field(None, gt=0)
-    batch_size: int = Field(64, gt=0)
-    eval_every: Union[int, None] = Field(None, gt=0, description="steps between evaluations; default: each epoch")
+    epochs: Union[int, None] = Field(None, gt=0, description="length in passes over task.train_examples; give "
+                                     "exactly one of epochs and steps (a run without a train section: 1 epoch)")
+    steps: Union[int, None] = Field(None, gt=0, description="length in optimizer steps; give exactly one of "
+                                                            "epochs and steps")
+    batch_size: int = Field(64, gt=0, description="examples per training step and per evaluation batch")
+    eval_every: Union[int, None] = Field(None, gt=0, description="steps between evaluations on the test examples "
+                                         "(and after the last step); default: each epoch, or a tenth of the steps "
+                                         "with steps")
     checkpoint_every: Union[int, None] = Field(None, gt=0, description="steps between checkpoints; default: each evaluation")
     early_stop: EarlyStopConfig = Field(default_factory=EarlyStopConfig)
-    seed: int = 0
-    device: str = "cpu"
+    seed: int = Field(0, description="seed of the model's initialization and of the order of the training "
+                                     "batches")
+    device: str = Field("cpu", description="cpu, cuda, cuda:N or auto (cuda when available)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="precision of the forward pass: float32; bfloat16 or float16 under torch.autocast "
         "(weights and optimizer stay float32); float16 also scales the loss (torch.amp.GradScaler, its state kept "
         "in the checkpoint), skipping a step whose gradients overflow")
-    backend: str = Field("auto", description="the mixers' backend")
+    backend: str = Field("auto", description="the backend every mixer computes with: auto (each picks the "
+                         "fastest exact one) or one that every layer's mixer accepts (quadratic, chunk, scan, fft, ...)")
 
     @model_validator(mode="after")
     def _length(self) -> TrainConfig:
@@ -122,15 +135,18 @@ class TrainConfig(Strict):
 class LoggersConfig(Strict):
     """Optional loggers, off by default (the results store always records everything)."""
 
-    wandb: bool = False
-    tensorboard: bool = False
-    project: str = "seqdyn"
+    wandb: bool = Field(False, description="log every evaluation's metrics to Weights & Biases (the wandb "
+                                           "package)")
+    tensorboard: bool = Field(False, description="write every evaluation's metrics as TensorBoard events, under "
+                                                 "logs/RUN_ID beside the checkpoints")
+    project: str = Field("seqdyn", description="the Weights & Biases project")
 
 
 class RunConfig(Strict):
     """One training run."""
 
-    name: str = "run"
+    name: str = Field("run", description="the run's name (a sweep appends the values of its axes); not part of "
+                                         "the run id")
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -182,7 +198,9 @@ class RunConfig(Strict):
 class SweepConfig(RunConfig):
     """A run config plus grid axes: dotted path -> list of values (mappings merge into the base)."""
 
-    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="grid axes: dotted path → list of "
+                                        "values; every combination is a run; a mapping replaces the keys it names "
+                                        "at its path")
 
     @field_validator("sweep")
     @classmethod
