@@ -19,14 +19,27 @@ def test_readme_opens_with_the_two_setup_commands():
     assert [line.split("#")[0].strip() for line in first_block] == ["make main", "make test"]
 
 
-def test_readme_tasks_commands_run():
-    """Every `seqdyn tasks ...` command quoted in the README runs as written."""
+def test_readme_yaml_blocks_are_valid_configs():
+    """Every YAML block of the README is a run or sweep config that validates (each expanded run too)."""
+    import yaml
+
+    from seqdyn.train.config import parse_config
+
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        parse_config(yaml.safe_load(block), "README.md")
+
+
+def test_readme_tasks_and_config_commands_run():
+    """Every `seqdyn tasks ...` and `seqdyn config ...` command quoted in the README runs as written."""
     from typer.testing import CliRunner
 
-    from seqdyn.tasks.cli import app
+    from seqdyn.cli import app
 
-    commands = re.findall(r"`(?:\.venv/bin/)?seqdyn tasks ([^`]+)`", README.read_text())
-    assert len(commands) >= 2
+    commands = re.findall(r"`(?:\.venv/bin/)?seqdyn ((?:tasks|config) [^`]+)`", README.read_text())
+    assert sum(command.startswith("tasks") for command in commands) >= 2
+    assert "config schema" in commands
     for command in commands:
         result = CliRunner().invoke(app, shlex.split(command))
-        assert result.exit_code == 0, f"seqdyn tasks {command}: {result.output}"
+        assert result.exit_code == 0, f"seqdyn {command}: {result.output}"
