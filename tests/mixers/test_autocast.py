@@ -13,7 +13,7 @@ import torch
 
 import seqdyn
 from seqdyn import mixers
-from tests.mixers.test_mixer_suite import SMALL
+from tests.mixers.helpers import SMALL
 
 D, LENGTH, CHUNK, STEPS = 16, 24, 8, 3  # T: three chunks of 8 steps, six of local attention's windows of 4
 HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}

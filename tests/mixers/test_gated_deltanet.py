@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.mixers.paper_delta_rule import CONV, D, HEADS, delta_rule_layer
 from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, inputs
-from tests.mixers.test_deltanet import CONV, D, HEADS, delta_rule_layer
 
 
 def gated_deltanet_layer(mixer, x):

@@ -12,6 +12,7 @@ import torch
 
 from seqdyn import mixers
 from seqdyn.mixers._lti import hippo_legs, hippo_legs_nplr
+from tests.mixers.parameter_counts import LTI_PARAMETERS
 
 F64 = torch.float64
 D = 6
@@ -121,26 +122,8 @@ def test_coefficients_and_dsf_reproduce_the_core(name, options):
     close(torch.einsum("bhij,bjhv->bihv", A, values), core, "A·v")
 
 
-def _glu(d):
-    return 2 * d * d + 2 * d
-
-
-#: parameter counts from the papers' layer definitions (complex numbers count twice)
-PARAMETERS = [
-    ("dlr", {}, lambda d: 2 * 64 + 2 * d * 64 + d * d),  # (logΛ)_re, (logΛ)_im, W, W_out (no bias)
-    ("dlr", dict(state_dim=8, bidirectional=True), lambda d: 2 * (2 * 8 + 2 * d * 8) + d * d),
-    ("dlr", dict(state_dim=8, residual=False, output="none"), lambda d: 2 * 8 + 2 * d * 8),
-    ("dss_exp", {}, lambda d: 2 * 64 + 2 * d * 64 + d + d + _glu(d)),  # Λ, W, log Δ, D, GLU
-    ("s4d", {}, lambda d: d * 32 * (2 + 2 + 2) + d + d + _glu(d)),  # A, B, C per channel; log Δ, D, GLU
-    ("s4d", dict(state_dim=8, skip=False, output="linear"), lambda d: d * 4 * 6 + d + d * d + d),
-    ("s4", {}, lambda d: d * 32 * (2 + 2 + 2) + d * 64 + d + d + _glu(d)),  # Λ, P, B per copy; C; log Δ; D; GLU
-    ("s4", dict(state_dim=8, n_ssm=1), lambda d: 4 * 6 + d * 8 + d + d + _glu(d)),
-    ("s5", {}, lambda d: 64 + 64 * d + 64 * d + 32 + d + d * d + d),  # Λ, B̃, C̃, log Δ, D, half-GLU
-    ("lru", {}, lambda d: 3 * 64 + 2 * 64 * d + 2 * d * 64 + d),  # ν, θ, γ, B, C, D
-]
-
-
-@pytest.mark.parametrize(("name", "options", "formula"), PARAMETERS, ids=[f"{n}-{o}" for n, o, _ in PARAMETERS])
+@pytest.mark.parametrize(("name", "options", "formula"), LTI_PARAMETERS,
+                         ids=[f"{n}-{o}" for n, o, _ in LTI_PARAMETERS])
 def test_parameter_count_matches_the_formula(name, options, formula):
     mixer = mixers.build(name, 16, **options)
     assert sum(p.numel() for p in mixer.parameters()) == formula(16)

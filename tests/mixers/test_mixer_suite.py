@@ -9,41 +9,14 @@ import pytest
 import torch
 
 from seqdyn import mixers
-from tests.mixers.test_lti_mixers import PARAMETERS as LTI_PARAMETERS
-from tests.mixers.test_rnn_mixers import qlstm_parameters, rglru_parameters, s6_parameters
-
-D = 16
-#: small options that keep every check fast (chunk_size is added where a mixer has one)
-SMALL = {
-    "softmax_attention": dict(heads=2),
-    "linear_attention": dict(heads=2, state_dim=4),
-    "normalized_attention": dict(heads=2, state_dim=4),
-    "taylor_attention": dict(heads=2, state_dim=2, degree=2),
-    "local_attention": dict(heads=2, window=4),
-    "gla": dict(heads=2, gate_low_rank=4),
-    "retnet": dict(heads=2),
-    "mamba2": dict(state_dim=4, head_dim=8),
-    "deltanet": dict(heads=2),
-    "gated_deltanet": dict(heads=2),
-    "mlstm": dict(heads=2),
-    "ttt_linear": dict(heads=2),
-    "custom": dict(heads=2, decay="scalar", householder="keys", normalizer="abs_max1"),
-    "s6": dict(state_dim=4),
-}
+from tests.mixers.helpers import D, NAMES, small
+from tests.mixers.parameter_counts import LTI_PARAMETERS, qlstm_parameters, rglru_parameters, s6_parameters
 
 DESIGN_NAMES = {
     "softmax_attention", "linear_attention", "normalized_attention", "taylor_attention", "gla", "retnet", "mamba2",
     "s6", "deltanet", "gated_deltanet", "mlstm", "ttt_linear", "qlstm", "qlstm_s6", "rglru", "dlr", "dss_exp", "s4d",
     "s4", "s5", "lru", "local_attention", "custom",
 }
-
-
-def small(name: str) -> mixers.Mixer:
-    options = dict(SMALL.get(name, {}))
-    if "chunk_size" in mixers.options(name):
-        options["chunk_size"] = 4
-    torch.manual_seed(0)
-    return mixers.build(name, D, **options).double()
 
 
 def inputs(length: int = 11, batch: int = 2, seed: int = 1, dtype=torch.float64) -> torch.Tensor:
@@ -54,9 +27,6 @@ def close(actual, expected, what, tol=1e-10):
     scale = max(1.0, float(expected.detach().abs().max()))
     error = float((actual - expected).detach().abs().max())
     assert error <= tol * scale, f"{what}: {error:.2e}"
-
-
-NAMES = mixers.names()
 
 
 def test_every_mixer_of_the_design_is_registered():
@@ -204,7 +174,7 @@ PARAMETERS = {
     "qlstm": qlstm_parameters,
     "qlstm_s6": lambda d: qlstm_parameters(d, s6=True),
     "rglru": rglru_parameters,
-    # the LTI mixers at their defaults (state_dim 64), from the papers' layer definitions in test_lti_mixers.py
+    # the LTI mixers at their defaults (state_dim 64), from the papers' layer definitions in parameter_counts.py
     **{name: formula for name, options, formula in LTI_PARAMETERS if not options},
 }
 

@@ -1,5 +1,5 @@
 """qLSTM with the S6 state transition pinned to its paper: seed 000 eq. 22 (appendix G), the qLSTM layer of
-:mod:`tests.mixers.test_qlstm` with only the forget gate replaced by the reversed sigmoid raised to a learned power,
+:mod:`tests.mixers.paper_qlstm` with only the forget gate replaced by the reversed sigmoid raised to a learned power,
 ``f_t = σ_rev(W_Δ u_t)^a = (1 + exp(W_Δ u_t))^(−a)``, compared with the mixer's output, state after stepping and
 coefficients; its DSF form (eq. 19 with eq. 22's Λ)."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.mixers.paper_helpers import PARTS
-from tests.mixers.test_qlstm import check_dsf_form, compare_with_qlstm
+from tests.mixers.paper_qlstm import check_dsf_form, compare_with_qlstm
 
 CONFIGS = [dict(), dict(dsf_form=True, short_conv=True, gate=True)]
 

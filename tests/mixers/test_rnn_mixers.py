@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from seqdyn import mixers
+from tests.mixers.parameter_counts import qlstm_parameters, rglru_parameters, s6_parameters
 
 D = 8
 F64 = torch.float64
@@ -114,25 +115,6 @@ def test_rglru_gradients_stay_finite_where_a_rounds_to_one():
         mixer.a_param.fill_(-200.0)
     mixer(torch.randn(2, 16, 8)).square().mean().backward()
     assert all(torch.isfinite(p.grad).all() for p in mixer.parameters())
-
-
-def s6_parameters(d, n=4, expand=2, rank=1, conv=True, gate=True, width=4):
-    inner = expand * d
-    return (d * inner * (2 if gate else 1) + (inner * width + inner if conv else 0) + inner * (rank + 2 * n)
-            + (rank * inner + inner) + inner * n + inner + inner * d)
-
-
-def qlstm_parameters(d, expand=1, conv=False, gate=False, width=4, s6=False):
-    inner = expand * d
-    return ((d * width + d if conv else 0) + (d * 4 * inner + 4 * inner) + (d * inner + inner if gate else 0)
-            + (inner * d + d) + (1 if s6 else 0))
-
-
-def rglru_parameters(d, expand=1, blocks=1, conv=True, gate=True, width=4):
-    w = int(expand * d)
-    projections = 2 if gate else 1
-    return ((d * w + w) * projections + (w * width + w if conv else 0) + 2 * (w * w // blocks + w) + w
-            + (w * d + d))
 
 
 PARAMETERS = {

@@ -1,11 +1,8 @@
-"""The `seqdyn tasks` commands and the `seqdyn bench tasks` benchmark, on tiny inputs."""
+"""The `seqdyn tasks` commands, on tiny inputs."""
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from seqdyn.bench.tasks import main as bench_main
-from seqdyn.bench.tasks import run as bench_run
 from seqdyn.tasks import names
 from seqdyn.tasks.cli import app
 
@@ -60,14 +57,3 @@ def test_show_pathfinder_writes_a_png(tmp_path):
     result = runner.invoke(app, ["show", "pathfinder_segmentation", "-p", "seq_len=4096", "--png", str(png)])
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:4] == b"\x89PNG" and "label 2" in result.output
-
-
-def test_bench_on_tiny_counts():
-    rows = bench_run(scale=1e-3, skip_512=True)
-    assert [row["count"] for row in rows] == [100, 1, 1]
-    assert all(row["seconds"] > 0 and row["target_s"] > 0 for row in rows)
-    cli = typer.Typer()
-    cli.command()(bench_main)
-    result = runner.invoke(cli, ["--scale", "0.0005", "--skip-512"], env={"COLUMNS": "150"})
-    assert result.exit_code == 0, result.output
-    assert "MQAR" in result.output and "ListOps" in result.output and "M=256" in result.output

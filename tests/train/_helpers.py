@@ -1,4 +1,5 @@
-"""Synthetic runs for the store and report tests: real RunConfigs (tiny MQAR / LM tasks), fake training."""
+"""Runs for the training tests: a tiny MQAR run that learns; synthetic runs for the store and report tests (real
+RunConfigs of tiny MQAR / LM tasks, fake training)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,27 @@ from seqdyn.train.store import Store
 
 MQAR = {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 64},
         "train_examples": 64, "test_examples": 16}
+
+
+def tiny(**changes) -> dict:
+    """A tiny MQAR run that a 2-layer softmax model learns in a few hundred steps (the setting of
+    tests/models/test_learning.py: init_std 0.1, no MLP, constant learning rate)."""
+    config = {
+        "name": "tiny",
+        "model": {"mixer": "softmax_attention", "d_model": 32, "layers": 2, "mlp": "none", "init_std": 0.1},
+        "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
+                 "train_examples": 4096, "test_examples": 256},
+        "optimizer": {"lr": 3e-3, "weight_decay": 0.1},
+        "schedule": {"kind": "constant"},
+        "train": {"steps": 400, "batch_size": 64, "eval_every": 50, "early_stop": {"threshold": 0.95}},
+    }
+    for path, value in changes.items():
+        node = config
+        *keys, last = path.split(".")
+        for key in keys:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return config
 
 
 def sweep_configs(

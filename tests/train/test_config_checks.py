@@ -18,7 +18,7 @@ from seqdyn.cli import app
 from seqdyn.train.config import ConfigError, parse_config
 from seqdyn.train.store import Store
 from seqdyn.train.sweep import checkpoint_dir_for, run_sweep
-from tests.train.test_training import tiny
+from tests.train._helpers import tiny
 
 
 SMALL = {"name": "small", "model.d_model": 16, "model.layers": 1, "task.train_examples": 64, "task.test_examples": 16,

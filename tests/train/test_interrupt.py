@@ -127,9 +127,9 @@ def test_checkpoint_every_is_honoured_between_evaluations_and_resumes_exactly(tm
         assert metrics(store) == expected  # the train loss at step 20 averages steps 11-20 across the resume
 
 
-def test_a_run_name_with_rich_markup_trains_with_a_progress_bar():
+def test_a_run_name_with_rich_markup_trains_with_a_progress_bar(tmp_path):
     config = parse_config(tiny(steps=3) | {"name": "a[/x] [bold]b"})
-    assert train_run(config, progress=True).status == "finished"
+    assert train_run(config, checkpoint_dir=tmp_path, progress=True).status == "finished"
 
 
 # --- signals and workers ---------------------------------------------------------------------------------------

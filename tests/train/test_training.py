@@ -17,29 +17,9 @@ from seqdyn.train.config import RunConfig, load_config, parse_config
 from seqdyn.train.loop import train_run
 from seqdyn.train.store import Store
 from seqdyn.train.sweep import run_sweep
+from tests.train._helpers import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tiny(**changes) -> dict:
-    """A tiny MQAR run that a 2-layer softmax model learns in a few hundred steps (the setting of
-    tests/models/test_learning.py: init_std 0.1, no MLP, constant learning rate)."""
-    config = {
-        "name": "tiny",
-        "model": {"mixer": "softmax_attention", "d_model": 32, "layers": 2, "mlp": "none", "init_std": 0.1},
-        "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
-                 "train_examples": 4096, "test_examples": 256},
-        "optimizer": {"lr": 3e-3, "weight_decay": 0.1},
-        "schedule": {"kind": "constant"},
-        "train": {"steps": 400, "batch_size": 64, "eval_every": 50, "early_stop": {"threshold": 0.95}},
-    }
-    for path, value in changes.items():
-        node = config
-        *keys, last = path.split(".")
-        for key in keys:
-            node = node.setdefault(key, {})
-        node[last] = value
-    return config
 
 
 def write(path: Path, data: dict) -> Path:
@@ -53,8 +33,8 @@ def cli(*args, env=None, **kwargs) -> subprocess.CompletedProcess:
                           timeout=600, **kwargs)
 
 
-def test_a_tiny_mqar_model_learns():
-    result = train_run(parse_config(tiny()), progress=False)
+def test_a_tiny_mqar_model_learns(tmp_path):
+    result = train_run(parse_config(tiny()), checkpoint_dir=tmp_path, progress=False)
     assert result.status == "stopped_early", result
     assert result.final_metric > 0.9 and result.step <= 400
 
