@@ -55,11 +55,11 @@ def diagonal_chunking(log_decay: Tensor, chunk_size: int) -> tuple[Tensor, int]:
 def _halve_until_safe(log_decay: Tensor, chunk_size: int, limit: float) -> int:
     length = log_decay.shape[2]
     cumulative = cumulative_log_decay(log_decay)
-    cumulative = torch.cat([torch.zeros_like(cumulative[:, :, :1]), cumulative], dim=2)  # G_{-1} = 0
+    cumulative = torch.cat([torch.zeros_like(cumulative[:, :, :1]), cumulative], dim=2)  # G_{-1} = 0: [B, H, T + 1, K]
     while chunk_size > 1:
         chunks = -(-length // chunk_size)
         pad = chunks * chunk_size + 1 - cumulative.shape[2]  # padded steps have g = 0: G stays constant
-        padded = torch.cat([cumulative, cumulative[:, :, -1:].expand(-1, -1, pad, -1)], dim=2)
+        padded = torch.cat([cumulative, cumulative[:, :, -1:].expand(-1, -1, pad, -1)], dim=2)  # [B, H, N·C + 1, K]
         windows = padded.unfold(2, chunk_size + 1, chunk_size)  # [B, H, N, K, C + 1]: each chunk and G before it
         spread = torch.nan_to_num(windows.amax(-1) - windows.amin(-1), nan=0.0, posinf=0.0, neginf=0.0)
         if spread.max().item() < limit:
@@ -128,7 +128,8 @@ def suffix_sums(x: Tensor) -> Tensor:
 
 def sum_after(g: Tensor) -> Tensor:
     """``Γ − γ_t = Σ_{s>t} g_s`` within each chunk (axis 3 of ``[B, H, N, C, ...]``), summed from the end."""
-    return suffix_sums(torch.cat([g[:, :, :, 1:], torch.zeros_like(g[:, :, :, :1])], dim=3))
+    shifted = torch.cat([g[:, :, :, 1:], torch.zeros_like(g[:, :, :, :1])], dim=3)  # g_{t+1} [B, H, N, C, ...]
+    return suffix_sums(shifted)
 
 
 def middle_of_range(log_decays: Tensor) -> Tensor:
@@ -205,7 +206,7 @@ def pass_states(increments: Tensor, transitions: Tensor, initial: Tensor | None,
     for increment, transition in zip(increments.unbind(2), transitions.unbind(2)):
         entering.append(state)
         state = transition @ state + increment if matrix else torch.addcmul(increment, transition, state)
-    return torch.stack(entering, dim=2), state
+    return torch.stack(entering, dim=2), state  # [B, H, N, K, V], [B, H, K, V]
 
 
 def pass_state_gradients(grad_entering: Tensor, transitions: Tensor, grad_final: Tensor | None):

@@ -155,7 +155,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
         grad_query_in, grad_coefficients = grad_left.split([key_dim, size], dim=-1)
         entering, corrected = right.split([key_dim, size], dim=-2)
         grad_to_end = corrected @ grad_after.transpose(-1, -2)  # ∂D̂ = V' ∂S_nextᵀ
-        grad_solved = torch.cat([grad_corrected, -(grad_corrected @ entering.transpose(-1, -2))], dim=-1)  # ∂[U, W]
+        # ∂[U, W] [B, H, N, C, V + K]
+        grad_solved = torch.cat([grad_corrected, -(grad_corrected @ entering.transpose(-1, -2))], dim=-1)
         grad_rhs = inverse.transpose(-1, -2) @ grad_solved
         products = grad_rhs @ solved.transpose(-1, -2)  # ∂(βN) = −tril₋₁(products)
         grad_values, grad_scaled_keys = grad_rhs.split([value_dim, key_dim], dim=-1)

@@ -69,7 +69,8 @@ def _chunk_decay(total: Tensor | None, diagonal: bool, like: Tensor) -> Tensor:
     key_dim = like.shape[-1]
     if total is None:
         return torch.eye(key_dim, dtype=like.dtype, device=like.device)
-    return torch.diag_embed(along_keys(decay_factor(total.to(like.dtype)), diagonal).expand(*total.shape[:3], key_dim))
+    factors = along_keys(decay_factor(total.to(like.dtype)), diagonal).expand(*total.shape[:3], key_dim)  # [B, H, N, K]
+    return torch.diag_embed(factors)  # [B, H, N, K, K]
 
 
 def _decayed_terms(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor | None, total: Tensor | None,
@@ -98,11 +99,11 @@ def _chunk_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, stri
     if size == 1:  # no pair below the diagonal, whose factors e^{±range/2} would overflow for a step beyond the range
         own = _own_pairs(a, b, la, lb).unsqueeze(-1)
         return torch.zeros_like(own) if strict else own
-    middle = middle_of_range(torch.cat([la, lb], dim=-2))
+    middle = middle_of_range(torch.cat([la, lb], dim=-2))  # of both: [..., 2C, K] -> [..., 1, K]
     lower = (a * torch.exp((la - middle).to(a.dtype))) @ (b * torch.exp((middle - lb).to(b.dtype))).transpose(-1, -2)
     gram = torch.where(causal_mask(size, size, a.device, strict=True), lower, torch.zeros_like(lower))
     if not strict:
-        gram = gram + torch.diag_embed(_own_pairs(a, b, la, lb))
+        gram = gram + torch.diag_embed(_own_pairs(a, b, la, lb))  # [..., C] -> [..., C, C]
     return gram
 
 
