@@ -211,15 +211,15 @@ def test_delta_rule_with_keys_shared_over_heads_and_a_scale_per_head(decay, leng
 
 
 def test_unit_lower_solve_and_its_gradients_match_a_triangular_solve():
-    from seqdyn.core.backends.chunk import _unit_lower_solve
+    from seqdyn.core.backends.chunk.triangular import unit_lower_solve
 
     gen = torch.Generator().manual_seed(6)
     lower = (0.3 * torch.randn(2, 3, 9, 9, generator=gen, dtype=torch.float64)).tril(-1).requires_grad_()
     rhs = torch.randn(2, 3, 9, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     exact = torch.linalg.solve_triangular(torch.eye(9, dtype=torch.float64) + lower, rhs, upper=False)
-    assert_close(_unit_lower_solve(lower, rhs), exact, TOL, "solve")
-    assert torch.autograd.gradcheck(lambda a, b: _unit_lower_solve(a.tril(-1), b), (lower, rhs))
-    grad = torch.autograd.grad(_unit_lower_solve(lower, rhs).sum(), lower, create_graph=True)[0]
+    assert_close(unit_lower_solve(lower, rhs), exact, TOL, "solve")
+    assert torch.autograd.gradcheck(lambda a, b: unit_lower_solve(a.tril(-1), b), (lower, rhs))
+    grad = torch.autograd.grad(unit_lower_solve(lower, rhs).sum(), lower, create_graph=True)[0]
     with pytest.raises(RuntimeError):  # no silent wrong second derivatives
         grad.sum().backward()
 
@@ -228,32 +228,32 @@ def test_unit_lower_solve_and_its_gradients_match_a_triangular_solve():
 def test_unit_lower_inverse_by_doubling_is_the_inverse(size):
     """Block doubling (padded to a power of two) against a triangular solve, any size and batch shape; in float32
     it stays as accurate as the solve at the chunk's size."""
-    from seqdyn.core.backends.chunk import _unit_lower_inverse
+    from seqdyn.core.backends.chunk.triangular import unit_lower_inverse
 
     gen = torch.Generator().manual_seed(size)
     lower = (0.5 * torch.randn(2, 3, size, size, generator=gen, dtype=torch.float64)).tril(-1)
     eye = torch.eye(size, dtype=torch.float64)
     exact = torch.linalg.solve_triangular(eye + lower, eye.expand_as(lower), upper=False)
-    assert_close(_unit_lower_inverse(lower), exact, TOL, "inverse")
-    assert_close(_unit_lower_inverse(lower[0, 0]), exact[0, 0], TOL, "one matrix")
-    assert_close((eye + lower) @ _unit_lower_inverse(lower), eye.expand_as(lower), TOL, "product")
-    single = _unit_lower_inverse(lower.float()).double()
+    assert_close(unit_lower_inverse(lower), exact, TOL, "inverse")
+    assert_close(unit_lower_inverse(lower[0, 0]), exact[0, 0], TOL, "one matrix")
+    assert_close((eye + lower) @ unit_lower_inverse(lower), eye.expand_as(lower), TOL, "product")
+    single = unit_lower_inverse(lower.float()).double()
     by_solve = torch.linalg.solve_triangular((eye + lower).float(), eye.float().expand_as(lower), upper=False)
     assert (single - exact).abs().max() <= 4 * (by_solve.double() - exact).abs().max() + 1e-6
 
 
 def test_opposite_decay_factors_and_their_gradients_with_broadcast_heads():
-    from seqdyn.core.backends.chunk import _OppositeDecays
+    from seqdyn.core.backends.chunk.chunking import OppositeDecays
 
     gen = torch.Generator().manual_seed(7)
     q = torch.randn(2, 1, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 3, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     exponent = torch.randn(2, 3, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
-    grown, shrunk = _OppositeDecays.apply(q, k, exponent)
+    grown, shrunk = OppositeDecays.apply(q, k, exponent)
     assert_close(grown, q * torch.exp(exponent), TOL, "q e^d")
     assert_close(shrunk, k * torch.exp(-exponent), TOL, "k e^-d")
-    assert torch.autograd.gradcheck(_OppositeDecays.apply, (q, k, exponent))
-    assert torch.autograd.gradcheck(_OppositeDecays.apply, (k, q, exponent[:, :1]))
+    assert torch.autograd.gradcheck(OppositeDecays.apply, (q, k, exponent))
+    assert torch.autograd.gradcheck(OppositeDecays.apply, (k, q, exponent[:, :1]))
 
 
 def test_diagonal_decay_and_keys_shared_over_heads_with_queries_per_head():

@@ -1,0 +1,71 @@
+"""The ``chunk`` backend: chunkwise-parallel coefficient dynamics, linear in T.
+
+Identity readout (GLA / SSD / DeltaNet chunk form; seed 003 on structured masks, Yang et al. 2024 for the UT
+transform).  Split the sequence into chunks of C steps and let ``γ_t`` be the log decay accumulated inside the
+chunk.  With the state ``S`` entering the chunk:
+  1. intra-chunk coefficients ``A[t,j] = q_tᵀ diag(e^{γ_t − γ_j}) k_j`` (``j ≤ t``) and ``y = A V``;
+  2. with a Householder factor, the corrections ``u_t = S_{t-1}ᵀ w_t`` solve the unit lower-triangular system
+     ``(I + M_e) U = W̃ S + M_k V`` (see :func:`seqdyn.core.backends.quadratic.scores` for the matrices);
+  3. between chunks ``S ← P S + ΔS`` and ``y += Q̃ S`` with ``P = diag(e^{Γ})`` (minus ``Ẽᵀ W`` with a
+     Householder factor), ``ΔS = K̃ᵀ V`` and ``Q̃_t = q_t ⊙ e^{γ_t}``.
+All exponents are differences ``γ_t − γ_j ≤ 0`` for decays.  Diagonal decays are factorized inside a chunk
+around the chunk's middle log decay; the chunk is halved where that would leave the float range.  Factors too
+small to be normal floats are 0 (:func:`~seqdyn.core.evolution.decay_factor`).  :mod:`.minimal` writes these
+steps in plain autograd code; the modules below are the fast paths, each checked against it:
+
+- :mod:`.decayed`: no, scalar or diagonal decay without a Householder factor, hand-written backward;
+- :mod:`.delta_rule`: DeltaNet's Householder factor with no or scalar decay, hand-written backward (carries the
+  corrected values ``V' = U − W S`` from chunk to chunk instead of a ``[K, K]`` transition);
+- :mod:`.householder`: the general Householder factor (a given direction, or a diagonal decay), autograd;
+- :mod:`.softmax`: the ``exp`` readout with ``"sum"``, a blockwise online softmax;
+- :mod:`.chunking` and :mod:`.triangular`: the pieces they share.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from seqdyn.core.backends.chunk.chunking import dense, diagonal_chunking, safe_chunk_size, to_chunks, unchunked
+from seqdyn.core.backends.chunk.decayed import decayed_chunks
+from seqdyn.core.backends.chunk.delta_rule import delta_rule_chunks
+from seqdyn.core.backends.chunk.householder import householder_chunks
+from seqdyn.core.backends.chunk.softmax import SOFTMAX_KEY_BLOCK, SOFTMAX_QUERY_BLOCK, nonlinear
+from seqdyn.core.problem import Problem
+
+NAME = "chunk"
+
+__all__ = ["NAME", "SOFTMAX_KEY_BLOCK", "SOFTMAX_QUERY_BLOCK", "linear", "nonlinear", "safe_chunk_size",
+           "unsupported"]
+
+
+def unsupported(problem: Problem) -> str | None:
+    if problem.readout.linear:
+        return None
+    if not (problem.readout.is_exp and problem.normalizer_kind == "sum"):
+        return (f"readout={problem.readout.name!r} with normalizer={problem.normalizer_kind!r} has no chunked form; "
+                "chunk computes readout='identity' (any normalizer) and readout='exp' with normalizer='sum'")
+    if problem.householder:
+        return "householder with readout='exp' has no chunked form; chunk's softmax supports no/scalar/diagonal decay"
+    return None
+
+
+def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
+    """Chunkwise-parallel identity readout; returns ``y`` ``[B, H, T, V]`` and ``S_T``: the inputs chunked
+    ``[B, H, N, C, ...]`` and handed to the fast path that computes them."""
+    batch, heads, length, key_dim, value_dim = problem.shape
+    diagonal = problem.diagonal
+    size = min(problem.chunk_size, length)
+    g = problem.log_decay
+    if diagonal:
+        g, size = diagonal_chunking(g, size)
+    chunks = -(-length // size)
+    q, k, v, direction = (dense(to_chunks(x, chunks, size)) for x in (problem.q, problem.k, problem.v,
+                                                                       problem.direction))
+    g, beta, key_scale = (to_chunks(x, chunks, size) for x in (g, problem.beta, problem.key_scale))
+    if beta is None:
+        out, state = decayed_chunks(q, k, v, g, problem.initial_state)
+    elif key_scale is not None and not diagonal:  # DeltaNet / Gated DeltaNet: the direction is the key
+        out, state = delta_rule_chunks(q, direction, v, g, beta, key_scale, problem.initial_state)
+    else:
+        out, state = householder_chunks(q, k, v, direction, g, beta, problem.initial_state, diagonal, (batch, heads))
+    return unchunked(out, length), state

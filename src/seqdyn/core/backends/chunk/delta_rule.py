@@ -1,0 +1,186 @@
+"""The delta rule: DeltaNet's Householder factor (direction = key, ``k_j = s_j d_j``) with no or scalar decay
+(Gated DeltaNet), with a hand-written backward.
+
+Per chunk, with the one decay matrix ``L[t, j] = e^{γ_t − γ_j}`` (:func:`~.chunking.decay_matrix`, ``j ≤ t``),
+``F_t = e^{γ_t}``, ``Q̃ = Q ⊙ F`` and ``D̂ = D ⊙ e^{Γ − γ}``::
+
+    A = (Q Dᵀ) ⊙ L,   N = tril₋₁((D Dᵀ) ⊙ L),   [U, W] = (I + β N)^{-1} [s ⊙ V, β F ⊙ D]   (the UT transform)
+    V' = U − W S,     Y = Q̃ S + A V',     S_next = e^{Γ} S + D̂ᵀ V'
+
+(Yang et al. 2024's chunkwise delta rule, with the decay of Gated DeltaNet).  ``β N`` is the WY matrix
+``c_t (d_t·d_j) e^{γ_{t−1} − γ_j}`` with ``c_t = β_t e^{g_t}``, and ``β F ⊙ D`` is ``c ⊙ D e^{γ_{t−1}}``:
+folding ``e^{g_t}`` in leaves one decay matrix, shared by A and N, whose two grams are one product of the
+stacked ``[Q; D]`` with ``Dᵀ``.  Only ``V'`` and the states are sequential (the corrected values ``V'`` are
+carried from chunk to chunk instead of a ``[K, K]`` transition); the output is one product ``[Q̃, A] [S; V']``
+per chunk.  :mod:`.minimal` computes the same with autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from seqdyn.core.backends.chunk.chunking import decay_matrix, suffix_sums, sum_after
+from seqdyn.core.backends.chunk.triangular import unit_lower_inverse
+from seqdyn.core.evolution import decay_factor
+from seqdyn.core.precision import float32_under_autocast
+
+
+def delta_rule_chunks(q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, s: Tensor,
+                      initial: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``(Y [B, H, N, C, V], S_T [B, H, K, V])`` of chunked ``q``, ``d`` ``[B, H, N, C, K]``, ``v``
+    ``[B, H, N, C, V]`` and ``g`` (or ``None``), β, ``s`` ``[B, H, N, C]`` (batch and heads of size 1 broadcast)
+    from the state ``initial`` ``[B, H, K, V]`` (or zero)."""
+    return _DeltaRuleChunks.apply(q, d, v, g, beta, s, initial)
+
+
+def _plus_product(x: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x + alpha · a @ b``, added inside one batched product when all three have the same batch shape."""
+    if x.shape[:-2] == a.shape[:-2] == b.shape[:-2]:
+        return torch.baddbmm(x.flatten(0, -3), a.flatten(0, -3), b.flatten(0, -3),  # [B·H, ., .]
+                             alpha=alpha).view(x.shape)
+    return x + alpha * (a @ b)
+
+
+def _delta_rule_states(u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, initial: Tensor | None,
+                       key_dim: int) -> tuple[Tensor, Tensor]:
+    """The chunks' sequential part, ``V'_n = U_n − W_n S_n`` and ``S_{n+1} = e^{Γ_n} S_n + D̂_nᵀ V'_n`` from
+    ``S_0`` (``initial`` or zero).  Returns ``[S_n; V'_n]`` stacked ``[B, H, N, K + C, V]`` (the right operand
+    of the output ``Y = [Q̃, A] [S; V']``) and the final state; every input has the full batch and heads."""
+    batch, heads, chunks, size, value_dim = u.shape
+    right = u.new_empty(batch, heads, chunks, key_dim + size, value_dim)
+    state = right.new_zeros(batch, heads, key_dim, value_dim) if initial is None else initial.expand(
+        batch, heads, key_dim, value_dim)
+    for n, chunk in enumerate(right.unbind(2)):
+        chunk[:, :, :key_dim] = state
+        corrected = torch.sub(u[:, :, n], w[:, :, n] @ state, out=chunk[:, :, key_dim:])
+        state = _plus_product(chunk_decay[:, :, n] * state, to_end[:, :, n].transpose(-1, -2), corrected)
+    return right, state
+
+
+def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor,
+                                grad_final: Tensor | None, key_dim: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The reverse of :func:`_delta_rule_states`, given the direct gradients ``[∂S_n; ∂V'_n]`` of the output:
+    ``∂V'_n = ∂_direct V'_n + D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n + e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.
+    Returns ``(∂S_{n+1} [B, H, N, K, V], ∂V' [B, H, N, C, V], ∂S_0)``."""
+    batch, heads, chunks, _, value_dim = direct.shape
+    grad_after = direct.new_empty(batch, heads, chunks, key_dim, value_dim)
+    grad_corrected = torch.empty_like(direct[:, :, :, key_dim:])
+    grad_state = direct.new_zeros(batch, heads, key_dim, value_dim) if grad_final is None else grad_final.expand(
+        batch, heads, key_dim, value_dim)
+    for n in range(chunks - 1, -1, -1):
+        grad_after[:, :, n] = grad_state
+        values = torch.add(direct[:, :, n, key_dim:], to_end[:, :, n] @ grad_state, out=grad_corrected[:, :, n])
+        grad_state = _plus_product(torch.addcmul(direct[:, :, n, :key_dim], chunk_decay[:, :, n], grad_state),
+                                   w[:, :, n].transpose(-1, -2), values, alpha=-1)
+    return grad_after, grad_corrected, grad_state
+
+
+def _through_grams(grad_coefficients: Tensor, products: Tensor, decay: Tensor, beta: Tensor, grams: Tensor,
+                   stacked: Tensor) -> tuple[Tensor, Tensor]:
+    """The backward of the grams ``[A; N] = ([Q; D] Dᵀ) ⊙ L``, given ``∂A`` and ``∂(βN) = −tril₋₁(products)``:
+    with ``G = [∂A ⊙ L; ∂N ⊙ L]`` (``∂N ⊙ L = −β tril₋₁(products) ⊙ L``) returns ``G D`` ``[B, H, N, 2C, K]``
+    (``∂Q`` and a term of ``∂D``) and ``Gᵀ [Q; D]`` (the other term of ``∂D``)."""
+    size = grams.shape[-1]
+    grad_grams = torch.empty(torch.broadcast_shapes(grams.shape, products.shape[:3] + grams.shape[3:]),
+                             dtype=grams.dtype, device=grams.device)  # [B, H, N, 2, C, C]
+    grad_of_queries, grad_of_keys = grad_grams.unbind(-3)
+    torch.mul(grad_coefficients, decay, out=grad_of_queries)
+    torch.mul(products, decay, out=grad_of_keys).mul_(-beta.unsqueeze(-1))
+    grad_of_keys.diagonal(dim1=-2, dim2=-1).zero_()
+    grad_grams = grad_grams.sum_to_size(grams.shape).flatten(-3, -2)  # [B, H|1, N, 2C, C], stacked as [Q; D]
+    return grad_grams @ stacked[..., size:, :], grad_grams.transpose(-1, -2) @ stacked
+
+
+@float32_under_autocast
+class _DeltaRuleChunks(torch.autograd.Function):
+    """The delta rule of the module docstring.  The backward runs the two recurrences in reverse and returns
+    through the unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ ∂X``, ``∂(βN) = −tril₋₁(∂R Xᵀ)``);
+    ``∂g`` goes through ``γ = cumsum(g)``."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, s: Tensor,
+                initial: Tensor | None):
+        has_decay = g is not None
+        if g is None:
+            g = q.new_zeros(1, 1, *q.shape[2:4])
+        size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
+        full = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2],
+                                      s.shape[:2]) + d.shape[2:3]  # B, H, N
+        gamma = g.cumsum(dim=3)
+        decay = decay_matrix(g)  # L
+        query_factor = decay_factor(gamma).unsqueeze(-1)  # F
+        end_factor = decay_factor(sum_after(g)).unsqueeze(-1)  # e^{Γ − γ}
+        pair = torch.broadcast_shapes(q.shape, d.shape)
+        stacked = torch.cat([q.expand(pair), d.expand(pair)], dim=-2)  # [Q; D] [B, H, N, 2C, K]
+        # [A; N] = ([Q; D] Dᵀ) ⊙ L, unflattened [B, H, N, 2C, C] -> [B, H, N, 2, C, C]
+        grams = (stacked @ d.transpose(-1, -2)).unflatten(-2, (2, size)) * decay.unsqueeze(-3)
+        coefficients, overlaps = grams.unbind(-3)
+        overlaps.diagonal(dim1=-2, dim2=-1).zero_()
+        beta_rows = beta.unsqueeze(-1)
+        inverse = unit_lower_inverse(beta_rows * overlaps)  # T
+        scaled_keys = beta_rows * query_factor  # β F
+        rows = torch.broadcast_shapes(s.shape, v.shape[:-1], scaled_keys.shape[:-1], d.shape[:-1])
+        rhs = v.new_empty(rows + (value_dim + key_dim,))  # [B, H, N, C, V + K]
+        torch.mul(s.unsqueeze(-1).expand(*rows, 1), v.expand(*rows, value_dim), out=rhs[..., :value_dim])
+        torch.mul(scaled_keys.expand(*rows, 1), d.expand(*rows, key_dim), out=rhs[..., value_dim:])
+        solved = (inverse @ rhs).expand(*full, *rhs.shape[3:])  # [U, W] = T [s ⊙ V, β F ⊙ D]
+        to_end = (d * end_factor).expand(*full, size, key_dim)  # D̂
+        chunk_decay = decay_factor(gamma[:, :, :, -1]).unsqueeze(-1).unsqueeze(-1).expand(*full, 1, 1)  # e^{Γ}
+        right, state = _delta_rule_states(solved[..., :value_dim], solved[..., value_dim:], to_end, chunk_decay,
+                                          initial, key_dim)  # [S; V'] [B, H, N, K + C, V]
+        left = torch.cat([(q * query_factor).expand(*full, size, key_dim),
+                          coefficients.expand(*full, size, size)], dim=-1)  # [Q̃, A] [B, H, N, C, K + C]
+        out = left @ right
+        ctx.save_for_backward(stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse,
+                              solved, left, right, to_end, chunk_decay)
+        ctx.shapes = q.shape, d.shape
+        ctx.has_decay = has_decay and ctx.needs_input_grad[3]
+        return out, state
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
+        (stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse, solved, left, right,
+         to_end, chunk_decay) = ctx.saved_tensors
+        q_shape, d_shape = ctx.shapes
+        size, key_dim, value_dim = stacked.shape[-2] // 2, stacked.shape[-1], v.shape[-1]
+        q, d = stacked[..., :size, :], stacked[..., size:, :]
+        coefficients, overlaps = grams.unbind(-3)
+        grad_out = grad_out.contiguous()
+        grad_after, grad_corrected, grad_initial = _delta_rule_state_gradients(
+            left.transpose(-1, -2) @ grad_out, solved[..., value_dim:], to_end, chunk_decay, grad_state, key_dim)
+        grad_left = grad_out @ right.transpose(-1, -2)  # [∂Q̃, ∂A]
+        grad_query_in, grad_coefficients = grad_left.split([key_dim, size], dim=-1)
+        entering, corrected = right.split([key_dim, size], dim=-2)
+        grad_to_end = corrected @ grad_after.transpose(-1, -2)  # ∂D̂ = V' ∂S_nextᵀ
+        # ∂[U, W] [B, H, N, C, V + K]
+        grad_solved = torch.cat([grad_corrected, -(grad_corrected @ entering.transpose(-1, -2))], dim=-1)
+        grad_rhs = inverse.transpose(-1, -2) @ grad_solved
+        products = grad_rhs @ solved.transpose(-1, -2)  # ∂(βN) = −tril₋₁(products)
+        grad_values, grad_scaled_keys = grad_rhs.split([value_dim, key_dim], dim=-1)
+        grad_v = s.unsqueeze(-1) * grad_values
+        grad_s = (v * grad_values).sum(-1)
+        from_keys = (d * grad_scaled_keys).sum(-1) * query_factor.squeeze(-1)  # ∂β of β F ⊙ D
+        weighted_overlaps = products * overlaps  # −∂(βN) ⊙ N: N is strictly lower, so is this
+        overlap_rows = weighted_overlaps.sum(-1)
+        grad_beta = from_keys - overlap_rows
+        through_keys, through_stacked = _through_grams(grad_coefficients, products, decay, beta, grams, stacked)
+        grad_q = through_keys[..., :size, :].sum_to_size(q_shape) + (grad_query_in * query_factor).sum_to_size(q_shape)
+        grad_d = ((through_keys[..., size:, :] + through_stacked).sum_to_size(d_shape)
+                  + ((beta.unsqueeze(-1) * query_factor) * grad_scaled_keys + grad_to_end * end_factor).sum_to_size(
+                      d_shape))
+        grad_g = None
+        if ctx.has_decay:  # every decay is a difference of γ's: L[t, j] = e^{γ_t − γ_j}, F_t = e^{γ_t}, e^{Γ − γ_t}
+            grad_segments = grad_coefficients * coefficients  # ∂σ[t, j] through A
+            from_end = (grad_to_end * to_end).sum(-1)  # ∂(Γ − γ_t)
+            grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) - beta * overlap_rows
+                          + weighted_overlaps.mul_(beta.unsqueeze(-1)).sum(-2)
+                          + (grad_query_in * q * query_factor).sum(-1) + beta * from_keys - from_end)
+            carried = (grad_after * entering).sum((-2, -1)) * chunk_decay.squeeze(-1).squeeze(-1)  # ∂Γ through e^{Γ}
+            grad_gamma[..., -1] += from_end.sum(-1) + carried
+            grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
+        grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
+        return (grad_q, grad_d, grad_v.sum_to_size(v.shape), grad_g, grad_beta.sum_to_size(beta.shape),
+                grad_s.sum_to_size(s.shape), grad_initial)

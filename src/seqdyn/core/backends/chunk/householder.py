@@ -1,0 +1,112 @@
+"""The general Householder factor ``Λ_t = D_t (I − β_t w_t w_tᵀ)``: a given direction, or any factor with a
+diagonal decay; autograd through every head (the fast paths of :mod:`.decayed` and :mod:`.delta_rule` cover the
+rest).
+
+Per chunk, with the state ``E`` entering it, the corrections ``u_t = S_{t−1}ᵀ w_t`` solve the unit
+lower-triangular system ``(I + M_e) U = W̃ E + M_k V`` (the UT transform; the matrices as in
+:func:`seqdyn.core.backends.quadratic.scores`, inside the chunk), and::
+
+    Y = A_k V + Q̃ E − A_e U,     E_next = e^{Γ} ⊙ E + K̃ᵀ V − Ẽᵀ U,
+
+with ``Q̃_t = q_t ⊙ e^{γ_t}``, ``K̃_j = k_j ⊙ e^{Γ − γ_j}``, ``W̃_t = w_t ⊙ e^{γ_{t−1}}`` and
+``Ẽ_j = β_j w_j ⊙ e^{Γ − γ_{j−1}}``.  Written with ``U = U_E E + U_V`` the hand-over is a ``[K, K]`` transition:
+``E_next = (diag(e^{Γ}) − Ẽᵀ U_E) E + K̃ᵀ V − Ẽᵀ U_V``.  :mod:`.minimal` computes the same step by step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqdyn.core.backends.chunk.chunking import along_keys, diagonal_factors, middle_of_range, pass_states
+from seqdyn.core.backends.chunk.triangular import unit_lower_solve
+from seqdyn.core.evolution import bounded_log_decay, causal_mask, decay_factor, pairwise_gram
+
+
+def householder_chunks(q: Tensor, k: Tensor, v: Tensor, direction: Tensor, g: Tensor | None, beta: Tensor,
+                       initial: Tensor | None, diagonal: bool, batch_heads: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """``(Y [B, H, N, C, V], S_T [B, H, K, V])`` of chunked ``q``, ``k``, ``direction`` ``[B, H, N, C, K]``, ``v``
+    ``[B, H, N, C, V]``, ``g`` ``[B, H, N, C]``, ``[B, H, N, C, K]`` (``diagonal``) or ``None`` and β
+    ``[B, H, N, C]`` from the state ``initial`` ``[B, H, K, V]`` (or zero); ``batch_heads`` is ``(B, H)``, inputs
+    with a batch or head axis of size 1 broadcast."""
+    (batch, heads), key_dim, value_dim = batch_heads, q.shape[-1], v.shape[-1]
+    q, k, direction = (x.expand(batch, heads, *x.shape[2:]) for x in (q, k, direction))
+    decayed = g is not None
+    if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
+        g = bounded_log_decay(g.to(torch.float64))  # matter; diagonal chunks are sized so their γ range fits
+    gamma = g.cumsum(dim=3) if decayed else None  # γ_t, inclusive, within each chunk
+    total = gamma[:, :, :, -1] if decayed else None  # Γ [B, H, N(, K)]
+    before = gamma - g if decayed else None  # γ_{t-1}
+    chunk_decay = _chunk_decay(total, diagonal, q)  # diag(e^{Γ}) [B, H, N, K, K]
+    out, query_in, delta_state = _decayed_terms(q, k, v, gamma, total, diagonal)
+    weighted = beta.unsqueeze(-1) * direction
+    a_e = _chunk_gram(q, weighted, gamma, before, False, diagonal)
+    m_k = _chunk_gram(direction, k, before, gamma, True, diagonal)
+    m_e = _chunk_gram(direction, weighted, before, before, True, diagonal)
+    rhs = torch.cat([_grown(direction, before, diagonal), m_k @ v], dim=-1)  # [W̃, M_k V] [B, H, N, C, K + V]
+    from_state, from_values = unit_lower_solve(m_e, rhs).split([key_dim, value_dim], dim=-1)  # U_E, U_V
+    e_out = _grown(weighted, _to_end(total, before), diagonal).transpose(-1, -2)  # Ẽᵀ [B, H, N, K, C]
+    query_in = query_in - a_e @ from_state
+    out = out - a_e @ from_values
+    delta_state = delta_state - e_out @ from_values
+    transition = chunk_decay - e_out @ from_state  # [B, H, N, K, K]
+    entering, state = pass_states(delta_state, transition, initial, (batch, heads, key_dim, value_dim), matrix=True)
+    return out + query_in @ entering, state
+
+
+def _grown(x: Tensor, log_factor: Tensor | None, diagonal: bool) -> Tensor:
+    """``x ⊙ e^{log_factor}`` along the keys (:func:`~seqdyn.core.evolution.decay_factor`); ``x`` without decay."""
+    return x if log_factor is None else x * decay_factor(along_keys(log_factor, diagonal).to(x.dtype))
+
+
+def _to_end(total: Tensor | None, log_decay: Tensor | None) -> Tensor | None:
+    """``Γ − log_decay`` within each chunk (``None`` without decay), ``total`` Γ ``[B, H, N(, K)]``."""
+    return None if total is None else total.unsqueeze(3) - log_decay  # [B, H, N, C(, K)]
+
+
+def _chunk_decay(total: Tensor | None, diagonal: bool, like: Tensor) -> Tensor:
+    """``diag(e^{Γ})`` ``[B, H, N, K, K]`` of each chunk (``I`` ``[K, K]`` without decay)."""
+    key_dim = like.shape[-1]
+    if total is None:
+        return torch.eye(key_dim, dtype=like.dtype, device=like.device)
+    factors = along_keys(decay_factor(total.to(like.dtype)), diagonal).expand(*total.shape[:3], key_dim)  # [B, H, N, K]
+    return torch.diag_embed(factors)  # [B, H, N, K, K]
+
+
+def _decayed_terms(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor | None, total: Tensor | None,
+                   diagonal: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The terms without the Householder factor, with autograd: ``(A_k V, Q̃, K̃ᵀ V)`` of every chunk."""
+    if diagonal:
+        gram, query_in, keys_to_end, _ = diagonal_factors(q, k, gamma, total.unsqueeze(3), differentiable=True)
+    else:
+        gram = _chunk_gram(q, k, gamma, gamma, False, False)
+        query_in, keys_to_end = _grown(q, gamma, False), _grown(k, _to_end(total, gamma), False)
+    return gram @ v, query_in, keys_to_end.transpose(-1, -2) @ v
+
+
+def _chunk_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, strict: bool, diagonal: bool) -> Tensor:
+    """``Σ_k a_tk b_jk e^{la_tk − lb_jk}`` for ``j ≤ t`` (``j < t`` when ``strict``) inside each chunk, else 0.
+
+    Scalar decays are formed pairwise (:func:`~seqdyn.core.evolution.pairwise_gram`).  Diagonal decays are
+    factorized as ``(a ⊙ e^{la − r})(b ⊙ e^{r − lb})ᵀ`` with ``r`` the middle of the chunk's range of both (exact
+    for any r, :func:`~.chunking.middle_of_range`); the diagonal ``t = j`` is formed pairwise so that a chunk of one
+    step is exact for any decay.
+    """
+    size = a.shape[-2]
+    valid = causal_mask(size, size, a.device, strict=strict)
+    if not diagonal:
+        return pairwise_gram(a, b, la, lb, valid)
+    if size == 1:  # no pair below the diagonal, whose factors e^{±range/2} would overflow for a step beyond the range
+        own = _own_pairs(a, b, la, lb).unsqueeze(-1)
+        return torch.zeros_like(own) if strict else own
+    middle = middle_of_range(torch.cat([la, lb], dim=-2))  # of both: [..., 2C, K] -> [..., 1, K]
+    lower = (a * torch.exp((la - middle).to(a.dtype))) @ (b * torch.exp((middle - lb).to(b.dtype))).transpose(-1, -2)
+    gram = torch.where(causal_mask(size, size, a.device, strict=True), lower, torch.zeros_like(lower))
+    if not strict:
+        gram = gram + torch.diag_embed(_own_pairs(a, b, la, lb))  # [..., C] -> [..., C, C]
+    return gram
+
+
+def _own_pairs(a: Tensor, b: Tensor, la: Tensor, lb: Tensor) -> Tensor:
+    """``Σ_k a_tk b_tk e^{la_tk − lb_tk}`` ``[..., C]``: the pairs ``t = j``, formed pairwise."""
+    return (a * b * torch.exp((la - lb).to(a.dtype))).sum(-1)

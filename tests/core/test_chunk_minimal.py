@@ -1,0 +1,139 @@
+"""The chunk backend's minimal listing against the recurrent reference, and every hand-written backward of the
+chunk package against the listing's autograd gradients, in float64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import seqdyn
+from seqdyn.core.backends.chunk.chunking import to_chunks, unchunked
+from seqdyn.core.backends.chunk.decayed import decayed_chunks
+from seqdyn.core.backends.chunk.delta_rule import delta_rule_chunks
+from seqdyn.core.backends.chunk.householder import householder_chunks
+from seqdyn.core.backends.chunk.minimal import chunked
+from tests.core.cases import assert_close
+
+TOL = 1e-10
+BATCH, HEADS, KEY_DIM, VALUE_DIM, CHUNK = 2, 3, 4, 3, 4
+LENGTHS = [11, 12]  # three chunks, the last one padded or full
+
+
+def _inputs(seed: int, length: int, decay: str, householder: str, initial: bool, shared: bool = False) -> dict:
+    """Head-major float64 leaves ``[B, H, T, ...]``; with ``shared`` queries and keys (directions) of one head."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_()
+
+    key_heads = 1 if shared else HEADS
+    x = dict(q=rand(BATCH, key_heads, length, KEY_DIM), k=rand(BATCH, key_heads, length, KEY_DIM),
+             v=rand(BATCH, HEADS, length, VALUE_DIM))
+    if decay == "scalar":
+        x["g"] = (-torch.rand(BATCH, HEADS, length, generator=gen, dtype=torch.float64)).requires_grad_()
+    elif decay == "diagonal":
+        x["g"] = (-2 * torch.rand(BATCH, HEADS, length, KEY_DIM, generator=gen, dtype=torch.float64)).requires_grad_()
+    if householder != "none":
+        x["beta"] = (2 * torch.rand(BATCH, HEADS, length, generator=gen, dtype=torch.float64)).requires_grad_()
+    if householder == "keys":  # DeltaNet: unit directions d, keys k = s ⊙ d
+        x["d"] = torch.nn.functional.normalize(x.pop("k").detach(), dim=-1).requires_grad_()
+        x["s"] = torch.rand(BATCH, HEADS, length, generator=gen, dtype=torch.float64).requires_grad_()
+    elif householder == "given":
+        x["w"] = torch.nn.functional.normalize(rand(BATCH, HEADS, length, KEY_DIM).detach(), dim=-1).requires_grad_()
+    if initial:
+        x["initial"] = rand(BATCH, HEADS, KEY_DIM, VALUE_DIM, scale=0.5)
+    return x
+
+
+def _minimal(x: dict, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The listing on the inputs of :func:`_inputs`, heads expanded."""
+    full = lambda t: t.expand(BATCH, HEADS, *t.shape[2:])  # noqa: E731
+    keys = full(x["s"].unsqueeze(-1) * x["d"]) if "d" in x else full(x["k"])
+    direction = full(x["d"]) if "d" in x else x.get("w")
+    return chunked(full(x["q"]), keys, x["v"], x.get("g"), x.get("beta"), direction, x.get("initial"), CHUNK)
+
+
+def _gradients(result: tuple[torch.Tensor, torch.Tensor], x: dict) -> dict[str, torch.Tensor]:
+    """Gradients of every leaf for a random linear functional of the outputs and the final state."""
+    gen = torch.Generator().manual_seed(99)
+    loss = sum((part * torch.randn(part.shape, generator=gen, dtype=part.dtype)).sum() for part in result)
+    return dict(zip(x, torch.autograd.grad(loss, list(x.values()))))
+
+
+def _assert_same(fast: tuple, x: dict, length: int, what: str) -> None:
+    """A fast path's outputs, final state and gradients against the listing's."""
+    reference = _minimal(x, length)
+    assert_close(fast[0], reference[0], TOL, f"{what}: outputs")
+    assert_close(fast[1], reference[1], TOL, f"{what}: final state")
+    expected = _gradients(reference, x)
+    for name, grad in _gradients(fast, x).items():
+        assert_close(grad, expected[name], TOL, f"{what}: gradient of {name}")
+
+
+def _chunks(x: dict, name: str, length: int) -> torch.Tensor | None:
+    return to_chunks(x.get(name), -(-length // CHUNK), CHUNK)  # [B, H, N, C, ...]
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("initial", [False, True])
+@pytest.mark.parametrize("householder", ["none", "keys", "given"])
+@pytest.mark.parametrize("decay", ["none", "scalar", "diagonal"])
+def test_the_minimal_listing_matches_the_recurrent_reference(decay, householder, initial, length):
+    """Outputs, final state and every gradient of the listing against the step-by-step recurrence."""
+    x = _inputs(1, length, decay, householder, initial)
+    listing = _minimal(x, length)
+    to_public = lambda t: None if t is None else t.transpose(1, 2)  # noqa: E731  [B, H, T, ...] -> [B, T, H, ...]
+    keys = x["s"].unsqueeze(-1) * x["d"] if "d" in x else x["k"]
+    direction = x["d"] if "d" in x else x.get("w")
+    y, final = seqdyn.coefficient_dynamics(
+        to_public(x["q"]), to_public(keys), to_public(x["v"]), log_decay=to_public(x.get("g")),
+        householder=to_public(x.get("beta")), householder_dir=to_public(direction), scale=1.0,
+        initial_state=x.get("initial"), output_final_state=True, backend="recurrent")
+    reference = (y.transpose(1, 2), final)
+    assert_close(listing[0], reference[0], TOL, "outputs")
+    assert_close(listing[1], reference[1], TOL, "final state")
+    expected = _gradients(reference, x)
+    for name, grad in _gradients(listing, x).items():
+        assert_close(grad, expected[name], TOL, f"gradient of {name}")
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("initial", [False, True])
+@pytest.mark.parametrize("decay", ["none", "scalar", "diagonal"])
+def test_decayed_chunks_backward_matches_the_listing(decay, initial, shared, length):
+    """:mod:`~seqdyn.core.backends.chunk.decayed`'s hand-written backward; queries and keys of one head for all
+    (Mamba-2) with ``shared``."""
+    x = _inputs(2, length, decay, "none", initial, shared)
+    out, state = decayed_chunks(*(_chunks(x, name, length) for name in ("q", "k", "v", "g")), x.get("initial"))
+    _assert_same((unchunked(out, length), state), x, length, "decayed")
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("initial", [False, True])
+@pytest.mark.parametrize("decay", ["none", "scalar"])
+def test_delta_rule_backward_matches_the_listing(decay, initial, shared, length):
+    """:mod:`~seqdyn.core.backends.chunk.delta_rule`'s hand-written backward (keys ``k = s ⊙ d``); queries and
+    directions of one head for all with ``shared``."""
+    x = _inputs(3, length, decay, "keys", initial, shared)
+    out, state = delta_rule_chunks(*(_chunks(x, name, length) for name in ("q", "d", "v", "g", "beta", "s")),
+                                   x.get("initial"))
+    _assert_same((unchunked(out, length), state), x, length, "delta rule")
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("initial", [False, True])
+@pytest.mark.parametrize("householder", ["keys", "given"])
+@pytest.mark.parametrize("decay", ["none", "scalar", "diagonal"])
+def test_householder_chunks_backward_matches_the_listing(decay, householder, initial, length):
+    """:mod:`~seqdyn.core.backends.chunk.householder`, autograd through the hand-written backwards of the unit
+    lower-triangular solve and (diagonal decays) of the opposite decay factors."""
+    x = _inputs(4, length, decay, householder, initial)
+    keys = x["s"].unsqueeze(-1) * x["d"] if "d" in x else x["k"]
+    direction = x["d"] if "d" in x else x["w"]
+    chunked_keys, chunked_direction = (to_chunks(t, -(-length // CHUNK), CHUNK) for t in (keys, direction))
+    out, state = householder_chunks(_chunks(x, "q", length), chunked_keys, _chunks(x, "v", length),
+                                    chunked_direction, _chunks(x, "g", length), _chunks(x, "beta", length),
+                                    x.get("initial"), decay == "diagonal", (BATCH, HEADS))
+    _assert_same((unchunked(out, length), state), x, length, "householder")
