@@ -98,13 +98,13 @@ def test_a_checkpoint_is_recorded_with_its_checksum_and_the_previous_one_kept(tm
         train_run(config, store, checkpoint_dir=tmp_path / "c", progress=False)
         record = store.run(config.run_id)
     checkpoint = Path(record.checkpoint)
-    from seqdyn.train.checkpoint import previous_path, sha256_of
+    from seqdyn.train.checkpoint import load_trained, previous_path, sha256_of
 
     assert record.checkpoint_sha256 == sha256_of(checkpoint)
     assert previous_path(checkpoint).is_file() and not checkpoint.with_suffix(".tmp").exists()
     damage(checkpoint, "bit flipped")
     with Store(tmp_path / "s.db", readonly=True) as store, pytest.raises(ValueError, match="SHA-256 differs"):
-        loop.load_trained(store, config.run_id)  # `seqdyn inspect` says so in one line
+        load_trained(store, config.run_id)  # `seqdyn inspect` says so in one line
 
 
 def test_checkpoint_every_is_honoured_between_evaluations_and_resumes_exactly(tmp_path, monkeypatch):

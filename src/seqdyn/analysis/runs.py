@@ -84,7 +84,7 @@ def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int 
     """Load run ``run_id`` from ``store`` (a :class:`~seqdyn.train.store.Store` or a path) at its last checkpoint
     and measure every layer and head (:func:`~seqdyn.analysis.inspect_model`) on ``inputs``, by default the first
     ``examples`` sequences of its task's test set.  Unknown run ids raise ``ValueError``."""
-    from seqdyn.train.loop import load_trained
+    from seqdyn.train.checkpoint import load_trained
     from seqdyn.train.store import Store
 
     if not isinstance(store, Store):

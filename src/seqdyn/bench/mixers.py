@@ -153,7 +153,7 @@ def target_checks(cells: list[MixerCell], linear: dict[str, bool]) -> list[tuple
 def results_table(cells: list[MixerCell], device: str):
     from rich.table import Table
 
-    from seqdyn.bench.operator import _ms
+    from seqdyn.bench.operator import format_ms
 
     table = Table(title=f"mixers on {device}: time (ms) and peak memory of forward+backward")
     for column in ("mixer", "T", "backend", "fwd ms", "fwd+bwd ms", "peak MB", f"÷ {REFERENCE}"):
@@ -166,7 +166,8 @@ def results_table(cells: list[MixerCell], device: str):
         reference = _get(cells, REFERENCE, cell.length, "auto")
         ratio = f"{cell.train_s / reference.train_s:.2f}×" if reference and reference.train_s else ""
         peak = "n/a" if cell.peak_mb is None else f"{cell.peak_mb:.0f}"
-        table.add_row(cell.name, str(cell.length), name, _ms(cell.forward_s), _ms(cell.train_s), peak, ratio)
+        table.add_row(cell.name, str(cell.length), name, format_ms(cell.forward_s), format_ms(cell.train_s), peak,
+                      ratio)
     return table
 
 
