@@ -217,6 +217,7 @@ def inspect(
 
     from seqdyn.analysis.model import format_table
     from seqdyn.analysis.runs import inspect_run, load_inputs, principle_points
+    from seqdyn.train.report import describe_backends
     from seqdyn.train.store import Store
 
     try:
@@ -225,7 +226,8 @@ def inspect(
         result = inspect_run(opened, run_id, inputs, examples, eps)
         out = _console()
         metric = "" if result.best_metric is None else f", best {result.metric_name} {result.best_metric:.4f}"
-        title = f"run {run_id} ({result.name}, {result.status}{metric}) on {tuple(result.inputs.shape)} inputs"
+        backend = f", backend {describe_backends(result.backends)}" if result.backends else ""
+        title = f"run {run_id} ({result.name}, {result.status}{metric}{backend}) on {tuple(result.inputs.shape)} inputs"
         out.print(format_table(result.rows, title=escape(title)))
         if plot:
             from seqdyn.analysis.plots import plot_coefficients, plot_principle

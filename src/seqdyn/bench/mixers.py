@@ -17,8 +17,7 @@ import torch
 
 from seqdyn import mixers
 from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device
-from seqdyn.core.operator import select_backend
-from seqdyn.mixers.base import CoefficientMixer, MixerState
+from seqdyn.mixers.base import CoefficientMixer
 
 REFERENCE = "softmax_attention"
 
@@ -42,11 +41,10 @@ def linear_time(mixer: mixers.Mixer) -> bool:
 
 
 def _picked(mixer: mixers.Mixer, x: torch.Tensor, backend: str) -> str:
+    """What ``auto`` picks for a coefficient mixer on ``x`` (the table shows ``auto`` alone for the others)."""
     if backend != "auto" or not isinstance(mixer, CoefficientMixer):
         return backend
-    with torch.no_grad():
-        inputs, _ = mixer.core_inputs(x, MixerState())
-    return select_backend(inputs.q, inputs.k, inputs.v, chunk_size=mixer.chunk_size, **inputs.options())
+    return mixer.backend_for(x, backend)
 
 
 def _measure(mixer: mixers.Mixer, backend: str, length: int, batch: int, d_model: int, device: torch.device,

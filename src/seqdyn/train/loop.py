@@ -30,6 +30,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from seqdyn.models import recording_backends
 from seqdyn.train.checkpoint import (load_checkpoint, recorded_checkpoint, run_checkpoint_path, save_checkpoint,
                                      usable_checkpoint)
 from seqdyn.train.config import RunConfig
@@ -227,6 +228,7 @@ class Trainer:
         self.progress = progress and self.lead
         self.step, self.best, self.elapsed, self.final = 0, None, 0.0, {}
         self.losses: list[float] = []  # training losses since the last evaluation
+        self.backends: list[str] | None = None  # the backend of every layer, known after the first step
         dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[config.train.dtype]
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         #: float16 only: the loss scale that keeps small gradients from flushing to zero (a step whose scaled
@@ -254,8 +256,10 @@ class Trainer:
         inputs, targets = (t[indices].to(self.device) for t in self.train_data)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.optimizer.lr * self.lr_factor(self.step)
-        with self.autocast():
+        with self.autocast(), self.first_step_backends() as backends:
             loss = self.task.loss(self.trained(inputs, backend=self.config.train.backend), targets)
+        if backends is not None:
+            self.record_backends(backends)
         if self.distributed is not None:
             loss_value = self.distributed.mean(loss.detach())
         else:
@@ -271,6 +275,17 @@ class Trainer:
             self.scaled_step(loss)
         self.step += 1
         return loss_value
+
+    def first_step_backends(self):
+        """At the first step this process trains: a list the forward pass fills with the backend each layer
+        computes with (see :func:`~seqdyn.models.recording_backends`); later, nothing."""
+        return recording_backends(self.model) if self.backends is None else contextlib.nullcontext()
+
+    def record_backends(self, backends: list[str]) -> None:
+        """Keep the backend of every layer and record it with the run in the store (rank 0 only)."""
+        self.backends = backends
+        if self.lead and self.store is not None:
+            self.store.set_backends(self.run_id, backends)
 
     def clip_gradients(self) -> None:
         if self.config.optimizer.grad_clip is not None:
