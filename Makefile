@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: main test test-slow setup
+.PHONY: main test test-slow lint setup
 
 setup: $(STAMP)
 
@@ -26,3 +26,8 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The import contracts in pyproject.toml ([tool.importlinter]: the layers, tasks apart from the model side, core
+# at the bottom) on this checkout's sources; CI (.ci/run) runs it beside the tests.
+lint: $(STAMP)
+	PYTHONPATH=src $(VENV)/bin/lint-imports

@@ -60,6 +60,15 @@ _register_subcommands()
 STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
 
 
+def _console():
+    """A rich console; output that is not a terminal (logs, CI, files) gets 150 columns so tables stay whole."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=150)
+
+
 def _fail(message: str, code: int = 2) -> None:
     """A one-line error on stderr and exit code ``code``: 2 for bad input, 1 for an error of the machine."""
     typer.echo(f"error: {message}", err=True)
@@ -73,7 +82,8 @@ def _fail_resumable(error: OSError) -> None:
 
 
 def _check_before_start(config_path: str, runs, store: str, use_ray: bool = False) -> None:
-    from seqdyn.train.sweep import check_before_start, checkpoint_dir_for
+    from seqdyn.train.checkpoint import checkpoint_dir_for
+    from seqdyn.train.sweep import check_before_start
 
     try:
         check_before_start(runs, checkpoint_dir_for(store), use_ray=use_ray)
@@ -122,10 +132,10 @@ def train(
 
     Under ``torchrun --nproc_per_node N`` the run trains data-parallel (DDP; gloo on CPU, nccl on GPU).
     """
+    from seqdyn.train.checkpoint import checkpoint_dir_for
     from seqdyn.train.config import SweepConfig
     from seqdyn.train.distributed import Distributed
     from seqdyn.train.loop import train_run
-    from seqdyn.train.sweep import checkpoint_dir_for
 
     run = _load(config)
     if isinstance(run, SweepConfig):
@@ -209,16 +219,17 @@ def inspect(
 
     from seqdyn.analysis.model import format_table
     from seqdyn.analysis.runs import inspect_run, load_inputs, principle_points
-    from seqdyn.bench import console
+    from seqdyn.train.report import describe_backends
     from seqdyn.train.store import Store
 
     try:
         opened = Store(store, readonly=True)
         inputs = load_inputs(input) if input else None
         result = inspect_run(opened, run_id, inputs, examples, eps)
-        out = console()
+        out = _console()
         metric = "" if result.best_metric is None else f", best {result.metric_name} {result.best_metric:.4f}"
-        title = f"run {run_id} ({result.name}, {result.status}{metric}) on {tuple(result.inputs.shape)} inputs"
+        backend = f", backend {describe_backends(result.backends)}" if result.backends else ""
+        title = f"run {run_id} ({result.name}, {result.status}{metric}{backend}) on {tuple(result.inputs.shape)} inputs"
         out.print(format_table(result.rows, title=escape(title)))
         if plot:
             from seqdyn.analysis.plots import plot_coefficients, plot_principle
@@ -237,8 +248,6 @@ def _print_summary(results) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from seqdyn.bench import console
-
     table = Table(title="runs")
     for column in ("run", "name", "status", "steps", "metric", "final", "best", "wall s"):
         table.add_column(column)
@@ -246,7 +255,7 @@ def _print_summary(results) -> None:
     for r in results:
         table.add_row(r.run_id, escape(r.name), escape(r.status + (f" ({r.reason})" if r.reason else "")), str(r.step),
                       r.metric_name, fmt(r.final_metric), fmt(r.best_metric), f"{r.wall_time:.1f}")
-    console().print(table)
+    _console().print(table)
 
 
 @app.command()

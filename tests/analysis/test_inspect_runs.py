@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from seqdyn.analysis.runs import inspect_run, principle_points
 from seqdyn.cli import app
+from seqdyn.train.checkpoint import checkpoint_dir_for
 from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import Store
-from seqdyn.train.sweep import checkpoint_dir_for, run_sweep
+from seqdyn.train.sweep import run_sweep
 from tests.train._helpers import unprivileged
 
 SWEEP = {

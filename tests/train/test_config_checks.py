@@ -15,9 +15,10 @@ import yaml
 from typer.testing import CliRunner
 
 from seqdyn.cli import app
+from seqdyn.train.checkpoint import checkpoint_dir_for
 from seqdyn.train.config import ConfigError, parse_config
 from seqdyn.train.store import Store
-from seqdyn.train.sweep import checkpoint_dir_for, run_sweep
+from seqdyn.train.sweep import run_sweep
 from tests.train._helpers import tiny
 
 

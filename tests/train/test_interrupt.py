@@ -98,13 +98,13 @@ def test_a_checkpoint_is_recorded_with_its_checksum_and_the_previous_one_kept(tm
         train_run(config, store, checkpoint_dir=tmp_path / "c", progress=False)
         record = store.run(config.run_id)
     checkpoint = Path(record.checkpoint)
-    from seqdyn.train.checkpoint import previous_path, sha256_of
+    from seqdyn.train.checkpoint import load_trained, previous_path, sha256_of
 
     assert record.checkpoint_sha256 == sha256_of(checkpoint)
     assert previous_path(checkpoint).is_file() and not checkpoint.with_suffix(".tmp").exists()
     damage(checkpoint, "bit flipped")
     with Store(tmp_path / "s.db", readonly=True) as store, pytest.raises(ValueError, match="SHA-256 differs"):
-        loop.load_trained(store, config.run_id)  # `seqdyn inspect` says so in one line
+        load_trained(store, config.run_id)  # `seqdyn inspect` says so in one line
 
 
 def test_checkpoint_every_is_honoured_between_evaluations_and_resumes_exactly(tmp_path, monkeypatch):
@@ -261,7 +261,7 @@ def test_a_store_of_schema_1_is_read_read_only_and_migrated_when_opened_to_write
         store.set_threads("r1", 4)
         store.set_checkpoint("r1", tmp_path / "r1.safetensors", 10, "ab" * 32)
         assert (store.run("r1").threads, store.run("r1").checkpoint_sha256) == (4, "ab" * 32)
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 # --- DDP teardown ------------------------------------------------------------------------------------------------

@@ -26,8 +26,11 @@ from seqdyn.core.readouts import READOUTS, resolve_readout
 
 __all__ = [
     "dot_product_variance",
+    "dsf_radii",
+    "evolution_radii",
     "expand_state",
     "has_positional_information",
+    "is_lti",
     "larger_state_recovers",
     "lemma2_demo",
     "readout_near_zero_set",
@@ -176,7 +179,7 @@ def has_positional_information(mixer: torch.nn.Module, length: int = 16, seed: i
 
 # --- spectra of the evolution matrices (seed 001 Principle 6) -----------------------------------------------
 
-def _evolution_radii(mixer: Any, x: Tensor) -> Tensor:
+def evolution_radii(mixer: Any, x: Tensor) -> Tensor:
     """Largest |eigenvalue| of the coefficient dynamics' Λ_t per head, max over batch and time: ``[H]``."""
     from seqdyn.mixers.base import MixerState
 
@@ -196,7 +199,7 @@ def _evolution_radii(mixer: Any, x: Tensor) -> Tensor:
     return torch.stack(radii, dim=2).amax(dim=(0, 2)).to(problem.q.dtype)
 
 
-def _dsf_radii(system: DSF) -> Tensor:
+def dsf_radii(system: DSF) -> Tensor:
     """Largest |eigenvalue| of the DSF transitions per head, max over batch and time: ``[H]``."""
     transitions = system.Lambda
     first = transitions[:1, :, :1]
@@ -205,8 +208,9 @@ def _dsf_radii(system: DSF) -> Tensor:
     return torch.linalg.eigvals(transitions).abs().amax(dim=-1).amax(dim=(0, 2)).to(transitions.dtype)
 
 
-def _is_lti(mixer: Any) -> bool:
-    from seqdyn.mixers._lti import LTIMixer
+def is_lti(mixer: Any) -> bool:
+    """Whether ``mixer`` is a linear time-invariant mixer (its DSF does not depend on the input)."""
+    from seqdyn.mixers import LTIMixer
 
     return isinstance(mixer, LTIMixer)
 
@@ -233,9 +237,9 @@ def spectral_radii(mixer: torch.nn.Module, x: Tensor, source: str = "auto") -> T
         raise ValueError(f"source: {mixer.name} is not built on coefficient_dynamics; use source='dsf' or 'auto'")
     with torch.no_grad():
         if coefficient_form and source != "dsf":
-            return _evolution_radii(mixer, x)
+            return evolution_radii(mixer, x)
         # an LTI system's DSF does not depend on the input: one step of one sequence suffices
-        return _dsf_radii(mixer.dsf(x[:1, :1] if _is_lti(mixer) else x))
+        return dsf_radii(mixer.dsf(x[:1, :1] if is_lti(mixer) else x))
 
 
 def spectral_bound(mixer: torch.nn.Module, x: Tensor, source: str = "auto") -> float:

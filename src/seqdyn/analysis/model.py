@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, COMBINATION_TOL, NEAR_ZERO_EPS,
                                           combination_class_shares, large_fraction, near_zero_fraction,
                                           zero_count_per_row)
-from seqdyn.analysis.mixers import _dsf_radii, _evolution_radii, _is_lti
+from seqdyn.analysis.mixers import dsf_radii, evolution_radii, is_lti
 
 __all__ = ["HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model", "layer_coefficients"]
 
@@ -166,9 +166,9 @@ def _structure(call: MixerCall, spectral: bool) -> tuple[str, int, Tensor | None
         if isinstance(mixer, CoefficientMixer):
             inputs, _ = mixer.core_inputs(x, MixerState())
             problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
-            return problem.readout.name, problem.q.shape[-1], _evolution_radii(mixer, x) if spectral else None
-        system = mixer.dsf(x[:1, :1] if _is_lti(mixer) else x)  # an LTI system's DSF does not depend on x
-        return "identity", system.B.shape[-2] // system.B.shape[-1], _dsf_radii(system)
+            return problem.readout.name, problem.q.shape[-1], evolution_radii(mixer, x) if spectral else None
+        system = mixer.dsf(x[:1, :1] if is_lti(mixer) else x)  # an LTI system's DSF does not depend on x
+        return "identity", system.B.shape[-2] // system.B.shape[-1], dsf_radii(system)
 
 
 def inspect_model(model: nn.Module, inputs: Tensor, eps: float = NEAR_ZERO_EPS, zero_tol: float | None = None,

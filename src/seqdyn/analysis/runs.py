@@ -31,6 +31,7 @@ class RunInspection:
     inputs: Tensor
     rows: list[HeadReport]
     coefficients: dict[str, Tensor]
+    backends: list[str] | None = None  # the backend each layer trained with, when the run recorded it
 
     def mean_near_zero_fraction(self) -> float | None:
         values = [row.near_zero_fraction for row in self.rows if row.near_zero_fraction is not None]
@@ -84,7 +85,7 @@ def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int 
     """Load run ``run_id`` from ``store`` (a :class:`~seqdyn.train.store.Store` or a path) at its last checkpoint
     and measure every layer and head (:func:`~seqdyn.analysis.inspect_model`) on ``inputs``, by default the first
     ``examples`` sequences of its task's test set.  Unknown run ids raise ``ValueError``."""
-    from seqdyn.train.loop import load_trained
+    from seqdyn.train.checkpoint import load_trained
     from seqdyn.train.store import Store
 
     if not isinstance(store, Store):
@@ -95,7 +96,7 @@ def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int 
     inputs = _check_inputs(inputs, task)
     record = store.run(run_id)
     return RunInspection(run_id, record.name, record.status, record.metric_name, record.best_metric, inputs,
-                         inspect_model(model, inputs, eps=eps), layer_coefficients(model, inputs))
+                         inspect_model(model, inputs, eps=eps), layer_coefficients(model, inputs), record.backends)
 
 
 def principle_points(store, sweep: str | None = None, examples: int = 8,

@@ -17,8 +17,7 @@ import torch
 
 from seqdyn import mixers
 from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device
-from seqdyn.core.operator import select_backend
-from seqdyn.mixers.base import CoefficientMixer, MixerState
+from seqdyn.mixers.base import CoefficientMixer
 
 REFERENCE = "softmax_attention"
 
@@ -42,11 +41,10 @@ def linear_time(mixer: mixers.Mixer) -> bool:
 
 
 def _picked(mixer: mixers.Mixer, x: torch.Tensor, backend: str) -> str:
+    """What ``auto`` picks for a coefficient mixer on ``x`` (the table shows ``auto`` alone for the others)."""
     if backend != "auto" or not isinstance(mixer, CoefficientMixer):
         return backend
-    with torch.no_grad():
-        inputs, _ = mixer.core_inputs(x, MixerState())
-    return select_backend(inputs.q, inputs.k, inputs.v, chunk_size=mixer.chunk_size, **inputs.options())
+    return mixer.backend_for(x, backend)
 
 
 def _measure(mixer: mixers.Mixer, backend: str, length: int, batch: int, d_model: int, device: torch.device,
@@ -153,7 +151,7 @@ def target_checks(cells: list[MixerCell], linear: dict[str, bool]) -> list[tuple
 def results_table(cells: list[MixerCell], device: str):
     from rich.table import Table
 
-    from seqdyn.bench.operator import _ms
+    from seqdyn.bench.operator import format_ms
 
     table = Table(title=f"mixers on {device}: time (ms) and peak memory of forward+backward")
     for column in ("mixer", "T", "backend", "fwd ms", "fwd+bwd ms", "peak MB", f"÷ {REFERENCE}"):
@@ -166,7 +164,8 @@ def results_table(cells: list[MixerCell], device: str):
         reference = _get(cells, REFERENCE, cell.length, "auto")
         ratio = f"{cell.train_s / reference.train_s:.2f}×" if reference and reference.train_s else ""
         peak = "n/a" if cell.peak_mb is None else f"{cell.peak_mb:.0f}"
-        table.add_row(cell.name, str(cell.length), name, _ms(cell.forward_s), _ms(cell.train_s), peak, ratio)
+        table.add_row(cell.name, str(cell.length), name, format_ms(cell.forward_s), format_ms(cell.train_s), peak,
+                      ratio)
     return table
 
 

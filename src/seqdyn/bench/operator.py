@@ -144,7 +144,8 @@ def run_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="a
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def _ms(seconds: float | None) -> str:
+def format_ms(seconds: float | None) -> str:
+    """``seconds`` in milliseconds for a table: one decimal below 10 s, none above, ``—`` when not measured."""
     return "—" if seconds is None else (f"{seconds * 1e3:.1f}" if seconds < 10 else f"{seconds * 1e3:.0f}")
 
 
@@ -164,7 +165,8 @@ def results_table(report: Report):
             table.add_row(cell.kind, str(cell.length), name, cell.status, cell.note, "", "")
             continue
         peak = "n/a" if cell.peak_mb is None else f"{cell.peak_mb:.0f}"
-        table.add_row(cell.kind, str(cell.length), name, _ms(cell.forward_s), _ms(cell.train_s), peak, ratio)
+        table.add_row(cell.kind, str(cell.length), name, format_ms(cell.forward_s), format_ms(cell.train_s), peak,
+                      ratio)
     return table
 
 

@@ -75,7 +75,8 @@ def _interleaved_ms(first, second, repeats: int, device: torch.device) -> tuple[
 def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch: int, steps: int,
             log_every: int = 10) -> TrainCell:
     """Bare and harness step times of one mixer (a warm-up step each first)."""
-    from seqdyn.train.loop import Trainer, _progress
+    from seqdyn.train.loop import Trainer
+    from seqdyn.train.progress import RunProgress
     from seqdyn.train.store import Store
 
     config = bench_config(mixer, device, d_model, seq_len, batch, steps)
@@ -93,7 +94,7 @@ def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch:
             loss.backward()
             trainer.optimizer.step()
 
-        bar = _progress(True, config.name, 10**6, 0)
+        bar = RunProgress(True, config.name, 10**6, 0)
 
         def harness() -> None:
             loss = trainer.train_step()

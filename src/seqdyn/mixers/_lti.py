@@ -173,6 +173,11 @@ class LTIMixer(Mixer):
         self.check_input(x)
         return self.head(self.run_core(x, self.check_backend(backend)), x)
 
+    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
+        """The backend ``forward(x, backend)`` computes with; ``"auto"`` is ``fft`` (see
+        :func:`seqdyn.core.lti.check_backend`)."""
+        return lti.check_backend(self.check_backend(backend))
+
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The LTI core's output and the values it convolves, ``[B, T, H, V]`` each."""
         self.check_input(x)

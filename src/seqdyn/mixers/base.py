@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
-from seqdyn.core.operator import coefficient_dynamics, coefficients
+from seqdyn.core.operator import coefficient_dynamics, coefficients, select_backend
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
@@ -119,6 +119,11 @@ class Mixer(nn.Module, ABC):
             raise ValueError(f"backend: {self.name} computes with {list(self.backends)}, got {backend!r}")
         return backend
 
+    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
+        """The backend ``forward(x, backend)`` computes with: ``backend`` itself, or for ``"auto"`` the one this
+        mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
+        return self.check_backend(backend)
+
     @abstractmethod
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
         """``[B, T, D] -> [B, T, D]``."""
@@ -195,6 +200,15 @@ class CoefficientMixer(Mixer):
         self.check_input(x)
         inputs, extras = self.core_inputs(x, MixerState())
         return self.core_output(self.run_core(inputs, self.check_backend(backend)), extras)
+
+    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
+        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the one ``coefficient_dynamics`` picks for
+        this mixer's operator arguments on ``x`` (:func:`~seqdyn.core.operator.select_backend`)."""
+        if self.check_backend(backend) != "auto":
+            return backend
+        with torch.no_grad():
+            inputs, _ = self.core_inputs(x, MixerState())
+        return select_backend(inputs.q, inputs.k, inputs.v, chunk_size=self.chunk_size, **inputs.options())
 
     def init_state(self, batch: int) -> MixerState:
         return MixerState(batch=check_positive("batch", batch))

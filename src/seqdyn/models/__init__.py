@@ -8,10 +8,10 @@ from seqdyn.models.config import ModelConfig
 from seqdyn.models.blocks import GatedBlock, GatedState, TransformerBlock, make_norm
 from seqdyn.models.heads import AutoEncoderHead, Head, LinearHead, MeanPoolHead, build_head, sinusoidal_positions
 from seqdyn.models.model import (ModelState, SequenceModel, build_model, count_parameters, init_weights,
-                                 residual_projections)
+                                 recording_backends, residual_projections)
 
 __all__ = [
     "AutoEncoderHead", "GatedBlock", "GatedState", "Head", "LinearHead", "MeanPoolHead", "ModelConfig",
     "ModelState", "SequenceModel", "TransformerBlock", "build_head", "build_model", "count_parameters",
-    "init_weights", "make_norm", "residual_projections", "sinusoidal_positions",
+    "init_weights", "make_norm", "recording_backends", "residual_projections", "sinusoidal_positions",
 ]

@@ -14,7 +14,8 @@ short convolutions and the mixers' other plain parameters keep their own initial
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -175,6 +176,24 @@ def init_weights(model: SequenceModel) -> None:
     for projection in residual_projections(model):
         if not is_kept(projection.weight):
             nn.init.normal_(projection.weight, std=residual_std)
+
+
+@contextmanager
+def recording_backends(model: SequenceModel) -> Iterator[list[str]]:
+    """A list that every forward pass of ``model`` inside the ``with`` block extends with the backend each layer's
+    mixer computes with, in layer order (:meth:`~seqdyn.mixers.base.Mixer.backend_for` on the mixer's input and
+    the ``backend`` it is called with)."""
+    picked: list[str] = []
+
+    def record(mixer: nn.Module, args: tuple, kwargs: dict) -> None:
+        picked.append(mixer.backend_for(args[0], kwargs.get("backend", "auto")))
+
+    hooks = [block.mixer.register_forward_pre_hook(record, with_kwargs=True) for block in model.blocks]
+    try:
+        yield picked
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 def residual_projections(model: SequenceModel) -> list[nn.Linear]:

@@ -1,4 +1,9 @@
-"""Checkpoint files that survive a crash: written durably beside the previous one, checked before a resume.
+"""Checkpoints of a run: where they live, how they are saved and loaded, and files that survive a crash.
+
+A checkpoint (safetensors) holds the model, the optimizer state and the RNG state with the run's metadata
+(:func:`save_checkpoint`, :func:`load_checkpoint`); :func:`load_trained` rebuilds a trained model from the store.
+A run's checkpoint is ``<folder>/<run id>.safetensors`` (:func:`run_checkpoint_path`), and a sweep's folder lies
+beside its store (:func:`checkpoint_dir_for`).
 
 A checkpoint is written to a temporary file, flushed to disk (``fsync``) and checked; only then is the last one
 kept as ``<run>.prev.safetensors`` (a hard link) and the new one renamed into its place (an atomic rename, then
@@ -11,15 +16,41 @@ checkpoint when that one is intact, otherwise from step 0.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqdyn.train.config import RunConfig
 
 log = logging.getLogger("seqdyn")
 
 _CHUNK = 1 << 20
+
+
+def checkpoint_dir_for(store_path: str | Path) -> Path:
+    """Checkpoints live beside the store: ``results.db`` -> ``results.checkpoints/``."""
+    store_path = Path(store_path)
+    return store_path.with_name(store_path.stem + ".checkpoints")
+
+
+def run_checkpoint_path(checkpoint_dir: str | Path | None, run_id: str) -> Path:
+    """The checkpoint file of run ``run_id``: ``<checkpoint_dir>/<run_id>.safetensors`` (``./checkpoints`` when no
+    folder is given)."""
+    return Path(checkpoint_dir or "checkpoints") / f"{run_id}.safetensors"
+
+
+def recorded_checkpoint(record) -> tuple[Path | None, str | None]:
+    """The checkpoint file a store record names and its recorded SHA-256 (``None, None`` without one)."""
+    if record is None or not record.checkpoint:
+        return None, None
+    return Path(record.checkpoint), record.checkpoint_sha256
 
 
 def previous_path(path: Path) -> Path:
@@ -120,3 +151,84 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+# ------------------------------------------------------------------------------------------- save and load
+def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> str:
+    """Model and optimizer tensors plus JSON metadata in one safetensors file, written durably (the previous
+    one kept, see :func:`write_durably`); returns the file's SHA-256."""
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = optimizer.state_dict()
+    for index, values in state["state"].items():
+        for key, value in values.items():
+            tensors[f"optim.{index}.{key}"] = torch.as_tensor(value).contiguous().cpu()
+    tensors["rng.torch"] = torch.get_rng_state()
+    meta = dict(meta, param_groups=[{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]])
+    try:
+        return write_durably(path, lambda temporary: save_file(tensors, str(temporary),
+                                                               metadata={"seqdyn": json.dumps(meta)}))
+    except OSError as error:  # a full disk: the partial file is gone, the last good checkpoint stays
+        raise OSError(error.errno, f"cannot write the checkpoint ({error.strerror or error})", str(path)) from None
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    run_id: str) -> dict[str, Any]:
+    """Restore model, optimizer and RNG from :func:`save_checkpoint`; returns the metadata.  A checkpoint of
+    another run or another architecture raises ``ValueError``."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        meta = json.loads(handle.metadata()["seqdyn"])
+    if meta.get("run_id") != run_id:
+        raise ValueError(f"checkpoint {path}: belongs to run {meta.get('run_id')}, not {run_id}")
+    tensors = load_file(str(path))
+    _load_weights(path, model, tensors)
+    state: dict[str, Any] = {"state": {}, "param_groups": []}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, index, name = key.split(".", 2)
+            state["state"].setdefault(int(index), {})[name] = value
+    groups = optimizer.state_dict()["param_groups"]
+    state["param_groups"] = [dict(saved, params=group["params"]) for saved, group in zip(meta["param_groups"], groups)]
+    optimizer.load_state_dict(state)
+    torch.set_rng_state(tensors["rng.torch"])
+    return meta
+
+
+def _load_weights(path: Path, model: torch.nn.Module, tensors: dict[str, Tensor]) -> None:
+    weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        raise ValueError(f"checkpoint {path}: does not match the config's model ({str(error).splitlines()[0]})") from None
+
+
+def load_trained(store, run_id: str):
+    """``(config, task, model)`` of run ``run_id`` in ``store`` with the weights of its last checkpoint, in
+    evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint or with a damaged one, raises
+    ``ValueError``."""
+    from safetensors.torch import load_file
+
+    from seqdyn import tasks
+    from seqdyn.models import build_model
+
+    record = store.run(run_id)
+    if record is None:
+        known = ", ".join(r.id for r in store.runs()[:10]) or "none"
+        raise ValueError(f"run id {run_id!r}: not in store {store.path}; runs there include: {known}")
+    path = Path(record.checkpoint or "")
+    if record.checkpoint and not path.exists():  # the store and its checkpoint folder moved together
+        path = checkpoint_dir_for(store.path) / path.name
+    if not record.checkpoint or not path.exists():
+        raise ValueError(f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})")
+    problem = checkpoint_problem(path, record.checkpoint_sha256)
+    if problem is not None:
+        raise ValueError(f"run {run_id}: checkpoint {path}: {problem}; train the run again to rewrite it")
+    config = RunConfig.model_validate(record.config)
+    task = tasks.build(config.task.name, **config.task.params)
+    model = build_model(config.model, task.spec)
+    _load_weights(path, model, load_file(str(path)))
+    return config, task, model.eval()

@@ -12,18 +12,16 @@ started again resumes from its last checkpoint and ends with the same metrics as
 
 A checkpoint is written durably and its SHA-256 recorded in the store; a damaged one is named in one warning and
 the run resumes from the one before, or from step 0 (:mod:`seqdyn.train.checkpoint`). SIGINT and SIGTERM stop a
-run within a step and leave it ``interrupted`` (:mod:`seqdyn.train.interrupt`).
+run within a step and leave it ``interrupted`` (:mod:`seqdyn.train.interrupt`). A run is claimed in the store before
+it trains and keeps its claim alive with a heartbeat (:mod:`seqdyn.train.ownership`).
 
 A non-finite loss ends the run as ``failed`` with the step and the reason; the caller (a sweep) goes on.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
-import os
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +30,13 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from seqdyn.train.checkpoint import checkpoint_problem, usable_checkpoint, write_durably
+from seqdyn.models import recording_backends
+from seqdyn.train.checkpoint import (load_checkpoint, recorded_checkpoint, run_checkpoint_path, save_checkpoint,
+                                     usable_checkpoint)
 from seqdyn.train.config import RunConfig
 from seqdyn.train.interrupt import signals_interrupt
+from seqdyn.train.ownership import Heartbeat, default_owner, stale_after
+from seqdyn.train.progress import RunProgress
 
 #: evaluate on the concatenated outputs (exact for every metric) while they hold at most this many numbers
 EXACT_EVAL_ELEMENTS = 1 << 25
@@ -132,10 +134,6 @@ def resolve_device(name: str, field: str = "train.device") -> torch.device:
     return device
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 # ------------------------------------------------------------------------------------------------- evaluation
 def evaluate(model: torch.nn.Module, task, inputs: Tensor, targets: Tensor, batch_size: int, device: torch.device,
              backend: str, autocast: Callable[[], Any]) -> dict[str, float]:
@@ -171,89 +169,6 @@ def _better(value: float, best: float | None, higher: bool) -> bool:
 
 def _reached(value: float, threshold: float | None, higher: bool) -> bool:
     return threshold is not None and (value >= threshold if higher else value <= threshold)
-
-
-# ------------------------------------------------------------------------------------------------ checkpoints
-def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> str:
-    """Model and optimizer tensors plus JSON metadata in one safetensors file, written durably (the previous
-    one kept, see :func:`~seqdyn.train.checkpoint.write_durably`); returns the file's SHA-256."""
-    from safetensors.torch import save_file
-
-    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    state = optimizer.state_dict()
-    for index, values in state["state"].items():
-        for key, value in values.items():
-            tensors[f"optim.{index}.{key}"] = torch.as_tensor(value).contiguous().cpu()
-    tensors["rng.torch"] = torch.get_rng_state()
-    meta = dict(meta, param_groups=[{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]])
-    try:
-        return write_durably(path, lambda temporary: save_file(tensors, str(temporary),
-                                                               metadata={"seqdyn": json.dumps(meta)}))
-    except OSError as error:  # a full disk: the partial file is gone, the last good checkpoint stays
-        raise OSError(error.errno, f"cannot write the checkpoint ({error.strerror or error})", str(path)) from None
-
-
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    run_id: str) -> dict[str, Any]:
-    """Restore model, optimizer and RNG from :func:`save_checkpoint`; returns the metadata.  A checkpoint of
-    another run or another architecture raises ``ValueError``."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    with safe_open(str(path), framework="pt") as handle:
-        meta = json.loads(handle.metadata()["seqdyn"])
-    if meta.get("run_id") != run_id:
-        raise ValueError(f"checkpoint {path}: belongs to run {meta.get('run_id')}, not {run_id}")
-    tensors = load_file(str(path))
-    _load_weights(path, model, tensors)
-    state: dict[str, Any] = {"state": {}, "param_groups": []}
-    for key, value in tensors.items():
-        if key.startswith("optim."):
-            _, index, name = key.split(".", 2)
-            state["state"].setdefault(int(index), {})[name] = value
-    groups = optimizer.state_dict()["param_groups"]
-    state["param_groups"] = [dict(saved, params=group["params"]) for saved, group in zip(meta["param_groups"], groups)]
-    optimizer.load_state_dict(state)
-    torch.set_rng_state(tensors["rng.torch"])
-    return meta
-
-
-def _load_weights(path: Path, model: torch.nn.Module, tensors: dict[str, Tensor]) -> None:
-    weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as error:
-        raise ValueError(f"checkpoint {path}: does not match the config's model ({str(error).splitlines()[0]})") from None
-
-
-def load_trained(store, run_id: str):
-    """``(config, task, model)`` of run ``run_id`` in ``store`` with the weights of its last checkpoint, in
-    evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint or with a damaged one, raises
-    ``ValueError``."""
-    from safetensors.torch import load_file
-
-    from seqdyn import tasks
-    from seqdyn.models import build_model
-
-    record = store.run(run_id)
-    if record is None:
-        known = ", ".join(r.id for r in store.runs()[:10]) or "none"
-        raise ValueError(f"run id {run_id!r}: not in store {store.path}; runs there include: {known}")
-    path = Path(record.checkpoint or "")
-    if record.checkpoint and not path.exists():  # the store and its checkpoint folder moved together
-        from seqdyn.train.sweep import checkpoint_dir_for
-
-        path = checkpoint_dir_for(store.path) / path.name
-    if not record.checkpoint or not path.exists():
-        raise ValueError(f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})")
-    problem = checkpoint_problem(path, record.checkpoint_sha256)
-    if problem is not None:
-        raise ValueError(f"run {run_id}: checkpoint {path}: {problem}; train the run again to rewrite it")
-    config = RunConfig.model_validate(record.config)
-    task = tasks.build(config.task.name, **config.task.params)
-    model = build_model(config.model, task.spec)
-    _load_weights(path, model, load_file(str(path)))
-    return config, task, model.eval()
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -308,13 +223,14 @@ class Trainer:
         self.lr_factor = learning_rate_factor(config, self.plan.total_steps)
         self.watched = config.train.early_stop.metric or self.task.spec.primary_metric
         self.higher = self.task.spec.higher_is_better
-        self.checkpoint_path = Path(checkpoint_dir or "checkpoints") / f"{self.run_id}.safetensors"
+        self.checkpoint_path = run_checkpoint_path(checkpoint_dir, self.run_id)
         self.loggers = _Loggers(config, self.run_id, self.checkpoint_path.parent / "logs") if self.lead else None
         self.progress = progress and self.lead
         self.step, self.best, self.elapsed, self.final = 0, None, 0.0, {}
         self.losses: list[float] = []  # training losses since the last evaluation
+        self.backends: list[str] | None = None  # the backend of every layer, known after the first step
         dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[config.train.dtype]
-        self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else _null
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         #: float16 only: the loss scale that keeps small gradients from flushing to zero (a step whose scaled
         #: gradients overflow is skipped and the scale halved)
         self.scaler = torch.amp.GradScaler(self.device.type) if dtype == torch.float16 else None
@@ -340,8 +256,10 @@ class Trainer:
         inputs, targets = (t[indices].to(self.device) for t in self.train_data)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.optimizer.lr * self.lr_factor(self.step)
-        with self.autocast():
+        with self.autocast(), self.first_step_backends() as backends:
             loss = self.task.loss(self.trained(inputs, backend=self.config.train.backend), targets)
+        if backends is not None:
+            self.record_backends(backends)
         if self.distributed is not None:
             loss_value = self.distributed.mean(loss.detach())
         else:
@@ -357,6 +275,17 @@ class Trainer:
             self.scaled_step(loss)
         self.step += 1
         return loss_value
+
+    def first_step_backends(self):
+        """At the first step this process trains: a list the forward pass fills with the backend each layer
+        computes with (see :func:`~seqdyn.models.recording_backends`); later, nothing."""
+        return recording_backends(self.model) if self.backends is None else contextlib.nullcontext()
+
+    def record_backends(self, backends: list[str]) -> None:
+        """Keep the backend of every layer and record it with the run in the store (rank 0 only)."""
+        self.backends = backends
+        if self.lead and self.store is not None:
+            self.store.set_backends(self.run_id, backends)
 
     def clip_gradients(self) -> None:
         if self.config.optimizer.grad_clip is not None:
@@ -401,7 +330,7 @@ class Trainer:
     def run(self) -> tuple[str, str | None]:
         """Train from ``self.step`` to the end; returns ``(status, reason)``."""
         begun = time.perf_counter()
-        bar = _progress(self.progress, self.config.name, self.plan.total_steps, self.step)
+        bar = RunProgress(self.progress, self.config.name, self.plan.total_steps, self.step)
         try:
             while self.step < self.plan.total_steps:
                 self.losses.append(self.train_step())
@@ -424,44 +353,6 @@ class Trainer:
             bar.close()
 
 
-class _Heartbeat:
-    """Tells the store every ``interval`` seconds that this run's owner is alive, so that a long stretch between
-    evaluations is not mistaken for a dead process (claims go stale after 120 s without a heartbeat)."""
-
-    def __init__(self, store, run_id: str, owner: str, interval: float = 20.0):
-        self.store, self.run_id, self.owner, self.interval = store, run_id, owner, interval
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True)
-
-    def _beat(self) -> None:
-        while not self.stopped.wait(self.interval):
-            self.store.heartbeat(self.run_id, self.owner)
-
-    def __enter__(self) -> _Heartbeat:
-        if self.store is not None:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-        if self.thread.is_alive():
-            self.thread.join()
-
-
-def owner_is_dead(owner: str | None) -> bool:
-    """Whether ``owner`` (``host:pid``, see :func:`default_owner`) is a process of this host that has ended."""
-    host, _, pid = (owner or "").rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 @signals_interrupt()
 def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None, owner: str | None = None,
               progress: bool = True, sweep: str | None = None, distributed=None) -> RunResult:
@@ -482,17 +373,16 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
             return _skipped(config, record)
     trainer = Trainer(config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress,
                       distributed=distributed)
-    trainer.resume(*_checkpoint_of(record))
+    trainer.resume(*recorded_checkpoint(record))
     if store is not None and lead:
-        stale_after = 0.0 if record.status == "running" and owner_is_dead(record.owner) else 120.0
-        if not store.claim(run_id, owner, stale_after=stale_after):
+        if not store.claim(run_id, owner, stale_after=stale_after(record)):
             return _skipped(config, store.run(run_id))
         store.set_threads(run_id, torch.get_num_threads())
         claimed = store.run(run_id)
         if claimed.checkpoint_step != record.checkpoint_step and claimed.checkpoint:
-            trainer.resume(*_checkpoint_of(claimed))  # its last owner checkpointed after we looked
+            trainer.resume(*recorded_checkpoint(claimed))  # its last owner checkpointed after we looked
     try:
-        with _Heartbeat(store if lead else None, run_id, owner):
+        with Heartbeat(store if lead else None, run_id, owner):
             status, reason = trainer.run()
     except BaseException:
         if store is not None and lead:
@@ -504,13 +394,6 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
                      best_metric=trainer.best, metric_name=trainer.watched, wall_time=trainer.elapsed)
     return RunResult(run_id, config.name, status, trainer.step, trainer.watched, final_value, trainer.best,
                      trainer.final, trainer.elapsed, reason)
-
-
-def _checkpoint_of(record) -> tuple[Path | None, str | None]:
-    """The checkpoint file a store record names and its recorded SHA-256 (``None, None`` without one)."""
-    if record is None or not record.checkpoint:
-        return None, None
-    return Path(record.checkpoint), record.checkpoint_sha256
 
 
 def _skipped(config: RunConfig, record) -> RunResult:
@@ -528,39 +411,3 @@ def _record(store, loggers, run_id, owner, step, plan, train_metrics, test_metri
     if loggers is not None:
         loggers.log({f"train/{k}": v for k, v in train_metrics.items()}
                     | {f"test/{k}": v for k, v in test_metrics.items()}, step)
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-class _progress:
-    """A rich progress bar for one run (or nothing, when ``enabled`` is false)."""
-
-    def __init__(self, enabled: bool, name: str, total: int, start: int):
-        self.bar = None
-        if not enabled:
-            return
-        from rich.markup import escape
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=True)
-        self.task = self.bar.add_task(escape(name[:60]), total=total, completed=start, info="")
-        self.bar.start()
-        self.metric = ""
-
-    def advance(self, loss: float) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, info=f"loss {loss:.3f} {self.metric}")
-
-    def show(self, name: str, value: float) -> None:
-        self.metric = f"{name} {value:.3f}"
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()

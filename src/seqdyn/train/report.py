@@ -8,7 +8,8 @@ Fig. 5 (mixers × model width, best over lr, values written in the cells) and ``
 against the step. matplotlib is imported only by the plotting functions.
 
 A row is a dict: ``run_id``, ``name``, ``status``, the varying hyper-parameters, ``metric`` (its name),
-``final``, ``best``, ``steps``, ``wall_time``, and ``_config`` (the resolved config, which ``render`` omits).
+``final``, ``best``, ``steps``, ``wall_time``, ``backend`` (the backend its layers computed with, only where a run
+of the selection recorded one) and ``_config`` (the resolved config, which ``render`` omits).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 LR_KEY = "optimizer.lr"
 METRIC_COLUMNS = ("metric", "final", "best", "steps", "wall_time")
 ID_COLUMNS = ("run_id", "name", "status")
+BACKEND_COLUMN = "backend"
 BEST_FLAG = "best_over_lr"
 EVAL_SPLITS = ("test", "valid")  # the splits a run's curve and metric come from, in order of preference
 _MISSING = object()
@@ -39,19 +41,30 @@ _MISSING = object()
 # --- rows -----------------------------------------------------------------------------------------------------
 def run_rows(store: Store, sweep: str | None = None) -> list[dict[str, Any]]:
     """One row per run (of ``sweep``, or all): id, name, status, the varying hyper-parameters, the metric's name,
-    final and best value, steps and wall time. A run without a recorded final metric (still running, or
-    interrupted) shows the latest and best value of its evaluations."""
+    final and best value, steps and wall time, and the backend of its layers when a run recorded one. A run without
+    a recorded final metric (still running, or interrupted) shows the latest and best value of its evaluations."""
     records = store.runs(sweep=sweep)
     configs = [_hyper_parameters(record.config) for record in records]
     varying = varying_keys(configs)
+    recorded = any(record.backends for record in records)
     rows = []
     for record, config in zip(records, configs):
         row: dict[str, Any] = {"run_id": record.id, "name": record.name, "status": record.status}
         row.update({key: config.get(key) for key in varying})
         row.update(_metric_columns(store, record))
+        if recorded:
+            row[BACKEND_COLUMN] = describe_backends(record.backends)
         row["_config"] = record.config
         rows.append(row)
     return rows
+
+
+def describe_backends(backends: list[str] | None) -> str | None:
+    """The backends a run's layers computed with: one name when every layer used it, else one name per layer
+    joined by commas; None when the run recorded none."""
+    if not backends:
+        return None
+    return backends[0] if len(set(backends)) == 1 else ",".join(backends)
 
 
 def varying_keys(configs: list[dict[str, Any]]) -> list[str]:
@@ -64,7 +77,7 @@ def varying_keys(configs: list[dict[str, Any]]) -> list[str]:
 
 def hyper_keys(rows: list[dict[str, Any]]) -> list[str]:
     """The hyper-parameter columns of rows made by :func:`run_rows`."""
-    fixed = set(ID_COLUMNS) | set(METRIC_COLUMNS) | {BEST_FLAG}
+    fixed = set(ID_COLUMNS) | set(METRIC_COLUMNS) | {BEST_FLAG, BACKEND_COLUMN}
     keys: list[str] = []
     for row in rows:
         keys.extend(key for key in row if key not in fixed and not key.startswith("_") and key not in keys)

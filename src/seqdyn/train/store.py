@@ -48,7 +48,7 @@ STATUSES = ("pending", "running", "interrupted", "finished", "failed", "stopped_
 FINAL_STATUSES = ("finished", "failed", "stopped_early")
 CLAIMABLE_STATUSES = ("pending", "interrupted")
 EXPORT_FORMATS = ("csv", "parquet")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 60.0
 
 _SCHEMA = f"""
@@ -92,6 +92,7 @@ CREATE TABLE IF NOT EXISTS metrics (
 #: the statements that bring a store of schema ``version - 1`` to ``version``
 _MIGRATIONS = {
     2: ("ALTER TABLE runs ADD COLUMN checkpoint_sha256 TEXT", "ALTER TABLE runs ADD COLUMN threads INTEGER"),
+    3: ("ALTER TABLE runs ADD COLUMN backends TEXT",),
 }
 
 
@@ -125,6 +126,7 @@ class RunRecord:
     attempts: int
     checkpoint_sha256: str | None = None
     threads: int | None = None
+    backends: list[str] | None = None  # the backend each layer computed with (JSON in the file)
 
 
 @dataclass
@@ -341,6 +343,12 @@ class Store:
             )
             self._require(conn, run_id)
 
+    def set_backends(self, run_id: str, backends: list[str]) -> None:
+        """Record the backend each layer of the run computes with (what ``auto`` picked, or the one asked for)."""
+        with self._write() as conn:
+            conn.execute("UPDATE runs SET backends = ? WHERE id = ?", (json.dumps(list(backends)), run_id))
+            self._require(conn, run_id)
+
     def set_threads(self, run_id: str, threads: int) -> None:
         """Record how many CPU threads the run trains with (results can differ in the last bits across counts)."""
         with self._write() as conn:
@@ -459,7 +467,7 @@ class Store:
     def _run_table(self) -> list[dict[str, Any]]:
         rows = []
         for record in self.runs():
-            row = {key: value for key, value in asdict(record).items() if key != "config"}
+            row = {key: _cell(value) for key, value in asdict(record).items() if key != "config"}
             config = dict(record.config)
             config.pop("name", None)
             row.update({key: _cell(value) for key, value in flatten(config).items()})
@@ -706,6 +714,8 @@ def _real(value: float | None) -> float | None:
 def _run_record(row: tuple, columns: tuple[str, ...] = _RUN_COLUMNS) -> RunRecord:
     data = dict(zip(columns, row))
     data["config"] = json.loads(data["config"])
+    if data.get("backends") is not None:
+        data["backends"] = json.loads(data["backends"])
     return RunRecord(**data)
 
 

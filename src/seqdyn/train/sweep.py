@@ -32,15 +32,11 @@ import torch
 
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.interrupt import Interrupted, exit_on_signals, exit_with_parent, signals_interrupt
-from seqdyn.train.loop import RunResult, default_owner, resolve_device, train_run
+from seqdyn.train.checkpoint import checkpoint_dir_for
+from seqdyn.train.loop import RunResult, resolve_device, train_run
+from seqdyn.train.ownership import default_owner
 
 DONE = ("finished", "stopped_early", "failed")
-
-
-def checkpoint_dir_for(store_path: str | Path) -> Path:
-    """Checkpoints live beside the store: ``results.db`` -> ``results.checkpoints/``."""
-    store_path = Path(store_path)
-    return store_path.with_name(store_path.stem + ".checkpoints")
 
 
 def expand(config: RunConfig | SweepConfig) -> list[RunConfig]:
