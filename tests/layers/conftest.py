@@ -8,6 +8,8 @@ import pytest
 
 @pytest.fixture
 def path(request, monkeypatch):
-    """Run the test on the native kernel or, with ``SEQDYN_COMPILE=0``, on the torch definition."""
-    monkeypatch.setenv("SEQDYN_COMPILE", "1" if request.param == "native" else "0")
+    """Run the test on the native kernel (``SEQDYN_KERNELS=require``) or on the torch definition
+    (``SEQDYN_KERNELS=off``)."""
+    monkeypatch.delenv("SEQDYN_COMPILE", raising=False)
+    monkeypatch.setenv("SEQDYN_KERNELS", "require" if request.param == "native" else "off")
     return request.param

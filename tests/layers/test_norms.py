@@ -7,12 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqdyn.core.backends import native
 from seqdyn.layers import GatedRMSNorm, HeadOutput, RMSNorm
+from seqdyn.kernels import norm as norm_kernel
 from seqdyn.layers.norms import rms_norm
 from tests.layers.helpers import native_paths
 
 needs_kernel, PATHS = native_paths("norm_kernel")
+#: the autograd node of the kernel's operator seqdyn::rms_norm
+NATIVE = "GeneratedBackwardFor_seqdyn_rms_norm_defaultBackward"
 
 
 def _reference(x, weight, eps):
@@ -28,7 +30,7 @@ def test_rms_norm_and_its_gradients_equal_the_formula(path):
     x = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64, requires_grad=True)
     upstream = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
     y, exact = norm(x), _reference(x, norm.weight, norm.eps)
-    assert (type(y.grad_fn).__name__ == "_NativeRMSNormBackward") == (path == "native")
+    assert (type(y.grad_fn).__name__ == NATIVE) == (path == "native")
     torch.testing.assert_close(y, exact, rtol=0, atol=1e-13)
     for got, want in zip(torch.autograd.grad(y, (x, norm.weight), upstream),
                          torch.autograd.grad(exact, (x, norm.weight), upstream)):
@@ -58,13 +60,11 @@ def test_rms_norm_times_silu_of_a_gate_with_every_gradient(path, gated):
 
 @needs_kernel
 def test_native_rms_norm_passes_gradcheck_and_float32_split_over_threads(monkeypatch):
-    from seqdyn.layers.norms import _NativeRMSNorm
-
     gen = torch.Generator().manual_seed(5)
     x, gate = (torch.randn(4, 6, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2))
     weight = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda *a: _NativeRMSNorm.apply(*a, 1e-6), (x, weight, gate))
-    monkeypatch.setattr(native.torch, "get_num_threads", lambda: 3)  # 3 row ranges, 3 weight-gradient parts
+    assert torch.autograd.gradcheck(lambda *a: norm_kernel.rms_norm(*a, 1e-6), (x, weight, gate))
+    monkeypatch.setattr(norm_kernel.torch, "get_num_threads", lambda: 3)  # 3 row ranges, 3 weight-gradient parts
     x32, gate32 = (torch.randn(7, 5, 64, generator=gen, requires_grad=True) for _ in range(2))
     weight32 = torch.randn(64, generator=gen, requires_grad=True)
     y = rms_norm(x32, weight32, 1e-6, gate32)
@@ -81,7 +81,7 @@ def test_rms_norm_checks_its_gate_and_runs_torch_where_the_kernel_cannot(monkeyp
     with pytest.raises(ValueError, match="gate"):
         rms_norm(torch.randn(2, 4), torch.ones(4), 1e-6, torch.randn(1, 4))
     y = RMSNorm(4).to(torch.bfloat16)(torch.randn(3, 4, dtype=torch.bfloat16, requires_grad=True))
-    assert type(y.grad_fn).__name__ != "_NativeRMSNormBackward"
+    assert type(y.grad_fn).__name__ != NATIVE
 
 
 @pytest.mark.parametrize("path", PATHS, indirect=True)

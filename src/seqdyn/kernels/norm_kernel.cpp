@@ -7,9 +7,10 @@
 //   a = ∂y ⊙ SiLU(z),   ∂w = Σ_rows a ⊙ x̂,   u = a ⊙ w,   ∂x = r (u − x̂ ⟨u, x̂⟩ / n),
 //   ∂z = ∂y ⊙ x̂ ⊙ w ⊙ σ(z) (1 + z (1 − σ(z)))
 //
-// The same operations as _RMSNorm and HeadOutput's torch definitions in seqdyn/nn/norms.py; this file reads each
-// row once (it stays in cache between its two loops) where torch makes a pass per elementwise op.  Plain C ABI,
-// loaded by native.py with ctypes; every entry point takes a range of rows so that Python threads share them.
+// The same operations as its torch definition (rms_norm_reference in norm.py beside it); this file reads each row
+// once (it stays in cache between its two loops) where torch makes a pass per elementwise op.  Plain C ABI,
+// loaded by norm.py with ctypes (which checks the layout of NormArgs first, see norm_layout below); every entry
+// point takes a range of rows so that Python threads share them.
 #include <cmath>
 #include <cstdint>
 
@@ -101,13 +102,15 @@ int backward(const NormArgs* a, int64_t begin, int64_t end, int64_t part) {
 
 }  // namespace
 
-extern "C" {
-int seqdyn_norm_forward_f32(const NormArgs* a, int64_t begin, int64_t end) { return forward<float>(a, begin, end); }
-int seqdyn_norm_forward_f64(const NormArgs* a, int64_t begin, int64_t end) { return forward<double>(a, begin, end); }
-int seqdyn_norm_backward_f32(const NormArgs* a, int64_t begin, int64_t end, int64_t part) {
-    return backward<float>(a, begin, end, part);
-}
-int seqdyn_norm_backward_f64(const NormArgs* a, int64_t begin, int64_t end, int64_t part) {
-    return backward<double>(a, begin, end, part);
-}
+SEQDYN_ENTRY_POINTS(seqdyn_norm, NormArgs)
+
+// The field offsets and size of NormArgs (see copy_layout in native_math.h).
+extern "C" int64_t seqdyn_norm_layout(int64_t* out, int64_t capacity) {
+#define F(field) SEQDYN_OFFSET(NormArgs, field)
+    const int64_t layout[] = {
+        F(rows), F(width), F(eps), F(x), F(gate), F(weight),
+        F(y), F(grad_y), F(grad_x), F(grad_gate), F(grad_weight),
+        static_cast<int64_t>(sizeof(NormArgs))};
+#undef F
+    return copy_layout(layout, sizeof(layout) / sizeof(layout[0]), out, capacity);
 }
