@@ -1,5 +1,5 @@
-"""The native kernels as ``torch.library`` operators: their fake (meta) implementations give the shapes, strides
-and dtypes the kernels give, ``torch.library.opcheck`` accepts their registrations, ``torch.compile`` runs through
+"""The native kernel as ``torch.library`` operators (``seqdyn::scan`` and ``seqdyn::scan_backward``): their fake
+(meta) implementations give the shapes, strides and dtypes the kernel gives, ``torch.library.opcheck`` accepts their registrations, ``torch.compile`` runs through
 them, each passes gradcheck in float64 and runs in float32 under autocast (as the hand-written autograd functions
 do, see tests/mixers/test_autocast.py)."""
 
@@ -10,7 +10,6 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from seqdyn.kernels import build
-from seqdyn.kernels import norm as norm_kernel
 from seqdyn.kernels import scan as scan_kernel
 
 
@@ -64,18 +63,6 @@ def test_scan_passes_gradcheck_in_float64(decay, shared):
     assert torch.autograd.gradcheck(run, [inputs[i] for i in present])
 
 
-@_needs("norm_kernel")
-@pytest.mark.parametrize("gated", [True, False])
-def test_rms_norm_passes_gradcheck_in_float64(gated):
-    gen = torch.Generator().manual_seed(1)
-    x, gate = (torch.randn(3, 4, 6, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    weight = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
-    if gated:
-        assert torch.autograd.gradcheck(lambda *a: norm_kernel.rms_norm(*a, 1e-6), (x, weight, gate))
-    else:
-        assert torch.autograd.gradcheck(lambda *a: norm_kernel.rms_norm(*a, None, 1e-6), (x, weight))
-
-
 def _assert_like(fake: torch.Tensor, real: torch.Tensor, what: str) -> None:
     assert (fake.shape, fake.stride(), fake.dtype) == (real.shape, real.stride(), real.dtype), what
 
@@ -104,42 +91,23 @@ def test_the_scan_operators_fake_implementations_match_the_kernel(decay, shared)
         _assert_like(got, want, name)
 
 
-@_needs("norm_kernel")
-@pytest.mark.parametrize("gated", [True, False])
-def test_the_norm_operators_fake_implementations_match_the_kernel(gated):
-    x, gate, grad_y = (torch.randn(2, 3, 5, dtype=torch.float32) for _ in range(3))
-    weight = torch.randn(5)
-    gate = gate if gated else None
-    real = (norm_kernel.rms_norm_op(x, weight, gate, 1e-6),
-            *norm_kernel.rms_norm_backward_op(x, weight, gate, grad_y, 1e-6))
-    with FakeTensorMode() as mode:
-        fx, fw, fg, fdy = (None if t is None else mode.from_tensor(t) for t in (x, weight, gate, grad_y))
-        fake = (norm_kernel.rms_norm_op(fx, fw, fg, 1e-6), *norm_kernel.rms_norm_backward_op(fx, fw, fg, fdy, 1e-6))
-    for name, got, want in zip(("y", "∂x", "∂w", "∂z"), fake, real):
-        _assert_like(got, want, name)
-
-
 @_needs("scan_kernel")
-@_needs("norm_kernel")
 def test_opcheck_accepts_the_registrations():
-    """Schema, fake implementation, autograd registration and dispatch of each operator (``torch.library.opcheck``)."""
-    q, k, v, g, rate, initial = _scan_inputs("factored", False)
-    torch.library.opcheck(scan_kernel.scan_op, (q, k, v, g, rate, initial, False, False, True))
-    x, gate = (torch.randn(3, 6, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    weight = torch.randn(6, dtype=torch.float64, requires_grad=True)
-    torch.library.opcheck(norm_kernel.rms_norm_op, (x, weight, gate, 1e-6))
+    """Schema, fake implementation, autograd registration and dispatch (``torch.library.opcheck``)."""
+    for decay in ("none", "factored"):
+        q, k, v, g, rate, initial = _scan_inputs(decay, False)
+        torch.library.opcheck(scan_kernel.scan_op, (q, k, v, g, rate, initial, False, False, True))
 
 
 @_needs("scan_kernel")
-@_needs("norm_kernel")
 def test_torch_compile_runs_through_the_operators():
-    """One graph through both operators, forward and backward, equal to the eager result."""
+    """One graph through the operators, forward and backward, equal to the eager result."""
     q, k, v, g, rate, initial = _scan_inputs("factored", False, length=5)
     weight = torch.randn(2, dtype=torch.float64, requires_grad=True)
 
     def step(q, k, v, g, rate, initial, weight):
         y, final = scan_kernel.scan(q, k, v, g, rate, initial, False, False)
-        return norm_kernel.rms_norm(y, weight, None, 1e-6).sum() + final.square().sum()
+        return (y.sin() * weight).sum() + final.square().sum()
 
     compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
     leaves = (q, k, v, g, rate, initial, weight)
@@ -150,12 +118,9 @@ def test_torch_compile_runs_through_the_operators():
 
 
 @_needs("scan_kernel")
-@_needs("norm_kernel")
 def test_the_operators_run_in_float32_under_autocast():
     """bfloat16 inputs (which the kernels lack) are cast to float32, as autocast casts them for its float32 ops."""
     q, k, v, g, rate, initial = (x.detach().bfloat16() for x in _scan_inputs("factored", False))
-    x, weight = torch.randn(3, 6, dtype=torch.bfloat16), torch.randn(6, dtype=torch.bfloat16)
     with torch.autocast("cpu", torch.bfloat16):
-        outputs = [*scan_kernel.scan_op(q, k, v, g, rate, initial, False, False, False),
-                   norm_kernel.rms_norm_op(x, weight, None, 1e-6)]
-    assert [out.dtype for out in outputs] == [torch.float32] * 4
+        outputs = scan_kernel.scan_op(q, k, v, g, rate, initial, False, False, False)
+    assert [out.dtype for out in outputs] == [torch.float32] * 3

@@ -1,4 +1,4 @@
-"""Building, loading and running the native CPU kernels (``scan_kernel.cpp``, ``norm_kernel.cpp``).
+"""Building, loading and running the native CPU kernels (``scan_kernel.cpp``).
 
 Each kernel is built once per machine with the system C++ compiler (``$CXX``, else ``c++``; a few seconds) into
 ``$SEQDYN_CACHE`` (default ``~/.cache/seqdyn``) and loaded with :mod:`ctypes`, which releases the GIL, so a pool

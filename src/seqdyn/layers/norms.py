@@ -8,7 +8,6 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from seqdyn.core.precision import float32_under_autocast
-from seqdyn.kernels import norm as norm_kernel
 
 
 class RMSNorm(nn.Module):
@@ -25,12 +24,9 @@ class RMSNorm(nn.Module):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float, gate: Tensor | None = None) -> Tensor:
     """``x / sqrt(mean(x²) + ε) ⊙ w`` over the last axis, times ``SiLU(gate)`` when a gate (shaped as ``x``) is
-    given — by the native kernel (:mod:`seqdyn.kernels.norm`: one pass over each row, forward and backward) on
-    CPUs in float32/float64, else by its torch definition, :class:`_RMSNorm` and torch's SiLU."""
+    given — by :class:`_RMSNorm` and torch's SiLU."""
     if gate is not None and gate.shape != x.shape:
         raise ValueError(f"gate: expected the shape of x {tuple(x.shape)}, got {tuple(gate.shape)}")
-    if norm_kernel.available(x, weight, gate):
-        return norm_kernel.rms_norm(x, weight, gate, eps)
     y = _RMSNorm.apply(x, weight, eps)
     return y if gate is None else y * F.silu(gate)
 
