@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import seqdyn
-from seqdyn.core.backends import native, scan
+from seqdyn.core.backends import scan
+from seqdyn.kernels import scan as scan_kernel
 from tests.core.cases import assert_close
 
 TOL = 1e-10
@@ -113,6 +114,6 @@ def test_seqdyn_compile_0_scans_with_torch_blocks(monkeypatch):
         raise AssertionError("the native kernel ran although SEQDYN_COMPILE=0")
 
     monkeypatch.setenv("SEQDYN_COMPILE", "0")
-    monkeypatch.setattr(native.NativeScan, "apply", forbidden)
+    monkeypatch.setattr(scan_kernel, "scan", forbidden)
     leaves = _inputs(4, 2 * scan.BLOCK + 3, shared=True)
     _assert_same(_run(leaves, "scan", factored=True), _run(leaves, "quadratic", factored=False), "torch blocks")

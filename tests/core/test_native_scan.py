@@ -1,26 +1,30 @@
-"""The scan's native CPU kernel (``scan_kernel.cpp`` via ``native.py``) against the ``quadratic`` reference.
+"""The scan's native CPU kernel (``seqdyn.kernels.scan``) against the ``quadratic`` reference.
 
 Random problems in float64 — every decay kind (none, scalar, diagonal, factored ``Δ ⊗ A``), q and k per head or
 shared by all heads, one value column (Mamba-1) or several, key dimensions the kernel fixes at compile time and
 others, time-major inputs, several saved-state intervals, partial groups of heads and several threads — compared
 with the ``quadratic`` backend in outputs, final states and every gradient; then float32, the fallbacks (no
-kernel, other dtypes, ``SEQDYN_COMPILE=0``, a compiler that fails) and the on-disk cache.
+kernel, other dtypes, ``SEQDYN_KERNELS=off``, a compiler that fails under ``auto`` and ``require``) and the on-disk
+cache.
 """
 
 from __future__ import annotations
 
-import logging
+import warnings
 
 import pytest
 import torch
 
 import seqdyn
-from seqdyn.core.backends import native, scan
+from seqdyn.core.backends import scan
+from seqdyn.kernels import build
+from seqdyn.kernels import scan as scan_kernel
 from tests.core.cases import assert_close
 
 TOL = 1e-10
 
-needs_kernel = pytest.mark.skipif(native.library() is None, reason="no C++ compiler to build the native scan")
+needs_kernel = pytest.mark.skipif(isinstance(build.load("scan_kernel"), str),
+                                  reason="no C++ compiler to build the native scan")
 
 
 def _problem(seed: int, decay: str, shared: bool, key_dim: int, value_dim: int, length: int, heads: int = 5,
@@ -56,9 +60,10 @@ def _run(leaves: dict, backend: str):
 def kernel_runs(monkeypatch):
     """Counts the native kernel's forward calls (so that a test knows it did not fall back)."""
     calls = []
-    real = native.NativeScan.apply
-    monkeypatch.setattr(native.NativeScan, "apply", lambda *args: calls.append(1) or real(*args))
+    real = scan_kernel.scan
+    monkeypatch.setattr(scan_kernel, "scan", lambda *args: calls.append(1) or real(*args))
     monkeypatch.delenv("SEQDYN_COMPILE", raising=False)
+    monkeypatch.setenv("SEQDYN_KERNELS", "require")
     return calls
 
 
@@ -81,9 +86,9 @@ def test_native_scan_random_cuts(seed, kernel_runs, monkeypatch):
     changes nothing."""
     gen = torch.Generator().manual_seed(seed)
     pick = lambda low, high: int(torch.randint(low, high + 1, (), generator=gen))  # noqa: E731
-    monkeypatch.setattr(native, "INTERVAL", pick(1, 9))
-    monkeypatch.setattr(native, "GROUP", pick(1, 4))
-    monkeypatch.setattr(native.torch, "get_num_threads", lambda: pick(1, 4))
+    monkeypatch.setattr(scan_kernel, "INTERVAL", pick(1, 9))
+    monkeypatch.setattr(scan_kernel, "GROUP", pick(1, 4))
+    monkeypatch.setattr(scan_kernel.torch, "get_num_threads", lambda: pick(1, 4))
     decay = ("none", "scalar", "diagonal", "factored")[seed]
     leaves = _problem(100 + seed, decay, shared=bool(seed % 2), key_dim=pick(1, 17), value_dim=pick(1, 3),
                       length=pick(1, 40), heads=pick(1, 7))
@@ -116,50 +121,110 @@ def test_native_scan_without_gradients_and_without_initial_state(kernel_runs):
 
 
 def test_the_torch_blocks_serve_where_the_kernel_cannot(monkeypatch):
-    """With ``SEQDYN_COMPILE=0``, a dtype the kernel lacks (bfloat16; the operator itself computes half precision
-    in float32), mixed dtypes, another device or no kernel, the scan runs its torch blocks."""
-    x64 = torch.zeros(2, dtype=torch.float64)
+    """With ``SEQDYN_KERNELS=off`` (or its older spelling ``SEQDYN_COMPILE=0``), a dtype the kernel lacks
+    (bfloat16; the operator itself computes half precision in float32), mixed dtypes, another device, scalar
+    states (where the kernel does not pay) or no kernel, the scan runs its torch blocks."""
+    x64 = torch.zeros(1, 1, 1, 2, dtype=torch.float64)
+    assert scan_kernel.available(x64, x64, x64, None, None, None) == (not isinstance(build.load("scan_kernel"), str))
+    monkeypatch.setenv("SEQDYN_KERNELS", "off")
+    assert not scan_kernel.available(x64, x64, x64, None, None, None)
+    monkeypatch.delenv("SEQDYN_KERNELS")
     monkeypatch.setenv("SEQDYN_COMPILE", "0")
-    assert not native.available(x64)
+    assert not scan_kernel.available(x64, x64, x64, None, None, None)
     monkeypatch.delenv("SEQDYN_COMPILE")
-    assert not native.available(torch.zeros(2, dtype=torch.bfloat16))
-    assert not native.available(x64, torch.zeros(2, dtype=torch.float32))  # mixed dtypes
-    assert not native.available(torch.zeros(2, device="meta"))
-    monkeypatch.setattr(native, "library", lambda name="scan_kernel": None)
-    assert not native.available(x64)
+    scalar = torch.zeros(1, 1, 1, 1, dtype=torch.float64)
+    assert not scan_kernel.available(scalar, scalar, scalar, None, None, None)
+    assert not build.available("scan_kernel", torch.zeros(2, dtype=torch.bfloat16))
+    assert not build.available("scan_kernel", x64, torch.zeros(2, dtype=torch.float32))  # mixed dtypes
+    assert not build.available("scan_kernel", torch.zeros(2, device="meta"))
+    monkeypatch.setattr(build, "library", lambda name: None)
+    assert not scan_kernel.available(x64, x64, x64, None, None, None)
     leaves = _problem(5, "factored", True, 4, 2, length=2 * scan.BLOCK + 1)
     got, want = _run(leaves, "scan"), _run(leaves, "quadratic")
     for name in want:
         assert_close(got[name], want[name], TOL, f"torch blocks {name}")
 
 
-def test_a_compiler_that_fails_leaves_the_torch_blocks(monkeypatch, tmp_path, caplog):
+@pytest.fixture
+def failing_compiler(monkeypatch, tmp_path):
+    """A compiler that exits 1 (the build fails), a fresh cache, and the kernels forgotten before and after."""
     monkeypatch.setenv("SEQDYN_CACHE", str(tmp_path))
-    monkeypatch.setenv("CXX", "false")  # exits 1: the build fails
-    native.library.cache_clear()
-    try:
-        with caplog.at_level(logging.WARNING, logger="seqdyn"):
-            assert native.library() is None
-        assert "native kernel did not build" in caplog.text
-        assert not list((tmp_path / "kernels").glob("*.so"))
-    finally:
-        native.library.cache_clear()
+    monkeypatch.setenv("CXX", "false")
+    monkeypatch.delenv("SEQDYN_COMPILE", raising=False)
+    build.forget()
+    yield tmp_path
+    build.forget()
+
+
+def test_a_compiler_that_fails_warns_once_and_leaves_the_torch_blocks(failing_compiler, monkeypatch):
+    monkeypatch.setenv("SEQDYN_KERNELS", "auto")
+    with pytest.warns(RuntimeWarning, match="scan_kernel: the native kernel could not be built"):
+        assert build.library("scan_kernel") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process: no second warning
+        assert build.library("scan_kernel") is None
+        monkeypatch.setenv("SEQDYN_KERNELS", "off")
+        assert build.library("scan_kernel") is None
+    assert not list((failing_compiler / "kernels").glob("*.so"))
+    leaves = _problem(5, "diagonal", False, 4, 2, length=20)
+    monkeypatch.setenv("SEQDYN_KERNELS", "auto")
+    got, want = _run(leaves, "scan"), _run(leaves, "quadratic")
+    assert_close(got["y"], want["y"], TOL, "torch blocks after a failed build")
+
+
+def test_a_compiler_that_fails_raises_under_require(failing_compiler, monkeypatch):
+    monkeypatch.setenv("SEQDYN_KERNELS", "require")
+    with pytest.raises(build.KernelUnavailable, match="scan_kernel: the native kernel could not be built"):
+        build.library("scan_kernel")
+    monkeypatch.setenv("CXX", str(failing_compiler / "no-such-compiler"))
+    build.forget()
+    leaves = _problem(5, "diagonal", False, 4, 2, length=20)
+    with pytest.raises(build.KernelUnavailable, match="scan_kernel.*no-such-compiler"):
+        _run(leaves, "scan")
+
+
+def test_an_unknown_kernel_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("SEQDYN_KERNELS", "sometimes")
+    with pytest.raises(ValueError, match="SEQDYN_KERNELS: expected one of off, auto, require, got 'sometimes'"):
+        build.mode()
+
+
+@needs_kernel
+def test_a_kernel_whose_argument_layout_drifted_is_refused(monkeypatch):
+    """The C++ reports its structure's offsets and size; a Python mirror with a field missing is refused."""
+    import ctypes
+
+    lib = build.load("scan_kernel")
+    build.check_layout(lib, "seqdyn_scan", scan_kernel.ScanArgs)
+
+    class Drifted(ctypes.Structure):
+        _fields_ = [field for field in scan_kernel.ScanArgs._fields_ if field[0] != "g_per_key"]
+
+    with pytest.raises(OSError, match="differs from its Python mirror Drifted"):
+        build.check_layout(lib, "seqdyn_scan", Drifted)
+
+
+def test_vector_flags_for_x86_and_arm_only():
+    assert "-march=native" in build.machine_flags("x86_64")
+    assert build.machine_flags("aarch64") == ("-mcpu=native",)
+    assert build.machine_flags("riscv64") == ()
+    assert not any("native" in flag for flag in build.FLAGS)
 
 
 @needs_kernel
 def test_the_kernel_is_built_once_per_machine(monkeypatch, tmp_path):
     monkeypatch.setenv("SEQDYN_CACHE", str(tmp_path))
-    native.library.cache_clear()
+    build.forget()
     try:
-        assert native.library() is not None
+        assert build.load("scan_kernel") is not None
         built = list((tmp_path / "kernels").glob("scan_kernel-*.so"))
         assert len(built) == 1
         stamp = built[0].stat().st_mtime_ns
-        native.library.cache_clear()
-        assert native.library() is not None
+        build.forget()
+        assert not isinstance(build.load("scan_kernel"), str)
         assert [p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.so")] == [stamp]
     finally:
-        native.library.cache_clear()
+        build.forget()
 
 
 @needs_kernel
@@ -169,7 +234,7 @@ def test_a_forked_child_scans_with_threads_of_its_own(monkeypatch):
     threads that do not exist."""
     import multiprocessing
 
-    monkeypatch.setattr(native.torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(scan_kernel.torch, "get_num_threads", lambda: 2)
     leaves = _problem(9, "factored", True, 16, 1, length=20)
     want = _run(leaves, "scan")["y"].detach()  # the parent's pool now exists
     context = multiprocessing.get_context("fork")
@@ -179,6 +244,6 @@ def test_a_forked_child_scans_with_threads_of_its_own(monkeypatch):
 
 
 def _forward_in_child(seed: int) -> torch.Tensor:
-    native.torch.get_num_threads = lambda: 2
+    scan_kernel.torch.get_num_threads = lambda: 2
     leaves = _problem(seed, "factored", True, 16, 1, length=20)
     return _run(leaves, "scan")["y"].detach()

@@ -1,5 +1,4 @@
-"""RMSNorm's (native kernel and torch definition) and the L2 normalization's hand-written backwards against the
-formulas written out."""
+"""RMSNorm's and the L2 normalization's hand-written backwards against the formulas written out."""
 
 from __future__ import annotations
 
@@ -7,20 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqdyn.core.backends import native
 from seqdyn.layers import GatedRMSNorm, HeadOutput, RMSNorm
 from seqdyn.layers.norms import rms_norm
-from tests.layers.helpers import native_paths
-
-needs_kernel, PATHS = native_paths("norm_kernel")
 
 
 def _reference(x, weight, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
-@pytest.mark.parametrize("path", PATHS, indirect=True)
-def test_rms_norm_and_its_gradients_equal_the_formula(path):
+def test_rms_norm_and_its_gradients_equal_the_formula():
     gen = torch.Generator().manual_seed(0)
     norm = RMSNorm(7).double()
     with torch.no_grad():
@@ -28,16 +22,14 @@ def test_rms_norm_and_its_gradients_equal_the_formula(path):
     x = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64, requires_grad=True)
     upstream = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
     y, exact = norm(x), _reference(x, norm.weight, norm.eps)
-    assert (type(y.grad_fn).__name__ == "_NativeRMSNormBackward") == (path == "native")
     torch.testing.assert_close(y, exact, rtol=0, atol=1e-13)
     for got, want in zip(torch.autograd.grad(y, (x, norm.weight), upstream),
                          torch.autograd.grad(exact, (x, norm.weight), upstream)):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("path", PATHS, indirect=True)
 @pytest.mark.parametrize("gated", [True, False])
-def test_rms_norm_times_silu_of_a_gate_with_every_gradient(path, gated):
+def test_rms_norm_times_silu_of_a_gate_with_every_gradient(gated):
     """``RMSNorm(x) ⊙ w ⊙ SiLU(z)`` (the output stage of GLA / DeltaNet / Gated DeltaNet) on strided inputs,
     with rows of all sizes of the kernel's loops (1, 3, 128) and a zero row (the ε floor)."""
     gen = torch.Generator().manual_seed(4)
@@ -56,37 +48,13 @@ def test_rms_norm_times_silu_of_a_gate_with_every_gradient(path, gated):
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)  # the zero row's gradients are ~1e3
 
 
-@needs_kernel
-def test_native_rms_norm_passes_gradcheck_and_float32_split_over_threads(monkeypatch):
-    from seqdyn.layers.norms import _NativeRMSNorm
-
-    gen = torch.Generator().manual_seed(5)
-    x, gate = (torch.randn(4, 6, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    weight = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda *a: _NativeRMSNorm.apply(*a, 1e-6), (x, weight, gate))
-    monkeypatch.setattr(native.torch, "get_num_threads", lambda: 3)  # 3 row ranges, 3 weight-gradient parts
-    x32, gate32 = (torch.randn(7, 5, 64, generator=gen, requires_grad=True) for _ in range(2))
-    weight32 = torch.randn(64, generator=gen, requires_grad=True)
-    y = rms_norm(x32, weight32, 1e-6, gate32)
-    leaves64 = [t.detach().double().requires_grad_() for t in (x32, weight32, gate32)]
-    exact = _reference(leaves64[0], leaves64[1], 1e-6) * F.silu(leaves64[2])
-    torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
-    upstream = torch.randn(y.shape, generator=gen)
-    for got, want in zip(torch.autograd.grad(y, (x32, weight32, gate32), upstream),
-                         torch.autograd.grad(exact, leaves64, upstream.double())):
-        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
-
-
-def test_rms_norm_checks_its_gate_and_runs_torch_where_the_kernel_cannot(monkeypatch):
+def test_rms_norm_checks_its_gate():
     with pytest.raises(ValueError, match="gate"):
         rms_norm(torch.randn(2, 4), torch.ones(4), 1e-6, torch.randn(1, 4))
-    y = RMSNorm(4).to(torch.bfloat16)(torch.randn(3, 4, dtype=torch.bfloat16, requires_grad=True))
-    assert type(y.grad_fn).__name__ != "_NativeRMSNormBackward"
 
 
-@pytest.mark.parametrize("path", PATHS, indirect=True)
 @pytest.mark.parametrize("gate", [True, False])
-def test_head_output_is_its_formula(path, gate):
+def test_head_output_is_its_formula(gate):
     """``W_O (RMSNorm_head(o) ⊙ SiLU(W_g u))``, the per-head norm sharing one weight over heads."""
     torch.manual_seed(6)
     head = HeadOutput(8, heads=2, head_dim=3, gate=gate).double()

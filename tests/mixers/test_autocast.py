@@ -105,7 +105,7 @@ def test_every_hand_written_autograd_function_follows_autocast():
             unvisited.append(subclass)
             if subclass.__module__.startswith("seqdyn."):
                 functions.append(subclass)
-    assert len(functions) >= 14
+    assert len(functions) >= 11  # the native kernels are operators, their autocast checked in tests/kernels
     missing = [f"{f.__module__}.{f.__qualname__}" for f in functions if not getattr(f, "follows_autocast", False)]
     assert not missing, f"decorate with seqdyn.core.precision.float32_under_autocast: {missing}"
 

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.backends import native
 from seqdyn.core.precision import float32_under_autocast
 
 
@@ -39,12 +38,9 @@ class ShortConv(nn.Module):
         state = self.init_state(x.shape[0], x) if state is None else state.to(x.dtype)
         weight = self.weight.to(x.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if native.available(x, state, weight, bias, kernel="conv_kernel"):
-            y = _NativeConvolution.apply(x, state, weight, bias, self.activation)
-        else:
-            y = _DepthwiseCorrelation.apply(torch.cat([state, x], dim=1), weight, bias)
-            if self.activation:
-                y = F.silu(y)
+        y = _DepthwiseCorrelation.apply(torch.cat([state, x], dim=1), weight, bias)
+        if self.activation:
+            y = F.silu(y)
         recent = torch.cat([state, x[:, max(0, x.shape[1] - (self.width - 1)):]], dim=1)
         return y, recent[:, recent.shape[1] - (self.width - 1):]
 
@@ -100,58 +96,3 @@ def _tap_products(grad_y: Tensor, padded: Tensor, width: int) -> Tensor:
         for s in range(width):
             grad_weight[:, s] += (piece * padded[:, start + s:start + s + piece.shape[1]]).sum((0, 1))
     return grad_weight
-
-
-#: steps per work item of the native kernel (its backward recomputes w − 1 steps before each)
-NATIVE_BLOCK = 64
-
-
-@float32_under_autocast
-class _NativeConvolution(torch.autograd.Function):
-    """:class:`_DepthwiseCorrelation` followed by the optional SiLU, by the native kernel (``conv_kernel.cpp``):
-    one pass over the input for all taps and the activation, forward and backward (which recomputes the
-    pre-activation instead of saving it), reading the state where the window reaches before ``x`` instead of
-    copying ``x`` behind it.  ``x`` ``[B, T, C]``, ``state`` ``[B, w − 1, C]``, ``weight`` ``[C, w]``."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, activation: bool) -> Tensor:
-        x, state, taps = x.contiguous(), state.contiguous(), weight.t().contiguous()
-        bias = None if bias is None else bias.contiguous()
-        y = torch.empty_like(x)
-        args = _conv_arguments(x, state, taps, bias, activation)
-        args.y = y.data_ptr()
-        native.run("conv_kernel", "forward", args, y.dtype, _work(x))
-        ctx.save_for_backward(x, state, taps, bias)
-        ctx.activation = activation
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y: Tensor):
-        x, state, taps, bias = ctx.saved_tensors
-        grad_y = grad_y.contiguous()
-        cut = _work(x)
-        grad_x = torch.empty_like(x)
-        grad_state = torch.empty_like(state) if ctx.needs_input_grad[1] else None
-        grad_taps = taps.new_zeros(len(cut), *taps.shape)
-        grad_bias = None if bias is None else taps.new_zeros(len(cut), taps.shape[1])
-        args = _conv_arguments(x, state, taps, bias, ctx.activation)
-        args.grad_y, args.grad_x, args.grad_weight = grad_y.data_ptr(), grad_x.data_ptr(), grad_taps.data_ptr()
-        args.grad_state = None if grad_state is None else grad_state.data_ptr()
-        args.grad_bias = None if grad_bias is None else grad_bias.data_ptr()
-        native.run("conv_kernel", "backward", args, grad_y.dtype, cut)
-        return grad_x, grad_state, grad_taps.sum(0).t(), None if grad_bias is None else grad_bias.sum(0), None
-
-
-def _work(x: Tensor) -> list[tuple[int, int]]:
-    """The kernel's (batch, block of steps) items, one range per thread."""
-    return native.split_items(x.shape[0] * -(-x.shape[1] // NATIVE_BLOCK))
-
-
-def _conv_arguments(x: Tensor, state: Tensor, taps: Tensor, bias: Tensor | None, activation: bool) -> native.ConvArgs:
-    """The kernel's arguments (outputs are set by the caller); every tensor contiguous and kept alive by it."""
-    width, channels = taps.shape
-    return native.ConvArgs(batch=x.shape[0], length=x.shape[1], channels=channels, width=width,
-                           activation=int(activation), block=NATIVE_BLOCK, x=x.data_ptr(),
-                           state=state.data_ptr(), weight=taps.data_ptr(),
-                           bias=None if bias is None else bias.data_ptr())

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.backends import native
 from seqdyn.core.precision import float32_under_autocast
 
 
@@ -25,12 +24,9 @@ class RMSNorm(nn.Module):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float, gate: Tensor | None = None) -> Tensor:
     """``x / sqrt(mean(x²) + ε) ⊙ w`` over the last axis, times ``SiLU(gate)`` when a gate (shaped as ``x``) is
-    given — by the native kernel (``norm_kernel.cpp``: one pass over each row, forward and backward) on CPUs in
-    float32/float64, else by :class:`_RMSNorm` and torch's SiLU."""
+    given — by :class:`_RMSNorm` and torch's SiLU."""
     if gate is not None and gate.shape != x.shape:
         raise ValueError(f"gate: expected the shape of x {tuple(x.shape)}, got {tuple(gate.shape)}")
-    if native.available(x, weight, gate, kernel="norm_kernel"):
-        return _NativeRMSNorm.apply(x, weight, gate, eps)
     y = _RMSNorm.apply(x, weight, eps)
     return y if gate is None else y * F.silu(gate)
 
@@ -57,46 +53,6 @@ class _RMSNorm(torch.autograd.Function):
         along = (weighted * normalized).mean(-1, keepdim=True)
         grad_x = (weighted - normalized * along).mul_(rows)
         return grad_x, grad_weight, None
-
-
-@float32_under_autocast
-class _NativeRMSNorm(torch.autograd.Function):
-    """:class:`_RMSNorm` (times ``SiLU(gate)``) by the native kernel, which recomputes the row scale and the gate's
-    activation in the backward instead of saving them.  Rows of ``x`` ``[..., n]``, ``weight`` ``[n]``."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, gate: Tensor | None, eps: float) -> Tensor:
-        x, weight = x.contiguous(), weight.contiguous()
-        gate = None if gate is None else gate.contiguous()
-        y = torch.empty_like(x, memory_format=torch.contiguous_format)
-        args = _norm_arguments(x, weight, gate, eps)
-        args.y = y.data_ptr()
-        native.run("norm_kernel", "forward", args, x.dtype, native.split_items(args.rows))
-        ctx.save_for_backward(x, weight, gate)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y: Tensor):
-        x, weight, gate = ctx.saved_tensors
-        args = _norm_arguments(x, weight, gate, ctx.eps)
-        cut = native.split_items(args.rows)
-        grad_y = grad_y.contiguous()
-        grad_x = torch.empty_like(x)
-        grad_gate = None if gate is None else torch.empty_like(gate)
-        grad_weight = weight.new_zeros(len(cut), weight.shape[0])
-        args.grad_y, args.grad_x, args.grad_weight = grad_y.data_ptr(), grad_x.data_ptr(), grad_weight.data_ptr()
-        args.grad_gate = None if grad_gate is None else grad_gate.data_ptr()
-        native.run("norm_kernel", "backward", args, x.dtype, cut)
-        return grad_x, grad_weight.sum(0), grad_gate, None
-
-
-def _norm_arguments(x: Tensor, weight: Tensor, gate: Tensor | None, eps: float) -> native.NormArgs:
-    """The kernel's arguments (outputs are set by the caller); every tensor contiguous and kept alive by it."""
-    width = x.shape[-1]
-    return native.NormArgs(rows=x.numel() // max(width, 1), width=width, eps=eps, x=x.data_ptr(),
-                           gate=None if gate is None else gate.data_ptr(), weight=weight.data_ptr())
 
 
 def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:

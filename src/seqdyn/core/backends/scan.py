@@ -13,9 +13,9 @@ block is ever formed.
 
 On a CPU this keeps each block's tensors in cache: several times faster than a log-depth associative scan, which
 streams all ``T·K·V`` states through memory ``log T`` times.  Where a C++ compiler is at hand (float32 or float64
-on the CPU), the same recurrence and adjoint run in a native kernel instead (:mod:`~seqdyn.core.backends.native`,
+on the CPU), the same recurrence and adjoint run in a native kernel instead (:mod:`~seqdyn.kernels.scan`,
 ``scan_kernel.cpp``), which holds each head's state in cache for all ``T`` steps — Mamba's selective-scan kernel
-for the CPU; ``SEQDYN_COMPILE=0`` keeps the torch blocks.  Λ must be scalar or diagonal (a Householder factor
+for the CPU; ``SEQDYN_KERNELS=off`` keeps the torch blocks.  Λ must be scalar or diagonal (a Householder factor
 would make every element a ``[K, K]`` matrix).
 """
 
@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.backends import native
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import Problem, shared_over_heads, spread_over_heads
+from seqdyn.kernels import scan as scan_kernel
 
 NAME = "scan"
 #: the scan forms a factored decay ``Δ ⊗ A`` itself, block by block
@@ -49,9 +49,9 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     """All outputs ``y_t = S_tᵀ q_t`` and the final state ``S_T``: by the native kernel where it runs (CPU, float32
     or float64, a C++ compiler), else by :class:`BlockScan`."""
     g, rate = problem.log_decay, problem.decay_rate
-    if native.available(problem.q, problem.k, problem.v, g, rate, problem.initial_state):
-        return native.NativeScan.apply(problem.q, problem.k, problem.v, g, rate, problem.initial_state,
-                                       _one_head(problem.q), _one_head(problem.k))
+    if scan_kernel.available(problem.q, problem.k, problem.v, g, rate, problem.initial_state):
+        return scan_kernel.scan(problem.q, problem.k, problem.v, g, rate, problem.initial_state,
+                                _one_head(problem.q), _one_head(problem.k))
     if g is not None:  # [B, H, T, K|1, 1], broadcasting against the states [B, H, T, K, V]
         g = g.unsqueeze(-1) if problem.diagonal and rate is None else g[..., None, None]
     return BlockScan.apply(problem.q, problem.k, problem.v, g, rate, problem.initial_state)

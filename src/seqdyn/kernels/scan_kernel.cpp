@@ -7,9 +7,10 @@
 //   ∂S_t += q_t ∂y_tᵀ;  ∂q_t = S_t ∂y_t;  ∂k_t = ∂S_t v_t;  ∂v_t = ∂S_tᵀ k_t;
 //   ∂g_t = a_t ⊙ Σ_v ∂S_t ⊙ S_{t-1};  ∂S_{t-1} = a_t ⊙ ∂S_t            (∂Δ_t = ⟨∂g_t, A⟩, ∂A = Σ_t ∂g_t Δ_t)
 //
-// The same recurrence as BlockScan in scan.py (its torch definition); this file only keeps each head's state
-// [K, V] in registers and cache over all T steps, which torch's per-step kernels cannot.  Plain C ABI, loaded
-// by native.py with ctypes; every entry point takes a range of flattened (batch, group of heads) items so that
+// The same recurrence as BlockScan in seqdyn/core/backends/scan.py (its torch definition); this file only keeps
+// each head's state [K, V] in registers and cache over all T steps, which torch's per-step kernels cannot.  Plain
+// C ABI, loaded by scan.py beside it with ctypes (which checks the layout of ScanArgs first, see the layout
+// function at the end); every entry point takes a range of flattened (batch, group of heads) items so that
 // Python threads share the work.
 #include <cstdint>
 #include <cstdlib>
@@ -324,13 +325,20 @@ int backward(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
 
 }  // namespace
 
-extern "C" {
-int seqdyn_scan_forward_f32(const ScanArgs* a, int64_t begin, int64_t end) { return forward<float>(a, begin, end); }
-int seqdyn_scan_forward_f64(const ScanArgs* a, int64_t begin, int64_t end) { return forward<double>(a, begin, end); }
-int seqdyn_scan_backward_f32(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
-    return backward<float>(a, begin, end, part);
-}
-int seqdyn_scan_backward_f64(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
-    return backward<double>(a, begin, end, part);
-}
+SEQDYN_ENTRY_POINTS(seqdyn_scan, ScanArgs)
+
+// The field offsets and size of ScanArgs (see copy_layout in native_math.h).
+extern "C" int64_t seqdyn_scan_layout(int64_t* out, int64_t capacity) {
+#define F(field) SEQDYN_OFFSET(ScanArgs, field)
+    const int64_t layout[] = {
+        F(batch), F(heads), F(length), F(key_dim), F(value_dim), F(interval),
+        F(group), F(q), F(k), F(v), F(g), F(rate),
+        F(initial), F(q_stride), F(k_stride), F(v_stride), F(g_stride), F(g_per_key),
+        F(rate_head_stride), F(y), F(final), F(saved), F(y_stride), F(grad_y),
+        F(grad_final), F(grad_y_stride), F(grad_q), F(grad_k), F(grad_v), F(grad_g),
+        F(grad_rate), F(grad_initial), F(grad_q_stride), F(grad_k_stride), F(grad_v_stride), F(grad_g_stride),
+        F(grad_q_part_stride), F(grad_k_part_stride),
+        static_cast<int64_t>(sizeof(ScanArgs))};
+#undef F
+    return copy_layout(layout, sizeof(layout) / sizeof(layout[0]), out, capacity);
 }

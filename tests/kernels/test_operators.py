@@ -1,0 +1,126 @@
+"""The native kernel as ``torch.library`` operators (``seqdyn::scan`` and ``seqdyn::scan_backward``): their fake
+(meta) implementations give the shapes, strides and dtypes the kernel gives, ``torch.library.opcheck`` accepts their registrations, ``torch.compile`` runs through
+them, each passes gradcheck in float64 and runs in float32 under autocast (as the hand-written autograd functions
+do, see tests/mixers/test_autocast.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from seqdyn.kernels import build
+from seqdyn.kernels import scan as scan_kernel
+
+
+def _needs(name: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(isinstance(build.load(name), str), reason=f"no C++ compiler to build {name}")
+
+
+@pytest.fixture(autouse=True)
+def _kernels_required(monkeypatch):
+    monkeypatch.delenv("SEQDYN_COMPILE", raising=False)
+    monkeypatch.setenv("SEQDYN_KERNELS", "require")
+
+
+def _scan_inputs(decay: str, shared: bool, seed: int = 0, length: int = 9):
+    """``q, k, v, g, rate, initial`` head-major as the scan backend gives them (q, k expanded when shared)."""
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    batch, heads, key_dim, value_dim = 2, 3, 4, 2
+    q, k = (rand(batch, 1 if shared else heads, length, key_dim).requires_grad_() for _ in range(2))
+    v = rand(batch, heads, length, value_dim).requires_grad_()
+    g = rate = None
+    if decay == "diagonal":
+        g = (-rand(batch, heads, length, key_dim).abs()).requires_grad_()
+    elif decay == "factored":
+        g, rate = rand(batch, heads, length).abs().requires_grad_(), (-rand(heads, key_dim).abs()).requires_grad_()
+    initial = rand(batch, heads, key_dim, value_dim).requires_grad_()
+    return q, k, v, g, rate, initial
+
+
+def _scan(q, k, v, g, rate, initial):
+    shared = q.shape[1] == 1
+    heads = v.shape[1]
+    if shared:
+        q, k = (x.expand(-1, heads, -1, -1) for x in (q, k))
+    return scan_kernel.scan(q, k, v, g, rate, initial, shared, shared)
+
+
+@_needs("scan_kernel")
+@pytest.mark.parametrize("decay", ["none", "diagonal", "factored"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_scan_passes_gradcheck_in_float64(decay, shared):
+    inputs = [x for x in _scan_inputs(decay, shared)]
+    present = [i for i, x in enumerate(inputs) if x is not None]
+
+    def run(*leaves):
+        full = list(inputs)
+        for i, leaf in zip(present, leaves):
+            full[i] = leaf
+        return _scan(*full)
+
+    assert torch.autograd.gradcheck(run, [inputs[i] for i in present])
+
+
+def _assert_like(fake: torch.Tensor, real: torch.Tensor, what: str) -> None:
+    assert (fake.shape, fake.stride(), fake.dtype) == (real.shape, real.stride(), real.dtype), what
+
+
+@_needs("scan_kernel")
+@pytest.mark.parametrize("decay", ["none", "diagonal", "factored"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_scan_operators_fake_implementations_match_the_kernel(decay, shared):
+    """Forward and backward operators under ``FakeTensorMode`` give the shapes, strides and dtypes of the kernel's
+    outputs (one per output)."""
+    inputs = [None if x is None else x.detach() for x in _scan_inputs(decay, shared)]
+    q, k, v, g, rate, initial = inputs
+    heads = v.shape[1]
+    if shared:
+        q, k = (x.expand(-1, heads, -1, -1) for x in (q, k))
+    args = (q, k, v, g, rate, initial, shared, shared, True)
+    real = scan_kernel.scan_op(*args)
+    grads = (torch.randn_like(real[0]), torch.randn_like(real[1]))
+    real_backward = scan_kernel.scan_backward_op(q, k, v, g, rate, real[2], *grads, shared, shared)
+    with FakeTensorMode() as mode:
+        fakes = [None if x is None else mode.from_tensor(x) for x in (q, k, v, g, rate, initial, real[2], *grads)]
+        fake = scan_kernel.scan_op(*fakes[:6], shared, shared, True)
+        fake_backward = scan_kernel.scan_backward_op(*fakes[:5], *fakes[6:], shared, shared)
+    for name, got, want in zip(("y", "final", "saved", "∂q", "∂k", "∂v", "∂g", "∂rate", "∂S0"),
+                               (*fake, *fake_backward), (*real, *real_backward)):
+        _assert_like(got, want, name)
+
+
+@_needs("scan_kernel")
+def test_opcheck_accepts_the_registrations():
+    """Schema, fake implementation, autograd registration and dispatch (``torch.library.opcheck``)."""
+    for decay in ("none", "factored"):
+        q, k, v, g, rate, initial = _scan_inputs(decay, False)
+        torch.library.opcheck(scan_kernel.scan_op, (q, k, v, g, rate, initial, False, False, True))
+
+
+@_needs("scan_kernel")
+def test_torch_compile_runs_through_the_operators():
+    """One graph through the operators, forward and backward, equal to the eager result."""
+    q, k, v, g, rate, initial = _scan_inputs("factored", False, length=5)
+    weight = torch.randn(2, dtype=torch.float64, requires_grad=True)
+
+    def step(q, k, v, g, rate, initial, weight):
+        y, final = scan_kernel.scan(q, k, v, g, rate, initial, False, False)
+        return (y.sin() * weight).sum() + final.square().sum()
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    leaves = (q, k, v, g, rate, initial, weight)
+    got = torch.autograd.grad(compiled(*leaves), leaves)
+    want = torch.autograd.grad(step(*leaves), leaves)
+    for got_grad, want_grad in zip(got, want):
+        torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
+
+
+@_needs("scan_kernel")
+def test_the_operators_run_in_float32_under_autocast():
+    """bfloat16 inputs (which the kernels lack) are cast to float32, as autocast casts them for its float32 ops."""
+    q, k, v, g, rate, initial = (x.detach().bfloat16() for x in _scan_inputs("factored", False))
+    with torch.autocast("cpu", torch.bfloat16):
+        outputs = scan_kernel.scan_op(q, k, v, g, rate, initial, False, False, False)
+    assert [out.dtype for out in outputs] == [torch.float32] * 3
