@@ -1,4 +1,4 @@
-"""Validation of the operator's arguments and the canonical, head-major form every backend receives.
+"""Validation of a :class:`~seqdyn.core.dynamics.Dynamics` and the canonical, head-major form every backend receives.
 
 Public layout (DESIGN §1): ``q, k: [B, T, H, K]``, ``v: [B, T, H, V]``, per-head scalars ``[B, T, H]``; a head
 axis of size 1 is shared by all heads.  Inside, every tensor is head-major (``[B, H, T, ...]``), heads are
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.readouts import NORMALIZERS, STATE_NORMALIZERS, Readout, resolve_readout
 
 DEFAULT_CHUNK_SIZE = 64
@@ -132,9 +133,10 @@ def _check_tensor(name: str, x: Any, rank: int, layout: str) -> Tensor:
 
 
 class _Sizes:
-    """Collects B, T, H, K, V from the inputs and checks every further tensor against them."""
+    """B, T, H, K, V of checked arguments; every per-head tensor checked against them."""
 
-    def __init__(self, q: Tensor, k: Tensor, v: Tensor | None, per_head: dict[str, Tensor]):
+    def __init__(self, checked: Dynamics):
+        q, k, v = checked.q, checked.k, checked.v
         self.batch, self.length = q.shape[0], q.shape[1]
         self.key_dim = q.shape[3]
         self.device = q.device
@@ -143,9 +145,12 @@ class _Sizes:
         if self.key_dim < 1 or (v is not None and v.shape[3] < 1):
             value_dim = "" if v is None else f", V={v.shape[3]}"  # coefficients() has no values
             raise ValueError(f"q/v: key and value dimensions must be ≥ 1, got K={self.key_dim}{value_dim}")
+        per_head = _per_head(checked)
         self.heads = max(t.shape[2] for t in per_head.values())
         if k.shape[3] != self.key_dim:
             raise ValueError(f"k: key dimension {k.shape[3]} does not match q's {self.key_dim} (shapes [B, T, H, K])")
+        for name, x in per_head.items():
+            self.check(name, x, key_dim=name in ("q", "k", "householder_dir") or (name == "log_decay" and x.dim() == 4))
 
     def check(self, name: str, x: Tensor, key_dim: bool = False, heads_of: str = "the other inputs") -> None:
         """Check batch, time, heads (1 or H) and, for ``key_dim``, the last axis K of ``x`` ``[B, T, H, ...]``."""
@@ -162,10 +167,22 @@ class _Sizes:
         if key_dim and x.shape[3] != self.key_dim:
             raise ValueError(f"{name}: last dimension {x.shape[3]} does not match the key dimension K={self.key_dim}")
 
-    def head_major(self, x: Tensor, dtype: torch.dtype) -> Tensor:
-        """``[B, T, H|1, ...]`` → ``[B, H, T, ...]`` with heads expanded, in ``dtype``."""
+    def head_major(self, x: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+        """``[B, T, H|1, ...]`` → ``[B, H, T, ...]`` with heads expanded, in ``dtype`` (``None`` stays ``None``)."""
+        if x is None:
+            return None
         x = x.to(dtype).transpose(1, 2)
         return x.expand(x.shape[0], self.heads, *x.shape[2:])
+
+
+def _per_head(checked: Dynamics) -> dict[str, Tensor]:
+    """The checked tensors laid out ``[B, T, H|1, ...]``, in the order their sizes are checked."""
+    scale = checked.scale if isinstance(checked.scale, Tensor) and checked.scale.dim() == 3 else None
+    normalizer = checked.normalizer if isinstance(checked.normalizer, Tensor) else None
+    per_head = {"q": checked.q, "k": checked.k, "v": checked.v, "log_decay": checked.log_decay,
+                "householder": checked.householder, "householder_dir": checked.householder_dir, "scale": scale,
+                "log_scale": checked.log_scale, "normalizer": normalizer}
+    return {name: x for name, x in per_head.items() if x is not None}
 
 
 def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
@@ -177,107 +194,74 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def prepare(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor | None,
-    *,
-    readout: Any = "identity",
-    log_decay: Tensor | None = None,
-    householder: Tensor | None = None,
-    householder_dir: Tensor | None = None,
-    scale: Any = None,
-    normalizer: Any = "none",
-    initial_state: Any = None,
-    chunk_size: int | None = None,
-    log_scale: Tensor | None = None,
-    decay_rate: Tensor | None = None,
-    scale_on_values: bool = True,
-    factored: bool = False,
-) -> Problem:
-    """Validate the public arguments of ``coefficient_dynamics`` and return the canonical :class:`Problem`.
+def prepare(dynamics: Dynamics, *, initial_state: Any = None, chunk_size: int | None = None,
+            scale_on_values: bool = True, factored: bool = False) -> Problem:
+    """Validate ``dynamics`` (one check per argument, each naming it in its error) and return the canonical
+    :class:`Problem`, head-major, with the state ``initial_state`` checked against it.
 
     ``scale_on_values=False`` keeps the scale on the keys always (for views that read ``k`` as the impulse
     ``b_j k_j``, like the DSF's ``B_i``).  ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
     caller materializes it where its backend needs ``g``); by default ``g = Δ ⊗ A`` is formed here.
     """
-    q = _check_tensor("q", q, 4, "[B, T, H, K]")
-    k = _check_tensor("k", k, 4, "[B, T, H, K]")
-    if v is not None:
-        v = _check_tensor("v", v, 4, "[B, T, H, V]")
-    readout_map = resolve_readout(readout)
-    if log_decay is not None:
-        rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
-        log_decay = _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
-    if householder_dir is not None and householder is None:
-        raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
-    if householder is not None:
-        householder = _check_tensor("householder", householder, 3, "β as [B, T, H]")
-        if householder_dir is not None:
-            householder_dir = _check_tensor("householder_dir", householder_dir, 4, "w as [B, T, H, K]")
-    scale_tensor = _check_scale(scale)
-    if log_scale is not None:
-        if scale is not None:
-            raise ValueError("scale/log_scale: give the scale b once, either as scale or as log_scale = log b")
-        log_scale = _check_tensor("log_scale", log_scale, 3, "log b as [B, T, H]")
-    normalizer_value = _check_normalizer(normalizer)
-    per_head = {"q": q, "k": k, "v": v, "log_decay": log_decay, "householder": householder,
-                "householder_dir": householder_dir,
-                "scale": scale_tensor if scale_tensor is not None and scale_tensor.dim() == 3 else None,
-                "log_scale": log_scale,
-                "normalizer": normalizer_value if isinstance(normalizer_value, Tensor) else None}
-    per_head = {name: x for name, x in per_head.items() if x is not None}
-    sizes = _Sizes(q, k, v, per_head)
-    for name, x in per_head.items():
-        sizes.check(name, x, key_dim=name in ("q", "k", "householder_dir") or (name == "log_decay" and x.dim() == 4))
-    if scale_tensor is not None and scale_tensor.dim() == 0:
-        scale_tensor = scale_tensor.to(sizes.device).expand(sizes.batch, sizes.length, 1)
-    if chunk_size is None:
-        chunk_size = DEFAULT_CHUNK_SIZE
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-
-    if decay_rate is not None:
-        decay_rate = _check_decay_rate(decay_rate, log_decay, sizes)
-    dtype = compute_dtype(q, k, v, log_decay, decay_rate, householder, householder_dir, scale_tensor, log_scale,
-                          normalizer_value if isinstance(normalizer_value, Tensor) else None)
-    as_head_major = lambda x: None if x is None else sizes.head_major(x, dtype)  # noqa: E731
-    q_h, k_h = as_head_major(q), as_head_major(k)
-    direction = as_head_major(householder_dir) if householder is not None and householder_dir is not None else None
-    if log_scale is not None:
-        key_scale = k_h.new_ones(k_h.shape[:3])
-    elif scale_tensor is None:
-        key_scale = k_h.new_full(k_h.shape[:3], q.shape[3] ** -0.5 if scale is None else float(scale))
-    else:
-        key_scale = as_head_major(scale_tensor)
-    values = as_head_major(v)
-    if scale_on_values and _scale_on_values(readout_map, normalizer_value, householder, scale_tensor, values, k_h):
-        scaled_keys, values = k_h, values * key_scale.unsqueeze(-1)
-    else:
-        scaled_keys = k_h if log_scale is not None else k_h * key_scale.unsqueeze(-1)
-    key_is_direction = householder is not None and direction is None
-    if key_is_direction:
-        direction = k_h  # DeltaNet: the Householder direction is the (unscaled) key
-    problem = Problem(
-        q=q_h,
-        k=scaled_keys,
-        v=values,
-        log_decay=as_head_major(log_decay),
-        beta=as_head_major(householder),
-        direction=direction,
-        readout=readout_map,
-        normalizer=as_head_major(normalizer_value) if isinstance(normalizer_value, Tensor) else normalizer_value,
-        initial_state=None,
-        chunk_size=chunk_size,
-        out_dtype=v.dtype if v is not None else q.dtype,
-        log_scale=as_head_major(log_scale),
-        key_scale=key_scale if key_is_direction else None,
-        decay_rate=None if decay_rate is None else decay_rate.to(dtype).expand(sizes.heads, sizes.key_dim),
-    )
+    checked = _checked(dynamics)
+    sizes = _Sizes(checked)
+    chunk_size = _check_chunk_size(chunk_size)
+    checked = checked.replace(decay_rate=_check_decay_rate(checked.decay_rate, checked.log_decay, sizes))
+    problem = _head_major(checked, sizes, chunk_size, scale_on_values)
     if not factored:
         problem = problem.materialized()
-    problem.initial_state = check_state("initial_state", initial_state, problem, dtype)
+    problem.initial_state = check_state("initial_state", initial_state, problem, problem.q.dtype)
     return problem
+
+
+def _checked(dynamics: Dynamics) -> Dynamics:
+    """Each argument checked on its own (types, ranks, names), in the order of the signature."""
+    return dynamics.replace(
+        q=_check_tensor("q", dynamics.q, 4, "[B, T, H, K]"),
+        k=_check_tensor("k", dynamics.k, 4, "[B, T, H, K]"),
+        v=None if dynamics.v is None else _check_tensor("v", dynamics.v, 4, "[B, T, H, V]"),
+        readout=resolve_readout(dynamics.readout),
+        log_decay=_check_log_decay(dynamics.log_decay),
+        householder=_check_householder(dynamics.householder, dynamics.householder_dir),
+        householder_dir=_check_householder_dir(dynamics.householder_dir, dynamics.householder),
+        scale=_check_scale(dynamics.scale),
+        log_scale=_check_log_scale(dynamics.log_scale, dynamics.scale),
+        normalizer=_check_normalizer(dynamics.normalizer),
+    )
+
+
+def _head_major(checked: Dynamics, sizes: _Sizes, chunk_size: int, scale_on_values: bool) -> Problem:
+    """The layout change: every tensor ``[B, H, T, ...]`` in the compute dtype, the scale ``b`` as ``[B, H, T]``
+    folded into the keys (or the values, see :func:`_scale_on_values`)."""
+    scale_tensor = checked.scale if isinstance(checked.scale, Tensor) else None
+    if scale_tensor is not None and scale_tensor.dim() == 0:
+        scale_tensor = scale_tensor.to(sizes.device).expand(sizes.batch, sizes.length, 1)
+    normalizer = checked.normalizer if isinstance(checked.normalizer, Tensor) else None
+    dtype = compute_dtype(checked.q, checked.k, checked.v, checked.log_decay, checked.decay_rate, checked.householder,
+                          checked.householder_dir, scale_tensor, checked.log_scale, normalizer)
+    q, k, values = (sizes.head_major(x, dtype) for x in (checked.q, checked.k, checked.v))
+    if checked.log_scale is not None:
+        key_scale = k.new_ones(k.shape[:3])
+    elif scale_tensor is None:
+        key_scale = k.new_full(k.shape[:3], sizes.key_dim ** -0.5 if checked.scale is None else float(checked.scale))
+    else:
+        key_scale = sizes.head_major(scale_tensor, dtype)
+    if scale_on_values and _scale_on_values(checked.readout, checked.normalizer, checked.householder, scale_tensor,
+                                            values, k):
+        scaled_keys, values = k, values * key_scale.unsqueeze(-1)
+    else:
+        scaled_keys = k if checked.log_scale is not None else k * key_scale.unsqueeze(-1)
+    key_is_direction = checked.householder is not None and checked.householder_dir is None
+    direction = k if key_is_direction else sizes.head_major(checked.householder_dir, dtype)  # DeltaNet: w = k
+    rate = checked.decay_rate
+    return Problem(
+        q=q, k=scaled_keys, v=values, log_decay=sizes.head_major(checked.log_decay, dtype),
+        beta=sizes.head_major(checked.householder, dtype), direction=direction, readout=checked.readout,
+        normalizer=checked.normalizer if normalizer is None else sizes.head_major(normalizer, dtype),
+        initial_state=None, chunk_size=chunk_size, out_dtype=checked.q.dtype if checked.v is None else checked.v.dtype,
+        log_scale=sizes.head_major(checked.log_scale, dtype), key_scale=key_scale if key_is_direction else None,
+        decay_rate=None if rate is None else rate.to(dtype).expand(sizes.heads, sizes.key_dim),
+    )
 
 
 def _scale_on_values(readout: Readout, normalizer: Any, householder: Tensor | None, scale: Tensor | None,
@@ -306,9 +290,66 @@ def spread_over_heads(grad: Tensor, shape: torch.Size) -> Tensor:
     return (grad / shape[1]).expand(shape)
 
 
-def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Tensor:
+def _check_log_decay(log_decay: Any) -> Tensor | None:
+    if log_decay is None:
+        return None
+    rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
+    return _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
+
+
+def _check_householder(householder: Any, direction: Any) -> Tensor | None:
+    if direction is not None and householder is None:
+        raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
+    return None if householder is None else _check_tensor("householder", householder, 3, "β as [B, T, H]")
+
+
+def _check_householder_dir(direction: Any, householder: Any) -> Tensor | None:
+    if householder is None or direction is None:
+        return None
+    return _check_tensor("householder_dir", direction, 4, "w as [B, T, H, K]")
+
+
+def _check_scale(scale: Any) -> Any:
+    if scale is None or (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
+        return scale
+    if isinstance(scale, Tensor) and scale.dim() == 0:
+        if not scale.is_floating_point():
+            raise ValueError(f"scale: expected a float or a floating-point tensor [B, T, H], got dtype {scale.dtype}")
+        return scale
+    if isinstance(scale, Tensor):
+        return _check_tensor("scale", scale, 3, "b as [B, T, H]")
+    raise ValueError(f"scale: expected None (K**-0.5), a float or a tensor [B, T, H], got {type(scale).__name__}")
+
+
+def _check_log_scale(log_scale: Any, scale: Any) -> Tensor | None:
+    if log_scale is None:
+        return None
+    if scale is not None:
+        raise ValueError("scale/log_scale: give the scale b once, either as scale or as log_scale = log b")
+    return _check_tensor("log_scale", log_scale, 3, "log b as [B, T, H]")
+
+
+def _check_normalizer(normalizer: Any) -> str | Tensor:
+    if isinstance(normalizer, Tensor):
+        return _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
+    if isinstance(normalizer, str) and normalizer in NORMALIZERS:
+        return normalizer
+    raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
+
+
+def _check_chunk_size(chunk_size: Any) -> int:
+    if chunk_size is None:
+        return DEFAULT_CHUNK_SIZE
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
+    return chunk_size
+
+
+def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Tensor | None:
     """``A`` ``[H, K]`` (or ``[1, K]``) of the factored decay ``g_t = Δ_t ⊗ A``; needs the steps ``Δ`` as a scalar
     ``log_decay``."""
+    if rate is None:
+        return None
     rate = _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
     if log_decay is None or log_decay.dim() != 3:
         raise ValueError("decay_rate: the factored decay g = log_decay ⊗ decay_rate needs log_decay as the steps "
@@ -321,26 +362,6 @@ def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Ten
     if rate.device != sizes.device:
         raise ValueError(f"decay_rate: on device {rate.device}, but q is on {sizes.device}; move it with .to()")
     return rate
-
-
-def _check_scale(scale: Any) -> Tensor | None:
-    if scale is None or (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
-        return None
-    if isinstance(scale, Tensor) and scale.dim() == 0:
-        if not scale.is_floating_point():
-            raise ValueError(f"scale: expected a float or a floating-point tensor [B, T, H], got dtype {scale.dtype}")
-        return scale
-    if isinstance(scale, Tensor):
-        return _check_tensor("scale", scale, 3, "b as [B, T, H]")
-    raise ValueError(f"scale: expected None (K**-0.5), a float or a tensor [B, T, H], got {type(scale).__name__}")
-
-
-def _check_normalizer(normalizer: Any) -> str | Tensor:
-    if isinstance(normalizer, Tensor):
-        return _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
-    if isinstance(normalizer, str) and normalizer in NORMALIZERS:
-        return normalizer
-    raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
 
 
 def state_layout(problem: Problem) -> str:

@@ -14,9 +14,9 @@ import pkgutil
 from functools import lru_cache
 from typing import Any
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, Mixer, MixerState
+from seqdyn.mixers.base import CoefficientMixer, Mixer, MixerState
 
-__all__ = ["CoefficientMixer", "CoreInputs", "Mixer", "MixerState", "build", "get", "names", "options"]
+__all__ = ["CoefficientMixer", "Mixer", "MixerState", "build", "get", "names", "options"]
 
 _NOT_MIXERS = {"base"}
 
