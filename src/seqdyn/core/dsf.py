@@ -92,7 +92,7 @@ def dsf(
     dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
                            householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
                            decay_rate=decay_rate)
-    problem = prepare(dynamics, scale_on_values=False).folded()
+    problem = prepare(dynamics).folded()
     if not problem.readout.linear:
         raise ValueError(
             f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "

@@ -2,7 +2,8 @@
 
 Public layout (DESIGN §1): ``q, k: [B, T, H, K]``, ``v: [B, T, H, V]``, per-head scalars ``[B, T, H]``; a head
 axis of size 1 is shared by all heads.  Inside, every tensor is head-major (``[B, H, T, ...]``), heads are
-expanded, the scale ``b`` is folded into the keys, and half precision is computed in float32.
+expanded, the scale ``b`` stays beside the keys (each backend multiplies it in where it is cheapest), and half
+precision is computed in float32.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ class Problem:
 
     Attributes:
         q: ``[B, H, T, K]`` queries.
-        k: ``[B, H, T, K]`` keys multiplied by their scale ``b_j`` (the impulse ``b_j k_j`` of seed 001 eq. 3a),
-            unless the scale is given in log space (``log_scale``, folded in by :meth:`folded` or by the
-            operator's stabilization), or on the values when that is cheaper (see :func:`_scale_on_values`).
+        k: ``[B, H, T, K]`` keys; the impulse of seed 001 eq. 3a is ``b_j k_j`` with the scale ``b`` below.
+        scale: ``b`` as ``[B, H, T]`` or a constant float; ``None`` when ``b`` is given in log space (``log_scale``)
+            or is 1.  Where ``b`` is multiplied in is the backends' decision (:meth:`with_scale_applied`).
+        log_scale: ``log b`` ``[B, H, T]`` or ``None``, for scales beyond the float range (folded in by
+            :meth:`folded` or by the operator's stabilization).
         v: ``[B, H, T, V]`` values, or ``None`` when only coefficients are asked for.
         log_decay: ``None`` (Λ = I), ``[B, H, T]`` (scalar) or ``[B, H, T, K]`` (diagonal) log decays ``g``; with
             ``decay_rate`` the step ``Δ`` ``[B, H, T]`` of the factored diagonal decay ``g = Δ ⊗ A``.
@@ -38,8 +41,6 @@ class Problem:
         beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
         readout: the map φ.  normalizer: a name, or η as ``[B, H, T]``.
         initial_state: validated, head-major state (see :func:`check_state`), or ``None``.
-        key_scale: ``[B, H, T]`` with ``k = direction ⊙ key_scale`` when the Householder direction is the key
-            (DeltaNet), which lets the ``chunk`` backend share Gram matrices; ``None`` otherwise.
     """
 
     q: Tensor
@@ -53,9 +54,10 @@ class Problem:
     initial_state: Any
     chunk_size: int
     out_dtype: torch.dtype
+    scale: Tensor | float | None = None
     log_scale: Tensor | None = None
-    key_scale: Tensor | None = None
     decay_rate: Tensor | None = None
+    key_scale: Tensor | None = None  # TRANSITIONAL: DeltaNet's b for chunk.linear, set by the operator
 
     def materialized(self) -> "Problem":
         """The same problem with a factored decay formed: ``g_t = Δ_t A`` ``[B, H, T, K]`` (seed 000 eq. 4)."""
@@ -64,17 +66,58 @@ class Problem:
         return dataclasses.replace(self, log_decay=factored_log_decay(self.log_decay, self.decay_rate), decay_rate=None)
 
     def folded(self) -> "Problem":
-        """The same problem with ``b = exp(log_scale)`` multiplied into the keys (for the nonlinear readouts)."""
-        if self.log_scale is None:
-            return self
-        return self.with_keys_scaled(torch.exp(self.log_scale), log_scale=None)
+        """The same problem with ``b`` (``scale``, or ``exp(log_scale)``) multiplied into the keys: ``k ← b ⊙ k``."""
+        problem = self if self.log_scale is None else self.with_keys_scaled(torch.exp(self.log_scale), log_scale=None)
+        if problem.scale is None:
+            return problem
+        return dataclasses.replace(problem, k=problem.scaled_keys(), scale=None)
+
+    def with_scale_applied(self) -> "Problem":
+        """The same outputs and states with ``b`` multiplied in where it is cheapest — the backends' speed decision.
+
+        ``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``: a per-step ``b`` of the identity readout goes on the values where it
+        enters nowhere else (no Householder factor, no normalizer state ``z``) and the values are narrower than the
+        keys (S6: V = 1, K = N), so scaling them is the cheaper product, or the keys are shared by all heads and
+        ``b`` is not (Mamba-2: one group of keys), so the keys stay shared.  Otherwise it goes on the keys.
+        """
+        if not self._scale_on_values():
+            return self.folded()
+        return dataclasses.replace(self, v=self.v * self.scale.unsqueeze(-1), scale=None)
+
+    def _scale_on_values(self) -> bool:
+        scale = self.scale
+        if not isinstance(scale, Tensor) or self.v is None or not self.readout.linear or self.householder:
+            return False
+        if self.normalizer_kind in STATE_NORMALIZERS:
+            return False
+        keys_stay_shared = shared_over_heads(self.k) and not shared_over_heads(scale)
+        return self.v.shape[-1] < self.k.shape[-1] or keys_stay_shared
+
+    def scale_per_step(self) -> Tensor:
+        """``b`` as ``[B, H, T]`` (ones when it is given in log space)."""
+        if isinstance(self.scale, Tensor):
+            return self.scale
+        return self.k.new_full(self.k.shape[:3], 1.0 if self.scale is None else self.scale)
+
+    def scaled_keys(self) -> Tensor:
+        """The impulses ``b_j k_j`` ``[B, H, T, K]`` of ``scale`` (not of ``log_scale``)."""
+        return self.k if self.scale is None else self.k * self.scale_per_step().unsqueeze(-1)
 
     def with_keys_scaled(self, factor: Tensor, **changes) -> "Problem":
-        """The problem with every key ``k_t`` multiplied by ``factor`` (``[B, H, T]``, or ``[B, H, T, K]`` per channel)."""
+        """The problem with every impulse ``b_t k_t`` multiplied by ``factor`` (``[B, H, T]``, or ``[B, H, T, K]``
+        per channel): DeltaNet's per-step factors go into ``b`` (its keys stay its Householder directions), all
+        others into the keys, with ``b`` multiplied in first."""
         per_step = factor.dim() == self.k.dim() - 1
-        key_scale = self.key_scale * factor.to(self.key_scale.dtype) if per_step and self.key_scale is not None else None
-        scaled = self.k * (factor.unsqueeze(-1) if per_step else factor).to(self.k.dtype)
-        return dataclasses.replace(self, k=scaled, key_scale=key_scale, **changes)
+        if per_step and self.direction_is_key:
+            return dataclasses.replace(self, scale=self.scale_per_step() * factor.to(self.k.dtype), **changes)
+        scaled = self.scaled_keys() * (factor.unsqueeze(-1) if per_step else factor).to(self.k.dtype)
+        return dataclasses.replace(self, k=scaled, scale=None, **changes)
+
+    @property
+    def direction_is_key(self) -> bool:
+        """DeltaNet: the Householder direction is the key itself (``w_t = k_t``), so the impulses ``b_t w_t`` share
+        the direction's Gram matrices in the ``chunk`` backend."""
+        return self.beta is not None and self.direction is self.k
 
     @property
     def decay_kind(self) -> str:
@@ -195,19 +238,18 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
 
 
 def prepare(dynamics: Dynamics, *, initial_state: Any = None, chunk_size: int | None = None,
-            scale_on_values: bool = True, factored: bool = False) -> Problem:
+            factored: bool = False) -> Problem:
     """Validate ``dynamics`` (one check per argument, each naming it in its error) and return the canonical
     :class:`Problem`, head-major, with the state ``initial_state`` checked against it.
 
-    ``scale_on_values=False`` keeps the scale on the keys always (for views that read ``k`` as the impulse
-    ``b_j k_j``, like the DSF's ``B_i``).  ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
+    ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
     caller materializes it where its backend needs ``g``); by default ``g = Δ ⊗ A`` is formed here.
     """
     checked = _checked(dynamics)
     sizes = _Sizes(checked)
     chunk_size = _check_chunk_size(chunk_size)
     checked = checked.replace(decay_rate=_check_decay_rate(checked.decay_rate, checked.log_decay, sizes))
-    problem = _head_major(checked, sizes, chunk_size, scale_on_values)
+    problem = _head_major(checked, sizes, chunk_size)
     if not factored:
         problem = problem.materialized()
     problem.initial_state = check_state("initial_state", initial_state, problem, problem.q.dtype)
@@ -230,52 +272,32 @@ def _checked(dynamics: Dynamics) -> Dynamics:
     )
 
 
-def _head_major(checked: Dynamics, sizes: _Sizes, chunk_size: int, scale_on_values: bool) -> Problem:
-    """The layout change: every tensor ``[B, H, T, ...]`` in the compute dtype, the scale ``b`` as ``[B, H, T]``
-    folded into the keys (or the values, see :func:`_scale_on_values`)."""
-    scale_tensor = checked.scale if isinstance(checked.scale, Tensor) else None
-    if scale_tensor is not None and scale_tensor.dim() == 0:
-        scale_tensor = scale_tensor.to(sizes.device).expand(sizes.batch, sizes.length, 1)
+def _head_major(checked: Dynamics, sizes: _Sizes, chunk_size: int) -> Problem:
+    """The layout change: every tensor ``[B, H, T, ...]`` in the compute dtype; the scale ``b`` a float or
+    ``[B, H, T]``."""
+    scale = checked.scale
+    if isinstance(scale, Tensor) and scale.dim() == 0:
+        scale = scale.to(sizes.device).expand(sizes.batch, sizes.length, 1)
+    scale_tensor = scale if isinstance(scale, Tensor) else None
     normalizer = checked.normalizer if isinstance(checked.normalizer, Tensor) else None
     dtype = compute_dtype(checked.q, checked.k, checked.v, checked.log_decay, checked.decay_rate, checked.householder,
                           checked.householder_dir, scale_tensor, checked.log_scale, normalizer)
-    q, k, values = (sizes.head_major(x, dtype) for x in (checked.q, checked.k, checked.v))
-    if checked.log_scale is not None:
-        key_scale = k.new_ones(k.shape[:3])
-    elif scale_tensor is None:
-        key_scale = k.new_full(k.shape[:3], sizes.key_dim ** -0.5 if checked.scale is None else float(checked.scale))
-    else:
-        key_scale = sizes.head_major(scale_tensor, dtype)
-    if scale_on_values and _scale_on_values(checked.readout, checked.normalizer, checked.householder, scale_tensor,
-                                            values, k):
-        scaled_keys, values = k, values * key_scale.unsqueeze(-1)
-    else:
-        scaled_keys = k if checked.log_scale is not None else k * key_scale.unsqueeze(-1)
+    if checked.log_scale is None and scale_tensor is None:
+        scale = sizes.key_dim ** -0.5 if scale is None else float(scale)
+    k = sizes.head_major(checked.k, dtype)
     key_is_direction = checked.householder is not None and checked.householder_dir is None
     direction = k if key_is_direction else sizes.head_major(checked.householder_dir, dtype)  # DeltaNet: w = k
     rate = checked.decay_rate
     return Problem(
-        q=q, k=scaled_keys, v=values, log_decay=sizes.head_major(checked.log_decay, dtype),
-        beta=sizes.head_major(checked.householder, dtype), direction=direction, readout=checked.readout,
+        q=sizes.head_major(checked.q, dtype), k=k, v=sizes.head_major(checked.v, dtype),
+        log_decay=sizes.head_major(checked.log_decay, dtype), beta=sizes.head_major(checked.householder, dtype),
+        direction=direction, readout=checked.readout,
         normalizer=checked.normalizer if normalizer is None else sizes.head_major(normalizer, dtype),
         initial_state=None, chunk_size=chunk_size, out_dtype=checked.q.dtype if checked.v is None else checked.v.dtype,
-        log_scale=sizes.head_major(checked.log_scale, dtype), key_scale=key_scale if key_is_direction else None,
+        scale=sizes.head_major(scale_tensor, dtype) if scale_tensor is not None else scale,
+        log_scale=sizes.head_major(checked.log_scale, dtype),
         decay_rate=None if rate is None else rate.to(dtype).expand(sizes.heads, sizes.key_dim),
     )
-
-
-def _scale_on_values(readout: Readout, normalizer: Any, householder: Tensor | None, scale: Tensor | None,
-                     values: Tensor | None, keys: Tensor) -> bool:
-    """Whether the per-step scale ``b_j`` goes on the values instead of the keys: ``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``
-    for the identity readout, where ``b`` enters nowhere else (no Householder factor, no normalizer state ``z``).
-    It does when the values are narrower than the keys (S6: V = 1, K = N), so scaling them is the cheaper product,
-    and when keys shared by all heads meet a scale per head (Mamba-2: one group of keys), so the keys stay shared."""
-    if scale is None or values is None or not readout.linear or householder is not None:
-        return False
-    if normalizer in STATE_NORMALIZERS:
-        return False
-    keys_stay_shared = shared_over_heads(keys) and scale.dim() == 3 and scale.shape[-1] > 1
-    return values.shape[-1] < keys.shape[-1] or keys_stay_shared
 
 
 def shared_over_heads(x: Tensor) -> bool:
