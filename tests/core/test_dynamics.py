@@ -41,6 +41,9 @@ def test_a_dynamics_leaves_no_keyword_beside_it(beside):
         seqdyn.coefficient_dynamics(_dynamics(), **beside)
 
 
-def test_a_dynamics_is_frozen():
+def test_a_dynamics_is_frozen_and_replace_knows_its_fields():
     with pytest.raises(AttributeError):
         _dynamics().scale = 2.0
+    assert _dynamics().replace(scale=2.0).scale == 2.0
+    with pytest.raises(TypeError, match="no field nope"):
+        _dynamics().replace(nope=1.0)

@@ -71,12 +71,19 @@ class Dynamics:
         return {name: getattr(self, name) for name in OPTIONS}
 
     def replace(self, **changes: Any) -> "Dynamics":
-        """The same description with ``changes``."""
-        return dataclasses.replace(self, **changes)
+        """The same description with ``changes`` (``dataclasses.replace`` without its per-field bookkeeping: a
+        short sequence's call is mostly such overhead)."""
+        unknown = changes.keys() - FIELDS
+        if unknown:
+            raise TypeError(f"Dynamics has no field {', '.join(sorted(unknown))}")
+        dynamics = object.__new__(Dynamics)
+        dynamics.__dict__.update(self.__dict__, **changes)
+        return dynamics
 
 
 #: the fields of :class:`Dynamics` beside q, k, v, with their defaults
 OPTIONS = {field.name: field.default for field in dataclasses.fields(Dynamics) if field.name not in ("q", "k", "v")}
+FIELDS = frozenset(("q", "k", "v", *OPTIONS))
 
 
 def as_dynamics(q: Tensor | Dynamics, k: Tensor | None, v: Tensor | None, **options: Any) -> Dynamics:
@@ -84,13 +91,10 @@ def as_dynamics(q: Tensor | Dynamics, k: Tensor | None, v: Tensor | None, **opti
     (then neither k, v nor an option may be given beside it)."""
     if not isinstance(q, Dynamics):
         return Dynamics(q, k, v, **options)
-    beside = [name for name, value in (("k", k), ("v", v), *options.items()) if not _is_default(value, name)]
+    beside = [name for name, value in (("k", k), ("v", v), *options.items()) if value is not OPTIONS.get(name)
+              and not (isinstance(value, str) and value == OPTIONS.get(name))]  # a default, or a name equal to it
     if beside:
         raise ValueError(f"{', '.join(beside)}: given beside a Dynamics, which holds them; set them in it "
                          "(Dynamics.replace) instead")
     return q
 
-
-def _is_default(value: Any, name: str) -> bool:
-    default = OPTIONS.get(name)
-    return value is default or (isinstance(value, str) and value == default)

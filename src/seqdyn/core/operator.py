@@ -84,6 +84,11 @@ def coefficient_dynamics(
     dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
                            householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
                            decay_rate=decay_rate)
+    return _outputs(dynamics, initial_state, output_final_state, backend, chunk_size)
+
+
+def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, backend: str, chunk_size: int | None):
+    """:func:`coefficient_dynamics` of a :class:`Dynamics`."""
     problem = prepare(dynamics, initial_state=initial_state, chunk_size=chunk_size, factored=True)
     module = _backend_for(problem, backend)
     if not getattr(module, "FACTORED_DECAY", False):
@@ -146,8 +151,7 @@ def coefficient_dynamics_step(
     dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
                            householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
                            decay_rate=decay_rate)
-    y, new_state = coefficient_dynamics(_one_step_as_sequence(dynamics), initial_state=state,
-                                        output_final_state=True, backend="recurrent")
+    y, new_state = _outputs(_one_step_as_sequence(dynamics), state, True, "recurrent", None)
     return y[:, 0], new_state
 
 
@@ -198,7 +202,7 @@ def coefficients(
     batch, heads, length, _, _ = problem.shape
     one_hot = torch.eye(length, dtype=problem.q.dtype, device=problem.q.device)[None, :, None, :]
     one_hot = one_hot.expand(batch, length, heads, length)  # [B, T, H, T]: value j of row i is 1 at j
-    return coefficient_dynamics(dynamics.replace(v=one_hot), backend=backend, chunk_size=chunk_size).transpose(1, 2)
+    return _outputs(dynamics.replace(v=one_hot), None, False, backend, chunk_size).transpose(1, 2)
 
 
 # --------------------------------------------------------------------------------------------------- internals

@@ -59,6 +59,13 @@ class Problem:
     decay_rate: Tensor | None = None
     key_scale: Tensor | None = None  # TRANSITIONAL: DeltaNet's b for chunk.linear, set by the operator
 
+    def replaced(self, **changes: Any) -> "Problem":
+        """``dataclasses.replace(self, **changes)`` without its per-field bookkeeping: a short sequence's call is
+        mostly such overhead."""
+        problem = object.__new__(Problem)
+        problem.__dict__.update(self.__dict__, **changes)
+        return problem
+
     def materialized(self) -> "Problem":
         """The same problem with a factored decay formed: ``g_t = Δ_t A`` ``[B, H, T, K]`` (seed 000 eq. 4)."""
         if self.decay_rate is None:
@@ -70,7 +77,7 @@ class Problem:
         problem = self if self.log_scale is None else self.with_keys_scaled(torch.exp(self.log_scale), log_scale=None)
         if problem.scale is None:
             return problem
-        return dataclasses.replace(problem, k=problem.scaled_keys(), scale=None)
+        return problem.replaced(k=problem.scaled_keys(), scale=None)
 
     def with_scale_applied(self) -> "Problem":
         """The same outputs and states with ``b`` multiplied in where it is cheapest — the backends' speed decision.
@@ -82,7 +89,7 @@ class Problem:
         """
         if not self._scale_on_values():
             return self.folded()
-        return dataclasses.replace(self, v=self.v * self.scale.unsqueeze(-1), scale=None)
+        return self.replaced(v=self.v * self.scale.unsqueeze(-1), scale=None)
 
     def _scale_on_values(self) -> bool:
         scale = self.scale
@@ -101,7 +108,9 @@ class Problem:
 
     def scaled_keys(self) -> Tensor:
         """The impulses ``b_j k_j`` ``[B, H, T, K]`` of ``scale`` (not of ``log_scale``)."""
-        return self.k if self.scale is None else self.k * self.scale_per_step().unsqueeze(-1)
+        if self.scale is None:
+            return self.k
+        return self.k * (self.scale.unsqueeze(-1) if isinstance(self.scale, Tensor) else self.scale)
 
     def with_keys_scaled(self, factor: Tensor, **changes) -> "Problem":
         """The problem with every impulse ``b_t k_t`` multiplied by ``factor`` (``[B, H, T]``, or ``[B, H, T, K]``
@@ -109,9 +118,9 @@ class Problem:
         others into the keys, with ``b`` multiplied in first."""
         per_step = factor.dim() == self.k.dim() - 1
         if per_step and self.direction_is_key:
-            return dataclasses.replace(self, scale=self.scale_per_step() * factor.to(self.k.dtype), **changes)
+            return self.replaced(scale=self.scale_per_step() * factor.to(self.k.dtype), **changes)
         scaled = self.scaled_keys() * (factor.unsqueeze(-1) if per_step else factor).to(self.k.dtype)
-        return dataclasses.replace(self, k=scaled, scale=None, **changes)
+        return self.replaced(k=scaled, scale=None, **changes)
 
     @property
     def direction_is_key(self) -> bool:
@@ -176,10 +185,10 @@ def _check_tensor(name: str, x: Any, rank: int, layout: str) -> Tensor:
 
 
 class _Sizes:
-    """B, T, H, K, V of checked arguments; every per-head tensor checked against them."""
+    """B, T, H, K, V of the arguments; every per-head tensor checked against them."""
 
-    def __init__(self, checked: Dynamics):
-        q, k, v = checked.q, checked.k, checked.v
+    def __init__(self, dynamics: Dynamics):
+        q, k, v = dynamics.q, dynamics.k, dynamics.v
         self.batch, self.length = q.shape[0], q.shape[1]
         self.key_dim = q.shape[3]
         self.device = q.device
@@ -188,7 +197,7 @@ class _Sizes:
         if self.key_dim < 1 or (v is not None and v.shape[3] < 1):
             value_dim = "" if v is None else f", V={v.shape[3]}"  # coefficients() has no values
             raise ValueError(f"q/v: key and value dimensions must be ≥ 1, got K={self.key_dim}{value_dim}")
-        per_head = _per_head(checked)
+        per_head = _per_head(dynamics)
         self.heads = max(t.shape[2] for t in per_head.values())
         if k.shape[3] != self.key_dim:
             raise ValueError(f"k: key dimension {k.shape[3]} does not match q's {self.key_dim} (shapes [B, T, H, K])")
@@ -218,13 +227,13 @@ class _Sizes:
         return x.expand(x.shape[0], self.heads, *x.shape[2:])
 
 
-def _per_head(checked: Dynamics) -> dict[str, Tensor]:
-    """The checked tensors laid out ``[B, T, H|1, ...]``, in the order their sizes are checked."""
-    scale = checked.scale if isinstance(checked.scale, Tensor) and checked.scale.dim() == 3 else None
-    normalizer = checked.normalizer if isinstance(checked.normalizer, Tensor) else None
-    per_head = {"q": checked.q, "k": checked.k, "v": checked.v, "log_decay": checked.log_decay,
-                "householder": checked.householder, "householder_dir": checked.householder_dir, "scale": scale,
-                "log_scale": checked.log_scale, "normalizer": normalizer}
+def _per_head(dynamics: Dynamics) -> dict[str, Tensor]:
+    """The tensors laid out ``[B, T, H|1, ...]``, in the order their sizes are checked."""
+    scale = dynamics.scale if isinstance(dynamics.scale, Tensor) and dynamics.scale.dim() == 3 else None
+    normalizer = dynamics.normalizer if isinstance(dynamics.normalizer, Tensor) else None
+    per_head = {"q": dynamics.q, "k": dynamics.k, "v": dynamics.v, "log_decay": dynamics.log_decay,
+                "householder": dynamics.householder, "householder_dir": dynamics.householder_dir, "scale": scale,
+                "log_scale": dynamics.log_scale, "normalizer": normalizer}
     return {name: x for name, x in per_head.items() if x is not None}
 
 
@@ -245,57 +254,57 @@ def prepare(dynamics: Dynamics, *, initial_state: Any = None, chunk_size: int | 
     ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
     caller materializes it where its backend needs ``g``); by default ``g = Δ ⊗ A`` is formed here.
     """
-    checked = _checked(dynamics)
-    sizes = _Sizes(checked)
+    readout = _check_arguments(dynamics)
+    sizes = _Sizes(dynamics)
     chunk_size = _check_chunk_size(chunk_size)
-    checked = checked.replace(decay_rate=_check_decay_rate(checked.decay_rate, checked.log_decay, sizes))
-    problem = _head_major(checked, sizes, chunk_size)
+    _check_decay_rate(dynamics.decay_rate, dynamics.log_decay, sizes)
+    problem = _head_major(dynamics, readout, sizes, chunk_size)
     if not factored:
         problem = problem.materialized()
     problem.initial_state = check_state("initial_state", initial_state, problem, problem.q.dtype)
     return problem
 
 
-def _checked(dynamics: Dynamics) -> Dynamics:
-    """Each argument checked on its own (types, ranks, names), in the order of the signature."""
-    return dynamics.replace(
-        q=_check_tensor("q", dynamics.q, 4, "[B, T, H, K]"),
-        k=_check_tensor("k", dynamics.k, 4, "[B, T, H, K]"),
-        v=None if dynamics.v is None else _check_tensor("v", dynamics.v, 4, "[B, T, H, V]"),
-        readout=resolve_readout(dynamics.readout),
-        log_decay=_check_log_decay(dynamics.log_decay),
-        householder=_check_householder(dynamics.householder, dynamics.householder_dir),
-        householder_dir=_check_householder_dir(dynamics.householder_dir, dynamics.householder),
-        scale=_check_scale(dynamics.scale),
-        log_scale=_check_log_scale(dynamics.log_scale, dynamics.scale),
-        normalizer=_check_normalizer(dynamics.normalizer),
-    )
+def _check_arguments(dynamics: Dynamics) -> Readout:
+    """Check each argument on its own (type, rank, value; the error names it), in the order of the signature.
+    Returns the readout map φ."""
+    _check_tensor("q", dynamics.q, 4, "[B, T, H, K]")
+    _check_tensor("k", dynamics.k, 4, "[B, T, H, K]")
+    if dynamics.v is not None:
+        _check_tensor("v", dynamics.v, 4, "[B, T, H, V]")
+    readout = resolve_readout(dynamics.readout)
+    _check_log_decay(dynamics.log_decay)
+    _check_householder(dynamics.householder, dynamics.householder_dir)
+    _check_scale(dynamics.scale)
+    _check_log_scale(dynamics.log_scale, dynamics.scale)
+    _check_normalizer(dynamics.normalizer)
+    return readout
 
 
-def _head_major(checked: Dynamics, sizes: _Sizes, chunk_size: int) -> Problem:
+def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size: int) -> Problem:
     """The layout change: every tensor ``[B, H, T, ...]`` in the compute dtype; the scale ``b`` a float or
     ``[B, H, T]``."""
-    scale = checked.scale
+    scale = dynamics.scale
     if isinstance(scale, Tensor) and scale.dim() == 0:
         scale = scale.to(sizes.device).expand(sizes.batch, sizes.length, 1)
     scale_tensor = scale if isinstance(scale, Tensor) else None
-    normalizer = checked.normalizer if isinstance(checked.normalizer, Tensor) else None
-    dtype = compute_dtype(checked.q, checked.k, checked.v, checked.log_decay, checked.decay_rate, checked.householder,
-                          checked.householder_dir, scale_tensor, checked.log_scale, normalizer)
-    if checked.log_scale is None and scale_tensor is None:
+    normalizer = dynamics.normalizer if isinstance(dynamics.normalizer, Tensor) else None
+    dtype = compute_dtype(dynamics.q, dynamics.k, dynamics.v, dynamics.log_decay, dynamics.decay_rate,
+                          dynamics.householder, dynamics.householder_dir, scale_tensor, dynamics.log_scale, normalizer)
+    if dynamics.log_scale is None and scale_tensor is None:
         scale = sizes.key_dim ** -0.5 if scale is None else float(scale)
-    k = sizes.head_major(checked.k, dtype)
-    key_is_direction = checked.householder is not None and checked.householder_dir is None
-    direction = k if key_is_direction else sizes.head_major(checked.householder_dir, dtype)  # DeltaNet: w = k
-    rate = checked.decay_rate
+    k = sizes.head_major(dynamics.k, dtype)
+    key_is_direction = dynamics.householder is not None and dynamics.householder_dir is None
+    direction = k if key_is_direction else sizes.head_major(dynamics.householder_dir, dtype)  # DeltaNet: w = k
+    rate = dynamics.decay_rate
     return Problem(
-        q=sizes.head_major(checked.q, dtype), k=k, v=sizes.head_major(checked.v, dtype),
-        log_decay=sizes.head_major(checked.log_decay, dtype), beta=sizes.head_major(checked.householder, dtype),
-        direction=direction, readout=checked.readout,
-        normalizer=checked.normalizer if normalizer is None else sizes.head_major(normalizer, dtype),
-        initial_state=None, chunk_size=chunk_size, out_dtype=checked.q.dtype if checked.v is None else checked.v.dtype,
+        q=sizes.head_major(dynamics.q, dtype), k=k, v=sizes.head_major(dynamics.v, dtype),
+        log_decay=sizes.head_major(dynamics.log_decay, dtype), beta=sizes.head_major(dynamics.householder, dtype),
+        direction=direction, readout=readout,
+        normalizer=dynamics.normalizer if normalizer is None else sizes.head_major(normalizer, dtype),
+        initial_state=None, chunk_size=chunk_size, out_dtype=dynamics.q.dtype if dynamics.v is None else dynamics.v.dtype,
         scale=sizes.head_major(scale_tensor, dtype) if scale_tensor is not None else scale,
-        log_scale=sizes.head_major(checked.log_scale, dtype),
+        log_scale=sizes.head_major(dynamics.log_scale, dtype),
         decay_rate=None if rate is None else rate.to(dtype).expand(sizes.heads, sizes.key_dim),
     )
 
@@ -312,51 +321,45 @@ def spread_over_heads(grad: Tensor, shape: torch.Size) -> Tensor:
     return (grad / shape[1]).expand(shape)
 
 
-def _check_log_decay(log_decay: Any) -> Tensor | None:
-    if log_decay is None:
-        return None
-    rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
-    return _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
+def _check_log_decay(log_decay: Any) -> None:
+    if log_decay is not None:
+        rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
+        _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
 
 
-def _check_householder(householder: Any, direction: Any) -> Tensor | None:
+def _check_householder(householder: Any, direction: Any) -> None:
     if direction is not None and householder is None:
         raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
-    return None if householder is None else _check_tensor("householder", householder, 3, "β as [B, T, H]")
+    if householder is not None:
+        _check_tensor("householder", householder, 3, "β as [B, T, H]")
+        if direction is not None:
+            _check_tensor("householder_dir", direction, 4, "w as [B, T, H, K]")
 
 
-def _check_householder_dir(direction: Any, householder: Any) -> Tensor | None:
-    if householder is None or direction is None:
-        return None
-    return _check_tensor("householder_dir", direction, 4, "w as [B, T, H, K]")
-
-
-def _check_scale(scale: Any) -> Any:
+def _check_scale(scale: Any) -> None:
     if scale is None or (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
-        return scale
+        return
     if isinstance(scale, Tensor) and scale.dim() == 0:
         if not scale.is_floating_point():
             raise ValueError(f"scale: expected a float or a floating-point tensor [B, T, H], got dtype {scale.dtype}")
-        return scale
-    if isinstance(scale, Tensor):
-        return _check_tensor("scale", scale, 3, "b as [B, T, H]")
-    raise ValueError(f"scale: expected None (K**-0.5), a float or a tensor [B, T, H], got {type(scale).__name__}")
+    elif isinstance(scale, Tensor):
+        _check_tensor("scale", scale, 3, "b as [B, T, H]")
+    else:
+        raise ValueError(f"scale: expected None (K**-0.5), a float or a tensor [B, T, H], got {type(scale).__name__}")
 
 
-def _check_log_scale(log_scale: Any, scale: Any) -> Tensor | None:
-    if log_scale is None:
-        return None
-    if scale is not None:
-        raise ValueError("scale/log_scale: give the scale b once, either as scale or as log_scale = log b")
-    return _check_tensor("log_scale", log_scale, 3, "log b as [B, T, H]")
+def _check_log_scale(log_scale: Any, scale: Any) -> None:
+    if log_scale is not None:
+        if scale is not None:
+            raise ValueError("scale/log_scale: give the scale b once, either as scale or as log_scale = log b")
+        _check_tensor("log_scale", log_scale, 3, "log b as [B, T, H]")
 
 
-def _check_normalizer(normalizer: Any) -> str | Tensor:
+def _check_normalizer(normalizer: Any) -> None:
     if isinstance(normalizer, Tensor):
-        return _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
-    if isinstance(normalizer, str) and normalizer in NORMALIZERS:
-        return normalizer
-    raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
+        _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
+    elif not (isinstance(normalizer, str) and normalizer in NORMALIZERS):
+        raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
 
 
 def _check_chunk_size(chunk_size: Any) -> int:
@@ -367,12 +370,12 @@ def _check_chunk_size(chunk_size: Any) -> int:
     return chunk_size
 
 
-def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Tensor | None:
+def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> None:
     """``A`` ``[H, K]`` (or ``[1, K]``) of the factored decay ``g_t = Δ_t ⊗ A``; needs the steps ``Δ`` as a scalar
     ``log_decay``."""
     if rate is None:
-        return None
-    rate = _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
+        return
+    _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
     if log_decay is None or log_decay.dim() != 3:
         raise ValueError("decay_rate: the factored decay g = log_decay ⊗ decay_rate needs log_decay as the steps "
                          "Δ [B, T, H]; pass a scalar log_decay, or drop decay_rate and pass g as [B, T, H, K]")
@@ -383,7 +386,6 @@ def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Ten
                          f"give A as [{sizes.heads}, {sizes.key_dim}] or [1, {sizes.key_dim}]")
     if rate.device != sizes.device:
         raise ValueError(f"decay_rate: on device {rate.device}, but q is on {sizes.device}; move it with .to()")
-    return rate
 
 
 def state_layout(problem: Problem) -> str:
