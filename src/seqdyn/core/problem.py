@@ -108,9 +108,9 @@ class Problem:
 
     def scaled_keys(self) -> Tensor:
         """The impulses ``b_j k_j`` ``[B, H, T, K]`` of ``scale`` (not of ``log_scale``)."""
-        if self.scale is None:
-            return self.k
-        return self.k * (self.scale.unsqueeze(-1) if isinstance(self.scale, Tensor) else self.scale)
+        # b as a [B, H, T] tensor even when constant: the product then has the memory layout the backends were
+        # tuned on (head-major), where a number would keep the keys' time-major layout
+        return self.k if self.scale is None else self.k * self.scale_per_step().unsqueeze(-1)
 
     def with_keys_scaled(self, factor: Tensor, **changes) -> "Problem":
         """The problem with every impulse ``b_t k_t`` multiplied by ``factor`` (``[B, H, T]``, or ``[B, H, T, K]``
