@@ -272,9 +272,6 @@ def _run(problem: Problem, module, want_state: bool):
             state = torch.cat([state[0], state[1].unsqueeze(-1)], dim=-1)
         problem = dataclasses.replace(problem, v=torch.cat([problem.v, ones], dim=-1), initial_state=state)
     problem, row_scale, state_scale = _stabilized(problem)
-    if module is REGISTRY["chunk"]:  # TRANSITIONAL: chunk.linear takes b applied, DeltaNet's b as key_scale
-        key_scale = problem.scale_per_step() if problem.direction_is_key else None
-        problem = dataclasses.replace(problem.with_scale_applied(), key_scale=key_scale)
     out, state = module.linear(problem, want_state)
     numerator, denominator = (out[..., :-1], out[..., -1]) if original.augmented else (out, None)
     out = _normalized(numerator, denominator, original.normalizer, row_scale)

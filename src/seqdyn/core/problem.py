@@ -57,7 +57,6 @@ class Problem:
     scale: Tensor | float | None = None
     log_scale: Tensor | None = None
     decay_rate: Tensor | None = None
-    key_scale: Tensor | None = None  # TRANSITIONAL: DeltaNet's b for chunk.linear, set by the operator
 
     def replaced(self, **changes: Any) -> "Problem":
         """``dataclasses.replace(self, **changes)`` without its per-field bookkeeping: a short sequence's call is

@@ -554,6 +554,8 @@ def _along_keys(x: Tensor, diagonal: bool) -> Tensor:
 
 def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     """Chunkwise-parallel identity readout; returns ``y`` ``[B, H, T, V]`` and ``S_T``."""
+    key_scale = problem.scale_per_step() if problem.direction_is_key else None  # DeltaNet: impulses b_t w_t
+    problem = problem.with_scale_applied()
     batch, heads, length, key_dim, value_dim = problem.shape
     diagonal = problem.diagonal
     size = min(problem.chunk_size, length)
@@ -563,7 +565,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     chunks = -(-length // size)
     q, k, v, direction = (_dense(_to_chunks(x, chunks, size)) for x in (problem.q, problem.k, problem.v,
                                                                          problem.direction))
-    g, beta, key_scale = (_to_chunks(x, chunks, size) for x in (g, problem.beta, problem.key_scale))
+    g, beta, key_scale = (_to_chunks(x, chunks, size) for x in (g, problem.beta, key_scale))
     if beta is None:
         out, state = _DecayedChunks.apply(q, k, v, g, problem.initial_state)
         return _unchunked(out, length), state
