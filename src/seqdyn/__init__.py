@@ -11,6 +11,7 @@ Sub-packages (``layers``, ``mixers``, ``models``, ``tasks``, ``train``, ``analys
 from importlib import import_module
 
 from seqdyn.core.dsf import DSF, dsf
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import (
     BACKENDS,
     NORMALIZERS,
@@ -28,6 +29,7 @@ _LAZY_SUBMODULES = ("features", "layers", "mixers", "models", "tasks", "train", 
 __all__ = [
     "BACKENDS",
     "DSF",
+    "Dynamics",
     "NORMALIZERS",
     "READOUTS",
     "coefficient_dynamics",

@@ -10,6 +10,7 @@ import torch
 
 import seqdyn
 from seqdyn.core.backends import REGISTRY
+from seqdyn.core.dynamics import Dynamics
 from tests.core.cases import all_combinations, assert_close, build, call, flatten, random_case
 
 TOL = 1e-10
@@ -288,7 +289,7 @@ def test_auto_picks_a_valid_backend_and_says_which():
         q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
         chosen = seqdyn.select_backend(q, k, v, **leaves, **options)
         assert REGISTRY[chosen].unsupported(
-            seqdyn.core.problem.prepare(q, k, v, **leaves, **options)) is None
+            seqdyn.core.problem.prepare(Dynamics(q, k, v, **leaves, **options))) is None
         auto = seqdyn.coefficient_dynamics(q, k, v, backend="auto", **leaves, **options)
         explicit = seqdyn.coefficient_dynamics(q, k, v, backend=chosen, **leaves, **options)
         assert torch.equal(auto, explicit)
@@ -360,8 +361,8 @@ def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values(kind, len
     b = torch.rand(2, length, 5, generator=gen, dtype=torch.float64, requires_grad=True)
     g = (-torch.rand(*decay_shape, generator=gen, dtype=torch.float64)).requires_grad_()
     initial = rand(2, 5, 4, value_dim)
-    problem = prepare(q, k, v, log_decay=g, scale=b)
-    assert torch.equal(problem.k, prepare(q, k, v).k * 4**0.5)  # keys untouched: the scale went on the values
+    problem = prepare(Dynamics(q, k, v, log_decay=g, scale=b)).with_scale_applied()
+    assert torch.equal(problem.k, prepare(Dynamics(q, k, v)).k) and problem.scale is None  # b went on the values
     results = {}
     for backend in ("quadratic", "chunk", "scan", "recurrent"):
         y, final = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, scale=b, output_final_state=True,

@@ -7,6 +7,7 @@ import torch
 
 import seqdyn
 from seqdyn.core.backends import REGISTRY
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.problem import prepare
 from tests.core.cases import assert_close, build, call, flatten, random_case
 
@@ -36,7 +37,7 @@ def _as_leaves(state, readout: str, normalizer: str) -> dict:
 def _supported(combo, backend: str) -> bool:
     leaves, options = build(random_case(*combo, seed=0, with_state=False))
     q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
-    return REGISTRY[backend].unsupported(prepare(q, k, v, **leaves, **options)) is None
+    return REGISTRY[backend].unsupported(prepare(Dynamics(q, k, v, **leaves, **options))) is None
 
 
 @pytest.mark.parametrize("combo,backend", [(c, b) for c in STATE_COMBOS for b in REGISTRY if _supported(c, b)],

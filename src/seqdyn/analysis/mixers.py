@@ -184,7 +184,7 @@ def evolution_radii(mixer: Any, x: Tensor) -> Tensor:
     from seqdyn.mixers.base import MixerState
 
     inputs, _ = mixer.core_inputs(x, MixerState())
-    problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
+    problem = prepare(inputs)
     batch, heads, length, key_dim, _ = problem.shape
     if problem.beta is None:  # Λ_t = exp(g_t)·I or diag(exp(g_t)): the eigenvalues are the decays
         if problem.log_decay is None:

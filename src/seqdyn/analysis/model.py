@@ -165,7 +165,7 @@ def _structure(call: MixerCall, spectral: bool) -> tuple[str, int, Tensor | None
     with torch.no_grad():
         if isinstance(mixer, CoefficientMixer):
             inputs, _ = mixer.core_inputs(x, MixerState())
-            problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
+            problem = prepare(inputs)
             return problem.readout.name, problem.q.shape[-1], evolution_radii(mixer, x) if spectral else None
         system = mixer.dsf(x[:1, :1] if is_lti(mixer) else x)  # an LTI system's DSF does not depend on x
         return "identity", system.B.shape[-2] // system.B.shape[-1], dsf_radii(system)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from seqdyn.core.backends import quadratic
+from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.problem import prepare
 
@@ -70,9 +71,9 @@ class DSF:
 
 
 def dsf(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+    q: Tensor | Dynamics,
+    k: Tensor | None = None,
+    v: Tensor | None = None,
     readout: Any = "identity",
     log_decay: Tensor | None = None,
     householder: Tensor | None = None,
@@ -84,12 +85,14 @@ def dsf(
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (seed 000 eq. 15); ``DSF.apply(v)`` equals it.
 
-    ``v`` only fixes the value width V (the values are the DSF's inputs).  For small sizes: Λ is ``[N, N]`` with
+    The keywords are those of :class:`~seqdyn.core.dynamics.Dynamics` (or ``q`` a ``Dynamics`` alone).  ``v`` only
+    fixes the value width V (the values are the DSF's inputs).  For small sizes: Λ is ``[N, N]`` with
     ``N = K·V``.  η for ``"sum"``/``"abs_max1"`` is computed from the coefficients, which depend on q, k and Λ only.
     """
-    problem = prepare(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
-                      householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
-                      decay_rate=decay_rate, scale_on_values=False).folded()
+    dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
+                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
+                           decay_rate=decay_rate)
+    problem = prepare(dynamics).folded()
     if not problem.readout.linear:
         raise ValueError(
             f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "

@@ -4,7 +4,8 @@ For each head, every key position ``j`` starts an autonomous linear system with 
 
     x_j^(j) = b_j k_j,   x_i^(j) = Λ_i x_{i-1}^(j)  (i > j),   α_ij = φ(q_iᵀ x_i^(j)),   y_i = (1/η_i) Σ_{j≤i} α_ij v_j
 
-with ``Λ_t = D_t (I − β_t w_t w_tᵀ)``.  This module validates the arguments, chooses a backend, and does the
+with ``Λ_t = D_t (I − β_t w_t w_tᵀ)`` (:class:`~seqdyn.core.dynamics.Dynamics` describes the arguments).  This
+module builds that description from the keywords, chooses a backend, and does the
 work shared by all backends: for the identity readout the normalizer state ``z`` rides along as an extra value
 column of ones (``Σ_j α_ij = q_iᵀ z_i``), and unstable decays (g > 0) are rescaled so nothing overflows where
 the exact result is finite.
@@ -21,12 +22,14 @@ from torch import Tensor
 
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.backends import quadratic as quadratic_backend
+from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
 from seqdyn.core.problem import Problem, prepare
 from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients
 
 __all__ = [
     "BACKENDS",
+    "Dynamics",
     "NORMALIZERS",
     "coefficient_dynamics",
     "coefficient_dynamics_step",
@@ -44,9 +47,9 @@ QUADRATIC_AUTO_LIMIT = 1 << 26
 
 
 def coefficient_dynamics(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+    q: Tensor | Dynamics,
+    k: Tensor | None = None,
+    v: Tensor | None = None,
     readout: Any = "identity",
     log_decay: Tensor | None = None,
     householder: Tensor | None = None,
@@ -63,30 +66,14 @@ def coefficient_dynamics(
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (seed 001 eqs. 2 and 4).
 
     Args:
-        q, k: ``[B, T, H, K]`` queries and keys; v: ``[B, T, H, V]`` values.  A head axis of size 1 is shared.
-        readout: φ — ``"identity"``, ``"exp"``, ``"softplus"``, ``"relu"``, ``"sigmoid"``, ``"elu1"``,
-            ``"square"`` or a callable on score tensors.
-        log_decay: ``g`` with ``D_t = exp(g_t)``: ``None`` (Λ = I), ``[B, T, H]`` (scalar) or ``[B, T, H, K]``
-            (diagonal).  ``g > 0`` (unstable Λ) is allowed; ``g = −∞`` is a hard reset (decay 0, gradient 0).
-        householder: β ``[B, T, H]``: ``Λ_t ← D_t (I − β_t w_t w_tᵀ)``; householder_dir: w ``[B, T, H, K]``
-            (default ``w = k``, DeltaNet).
-        scale: b — ``None`` (``K**-0.5``, Principle 5), a float or ``[B, T, H]``.
-        normalizer: η — ``"none"``, ``"sum"`` (Σ_j α_ij), ``"abs_max1"`` (max(|Σ_j α_ij|, 1)) or ``[B, T, H]``.
-            With ``"sum"`` a row without mass (``Σ_j α_ij = 0``: relu rows without a positive score, ``square``
-            at zero scores, the identity with ``q_iᵀ z_i = 0``) has coefficients 0 and output 0, with finite
-            gradients.
+        q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate: the
+            fields of :class:`~seqdyn.core.dynamics.Dynamics`, which documents each; or ``q`` a ``Dynamics`` alone.
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
             ``(keys [B, H, N, K], values [B, H, N, V])`` of transformed keys for any other readout.
         backend: ``"quadratic"``, ``"recurrent"``, ``"chunk"``, ``"scan"`` or ``"auto"``.
         chunk_size: chunk length C of the ``chunk`` backend (default 64).
-        log_scale: ``log b`` ``[B, T, H]`` instead of ``scale``, for scales that exceed the float range (mLSTM's
-            input gate ``exp(ĩ)``); with the identity readout it is folded into the stabilization, never
-            exponentiated alone.
-        decay_rate: ``A`` ``[H, K]`` (or ``[1, K]``) of a factored diagonal decay ``g_t = Δ_t ⊗ A`` with the steps
-            ``Δ`` given as a scalar ``log_decay`` ``[B, T, H]`` (Mamba-1's discretization, seed 000 eq. 4).  The
-            same as passing ``g`` ``[B, T, H, K]``, but the ``scan`` backend never forms ``g``.
 
     Returns:
         ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``.
@@ -94,11 +81,15 @@ def coefficient_dynamics(
     Raises:
         ValueError: naming the argument, what was given and what is allowed.
     """
-    problem = prepare(
-        q, k, v, readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
-        scale=scale, normalizer=normalizer, initial_state=initial_state, chunk_size=chunk_size, log_scale=log_scale,
-        decay_rate=decay_rate, factored=True,
-    )
+    dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
+                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
+                           decay_rate=decay_rate)
+    return _outputs(dynamics, initial_state, output_final_state, backend, chunk_size)
+
+
+def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, backend: str, chunk_size: int | None):
+    """:func:`coefficient_dynamics` of a :class:`Dynamics`."""
+    problem = prepare(dynamics, initial_state=initial_state, chunk_size=chunk_size, factored=True)
     module = _backend_for(problem, backend)
     if not getattr(module, "FACTORED_DECAY", False):
         problem = problem.materialized()
@@ -107,21 +98,37 @@ def coefficient_dynamics(
     return (out, state) if output_final_state else out
 
 
-def select_backend(q: Tensor, k: Tensor, v: Tensor, backend: str = "auto", **options: Any) -> str:
+def select_backend(q: Tensor | Dynamics, k: Tensor | None = None, v: Tensor | None = None, backend: str = "auto",
+                   **options: Any) -> str:
     """The backend ``coefficient_dynamics`` would use for these arguments (what ``"auto"`` chooses).
 
     Takes the same arguments as :func:`coefficient_dynamics`; raises the same ``ValueError`` for a backend that
     cannot compute the combination.
     """
     options.pop("output_final_state", None)
-    problem = prepare(q, k, v, **options)
+    beside = {name: options.pop(name) for name in ("initial_state", "chunk_size") if name in options}
+    problem = prepare(as_dynamics(q, k, v, **options), **beside)
     return _backend_for(problem, backend).NAME
 
 
+#: the per-token layouts of :func:`coefficient_dynamics_step`: argument -> (allowed ranks, layout)
+STEP_LAYOUTS = {
+    "q": ((3,), "[B, H, K]"),
+    "k": ((3,), "[B, H, K]"),
+    "v": ((3,), "[B, H, V]"),
+    "log_decay": ((2, 3), "[B, H] or [B, H, K]"),
+    "householder": ((2,), "[B, H]"),
+    "householder_dir": ((3,), "[B, H, K]"),
+    "scale": ((2,), "[B, H]"),
+    "normalizer": ((2,), "[B, H]"),
+    "log_scale": ((2,), "[B, H]"),
+}
+
+
 def coefficient_dynamics_step(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+    q: Tensor | Dynamics,
+    k: Tensor | None = None,
+    v: Tensor | None = None,
     state: Any = None,
     readout: Any = "identity",
     log_decay: Tensor | None = None,
@@ -134,41 +141,36 @@ def coefficient_dynamics_step(
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
-    Per-token layouts drop the time axis: q, k ``[B, H, K]``, v ``[B, H, V]``, log_decay ``[B, H]`` or
-    ``[B, H, K]``, householder, log_scale and tensor scale/normalizer ``[B, H]``, householder_dir ``[B, H, K]``.  The state
-    has the layout of ``coefficient_dynamics``' final state; ``None`` starts from zero (an empty cache).
-    ``decay_rate`` stays ``[H, K]``.
-    Applying it token by token equals the ``recurrent`` backend on the whole sequence.
+    Per-token layouts drop the time axis (:data:`STEP_LAYOUTS`): q, k ``[B, H, K]``, v ``[B, H, V]``, log_decay
+    ``[B, H]`` or ``[B, H, K]``, householder, log_scale and tensor scale/normalizer ``[B, H]``, householder_dir
+    ``[B, H, K]``; ``decay_rate`` stays ``[H, K]``.  The keywords are those of :class:`~seqdyn.core.dynamics.Dynamics`
+    (or ``q`` a per-token ``Dynamics``).  The state has the layout of ``coefficient_dynamics``' final state;
+    ``None`` starts from zero (an empty cache).  Applying it token by token equals the ``recurrent`` backend on
+    the whole sequence.
     """
-    per_token = {
-        "q": (q, 3, "[B, H, K]"),
-        "k": (k, 3, "[B, H, K]"),
-        "v": (v, 3, "[B, H, V]"),
-        "log_decay": (log_decay, (2, 3), "[B, H] or [B, H, K]"),
-        "householder": (householder, 2, "[B, H]"),
-        "householder_dir": (householder_dir, 3, "[B, H, K]"),
-        "scale": (scale, 2, "[B, H]"),
-        "normalizer": (normalizer, 2, "[B, H]"),
-        "log_scale": (log_scale, 2, "[B, H]"),
-    }
-    timed = {}
-    for name, (value, ranks, layout) in per_token.items():
-        if not isinstance(value, Tensor) or (name == "scale" and value.dim() == 0):
-            timed[name] = value
-            continue
-        if value.dim() not in ((ranks,) if isinstance(ranks, int) else ranks):
-            raise ValueError(f"{name}: one step expects {layout}, got shape {list(value.shape)}")
-        timed[name] = value.unsqueeze(1)
-    y, new_state = coefficient_dynamics(
-        timed.pop("q"), timed.pop("k"), timed.pop("v"), readout=readout, initial_state=state,
-        output_final_state=True, backend="recurrent", decay_rate=decay_rate, **timed,
-    )
+    dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
+                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
+                           decay_rate=decay_rate)
+    y, new_state = _outputs(_one_step_as_sequence(dynamics), state, True, "recurrent", None)
     return y[:, 0], new_state
 
 
+def _one_step_as_sequence(dynamics: Dynamics) -> Dynamics:
+    """A per-token description (no time axis) as a sequence of one step: each tensor gains ``T = 1`` at axis 1."""
+    timed = {}
+    for name, (ranks, layout) in STEP_LAYOUTS.items():
+        value = getattr(dynamics, name)
+        if not isinstance(value, Tensor) or (name == "scale" and value.dim() == 0):
+            continue
+        if value.dim() not in ranks:
+            raise ValueError(f"{name}: one step expects {layout}, got shape {list(value.shape)}")
+        timed[name] = value.unsqueeze(1)
+    return dynamics.replace(**timed)
+
+
 def coefficients(
-    q: Tensor,
-    k: Tensor,
+    q: Tensor | Dynamics,
+    k: Tensor | None = None,
     readout: Any = "identity",
     log_decay: Tensor | None = None,
     householder: Tensor | None = None,
@@ -184,23 +186,30 @@ def coefficients(
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
-    Same keywords as :func:`coefficient_dynamics` (without values): the "attention matrix" of any mixer, so
-    ``coefficient_dynamics(q, k, v, ...)`` equals ``A @ v`` per head.  ``backend="quadratic"`` (default, also
-    ``"auto"``) forms the scores directly; any other backend that supports the combination computes the rows
-    as outputs for one-hot values (a cross-check of that backend).
+    Same keywords as :func:`coefficient_dynamics` (without values; or ``q`` a ``Dynamics``, whose values are not
+    read): the "attention matrix" of any mixer, so ``coefficient_dynamics(q, k, v, ...)`` equals ``A @ v`` per
+    head.  ``backend="quadratic"`` (default, also ``"auto"``) forms the scores directly; any other backend that
+    supports the combination computes the rows as outputs for one-hot values (a cross-check of that backend).
     """
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
-    options = dict(readout=readout, log_decay=log_decay, householder=householder, householder_dir=householder_dir,
-                   scale=scale, normalizer=normalizer, chunk_size=chunk_size, log_scale=log_scale, decay_rate=decay_rate)
-    problem = prepare(q, k, None, **options)
+    dynamics = as_dynamics(q, k, None, readout=readout, log_decay=log_decay, householder=householder,
+                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
+                           decay_rate=decay_rate).replace(v=None)
+    problem = prepare(dynamics, chunk_size=chunk_size)
+    if backend in ("quadratic", "auto"):
+        return _coefficient_matrix(problem)
     batch, heads, length, _, _ = problem.shape
-    if backend not in ("quadratic", "auto"):
-        one_hot = torch.eye(length, dtype=problem.q.dtype, device=q.device)[None, :, None, :]
-        one_hot = one_hot.expand(batch, length, heads, length)
-        return coefficient_dynamics(q, k, one_hot, backend=backend, **options).transpose(1, 2)
+    one_hot = torch.eye(length, dtype=problem.q.dtype, device=problem.q.device)[None, :, None, :]
+    one_hot = one_hot.expand(batch, length, heads, length)  # [B, T, H, T]: value j of row i is 1 at j
+    return _outputs(dynamics.replace(v=one_hot), None, False, backend, chunk_size).transpose(1, 2)
+
+
+# --------------------------------------------------------------------------------------------------- internals
+def _coefficient_matrix(problem: Problem) -> Tensor:
+    """``α_ij / η_i`` ``[B, H, T, T]`` from the scores ``s_ij`` of the quadratic backend."""
     if not problem.readout.linear:
-        valid = causal_mask(length, length, problem.q.device)
+        valid = causal_mask(problem.shape[2], problem.shape[2], problem.q.device)
         problem = problem.folded()
         return normalized_coefficients(quadratic_backend.coefficient_scores(problem), valid, problem.readout,
                                        problem.normalizer)
@@ -209,7 +218,6 @@ def coefficients(
     return _normalized(scores, scores.sum(-1), problem.normalizer, row_scale)
 
 
-# --------------------------------------------------------------------------------------------------- internals
 def _backend_for(problem: Problem, backend: Any):
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend: got {backend!r}; allowed: {list(BACKENDS)}")

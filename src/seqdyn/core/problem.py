@@ -1,8 +1,9 @@
-"""Validation of the operator's arguments and the canonical, head-major form every backend receives.
+"""Validation of a :class:`~seqdyn.core.dynamics.Dynamics` and the canonical, head-major form every backend receives.
 
 Public layout (DESIGN §1): ``q, k: [B, T, H, K]``, ``v: [B, T, H, V]``, per-head scalars ``[B, T, H]``; a head
 axis of size 1 is shared by all heads.  Inside, every tensor is head-major (``[B, H, T, ...]``), heads are
-expanded, the scale ``b`` is folded into the keys, and half precision is computed in float32.
+expanded, the scale ``b`` stays beside the keys (each backend multiplies it in where it is cheapest), and half
+precision is computed in float32.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.readouts import NORMALIZERS, STATE_NORMALIZERS, Readout, resolve_readout
 
 DEFAULT_CHUNK_SIZE = 64
@@ -26,9 +28,11 @@ class Problem:
 
     Attributes:
         q: ``[B, H, T, K]`` queries.
-        k: ``[B, H, T, K]`` keys multiplied by their scale ``b_j`` (the impulse ``b_j k_j`` of seed 001 eq. 3a),
-            unless the scale is given in log space (``log_scale``, folded in by :meth:`folded` or by the
-            operator's stabilization), or on the values when that is cheaper (see :func:`_scale_on_values`).
+        k: ``[B, H, T, K]`` keys; the impulse of seed 001 eq. 3a is ``b_j k_j`` with the scale ``b`` below.
+        scale: ``b`` as ``[B, H, T]`` or a constant float; ``None`` when ``b`` is given in log space (``log_scale``)
+            or is 1.  Where ``b`` is multiplied in is the backends' decision (:meth:`with_scale_applied`).
+        log_scale: ``log b`` ``[B, H, T]`` or ``None``, for scales beyond the float range (folded in by
+            :meth:`folded` or by the operator's stabilization).
         v: ``[B, H, T, V]`` values, or ``None`` when only coefficients are asked for.
         log_decay: ``None`` (Λ = I), ``[B, H, T]`` (scalar) or ``[B, H, T, K]`` (diagonal) log decays ``g``; with
             ``decay_rate`` the step ``Δ`` ``[B, H, T]`` of the factored diagonal decay ``g = Δ ⊗ A``.
@@ -37,8 +41,6 @@ class Problem:
         beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
         readout: the map φ.  normalizer: a name, or η as ``[B, H, T]``.
         initial_state: validated, head-major state (see :func:`check_state`), or ``None``.
-        key_scale: ``[B, H, T]`` with ``k = direction ⊙ key_scale`` when the Householder direction is the key
-            (DeltaNet), which lets the ``chunk`` backend share Gram matrices; ``None`` otherwise.
     """
 
     q: Tensor
@@ -52,9 +54,16 @@ class Problem:
     initial_state: Any
     chunk_size: int
     out_dtype: torch.dtype
+    scale: Tensor | float | None = None
     log_scale: Tensor | None = None
-    key_scale: Tensor | None = None
     decay_rate: Tensor | None = None
+
+    def replaced(self, **changes: Any) -> "Problem":
+        """``dataclasses.replace(self, **changes)`` without its per-field bookkeeping: a short sequence's call is
+        mostly such overhead."""
+        problem = object.__new__(Problem)
+        problem.__dict__.update(self.__dict__, **changes)
+        return problem
 
     def materialized(self) -> "Problem":
         """The same problem with a factored decay formed: ``g_t = Δ_t A`` ``[B, H, T, K]`` (seed 000 eq. 4)."""
@@ -63,17 +72,60 @@ class Problem:
         return dataclasses.replace(self, log_decay=factored_log_decay(self.log_decay, self.decay_rate), decay_rate=None)
 
     def folded(self) -> "Problem":
-        """The same problem with ``b = exp(log_scale)`` multiplied into the keys (for the nonlinear readouts)."""
-        if self.log_scale is None:
-            return self
-        return self.with_keys_scaled(torch.exp(self.log_scale), log_scale=None)
+        """The same problem with ``b`` (``scale``, or ``exp(log_scale)``) multiplied into the keys: ``k ← b ⊙ k``."""
+        problem = self if self.log_scale is None else self.with_keys_scaled(torch.exp(self.log_scale), log_scale=None)
+        if problem.scale is None:
+            return problem
+        return problem.replaced(k=problem.scaled_keys(), scale=None)
+
+    def with_scale_applied(self) -> "Problem":
+        """The same outputs and states with ``b`` multiplied in where it is cheapest — the backends' speed decision.
+
+        ``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``: a per-step ``b`` of the identity readout goes on the values where it
+        enters nowhere else (no Householder factor, no normalizer state ``z``) and the values are narrower than the
+        keys (S6: V = 1, K = N), so scaling them is the cheaper product, or the keys are shared by all heads and
+        ``b`` is not (Mamba-2: one group of keys), so the keys stay shared.  Otherwise it goes on the keys.
+        """
+        if not self._scale_on_values():
+            return self.folded()
+        return self.replaced(v=self.v * self.scale.unsqueeze(-1), scale=None)
+
+    def _scale_on_values(self) -> bool:
+        scale = self.scale
+        if not isinstance(scale, Tensor) or self.v is None or not self.readout.linear or self.householder:
+            return False
+        if self.normalizer_kind in STATE_NORMALIZERS:
+            return False
+        keys_stay_shared = shared_over_heads(self.k) and not shared_over_heads(scale)
+        return self.v.shape[-1] < self.k.shape[-1] or keys_stay_shared
+
+    def scale_per_step(self) -> Tensor:
+        """``b`` as ``[B, H, T]`` (ones when it is given in log space)."""
+        if isinstance(self.scale, Tensor):
+            return self.scale
+        return self.k.new_full(self.k.shape[:3], 1.0 if self.scale is None else self.scale)
+
+    def scaled_keys(self) -> Tensor:
+        """The impulses ``b_j k_j`` ``[B, H, T, K]`` of ``scale`` (not of ``log_scale``)."""
+        # b as a [B, H, T] tensor even when constant: the product then has the memory layout the backends were
+        # tuned on (head-major), where a number would keep the keys' time-major layout
+        return self.k if self.scale is None else self.k * self.scale_per_step().unsqueeze(-1)
 
     def with_keys_scaled(self, factor: Tensor, **changes) -> "Problem":
-        """The problem with every key ``k_t`` multiplied by ``factor`` (``[B, H, T]``, or ``[B, H, T, K]`` per channel)."""
+        """The problem with every impulse ``b_t k_t`` multiplied by ``factor`` (``[B, H, T]``, or ``[B, H, T, K]``
+        per channel): DeltaNet's per-step factors go into ``b`` (its keys stay its Householder directions), all
+        others into the keys, with ``b`` multiplied in first."""
         per_step = factor.dim() == self.k.dim() - 1
-        key_scale = self.key_scale * factor.to(self.key_scale.dtype) if per_step and self.key_scale is not None else None
-        scaled = self.k * (factor.unsqueeze(-1) if per_step else factor).to(self.k.dtype)
-        return dataclasses.replace(self, k=scaled, key_scale=key_scale, **changes)
+        if per_step and self.direction_is_key:
+            return self.replaced(scale=self.scale_per_step() * factor.to(self.k.dtype), **changes)
+        scaled = self.scaled_keys() * (factor.unsqueeze(-1) if per_step else factor).to(self.k.dtype)
+        return self.replaced(k=scaled, scale=None, **changes)
+
+    @property
+    def direction_is_key(self) -> bool:
+        """DeltaNet: the Householder direction is the key itself (``w_t = k_t``), so the impulses ``b_t w_t`` share
+        the direction's Gram matrices in the ``chunk`` backend."""
+        return self.beta is not None and self.direction is self.k
 
     @property
     def decay_kind(self) -> str:
@@ -132,9 +184,10 @@ def _check_tensor(name: str, x: Any, rank: int, layout: str) -> Tensor:
 
 
 class _Sizes:
-    """Collects B, T, H, K, V from the inputs and checks every further tensor against them."""
+    """B, T, H, K, V of the arguments; every per-head tensor checked against them."""
 
-    def __init__(self, q: Tensor, k: Tensor, v: Tensor | None, per_head: dict[str, Tensor]):
+    def __init__(self, dynamics: Dynamics):
+        q, k, v = dynamics.q, dynamics.k, dynamics.v
         self.batch, self.length = q.shape[0], q.shape[1]
         self.key_dim = q.shape[3]
         self.device = q.device
@@ -143,9 +196,12 @@ class _Sizes:
         if self.key_dim < 1 or (v is not None and v.shape[3] < 1):
             value_dim = "" if v is None else f", V={v.shape[3]}"  # coefficients() has no values
             raise ValueError(f"q/v: key and value dimensions must be ≥ 1, got K={self.key_dim}{value_dim}")
+        per_head = _per_head(dynamics)
         self.heads = max(t.shape[2] for t in per_head.values())
         if k.shape[3] != self.key_dim:
             raise ValueError(f"k: key dimension {k.shape[3]} does not match q's {self.key_dim} (shapes [B, T, H, K])")
+        for name, x in per_head.items():
+            self.check(name, x, key_dim=name in ("q", "k", "householder_dir") or (name == "log_decay" and x.dim() == 4))
 
     def check(self, name: str, x: Tensor, key_dim: bool = False, heads_of: str = "the other inputs") -> None:
         """Check batch, time, heads (1 or H) and, for ``key_dim``, the last axis K of ``x`` ``[B, T, H, ...]``."""
@@ -162,10 +218,22 @@ class _Sizes:
         if key_dim and x.shape[3] != self.key_dim:
             raise ValueError(f"{name}: last dimension {x.shape[3]} does not match the key dimension K={self.key_dim}")
 
-    def head_major(self, x: Tensor, dtype: torch.dtype) -> Tensor:
-        """``[B, T, H|1, ...]`` → ``[B, H, T, ...]`` with heads expanded, in ``dtype``."""
+    def head_major(self, x: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+        """``[B, T, H|1, ...]`` → ``[B, H, T, ...]`` with heads expanded, in ``dtype`` (``None`` stays ``None``)."""
+        if x is None:
+            return None
         x = x.to(dtype).transpose(1, 2)
         return x.expand(x.shape[0], self.heads, *x.shape[2:])
+
+
+def _per_head(dynamics: Dynamics) -> dict[str, Tensor]:
+    """The tensors laid out ``[B, T, H|1, ...]``, in the order their sizes are checked."""
+    scale = dynamics.scale if isinstance(dynamics.scale, Tensor) and dynamics.scale.dim() == 3 else None
+    normalizer = dynamics.normalizer if isinstance(dynamics.normalizer, Tensor) else None
+    per_head = {"q": dynamics.q, "k": dynamics.k, "v": dynamics.v, "log_decay": dynamics.log_decay,
+                "householder": dynamics.householder, "householder_dir": dynamics.householder_dir, "scale": scale,
+                "log_scale": dynamics.log_scale, "normalizer": normalizer}
+    return {name: x for name, x in per_head.items() if x is not None}
 
 
 def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
@@ -177,121 +245,67 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def prepare(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor | None,
-    *,
-    readout: Any = "identity",
-    log_decay: Tensor | None = None,
-    householder: Tensor | None = None,
-    householder_dir: Tensor | None = None,
-    scale: Any = None,
-    normalizer: Any = "none",
-    initial_state: Any = None,
-    chunk_size: int | None = None,
-    log_scale: Tensor | None = None,
-    decay_rate: Tensor | None = None,
-    scale_on_values: bool = True,
-    factored: bool = False,
-) -> Problem:
-    """Validate the public arguments of ``coefficient_dynamics`` and return the canonical :class:`Problem`.
+def prepare(dynamics: Dynamics, *, initial_state: Any = None, chunk_size: int | None = None,
+            factored: bool = False) -> Problem:
+    """Validate ``dynamics`` (one check per argument, each naming it in its error) and return the canonical
+    :class:`Problem`, head-major, with the state ``initial_state`` checked against it.
 
-    ``scale_on_values=False`` keeps the scale on the keys always (for views that read ``k`` as the impulse
-    ``b_j k_j``, like the DSF's ``B_i``).  ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
+    ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
     caller materializes it where its backend needs ``g``); by default ``g = Δ ⊗ A`` is formed here.
     """
-    q = _check_tensor("q", q, 4, "[B, T, H, K]")
-    k = _check_tensor("k", k, 4, "[B, T, H, K]")
-    if v is not None:
-        v = _check_tensor("v", v, 4, "[B, T, H, V]")
-    readout_map = resolve_readout(readout)
-    if log_decay is not None:
-        rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
-        log_decay = _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
-    if householder_dir is not None and householder is None:
-        raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
-    if householder is not None:
-        householder = _check_tensor("householder", householder, 3, "β as [B, T, H]")
-        if householder_dir is not None:
-            householder_dir = _check_tensor("householder_dir", householder_dir, 4, "w as [B, T, H, K]")
-    scale_tensor = _check_scale(scale)
-    if log_scale is not None:
-        if scale is not None:
-            raise ValueError("scale/log_scale: give the scale b once, either as scale or as log_scale = log b")
-        log_scale = _check_tensor("log_scale", log_scale, 3, "log b as [B, T, H]")
-    normalizer_value = _check_normalizer(normalizer)
-    per_head = {"q": q, "k": k, "v": v, "log_decay": log_decay, "householder": householder,
-                "householder_dir": householder_dir,
-                "scale": scale_tensor if scale_tensor is not None and scale_tensor.dim() == 3 else None,
-                "log_scale": log_scale,
-                "normalizer": normalizer_value if isinstance(normalizer_value, Tensor) else None}
-    per_head = {name: x for name, x in per_head.items() if x is not None}
-    sizes = _Sizes(q, k, v, per_head)
-    for name, x in per_head.items():
-        sizes.check(name, x, key_dim=name in ("q", "k", "householder_dir") or (name == "log_decay" and x.dim() == 4))
-    if scale_tensor is not None and scale_tensor.dim() == 0:
-        scale_tensor = scale_tensor.to(sizes.device).expand(sizes.batch, sizes.length, 1)
-    if chunk_size is None:
-        chunk_size = DEFAULT_CHUNK_SIZE
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-
-    if decay_rate is not None:
-        decay_rate = _check_decay_rate(decay_rate, log_decay, sizes)
-    dtype = compute_dtype(q, k, v, log_decay, decay_rate, householder, householder_dir, scale_tensor, log_scale,
-                          normalizer_value if isinstance(normalizer_value, Tensor) else None)
-    as_head_major = lambda x: None if x is None else sizes.head_major(x, dtype)  # noqa: E731
-    q_h, k_h = as_head_major(q), as_head_major(k)
-    direction = as_head_major(householder_dir) if householder is not None and householder_dir is not None else None
-    if log_scale is not None:
-        key_scale = k_h.new_ones(k_h.shape[:3])
-    elif scale_tensor is None:
-        key_scale = k_h.new_full(k_h.shape[:3], q.shape[3] ** -0.5 if scale is None else float(scale))
-    else:
-        key_scale = as_head_major(scale_tensor)
-    values = as_head_major(v)
-    if scale_on_values and _scale_on_values(readout_map, normalizer_value, householder, scale_tensor, values, k_h):
-        scaled_keys, values = k_h, values * key_scale.unsqueeze(-1)
-    else:
-        scaled_keys = k_h if log_scale is not None else k_h * key_scale.unsqueeze(-1)
-    key_is_direction = householder is not None and direction is None
-    if key_is_direction:
-        direction = k_h  # DeltaNet: the Householder direction is the (unscaled) key
-    problem = Problem(
-        q=q_h,
-        k=scaled_keys,
-        v=values,
-        log_decay=as_head_major(log_decay),
-        beta=as_head_major(householder),
-        direction=direction,
-        readout=readout_map,
-        normalizer=as_head_major(normalizer_value) if isinstance(normalizer_value, Tensor) else normalizer_value,
-        initial_state=None,
-        chunk_size=chunk_size,
-        out_dtype=v.dtype if v is not None else q.dtype,
-        log_scale=as_head_major(log_scale),
-        key_scale=key_scale if key_is_direction else None,
-        decay_rate=None if decay_rate is None else decay_rate.to(dtype).expand(sizes.heads, sizes.key_dim),
-    )
+    readout = _check_arguments(dynamics)
+    sizes = _Sizes(dynamics)
+    chunk_size = _check_chunk_size(chunk_size)
+    _check_decay_rate(dynamics.decay_rate, dynamics.log_decay, sizes)
+    problem = _head_major(dynamics, readout, sizes, chunk_size)
     if not factored:
         problem = problem.materialized()
-    problem.initial_state = check_state("initial_state", initial_state, problem, dtype)
+    problem.initial_state = check_state("initial_state", initial_state, problem, problem.q.dtype)
     return problem
 
 
-def _scale_on_values(readout: Readout, normalizer: Any, householder: Tensor | None, scale: Tensor | None,
-                     values: Tensor | None, keys: Tensor) -> bool:
-    """Whether the per-step scale ``b_j`` goes on the values instead of the keys: ``b_j k_j v_jᵀ = k_j (b_j v_j)ᵀ``
-    for the identity readout, where ``b`` enters nowhere else (no Householder factor, no normalizer state ``z``).
-    It does when the values are narrower than the keys (S6: V = 1, K = N), so scaling them is the cheaper product,
-    and when keys shared by all heads meet a scale per head (Mamba-2: one group of keys), so the keys stay shared."""
-    if scale is None or values is None or not readout.linear or householder is not None:
-        return False
-    if normalizer in STATE_NORMALIZERS:
-        return False
-    keys_stay_shared = shared_over_heads(keys) and scale.dim() == 3 and scale.shape[-1] > 1
-    return values.shape[-1] < keys.shape[-1] or keys_stay_shared
+def _check_arguments(dynamics: Dynamics) -> Readout:
+    """Check each argument on its own (type, rank, value; the error names it), in the order of the signature.
+    Returns the readout map φ."""
+    _check_tensor("q", dynamics.q, 4, "[B, T, H, K]")
+    _check_tensor("k", dynamics.k, 4, "[B, T, H, K]")
+    if dynamics.v is not None:
+        _check_tensor("v", dynamics.v, 4, "[B, T, H, V]")
+    readout = resolve_readout(dynamics.readout)
+    _check_log_decay(dynamics.log_decay)
+    _check_householder(dynamics.householder, dynamics.householder_dir)
+    _check_scale(dynamics.scale)
+    _check_log_scale(dynamics.log_scale, dynamics.scale)
+    _check_normalizer(dynamics.normalizer)
+    return readout
+
+
+def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size: int) -> Problem:
+    """The layout change: every tensor ``[B, H, T, ...]`` in the compute dtype; the scale ``b`` a float or
+    ``[B, H, T]``."""
+    scale = dynamics.scale
+    if isinstance(scale, Tensor) and scale.dim() == 0:
+        scale = scale.to(sizes.device).expand(sizes.batch, sizes.length, 1)
+    scale_tensor = scale if isinstance(scale, Tensor) else None
+    normalizer = dynamics.normalizer if isinstance(dynamics.normalizer, Tensor) else None
+    dtype = compute_dtype(dynamics.q, dynamics.k, dynamics.v, dynamics.log_decay, dynamics.decay_rate,
+                          dynamics.householder, dynamics.householder_dir, scale_tensor, dynamics.log_scale, normalizer)
+    if dynamics.log_scale is None and scale_tensor is None:
+        scale = sizes.key_dim ** -0.5 if scale is None else float(scale)
+    k = sizes.head_major(dynamics.k, dtype)
+    key_is_direction = dynamics.householder is not None and dynamics.householder_dir is None
+    direction = k if key_is_direction else sizes.head_major(dynamics.householder_dir, dtype)  # DeltaNet: w = k
+    rate = dynamics.decay_rate
+    return Problem(
+        q=sizes.head_major(dynamics.q, dtype), k=k, v=sizes.head_major(dynamics.v, dtype),
+        log_decay=sizes.head_major(dynamics.log_decay, dtype), beta=sizes.head_major(dynamics.householder, dtype),
+        direction=direction, readout=readout,
+        normalizer=dynamics.normalizer if normalizer is None else sizes.head_major(normalizer, dtype),
+        initial_state=None, chunk_size=chunk_size, out_dtype=dynamics.q.dtype if dynamics.v is None else dynamics.v.dtype,
+        scale=sizes.head_major(scale_tensor, dtype) if scale_tensor is not None else scale,
+        log_scale=sizes.head_major(dynamics.log_scale, dtype),
+        decay_rate=None if rate is None else rate.to(dtype).expand(sizes.heads, sizes.key_dim),
+    )
 
 
 def shared_over_heads(x: Tensor) -> bool:
@@ -306,10 +320,61 @@ def spread_over_heads(grad: Tensor, shape: torch.Size) -> Tensor:
     return (grad / shape[1]).expand(shape)
 
 
-def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Tensor:
+def _check_log_decay(log_decay: Any) -> None:
+    if log_decay is not None:
+        rank = 4 if isinstance(log_decay, Tensor) and log_decay.dim() == 4 else 3
+        _check_tensor("log_decay", log_decay, rank, "[B, T, H] (scalar decay) or [B, T, H, K] (diagonal)")
+
+
+def _check_householder(householder: Any, direction: Any) -> None:
+    if direction is not None and householder is None:
+        raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
+    if householder is not None:
+        _check_tensor("householder", householder, 3, "β as [B, T, H]")
+        if direction is not None:
+            _check_tensor("householder_dir", direction, 4, "w as [B, T, H, K]")
+
+
+def _check_scale(scale: Any) -> None:
+    if scale is None or (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
+        return
+    if isinstance(scale, Tensor) and scale.dim() == 0:
+        if not scale.is_floating_point():
+            raise ValueError(f"scale: expected a float or a floating-point tensor [B, T, H], got dtype {scale.dtype}")
+    elif isinstance(scale, Tensor):
+        _check_tensor("scale", scale, 3, "b as [B, T, H]")
+    else:
+        raise ValueError(f"scale: expected None (K**-0.5), a float or a tensor [B, T, H], got {type(scale).__name__}")
+
+
+def _check_log_scale(log_scale: Any, scale: Any) -> None:
+    if log_scale is not None:
+        if scale is not None:
+            raise ValueError("scale/log_scale: give the scale b once, either as scale or as log_scale = log b")
+        _check_tensor("log_scale", log_scale, 3, "log b as [B, T, H]")
+
+
+def _check_normalizer(normalizer: Any) -> None:
+    if isinstance(normalizer, Tensor):
+        _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
+    elif not (isinstance(normalizer, str) and normalizer in NORMALIZERS):
+        raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
+
+
+def _check_chunk_size(chunk_size: Any) -> int:
+    if chunk_size is None:
+        return DEFAULT_CHUNK_SIZE
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
+    return chunk_size
+
+
+def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> None:
     """``A`` ``[H, K]`` (or ``[1, K]``) of the factored decay ``g_t = Δ_t ⊗ A``; needs the steps ``Δ`` as a scalar
     ``log_decay``."""
-    rate = _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
+    if rate is None:
+        return
+    _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
     if log_decay is None or log_decay.dim() != 3:
         raise ValueError("decay_rate: the factored decay g = log_decay ⊗ decay_rate needs log_decay as the steps "
                          "Δ [B, T, H]; pass a scalar log_decay, or drop decay_rate and pass g as [B, T, H, K]")
@@ -320,27 +385,6 @@ def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Ten
                          f"give A as [{sizes.heads}, {sizes.key_dim}] or [1, {sizes.key_dim}]")
     if rate.device != sizes.device:
         raise ValueError(f"decay_rate: on device {rate.device}, but q is on {sizes.device}; move it with .to()")
-    return rate
-
-
-def _check_scale(scale: Any) -> Tensor | None:
-    if scale is None or (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
-        return None
-    if isinstance(scale, Tensor) and scale.dim() == 0:
-        if not scale.is_floating_point():
-            raise ValueError(f"scale: expected a float or a floating-point tensor [B, T, H], got dtype {scale.dtype}")
-        return scale
-    if isinstance(scale, Tensor):
-        return _check_tensor("scale", scale, 3, "b as [B, T, H]")
-    raise ValueError(f"scale: expected None (K**-0.5), a float or a tensor [B, T, H], got {type(scale).__name__}")
-
-
-def _check_normalizer(normalizer: Any) -> str | Tensor:
-    if isinstance(normalizer, Tensor):
-        return _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
-    if isinstance(normalizer, str) and normalizer in NORMALIZERS:
-        return normalizer
-    raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
 
 
 def state_layout(problem: Problem) -> str:

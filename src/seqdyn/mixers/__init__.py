@@ -15,9 +15,9 @@ from functools import lru_cache
 from typing import Any
 
 from seqdyn.mixers._lti import LTIMixer
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, Mixer, MixerState
+from seqdyn.mixers.base import CoefficientMixer, Mixer, MixerState
 
-__all__ = ["CoefficientMixer", "CoreInputs", "LTIMixer", "Mixer", "MixerState", "build", "get", "names", "options"]
+__all__ = ["CoefficientMixer", "LTIMixer", "Mixer", "MixerState", "build", "get", "names", "options"]
 
 _NOT_MIXERS = {"base"}
 

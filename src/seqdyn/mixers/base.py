@@ -10,7 +10,7 @@ discretization (:meth:`CoefficientMixer.core_inputs`) and what it does with the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -18,33 +18,13 @@ from torch import Tensor, nn
 
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import coefficient_dynamics, coefficients, select_backend
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
 
 OPERATOR_BACKENDS = ("auto", "quadratic", "recurrent", "chunk", "scan")
-
-
-@dataclass
-class CoreInputs:
-    """The arguments of ``coefficient_dynamics`` a mixer computes from its input (DESIGN §2 layouts)."""
-
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    readout: Any = "identity"
-    log_decay: Tensor | None = None
-    householder: Tensor | None = None
-    householder_dir: Tensor | None = None
-    scale: Any = None
-    normalizer: Any = "none"
-    log_scale: Tensor | None = None
-    decay_rate: Tensor | None = None
-
-    def options(self) -> dict[str, Any]:
-        """Every keyword except q, k, v."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("q", "k", "v")}
 
 
 @dataclass
@@ -174,7 +154,7 @@ class CoefficientMixer(Mixer):
         self.convs = nn.ModuleDict()
 
     @abstractmethod
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Any]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Any]:
         """Projections, gates and discretization: the operator's arguments and what :meth:`core_output` needs.
 
         ``state`` carries the short convolutions' inputs; :meth:`convolve` updates it in place.
@@ -189,12 +169,11 @@ class CoefficientMixer(Mixer):
         y, state.conv[key] = self.convs[key](x, state.conv.get(key))
         return y
 
-    def run_core(self, inputs: CoreInputs, backend: str = "auto", initial_state: Any = None,
+    def run_core(self, inputs: Dynamics, backend: str = "auto", initial_state: Any = None,
                  output_final_state: bool = False):
         """``coefficient_dynamics`` on the mixer's own inputs."""
-        return coefficient_dynamics(inputs.q, inputs.k, inputs.v, **inputs.options(), initial_state=initial_state,
-                                    output_final_state=output_final_state, backend=backend,
-                                    chunk_size=self.chunk_size)
+        return coefficient_dynamics(inputs, initial_state=initial_state, output_final_state=output_final_state,
+                                    backend=backend, chunk_size=self.chunk_size)
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
         self.check_input(x)
@@ -208,7 +187,7 @@ class CoefficientMixer(Mixer):
             return backend
         with torch.no_grad():
             inputs, _ = self.core_inputs(x, MixerState())
-        return select_backend(inputs.q, inputs.k, inputs.v, chunk_size=self.chunk_size, **inputs.options())
+        return select_backend(inputs, chunk_size=self.chunk_size)
 
     def init_state(self, batch: int) -> MixerState:
         return MixerState(batch=check_positive("batch", batch))
@@ -226,7 +205,7 @@ class CoefficientMixer(Mixer):
     def coefficients(self, x: Tensor) -> Tensor:
         self.check_input(x)
         inputs, _ = self.core_inputs(x, MixerState())
-        return coefficients(inputs.q, inputs.k, **inputs.options())
+        return coefficients(inputs)
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The mixing core's output ``[B, T, H, V]`` and the values it mixes ``[B, T, H, V]`` (analysis, tests)."""
@@ -235,7 +214,7 @@ class CoefficientMixer(Mixer):
         out = self.run_core(inputs, self.check_backend(backend))
         return out, inputs.v.expand(*inputs.v.shape[:2], out.shape[2], inputs.v.shape[3])
 
-    def _probe(self) -> CoreInputs:
+    def _probe(self) -> Dynamics:
         """The operator's arguments for a one-token input, which fix heads, dimensions and the combination."""
         parameter = next(self.parameters())
         with torch.no_grad():
@@ -248,7 +227,7 @@ class CoefficientMixer(Mixer):
         # the combination (readout, decay, Householder, normalizer) is fixed by the options: probe once
         if getattr(self, "_backends", None) is None:
             inputs = self._probe()
-            problem = prepare(inputs.q, inputs.k, inputs.v, **inputs.options())
+            problem = prepare(inputs)
             self._backends = ("auto",) + tuple(name for name, module in REGISTRY.items()
                                                if module.unsupported(problem) is None)
         return self._backends
@@ -257,7 +236,7 @@ class CoefficientMixer(Mixer):
         self.check_input(x)
         inputs, _ = self.core_inputs(x, MixerState())
         if inputs.readout == "identity":
-            return dsf(inputs.q, inputs.k, inputs.v, **inputs.options())
+            return dsf(inputs)
         # no finite DSF (seed 000 Lemma 1): the realization whose state keeps every value, for this input
         return from_coefficients(self.coefficients(x), inputs.v.shape[3])
 

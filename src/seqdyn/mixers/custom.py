@@ -27,10 +27,11 @@ import math
 import torch
 from torch import Tensor, nn
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.readouts import READOUTS
 from seqdyn.features import FEATURE_MAPS
 from seqdyn.layers.gates import GLADecay, MambaDecay
-from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_heads,
+from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_heads,
                                 check_positive, split_heads)
 from seqdyn.layers import HeadOutput, ShortConv
 
@@ -115,7 +116,7 @@ class Custom(CoefficientMixer):
         gate = torch.sigmoid(self.scale_gate(x))
         return gate * self.key_dim**-0.5 if self.scale_kind == "input_inv_sqrt" else gate
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         qk = self.qk(x)
         if self.convs:
             qk = self.convolve("qk", qk, state)
@@ -123,20 +124,18 @@ class Custom(CoefficientMixer):
         if self.feature_map is not None:
             q, k = FEATURE_MAPS[self.feature_map](q), FEATURE_MAPS[self.feature_map](k)
         log_decay, step = self._decays(x)
-        inputs = CoreInputs(q, k, split_heads(self.v(x), self.heads), readout=self.readout, log_decay=log_decay,
-                            scale=self._scale(x, step))
+        householder = {}
         if self.householder_kind != "none":
             if self.householder_kind == "keys":
-                inputs.k = torch.nn.functional.normalize(k, dim=-1)
+                k = torch.nn.functional.normalize(k, dim=-1)
             else:
                 direction = torch.nn.functional.normalize(self.direction, dim=-1).to(x.dtype)
-                inputs.householder_dir = direction.expand(*x.shape[:2], self.heads, self.key_dim)
-            inputs.householder = (torch.sigmoid(self.beta(x)) if self.beta is not None
-                                  else x.new_full((*x.shape[:2], self.heads), float(self.householder_beta)))
-        if self.normalizer_kind == "learned":
-            inputs.normalizer = torch.exp(self.eta(x))
-        else:
-            inputs.normalizer = self.normalizer_kind
+                householder["householder_dir"] = direction.expand(*x.shape[:2], self.heads, self.key_dim)
+            householder["householder"] = (torch.sigmoid(self.beta(x)) if self.beta is not None
+                                          else x.new_full((*x.shape[:2], self.heads), float(self.householder_beta)))
+        normalizer = torch.exp(self.eta(x)) if self.normalizer_kind == "learned" else self.normalizer_kind
+        inputs = Dynamics(q, k, split_heads(self.v(x), self.heads), readout=self.readout, log_decay=log_decay,
+                          scale=self._scale(x, step), normalizer=normalizer, **householder)
         return inputs, x
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput, ShortConv
 from seqdyn.layers.norms import l2_normalize
 
@@ -41,7 +42,7 @@ class DeltaNet(CoefficientMixer):
         """The decay multiplying the Householder factor: none for DeltaNet."""
         return None
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         qkv = self.qkv(x)
         if self.convs:
             q, k, v = self.convolve("qkv", qkv, state).split(self.widths, dim=-1)
@@ -50,8 +51,8 @@ class DeltaNet(CoefficientMixer):
             q, k = F.silu(q), F.silu(k)
         q, k = (l2_normalize(split_heads(t, self.heads)) for t in (q, k))
         beta = torch.sigmoid(self.beta(x))
-        inputs = CoreInputs(q, k, split_heads(v, self.heads), householder=beta, scale=beta * q.shape[-1] ** -0.5,
-                            log_decay=self.log_decay(x))
+        inputs = Dynamics(q, k, split_heads(v, self.heads), householder=beta, scale=beta * q.shape[-1] ** -0.5,
+                          log_decay=self.log_decay(x))
         return inputs, x
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:

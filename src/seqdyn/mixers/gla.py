@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers.gates import GLADecay
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput, ShortConv
 
 
@@ -38,14 +39,14 @@ class GLA(CoefficientMixer):
                 self.convs[key] = ShortConv(width, conv_size)
         self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         q, k, v = self.q(x), self.k(x), self.v(x)
         if self.convs:
             q, k, v = (self.convolve(key, t, state) for key, t in (("q", q), ("k", k), ("v", v)))
         log_decay = self.decay(x)
         heads = self.heads
-        return CoreInputs(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads),
-                          log_decay=split_heads(log_decay, heads)), x
+        return Dynamics(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads),
+                        log_decay=split_heads(log_decay, heads)), x
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)

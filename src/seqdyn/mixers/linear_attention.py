@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.features import feature_map as feature_map_by_name
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, check_positive, split_heads
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, check_positive, split_heads
 
 
 class LinearAttention(CoefficientMixer):
@@ -31,9 +32,9 @@ class LinearAttention(CoefficientMixer):
         self.v = nn.Linear(d_model, d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, None]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
         q, k = (self.features(split_heads(t, self.heads)) for t in self.qk(x).chunk(2, dim=-1))
-        return CoreInputs(q, k, split_heads(self.v(x), self.heads), scale=1.0, normalizer="sum"), None
+        return Dynamics(q, k, split_heads(self.v(x), self.heads), scale=1.0, normalizer="sum"), None
 
     def core_output(self, core: Tensor, extras: None) -> Tensor:
         return self.out(core.flatten(2))

@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers.gates import MambaDecay
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_positive, keep_init
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_positive, keep_init
 from seqdyn.layers import GatedRMSNorm, ShortConv
 
 
@@ -46,7 +47,7 @@ class Mamba2(CoefficientMixer):
         self.norm = GatedRMSNorm(self.inner, eps=1e-5) if gate else None  # mamba_ssm's RMSNormGated eps
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, tuple[Tensor, Tensor | None]]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:
         projected = self.in_proj(x)
         z, xbc, dt = projected.split([self.inner if self.gate else 0, self.inner + 2 * self.state_dim, self.heads], -1)
         if "xbc" in self.convs:
@@ -54,7 +55,7 @@ class Mamba2(CoefficientMixer):
         values, keys, queries = xbc.split([self.inner, self.state_dim, self.state_dim], dim=-1)
         values = values.unflatten(-1, (self.heads, self.head_dim))
         log_decay, step = self.decay(dt)  # Δ A and Δ, [B, T, H]
-        inputs = CoreInputs(q=queries.unsqueeze(2), k=keys.unsqueeze(2), v=values, log_decay=log_decay, scale=step)
+        inputs = Dynamics(q=queries.unsqueeze(2), k=keys.unsqueeze(2), v=values, log_decay=log_decay, scale=step)
         return inputs, (values, z if self.gate else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, keep_init, split_heads
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, keep_init, split_heads
 from seqdyn.layers import RMSNorm
 
 
@@ -41,11 +42,11 @@ class MLSTM(CoefficientMixer):
             nn.init.normal_(self.input_gate.bias, std=0.1)
         keep_init(self.forget_gate.weight, self.forget_gate.bias, self.input_gate.weight, self.input_gate.bias)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
         log_scale = self.input_gate(x) - 0.5 * math.log(q.shape[-1])
-        inputs = CoreInputs(q, k, v, log_decay=F.logsigmoid(self.forget_gate(x)), log_scale=log_scale,
-                            normalizer="abs_max1")
+        inputs = Dynamics(q, k, v, log_decay=F.logsigmoid(self.forget_gate(x)), log_scale=log_scale,
+                          normalizer="abs_max1")
         return inputs, torch.sigmoid(self.output_gate(x))
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, check_positive, split_heads
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, check_positive, split_heads
 
 
 class NormalizedAttention(CoefficientMixer):
@@ -29,10 +30,10 @@ class NormalizedAttention(CoefficientMixer):
         self.eta = nn.Linear(d_model, self.heads, bias=True)  # W_η
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, None]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
         q, k = (split_heads(t, self.heads) for t in self.qk(x).chunk(2, dim=-1))
-        return CoreInputs(q, k, split_heads(self.v(x), self.heads), scale=1.0,
-                          normalizer=torch.exp(self.eta(x))), None
+        return Dynamics(q, k, split_heads(self.v(x), self.heads), scale=1.0,
+                        normalizer=torch.exp(self.eta(x))), None
 
     def core_output(self, core: Tensor, extras: None) -> Tensor:
         return self.out(core.flatten(2))

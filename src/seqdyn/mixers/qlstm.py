@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_positive, keep_init,
                                 scaled_width)
 from seqdyn.layers import ShortConv
 
@@ -71,14 +72,14 @@ class QLSTM(CoefficientMixer):
         """``log f_t`` from the forget gate's pre-activation: ``log σ(W_f u_t)`` (eq. 8)."""
         return F.logsigmoid(pre)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, tuple[Tensor, Tensor | None]]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:
         u = self.convolve("u", x, state) if self.convs else x
         forget, input_, output, update = self.gates(u).chunk(4, dim=-1)  # [B, T, I] each
         o = torch.sigmoid(output)
         ones = x.new_ones(*x.shape[:2], 1, 1)
         values = update if self.dsf_form else torch.tanh(update)
-        inputs = CoreInputs(q=o.unsqueeze(-1) if self.dsf_form else ones, k=ones, v=values.unsqueeze(-1),
-                            log_decay=self.log_forget(forget), scale=torch.sigmoid(input_))
+        inputs = Dynamics(q=o.unsqueeze(-1) if self.dsf_form else ones, k=ones, v=values.unsqueeze(-1),
+                          log_decay=self.log_forget(forget), scale=torch.sigmoid(input_))
         return inputs, (o, F.gelu(self.gate(x)) if self.gate is not None else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:

@@ -16,7 +16,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, scaled_width, split_heads
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput
 
 
@@ -39,10 +40,10 @@ class RetNet(CoefficientMixer):
         self.register_buffer("log_gamma", retention_log_decays(heads))
         self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         q, k = (split_heads(t, self.heads) for t in self.qk(x).chunk(2, dim=-1))
         log_decay = self.log_gamma.to(x.dtype).expand(*x.shape[:2], self.heads)
-        return CoreInputs(q, k, split_heads(self.v(x), self.heads), log_decay=log_decay), x
+        return Dynamics(q, k, split_heads(self.v(x), self.heads), log_decay=log_decay), x
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)

@@ -30,9 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.layers.gates import inverse_softplus
-from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
+from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_positive, keep_init,
                                 scaled_width)
 from seqdyn.layers import ShortConv
 
@@ -106,15 +107,15 @@ class RGLRU(CoefficientMixer):
         """``−c·softplus(Λ)`` ``[W]``: the log decay at ``r_t = 1`` (``log a_t = r_t ·`` this)."""
         return -self.c * F.softplus(self.a_param)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor | None]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor | None]:
         u, g = self.in_proj(x).split([self.width, self.width if self.gate else 0], dim=-1)
         if self.convs:
             u = self.convolve("u", u, state)
         log_a = torch.sigmoid(self.a_gate(u)) * self.log_base_decay()  # (10)
         multiplier = SqrtBoundedDerivative.apply(-torch.expm1(2 * log_a))  # √(1 − a²)
         ones = x.new_ones(*x.shape[:2], 1, 1)
-        inputs = CoreInputs(q=ones, k=ones, v=u.unsqueeze(-1), log_decay=log_a,
-                            scale=multiplier * torch.sigmoid(self.input_gate(u)))
+        inputs = Dynamics(q=ones, k=ones, v=u.unsqueeze(-1), log_decay=log_a,
+                          scale=multiplier * torch.sigmoid(self.input_gate(u)))
         return inputs, F.gelu(g, approximate="tanh") if self.gate else None
 
     def core_output(self, core: Tensor, extras: Tensor | None) -> Tensor:

@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers.gates import init_dt_bias
-from seqdyn.mixers.base import (CoefficientMixer, CoreInputs, MixerState, check_choice, check_positive, keep_init,
+from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_positive, keep_init,
                                 scaled_width)
 from seqdyn.layers import ShortConv
 
@@ -82,14 +83,14 @@ class S6(CoefficientMixer):
         """The diagonal state matrices ``A`` ``[I, N]`` (negative)."""
         return -torch.exp(self.a_log)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, tuple[Tensor, Tensor | None]]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:
         x, z = self.in_proj(x).split([self.inner, self.inner if self.gate else 0], dim=-1)
         if self.convs:
             x = self.convolve("x", x, state)
         dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
         step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
-        inputs = CoreInputs(q=c.unsqueeze(2), k=b.unsqueeze(2), v=x.unsqueeze(-1),
-                            log_decay=step, decay_rate=self.A, scale=step)  # g = Δ ⊗ A, never formed by the scan
+        inputs = Dynamics(q=c.unsqueeze(2), k=b.unsqueeze(2), v=x.unsqueeze(-1),
+                          log_decay=step, decay_rate=self.A, scale=step)  # g = Δ ⊗ A, never formed by the scan
         return inputs, (x, z if self.gate else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, split_heads
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, split_heads
 
 
 class SoftmaxAttention(CoefficientMixer):
@@ -25,9 +26,9 @@ class SoftmaxAttention(CoefficientMixer):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, None]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
-        return CoreInputs(q, k, v, readout="exp", normalizer="sum"), None
+        return Dynamics(q, k, v, readout="exp", normalizer="sum"), None
 
     def core_output(self, core: Tensor, extras: None) -> Tensor:
         return self.out(core.flatten(2))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from seqdyn.core.dynamics import Dynamics
 from seqdyn.features import taylor, taylor_dim
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, check_positive, split_heads
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, check_positive, split_heads
 
 
 class TaylorAttention(CoefficientMixer):
@@ -37,10 +38,10 @@ class TaylorAttention(CoefficientMixer):
     def feature_dim(self) -> int:
         return taylor_dim(self.state_dim, self.degree)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, None]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
         temperature = self.state_dim**-0.25
         q, k = (taylor(split_heads(t, self.heads) * temperature, self.degree) for t in self.qk(x).chunk(2, dim=-1))
-        return CoreInputs(q, k, split_heads(self.v(x), self.heads), scale=1.0, normalizer="sum"), None
+        return Dynamics(q, k, split_heads(self.v(x), self.heads), scale=1.0, normalizer="sum"), None
 
     def core_output(self, core: Tensor, extras: None) -> Tensor:
         return self.out(core.flatten(2))

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from seqdyn.mixers.base import CoefficientMixer, CoreInputs, MixerState, check_heads, split_heads
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, split_heads
 from seqdyn.layers import HeadOutput
 from seqdyn.layers.norms import l2_normalize
 
@@ -30,11 +31,11 @@ class TTTLinear(CoefficientMixer):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.output = HeadOutput(d_model, heads, d_model // heads, gate=False)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[CoreInputs, Tensor]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
         k = l2_normalize(k)
         rate = k.new_full(k.shape[:3], self.inner_lr)
-        return CoreInputs(q, k, v, householder=rate, scale=rate * q.shape[-1] ** -0.5), x
+        return Dynamics(q, k, v, householder=rate, scale=rate * q.shape[-1] ** -0.5), x
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)

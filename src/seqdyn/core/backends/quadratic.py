@@ -108,6 +108,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor | None]:
     The initial state ``S`` enters as K virtual keys ``e_m`` with values ``S[m]``; the final state is the
     output of K virtual queries ``e_m`` placed after the sequence, ``S_Tᵀ e_m = S_T[m]``.
     """
+    problem = problem.with_scale_applied()
     batch, heads, length, key_dim, value_dim = problem.shape
     if problem.initial_state is None and not want_state:
         return outputs(problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction), None
@@ -137,5 +138,6 @@ def nonlinear(problem: Problem, want_state: bool):
 
 
 def coefficient_scores(problem: Problem) -> Tensor:
-    """The scores ``s`` of :func:`scores` for the problem's own sequence."""
+    """The scores ``s`` of :func:`scores` for the problem's own sequence (its keys multiplied by ``b``)."""
+    problem = problem.folded()
     return scores(problem.q, problem.k, problem.log_decay, problem.beta, problem.direction)

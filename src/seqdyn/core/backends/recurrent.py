@@ -41,6 +41,7 @@ def state_step(state: Tensor, key: Tensor, value: Tensor, log_decay, beta, direc
 
 def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     """Run the linear recurrence over the sequence; returns ``y`` ``[B, H, T, V]`` and ``S_T``."""
+    problem = problem.with_scale_applied()
     batch, heads, length, key_dim, value_dim = problem.shape
     state = problem.initial_state
     if state is None:

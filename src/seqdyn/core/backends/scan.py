@@ -48,6 +48,7 @@ def unsupported(problem: Problem) -> str | None:
 def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     """All outputs ``y_t = S_tᵀ q_t`` and the final state ``S_T``: by the native kernel where it runs (CPU, float32
     or float64, a C++ compiler), else by :class:`BlockScan`."""
+    problem = problem.with_scale_applied()
     g, rate = problem.log_decay, problem.decay_rate
     if scan_kernel.available(problem.q, problem.k, problem.v, g, rate, problem.initial_state):
         return scan_kernel.scan(problem.q, problem.k, problem.v, g, rate, problem.initial_state,

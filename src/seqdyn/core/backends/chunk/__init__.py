@@ -52,6 +52,8 @@ def unsupported(problem: Problem) -> str | None:
 def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     """Chunkwise-parallel identity readout; returns ``y`` ``[B, H, T, V]`` and ``S_T``: the inputs chunked
     ``[B, H, N, C, ...]`` and handed to the fast path that computes them."""
+    key_scale = problem.scale_per_step() if problem.direction_is_key else None  # DeltaNet: impulses b_t w_t
+    problem = problem.with_scale_applied()
     batch, heads, length, key_dim, value_dim = problem.shape
     diagonal = problem.diagonal
     size = min(problem.chunk_size, length)
@@ -61,7 +63,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     chunks = -(-length // size)
     q, k, v, direction = (dense(to_chunks(x, chunks, size)) for x in (problem.q, problem.k, problem.v,
                                                                        problem.direction))
-    g, beta, key_scale = (to_chunks(x, chunks, size) for x in (g, problem.beta, problem.key_scale))
+    g, beta, key_scale = (to_chunks(x, chunks, size) for x in (g, problem.beta, key_scale))
     if beta is None:
         out, state = decayed_chunks(q, k, v, g, problem.initial_state)
     elif key_scale is not None and not diagonal:  # DeltaNet / Gated DeltaNet: the direction is the key
