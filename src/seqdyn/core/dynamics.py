@@ -76,14 +76,20 @@ class Dynamics:
         unknown = changes.keys() - FIELDS
         if unknown:
             raise TypeError(f"Dynamics has no field {', '.join(sorted(unknown))}")
-        dynamics = object.__new__(Dynamics)
-        dynamics.__dict__.update(self.__dict__, **changes)
-        return dynamics
+        return copy_with(self, changes)
 
 
 #: the fields of :class:`Dynamics` beside q, k, v, with their defaults
 OPTIONS = {field.name: field.default for field in dataclasses.fields(Dynamics) if field.name not in ("q", "k", "v")}
 FIELDS = frozenset(("q", "k", "v", *OPTIONS))
+
+
+def copy_with(instance: Any, changes: dict[str, Any]) -> Any:
+    """A shallow copy of a (frozen) dataclass ``instance`` with ``changes`` set, without ``dataclasses.replace``'s
+    per-field bookkeeping and ``__init__``: a short sequence's operator call is mostly such overhead."""
+    copy = object.__new__(type(instance))
+    copy.__dict__.update(instance.__dict__, **changes)
+    return copy
 
 
 def as_dynamics(q: Tensor | Dynamics, k: Tensor | None, v: Tensor | None, **options: Any) -> Dynamics:

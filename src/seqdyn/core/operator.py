@@ -13,7 +13,6 @@ the exact result is finite.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -270,7 +269,7 @@ def _run(problem: Problem, module, want_state: bool):
         state = problem.initial_state
         if state is not None:
             state = torch.cat([state[0], state[1].unsqueeze(-1)], dim=-1)
-        problem = dataclasses.replace(problem, v=torch.cat([problem.v, ones], dim=-1), initial_state=state)
+        problem = problem.replaced(v=torch.cat([problem.v, ones], dim=-1), initial_state=state)
     problem, row_scale, state_scale = _stabilized(problem)
     out, state = module.linear(problem, want_state)
     numerator, denominator = (out[..., :-1], out[..., -1]) if original.augmented else (out, None)

@@ -8,7 +8,6 @@ precision is computed in float32.
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqdyn.core.dynamics import Dynamics
+from seqdyn.core.dynamics import Dynamics, copy_with
 from seqdyn.core.readouts import NORMALIZERS, STATE_NORMALIZERS, Readout, resolve_readout
 
 DEFAULT_CHUNK_SIZE = 64
@@ -59,17 +58,14 @@ class Problem:
     decay_rate: Tensor | None = None
 
     def replaced(self, **changes: Any) -> "Problem":
-        """``dataclasses.replace(self, **changes)`` without its per-field bookkeeping: a short sequence's call is
-        mostly such overhead."""
-        problem = object.__new__(Problem)
-        problem.__dict__.update(self.__dict__, **changes)
-        return problem
+        """``dataclasses.replace(self, **changes)`` without its per-field bookkeeping (:func:`copy_with`)."""
+        return copy_with(self, changes)
 
     def materialized(self) -> "Problem":
         """The same problem with a factored decay formed: ``g_t = Δ_t A`` ``[B, H, T, K]`` (seed 000 eq. 4)."""
         if self.decay_rate is None:
             return self
-        return dataclasses.replace(self, log_decay=factored_log_decay(self.log_decay, self.decay_rate), decay_rate=None)
+        return self.replaced(log_decay=factored_log_decay(self.log_decay, self.decay_rate), decay_rate=None)
 
     def folded(self) -> "Problem":
         """The same problem with ``b`` (``scale``, or ``exp(log_scale)``) multiplied into the keys: ``k ← b ⊙ k``."""
