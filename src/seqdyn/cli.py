@@ -60,15 +60,6 @@ _register_subcommands()
 STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
 
 
-def _console():
-    """A rich console; output that is not a terminal (logs, CI, files) gets 150 columns so tables stay whole."""
-    import sys
-
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=150)
-
-
 def _fail(message: str, code: int = 2) -> None:
     """A one-line error on stderr and exit code ``code``: 2 for bad input, 1 for an error of the machine."""
     typer.echo(f"error: {message}", err=True)
@@ -219,6 +210,7 @@ def inspect(
 
     from seqdyn.analysis.model import format_table
     from seqdyn.analysis.runs import inspect_run, load_inputs, principle_points
+    from seqdyn.train.progress import console
     from seqdyn.train.report import describe_backends
     from seqdyn.train.store import Store
 
@@ -226,7 +218,7 @@ def inspect(
         opened = Store(store, readonly=True)
         inputs = load_inputs(input) if input else None
         result = inspect_run(opened, run_id, inputs, examples, eps)
-        out = _console()
+        out = console()
         metric = "" if result.best_metric is None else f", best {result.metric_name} {result.best_metric:.4f}"
         backend = f", backend {describe_backends(result.backends)}" if result.backends else ""
         title = f"run {run_id} ({result.name}, {result.status}{metric}{backend}) on {tuple(result.inputs.shape)} inputs"
@@ -248,6 +240,8 @@ def _print_summary(results) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from seqdyn.train.progress import console
+
     table = Table(title="runs")
     for column in ("run", "name", "status", "steps", "metric", "final", "best", "wall s"):
         table.add_column(column)
@@ -255,7 +249,7 @@ def _print_summary(results) -> None:
     for r in results:
         table.add_row(r.run_id, escape(r.name), escape(r.status + (f" ({r.reason})" if r.reason else "")), str(r.step),
                       r.metric_name, fmt(r.final_metric), fmt(r.best_metric), f"{r.wall_time:.1f}")
-    _console().print(table)
+    console().print(table)
 
 
 @app.command()

@@ -235,7 +235,7 @@ def checks_table(checks, title: str = "targets (issue 'foundation')"):
 def run_operator_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3,
                            max_seconds=120.0) -> Report:
     """Run the benchmark with a progress bar and print the results and the target checks."""
-    from seqdyn.bench import console as make_console
+    from seqdyn.train.progress import console as make_console
     from rich.progress import Progress
 
     console = make_console()
@@ -270,7 +270,7 @@ def agreement(length: int = 200, dim: int = 16, seed: int = 0) -> list[tuple[str
 
 def run_demo(quick: bool = False) -> None:
     """The main job for now: agreement of every backend with the reference, then the benchmark table."""
-    from seqdyn.bench import console as make_console
+    from seqdyn.train.progress import console as make_console
     from rich.table import Table
 
     console = make_console()

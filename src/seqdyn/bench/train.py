@@ -138,7 +138,7 @@ def main(names: str = "", device: str = "auto", steps: int = 7) -> None:
     from rich.progress import Progress
     from rich.table import Table
 
-    from seqdyn.bench import console
+    from seqdyn.train.progress import console
     from seqdyn.bench.operator import checks_table
 
     selected = [n for n in names.split(",") if n] or None

@@ -1,6 +1,16 @@
-"""The progress bar of a run in the terminal: steps done, the last training loss and test metric, time left."""
+"""Terminal output: the progress bar of a run (steps done, the last training loss and test metric, time left) and
+the console the commands print their tables to."""
 
 from __future__ import annotations
+
+
+def console():
+    """A rich console; output that is not a terminal (logs, CI, files) gets 150 columns so tables stay whole."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=150)
 
 
 class RunProgress:
