@@ -96,7 +96,9 @@ def test_opcheck_accepts_the_registrations():
     """Schema, fake implementation, autograd registration and dispatch (``torch.library.opcheck``)."""
     for decay in ("none", "factored"):
         q, k, v, g, rate, initial = _scan_inputs(decay, False)
-        torch.library.opcheck(scan_kernel.scan_op, (q, k, v, g, rate, initial, False, False, True))
+        cut = scan_kernel.plan(*q.shape[:2], q.shape[-1], v.shape[-1], q.element_size())
+        torch.library.opcheck(torch.ops.seqdyn.scan.default,
+                              (q, k, v, g, rate, initial, False, False, True, cut.group, cut.interval))
 
 
 @_needs("scan_kernel")
@@ -124,3 +126,19 @@ def test_the_operators_run_in_float32_under_autocast():
     with torch.autocast("cpu", torch.bfloat16):
         outputs = scan_kernel.scan_op(q, k, v, g, rate, initial, False, False, False)
     assert [out.dtype for out in outputs] == [torch.float32] * 3
+
+
+@_needs("scan_kernel")
+@pytest.mark.parametrize("wrong", ["dtype", "g_dims", "initial"])
+def test_the_operator_refuses_mismatched_tensors(wrong):
+    """The operator checks the tensors it is given (an error that names them, not memory read out of bounds)."""
+    q, k, v, g, rate, initial = (None if x is None else x.detach() for x in _scan_inputs("diagonal", False))
+    if wrong == "dtype":
+        v = v.float()
+    elif wrong == "g_dims":
+        g = g[..., None]
+    else:
+        initial = initial[:1]
+    with pytest.raises(RuntimeError, match={"dtype": "share one dtype", "g_dims": "g must be",
+                                            "initial": "initial must be"}[wrong]):
+        torch.ops.seqdyn.scan(q, k, v, g, rate, initial, False, False, False, 1, 4)

@@ -8,58 +8,68 @@
 //   ∂g_t = a_t ⊙ Σ_v ∂S_t ⊙ S_{t-1};  ∂S_{t-1} = a_t ⊙ ∂S_t            (∂Δ_t = ⟨∂g_t, A⟩, ∂A = Σ_t ∂g_t Δ_t)
 //
 // The same recurrence as BlockScan in seqdyn/core/backends/scan.py (its torch definition); this file only keeps
-// each head's state [K, V] in registers and cache over all T steps, which torch's per-step kernels cannot.  Plain
-// C ABI, loaded by scan.py beside it with ctypes (which checks the layout of ScanArgs first, see the layout
-// function at the end); every entry point takes a range of flattened (batch, group of heads) items so that
-// Python threads share the work.
+// each head's state [K, V] in registers and cache over all T steps, which torch's per-step kernels cannot.  It
+// registers the operators seqdyn::scan and seqdyn::scan_backward, which take typed tensors (scan.py beside it
+// adds their fake implementations and autograd formula), and splits the (batch, group of heads) items over
+// torch's intra-op threads.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "native_math.h"
 
-extern "C" {
-// Every tensor is addressed by its strides (in elements) over batch, head and time; its last axis (key or
-// value) has unit stride.  A head stride of 0 is one head shared by all.
+namespace {
+
+// Every tensor is addressed by its strides (in elements) over batch, head and time; its last axis (key or value)
+// has unit stride.  A head stride of 0 is one head shared by all.
 struct ScanArgs {
     int64_t batch, heads, length, key_dim, value_dim;
     int64_t interval;  // steps between saved states
     int64_t group;     // heads scanned together, step by step (neighbouring heads share cache lines)
-    const void *q, *k, *v, *g, *rate, *initial;
-    int64_t q_stride[3], k_stride[3], v_stride[3], g_stride[3];
-    int64_t g_per_key;         // 1: g [B, H, T, K] (diagonal); 0: g [B, H, T] (scalar, or Δ with a rate)
-    int64_t rate_head_stride;  // rate A [H, K] (stride K) or [1, K] (stride 0)
+    const void *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *rate = nullptr, *initial = nullptr;
+    int64_t q_stride[3] = {}, k_stride[3] = {}, v_stride[3] = {}, g_stride[3] = {};
+    int64_t g_per_key = 0;         // 1: g [B, H, T, K] (diagonal); 0: g [B, H, T] (scalar, or Δ with a rate)
+    int64_t rate_head_stride = 0;  // rate A [H, K] (stride K) or [1, K] (stride 0)
     // forward outputs: y (strided), final [B, H, K, V], saved [B, H, ceil(T / interval), K, V] or null
-    void *y, *final, *saved;
-    int64_t y_stride[3];
+    void *y = nullptr, *final = nullptr, *saved = nullptr;
+    int64_t y_stride[3] = {};
     // backward: grad_y (strided), grad_final [B, H, K, V]
-    const void *grad_y, *grad_final;
-    int64_t grad_y_stride[3];
+    const void *grad_y = nullptr, *grad_final = nullptr;
+    int64_t grad_y_stride[3] = {};
     // outputs: grad_q, grad_k (strided; accumulated, and offset by part * *_part_stride, when shared by all
     // heads), grad_v, grad_g (strided like v and g), grad_rate [B, H, K], grad_initial [B, H, K, V]
-    void *grad_q, *grad_k, *grad_v, *grad_g, *grad_rate, *grad_initial;
-    int64_t grad_q_stride[3], grad_k_stride[3], grad_v_stride[3], grad_g_stride[3];
-    int64_t grad_q_part_stride, grad_k_part_stride;  // 0: one gradient per head, written
+    void *grad_q = nullptr, *grad_k = nullptr, *grad_v = nullptr, *grad_g = nullptr, *grad_rate = nullptr,
+         *grad_initial = nullptr;
+    int64_t grad_q_stride[3] = {}, grad_k_stride[3] = {}, grad_v_stride[3] = {}, grad_g_stride[3] = {};
+    int64_t grad_q_part_stride = 0, grad_k_part_stride = 0;  // 0: one gradient per head, written
 };
-}
-
-namespace {
 
 template <typename T>
-const T* at(const void* base, const int64_t* stride, int64_t b, int64_t h, int64_t t) {
+const T* element(const void* base, const int64_t* stride, int64_t b, int64_t h, int64_t t) {
     return static_cast<const T*>(base) + b * stride[0] + h * stride[1] + t * stride[2];
 }
 
 template <typename T>
-T* at(void* base, const int64_t* stride, int64_t b, int64_t h, int64_t t) {
+T* element(void* base, const int64_t* stride, int64_t b, int64_t h, int64_t t) {
     return static_cast<T*>(base) + b * stride[0] + h * stride[1] + t * stride[2];
 }
 
 // a_t = exp(g_t) for the K keys of step t
 template <typename T>
 inline void decays(const ScanArgs& a, int64_t b, int64_t h, int64_t t, T* out, int64_t K) {
-    const T* g = at<T>(a.g, a.g_stride, b, h, t);
+    const T* g = element<T>(a.g, a.g_stride, b, h, t);
     if (a.rate) {
         const T* rate = static_cast<const T*>(a.rate) + h * a.rate_head_stride;
         const T step = g[0];
@@ -133,9 +143,9 @@ void forward_group(const ScanArgs& a, int64_t b, int64_t h0, int64_t n, T* S, T*
                 std::memcpy(static_cast<T*>(a.saved) + ((b * H + head) * saves + t / a.interval) * KV, state,
                             KV * sizeof(T));
             if (a.g) decays<T>(a, b, head, t, decay, K);
-            advance<T>(state, a.g ? decay : nullptr, at<T>(a.k, a.k_stride, b, head, t),
-                       at<T>(a.v, a.v_stride, b, head, t), K, V);
-            read_out<T>(state, at<T>(a.q, a.q_stride, b, head, t), at<T>(a.y, a.y_stride, b, head, t), K, V);
+            advance<T>(state, a.g ? decay : nullptr, element<T>(a.k, a.k_stride, b, head, t),
+                       element<T>(a.v, a.v_stride, b, head, t), K, V);
+            read_out<T>(state, element<T>(a.q, a.q_stride, b, head, t), element<T>(a.y, a.y_stride, b, head, t), K, V);
         }
     }
     std::memcpy(static_cast<T*>(a.final) + (b * H + h0) * KV, S, n * KV * sizeof(T));
@@ -197,7 +207,7 @@ inline void adjoint_step(T* G, const T* S, const T* previous, const T* d, const 
 template <typename T>
 inline void write_decay_grad(const ScanArgs& a, int64_t b, int64_t head, int64_t t, const T* dg, T* rate_grad,
                              int64_t K) {
-    T* out = at<T>(a.grad_g, a.grad_g_stride, b, head, t);
+    T* out = element<T>(a.grad_g, a.grad_g_stride, b, head, t);
     if (a.g_per_key) {
         std::memcpy(out, dg, K * sizeof(T));
         return;
@@ -205,7 +215,7 @@ inline void write_decay_grad(const ScanArgs& a, int64_t b, int64_t head, int64_t
     T sum = 0;
     if (a.rate) {
         const T* rate = static_cast<const T*>(a.rate) + head * a.rate_head_stride;
-        const T step = at<T>(a.g, a.g_stride, b, head, t)[0];
+        const T step = element<T>(a.g, a.g_stride, b, head, t)[0];
 #pragma omp simd reduction(+ : sum)
         for (int64_t i = 0; i < K; ++i) {
             sum += dg[i] * rate[i];
@@ -242,8 +252,8 @@ void backward_group(const ScanArgs& a, int64_t b, int64_t h0, int64_t n, int64_t
             for (int64_t h = 0; h < n; ++h) {
                 T* d = a.g ? decay + (j * n + h) * K : nullptr;
                 if (d) decays<T>(a, b, h0 + h, start + j, d, K);
-                advance<T>(states + ((j + 1) * n + h) * KV, d, at<T>(a.k, a.k_stride, b, h0 + h, start + j),
-                           at<T>(a.v, a.v_stride, b, h0 + h, start + j), K, V);
+                advance<T>(states + ((j + 1) * n + h) * KV, d, element<T>(a.k, a.k_stride, b, h0 + h, start + j),
+                           element<T>(a.v, a.v_stride, b, h0 + h, start + j), K, V);
             }
         }
         for (int64_t j = steps - 1; j >= 0; --j) {
@@ -252,10 +262,10 @@ void backward_group(const ScanArgs& a, int64_t b, int64_t h0, int64_t n, int64_t
                 const int64_t head = h0 + h;
                 const T* d = a.g ? decay + (j * n + h) * K : nullptr;
                 adjoint_step<T>(G + h * KV, states + ((j + 1) * n + h) * KV, states + (j * n + h) * KV, d,
-                                at<T>(a.q, a.q_stride, b, head, t), at<T>(a.k, a.k_stride, b, head, t),
-                                at<T>(a.v, a.v_stride, b, head, t), at<T>(a.grad_y, a.grad_y_stride, b, head, t),
-                                at<T>(grad_q, a.grad_q_stride, b, head, t), at<T>(grad_k, a.grad_k_stride, b, head, t),
-                                at<T>(a.grad_v, a.grad_v_stride, b, head, t), dg, a.grad_q_part_stride != 0,
+                                element<T>(a.q, a.q_stride, b, head, t), element<T>(a.k, a.k_stride, b, head, t),
+                                element<T>(a.v, a.v_stride, b, head, t), element<T>(a.grad_y, a.grad_y_stride, b, head, t),
+                                element<T>(grad_q, a.grad_q_stride, b, head, t), element<T>(grad_k, a.grad_k_stride, b, head, t),
+                                element<T>(a.grad_v, a.grad_v_stride, b, head, t), dg, a.grad_q_part_stride != 0,
                                 a.grad_k_part_stride != 0, K, V);
                 if (d) write_decay_grad<T>(a, b, head, t, dg, rate_grad + h * K, K);
             }
@@ -267,42 +277,38 @@ void backward_group(const ScanArgs& a, int64_t b, int64_t h0, int64_t n, int64_t
 
 // items: (batch, group of heads) pairs, flattened
 template <typename T, typename Body>
-int over_items(const ScanArgs* a, int64_t begin, int64_t end, int64_t work_size, Body body) {
-    T* work = static_cast<T*>(std::malloc(work_size * sizeof(T)));
-    if (!work) return -1;
-    const int64_t groups = (a->heads + a->group - 1) / a->group;
+void over_items(const ScanArgs& a, int64_t begin, int64_t end, int64_t work_size, Body body) {
+    std::unique_ptr<T[]> work(new T[work_size]);
+    const int64_t groups = (a.heads + a.group - 1) / a.group;
     for (int64_t item = begin; item < end; ++item) {
-        const int64_t b = item / groups, h0 = (item % groups) * a->group;
-        body(b, h0, (a->heads - h0 < a->group) ? a->heads - h0 : a->group, work);
+        const int64_t b = item / groups, h0 = (item % groups) * a.group;
+        body(b, h0, (a.heads - h0 < a.group) ? a.heads - h0 : a.group, work.get());
     }
-    std::free(work);
-    return 0;
 }
 
 // FixedK: the key dimension known at compile time (0: read at run time), which lets every loop over the keys
 // become a few whole vector instructions
 template <typename T, int FixedK>
-int forward_range(const ScanArgs* a, int64_t begin, int64_t end) {
-    const int64_t K = a->key_dim, KV = K * a->value_dim;
-    return over_items<T>(a, begin, end, a->group * KV + K,
-                         [a, KV](int64_t b, int64_t h0, int64_t n, T* work) {
-                             forward_group<T, FixedK>(*a, b, h0, n, work, work + n * KV);
-                         });
+void forward_range(const ScanArgs& a, int64_t begin, int64_t end) {
+    const int64_t K = a.key_dim, KV = K * a.value_dim;
+    over_items<T>(a, begin, end, a.group * KV + K, [&a, KV](int64_t b, int64_t h0, int64_t n, T* work) {
+        forward_group<T, FixedK>(a, b, h0, n, work, work + n * KV);
+    });
 }
 
 template <typename T, int FixedK>
-int backward_range(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
-    const int64_t K = a->key_dim, KV = K * a->value_dim, n = a->group;
-    return over_items<T>(a, begin, end, (a->interval + 2) * n * KV + (a->interval + 1) * n * K + K,
-                         [a, part](int64_t b, int64_t h0, int64_t heads, T* work) {
-                             backward_group<T, FixedK>(*a, b, h0, heads, part, work);
-                         });
+void backward_range(const ScanArgs& a, int64_t begin, int64_t end, int64_t part) {
+    const int64_t K = a.key_dim, KV = K * a.value_dim, n = a.group;
+    over_items<T>(a, begin, end, (a.interval + 2) * n * KV + (a.interval + 1) * n * K + K,
+                  [&a, part](int64_t b, int64_t h0, int64_t heads, T* work) {
+                      backward_group<T, FixedK>(a, b, h0, heads, part, work);
+                  });
 }
 
 // run(std::integral_constant<int, FixedK>) with the key dimension fixed at compile time where it is the state
 // size of Mamba-1 (N = 16) or another common small one, else with FixedK = 0
 template <typename Run>
-int with_fixed_key(int64_t key_dim, Run run) {
+void with_fixed_key(int64_t key_dim, Run run) {
     switch (key_dim) {
         case 8: return run(std::integral_constant<int, 8>{});
         case 16: return run(std::integral_constant<int, 16>{});
@@ -312,33 +318,132 @@ int with_fixed_key(int64_t key_dim, Run run) {
     }
 }
 
-template <typename T>
-int forward(const ScanArgs* a, int64_t begin, int64_t end) {
-    return with_fixed_key(a->key_dim, [&](auto fixed) { return forward_range<T, decltype(fixed)::value>(a, begin, end); });
+// ------------------------------------------------------------------------------------------------ operators
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+// The items split into one contiguous range per intra-op thread.
+Ranges split_items(int64_t items) {
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), items));
+    Ranges ranges;
+    for (int64_t i = 0; i < parts; ++i) ranges.emplace_back(items * i / parts, items * (i + 1) / parts);
+    return ranges;
 }
 
-template <typename T>
-int backward(const ScanArgs* a, int64_t begin, int64_t end, int64_t part) {
-    return with_fixed_key(a->key_dim,
-                          [&](auto fixed) { return backward_range<T, decltype(fixed)::value>(a, begin, end, part); });
+// body(part, begin, end) for every range, one range per thread
+template <typename Body>
+void over_ranges(const Ranges& ranges, Body body) {
+    at::parallel_for(0, static_cast<int64_t>(ranges.size()), 1, [&](int64_t first, int64_t last) {
+        for (int64_t part = first; part < last; ++part) body(part, ranges[part].first, ranges[part].second);
+    });
+}
+
+void set_strides(int64_t* out, const at::Tensor& x) {
+    for (int i = 0; i < 3; ++i) out[i] = x.stride(i);
+}
+
+// the input half of the arguments: q, k [B, H, T, K], v [B, H, T, V], g [B, H, T(, K)], rate [H|1, K]
+ScanArgs inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& g,
+                const std::optional<at::Tensor>& rate, int64_t group, int64_t interval) {
+    TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "seqdyn::scan: q, k, v must be [B, H, T, K|V]");
+    for (const auto* x : {&k, &v, g ? &*g : &q, rate ? &*rate : &q})
+        TORCH_CHECK(x->scalar_type() == q.scalar_type(), "seqdyn::scan: q, k, v, g, rate must share one dtype, got ",
+                    x->scalar_type(), " beside q's ", q.scalar_type());
+    TORCH_CHECK(!g || g->dim() == 3 || g->dim() == 4, "seqdyn::scan: g must be [B, H, T] or [B, H, T, K]");
+    TORCH_CHECK(!rate || rate->dim() == 2, "seqdyn::scan: rate must be [H|1, K]");
+    TORCH_CHECK(group >= 1 && interval >= 1, "seqdyn::scan: group and interval must be positive");
+    ScanArgs a{q.size(0), q.size(1), q.size(2), q.size(3), v.size(3), interval, group};
+    a.q = q.const_data_ptr(), a.k = k.const_data_ptr(), a.v = v.const_data_ptr();
+    set_strides(a.q_stride, q), set_strides(a.k_stride, k), set_strides(a.v_stride, v);
+    if (g) {
+        a.g = g->const_data_ptr(), a.g_per_key = g->dim() == 4;
+        set_strides(a.g_stride, *g);
+    }
+    if (rate) a.rate = rate->const_data_ptr(), a.rate_head_stride = rate->size(0) > 1 ? rate->stride(0) : 0;
+    return a;
+}
+
+// (y, S_T, saved): y time-major in memory [B, H, T, V], saved the states every `interval` steps (empty unless keep);
+// shared_q, shared_k are the backward's (q or k one head expanded over all), taken here for the autograd formula
+std::tuple<at::Tensor, at::Tensor, at::Tensor> scan(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    const std::optional<at::Tensor>& g,
+                                                    const std::optional<at::Tensor>& rate,
+                                                    const std::optional<at::Tensor>& initial, bool shared_q,
+                                                    bool shared_k, bool keep, int64_t group, int64_t interval) {
+    ScanArgs a = inputs(q, k, v, g, rate, group, interval);
+    const int64_t B = a.batch, H = a.heads, L = a.length, K = a.key_dim, V = a.value_dim;
+    at::Tensor y = q.new_empty({B, L, H, V}).transpose(1, 2);  // [B, H, T, V], time-major in memory
+    at::Tensor final = q.new_empty({B, H, K, V});
+    at::Tensor saved = keep ? q.new_empty({B, H, (L + interval - 1) / interval, K, V}) : q.new_empty({0});
+    TORCH_CHECK(!initial || (initial->scalar_type() == q.scalar_type() && initial->is_contiguous() &&
+                             initial->numel() == B * H * K * V),
+                "seqdyn::scan: initial must be a contiguous [B, H, K, V] of q's dtype");
+    a.initial = initial ? initial->const_data_ptr() : nullptr;
+    a.y = y.data_ptr(), a.final = final.data_ptr(), a.saved = keep ? saved.data_ptr() : nullptr;
+    set_strides(a.y_stride, y);
+    const Ranges ranges = split_items(B * ((H + group - 1) / group));
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "seqdyn::scan", [&] {
+        with_fixed_key(K, [&](auto fixed) {
+            over_ranges(ranges, [&](int64_t, int64_t begin, int64_t end) {
+                forward_range<scalar_t, decltype(fixed)::value>(a, begin, end);
+            });
+        });
+    });
+    return {y, final, saved};
+}
+
+// (∂q, ∂k, ∂v, ∂g, ∂rate, ∂S_0) from the states saved by scan; a shared q's or k's gradient summed over the heads
+// [B, 1, T, K], ∂rate summed over the batch [H, K], ∂g and ∂rate empty where g and rate are absent
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> scan_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& g,
+    const std::optional<at::Tensor>& rate, const at::Tensor& saved, const at::Tensor& grad_y,
+    const at::Tensor& grad_final, bool shared_q, bool shared_k, int64_t group, int64_t interval) {
+    ScanArgs a = inputs(q, k, v, g, rate, group, interval);
+    const int64_t B = a.batch, H = a.heads, L = a.length, K = a.key_dim, V = a.value_dim;
+    const Ranges ranges = split_items(B * ((H + group - 1) / group));
+    const int64_t parts = static_cast<int64_t>(ranges.size());
+    a.saved = saved.data_ptr(), a.grad_y = grad_y.const_data_ptr(), a.grad_final = grad_final.const_data_ptr();
+    set_strides(a.grad_y_stride, grad_y);
+    // a shared q's or k's gradient: one [B, T, K] per range of items (part), summed below
+    auto gradient = [&](const at::Tensor& x, bool shared, void*& out, int64_t* stride, int64_t& part_stride) {
+        at::Tensor grad = shared ? x.new_zeros({parts, B, L, K}) : at::empty_like(x);
+        out = grad.data_ptr();
+        if (shared) stride[0] = L * K, stride[1] = 0, stride[2] = K, part_stride = B * L * K;
+        else set_strides(stride, grad);
+        return grad;
+    };
+    at::Tensor grad_q = gradient(q, shared_q, a.grad_q, a.grad_q_stride, a.grad_q_part_stride);
+    at::Tensor grad_k = gradient(k, shared_k, a.grad_k, a.grad_k_stride, a.grad_k_part_stride);
+    at::Tensor grad_v = at::empty_like(v), grad_g = g ? at::empty_like(*g) : q.new_empty({0});
+    at::Tensor grad_rate = rate ? q.new_empty({B, H, K}) : q.new_empty({0});
+    at::Tensor grad_initial = q.new_empty({B, H, K, V});
+    a.grad_v = grad_v.data_ptr(), a.grad_initial = grad_initial.data_ptr();
+    set_strides(a.grad_v_stride, grad_v);
+    if (g) a.grad_g = grad_g.data_ptr(), set_strides(a.grad_g_stride, grad_g);
+    if (rate) a.grad_rate = grad_rate.data_ptr();
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "seqdyn::scan_backward", [&] {
+        with_fixed_key(K, [&](auto fixed) {
+            over_ranges(ranges, [&](int64_t part, int64_t begin, int64_t end) {
+                backward_range<scalar_t, decltype(fixed)::value>(a, begin, end, part);
+            });
+        });
+    });
+    if (shared_q) grad_q = grad_q.sum(0).unsqueeze(1);
+    if (shared_k) grad_k = grad_k.sum(0).unsqueeze(1);
+    if (rate) grad_rate = grad_rate.sum(0);
+    return {grad_q, grad_k, grad_v, grad_g, grad_rate, grad_initial};
 }
 
 }  // namespace
 
-SEQDYN_ENTRY_POINTS(seqdyn_scan, ScanArgs)
+TORCH_LIBRARY(seqdyn, m) {
+    m.def("scan(Tensor q, Tensor k, Tensor v, Tensor? g, Tensor? rate, Tensor? initial, bool shared_q, "
+          "bool shared_k, bool keep, int group, int interval) -> (Tensor, Tensor, Tensor)");
+    m.def("scan_backward(Tensor q, Tensor k, Tensor v, Tensor? g, Tensor? rate, Tensor saved, Tensor grad_y, "
+          "Tensor grad_final, bool shared_q, bool shared_k, int group, int interval) "
+          "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
 
-// The field offsets and size of ScanArgs (see copy_layout in native_math.h).
-extern "C" int64_t seqdyn_scan_layout(int64_t* out, int64_t capacity) {
-#define F(field) SEQDYN_OFFSET(ScanArgs, field)
-    const int64_t layout[] = {
-        F(batch), F(heads), F(length), F(key_dim), F(value_dim), F(interval),
-        F(group), F(q), F(k), F(v), F(g), F(rate),
-        F(initial), F(q_stride), F(k_stride), F(v_stride), F(g_stride), F(g_per_key),
-        F(rate_head_stride), F(y), F(final), F(saved), F(y_stride), F(grad_y),
-        F(grad_final), F(grad_y_stride), F(grad_q), F(grad_k), F(grad_v), F(grad_g),
-        F(grad_rate), F(grad_initial), F(grad_q_stride), F(grad_k_stride), F(grad_v_stride), F(grad_g_stride),
-        F(grad_q_part_stride), F(grad_k_part_stride),
-        static_cast<int64_t>(sizeof(ScanArgs))};
-#undef F
-    return copy_layout(layout, sizeof(layout) / sizeof(layout[0]), out, capacity);
+TORCH_LIBRARY_IMPL(seqdyn, CPU, m) {
+    m.impl("scan", &scan);
+    m.impl("scan_backward", &scan_backward);
 }
