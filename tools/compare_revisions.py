@@ -4,7 +4,7 @@
 
 The old revision is checked out into a temporary git worktree; the new one is this checkout (``--new PATH`` for
 another).  Each round runs one process per revision, alternating which goes first, and each process times every
-cell on one thread (``OMP_NUM_THREADS=1``) in CPU seconds of the process (``time.process_time``), which another
+cell on one thread (``OMP_NUM_THREADS=1``), freed memory kept for reuse as ``seqdyn bench`` keeps it, in CPU seconds of the process (``time.process_time``), which another
 job on a shared machine disturbs far less than wall time; a cell keeps its best time over repeats and rounds.
 Cells: ``operator`` the ``chunk``, ``scan`` and ``auto`` backends of ``coefficient_dynamics`` for the argument
 types of ``seqdyn bench operator`` (B = 4, H = 4, K = V = 64); ``mixers`` every mixer of the new revision with
@@ -87,7 +87,12 @@ def _mixer_cells(seq_lens: list[int], repeats: int, names: list[str]):
 
 
 def child(suite: str, seq_lens: list[int], repeats: int, names: list[str]) -> None:
-    """Time every cell of ``suite`` with the seqdyn on ``sys.path``; one JSON line per cell on stdout."""
+    """Time every cell of ``suite`` with the seqdyn on ``sys.path``; one JSON line per cell on stdout.  glibc keeps
+    freed memory for reuse (``seqdyn.bench.measure.track_allocations(False)``, as ``seqdyn bench`` does): without
+    it a cell's time depends on what the process allocated before it, up to 2×."""
+    from seqdyn.bench.measure import track_allocations
+
+    track_allocations(False)
     cells = _operator_cells(seq_lens, repeats) if suite == "operator" else _mixer_cells(seq_lens, repeats, names)
     for cell, forward_s, train_s in cells:
         print(json.dumps({"cell": cell, "forward_s": forward_s, "train_s": train_s}), flush=True)
@@ -141,7 +146,7 @@ def main() -> None:
     parser.add_argument("--suite", choices=("operator", "mixers"), default="mixers")
     parser.add_argument("--seq-lens", default="1024,4096")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--names", default="", help="mixers (default: every mixer of the new revision)")
     parser.add_argument("--out", help="also write the table to this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -24,7 +24,7 @@ from seqdyn.core.readouts import READOUTS
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = ("features", "layers", "mixers", "models", "tasks", "train", "analysis", "bench")
+_LAZY_SUBMODULES = ("features", "layers", "mixers", "models", "tasks", "train", "analysis", "bench", "reproduce")
 
 __all__ = [
     "BACKENDS",

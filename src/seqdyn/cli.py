@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -95,6 +96,20 @@ def _interrupted(error: KeyboardInterrupt) -> None:
     os._exit(getattr(error, "exit_status", 130))
 
 
+@contextlib.contextmanager
+def _training_errors():
+    """What stops a training command, each in one line: bad input (exit 2), Ctrl-C or SIGTERM (the run is left
+    to resume; 128 + the signal), an error of the machine (a full disk: exit 1, resumable)."""
+    try:
+        yield
+    except ValueError as error:
+        _fail(str(error))
+    except KeyboardInterrupt as error:
+        _interrupted(error)
+    except OSError as error:
+        _fail_resumable(error)
+
+
 def _load(config_path: str):
     from seqdyn.train.config import ConfigError, load_config
 
@@ -135,16 +150,11 @@ def train(
     distributed = Distributed.from_environment()
     results = _open_store(store) if distributed is None or distributed.rank == 0 else None
     try:
-        result = train_run(run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress,
-                           distributed=distributed)
-        if distributed is not None:
-            distributed.barrier()  # no rank tears the group down while rank 0 still writes
-    except ValueError as error:
-        _fail(str(error))
-    except KeyboardInterrupt as error:
-        _interrupted(error)
-    except OSError as error:
-        _fail_resumable(error)
+        with _training_errors():
+            result = train_run(run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress,
+                               distributed=distributed)
+            if distributed is not None:
+                distributed.barrier()  # no rank tears the group down while rank 0 still writes
     finally:
         if distributed is not None:
             distributed.close()
@@ -166,14 +176,8 @@ def sweep(
     parsed = _load(config)
     _check_before_start(config, expand(parsed), store, use_ray=ray)
     _open_store(store)
-    try:
+    with _training_errors():
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress)
-    except ValueError as error:
-        _fail(str(error))
-    except KeyboardInterrupt as error:
-        _interrupted(error)
-    except OSError as error:
-        _fail_resumable(error)
     _print_summary(results)
 
 
@@ -250,6 +254,36 @@ def _print_summary(results) -> None:
         table.add_row(r.run_id, escape(r.name), escape(r.status + (f" ({r.reason})" if r.reason else "")), str(r.step),
                       r.metric_name, fmt(r.final_metric), fmt(r.best_metric), f"{r.wall_time:.1f}")
     console().print(table)
+
+
+@app.command()
+def reproduce(
+    target: str = typer.Argument(..., help="A reproduction's name, or list, all or report."),
+    scale: str = typer.Option("cpu", help="smoke (a minute), cpu (at most 45 min on 2 cores) or paper (a GPU)."),
+    store: str = STORE_OPTION,
+    out: str = typer.Option("reproductions", help="Write NAME/{results.csv,table.md,figure.png,verdict.json} here."),
+    workers: int = typer.Option(0, help="Local worker processes (0: one per CPU core)."),
+    ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
+    yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
+
+    A reproduction runs its sweeps into the store (started again, it skips finished runs), decides each claim
+    (held, did not hold or inconclusive) and writes its table, figure and verdict under --out.
+    """
+    import os
+
+    from seqdyn.reproduce import commands
+
+    with _training_errors():
+        if target == "list":
+            commands.list_table()
+        elif target == "report":
+            commands.report(out)
+        else:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            commands.reproduce(target, scale, store, out, workers or cores, ray, yes, progress)
 
 
 @app.command()

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seqdyn.analysis.coefficients import check_coefficients
 
-__all__ = ["plot_accuracy_grid", "plot_coefficients", "plot_principle"]
+__all__ = ["plot_accuracy_grid", "plot_bars", "plot_coefficients", "plot_principle"]
 
 
 def _figure(width: float, height: float) -> Any:
@@ -170,3 +170,37 @@ def plot_accuracy_grid(values: Any, row_labels: Sequence[Any], column_labels: Se
     if title:
         axis.set_title(title)
     return _save(figure, path)
+
+
+def plot_bars(panels: Mapping[str, Mapping[str, Sequence[tuple[Any, float, float]]]], path: str | Path,
+              xlabel: str, ylabel: str = "accuracy", title: str | None = None, percent: bool = True) -> Path:
+    """Grouped bars with error bars, one panel per key of ``panels`` (seed 000 Figs. 1–3 style: accuracy per model
+    size or state expansion, one bar per model).
+
+    ``panels[panel][series]``: ``(x, value, error)`` per bar group — ``value`` in [0, 1] (NaN: no bar) and
+    ``error`` the half-height of its error bar (the seeds' spread; 0 draws none).
+    """
+    if not panels or not any(panels.values()):
+        raise ValueError("panels: nothing to plot")
+    figure = _figure(0.6 + 3.6 * len(panels), 3.4)
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for axis, (name, series) in zip(axes, panels.items()):
+        xs = list(dict.fromkeys(x for bars in series.values() for x, _, _ in bars))
+        width = 0.8 / max(1, len(series))
+        for index, (label, bars) in enumerate(series.items()):
+            at = {x: (value, error) for x, value, error in bars}
+            positions = [xs.index(x) + (index - (len(series) - 1) / 2) * width for x in at]
+            values = [at[x][0] * (100 if percent else 1) for x in at]
+            errors = [at[x][1] * (100 if percent else 1) for x in at]
+            axis.bar(positions, values, width, yerr=errors, label=label, capsize=2)
+        axis.set_xticks(range(len(xs)), [str(x) for x in xs])
+        axis.set_xlabel(xlabel)
+        axis.set_title(name, fontsize=9)
+        axis.set_ylim(0, 100 if percent else None)
+        axis.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel(f"{ylabel} (%)" if percent else ylabel)
+    axes[-1].legend(fontsize=7, loc="lower right")
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return _save(figure, path)
+

@@ -1,0 +1,131 @@
+"""What a reproduction is: sweeps per scale, claims, a table in the paper's layout and a figure.
+
+A reproduction is a module of :mod:`seqdyn.reproduce` defining ``REPRODUCTION``, an instance of a
+:class:`Reproduction` subclass.  Its runs are ordinary sweep configs (:class:`~seqdyn.train.config.SweepConfig`),
+trained by the sweep machinery into the results store; :class:`Results` reads them back as one row per run, and
+:meth:`Results.score` turns the rows of one setting into a :class:`~seqdyn.reproduce.claims.Score` (per seed, the
+best over the learning-rate grid), which the claims compare.
+
+Scales: ``paper`` (the paper's own hyper-parameters, for a GPU or a Ray cluster), ``cpu`` (a faithful reduction
+that finishes within :data:`CPU_BUDGET_S` on a 2-core CPU; :attr:`Reproduction.reductions` says what was reduced
+and why) and ``smoke`` (a minute or less: the whole pipeline, no verdict to trust).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from seqdyn.reproduce.claims import Claim, Score
+from seqdyn.train.config import SweepConfig
+
+SCALES = ("smoke", "cpu", "paper")
+#: the longest a ``cpu`` reproduction may take on the project's 2-core machine, and a ``smoke`` one
+CPU_BUDGET_S, SMOKE_BUDGET_S = 45 * 60, 60
+#: the run statuses that give a result; a run that diverged (non-finite loss) gives its best value before that
+RESULT_STATUSES = ("finished", "stopped_early")
+DIVERGED = "non-finite loss"
+LR = "optimizer.lr"
+SEED = "train.seed"
+
+
+def check_scale(scale: str) -> str:
+    if scale not in SCALES:
+        raise ValueError(f"--scale: expected one of {', '.join(SCALES)}, got {scale!r}")
+    return scale
+
+
+@dataclass(frozen=True)
+class Results:
+    """The runs of one reproduction at one scale: one row per run (the flattened resolved config, dotted keys
+    such as ``model.mixer``, plus ``run_id``, ``name``, ``status``, ``reason``, ``best``, ``final``, ``steps``,
+    ``wall_time``)."""
+
+    scale: str
+    rows: tuple[dict[str, Any], ...]
+
+    def select(self, **where: Any) -> list[dict[str, Any]]:
+        """The rows whose dotted keys (``__`` for ``.`` in the keyword) have these values."""
+        wanted = {key.replace("__", "."): value for key, value in where.items()}
+        return [row for row in self.rows if all(row.get(key) == value for key, value in wanted.items())]
+
+    def values(self, key: str) -> list[Any]:
+        """The distinct values of ``key`` over the rows, in order of first appearance."""
+        seen: list[Any] = []
+        for row in self.rows:
+            if row.get(key) not in seen:
+                seen.append(row.get(key))
+        return seen
+
+    def score(self, label: str, rows: Iterable[dict[str, Any]], cells: Sequence[str] = (),
+              higher_is_better: bool = True) -> Score:
+        """Per seed: the best result over the rows of each cell (rows that agree on the keys ``cells``; what is
+        left to vary is the learning-rate grid), averaged over the cells.  Runs without a result (failed for
+        another reason than divergence, unfinished, not run) are named as missing."""
+        by_seed: dict[Any, dict[tuple, list[float]]] = {}
+        missing = []
+        for row in rows:
+            value = result_value(row, higher_is_better)
+            if value is None:
+                missing.append(f"{row['name']} ({row['status']}{': ' + row['reason'] if row.get('reason') else ''})")
+                continue
+            cell = tuple(row.get(key) for key in cells)
+            by_seed.setdefault(row.get(SEED), {}).setdefault(cell, []).append(value)
+        pick = max if higher_is_better else min
+        values = tuple(sum(pick(v) for v in seed_cells.values()) / len(seed_cells) for seed_cells in by_seed.values())
+        return Score(label, values, tuple(missing))
+
+
+def result_value(row: dict[str, Any], higher_is_better: bool = True) -> float | None:
+    """A run's result: its best metric when it finished (or stopped early), or diverged (the worst possible value
+    where it diverged before its first evaluation); None where it gave none."""
+    best = row.get("best")
+    if row["status"] in RESULT_STATUSES and best is not None and not math.isnan(best):
+        return best
+    if row["status"] == "failed" and DIVERGED in (row.get("reason") or ""):
+        if best is not None and not math.isnan(best):
+            return best
+        return 0.0 if higher_is_better else math.inf
+    return None
+
+
+class Reproduction:
+    """One experiment of a source document.  Subclasses set the class attributes and implement :meth:`sweeps`,
+    :meth:`table` and :meth:`plot`."""
+
+    #: the module's name (``seqdyn reproduce NAME``), the paper and its figure or table
+    name: ClassVar[str]
+    paper: ClassVar[str]
+    figure: ClassVar[str]
+    summary: ClassVar[str]
+    claims: ClassVar[tuple[Claim, ...]]
+    #: per scale: what differs from the paper's setup and why (``table.md`` prints it)
+    reductions: ClassVar[dict[str, str]]
+    #: per scale: measured wall time in seconds on the project's 2-core CPU machine (None: not measured yet)
+    wall_time: ClassVar[dict[str, float | None]]
+    higher_is_better: ClassVar[bool] = True
+
+    def sweeps(self, scale: str) -> list[SweepConfig]:
+        """The sweep configs of this scale; their names must be distinct."""
+        raise NotImplementedError
+
+    def table(self, results: Results) -> str:
+        """The results in the paper's layout (markdown), the paper's numbers beside ours where it prints them."""
+        raise NotImplementedError
+
+    def plot(self, results: Results, path: Path) -> Path:
+        """The paper's figure style (accuracy grids, bars, curves) into ``path`` (a PNG)."""
+        raise NotImplementedError
+
+
+def sweep_name(reproduction: Reproduction, scale: str, sweep: SweepConfig) -> str:
+    """The name a reproduction's sweep has in the store: ``NAME/SCALE/PART``."""
+    return f"{reproduction.name}/{scale}/{sweep.name}"
+
+
+def percent(value: float | None) -> str:
+    """An accuracy in % for a table (blank where there is none)."""
+    return "" if value is None or math.isnan(value) else f"{100 * value:.1f}"

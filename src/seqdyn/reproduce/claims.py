@@ -1,0 +1,149 @@
+"""Claims as predicates over a reproduction's results, each decided *held*, *did not hold* or *inconclusive*.
+
+A claim tests one sentence of a paper with a threshold written once, beside the sentence.  Its predicate reads
+:class:`Score` s (one number per setting: the mean over seeds of the best over the learning-rate grid, with the
+seeds' spread) and returns an :class:`Outcome`: the verdict, the numbers that decided it, and for an
+*inconclusive* verdict the reason (a run failed or is missing, or the margin lies inside the seed spread).
+
+The two comparisons every claim is built from:
+
+- :func:`at_least` — ``a ≥ b + margin``: *held* when the difference clears the margin by more than the spread,
+  *did not hold* when it misses the margin by more than the spread, else *inconclusive*;
+- :func:`within` — ``|a − b| ≤ tolerance``: *held* when the difference is inside the tolerance, *did not hold*
+  when it exceeds the tolerance by more than the spread, else *inconclusive*.
+
+The spread of a comparison is the larger of its two settings' seed ranges (max − min over seeds), so one seed
+has none and decides on the numbers alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+HELD, FAILED, INCONCLUSIVE = "held", "did not hold", "inconclusive"
+VERDICTS = (HELD, FAILED, INCONCLUSIVE)
+
+
+@dataclass(frozen=True)
+class Score:
+    """One setting's result: the value of each seed (best over the learning rates), and the runs that did not
+    give one (failed, or not run yet)."""
+
+    label: str
+    values: tuple[float, ...]
+    missing: tuple[str, ...] = ()
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values) if self.values else math.nan
+
+    @property
+    def spread(self) -> float:
+        """The range over seeds (0 for one seed)."""
+        return max(self.values) - min(self.values) if self.values else math.nan
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.values) and not self.missing
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A claim's verdict, the numbers that decided it (name → value), and why, where it is inconclusive."""
+
+    verdict: str
+    numbers: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict: expected one of {', '.join(VERDICTS)}, got {self.verdict!r}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a paper says (``quote``, its own sentence, and ``paper_value``, its number where it prints one), what we
+    test (``statement``, with the threshold) and the predicate that tests it on a reproduction's results."""
+
+    name: str
+    statement: str
+    quote: str
+    test: Callable[[Any], Outcome]
+    paper_value: str = ""
+
+    def decide(self, results: Any) -> Outcome:
+        return self.test(results)
+
+
+def _incomplete(scores: Sequence[Score]) -> Outcome | None:
+    """*Inconclusive* when a score lacks a run, naming what is missing; None when every score is complete."""
+    missing = [f"{score.label}: {', '.join(score.missing) or 'no finished run'}" for score in scores
+               if not score.complete]
+    if not missing:
+        return None
+    numbers = {score.label: score.mean for score in scores if score.values}
+    return Outcome(INCONCLUSIVE, numbers, "runs missing or failed (" + "; ".join(missing) + ")")
+
+
+def _numbers(a: Score, b: Score, difference: float, spread: float) -> dict[str, float]:
+    return {a.label: a.mean, b.label: b.mean, "difference": difference, "seed spread": spread}
+
+
+def at_least(a: Score, b: Score, margin: float = 0.0) -> Outcome:
+    """Whether ``a ≥ b + margin`` (means over seeds), decided only where the seeds' spread cannot overturn it."""
+    incomplete = _incomplete((a, b))
+    if incomplete is not None:
+        return incomplete
+    difference, spread = a.mean - b.mean, max(a.spread, b.spread)
+    numbers = _numbers(a, b, difference, spread) | {"margin": margin}
+    if difference - margin > spread or (spread == 0 and difference >= margin):
+        return Outcome(HELD, numbers)
+    if margin - difference > spread:
+        return Outcome(FAILED, numbers)
+    return Outcome(INCONCLUSIVE, numbers, f"the difference {difference:+.3f} is within the seed spread {spread:.3f} "
+                                          f"of the margin {margin:+.3f}")
+
+
+def within(a: Score, b: Score, tolerance: float) -> Outcome:
+    """Whether ``|a − b| ≤ tolerance`` (means over seeds); a larger difference fails only beyond the spread."""
+    incomplete = _incomplete((a, b))
+    if incomplete is not None:
+        return incomplete
+    difference, spread = a.mean - b.mean, max(a.spread, b.spread)
+    numbers = _numbers(a, b, difference, spread) | {"tolerance": tolerance}
+    if abs(difference) <= tolerance:
+        return Outcome(HELD, numbers)
+    if abs(difference) - tolerance > spread:
+        return Outcome(FAILED, numbers)
+    return Outcome(INCONCLUSIVE, numbers, f"|difference| {abs(difference):.3f} exceeds the tolerance {tolerance:.3f} "
+                                          f"by less than the seed spread {spread:.3f}")
+
+
+def reaches(score: Score, threshold: float) -> Outcome:
+    """Whether ``score ≥ threshold`` on every seed (*held*), on none (*did not hold*) or on some (*inconclusive*)."""
+    incomplete = _incomplete((score,))
+    if incomplete is not None:
+        return incomplete
+    numbers = {score.label: score.mean, "lowest seed": min(score.values), "threshold": threshold}
+    passed = [value >= threshold for value in score.values]
+    if all(passed):
+        return Outcome(HELD, numbers)
+    if not any(passed):
+        return Outcome(FAILED, numbers)
+    return Outcome(INCONCLUSIVE, numbers, f"{sum(passed)} of {len(passed)} seeds reach {threshold}")
+
+
+def every(outcomes: dict[str, Outcome]) -> Outcome:
+    """All of several outcomes (one per task, say): *held* when every one held, *did not hold* when one did not,
+    else *inconclusive*; the numbers keep each part's under its key."""
+    numbers = {f"{key}: {name}": value for key, outcome in outcomes.items() for name, value in outcome.numbers.items()}
+    failed = [key for key, outcome in outcomes.items() if outcome.verdict == FAILED]
+    if failed:
+        return Outcome(FAILED, numbers, "did not hold on " + ", ".join(failed))
+    open_ = {key: outcome.reason for key, outcome in outcomes.items() if outcome.verdict == INCONCLUSIVE}
+    if open_:
+        return Outcome(INCONCLUSIVE, numbers, "; ".join(f"{key}: {reason}" for key, reason in open_.items()))
+    return Outcome(HELD, numbers)

@@ -1,0 +1,101 @@
+"""What ``seqdyn reproduce`` prints and runs: the list, one reproduction or all of them, and the verdict report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seqdyn.reproduce import get, names
+from seqdyn.reproduce.base import SCALES, Reproduction, check_scale
+from seqdyn.reproduce.runner import named_sweeps, run, verdict_rows
+from seqdyn.train.config import RunConfig
+from seqdyn.train.progress import console
+from seqdyn.train.sweep import expand
+
+VERDICT_STYLES = {"held": "green", "did not hold": "red", "inconclusive": "yellow"}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "not measured"
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def list_table() -> None:
+    """One row per reproduction: name, paper and figure, its claims, and each scale's measured wall time."""
+    from rich.table import Table
+
+    table = Table(title="seqdyn reproductions (seqdyn reproduce NAME --scale smoke|cpu|paper)", show_lines=True)
+    for column in ("name", "paper", "claims", *(f"{scale} wall time" for scale in SCALES)):
+        table.add_column(column)
+    for name in names():
+        reproduction = get(name)
+        table.add_row(name, f"{reproduction.paper}, {reproduction.figure}",
+                      "\n".join(claim.statement for claim in reproduction.claims),
+                      *(_duration(reproduction.wall_time.get(scale)) for scale in SCALES))
+    console().print(table)
+
+
+def _work(config: RunConfig) -> float:
+    """A run's arithmetic, up to a constant: steps × batch × length × width² × layers."""
+    train = config.train
+    steps = train.steps or -(-config.task.train_examples // train.batch_size) * (train.epochs or 1)
+    length = config.task.params.get("seq_len", 64)
+    return float(steps) * train.batch_size * length * config.model.d_model ** 2 * config.model.layers
+
+
+def estimate_seconds(reproduction: Reproduction, scale: str) -> float | None:
+    """The wall time of ``scale`` on the project's 2-core CPU: measured, or the ``cpu`` scale's measured time
+    scaled by the arithmetic of the runs (early stopping ignored); None where ``cpu`` is not measured yet."""
+    measured = reproduction.wall_time.get(scale)
+    base = reproduction.wall_time.get("cpu")
+    if measured is not None or base is None:
+        return measured
+    work = {s: sum(_work(run) for sweep in named_sweeps(reproduction, s) for run in expand(sweep))
+            for s in ("cpu", scale)}
+    return base * work[scale] / work["cpu"]
+
+
+def check_device(reproductions: list[Reproduction], scale: str, yes: bool) -> None:
+    """Refuse ``--scale paper`` without a GPU unless ``yes``: the error gives the estimated time on this CPU."""
+    import torch
+
+    if scale != "paper" or yes or torch.cuda.is_available():
+        return
+    estimates = [estimate_seconds(reproduction, scale) for reproduction in reproductions]
+    known = [seconds for seconds in estimates if seconds is not None]
+    hours = f"about {sum(known) / 3600:,.0f} hours" if known else "an unmeasured time (days, at the papers' sizes)"
+    raise ValueError(f"--scale paper: this machine has no GPU; the paper's sizes would take {hours} on its CPU. "
+                     f"Run on a GPU or a Ray cluster (--ray), or add --yes to start anyway")
+
+
+def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_ray: bool, yes: bool,
+              progress: bool = True) -> None:
+    """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts."""
+    check_scale(scale)
+    chosen = names() if target == "all" else [target]
+    reproductions = [get(name) for name in chosen]
+    check_device(reproductions, scale, yes)
+    for reproduction in reproductions:
+        written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress)
+        console().print(f"{reproduction.name} ({_duration(written.elapsed_s)}): {written.folder}/"
+                        f"{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
+        report(out, only=reproduction.name)
+
+
+def report(out: str | Path, only: str | None = None) -> None:
+    """The verdict table of every reproduction written under ``out`` (or only of ``only``)."""
+    from rich.table import Table
+
+    rows = [row for row in verdict_rows(out) if only is None or row["reproduction"] == only]
+    if not rows:
+        raise ValueError(f"--out {out}: no reproduction has written a verdict.json there yet "
+                         f"(run `seqdyn reproduce NAME --out {out}`)")
+    table = Table(title=f"seqdyn reproductions: verdicts ({out})", show_lines=True)
+    for column in ("reproduction", "scale", "claim", "paper", "ours", "verdict"):
+        table.add_column(column)
+    for row in rows:
+        style = VERDICT_STYLES[row["verdict"]]
+        verdict = f"[{style}]{row['verdict']}[/{style}]" + (f"\n{row['reason']}" if row["reason"] else "")
+        table.add_row(f"{row['reproduction']}\n{row['date']} {row['commit']}", row["scale"], row["claim"],
+                      row["paper"] or "—", row["ours"], verdict)
+    console().print(table)

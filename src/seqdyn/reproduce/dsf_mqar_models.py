@@ -1,0 +1,115 @@
+"""Seed 000 (the DSF paper), Fig. 2 and Fig. 5: softmax, linear and normalized attention, S6 and SSD on MQAR.
+
+"we compare S6 and softmax attention to SSD, linear attention, and normalized attention on the multi-query
+associative recall (MQAR) benchmark" (§4.2) over the model size d and the state expansion n, best of the
+learning-rate grid; Fig. 2 is the task {L = 512, KV-pairs = 64} at n = 128, Fig. 5 all four tasks
+{64, 4}, {128, 8}, {256, 16}, {512, 64} over d ∈ {64, 128, 256, 512} and n ∈ {32, 64, 128, 256}.  Normalized
+attention is eq. (21): linear attention divided by a learnt normalizer η_i = Σ_j exp(W_η u_j) instead of the sum
+of its scores (``seqdyn/mixers/normalized_attention.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seqdyn.analysis.plots import plot_bars
+from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every, reaches, within
+from seqdyn.reproduce.zoology import (EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TASKS, PAPER_WIDTHS, SMOKE, STATE,
+                                      TASK_KEYS, Budget, bar_panels, cpu_budget, grid_table, mqar_sweeps, rows_of,
+                                      task_label, tasks_of)
+from seqdyn.train.config import SweepConfig
+
+MODELS = {"softmax_attention": "softmax", "linear_attention": "linear", "normalized_attention": "normalized",
+          "s6": "S6", "mamba2": "SSD"}
+ORDER = ("softmax_attention", "linear_attention", "normalized_attention", "s6", "ssd")
+CELL_KEYS = ("model.d_model", STATE)
+#: "outperforms": normalized attention above linear attention by at least 5 points of accuracy on every task
+NORMALIZED_MARGIN = 0.05
+#: "on par": normalized attention and S6 within 5 points, averaged over the tasks
+ON_PAR = 0.05
+
+SCALES = {
+    "paper": dict(tasks=PAPER_TASKS, widths=PAPER_WIDTHS, states=PAPER_STATES, lrs=PAPER_LRS, seeds=(0,),
+                  budget=Budget()),
+    "cpu": dict(tasks=((64, 4), (128, 8)), widths=(64,), states=(32,), lrs=PAPER_LRS[2:], seeds=(0, 1),
+                budget=cpu_budget(3000)),
+    "smoke": dict(SMOKE, states=(8,)),
+}
+
+
+def _score(results: Results, mixer: str, task: tuple[int, int] | None = None) -> Score:
+    """One mixer's accuracy (on one task, else on all): per seed, the best over the learning rates in each
+    (task, d, n) cell, averaged over the cells."""
+    return results.score(MODELS[mixer], rows_of(results, mixer, task), cells=TASK_KEYS + CELL_KEYS)
+
+
+def _normalized_beats_linear(results: Results) -> Outcome:
+    return every({task_label(task): at_least(_score(results, "normalized_attention", task),
+                                             _score(results, "linear_attention", task), NORMALIZED_MARGIN)
+                  for task in tasks_of(results)})
+
+
+def _normalized_on_par_with_s6(results: Results) -> Outcome:
+    return within(_score(results, "normalized_attention"), _score(results, "s6"), ON_PAR)
+
+
+def _ssd_at_least_s6(results: Results) -> Outcome:
+    return at_least(_score(results, "mamba2"), _score(results, "s6"), 0.0)
+
+
+def _softmax_solves_mqar(results: Results) -> Outcome:
+    return every({task_label(task): reaches(_score(results, "softmax_attention", task), EARLY_STOP)
+                  for task in tasks_of(results)})
+
+
+CLAIMS = (
+    Claim("normalized > linear",
+          f"normalized attention ≥ linear attention + {NORMALIZED_MARGIN} on every task",
+          "While Figure 2 shows that normalized attention outperforms standard linear attention, Figure 5 shows an "
+          "even more significant performance gap.", _normalized_beats_linear),
+    Claim("normalized ≈ S6", f"|normalized attention − S6| ≤ {ON_PAR}, averaged over the tasks",
+          "normalized attention performs on par with S6", _normalized_on_par_with_s6),
+    Claim("SSD ≥ S6", "SSD ≥ S6, averaged over the tasks", "we note that SSD slightly outperforms S6",
+          _ssd_at_least_s6),
+    Claim("softmax ≈ 100 %", f"softmax attention ≥ {EARLY_STOP} on every task (Zoology's early stop)",
+          "softmax attention, which achieves perfect accuracy throughout (Fig. 1)", _softmax_solves_mqar,
+          paper_value="100 %"),
+)
+
+
+class MqarModels(Reproduction):
+    name = "dsf_mqar_models"
+    paper = "seed 000 (DSF)"
+    figure = "Fig. 2 / Fig. 5"
+    summary = ("Softmax, linear and normalized attention, S6 and SSD on MQAR: accuracy (best over the learning-rate "
+               "grid, mean over seeds ± half the seed range) per task, model size d and state expansion n.")
+    claims = CLAIMS
+    reductions = {
+        "paper": "The paper's protocol (appendix I.1): four tasks, d ∈ {64, 128, 256, 512}, n ∈ {32, 64, 128, 256}, "
+                 "lr ∈ logspace(−4, −2, 4), 64 epochs of 100,000 examples, 3,000 test examples, vocabulary 8,192, "
+                 "batch 512/256/128/64 by L, one seed.",
+        "cpu": "Two tasks ({64, 4} and {128, 8}) at d = 64, n = 32; the two largest learning rates of the paper's grid "
+               "(a budget of few steps favours the larger rates); 3,000 steps of batch 64 over 20,000 examples "
+               "(1,000 test) and a vocabulary of 256 instead of 8,192; two seeds, so that the seed spread decides "
+               "what is inconclusive. A first attempt found that budgets below a few thousand steps decide nothing "
+               "(issue 20).",
+        "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
+    }
+    wall_time = {"smoke": None, "cpu": None, "paper": None}
+
+    def sweeps(self, scale: str) -> list[SweepConfig]:
+        return mqar_sweeps("models", ORDER, **SCALES[scale])
+
+    def table(self, results: Results) -> str:
+        """Fig. 5's grid: one row per (task, model, n), one column per model size d."""
+        return (grid_table(results, MODELS, "model.d_model", "d", row_key=STATE)
+                + "\n\nAccuracy in %. The paper prints Fig. 5 only as a figure; it gives no numbers in its text.")
+
+    def plot(self, results: Results, path: Path) -> Path:
+        """Fig. 2's bars per task: accuracy per model size d, one bar per model (best over n and lr)."""
+        return plot_bars(bar_panels(results, MODELS, "model.d_model"), path, xlabel="model size d",
+                         title="seed 000 Fig. 2/5: MQAR accuracy")
+
+
+REPRODUCTION = MqarModels()

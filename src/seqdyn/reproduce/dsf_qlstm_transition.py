@@ -1,0 +1,77 @@
+"""Seed 000 (the DSF paper), Fig. 3: qLSTM against qLSTM with the S6 state transition on MQAR.
+
+"Inspired by the subtle difference in the state transition, we compare the original qLSTM state transition and
+the S6 state transition on the MQAR benchmark. [...] We note that the reversed sigmoid state transition
+outperforms the original state transition on all three benchmark tasks, i.e., the performance of qLSTMs can be
+improved by insights from S6." (§4.3).  Tasks {64, 4}, {128, 8}, {256, 16}, d ∈ {64, 128, 256, 512}, best of the
+learning-rate grid (appendix I.1).  The variant is ``seqdyn/mixers/qlstm_s6.py``: Λ_i = exp(−softplus(·)) (eq. 22)
+in place of the forget gate σ(·).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seqdyn.analysis.plots import plot_bars
+from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.reproduce.claims import Claim, Outcome, at_least, every
+from seqdyn.reproduce.zoology import (PAPER_LRS, PAPER_WIDTHS, SMOKE, Budget, bar_panels, cpu_budget, grid_table,
+                                      mqar_sweeps, rows_of, task_label, tasks_of)
+from seqdyn.train.config import SweepConfig
+
+MODELS = {"qlstm": "qLSTM", "qlstm_s6": "qLSTM, S6 transition"}
+
+SCALES = {
+    "paper": dict(tasks=((64, 4), (128, 8), (256, 16)), widths=PAPER_WIDTHS, states=(1,), lrs=PAPER_LRS, seeds=(0,),
+                  budget=Budget()),
+    "cpu": dict(tasks=((64, 4), (128, 8)), widths=(64,), states=(1,), lrs=PAPER_LRS[2:], seeds=(0, 1),
+                budget=cpu_budget(2000)),
+    "smoke": dict(SMOKE, states=(1,)),
+}
+
+
+def _s6_transition_wins(results: Results) -> Outcome:
+    return every({task_label(task): at_least(results.score(MODELS["qlstm_s6"], rows_of(results, "qlstm_s6", task),
+                                                           cells=("model.d_model",)),
+                                             results.score(MODELS["qlstm"], rows_of(results, "qlstm", task),
+                                                           cells=("model.d_model",)))
+                  for task in tasks_of(results)})
+
+
+CLAIMS = (
+    Claim("S6 transition > qLSTM's", "qLSTM with the S6 transition > qLSTM on every task (mean over the widths)",
+          "the reversed sigmoid state transition outperforms the original state transition on all three benchmark "
+          "tasks", _s6_transition_wins),
+)
+
+
+class QlstmTransition(Reproduction):
+    name = "dsf_qlstm_transition"
+    paper = "seed 000 (DSF)"
+    figure = "Fig. 3"
+    summary = ("qLSTM against qLSTM with the S6 state transition (eq. 22) on MQAR: accuracy per model size d, best "
+               "over the learning-rate grid, mean over seeds ± half the seed range.")
+    claims = CLAIMS
+    reductions = {
+        "paper": "The paper's Fig. 3: tasks {64, 4}, {128, 8}, {256, 16}, d ∈ {64, 128, 256, 512}, lr ∈ "
+                 "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, one seed.",
+        "cpu": "Tasks {64, 4} and {128, 8} at d = 64; the two largest learning rates of the paper's grid; 2,000 "
+               "steps of batch 64 over 20,000 examples (1,000 test), vocabulary 256; two seeds.",
+        "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
+    }
+    wall_time = {"smoke": None, "cpu": None, "paper": None}
+
+    def sweeps(self, scale: str) -> list[SweepConfig]:
+        return mqar_sweeps("qlstm", tuple(MODELS), **SCALES[scale])
+
+    def table(self, results: Results) -> str:
+        """Fig. 3 as a table: one row per (task, model), one column per model size d."""
+        return (grid_table(results, MODELS, "model.d_model", "d")
+                + "\n\nAccuracy in %. The paper prints Fig. 3 only as a figure.")
+
+    def plot(self, results: Results, path: Path) -> Path:
+        return plot_bars(bar_panels(results, MODELS, "model.d_model"), path, xlabel="model size d",
+                         title="seed 000 Fig. 3: qLSTM state transitions")
+
+
+REPRODUCTION = QlstmTransition()

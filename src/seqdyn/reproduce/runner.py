@@ -1,0 +1,182 @@
+"""Running a reproduction through the sweep machinery and writing what it found.
+
+:func:`run` trains every run of a reproduction's sweeps that the store does not hold finished yet (a killed
+reproduction started again skips finished runs and resumes the others from their checkpoints), reads them back
+as :class:`~seqdyn.reproduce.base.Results`, decides every claim and writes ``OUT/NAME/``:
+
+- ``results.csv`` — one row per run (the hyper-parameters that vary, status, best and final metric, steps,
+  wall time);
+- ``table.md`` — the reproduction's table in the paper's layout, the claims with the paper's numbers beside ours
+  and their verdicts, what the scale reduced and why, and the command that regenerates it;
+- ``figure.png`` — the paper's figure style;
+- ``verdict.json`` — every claim's verdict, the numbers that decided it and the reason where it is inconclusive.
+
+:func:`verdict_rows` reads the ``verdict.json`` files under an output folder back (``seqdyn reproduce report``).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from seqdyn.reproduce.base import Reproduction, Results, check_scale, sweep_name
+from seqdyn.reproduce.claims import Outcome
+from seqdyn.train.config import RunConfig, SweepConfig
+from seqdyn.train.report import varying_keys
+from seqdyn.train.store import Store, flatten
+from seqdyn.train.sweep import expand, run_sweep
+
+OUTPUTS = ("results.csv", "table.md", "figure.png", "verdict.json")
+#: the hyper-parameters every ``results.csv`` shows, beside those that vary
+ALWAYS = ("model.mixer", "model.d_model", "task.name", "optimizer.lr", "train.seed")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :func:`run` wrote: the folder, every claim's outcome by name, and the wall time of this call."""
+
+    folder: Path
+    outcomes: dict[str, Outcome]
+    elapsed_s: float
+
+
+def named_sweeps(reproduction: Reproduction, scale: str) -> list[SweepConfig]:
+    """The reproduction's sweeps at ``scale``, each renamed ``NAME/SCALE/PART`` as the store keeps it."""
+    sweeps = reproduction.sweeps(check_scale(scale))
+    parts = [sweep.name for sweep in sweeps]
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"{reproduction.name}: its sweeps need distinct names, got {parts}")
+    return [sweep.model_copy(update={"name": sweep_name(reproduction, scale, sweep)}) for sweep in sweeps]
+
+
+def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
+    """Refuse a store that holds runs under one of these sweep names whose configs are not this version's (their
+    results would be mixed with this version's, or silently dropped); nothing in the store changes."""
+    for sweep in sweeps:
+        expected = {run.run_id for run in expand(sweep)}
+        stray = [record for record in store.runs(sweep=sweep.name) if record.id not in expected]
+        if stray:
+            raise ValueError(f"--store {store.path}: sweep {sweep.name!r} holds {len(stray)} run(s) of another "
+                             f"config (e.g. {stray[0].name!r}, id {stray[0].id}); give another --store, or remove "
+                             f"those runs to redo them")
+
+
+def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str | Path = "reproductions",
+        workers: int = 1, use_ray: bool = False, progress: bool = True) -> Written:
+    """Train what is missing of the reproduction at ``scale`` into the store, then write ``OUT/NAME/``."""
+    start = time.monotonic()
+    sweeps = named_sweeps(reproduction, scale)
+    check_store(Store(store_path), sweeps)
+    for sweep in sweeps:
+        run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress)
+    results = collect(Store(store_path), sweeps, scale)
+    return write(reproduction, results, Path(out), time.monotonic() - start)
+
+
+def collect(store: Store, sweeps: list[SweepConfig], scale: str) -> Results:
+    """Every run of the sweeps as a row (flattened resolved config plus status and metrics), in sweep order."""
+    rows = []
+    for sweep in sweeps:
+        for config in expand(sweep):
+            rows.append(_row(store, config))
+    return Results(scale, tuple(rows))
+
+
+def _row(store: Store, config: RunConfig) -> dict[str, Any]:
+    record = store.run(config.run_id)
+    row = flatten({key: value for key, value in config.canonical().items() if key != "name"})
+    row.update(run_id=config.run_id, name=config.name, status=record.status if record else "missing",
+               reason=record.reason if record else None, best=record.best_metric if record else None,
+               final=record.final_metric if record else None, steps=record.step if record else 0,
+               wall_time=record.wall_time if record else None)
+    return row
+
+
+def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: float) -> Written:
+    """``results.csv``, ``table.md``, ``figure.png`` and ``verdict.json`` of these results under ``out/NAME/``."""
+    folder = out / reproduction.name
+    folder.mkdir(parents=True, exist_ok=True)
+    outcomes = {claim.name: claim.decide(results) for claim in reproduction.claims}
+    _write_csv(folder / "results.csv", results)
+    reproduction.plot(results, folder / "figure.png")
+    provenance = _provenance(results, elapsed_s)
+    (folder / "table.md").write_text(_table_md(reproduction, results, outcomes, provenance))
+    verdict = {"reproduction": reproduction.name, "paper": reproduction.paper, "figure": reproduction.figure,
+               "scale": results.scale, **provenance,
+               "claims": [{"name": claim.name, "statement": claim.statement, "quote": claim.quote,
+                           "paper_value": claim.paper_value, **asdict(outcomes[claim.name])}
+                          for claim in reproduction.claims]}
+    (folder / "verdict.json").write_text(json.dumps(verdict, indent=2, default=_json_number) + "\n")
+    return Written(folder, outcomes, elapsed_s)
+
+
+def _json_number(value: Any) -> Any:
+    return float(value) if hasattr(value, "__float__") else str(value)
+
+
+def _provenance(results: Results, elapsed_s: float) -> dict[str, Any]:
+    """When and from which commit, the runs' summed wall time and how many gave a result."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    run_time = sum(row["wall_time"] or 0.0 for row in results.rows)
+    done = sum(row["status"] in ("finished", "stopped_early", "failed") for row in results.rows)
+    return {"date": datetime.date.today().isoformat(), "commit": commit, "runs": len(results.rows),
+            "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1)}
+
+
+def _write_csv(path: Path, results: Results) -> None:
+    varying = varying_keys([{k: v for k, v in row.items() if "." in k} for row in results.rows])
+    keys = list(dict.fromkeys([*ALWAYS, *varying]))
+    columns = ["name", "run_id", *keys, "status", "reason", "best", "final", "steps", "wall_time"]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(results.rows)
+
+
+def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, Outcome],
+              provenance: dict[str, Any]) -> str:
+    lines = [f"# {reproduction.name}: {reproduction.paper}, {reproduction.figure}", "", reproduction.summary, "",
+             f"Scale `{results.scale}`: {provenance['runs_done']} of {provenance['runs']} runs done, "
+             f"{provenance['run_time_s']:.0f} s of training, {provenance['date']}, commit {provenance['commit']}.",
+             "", "## Results", "", reproduction.table(results), "", "## Claims", "",
+             "| claim | paper | ours | verdict |", "|---|---|---|---|"]
+    for claim in reproduction.claims:
+        outcome = outcomes[claim.name]
+        ours = ", ".join(f"{key} {_short(value)}" for key, value in outcome.numbers.items())
+        verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "")
+        cells = (claim.statement, claim.paper_value or "—", ours, f"**{verdict}**")
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines += ["", "What the paper says:", ""]
+    lines += [f"- *{claim.name}*: “{claim.quote}”" for claim in reproduction.claims]
+    lines += ["", f"## Scale `{results.scale}`", "", reproduction.reductions.get(results.scale, ""), "",
+              f"Regenerate: `seqdyn reproduce {reproduction.name} --scale {results.scale}`.", ""]
+    return "\n".join(lines)
+
+
+def _short(value: float) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
+    """One row per claim of every ``verdict.json`` under ``out`` (reproduction, scale, claim, paper value, our
+    numbers, verdict, reason, date and commit), in the order of the reproductions' names."""
+    rows = []
+    for path in sorted(Path(out).glob("*/verdict.json")):
+        verdict = json.loads(path.read_text())
+        for claim in verdict["claims"]:
+            rows.append({"reproduction": verdict["reproduction"], "scale": verdict["scale"],
+                         "claim": claim["statement"], "paper": claim["paper_value"],
+                         "ours": ", ".join(f"{k} {_short(v)}" for k, v in claim["numbers"].items()),
+                         "verdict": claim["verdict"], "reason": claim["reason"], "date": verdict["date"],
+                         "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"]})
+    return rows

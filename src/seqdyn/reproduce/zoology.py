@@ -1,0 +1,190 @@
+"""The MQAR protocol of seed 000 (appendix I.1), which is Zoology's (Arora et al. 2023), as sweep configs.
+
+"Weight decay of 0.1, linear warmup with duration of 10%, AdamW optimizer. For each run, we sweep the learning
+rates in np.logspace(-4, -2, 4) and train for 64 epochs. [...] We use a global batch size of 512, which we reduce
+to 256 if sequence length L ≥ 128, to 128 if sequence length L ≥ 256, and to 64 if sequence length L ≥ 512.
+[...] we use two layers (each with a sequence model and a MLP, interleaved with layer normalization). [...]
+Positional embeddings are used for the attention and RNN architecture classes, but not for the SSM architecture
+classes. [...] Each model is trained on 100,000 datapoints and evaluated on 3,000 datapoints." (seed 000, I.1);
+vocabulary 8,192 (§4); one head for the attention functions, "S6 and SSD [...] we do not implement the
+pre-convolution on the input or the SiLU activations; but just the S6 and SSD blocks" (I.1).  Zoology stops a
+run once test accuracy passes 99 %.
+
+:func:`mqar_sweeps` writes one sweep per MQAR task ``(L, P)``: every mixer at every state expansion n, width d,
+learning rate and seed.  :data:`MIXERS` gives each mixer of seed 000 as the paper ran it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seqdyn.reproduce.base import Results, percent
+from seqdyn.reproduce.claims import Score
+from seqdyn.train.config import SweepConfig
+
+#: np.logspace(-4, -2, 4), the paper's learning-rate grid
+PAPER_LRS = (1.0e-4, 4.6415888336127786e-4, 2.154434690031882e-3, 1.0e-2)
+PAPER_TASKS = ((64, 4), (128, 8), (256, 16), (512, 64))
+PAPER_WIDTHS = (64, 128, 256, 512)
+PAPER_STATES = (32, 64, 128, 256)
+PAPER_VOCAB, PAPER_TRAIN, PAPER_TEST, PAPER_EPOCHS = 8192, 100_000, 3_000, 64
+EARLY_STOP = 0.99
+
+
+def paper_batch_size(seq_len: int) -> int:
+    """512, or 256 from L = 128, 128 from L = 256, 64 from L = 512 (seed 000 I.1)."""
+    return 64 if seq_len >= 512 else 128 if seq_len >= 256 else 256 if seq_len >= 128 else 512
+
+
+@dataclass(frozen=True)
+class Mixer:
+    """A mixer of seed 000 as the paper ran it: its name, its options, whether it takes the state expansion n
+    (``state_dim``) and whether the model adds learned positions (attention and RNNs: yes; SSMs: no)."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    expands: bool = True
+    positions: bool = True
+
+    def entries(self, states: Sequence[int], width: int) -> list[dict[str, Any]]:
+        """The ``model`` sweep-axis entries at width ``width``: one per state expansion (one in all where n does
+        not apply).  SSD gets one head of the whole width, as the paper's "single-headed" SSMs."""
+        sizes = states if self.expands else states[:1]
+        head = {"head_dim": width} if self.name == "mamba2" else {}
+        return [{"mixer": self.name, "positions": self.positions, "d_model": width,
+                 "mixer_options": {**self.options, **head, **({"state_dim": n} if self.expands else {})}}
+                for n in sizes]
+
+
+MIXERS = {
+    "softmax_attention": Mixer("softmax_attention", {"heads": 1}, expands=False),
+    "linear_attention": Mixer("linear_attention", {"heads": 1}),
+    "normalized_attention": Mixer("normalized_attention", {"heads": 1}),
+    # the S6 and SSD blocks alone: no short convolution, no SiLU gate, no expansion of the width (seed 000 I.1)
+    "s6": Mixer("s6", {"expand": 1, "short_conv": False, "gate": False}, positions=False),
+    "ssd": Mixer("mamba2", {"expand": 1, "short_conv": False, "gate": False}, positions=False),
+    "qlstm": Mixer("qlstm", {}, expands=False),
+    "qlstm_s6": Mixer("qlstm_s6", {}, expands=False),
+}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long and on how much data: ``steps`` (else ``epochs``), the examples, the vocabulary, the batch size
+    (None: the paper's rule by L) and evaluations every ``eval_every`` steps."""
+
+    epochs: int | None = PAPER_EPOCHS
+    steps: int | None = None
+    train_examples: int = PAPER_TRAIN
+    test_examples: int = PAPER_TEST
+    vocab_size: int = PAPER_VOCAB
+    batch_size: int | None = None
+    eval_every: int | None = None
+
+
+#: the ``smoke`` budget of every MQAR reproduction: a toy task's whole pipeline in seconds
+SMOKE = dict(tasks=((16, 2),), widths=(16,), lrs=(1e-2,), seeds=(0,),
+             budget=Budget(epochs=None, steps=6, train_examples=128, test_examples=32, vocab_size=64, batch_size=16,
+                           eval_every=3))
+
+
+def cpu_budget(steps: int) -> Budget:
+    """The ``cpu`` budget of the MQAR reproductions: ``steps`` of batch 64 over 20,000 examples (1,000 test), a
+    vocabulary of 256, an evaluation every 250 steps."""
+    return Budget(epochs=None, steps=steps, train_examples=20_000, test_examples=1_000, vocab_size=256, batch_size=64,
+                  eval_every=250)
+
+
+def mqar_sweeps(part: str, mixers: Sequence[str], tasks: Sequence[tuple[int, int]], widths: Sequence[int],
+                states: Sequence[int], lrs: Sequence[float], seeds: Sequence[int], budget: Budget) -> list[SweepConfig]:
+    """One sweep per MQAR task ``(L, P)`` named ``PART-L{L}-P{P}``: mixers × widths × states × lrs × seeds."""
+    sweeps = []
+    for seq_len, pairs in tasks:
+        entries = [entry for name in mixers for width in widths for entry in MIXERS[name].entries(states, width)]
+        train = {"batch_size": budget.batch_size or paper_batch_size(seq_len), "early_stop": {"threshold": EARLY_STOP}}
+        train.update({"steps": budget.steps} if budget.steps else {"epochs": budget.epochs})
+        if budget.eval_every:
+            train["eval_every"] = budget.eval_every
+        data = {"name": f"{part}-L{seq_len}-P{pairs}",
+                "model": {"block": "transformer", "layers": 2, "mlp": "gelu", "norm": "layernorm"},
+                "task": {"name": "mqar", "params": {"seq_len": seq_len, "num_kv_pairs": pairs,
+                                                   "vocab_size": budget.vocab_size},
+                         "train_examples": budget.train_examples, "test_examples": budget.test_examples},
+                "optimizer": {"weight_decay": 0.1}, "schedule": {"kind": "cosine", "warmup": 0.1},
+                "train": train,
+                "sweep": {"model": entries, "optimizer.lr": list(lrs), "train.seed": list(seeds)}}
+        sweeps.append(SweepConfig.model_validate(data))
+    return sweeps
+
+
+# ------------------------------------------------------------------------------------------------ reporting
+TASK_KEYS = ("task.params.seq_len", "task.params.num_kv_pairs")
+STATE = "model.mixer_options.state_dim"
+
+
+def task_of(row: dict[str, Any]) -> tuple[int, int]:
+    return row[TASK_KEYS[0]], row[TASK_KEYS[1]]
+
+
+def task_label(task: tuple[int, int]) -> str:
+    return f"L={task[0]}, KV={task[1]}"
+
+
+def tasks_of(results: Results) -> list[tuple[int, int]]:
+    """The MQAR tasks of the results, in order."""
+    return list(dict.fromkeys(task_of(row) for row in results.rows))
+
+
+def rows_of(results: Results, mixer: str, task: tuple[int, int] | None = None, **where: Any) -> list[dict[str, Any]]:
+    """The rows of one mixer (on one task), with further dotted-key conditions (``__`` for ``.``)."""
+    return [row for row in results.select(model__mixer=mixer, **where) if task is None or task_of(row) == task]
+
+
+def grid_table(results: Results, models: dict[str, str], column: str, column_label: str,
+               row_key: str | None = None, row_label: str = "n") -> str:
+    """A markdown table of accuracy (%): one row per (task, model[, ``row_key`` value]), one column per value of
+    ``column``; each cell the mean over seeds of the best over the learning rates (± half the seed range).  A model
+    without ``column`` (softmax attention has no state size) shows its one value in every column."""
+    columns = [value for value in results.values(column) if value is not None]
+    header = ["task", "model", *([row_label] if row_key else []),
+              *(f"{column_label} = {value}" for value in columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for task in tasks_of(results):
+        for mixer, label in models.items():
+            rows = rows_of(results, mixer, task)
+            for key in (dict.fromkeys(row.get(row_key) for row in rows) if row_key else [None]):
+                chosen = [row for row in rows if row_key is None or row.get(row_key) == key]
+                cells = [_cell(results.score(label, [row for row in chosen if row.get(column) in (value, None)]))
+                         for value in columns]
+                lead = [task_label(task), label, *([str(key or "—")] if row_key else [])]
+                lines.append("| " + " | ".join(lead + cells) + " |")
+    return "\n".join(lines)
+
+
+def bar_panels(results: Results, models: dict[str, str], x: str) -> dict[str, dict[str, list]]:
+    """One panel per task for :func:`~seqdyn.analysis.plots.plot_bars`: per model, ``(x value, mean, half the seed
+    range)`` with the best over everything else (learning rate, other sizes)."""
+    panels = {}
+    for task in tasks_of(results):
+        series = {}
+        for mixer, label in models.items():
+            rows = rows_of(results, mixer, task)
+            bars = []
+            for value in [v for v in results.values(x) if v is not None]:
+                score = results.score(label, [row for row in rows if row.get(x) in (value, None)])
+                if score.values:
+                    bars.append((value, score.mean, score.spread / 2))
+            series[label] = bars
+        panels[task_label(task)] = series
+    return panels
+
+
+def _cell(score: Score) -> str:
+    if not score.values:
+        return "missing" if score.missing else ""
+    text = percent(score.mean)
+    if len(score.values) > 1:
+        text += f" ± {percent(score.spread / 2)}"
+    return text + (" (incomplete)" if score.missing else "")

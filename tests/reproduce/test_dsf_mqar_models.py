@@ -1,0 +1,73 @@
+"""seed 000 Fig. 2 / Fig. 5 (``seqdyn.reproduce.dsf_mqar_models``): each claim on hand-made results where it must
+hold, must fail and must be inconclusive; the paper scale is the paper's protocol."""
+
+from __future__ import annotations
+
+from seqdyn.reproduce import dsf_mqar_models as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+TASKS = ((64, 4), (128, 8))
+
+
+def table(accuracy: dict[str, list[float]], tasks=TASKS, lrs=(1e-3, 1e-2), drop: str | None = None):
+    """Rows of every mixer on every task, lr and seed; ``accuracy[mixer][seed]`` at the best lr (the other lr
+    reaches half of it); ``drop``: that mixer's first run failed."""
+    rows = []
+    for mixer, per_seed in accuracy.items():
+        for seq_len, pairs in tasks:
+            for seed, value in enumerate(per_seed):
+                for lr in lrs:
+                    failed = drop == mixer and (seq_len, pairs) == tasks[0] and seed == 0 and lr == lrs[0]
+                    rows.append(row(None if failed else value if lr == lrs[-1] else value / 2,
+                                    status="failed" if failed else "finished",
+                                    reason="out of memory" if failed else None,
+                                    model__mixer=mixer, model__d_model=64, model__mixer_options__state_dim=32,
+                                    task__params__seq_len=seq_len, task__params__num_kv_pairs=pairs,
+                                    optimizer__lr=lr, train__seed=seed))
+    return results(rows)
+
+
+PAPER_LIKE = {"softmax_attention": [1.0, 0.995], "linear_attention": [0.40, 0.42], "normalized_attention": [0.80, 0.82],
+              "s6": [0.79, 0.83], "mamba2": [0.85, 0.86]}
+
+
+def verdicts(data) -> dict[str, str]:
+    return {claim.name: claim.decide(data).verdict for claim in fig.CLAIMS}
+
+
+def test_every_claim_holds_on_the_papers_picture():
+    assert set(verdicts(table(PAPER_LIKE)).values()) == {HELD}
+
+
+def test_every_claim_fails_on_the_opposite_picture():
+    opposite = {"softmax_attention": [0.6, 0.62], "linear_attention": [0.9, 0.91], "normalized_attention": [0.5, 0.5],
+                "s6": [0.95, 0.96], "mamba2": [0.3, 0.31]}
+    assert set(verdicts(table(opposite)).values()) == {FAILED}
+
+
+def test_claims_inside_the_seed_spread_are_inconclusive():
+    spread = {"softmax_attention": [1.0, 0.5], "linear_attention": [0.40, 0.70], "normalized_attention": [0.50, 0.75],
+              "s6": [0.40, 0.99], "mamba2": [0.40, 0.80]}
+    assert set(verdicts(table(spread)).values()) == {INCONCLUSIVE}
+
+
+def test_a_failed_run_leaves_its_claims_inconclusive():
+    outcome = {claim.name: claim.decide(table(PAPER_LIKE, drop="s6")) for claim in fig.CLAIMS}
+    assert outcome["normalized ≈ S6"].verdict == INCONCLUSIVE
+    assert "out of memory" in outcome["normalized ≈ S6"].reason
+    assert outcome["normalized > linear"].verdict == HELD  # S6 plays no part in it
+
+
+def test_the_paper_scale_is_the_papers_protocol():
+    sweeps = fig.REPRODUCTION.sweeps("paper")
+    assert [(s.task.params["seq_len"], s.task.params["num_kv_pairs"]) for s in sweeps] == [(64, 4), (128, 8),
+                                                                                           (256, 16), (512, 64)]
+    runs = [run for sweep in sweeps for run in sweep.expand()]
+    # softmax: 4 widths; the four others: 4 widths × 4 state sizes; each at 4 learning rates, on 4 tasks
+    assert len(runs) == 4 * 4 * (4 + 4 * 16)
+    assert {run.train.batch_size for run in runs} == {512, 256, 128, 64}
+    assert {run.task.params["vocab_size"] for run in runs} == {8192}
+    ssd = [run for run in runs if run.model.mixer == "mamba2"]
+    assert all(run.model.mixer_options["head_dim"] == run.model.d_model for run in ssd)  # one head
+    assert all(not run.model.positions for run in ssd)

@@ -1,0 +1,27 @@
+"""seed 000 Fig. 3 (``seqdyn.reproduce.dsf_qlstm_transition``): its claim on hand-made results where it must hold,
+must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqdyn.reproduce import dsf_qlstm_transition as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+
+def table(qlstm: list[float], s6: list[float]):
+    rows = [row(value, model__mixer=mixer, model__d_model=d, task__params__seq_len=seq_len,
+                task__params__num_kv_pairs=pairs, optimizer__lr=1e-3, train__seed=seed)
+            for mixer, values in (("qlstm", qlstm), ("qlstm_s6", s6)) for seq_len, pairs in ((64, 4), (128, 8))
+            for d in (64, 128) for seed, value in enumerate(values)]
+    return results(rows)
+
+
+@pytest.mark.parametrize(("qlstm", "s6", "verdict"), [
+    ([0.5, 0.52], [0.8, 0.81], HELD),
+    ([0.8, 0.81], [0.5, 0.52], FAILED),
+    ([0.5, 0.9], [0.6, 0.7], INCONCLUSIVE),
+])
+def test_the_s6_transition_claim(qlstm, s6, verdict):
+    assert fig.CLAIMS[0].decide(table(qlstm, s6)).verdict == verdict

@@ -1,0 +1,38 @@
+"""seed 000 Fig. 1 (``seqdyn.reproduce.dsf_state_expansion``): each claim on hand-made results where it must hold,
+must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+from seqdyn.reproduce import dsf_state_expansion as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+
+def table(softmax: list[float], linear: dict[int, list[float]]):
+    """Two learning rates per setting, the first reaching half of the given accuracy."""
+    rows = []
+    for lr in (1e-3, 1e-2):
+        factor = 1.0 if lr == 1e-2 else 0.5
+        rows += [row(value * factor, model__mixer="softmax_attention", task__params__seq_len=64,
+                     task__params__num_kv_pairs=8, optimizer__lr=lr, train__seed=seed)
+                 for seed, value in enumerate(softmax)]
+        rows += [row(value * factor, model__mixer="linear_attention", model__mixer_options__state_dim=n,
+                     task__params__seq_len=64, task__params__num_kv_pairs=8, optimizer__lr=lr, train__seed=seed)
+                 for n, values in linear.items() for seed, value in enumerate(values)]
+    return results(rows)
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in fig.CLAIMS]
+
+
+def test_the_papers_picture_holds():
+    assert verdicts(table([1.0, 0.995], {4: [0.3, 0.32], 16: [0.7, 0.71], 64: [0.98, 0.97]})) == [HELD] * 3
+
+
+def test_the_opposite_fails():
+    assert verdicts(table([0.6, 0.61], {4: [0.9, 0.91], 16: [0.5, 0.5], 64: [0.2, 0.21]})) == [FAILED] * 3
+
+
+def test_overlapping_seeds_are_inconclusive():
+    assert verdicts(table([1.0, 0.5], {4: [0.3, 0.9], 16: [0.5, 0.5], 64: [0.4, 0.98]})) == [INCONCLUSIVE] * 3

@@ -1,0 +1,42 @@
+"""Every reproduction at ``--scale smoke``, end to end: its runs, ``results.csv``, ``table.md``, ``figure.png`` and a
+``verdict.json`` with one entry per claim (the verdict itself is not asserted at this scale); and every scale of
+every reproduction expands to valid runs, the smoke ones small."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from seqdyn import reproduce
+from seqdyn.reproduce.base import SCALES
+from seqdyn.reproduce.claims import VERDICTS
+from seqdyn.reproduce.runner import OUTPUTS, named_sweeps, run
+
+
+@pytest.mark.parametrize("name", reproduce.names())
+def test_smoke_writes_every_output_with_one_verdict_per_claim(name, tmp_path):
+    reproduction = reproduce.get(name)
+    written = run(reproduction, "smoke", tmp_path / "runs.db", tmp_path / "out", workers=1, progress=False)
+    assert sorted(p.name for p in written.folder.iterdir()) == sorted(OUTPUTS)
+    verdict = json.loads((written.folder / "verdict.json").read_text())
+    assert [claim["name"] for claim in verdict["claims"]] == [claim.name for claim in reproduction.claims]
+    assert all(claim["verdict"] in VERDICTS and claim["numbers"] for claim in verdict["claims"])
+    assert verdict["runs_done"] == verdict["runs"] > 0
+    with (written.folder / "results.csv").open() as handle:
+        assert len(list(csv.DictReader(handle))) == verdict["runs"]
+    table = (written.folder / "table.md").read_text()
+    assert "## Results" in table and "## Claims" in table and reproduction.reductions["smoke"] in table
+    assert (written.folder / "figure.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name", reproduce.names())
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_scale_expands_to_valid_runs(name, scale):
+    reproduction = reproduce.get(name)
+    runs = [config for sweep in named_sweeps(reproduction, scale) for config in sweep.expand()]
+    assert runs and len({config.run_id for config in runs}) == len(runs)
+    assert reproduction.reductions[scale]
+    if scale == "smoke":
+        assert all(config.train.steps <= 20 and config.model.d_model <= 32 for config in runs)

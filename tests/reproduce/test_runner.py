@@ -1,0 +1,100 @@
+"""Running a reproduction: resuming after a kill repeats no finished run and loses none; a store holding other
+configs under the same sweep names is refused untouched; ``list`` shows every reproduction module; bad input is a
+one-line error with exit code 2."""
+
+from __future__ import annotations
+
+import pkgutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import seqdyn.reproduce
+from seqdyn import reproduce
+from seqdyn.cli import app
+from seqdyn.reproduce import dsf_mqar_models
+from seqdyn.reproduce.runner import named_sweeps, run
+from seqdyn.train import sweep as sweep_module
+from seqdyn.train.store import Store
+
+REPRODUCTION = dsf_mqar_models.REPRODUCTION
+
+
+def test_a_killed_reproduction_resumes_without_repeating_a_finished_run(tmp_path, monkeypatch):
+    trained: list[str] = []
+    real = sweep_module.train_or_record_failure
+
+    def killed_after_two(config, store, **options):
+        if len(trained) == 2:
+            raise KeyboardInterrupt("killed")
+        trained.append(config.run_id)
+        return real(config, store, **options)
+
+    monkeypatch.setattr(sweep_module, "train_or_record_failure", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    first = list(trained)
+
+    def counting(config, store, **options):
+        trained.append(config.run_id)
+        return real(config, store, **options)
+
+    monkeypatch.setattr(sweep_module, "train_or_record_failure", counting)
+    written = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    again = trained[len(first):]
+    assert len(first) == 2 and not set(first) & set(again)
+    assert len(first) + len(again) == 5
+    statuses = {record.status for record in Store(tmp_path / "runs.db").runs()}
+    assert statuses == {"finished"} and written.outcomes
+
+
+def test_a_store_with_another_config_under_the_same_name_is_refused_untouched(tmp_path):
+    store_path = tmp_path / "runs.db"
+    sweep = named_sweeps(REPRODUCTION, "smoke")[0]
+    other = sweep.model_copy(update={"optimizer": sweep.optimizer.model_copy(update={"weight_decay": 0.0})})
+    store = Store(store_path)
+    for config in other.expand():
+        store.add_run(config.run_id, config.name, config.canonical(), sweep.name)
+    before = [(r.id, r.status) for r in store.runs()]
+    result = CliRunner().invoke(app, ["reproduce", "dsf_mqar_models", "--scale", "smoke", "--store", str(store_path),
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "holds 5 run(s) of another config" in result.output
+    assert [(r.id, r.status) for r in Store(store_path).runs()] == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_list_shows_every_reproduction_module():
+    folder = Path(seqdyn.reproduce.__file__).parent
+    modules = {m.name for m in pkgutil.iter_modules([str(folder)])} - reproduce.FRAMEWORK
+    assert set(reproduce.names()) == modules and modules
+    result = CliRunner().invoke(app, ["reproduce", "list"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    for name in modules:
+        assert name in result.output
+        assert reproduce.get(name).figure in result.output
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["no_such_thing"], "unknown reproduction 'no_such_thing'; known: dsf_mqar_models"),
+    (["dsf_mqar_models", "--scale", "huge"], "--scale: expected one of smoke, cpu, paper, got 'huge'"),
+    (["dsf_mqar_models", "--scale", "paper"], "add --yes to start anyway"),
+    (["report"], "no reproduction has written a verdict.json there yet"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(arguments, message, tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    result = CliRunner().invoke(app, ["reproduce", *arguments, "--store", str(tmp_path / "runs.db"),
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_report_prints_the_verdicts_written(tmp_path):
+    run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out")], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    for claim in REPRODUCTION.claims:
+        assert claim.statement.split(" ")[0] in result.output
+    assert "smoke" in result.output
