@@ -27,7 +27,7 @@ SCALES = {
     "paper": dict(tasks=((256, 16), (512, 64)), widths=(512,), states=PAPER_STATES, lrs=PAPER_LRS, seeds=(0,),
                   budget=Budget()),
     "cpu": dict(tasks=((64, 8),), widths=(64,), states=(4, 16, 64), lrs=PAPER_LRS[2:], seeds=(0, 1),
-                budget=cpu_budget(2000)),
+                budget=cpu_budget(3000)),
     "smoke": dict(SMOKE, states=(2, 8)),
 }
 
@@ -85,7 +85,7 @@ class StateExpansion(Reproduction):
                  "64, one seed.",
         "cpu": "One task, {64, 8}, at d = 64 with n ∈ {4, 16, 64}: eight pairs to recall with a state of 4 to 64 "
                "features per value dimension spans the range from too small to ample, as {256, 16} and "
-               "{512, 64} at n = 32…256 do for d = 512; the two largest learning rates of the paper's grid; 2,000 "
+               "{512, 64} at n = 32…256 do for d = 512; the two largest learning rates of the paper's grid; 3,000 "
                "steps of batch 64 over 20,000 examples (1,000 test), vocabulary 256; two seeds.",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
