@@ -98,12 +98,15 @@ def cpu_budget(steps: int) -> Budget:
 
 
 def mqar_sweeps(part: str, mixers: Sequence[str], tasks: Sequence[tuple[int, int]], widths: Sequence[int],
-                states: Sequence[int], lrs: Sequence[float], seeds: Sequence[int], budget: Budget) -> list[SweepConfig]:
-    """One sweep per MQAR task ``(L, P)`` named ``PART-L{L}-P{P}``: mixers × widths × states × lrs × seeds."""
+                states: Sequence[int], lrs: Sequence[float], seeds: Sequence[int], budget: Budget,
+                backend: str = "auto") -> list[SweepConfig]:
+    """One sweep per MQAR task ``(L, P)`` named ``PART-L{L}-P{P}``: mixers × widths × states × lrs × seeds, every
+    layer computing with ``backend``."""
     sweeps = []
     for seq_len, pairs in tasks:
         entries = [entry for name in mixers for width in widths for entry in MIXERS[name].entries(states, width)]
-        train = {"batch_size": budget.batch_size or paper_batch_size(seq_len), "early_stop": {"threshold": EARLY_STOP}}
+        train = {"batch_size": budget.batch_size or paper_batch_size(seq_len), "early_stop": {"threshold": EARLY_STOP},
+                 "backend": backend}
         train.update({"steps": budget.steps} if budget.steps else {"epochs": budget.epochs})
         if budget.eval_every:
             train["eval_every"] = budget.eval_every
