@@ -96,7 +96,7 @@ class MqarModels(Reproduction):
                "(issue 20).",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    wall_time = {"smoke": None, "cpu": None, "paper": None}
+    wall_time = {"smoke": 1.8, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-25)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("models", ORDER, **SCALES[scale])

@@ -59,7 +59,7 @@ class QlstmTransition(Reproduction):
                "steps of batch 64 over 20,000 examples (1,000 test), vocabulary 256; two seeds.",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    wall_time = {"smoke": None, "cpu": None, "paper": None}
+    wall_time = {"smoke": 1.6, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-25)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # backend "scan": at T ≤ 128 "auto" picks "quadratic", which for qLSTM's 64 one-element states per layer
