@@ -15,7 +15,7 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every, reaches, within
-from seqdyn.reproduce.zoology import (EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TASKS, PAPER_WIDTHS, SMOKE, STATE,
+from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TASKS, PAPER_WIDTHS, SMOKE, STATE,
                                       TASK_KEYS, Budget, bar_panels, cpu_budget, grid_table, mqar_sweeps, rows_of,
                                       task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
@@ -93,7 +93,7 @@ class MqarModels(Reproduction):
                "(a budget of few steps favours the larger rates); 3,000 steps of batch 64 over 20,000 examples "
                "(1,000 test) and a vocabulary of 256 instead of 8,192; two seeds, so that the seed spread decides "
                "what is inconclusive. A first attempt found that budgets below a few thousand steps decide nothing "
-               "(issue 20).",
+               "(issue 20). And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
     wall_time = {"smoke": 1.8, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-25)

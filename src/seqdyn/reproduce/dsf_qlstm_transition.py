@@ -15,7 +15,7 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, at_least, every
-from seqdyn.reproduce.zoology import (PAPER_LRS, PAPER_WIDTHS, SMOKE, Budget, bar_panels, cpu_budget, grid_table,
+from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_WIDTHS, SMOKE, Budget, bar_panels, cpu_budget, grid_table,
                                       mqar_sweeps, rows_of, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
@@ -56,7 +56,8 @@ class QlstmTransition(Reproduction):
         "paper": "The paper's Fig. 3: tasks {64, 4}, {128, 8}, {256, 16}, d ∈ {64, 128, 256, 512}, lr ∈ "
                  "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, one seed.",
         "cpu": "Tasks {64, 4} and {128, 8} at d = 64; the two largest learning rates of the paper's grid; 2,000 "
-               "steps of batch 64 over 20,000 examples (1,000 test), vocabulary 256; two seeds.",
+               "steps of batch 64 over 20,000 examples (1,000 test), vocabulary 256; two seeds. And " + CPU_MODEL_REASON
+               + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
     wall_time = {"smoke": 1.6, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-25)

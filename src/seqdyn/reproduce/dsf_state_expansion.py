@@ -15,7 +15,7 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every, reaches, within
-from seqdyn.reproduce.zoology import (EARLY_STOP, PAPER_LRS, PAPER_STATES, SMOKE, STATE, Budget, bar_panels,
+from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, SMOKE, STATE, Budget, bar_panels,
                                       cpu_budget, grid_table, mqar_sweeps, rows_of, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
@@ -83,10 +83,10 @@ class StateExpansion(Reproduction):
         "paper": "The paper's Fig. 1: tasks {256, 16} and {512, 64} at d = 512, n ∈ {32, 64, 128, 256}, lr ∈ "
                  "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, batch 128 and "
                  "64, one seed.",
-        "cpu": "One task, {64, 8}, at d = 64 with n ∈ {4, 16, 64}: eight pairs to recall with a state of 4 to 64 "
-               "features per value dimension spans the range from too small to ample, as {256, 16} and "
-               "{512, 64} at n = 32…256 do for d = 512; the two largest learning rates of the paper's grid; 3,000 "
-               "steps of batch 64 over 20,000 examples (1,000 test), vocabulary 256; two seeds.",
+        "cpu": "One task, {64, 8}, at d = 64 with n ∈ {4, 16, 64} (eight pairs against states of 4 to 64 features, "
+               "where the paper has 16 and 64 pairs against n = 32…256 at d = 512); the two largest learning rates "
+               "of the paper's grid; 3,000 steps of batch 64 over 20,000 examples (1,000 test), vocabulary 256; "
+               "two seeds. And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
     }
