@@ -103,7 +103,7 @@ def cpu_budget(steps: int) -> Budget:
 
 
 #: why the ``cpu`` scales leave out the MLPs and draw larger initial weights (measured 2026-11-25, MQAR L = 64,
-#: d = 64, batch 64, lr 0.01, 1,500 steps at most; `seqdyn sweep` of the configs in the closing note of issue 20)
+#: d = 64, batch 64, lr 0.01, 1,500 steps at most: ``seqdyn sweep examples/pilots/mqar_cpu_model.yaml``)
 CPU_MODEL_REASON = ("the blocks have no MLPs and their weights are drawn with std 0.1 instead of Zoology's 0.02: "
                     "with the paper's GELU MLPs and std 0.02, softmax attention itself stayed on the plateau for "
                     "1,500 steps (best 0.26 with 4 pairs, 0.15 with 8), and with either change alone too (0.14 "
