@@ -199,7 +199,7 @@ def plot_bars(panels: Mapping[str, Mapping[str, Sequence[tuple[Any, float, float
         axis.set_ylim(0, 100 if percent else None)
         axis.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel(f"{ylabel} (%)" if percent else ylabel)
-    axes[-1].legend(fontsize=7, loc="lower right")
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, hiding none
     if title:
         figure.suptitle(title, fontsize=10)
     return _save(figure, path)

@@ -90,7 +90,7 @@ class StateExpansion(Reproduction):
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
     }
-    wall_time = {"smoke": 1.7, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-25)
+    wall_time = {"smoke": 1.7, "cpu": 1152.0, "paper": None}  # seconds, measured here on 2026-11-25 (2 workers)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("expansion", ("softmax_attention", "linear_attention"), **SCALES[scale])
