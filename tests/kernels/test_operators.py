@@ -129,7 +129,7 @@ def test_the_operators_run_in_float32_under_autocast():
 
 
 @_needs("scan_kernel")
-@pytest.mark.parametrize("wrong", ["dtype", "g_dims", "initial"])
+@pytest.mark.parametrize("wrong", ["dtype", "g_dims", "initial", "k_length", "v_stride"])
 def test_the_operator_refuses_mismatched_tensors(wrong):
     """The operator checks the tensors it is given (an error that names them, not memory read out of bounds)."""
     q, k, v, g, rate, initial = (None if x is None else x.detach() for x in _scan_inputs("diagonal", False))
@@ -137,8 +137,30 @@ def test_the_operator_refuses_mismatched_tensors(wrong):
         v = v.float()
     elif wrong == "g_dims":
         g = g[..., None]
-    else:
+    elif wrong == "initial":
         initial = initial[:1]
+    elif wrong == "k_length":
+        k = k[:, :, :-1]
+    else:
+        v = v.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, last axis strided
     with pytest.raises(RuntimeError, match={"dtype": "share one dtype", "g_dims": "g must be",
-                                            "initial": "initial must be"}[wrong]):
+                                            "initial": "initial must be", "k_length": "k must be",
+                                            "v_stride": "v needs a unit stride"}[wrong]):
         torch.ops.seqdyn.scan(q, k, v, g, rate, initial, False, False, False, 1, 4)
+
+
+@_needs("scan_kernel")
+@pytest.mark.parametrize("wrong", ["saved", "grad_final", "grad_y"])
+def test_the_backward_operator_refuses_mismatched_tensors(wrong):
+    """The adjoint reads the saved states and the output gradients in its own layouts; others are refused."""
+    q, k, v, g, rate, initial = (None if x is None else x.detach() for x in _scan_inputs("diagonal", False))
+    y, final, saved = torch.ops.seqdyn.scan(q, k, v, g, rate, initial, False, False, True, 1, 4)
+    grad_y, grad_final = torch.ones_like(y), torch.ones_like(final)
+    if wrong == "saved":
+        saved = saved[:, :, :-1]
+    elif wrong == "grad_final":
+        grad_final = grad_final.transpose(-1, -2)
+    else:
+        grad_y = grad_y[:, :, 1:]
+    with pytest.raises(RuntimeError, match=f"{wrong} must be"):
+        torch.ops.seqdyn.scan_backward(q, k, v, g, rate, saved, grad_y, grad_final, False, False, 1, 4)

@@ -123,8 +123,8 @@ def _build(compiler: str, name: str) -> Path:
 #: each kernel's Python registrations (its operators' fake implementations and autograd formulas), run once after
 #: its library is loaded; filled in by the modules of the kernels
 KERNELS: dict[str, Callable[[], None]] = {}
-#: the library each kernel's operators were loaded from in this process (an operator is registered only once)
-_LOADED: dict[str, Path] = {}
+#: the kernels whose operators this process has registered (an operator is registered only once)
+_LOADED: set[str] = set()
 
 
 @functools.cache
@@ -139,7 +139,7 @@ def load(name: str) -> Path | str:
         if name not in _LOADED:
             torch.ops.load_library(str(path))
             KERNELS[name]()
-            _LOADED[name] = path
+            _LOADED.add(name)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
         detail = (getattr(error, "stderr", "") or str(error)).strip()
         return detail.splitlines()[-1] if detail else type(error).__name__
@@ -147,8 +147,8 @@ def load(name: str) -> Path | str:
 
 
 def library(name: str) -> Path | None:
-    """The loaded kernel ``name`` (its library's path), or ``None`` where ``SEQDYN_KERNELS=off`` or where it cannot be built (then
-    ``auto`` warns once per kernel and ``require`` raises :class:`KernelUnavailable`)."""
+    """The loaded kernel ``name`` (its library's path), or ``None`` where ``SEQDYN_KERNELS=off`` or where it cannot
+    be built (then ``auto`` warns once per kernel and ``require`` raises :class:`KernelUnavailable`)."""
     chosen = mode()
     if chosen == "off":
         return None

@@ -341,15 +341,38 @@ void set_strides(int64_t* out, const at::Tensor& x) {
     for (int i = 0; i < 3; ++i) out[i] = x.stride(i);
 }
 
+// x is [B, H, T] or, with `last` >= 0, [B, H, T, last] with a unit stride along that axis (as the kernel reads it)
+void check_steps(const at::Tensor& x, const char* name, const at::Tensor& q, int64_t heads, int64_t last) {
+    const bool shape = x.dim() == (last < 0 ? 3 : 4) && x.size(0) == q.size(0) && x.size(1) == heads &&
+                       x.size(2) == q.size(2) && (last < 0 || x.size(3) == last);
+    TORCH_CHECK(shape, "seqdyn::scan: ", name, " must be [B, H, T", last < 0 ? "]" : ", K|V]", " beside q ", q.sizes(),
+                ", got ", x.sizes());
+    TORCH_CHECK(last <= 1 || x.stride(3) == 1, "seqdyn::scan: ", name, " needs a unit stride along its last axis");
+    TORCH_CHECK(x.scalar_type() == q.scalar_type(), "seqdyn::scan: q, k, v, g, rate must share one dtype, got ",
+                x.scalar_type(), " beside q's ", q.scalar_type());
+}
+
+// x is a contiguous `layout` of q's dtype with `numel` elements (initial, saved, grad_final: the kernel's own layouts)
+void check_block(const at::Tensor& x, const char* name, const char* layout, const at::Tensor& q, int64_t numel) {
+    TORCH_CHECK(x.scalar_type() == q.scalar_type() && x.is_contiguous() && x.numel() == numel, "seqdyn::scan: ",
+                name, " must be a contiguous ", layout, " of q's dtype (", numel, " elements), got ", x.sizes());
+}
+
+// the (batch, group of heads) items split into one contiguous range per intra-op thread
+Ranges ranges_of(const ScanArgs& a) { return split_items(a.batch * ((a.heads + a.group - 1) / a.group)); }
+
 // the input half of the arguments: q, k [B, H, T, K], v [B, H, T, V], g [B, H, T(, K)], rate [H|1, K]
 ScanArgs inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& g,
                 const std::optional<at::Tensor>& rate, int64_t group, int64_t interval) {
-    TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "seqdyn::scan: q, k, v must be [B, H, T, K|V]");
-    for (const auto* x : {&k, &v, g ? &*g : &q, rate ? &*rate : &q})
-        TORCH_CHECK(x->scalar_type() == q.scalar_type(), "seqdyn::scan: q, k, v, g, rate must share one dtype, got ",
-                    x->scalar_type(), " beside q's ", q.scalar_type());
+    TORCH_CHECK(q.dim() == 4 && v.dim() == 4, "seqdyn::scan: q and v must be [B, H, T, K|V], got ", q.sizes(),
+                " and ", v.sizes());
+    const int64_t H = q.size(1), K = q.size(3);
+    check_steps(q, "q", q, H, K), check_steps(k, "k", q, H, K), check_steps(v, "v", q, H, v.size(3));
     TORCH_CHECK(!g || g->dim() == 3 || g->dim() == 4, "seqdyn::scan: g must be [B, H, T] or [B, H, T, K]");
-    TORCH_CHECK(!rate || rate->dim() == 2, "seqdyn::scan: rate must be [H|1, K]");
+    if (g) check_steps(*g, "g", q, H, g->dim() == 4 ? K : -1);
+    TORCH_CHECK(!rate || (rate->dim() == 2 && (rate->size(0) == 1 || rate->size(0) == H) && rate->size(1) == K &&
+                          rate->stride(1) == 1 && rate->scalar_type() == q.scalar_type()),
+                "seqdyn::scan: rate must be [H|1, K] of q's dtype with a unit stride along K");
     TORCH_CHECK(group >= 1 && interval >= 1, "seqdyn::scan: group and interval must be positive");
     ScanArgs a{q.size(0), q.size(1), q.size(2), q.size(3), v.size(3), interval, group};
     a.q = q.const_data_ptr(), a.k = k.const_data_ptr(), a.v = v.const_data_ptr();
@@ -371,16 +394,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> scan(const at::Tensor& q, const a
                                                     bool shared_k, bool keep, int64_t group, int64_t interval) {
     ScanArgs a = inputs(q, k, v, g, rate, group, interval);
     const int64_t B = a.batch, H = a.heads, L = a.length, K = a.key_dim, V = a.value_dim;
+    if (initial) check_block(*initial, "initial", "[B, H, K, V]", q, B * H * K * V);
     at::Tensor y = q.new_empty({B, L, H, V}).transpose(1, 2);  // [B, H, T, V], time-major in memory
     at::Tensor final = q.new_empty({B, H, K, V});
     at::Tensor saved = keep ? q.new_empty({B, H, (L + interval - 1) / interval, K, V}) : q.new_empty({0});
-    TORCH_CHECK(!initial || (initial->scalar_type() == q.scalar_type() && initial->is_contiguous() &&
-                             initial->numel() == B * H * K * V),
-                "seqdyn::scan: initial must be a contiguous [B, H, K, V] of q's dtype");
     a.initial = initial ? initial->const_data_ptr() : nullptr;
     a.y = y.data_ptr(), a.final = final.data_ptr(), a.saved = keep ? saved.data_ptr() : nullptr;
     set_strides(a.y_stride, y);
-    const Ranges ranges = split_items(B * ((H + group - 1) / group));
+    const Ranges ranges = ranges_of(a);
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "seqdyn::scan", [&] {
         with_fixed_key(K, [&](auto fixed) {
             over_ranges(ranges, [&](int64_t, int64_t begin, int64_t end) {
@@ -399,7 +420,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& grad_final, bool shared_q, bool shared_k, int64_t group, int64_t interval) {
     ScanArgs a = inputs(q, k, v, g, rate, group, interval);
     const int64_t B = a.batch, H = a.heads, L = a.length, K = a.key_dim, V = a.value_dim;
-    const Ranges ranges = split_items(B * ((H + group - 1) / group));
+    check_block(saved, "saved", "[B, H, ceil(T / interval), K, V]", q, B * H * ((L + interval - 1) / interval) * K * V);
+    check_block(grad_final, "grad_final", "[B, H, K, V]", q, B * H * K * V);
+    check_steps(grad_y, "grad_y", q, H, V);
+    const Ranges ranges = ranges_of(a);
     const int64_t parts = static_cast<int64_t>(ranges.size());
     a.saved = saved.data_ptr(), a.grad_y = grad_y.const_data_ptr(), a.grad_final = grad_final.const_data_ptr();
     set_strides(a.grad_y_stride, grad_y);
