@@ -272,9 +272,8 @@ def reproduce(
     A reproduction runs its sweeps into the store (started again, it skips finished runs), decides each claim
     (held, did not hold or inconclusive) and writes its table, figure and verdict under --out.
     """
-    import os
-
     from seqdyn.reproduce import commands
+    from seqdyn.train.sweep import available_cores
 
     with _training_errors():
         if target == "list":
@@ -282,8 +281,7 @@ def reproduce(
         elif target == "report":
             commands.report(out)
         else:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            commands.reproduce(target, scale, store, out, workers or cores, ray, yes, progress)
+            commands.reproduce(target, scale, store, out, workers or available_cores(), ray, yes, progress)
 
 
 @app.command()

@@ -15,8 +15,8 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, at_least, every
-from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_WIDTHS, SMOKE, Budget, bar_panels, cpu_budget, grid_table,
-                                      mqar_sweeps, rows_of, task_label, tasks_of)
+from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_WIDTHS, SMOKE, Budget, bar_panels, cpu_budget,
+                                      grid_table, mqar_sweeps, rows_of, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"qlstm": "qLSTM", "qlstm_s6": "qLSTM, S6 transition"}

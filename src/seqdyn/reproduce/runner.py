@@ -72,10 +72,11 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     """Train what is missing of the reproduction at ``scale`` into the store, then write ``OUT/NAME/``."""
     start = time.monotonic()
     sweeps = named_sweeps(reproduction, scale)
-    check_store(Store(store_path), sweeps)
+    store = Store(store_path)
+    check_store(store, sweeps)
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress)
-    results = collect(Store(store_path), sweeps, scale)
+    results = collect(store, sweeps, scale)
     return write(reproduction, results, Path(out), time.monotonic() - start)
 
 

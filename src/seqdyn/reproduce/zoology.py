@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqdyn.reproduce.base import Results, percent
-from seqdyn.reproduce.claims import Score
+from seqdyn.reproduce.claims import Outcome, Score, every, reaches
 from seqdyn.train.config import SweepConfig
 
 #: np.logspace(-4, -2, 4), the paper's learning-rate grid
@@ -41,18 +41,20 @@ def paper_batch_size(seq_len: int) -> int:
 @dataclass(frozen=True)
 class Mixer:
     """A mixer of seed 000 as the paper ran it: its name, its options, whether it takes the state expansion n
-    (``state_dim``) and whether the model adds learned positions (attention and RNNs: yes; SSMs: no)."""
+    (``state_dim``), whether the model adds learned positions (attention and RNNs: yes; SSMs: no) and whether it
+    has one head of the whole width (``head_dim`` = d: the paper's "single-headed" SSD)."""
 
     name: str
     options: dict[str, Any] = field(default_factory=dict)
     expands: bool = True
     positions: bool = True
+    one_head: bool = False
 
     def entries(self, states: Sequence[int], width: int) -> list[dict[str, Any]]:
         """The ``model`` sweep-axis entries at width ``width``: one per state expansion (one in all where n does
-        not apply).  SSD gets one head of the whole width, as the paper's "single-headed" SSMs."""
+        not apply)."""
         sizes = states if self.expands else states[:1]
-        head = {"head_dim": width} if self.name == "mamba2" else {}
+        head = {"head_dim": width} if self.one_head else {}
         return [{"mixer": self.name, "positions": self.positions, "d_model": width,
                  "mixer_options": {**self.options, **head, **({"state_dim": n} if self.expands else {})}}
                 for n in sizes]
@@ -64,7 +66,7 @@ MIXERS = {
     "normalized_attention": Mixer("normalized_attention", {"heads": 1}),
     # the S6 and SSD blocks alone: no short convolution, no SiLU gate, no expansion of the width (seed 000 I.1)
     "s6": Mixer("s6", {"expand": 1, "short_conv": False, "gate": False}, positions=False),
-    "ssd": Mixer("mamba2", {"expand": 1, "short_conv": False, "gate": False}, positions=False),
+    "ssd": Mixer("mamba2", {"expand": 1, "short_conv": False, "gate": False}, positions=False, one_head=True),
     "qlstm": Mixer("qlstm", {}, expands=False),
     "qlstm_s6": Mixer("qlstm_s6", {}, expands=False),
 }
@@ -158,6 +160,13 @@ def tasks_of(results: Results) -> list[tuple[int, int]]:
 def rows_of(results: Results, mixer: str, task: tuple[int, int] | None = None, **where: Any) -> list[dict[str, Any]]:
     """The rows of one mixer (on one task), with further dotted-key conditions (``__`` for ``.``)."""
     return [row for row in results.select(model__mixer=mixer, **where) if task is None or task_of(row) == task]
+
+
+def softmax_solves(results: Results) -> Outcome:
+    """Softmax attention reaches Zoology's early-stop accuracy on every seed of every task."""
+    return every({task_label(task): reaches(results.score("softmax", rows_of(results, "softmax_attention", task)),
+                                            EARLY_STOP)
+                  for task in tasks_of(results)})
 
 
 def grid_table(results: Results, models: dict[str, str], column: str, column_label: str,

@@ -119,11 +119,14 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
     return [results.get(run.run_id) or _from_record(store.run(run.run_id)) for run in runs]
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def worker_threads(workers: int, cores: int | None = None) -> int:
     """Torch threads per local worker: the cores this process may run on, shared out, at least one."""
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // workers)
+    return max(1, (available_cores() if cores is None else cores) // workers)
 
 
 @contextlib.contextmanager
