@@ -104,6 +104,11 @@ STREAMING = {
     "mamba2": config(block="gated", short_conv=True, positions=False, mixer="mamba2",
                      mixer_options={"state_dim": 4, "head_dim": 8, "chunk_size": 4}),
     "hybrid": config(block="gated", expand=2.0, short_conv=True, mlp="swiglu", norm="rmsnorm", **HYBRID),
+    # seed 002's attention block: post-norm, rotary positions instead of learned ones
+    "post_norm_rotary": config(norm_position="post", positions=False, mixer="softmax_attention",
+                               mixer_options={"heads": 2, "rotary": True}),
+    "post_norm_gated": config(block="gated", norm_position="post", short_conv=True, positions=False,
+                              mixer="gated_deltanet", mixer_options={"heads": 2}),
 }
 
 
@@ -191,3 +196,27 @@ def test_bad_specs_and_options_name_the_field():
         build_model(config(mixer="mamba2", mixer_options={"head_dim": 7}), spec())
     with pytest.raises(ValueError, match="expand"):
         build_model(config(block="gated", expand=0.3), spec())
+
+
+@pytest.mark.parametrize("block", ["transformer", "gated"])
+def test_post_norm_blocks_normalize_after_each_residual_sum(block):
+    """norm_position="post": every block output is LayerNorm(x + branch) (zero mean, unit variance per position),
+    the model has no final norm, and the pre-norm model of the same weights computes something else."""
+    torch.manual_seed(0)
+    post = build_model(config(block=block, norm_position="post", mixer="gated_deltanet",
+                              mixer_options={"heads": 2}), spec())
+    pre = build_model(config(block=block, mixer="gated_deltanet", mixer_options={"heads": 2}), spec())
+    missing = pre.load_state_dict(post.state_dict(), strict=False).missing_keys
+    assert missing == ["norm.weight", "norm.bias"]  # only the final norm, which post-norm models have not
+    assert isinstance(post.norm, torch.nn.Identity) and isinstance(pre.norm, torch.nn.LayerNorm)
+    x = post.embed(inputs(spec()))
+    for layer in post.blocks:
+        x = layer(x)
+        torch.testing.assert_close(x.mean(-1), torch.zeros_like(x[..., 0]), atol=1e-5, rtol=0)
+        torch.testing.assert_close(x.var(-1, unbiased=False), torch.ones_like(x[..., 0]), atol=1e-3, rtol=0)
+    assert not torch.allclose(post(inputs(spec())), pre(inputs(spec())))
+
+
+def test_norm_position_is_checked():
+    with pytest.raises(ValueError, match="norm_position"):
+        config(norm_position="middle")

@@ -6,9 +6,10 @@ from seqdyn.layers.gates import GLADecay, MambaDecay, init_dt_bias, inverse_soft
 from seqdyn.layers.mlp import MLP, build_mlp
 from seqdyn.layers.norms import GatedRMSNorm, HeadOutput, RMSNorm, l2_normalize, rms_norm
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
+from seqdyn.layers.rotary import rotary
 
 __all__ = [
     "GLADecay", "GatedRMSNorm", "HeadOutput", "MLP", "MambaDecay", "RMSNorm", "ShortConv", "build_mlp",
     "check_positive", "init_dt_bias", "inverse_softplus", "is_kept", "keep_init", "l2_normalize", "rms_norm",
-    "scaled_width",
+    "rotary", "scaled_width",
 ]

@@ -29,12 +29,13 @@ OPERATOR_BACKENDS = ("auto", "quadratic", "recurrent", "chunk", "scan")
 
 @dataclass
 class MixerState:
-    """Streaming state of a :class:`CoefficientMixer`: the operator's state, the short convolutions' inputs and
-    the batch size they stream (``None``: any)."""
+    """Streaming state of a :class:`CoefficientMixer`: the operator's state, the short convolutions' inputs, the
+    batch size they stream (``None``: any) and the position of the next token (rotary embeddings need it)."""
 
     core: Any = None
     conv: dict[str, Tensor] = field(default_factory=dict)
     batch: int | None = None
+    position: int = 0
 
 
 def check_state_batch(mixer: str, state_batch: int | None, batch: int) -> None:
@@ -197,9 +198,10 @@ class CoefficientMixer(Mixer):
         if not isinstance(state, MixerState):
             raise ValueError(f"state: expected the MixerState of {self.name}.init_state(batch), got {type(state).__name__}")
         check_state_batch(self.name, state.batch, x_t.shape[0])
-        state = MixerState(state.core, dict(state.conv), x_t.shape[0])
+        state = MixerState(state.core, dict(state.conv), x_t.shape[0], state.position)
         inputs, extras = self.core_inputs(x_t.unsqueeze(1), state)
         core, state.core = self.run_core(inputs, "recurrent", state.core, output_final_state=True)
+        state.position += 1
         return self.core_output(core, extras)[:, 0], state
 
     def coefficients(self, x: Tensor) -> Tensor:

@@ -6,7 +6,9 @@ Per head (K = V = D/H)::
     y_i = Σ_{j≤i} exp(q_iᵀ k_j / √K) v_j / Σ_{j≤i} exp(q_iᵀ k_j / √K),      output W_O y_i
 
 Coefficient form: φ = exp, Λ = I, b = K^-½, η_i = Σ_j α_ij.  No finite state (seed 000 Lemma 1): the recurrent
-form keeps every key; position information comes from the model (learned positions), since Λ = I (Lemma 3).
+form keeps every key; position information comes from the model (learned positions), since Λ = I (Lemma 3), or
+with ``rotary=True`` from rotary embeddings of q and k (RoFormer eq. 34; the ATTENTION block of seed 002 §3.3:
+"a 4-head attention layer and rotary positional embeddings").
 """
 
 from __future__ import annotations
@@ -14,27 +16,35 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, split_heads
+from seqdyn.layers.rotary import rotary
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, split_heads
 
 
 class SoftmaxAttention(CoefficientMixer):
     name = "softmax_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, bias: bool = False, chunk_size: int = 64):
+    def __init__(self, d_model: int, heads: int = 1, bias: bool = False, rotary: bool = False,
+                 chunk_size: int = 64):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)
+        self.rotary = check_choice("rotary", rotary, (False, True))
+        if rotary and (d_model // heads) % 2:
+            raise ValueError(f"rotary: rotary embeddings rotate channel pairs, so the head dimension d_model / heads "
+                             f"= {d_model // heads} must be even; choose another heads or d_model")
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
-        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [B, T, H, D/H] each
+        if self.rotary:
+            q, k = rotary(q, state.position), rotary(k, state.position)
         return Dynamics(q, k, v, readout="exp", normalizer="sum"), None
 
     def core_output(self, core: Tensor, extras: None) -> Tensor:
         return self.out(core.flatten(2))
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, heads={self.heads}"
+        return f"d_model={self.d_model}, heads={self.heads}, rotary={self.rotary}"
 
 
 MIXER = SoftmaxAttention

@@ -13,12 +13,16 @@
     x = x + W_out (RMSNorm(mixer(a)) ⊙ SiLU(g))          (the mixer runs at width I; W_out: I → D, no bias)
     x = x + MLP(norm₂ x)
 
+With ``norm_position="post"`` (Vaswani et al. 2017's original order; seed 002 §A.6: "All experiments use post-norm
+Layer Normalization") every residual branch ``x + f(norm x)`` becomes ``norm(x + f(x))``.
+
 The residual projections — the last linear map of each residual branch, which the model's initialization scales
 by 1/√(2·layers) — are the mixer's output projection and ``fc2`` (transformer), ``W_out`` and ``fc2`` (gated).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +36,7 @@ from seqdyn.layers.norms import RMSNorm
 
 NORMS = ("layernorm", "rmsnorm")
 BLOCKS = ("transformer", "gated")
+NORM_POSITIONS = ("pre", "post")
 
 
 def make_norm(kind: str, dim: int) -> nn.Module:
@@ -44,15 +49,22 @@ def make_norm(kind: str, dim: int) -> nn.Module:
 
 
 class _Block(nn.Module):
-    """What both blocks share: the optional MLP sub-block ``x + MLP(norm₂ x)``."""
+    """What both blocks share: where the norms sit, and the optional MLP sub-block ``x + MLP(norm₂ x)``."""
 
-    def _init_mlp(self, d_model: int, norm: str, mlp: str, mlp_ratio: float) -> None:
+    def _init_mlp(self, d_model: int, norm: str, mlp: str, mlp_ratio: float, norm_position: str) -> None:
+        if norm_position not in NORM_POSITIONS:
+            raise ValueError(f"norm_position: expected one of {list(NORM_POSITIONS)}, got {norm_position!r}")
+        self.post_norm = norm_position == "post"
         module = build_mlp(mlp, d_model, mlp_ratio)
         self.norm2 = make_norm(norm, d_model) if module is not None else None
         self.mlp = module
 
+    def _residual(self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor]) -> Tensor:
+        """Pre-norm ``x + branch(norm x)``, or post-norm ``norm(x + branch(x))``."""
+        return norm(x + branch(x)) if self.post_norm else x + branch(norm(x))
+
     def _mlp(self, x: Tensor) -> Tensor:
-        return x if self.mlp is None else x + self.mlp(self.norm2(x))
+        return x if self.mlp is None else self._residual(x, self.norm2, self.mlp)
 
     def _mlp_projection(self) -> list[nn.Linear]:
         return [] if self.mlp is None else [self.mlp.fc2]
@@ -62,25 +74,32 @@ class TransformerBlock(_Block):
     """Type 1: ``x + mixer(norm x)`` then ``x + MLP(norm x)``; the mixer runs at the model width."""
 
     def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
-                 mlp_ratio: float = 4.0):
+                 mlp_ratio: float = 4.0, norm_position: str = "pre"):
         super().__init__()
         if mixer.d_model != d_model:
             raise ValueError(f"mixer: a transformer block needs a mixer of width d_model={d_model}, "
                              f"got {mixer.d_model}")
         self.norm1 = make_norm(norm, d_model)
         self.mixer = mixer
-        self._init_mlp(d_model, norm, mlp, mlp_ratio)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position)
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
-        return self._mlp(x + self.mixer(self.norm1(x), backend=backend))
+        return self._mlp(self._residual(x, self.norm1, lambda u: self.mixer(u, backend=backend)))
 
     def init_state(self, batch: int) -> Any:
         return self.mixer.init_state(batch)
 
     def step(self, x_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         """One position ``[B, D]``: ``(x_t [B, D], state)``."""
-        y, state = self.mixer.step(self.norm1(x_t), state)
-        return self._mlp(x_t + y), state
+        stepped = []
+
+        def branch(u: Tensor) -> Tensor:
+            y, new_state = self.mixer.step(u, state)
+            stepped.append(new_state)
+            return y
+
+        x_t = self._mlp(self._residual(x_t, self.norm1, branch))
+        return x_t, stepped[0]
 
     def residual_projections(self) -> list[nn.Linear]:
         out = self.mixer.output_projection()
@@ -100,7 +119,7 @@ class GatedBlock(_Block):
     out-projection, residual; then the MLP sub-block.  The inner width is the mixer's ``d_model``."""
 
     def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
-                 mlp_ratio: float = 4.0, short_conv: bool = False, conv_size: int = 4):
+                 mlp_ratio: float = 4.0, short_conv: bool = False, conv_size: int = 4, norm_position: str = "pre"):
         super().__init__()
         inner = mixer.d_model
         self.norm1 = make_norm(norm, d_model)
@@ -110,7 +129,7 @@ class GatedBlock(_Block):
         self.mixer = mixer
         self.out_norm = RMSNorm(inner)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
-        self._init_mlp(d_model, norm, mlp, mlp_ratio)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position)
 
     def _mixer_input(self, u: Tensor, conv_state: Tensor | None) -> tuple[Tensor, Tensor | None]:
         a = self.in_proj(u)
@@ -122,9 +141,11 @@ class GatedBlock(_Block):
         return self.out_proj(self.out_norm(m) * F.silu(self.gate_proj(u)))
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
-        u = self.norm1(x)
-        a, _ = self._mixer_input(u, None)
-        return self._mlp(x + self._output(self.mixer(a, backend=backend), u))
+        def branch(u: Tensor) -> Tensor:
+            a, _ = self._mixer_input(u, None)
+            return self._output(self.mixer(a, backend=backend), u)
+
+        return self._mlp(self._residual(x, self.norm1, branch))
 
     def init_state(self, batch: int) -> GatedState:
         conv = None if self.conv is None else self.conv.init_state(batch)
@@ -132,10 +153,16 @@ class GatedBlock(_Block):
 
     def step(self, x_t: Tensor, state: GatedState) -> tuple[Tensor, GatedState]:
         """One position ``[B, D]``: ``(x_t [B, D], state)``."""
-        u = self.norm1(x_t)
-        a, conv = self._mixer_input(u.unsqueeze(1), state.conv)
-        m, mixer_state = self.mixer.step(a[:, 0], state.mixer)
-        return self._mlp(x_t + self._output(m, u)), GatedState(conv, mixer_state)
+        stepped = []
+
+        def branch(u: Tensor) -> Tensor:
+            a, conv = self._mixer_input(u.unsqueeze(1), state.conv)
+            m, mixer_state = self.mixer.step(a[:, 0], state.mixer)
+            stepped.append(GatedState(conv, mixer_state))
+            return self._output(m, u)
+
+        x_t = self._mlp(self._residual(x_t, self.norm1, branch))
+        return x_t, stepped[0]
 
     def residual_projections(self) -> list[nn.Linear]:
         return [self.out_proj] + self._mlp_projection()

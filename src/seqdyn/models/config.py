@@ -35,6 +35,9 @@ class ModelConfig(Strict):
     norm: Literal["layernorm", "rmsnorm"] = Field(
         "layernorm", description="the norm of the blocks, the final norm and the head: LayerNorm (with bias) or "
                                  "RMSNorm")
+    norm_position: Literal["pre", "post"] = Field(
+        "pre", description="where each block's norms sit: pre (x + f(norm x), GPT-2) or post (norm(x + f(x)), "
+                           "Vaswani et al.; seed 002's blocks), the model then has no final norm")
     expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")
     short_conv: bool = Field(False, description="gated block: short causal convolution before the mixer")
     conv_size: int = Field(4, gt=0, description="taps of the gated block's short convolution (with short_conv)")

@@ -3,6 +3,7 @@
     x = E(inputs) (+ P[0:T])              token embedding [V, D] or Linear(C_in → D); P learned, T ≤ input_len
     x = block_l(x),  l = 1 … layers       transformer or gated block, each with its layer's mixer (hybrid stacks)
     out = head(norm(x))                   [n, T, output_size]: what ``task.loss`` / ``task.metrics`` take
+                                          (post-norm blocks: no final norm)
 
 Initialization (Zoology ``_init_weights``, after GPT-2 / nanoGPT): every ``nn.Linear`` and ``nn.Embedding`` weight
 ~ N(0, init_std²), Linear biases 0, then the residual projections (each block's mixer output projection or gated
@@ -59,7 +60,8 @@ class SequenceModel(nn.Module):
         self.positions = nn.Embedding(spec.input_len, d) if config.positions else None
         self.blocks = nn.ModuleList(_build_block(config, index, name, options)
                                     for index, (name, options) in enumerate(config.layer_mixers()))
-        self.norm = make_norm(config.norm, d)
+        # post-norm blocks end on a norm already
+        self.norm = nn.Identity() if config.norm_position == "post" else make_norm(config.norm, d)
         tie = config.tie_embeddings and spec.head == "lm" and tokens and spec.input_size == spec.output_size
         self.head: Head = build_head(spec.head, d, spec.output_size, spec.input_len, config.norm,
                                      tied=self.embedding if tie else None)
@@ -155,7 +157,7 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
         mixer = mixers.build(name, width, **options)
     except ValueError as error:
         raise ValueError(f"mixer_options (layer {index}, {name}): {error}") from None
-    common = dict(norm=config.norm, mlp=config.mlp, mlp_ratio=config.mlp_ratio)
+    common = dict(norm=config.norm, mlp=config.mlp, mlp_ratio=config.mlp_ratio, norm_position=config.norm_position)
     if config.block == "transformer":
         return TransformerBlock(d, mixer, **common)
     if config.block == "gated":
