@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE, Outcome, Score, at_least, every, reaches, within
+from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Outcome, Score, at_least, at_most, every, reaches,
+                                     within)
 
 
 def score(*values: float, missing: tuple[str, ...] = (), label: str = "a") -> Score:
@@ -40,6 +41,20 @@ def test_reaches_needs_every_seed():
     assert reaches(score(0.995, 1.0), 0.99).verdict == HELD
     assert reaches(score(0.5, 0.6), 0.99).verdict == FAILED
     assert reaches(score(0.995, 0.6), 0.99).verdict == INCONCLUSIVE
+
+
+def test_every_of_nothing_is_inconclusive():
+    outcome = every({})
+    assert outcome.verdict == INCONCLUSIVE and "no results" in outcome.reason
+
+
+def test_at_most_needs_every_seed_below():
+    assert at_most(score(0.01, 0.2), 0.2).verdict == HELD
+    assert at_most(score(0.5, 0.9), 0.2).verdict == FAILED
+    outcome = at_most(score(0.1, 0.3), 0.2)
+    assert outcome.verdict == INCONCLUSIVE and "1 of 2 seeds" in outcome.reason
+    assert outcome.numbers["highest seed"] == 0.3
+    assert at_most(Score("x", (0.1,), ("run a (failed)",)), 0.2).verdict == INCONCLUSIVE
 
 
 def test_a_missing_run_makes_a_claim_inconclusive_and_names_it():

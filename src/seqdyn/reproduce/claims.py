@@ -5,12 +5,14 @@ A claim tests one sentence of a paper with a threshold written once, beside the 
 seeds' spread) and returns an :class:`Outcome`: the verdict, the numbers that decided it, and for an
 *inconclusive* verdict the reason (a run failed or is missing, or the margin lies inside the seed spread).
 
-The two comparisons every claim is built from:
+The comparisons every claim is built from:
 
 - :func:`at_least` — ``a ≥ b + margin``: *held* when the difference clears the margin by more than the spread,
   *did not hold* when it misses the margin by more than the spread, else *inconclusive*;
 - :func:`within` — ``|a − b| ≤ tolerance``: *held* when the difference is inside the tolerance, *did not hold*
-  when it exceeds the tolerance by more than the spread, else *inconclusive*.
+  when it exceeds the tolerance by more than the spread, else *inconclusive*;
+- :func:`reaches` and :func:`at_most` — one setting against a threshold: *held* when every seed is on the right
+  side, *did not hold* when none is, else *inconclusive*.
 
 The spread of a comparison is the larger of its two settings' seed ranges (max − min over seeds), so one seed
 has none and decides on the numbers alone.
@@ -124,21 +126,35 @@ def within(a: Score, b: Score, tolerance: float) -> Outcome:
 
 def reaches(score: Score, threshold: float) -> Outcome:
     """Whether ``score ≥ threshold`` on every seed (*held*), on none (*did not hold*) or on some (*inconclusive*)."""
+    return _every_seed(score, threshold, "reach", lambda value: value >= threshold)
+
+
+def at_most(score: Score, threshold: float) -> Outcome:
+    """Whether ``score ≤ threshold`` on every seed (*held*), on none (*did not hold*) or on some (*inconclusive*):
+    a model that fails a task stays at or below it."""
+    return _every_seed(score, threshold, "stay at or below", lambda value: value <= threshold)
+
+
+def _every_seed(score: Score, threshold: float, verb: str, passes: Callable[[float], bool]) -> Outcome:
     incomplete = _incomplete((score,))
     if incomplete is not None:
         return incomplete
-    numbers = {score.label: score.mean, "lowest seed": min(score.values), "threshold": threshold}
-    passed = [value >= threshold for value in score.values]
+    numbers = {score.label: score.mean, "lowest seed": min(score.values), "highest seed": max(score.values),
+               "threshold": threshold}
+    passed = [passes(value) for value in score.values]
     if all(passed):
         return Outcome(HELD, numbers)
     if not any(passed):
         return Outcome(FAILED, numbers)
-    return Outcome(INCONCLUSIVE, numbers, f"{sum(passed)} of {len(passed)} seeds reach {threshold}")
+    return Outcome(INCONCLUSIVE, numbers, f"{sum(passed)} of {len(passed)} seeds {verb} {threshold}")
 
 
 def every(outcomes: dict[str, Outcome]) -> Outcome:
     """All of several outcomes (one per task, say): *held* when every one held, *did not hold* when one did not,
-    else *inconclusive*; the numbers keep each part's under its key."""
+    else *inconclusive* (also when there is no part at all: nothing was run to decide on); the numbers keep each
+    part's under its key."""
+    if not outcomes:
+        return Outcome(INCONCLUSIVE, {}, "no results to decide on")
     numbers = {f"{key}: {name}": value for key, outcome in outcomes.items() for name, value in outcome.numbers.items()}
     failed = [key for key, outcome in outcomes.items() if outcome.verdict == FAILED]
     if failed:

@@ -1,0 +1,166 @@
+"""The atomic-task protocol of seed 002 (Gupta et al., DLR; §3.3 and appendix A.6), as sweep configs.
+
+"Input x ∈ R^{L×D} is linearly projected to xW ∈ R^{L×d} where d is the model dimension. For a desired output
+y ∈ R^{L'×D'} we take the output o ∈ R^{L×d} of the model and linearly project it to oW' ∈ R^{L×D'} and take its
+rightmost L' positions as the prediction. All experiments use post-norm Layer Normalization. Model dimension
+H = 128 and weight decay of optimizer was 0. For SSMs, state size N = 4096. [...] Constant learning rate schedule
+was used. In DSS_EXP, log Λ is initialized as (−.5 + 2πin)_{0≤n≤N−1}" (§A.6), with Table 7's learning rates,
+batch 16 and 40K steps at L = 2^12; "All models trained on atomic tasks are unidirectional and are trained for
+an equal number of steps with MSE loss, using a fresh batch sampled for every training and evaluation step"; the
+ATTENTION block replaces "the DLR contextualization in the DLR layer with a 4-head attention layer and rotary
+positional embeddings" (§3.3).
+
+:data:`MODELS` gives each model of Table 1 as the paper ran it; :func:`atomic_sweeps` writes one sweep per model
+(each has its own learning rate): every task at one length, every seed.  :func:`r2_table` and :func:`plot_r2_grid`
+print and draw a task × model grid of R² with the paper's numbers beside ours.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seqdyn.reproduce.base import Results
+from seqdyn.reproduce.claims import Score
+from seqdyn.train.config import SweepConfig
+
+#: Table 1's tasks, in the paper's order (rows)
+TASKS = ("shift", "cumsum", "cummax", "select_fixed", "solve_fixed", "reverse", "solve", "select", "sort",
+         "context_shift", "mips")
+TASK_LABELS = {"shift": "SHIFT", "cumsum": "CUMSUM", "cummax": "CUMMAX", "select_fixed": "SELECT-FIXED",
+               "solve_fixed": "SOLVE-FIXED", "reverse": "REVERSE", "solve": "SOLVE", "select": "SELECT",
+               "sort": "SORT", "context_shift": "CONTEXTSHIFT", "mips": "MIPS"}
+PAPER_LENGTH, PAPER_WIDTH, PAPER_STATE, PAPER_BATCH, PAPER_STEPS = 4096, 128, 4096, 16, 40_000
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model of Table 1 as the paper ran it (Table 7): its label, mixer and options (``state_dim`` is set by
+    the scale), learning rate and number of layers."""
+
+    label: str
+    mixer: str
+    options: dict[str, Any] = field(default_factory=dict)
+    lr: float = 1e-3
+    layers: int = 1
+    has_state: bool = True
+
+    def mixer_options(self, state_dim: int) -> dict[str, Any]:
+        return {**self.options, **({"state_dim": state_dim} if self.has_state else {})}
+
+
+MODELS = {
+    "dlr": Model("DLR", "dlr", lr=1e-4),
+    "dss_exp": Model("DSS-EXP", "dss_exp", {"init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-2}, lr=1e-3),
+    "attention": Model("ATTENTION", "softmax_attention", {"heads": 4, "rotary": True}, lr=1e-3, has_state=False),
+    "dlr_6": Model("DLR, 6 layers", "dlr", lr=1e-4, layers=6),
+}
+
+#: Table 1 (top), the single-layer columns at L = 2^12 and the 6-layer DLR at 2^12: average validation R²
+PAPER_R2 = {
+    "shift": {"dlr": 1.0, "dss_exp": 0.99, "attention": 0.72, "dlr_6": 1.0},
+    "cumsum": {"dlr": 1.0, "dss_exp": 1.0, "attention": 1.0, "dlr_6": 1.0},
+    "cummax": {"dlr": 0.52, "dss_exp": 0.51, "attention": 1.0, "dlr_6": 1.0},
+    "select_fixed": {"dlr": 0.97, "dss_exp": 0.0, "attention": 0.72, "dlr_6": 1.0},
+    "solve_fixed": {"dlr": 1.0, "dss_exp": 0.01, "attention": 0.0, "dlr_6": 1.0},
+    "reverse": {"dlr": 0.01, "dss_exp": 0.0, "attention": 0.03, "dlr_6": 0.99},
+    "solve": {"dlr": 0.0, "dss_exp": 0.0, "attention": 0.0, "dlr_6": 0.0},
+    "select": {"dlr": 0.0, "dss_exp": 0.0, "attention": 0.17, "dlr_6": 0.0},
+    "sort": {"dlr": 0.0, "dss_exp": 0.0, "attention": 0.0, "dlr_6": 0.49},
+    "context_shift": {"dlr": 0.0, "dss_exp": 0.0, "attention": 0.0, "dlr_6": 0.02},
+    "mips": {"dlr": 0.0, "dss_exp": 0.0, "attention": 0.90, "dlr_6": 0.0},
+}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Length L, width H, state size N, batch, steps, test examples and evaluations every ``eval_every`` steps."""
+
+    seq_len: int = PAPER_LENGTH
+    width: int = PAPER_WIDTH
+    state_dim: int = PAPER_STATE
+    batch_size: int = PAPER_BATCH
+    steps: int = PAPER_STEPS
+    test_examples: int = 1_024
+    eval_every: int = 1_000
+
+
+#: the ``smoke`` budget: a toy length, a few steps
+SMOKE = Budget(seq_len=16, width=16, state_dim=8, batch_size=4, steps=4, test_examples=8, eval_every=2)
+
+
+def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds: Sequence[int],
+                  budget: Budget) -> list[SweepConfig]:
+    """One sweep per model named ``PART-MODEL``: every task at length ``budget.seq_len``, every seed, the model's
+    own learning rate; a fresh batch every step (``steps × batch`` training examples)."""
+    sweeps = []
+    for key in models:
+        model = MODELS[key]
+        data = {"name": f"{part}-{key}",
+                "model": {"block": "transformer", "layers": model.layers, "d_model": budget.width, "mlp": "none",
+                          "positions": False, "norm": "layernorm", "norm_position": "post", "mixer": model.mixer,
+                          "mixer_options": model.mixer_options(budget.state_dim)},
+                "task": {"name": tasks[0], "params": {"seq_len": budget.seq_len},
+                         "train_examples": budget.steps * budget.batch_size, "test_examples": budget.test_examples},
+                "optimizer": {"lr": model.lr, "weight_decay": 0.0}, "schedule": {"kind": "constant"},
+                "train": {"steps": budget.steps, "batch_size": budget.batch_size, "eval_every": budget.eval_every},
+                "sweep": {"task.name": list(tasks), "train.seed": list(seeds)}}
+        sweeps.append(SweepConfig.model_validate(data))
+    return sweeps
+
+
+# ------------------------------------------------------------------------------------------------ reporting
+def model_of(row: dict[str, Any]) -> str:
+    """The key of :data:`MODELS` a row was trained with (mixer and depth)."""
+    for key, model in MODELS.items():
+        if row.get("model.mixer") == model.mixer and row.get("model.layers") == model.layers:
+            return key
+    raise ValueError(f"row {row.get('name')!r}: its model is none of Table 1's")
+
+
+def score(results: Results, model: str, task: str) -> Score:
+    """One model's R² on one task: per seed, its best evaluation."""
+    rows = [row for row in results.select(task__name=task) if model_of(row) == model]
+    return results.score(MODELS[model].label, rows)
+
+
+def present(results: Results) -> tuple[list[str], list[str]]:
+    """The tasks (in Table 1's order) and the models (in :data:`MODELS` order) the results hold."""
+    tasks = [task for task in TASKS if results.select(task__name=task)]
+    models = list(dict.fromkeys(model_of(row) for row in results.rows))
+    return tasks, [key for key in MODELS if key in models]
+
+
+def r2_table(results: Results, paper: Mapping[str, Mapping[str, float]] = PAPER_R2) -> str:
+    """Table 1's layout: one row per task, one column per model; each cell our R² (mean over seeds ± half their
+    range) with the paper's in parentheses."""
+    tasks, models = present(results)
+    header = ["task", *(MODELS[key].label for key in models)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for task in tasks:
+        cells = [_cell(score(results, key, task), paper.get(task, {}).get(key)) for key in models]
+        lines.append("| " + " | ".join([TASK_LABELS[task], *cells]) + " |")
+    return "\n".join(lines)
+
+
+def _cell(ours: Score, paper: float | None) -> str:
+    text = "missing" if not ours.values else f"{ours.mean:.2f}"
+    if len(ours.values) > 1:
+        text += f" ± {ours.spread / 2:.2f}"
+    if ours.missing and ours.values:
+        text += " (incomplete)"
+    return text + ("" if paper is None else f" ({paper:g})")
+
+
+def plot_r2_grid(results: Results, path: Path, title: str) -> Path:
+    """A task × model grid of our R² (mean over seeds), Table 1 drawn as seed 000 Fig. 5 draws its grids."""
+    from seqdyn.analysis.plots import plot_accuracy_grid
+
+    tasks, models = present(results)
+    grid = [[score(results, key, task).mean if score(results, key, task).values else math.nan for key in models]
+            for task in tasks]
+    return plot_accuracy_grid(grid, [TASK_LABELS[task] for task in tasks], [MODELS[key].label for key in models],
+                              path, row_name="task", column_name="model", title=title, percent=False)
