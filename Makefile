@@ -13,11 +13,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,ray]'
 	touch $(STAMP)
 
-# The main job: a real sweep (4 mixers x 2 learning rates on MQAR) into the embedded store, then its report and
-# figure. Started again, it skips finished runs and resumes unfinished ones from their checkpoints.
+# The main job: a reduced reproduction of seed 002's Table 1 (one DLR layer against one attention layer on six
+# atomic tasks, two seeds) into the embedded store; it prints the verdict of each of the paper's claims and writes
+# reproductions/dlr_context/{results.csv,table.md,figure.png,verdict.json}. Started again, it skips finished runs
+# and resumes unfinished ones from their checkpoints.
 main: $(STAMP)
-	$(VENV)/bin/seqdyn sweep examples/mqar_main.yaml --store seqdyn.db --workers 2
-	$(VENV)/bin/seqdyn report --store seqdyn.db --plot mqar_main.png
+	$(VENV)/bin/seqdyn reproduce dlr_context --scale cpu --store seqdyn.db --out reproductions --workers 2
 
 # The default test run leaves out the `slow` checks (smoke runs of whole examples, Ray and worker sweeps);
 # `make test-slow` runs them, and CI (.ci/run) runs both.

@@ -55,3 +55,16 @@ def test_principle_plot_and_accuracy_grid(tmp_path):
         analysis.plot_principle([("a", 0.1, 0.2), ("b", 0.1)], tmp_path / "bad.png")
     with pytest.raises(ValueError, match="^values: "):
         analysis.plot_accuracy_grid(grid, [32], [64, 128, 256], tmp_path / "bad.png")
+
+
+def test_curves_and_bars_write_pngs_and_refuse_nothing(tmp_path):
+    from seqdyn.analysis.plots import plot_bars, plot_curves
+
+    panels = {"state": {"a": [(256, 1.0), (4096, 1.0)], "b": [(256, 2.0), (4096, 32.0)]}, "time": {"a": [(256, 0.5)]}}
+    path = plot_curves(panels, tmp_path / "curves.png", "context", {"state": "KiB"})
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    bars = plot_bars({"task": {"x": [(1, 0.5, 0.1)]}}, tmp_path / "bars.png", "n")
+    assert bars.read_bytes()[:4] == b"\x89PNG"
+    for plot, args in ((plot_curves, ("context",)), (plot_bars, ("n",))):
+        with pytest.raises(ValueError, match="nothing to plot"):
+            plot({}, tmp_path / "empty.png", *args)

@@ -3,12 +3,11 @@ reproduce the mixing core, long sequences give finite gradients, parameters and 
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 from seqdyn import mixers
+from seqdyn.analysis.decoding import state_tensors
 from tests.mixers.helpers import D, NAMES, small
 from tests.mixers.parameter_counts import LTI_PARAMETERS, qlstm_parameters, rglru_parameters, s6_parameters
 
@@ -108,15 +107,7 @@ def test_gradients_are_finite_at_T_2048_in_float32_with_default_init(name):
 
 def _floats(state) -> int:
     """Real floats held in a state made of tensors, containers and dataclasses (complex counts twice)."""
-    if isinstance(state, torch.Tensor):
-        return state.numel() * (2 if state.is_complex() else 1)
-    if dataclasses.is_dataclass(state):
-        return sum(_floats(getattr(state, f.name)) for f in dataclasses.fields(state))
-    if isinstance(state, dict):
-        return sum(_floats(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return sum(_floats(v) for v in state)
-    return 0
+    return sum(t.numel() * (2 if t.is_complex() else 1) for t in state_tensors(state))
 
 
 @pytest.mark.parametrize("name", NAMES)

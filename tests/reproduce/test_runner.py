@@ -98,3 +98,12 @@ def test_report_prints_the_verdicts_written(tmp_path):
     for claim in REPRODUCTION.claims:
         assert claim.statement.split(" ")[0] in result.output
     assert "smoke" in result.output
+
+
+def test_the_ours_cell_shows_what_was_measured_not_the_thresholds():
+    from seqdyn.reproduce.runner import ours_text
+
+    numbers = {"DLR SHIFT: DLR": 0.995, "DLR SHIFT: lowest seed": 0.99, "DLR SHIFT: threshold": 0.9,
+               "MIPS: ATTENTION": 0.8, "MIPS: DLR": 0.01, "MIPS: difference": 0.79, "MIPS: seed spread": 0.02,
+               "MIPS: margin": 0.2}
+    assert ours_text(numbers) == "DLR SHIFT 0.995, MIPS: ATTENTION 0.8, MIPS: DLR 0.01, MIPS: seed spread 0.02"

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seqdyn.analysis.coefficients import check_coefficients
 
-__all__ = ["plot_accuracy_grid", "plot_bars", "plot_coefficients", "plot_principle"]
+__all__ = ["plot_accuracy_grid", "plot_bars", "plot_coefficients", "plot_curves", "plot_principle"]
 
 
 def _figure(width: float, height: float) -> Any:
@@ -204,3 +204,28 @@ def plot_bars(panels: Mapping[str, Mapping[str, Sequence[tuple[Any, float, float
         figure.suptitle(title, fontsize=10)
     return _save(figure, path)
 
+
+
+def plot_curves(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]], path: str | Path, xlabel: str,
+                ylabels: Mapping[str, str] | None = None, logx: bool = True, logy: bool = True,
+                title: str | None = None) -> Path:
+    """Lines with markers, one panel per key of ``panels`` (e.g. state bytes and time per token against the
+    context length, one line per model): ``panels[panel][series]`` is a list of ``(x, y)``; ``ylabels[panel]``
+    labels a panel's y axis (default: the panel's name); log axes by default."""
+    if not panels or not any(series for series in panels.values()):
+        raise ValueError("panels: nothing to plot")
+    figure = _figure(0.6 + 3.6 * len(panels), 3.2)
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for axis, (name, series) in zip(axes, panels.items()):
+        for label, points in series.items():
+            xs, ys = zip(*sorted(points)) if points else ((), ())
+            axis.plot(xs, ys, marker="o", markersize=3, label=label)
+        axis.set_xscale("log" if logx else "linear")
+        axis.set_yscale("log" if logy else "linear")
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel((ylabels or {}).get(name, name))
+        axis.grid(True, alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return _save(figure, path)

@@ -120,6 +120,11 @@ class Reproduction:
         """The paper's figure style (accuracy grids, bars, curves) into ``path`` (a PNG)."""
         raise NotImplementedError
 
+    def measure(self, results: Results, store_path: str | Path) -> Results:
+        """What a reproduction measures on its trained models after training (decoding cost, say), added to the
+        rows as further keys; by default nothing."""
+        return results
+
 
 def sweep_name(reproduction: Reproduction, scale: str, sweep: SweepConfig) -> str:
     """The name a reproduction's sweep has in the store: ``NAME/SCALE/PART``."""

@@ -76,7 +76,7 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     check_store(store, sweeps)
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress)
-    results = collect(store, sweeps, scale)
+    results = reproduction.measure(collect(store, sweeps, scale), store_path)
     return write(reproduction, results, Path(out), time.monotonic() - start)
 
 
@@ -153,7 +153,7 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
              "| claim | paper | ours | verdict |", "|---|---|---|---|"]
     for claim in reproduction.claims:
         outcome = outcomes[claim.name]
-        ours = ", ".join(f"{key} {_short(value)}" for key, value in outcome.numbers.items())
+        ours = ours_text(outcome.numbers)
         verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "")
         cells = (claim.statement, claim.paper_value or "—", ours, f"**{verdict}**")
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
@@ -168,6 +168,23 @@ def _short(value: float) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+#: the numbers of an outcome that say how it was decided rather than what was measured (kept in verdict.json)
+DECIDING = ("lowest seed", "highest seed", "threshold", "difference", "margin", "tolerance")
+
+
+def ours_text(numbers: dict[str, float]) -> str:
+    """The measured numbers of an outcome for a table cell: every setting's score and the seed spreads, without
+    the thresholds and the per-seed extremes; a part's key that already names its score is not repeated
+    (``"DLR SHIFT: DLR"`` → ``"DLR SHIFT"``)."""
+    shown = []
+    for key, value in numbers.items():
+        part, _, name = key.rpartition(": ")
+        if name in DECIDING:
+            continue
+        shown.append(f"{part if part and name in part else key} {_short(value)}")
+    return ", ".join(shown)
+
+
 def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
     """One row per claim of every ``verdict.json`` under ``out`` (reproduction, scale, claim, paper value, our
     numbers, verdict, reason, date and commit), in the order of the reproductions' names."""
@@ -177,7 +194,7 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
         for claim in verdict["claims"]:
             rows.append({"reproduction": verdict["reproduction"], "scale": verdict["scale"],
                          "claim": claim["statement"], "paper": claim["paper_value"],
-                         "ours": ", ".join(f"{k} {_short(v)}" for k, v in claim["numbers"].items()),
+                         "ours": ours_text(claim["numbers"]),
                          "verdict": claim["verdict"], "reason": claim["reason"], "date": verdict["date"],
                          "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"]})
     return rows

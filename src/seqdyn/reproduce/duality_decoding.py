@@ -1,0 +1,219 @@
+"""Seeds 003/004 (duality and efficient inference): a trained model decoded token by token with ``step()``.
+
+"A linear recurrence is simultaneously a convolution (fast parallel training via FFT or parallel scan) and a
+fixed-size hidden-state update (fast O(1)-memory inference)" while "Transformers compute all pairwise token
+interactions, incurring O(N²) time and memory" (seed 004, opening); "As a recurrent mechanism, it has linear
+complexity at inference time with respect to the sequence length L" (seed 003 §2).  Four models are trained on
+MQAR through the sweep machinery, then each is loaded from its checkpoint and decoded token by token: the bytes
+of its streaming state and the wall time per token at growing context lengths, and the largest difference
+between its token-by-token outputs and its parallel forward pass on the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.reproduce.claims import Claim, Outcome, Score, at_most, every, reaches
+from seqdyn.train.config import SweepConfig
+
+#: the models as the table labels them: name → (mixer, options, block)
+MODELS = {
+    "softmax_attention": ("softmax attention (rotary)", {"heads": 2, "rotary": True}),
+    "linear_attention": ("linear attention", {"heads": 2}),
+    "mamba2": ("Mamba-2", {"state_dim": 16, "head_dim": 16}),
+    "gated_deltanet": ("Gated DeltaNet", {"heads": 2}),
+}
+RECURRENT = ("linear_attention", "mamba2", "gated_deltanet")
+#: "fixed-size": the recurrent state at the longest context is no larger than at the shortest
+FIXED_SIZE = 1.0
+#: "O(N) memory": softmax attention's state grows at least 0.9 times as fast as the context
+LINEAR_GROWTH = 0.9
+#: the two forms agree to float32 round-off: relative difference at most 1e-4
+ROUNDOFF = 1e-4
+STATE, TIME, ERROR = "decode.state_bytes", "decode.ms_per_token", "decode.step_error"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The training (MQAR length, width, steps) and the decoding (context lengths, timing window, tokens compared
+    with the parallel forward)."""
+
+    seq_len: int
+    d_model: int
+    steps: int
+    lengths: tuple[int, ...]
+    window: int
+    compare: int
+    vocab_size: int = 64
+
+
+SCALES = {
+    "paper": Scale(seq_len=512, d_model=256, steps=5_000, lengths=(1024, 4096, 16_384, 65_536), window=256,
+                   compare=2048, vocab_size=8192),
+    "cpu": Scale(seq_len=64, d_model=64, steps=400, lengths=(256, 1024, 4096), window=64, compare=256),
+    "smoke": Scale(seq_len=16, d_model=16, steps=4, lengths=(16, 32, 64), window=8, compare=16),
+}
+
+
+def _sweep(scale: Scale) -> SweepConfig:
+    entries = [{"mixer": name, "mixer_options": options} for name, (_, options) in MODELS.items()]
+    return SweepConfig.model_validate({
+        "name": "decode",
+        "model": {"block": "transformer", "layers": 2, "d_model": scale.d_model, "mlp": "none", "positions": False,
+                  "init_std": 0.1},
+        "task": {"name": "mqar", "params": {"seq_len": scale.seq_len, "num_kv_pairs": 4,
+                                           "vocab_size": scale.vocab_size},
+                 "train_examples": scale.steps * 64, "test_examples": 256},
+        "optimizer": {"lr": 3e-3, "weight_decay": 0.1}, "schedule": {"kind": "constant"},
+        "train": {"steps": scale.steps, "batch_size": 64, "eval_every": max(1, scale.steps // 4)},
+        "sweep": {"model": entries}})
+
+
+def measure_run(store, row: dict[str, Any], scale: Scale) -> dict[str, Any]:
+    """The decoding measurements of one trained run: state bytes and ms per token at every context length, and
+    the step-versus-forward difference."""
+    from seqdyn.analysis.decoding import decode_profile, random_tokens, step_error
+    from seqdyn.train.checkpoint import load_trained
+
+    _, task, model = load_trained(store, row["run_id"])
+    vocab = task.spec.input_size
+    points = decode_profile(model, random_tokens(vocab, scale.lengths[-1]), scale.lengths, scale.window)
+    measured = {f"{STATE}.{p.length}": p.state_bytes for p in points}
+    measured |= {f"{TIME}.{p.length}": 1000 * p.seconds_per_token for p in points}
+    measured[ERROR] = step_error(model, random_tokens(vocab, scale.compare, batch=2, seed=1))
+    return measured
+
+
+def _value(results: Results, mixer: str, key: str) -> Score:
+    rows = results.select(model__mixer=mixer)
+    values = tuple(row[key] for row in rows if row.get(key) is not None)
+    missing = tuple(f"{row['name']} ({row['status']})" for row in rows if row.get(key) is None)
+    return Score(MODELS[mixer][0], values, missing or (() if rows else ("not run",)))
+
+
+def _lengths(results: Results) -> tuple[int, int]:
+    lengths = sorted(int(key.rsplit(".", 1)[1]) for row in results.rows for key in row if key.startswith(STATE))
+    return (lengths[0], lengths[-1]) if lengths else (0, 0)
+
+
+def _growth(results: Results, mixer: str) -> Score:
+    """The state's bytes at the longest context over those at the shortest."""
+    short, long = _lengths(results)
+    first, last = _value(results, mixer, f"{STATE}.{short}"), _value(results, mixer, f"{STATE}.{long}")
+    ratios = tuple(b / a for a, b in zip(first.values, last.values) if a)
+    return Score(first.label, ratios, first.missing + last.missing)
+
+
+def _recurrent_fixed(results: Results) -> Outcome:
+    return every({MODELS[m][0]: at_most(_growth(results, m), FIXED_SIZE) for m in RECURRENT})
+
+
+def _softmax_grows(results: Results) -> Outcome:
+    short, long = _lengths(results)
+    growth = _growth(results, "softmax_attention")
+    relative = replace(growth, values=tuple(value / (long / short) for value in growth.values)) if short else growth
+    return reaches(relative, LINEAR_GROWTH)
+
+
+def _forms_agree(results: Results) -> Outcome:
+    return every({MODELS[m][0]: at_most(_value(results, m, ERROR), ROUNDOFF) for m in MODELS})
+
+
+CLAIMS = (
+    Claim("recurrent state is fixed-size", f"state bytes at the longest context ÷ at the shortest ≤ {FIXED_SIZE} "
+          "for linear attention, Mamba-2 and Gated DeltaNet",
+          "a fixed-size hidden-state update (fast O(1)-memory inference)", _recurrent_fixed, paper_value="O(1)"),
+    Claim("attention's state grows with the context", f"softmax attention's state grows ≥ {LINEAR_GROWTH} × as "
+          "fast as the context", "Transformers compute all pairwise token interactions, incurring O(N²) time and "
+          "memory", _softmax_grows, paper_value="O(N) per token"),
+    Claim("the two forms agree", f"token-by-token outputs within {ROUNDOFF:g} (relative) of the parallel forward, "
+          "every model", "A linear recurrence is simultaneously a convolution [...] and a fixed-size hidden-state "
+          "update", _forms_agree),
+)
+
+
+class Decoding(Reproduction):
+    name = "duality_decoding"
+    paper = "seeds 003/004"
+    figure = "recurrent inference"
+    summary = ("Four models trained on MQAR, then decoded token by token with step(): the bytes of the streaming "
+               "state per sequence and the wall time per token at growing context lengths, and the largest "
+               "relative difference between the token-by-token and the parallel outputs.")
+    claims = CLAIMS
+    reductions = {
+        "paper": "Seeds 003/004 run no experiment of their own: this scale decodes to 65,536 tokens models of "
+                 "width 256 trained on MQAR L = 512 for 5,000 steps (a GPU: softmax attention's step is O(context)).",
+        "cpu": "Models of width 64, two layers, trained 400 steps on MQAR (L = 64, 4 pairs, vocabulary 64), decoded "
+               "to 4,096 tokens on one thread; times are wall time on this machine (the mean of the last 64 "
+               "steps before each length), so only their trend means something.",
+        "smoke": "Width 16, 4 training steps, decoded to 64 tokens: no verdict to trust.",
+    }
+    wall_time = {"smoke": None, "cpu": None, "paper": None}
+
+    def sweeps(self, scale: str) -> list[SweepConfig]:
+        return [_sweep(SCALES[scale])]
+
+    def measure(self, results: Results, store_path: str | Path) -> Results:
+        from seqdyn.train.store import Store
+
+        store, rows = Store(store_path), []
+        with _one_thread():
+            for row in results.rows:
+                done = row["status"] in ("finished", "stopped_early")
+                rows.append({**row, **(measure_run(store, row, SCALES[results.scale]) if done else {})})
+        return replace(results, rows=tuple(rows))
+
+    def table(self, results: Results) -> str:
+        lengths = sorted({int(k.rsplit(".", 1)[1]) for row in results.rows for k in row if k.startswith(STATE)})
+        header = ["model", "MQAR accuracy", *(f"state KiB at {n}" for n in lengths),
+                  *(f"ms/token at {n}" for n in lengths), "step vs forward"]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in results.rows:
+            cells = [MODELS[row["model.mixer"]][0], "" if row.get("best") is None else f"{row['best']:.3f}"]
+            cells += [_number(row.get(f"{STATE}.{n}"), 1 / 1024, "{:.1f}") for n in lengths]
+            cells += [_number(row.get(f"{TIME}.{n}"), 1, "{:.2f}") for n in lengths]
+            cells.append(_number(row.get(ERROR), 1, "{:.1e}"))
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + ("\n\nState: bytes of every tensor the model's streaming state holds, per "
+                                   "sequence (all layers). Time: one sequence, one thread.")
+
+    def plot(self, results: Results, path: Path) -> Path:
+        from seqdyn.analysis.plots import plot_curves
+
+        panels: dict[str, dict[str, list]] = {"state": {}, "time": {}}
+        for row in results.rows:
+            label = MODELS[row["model.mixer"]][0]
+            for key, value in row.items():
+                for panel, prefix, factor in (("state", STATE, 1 / 1024), ("time", TIME, 1.0)):
+                    if key.startswith(prefix + ".") and value is not None:
+                        panels[panel].setdefault(label, []).append((int(key.rsplit(".", 1)[1]), value * factor))
+        if not any(panels.values()):
+            panels = {"state": {"no run measured": [(1, 1)]}}
+        return plot_curves(panels, path, "context length (tokens)",
+                           {"state": "streaming state (KiB per sequence)", "time": "ms per token"},
+                           title="seeds 003/004: decoding token by token")
+
+
+def _number(value: float | None, factor: float, form: str) -> str:
+    return "" if value is None else form.format(value * factor)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Time decoding on one thread (as the sweep workers train), restoring torch's thread count after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+REPRODUCTION = Decoding()

@@ -1,0 +1,48 @@
+"""seeds 003/004 (``seqdyn.reproduce.duality_decoding``): each claim on hand-made measurements where it must hold,
+must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+from seqdyn.reproduce import duality_decoding as decoding
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+STATE, ERROR = decoding.STATE, decoding.ERROR
+
+
+def table(state: dict[str, tuple[int, int]], error: dict[str, float], missing: str | None = None):
+    """One row per model: its state bytes at contexts 256 and 4096 and its step error; ``missing`` gave none."""
+    rows = []
+    for mixer in decoding.MODELS:
+        measured = {} if mixer == missing else {f"{STATE}.256": state[mixer][0], f"{STATE}.4096": state[mixer][1],
+                                                ERROR: error[mixer]}
+        rows.append({**row(0.5, model__mixer=mixer, status="finished" if mixer != missing else "failed"),
+                     **measured})
+    return results(rows)
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in decoding.CLAIMS]
+
+
+FIXED = {"softmax_attention": (1000, 16_000), "linear_attention": (500, 500), "mamba2": (700, 700),
+         "gated_deltanet": (300, 300)}
+SMALL = dict.fromkeys(decoding.MODELS, 1e-7)
+
+
+def test_constant_recurrent_states_and_a_growing_cache_hold():
+    assert verdicts(table(FIXED, SMALL)) == [HELD] * 3
+
+
+def test_the_opposite_fails():
+    grown = {"softmax_attention": (1000, 1000), "linear_attention": (500, 8000), "mamba2": (700, 700),
+             "gated_deltanet": (300, 300)}
+    assert verdicts(table(grown, {**SMALL, "mamba2": 0.3})) == [FAILED] * 3
+
+
+def test_a_model_without_measurements_is_inconclusive():
+    for mixer in ("softmax_attention", "mamba2"):
+        data = table(FIXED, SMALL, missing=mixer)
+        outcomes = [claim.decide(data) for claim in decoding.CLAIMS]
+        assert [o.verdict for o in outcomes] == ([HELD, INCONCLUSIVE, INCONCLUSIVE] if mixer == "softmax_attention"
+                                                 else [INCONCLUSIVE, HELD, INCONCLUSIVE])
