@@ -157,7 +157,7 @@ def plot_accuracy_grid(values: Any, row_labels: Sequence[Any], column_labels: Se
     if grid.ndim != 2 or grid.shape != (len(row_labels), len(column_labels)):
         raise ValueError(f"values: expected shape [{len(row_labels)}, {len(column_labels)}] (rows × columns), "
                          f"got {list(grid.shape)}")
-    figure = _figure(1.0 + 0.9 * grid.shape[1], 1.0 + 0.7 * grid.shape[0])
+    figure = _figure(max(3.6, 1.0 + 0.9 * grid.shape[1]), 1.0 + 0.7 * grid.shape[0])  # wide enough for a title
     axis = figure.subplots()
     axis.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
     for (i, j), value in np.ndenumerate(grid):
@@ -168,7 +168,7 @@ def plot_accuracy_grid(values: Any, row_labels: Sequence[Any], column_labels: Se
     axis.set_xlabel(column_name)
     axis.set_ylabel(row_name)
     if title:
-        axis.set_title(title)
+        axis.set_title(title, fontsize=9)
     return _save(figure, path)
 
 

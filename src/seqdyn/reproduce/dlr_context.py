@@ -50,7 +50,7 @@ class ContextDependence(Reproduction):
                "examples, where the paper averages over its evaluation batches.",
         "smoke": "The whole pipeline on three tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    wall_time = {"smoke": None, "cpu": None, "paper": None}
+    wall_time = {"smoke": None, "cpu": 441.0, "paper": None}  # seconds, measured here on 2026-11-26 (2 workers)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("context", MODELS, **SCALES[scale])
@@ -59,7 +59,7 @@ class ContextDependence(Reproduction):
         return r2_table(results) + "\n\nR² per task; the paper's Table 1 (L = 2^12) in parentheses."
 
     def plot(self, results: Results, path: Path) -> Path:
-        return plot_r2_grid(results, path, "seed 002 §3.3: one DLR layer against one ATTENTION layer")
+        return plot_r2_grid(results, path, "seed 002 §3.3: R² of one layer")
 
 
 REPRODUCTION = ContextDependence()
