@@ -111,3 +111,32 @@ def test_dlr_init_follows_section_2_3():
     assert modulus.min() >= math.exp(-0.25) - 1e-6 and modulus.max() <= 1
     assert abs(float(mixer.W.detach().std()) * N - 1) < 0.05
     assert mixer.head.proj.bias is None and mixer.head.skip == "identity" and mixer.head.activation == "gelu"
+
+
+def real_dlr_layer(m, u):
+    """DLR-ℝ (002 §3.3): λ = exp(−(logΛ)_re²) ∈ (0, 1]^N and w ∈ ℝ^{H×N}; the real recurrence
+    x_k = λ ⊙ x_{k−1} + u_k, y_k = ⟨w_h, x_k⟩, then the same layer around it."""
+    lam, w = torch.exp(-m.log_re[0] ** 2), m.W[0]  # [N], [H, N]
+    x = torch.zeros(u.shape[0], *w.shape, dtype=w.dtype)
+    ys = []
+    for k in range(u.shape[1]):
+        x = lam * x + u[:, k, :, None]
+        ys.append((w * x).sum(-1))
+    kernel = torch.stack([(w * lam**j).sum(-1) for j in range(u.shape[1])], dim=-1)
+    return dlr_output(m, torch.stack(ys, dim=1), u), x, lti_coefficients(kernel, u.shape[0])
+
+
+@pytest.mark.parametrize("part", ["output", "coefficients"])
+def test_real_dlr_is_the_real_valued_layer(part):
+    mixer, x = double_mixer("dlr", D, state_dim=5, real=True), inputs(2, 9, D, seed=4)
+    compare_with_paper(part, mixer, x, real_dlr_layer)
+
+
+def test_real_dlr_trains_only_real_parameters_and_refuses_prod():
+    mixer = mixers.build("dlr", 8, state_dim=16, real=True)
+    complex_count = sum(p.numel() for p in mixers.build("dlr", 8, state_dim=16).parameters())
+    names = {name for name, _ in mixer.named_parameters()}
+    assert "log_im" not in names and mixer.W.shape == (1, 8, 16)
+    assert complex_count - sum(p.numel() for p in mixer.parameters()) == 16 + 8 * 16  # phases and Im w
+    with pytest.raises(ValueError, match="real: .*prod"):
+        mixers.build("dlr", 8, real=True, prod=True)

@@ -224,3 +224,15 @@ def test_bench_train_measures_tokens_per_second_and_overhead():
     assert cell.status == "ok", cell.note
     assert cell.tokens_per_s > 0 and cell.bare_ms > 0 and cell.harness_ms > 0
     assert setup == {"d_model": 32, "seq_len": 32, "batch": 4}
+
+
+def test_run_ids_survive_fields_added_later():
+    """The ids of examples/mqar_tiny.yaml as the last commit before model.norm_position gave them (2ed9db1): a
+    field added later, left at its default, leaves every id (and so every store) as it was; set, it changes it."""
+    from seqdyn.train.config import load_config
+
+    sweep = load_config(Path(__file__).resolve().parents[2] / "examples" / "mqar_tiny.yaml")
+    runs = sweep.expand()
+    assert [run.run_id for run in runs] == ["75748de2b29e", "54c416b26128"]
+    post = runs[0].model_copy(update={"model": runs[0].model.model_copy(update={"norm_position": "post"})})
+    assert post.run_id != runs[0].run_id

@@ -5,7 +5,8 @@ Per channel h, with λ and w complex (002 eqs. 1-4; the formulas restored in DES
     x_k = diag(λ) x_{k-1} + 1·u_k,      y_k = Re⟨w_h, x_k⟩ = Σ_{j≤k} K_j u_{k-j},   K_j = Re(Σ_n w_{h,n} λ_n^j)
     λ = exp(−(logΛ)_re² + i·(logΛ)_im)                                                  (002 §2.3)
 
-computed by FFT convolution with the materialized kernel (002 §A.1).  ``prod=True`` is DLR-prod: the kernel
+computed by FFT convolution with the materialized kernel (002 §A.1).  ``real=True`` is DLR-ℝ (002 §3.3, "Restricting
+DLR parameters to reals"): Λ = exp(−(logΛ)_re²) ∈ (0, 1]^N and w ∈ ℝ^{H×N}, the phases fixed at 0.  ``prod=True`` is DLR-prod: the kernel
 ``Re(K̃_j)·Im(K̃_j)``, itself a DLR of N(N+1)/2 states (002 §A.2).  ``bidirectional=True`` sums a second,
 independent DLR run right to left (002 eqs. 5-6) — the mixer is then not causal: ``coefficients`` returns the full
 (non-causal) Toeplitz matrix, and ``step``, ``init_state``, ``state_size`` and ``dsf`` raise ``ValueError``.
@@ -38,10 +39,14 @@ class DLR(LTIMixer):
 
     def __init__(self, d_model: int, state_dim: int = 64, prod: bool = False, bidirectional: bool = False,
                  residual: bool = True, activation: str = "gelu", output: str = "linear",
-                 r_range: tuple[float, float] = (0.0005, 0.5)):
+                 r_range: tuple[float, float] = (0.0005, 0.5), real: bool = False):
         super().__init__(d_model)
         self.state_dim = check_positive("state_dim", state_dim)
         self.prod = check_choice("prod", prod, (False, True))
+        self.real = check_choice("real", real, (False, True))
+        if real and prod:
+            raise ValueError("real: DLR-prod's kernel Re(K)·Im(K) is 0 for a real DLR; use real=True or prod=True, "
+                             "not both")
         self.bidirectional = check_choice("bidirectional", bidirectional, (False, True))
         check_choice("residual", residual, (False, True))
         check_choice("activation", activation, ACTIVATIONS)
@@ -55,9 +60,13 @@ class DLR(LTIMixer):
         directions = 2 if bidirectional else 1
         self.log_re = nn.Parameter(self._init_log_re(directions))  # (logΛ)_re [directions, N]
         phase = 2 * math.pi * torch.arange(state_dim, dtype=torch.float64) / state_dim
-        self.log_im = nn.Parameter(phase.expand(directions, -1).clone().to(torch.get_default_dtype()))
-        self.W = nn.Parameter(complex_normal(directions, d_model, state_dim, std=1 / state_dim)
-                              .to(torch.get_default_dtype()))  # [directions, H, N, 2]
+        W = complex_normal(directions, d_model, state_dim, std=1 / state_dim)  # [directions, H, N, 2]
+        if real:  # DLR-ℝ: the phases are 0 (a buffer) and w is its real part [directions, H, N]
+            self.register_buffer("log_im", torch.zeros(directions, state_dim))
+            self.W = nn.Parameter(W[..., 0].to(torch.get_default_dtype()))
+        else:
+            self.log_im = nn.Parameter(phase.expand(directions, -1).clone().to(torch.get_default_dtype()))
+            self.W = nn.Parameter(W.to(torch.get_default_dtype()))
         self.head = OutputHead(d_model, "identity" if residual else "none", activation, output, bias=False)
 
     def _init_log_re(self, directions: int) -> Tensor:
@@ -67,7 +76,8 @@ class DLR(LTIMixer):
     def direction(self, index: int) -> lti.DiagonalSISO:
         """The DLR of direction ``index`` (0: left to right; 1: right to left when bidirectional)."""
         log_lam = torch.complex(-self.log_re[index] ** 2, self.log_im[index])
-        return lti.DiagonalSISO(log_lam, None, as_complex(self.W[index]), prod=self.prod)
+        W = torch.complex(self.W[index], torch.zeros_like(self.W[index])) if self.real else as_complex(self.W[index])
+        return lti.DiagonalSISO(log_lam, None, W, prod=self.prod)
 
     def system(self) -> lti.DiagonalSISO:
         if self.bidirectional:
@@ -95,7 +105,7 @@ class DLR(LTIMixer):
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, state_dim={self.state_dim}, prod={self.prod}, "
-                f"bidirectional={self.bidirectional}")
+                f"bidirectional={self.bidirectional}, real={self.real}")
 
 
 MIXER = DLR

@@ -38,6 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from seqdyn.models.config import ModelConfig, Strict
 
 
+#: ``(section, field, default)`` of the fields added to the configs after run ids were first given
+ADDED_FIELDS = (("model", "norm_position", "pre"),)
+
+
 class ConfigError(ValueError):
     """An invalid config; the message names the file and the field."""
 
@@ -188,9 +192,14 @@ class RunConfig(Strict):
 
     @property
     def run_id(self) -> str:
-        """A stable id: the first 12 hex digits of the SHA-256 of the canonical JSON (the name excluded)."""
+        """A stable id: the first 12 hex digits of the SHA-256 of the canonical JSON (the name excluded).  Fields
+        added after ids were first given (:data:`ADDED_FIELDS`) enter it only when they differ from their default,
+        so a config written before them keeps its id, and a store its runs."""
         data = self.canonical()
         data.pop("name")
+        for section, key, default in ADDED_FIELDS:
+            if data.get(section, {}).get(key, default) == default:
+                data.get(section, {}).pop(key, None)
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
