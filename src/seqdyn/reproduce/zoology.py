@@ -96,12 +96,12 @@ SMOKE = dict(tasks=((16, 2),), widths=(16,), lrs=(1e-2,), seeds=(0,),
                            eval_every=3))
 
 
-def cpu_budget(steps: int) -> Budget:
-    """The ``cpu`` budget of the MQAR reproductions: ``steps`` of batch 64 over 20,000 examples (1,000 test), a
+def cpu_budget(steps: int, train_examples: int = 20_000) -> Budget:
+    """The ``cpu`` budget of the MQAR reproductions: ``steps`` of batch 64 over ``train_examples`` (1,000 test), a
     vocabulary of 256, an evaluation every 250 steps, blocks without MLPs and weights drawn with std 0.1 — see
     :data:`CPU_MODEL_REASON`."""
-    return Budget(epochs=None, steps=steps, train_examples=20_000, test_examples=1_000, vocab_size=256, batch_size=64,
-                  eval_every=250, mlp="none", init_std=0.1)
+    return Budget(epochs=None, steps=steps, train_examples=train_examples, test_examples=1_000, vocab_size=256,
+                  batch_size=64, eval_every=250, mlp="none", init_std=0.1)
 
 
 #: why the ``cpu`` scales leave out the MLPs and draw larger initial weights (measured 2026-11-25, MQAR L = 64,
