@@ -157,6 +157,11 @@ class LTIMixer(Mixer):
     def backends(self) -> tuple[str, ...]:
         return lti.BACKENDS
 
+    def ssm_parameters(self) -> list[nn.Parameter]:
+        """Every parameter of the LTI system (Λ, Δ, B, C, W, D): all but the output head's."""
+        head = {id(p) for p in self.head.parameters()}
+        return [p for p in self.parameters() if id(p) not in head]
+
     def output_projection(self) -> nn.Linear | None:
         """The residual output projection: the head's Linear for "linear"/"glu" outputs; none for S5's half-GLU,
         whose Linear is a gate."""

@@ -74,6 +74,8 @@ class Mixer(nn.Module, ABC):
     scalar_coefficients: ClassVar[bool] = True
     #: the backend every other backend of this mixer is checked against
     reference_backend: ClassVar[str] = "quadratic"
+    #: the names (or name suffixes after a ".") of the parameters of the state space itself (Λ, Δ)
+    ssm_parameter_names: ClassVar[tuple[str, ...]] = ()
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -129,6 +131,13 @@ class Mixer(nn.Module, ABC):
         """
         linears = [module for module in self.modules() if isinstance(module, nn.Linear)]
         return linears[-1] if linears else None
+
+    def ssm_parameters(self) -> list[nn.Parameter]:
+        """The parameters of the state space itself — its transition Λ and step Δ (and for an LTI layer also its
+        B, C, W) — which an optimizer may give their own learning rate and weight decay (S4's convention; seed
+        002 §2.3: "weight decay is not applied to DLR parameters").  A mixer without a state space has none."""
+        return [p for name, p in self.named_parameters()
+                if any(name == suffix or name.endswith("." + suffix) for suffix in self.ssm_parameter_names)]
 
     def coefficients(self, x: Tensor) -> Tensor:
         """Normalized coefficients ``[B, H, T, T]`` of the mixing core."""

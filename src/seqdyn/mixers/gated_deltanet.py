@@ -18,6 +18,7 @@ from seqdyn.mixers.deltanet import DeltaNet
 
 class GatedDeltaNet(DeltaNet):
     name = "gated_deltanet"
+    ssm_parameter_names = ("dt_bias", "a_log")  # the decay's Δ and A (Mamba-2's)
 
     def __init__(self, d_model: int, heads: int = 4, expand_v: float = 2.0, short_conv: bool = True,
                  conv_size: int = 4, output_gate: bool = True, dt_min: float = 0.001, dt_max: float = 0.1,

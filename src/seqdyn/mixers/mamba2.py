@@ -25,6 +25,7 @@ from seqdyn.layers import GatedRMSNorm, ShortConv
 
 class Mamba2(CoefficientMixer):
     name = "mamba2"
+    ssm_parameter_names = ("dt_bias", "a_log")  # Δ and A
 
     def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int | None = None,
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,

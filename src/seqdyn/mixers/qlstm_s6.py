@@ -26,6 +26,7 @@ from seqdyn.mixers.qlstm import QLSTM
 
 class QLSTMS6(QLSTM):
     name = "qlstm_s6"
+    ssm_parameter_names = ("a_log",)  # the S6 transition's A
     forget_bias = -1.0
 
     def __init__(self, d_model: int, expand: float = 1, dsf_form: bool = False, short_conv: bool = False,

@@ -78,6 +78,7 @@ def init_recurrence(width: int, c: float, low: float = 0.9, high: float = 0.999)
 
 class RGLRU(CoefficientMixer):
     name = "rglru"
+    ssm_parameter_names = ("a_param",)  # Λ
 
     def __init__(self, d_model: int, expand: float = 1, c: float = 8.0, gate_blocks: int = 1,
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, chunk_size: int = 64):

@@ -54,6 +54,7 @@ def check_dt_rank(dt_rank, d_model: int) -> int:
 
 class S6(CoefficientMixer):
     name = "s6"
+    ssm_parameter_names = ("dt_proj.weight", "dt_proj.bias", "a_log")  # Δ and A
 
     def __init__(self, d_model: int, state_dim: int = 16, expand: float = 2, dt_rank: int | str = "auto",
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,

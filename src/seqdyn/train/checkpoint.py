@@ -192,7 +192,9 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
             _, index, name = key.split(".", 2)
             state["state"].setdefault(int(index), {})[name] = value
     groups = optimizer.state_dict()["param_groups"]
-    state["param_groups"] = [dict(saved, params=group["params"]) for saved, group in zip(meta["param_groups"], groups)]
+    # keys a checkpoint of an older version lacks (base_lr) come from the optimizer as built now
+    state["param_groups"] = [{**group, **saved, "params": group["params"]}
+                             for saved, group in zip(meta["param_groups"], groups)]
     optimizer.load_state_dict(state)
     torch.set_rng_state(tensors["rng.torch"])
     return meta

@@ -39,7 +39,7 @@ from seqdyn.models.config import ModelConfig, Strict
 
 
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given
-ADDED_FIELDS = (("model", "norm_position", "pre"),)
+ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None))
 
 
 class ConfigError(ValueError):
@@ -70,6 +70,12 @@ class OptimizerConfig(Strict):
     """AdamW with decoupled weight decay on matrices, and gradient-norm clipping."""
 
     lr: float = Field(1e-3, gt=0, description="peak learning rate (the schedule scales it)")
+    ssm_lr: Union[float, None] = Field(None, gt=0, description="peak learning rate of the mixers' state-space "
+                                       "parameters (Λ, Δ; all of an LTI layer's B, C, W: `Mixer.ssm_parameters`), "
+                                       "S4's convention; null: lr")
+    ssm_weight_decay: Union[float, None] = Field(None, ge=0, description="weight decay of the state-space "
+                                                 "parameters (seed 002: 0, 'weight decay is not applied to DLR "
+                                                 "parameters'); null: as the other parameters")
     weight_decay: float = Field(0.1, ge=0, description="AdamW's decoupled weight decay, on matrices only (not on "
                                                        "biases, norms or 1-D gate parameters)")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's (β₁, β₂), each in [0, 1)")

@@ -110,11 +110,25 @@ def learning_rate_factor(config: RunConfig, total_steps: int) -> Callable[[int],
 
 
 def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not on biases, norms or 1-D gate parameters)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    """AdamW; weight decay on matrices only (not on biases, norms or 1-D gate parameters).  With
+    ``optimizer.ssm_lr`` or ``ssm_weight_decay`` set, the mixers' state-space parameters
+    (:meth:`~seqdyn.mixers.base.Mixer.ssm_parameters`) form groups of their own with that learning rate and weight
+    decay.  Every group keeps its peak learning rate as ``base_lr``, which the schedule scales."""
+    from seqdyn.mixers.base import Mixer
+
     opt = config.optimizer
-    groups = [{"params": decay, "weight_decay": opt.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    separate = opt.ssm_lr is not None or opt.ssm_weight_decay is not None
+    ssm = {id(p) for module in model.modules() if isinstance(module, Mixer) for p in module.ssm_parameters()}
+    groups = []
+    for is_ssm in ((False, True) if separate else (False,)):
+        lr = opt.ssm_lr if is_ssm and opt.ssm_lr is not None else opt.lr
+        matrix_decay = opt.ssm_weight_decay if is_ssm and opt.ssm_weight_decay is not None else opt.weight_decay
+        vector_decay = opt.ssm_weight_decay if is_ssm and opt.ssm_weight_decay is not None else 0.0
+        for matrices, decay in ((True, matrix_decay), (False, vector_decay)):
+            params = [p for p in model.parameters() if p.requires_grad and (p.dim() >= 2) == matrices
+                      and (not separate or (id(p) in ssm) == is_ssm)]
+            if params or not is_ssm:
+                groups.append({"params": params, "weight_decay": decay, "lr": lr, "base_lr": lr})
     return torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps)
 
 
@@ -255,7 +269,7 @@ class Trainer:
             indices = self.distributed.shard(indices)
         inputs, targets = (t[indices].to(self.device) for t in self.train_data)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.config.optimizer.lr * self.lr_factor(self.step)
+            group["lr"] = group["base_lr"] * self.lr_factor(self.step)
         with self.autocast(), self.first_step_backends() as backends:
             loss = self.task.loss(self.trained(inputs, backend=self.config.train.backend), targets)
         if backends is not None:
