@@ -22,10 +22,15 @@ def table(r2: dict[str, dict[str, tuple[float, ...]]], models=("dlr", "dss_exp",
     for task, by_model in r2.items():
         for key in models:
             model = MODELS[key]
-            rows += [row(value, model__mixer=model.mixer, model__layers=model.layers, task__name=task,
-                         optimizer__lr=model.lr, train__seed=seed)
+            rows += [named(row(value, model__mixer=model.mixer, model__layers=model.layers, task__name=task,
+                               optimizer__lr=model.lr, train__seed=seed), key)
                      for seed, value in enumerate(by_model[key])]
     return results(rows)
+
+
+def named(result: dict, key: str) -> dict:
+    """A row named as a reproduction's sweep names its runs: ``NAME/SCALE/PART-MODEL[...]``."""
+    return {**result, "name": f"dlr_atomic/cpu/table1-{key}[{result['name']}]"}
 
 
 def verdicts(data, claims=table1.CLAIMS) -> list[str]:
@@ -55,8 +60,8 @@ def test_seeds_on_both_sides_are_inconclusive():
 
 def test_a_missing_run_is_inconclusive_and_named():
     data = table({task: PAPER[task] for task in TASKS if task != "cumsum"})
-    rows = list(data.rows) + [row(None, status="failed", reason="killed", model__mixer="dlr", model__layers=1,
-                                  task__name="cumsum", optimizer__lr=1e-4, train__seed=0)]
+    rows = list(data.rows) + [named(row(None, status="failed", reason="killed", model__mixer="dlr", model__layers=1,
+                                        task__name="cumsum", optimizer__lr=1e-4, train__seed=0), "dlr")]
     outcome = table1.CLAIMS[0].decide(results(rows))
     assert outcome.verdict == INCONCLUSIVE and "killed" in outcome.reason
 
@@ -88,3 +93,44 @@ def test_the_scales_train_every_task_with_the_papers_learning_rates(scale):
         assert config.task.train_examples == config.train.steps * config.train.batch_size  # a fresh batch a step
     if scale == "paper":
         assert {(c.task.params["seq_len"], c.model.d_model, c.train.steps) for c in runs} == {(4096, 128, 40_000)}
+
+
+# --- Table 2 (dlr_shift_length) ------------------------------------------------------------------------------
+def shift_table(r2: dict[str, dict[int, tuple[float, ...]]]):
+    from seqdyn.reproduce import dlr_shift_length as table2
+
+    return results([{**row(value, task__name="shift", task__params__seq_len=length, train__seed=seed),
+                     "name": f"dlr_shift_length/cpu/table2-{key}[L={length}, seed={seed}]"}
+                    for key, by_length in r2.items() for length, values in by_length.items()
+                    for seed, value in enumerate(values)]), table2
+
+
+def test_table2_claims_hold_fail_and_stay_open():
+    paperlike = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.85)},
+                 "dlr_prod": {256: (1.0, 1.0), 4096: (1.0, 0.99)}, "dlr_small_n": {256: (0.9, 0.9), 4096: (0.3, 0.3)},
+                 "dss_exp": {256: (0.99, 0.99), 4096: (0.7, 0.7)}}
+    data, table2 = shift_table(paperlike)
+    assert verdicts(data, table2.CLAIMS) == [HELD] * 3
+    opposite = {**paperlike, "dlr_real": {256: (0.95, 0.97)}, "dlr_prod": {4096: (0.5, 0.5)},
+                "dlr_small_n": {4096: (0.95, 0.95)}}
+    assert verdicts(shift_table(opposite)[0], table2.CLAIMS) == [FAILED] * 3
+    spread = {**paperlike, "dlr_real": {256: (0.2, 0.7)}, "dlr_prod": {4096: (1.0, 0.6)},
+              "dlr_small_n": {4096: (0.3, 0.9)}}
+    assert verdicts(shift_table(spread)[0], table2.CLAIMS) == [INCONCLUSIVE] * 3
+    text = table2.REPRODUCTION.table(data)
+    assert "| DLR-ℝ | 0.23 ± 0.02 (0.23) |  |" in text and text.splitlines()[0] == "| model | L = 256 | L = 4096 |"
+
+
+def test_table2_paper_scale_is_the_papers_protocol():
+    from seqdyn.reproduce import dlr_shift_length as table2
+
+    runs = [config for sweep in table2.REPRODUCTION.sweeps("paper") for config in sweep.expand()]
+    by_label = {}
+    for config in runs:
+        by_label.setdefault((config.model.mixer_options.get("prod", False), config.model.mixer_options.get("real", False),
+                             config.model.mixer_options.get("state_dim")), set()).add(
+            (config.task.params["seq_len"], config.optimizer.lr, config.train.batch_size, config.model.d_model))
+    assert by_label[(False, True, 4096)] == {(256, 1e-5, 4, 32)}
+    assert {length for length, *_ in by_label[(True, False, 4096)]} == {2**14, 2**16, 2**18, 2**20}
+    assert {lr for _, lr, *_ in by_label[(False, False, 512)]} == {1e-5}
+    assert {config.train.steps for config in runs} == {86_000}

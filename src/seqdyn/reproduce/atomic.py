@@ -38,8 +38,8 @@ PAPER_LENGTH, PAPER_WIDTH, PAPER_STATE, PAPER_BATCH, PAPER_STEPS = 4096, 128, 40
 
 @dataclass(frozen=True)
 class Model:
-    """A model of Table 1 as the paper ran it (Table 7): its label, mixer and options (``state_dim`` is set by
-    the scale), learning rate and number of layers."""
+    """A model of Tables 1 and 2 as the paper ran it (Table 7, §A.6): its label, mixer and options (``state_dim``
+    is the scale's N times ``state_scale``), learning rate (Table 1's) and number of layers."""
 
     label: str
     mixer: str
@@ -47,9 +47,11 @@ class Model:
     lr: float = 1e-3
     layers: int = 1
     has_state: bool = True
+    state_scale: float = 1.0
 
     def mixer_options(self, state_dim: int) -> dict[str, Any]:
-        return {**self.options, **({"state_dim": state_dim} if self.has_state else {})}
+        size = {"state_dim": max(1, round(state_dim * self.state_scale))} if self.has_state else {}
+        return {**self.options, **size}
 
 
 MODELS = {
@@ -57,6 +59,10 @@ MODELS = {
     "dss_exp": Model("DSS-EXP", "dss_exp", {"init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-2}, lr=1e-3),
     "attention": Model("ATTENTION", "softmax_attention", {"heads": 4, "rotary": True}, lr=1e-3, has_state=False),
     "dlr_6": Model("DLR, 6 layers", "dlr", lr=1e-4, layers=6),
+    # Table 2's variants of the single DLR layer
+    "dlr_prod": Model("DLR-prod", "dlr", {"prod": True}, lr=1e-4),
+    "dlr_small_n": Model("DLR, N/8", "dlr", lr=1e-4, state_scale=1 / 8),
+    "dlr_real": Model("DLR-ℝ", "dlr", {"real": True}, lr=1e-4),
 }
 
 #: Table 1 (top), the single-layer columns at L = 2^12 and the 6-layer DLR at 2^12: average validation R²
@@ -93,12 +99,16 @@ SMOKE = Budget(seq_len=16, width=16, state_dim=8, batch_size=4, steps=4, test_ex
 
 
 def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds: Sequence[int],
-                  budget: Budget) -> list[SweepConfig]:
-    """One sweep per model named ``PART-MODEL``: every task at length ``budget.seq_len``, every seed, the model's
-    own learning rate; a fresh batch every step (``steps × batch`` training examples)."""
+                  budget: Budget, lengths: Mapping[str, Sequence[int]] | None = None) -> list[SweepConfig]:
+    """One sweep per model named ``PART-MODEL``: every task at length ``budget.seq_len`` (or at each of the model's
+    ``lengths``), every seed, the model's own learning rate; a fresh batch every step (``steps × batch`` training
+    examples)."""
     sweeps = []
     for key in models:
         model = MODELS[key]
+        axes = {"task.name": list(tasks), "train.seed": list(seeds)}
+        if lengths is not None:
+            axes["task.params.seq_len"] = list(lengths[key])
         data = {"name": f"{part}-{key}",
                 "model": {"block": "transformer", "layers": model.layers, "d_model": budget.width, "mlp": "none",
                           "positions": False, "norm": "layernorm", "norm_position": "post", "mixer": model.mixer,
@@ -107,18 +117,19 @@ def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds:
                          "train_examples": budget.steps * budget.batch_size, "test_examples": budget.test_examples},
                 "optimizer": {"lr": model.lr, "weight_decay": 0.0}, "schedule": {"kind": "constant"},
                 "train": {"steps": budget.steps, "batch_size": budget.batch_size, "eval_every": budget.eval_every},
-                "sweep": {"task.name": list(tasks), "train.seed": list(seeds)}}
+                "sweep": axes}
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps
 
 
 # ------------------------------------------------------------------------------------------------ reporting
 def model_of(row: dict[str, Any]) -> str:
-    """The key of :data:`MODELS` a row was trained with (mixer and depth)."""
-    for key, model in MODELS.items():
-        if row.get("model.mixer") == model.mixer and row.get("model.layers") == model.layers:
-            return key
-    raise ValueError(f"row {row.get('name')!r}: its model is none of Table 1's")
+    """The key of :data:`MODELS` a row was trained with: its sweep's name ends in ``-KEY`` (``PART-KEY[...]``, as
+    :func:`atomic_sweeps` names them)."""
+    key = row["name"].split("[", 1)[0].rsplit("-", 1)[-1]
+    if key not in MODELS:
+        raise ValueError(f"row {row['name']!r}: its model {key!r} is none of {', '.join(MODELS)}")
+    return key
 
 
 def score(results: Results, model: str, task: str) -> Score:
