@@ -494,3 +494,22 @@ def test_export_rejects_unknown_format(store, tmp_path):
     with pytest.raises(ValueError, match="unknown format 'xlsx'"):
         store.export(tmp_path / "out", format="xlsx")
     assert isinstance(MissingDependencyError("x"), ValueError)
+
+
+def test_a_run_stored_before_a_field_was_added_is_the_same_run(tmp_path):
+    """A sweep's main process and its workers may run two versions of the config (the source changed between
+    their starts): a field added later, at its default, is no difference; any other field is."""
+    from seqdyn.train.config import ADDED_FIELDS
+
+    config = sweep_configs({"optimizer.lr": [1e-3]})[0]
+    current = config.canonical()
+    older = json.loads(json.dumps(current))
+    for section, key, _ in ADDED_FIELDS:
+        older[section].pop(key)
+    store = Store(tmp_path / "runs.db")
+    assert store.add_run(config.run_id, config.name, older)
+    assert not store.add_run(config.run_id, config.name, current)  # the same run, nothing raised
+    changed = json.loads(json.dumps(current))
+    changed["optimizer"]["lr"] *= 2
+    with pytest.raises(ValueError, match="different config"):
+        store.add_run(config.run_id, config.name, changed)

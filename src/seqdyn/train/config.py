@@ -42,6 +42,16 @@ from seqdyn.models.config import ModelConfig, Strict
 ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None))
 
 
+def identity(config: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a run: its canonical config without its ``name`` and without the fields of
+    :data:`ADDED_FIELDS` left at their default (a run written before such a field existed is the same run)."""
+    data = {key: dict(value) if isinstance(value, dict) else value for key, value in config.items() if key != "name"}
+    for section, key, default in ADDED_FIELDS:
+        if isinstance(data.get(section), dict) and data[section].get(key, default) == default:
+            data[section].pop(key, None)
+    return data
+
+
 class ConfigError(ValueError):
     """An invalid config; the message names the file and the field."""
 
@@ -201,12 +211,7 @@ class RunConfig(Strict):
         """A stable id: the first 12 hex digits of the SHA-256 of the canonical JSON (the name excluded).  Fields
         added after ids were first given (:data:`ADDED_FIELDS`) enter it only when they differ from their default,
         so a config written before them keeps its id, and a store its runs."""
-        data = self.canonical()
-        data.pop("name")
-        for section, key, default in ADDED_FIELDS:
-            if data.get(section, {}).get(key, default) == default:
-                data.get(section, {}).pop(key, None)
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        text = json.dumps(identity(self.canonical()), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

@@ -259,7 +259,9 @@ class Store:
         with self._write() as conn:
             row = conn.execute("SELECT config FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is not None:
-                if _without_name(json.loads(row[0])) != _without_name(json.loads(text)):
+                from seqdyn.train.config import identity
+
+                if identity(json.loads(row[0])) != identity(json.loads(text)):
                     raise ValueError(f"run {run_id}: already in {self.path} with a different config")
                 return False
             conn.execute(
@@ -697,10 +699,6 @@ def _config_json(config: dict[str, Any]) -> str:
         return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as error:
         raise ValueError(f"add_run: config is not plain JSON data ({error})") from None
-
-
-def _without_name(config: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in config.items() if key != "name"}
 
 
 def _real(value: float | None) -> float | None:
