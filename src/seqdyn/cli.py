@@ -59,6 +59,8 @@ _register_subcommands()
 
 
 STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
+RETRY_OPTION = typer.Option(False, "--retry-failed", help="Train again the runs that failed (a diverged loss "
+                            "excepted: the same config repeats it).")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -169,6 +171,7 @@ def sweep(
     workers: int = typer.Option(1, help="Local worker processes."),
     ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    retry_failed: bool = RETRY_OPTION,
 ) -> None:
     """Train every run of a sweep that is not finished yet, then print a summary."""
     from seqdyn.train.sweep import expand, run_sweep
@@ -177,7 +180,7 @@ def sweep(
     _check_before_start(config, expand(parsed), store, use_ray=ray)
     _open_store(store)
     with _training_errors():
-        results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress)
+        results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress, retry_failed=retry_failed)
     _print_summary(results)
 
 
@@ -266,6 +269,7 @@ def reproduce(
     ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
     yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    retry_failed: bool = RETRY_OPTION,
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -281,7 +285,8 @@ def reproduce(
         elif target == "report":
             commands.report(out)
         else:
-            commands.reproduce(target, scale, store, out, workers or available_cores(), ray, yes, progress)
+            commands.reproduce(target, scale, store, out, workers or available_cores(), ray, yes, progress,
+                               retry_failed)
 
 
 @app.command()

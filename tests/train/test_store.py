@@ -513,3 +513,25 @@ def test_a_run_stored_before_a_field_was_added_is_the_same_run(tmp_path):
     changed["optimizer"]["lr"] *= 2
     with pytest.raises(ValueError, match="different config"):
         store.add_run(config.run_id, config.name, changed)
+
+
+def test_retry_failed_trains_failed_runs_again_but_not_diverged_ones(tmp_path):
+    """A run that failed by accident (killed worker, a bug since fixed) is trained again with
+    ``retry_failed``; one whose loss diverged keeps its result (the same config would diverge again)."""
+    from seqdyn.train.config import SweepConfig
+
+    sweep = SweepConfig.model_validate({"name": "demo", "task": MQAR, "model": {"layers": 1, "d_model": 8},
+                                        "train": {"steps": 2}, "sweep": {"optimizer.lr": [1e-3, 2e-3]}})
+    accident, diverged = sweep.expand()
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    for config, reason in ((accident, "ValueError: a bug"), (diverged, "non-finite loss (nan) at step 1")):
+        store.add_run(config.run_id, config.name, config.canonical(), sweep="demo")
+        assert store.claim(config.run_id, "tester")
+        store.finish(config.run_id, "tester", "failed", step=1, reason=reason)
+    run_sweep(sweep, path, progress=False)
+    assert [store.run(c.run_id).status for c in (accident, diverged)] == ["failed", "failed"]  # done: skipped
+    run_sweep(sweep, path, progress=False, retry_failed=True)
+    assert store.run(accident.run_id).status == "finished" and store.run(accident.run_id).reason is None
+    assert store.run(diverged.run_id).status == "failed"
+    assert not store.requeue(accident.run_id)  # only a failed run goes back

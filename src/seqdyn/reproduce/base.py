@@ -21,13 +21,14 @@ from typing import Any, ClassVar
 
 from seqdyn.reproduce.claims import Claim, Score
 from seqdyn.train.config import SweepConfig
+from seqdyn.train.loop import DIVERGED_REASON
 
 SCALES = ("smoke", "cpu", "paper")
 #: the longest a ``cpu`` reproduction may take on the project's 2-core machine, and a ``smoke`` one
 CPU_BUDGET_S, SMOKE_BUDGET_S = 45 * 60, 60
 #: the run statuses that give a result; a run that diverged (non-finite loss) gives its best value before that
 RESULT_STATUSES = ("finished", "stopped_early")
-DIVERGED = "non-finite loss"
+DIVERGED = DIVERGED_REASON
 LR = "optimizer.lr"
 SEED = "train.seed"
 

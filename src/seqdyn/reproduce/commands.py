@@ -69,14 +69,15 @@ def check_device(reproductions: list[Reproduction], scale: str, yes: bool) -> No
 
 
 def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_ray: bool, yes: bool,
-              progress: bool = True) -> None:
+              progress: bool = True, retry_failed: bool = False) -> None:
     """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts."""
     check_scale(scale)
     chosen = names() if target == "all" else [target]
     reproductions = [get(name) for name in chosen]
     check_device(reproductions, scale, yes)
     for reproduction in reproductions:
-        written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress)
+        written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress,
+                      retry_failed=retry_failed)
         console().print(f"{reproduction.name} ({_duration(written.elapsed_s)}): {written.folder}/"
                         f"{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
         report(out, only=reproduction.name)

@@ -68,14 +68,15 @@ def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
 
 
 def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str | Path = "reproductions",
-        workers: int = 1, use_ray: bool = False, progress: bool = True) -> Written:
-    """Train what is missing of the reproduction at ``scale`` into the store, then write ``OUT/NAME/``."""
+        workers: int = 1, use_ray: bool = False, progress: bool = True, retry_failed: bool = False) -> Written:
+    """Train what is missing of the reproduction at ``scale`` into the store (and, with ``retry_failed``, what
+    failed for another reason than divergence), then write ``OUT/NAME/``."""
     start = time.monotonic()
     sweeps = named_sweeps(reproduction, scale)
     store = Store(store_path)
     check_store(store, sweeps)
     for sweep in sweeps:
-        run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress)
+        run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
     return write(reproduction, results, Path(out), time.monotonic() - start)
 

@@ -42,6 +42,10 @@ from seqdyn.train.progress import RunProgress
 EXACT_EVAL_ELEMENTS = 1 << 25
 
 
+#: how a diverged run's ``failed`` reason begins (a result of its learning rate, not an accident to retry)
+DIVERGED_REASON = "non-finite loss"
+
+
 class Diverged(RuntimeError):
     """The loss became NaN or infinite."""
 
@@ -279,7 +283,7 @@ class Trainer:
         else:
             loss_value = float(loss.detach())
         if not math.isfinite(loss_value):
-            raise Diverged(f"non-finite loss ({loss_value}) at step {self.step}")
+            raise Diverged(f"{DIVERGED_REASON} ({loss_value}) at step {self.step}")
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler is None:
             loss.backward()

@@ -305,6 +305,14 @@ class Store:
             )
             return cursor.rowcount == 1
 
+    def requeue(self, run_id: str) -> bool:
+        """Put a ``failed`` run back as ``pending`` (its reason cleared, its history and checkpoint kept), so that a
+        sweep trains it again; False if it is not failed."""
+        with self._write() as conn:
+            cursor = conn.execute("UPDATE runs SET status = 'pending', reason = NULL WHERE id = ? AND status = 'failed'",
+                                  (run_id,))
+            return cursor.rowcount == 1
+
     def finish(
         self,
         run_id: str,

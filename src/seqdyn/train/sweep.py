@@ -33,7 +33,7 @@ import torch
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.interrupt import Interrupted, exit_on_signals, exit_with_parent, signals_interrupt
 from seqdyn.train.checkpoint import checkpoint_dir_for
-from seqdyn.train.loop import RunResult, resolve_device, train_run
+from seqdyn.train.loop import DIVERGED_REASON, RunResult, resolve_device, train_run
 from seqdyn.train.ownership import default_owner
 
 DONE = ("finished", "stopped_early", "failed")
@@ -93,8 +93,11 @@ def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, th
 
 @signals_interrupt()
 def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, workers: int = 1, use_ray: bool = False,
-              checkpoint_dir: str | Path | None = None, progress: bool = True, on_result=None) -> list[RunResult]:
-    """Train every run of ``config`` that is not done; returns one result per run of the sweep (in order)."""
+              checkpoint_dir: str | Path | None = None, progress: bool = True, on_result=None,
+              retry_failed: bool = False) -> list[RunResult]:
+    """Train every run of ``config`` that is not done; returns one result per run of the sweep (in order).
+    ``retry_failed``: train again the runs that failed for another reason than a diverged loss (which the same
+    config would repeat)."""
     from seqdyn.train.store import Store
 
     if workers < 1:
@@ -104,6 +107,11 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
     check_before_start(runs, checkpoint_dir, use_ray=use_ray)
     store = Store(store_path)
     register(runs, config.name, store)
+    if retry_failed:
+        for run in runs:
+            record = store.run(run.run_id)
+            if record.status == "failed" and DIVERGED_REASON not in (record.reason or ""):
+                store.requeue(run.run_id)
     todo = [run for run in runs if store.run(run.run_id).status not in DONE]
     results: dict[str, RunResult] = {}
     if use_ray:
