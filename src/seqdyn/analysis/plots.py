@@ -214,6 +214,8 @@ def plot_curves(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]
     labels a panel's y axis (default: the panel's name); log axes by default."""
     if not panels or not any(series for series in panels.values()):
         raise ValueError("panels: nothing to plot")
+    from matplotlib.ticker import NullFormatter
+
     figure = _figure(0.6 + 3.6 * len(panels), 3.2)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for axis, (name, series) in zip(axes, panels.items()):
@@ -222,6 +224,10 @@ def plot_curves(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]
             axis.plot(xs, ys, marker="o", markersize=3, label=label)
         axis.set_xscale("log" if logx else "linear")
         axis.set_yscale("log" if logy else "linear")
+        ticks = sorted({x for points in series.values() for x, _ in points})
+        axis.set_xticks(ticks, [f"{x:g}" for x in ticks])  # the measured x values, no crowded minor labels
+        for minor in (axis.xaxis, axis.yaxis):
+            minor.set_minor_formatter(NullFormatter())
         axis.set_xlabel(xlabel)
         axis.set_ylabel((ylabels or {}).get(name, name))
         axis.grid(True, alpha=0.3)

@@ -90,7 +90,7 @@ class StateExpansion(Reproduction):
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
     }
-    wall_time = {"smoke": 1.7, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-25)
+    wall_time = {"smoke": 1.7, "cpu": 1324.0, "paper": None}  # seconds, measured here (2 workers; cpu: 2026-11-26)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("expansion", ("softmax_attention", "linear_attention"), **SCALES[scale])
