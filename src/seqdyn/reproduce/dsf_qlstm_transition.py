@@ -60,7 +60,7 @@ class QlstmTransition(Reproduction):
                + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    wall_time = {"smoke": 1.6, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-25)
+    wall_time = {"smoke": 1.6, "cpu": 1184.0, "paper": None}  # seconds, measured here (2 workers; cpu: 2026-11-26)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # backend "scan": at T ≤ 128 "auto" picks "quadratic", which for qLSTM's 64 one-element states per layer
