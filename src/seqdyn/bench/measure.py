@@ -14,10 +14,24 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block on one torch thread (timings comparable across machines and beside other work), restoring
+    the thread count after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _rss_reader() -> Callable[[], int] | None:

@@ -34,14 +34,11 @@ CASES = [
 
 def run(scale: float = 1.0, skip_512: bool = False, seed: int = 0) -> list[dict]:
     """Time every case single-threaded; returns one row per case (label, count, seconds, target, met)."""
-    import torch
-
+    from seqdyn.bench.measure import one_thread
     from seqdyn.tasks import build
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     rows = []
-    try:
+    with one_thread():
         for case in CASES:
             if skip_512 and "512" in case.label and case.task == "pathfinder_segmentation":
                 continue
@@ -53,8 +50,6 @@ def run(scale: float = 1.0, skip_512: bool = False, seed: int = 0) -> list[dict]
             target = None if case.target_s is None else case.target_s * count / case.count
             met = None if target is None else seconds < target
             rows.append({"case": case.label, "count": count, "seconds": seconds, "target_s": target, "met": met})
-    finally:
-        torch.set_num_threads(threads)
     return rows
 
 
