@@ -17,13 +17,12 @@ print and draw a task × model grid of R² with the paper's numbers beside ours.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seqdyn.reproduce.base import Results
+from seqdyn.reproduce.base import Results, score_cell
 from seqdyn.reproduce.claims import Score
 from seqdyn.train.config import SweepConfig
 
@@ -152,18 +151,14 @@ def r2_table(results: Results, paper: Mapping[str, Mapping[str, float]] = PAPER_
     header = ["task", *(MODELS[key].label for key in models)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for task in tasks:
-        cells = [_cell(score(results, key, task), paper.get(task, {}).get(key)) for key in models]
+        cells = [r2_cell(score(results, key, task), paper.get(task, {}).get(key)) for key in models]
         lines.append("| " + " | ".join([TASK_LABELS[task], *cells]) + " |")
     return "\n".join(lines)
 
 
-def _cell(ours: Score, paper: float | None) -> str:
-    text = "missing" if not ours.values else f"{ours.mean:.2f}"
-    if len(ours.values) > 1:
-        text += f" ± {ours.spread / 2:.2f}"
-    if ours.missing and ours.values:
-        text += " (incomplete)"
-    return text + ("" if paper is None else f" ({paper:g})")
+def r2_cell(ours: Score, paper: float | None) -> str:
+    """Our R² (mean over seeds ± half their range) with the paper's in parentheses where it prints one."""
+    return score_cell(ours, "{:.2f}".format) + ("" if paper is None else f" ({paper:g})")
 
 
 def plot_r2_grid(results: Results, path: Path, title: str) -> Path:
@@ -171,7 +166,6 @@ def plot_r2_grid(results: Results, path: Path, title: str) -> Path:
     from seqdyn.analysis.plots import plot_accuracy_grid
 
     tasks, models = present(results)
-    grid = [[score(results, key, task).mean if score(results, key, task).values else math.nan for key in models]
-            for task in tasks]
+    grid = [[score(results, key, task).mean for key in models] for task in tasks]  # NaN where nothing ran
     return plot_accuracy_grid(grid, [TASK_LABELS[task] for task in tasks], [MODELS[key].label for key in models],
                               path, row_name="task", column_name="model", title=title, percent=False)

@@ -14,7 +14,7 @@ and why) and ``smoke`` (a minute or less: the whole pipeline, no verdict to trus
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -130,6 +130,17 @@ class Reproduction:
 def sweep_name(reproduction: Reproduction, scale: str, sweep: SweepConfig) -> str:
     """The name a reproduction's sweep has in the store: ``NAME/SCALE/PART``."""
     return f"{reproduction.name}/{scale}/{sweep.name}"
+
+
+def score_cell(score: Score, number: Callable[[float], str]) -> str:
+    """A table cell of a score: the mean over seeds ± half their range (each written by ``number``), marked
+    "(incomplete)" where runs are missing; "missing" where none gave a result, blank where there was no run."""
+    if not score.values:
+        return "missing" if score.missing else ""
+    text = number(score.mean)
+    if len(score.values) > 1:
+        text += f" ± {number(score.spread / 2)}"
+    return text + (" (incomplete)" if score.missing else "")
 
 
 def percent(value: float | None) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from seqdyn.reproduce.atomic import MODELS, Budget, atomic_sweeps, model_of
+from seqdyn.reproduce.atomic import MODELS, Budget, atomic_sweeps, model_of, r2_cell
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every, reaches
 from seqdyn.train.config import SweepConfig
@@ -124,23 +124,17 @@ class ShiftLength(Reproduction):
         header = ["model", *(f"L = {length}" for length in lengths)]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for model in [key for key in ORDER if _lengths(results, key)]:
-            cells = []
-            for length in lengths:
-                score = _score(results, model, length)
-                paper = PAPER_R2[model].get(length)
-                text = "" if not score.values else f"{score.mean:.2f}" + (
-                    f" ± {score.spread / 2:.2f}" if len(score.values) > 1 else "")
-                cells.append(text + ("" if paper is None else f" ({paper:g})"))
+            cells = [r2_cell(_score(results, model, length), PAPER_R2[model].get(length)) for length in lengths]
             lines.append("| " + " | ".join([MODELS[model].label, *cells]) + " |")
         return "\n".join(lines) + "\n\nR² on SHIFT; the paper's Table 2 in parentheses where it has the length."
 
     def plot(self, results: Results, path: Path) -> Path:
         from seqdyn.analysis.plots import plot_curves
 
-        curves = {MODELS[model].label: [(length, _score(results, model, length).mean)
-                                        for length in _lengths(results, model)
-                                        if not math.isnan(_score(results, model, length).mean)]
-                  for model in ORDER if _lengths(results, model)}
+        curves = {}
+        for model in [key for key in ORDER if _lengths(results, key)]:
+            means = [(length, _score(results, model, length).mean) for length in _lengths(results, model)]
+            curves[MODELS[model].label] = [(length, mean) for length, mean in means if not math.isnan(mean)]
         return plot_curves({"SHIFT": curves}, path, "input length L", {"SHIFT": "R²"}, logy=False,
                            title="seed 002 Table 2: one layer on SHIFT")
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqdyn.reproduce.base import Results, percent
-from seqdyn.reproduce.claims import Outcome, Score, every, reaches
+from seqdyn.reproduce.base import Results, percent, score_cell
+from seqdyn.reproduce.claims import Outcome, every, reaches
 from seqdyn.train.config import SweepConfig
 
 #: np.logspace(-4, -2, 4), the paper's learning-rate grid
@@ -183,7 +183,8 @@ def grid_table(results: Results, models: dict[str, str], column: str, column_lab
             rows = rows_of(results, mixer, task)
             for key in (dict.fromkeys(row.get(row_key) for row in rows) if row_key else [None]):
                 chosen = [row for row in rows if row_key is None or row.get(row_key) == key]
-                cells = [_cell(results.score(label, [row for row in chosen if row.get(column) in (value, None)]))
+                cells = [score_cell(results.score(label, [row for row in chosen if row.get(column) in (value, None)]),
+                                    percent)
                          for value in columns]
                 lead = [task_label(task), label, *([str(key or "—")] if row_key else [])]
                 lines.append("| " + " | ".join(lead + cells) + " |")
@@ -206,12 +207,3 @@ def bar_panels(results: Results, models: dict[str, str], x: str) -> dict[str, di
             series[label] = bars
         panels[task_label(task)] = series
     return panels
-
-
-def _cell(score: Score) -> str:
-    if not score.values:
-        return "missing" if score.missing else ""
-    text = percent(score.mean)
-    if len(score.values) > 1:
-        text += f" ± {percent(score.spread / 2)}"
-    return text + (" (incomplete)" if score.missing else "")
