@@ -59,12 +59,12 @@ class DLR(LTIMixer):
         self.r_range = (low, high)
         directions = 2 if bidirectional else 1
         self.log_re = nn.Parameter(self._init_log_re(directions))  # (logΛ)_re [directions, N]
-        phase = 2 * math.pi * torch.arange(state_dim, dtype=torch.float64) / state_dim
         W = complex_normal(directions, d_model, state_dim, std=1 / state_dim)  # [directions, H, N, 2]
         if real:  # DLR-ℝ: the phases are 0 (a buffer) and w is its real part [directions, H, N]
             self.register_buffer("log_im", torch.zeros(directions, state_dim))
             self.W = nn.Parameter(W[..., 0].to(torch.get_default_dtype()))
         else:
+            phase = 2 * math.pi * torch.arange(state_dim, dtype=torch.float64) / state_dim
             self.log_im = nn.Parameter(phase.expand(directions, -1).clone().to(torch.get_default_dtype()))
             self.W = nn.Parameter(W.to(torch.get_default_dtype()))
         self.head = OutputHead(d_model, "identity" if residual else "none", activation, output, bias=False)

@@ -11,8 +11,6 @@ between its token-by-token outputs and its parallel forward pass on the same tok
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -97,8 +95,13 @@ def _value(results: Results, mixer: str, key: str) -> Score:
     return Score(MODELS[mixer][0], values, missing or (() if rows else ("not run",)))
 
 
+def _context_lengths(results: Results) -> list[int]:
+    """The context lengths the rows were measured at (their ``decode.state_bytes.N`` keys), ascending."""
+    return sorted({int(key.rsplit(".", 1)[1]) for row in results.rows for key in row if key.startswith(STATE + ".")})
+
+
 def _lengths(results: Results) -> tuple[int, int]:
-    lengths = sorted(int(key.rsplit(".", 1)[1]) for row in results.rows for key in row if key.startswith(STATE))
+    lengths = _context_lengths(results)
     return (lengths[0], lengths[-1]) if lengths else (0, 0)
 
 
@@ -160,17 +163,18 @@ class Decoding(Reproduction):
         return [_sweep(SCALES[scale])]
 
     def measure(self, results: Results, store_path: str | Path) -> Results:
+        from seqdyn.bench.measure import one_thread
         from seqdyn.train.store import Store
 
         store, rows = Store(store_path), []
-        with _one_thread():
+        with one_thread():
             for row in results.rows:
                 done = row["status"] in ("finished", "stopped_early")
                 rows.append({**row, **(measure_run(store, row, SCALES[results.scale]) if done else {})})
         return replace(results, rows=tuple(rows))
 
     def table(self, results: Results) -> str:
-        lengths = sorted({int(k.rsplit(".", 1)[1]) for row in results.rows for k in row if k.startswith(STATE)})
+        lengths = _context_lengths(results)
         header = ["model", "MQAR accuracy", *(f"state KiB at {n}" for n in lengths),
                   *(f"ms/token at {n}" for n in lengths), "step vs forward"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -187,12 +191,12 @@ class Decoding(Reproduction):
         from seqdyn.analysis.plots import plot_curves
 
         panels: dict[str, dict[str, list]] = {"state": {}, "time": {}}
+        lengths = _context_lengths(results)
         for row in results.rows:
-            label = MODELS[row["model.mixer"]][0]
-            for key, value in row.items():
-                for panel, prefix, factor in (("state", STATE, 1 / 1024), ("time", TIME, 1.0)):
-                    if key.startswith(prefix + ".") and value is not None:
-                        panels[panel].setdefault(label, []).append((int(key.rsplit(".", 1)[1]), value * factor))
+            for panel, prefix, factor in (("state", STATE, 1 / 1024), ("time", TIME, 1.0)):
+                points = [(n, row[f"{prefix}.{n}"] * factor) for n in lengths if row.get(f"{prefix}.{n}") is not None]
+                if points:
+                    panels[panel][MODELS[row["model.mixer"]][0]] = points
         if not any(panels.values()):
             panels = {"state": {"no run measured": [(1, 1)]}}
         return plot_curves(panels, path, "context length (tokens)",
@@ -202,19 +206,6 @@ class Decoding(Reproduction):
 
 def _number(value: float | None, factor: float, form: str) -> str:
     return "" if value is None else form.format(value * factor)
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Time decoding on one thread (as the sweep workers train), restoring torch's thread count after."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 REPRODUCTION = Decoding()

@@ -121,19 +121,24 @@ def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Ad
     from seqdyn.mixers.base import Mixer
 
     opt = config.optimizer
-    separate = opt.ssm_lr is not None or opt.ssm_weight_decay is not None
-    ssm = {id(p) for module in model.modules() if isinstance(module, Mixer) for p in module.ssm_parameters()}
-    groups = []
-    for is_ssm in ((False, True) if separate else (False,)):
-        lr = opt.ssm_lr if is_ssm and opt.ssm_lr is not None else opt.lr
-        matrix_decay = opt.ssm_weight_decay if is_ssm and opt.ssm_weight_decay is not None else opt.weight_decay
-        vector_decay = opt.ssm_weight_decay if is_ssm and opt.ssm_weight_decay is not None else 0.0
-        for matrices, decay in ((True, matrix_decay), (False, vector_decay)):
-            params = [p for p in model.parameters() if p.requires_grad and (p.dim() >= 2) == matrices
-                      and (not separate or (id(p) in ssm) == is_ssm)]
-            if params or not is_ssm:
-                groups.append({"params": params, "weight_decay": decay, "lr": lr, "base_lr": lr})
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    ssm = set()
+    if opt.ssm_lr is not None or opt.ssm_weight_decay is not None:
+        ssm = {id(p) for module in model.modules() if isinstance(module, Mixer) for p in module.ssm_parameters()}
+    groups = _decay_groups([p for p in trainable if id(p) not in ssm], opt.lr, opt.weight_decay, 0.0)
+    if ssm:
+        decay = opt.ssm_weight_decay
+        groups += [group for group in _decay_groups([p for p in trainable if id(p) in ssm], opt.ssm_lr or opt.lr,
+                                                    opt.weight_decay if decay is None else decay,
+                                                    0.0 if decay is None else decay) if group["params"]]
     return torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps)
+
+
+def _decay_groups(params: list[torch.nn.Parameter], lr: float, matrix_decay: float,
+                  vector_decay: float) -> list[dict[str, Any]]:
+    """The matrices and the other parameters of ``params`` as two AdamW groups at peak learning rate ``lr``."""
+    return [{"params": [p for p in params if (p.dim() >= 2) == matrices], "weight_decay": decay, "lr": lr,
+             "base_lr": lr} for matrices, decay in ((True, matrix_decay), (False, vector_decay))]
 
 
 def resolve_device(name: str, field: str = "train.device") -> torch.device:
