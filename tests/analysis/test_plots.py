@@ -49,6 +49,10 @@ def test_principle_plot_and_accuracy_grid(tmp_path):
     points = [("exp", 0.82, 0.99), ("exp", 0.78, 0.97), ("relu", 0.55, 0.9), ("identity", 0.01, 0.3)]
     assert is_png(analysis.plot_principle(points, tmp_path / "principle.png", title="fuzzy recall"))
     assert is_png(analysis.plot_principle(points, tmp_path / "ratio.png", log_x=True))
+    panels = {"fuzzy recall": points, "selective copying": points[:2]}
+    assert is_png(analysis.plot_principle(panels, tmp_path / "panels.png", title="two tasks"))
+    with pytest.raises(ValueError, match="^points: nothing"):
+        analysis.plot_principle({}, tmp_path / "bad.png")
     grid = [[0.1, 0.5, float("nan")], [0.9, 1.0, 0.99]]
     assert is_png(analysis.plot_accuracy_grid(grid, [32, 64], [64, 128, 256], tmp_path / "grid.png"))
     with pytest.raises(ValueError, match=r"^points\[1\]: "):

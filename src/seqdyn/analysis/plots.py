@@ -116,33 +116,41 @@ def _check_points(points: Sequence[tuple[str, float, float]]) -> list[tuple[str,
     return checked
 
 
-def plot_principle(points: Sequence[tuple[str, float, float]], path: str | Path,
-                   xlabel: str = "fraction of near-zero coefficients", ylabel: str = "accuracy",
+def plot_principle(points: Sequence[tuple[str, float, float]] | Mapping[str, Sequence[tuple[str, float, float]]],
+                   path: str | Path, xlabel: str = "fraction of near-zero coefficients", ylabel: str = "accuracy",
                    title: str | None = None, log_x: bool = False) -> Path:
     """Accuracy against the near-zero fraction across runs (seed 001 Fig. 1; Fig. 7 with ``log_x`` and ratios).
 
     ``points``: ``(label, near_zero_fraction, accuracy)`` per run, e.g. the readout map as label; runs with the
-    same label share a colour and a legend entry.
+    same label share a colour and a legend entry.  A mapping ``panel title → points`` draws one panel each (one
+    per task, say) side by side.
     """
-    checked = _check_points(points)
-    if log_x and any(x <= 0 for _, x, _ in checked):
+    panels = dict(points) if isinstance(points, Mapping) else {"": points}
+    if not panels:
+        raise ValueError("points: nothing to plot")
+    checked = {panel: _check_points(values) for panel, values in panels.items()}
+    if log_x and any(x <= 0 for values in checked.values() for _, x, _ in values):
         raise ValueError("points: log_x needs positive x values")
-    figure = _figure(5.0, 3.8)
-    axis = figure.subplots()
-    labels = list(dict.fromkeys(label for label, _, _ in checked))
+    figure = _figure(4.2 * len(checked) + 0.8, 3.8)
+    axes = figure.subplots(1, len(checked), squeeze=False)[0]
+    labels = list(dict.fromkeys(label for values in checked.values() for label, _, _ in values))
     markers = "osD^vP*Xh<>"
-    for index, label in enumerate(labels):
-        xs = [x for name, x, _ in checked if name == label]
-        ys = [y for name, _, y in checked if name == label]
-        axis.scatter(xs, ys, label=label, marker=markers[index % len(markers)], s=40)
-    if log_x:
-        axis.set_xscale("log")
-    axis.set_xlabel(xlabel)
-    axis.set_ylabel(ylabel)
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=7, loc="best")
+    for axis, (panel, values) in zip(axes, checked.items()):
+        for index, label in enumerate(labels):
+            xs = [x for name, x, _ in values if name == label]
+            ys = [y for name, _, y in values if name == label]
+            if xs:
+                axis.scatter(xs, ys, label=label, marker=markers[index % len(markers)], s=40, color=f"C{index}")
+        if log_x:
+            axis.set_xscale("log")
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel(ylabel)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7, loc="best")
+        if panel:
+            axis.set_title(panel, fontsize=9)
     if title:
-        axis.set_title(title)
+        figure.suptitle(title)
     return _save(figure, path)
 
 

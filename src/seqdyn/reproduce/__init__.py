@@ -21,7 +21,7 @@ from seqdyn.reproduce.base import SCALES, Reproduction, Results
 __all__ = ["FRAMEWORK", "SCALES", "Reproduction", "Results", "get", "names"]
 
 #: the modules that are not reproductions
-FRAMEWORK = frozenset({"atomic", "base", "claims", "commands", "runner", "zoology"})
+FRAMEWORK = frozenset({"atomic", "base", "claims", "commands", "mad", "runner", "zoology"})
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,153 @@
+"""The MAD protocol (Poli et al. 2024) as seed 001 ran it (appendix E), as sweep configs, and the coefficient
+measurements seed 001 takes on the trained models.
+
+MAD (DESIGN §8): 12,800 training and 1,280 test examples, batch 128, 200 epochs, AdamW with
+lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine decay to 1e-6, early stop at 99.9 % test accuracy, width
+128; a model's *MAD score* on a task is the mean over the task's settings of its best test accuracy over the
+lr × weight-decay grid.  Seed 001 (appendix E): "We use the two block designs shown in Figure 12. Generally, we use
+the Transformer style block for attention-based models [...] and the Gated DeltaNet style block for SSMs/RNNs
+[...] we typically use interleaved MLP blocks after each block [...] two dense layers with SwiGLU activation".
+The numbers of seed 001's tables E.1/E.2 (layers, widths, heads, MLP width) are lost from its text copy; where a
+reproduction needs them it takes MAD's: two layers, width 128.
+
+:func:`mad_sweeps` writes one sweep per task: every model entry × learning rate × weight decay × seed.
+:func:`measure_coefficients` loads a trained run and measures its coefficients on test inputs of its task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seqdyn.reproduce.base import SEED, Results, result_value
+from seqdyn.reproduce.claims import Score
+from seqdyn.train.config import SweepConfig
+
+PAPER_LRS = (1e-4, 5e-4, 1e-3)
+PAPER_WEIGHT_DECAYS = (0.0, 0.1)
+PAPER_TRAIN, PAPER_TEST, PAPER_BATCH, PAPER_EPOCHS = 12_800, 1_280, 128, 200
+PAPER_MIN_LR, PAPER_WIDTH, PAPER_LAYERS = 1e-6, 128, 2
+EARLY_STOP = 0.999
+
+#: seed 001 Fig. 12, Type 1: ``x + mixer(norm x)`` at the model width, learned positions
+TRANSFORMER_BLOCK: dict[str, Any] = {"block": "transformer", "positions": True}
+#: seed 001 Fig. 12, Type 2 (Gated DeltaNet style): projections, a short convolution and an output gate around
+#: the mixer, no positions
+GATED_BLOCK: dict[str, Any] = {"block": "gated", "positions": False, "short_conv": True}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long and on how much data — ``steps`` (else ``epochs``), the examples, the batch size, an evaluation
+    every ``eval_every`` steps — and the model around the mixers: ``width``, ``layers`` and the interleaved
+    ``mlp`` (seed 001: SwiGLU)."""
+
+    epochs: int | None = PAPER_EPOCHS
+    steps: int | None = None
+    train_examples: int = PAPER_TRAIN
+    test_examples: int = PAPER_TEST
+    batch_size: int = PAPER_BATCH
+    eval_every: int | None = None
+    width: int = PAPER_WIDTH
+    layers: int = PAPER_LAYERS
+    mlp: str = "swiglu"
+
+
+def mad_sweeps(part: str, models: Sequence[dict[str, Any]], tasks: Mapping[str, Mapping[str, Any]],
+               lrs: Sequence[float], weight_decays: Sequence[float], seeds: Sequence[int],
+               budget: Budget) -> list[SweepConfig]:
+    """One sweep per MAD task named ``PART-TASK`` (``tasks``: name → its parameters): the ``models`` (``model``
+    sweep-axis entries: a block design, a mixer and its options) × ``lrs`` × ``weight_decays`` × ``seeds``."""
+    sweeps = []
+    for task, params in tasks.items():
+        train = {"batch_size": budget.batch_size, "early_stop": {"threshold": EARLY_STOP}}
+        train.update({"steps": budget.steps} if budget.steps else {"epochs": budget.epochs})
+        if budget.eval_every:
+            train["eval_every"] = budget.eval_every
+        data = {"name": f"{part}-{task}",
+                "model": {"layers": budget.layers, "d_model": budget.width, "mlp": budget.mlp, "norm": "layernorm"},
+                "task": {"name": task, "params": dict(params), "train_examples": budget.train_examples,
+                         "test_examples": budget.test_examples},
+                "optimizer": {"weight_decay": weight_decays[0]},
+                "schedule": {"kind": "cosine", "min_lr": PAPER_MIN_LR},
+                "train": train,
+                "sweep": {"model": [dict(entry) for entry in models], "optimizer.lr": list(lrs),
+                          "optimizer.weight_decay": list(weight_decays), "train.seed": list(seeds)}}
+        sweeps.append(SweepConfig.model_validate(data))
+    return sweeps
+
+
+# ------------------------------------------------------------------------------------------------ reporting
+TASK = "task.name"
+
+
+def tasks_of(results: Results) -> list[str]:
+    """The MAD tasks of the results, in order."""
+    return [task for task in results.values(TASK) if task is not None]
+
+
+def setting_keys(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The keys that tell a task's settings apart: its name and every parameter the rows carry."""
+    return (TASK, *sorted({key for row in rows for key in row if key.startswith("task.params.")}))
+
+
+def mad_score(results: Results, label: str, rows: Sequence[dict[str, Any]]) -> Score:
+    """The MAD score of ``rows`` (one model's runs): per seed, the best accuracy over the lr × weight-decay grid
+    in each task setting, averaged over the settings."""
+    return results.score(label, rows, cells=setting_keys(rows))
+
+
+def best_runs(rows: Sequence[dict[str, Any]], cells: Sequence[str]) -> list[dict[str, Any]]:
+    """Per seed and cell (rows agreeing on ``cells``), the run with the best result over the grid: the trained
+    model a measurement of that cell is taken on.  Runs without a result are left out."""
+    best: dict[tuple, tuple[float, dict[str, Any]]] = {}
+    for row in rows:
+        value = result_value(row)
+        key = (row.get(SEED), *(row.get(cell) for cell in cells))
+        if value is not None and (key not in best or value > best[key][0]):
+            best[key] = (value, row)
+    return [row for _, row in best.values()]
+
+
+def measured_score(label: str, rows: Sequence[dict[str, Any]], key: str, cells: Sequence[str]) -> Score:
+    """A measurement ``key`` taken on the best run of each (seed, cell), averaged over the cells per seed.  Runs
+    without a result, and best runs without the measurement, are named as missing."""
+    by_seed: dict[Any, list[float]] = {}
+    missing = [f"{row['name']} ({row['status']})" for row in rows if result_value(row) is None]
+    for row in best_runs(rows, cells):
+        if row.get(key) is None:
+            missing.append(f"{row['name']} (not measured)")
+        else:
+            by_seed.setdefault(row.get(SEED), []).append(float(row[key]))
+    return Score(label, tuple(sum(v) / len(v) for v in by_seed.values()), tuple(missing))
+
+
+# ------------------------------------------------------------------------------------------------ measurements
+NEAR_ZERO = "coefficients.near_zero_fraction"
+LARGE = "coefficients.large_fraction"
+MAX_ZEROS = "coefficients.max_zero_count"
+ZERO_BOUND = "coefficients.zero_bound"
+#: test examples the coefficients are measured on
+MEASURE_EXAMPLES = 16
+
+
+def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASURE_EXAMPLES) -> dict[str, Any]:
+    """Seed 001's measurements of one trained run on ``examples`` test inputs of its task: the near-zero and
+    large fractions of its coefficients (mean over layers and heads, at ``NEAR_ZERO_EPS``) and, where the bound
+    of Corollary 2.2 applies (identity readouts), the largest number of zero coefficients in a row and the bound
+    K − 1."""
+    from seqdyn.analysis.model import inspect_model
+    from seqdyn.train.checkpoint import load_trained
+
+    _, task, model = load_trained(store, row["run_id"])
+    inputs, _ = task.generate(examples, seed=0, split="test")
+    heads = [head for head in inspect_model(model, inputs, spectral=False) if head.near_zero_fraction is not None]
+    measured: dict[str, Any] = {
+        NEAR_ZERO: sum(head.near_zero_fraction for head in heads) / len(heads) if heads else None,
+        LARGE: sum(head.large_fraction for head in heads) / len(heads) if heads else None}
+    bounded = [head for head in heads if head.zero_bound is not None]
+    if bounded:
+        measured[MAX_ZEROS] = max(head.max_zero_count for head in bounded)
+        measured[ZERO_BOUND] = min(head.zero_bound for head in bounded)
+    return measured

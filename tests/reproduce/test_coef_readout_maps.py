@@ -1,0 +1,56 @@
+"""seed 001 Figs. 1 / 6 (``seqdyn.reproduce.coef_readout_maps``): the split of the readouts by their near-zero set,
+and each claim on hand-made results where it must hold, must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqdyn.reproduce import coef_readout_maps as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.mad import NEAR_ZERO
+from tests.reproduce.helpers import results, row
+
+TASKS = ("fuzzy_in_context_recall", "selective_copying")
+
+
+def test_the_identity_and_the_square_have_the_thin_near_zero_sets():
+    assert [r for r in fig.ORDER if fig.is_thin(r)] == ["identity", "square"]
+    assert fig.near_zero_share("relu") == pytest.approx(0.5, abs=1e-3)  # x < 1e-3 on [-10, 10]
+
+
+def table(thin: list[float], large: list[float], thin_zeros: list[float], large_zeros: list[float]):
+    """Per task, readout and seed two runs over the weight-decay grid: the better one (wd 0.1) carries the given
+    accuracy and near-zero fraction, the other (wd 0) half the accuracy and no measurement."""
+    rows = []
+    for task in TASKS:
+        for readout in fig.ORDER:
+            values, zeros = (thin, thin_zeros) if fig.is_thin(readout) else (large, large_zeros)
+            for seed, (value, zero) in enumerate(zip(values, zeros)):
+                keys = dict(task__name=task, model__mixer_options__readout=readout, optimizer__lr=1e-3, train__seed=seed)
+                rows.append(row(value, optimizer__weight_decay=0.1, **keys) | {NEAR_ZERO: zero})
+                rows.append(row(value / 2, optimizer__weight_decay=0.0, **keys))
+    return results(rows)
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in fig.CLAIMS]
+
+
+def test_the_papers_picture_holds():
+    assert verdicts(table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72])) == [HELD, HELD]
+
+
+def test_the_opposite_fails():
+    assert verdicts(table([0.9, 0.92], [0.4, 0.41], [0.7, 0.72], [0.05, 0.06])) == [FAILED, FAILED]
+
+
+def test_overlapping_seeds_are_inconclusive():
+    assert verdicts(table([0.5, 0.9], [0.6, 0.9], [0.1, 0.6], [0.3, 0.5])) == [INCONCLUSIVE, INCONCLUSIVE]
+
+
+def test_a_best_run_without_its_measurement_leaves_the_first_claim_open():
+    data = table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72])
+    data = results([{k: v for k, v in r.items() if k != NEAR_ZERO} if r.get("model.mixer_options.readout") == "exp"
+                    else r for r in data.rows])
+    outcome = fig.CLAIMS[0].decide(data)
+    assert outcome.verdict == INCONCLUSIVE and "not measured" in outcome.reason
