@@ -26,8 +26,9 @@ from seqdyn.analysis.mixers import DEFAULT_WINDOW, readout_near_zero_set
 from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
-from seqdyn.reproduce.mad import (NEAR_ZERO, PAPER_LRS, PAPER_WEIGHT_DECAYS, TRANSFORMER_BLOCK, Budget, best_runs,
-                                  mad_score, mad_sweeps, measure_coefficients, measured_score, tasks_of)
+from seqdyn.reproduce.mad import (NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
+                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, best_runs,
+                                  mad_score, mad_sweeps, measure_coefficients, measured_score, pick, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 READOUT = "model.mixer_options.readout"
@@ -43,24 +44,16 @@ ACCURACY_MARGIN = 0.05
 NEAR_ZERO_MARGIN = 0.0
 HEADS = 4
 
-#: seed 001's three tasks of Figs. 1 and 6 at MAD's settings (DESIGN §8)
-PAPER_TASKS = {
-    "fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 128, "k_motif_size": 3, "v_motif_size": 3},
-    "selective_copying": {"vocab_size": 16, "seq_len": 256, "num_tokens_to_copy": 16},
-    "memorization": {"vocab_size": 256, "seq_len": 32},
-}
+TASKS = ("fuzzy_in_context_recall", "selective_copying", "memorization")
 
 SCALES: dict[str, dict[str, Any]] = {
-    "paper": dict(tasks=PAPER_TASKS, lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,), budget=Budget()),
-    "cpu": dict(tasks=PAPER_TASKS, lrs=(1e-3,), weight_decays=(0.0, 0.1), seeds=(0, 1),
+    "paper": dict(tasks=pick(PAPER_TASKS, *TASKS), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
+                  budget=Budget()),
+    "cpu": dict(tasks=pick(PAPER_TASKS, *TASKS), lrs=(1e-3,), weight_decays=(0.0, 0.1), seeds=(0, 1),
                 budget=Budget(epochs=None, steps=1_000, train_examples=12_800, test_examples=256, batch_size=64,
                               eval_every=250, width=64)),
-    "smoke": dict(tasks={"fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 16, "k_motif_size": 2,
-                                                     "v_motif_size": 2},
-                         "selective_copying": {"vocab_size": 8, "seq_len": 16, "num_tokens_to_copy": 2}},
-                  lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,),
-                  budget=Budget(epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8,
-                                eval_every=2, width=16, layers=1)),
+    "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS[:2]), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,),
+                  budget=SMOKE_BUDGET),
 }
 
 
@@ -90,7 +83,7 @@ def _groups() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def _accuracy(results: Results, task: str, readouts: tuple[str, ...], label: str) -> Score:
-    return results.score(label, _rows(results, task, readouts), cells=(READOUT,))
+    return mad_score(results, label, _rows(results, task, readouts), by=(READOUT,))
 
 
 def _near_zero(results: Results, task: str, readouts: tuple[str, ...], label: str) -> Score:
@@ -134,15 +127,10 @@ class ReadoutMaps(Reproduction):
                "and the measure of φ's near-zero set.")
     claims = CLAIMS
     reductions = {
-        "paper": "MAD's protocol (appendix E; DESIGN §8): the tasks at MAD's settings, 12,800 training and 1,280 test "
-                 "examples, batch 128, 200 epochs, lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine to "
-                 "1e-6, early stop at 99.9 %; two Type 1 blocks of width 128 with SwiGLU MLPs and learned "
-                 "positions, 4 heads (seed 001's layer counts, widths and heads are lost from its text copy: "
-                 "MAD's are taken); one seed.",
+        "paper": PAPER_PROTOCOL + "; Type 1 blocks with learned positions; the three tasks at MAD's settings.",
         "cpu": "The three tasks at MAD's settings; width 64 (4 heads of 16); 1,000 steps of batch 64 over 12,800 "
                "examples (256 test); lr 1e-3 only, weight decay {0, 0.1}; two seeds.",
-        "smoke": "The whole pipeline on toy fuzzy recall and selective copying (L = 16, d = 16, 4 steps): no verdict "
-                 "to trust.",
+        "smoke": SMOKE_REDUCTION,
     }
     wall_time = {"smoke": 6.0, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
 

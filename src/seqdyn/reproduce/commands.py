@@ -26,10 +26,10 @@ def list_table() -> None:
 
     table = Table(title="seqdyn reproductions (seqdyn reproduce NAME --scale smoke|cpu|paper)", show_lines=True)
     for column in ("name", "paper", "claims", *(f"{scale} wall time" for scale in SCALES)):
-        table.add_column(column)
+        table.add_column(column, max_width=72 if column == "claims" else None)  # the long claims wrap, not the names
     for name in names():
         reproduction = get(name)
-        table.add_row(name, f"{reproduction.paper}, {reproduction.figure}",
+        table.add_row(name, f"{reproduction.paper}\n{reproduction.figure}",
                       "\n".join(claim.statement for claim in reproduction.claims),
                       *(_duration(reproduction.wall_time.get(scale)) for scale in SCALES))
     console().print(table)

@@ -32,9 +32,30 @@ EARLY_STOP = 0.999
 
 #: seed 001 Fig. 12, Type 1: ``x + mixer(norm x)`` at the model width, learned positions
 TRANSFORMER_BLOCK: dict[str, Any] = {"block": "transformer", "positions": True}
-#: seed 001 Fig. 12, Type 2 (Gated DeltaNet style): projections, a short convolution and an output gate around
-#: the mixer, no positions
-GATED_BLOCK: dict[str, Any] = {"block": "gated", "positions": False, "short_conv": True}
+#: seed 001 Fig. 12, Type 2 (Gated DeltaNet style): input and gate projections and an output gate around the
+#: mixer, no positions (the short convolution of its keys and queries is the mixer's ``short_conv``)
+GATED_BLOCK: dict[str, Any] = {"block": "gated", "positions": False}
+
+#: seed 001's MAD tasks at MAD's settings (DESIGN §8)
+PAPER_TASKS: dict[str, dict[str, Any]] = {
+    "fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 128, "k_motif_size": 3, "v_motif_size": 3},
+    "selective_copying": {"vocab_size": 16, "seq_len": 256, "num_tokens_to_copy": 16},
+    "memorization": {"vocab_size": 256, "seq_len": 32},
+    "noisy_in_context_recall": {"vocab_size": 32, "seq_len": 128, "noise_vocab_size": 16, "frac_noise": 0.2},
+}
+#: the same tasks in toy sizes: a smoke scale's whole pipeline in seconds
+SMOKE_TASKS: dict[str, dict[str, Any]] = {
+    "fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
+    "selective_copying": {"vocab_size": 8, "seq_len": 16, "num_tokens_to_copy": 2},
+    "memorization": {"vocab_size": 16, "seq_len": 8},
+    "noisy_in_context_recall": {"vocab_size": 16, "seq_len": 16, "noise_vocab_size": 4, "frac_noise": 0.2},
+}
+SMOKE_BUDGET_STEPS = 4
+
+
+def pick(tasks: Mapping[str, Mapping[str, Any]], *names: str) -> dict[str, dict[str, Any]]:
+    """The settings of the tasks ``names``, in that order."""
+    return {name: dict(tasks[name]) for name in names}
 
 
 @dataclass(frozen=True)
@@ -52,6 +73,18 @@ class Budget:
     width: int = PAPER_WIDTH
     layers: int = PAPER_LAYERS
     mlp: str = "swiglu"
+
+
+#: how the ``paper`` scales train, in words for their ``reductions``
+PAPER_PROTOCOL = ("MAD's protocol (seed 001 appendix E; DESIGN §8): 12,800 training and 1,280 test examples, batch "
+                  "128, 200 epochs, lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine to 1e-6, early stop "
+                  "at 99.9 %; two blocks of width 128 with SwiGLU MLPs, 4 heads (seed 001's layer counts, widths and "
+                  "heads are lost from its text copy: MAD's are taken); one seed")
+SMOKE_REDUCTION = "The whole pipeline on toy tasks (L = 16, d = 16, 4 steps): no verdict to trust."
+
+#: the ``smoke`` budget of every seed 001 reproduction
+SMOKE_BUDGET = Budget(epochs=None, steps=SMOKE_BUDGET_STEPS, train_examples=64, test_examples=16, batch_size=8,
+                      eval_every=2, width=16, layers=1)
 
 
 def mad_sweeps(part: str, models: Sequence[dict[str, Any]], tasks: Mapping[str, Mapping[str, Any]],
@@ -92,10 +125,11 @@ def setting_keys(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
     return (TASK, *sorted({key for row in rows for key in row if key.startswith("task.params.")}))
 
 
-def mad_score(results: Results, label: str, rows: Sequence[dict[str, Any]]) -> Score:
+def mad_score(results: Results, label: str, rows: Sequence[dict[str, Any]], by: Sequence[str] = ()) -> Score:
     """The MAD score of ``rows`` (one model's runs): per seed, the best accuracy over the lr × weight-decay grid
-    in each task setting, averaged over the settings."""
-    return results.score(label, rows, cells=setting_keys(rows))
+    in each task setting, averaged over the settings (and over the values of the keys ``by``: the models of a
+    group)."""
+    return results.score(label, rows, cells=(*by, *setting_keys(rows)))
 
 
 def best_runs(rows: Sequence[dict[str, Any]], cells: Sequence[str]) -> list[dict[str, Any]]:

@@ -1,0 +1,58 @@
+"""seed 001 Principle 4 (``seqdyn.reproduce.coef_lambda_structure``): each row maps to one variant, and each claim
+on hand-made results where it must hold, must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqdyn.reproduce import coef_lambda_structure as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+
+def options(variant: fig.Variant) -> dict:
+    entry = fig.model_entry(variant)["mixer_options"]
+    return {f"model__mixer_options__{key}": value for key, value in entry.items()}
+
+
+def test_every_variant_is_recognized_from_its_row():
+    for variant in fig.VARIANTS:
+        assert fig.variant_of(row(0.5, **options(variant))) == variant
+    with pytest.raises(ValueError, match="match 0 of the variants"):
+        fig.variant_of(row(0.5, model__mixer_options__decay="constant"))
+
+
+def table(accuracy: dict[str, list[float]]):
+    """Per task, variant and seed: the given accuracy of the structure for its first parameterization, 0.1 less
+    for the second; weight decay 0.1, and 0.2 less at weight decay 0."""
+    rows = []
+    for task in fig.TASKS:
+        for variant in fig.VARIANTS:
+            second = variant.parameterization in ("Mamba-2", "β = 2")
+            for seed, value in enumerate(accuracy[variant.structure]):
+                for wd, lower in ((0.1, 0.0), (0.0, 0.2)):
+                    rows.append(row(value - lower - (0.1 if second else 0.0), task__name=task,
+                                    optimizer__weight_decay=wd, train__seed=seed, **options(variant)))
+    return results(rows)
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in fig.CLAIMS]
+
+
+def test_the_papers_picture_holds():
+    rising = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
+              "Householder, learned w": [0.9, 0.92]}
+    assert verdicts(table(rising)) == [HELD, HELD]
+
+
+def test_the_opposite_fails():
+    falling = {"scalar": [0.9, 0.92], "diagonal": [0.6, 0.61], "Householder, w = k": [0.5, 0.5],
+               "Householder, learned w": [0.4, 0.41]}
+    assert verdicts(table(falling)) == [FAILED, FAILED]
+
+
+def test_overlapping_seeds_are_inconclusive():
+    overlapping = {"scalar": [0.4, 0.9], "diagonal": [0.5, 0.8], "Householder, w = k": [0.6, 0.6],
+                   "Householder, learned w": [0.5, 0.95]}
+    assert verdicts(table(overlapping)) == [INCONCLUSIVE, INCONCLUSIVE]
