@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -270,6 +271,8 @@ def reproduce(
     yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     retry_failed: bool = RETRY_OPTION,
+    data: Optional[str] = typer.Option(None, help="The local corpus of the language-model reproductions: a "
+                                       "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file."),
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -286,7 +289,7 @@ def reproduce(
             commands.report(out)
         else:
             commands.reproduce(target, scale, store, out, workers or available_cores(), ray, yes, progress,
-                               retry_failed)
+                               retry_failed, data)
 
 
 @app.command()

@@ -5,6 +5,7 @@ every reproduction expands to valid runs, the smoke ones small."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 
 import pytest
@@ -33,9 +34,17 @@ def test_smoke_writes_every_output_with_one_verdict_per_claim(name, tmp_path):
 
 @pytest.mark.parametrize("name", reproduce.names())
 @pytest.mark.parametrize("scale", SCALES)
-def test_every_scale_expands_to_valid_runs(name, scale):
+def test_every_scale_expands_to_valid_runs(name, scale, tmp_path):
     reproduction = reproduce.get(name)
-    runs = [config for sweep in named_sweeps(reproduction, scale) for config in sweep.expand()]
+    data = None
+    if reproduction.corpus:  # a language-model reproduction, on a small local text file
+        data = tmp_path / "corpus.txt"
+        data.write_text("a small corpus of plain words, repeated. " * 2_000)
+        if scale == "paper" and importlib.util.find_spec("tiktoken") is None:
+            with pytest.raises(ValueError, match="tiktoken"):  # the paper's GPT-2 tokens need the optional package
+                named_sweeps(reproduction, scale, data)
+            return
+    runs = [config for sweep in named_sweeps(reproduction, scale, data) for config in sweep.expand()]
     assert runs and len({config.run_id for config in runs}) == len(runs)
     assert reproduction.reductions[scale]
     if scale == "smoke":

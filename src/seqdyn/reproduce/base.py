@@ -108,9 +108,14 @@ class Reproduction:
     #: per scale: measured wall time in seconds on the project's 2-core CPU machine (None: not measured yet)
     wall_time: ClassVar[dict[str, float | None]]
     higher_is_better: ClassVar[bool] = True
+    #: trains on a local corpus, which ``sweeps`` takes as ``data`` (``--data``) at every scale but ``smoke``
+    corpus: ClassVar[bool] = False
+    #: what ``--data`` must be, in words (for a ``corpus`` reproduction)
+    data_help: ClassVar[str] = ""
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        """The sweep configs of this scale; their names must be distinct."""
+        """The sweep configs of this scale; their names must be distinct.  A ``corpus`` reproduction's take a second
+        argument, ``data``: the corpus (None at ``smoke``)."""
         raise NotImplementedError
 
     def table(self, results: Results) -> str:

@@ -69,15 +69,23 @@ def check_device(reproductions: list[Reproduction], scale: str, yes: bool) -> No
 
 
 def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_ray: bool, yes: bool,
-              progress: bool = True, retry_failed: bool = False) -> None:
-    """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts."""
+              progress: bool = True, retry_failed: bool = False, data: str | None = None) -> None:
+    """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts.  ``all`` without
+    ``data`` leaves out (and names) the reproductions that need a corpus; one such reproduction alone is an error."""
     check_scale(scale)
     chosen = names() if target == "all" else [target]
     reproductions = [get(name) for name in chosen]
+    if target == "all" and data is None and scale != "smoke":
+        skipped = [r.name for r in reproductions if r.corpus]
+        reproductions = [r for r in reproductions if not r.corpus]
+        if skipped:
+            console().print(f"left out (they train on a local corpus: add --data PATH): {', '.join(skipped)}")
+    for reproduction in reproductions:
+        named_sweeps(reproduction, scale, data)  # bad --data, or none where one is needed: an error before any run
     check_device(reproductions, scale, yes)
     for reproduction in reproductions:
         written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress,
-                      retry_failed=retry_failed)
+                      retry_failed=retry_failed, data=data)
         console().print(f"{reproduction.name} ({_duration(written.elapsed_s)}): {written.folder}/"
                         f"{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
         report(out, only=reproduction.name)

@@ -46,9 +46,17 @@ class Written:
     elapsed_s: float
 
 
-def named_sweeps(reproduction: Reproduction, scale: str) -> list[SweepConfig]:
-    """The reproduction's sweeps at ``scale``, each renamed ``NAME/SCALE/PART`` as the store keeps it."""
-    sweeps = reproduction.sweeps(check_scale(scale))
+def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
+    """The reproduction's sweeps at ``scale`` (a ``corpus`` reproduction's on ``data``, which every scale but
+    ``smoke`` needs), each renamed ``NAME/SCALE/PART`` as the store keeps it."""
+    check_scale(scale)
+    if not reproduction.corpus:
+        sweeps = reproduction.sweeps(scale)
+    elif data is None and scale != "smoke":
+        raise ValueError(f"--data: {reproduction.name} at --scale {scale} trains on {reproduction.data_help}; give "
+                         f"its path with --data PATH")
+    else:
+        sweeps = reproduction.sweeps(scale, data)
     parts = [sweep.name for sweep in sweeps]
     if len(set(parts)) != len(parts):
         raise ValueError(f"{reproduction.name}: its sweeps need distinct names, got {parts}")
@@ -68,11 +76,12 @@ def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
 
 
 def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str | Path = "reproductions",
-        workers: int = 1, use_ray: bool = False, progress: bool = True, retry_failed: bool = False) -> Written:
-    """Train what is missing of the reproduction at ``scale`` into the store (and, with ``retry_failed``, what
-    failed for another reason than divergence), then write ``OUT/NAME/``."""
+        workers: int = 1, use_ray: bool = False, progress: bool = True, retry_failed: bool = False,
+        data: str | Path | None = None) -> Written:
+    """Train what is missing of the reproduction at ``scale`` (on the corpus ``data``, where it needs one) into the
+    store (and, with ``retry_failed``, what failed for another reason than divergence), then write ``OUT/NAME/``."""
     start = time.monotonic()
-    sweeps = named_sweeps(reproduction, scale)
+    sweeps = named_sweeps(reproduction, scale, data)
     store = Store(store_path)
     check_store(store, sweeps)
     for sweep in sweeps:

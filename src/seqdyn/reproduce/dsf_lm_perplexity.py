@@ -1,0 +1,163 @@
+"""Seed 000 (the DSF paper), Table 1: softmax, normalized and linear attention as language models on WikiText-103.
+
+"the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap between
+linear attention and softmax attention" (appendix J); Table 1 gives the training perplexity of each attention
+function in the 70M-parameter Pythia architecture (its numbers are lost from the text copy of seed 000).  Protocol
+(appendix I.2): Pythia-70M (width 512, 8 heads, 6 layers, learned positions), context 1024, batch 128, 50 epochs,
+AdamW (β = (0.9, 0.95), weight decay 0.1, gradient clipping 1), 10 % linear warm-up, lr ∈ {3e-4, 1e-3, 3e-3, 1e-2}.
+
+The corpus is local: ``--data DIR`` (a WikiText-103 copy: ``wiki.{train,valid,test}.tokens``) or ``--data FILE``
+(any text file, split 90/5/5 in order).  The ``smoke`` scale needs none: it trains on one of this library's own
+source files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seqdyn.analysis.plots import plot_bars
+from seqdyn.reproduce.base import Reproduction, Results, score_cell
+from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, reaches
+from seqdyn.tasks.lm import WIKITEXT_FILES
+from seqdyn.train.config import SweepConfig
+
+MODELS = {"softmax_attention": "softmax", "normalized_attention": "normalized", "linear_attention": "linear"}
+#: "better normalization can close 25% of the perplexity gap between linear attention and softmax attention"
+GAP_CLOSED = 0.25
+PAPER_LRS = (3e-4, 1e-3, 3e-3, 1e-2)
+
+SCALES: dict[str, dict[str, Any]] = {
+    "paper": dict(width=512, heads=8, layers=6, seq_len=1024, tokenizer="gpt2", batch_size=128, epochs=50,
+                  steps=None, train_examples=100_000, test_examples=512, lrs=PAPER_LRS, seeds=(0,)),
+    "cpu": dict(width=128, heads=4, layers=4, seq_len=256, tokenizer="bytes", batch_size=16, epochs=None,
+                steps=2_000, train_examples=32_000, test_examples=128, lrs=(3e-3,), seeds=(0, 1)),
+    "smoke": dict(width=16, heads=2, layers=1, seq_len=32, tokenizer="bytes", batch_size=4, epochs=None, steps=4,
+                  train_examples=16, test_examples=8, lrs=(3e-3,), seeds=(0,)),
+}
+#: ``--data`` in words, for the error that asks for it
+DATA_HELP = (f"a local corpus: a WikiText-103 directory holding {', '.join(WIKITEXT_FILES.values())}, or one text "
+             "file (split 90/5/5 into train, valid and test)")
+
+
+def corpus_params(data: str | Path) -> dict[str, str]:
+    """The ``lm`` task's source for ``data``: ``data_dir`` for a directory, ``path`` for a file."""
+    path = Path(data)
+    if path.is_dir():
+        missing = [name for name in WIKITEXT_FILES.values() if not (path / name).is_file()]
+        if missing:
+            raise ValueError(f"--data {data}: the directory lacks {', '.join(missing)}; give {DATA_HELP}")
+        return {"data_dir": str(path)}
+    if path.is_file():
+        return {"path": str(path)}
+    raise ValueError(f"--data {data}: no such file or directory; give {DATA_HELP}")
+
+
+def smoke_corpus() -> Path:
+    """The corpus of the ``smoke`` scale: the source of this library's ``lm`` task (always installed)."""
+    from seqdyn.tasks import lm
+
+    return Path(lm.__file__)
+
+
+def _score(results: Results, mixer: str) -> Score:
+    return results.score(MODELS[mixer], results.select(model__mixer=mixer), higher_is_better=False)
+
+
+def _gap_closed(results: Results) -> Score:
+    """Per seed, the share of the linear–softmax perplexity gap that normalized attention closes: 0 where there is
+    no gap (softmax attention not below linear attention)."""
+    softmax, normalized, linear = (_score(results, mixer) for mixer in MODELS)
+    missing = softmax.missing + normalized.missing + linear.missing
+    shares = tuple((lin - norm) / (lin - soft) if lin > soft else 0.0
+                   for soft, norm, lin in zip(softmax.values, normalized.values, linear.values))
+    return Score("share of the gap closed", shares, missing)
+
+
+def _softmax_below_normalized(results: Results) -> Outcome:
+    return at_least(_score(results, "normalized_attention"), _score(results, "softmax_attention"))
+
+
+def _normalized_below_linear(results: Results) -> Outcome:
+    return at_least(_score(results, "linear_attention"), _score(results, "normalized_attention"))
+
+
+def _closes_a_quarter(results: Results) -> Outcome:
+    return reaches(_gap_closed(results), GAP_CLOSED)
+
+
+CLAIMS = (
+    Claim("softmax < normalized", "perplexity: softmax attention ≤ normalized attention",
+          "the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap "
+          "between linear attention and softmax attention", _softmax_below_normalized),
+    Claim("normalized < linear", "perplexity: normalized attention ≤ linear attention",
+          "the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap "
+          "between linear attention and softmax attention", _normalized_below_linear),
+    Claim("a quarter of the gap", f"normalized attention closes ≥ {GAP_CLOSED:.0%} of the linear–softmax gap",
+          "better normalization can close 25% of the perplexity gap between linear attention and softmax attention",
+          _closes_a_quarter, paper_value="25 %"),
+)
+
+
+class LmPerplexity(Reproduction):
+    name = "dsf_lm_perplexity"
+    paper = "seed 000 (DSF)"
+    figure = "Table 1"
+    summary = ("Softmax, normalized and linear attention in one GPT-style language model on a local corpus (--data): "
+               "held-out perplexity per attention function (best over the learning rates, mean over seeds ± half "
+               "the seed range).")
+    claims = CLAIMS
+    corpus = True
+    data_help = DATA_HELP
+    higher_is_better = False
+    reductions = {
+        "paper": "The paper's protocol (appendix I.2) on a local WikiText-103 (--data DIR): Pythia-70M's shape "
+                 "(width 512, 8 heads, 6 layers, GELU MLPs, learned positions), context 1024, GPT-2 BPE tokens, "
+                 "batch 128, 50 epochs of 100,000 windows, AdamW β = (0.9, 0.95), weight decay 0.1, clipping 1, "
+                 "10 % warm-up then cosine, lr ∈ {3e-4, 1e-3, 3e-3, 1e-2}, one seed. Perplexity on 512 held-out "
+                 "windows (the paper reports training perplexity).",
+        "cpu": "A local corpus (--data) in UTF-8 bytes; width 128, 4 heads, 4 layers, context 256; 2,000 steps of "
+               "batch 16 (32,000 random windows); lr 3e-3 (the paper's best for all three); two seeds; perplexity "
+               "per byte on 128 held-out windows.",
+        "smoke": "The whole pipeline on this library's own lm task source as the corpus (context 32, d = 16, 4 "
+                 "steps): no verdict to trust.",
+    }
+    wall_time = {"smoke": 7.5, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
+
+    def sweeps(self, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
+        size = SCALES[scale]
+        source = corpus_params(smoke_corpus() if data is None else data)
+        train = {"batch_size": size["batch_size"]}
+        train.update({"steps": size["steps"]} if size["steps"] else {"epochs": size["epochs"]})
+        data_ = {"name": "lm",
+                 "model": {"block": "transformer", "layers": size["layers"], "d_model": size["width"], "mlp": "gelu",
+                           "norm": "layernorm", "positions": True},
+                 "task": {"name": "lm", "params": {"seq_len": size["seq_len"], "tokenizer": size["tokenizer"],
+                                                   **source},
+                          "train_examples": size["train_examples"], "test_examples": size["test_examples"]},
+                 "optimizer": {"weight_decay": 0.1, "betas": (0.9, 0.95), "grad_clip": 1.0},
+                 "schedule": {"kind": "cosine", "warmup": 0.1},
+                 "train": train,
+                 "sweep": {"model": [{"mixer": mixer, "mixer_options": {"heads": size["heads"]}} for mixer in MODELS],
+                           "optimizer.lr": list(size["lrs"]), "train.seed": list(size["seeds"])}}
+        return [SweepConfig.model_validate(data_)]
+
+    def table(self, results: Results) -> str:
+        """Table 1's layout: one column per attention function, and the share of the gap closed."""
+        cells = [score_cell(_score(results, mixer), lambda value: f"{value:.2f}") for mixer in MODELS]
+        gap = score_cell(_gap_closed(results), lambda value: f"{100 * value:.0f} %")
+        return ("| | " + " | ".join(MODELS.values()) + " | gap closed by normalized |\n|---|---|---|---|---|\n"
+                f"| perplexity (ours) | " + " | ".join(cells) + f" | {gap} |\n"
+                "| training perplexity (paper) | lost from the text copy | | | 25 % |")
+
+    def plot(self, results: Results, path: Path) -> Path:
+        series = {}
+        for mixer, label in MODELS.items():
+            score = _score(results, mixer)
+            if score.values:
+                series[label] = [("perplexity", score.mean, score.spread / 2)]
+        return plot_bars({"held-out perplexity": series or {"none": []}}, path, xlabel="", ylabel="perplexity",
+                         percent=False, title="seed 000 Table 1: attention normalizations as language models")
+
+
+REPRODUCTION = LmPerplexity()

@@ -1,0 +1,69 @@
+"""seed 000 Table 1 (``seqdyn.reproduce.dsf_lm_perplexity``): its claims on hand-made perplexities (lower is
+better) where they must hold, must fail and must be inconclusive; and the errors for a missing or bad ``--data``."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from seqdyn.cli import app
+from seqdyn.reproduce import dsf_lm_perplexity as table1
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+
+def perplexities(softmax: list[float], normalized: list[float], linear: list[float]):
+    """Two learning rates per model and seed: the given perplexity and a worse one."""
+    rows = [row(value + worse, model__mixer=mixer, optimizer__lr=lr, train__seed=seed)
+            for mixer, values in (("softmax_attention", softmax), ("normalized_attention", normalized),
+                                  ("linear_attention", linear))
+            for seed, value in enumerate(values) for lr, worse in ((3e-3, 0.0), (1e-2, 5.0))]
+    return results(rows)
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in table1.CLAIMS]
+
+
+def test_the_papers_order_holds():
+    # normalized closes (40 − 34) / (40 − 20) = 30 % of the gap on both seeds
+    assert verdicts(perplexities([20.0, 20.5], [34.0, 34.5], [40.0, 40.5])) == [HELD, HELD, HELD]
+
+
+def test_the_opposite_order_fails():
+    assert verdicts(perplexities([40.0, 40.5], [34.0, 34.5], [20.0, 20.5])) == [FAILED, FAILED, FAILED]
+
+
+def test_overlapping_seeds_are_inconclusive():
+    assert verdicts(perplexities([20.0, 36.0], [30.0, 34.0], [32.0, 40.0])) == [INCONCLUSIVE] * 3
+
+
+def test_a_directory_or_a_file_is_the_corpus(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("words " * 100)
+    assert table1.corpus_params(text) == {"path": str(text)}
+    for name in ("wiki.train.tokens", "wiki.valid.tokens"):
+        (tmp_path / name).write_text("words " * 100)
+    with pytest.raises(ValueError, match=r"^--data .*lacks wiki.test.tokens"):
+        table1.corpus_params(tmp_path)
+    (tmp_path / "wiki.test.tokens").write_text("words " * 100)
+    assert table1.corpus_params(tmp_path) == {"data_dir": str(tmp_path)}
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ([], "--data: dsf_lm_perplexity at --scale cpu trains on a local corpus"),
+    (["--data", "/no/such/corpus"], "--data /no/such/corpus: no such file or directory"),
+])
+def test_a_missing_or_bad_corpus_is_one_line_and_exit_code_2(arguments, message, tmp_path):
+    store = tmp_path / "runs.db"
+    result = CliRunner().invoke(app, ["reproduce", "dsf_lm_perplexity", "--scale", "cpu", "--store", str(store),
+                                      "--out", str(tmp_path / "out"), *arguments])
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not store.exists() and not (tmp_path / "out").exists()
+
+
+def test_all_without_a_corpus_leaves_the_language_model_out(tmp_path):
+    # --scale paper without a GPU stops before any run, after naming what it left out
+    result = CliRunner().invoke(app, ["reproduce", "all", "--scale", "paper", "--store", str(tmp_path / "runs.db")])
+    assert "left out (they train on a local corpus: add --data PATH): dsf_lm_perplexity" in result.output
