@@ -102,6 +102,21 @@ def test_identity_readout_zeros_at_most_k_minus_one_coefficients_with_a_nonzero_
     assert relu == T > K - 1
 
 
+def test_mean_zero_count_averages_over_the_batch_and_leaves_zero_queries_out():
+    """Seed 001 Fig. 9's statistic: row 7 has K − 1 = 2 zeros in one example and none in the other (mean 1); a
+    zero query's row (all zeros) is left out of its mean, and a row index whose every row is such is NaN."""
+    g = torch.Generator().manual_seed(1)
+    K, T = 3, 8
+    q = torch.randn(2, T, 1, K, generator=g, dtype=torch.float64)
+    k = torch.randn(2, T, 1, K, generator=g, dtype=torch.float64)
+    q[0, 7, 0] = torch.linalg.svd(torch.stack([k[0, 2, 0], k[0, 5, 0]])).Vh[-1]
+    q[1, 3, 0] = 0.0
+    q[:, 4, 0] = 0.0
+    means = analysis.mean_zero_count(seqdyn.coefficients(q, k))
+    assert means.shape == (1, T) and means[0, 7] == 1.0 and means[0, 3] == 0.0 and torch.isnan(means[0, 4])
+    assert torch.nan_to_num(means).sum() == 1.0
+
+
 @pytest.mark.parametrize("name, options", [
     ("linear_attention", {"heads": 2}),
     ("custom", {"heads": 2, "normalizer": "none"}),

@@ -77,7 +77,7 @@ def test_list_shows_every_reproduction_module():
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
-    (["no_such_thing"], "unknown reproduction 'no_such_thing'; known: coef_lambda_structure, coef_positions"),
+    (["no_such_thing"], "unknown reproduction 'no_such_thing'; known: coef_kernel_maps, coef_lambda_structure"),
     (["dsf_mqar_models", "--scale", "huge"], "--scale: expected one of smoke, cpu, paper, got 'huge'"),
     (["dsf_mqar_models", "--scale", "paper"], "add --yes to start anyway"),
     (["report"], "no reproduction has written a verdict.json there yet"),

@@ -7,6 +7,7 @@ zero above the diagonal (causal).  Only the causal entries ``j ≤ i`` enter the
     near_zero_fraction(A, eps)      fraction of causal entries with |A_ij| < eps           (Principle 2, Fig. 1)
     large_fraction(A, eps)          fraction with |A_ij| ≥ eps; near_zero_ratio: their ratio   (appendix D, Fig. 7)
     zero_count_per_row(A, tol)      zeros of each row, at most K − 1 for φ = identity        (Corollary 2.2)
+    mean_zero_count(A, tol)         their mean over the batch per head and row, zero rows left out   (Fig. 9)
     combination_class(A, tol)       convex / conical / affine / linear per row               (appendix A, Table 2)
 
 Tolerances.  ``eps = 1e-3`` (:data:`NEAR_ZERO_EPS`) marks a coefficient as suppressed: it lies well below the
@@ -31,6 +32,7 @@ __all__ = [
     "combination_class",
     "combination_class_shares",
     "large_fraction",
+    "mean_zero_count",
     "near_zero_fraction",
     "near_zero_ratio",
     "roundoff",
@@ -157,6 +159,17 @@ def zero_count_per_row(A: Tensor, tol: float | None = None) -> Tensor:
     else:
         zeros = magnitude <= _check_threshold("tol", tol, positive=False)
     return (zeros & _causal(A)).sum(dim=-1)
+
+
+def mean_zero_count(A: Tensor, tol: float | None = None) -> Tensor:
+    """Seed 001 Fig. 9's statistic: per head and row index i, the mean over the batch of :func:`zero_count_per_row`,
+    float64 ``[H, T]``.  Rows without a nonzero coefficient (a zero query, outside Corollary 2.2) are left out of
+    the mean; a (head, i) whose rows are all such is NaN."""
+    counts = zero_count_per_row(A, tol).to(torch.float64)  # [B, H, T]
+    empty = counts == _causal(A).sum(dim=-1).to(torch.float64)  # every causal entry zero
+    kept = (~empty).sum(dim=0)
+    total = torch.where(empty, 0.0, counts).sum(dim=0)
+    return torch.where(kept > 0, total / kept.clamp(min=1), torch.nan)
 
 
 def _class_index(A: Tensor, tol: float) -> Tensor:

@@ -18,7 +18,6 @@ identity, square) and *large* (relu, softplus, sigmoid, elu + 1, exp).  After tr
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,9 @@ from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
 from seqdyn.reproduce.mad import (NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, best_runs,
-                                  mad_score, mad_sweeps, measure_coefficients, measured_score, pick, tasks_of)
+                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget,
+                                  mad_score, mad_sweeps, measure_best_runs, measured_score, pick,
+                                  principle_panels, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 READOUT = "model.mixer_options.readout"
@@ -147,15 +147,7 @@ class ReadoutMaps(Reproduction):
         return mad_sweeps("readouts", [model_entry(r) for r in ORDER], **SCALES[scale])
 
     def measure(self, results: Results, store_path: str | Path) -> Results:
-        from seqdyn.bench.measure import one_thread
-        from seqdyn.train.store import Store
-
-        store = Store(store_path)
-        measured = {row["run_id"] for row in best_runs(results.rows, ("task.name", READOUT))}
-        with one_thread():
-            rows = tuple({**row, **(measure_coefficients(store, row) if row["run_id"] in measured else {})}
-                         for row in results.rows)
-        return replace(results, rows=rows)
+        return measure_best_runs(results, store_path, ("task.name", READOUT))
 
     def table(self, results: Results) -> str:
         """Per readout: its near-zero set, then per task the accuracy and the near-zero fraction of its best run."""
@@ -175,14 +167,7 @@ class ReadoutMaps(Reproduction):
 
     def plot(self, results: Results, path: Path) -> Path:
         """Fig. 1's panels: per task, accuracy against the near-zero fraction of each readout's best runs."""
-        panels = {}
-        for task in tasks_of(results):
-            panels[task.replace("_", " ")] = [
-                (LABELS[row[READOUT]], row[NEAR_ZERO], row["best"])
-                for row in best_runs(results.select(task__name=task), (READOUT,)) if row.get(NEAR_ZERO) is not None]
-        panels = {task: points for task, points in panels.items() if points}
-        if not panels:
-            panels = {"no measured run yet": [("none", 0.0, 0.0)]}
+        panels = principle_panels(results, (READOUT,), lambda row: LABELS[row[READOUT]])
         return plot_principle(panels, path, title="seed 001 Fig. 1/6: readout maps")
 
 

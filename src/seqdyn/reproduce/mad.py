@@ -17,7 +17,8 @@ reproduction needs them it takes MAD's: two layers, width 128.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import SEED, Results, result_value
@@ -160,7 +161,8 @@ def measured_score(label: str, rows: Sequence[dict[str, Any]], key: str, cells: 
 # ------------------------------------------------------------------------------------------------ measurements
 NEAR_ZERO = "coefficients.near_zero_fraction"
 LARGE = "coefficients.large_fraction"
-MAX_ZEROS = "coefficients.max_zero_count"
+#: seed 001 Fig. 9: the largest, over layers, heads and row indices i, of the batch's mean zero count of row i
+MAX_ZEROS = "coefficients.max_mean_zero_count"
 ZERO_BOUND = "coefficients.zero_bound"
 #: test examples the coefficients are measured on
 MEASURE_EXAMPLES = 16
@@ -169,9 +171,10 @@ MEASURE_EXAMPLES = 16
 def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASURE_EXAMPLES) -> dict[str, Any]:
     """Seed 001's measurements of one trained run on ``examples`` test inputs of its task: the near-zero and
     large fractions of its coefficients (mean over layers and heads, at ``NEAR_ZERO_EPS``) and, where the bound
-    of Corollary 2.2 applies (identity readouts), the largest number of zero coefficients in a row and the bound
-    K − 1."""
-    from seqdyn.analysis.model import inspect_model
+    of Corollary 2.2 applies (identity readouts), Fig. 9's count — per layer, head and row index, the batch's mean
+    number of zero coefficients (``analysis.mean_zero_count``), its largest value — and the bound K − 1."""
+    from seqdyn.analysis.coefficients import mean_zero_count
+    from seqdyn.analysis.model import inspect_model, layer_coefficients
     from seqdyn.train.checkpoint import load_trained
 
     _, task, model = load_trained(store, row["run_id"])
@@ -180,8 +183,36 @@ def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASUR
     measured: dict[str, Any] = {
         NEAR_ZERO: sum(head.near_zero_fraction for head in heads) / len(heads) if heads else None,
         LARGE: sum(head.large_fraction for head in heads) / len(heads) if heads else None}
-    bounded = [head for head in heads if head.zero_bound is not None]
+    bounded = {head.layer: head.zero_bound for head in heads if head.zero_bound is not None}
     if bounded:
-        measured[MAX_ZEROS] = max(head.max_zero_count for head in bounded)
-        measured[ZERO_BOUND] = min(head.zero_bound for head in bounded)
+        counts = [mean_zero_count(A) for label, A in layer_coefficients(model, inputs).items()
+                  if int(label.split()[1]) in bounded]  # labels "layer L · mixer"
+        measured[MAX_ZEROS] = max(float(c.nan_to_num(nan=0.0).max()) for c in counts)
+        measured[ZERO_BOUND] = min(bounded.values())
     return measured
+
+
+def measure_best_runs(results: Results, store_path: str | Path, cells: Sequence[str]) -> Results:
+    """The results with :func:`measure_coefficients` added to the best run of each (seed, cell), measured with one
+    thread; the other rows are left as they are."""
+    from seqdyn.bench.measure import one_thread
+    from seqdyn.train.store import Store
+
+    store = Store(store_path)
+    best = {row["run_id"] for row in best_runs(results.rows, cells)}
+    with one_thread():
+        rows = tuple({**row, **(measure_coefficients(store, row) if row["run_id"] in best else {})}
+                     for row in results.rows)
+    return replace(results, rows=rows)
+
+
+def principle_panels(results: Results, cells: Sequence[str], label: Any) -> dict[str, list[tuple[str, float, float]]]:
+    """Seed 001 Fig. 1's panels for :func:`~seqdyn.analysis.plots.plot_principle`: per task, ``(label(row),
+    near-zero fraction, accuracy)`` of every measured best run; a placeholder panel where none is measured yet."""
+    panels = {}
+    for task in tasks_of(results):
+        points = [(label(row), row[NEAR_ZERO], row["best"])
+                  for row in best_runs(results.select(task__name=task), cells) if row.get(NEAR_ZERO) is not None]
+        if points:
+            panels[task.replace("_", " ")] = points
+    return panels or {"no measured run yet": [("none", 0.0, 0.0)]}

@@ -1,0 +1,51 @@
+"""seed 001 Figs. 8 / 9 (``seqdyn.reproduce.coef_kernel_maps``): each claim on hand-made results where it must hold,
+must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+from seqdyn.reproduce import coef_kernel_maps as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.mad import MAX_ZEROS, NEAR_ZERO, ZERO_BOUND
+from tests.reproduce.helpers import results, row
+
+
+def table(values: dict[str, tuple[list[float], list[float]]], zeros: list[float]):
+    """Per task, model and seed one run: ``values[group] = (accuracies, near-zero fractions)`` by seed for the
+    groups softmax, linear and kernels; the identity-readout models count ``zeros[seed]`` mean zeros against the
+    bound 15.  A second run per cell (weight decay 0) is worse and unmeasured."""
+    rows = []
+    for task in fig.TASKS:
+        for label, readout, feature in fig.MODELS:
+            group = label if label in ("softmax", "linear") else "kernels"
+            accuracies, fractions = values[group]
+            for seed, (accuracy, fraction) in enumerate(zip(accuracies, fractions)):
+                keys = dict(task__name=task, model__mixer_options__readout=readout,
+                            model__mixer_options__feature_map=feature, train__seed=seed)
+                measured = {NEAR_ZERO: fraction}
+                if readout == "identity":
+                    measured |= {MAX_ZEROS: zeros[seed], ZERO_BOUND: 15}
+                rows.append(row(accuracy, optimizer__weight_decay=0.1, **keys) | measured)
+                rows.append(row(accuracy / 2, optimizer__weight_decay=0.0, **keys))
+    return results(rows)
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in fig.CLAIMS]
+
+
+def test_the_papers_picture_holds():
+    data = table({"softmax": ([0.9, 0.92], [0.8, 0.82]), "linear": ([0.3, 0.31], [0.05, 0.06]),
+                  "kernels": ([0.5, 0.52], [0.3, 0.32])}, zeros=[3.0, 2.5])
+    assert verdicts(data) == [HELD, HELD, HELD, HELD]
+
+
+def test_the_opposite_fails():
+    data = table({"softmax": ([0.4, 0.41], [0.1, 0.11]), "linear": ([0.3, 0.31], [0.6, 0.61]),
+                  "kernels": ([0.8, 0.82], [0.3, 0.32])}, zeros=[20.0, 17.5])
+    assert verdicts(data) == [FAILED, FAILED, FAILED, FAILED]
+
+
+def test_seeds_on_both_sides_are_inconclusive():
+    data = table({"softmax": ([0.9, 0.5], [0.8, 0.2]), "linear": ([0.3, 0.31], [0.05, 0.4]),
+                  "kernels": ([0.5, 0.6], [0.3, 0.3])}, zeros=[3.0, 17.0])
+    assert verdicts(data) == [INCONCLUSIVE] * 4
