@@ -220,3 +220,37 @@ def test_post_norm_blocks_normalize_after_each_residual_sum(block):
 def test_norm_position_is_checked():
     with pytest.raises(ValueError, match="norm_position"):
         config(norm_position="middle")
+
+
+@pytest.mark.parametrize("block", ["transformer", "gated"])
+def test_a_bidirectional_model_reads_the_future_and_a_causal_one_does_not(block):
+    """Changing the last token changes the first output of a bidirectional model only; its blocks add a forward
+    mixer and a backward one on the reversed sequence, both output projections scaled as residual projections."""
+    torch.manual_seed(0)
+    task = spec("tagging")
+    x = inputs(task, batch=2)
+    changed = x.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % VOCAB
+    for bidirectional in (False, True):
+        model = build_model(config(block=block, mixer="linear_attention", bidirectional=bidirectional), task).eval()
+        difference = (model(x)[:, 0] - model(changed)[:, 0]).abs().max()
+        assert (difference > 1e-6) == bidirectional
+    pair = model.blocks[0].mixer
+    u = torch.randn(2, LENGTH, pair.d_model)
+    torch.testing.assert_close(pair(u), pair.forward_mixer(u) + pair.backward_mixer(u.flip(1)).flip(1))
+    projections = model.blocks[0].residual_projections()
+    assert len(projections) == (3 if block == "transformer" else 2)  # (both mixers' or W_out) and the MLP's fc2
+
+
+def test_a_bidirectional_model_cannot_stream_and_keeps_old_run_ids():
+    from seqdyn.train.config import RunConfig
+
+    model = build_model(config(mixer="linear_attention", bidirectional=True), spec())
+    with pytest.raises(ValueError, match="^model.bidirectional: "):
+        model.init_state(1)
+    run = {"name": "r", "model": {"mixer": "linear_attention"},
+           "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32}}}
+    same = {**run, "model": {"mixer": "linear_attention", "bidirectional": False}}
+    other = {**run, "model": {"mixer": "linear_attention", "bidirectional": True}}
+    ids = [RunConfig.model_validate(data).run_id for data in (run, same, other)]
+    assert ids[0] == ids[1] != ids[2]

@@ -13,6 +13,8 @@
     x = x + W_out (RMSNorm(mixer(a)) ⊙ SiLU(g))          (the mixer runs at width I; W_out: I → D, no bias)
     x = x + MLP(norm₂ x)
 
+With ``bidirectional`` models (:class:`Bidirectional`) a block's mixer is a pair that reads the sequence both ways.
+
 With ``norm_position="post"`` (Vaswani et al. 2017's original order; seed 002 §A.6: "All experiments use post-norm
 Layer Normalization") every residual branch ``x + f(norm x)`` becomes ``norm(x + f(x))``.
 
@@ -46,6 +48,51 @@ def make_norm(kind: str, dim: int) -> nn.Module:
     if kind == "rmsnorm":
         return RMSNorm(dim)
     raise ValueError(f"norm: expected one of {list(NORMS)}, got {kind!r}")
+
+
+#: why a bidirectional model has no streaming state
+NO_STEP = ("model.bidirectional: a bidirectional model reads the whole sequence both ways; it cannot be run "
+           "position by position (init_state / step)")
+
+
+class Bidirectional(nn.Module):
+    """A non-causal mixer made of two of the same kind, ``y = f(x) + flip(b(flip(x)))``: ``forward_mixer`` reads
+    the sequence left to right, ``backward_mixer`` right to left (seed 002 §3.4: "we trained bidirectional models"
+    on Pathfinder-Segmentation).  Having read the whole sequence, it cannot stream."""
+
+    def __init__(self, forward_mixer: Mixer, backward_mixer: Mixer):
+        super().__init__()
+        self.forward_mixer, self.backward_mixer = forward_mixer, backward_mixer
+        self.d_model, self.name = forward_mixer.d_model, forward_mixer.name
+
+    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+        backward = self.backward_mixer(x.flip(1), backend=backend).flip(1)  # x: [B, T, D], time reversed
+        return self.forward_mixer(x, backend=backend) + backward
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(self.forward_mixer.backends)
+
+    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
+        return self.forward_mixer.backend_for(x, backend)
+
+    def output_projections(self) -> list[nn.Linear]:
+        return [out for out in (self.forward_mixer.output_projection(), self.backward_mixer.output_projection())
+                if out is not None]
+
+    def init_state(self, batch: int) -> Any:
+        raise ValueError(NO_STEP)
+
+    def step(self, x_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+        raise ValueError(NO_STEP)
+
+
+def mixer_projections(mixer: Mixer | Bidirectional) -> list[nn.Linear]:
+    """The output projections of a block's mixer (two for a :class:`Bidirectional` one)."""
+    if isinstance(mixer, Bidirectional):
+        return mixer.output_projections()
+    out = mixer.output_projection()
+    return [] if out is None else [out]
 
 
 class _Block(nn.Module):
@@ -102,8 +149,7 @@ class TransformerBlock(_Block):
         return x_t, stepped[0]
 
     def residual_projections(self) -> list[nn.Linear]:
-        out = self.mixer.output_projection()
-        return ([] if out is None else [out]) + self._mlp_projection()
+        return mixer_projections(self.mixer) + self._mlp_projection()
 
 
 @dataclass

@@ -29,6 +29,9 @@ class ModelConfig(Strict):
     layers: int = Field(2, gt=0, description="number of blocks")
     positions: bool = Field(True, description="add learned position embeddings, one per position up to the "
                                                "task's input length")
+    bidirectional: bool = Field(False, description="each block runs a second mixer of the same kind on the "
+                                "reversed sequence and adds its output: a non-causal model (seed 002's "
+                                "Pathfinder-Segmentation), which cannot step()")
     mlp: Literal["gelu", "swiglu", "none"] = Field(
         "gelu", description="the MLP after the mixer in every block (none: no MLP sub-block)")
     mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP: round(mlp_ratio · d_model)")

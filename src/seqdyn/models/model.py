@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from seqdyn import mixers
 from seqdyn.layers.params import is_kept, scaled_width
-from seqdyn.models.blocks import GatedBlock, TransformerBlock, make_norm
+from seqdyn.models.blocks import Bidirectional, GatedBlock, TransformerBlock, make_norm
 from seqdyn.models.config import ModelConfig
 from seqdyn.models.heads import HEAD_KINDS, Head, build_head
 
@@ -155,6 +155,8 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
     width = d if config.block == "transformer" else scaled_width("expand", d, config.expand)
     try:
         mixer = mixers.build(name, width, **options)
+        if config.bidirectional:
+            mixer = Bidirectional(mixer, mixers.build(name, width, **options))
     except ValueError as error:
         raise ValueError(f"mixer_options (layer {index}, {name}): {error}") from None
     common = dict(norm=config.norm, mlp=config.mlp, mlp_ratio=config.mlp_ratio, norm_position=config.norm_position)

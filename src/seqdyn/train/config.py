@@ -39,7 +39,8 @@ from seqdyn.models.config import ModelConfig, Strict
 
 
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given
-ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None))
+ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None),
+                ("model", "bidirectional", False))
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
