@@ -1,0 +1,42 @@
+"""seed 002 Table 3 (``seqdyn.reproduce.dlr_long_range``): each claim on hand-made results where it must hold, must
+fail and must be inconclusive; and the Pathfinder models are bidirectional, the ListOps ones causal."""
+
+from __future__ import annotations
+
+from seqdyn.reproduce import dlr_long_range as table3
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+
+def table(values: dict[str, dict[str, list[float]]]):
+    return results([row(value, task__name=task, model__mixer=model, train__seed=seed)
+                    for task, per_model in values.items() for model, per_seed in per_model.items()
+                    for seed, value in enumerate(per_seed)])
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in table3.CLAIMS]
+
+
+def test_the_papers_table_holds():
+    data = table({table3.LISTOPS: {"local_attention": [0.94, 0.93], "dss_exp": [0.838, 0.83], "dlr": [0.857, 0.86]},
+                  table3.PATHFINDER: {"local_attention": [0.952, 0.95], "dss_exp": [0.944, 0.94], "dlr": [0.968, 0.97]}})
+    assert verdicts(data) == [HELD, HELD, HELD]
+
+
+def test_the_opposite_fails():
+    data = table({table3.LISTOPS: {"local_attention": [0.5, 0.5], "dss_exp": [0.9, 0.9], "dlr": [0.7, 0.7]},
+                  table3.PATHFINDER: {"local_attention": [0.9, 0.9], "dss_exp": [0.9, 0.9], "dlr": [0.5, 0.5]}})
+    assert verdicts(data) == [FAILED, FAILED, FAILED]
+
+
+def test_seeds_on_both_sides_are_inconclusive():
+    data = table({table3.LISTOPS: {"local_attention": [0.9, 0.5], "dss_exp": [0.6, 0.7], "dlr": [0.5, 0.8]},
+                  table3.PATHFINDER: {"local_attention": [0.6, 0.7], "dss_exp": [0.6, 0.7], "dlr": [0.5, 0.9]}})
+    assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
+
+
+def test_only_the_pathfinder_models_are_bidirectional():
+    for sweep in table3.sweeps_of("smoke"):
+        runs = sweep.expand()
+        assert {run.model.bidirectional for run in runs} == {sweep.task.name == table3.PATHFINDER}
