@@ -1,0 +1,44 @@
+"""seed 001 Fig. 10 (``seqdyn.reproduce.coef_scaling_seeds``): the seed range per cell, and the claim on hand-made
+results where it must hold, must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+from seqdyn.reproduce import coef_scaling_seeds as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+
+def table(adhering: list[float], not_adhering: list[float]):
+    """Every combination and scaling with three seeds; the seeds' accuracies are 0.5 + the given offsets (for
+    adhering and non-adhering scalings), each the better of two weight decays."""
+    rows = []
+    for label, readout, decay, parameterization in fig.COMBINATIONS:
+        for scale, _, adheres in fig.SCALINGS:
+            for seed, offset in enumerate(adhering if adheres else not_adhering):
+                for wd, lower in ((0.1, 0.0), (0.0, 0.3)):
+                    rows.append(row(0.5 + offset - lower, model__mixer_options__readout=readout,
+                                    model__mixer_options__decay=decay, model__mixer_options__decay_param=parameterization,
+                                    model__mixer_options__scale=scale, model__mixer_options__heads=4,
+                                    task__name=fig.TASK, optimizer__weight_decay=wd, train__seed=seed))
+    return results(rows)
+
+
+def test_the_seed_range_is_taken_over_each_seeds_best_run():
+    data = table([0.0, 0.02, 0.01], [0.0, 0.4, -0.2])
+    assert abs(fig.seed_range(data, ("identity, Mamba-2 Λ", 4), "one") - 0.6) < 1e-12
+    assert abs(fig.seed_range(data, ("exp, Λ = I", 4), "inv_sqrt") - 0.02) < 1e-12
+
+
+def test_the_papers_picture_holds():
+    assert fig.CLAIMS[0].decide(table([0.0, 0.02, 0.01], [0.0, 0.4, -0.2])).verdict == HELD
+
+
+def test_the_opposite_fails():
+    assert fig.CLAIMS[0].decide(table([0.0, 0.4, -0.2], [0.0, 0.02, 0.01])).verdict == FAILED
+
+
+def test_ranges_that_differ_by_cell_are_inconclusive():
+    data = table([0.0, 0.02, 0.01], [0.0, 0.4, -0.2])
+    rows = [r | {"best": 0.5} if r["model.mixer_options.readout"] == "exp" and r["model.mixer_options.scale"] == "one"
+            else r for r in data.rows]  # one non-adhering cell without any seed spread
+    assert fig.CLAIMS[0].decide(results(rows)).verdict == INCONCLUSIVE
