@@ -72,3 +72,29 @@ def test_custom_matches_its_paper(config, part):
     mixer = double_mixer("custom", D, **CONFIGS[config])
     compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), custom_layer(CONFIGS[config]),
                        state_of=lambda state: (*state.core, *state.conv.values()))
+
+
+@pytest.mark.parametrize("readout", ["exp", "relu", "identity"])
+def test_the_state_normalizer_is_the_score_sum_of_mlstms_normalization_state(readout):
+    """η_i = max(|q_iᵀ n_i|, 1) with n_i = λ n_{i−1} + K^-½ k_i for an unstable Λ = λI (Principle 6, Fig. 11):
+    A_ij = φ(s_ij) / η_i with s_ij = λ^{i−j} K^-½ q_iᵀk_j; for the identity readout the same as "abs_max1"; no
+    step()."""
+    lam, heads, length = 1.05, 2, 9
+    mixer = double_mixer("custom", D, heads=heads, readout=readout, decay="constant", constant_decay=lam,
+                         normalizer="state")
+    x = inputs(2, length, D, seed=3)
+    q, k = ((x @ w.T).view(2, length, heads, -1).transpose(1, 2) for w in mixer.qk.weight.chunk(2, dim=0))
+    i = torch.arange(length, dtype=torch.float64)
+    causal = i[:, None] >= i[None, :]
+    powers = torch.where(causal, lam ** (i[:, None] - i[None, :]).clamp(min=0), 0.0)
+    scores = powers * (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    alpha = {"exp": torch.exp, "relu": F.relu, "identity": lambda s: s}[readout](scores).masked_fill(~causal, 0.0)
+    eta = scores.sum(-1, keepdim=True).abs().clamp(min=1.0)
+    torch.testing.assert_close(mixer.coefficients(x), alpha / eta, rtol=1e-9, atol=1e-12)
+    if readout == "identity":
+        same = double_mixer("custom", D, heads=heads, readout=readout, decay="constant", constant_decay=lam,
+                            normalizer="abs_max1")
+        same.load_state_dict(mixer.state_dict())
+        torch.testing.assert_close(same(x), mixer(x), rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="^normalizer: 'state'"):
+        mixer.step(x[:, 0], mixer.init_state(2))

@@ -16,8 +16,9 @@ with every choice of the coefficient dynamics (seed 001 eqs. 2–4):
   ``householder_beta`` ``"input"`` (β = σ(W u)) or a fixed number (2 is a reflection);
 * ``scale`` b: ``"inv_sqrt"`` (K^-½), ``"one"``, ``"input"`` (σ(W u)), ``"input_inv_sqrt"`` (σ(W u) K^-½) or
   ``"delta"`` (b = Δ of the Mamba-2 parameterization) (Principle 5);
-* ``normalizer`` η: ``"none"``, ``"sum"``, ``"abs_max1"`` or ``"learned"`` (η = exp(W u), normalized attention)
-  (Principle 6).
+* ``normalizer`` η: ``"none"``, ``"sum"``, ``"abs_max1"``, ``"learned"`` (η = exp(W u), normalized attention) or
+  ``"state"`` (η_i = max(|q_iᵀ n_i|, 1) with the normalization state n_i = Λ_i n_{i−1} + b_i k_i of mLSTM, for any
+  readout: it grows linearly in the state, Principle 6; a whole-sequence normalizer, so no ``step()``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ DECAYS = ("none", "constant", "scalar", "diagonal")
 DECAY_PARAMS = ("gla", "mamba2")
 HOUSEHOLDERS = ("none", "keys", "learned")
 SCALES = ("inv_sqrt", "one", "input", "input_inv_sqrt", "delta")
-NORMALIZERS = ("none", "sum", "abs_max1", "learned")
+NORMALIZERS = ("none", "sum", "abs_max1", "learned", "state")
 
 
 class Custom(CoefficientMixer):
@@ -133,10 +134,27 @@ class Custom(CoefficientMixer):
                 householder["householder_dir"] = direction.expand(*x.shape[:2], self.heads, self.key_dim)
             householder["householder"] = (torch.sigmoid(self.beta(x)) if self.beta is not None
                                           else x.new_full((*x.shape[:2], self.heads), float(self.householder_beta)))
+        scale = self._scale(x, step)
         normalizer = torch.exp(self.eta(x)) if self.normalizer_kind == "learned" else self.normalizer_kind
+        if self.normalizer_kind == "state":
+            normalizer = self._state_normalizer(q, k, log_decay, scale, householder)
         inputs = Dynamics(q, k, split_heads(self.v(x), self.heads), readout=self.readout, log_decay=log_decay,
-                          scale=self._scale(x, step), normalizer=normalizer, **householder)
+                          scale=scale, normalizer=normalizer, **householder)
         return inputs, x
+
+    def _state_normalizer(self, q: Tensor, k: Tensor, log_decay: Tensor | None, scale, householder: dict) -> Tensor:
+        """η_i = max(|q_iᵀ n_i|, 1), n_i = Λ_i n_{i−1} + b_i k_i: the operator with the identity readout on values 1
+        (``q_iᵀ n_i = Σ_j s_ij``, the sum of the scores), ``[B, T, H]``."""
+        ones = q.new_ones(*q.shape[:3], 1)
+        sums = self.run_core(Dynamics(q, k, ones, readout="identity", log_decay=log_decay, scale=scale,
+                                      normalizer="none", **householder))
+        return sums[..., 0].abs().clamp(min=1.0)
+
+    def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
+        if self.normalizer_kind == "state":
+            raise ValueError("normalizer: 'state' is computed over the whole sequence here; custom with it cannot "
+                             "step() — use normalizer='abs_max1' (the same η for the identity readout) to stream")
+        return super().step(x_t, state)
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)
