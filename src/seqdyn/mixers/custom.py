@@ -146,6 +146,8 @@ class Custom(CoefficientMixer):
         """η_i = max(|q_iᵀ n_i|, 1), n_i = Λ_i n_{i−1} + b_i k_i: the operator with the identity readout on values 1
         (``q_iᵀ n_i = Σ_j s_ij``, the sum of the scores), ``[B, T, H]``."""
         ones = q.new_ones(*q.shape[:3], 1)
+        if q.is_meta:  # configs probe their models on the meta device: only the shape is wanted
+            return ones[..., 0]
         sums = self.run_core(Dynamics(q, k, ones, readout="identity", log_decay=log_decay, scale=scale,
                                       normalizer="none", **householder))
         return sums[..., 0].abs().clamp(min=1.0)

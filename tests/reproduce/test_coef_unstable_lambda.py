@@ -1,0 +1,44 @@
+"""seed 001 Fig. 11 (``seqdyn.reproduce.coef_unstable_lambda``): each claim on hand-made results where it must hold,
+must fail and must be inconclusive."""
+
+from __future__ import annotations
+
+from seqdyn.reproduce import coef_unstable_lambda as fig
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from tests.reproduce.helpers import results, row
+
+
+def table(accuracy: dict[tuple[str, str], list[float]]):
+    """``accuracy[(readout group, normalizer)]`` per seed, group "exp" or "linear"; a worse run per cell too."""
+    rows = []
+    for readout in fig.READOUTS:
+        group = "exp" if readout == "exp" else "linear"
+        for normalizer in fig.NORMALIZERS:
+            for seed, value in enumerate(accuracy[(group, normalizer)]):
+                for wd, lower in ((0.1, 0.0), (0.0, 0.05)):
+                    rows.append(row(value - lower, model__mixer_options__readout=readout,
+                                    model__mixer_options__normalizer=normalizer, task__name=fig.TASK,
+                                    optimizer__weight_decay=wd, train__seed=seed))
+    return results(rows)
+
+
+def verdicts(data) -> list[str]:
+    return [claim.decide(data).verdict for claim in fig.CLAIMS]
+
+
+def test_the_papers_picture_holds():
+    data = table({("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.13],
+                  ("linear", "none"): [0.7, 0.75], ("exp", "state"): [0.13, 0.12], ("linear", "state"): [0.99, 0.97]})
+    assert verdicts(data) == [HELD, HELD, HELD]
+
+
+def test_the_opposite_fails():
+    data = table({("exp", "sum"): [0.3, 0.2], ("linear", "sum"): [0.3, 0.2], ("exp", "none"): [0.9, 0.95],
+                  ("linear", "none"): [0.5, 0.5], ("exp", "state"): [0.95, 0.97], ("linear", "state"): [0.2, 0.3]})
+    assert verdicts(data) == [FAILED, FAILED, FAILED]
+
+
+def test_seeds_on_both_sides_are_inconclusive():
+    data = table({("exp", "sum"): [0.99, 0.5], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.5],
+                  ("linear", "none"): [0.4, 0.9], ("exp", "state"): [0.13, 0.6], ("linear", "state"): [0.99, 0.97]})
+    assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
