@@ -115,7 +115,7 @@ class AtomicTable1(Reproduction):
     }
     # seconds, measured here on 2026-11-26 (2 workers): 22.1 min, then 14.1 min to retrain the attention runs a
     # source change during the run had failed (see the README)
-    wall_time = {"smoke": None, "cpu": 2171.0, "paper": None}
+    wall_time = {"smoke": 8.8, "cpu": 2171.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale])
