@@ -141,7 +141,7 @@ class ReadoutMaps(Reproduction):
                "solved memorization (0.999) and led selective copying (0.35 against 0.07) after 100.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 6.0, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
+    wall_time = {"smoke": 6.0, "cpu": 1810.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("readouts", [model_entry(r) for r in ORDER], **SCALES[scale])
