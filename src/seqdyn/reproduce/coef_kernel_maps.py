@@ -142,7 +142,7 @@ class KernelMaps(Reproduction):
                "12,800 examples (256 test); lr 1e-3 and weight decay 0.1 only; two seeds.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 9.5, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
+    wall_time = {"smoke": 9.5, "cpu": 1156.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS],
