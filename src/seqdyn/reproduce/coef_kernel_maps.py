@@ -30,8 +30,8 @@ from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every
 from seqdyn.reproduce.coef_readout_maps import SCALES as READOUT_SCALES
 from seqdyn.reproduce.mad import (MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL, SMOKE_REDUCTION, TRANSFORMER_BLOCK, ZERO_BOUND,
-                                  best_runs, mad_score, mad_sweeps, measure_best_runs, measured_score,
-                                  principle_panels, tasks_of)
+                                  best_runs, mad_score, mad_sweeps, measure_best_runs, measured_score, principle_panels,
+                                  tasks_of)
 from seqdyn.train.config import SweepConfig
 
 FEATURE = "model.mixer_options.feature_map"
@@ -121,7 +121,8 @@ CLAIMS = (
           "the identity readout's", "most kernel approximations are more efficient at setting coefficients close "
           "to zero than the identity readout map", _kernels_suppress_more_than_identity),
     Claim("zeros per row ≤ K − 1", "in trained identity-readout models, no row index has more than K − 1 zero "
-          "coefficients on average over a batch (Corollary 2.2; zero queries left out)", "The figure shows that the allowed number of zero coefficients is never "
+          "coefficients on average over a batch (Corollary 2.2; zero queries left out)",
+          "The figure shows that the allowed number of zero coefficients is never "
           "exceeded", _zero_bound_holds),
 )
 
@@ -142,7 +143,8 @@ class KernelMaps(Reproduction):
                "12,800 examples (256 test); lr 1e-3 and weight decay 0.1 only; two seeds.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 9.5, "cpu": 1156.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
+    # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
+    wall_time = {"smoke": 9.5, "cpu": 1156.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS],

@@ -81,7 +81,8 @@ def _identity_without_positions_fails(results: Results) -> Outcome:
 
 
 CLAIMS = (
-    Claim("PE and λI both solve", f"every readout reaches {SOLVED} with positions (Λ = I) and with Λ = λI (no positions)",
+    Claim("PE and λI both solve",
+          f"every readout reaches {SOLVED} with positions (Λ = I) and with Λ = λI (no positions)",
           "noisy in-context recall is solved by both PE and Λ_i = λI for all readout maps", _both_solve),
     Claim("λI replaces PE", f"without positions, Λ = λI ≥ Λ = I + {MARGIN} for every readout",
           "We show that Λ_i can replace positional embeddings (PE) for the simplest choice of Λ_i",

@@ -25,10 +25,9 @@ from seqdyn.analysis.mixers import DEFAULT_WINDOW, readout_near_zero_set
 from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
-from seqdyn.reproduce.mad import (NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget,
-                                  mad_score, mad_sweeps, measure_best_runs, measured_score, pick,
-                                  principle_panels, tasks_of)
+from seqdyn.reproduce.mad import (CPU_TASKS, NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
+                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_score,
+                                  mad_sweeps, measure_best_runs, measured_score, pick, principle_panels, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 READOUT = "model.mixer_options.readout"
@@ -49,10 +48,7 @@ TASKS = ("fuzzy_in_context_recall", "selective_copying", "memorization")
 SCALES: dict[str, dict[str, Any]] = {
     "paper": dict(tasks=pick(PAPER_TASKS, *TASKS), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
                   budget=Budget()),
-    "cpu": dict(tasks={"fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 64, "k_motif_size": 3,
-                                                   "v_motif_size": 3},
-                       "selective_copying": {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
-                       "memorization": {"vocab_size": 256, "seq_len": 32}},
+    "cpu": dict(tasks=pick(CPU_TASKS, *TASKS),
                 lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1),
                 budget=Budget(epochs=None, steps=2_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=250, width=64)),
@@ -141,7 +137,8 @@ class ReadoutMaps(Reproduction):
                "solved memorization (0.999) and led selective copying (0.35 against 0.07) after 100.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 6.0, "cpu": 1810.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
+    # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
+    wall_time = {"smoke": 6.0, "cpu": 1810.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("readouts", [model_entry(r) for r in ORDER], **SCALES[scale])

@@ -24,7 +24,7 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least
-from seqdyn.reproduce.mad import (GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
+from seqdyn.reproduce.mad import (CPU_TASKS, GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
                                   SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, best_runs,
                                   mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
@@ -43,7 +43,7 @@ SCALES: dict[str, dict[str, Any]] = {
     # heads 8, 4, 2 at width 128: effective head dimensions K = 16, 32, 64
     "paper": dict(tasks=pick(PAPER_TASKS, TASK), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0, 1, 2),
                   budget=Budget(), heads=(8, 4, 2)),
-    "cpu": dict(tasks={TASK: {"vocab_size": 16, "seq_len": 64, "k_motif_size": 3, "v_motif_size": 3}}, lrs=(1e-3,),
+    "cpu": dict(tasks=pick(CPU_TASKS, TASK), lrs=(1e-3,),
                 weight_decays=(0.1,), seeds=(0, 1, 2),
                 budget=Budget(epochs=None, steps=2_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=250, width=64), heads=(4,)),

@@ -23,7 +23,7 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every, reaches
-from seqdyn.reproduce.mad import (PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET,
+from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET,
                                   SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_score, mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
 
@@ -41,7 +41,7 @@ TASK = "noisy_in_context_recall"
 SCALES: dict[str, dict[str, Any]] = {
     "paper": dict(tasks=pick(PAPER_TASKS, TASK), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
                   budget=Budget()),
-    "cpu": dict(tasks={TASK: {"vocab_size": 32, "seq_len": 64, "noise_vocab_size": 16, "frac_noise": 0.2}},
+    "cpu": dict(tasks=pick(CPU_TASKS, TASK),
                 lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1),
                 budget=Budget(epochs=None, steps=2_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=250, width=64)),
