@@ -63,6 +63,7 @@ def test_metrics_are_those_of_the_mixer_on_its_own_input(model):
         one = expected[:, head:head + 1]
         assert rows[2 + head].near_zero_fraction == pytest.approx(analysis.near_zero_fraction(one, 1e-2))
         assert rows[2 + head].max_zero_count == int(analysis.zero_count_per_row(one).max())
+        assert rows[2 + head].mean_zero_count == float(analysis.mean_zero_count(one).nan_to_num(nan=0.0).max())
         assert rows[2 + head].spectral_bound == pytest.approx(
             float(analysis.spectral_radii(model.blocks[1].mixer, model.blocks[1].norm1(hidden))[head]))
 

@@ -20,8 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, COMBINATION_TOL, NEAR_ZERO_EPS,
-                                          combination_class_shares, large_fraction, near_zero_fraction,
-                                          zero_count_per_row)
+                                          combination_class_shares, large_fraction, mean_zero_count,
+                                          near_zero_fraction, zero_count_per_row)
 from seqdyn.analysis.mixers import dsf_radii, evolution_radii, is_lti
 
 __all__ = ["HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model", "layer_coefficients"]
@@ -51,6 +51,8 @@ class HeadReport:
         readout: the readout φ of the coefficient dynamics (``"identity"`` for LTI mixers).
         near_zero_fraction, large_fraction: at ``eps`` (seed 001 Principle 2, appendix D.2).
         max_zero_count: largest number of zero coefficients in any row (Corollary 2.2).
+        mean_zero_count: seed 001 Fig. 9's count — per row index, the batch's mean number of zero coefficients (rows
+            of a zero query left out: :func:`~seqdyn.analysis.mean_zero_count`) — its largest value.
         zero_bound: K − 1 where Corollary 2.2 applies (identity readout), else ``None``.
         class_shares: share of rows per combination class (appendix A, Table 2).
         spectral_bound: largest |eigenvalue| of Λ_t over batch and time (Principle 6).
@@ -65,6 +67,7 @@ class HeadReport:
     near_zero_fraction: float | None
     large_fraction: float | None
     max_zero_count: int | None
+    mean_zero_count: float | None
     zero_bound: int | None
     class_shares: dict[str, float] | None
     spectral_bound: float | None
@@ -199,6 +202,7 @@ def _head_reports(call: MixerCall, eps: float, zero_tol: float | None, class_tol
                              f"{radii.shape[0]} evolution heads")
         radii = radii.expand(heads)
     zeros = zero_count_per_row(A, zero_tol) if A is not None else None
+    mean_zeros = mean_zero_count(A, zero_tol).nan_to_num(nan=0.0) if A is not None else None  # [H, T]
     for head in range(heads):
         one = A[:, head:head + 1] if A is not None else None
         rows.append(HeadReport(
@@ -207,6 +211,7 @@ def _head_reports(call: MixerCall, eps: float, zero_tol: float | None, class_tol
             near_zero_fraction=None if one is None else near_zero_fraction(one, eps),
             large_fraction=None if one is None else large_fraction(one, eps),
             max_zero_count=None if zeros is None else int(zeros[:, head].max()),
+            mean_zero_count=None if mean_zeros is None else float(mean_zeros[head].max()),
             zero_bound=int(key_dim) - 1 if readout == "identity" and one is not None else None,
             class_shares=None if one is None else combination_class_shares(one, class_tol),
             spectral_bound=float(radii[head]) if spectral and radii is not None else None,

@@ -81,7 +81,8 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
         if skipped:
             console().print(f"left out (they train on a local corpus: add --data PATH): {', '.join(skipped)}")
     for reproduction in reproductions:
-        named_sweeps(reproduction, scale, data)  # bad --data, or none where one is needed: an error before any run
+        if reproduction.corpus:  # a bad --data, or none where one is needed: an error before any run
+            named_sweeps(reproduction, scale, data)
     check_device(reproductions, scale, yes)
     for reproduction in reproductions:
         written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress,

@@ -129,18 +129,18 @@ class LmPerplexity(Reproduction):
         source = corpus_params(smoke_corpus() if data is None else data)
         train = {"batch_size": size["batch_size"]}
         train.update({"steps": size["steps"]} if size["steps"] else {"epochs": size["epochs"]})
-        data_ = {"name": "lm",
-                 "model": {"block": "transformer", "layers": size["layers"], "d_model": size["width"], "mlp": "gelu",
-                           "norm": "layernorm", "positions": True},
-                 "task": {"name": "lm", "params": {"seq_len": size["seq_len"], "tokenizer": size["tokenizer"],
-                                                   **source},
-                          "train_examples": size["train_examples"], "test_examples": size["test_examples"]},
-                 "optimizer": {"weight_decay": 0.1, "betas": (0.9, 0.95), "grad_clip": 1.0},
-                 "schedule": {"kind": "cosine", "warmup": 0.1},
-                 "train": train,
-                 "sweep": {"model": [{"mixer": mixer, "mixer_options": {"heads": size["heads"]}} for mixer in MODELS],
-                           "optimizer.lr": list(size["lrs"]), "train.seed": list(size["seeds"])}}
-        return [SweepConfig.model_validate(data_)]
+        config = {"name": "lm",
+                  "model": {"block": "transformer", "layers": size["layers"], "d_model": size["width"], "mlp": "gelu",
+                            "norm": "layernorm", "positions": True},
+                  "task": {"name": "lm", "params": {"seq_len": size["seq_len"], "tokenizer": size["tokenizer"],
+                                                    **source},
+                           "train_examples": size["train_examples"], "test_examples": size["test_examples"]},
+                  "optimizer": {"weight_decay": 0.1, "betas": (0.9, 0.95), "grad_clip": 1.0},
+                  "schedule": {"kind": "cosine", "warmup": 0.1},
+                  "train": train,
+                  "sweep": {"model": [{"mixer": mixer, "mixer_options": {"heads": size["heads"]}} for mixer in MODELS],
+                            "optimizer.lr": list(size["lrs"]), "train.seed": list(size["seeds"])}}
+        return [SweepConfig.model_validate(config)]
 
     def table(self, results: Results) -> str:
         """Table 1's layout: one column per attention function, and the share of the gap closed."""

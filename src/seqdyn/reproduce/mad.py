@@ -60,7 +60,6 @@ SMOKE_TASKS: dict[str, dict[str, Any]] = {
     "memorization": {"vocab_size": 16, "seq_len": 8},
     "noisy_in_context_recall": {"vocab_size": 16, "seq_len": 16, "noise_vocab_size": 4, "frac_noise": 0.2},
 }
-SMOKE_BUDGET_STEPS = 4
 
 
 def pick(tasks: Mapping[str, Mapping[str, Any]], *names: str) -> dict[str, dict[str, Any]]:
@@ -93,7 +92,7 @@ PAPER_PROTOCOL = ("MAD's protocol (seed 001 appendix E; DESIGN §8): 12,800 trai
 SMOKE_REDUCTION = "The whole pipeline on toy tasks (L = 16, d = 16, 4 steps): no verdict to trust."
 
 #: the ``smoke`` budget of every seed 001 reproduction
-SMOKE_BUDGET = Budget(epochs=None, steps=SMOKE_BUDGET_STEPS, train_examples=64, test_examples=16, batch_size=8,
+SMOKE_BUDGET = Budget(epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8,
                       eval_every=2, width=16, layers=1)
 
 
@@ -181,9 +180,8 @@ def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASUR
     """Seed 001's measurements of one trained run on ``examples`` test inputs of its task: the near-zero and
     large fractions of its coefficients (mean over layers and heads, at ``NEAR_ZERO_EPS``) and, where the bound
     of Corollary 2.2 applies (identity readouts), Fig. 9's count — per layer, head and row index, the batch's mean
-    number of zero coefficients (``analysis.mean_zero_count``), its largest value — and the bound K − 1."""
-    from seqdyn.analysis.coefficients import mean_zero_count
-    from seqdyn.analysis.model import inspect_model, layer_coefficients
+    number of zero coefficients (``HeadReport.mean_zero_count``), its largest value — and the bound K − 1."""
+    from seqdyn.analysis.model import inspect_model
     from seqdyn.train.checkpoint import load_trained
 
     _, task, model = load_trained(store, row["run_id"])
@@ -192,12 +190,10 @@ def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASUR
     measured: dict[str, Any] = {
         NEAR_ZERO: sum(head.near_zero_fraction for head in heads) / len(heads) if heads else None,
         LARGE: sum(head.large_fraction for head in heads) / len(heads) if heads else None}
-    bounded = {head.layer: head.zero_bound for head in heads if head.zero_bound is not None}
+    bounded = [head for head in heads if head.zero_bound is not None]
     if bounded:
-        counts = [mean_zero_count(A) for label, A in layer_coefficients(model, inputs).items()
-                  if int(label.split()[1]) in bounded]  # labels "layer L · mixer"
-        measured[MAX_ZEROS] = max(float(c.nan_to_num(nan=0.0).max()) for c in counts)
-        measured[ZERO_BOUND] = min(bounded.values())
+        measured[MAX_ZEROS] = max(head.mean_zero_count for head in bounded)
+        measured[ZERO_BOUND] = min(head.zero_bound for head in bounded)
     return measured
 
 
