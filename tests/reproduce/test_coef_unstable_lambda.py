@@ -42,3 +42,18 @@ def test_seeds_on_both_sides_are_inconclusive():
     data = table({("exp", "sum"): [0.99, 0.5], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.5],
                   ("linear", "none"): [0.4, 0.9], ("exp", "state"): [0.13, 0.6], ("linear", "state"): [0.99, 0.97]})
     assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
+
+
+def test_lambda_keeps_the_growth_over_the_sequence_at_every_length():
+    assert fig.unstable_lambda(fig.PAPER_LENGTH) == fig.LAMBDA
+    for length in (16, 64, 256):
+        lam = fig.unstable_lambda(length)
+        assert lam > 1
+        assert abs(lam ** (length - 1) / fig.GROWTH - 1) < 0.02
+
+
+def test_every_scale_trains_its_own_lengths_lambda():
+    for scale in ("smoke", "cpu", "paper"):
+        (sweep,) = fig.REPRODUCTION.sweeps(scale)
+        lam = fig.unstable_lambda(sweep.task.params["seq_len"])
+        assert {entry["mixer_options"]["constant_decay"] for entry in sweep.sweep["model"]} == {lam}

@@ -9,8 +9,9 @@ readout maps [that grow linearly] training is stable and the model achieves good
 and the model fails to learn anything, yet for [the linear ones] training is stable and the model achieves perfect
 performance." (appendix D.4; Lemma 6, Corollary 6.1).
 
-The ``custom`` mixer with Λ = λI, λ = 1.01 (the paper's "mildly unstable" value is lost from the text copy; 1.01^127
-≈ 3.5 over the 128 tokens), b = K^-½, readouts exp (superlinear) and ReLU and softplus (linear growth; the paper's
+The ``custom`` mixer with Λ = λI, λ = 1.01 at MAD's L = 128 (the paper's "mildly unstable" value is lost from the
+text copy; 1.01^127 ≈ 3.5 over the 128 tokens) and at any other length the λ with the same growth λ^(L−1) over the
+sequence (:func:`unstable_lambda`: 1.0203 at the cpu scale's L = 64), b = K^-½, readouts exp (superlinear) and ReLU and softplus (linear growth; the paper's
 two are lost), and three normalizers: none (η = 1), ``state`` (η_i = max(|q_iᵀ n_i|, 1) with mLSTM's normalization
 state, linear in the state) and ``sum`` (η_i = Σ_j α_ij, Corollary 6.1); Type 1 blocks with learned positions.
 """
@@ -27,7 +28,10 @@ from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TA
                                   SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_score, mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
 
-LAMBDA = 1.01
+#: λ at MAD's L = 128, and the growth λ^(L−1) over the sequence it gives, which every length keeps
+LAMBDA, PAPER_LENGTH = 1.01, 128
+GROWTH = LAMBDA ** (PAPER_LENGTH - 1)
+DECAY = "model.mixer_options.constant_decay"
 READOUTS = {"exp": "exp", "relu": "ReLU", "softplus": "softplus"}
 LINEAR = ("relu", "softplus")
 NORMALIZERS = {"none": "η = 1", "state": "η = max(|qᵀn|, 1)", "sum": "η = Σα"}
@@ -49,8 +53,13 @@ SCALES: dict[str, dict[str, Any]] = {
 }
 
 
-def model_entry(readout: str, normalizer: str) -> dict[str, Any]:
-    options = {"readout": readout, "heads": 4, "decay": "constant", "constant_decay": LAMBDA, "scale": "inv_sqrt",
+def unstable_lambda(seq_len: int) -> float:
+    """The λ whose growth λ^(L−1) over ``seq_len`` tokens is λ = 1.01's over MAD's 128 (to four decimals)."""
+    return round(GROWTH ** (1 / (seq_len - 1)), 4)
+
+
+def model_entry(readout: str, normalizer: str, lam: float) -> dict[str, Any]:
+    options = {"readout": readout, "heads": 4, "decay": "constant", "constant_decay": lam, "scale": "inv_sqrt",
                "normalizer": normalizer}
     return {**TRANSFORMER_BLOCK, "mixer": "custom", "mixer_options": options}
 
@@ -60,6 +69,11 @@ def _score(results: Results, readouts: tuple[str, ...], normalizer: str) -> Scor
             if row.get("model.mixer_options.readout") in readouts]
     label = ", ".join(READOUTS[r] for r in readouts) + f" ({NORMALIZERS[normalizer]})"
     return mad_score(results, label, rows, by=("model.mixer_options.readout",))
+
+
+def _lambdas(results: Results) -> str:
+    """The λ the results were trained with, for a caption."""
+    return " / ".join(str(lam) for lam in results.values(DECAY) if lam is not None) or "λ"
 
 
 def _sum_solves(results: Results) -> Outcome:
@@ -94,7 +108,7 @@ class UnstableLambda(Reproduction):
     name = "coef_unstable_lambda"
     paper = "seed 001 (coefficient dynamics)"
     figure = "Fig. 11"
-    summary = ("An unstable Λ = λI (λ = 1.01) with readouts exp, ReLU and softplus and normalizers η = 1, "
+    summary = ("An unstable Λ = λI (λ^(L−1) = 1.01^127) with readouts exp, ReLU and softplus and normalizers η = 1, "
                "η = max(|qᵀn|, 1) and η = Σα on MAD's noisy in-context recall: accuracy (best over the lr × "
                "weight-decay grid, mean over seeds ± half the seed range).")
     claims = CLAIMS
@@ -108,7 +122,8 @@ class UnstableLambda(Reproduction):
     wall_time = {"smoke": 10.0, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        entries = [model_entry(readout, normalizer) for readout in READOUTS for normalizer in NORMALIZERS]
+        lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])
+        entries = [model_entry(readout, normalizer, lam) for readout in READOUTS for normalizer in NORMALIZERS]
         return mad_sweeps("unstable", entries, **SCALES[scale])
 
     def table(self, results: Results) -> str:
@@ -118,7 +133,7 @@ class UnstableLambda(Reproduction):
         for readout, label in READOUTS.items():
             cells = [score_cell(_score(results, (readout,), normalizer), percent) for normalizer in NORMALIZERS]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        return "\n".join(lines) + f"\n\nAccuracy in %, Λ = {LAMBDA} I. The paper prints Fig. 11 only as a figure."
+        return "\n".join(lines) + f"\n\nAccuracy in %, Λ = {_lambdas(results)} I. The paper prints Fig. 11 only as a figure."
 
     def plot(self, results: Results, path: Path) -> Path:
         series = {}
@@ -130,7 +145,7 @@ class UnstableLambda(Reproduction):
                     bars.append((name, score.mean, score.spread / 2))
             series[label] = bars
         return plot_bars({"noisy in-context recall": series}, path, xlabel="readout map φ",
-                         title=f"seed 001 Fig. 11: Λ = {LAMBDA} I and the normalizer η")
+                         title=f"seed 001 Fig. 11: Λ = {_lambdas(results)} I and the normalizer η")
 
 
 REPRODUCTION = UnstableLambda()

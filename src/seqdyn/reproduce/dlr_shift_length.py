@@ -40,8 +40,11 @@ SCALES = {
     "paper": dict(budget=Budget(width=32, state_dim=4096, batch_size=4, steps=86_000, test_examples=256,
                                 eval_every=2_000),
                   lengths={**dict.fromkeys(ORDER[:4], PAPER_LENGTHS), "dlr_real": (2**8,)}, seeds=(0,)),
-    "cpu": dict(budget=Budget(width=32, state_dim=256, batch_size=16, steps=1_500, test_examples=256,
-                              eval_every=250),
+    # fixed from a pilot (one thread beside a two-worker run): 0.02 / 0.06 / 0.27 s per step for DLR at L = 256 /
+    # 1024 / 4096 (DSS-EXP 0.05 / 0.12 / 0.46), about 35 min for the 26 runs; DLR's R² after 600 steps 0.95 /
+    # 0.65 / 0.31, still rising
+    "cpu": dict(budget=Budget(width=32, state_dim=256, batch_size=16, steps=1_200, test_examples=256,
+                              eval_every=300),
                 lengths={**dict.fromkeys(ORDER[:4], CPU_LENGTHS), "dlr_real": (256,)}, seeds=(0, 1)),
     "smoke": dict(budget=Budget(seq_len=16, width=8, state_dim=8, batch_size=4, steps=4, test_examples=8,
                                 eval_every=2),
@@ -104,9 +107,9 @@ class ShiftLength(Reproduction):
                  "for the small state), batch 4, 86K steps, constant learning rate 1e-5 (DLR versions) and 1e-3 "
                  "(DSS-EXP), one seed. Not run yet.",
         "cpu": "L ∈ {256, 1024, 4096} instead of 2^14…2^20 with N = 256 (N/L from 1 to 1/16, where the paper's is "
-               "1/4 to 1/256) and N/8 = 32 for the small state; H = 32; 1,500 steps of batch 16 instead of 86K of "
+               "1/4 to 1/256) and N/8 = 32 for the small state; H = 32; 1,200 steps of batch 16 instead of 86K of "
                "batch 4, at Table 1's learning rates (1e-4 DLR versions, 1e-3 DSS-EXP) instead of Table 2's 1e-5 for "
-               "DLR, which learns nothing in so few steps; two seeds. Not run yet: its wall time is not measured.",
+               "DLR, which learns nothing in so few steps; two seeds.",
         "smoke": "The whole pipeline at L = 16 and 32, H = 8, N = 8, 4 steps: no verdict to trust.",
     }
     wall_time = {"smoke": 9.0, "cpu": None, "paper": None}
