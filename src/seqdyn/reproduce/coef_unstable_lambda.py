@@ -11,8 +11,8 @@ performance." (appendix D.4; Lemma 6, Corollary 6.1).
 
 The ``custom`` mixer with Λ = λI, λ = 1.01 at MAD's L = 128 (the paper's "mildly unstable" value is lost from the
 text copy; 1.01^127 ≈ 3.5 over the 128 tokens) and at any other length the λ with the same growth λ^(L−1) over the
-sequence (:func:`unstable_lambda`: 1.0203 at the cpu scale's L = 64), b = K^-½, readouts exp (superlinear) and ReLU and softplus (linear growth; the paper's
-two are lost), and three normalizers: none (η = 1), ``state`` (η_i = max(|q_iᵀ n_i|, 1) with mLSTM's normalization
+sequence (:func:`unstable_lambda`: 1.0203 at the cpu scale's L = 64), b = K^-½, readouts exp (superlinear) and
+ReLU and softplus (linear growth; the paper's two are lost), and three normalizers: none (η = 1), ``state`` (η_i = max(|q_iᵀ n_i|, 1) with mLSTM's normalization
 state, linear in the state) and ``sum`` (η_i = Σ_j α_ij, Corollary 6.1); Type 1 blocks with learned positions.
 """
 
@@ -133,7 +133,8 @@ class UnstableLambda(Reproduction):
         for readout, label in READOUTS.items():
             cells = [score_cell(_score(results, (readout,), normalizer), percent) for normalizer in NORMALIZERS]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        return "\n".join(lines) + f"\n\nAccuracy in %, Λ = {_lambdas(results)} I. The paper prints Fig. 11 only as a figure."
+        caption = f"Accuracy in %, Λ = {_lambdas(results)} I. The paper prints Fig. 11 only as a figure."
+        return "\n".join(lines) + "\n\n" + caption
 
     def plot(self, results: Results, path: Path) -> Path:
         series = {}
