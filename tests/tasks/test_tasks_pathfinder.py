@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqdyn.tasks import build
+from seqdyn.tasks import build, pathfinder
 
 
 def _components(pixels, reach):
@@ -45,6 +45,30 @@ def _circle_cores(image, radius):
 def test_label_two_is_one_path_joining_the_two_circles(M, positive_prob):
     task = build("pathfinder_segmentation", seq_len=M * M, positive_prob=positive_prob)
     inputs, targets = task.generate(12, seed=3)
+    expected = {1.0: {"positive"}, 0.0: {"negative"}, 0.5: {"positive", "negative"}}[positive_prob]
+    assert _scene_kinds(task, inputs, targets) == expected
+
+
+def test_a_scene_without_room_for_both_main_paths_is_drawn_again():
+    # 22 dashes in a 64 x 64 image: some first paths leave the second no room in 200 tries (an error before)
+    task = build("pathfinder_segmentation", seq_len=64 * 64, num_dashes=22)
+    inputs, targets = task.generate(64, seed=0)
+    assert _scene_kinds(task, inputs, targets) == {"positive", "negative"}
+    again, _ = task.generate(64, seed=0)
+    assert torch.equal(inputs, again)
+
+
+def test_main_paths_that_never_fit_name_num_dashes(monkeypatch):
+    monkeypatch.setattr(pathfinder, "_SCENE_TRIES", 2)  # give up sooner: 40 dashes never fit in 32 x 32
+    monkeypatch.setattr(pathfinder, "_MAIN_TRIES", 5)
+    task = build("pathfinder_segmentation", seq_len=32 * 32, num_dashes=40)
+    with pytest.raises(RuntimeError, match="num_dashes"):
+        task.generate(4, seed=0)
+
+
+def _scene_kinds(task, inputs, targets) -> set[str]:
+    """Check every scene (circles on the main paths, label 2 joining both, distractors apart); its kinds."""
+    M = task.side
     assert set(torch.unique(inputs).tolist()) <= {0.0, 1.0} and set(torch.unique(targets).tolist()) <= {0, 1, 2}
     gap, radius, clearance = task.gap, task.radius, task.clear
     kinds = set()
@@ -72,8 +96,7 @@ def test_label_two_is_one_path_joining_the_two_circles(M, positive_prob):
         if len(others):
             gaps = np.abs(others[:, None, :] - main[None, :, :]).max(-1).min()
             assert gaps > clearance
-    expected = {1.0: {"positive"}, 0.0: {"negative"}, 0.5: {"positive", "negative"}}[positive_prob]
-    assert kinds == expected
+    return kinds
 
 
 def test_distractors_and_positive_rate_at_the_default_size():

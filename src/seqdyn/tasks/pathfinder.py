@@ -32,6 +32,7 @@ from seqdyn.tasks.base import IGNORE_INDEX, Param, Task, TaskSpec, register
 
 _CHUNK = 16  # images generated together
 _MAIN_TRIES = 200
+_SCENE_TRIES = 20  # scenes drawn again from scratch where a main path found no room
 _DISTRACTOR_TRIES = 12
 _REACH = 3  # occupancy cells are 1/_REACH of the separation; a point checks the cells within _REACH of its own
 
@@ -96,6 +97,20 @@ class PathfinderSegmentation(Task):
         return images.reshape(n, M * M, 1), labels.reshape(n, M * M)
 
     def _draw_chunk(self, rng: np.random.Generator, images: np.ndarray, labels: np.ndarray) -> None:
+        """Draw ``len(images)`` scenes; a scene where a main path finds no room is drawn again from scratch."""
+        todo = np.arange(images.shape[0])
+        for _ in range(_SCENE_TRIES):
+            drawn_images, drawn_labels = np.zeros_like(images[todo]), np.zeros_like(labels[todo])
+            ok = self._draw_scenes(rng, drawn_images, drawn_labels)
+            images[todo[ok]], labels[todo[ok]] = drawn_images[ok], drawn_labels[ok]
+            todo = todo[~ok]
+            if todo.size == 0:
+                return
+        raise RuntimeError(f"{self.name}: could not place both main paths in {_SCENE_TRIES} scenes of "
+                           f"{_MAIN_TRIES} tries each; reduce num_dashes")
+
+    def _draw_scenes(self, rng: np.random.Generator, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Draw one scene per image; returns which scenes have both main paths (the others are to be discarded)."""
         n = images.shape[0]
         # strokes reach line_width/2 + 1 px beyond their outline points: keep those points this far apart
         cell = -(-(self.clear + self.width + 3) // _REACH)
@@ -107,8 +122,8 @@ class PathfinderSegmentation(Task):
         circles_a = np.stack([positive | ~end_a, positive | end_a], axis=1)  # [start, end]
         circles_b = np.stack([~positive & ~end_b, ~positive & end_b], axis=1)
         main_margin = self.radius + 1
-        path_a = self._place(rng, grid, cell, self.num_dashes, main_margin, circles_a, _MAIN_TRIES, required=True)
-        path_b = self._place(rng, grid, cell, self.num_dashes, main_margin, circles_b, _MAIN_TRIES, required=True)
+        path_a = self._place(rng, grid, cell, self.num_dashes, main_margin, circles_a, _MAIN_TRIES)
+        path_b = self._place(rng, grid, cell, self.num_dashes, main_margin, circles_b, _MAIN_TRIES)
         no_circles = np.zeros((n, 2), dtype=bool)
         for _ in range(self.num_distractors):
             margin = self.width + 1
@@ -121,6 +136,7 @@ class PathfinderSegmentation(Task):
             for which, centre in ((0, s[:, 0]), (1, e[:, -1])):
                 has = circles[:, which]
                 self._stamp_disc(images, labels, centre[has], rows[has], label[has])
+        return path_a[2] & path_b[2]
 
     def _walk(self, rng: np.random.Generator, k: int, dashes: int, margin: float) -> tuple[np.ndarray, np.ndarray]:
         """``k`` smooth reflecting random walks: dash starts and ends ``[k, dashes, 2]`` as (y, x)."""
@@ -163,7 +179,7 @@ class PathfinderSegmentation(Task):
             points.append(centre[:, None] + scale * ring)
         return np.concatenate(points, axis=1)
 
-    def _place(self, rng, grid, cell, dashes, margin, circles, tries, required=False):
+    def _place(self, rng, grid, cell, dashes, margin, circles, tries):
         """Place one object per image, avoiding the occupied cells of ``grid``; returns starts, ends, placed."""
         n = grid.shape[0]
         starts, ends = np.zeros((n, dashes, 2)), np.zeros((n, dashes, 2))
@@ -184,8 +200,6 @@ class PathfinderSegmentation(Task):
             pending = pending[~ok]
             if pending.size == 0:
                 break
-        if required and pending.size:
-            raise RuntimeError(f"{self.name}: could not place a main path in {tries} tries; reduce num_dashes")
         return starts, ends, placed
 
     def _stamp_dashes(self, images, labels, starts, ends, rows, label) -> None:
