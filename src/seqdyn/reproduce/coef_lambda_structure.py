@@ -142,7 +142,7 @@ class LambdaStructure(Reproduction):
                "tokens where the others copied 0.07-0.08.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 11.0, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
+    wall_time = {"smoke": 11.0, "cpu": 2457.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("structure", [model_entry(variant) for variant in VARIANTS], **SCALES[scale])
