@@ -11,9 +11,10 @@ performance." (appendix D.4; Lemma 6, Corollary 6.1).
 
 The ``custom`` mixer with Λ = λI, λ = 1.01 at MAD's L = 128 (the paper's "mildly unstable" value is lost from the
 text copy; 1.01^127 ≈ 3.5 over the 128 tokens) and at any other length the λ with the same growth λ^(L−1) over the
-sequence (:func:`unstable_lambda`: 1.0203 at the cpu scale's L = 64), b = K^-½, readouts exp (superlinear) and
-ReLU and softplus (linear growth; the paper's two are lost), and three normalizers: none (η = 1), ``state`` (η_i = max(|q_iᵀ n_i|, 1) with mLSTM's normalization
-state, linear in the state) and ``sum`` (η_i = Σ_j α_ij, Corollary 6.1); Type 1 blocks with learned positions.
+sequence (:func:`unstable_lambda`: 1.0416 at the cpu scale's L = 32), b = K^-½, readouts exp (superlinear) and
+ReLU and softplus (linear growth; the paper's two are lost), and three normalizers: none (η = 1), ``state``
+(η_i = max(|q_iᵀ n_i|, 1) with mLSTM's normalization state, linear in the state) and ``sum`` (η_i = Σ_j α_ij,
+Corollary 6.1); Type 1 blocks with learned positions.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ SCALES: dict[str, dict[str, Any]] = {
     # batch 32, about 34 min for the 18 runs; softmax attention leaves the 0.36 plateau of noisy recall at L = 32 only
     # after about 3,000 steps (0.51 at 4,800, 0.61 at 7,200; lr 3e-3 is slower: 0.37 at 5,000), at L = 64 not within
     # 2,400 (0.33 at lr 1e-3 and 3e-3)
-    "cpu": dict(tasks={TASK: {**CPU_TASKS[TASK], "seq_len": 32}},
+    "cpu": dict(tasks=pick(CPU_TASKS, TASK),
                 lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1),
                 budget=Budget(epochs=None, steps=5_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=500, width=64)),
