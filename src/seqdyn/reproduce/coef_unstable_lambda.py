@@ -127,7 +127,7 @@ class UnstableLambda(Reproduction):
                "reaches within 1,000 steps.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 10.0, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
+    wall_time = {"smoke": 10.0, "cpu": 1302.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])
