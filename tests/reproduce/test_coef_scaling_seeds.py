@@ -42,3 +42,25 @@ def test_ranges_that_differ_by_cell_are_inconclusive():
     rows = [r | {"best": 0.5} if r["model.mixer_options.readout"] == "exp" and r["model.mixer_options.scale"] == "one"
             else r for r in data.rows]  # one non-adhering cell without any seed spread
     assert fig.CLAIMS[0].decide(results(rows)).verdict == INCONCLUSIVE
+
+
+def _entries(scale: str) -> list[dict]:
+    return [entry for sweep in fig.REPRODUCTION.sweeps(scale) for entry in sweep.sweep["model"]]
+
+
+def test_the_cpu_scale_runs_every_combination_in_the_type_2_block_with_its_short_convolution():
+    entries = _entries("cpu")
+    assert len(entries) == len(fig.COMBINATIONS) * len(fig.SCALINGS)
+    assert all(entry["block"] == "gated" and entry["mixer_options"]["short_conv"] for entry in entries)
+
+
+def test_the_paper_scale_runs_exp_in_the_type_1_block_without_a_short_convolution():
+    for entry in _entries("paper"):
+        is_exp = entry["mixer_options"]["readout"] == "exp"
+        assert entry["block"] == ("transformer" if is_exp else "gated")
+        assert entry["mixer_options"]["short_conv"] is not is_exp
+
+
+def test_the_cpu_scale_runs_fuzzy_recall_at_its_reduced_settings():
+    (sweep,) = fig.REPRODUCTION.sweeps("cpu")
+    assert sweep.task.params == fig.CPU_FUZZY and sweep.train.steps == 2_400

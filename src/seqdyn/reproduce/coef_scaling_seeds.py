@@ -13,7 +13,7 @@ The four combinations of readout φ and evolution Λ are lost from the text copy
 equivalently to [Λ] in Mamba-2" and one "input-dependent [...] with the sigmoid function"; here: softmax (exp,
 Λ = I), linear attention (identity, Λ = I), identity with Mamba-2's scalar Λ, and identity with GLA's sigmoid-gated
 scalar Λ — all in the ``custom`` mixer with η = max(|Σα|, 1), Type 1 blocks for exp and Type 2 (short convolution,
-no positions) for the identity (appendix E.2: "Type 1 or Type 2").
+no positions) for the identity (appendix E.2: "Type 1 or Type 2"); the cpu scale puts exp in Type 2 as well.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least
-from seqdyn.reproduce.mad import (CPU_TASKS, GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
+from seqdyn.reproduce.mad import (GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
                                   SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, best_runs,
                                   mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
@@ -39,24 +39,34 @@ SCALINGS = (("inv_sqrt", "b = K^-½", True), ("input_inv_sqrt", "b = σ(Wu) K^-�
             ("input", "b = σ(Wu)", False))
 TASK = "fuzzy_in_context_recall"
 
+#: fuzzy recall as the cpu scale runs it: L = 32 with motifs of at most 2 tokens, where a 2,400-step budget leaves
+#: chance (pilot, 1 thread, 0.034 s per step: at MAD's motifs of 3 and L = 64 every model of three reproductions
+#: stayed at chance, 0.13-0.16, for 1,500-2,000 steps)
+CPU_FUZZY = {"vocab_size": 16, "seq_len": 32, "k_motif_size": 2, "v_motif_size": 2}
+
 SCALES: dict[str, dict[str, Any]] = {
     # heads 8, 4, 2 at width 128: effective head dimensions K = 16, 32, 64
     "paper": dict(tasks=pick(PAPER_TASKS, TASK), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0, 1, 2),
-                  budget=Budget(), heads=(8, 4, 2)),
-    "cpu": dict(tasks=pick(CPU_TASKS, TASK), lrs=(1e-3,),
-                weight_decays=(0.1,), seeds=(0, 1, 2),
-                budget=Budget(epochs=None, steps=2_000, train_examples=12_800, test_examples=256, batch_size=32,
-                              eval_every=250, width=64), heads=(4,)),
+                  budget=Budget(), heads=(8, 4, 2), exp_block=TRANSFORMER_BLOCK),
+    # exp in the Type 2 block: in Type 1 (positions, no short convolution) it stayed at chance in the pilot (0.13
+    # after 3,000 steps, b = K^-½), while in Type 2 it left chance (0.24 with b = K^-½, 0.78 with b = 1, 2,500
+    # steps); the identity with Mamba-2's Λ reached 0.34 after 3,000
+    "cpu": dict(tasks={TASK: CPU_FUZZY}, lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
+                budget=Budget(epochs=None, steps=2_400, train_examples=12_800, test_examples=256, batch_size=32,
+                              eval_every=300, width=64), heads=(4,), exp_block=GATED_BLOCK),
     "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0, 1),
-                  budget=SMOKE_BUDGET, heads=(2,)),
+                  budget=SMOKE_BUDGET, heads=(2,), exp_block=TRANSFORMER_BLOCK),
 }
 
 
-def model_entry(combination: tuple[str, str, str, str], scale: str, heads: int) -> dict[str, Any]:
+def model_entry(combination: tuple[str, str, str, str], scale: str, heads: int,
+                exp_block: dict[str, Any] = TRANSFORMER_BLOCK) -> dict[str, Any]:
+    """The ``model`` sweep-axis entry of one combination with the scaling ``scale``: the identity readout in the
+    Type 2 block, exp in ``exp_block``; the short convolution wherever the block is Type 2."""
     _, readout, decay, parameterization = combination
-    block = TRANSFORMER_BLOCK if readout == "exp" else GATED_BLOCK
+    block = exp_block if readout == "exp" else GATED_BLOCK
     options = {"readout": readout, "heads": heads, "decay": decay, "decay_param": parameterization, "scale": scale,
-               "normalizer": "abs_max1", "short_conv": readout != "exp"}
+               "normalizer": "abs_max1", "short_conv": block == GATED_BLOCK}
     return {**block, "mixer": "custom", "mixer_options": options}
 
 
@@ -122,17 +132,19 @@ class ScalingSeeds(Reproduction):
     reductions = {
         "paper": PAPER_PROTOCOL + "; fuzzy in-context recall at MAD's settings; 8, 4 and 2 heads (head dimensions "
                  "16, 32, 64); three seeds.",
-        "cpu": "Fuzzy recall at L = 64 (MAD: 128); width 64 with 4 heads (one head dimension, 16); 2,000 steps of "
-               "batch 32 over 12,800 examples (256 test); lr 1e-3 and weight decay 0.1 only; three seeds (48 runs). "
-               "Not measured yet: provisional until a pilot fixes it.",
+        "cpu": "Fuzzy recall at L = 32 with keys and values of at most 2 tokens (MAD: L = 128, 3 tokens; at L = 64 "
+               "and 3 tokens no model left chance within 2,000 steps here); every combination in the Type 2 block "
+               "with its short convolution (exp in Type 1 stayed at chance in a 3,000-step pilot); width 64 with 4 "
+               "heads (one head dimension, 16); 2,400 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 "
+               "and weight decay 0.1 only; three seeds (48 runs).",
         "smoke": SMOKE_REDUCTION,
     }
     wall_time = {"smoke": 16.0, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sizes = dict(SCALES[scale])
-        heads = sizes.pop("heads")
-        entries = [model_entry(combination, name, count) for combination in COMBINATIONS
+        heads, exp_block = sizes.pop("heads"), sizes.pop("exp_block")
+        entries = [model_entry(combination, name, count, exp_block) for combination in COMBINATIONS
                    for name, _, _ in SCALINGS for count in heads]
         return mad_sweeps("scaling", entries, **sizes)
 
