@@ -40,3 +40,17 @@ def test_only_the_pathfinder_models_are_bidirectional():
     for sweep in table3.sweeps_of("smoke"):
         runs = sweep.expand()
         assert {run.model.bidirectional for run in runs} == {sweep.task.name == table3.PATHFINDER}
+
+
+def test_listops_keeps_the_papers_chunk_of_an_eighth_of_the_sequence_at_the_cpu_scale():
+    for scale in ("paper", "cpu"):
+        setup = table3.SCALES[scale][table3.LISTOPS]
+        assert setup.window * 8 == setup.seq_len
+    assert table3.SCALES["paper"][table3.PATHFINDER].window * 4 == table3.SCALES["paper"][table3.PATHFINDER].seq_len
+
+
+def test_the_cpu_sweeps_run_every_model_with_two_seeds_on_both_tasks():
+    for sweep in table3.sweeps_of("cpu"):
+        runs = sweep.expand()
+        assert len(runs) == len(table3.MODELS) * 2
+        assert {run.model.mixer for run in runs} == set(table3.MODELS)

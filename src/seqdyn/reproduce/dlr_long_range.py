@@ -55,8 +55,12 @@ class Setup:
 SCALES: dict[str, dict[str, Setup]] = {
     "paper": {LISTOPS: Setup(2**13, 6, 128, 1024, 1024, 32, 300_000, 8e-4, 0.01, 2_048, 10_000),
               PATHFINDER: Setup(2**14, 5, 128, 1024, 4096, 16, 150_000, 1e-4, 0.0, 2_048, 10_000)},
-    "cpu": {LISTOPS: Setup(512, 4, 64, 64, 64, 16, 1_500, 8e-4, 0.01, 256, 250, seeds=(0, 1)),
-            PATHFINDER: Setup(4096, 4, 32, 64, 1024, 4, 1_500, 1e-3, 0.0, 64, 250, seeds=(0, 1))},
+    # pilot (1 thread, 2026-11-26): ListOps at L = 512 costs 0.35-0.40 s per step for each model; after 600 steps
+    # DLR 0.55, DSS-EXP 0.36, local attention 0.36 (still rising). Pathfinder at L = 4,096: DLR 0.46 s per step
+    # (macro F1 0.70 after 300 steps); local attention 2.6 s per step with chunks of 256, 4.9 with 512 and about
+    # 10 with the paper's quarter of L (1,024)
+    "cpu": {LISTOPS: Setup(512, 4, 64, 64, 64, 16, 800, 8e-4, 0.01, 256, 100, seeds=(0, 1)),
+            PATHFINDER: Setup(4096, 4, 32, 64, 256, 4, 300, 1e-3, 0.0, 64, 100, seeds=(0, 1))},
     "smoke": {LISTOPS: Setup(64, 1, 16, 8, 16, 4, 4, 1e-3, 0.0, 8, 2),
               PATHFINDER: Setup(4096, 1, 16, 8, 1024, 2, 2, 1e-3, 0.0, 4, 2)},
 }
@@ -132,11 +136,12 @@ class LongRange(Reproduction):
                  "layers, H = 128, N = 1,024, chunks of 1,024, batch 32, 300K steps, lr 8e-4, weight decay 0.01; "
                  "Pathfinder-Segmentation-128 (L = 16,384), 5 layers, chunks of 4,096, batch 16, 150K steps, lr "
                  "1e-4, no weight decay; cosine schedule after a 10 % warm-up; one seed.",
-        "cpu": "ListOps-SubTrees at L = 512 (expressions of 437-512 tokens), 4 layers, H = 64, N = 64, chunks of 64, "
-               "batch 16, 1,500 steps; Pathfinder-Segmentation at 64 × 64 (L = 4,096: the generator cannot place a "
-               "14-dash main path, nor one of 3 to 10 dashes, in a 32 × 32 image), 4 layers, H = 32, N = 64, "
-               "chunks of 1,024, batch 4, 1,500 steps, lr 1e-3 (the paper's 1e-4 is for 150K steps); two seeds. "
-               "Not measured yet: this budget is provisional until a pilot fixes it.",
+        "cpu": "ListOps-SubTrees at L = 512 (expressions of 437-512 tokens), 4 layers, H = 64, N = 64, chunks of 64 "
+               "(the paper's L/8), batch 16, 800 steps; Pathfinder-Segmentation at 64 × 64 (L = 4,096: the generator "
+               "cannot place a 14-dash main path, nor one of 3 to 10 dashes, in a 32 × 32 image), 4 layers, H = 32, "
+               "N = 64, batch 4, 300 steps, lr 1e-3 (the paper's 1e-4 is for 150K steps), chunks of 256 (L/16; "
+               "the paper's L/4 would cost about 10 s per step here, 20× DLR); two seeds (12 runs). These budgets "
+               "are far below the paper's 300K and 150K steps: a verdict says which model learns faster here.",
         "smoke": "The whole pipeline on toy ListOps (L = 64) and a 64 × 64 Pathfinder image (1 layer, d = 16, 2-4 "
                  "steps): no verdict to trust.",
     }
