@@ -67,3 +67,12 @@ def test_all_without_a_corpus_leaves_the_language_model_out(tmp_path):
     # --scale paper without a GPU stops before any run, after naming what it left out
     result = CliRunner().invoke(app, ["reproduce", "all", "--scale", "paper", "--store", str(tmp_path / "runs.db")])
     assert "left out (they train on a local corpus: add --data PATH): dsf_lm_perplexity" in result.output
+
+
+def test_the_cpu_scale_trains_bytes_of_the_given_file_for_1000_steps_with_two_seeds(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("words " * 100)
+    (sweep,) = table1.REPRODUCTION.sweeps("cpu", data=text)
+    assert sweep.task.params == {"seq_len": 256, "tokenizer": "bytes", "path": str(text)}
+    assert sweep.train.steps == 1_000 and sweep.task.train_examples == 16_000
+    assert len(sweep.expand()) == len(table1.MODELS) * 2
