@@ -139,7 +139,8 @@ class ScalingSeeds(Reproduction):
                "and weight decay 0.1 only; three seeds (48 runs).",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 16.0, "cpu": None, "paper": None}  # seconds, measured here (smoke: 2026-11-26, 1 worker)
+    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-26, 2 workers, 94ff6fc, a pilot beside it)
+    wall_time = {"smoke": 16.0, "cpu": 2173.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sizes = dict(SCALES[scale])
