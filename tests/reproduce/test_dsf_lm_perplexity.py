@@ -7,8 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 from seqdyn.cli import app
+from seqdyn.reproduce import dlr_long_range
 from seqdyn.reproduce import dsf_lm_perplexity as table1
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.runner import regenerate_command
 from tests.reproduce.helpers import results, row
 
 
@@ -76,3 +78,14 @@ def test_the_cpu_scale_trains_bytes_of_the_given_file_for_1000_steps_with_two_se
     assert sweep.task.params == {"seq_len": 256, "tokenizer": "bytes", "path": str(text)}
     assert sweep.train.steps == 1_000 and sweep.task.train_examples == 16_000
     assert len(sweep.expand()) == len(table1.MODELS) * 2
+
+
+def test_the_regenerate_command_names_the_corpus_the_runs_read():
+    lm = table1.REPRODUCTION
+    on_file = results([row(6.0, task__params__path="data/shakespeare.txt", train__seed=seed) for seed in (0, 1)])
+    assert regenerate_command(lm, on_file) == ("seqdyn reproduce dsf_lm_perplexity --scale cpu "
+                                               "--data data/shakespeare.txt")
+    two = results([row(6.0, task__params__path="a.txt"), row(6.0, task__params__data_dir="wiki")])
+    assert regenerate_command(lm, two).endswith("--data PATH")
+    assert regenerate_command(lm, results([row(6.0)], scale="smoke")).endswith("--scale smoke")
+    assert regenerate_command(dlr_long_range.REPRODUCTION, on_file).endswith("--scale cpu")

@@ -170,8 +170,18 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
     lines += ["", "What the paper says:", ""]
     lines += [f"- *{claim.name}*: “{claim.quote}”" for claim in reproduction.claims]
     lines += ["", f"## Scale `{results.scale}`", "", reproduction.reductions.get(results.scale, ""), "",
-              f"Regenerate: `seqdyn reproduce {reproduction.name} --scale {results.scale}`.", ""]
+              f"Regenerate: `{regenerate_command(reproduction, results)}`.", ""]
     return "\n".join(lines)
+
+
+def regenerate_command(reproduction: Reproduction, results: Results) -> str:
+    """The command that reruns ``results``: with the corpus the runs read as ``--data`` for a ``corpus``
+    reproduction (above the smoke scale, which brings its own)."""
+    command = f"seqdyn reproduce {reproduction.name} --scale {results.scale}"
+    if not reproduction.corpus or results.scale == "smoke":
+        return command
+    sources = [value for key in ("task.params.path", "task.params.data_dir") for value in results.values(key) if value]
+    return command + f" --data {sources[0] if len(sources) == 1 else 'PATH'}"
 
 
 def _short(value: float) -> str:
