@@ -127,7 +127,7 @@ class LmPerplexity(Reproduction):
         "smoke": "The whole pipeline on this library's own lm task source as the corpus (context 32, d = 16, 4 "
                  "steps): no verdict to trust.",
     }
-# seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-26, 2 workers, 360d111, data/shakespeare.txt)
+    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-26, 2 workers, 360d111, data/shakespeare.txt)
     wall_time = {"smoke": 7.5, "cpu": 1216.0, "paper": None}
 
     def sweeps(self, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
