@@ -47,5 +47,6 @@ def test_every_scale_expands_to_valid_runs(name, scale, tmp_path):
     runs = [config for sweep in named_sweeps(reproduction, scale, data) for config in sweep.expand()]
     assert runs and len({config.run_id for config in runs}) == len(runs)
     assert reproduction.reductions[scale]
+    assert {config.train.device for config in runs} == {"auto" if scale == "paper" else "cpu"}
     if scale == "smoke":
         assert all(config.train.steps <= 20 and config.model.d_model <= 32 for config in runs)

@@ -48,7 +48,8 @@ class Written:
 
 def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
     """The reproduction's sweeps at ``scale`` (a ``corpus`` reproduction's on ``data``, which every scale but
-    ``smoke`` needs), each renamed ``NAME/SCALE/PART`` as the store keeps it."""
+    ``smoke`` needs), each renamed ``NAME/SCALE/PART`` as the store keeps it.  The ``paper`` scale trains on the
+    GPU where there is one (``train.device`` ``auto``); ``smoke`` and ``cpu`` keep the CPU."""
     check_scale(scale)
     if not reproduction.corpus:
         sweeps = reproduction.sweeps(scale)
@@ -60,7 +61,9 @@ def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None
     parts = [sweep.name for sweep in sweeps]
     if len(set(parts)) != len(parts):
         raise ValueError(f"{reproduction.name}: its sweeps need distinct names, got {parts}")
-    return [sweep.model_copy(update={"name": sweep_name(reproduction, scale, sweep)}) for sweep in sweeps]
+    device = {"device": "auto"} if scale == "paper" else {}
+    return [sweep.model_copy(update={"name": sweep_name(reproduction, scale, sweep),
+                                     "train": sweep.train.model_copy(update=device)}) for sweep in sweeps]
 
 
 def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
