@@ -71,3 +71,30 @@ def test_the_paper_scale_is_the_papers_protocol():
     ssd = [run for run in runs if run.model.mixer == "mamba2"]
     assert all(run.model.mixer_options["head_dim"] == run.model.d_model for run in ssd)  # one head
     assert all(not run.model.positions for run in ssd)
+
+
+def test_longer_budget_pilot_is_the_cpu_scale_but_its_budget():
+    """examples/pilots/mqar_models_longer_budget.yaml trains the cpu scale's runs (softmax attention left out) for
+    twice the steps, on the GPU where there is one: nothing else differs."""
+    from pathlib import Path
+
+    from seqdyn.reproduce import get
+    from seqdyn.reproduce.runner import named_sweeps
+    from seqdyn.train.config import load_config
+    from seqdyn.train.sweep import expand
+
+    def by_run(configs, **train):
+        runs = {}
+        for config in configs:
+            canonical = config.canonical()
+            canonical.pop("name")
+            canonical["train"].update(train)
+            runs[canonical["model"]["mixer"], canonical["optimizer"]["lr"], canonical["train"]["seed"]] = canonical
+        return runs
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "pilots" / "mqar_models_longer_budget.yaml"
+    pilot = expand(load_config(path))
+    assert {(c.train.steps, c.train.eval_every, c.train.device) for c in pilot} == {(10_000, 500, "auto")}
+    cpu = by_run(expand(named_sweeps(get(fig.REPRODUCTION.name), "cpu")[0]))
+    cpu = {key: run for key, run in cpu.items() if key[0] != "softmax_attention"}
+    assert by_run(pilot, steps=5_000, eval_every=250, device="cpu") == cpu

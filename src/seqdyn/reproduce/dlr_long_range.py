@@ -171,7 +171,7 @@ class LongRange(Reproduction):
                 series[label] = [("ours", score.mean, score.spread / 2)] if score.values else []
                 series[label].append(("paper", PAPER[task][model] / 100, 0.0))
             panels[title] = series
-        return plot_bars(panels, path, xlabel="", title="seed 002 Table 3: higher-order tasks")
+        return plot_bars(panels, path, xlabel="", ylabel="score", title="seed 002 Table 3: higher-order tasks")
 
 
 REPRODUCTION = LongRange()
