@@ -24,3 +24,19 @@ def test_every_example_config_is_valid(path):
     from seqdyn.train.sweep import expand
 
     assert expand(load_config(path))
+
+
+def test_paper_step_times_estimates_from_timed_steps(capsys):
+    """examples/pilots/paper_step_times.py times three runs of a reproduction and multiplies out its steps."""
+    import json
+    import runpy
+
+    script = runpy.run_path(str(EXAMPLES / "pilots" / "paper_step_times.py"))
+    script["main"](["dlr_context", "--scale", "smoke"])
+    lines = capsys.readouterr().out.splitlines()
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert lines[-1].startswith("RESULT ") and len(lines) == 1 + len(result["timed"])
+    assert result["devices"] == ["cpu"] and result["runs"] >= len(result["timed"]) == 3
+    mean = sum(run["s_per_step"] for run in result["timed"]) / 3
+    assert result["estimate_h"] == round(mean * result["total_steps"] / 3600, 2)
+    assert all(run["device"] == "cpu" and run["s_per_step"] > 0 for run in result["timed"])
