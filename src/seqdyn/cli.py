@@ -273,6 +273,7 @@ def reproduce(
     retry_failed: bool = RETRY_OPTION,
     data: Optional[str] = typer.Option(None, help="The local corpus of the language-model reproductions: a "
                                        "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file."),
+    markdown: bool = typer.Option(False, "--markdown", help="report: print the verdicts as a markdown table."),
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -285,6 +286,8 @@ def reproduce(
     with _training_errors():
         if target == "list":
             commands.list_table()
+        elif target == "report" and markdown:
+            typer.echo(commands.report_markdown(out), nl=False)
         elif target == "report":
             commands.report(out)
         else:

@@ -107,3 +107,30 @@ def test_the_ours_cell_shows_what_was_measured_not_the_thresholds():
                "MIPS: ATTENTION": 0.8, "MIPS: DLR": 0.01, "MIPS: difference": 0.79, "MIPS: seed spread": 0.02,
                "MIPS: margin": 0.2}
     assert ours_text(numbers) == "DLR SHIFT 0.995, MIPS: ATTENTION 0.8, MIPS: DLR 0.01, MIPS: seed spread 0.02"
+
+
+def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(tmp_path):
+    from seqdyn.reproduce.commands import report_markdown
+
+    run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown"])
+    assert result.exit_code == 0, result.output
+    assert result.output == report_markdown(tmp_path / "out")
+    rows = [line for line in result.output.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == len(REPRODUCTION.claims)
+    assert [row.count(f"`{REPRODUCTION.name}` (smoke, ") for row in rows] == [1] + [0] * (len(rows) - 1)
+    for row, claim in zip(rows, REPRODUCTION.claims):
+        cells = row.replace("\\|", "¦").split(" | ")
+        assert len(cells) == 5 and cells[1] == claim.statement.replace("|", "¦")
+
+
+def test_docs_reproductions_readme_is_the_markdown_report_of_its_verdicts(monkeypatch):
+    """docs/reproductions/README.md lists exactly the verdicts committed beside it (regenerate it with
+    `seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md`)."""
+    from pathlib import Path
+
+    from seqdyn.reproduce.commands import report_markdown
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    assert (root / "docs" / "reproductions" / "README.md").read_text() == report_markdown("docs/reproductions")
