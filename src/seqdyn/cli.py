@@ -291,8 +291,11 @@ def reproduce(
         elif target == "report":
             commands.report(out)
         else:
-            commands.reproduce(target, scale, store, out, workers or available_cores(), ray, yes, progress,
-                               retry_failed, data)
+            try:
+                commands.reproduce(target, scale, store, out, workers or available_cores(), ray, yes, progress,
+                                   retry_failed, data)
+            except commands.ReproductionsFailed as error:
+                _fail(str(error), 1)
 
 
 @app.command()

@@ -49,7 +49,9 @@ def test_a_killed_reproduction_resumes_without_repeating_a_finished_run(tmp_path
     assert statuses == {"finished"} and written.outcomes
 
 
-def test_a_store_with_another_config_under_the_same_name_is_refused_untouched(tmp_path):
+@pytest.mark.parametrize("target", [REPRODUCTION.name, "all"])
+def test_a_store_with_another_config_under_the_same_name_is_refused_untouched(target, tmp_path):
+    """Also by ``all``, before the reproductions ahead of this one have trained anything."""
     store_path = tmp_path / "runs.db"
     sweep = named_sweeps(REPRODUCTION, "smoke")[0]
     other = sweep.model_copy(update={"optimizer": sweep.optimizer.model_copy(update={"weight_decay": 0.0})})
@@ -57,7 +59,7 @@ def test_a_store_with_another_config_under_the_same_name_is_refused_untouched(tm
     for config in other.expand():
         store.add_run(config.run_id, config.name, config.canonical(), sweep.name)
     before = [(r.id, r.status) for r in store.runs()]
-    result = CliRunner().invoke(app, ["reproduce", "dsf_mqar_models", "--scale", "smoke", "--store", str(store_path),
+    result = CliRunner().invoke(app, ["reproduce", target, "--scale", "smoke", "--store", str(store_path),
                                       "--out", str(tmp_path / "out")])
     assert result.exit_code == 2
     assert "holds 5 run(s) of another config" in result.output
@@ -134,3 +136,21 @@ def test_docs_reproductions_readme_is_the_markdown_report_of_its_verdicts(monkey
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     assert (root / "docs" / "reproductions" / "README.md").read_text() == report_markdown("docs/reproductions")
+
+
+def test_all_goes_on_past_a_reproduction_that_fails_and_names_it_at_the_end(tmp_path, monkeypatch):
+    from seqdyn.reproduce import commands, dlr_context
+
+    def broken(results, path):
+        raise RuntimeError("a bug in its figure")
+
+    monkeypatch.setattr(commands, "names", lambda: ["dlr_context", REPRODUCTION.name])
+    monkeypatch.setattr(dlr_context.REPRODUCTION, "plot", broken)
+    result = CliRunner().invoke(app, ["reproduce", "all", "--scale", "smoke", "--store", str(tmp_path / "runs.db"),
+                                      "--out", str(tmp_path / "out"), "--workers", "1", "--no-progress"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert "dlr_context failed (RuntimeError: a bug in its figure)" in result.output
+    assert "1 of 2 reproductions failed: dlr_context" in result.output
+    assert (tmp_path / "out" / REPRODUCTION.name / "verdict.json").exists()
+    assert {record.status for record in Store(tmp_path / "runs.db").runs()} == {"finished"}

@@ -6,12 +6,17 @@ from pathlib import Path
 
 from seqdyn.reproduce import get, names
 from seqdyn.reproduce.base import SCALES, Reproduction, check_scale
-from seqdyn.reproduce.runner import named_sweeps, run, verdict_rows
+from seqdyn.reproduce.runner import check_store, named_sweeps, run, verdict_rows
 from seqdyn.train.config import RunConfig
 from seqdyn.train.progress import console
+from seqdyn.train.store import Store
 from seqdyn.train.sweep import expand
 
 VERDICT_STYLES = {"held": "green", "did not hold": "red", "inconclusive": "yellow"}
+
+
+class ReproductionsFailed(RuntimeError):
+    """``reproduce all`` went on past reproductions that raised an error; this names them at the end."""
 
 
 def _duration(seconds: float | None) -> str:
@@ -80,16 +85,33 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
         reproductions = [r for r in reproductions if not r.corpus]
         if skipped:
             console().print(f"left out (they train on a local corpus: add --data PATH): {', '.join(skipped)}")
-    for reproduction in reproductions:
-        if reproduction.corpus:  # a bad --data, or none where one is needed: an error before any run
-            named_sweeps(reproduction, scale, data)
+    # every reproduction's sweeps first: a bad --data, or none where one is needed, is an error before any run
+    planned = [named_sweeps(reproduction, scale, data) for reproduction in reproductions]
     check_device(reproductions, scale, yes)
+    if Path(store).exists():  # another config under one of these sweep names: refused before any run starts
+        for sweeps in planned:
+            check_store(Store(store), sweeps)
+    failed = []
     for reproduction in reproductions:
-        written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress,
-                      retry_failed=retry_failed, data=data)
+        try:
+            written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress,
+                          retry_failed=retry_failed, data=data)
+        except OSError:  # the machine's (a full disk): every reproduction after it would fail the same way
+            raise
+        except Exception as error:  # a bug in one reproduction stops neither ``all`` nor the hours of the others
+            if target != "all":
+                raise
+            console().print_exception()
+            console().print(f"[red]{reproduction.name} failed[/red] ({type(error).__name__}: {error}); the other "
+                            "reproductions go on")
+            failed.append(reproduction.name)
+            continue
         console().print(f"{reproduction.name} ({_duration(written.elapsed_s)}): {written.folder}/"
                         f"{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
         report(out, only=reproduction.name)
+    if failed:
+        raise ReproductionsFailed(f"{len(failed)} of {len(reproductions)} reproductions failed: {', '.join(failed)} "
+                                  f"(tracebacks above); the runs they finished stay in --store {store}")
 
 
 def _rows(out: str | Path, only: str | None = None) -> list[dict]:
