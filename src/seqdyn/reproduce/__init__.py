@@ -8,6 +8,19 @@ A reproduction is a module here defining ``REPRODUCTION`` (:class:`~seqdyn.repro
 sweeps per scale, its claims (:mod:`~seqdyn.reproduce.claims`), its table and its figure; "where is seed 000's
 Fig. 2 reproduced?" — in ``seqdyn/reproduce/dsf_mqar_models.py``.  The framework modules (:data:`FRAMEWORK`)
 hold what they share: the claims, the base class, the runner and the papers' training protocols.
+
+Adding one (``seqdyn reproduce list`` and the smoke test of every reproduction find the module by itself):
+
+1. ``seqdyn/reproduce/<name>.py`` defining ``REPRODUCTION``: sweeps per scale (``paper`` the paper's own
+   hyper-parameters, trained on the GPU where there is one; ``cpu`` a reduction measured to fit
+   :data:`~seqdyn.reproduce.base.CPU_BUDGET_S` on 2 cores; ``smoke`` under a minute), ``reductions`` saying what
+   each scale changed and why, the table and the figure.
+2. Each claim a :class:`~seqdyn.reproduce.claims.Claim` whose threshold stands beside the paper's sentence it
+   tests, fixed before any result is seen; ``tests/reproduce/test_<name>.py`` decides it on hand-made results
+   where it must hold, fail and be inconclusive, and pins the paper scale to the paper's numbers.
+3. The cpu budget from a pilot (``examples/pilots/``), fixed in a commit before the run; then
+   ``seqdyn reproduce <name> --scale cpu``, its measured ``wall_time``, its outputs under ``docs/reproductions/``
+   and ``seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md``.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ trained by the sweep machinery into the results store; :class:`Results` reads th
 :meth:`Results.score` turns the rows of one setting into a :class:`~seqdyn.reproduce.claims.Score` (per seed, the
 best over the learning-rate grid), which the claims compare.
 
-Scales: ``paper`` (the paper's own hyper-parameters, for a GPU or a Ray cluster), ``cpu`` (a faithful reduction
-that finishes within :data:`CPU_BUDGET_S` on a 2-core CPU; :attr:`Reproduction.reductions` says what was reduced
-and why) and ``smoke`` (a minute or less: the whole pipeline, no verdict to trust).
+Scales: ``paper`` (the paper's own hyper-parameters, for a GPU or a Ray cluster; its runs train on the GPU where
+there is one), ``cpu`` (a faithful reduction that finishes within :data:`CPU_BUDGET_S` on a 2-core CPU;
+:attr:`Reproduction.reductions` says what was reduced and why) and ``smoke`` (a minute or less: the whole
+pipeline, no verdict to trust).
 """
 
 from __future__ import annotations
