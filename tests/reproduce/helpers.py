@@ -1,10 +1,14 @@
-"""Hand-made result rows for the claim predicates of the reproductions."""
+"""Hand-made result rows for the claim predicates of the reproductions, and the runs of the pilots under
+``examples/pilots/`` beside those of the reproduction scale they follow up."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from seqdyn.reproduce.base import Results
+from seqdyn.reproduce.base import Reproduction, Results
+
+PILOTS = Path(__file__).resolve().parents[2] / "examples" / "pilots"
 
 
 def row(best: float | None, status: str = "finished", reason: str | None = None, **keys: Any) -> dict[str, Any]:
@@ -17,3 +21,33 @@ def row(best: float | None, status: str = "finished", reason: str | None = None,
 
 def results(rows: list[dict[str, Any]], scale: str = "cpu") -> Results:
     return Results(scale, tuple(rows))
+
+
+def runs_by_key(configs, train: dict | None = None, mixer_options: dict | None = None,
+                key=("model.mixer", "optimizer.lr", "train.seed")) -> dict[tuple, dict[str, Any]]:
+    """Canonical run configs (their names left out) by the dotted ``key`` paths, with ``train`` and
+    ``mixer_options`` updated: what a pilot should equal once its deliberate changes are undone."""
+    runs = {}
+    for config in configs:
+        canonical = config.canonical()
+        canonical.pop("name")
+        canonical["train"].update(train or {})
+        canonical["model"]["mixer_options"].update(mixer_options or {})
+        values = []
+        for path in key:
+            value = canonical
+            for part in path.split("."):
+                value = value[part]
+            values.append(value)
+        runs[tuple(values)] = canonical
+    return runs
+
+
+def pilot_and_scale_runs(pilot: str, reproduction: Reproduction, scale: str = "cpu") -> tuple[list, list]:
+    """The runs of ``examples/pilots/<pilot>`` and those of ``reproduction`` at ``scale``."""
+    from seqdyn.reproduce.runner import named_sweeps
+    from seqdyn.train.config import load_config
+    from seqdyn.train.sweep import expand
+
+    scale_runs = [config for sweep in named_sweeps(reproduction, scale) for config in sweep.expand()]
+    return expand(load_config(PILOTS / pilot)), scale_runs

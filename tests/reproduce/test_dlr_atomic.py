@@ -9,7 +9,7 @@ from seqdyn.reproduce import dlr_atomic as table1
 from seqdyn.reproduce import dlr_context
 from seqdyn.reproduce.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
 
 #: the paper's Table 1, seeds 0 and 1 a little apart
 PAPER = {task: {model: (value, max(0.0, value - 0.01)) for model, value in models.items()}
@@ -134,3 +134,16 @@ def test_table2_paper_scale_is_the_papers_protocol():
     assert {length for length, *_ in by_label[(True, False, 4096)]} == {2**14, 2**16, 2**18, 2**20}
     assert {lr for _, lr, *_ in by_label[(False, False, 512)]} == {1e-5}
     assert {config.train.steps for config in runs} == {86_000}
+
+
+def test_select_fixed_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
+    """examples/pilots/dlr_select_fixed_longer.yaml: the cpu scale's two DLR runs on SELECT-FIXED at 10,000 steps
+    instead of 1,500 (evaluated every 500), and the same at lr 1e-3; nothing else differs."""
+    pilot, cpu = pilot_and_scale_runs("dlr_select_fixed_longer.yaml", table1.REPRODUCTION)
+    key = ("model.mixer", "task.name", "optimizer.lr", "train.seed")
+    expected = {k: run for k, run in runs_by_key(cpu, key=key).items() if k[:2] == ("dlr", "select_fixed")}
+    undone = runs_by_key(pilot, train=dict(steps=1_500, eval_every=250), key=key)
+    assert {k: run for k, run in undone.items() if k[2] == 1e-4} == expected and len(expected) == 2
+    higher = {k[:2] + (1e-4,) + k[3:]: {**run, "optimizer": {**run["optimizer"], "lr": 1e-4}}
+              for k, run in undone.items() if k[2] == 1e-3}
+    assert higher == expected

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from seqdyn.reproduce import dsf_mqar_models as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
 
 TASKS = ((64, 4), (128, 8))
 
@@ -73,42 +73,19 @@ def test_the_paper_scale_is_the_papers_protocol():
     assert all(not run.model.positions for run in ssd)
 
 
-def _by_run(configs, train=None, mixer_options=None):
-    """Canonical configs (name left out) by (mixer, lr, seed), with ``train`` and ``mixer_options`` updated."""
-    runs = {}
-    for config in configs:
-        canonical = config.canonical()
-        canonical.pop("name")
-        canonical["train"].update(train or {})
-        canonical["model"]["mixer_options"].update(mixer_options or {})
-        runs[canonical["model"]["mixer"], canonical["optimizer"]["lr"], canonical["train"]["seed"]] = canonical
-    return runs
-
-
-def _pilot_and_cpu_runs(pilot_name: str):
-    from pathlib import Path
-
-    from seqdyn.reproduce.runner import named_sweeps
-    from seqdyn.train.config import load_config
-    from seqdyn.train.sweep import expand
-
-    path = Path(__file__).resolve().parents[2] / "examples" / "pilots" / pilot_name
-    return expand(load_config(path)), expand(named_sweeps(fig.REPRODUCTION, "cpu")[0])
-
-
 def test_longer_budget_pilot_is_the_cpu_scale_but_its_budget():
     """examples/pilots/mqar_models_longer_budget.yaml trains the cpu scale's runs (softmax attention left out) for
     twice the steps, on the GPU where there is one: nothing else differs."""
-    pilot, cpu = _pilot_and_cpu_runs("mqar_models_longer_budget.yaml")
+    pilot, cpu = pilot_and_scale_runs("mqar_models_longer_budget.yaml", fig.REPRODUCTION)
     assert {(c.train.steps, c.train.eval_every, c.train.device) for c in pilot} == {(10_000, 500, "auto")}
-    expected = {key: run for key, run in _by_run(cpu).items() if key[0] != "softmax_attention"}
-    assert _by_run(pilot, train=dict(steps=5_000, eval_every=250, device="cpu")) == expected
+    expected = {key: run for key, run in runs_by_key(cpu).items() if key[0] != "softmax_attention"}
+    assert runs_by_key(pilot, train=dict(steps=5_000, eval_every=250, device="cpu")) == expected
 
 
 def test_ssd_slow_decay_pilot_is_the_cpu_scale_ssd_but_its_initial_decay():
     """examples/pilots/mqar_ssd_slow_decay.yaml is the cpu scale's four SSD runs, starting from A = 1."""
-    pilot, cpu = _pilot_and_cpu_runs("mqar_ssd_slow_decay.yaml")
+    pilot, cpu = pilot_and_scale_runs("mqar_ssd_slow_decay.yaml", fig.REPRODUCTION)
     assert {tuple(c.model.mixer_options["a_init_range"]) for c in pilot} == {(1, 1)}
-    expected = {key: run for key, run in _by_run(cpu, mixer_options={"a_init_range": [1, 1]}).items()
+    expected = {key: run for key, run in runs_by_key(cpu, mixer_options={"a_init_range": [1, 1]}).items()
                 if key[0] == "mamba2"}
-    assert _by_run(pilot) == expected and len(expected) == 4
+    assert runs_by_key(pilot) == expected and len(expected) == 4
