@@ -37,7 +37,7 @@ def runs_by_key(configs, train: dict | None = None, mixer_options: dict | None =
         for path in key:
             value = canonical
             for part in path.split("."):
-                value = value[part]
+                value = value.get(part) if isinstance(value, dict) else None  # None: the run has no such key
             values.append(value)
         runs[tuple(values)] = canonical
     return runs

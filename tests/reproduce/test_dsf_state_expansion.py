@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from seqdyn.reproduce import dsf_state_expansion as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
 
 
 def table(softmax: list[float], linear: dict[int, list[float]]):
@@ -36,3 +36,14 @@ def test_the_opposite_fails():
 
 def test_overlapping_seeds_are_inconclusive():
     assert verdicts(table([1.0, 0.5], {4: [0.3, 0.9], 16: [0.5, 0.5], 64: [0.4, 0.98]})) == [INCONCLUSIVE] * 3
+
+
+def test_large_n_pilot_is_the_cpu_scale_at_n_64_but_its_feature_map():
+    """examples/pilots/linear_attention_large_n.yaml: the cpu scale's two linear-attention runs at n = 64 with the
+    ReLU feature map instead of elu + 1; nothing else differs."""
+    pilot, cpu = pilot_and_scale_runs("linear_attention_large_n.yaml", fig.REPRODUCTION)
+    key = ("model.mixer", "model.mixer_options.state_dim", "train.seed")
+    relu = runs_by_key(cpu, mixer_options={"feature_map": "relu"}, key=key)
+    expected = {k: run for k, run in relu.items() if k[:2] == ("linear_attention", 64)}
+    assert {c.model.mixer_options["feature_map"] for c in pilot} == {"relu"}
+    assert runs_by_key(pilot, key=key) == expected and len(expected) == 2
