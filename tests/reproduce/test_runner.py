@@ -154,3 +154,21 @@ def test_all_goes_on_past_a_reproduction_that_fails_and_names_it_at_the_end(tmp_
     assert "1 of 2 reproductions failed: dlr_context" in result.output
     assert (tmp_path / "out" / REPRODUCTION.name / "verdict.json").exists()
     assert {record.status for record in Store(tmp_path / "runs.db").runs()} == {"finished"}
+
+
+def test_the_paper_estimate_of_a_corpus_reproduction_builds_its_sweeps_on_the_given_data(monkeypatch):
+    """Without a GPU, ``--scale paper`` says how long it would take; for the language model that arithmetic needs
+    the sweeps on ``--data`` (before, it asked for --data that had been given)."""
+    from seqdyn.reproduce import commands
+
+    lm = reproduce.get("dsf_lm_perplexity")
+    smoke = named_sweeps(lm, "smoke")
+    calls = []
+
+    def sweeps_on(reproduction, scale, data=None):
+        calls.append((scale, data))
+        return smoke
+
+    monkeypatch.setattr(commands, "named_sweeps", sweeps_on)
+    assert commands.estimate_seconds(lm, "paper", "corpus.txt") == lm.wall_time["cpu"]
+    assert calls == [("cpu", "corpus.txt"), ("paper", "corpus.txt")]

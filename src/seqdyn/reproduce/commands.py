@@ -48,25 +48,26 @@ def _work(config: RunConfig) -> float:
     return float(steps) * train.batch_size * length * config.model.d_model ** 2 * config.model.layers
 
 
-def estimate_seconds(reproduction: Reproduction, scale: str) -> float | None:
+def estimate_seconds(reproduction: Reproduction, scale: str, data: str | None = None) -> float | None:
     """The wall time of ``scale`` on the project's 2-core CPU: measured, or the ``cpu`` scale's measured time
-    scaled by the arithmetic of the runs (early stopping ignored); None where ``cpu`` is not measured yet."""
+    scaled by the arithmetic of the runs (early stopping ignored; a corpus reproduction's on ``data``); None where
+    ``cpu`` is not measured yet."""
     measured = reproduction.wall_time.get(scale)
     base = reproduction.wall_time.get("cpu")
     if measured is not None or base is None:
         return measured
-    work = {s: sum(_work(run) for sweep in named_sweeps(reproduction, s) for run in expand(sweep))
+    work = {s: sum(_work(run) for sweep in named_sweeps(reproduction, s, data) for run in expand(sweep))
             for s in ("cpu", scale)}
     return base * work[scale] / work["cpu"]
 
 
-def check_device(reproductions: list[Reproduction], scale: str, yes: bool) -> None:
+def check_device(reproductions: list[Reproduction], scale: str, yes: bool, data: str | None = None) -> None:
     """Refuse ``--scale paper`` without a GPU unless ``yes``: the error gives the estimated time on this CPU."""
     import torch
 
     if scale != "paper" or yes or torch.cuda.is_available():
         return
-    estimates = [estimate_seconds(reproduction, scale) for reproduction in reproductions]
+    estimates = [estimate_seconds(reproduction, scale, data) for reproduction in reproductions]
     known = [seconds for seconds in estimates if seconds is not None]
     hours = f"about {sum(known) / 3600:,.0f} hours" if known else "an unmeasured time (days, at the papers' sizes)"
     raise ValueError(f"--scale paper: this machine has no GPU; the paper's sizes would take {hours} on its CPU. "
@@ -87,7 +88,7 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
             console().print(f"left out (they train on a local corpus: add --data PATH): {', '.join(skipped)}")
     # every reproduction's sweeps first: a bad --data, or none where one is needed, is an error before any run
     planned = [named_sweeps(reproduction, scale, data) for reproduction in reproductions]
-    check_device(reproductions, scale, yes)
+    check_device(reproductions, scale, yes, data)
     if Path(store).exists():  # another config under one of these sweep names: refused before any run starts
         for sweeps in planned:
             check_store(Store(store), sweeps)
