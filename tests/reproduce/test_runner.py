@@ -150,6 +150,8 @@ def test_all_goes_on_past_a_reproduction_that_fails_and_names_it_at_the_end(tmp_
                                       "--out", str(tmp_path / "out"), "--workers", "1", "--no-progress"],
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 1
+    smoke = dlr_context.REPRODUCTION.wall_time["smoke"] + REPRODUCTION.wall_time["smoke"]
+    assert f"2 reproductions at --scale smoke; 2 of them measured here, in {smoke:.0f} s together" in result.output
     assert "dlr_context failed (RuntimeError: a bug in its figure)" in result.output
     assert "1 of 2 reproductions failed: dlr_context" in result.output
     assert (tmp_path / "out" / REPRODUCTION.name / "verdict.json").exists()
@@ -172,3 +174,11 @@ def test_the_paper_estimate_of_a_corpus_reproduction_builds_its_sweeps_on_the_gi
     monkeypatch.setattr(commands, "named_sweeps", sweeps_on)
     assert commands.estimate_seconds(lm, "paper", "corpus.txt") == lm.wall_time["cpu"]
     assert calls == [("cpu", "corpus.txt"), ("paper", "corpus.txt")]
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(None, "not measured"), (100, "100 s"), (1_974, "33 min"),
+                                               (7_199, "120 min"), (22_435, "6 h 14 min")])
+def test_durations_read_in_seconds_minutes_or_hours(seconds, text):
+    from seqdyn.reproduce.commands import _duration
+
+    assert _duration(seconds) == text

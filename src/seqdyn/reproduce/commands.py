@@ -22,6 +22,9 @@ class ReproductionsFailed(RuntimeError):
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "not measured"
+    if seconds >= 2 * 3600:
+        hours, minutes = divmod(round(seconds / 60), 60)
+        return f"{hours} h {minutes} min"
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
@@ -92,6 +95,10 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
     if Path(store).exists():  # another config under one of these sweep names: refused before any run starts
         for sweeps in planned:
             check_store(Store(store), sweeps)
+    if target == "all":
+        measured = [r.wall_time.get(scale) for r in reproductions if r.wall_time.get(scale) is not None]
+        console().print(f"{len(reproductions)} reproductions at --scale {scale}; {len(measured)} of them measured "
+                        f"here, in {_duration(sum(measured))} together (on 2 cores; a store's finished runs skipped)")
     failed = []
     for reproduction in reproductions:
         try:
