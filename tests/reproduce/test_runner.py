@@ -182,3 +182,18 @@ def test_durations_read_in_seconds_minutes_or_hours(seconds, text):
     from seqdyn.reproduce.commands import _duration
 
     assert _duration(seconds) == text
+
+
+def test_outputs_rewritten_from_finished_runs_keep_the_wall_time_of_their_training(tmp_path):
+    """Run again over a store that holds every run finished, a reproduction rewrites its outputs (a changed
+    figure, say) and keeps the wall time of the call that trained them, unless the folder held other runs."""
+    import json
+
+    first = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    (first.folder / "verdict.json").write_text(json.dumps({**json.loads((first.folder / "verdict.json").read_text()),
+                                                           "elapsed_s": 1234.5}))
+    again = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    assert again.elapsed_s == 1234.5
+    assert json.loads((again.folder / "verdict.json").read_text())["elapsed_s"] == 1234.5
+    (again.folder / "results.csv").write_text("name,run_id\nother,000000000000\n")
+    assert run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False).elapsed_s < 1234.5

@@ -39,7 +39,8 @@ ALWAYS = ("model.mixer", "model.d_model", "task.name", "optimizer.lr", "train.se
 
 @dataclass(frozen=True)
 class Written:
-    """What :func:`run` wrote: the folder, every claim's outcome by name, and the wall time of this call."""
+    """What :func:`run` wrote: the folder, every claim's outcome by name, and the wall time of the call that
+    trained the runs (this one, unless every run was finished before it and the folder held their outputs)."""
 
     folder: Path
     outcomes: dict[str, Outcome]
@@ -87,10 +88,28 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     sweeps = named_sweeps(reproduction, scale, data)
     store = Store(store_path)
     check_store(store, sweeps)
+    left = [row for row in collect(store, sweeps, scale).rows
+            if row["status"] not in ("finished", "stopped_early") and (retry_failed or row["status"] != "failed")]
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
-    return write(reproduction, results, Path(out), time.monotonic() - start)
+    elapsed = time.monotonic() - start
+    if not left:  # nothing trained: the outputs keep the wall time of the call that trained these runs
+        elapsed = _earlier_elapsed(Path(out) / reproduction.name, results) or elapsed
+    return write(reproduction, results, Path(out), elapsed)
+
+
+def _earlier_elapsed(folder: Path, results: Results) -> float | None:
+    """The wall time that ``folder``'s outputs recorded, where they are of these very runs (same scale, same run
+    ids); else None."""
+    try:
+        verdict = json.loads((folder / "verdict.json").read_text())
+        with (folder / "results.csv").open() as handle:
+            run_ids = {row["run_id"] for row in csv.DictReader(handle)}
+    except (OSError, ValueError, KeyError):
+        return None
+    same = verdict.get("scale") == results.scale and run_ids == {row["run_id"] for row in results.rows}
+    return verdict.get("elapsed_s") if same else None
 
 
 def collect(store: Store, sweeps: list[SweepConfig], scale: str) -> Results:
