@@ -93,8 +93,9 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
     planned = [named_sweeps(reproduction, scale, data) for reproduction in reproductions]
     check_device(reproductions, scale, yes, data)
     if Path(store).exists():  # another config under one of these sweep names: refused before any run starts
+        held = Store(store)
         for sweeps in planned:
-            check_store(Store(store), sweeps)
+            check_store(held, sweeps)
     if target == "all":
         measured = [r.wall_time.get(scale) for r in reproductions if r.wall_time.get(scale) is not None]
         console().print(f"{len(reproductions)} reproductions at --scale {scale}; {len(measured)} of them measured "

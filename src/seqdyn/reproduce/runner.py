@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seqdyn.reproduce.base import Reproduction, Results, check_scale, sweep_name
+from seqdyn.reproduce.base import RESULT_STATUSES, Reproduction, Results, check_scale, sweep_name
 from seqdyn.reproduce.claims import Outcome
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
@@ -89,7 +89,7 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     store = Store(store_path)
     check_store(store, sweeps)
     left = [row for row in collect(store, sweeps, scale).rows
-            if row["status"] not in ("finished", "stopped_early") and (retry_failed or row["status"] != "failed")]
+            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] != "failed")]
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
