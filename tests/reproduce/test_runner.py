@@ -4,6 +4,7 @@ one-line error with exit code 2."""
 
 from __future__ import annotations
 
+import json
 import pkgutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import seqdyn.reproduce
 from seqdyn import reproduce
 from seqdyn.cli import app
 from seqdyn.reproduce import dsf_mqar_models
+from seqdyn.reproduce.commands import report_markdown
 from seqdyn.reproduce.runner import named_sweeps, run
 from seqdyn.train import sweep as sweep_module
 from seqdyn.train.store import Store
@@ -47,6 +49,11 @@ def test_a_killed_reproduction_resumes_without_repeating_a_finished_run(tmp_path
     assert len(first) + len(again) == 5
     statuses = {record.status for record in Store(tmp_path / "runs.db").runs()}
     assert statuses == {"finished"} and written.outcomes
+    # the resumed call's wall time leaves out the two runs of the killed one, and its outputs say so
+    assert written.runs_before == 2
+    assert json.loads((written.folder / "verdict.json").read_text())["runs_before"] == 2
+    assert "2 of the runs held results from an earlier call" in (written.folder / "table.md").read_text()
+    assert "for the runs left by an earlier call (2)" in report_markdown(tmp_path / "out")
 
 
 @pytest.mark.parametrize("target", [REPRODUCTION.name, "all"])
@@ -112,7 +119,6 @@ def test_the_ours_cell_shows_what_was_measured_not_the_thresholds():
 
 
 def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(tmp_path):
-    from seqdyn.reproduce.commands import report_markdown
 
     run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
     result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown"])
@@ -131,7 +137,6 @@ def test_docs_reproductions_readme_is_the_markdown_report_of_its_verdicts(monkey
     `seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md`)."""
     from pathlib import Path
 
-    from seqdyn.reproduce.commands import report_markdown
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
@@ -187,8 +192,6 @@ def test_durations_read_in_seconds_minutes_or_hours(seconds, text):
 def test_outputs_rewritten_from_finished_runs_keep_the_wall_time_of_their_training(tmp_path):
     """Run again over a store that holds every run finished, a reproduction rewrites its outputs (a changed
     figure, say) and keeps the wall time of the call that trained them, unless the folder held other runs."""
-    import json
-
     first = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
     (first.folder / "verdict.json").write_text(json.dumps({**json.loads((first.folder / "verdict.json").read_text()),
                                                            "elapsed_s": 1234.5}))

@@ -28,6 +28,11 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
+def _wall_time(elapsed_s: float, runs_before: int) -> str:
+    """The wall time of the call that trained a reproduction's runs, saying how many it did not train."""
+    return _duration(elapsed_s) + (f" for the runs left by an earlier call ({runs_before})" if runs_before else "")
+
+
 def list_table() -> None:
     """One row per reproduction: name, paper and figure, its claims, and each scale's measured wall time."""
     from rich.table import Table
@@ -115,7 +120,7 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
                             "reproductions go on")
             failed.append(reproduction.name)
             continue
-        console().print(f"{reproduction.name} ({_duration(written.elapsed_s)}): {written.folder}/"
+        console().print(f"{reproduction.name} ({_wall_time(written.elapsed_s, written.runs_before)}): {written.folder}/"
                         f"{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
         report(out, only=reproduction.name)
     if failed:
@@ -146,7 +151,7 @@ def report_markdown(out: str | Path) -> str:
     for row in _rows(out):
         first = row["reproduction"] != shown
         shown = row["reproduction"]
-        name = (f"`{shown}` ({row['scale']}, {row['date']}, {row['commit']}, {_duration(row['elapsed_s'])})"
+        name = (f"`{shown}` ({row['scale']}, {row['date']}, {row['commit']}, {_wall_time(row['elapsed_s'], row['runs_before'])})"
                 if first else "")
         reason = row["reason"] or ""
         verdict = reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason else "")

@@ -40,11 +40,13 @@ ALWAYS = ("model.mixer", "model.d_model", "task.name", "optimizer.lr", "train.se
 @dataclass(frozen=True)
 class Written:
     """What :func:`run` wrote: the folder, every claim's outcome by name, and the wall time of the call that
-    trained the runs (this one, unless every run was finished before it and the folder held their outputs)."""
+    trained the runs (this one, unless every run was finished before it and the folder held their outputs), which
+    leaves out the ``runs_before`` runs that held results when that call began."""
 
     folder: Path
     outcomes: dict[str, Outcome]
     elapsed_s: float
+    runs_before: int = 0
 
 
 def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
@@ -88,20 +90,21 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     sweeps = named_sweeps(reproduction, scale, data)
     store = Store(store_path)
     check_store(store, sweeps)
-    left = [row for row in collect(store, sweeps, scale).rows
-            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] != "failed")]
+    rows = collect(store, sweeps, scale).rows
+    left = [row for row in rows if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] != "failed")]
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
-    elapsed = time.monotonic() - start
+    timing = {"elapsed_s": time.monotonic() - start,
+              "runs_before": sum(row["status"] in RESULT_STATUSES for row in rows)}
     if not left:  # nothing trained: the outputs keep the wall time of the call that trained these runs
-        elapsed = _earlier_elapsed(Path(out) / reproduction.name, results) or elapsed
-    return write(reproduction, results, Path(out), elapsed)
+        timing = _earlier_timing(Path(out) / reproduction.name, results) or timing
+    return write(reproduction, results, Path(out), timing["elapsed_s"], timing["runs_before"])
 
 
-def _earlier_elapsed(folder: Path, results: Results) -> float | None:
-    """The wall time that ``folder``'s outputs recorded, where they are of these very runs (same scale, same run
-    ids); else None."""
+def _earlier_timing(folder: Path, results: Results) -> dict[str, float] | None:
+    """The wall time (``elapsed_s``) and the ``runs_before`` that ``folder``'s outputs recorded, where they are of
+    these very runs (same scale, same run ids); else None."""
     try:
         verdict = json.loads((folder / "verdict.json").read_text())
         with (folder / "results.csv").open() as handle:
@@ -109,7 +112,9 @@ def _earlier_elapsed(folder: Path, results: Results) -> float | None:
     except (OSError, ValueError, KeyError):
         return None
     same = verdict.get("scale") == results.scale and run_ids == {row["run_id"] for row in results.rows}
-    return verdict.get("elapsed_s") if same else None
+    if not same or "elapsed_s" not in verdict:
+        return None
+    return {"elapsed_s": verdict["elapsed_s"], "runs_before": verdict.get("runs_before", 0)}
 
 
 def collect(store: Store, sweeps: list[SweepConfig], scale: str) -> Results:
@@ -131,14 +136,16 @@ def _row(store: Store, config: RunConfig) -> dict[str, Any]:
     return row
 
 
-def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: float) -> Written:
-    """``results.csv``, ``table.md``, ``figure.png`` and ``verdict.json`` of these results under ``out/NAME/``."""
+def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: float, runs_before: int = 0) -> Written:
+    """``results.csv``, ``table.md``, ``figure.png`` and ``verdict.json`` of these results under ``out/NAME/``;
+    ``elapsed_s`` is the wall time of the call that trained them, which left out the ``runs_before`` runs that
+    already held results when it began."""
     folder = out / reproduction.name
     folder.mkdir(parents=True, exist_ok=True)
     outcomes = {claim.name: claim.decide(results) for claim in reproduction.claims}
     _write_csv(folder / "results.csv", results)
     reproduction.plot(results, folder / "figure.png")
-    provenance = _provenance(results, elapsed_s)
+    provenance = _provenance(results, elapsed_s, runs_before)
     (folder / "table.md").write_text(_table_md(reproduction, results, outcomes, provenance))
     verdict = {"reproduction": reproduction.name, "paper": reproduction.paper, "figure": reproduction.figure,
                "scale": results.scale, **provenance,
@@ -146,15 +153,16 @@ def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: fl
                            "paper_value": claim.paper_value, **asdict(outcomes[claim.name])}
                           for claim in reproduction.claims]}
     (folder / "verdict.json").write_text(json.dumps(verdict, indent=2, default=_json_number) + "\n")
-    return Written(folder, outcomes, elapsed_s)
+    return Written(folder, outcomes, elapsed_s, runs_before)
 
 
 def _json_number(value: Any) -> Any:
     return float(value) if hasattr(value, "__float__") else str(value)
 
 
-def _provenance(results: Results, elapsed_s: float) -> dict[str, Any]:
-    """When and from which commit, the runs' summed wall time and how many gave a result."""
+def _provenance(results: Results, elapsed_s: float, runs_before: int) -> dict[str, Any]:
+    """When and from which commit, the runs' summed wall time, how many gave a result, the call's wall time and
+    how many runs held a result before it began."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 check=True, cwd=Path(__file__).parent).stdout.strip()
@@ -163,7 +171,7 @@ def _provenance(results: Results, elapsed_s: float) -> dict[str, Any]:
     run_time = sum(row["wall_time"] or 0.0 for row in results.rows)
     done = sum(row["status"] in ("finished", "stopped_early", "failed") for row in results.rows)
     return {"date": datetime.date.today().isoformat(), "commit": commit, "runs": len(results.rows),
-            "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1)}
+            "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1), "runs_before": runs_before}
 
 
 def _write_csv(path: Path, results: Results) -> None:
@@ -180,8 +188,8 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
               provenance: dict[str, Any]) -> str:
     lines = [f"# {reproduction.name}: {reproduction.paper}, {reproduction.figure}", "", reproduction.summary, "",
              f"Scale `{results.scale}`: {provenance['runs_done']} of {provenance['runs']} runs done, "
-             f"{provenance['run_time_s']:.0f} s of training, {provenance['date']}, commit {provenance['commit']}.",
-             "", "## Results", "", reproduction.table(results), "", "## Claims", "",
+             f"{provenance['run_time_s']:.0f} s of training, {provenance['date']}, commit {provenance['commit']}."
+             + _resumed_text(provenance), "", "## Results", "", reproduction.table(results), "", "## Claims", "",
              "| claim | paper | ours | verdict |", "|---|---|---|---|"]
     for claim in reproduction.claims:
         outcome = outcomes[claim.name]
@@ -194,6 +202,14 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
     lines += ["", f"## Scale `{results.scale}`", "", reproduction.reductions.get(results.scale, ""), "",
               f"Regenerate: `{regenerate_command(reproduction, results)}`.", ""]
     return "\n".join(lines)
+
+
+def _resumed_text(provenance: dict[str, Any]) -> str:
+    before = provenance["runs_before"]
+    if not before:
+        return ""
+    return (f" {before} of the runs held results from an earlier call; the wall time of the call that trained the "
+            f"rest, {provenance['elapsed_s']:.0f} s, leaves them out.")
 
 
 def regenerate_command(reproduction: Reproduction, results: Results) -> str:
@@ -238,5 +254,6 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
                          "claim": claim["statement"], "paper": claim["paper_value"],
                          "ours": ours_text(claim["numbers"]),
                          "verdict": claim["verdict"], "reason": claim["reason"], "date": verdict["date"],
-                         "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"]})
+                         "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"],
+                         "runs_before": verdict.get("runs_before", 0)})
     return rows
