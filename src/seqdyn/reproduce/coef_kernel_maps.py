@@ -143,8 +143,8 @@ class KernelMaps(Reproduction):
                "12,800 examples (256 test); lr 1e-3 and weight decay 0.1 only; two seeds.",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
-    wall_time = {"smoke": 9.5, "cpu": 1156.0, "paper": None}
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 9.5, "cpu": 1262.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS],

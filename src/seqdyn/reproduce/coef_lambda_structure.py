@@ -142,7 +142,8 @@ class LambdaStructure(Reproduction):
                "tokens where the others copied 0.07-0.08.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 11.0, "cpu": 2457.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 11.0, "cpu": 1945.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("structure", [model_entry(variant) for variant in VARIANTS], **SCALES[scale])

@@ -115,7 +115,8 @@ class Positions(Reproduction):
                "replaces positions compares two models below the 0.9 line.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 8.0, "cpu": 1211.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 8.0, "cpu": 1155.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         entries = [model_entry(readout, positions, decay) for readout in READOUTS for _, positions, decay in SETTINGS]

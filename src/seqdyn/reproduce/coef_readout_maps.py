@@ -137,8 +137,8 @@ class ReadoutMaps(Reproduction):
                "solved memorization (0.999) and led selective copying (0.35 against 0.07) after 100.",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (2026-11-26; smoke: 1 worker, cpu: 2)
-    wall_time = {"smoke": 6.0, "cpu": 1810.0, "paper": None}
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 6.0, "cpu": 1183.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("readouts", [model_entry(r) for r in ORDER], **SCALES[scale])

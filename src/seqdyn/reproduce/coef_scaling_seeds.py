@@ -139,8 +139,8 @@ class ScalingSeeds(Reproduction):
                "and weight decay 0.1 only; three seeds (48 runs).",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-26, 2 workers, 94ff6fc, a pilot beside it)
-    wall_time = {"smoke": 16.0, "cpu": 2173.0, "paper": None}
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 16.0, "cpu": 1927.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sizes = dict(SCALES[scale])

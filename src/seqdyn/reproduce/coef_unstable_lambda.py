@@ -127,7 +127,8 @@ class UnstableLambda(Reproduction):
                "reaches within 1,000 steps.",
         "smoke": SMOKE_REDUCTION,
     }
-    wall_time = {"smoke": 10.0, "cpu": 1302.0, "paper": None}  # seconds, measured here (2026-11-26; smoke: 1 worker)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 10.0, "cpu": 1362.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])

@@ -113,9 +113,8 @@ class AtomicTable1(Reproduction):
                "evaluation batches.",
         "smoke": "The whole pipeline on four tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here on 2026-11-26 (2 workers): 22.1 min, then 14.1 min to retrain the attention runs a
-    # source change during the run had failed (see the README)
-    wall_time = {"smoke": 8.8, "cpu": 2171.0, "paper": None}
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 8.8, "cpu": 2042.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale])

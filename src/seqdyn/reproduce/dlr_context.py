@@ -50,7 +50,8 @@ class ContextDependence(Reproduction):
                "examples, where the paper averages over its evaluation batches.",
         "smoke": "The whole pipeline on three tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    wall_time = {"smoke": 7.9, "cpu": 441.0, "paper": None}  # seconds, measured here on 2026-11-26 (2 workers)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 7.9, "cpu": 411.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("context", MODELS, **SCALES[scale])

@@ -145,8 +145,8 @@ class LongRange(Reproduction):
         "smoke": "The whole pipeline on toy ListOps (L = 64) and a 64 × 64 Pathfinder image (1 layer, d = 16, 2-4 "
                  "steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-26, 2 workers, 0e7031e)
-    wall_time = {"smoke": 17.0, "cpu": 1974.0, "paper": None}
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 17.0, "cpu": 1952.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return sweeps_of(scale)
