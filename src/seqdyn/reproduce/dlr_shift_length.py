@@ -112,7 +112,8 @@ class ShiftLength(Reproduction):
                "DLR, which learns nothing in so few steps; two seeds.",
         "smoke": "The whole pipeline at L = 16 and 32, H = 8, N = 8, 4 steps: no verdict to trust.",
     }
-    wall_time = {"smoke": 9.0, "cpu": 1393.0, "paper": None}  # seconds, measured here (2026-11-26)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 9.0, "cpu": 1388.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sweeps = atomic_sweeps("table2", ORDER, ("shift",), **SCALES[scale])

@@ -127,8 +127,8 @@ class LmPerplexity(Reproduction):
         "smoke": "The whole pipeline on this library's own lm task source as the corpus (context 32, d = 16, 4 "
                  "steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-26, 2 workers, 360d111, data/shakespeare.txt)
-    wall_time = {"smoke": 7.5, "cpu": 1216.0, "paper": None}
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 7.5, "cpu": 1208.0, "paper": None}
 
     def sweeps(self, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
         size = SCALES[scale]
