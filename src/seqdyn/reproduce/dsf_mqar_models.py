@@ -94,8 +94,8 @@ class MqarModels(Reproduction):
                "so {128, 8} went (0.1-0.24 s per step). And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    # seconds, measured here (2 workers; smoke: 2026-11-25, cpu: 2026-11-26)
-    wall_time = {"smoke": 1.8, "cpu": 2215.0, "paper": None}
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 1.8, "cpu": 1912.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("models", ORDER, **SCALES[scale])
