@@ -119,7 +119,6 @@ def test_the_ours_cell_shows_what_was_measured_not_the_thresholds():
 
 
 def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(tmp_path):
-
     run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
     result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown"])
     assert result.exit_code == 0, result.output
@@ -135,9 +134,6 @@ def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(
 def test_docs_reproductions_readme_is_the_markdown_report_of_its_verdicts(monkeypatch):
     """docs/reproductions/README.md lists exactly the verdicts committed beside it (regenerate it with
     `seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md`)."""
-    from pathlib import Path
-
-
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     assert (root / "docs" / "reproductions" / "README.md").read_text() == report_markdown("docs/reproductions")

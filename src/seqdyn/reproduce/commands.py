@@ -120,8 +120,8 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
                             "reproductions go on")
             failed.append(reproduction.name)
             continue
-        console().print(f"{reproduction.name} ({_wall_time(written.elapsed_s, written.runs_before)}): {written.folder}/"
-                        f"{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
+        console().print(f"{reproduction.name} ({_wall_time(written.elapsed_s, written.runs_before)}): "
+                        f"{written.folder}/{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
         report(out, only=reproduction.name)
     if failed:
         raise ReproductionsFailed(f"{len(failed)} of {len(reproductions)} reproductions failed: {', '.join(failed)} "
@@ -151,8 +151,8 @@ def report_markdown(out: str | Path) -> str:
     for row in _rows(out):
         first = row["reproduction"] != shown
         shown = row["reproduction"]
-        name = (f"`{shown}` ({row['scale']}, {row['date']}, {row['commit']}, {_wall_time(row['elapsed_s'], row['runs_before'])})"
-                if first else "")
+        wall_time = _wall_time(row["elapsed_s"], row["runs_before"])
+        name = f"`{shown}` ({row['scale']}, {row['date']}, {row['commit']}, {wall_time})" if first else ""
         reason = row["reason"] or ""
         verdict = reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason else "")
         lines.append("| " + " | ".join(cell(text) for text in (name, row["claim"], row["paper"] or "—",

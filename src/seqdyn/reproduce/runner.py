@@ -91,18 +91,19 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     store = Store(store_path)
     check_store(store, sweeps)
     rows = collect(store, sweeps, scale).rows
-    left = [row for row in rows if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] != "failed")]
+    runs_before = sum(row["status"] in RESULT_STATUSES for row in rows)
+    left = [row for row in rows
+            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] != "failed")]
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
-    timing = {"elapsed_s": time.monotonic() - start,
-              "runs_before": sum(row["status"] in RESULT_STATUSES for row in rows)}
+    elapsed = time.monotonic() - start
     if not left:  # nothing trained: the outputs keep the wall time of the call that trained these runs
-        timing = _earlier_timing(Path(out) / reproduction.name, results) or timing
-    return write(reproduction, results, Path(out), timing["elapsed_s"], timing["runs_before"])
+        elapsed, runs_before = _earlier_timing(Path(out) / reproduction.name, results) or (elapsed, runs_before)
+    return write(reproduction, results, Path(out), elapsed, runs_before)
 
 
-def _earlier_timing(folder: Path, results: Results) -> dict[str, float] | None:
+def _earlier_timing(folder: Path, results: Results) -> tuple[float, int] | None:
     """The wall time (``elapsed_s``) and the ``runs_before`` that ``folder``'s outputs recorded, where they are of
     these very runs (same scale, same run ids); else None."""
     try:
@@ -114,7 +115,7 @@ def _earlier_timing(folder: Path, results: Results) -> dict[str, float] | None:
     same = verdict.get("scale") == results.scale and run_ids == {row["run_id"] for row in results.rows}
     if not same or "elapsed_s" not in verdict:
         return None
-    return {"elapsed_s": verdict["elapsed_s"], "runs_before": verdict.get("runs_before", 0)}
+    return verdict["elapsed_s"], verdict.get("runs_before", 0)
 
 
 def collect(store: Store, sweeps: list[SweepConfig], scale: str) -> Results:
@@ -171,7 +172,8 @@ def _provenance(results: Results, elapsed_s: float, runs_before: int) -> dict[st
     run_time = sum(row["wall_time"] or 0.0 for row in results.rows)
     done = sum(row["status"] in ("finished", "stopped_early", "failed") for row in results.rows)
     return {"date": datetime.date.today().isoformat(), "commit": commit, "runs": len(results.rows),
-            "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1), "runs_before": runs_before}
+            "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1),
+            "runs_before": runs_before}
 
 
 def _write_csv(path: Path, results: Results) -> None:
