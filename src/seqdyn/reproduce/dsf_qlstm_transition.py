@@ -63,7 +63,8 @@ class QlstmTransition(Reproduction):
                "with one task only, so {128, 8} went. And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    wall_time = {"smoke": 1.6, "cpu": 1472.0, "paper": None}  # seconds, measured here (2 workers; cpu: 2026-11-26)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 1.6, "cpu": 1638.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # backend "scan": at T ≤ 128 "auto" picks "quadratic", which for qLSTM's 64 one-element states per layer

@@ -90,7 +90,8 @@ class StateExpansion(Reproduction):
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
     }
-    wall_time = {"smoke": 1.7, "cpu": 1324.0, "paper": None}  # seconds, measured here (2 workers; cpu: 2026-11-26)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 1.7, "cpu": 1335.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("expansion", ("softmax_attention", "linear_attention"), **SCALES[scale])

@@ -157,7 +157,8 @@ class Decoding(Reproduction):
                "steps before each length), so only their trend means something.",
         "smoke": "Width 16, 4 training steps, decoded to 64 tokens: no verdict to trust.",
     }
-    wall_time = {"smoke": 14.0, "cpu": 120.0, "paper": None}  # seconds, measured here on 2026-11-26 (2 workers)
+    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
+    wall_time = {"smoke": 14.0, "cpu": 130.0, "paper": None}
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return [_sweep(SCALES[scale])]
