@@ -1,8 +1,15 @@
 """seeds 003/004 (``seqdyn.reproduce.duality_decoding``): each claim on hand-made measurements where it must hold,
-must fail and must be inconclusive."""
+must fail and must be inconclusive; the peak memory a decoding pass adds."""
 
 from __future__ import annotations
 
+import pytest
+import torch
+
+from seqdyn import tasks
+from seqdyn.analysis.decoding import decode_profile, random_tokens
+from seqdyn.bench.measure import _READ_RSS
+from seqdyn.models import build_model
 from seqdyn.reproduce import duality_decoding as decoding
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from tests.reproduce.helpers import results, row
@@ -46,3 +53,17 @@ def test_a_model_without_measurements_is_inconclusive():
         outcomes = [claim.decide(data) for claim in decoding.CLAIMS]
         assert [o.verdict for o in outcomes] == ([HELD, INCONCLUSIVE, INCONCLUSIVE] if mixer == "softmax_attention"
                                                  else [INCONCLUSIVE, HELD, INCONCLUSIVE])
+
+
+def test_decoding_peak_memory_holds_at_least_the_key_cache_it_ends_with():
+    """The key and value cache is alive when decoding ends, so the peak the pass added is at least its bytes."""
+    if _READ_RSS is None:
+        pytest.skip("needs a readable resident set size")
+    torch.manual_seed(0)
+    task = tasks.build("mqar", seq_len=16, num_kv_pairs=2, vocab_size=32)
+    model = build_model({"d_model": 64, "layers": 2, "mlp": "none", "positions": False,
+                         "mixer": "softmax_attention", "mixer_options": {"heads": 2}}, task).eval()
+    tokens = random_tokens(32, 2048)
+    cache = decode_profile(model, tokens, [2048], window=8)[0].state_bytes
+    assert cache >= 2 * 2 * 2048 * 64 * 4  # layers × (keys, values) × tokens × width × float32
+    assert decoding.decoding_peak_bytes(model, tokens, window=8) >= cache

@@ -5,8 +5,8 @@ fixed-size hidden-state update (fast O(1)-memory inference)" while "Transformers
 interactions, incurring O(N²) time and memory" (seed 004, opening); "As a recurrent mechanism, it has linear
 complexity at inference time with respect to the sequence length L" (seed 003 §2).  Four models are trained on
 MQAR through the sweep machinery, then each is loaded from its checkpoint and decoded token by token: the bytes
-of its streaming state and the wall time per token at growing context lengths, and the largest difference
-between its token-by-token outputs and its parallel forward pass on the same tokens.
+of its streaming state, the wall time per token and the peak memory decoding adds at growing context lengths,
+and the largest difference between its token-by-token outputs and its parallel forward pass on the same tokens.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ FIXED_SIZE = 1.0
 LINEAR_GROWTH = 0.9
 #: the two forms agree to float32 round-off: relative difference at most 1e-4
 ROUNDOFF = 1e-4
-STATE, TIME, ERROR = "decode.state_bytes", "decode.ms_per_token", "decode.step_error"
+STATE, TIME, PEAK = "decode.state_bytes", "decode.ms_per_token", "decode.peak_bytes"
+ERROR = "decode.step_error"
 
 
 @dataclass(frozen=True)
@@ -74,18 +75,33 @@ def _sweep(scale: Scale) -> SweepConfig:
 
 
 def measure_run(store, row: dict[str, Any], scale: Scale) -> dict[str, Any]:
-    """The decoding measurements of one trained run: state bytes and ms per token at every context length, and
-    the step-versus-forward difference."""
+    """The decoding measurements of one trained run: state bytes, ms per token and peak memory at every context
+    length, and the step-versus-forward difference."""
     from seqdyn.analysis.decoding import decode_profile, random_tokens, step_error
     from seqdyn.train.checkpoint import load_trained
 
     _, task, model = load_trained(store, row["run_id"])
     vocab = task.spec.input_size
-    points = decode_profile(model, random_tokens(vocab, scale.lengths[-1]), scale.lengths, scale.window)
+    context = random_tokens(vocab, scale.lengths[-1])
+    points = decode_profile(model, context, scale.lengths, scale.window)
     measured = {f"{STATE}.{p.length}": p.state_bytes for p in points}
     measured |= {f"{TIME}.{p.length}": 1000 * p.seconds_per_token for p in points}
+    measured |= {f"{PEAK}.{length}": peak for length in scale.lengths
+                 if (peak := decoding_peak_bytes(model, context[:, :length], scale.window)) is not None}
     measured[ERROR] = step_error(model, random_tokens(vocab, scale.compare, batch=2, seed=1))
     return measured
+
+
+def decoding_peak_bytes(model, tokens, window: int) -> int | None:
+    """The most memory decoding ``tokens`` ``[1, T]`` from the initial state added at any moment (the resident
+    set sampled on the CPU, the allocator's peak on a GPU; ``None`` where it cannot be read): a pass of its own,
+    apart from the timed one, since the sampling would disturb the timing."""
+    from seqdyn.analysis.decoding import decode_profile
+    from seqdyn.bench.measure import PeakMemory
+
+    with PeakMemory(next(model.parameters()).device) as peak:
+        decode_profile(model, tokens, [tokens.shape[1]], min(window, tokens.shape[1]))
+    return peak.peak_bytes
 
 
 def _value(results: Results, mixer: str, key: str) -> Score:
@@ -146,8 +162,8 @@ class Decoding(Reproduction):
     paper = "seeds 003/004"
     figure = "recurrent inference"
     summary = ("Four models trained on MQAR, then decoded token by token with step(): the bytes of the streaming "
-               "state per sequence and the wall time per token at growing context lengths, and the largest "
-               "relative difference between the token-by-token and the parallel outputs.")
+               "state per sequence, the wall time per token and the peak memory decoding adds, at growing context "
+               "lengths, and the largest relative difference between the token-by-token and the parallel outputs.")
     claims = CLAIMS
     reductions = {
         "paper": "Seeds 003/004 run no experiment of their own: this scale decodes to 65,536 tokens models of "
@@ -177,31 +193,37 @@ class Decoding(Reproduction):
     def table(self, results: Results) -> str:
         lengths = _context_lengths(results)
         header = ["model", "MQAR accuracy", *(f"state KiB at {n}" for n in lengths),
-                  *(f"ms/token at {n}" for n in lengths), "step vs forward"]
+                  *(f"ms/token at {n}" for n in lengths), *(f"peak KiB at {n}" for n in lengths), "step vs forward"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for row in results.rows:
             cells = [MODELS[row["model.mixer"]][0], "" if row.get("best") is None else f"{row['best']:.3f}"]
             cells += [_number(row.get(f"{STATE}.{n}"), 1 / 1024, "{:.1f}") for n in lengths]
             cells += [_number(row.get(f"{TIME}.{n}"), 1, "{:.2f}") for n in lengths]
+            cells += [_number(row.get(f"{PEAK}.{n}"), 1 / 1024, "{:.0f}") for n in lengths]
             cells.append(_number(row.get(ERROR), 1, "{:.1e}"))
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + ("\n\nState: bytes of every tensor the model's streaming state holds, per "
-                                   "sequence (all layers). Time: one sequence, one thread.")
+                                   "sequence (all layers). Time: one sequence, one thread. Peak: the most memory "
+                                   "the process added while decoding one sequence from the start to that length "
+                                   "(its resident set sampled every 0.5 ms; a pass of its own, untimed), so it "
+                                   "counts the state, the step's temporaries and the copies torch makes as a "
+                                   "cache grows, in whole pages.")
 
     def plot(self, results: Results, path: Path) -> Path:
         from seqdyn.analysis.plots import plot_curves
 
-        panels: dict[str, dict[str, list]] = {"state": {}, "time": {}}
+        panels: dict[str, dict[str, list]] = {"state": {}, "time": {}, "peak": {}}
         lengths = _context_lengths(results)
         for row in results.rows:
-            for panel, prefix, factor in (("state", STATE, 1 / 1024), ("time", TIME, 1.0)):
-                points = [(n, row[f"{prefix}.{n}"] * factor) for n in lengths if row.get(f"{prefix}.{n}") is not None]
+            for panel, prefix, factor in (("state", STATE, 1 / 1024), ("time", TIME, 1.0), ("peak", PEAK, 1 / 1024)):
+                values = [(n, row.get(f"{prefix}.{n}")) for n in lengths]
+                points = [(n, value * factor) for n, value in values if value]  # a log axis: zero peaks left out
                 if points:
                     panels[panel][MODELS[row["model.mixer"]][0]] = points
-        if not any(panels.values()):
-            panels = {"state": {"no run measured": [(1, 1)]}}
+        panels = {name: series for name, series in panels.items() if series} or {"state": {"no run measured": [(1, 1)]}}
         return plot_curves(panels, path, "context length (tokens)",
-                           {"state": "streaming state (KiB per sequence)", "time": "ms per token"},
+                           {"state": "streaming state (KiB per sequence)", "time": "ms per token",
+                            "peak": "peak memory added (KiB)"},
                            title="seeds 003/004: decoding token by token")
 
 
