@@ -47,3 +47,14 @@ def test_large_n_pilot_is_the_cpu_scale_at_n_64_but_its_feature_map():
     expected = {k: run for k, run in relu.items() if k[:2] == ("linear_attention", 64)}
     assert {c.model.mixer_options["feature_map"] for c in pilot} == {"relu"}
     assert runs_by_key(pilot, key=key) == expected and len(expected) == 2
+
+
+def test_small_n_pilot_is_the_cpu_scale_at_n_4_and_16_but_its_feature_map():
+    """examples/pilots/linear_attention_relu_small_n.yaml: the cpu scale's linear-attention runs at n = 4 and 16 with
+    the ReLU feature map instead of elu + 1; nothing else differs."""
+    pilot, cpu = pilot_and_scale_runs("linear_attention_relu_small_n.yaml", fig.REPRODUCTION)
+    key = ("model.mixer", "model.mixer_options.state_dim", "train.seed")
+    relu = runs_by_key(cpu, mixer_options={"feature_map": "relu"}, key=key)
+    expected = {k: run for k, run in relu.items() if k[0] == "linear_attention" and k[1] in (4, 16)}
+    assert {c.model.mixer_options["feature_map"] for c in pilot} == {"relu"}
+    assert runs_by_key(pilot, key=key) == expected and len(expected) == 4
