@@ -53,7 +53,7 @@ def test_a_killed_reproduction_resumes_without_repeating_a_finished_run(tmp_path
     assert written.runs_before == 2
     assert json.loads((written.folder / "verdict.json").read_text())["runs_before"] == 2
     assert "2 of the runs held results from an earlier call" in (written.folder / "table.md").read_text()
-    assert "for the runs left by an earlier call (2)" in report_markdown(tmp_path / "out")
+    assert "; 2 runs trained by an earlier call)" in report_markdown(tmp_path / "out")
 
 
 @pytest.mark.parametrize("target", [REPRODUCTION.name, "all"])

@@ -30,7 +30,8 @@ def _duration(seconds: float | None) -> str:
 
 def _wall_time(elapsed_s: float, runs_before: int) -> str:
     """The wall time of the call that trained a reproduction's runs, saying how many it did not train."""
-    return _duration(elapsed_s) + (f" for the runs left by an earlier call ({runs_before})" if runs_before else "")
+    earlier = f"; {runs_before} run{'s' if runs_before > 1 else ''} trained by an earlier call" if runs_before else ""
+    return _duration(elapsed_s) + earlier
 
 
 def list_table() -> None:
