@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.reproduce.base import RESULT_STATUSES, Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_most, every, reaches
 from seqdyn.train.config import SweepConfig
 
@@ -87,12 +87,12 @@ def measure_run(store, row: dict[str, Any], scale: Scale) -> dict[str, Any]:
     measured = {f"{STATE}.{p.length}": p.state_bytes for p in points}
     measured |= {f"{TIME}.{p.length}": 1000 * p.seconds_per_token for p in points}
     measured |= {f"{PEAK}.{length}": peak for length in scale.lengths
-                 if (peak := decoding_peak_bytes(model, context[:, :length], scale.window)) is not None}
+                 if (peak := decoding_peak_bytes(model, context[:, :length])) is not None}
     measured[ERROR] = step_error(model, random_tokens(vocab, scale.compare, batch=2, seed=1))
     return measured
 
 
-def decoding_peak_bytes(model, tokens, window: int) -> int | None:
+def decoding_peak_bytes(model, tokens) -> int | None:
     """The most memory decoding ``tokens`` ``[1, T]`` from the initial state added at any moment (the resident
     set sampled on the CPU, the allocator's peak on a GPU; ``None`` where it cannot be read): a pass of its own,
     apart from the timed one, since the sampling would disturb the timing."""
@@ -100,7 +100,7 @@ def decoding_peak_bytes(model, tokens, window: int) -> int | None:
     from seqdyn.bench.measure import PeakMemory
 
     with PeakMemory(next(model.parameters()).device) as peak:
-        decode_profile(model, tokens, [tokens.shape[1]], min(window, tokens.shape[1]))
+        decode_profile(model, tokens, [tokens.shape[1]], window=tokens.shape[1])  # its one timing is not read
     return peak.peak_bytes
 
 
@@ -186,7 +186,7 @@ class Decoding(Reproduction):
         store, rows = Store(store_path), []
         with one_thread():
             for row in results.rows:
-                done = row["status"] in ("finished", "stopped_early")
+                done = row["status"] in RESULT_STATUSES
                 rows.append({**row, **(measure_run(store, row, SCALES[results.scale]) if done else {})})
         return replace(results, rows=tuple(rows))
 

@@ -30,7 +30,7 @@ from seqdyn.reproduce.claims import Outcome
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
 from seqdyn.train.store import Store, flatten
-from seqdyn.train.sweep import expand, run_sweep
+from seqdyn.train.sweep import DONE, expand, run_sweep
 
 OUTPUTS = ("results.csv", "table.md", "figure.png", "verdict.json")
 #: the hyper-parameters every ``results.csv`` shows, beside those that vary
@@ -170,7 +170,7 @@ def _provenance(results: Results, elapsed_s: float, runs_before: int) -> dict[st
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     run_time = sum(row["wall_time"] or 0.0 for row in results.rows)
-    done = sum(row["status"] in ("finished", "stopped_early", "failed") for row in results.rows)
+    done = sum(row["status"] in DONE for row in results.rows)
     return {"date": datetime.date.today().isoformat(), "commit": commit, "runs": len(results.rows),
             "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1),
             "runs_before": runs_before}
