@@ -25,6 +25,9 @@ import pytest
 from seqdyn import mixers
 from tests.helpers import mixer_keyword, mixers_named_in
 
+#: ``auto`` measures the backends as for a user, but keeps its choices in memory: no cache file outside tmp_path
+os.environ.setdefault("SEQDYN_AUTOTUNE", "memory")
+
 #: folders the checkout check does not enter: version control, virtual environments, caches of Python and its tools
 UNWATCHED = frozenset({".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
                        ".ruff_cache", ".tox", ".nox"})

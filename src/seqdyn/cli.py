@@ -231,6 +231,9 @@ def inspect(
         backend = f", backend {describe_backends(result.backends)}" if result.backends else ""
         title = f"run {run_id} ({result.name}, {result.status}{metric}{backend}) on {tuple(result.inputs.shape)} inputs"
         out.print(format_table(result.rows, title=escape(title)))
+        for layer, (name, why) in enumerate(zip(result.backends or [], result.backend_reasons or [])):
+            if why:
+                out.print(escape(f"layer {layer} trained with {name}: {why}"))
         if plot:
             from seqdyn.analysis.plots import plot_coefficients, plot_principle
 
@@ -358,6 +361,26 @@ def bench_mixers(
         mixers.get(name)  # unknown names fail before any work
     run_mixer_benchmark(selected, _lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds,
                         rounds)
+
+
+@bench_app.command("auto")
+@_one_line_errors
+def bench_auto(
+    quick: bool = typer.Option(False, help="Four small cases only (a first look, seconds)."),
+    mixers: str = typer.Option("", "--mixers", help="Comma-separated mixer names: only the cases of these."),
+    device: str = typer.Option("cpu", help="'cpu', 'cuda' or 'auto' (cuda when available)."),
+    repeats: int = typer.Option(3, help="Timed repetitions per backend and round after a warm-up (the fastest counts)."),
+    rounds: int = typer.Option(2, help="Passes over a cell's backends; each keeps its best time."),
+    markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
+) -> None:
+    """Is backend='auto' the fastest exact backend? Every mixer at its defaults and at the reproductions' shapes,
+    auto beside every backend it could use (targets: within 1.2× in every cell, 1.05× in geometric mean)."""
+    from seqdyn.bench.auto import run_auto_benchmark
+
+    result = run_auto_benchmark(quick, device, repeats, rounds, [n for n in mixers.split(",") if n] or None,
+                                str(markdown) if markdown else None)
+    if not result["met"]:
+        raise typer.Exit(1)
 
 
 @config_app.command("schema")

@@ -28,11 +28,12 @@ def linear_attention_run(seq_len: int, **train) -> dict:
 
 
 @pytest.mark.parametrize("seq_len, train, expected", [
-    (16, {}, "quadratic"),  # T <= 2·chunk: auto materializes
+    (16, {}, "quadratic"),  # T <= 2·chunk: the cost model materializes
     (256, {}, "chunk"),
     (16, {"backend": "chunk"}, "chunk"),
 ])
-def test_a_run_records_the_backend_each_layer_computed_with(tmp_path, seq_len, train, expected):
+def test_a_run_records_the_backend_each_layer_computed_with(tmp_path, monkeypatch, seq_len, train, expected):
+    monkeypatch.setenv("SEQDYN_AUTOTUNE", "0")  # the cost model: a choice known in advance
     config = parse_config(linear_attention_run(seq_len, **train))
     with Store(tmp_path / "s.db") as store:
         result = train_run(config, store, checkpoint_dir=tmp_path / "c", progress=False)
@@ -42,7 +43,21 @@ def test_a_run_records_the_backend_each_layer_computed_with(tmp_path, seq_len, t
     assert render([row], "csv").splitlines()[0].endswith(",wall_time,backend")
 
 
-def test_report_and_inspect_show_the_recorded_backend(tmp_path):
+def test_a_run_records_what_auto_measured_and_why(tmp_path):
+    """``train.backend: auto`` (the default) measures as any call of ``auto`` does; the run keeps the choice and
+    its reason, the candidates' times among them."""
+    config = parse_config(linear_attention_run(24))
+    with Store(tmp_path / "s.db") as store:
+        result = train_run(config, store, checkpoint_dir=tmp_path / "c", progress=False)
+        record = store.run(result.run_id)
+    assert len(record.backends) == len(record.backend_reasons) == 2
+    for name, why in zip(record.backends, record.backend_reasons):
+        assert f"{name} " in why and "forward + backward of B=8, H=1, T=24" in why
+        assert why.startswith(("measured now", "cached in"))
+
+
+def test_report_and_inspect_show_the_recorded_backend(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQDYN_AUTOTUNE", "0")
     store_path = tmp_path / "s.db"
     with Store(store_path) as store:
         for seq_len in (16, 256):
@@ -58,6 +73,7 @@ def test_report_and_inspect_show_the_recorded_backend(tmp_path):
     inspect = runner.invoke(app, ["inspect", run_id, "--store", str(store_path), "--examples", "2"])
     assert inspect.exit_code == 0, inspect.output
     assert "backend quadratic)" in inspect.output
+    assert "layer 1 trained with quadratic: cost model (nothing timed here): T=16 ≤ 2·chunk" in inspect.output
 
 
 def test_a_store_of_schema_2_is_read_read_only_and_migrated_when_opened_to_write(tmp_path):
@@ -74,7 +90,8 @@ def test_a_store_of_schema_2_is_read_read_only_and_migrated_when_opened_to_write
         assert (record.id, record.threads, record.backends) == ("r1", 2, None)
         assert "backend" not in run_rows(store)[0]
     with Store(path) as store:
-        store.set_backends("r1", ["scan", "chunk"])
+        store.set_backends("r1", ["scan", "chunk"], ["measured now: scan", "only candidate"])
         assert store.run("r1").backends == ["scan", "chunk"]
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert store.run("r1").backend_reasons == ["measured now: scan", "only candidate"]
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert run_rows(store)[0]["backend"] == "scan,chunk"  # one name per layer where they differ

@@ -32,6 +32,7 @@ class RunInspection:
     rows: list[HeadReport]
     coefficients: dict[str, Tensor]
     backends: list[str] | None = None  # the backend each layer trained with, when the run recorded it
+    backend_reasons: list[str] | None = None  # why each layer's backend was chosen, when the run recorded it
 
     def mean_near_zero_fraction(self) -> float | None:
         values = [row.near_zero_fraction for row in self.rows if row.near_zero_fraction is not None]
@@ -96,7 +97,8 @@ def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int 
     inputs = _check_inputs(inputs, task)
     record = store.run(run_id)
     return RunInspection(run_id, record.name, record.status, record.metric_name, record.best_metric, inputs,
-                         inspect_model(model, inputs, eps=eps), layer_coefficients(model, inputs), record.backends)
+                         inspect_model(model, inputs, eps=eps), layer_coefficients(model, inputs), record.backends,
+                         record.backend_reasons)
 
 
 def principle_points(store, sweep: str | None = None, examples: int = 8,

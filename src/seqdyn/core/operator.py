@@ -19,16 +19,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from seqdyn.core import autotune
+from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
-from seqdyn.core.problem import Problem, prepare
+from seqdyn.core.problem import Problem, prepare, shared_over_heads
 from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients
 
 __all__ = [
     "BACKENDS",
     "Dynamics",
+    "BackendChoice",
     "NORMALIZERS",
     "coefficient_dynamics",
     "coefficient_dynamics_step",
@@ -89,25 +92,37 @@ def coefficient_dynamics(
 def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, backend: str, chunk_size: int | None):
     """:func:`coefficient_dynamics` of a :class:`Dynamics`."""
     problem = prepare(dynamics, initial_state=initial_state, chunk_size=chunk_size, factored=True)
-    module = _backend_for(problem, backend)
-    if not getattr(module, "FACTORED_DECAY", False):
-        problem = problem.materialized()
-    out, state = _run(problem, module, bool(output_final_state))
-    out = out.transpose(1, 2).to(problem.out_dtype, memory_format=torch.contiguous_format)
+    module, _ = _backend_for(problem, backend, bool(output_final_state))
+    out, state = _computed(problem, module, bool(output_final_state))
     return (out, state) if output_final_state else out
 
 
+def _computed(problem: Problem, module, want_state: bool):
+    """``(y [B, T, H, V], final state or None)`` of a prepared problem by one backend module."""
+    if not getattr(module, "FACTORED_DECAY", False):
+        problem = problem.materialized()
+    out, state = _run(problem, module, want_state)
+    return out.transpose(1, 2).to(problem.out_dtype, memory_format=torch.contiguous_format), state
+
+
 def select_backend(q: Tensor | Dynamics, k: Tensor | None = None, v: Tensor | None = None, backend: str = "auto",
-                   **options: Any) -> str:
-    """The backend ``coefficient_dynamics`` would use for these arguments (what ``"auto"`` chooses).
+                   train: bool | None = None, **options: Any) -> BackendChoice:
+    """The backend ``coefficient_dynamics`` would use for these arguments (what ``"auto"`` chooses), and why.
 
     Takes the same arguments as :func:`coefficient_dynamics`; raises the same ``ValueError`` for a backend that
-    cannot compute the combination.
+    cannot compute the combination.  ``train``: whether the call records gradients (default: as the call would,
+    from the grad mode and the inputs); ``auto`` chooses apart for the forward alone and for forward + backward.
+    For ``"auto"`` this measures the candidates if the shape is not cached yet (:mod:`seqdyn.core.autotune`), so
+    the call that follows reads the same choice.
+
+    Returns:
+        a :class:`~seqdyn.core.autotune.BackendChoice`: the name (a ``str``) with ``.why``, ``.source`` and
+        ``.times_ms``.
     """
-    options.pop("output_final_state", None)
+    want_state = bool(options.pop("output_final_state", False))
     beside = {name: options.pop(name) for name in ("initial_state", "chunk_size") if name in options}
     problem = prepare(as_dynamics(q, k, v, **options), **beside)
-    return _backend_for(problem, backend).NAME
+    return _backend_for(problem, backend, want_state, train)[1]
 
 
 #: the per-token layouts of :func:`coefficient_dynamics_step`: argument -> (allowed ranks, layout)
@@ -217,47 +232,139 @@ def _coefficient_matrix(problem: Problem) -> Tensor:
     return _normalized(scores, scores.sum(-1), problem.normalizer, row_scale)
 
 
-def _backend_for(problem: Problem, backend: Any):
+def _backend_for(problem: Problem, backend: Any, want_state: bool = False, train: bool | None = None):
+    """``(backend module, BackendChoice)`` for ``backend`` (a name, or ``"auto"``: :func:`_auto_choice`)."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend: got {backend!r}; allowed: {list(BACKENDS)}")
-    chosen = _auto(problem) if backend == "auto" else backend
-    module = REGISTRY[chosen]
+    if backend == "auto":
+        choice = _auto_choice(problem, want_state, _records_gradients(problem) if train is None else train)
+        log.debug("auto backend: %s (%s)", choice, choice.why)
+        return REGISTRY[str(choice)], choice
+    module = REGISTRY[backend]
     reason = module.unsupported(problem)
     if reason is not None:
-        able = [name for name, other in REGISTRY.items() if other.unsupported(problem) is None]
-        raise ValueError(f"backend={chosen!r} cannot compute {problem.describe()}: {reason}. Backends that can: {able}")
-    if backend == "auto":
-        log.debug("auto backend: %s for %s, shape %s", chosen, problem.describe(), problem.shape)
-    return module
+        raise ValueError(f"backend={backend!r} cannot compute {problem.describe()}: {reason}. Backends that can: "
+                         f"{_able(problem)}")
+    return module, BackendChoice(backend, "asked for by name", "asked")
+
+
+def _able(problem: Problem) -> list[str]:
+    return [name for name, module in REGISTRY.items() if module.unsupported(problem) is None]
 
 
 #: the scan's cost per state element and step relative to the chunked form's per-step cost (calibrated with
 #: ``seqdyn bench operator`` on the CPU: GLA-type heads of K = V = 64 scan ~6× slower than they chunk)
 SCAN_COST_FACTOR = 16.0
+#: ``recurrent`` steps through time in Python: a candidate only for sequences this short (or as the only form)
+RECURRENT_CANDIDATE_MAX = 64
 
 
-def _auto(problem: Problem) -> str:
-    """The backend ``"auto"`` picks, from a cost model calibrated with ``seqdyn bench operator`` on the CPU.
+def _auto_choice(problem: Problem, want_state: bool, train: bool) -> BackendChoice:
+    """What ``"auto"`` computes with: the fastest of the candidate backends, measured once per problem shape and
+    cached (:func:`seqdyn.core.autotune.choose`), the cost model (:func:`_modelled`) deciding where nothing may be
+    timed."""
+    return autotune.choose(_shape_key(problem, want_state, train), problem.q.device, lambda: _plan(problem),
+                           lambda name: _trial(problem, name, want_state, train), _shape_words(problem, train),
+                           lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None)
+
+
+def _plan(problem: Problem) -> tuple[list[str], str, str]:
+    """``(candidates, modelled, reason)``: the backends that can compute the problem, the modelled one first —
+    ``recurrent`` only for ``T ≤ RECURRENT_CANDIDATE_MAX`` and ``quadratic`` only while its scores fit
+    ``QUADRATIC_AUTO_LIMIT``, unless nothing else can compute it — and the cost model's choice with its reason."""
+    modelled, reason = _modelled(problem)
+    batch, heads, length, _, _ = problem.shape
+    candidates = _able(problem)
+    for name, unlikely in (("quadratic", batch * heads * length * length > QUADRATIC_AUTO_LIMIT),
+                           ("recurrent", length > RECURRENT_CANDIDATE_MAX)):
+        if unlikely and len(candidates) > 1:
+            candidates = [other for other in candidates if other != name]
+    candidates.sort(key=lambda name: name != modelled)
+    return candidates, modelled, reason
+
+
+def _records_gradients(problem: Problem) -> bool:
+    """Whether computing ``problem`` records gradients (grad mode on and an input that requires them)."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in _tensors(problem))
+
+
+def _tensors(problem: Problem) -> list[Tensor]:
+    state = problem.initial_state
+    parts = [problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction, problem.scale,
+             problem.log_scale, problem.decay_rate, problem.normalizer,
+             *(state if isinstance(state, tuple) else (state,))]
+    return [x for x in parts if isinstance(x, Tensor)]
+
+
+def _shape_key(problem: Problem, want_state: bool, train: bool) -> str:
+    """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`."""
+    batch, heads, length, key_dim, value_dim = problem.shape
+    scale = problem.scale
+    scale_kind = ("none" if scale is None else "number" if not isinstance(scale, Tensor)
+                  else "shared" if shared_over_heads(scale) else "per-head")
+    return (f"B{batch} H{heads} T{length} K{key_dim} V{value_dim} | {problem.describe()} | "
+            f"{problem.q.dtype} -> {problem.out_dtype} | {'train' if train else 'forward'} | "
+            f"chunk {problem.chunk_size} | q {'shared' if shared_over_heads(problem.q) else 'per-head'} | "
+            f"k {'shared' if shared_over_heads(problem.k) else 'per-head'} | scale {scale_kind} | "
+            f"log_scale {problem.log_scale is not None} | factored {problem.decay_rate is not None} | "
+            f"state in {problem.initial_state is not None} out {want_state}")
+
+
+def _shape_words(problem: Problem, train: bool) -> str:
+    batch, heads, length, key_dim, value_dim = problem.shape
+    return (f"{'forward + backward' if train else 'forward'} of B={batch}, H={heads}, T={length}, K={key_dim}, "
+            f"V={value_dim}, {problem.describe()}")
+
+
+def _trial(problem: Problem, name: str, want_state: bool, train: bool) -> None:
+    """One run of ``problem`` by backend ``name`` on detached copies of its inputs (forward, and backward of the
+    sum of the outputs when ``train``): what :func:`seqdyn.core.autotune.measure` times."""
+    copies: dict[int, Tensor] = {}
+
+    def detached(x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(detached(part) for part in x)
+        if not isinstance(x, Tensor):
+            return x
+        if id(x) not in copies:  # one copy per tensor: aliases (DeltaNet's direction is its key) stay aliases
+            copies[id(x)] = x.detach().requires_grad_(train and x.is_floating_point())
+        return copies[id(x)]
+
+    fields = ("q", "k", "v", "log_decay", "beta", "direction", "normalizer", "initial_state", "scale", "log_scale",
+              "decay_rate")
+    copy = problem.replaced(**{field: detached(getattr(problem, field)) for field in fields})
+    with torch.enable_grad() if train else torch.no_grad():
+        out, state = _computed(copy, REGISTRY[name], want_state)
+        if train:
+            parts = [out, *(state if isinstance(state, tuple) else (state,) if state is not None else ())]
+            sum(part.float().sum() for part in parts).backward()
+
+
+def _modelled(problem: Problem) -> tuple[str, str]:
+    """The cost model's backend and its reason (calibrated with ``seqdyn bench operator`` and ``bench auto`` on
+    the CPU): what ``auto`` uses where nothing may be timed, and the first candidate it times.
 
     Per head and step, the chunked form costs about ``C·(K+V) + K·V`` (its intra-chunk matrices and the state
     hand-over, C = min(chunk, T)) and the scan ``16·K·V`` (a few elementwise passes over every state element):
     the scan wins for the tiny states of per-channel mixers (S6, qLSTM, RG-LRU), the chunked form for heads of
-    K = V = 64.  Short sequences (T ≤ 2C) without a diagonal decay are fastest materialized.  Without a
-    linear-time form: materialize while it fits, else step.
+    K = V = 64.  Short sequences (T ≤ 2C) of large states without a diagonal decay are fastest materialized.
+    Without a linear-time form: materialize while it fits, else step.
     """
     batch, heads, length, key_dim, value_dim = problem.shape
     chunk = min(problem.chunk_size, length)
+    scan_able = REGISTRY["scan"].unsupported(problem) is None
     if problem.readout.linear:
-        if not problem.diagonal and length <= 2 * problem.chunk_size:
-            return "quadratic"
         scan_cost = SCAN_COST_FACTOR * key_dim * value_dim
-        if REGISTRY["scan"].unsupported(problem) is None and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim:
-            return "scan"
+        if scan_able and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim and (
+                problem.diagonal or length > 2 * problem.chunk_size or key_dim * value_dim <= 4):
+            return "scan", f"a scan of {key_dim}×{value_dim} states costs less than chunks of {chunk} steps"
+        if not problem.diagonal and length <= 2 * problem.chunk_size:
+            return "quadratic", f"T={length} ≤ 2·chunk without a diagonal decay: materialized scores are cheapest"
     if REGISTRY["chunk"].unsupported(problem) is None:
-        return "chunk"
+        return "chunk", f"the chunked form of T={length} in chunks of {chunk}"
     if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:
-        return "quadratic"
-    return "recurrent"
+        return "quadratic", f"no chunked form; B·H·T² = {batch * heads * length * length:,} scores fit"
+    return "recurrent", f"no chunked form and B·H·T² = {batch * heads * length * length:,} scores would not fit"
 
 
 def _run(problem: Problem, module, want_state: bool):

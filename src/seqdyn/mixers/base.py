@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
@@ -107,6 +108,13 @@ class Mixer(nn.Module, ABC):
         mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
         return self.check_backend(backend)
 
+    def explain_backend(self, x: Tensor, backend: str = "auto") -> BackendChoice:
+        """:meth:`backend_for` with the reason (``.why``): what ``forward(x, backend)`` computes with, and why."""
+        chosen = self.backend_for(x, backend)
+        why = "asked for by name" if backend != "auto" else f"{self.name} computes 'auto' with {chosen}"
+        return chosen if isinstance(chosen, BackendChoice) else BackendChoice(chosen, why, "asked" if backend != "auto"
+                                                                              else "mixer")
+
     @abstractmethod
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
         """``[B, T, D] -> [B, T, D]``."""
@@ -192,12 +200,15 @@ class CoefficientMixer(Mixer):
 
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
         """The backend ``forward(x, backend)`` computes with; ``"auto"``: the one ``coefficient_dynamics`` picks for
-        this mixer's operator arguments on ``x`` (:func:`~seqdyn.core.operator.select_backend`)."""
+        this mixer's operator arguments on ``x`` (:func:`~seqdyn.core.operator.select_backend`) — for forward and
+        backward where the grad mode is on and ``x`` or a parameter requires gradients, for the forward alone
+        otherwise, as ``forward(x)`` would.  The returned name says why (``.why``)."""
         if self.check_backend(backend) != "auto":
-            return backend
+            return BackendChoice(backend, "asked for by name", "asked")
+        train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         with torch.no_grad():
             inputs, _ = self.core_inputs(x, MixerState())
-        return select_backend(inputs, chunk_size=self.chunk_size)
+        return select_backend(inputs, chunk_size=self.chunk_size, train=train)
 
     def init_state(self, batch: int) -> MixerState:
         return MixerState(batch=check_positive("batch", batch))

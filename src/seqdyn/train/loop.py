@@ -305,10 +305,11 @@ class Trainer:
         return recording_backends(self.model) if self.backends is None else contextlib.nullcontext()
 
     def record_backends(self, backends: list[str]) -> None:
-        """Keep the backend of every layer and record it with the run in the store (rank 0 only)."""
-        self.backends = backends
+        """Keep the backend of every layer and record it with the run in the store, with why each was chosen
+        (rank 0 only)."""
+        self.backends = [str(name) for name in backends]
         if self.lead and self.store is not None:
-            self.store.set_backends(self.run_id, backends)
+            self.store.set_backends(self.run_id, self.backends, [getattr(name, "why", "") for name in backends])
 
     def clip_gradients(self) -> None:
         if self.config.optimizer.grad_clip is not None:

@@ -48,7 +48,7 @@ STATUSES = ("pending", "running", "interrupted", "finished", "failed", "stopped_
 FINAL_STATUSES = ("finished", "failed", "stopped_early")
 CLAIMABLE_STATUSES = ("pending", "interrupted")
 EXPORT_FORMATS = ("csv", "parquet")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 60.0
 
 _SCHEMA = f"""
@@ -93,6 +93,7 @@ CREATE TABLE IF NOT EXISTS metrics (
 _MIGRATIONS = {
     2: ("ALTER TABLE runs ADD COLUMN checkpoint_sha256 TEXT", "ALTER TABLE runs ADD COLUMN threads INTEGER"),
     3: ("ALTER TABLE runs ADD COLUMN backends TEXT",),
+    4: ("ALTER TABLE runs ADD COLUMN backend_reasons TEXT",),
 }
 
 
@@ -127,6 +128,7 @@ class RunRecord:
     checkpoint_sha256: str | None = None
     threads: int | None = None
     backends: list[str] | None = None  # the backend each layer computed with (JSON in the file)
+    backend_reasons: list[str] | None = None  # why: what decided each layer's backend (JSON in the file)
 
 
 @dataclass
@@ -353,10 +355,15 @@ class Store:
             )
             self._require(conn, run_id)
 
-    def set_backends(self, run_id: str, backends: list[str]) -> None:
-        """Record the backend each layer of the run computes with (what ``auto`` picked, or the one asked for)."""
+    def set_backends(self, run_id: str, backends: list[str], reasons: list[str] | None = None) -> None:
+        """Record the backend each layer of the run computes with (what ``auto`` picked, or the one asked for) and,
+        where given, why (``reasons``, one per layer: see :class:`~seqdyn.core.autotune.BackendChoice`)."""
+        if reasons is not None and len(reasons) != len(backends):
+            raise ValueError(f"reasons: one per layer's backend ({len(backends)}), got {len(reasons)}")
         with self._write() as conn:
-            conn.execute("UPDATE runs SET backends = ? WHERE id = ?", (json.dumps(list(backends)), run_id))
+            conn.execute("UPDATE runs SET backends = ?, backend_reasons = ? WHERE id = ?",
+                         (json.dumps([str(name) for name in backends]),
+                          None if reasons is None else json.dumps(list(reasons)), run_id))
             self._require(conn, run_id)
 
     def set_threads(self, run_id: str, threads: int) -> None:
@@ -720,8 +727,9 @@ def _real(value: float | None) -> float | None:
 def _run_record(row: tuple, columns: tuple[str, ...] = _RUN_COLUMNS) -> RunRecord:
     data = dict(zip(columns, row))
     data["config"] = json.loads(data["config"])
-    if data.get("backends") is not None:
-        data["backends"] = json.loads(data["backends"])
+    for name in ("backends", "backend_reasons"):
+        if data.get(name) is not None:
+            data[name] = json.loads(data[name])
     return RunRecord(**data)
 
 

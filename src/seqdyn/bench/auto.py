@@ -1,0 +1,266 @@
+"""``seqdyn bench auto``: is ``backend="auto"`` the fastest exact backend, for every mixer and shape we train?
+
+Every case is a mixer at a shape: every registered mixer at its defaults (d 64, batch 16, T 64 and 512), and the
+shapes the reproductions train — MQAR and MAD at d 64–128, T 64–1,024, the DLR tasks, per-channel mixers with
+hundreds of one-dimensional heads.  For each case and mode (forward + backward of ``mixer(x).square().mean()``,
+and the forward alone under ``no_grad``) every backend the mixer accepts is timed beside ``auto``, in
+``rounds`` passes over all of them, each keeping its best time (:func:`~seqdyn.bench.measure.time_call`).
+The first ``auto`` call of a case is timed apart: it is where a cold cache chooses (its ``choose`` column).
+
+Targets (issue "auto picks the fastest exact backend"): ``auto`` within 1.2× of the fastest backend in every
+cell, and the geometric mean of ``auto / fastest`` within 1.05×.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from seqdyn import mixers
+from seqdyn.bench.measure import one_thread, resolve_device, time_call
+
+#: the targets: ``auto / fastest`` in every cell, and its geometric mean over all cells
+CELL_TARGET = 1.2
+MEAN_TARGET = 1.05
+MODES = ("fwd+bwd", "fwd")
+#: a backend whose first call of a round is this many times slower than the best so far is not timed again
+HOPELESS = 4.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One mixer at one shape; ``group`` says where the shape comes from."""
+
+    group: str
+    mixer: str
+    d_model: int
+    batch: int
+    length: int
+    options: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def label(self) -> str:
+        options = "".join(f", {key}={value}" for key, value in self.options)
+        return f"{self.mixer}{options}"
+
+
+def _defaults(lengths=(64, 512)) -> list[Case]:
+    return [Case("defaults", name, 64, 16, length) for name in mixers.names() for length in lengths]
+
+
+#: the shapes the reproductions train (their configs in ``seqdyn.reproduce``), beside the mixers' defaults
+REPRODUCTION_CASES = [
+    # MQAR (zoology's cpu budget: batch 64, d 64–128, L 64–256)
+    *(Case("MQAR", name, 128, 64, 256) for name in ("linear_attention", "mamba2", "gated_deltanet", "s6", "gla",
+                                                     "normalized_attention", "taylor_attention")),
+    Case("MQAR", "mamba2", 64, 64, 64, (("head_dim", 1),)),
+    Case("MQAR", "qlstm", 64, 64, 64),
+    Case("MQAR", "qlstm_s6", 64, 64, 64),
+    # MAD (cpu budget: width 128, L 32–64, batch 32)
+    *(Case("MAD", "custom", 128, 32, 64, (("readout", readout),)) for readout in ("exp", "square", "relu")),
+    Case("MAD", "custom", 128, 32, 64, (("decay", "scalar"),)),
+    # the DLR tasks (atomic: L 256, H 64, N 256, batch 16; long range: local attention in chunks of 256)
+    Case("DLR", "dlr", 64, 16, 256, (("state_dim", 256),)),
+    Case("DLR", "dss_exp", 64, 16, 256, (("state_dim", 256),)),
+    Case("DLR", "local_attention", 64, 4, 1024, (("window", 256),)),
+    # per-channel mixers with hundreds of one-dimensional heads
+    Case("per-channel", "mamba2", 256, 16, 256, (("head_dim", 1),)),
+    Case("per-channel", "qlstm", 256, 16, 256),
+    Case("per-channel", "rglru", 256, 16, 256),
+    Case("per-channel", "s6", 256, 16, 256),
+    # long sequences
+    *(Case("long", name, 128, 4, 1024) for name in ("mamba2", "gated_deltanet", "mlstm", "retnet", "gla")),
+]
+
+
+def cases(quick: bool = False) -> list[Case]:
+    """The benchmark's cases; ``quick``: a few of them, small (for tests and a first look)."""
+    if quick:
+        return [Case("quick", "qlstm", 16, 2, 32), Case("quick", "linear_attention", 16, 2, 32),
+                Case("quick", "softmax_attention", 16, 2, 32), Case("quick", "s4d", 16, 2, 32)]
+    return _defaults() + REPRODUCTION_CASES
+
+
+@dataclass
+class Cell:
+    """One (case, mode): the best time of every backend, ``auto``'s and what it chose."""
+
+    case: Case
+    mode: str
+    times: dict[str, float] = field(default_factory=dict)  # backend -> best seconds (``auto`` included)
+    hopeless: list[str] = field(default_factory=list)  # backends dropped after a call ≥ HOPELESS × the best
+    picked: str = ""
+    why: str = ""
+    choose_s: float | None = None  # the first auto call of the case (a cold cache measures then)
+    error: str = ""
+
+    @property
+    def fastest(self) -> str | None:
+        timed = {name: t for name, t in self.times.items() if name != "auto"}
+        return min(timed, key=timed.get) if timed else None
+
+    @property
+    def ratio(self) -> float | None:
+        fastest = self.fastest
+        if fastest is None or "auto" not in self.times:
+            return None
+        return self.times["auto"] / self.times[fastest]
+
+
+def _build(case: Case, device: torch.device) -> mixers.Mixer:
+    torch.manual_seed(0)
+    return mixers.build(case.mixer, case.d_model, **dict(case.options)).to(device)
+
+
+def _runner(mixer: mixers.Mixer, x: torch.Tensor, mode: str):
+    """The call one cell times for a backend: forward alone, or forward + backward."""
+    if mode == "fwd":
+        def run(backend: str) -> None:
+            with torch.no_grad():
+                mixer(x, backend=backend)
+    else:
+        def run(backend: str) -> None:
+            mixer.zero_grad(set_to_none=True)
+            x.grad = None
+            mixer(x, backend=backend).square().mean().backward()
+    return run
+
+
+def _choice(mixer: mixers.Mixer, x: torch.Tensor, mode: str) -> tuple[str, str]:
+    """What ``auto`` computes with for this cell, and why (where the mixer says)."""
+    context = torch.no_grad() if mode == "fwd" else torch.enable_grad()
+    with context:
+        explain = getattr(mixer, "explain_backend", None)
+        if explain is None:
+            return mixer.backend_for(x, "auto"), ""
+        choice = explain(x)
+        return str(choice), getattr(choice, "why", "")
+
+
+def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 2,
+                 modes=MODES) -> list[Cell]:
+    """Every mode of one case: each backend beside ``auto``, ``rounds`` passes, best times kept."""
+    mixer = _build(case, device)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(case.batch, case.length, case.d_model, generator=gen).to(device).requires_grad_(True)
+    backends = [name for name in mixer.backends if name != "auto"]
+    cells = []
+    for mode in modes:
+        cell = Cell(case, mode)
+        run = _runner(mixer, x, mode)
+        try:
+            start = time.perf_counter()
+            run("auto")
+            cell.choose_s = time.perf_counter() - start
+            cell.picked, cell.why = _choice(mixer, x, mode)
+            for _ in range(rounds):
+                for name in ["auto", *backends]:
+                    if name in cell.hopeless:
+                        continue
+                    best = min(cell.times.values(), default=math.inf)
+                    timing = time_call(lambda name=name: run(name), device, repeats, slow_s=HOPELESS * best)
+                    cell.times[name] = min(cell.times.get(name, math.inf), timing.best_s)
+                    if name != "auto" and timing.best_s > HOPELESS * best:
+                        cell.hopeless.append(name)
+        except (RuntimeError, MemoryError) as error:  # out of memory is a result, not a crash
+            cell.error = str(error).split("\n")[0][:80]
+        cells.append(cell)
+    return cells
+
+
+def run_benchmark(selected: list[Case], device: str = "cpu", repeats: int = 3, rounds: int = 2, modes=MODES,
+                  progress=None) -> list[Cell]:
+    """Measure every case on one torch thread; ``progress(case)`` after each."""
+    device = resolve_device(device)
+    cells = []
+    with one_thread():
+        for case in selected:
+            cells.extend(measure_case(case, device, repeats, rounds, modes))
+            if progress is not None:
+                progress(case)
+    return cells
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(cells: list[Cell]) -> dict:
+    """The targets: the cells that miss ``CELL_TARGET``, the geometric mean and whether both are met."""
+    ratios = [cell.ratio for cell in cells if cell.ratio is not None]
+    misses = [cell for cell in cells if cell.ratio is not None and cell.ratio > CELL_TARGET]
+    mean = geometric_mean(ratios)
+    return {"cells": len(ratios), "misses": misses, "geomean": mean, "worst": max(ratios, default=None),
+            "met": bool(ratios) and not misses and mean is not None and mean <= MEAN_TARGET}
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def markdown_table(cells: list[Cell]) -> str:
+    """The cells as a Markdown table (``docs/benchmarks.md``)."""
+    lines = ["| group | mixer | d | B | T | mode | auto picks | auto ms | fastest | its ms | auto / fastest |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for cell in cells:
+        case, fastest = cell.case, cell.fastest
+        ratio = "error: " + cell.error if cell.error else f"{cell.ratio:.2f}×" if cell.ratio else "—"
+        lines.append(f"| {case.group} | {case.label} | {case.d_model} | {case.batch} | {case.length} | {cell.mode} "
+                     f"| {cell.picked} | {_ms(cell.times.get('auto'))} | {fastest or '—'} "
+                     f"| {_ms(cell.times.get(fastest))} | {ratio} |")
+    return "\n".join(lines)
+
+
+def results_table(cells: list[Cell], device: str):
+    from rich.table import Table
+
+    table = Table(title=f"backend='auto' against the fastest backend on {device} (one thread; ms, best of rounds)")
+    for column in ("group", "mixer", "d", "B", "T", "mode", "auto picks", "auto ms", "fastest", "its ms",
+                   "auto / fastest", "choose ms"):
+        table.add_column(column, justify="left" if column in ("group", "mixer", "mode", "auto picks", "fastest")
+                         else "right")
+    for cell in cells:
+        case, fastest, ratio = cell.case, cell.fastest, cell.ratio
+        shown = f"[red]{cell.error}[/red]" if cell.error else "—" if ratio is None else (
+            f"[red]{ratio:.2f}×[/red]" if ratio > CELL_TARGET else f"{ratio:.2f}×")
+        table.add_row(case.group, case.label, str(case.d_model), str(case.batch), str(case.length), cell.mode,
+                      cell.picked, _ms(cell.times.get("auto")), fastest or "—", _ms(cell.times.get(fastest)), shown,
+                      _ms(cell.choose_s))
+    return table
+
+
+def run_auto_benchmark(quick: bool = False, device: str = "cpu", repeats: int = 3, rounds: int = 2,
+                       names: list[str] | None = None, markdown: str | None = None) -> dict:
+    """Run with a progress bar, print the table, the cells that miss and the targets; returns the summary."""
+    from pathlib import Path
+
+    from rich.progress import Progress
+
+    from seqdyn.train.progress import console as make_console
+
+    selected = [case for case in cases(quick) if not names or case.mixer in names]
+    if not selected:
+        raise ValueError(f"--mixers: no case uses {names}; the cases use {sorted({c.mixer for c in cases()})}")
+    console = make_console()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("benchmarking auto", total=len(selected))
+        cells = run_benchmark(selected, device, repeats, rounds,
+                              progress=lambda case: bar.update(task, advance=1, description=case.label))
+    dev = resolve_device(device)
+    console.print(results_table(cells, str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev)))
+    result = summary(cells)
+    for cell in result["misses"]:
+        console.print(f"[red]miss[/red] {cell.case.group} {cell.case.label} T={cell.case.length} {cell.mode}: auto "
+                      f"picks {cell.picked} ({cell.times.get('auto', 0) * 1e3:.1f} ms), {cell.fastest} takes "
+                      f"{cell.times[cell.fastest] * 1e3:.1f} ms: {cell.ratio:.2f}×" + (f" — {cell.why}" if cell.why else ""))
+    mean = result["geomean"]
+    console.print(f"{result['cells']} cells: geometric mean of auto / fastest {mean:.3f}× (target ≤ {MEAN_TARGET}×), "
+                  f"worst {result['worst']:.2f}×, {len(result['misses'])} cells above {CELL_TARGET}× — targets "
+                  + ("[green]met[/green]" if result["met"] else "[red]not met[/red]"))
+    if markdown:
+        Path(markdown).write_text(markdown_table(cells) + "\n")
+        console.print(f"table written to {markdown}")
+    return result

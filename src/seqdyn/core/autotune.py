@@ -1,0 +1,278 @@
+"""What ``backend="auto"`` chooses: the fastest exact backend, measured once per problem shape and cached.
+
+Which backend is fastest depends on the whole problem — batch, length, heads, key and value widths, the
+parameterization, the device, torch's thread count — and the cost of each backend is not a simple function of
+them (a per-channel recurrence with 64 one-element states scans 16× faster than it materializes; a head of
+K = V = 64 chunks faster than it scans).  So ``auto`` does what Triton's autotuner does: the first time it sees a
+problem *shape* (:func:`shape_key`) it runs every candidate backend on the problem itself — forward and backward
+on detached copies of its inputs when the call records gradients, the forward alone otherwise — keeps the fastest,
+and caches the choice in memory and in a JSON file per machine (:func:`cache_path`).  Later calls of that shape
+read the cache: a dict lookup.  A cost model (the operator's) orders the candidates, drops the ones that cannot be
+fastest (the step-by-step ``recurrent`` backend on long sequences, materialized coefficients beyond memory) and
+decides alone where nothing may be timed: while ``torch.compile`` traces or a CUDA graph captures, or with
+``SEQDYN_AUTOTUNE=0``.
+
+Guarantees: for a given cache the choice is deterministic (no timing happens for a cached shape); a cache written
+on another machine, under another torch version or thread count is not read (its file has another name and its
+fingerprint is checked); every backend computes the same outputs within its documented agreement, so the choice
+changes timings, never results beyond that.
+
+Settings (environment): ``SEQDYN_AUTOTUNE`` is ``1`` (default: measure, keep the choices in a file), ``memory``
+(measure, keep them for this process only) or ``0`` (measure nothing: the cost model decides).  The file lies in
+``$SEQDYN_AUTOTUNE_CACHE``, by default ``$SEQDYN_CACHE/backends`` (``~/.cache/seqdyn/backends``, beside the native
+kernels).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["BackendChoice", "cache_path", "choose", "clear_cache", "fingerprint", "setting", "tuning_enabled"]
+
+#: timed calls per candidate after its warm-up (the fastest counts)
+REPEATS = 2
+#: a candidate this many times slower than the fastest so far is not timed further
+HOPELESS = 3.0
+#: cache file format; a file of another version is not read
+CACHE_VERSION = 1
+
+
+class BackendChoice(str):
+    """A backend name (it compares and prints as the name) that says why it was chosen.
+
+    Attributes:
+        why: one sentence: what decided and, where measured, every candidate's time.
+        source: ``"measured"`` (timed now), ``"cache"`` (timed earlier, read back), ``"cost model"``, ``"only"``
+            (the one backend that can compute the problem) or ``"asked"`` (not ``auto``).
+        times_ms: the candidates' measured times in milliseconds, fastest first (empty unless measured).
+    """
+
+    why: str
+    source: str
+    times_ms: dict[str, float]
+
+    def __new__(cls, name: str, why: str = "", source: str = "", times_ms: dict[str, float] | None = None):
+        choice = super().__new__(cls, name)
+        choice.why, choice.source, choice.times_ms = why, source, dict(times_ms or {})
+        return choice
+
+    def __repr__(self) -> str:
+        return f"BackendChoice({str(self)!r}, why={self.why!r})"
+
+    def __reduce__(self):  # pickles (Ray, multiprocessing) as the same choice
+        return BackendChoice, (str(self), self.why, self.source, self.times_ms)
+
+
+#: the values of ``SEQDYN_AUTOTUNE``
+SETTINGS = ("1", "memory", "0")
+
+
+def setting() -> str:
+    """``SEQDYN_AUTOTUNE``: ``1`` (measure, cache in a file), ``memory`` (measure, cache in memory) or ``0``."""
+    chosen = os.environ.get("SEQDYN_AUTOTUNE", "1").strip().lower() or "1"
+    if chosen not in SETTINGS:
+        raise ValueError(f"SEQDYN_AUTOTUNE: expected one of {', '.join(SETTINGS)}, got {chosen!r}")
+    return chosen
+
+
+def tuning_enabled() -> bool:
+    """Whether ``auto`` may time backends (``SEQDYN_AUTOTUNE`` is not ``0``)."""
+    return setting() != "0"
+
+
+def can_time_now(device: torch.device) -> bool:
+    """Whether timing code is allowed here: not while ``torch.compile`` traces or a CUDA graph captures, not on
+    the ``meta`` device (no data), and not where measuring is turned off."""
+    if not tuning_enabled() or device.type == "meta":
+        return False
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        return _cpu_model()
+    return device.type
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: torch.device) -> dict[str, Any]:
+    """What a cached choice depends on besides the problem: the machine, the device, torch and its threads."""
+    from seqdyn.kernels import build
+
+    return {"version": CACHE_VERSION, "torch": torch.__version__, "device": device.type,
+            "device_name": _device_name(device), "threads": torch.get_num_threads(),
+            "machine": platform.machine(), "native_kernels": build.mode()}
+
+
+def cache_dir() -> Path | None:
+    """The folder of the cache files (``None`` with ``SEQDYN_AUTOTUNE=memory``: no file)."""
+    if setting() == "memory":
+        return None
+    configured = os.environ.get("SEQDYN_AUTOTUNE_CACHE")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(os.environ.get("SEQDYN_CACHE", Path.home() / ".cache" / "seqdyn")).expanduser() / "backends"
+
+
+def cache_path(device: torch.device) -> Path | None:
+    """The cache file of this machine, device, torch version and thread count (``None``: memory only)."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    print_ = json.dumps(fingerprint(device), sort_keys=True)
+    return folder / f"backends-{hashlib.sha256(print_.encode()).hexdigest()[:16]}.json"
+
+
+#: path (or "" for memory only) -> {shape key -> {"backend": name, "times_ms": {...}}}
+_CACHES: dict[str, dict[str, dict]] = {}
+
+
+def _entries(device: torch.device) -> tuple[dict[str, dict], Path | None]:
+    path = cache_path(device)
+    name = str(path) if path is not None else f"memory:{json.dumps(fingerprint(device), sort_keys=True)}"
+    if name not in _CACHES:
+        _CACHES[name] = _read(path, fingerprint(device)) if path is not None else {}
+    return _CACHES[name], path
+
+
+def _read(path: Path, expected: dict[str, Any]) -> dict[str, dict]:
+    """The choices of a cache file, or none when it is absent, unreadable or of another fingerprint."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("fingerprint") != expected or not isinstance(data.get("choices"), dict):
+        return {}
+    return {key: entry for key, entry in data["choices"].items()
+            if isinstance(entry, dict) and isinstance(entry.get("backend"), str)}
+
+
+def _write(path: Path, device: torch.device, entries: dict[str, dict]) -> None:
+    """Merge ``entries`` into the file (other processes may have added theirs) and replace it atomically."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        merged = {**_read(path, fingerprint(device)), **entries}
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({"fingerprint": fingerprint(device), "choices": merged}, indent=1,
+                                        sort_keys=True))
+        os.replace(temporary, path)
+    except OSError:  # a read-only home: the choice stays in memory
+        pass
+
+
+def clear_cache(device: torch.device | None = None, files: bool = False) -> None:
+    """Forget the choices held in memory (every device, or ``device``'s); ``files=True`` also deletes the file."""
+    if device is None:
+        _CACHES.clear()
+        return
+    entries, path = _entries(device)
+    entries.clear()
+    if files and path is not None and path.exists():
+        path.unlink()
+
+
+def cached(key: str, device: torch.device) -> dict | None:
+    """The cached entry of ``key`` on ``device``, if any."""
+    return _entries(device)[0].get(key)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _seconds(call: Callable[[], None], device: torch.device) -> float:
+    _synchronize(device)
+    start = time.perf_counter()
+    call()
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def measure(candidates: Sequence[str], trial: Callable[[str], None], device: torch.device) -> dict[str, float]:
+    """Milliseconds of ``trial(name)`` per candidate, fastest first: a warm-up call each, then up to ``REPEATS``
+    interleaved rounds over the candidates within ``HOPELESS`` × the fastest so far, each keeping its fastest
+    call (a candidate that far behind is timed no more: it cannot win); one that fails (out of memory) is
+    dropped.  The warm-up times count too: a first call is never faster than a later one."""
+    warm: dict[str, float] = {}
+    for name in candidates:  # the warm-up: first-call costs (allocations, a kernel's build) stay out of the times
+        try:
+            warm[name] = _seconds(lambda: trial(name), device)
+        except (RuntimeError, MemoryError):
+            continue
+    times = dict(warm)
+    for _ in range(REPEATS):
+        fastest = min(times.values(), default=math.inf)
+        contenders = [name for name, seconds in times.items() if seconds <= HOPELESS * fastest]
+        if len(contenders) < 2:
+            break
+        for name in contenders:
+            times[name] = min(times[name], _seconds(lambda: trial(name), device))
+    return {name: seconds * 1e3 for name, seconds in sorted(times.items(), key=lambda item: item[1])}
+
+
+def _described(times_ms: dict[str, float]) -> str:
+    return " < ".join(f"{name} {ms:.3g} ms" for name, ms in times_ms.items())
+
+
+def choose(key: str, device: torch.device, plan: Callable[[], tuple[list[str], str, str]],
+           trial: Callable[[str], None], shape: str, valid: Callable[[str], bool]) -> BackendChoice:
+    """The backend for the problem of shape ``key``: cached, else measured (and cached), else the cost model's.
+
+    Args:
+        key: everything but the data that the speed depends on (the operator's ``_shape_key``).
+        plan: ``() -> (candidates, modelled, reason)``, called on a cache miss only: the backends that can compute
+            the problem and may be fastest (the likeliest first), the cost model's choice and why.
+        trial: runs the problem once with a backend (forward, or forward and backward).
+        shape: the problem in words, for the explanation.
+        valid: whether a backend can compute the problem (a cached name that cannot — a file edited by hand — is
+            a cache miss).
+    """
+    entries, path = _entries(device)
+    entry = entries.get(key)
+    if entry is not None and not valid(entry["backend"]):
+        entry = None
+    where = f"the cache {path}" if path is not None else "this process's memory"
+    if entry is not None:
+        times = dict(sorted(entry.get("times_ms", {}).items(), key=lambda item: item[1]))
+        return BackendChoice(entry["backend"], f"cached in {where}: measured {_described(times)} for {shape}",
+                             "cache", times)
+    candidates, modelled, reason = plan()
+    if len(candidates) == 1:
+        return BackendChoice(candidates[0], f"the only candidate for {shape}", "only")
+    if not can_time_now(device):
+        return BackendChoice(modelled, f"cost model (nothing timed here): {reason}", "cost model")
+    times = measure(candidates, trial, device)
+    if not times:
+        return BackendChoice(modelled, f"cost model (every timed candidate failed): {reason}", "cost model")
+    times = {name: round(ms, 4) for name, ms in times.items()}
+    winner = next(iter(times))
+    entries[key] = {"backend": winner, "times_ms": times}
+    if path is not None:
+        _write(path, device, {key: entries[key]})
+    return BackendChoice(winner, f"measured now, cached in {where}: {_described(times)} for {shape}", "measured",
+                         times)

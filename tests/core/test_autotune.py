@@ -1,0 +1,238 @@
+"""``backend="auto"`` measures the candidate backends once per problem shape and caches the winner
+(:mod:`seqdyn.core.autotune`): a cold cache measures, a warm one decides without timing, a cache of another
+machine, torch version or thread count is not read, and the choice explains itself."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+
+import seqdyn
+from seqdyn.core import autotune
+from seqdyn.core.autotune import BackendChoice
+
+
+@pytest.fixture
+def file_cache(tmp_path, monkeypatch):
+    """Measuring on, choices kept in a file under ``tmp_path``, nothing in memory from earlier tests."""
+    monkeypatch.setenv("SEQDYN_AUTOTUNE", "1")
+    monkeypatch.setenv("SEQDYN_AUTOTUNE_CACHE", str(tmp_path / "backends"))
+    autotune.clear_cache()
+    yield tmp_path / "backends"
+    autotune.clear_cache()
+
+
+def no_timing(*_):
+    raise AssertionError("a backend was timed although the choice was cached or timing is off")
+
+
+def operator_inputs(length=24, heads=3, key_dim=4, value_dim=5, grad=True):
+    gen = torch.Generator().manual_seed(length)
+    rand = lambda *s: torch.randn(*s, generator=gen).requires_grad_(grad)  # noqa: E731
+    q, k, v = rand(2, length, heads, key_dim), rand(2, length, heads, key_dim), rand(2, length, heads, value_dim)
+    log_decay = (-torch.rand(2, length, heads, generator=gen)).requires_grad_(grad)
+    return (q, k, v), {"log_decay": log_decay}
+
+
+def the_cache_file(folder):
+    (path,) = folder.glob("backends-*.json")
+    return path, json.loads(path.read_text())
+
+
+def test_a_cold_cache_measures_every_candidate_and_writes_the_fastest(file_cache):
+    args, options = operator_inputs()
+    choice = seqdyn.select_backend(*args, **options)
+    assert choice.source == "measured"
+    assert set(choice.times_ms) == {"quadratic", "recurrent", "chunk", "scan"}  # T = 24: every backend may win
+    assert str(choice) == min(choice.times_ms, key=choice.times_ms.get)
+    assert all(f"{name} " in choice.why for name in choice.times_ms) and "T=24" in choice.why
+    path, data = the_cache_file(file_cache)
+    assert data["fingerprint"] == autotune.fingerprint(torch.device("cpu"))
+    ((key, entry),) = data["choices"].items()
+    assert entry["backend"] == choice and "B2 H3 T24 K4 V5" in key and "train" in key
+
+
+def test_a_cached_shape_is_decided_without_timing_and_the_call_reads_the_same_choice(file_cache, monkeypatch):
+    args, options = operator_inputs()
+    first = seqdyn.select_backend(*args, **options)
+    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    autotune.clear_cache()  # the next process: only the file remains
+    again = seqdyn.select_backend(*args, **options)
+    assert (str(again), again.source, again.times_ms) == (str(first), "cache", first.times_ms)
+    out = seqdyn.coefficient_dynamics(*args, **options)
+    assert torch.equal(out, seqdyn.coefficient_dynamics(*args, **options, backend=str(first)))
+
+
+def test_the_choice_is_what_the_cache_says_deterministically(file_cache, monkeypatch):
+    """A cache that names a backend makes auto compute with that backend, bit for bit, and time nothing."""
+    args, options = operator_inputs()
+    measured = seqdyn.select_backend(*args, **options)
+    path, data = the_cache_file(file_cache)
+    other = next(name for name in ("recurrent", "quadratic") if name != measured)
+    for entry in data["choices"].values():
+        entry["backend"] = other
+    path.write_text(json.dumps(data))
+    autotune.clear_cache()
+    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    assert seqdyn.select_backend(*args, **options) == other
+    out = seqdyn.coefficient_dynamics(*args, **options)
+    assert torch.equal(out, seqdyn.coefficient_dynamics(*args, **options, backend=other))
+
+
+def test_a_cached_backend_that_cannot_compute_the_problem_is_a_cache_miss(file_cache):
+    args, options = operator_inputs()
+    seqdyn.select_backend(*args, **options)
+    path, data = the_cache_file(file_cache)
+    for entry in data["choices"].values():
+        entry["backend"] = "fft"  # no backend of the operator
+    path.write_text(json.dumps(data))
+    autotune.clear_cache()
+    assert seqdyn.select_backend(*args, **options).source == "measured"
+
+
+@pytest.mark.parametrize("changed", ["torch", "device_name", "threads", "version"])
+def test_a_cache_from_another_machine_torch_version_or_thread_count_is_not_read(file_cache, monkeypatch, changed):
+    args, options = operator_inputs()
+    seqdyn.select_backend(*args, **options)
+    path, data = the_cache_file(file_cache)
+    data["fingerprint"][changed] = 0 if changed in ("threads", "version") else "elsewhere"
+    for entry in data["choices"].values():
+        entry["backend"] = "recurrent"
+    path.write_text(json.dumps(data))  # the same file name, another machine's fingerprint inside
+    autotune.clear_cache()
+    choice = seqdyn.select_backend(*args, **options)
+    assert choice.source == "measured"  # read as a cold cache ...
+    assert the_cache_file(file_cache)[1]["fingerprint"] == autotune.fingerprint(torch.device("cpu"))  # ... replaced
+
+
+def test_the_cache_file_is_named_after_the_fingerprint(file_cache, monkeypatch):
+    cpu = torch.device("cpu")
+    here = autotune.cache_path(cpu)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert autotune.cache_path(cpu) != here
+    finally:
+        torch.set_num_threads(threads)
+    monkeypatch.setattr(torch, "__version__", "0.0.0")
+    assert autotune.cache_path(cpu) != here
+
+
+def test_an_unreadable_cache_file_is_a_cold_cache(file_cache):
+    args, options = operator_inputs()
+    seqdyn.select_backend(*args, **options)
+    path, _ = the_cache_file(file_cache)
+    path.write_text("{not json")
+    autotune.clear_cache()
+    assert seqdyn.select_backend(*args, **options).source == "measured"
+
+
+def test_forward_and_training_are_chosen_apart(file_cache):
+    args, options = operator_inputs()
+    training = seqdyn.select_backend(*args, **options)
+    with torch.no_grad():
+        forward = seqdyn.select_backend(*args, **options)
+    assert "forward + backward" in training.why and "forward of" in forward.why
+    assert len(the_cache_file(file_cache)[1]["choices"]) == 2
+    assert seqdyn.select_backend(*args, **options, train=False).source == "cache"
+
+
+def test_measuring_leaves_the_callers_inputs_and_graph_alone(file_cache):
+    args, options = operator_inputs()
+    seqdyn.select_backend(*args, **options)
+    leaves = [*args, options["log_decay"]]
+    assert all(x.grad is None for x in leaves)
+    y = seqdyn.coefficient_dynamics(*args, **options)
+    y.sum().backward()
+    reference = [x.grad.clone() for x in leaves]
+    for x in leaves:
+        x.grad = None
+    seqdyn.coefficient_dynamics(*args, **options, backend="quadratic").sum().backward()
+    for got, exact in zip(reference, (x.grad for x in leaves)):
+        torch.testing.assert_close(got, exact, rtol=1e-4, atol=1e-5)
+
+
+def test_aliased_inputs_stay_aliased_in_the_trial(file_cache):
+    """DeltaNet's Householder direction is its key: the chunked form relies on it, and so must the trial."""
+    gen = torch.Generator().manual_seed(0)
+    k = torch.nn.functional.normalize(torch.randn(2, 20, 2, 4, generator=gen), dim=-1).requires_grad_()
+    q, v = torch.randn(2, 20, 2, 4, generator=gen), torch.randn(2, 20, 2, 4, generator=gen)
+    beta = torch.rand(2, 20, 2, generator=gen)
+    choice = seqdyn.select_backend(q, k, v, householder=beta, scale=beta)
+    assert set(choice.times_ms) == {"quadratic", "recurrent", "chunk"}
+
+
+def test_timing_off_uses_the_cost_model(monkeypatch):
+    monkeypatch.setenv("SEQDYN_AUTOTUNE", "0")
+    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 300, 2, 8, generator=gen) for _ in range(3))
+    choice = seqdyn.select_backend(q, k, v, readout="exp", normalizer="sum")
+    assert choice.source == "cost model" and choice.why.startswith("cost model (nothing timed here)")
+    assert choice == "chunk"  # softmax: only chunk and quadratic are linear in memory, and chunk is fused
+
+
+def test_a_bad_setting_names_the_variable(monkeypatch):
+    monkeypatch.setenv("SEQDYN_AUTOTUNE", "always")
+    args, options = operator_inputs()
+    with pytest.raises(ValueError, match="SEQDYN_AUTOTUNE: expected one of 1, memory, 0, got 'always'"):
+        seqdyn.select_backend(*args, **options)
+
+
+def test_one_possible_backend_is_chosen_without_timing(file_cache, monkeypatch):
+    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(8, 9000, 8, 4, generator=gen) for _ in range(3))
+    # a nonlinear readout over 9,000 steps: its scores would not fit, the recurrent key cache is left
+    choice = seqdyn.select_backend(q, k, v, readout="sigmoid")
+    assert (choice, choice.source) == ("recurrent", "only")
+
+
+def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
+    """With a fake clock: each call of a candidate takes its listed times in turn."""
+    durations = {"a": [5.0, 2.0, 2.0], "b": [3.0, 1.5, 1.6], "c": [40.0], "d": []}
+    calls = []
+
+    def fake_seconds(call, device):
+        call()
+        return durations[calls[-1]].pop(0)
+
+    def trial(name):
+        calls.append(name)
+        if name == "d":
+            raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(autotune, "_seconds", fake_seconds)
+    times = autotune.measure(["a", "b", "c", "d"], trial, torch.device("cpu"))
+    assert list(times) == ["b", "a", "c"] and times["b"] == 1500.0 and times["c"] == 40000.0
+    assert calls.count("c") == 1  # 40 > HOPELESS × 3: never timed again
+    assert calls.count("a") == calls.count("b") == 1 + autotune.REPEATS
+
+
+def test_a_backend_choice_is_its_name_with_a_reason():
+    choice = BackendChoice("scan", "because", "measured", {"scan": 1.0, "chunk": 2.0})
+    assert choice == "scan" and f"{choice}" == "scan" and {choice: 1}["scan"] == 1
+    assert json.dumps([choice]) == '["scan"]'
+    again = pickle.loads(pickle.dumps(choice))
+    assert (again, again.why, again.source, again.times_ms) == ("scan", "because", "measured", choice.times_ms)
+
+
+def test_a_named_backend_says_so():
+    args, options = operator_inputs()
+    choice = seqdyn.select_backend(*args, **options, backend="chunk")
+    assert (choice, choice.source) == ("chunk", "asked")
+
+
+def test_a_mixer_explains_its_choice_for_training_and_for_the_forward(file_cache):
+    mixer = seqdyn.mixers.build("qlstm", 8)
+    x = torch.randn(2, 16, 8)
+    training = mixer.explain_backend(x)
+    with torch.no_grad():
+        forward = mixer.explain_backend(x)
+    assert "forward + backward of B=2, H=8, T=16, K=1, V=1" in training.why
+    assert "forward of B=2" in forward.why
+    mixer(x).sum().backward()  # the call reads the choice backend_for measured
+    assert mixer.backend_for(x).source == "cache"
