@@ -3,8 +3,8 @@
 Every case is a mixer at a shape: every registered mixer at its defaults (d 64, batch 16, T 64 and 512), and the
 shapes the reproductions train — MQAR and MAD at d 64–128, T 64–1,024, the DLR tasks, per-channel mixers with
 hundreds of one-dimensional heads.  For each case and mode (forward + backward of ``mixer(x).square().mean()``,
-and the forward alone under ``no_grad``) every backend the mixer accepts is timed beside ``auto``, in
-``rounds`` passes over all of them, each keeping its best time (:func:`~seqdyn.bench.measure.time_call`).
+and the forward alone under ``no_grad``) every backend the mixer accepts is timed beside ``auto`` (``recurrent``,
+a Python loop over the steps, up to T = 64), in ``rounds`` passes over all of them, each keeping its best time.
 The first ``auto`` call of a case is timed apart: it is where a cold cache chooses (its ``choose`` column).
 
 Targets (issue "auto picks the fastest exact backend"): ``auto`` within 1.2× of the fastest backend in every
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqdyn import mixers
-from seqdyn.bench.measure import one_thread, resolve_device, time_call
+from seqdyn.bench.measure import one_thread, resolve_device
 
 #: the targets: ``auto / fastest`` in every cell, and its geometric mean over all cells
 CELL_TARGET = 1.2
@@ -140,31 +140,53 @@ def _choice(mixer: mixers.Mixer, x: torch.Tensor, mode: str) -> tuple[str, str]:
         return str(choice), getattr(choice, "why", "")
 
 
+def _seconds(call, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _timed_backends(mixer: mixers.Mixer, length: int) -> list[str]:
+    """The backends a cell times beside ``auto``: every one the mixer accepts, but ``recurrent`` (a loop over time
+    steps in Python) only up to ``T = 64``, as ``auto`` itself (``RECURRENT_CANDIDATE_MAX``)."""
+    from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX
+
+    return [name for name in mixer.backends
+            if name != "auto" and not (name == "recurrent" and length > RECURRENT_CANDIDATE_MAX)]
+
+
 def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 2,
                  modes=MODES) -> list[Cell]:
-    """Every mode of one case: each backend beside ``auto``, ``rounds`` passes, best times kept."""
+    """Every mode of one case: each backend beside ``auto``, ``rounds`` passes of ``repeats`` calls, the fastest
+    call counting.  A backend whose first call is ``HOPELESS`` × slower than the best so far is not called again
+    (it cannot be the fastest; its one time is kept)."""
     mixer = _build(case, device)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(case.batch, case.length, case.d_model, generator=gen).to(device).requires_grad_(True)
-    backends = [name for name in mixer.backends if name != "auto"]
+    backends = _timed_backends(mixer, case.length)
     cells = []
     for mode in modes:
         cell = Cell(case, mode)
         run = _runner(mixer, x, mode)
         try:
-            start = time.perf_counter()
-            run("auto")
-            cell.choose_s = time.perf_counter() - start
+            cell.choose_s = _seconds(lambda: run("auto"), device)
             cell.picked, cell.why = _choice(mixer, x, mode)
-            for _ in range(rounds):
+            for round_ in range(rounds):
                 for name in ["auto", *backends]:
                     if name in cell.hopeless:
                         continue
                     best = min(cell.times.values(), default=math.inf)
-                    timing = time_call(lambda name=name: run(name), device, repeats, slow_s=HOPELESS * best)
-                    cell.times[name] = min(cell.times.get(name, math.inf), timing.best_s)
-                    if name != "auto" and timing.best_s > HOPELESS * best:
+                    first = _seconds(lambda name=name: run(name), device)
+                    if round_ == 0 and name != "auto" and first > HOPELESS * best:
+                        cell.times[name] = first
                         cell.hopeless.append(name)
+                        continue
+                    calls = [_seconds(lambda name=name: run(name), device) for _ in range(repeats)]
+                    cell.times[name] = min(cell.times.get(name, math.inf), first, *calls)
         except (RuntimeError, MemoryError) as error:  # out of memory is a result, not a crash
             cell.error = str(error).split("\n")[0][:80]
         cells.append(cell)
