@@ -199,3 +199,22 @@ def test_nplr_form_reconstructs_hippo_legs():
     assert torch.all(lam.real == -0.5) and torch.all(lam.imag > 0)
 
 
+
+
+@pytest.mark.parametrize("name", ["s4d", "lru"])
+def test_auto_measures_the_lti_backends_and_leaves_the_gradients_alone(name, monkeypatch):
+    """``auto`` of an LTI mixer times ``fft``, ``scan`` and (T ≤ 64) ``recurrent`` once per shape; measuring
+    accumulates no gradient into the parameters, and the forward computes with the chosen backend."""
+    from seqdyn.core import autotune
+
+    monkeypatch.setenv("SEQDYN_AUTOTUNE", "memory")
+    autotune.clear_cache()
+    mixer = mixers.build(name, 8)
+    x = torch.randn(2, 24, 8)
+    choice = mixer.backend_for(x)
+    assert choice.source == "measured" and set(choice.times_ms) == {"fft", "scan", "recurrent"}
+    assert "forward + backward of the" in choice.why and "T=24" in choice.why
+    assert all(p.grad is None for p in mixer.parameters())
+    torch.testing.assert_close(mixer(x), mixer(x, backend=str(choice)), rtol=0, atol=0)
+    assert mixer.backend_for(torch.randn(2, 65, 8)).times_ms.keys() == {"fft", "scan"}  # recurrent: T ≤ 64 only
+    autotune.clear_cache()

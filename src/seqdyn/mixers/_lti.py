@@ -17,11 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.core import lti
+from seqdyn.core import autotune, lti
+from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
 
 SKIPS = ("learned", "identity", "none")
+#: the LTI core's ``recurrent`` backend steps through time in Python: a candidate of ``auto`` only this short
+LTI_RECURRENT_CANDIDATE_MAX = 64
 ACTIVATIONS = ("gelu", "none")
 OUTPUTS = ("glu", "half_glu", "linear", "none")
 
@@ -172,6 +175,8 @@ class LTIMixer(Mixer):
         """The discretized LTI system of the current parameters."""
 
     def run_core(self, u: Tensor, backend: str, state: Tensor | None = None, output_final_state: bool = False):
+        if backend == "auto":
+            backend = self._auto_backend(u, state, output_final_state)
         return self.system()(u, backend, state, output_final_state)
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
@@ -179,9 +184,38 @@ class LTIMixer(Mixer):
         return self.head(self.run_core(x, self.check_backend(backend)), x)
 
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
-        """The backend ``forward(x, backend)`` computes with; ``"auto"`` is ``fft`` (see
-        :func:`seqdyn.core.lti.check_backend`)."""
-        return lti.check_backend(self.check_backend(backend))
+        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of ``fft``, ``scan`` (and
+        ``recurrent`` for T ≤ 64) for this shape, measured once and cached like the operator's ``auto``
+        (:mod:`seqdyn.core.autotune`); the returned name says why (``.why``)."""
+        if self.check_backend(backend) != "auto":
+            return BackendChoice(backend, "asked for by name", "asked")
+        return self._auto_backend(x, None, False)
+
+    def _auto_backend(self, u: Tensor, state: Tensor | None, output_final_state: bool) -> BackendChoice:
+        """``auto`` of the LTI core on ``u``: timed by :func:`seqdyn.core.autotune.choose` (forward and backward
+        through the system's parameters where gradients are recorded), the FFT convolution where nothing is."""
+        parameters = [p for p in self.parameters() if p.requires_grad]
+        train = torch.is_grad_enabled() and (u.requires_grad or bool(parameters))
+        batch, length, channels = u.shape
+        key = (f"lti {self.name} {self.extra_repr()} | B{batch} T{length} D{channels} | {u.dtype} | "
+               f"{'train' if train else 'forward'} | state in {state is not None} out {output_final_state}")
+        words = (f"{'forward + backward' if train else 'forward'} of the {self.name} LTI core, B={batch}, "
+                 f"T={length}, D={channels}")
+
+        def plan() -> tuple[list[str], str, str]:
+            candidates = ["fft", "scan"] + (["recurrent"] if length <= LTI_RECURRENT_CANDIDATE_MAX else [])
+            return candidates, "fft", "the FFT convolution: O(T log T) per channel"
+
+        def trial(name: str) -> None:
+            with torch.enable_grad() if train else torch.no_grad():
+                x = u.detach().requires_grad_(train)
+                start = None if state is None else state.detach()
+                y = self.system()(x, name, start, output_final_state)
+                y = y[0] if isinstance(y, tuple) else y
+                if train:  # gradients returned, not accumulated: the parameters' .grad stay as they are
+                    torch.autograd.grad(y.real.sum(), [x, *parameters], allow_unused=True)
+
+        return autotune.choose(key, u.device, plan, trial, words, lambda name: name in lti.BACKENDS[1:])
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The LTI core's output and the values it convolves, ``[B, T, H, V]`` each."""
