@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqdyn.core import autotune, lti
+from seqdyn.core import lti
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
@@ -192,30 +192,16 @@ class LTIMixer(Mixer):
         return self._auto_backend(x, None, False)
 
     def _auto_backend(self, u: Tensor, state: Tensor | None, output_final_state: bool) -> BackendChoice:
-        """``auto`` of the LTI core on ``u``: timed by :func:`seqdyn.core.autotune.choose` (forward and backward
-        through the system's parameters where gradients are recorded), the FFT convolution where nothing is."""
-        parameters = [p for p in self.parameters() if p.requires_grad]
-        train = torch.is_grad_enabled() and (u.requires_grad or bool(parameters))
-        batch, length, channels = u.shape
-        key = (f"lti {self.name} {self.extra_repr()} | B{batch} T{length} D{channels} | {u.dtype} | "
-               f"{'train' if train else 'forward'} | state in {state is not None} out {output_final_state}")
-        words = (f"{'forward + backward' if train else 'forward'} of the {self.name} LTI core, B={batch}, "
-                 f"T={length}, D={channels}")
+        """``auto`` of the LTI core on ``u`` (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`)."""
+        start = None if state is None else state.detach()
 
-        def plan() -> tuple[list[str], str, str]:
-            candidates = ["fft", "scan"] + (["recurrent"] if length <= LTI_RECURRENT_CANDIDATE_MAX else [])
-            return candidates, "fft", "the FFT convolution: O(T log T) per channel"
+        def run(x: Tensor, name: str) -> Tensor:
+            y = self.system()(x, name, start, output_final_state)
+            return y[0] if isinstance(y, tuple) else y
 
-        def trial(name: str) -> None:
-            with torch.enable_grad() if train else torch.no_grad():
-                x = u.detach().requires_grad_(train)
-                start = None if state is None else state.detach()
-                y = self.system()(x, name, start, output_final_state)
-                y = y[0] if isinstance(y, tuple) else y
-                if train:  # gradients returned, not accumulated: the parameters' .grad stay as they are
-                    torch.autograd.grad(y.real.sum(), [x, *parameters], allow_unused=True)
-
-        return autotune.choose(key, u.device, plan, trial, words, lambda name: name in lti.BACKENDS[1:])
+        candidates = ["fft", "scan"] + (["recurrent"] if u.shape[1] <= LTI_RECURRENT_CANDIDATE_MAX else [])
+        return self.measured_backend(u, run, candidates, "fft", "the FFT convolution: O(T log T) per channel",
+                                     f" | state in {state is not None} out {output_final_state}")
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The LTI core's output and the values it convolves, ``[B, T, H, V]`` each."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from seqdyn.core import autotune
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
@@ -107,6 +108,31 @@ class Mixer(nn.Module, ABC):
         """The backend ``forward(x, backend)`` computes with: ``backend`` itself, or for ``"auto"`` the one this
         mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
         return self.check_backend(backend)
+
+    def measured_backend(self, x: Tensor, run: Callable[[Tensor, str], Any], candidates: list[str],
+                         modelled: str, reason: str, detail: str = "") -> BackendChoice:
+        """``auto`` of a mixer that computes its own core (not through the operator): the fastest of
+        ``candidates`` for ``run(x, name)`` at this shape, measured once and cached by
+        :func:`seqdyn.core.autotune.choose` — forward and backward where gradients are recorded (returned, not
+        accumulated: the parameters' ``.grad`` stay as they are), the forward alone otherwise; ``modelled``
+        (because ``reason``) where nothing may be timed.  ``detail``: what else the speed depends on."""
+        parameters = [p for p in self.parameters() if p.requires_grad]
+        train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
+        batch, length, channels = x.shape
+        key = (f"{self.name} {self.extra_repr()} | B{batch} T{length} D{channels} | {x.dtype} | "
+               f"{'train' if train else 'forward'}{detail}")
+        words = (f"{'forward + backward' if train else 'forward'} of the {self.name} core, B={batch}, T={length}, "
+                 f"D={channels}")
+
+        def trial(name: str) -> None:
+            with torch.enable_grad() if train else torch.no_grad():
+                inputs = x.detach().requires_grad_(train)
+                y = run(inputs, name)
+                if train:
+                    torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
+
+        return autotune.choose(key, x.device, lambda: (candidates, modelled, reason), trial, words,
+                               lambda name: name in candidates)
 
     def explain_backend(self, x: Tensor, backend: str = "auto") -> BackendChoice:
         """:meth:`backend_for` with the reason (``.why``): what ``forward(x, backend)`` computes with, and why."""

@@ -21,7 +21,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.nn.attention.bias import causal_lower_right
 
+from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF, from_coefficients
+from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.mixers.base import check_positive, check_state_batch
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
@@ -92,10 +94,22 @@ class LocalAttention(SoftmaxAttention):
         out = torch.cat([first.unsqueeze(2), later.unflatten(1, (heads, chunks - 1))], dim=2)  # [B, H, N, C, ·]
         return out.flatten(2, 3)[:, :, :length]
 
+    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
+        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of ``chunk``, ``quadratic``
+        (and ``recurrent`` for T ≤ 64) for this shape, measured once and cached
+        (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`); the returned name says why (``.why``)."""
+        if self.check_backend(backend) != "auto":
+            return BackendChoice(backend, "asked for by name", "asked")
+        candidates = ["chunk", "quadratic"] + (["recurrent"] if x.shape[1] <= RECURRENT_CANDIDATE_MAX else [])
+        return self.measured_backend(x, lambda inputs, name: self._core(inputs, name)[0], candidates, "chunk",
+                                     "fused attention over chunks of the window")
+
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The masked softmax's output ``[B, T, H, V]`` and its values ``[B, T, H, V]``."""
         self.check_input(x)
-        backend = self.check_backend(backend)
+        return self._core(x, self.backend_for(x, backend))
+
+    def _core(self, x: Tensor, backend: str) -> tuple[Tensor, Tensor]:
         q, k, v = self._qkv(x, scaled=backend in ("quadratic", "recurrent"))
         if backend == "quadratic":
             out = self._coefficients(q, k) @ v
