@@ -61,10 +61,15 @@ def test_measure_case_times_every_backend_beside_auto():
         assert one.ratio is not None and one.choose_s > 0 and one.why
 
 
-def test_recurrent_is_timed_only_for_short_sequences():
-    mixer = mixers.build("gla", 16)
-    assert "recurrent" in bench._timed_backends(mixer, 64)
-    assert "recurrent" not in bench._timed_backends(mixer, 65)
+def test_the_backends_auto_rules_out_are_not_timed():
+    gla, s4d = mixers.build("gla", 16), mixers.build("s4d", 16)
+    assert bench._timed_backends(gla, torch.randn(1, 64, 16)) == dict.fromkeys(gla.backends[1:], "")
+    assert bench._timed_backends(gla, torch.randn(1, 65, 16))["recurrent"] == "a Python loop over 65 > 64 steps"
+    assert bench._timed_backends(s4d, torch.randn(1, 65, 16)) == {"fft": "", "scan": "", "recurrent":
+                                                                   "a Python loop over 65 > 64 steps"}
+    # S6 at d = 64: 128 channels of N = 16 states; B·H·T²·K = 16·128·512²·16 entries for its pairwise decays
+    s6 = mixers.build("s6", 64)
+    assert bench._timed_backends(s6, torch.randn(16, 512, 64))["quadratic"] == f"{16 * 128 * 512**2 * 16:,} entries materialized"
 
 
 def test_the_command_prints_the_table_and_writes_markdown(tmp_path):

@@ -3,8 +3,9 @@
 Every case is a mixer at a shape: every registered mixer at its defaults (d 64, batch 16, T 64 and 512), and the
 shapes the reproductions train — MQAR and MAD at d 64–128, T 64–1,024, the DLR tasks, per-channel mixers with
 hundreds of one-dimensional heads.  For each case and mode (forward + backward of ``mixer(x).square().mean()``,
-and the forward alone under ``no_grad``) every backend the mixer accepts is timed beside ``auto`` (``recurrent``,
-a Python loop over the steps, up to T = 64), in ``rounds`` passes over all of them, each keeping its best time.
+and the forward alone under ``no_grad``) every backend the mixer accepts is timed beside ``auto`` but those auto
+rules out as it does (``recurrent``, a Python loop over the steps, beyond T = 64; ``quadratic`` beyond 2^26
+materialized entries), in ``rounds`` passes over all of them, each keeping its best time.
 The first ``auto`` call of a case is timed apart: it is where a cold cache chooses (its ``choose`` column).
 
 Targets (issue "auto picks the fastest exact backend"): ``auto`` within 1.2× of the fastest backend in every
@@ -150,13 +151,22 @@ def _seconds(call, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def _timed_backends(mixer: mixers.Mixer, length: int) -> list[str]:
-    """The backends a cell times beside ``auto``: every one the mixer accepts, but ``recurrent`` (a loop over time
-    steps in Python) only up to ``T = 64``, as ``auto`` itself (``RECURRENT_CANDIDATE_MAX``)."""
-    from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX
+def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
+    """The backends a cell times beside ``auto`` — every one the mixer accepts but those ``auto`` rules out as it
+    does (``recurrent``, a loop over time steps in Python, beyond T = 64; ``quadratic`` beyond
+    ``QUADRATIC_AUTO_LIMIT`` materialized entries: :func:`seqdyn.core.operator.ruled_out`) — mapped to ``""``, and
+    the ruled-out ones to the reason."""
+    from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX, ruled_out
+    from seqdyn.core.problem import prepare
+    from seqdyn.mixers.base import CoefficientMixer, MixerState
 
-    return [name for name in mixer.backends
-            if name != "auto" and not (name == "recurrent" and length > RECURRENT_CANDIDATE_MAX)]
+    reasons = {}
+    if isinstance(mixer, CoefficientMixer):
+        with torch.no_grad():
+            reasons = ruled_out(prepare(mixer.core_inputs(x, MixerState())[0]))
+    elif x.shape[1] > RECURRENT_CANDIDATE_MAX:
+        reasons["recurrent"] = f"a Python loop over {x.shape[1]} > {RECURRENT_CANDIDATE_MAX} steps"
+    return {name: reasons.get(name, "") for name in mixer.backends if name != "auto"}
 
 
 def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 2,
@@ -167,7 +177,7 @@ def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int
     mixer = _build(case, device)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(case.batch, case.length, case.d_model, generator=gen).to(device).requires_grad_(True)
-    backends = _timed_backends(mixer, case.length)
+    backends = [name for name, reason in _timed_backends(mixer, x).items() if not reason]
     cells = []
     for mode in modes:
         cell = Cell(case, mode)

@@ -44,7 +44,7 @@ BACKENDS = ("quadratic", "recurrent", "chunk", "scan", "auto")
 
 log = logging.getLogger("seqdyn")
 
-#: Above this many score entries (B·H·T²) ``auto`` avoids materializing coefficients.
+#: Above this many entries (B·H·T² scores, times K with a diagonal decay) ``auto`` does not materialize them.
 QUADRATIC_AUTO_LIMIT = 1 << 26
 
 
@@ -270,17 +270,32 @@ def _auto_choice(problem: Problem, want_state: bool, train: bool) -> BackendChoi
 
 def _plan(problem: Problem) -> tuple[list[str], str, str]:
     """``(candidates, modelled, reason)``: the backends that can compute the problem, the modelled one first —
-    ``recurrent`` only for ``T ≤ RECURRENT_CANDIDATE_MAX`` and ``quadratic`` only while its scores fit
-    ``QUADRATIC_AUTO_LIMIT``, unless nothing else can compute it — and the cost model's choice with its reason."""
+    but those :func:`ruled_out` unless nothing else can compute it — and the cost model's choice with its reason."""
     modelled, reason = _modelled(problem)
-    batch, heads, length, _, _ = problem.shape
     candidates = _able(problem)
-    for name, unlikely in (("quadratic", batch * heads * length * length > QUADRATIC_AUTO_LIMIT),
-                           ("recurrent", length > RECURRENT_CANDIDATE_MAX)):
-        if unlikely and len(candidates) > 1:
+    for name in ruled_out(problem):
+        if len(candidates) > 1:
             candidates = [other for other in candidates if other != name]
     candidates.sort(key=lambda name: name != modelled)
     return candidates, modelled, reason
+
+
+def quadratic_entries(problem: Problem) -> int:
+    """The entries the ``quadratic`` backend materializes: ``B·H·T²`` scores, times K with a diagonal decay
+    (its pairwise decays ``e^{γ_i − γ_j}`` per channel)."""
+    batch, heads, length, key_dim, _ = problem.shape
+    return batch * heads * length * length * (key_dim if problem.diagonal else 1)
+
+
+def ruled_out(problem: Problem) -> dict[str, str]:
+    """The backends ``auto`` does not time (unless nothing else can compute the problem), with the reason:
+    ``quadratic`` beyond ``QUADRATIC_AUTO_LIMIT`` entries, ``recurrent`` beyond ``RECURRENT_CANDIDATE_MAX`` steps."""
+    reasons = {}
+    if quadratic_entries(problem) > QUADRATIC_AUTO_LIMIT:
+        reasons["quadratic"] = f"{quadratic_entries(problem):,} entries materialized"
+    if problem.shape[2] > RECURRENT_CANDIDATE_MAX:
+        reasons["recurrent"] = f"a Python loop over {problem.shape[2]} > {RECURRENT_CANDIDATE_MAX} steps"
+    return reasons
 
 
 def _records_gradients(problem: Problem) -> bool:
