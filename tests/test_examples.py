@@ -40,3 +40,20 @@ def test_paper_step_times_estimates_from_timed_steps(capsys):
     mean = sum(run["s_per_step"] for run in result["timed"]) / 3
     assert result["estimate_h"] == round(mean * result["total_steps"] / 3600, 2)
     assert all(run["device"] == "cpu" and run["s_per_step"] > 0 for run in result["timed"])
+
+
+def test_auto_overhead_times_auto_and_the_pinned_backend(capsys):
+    """examples/pilots/auto_overhead.py: what auto's measuring costs runs of a reproduction, against a pinned backend."""
+    import json
+    import runpy
+
+    script = runpy.run_path(str(EXAMPLES / "pilots" / "auto_overhead.py"))
+    script["main"](["dsf_qlstm_transition", "--scale", "smoke", "--against", "recurrent"])
+    lines = capsys.readouterr().out.splitlines()
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    rows = [json.loads(line) for line in lines[:-1]]
+    assert len(rows) == result["timed"] == 2
+    for row in rows:
+        assert row["recurrent"]["backends"] == ["recurrent", "recurrent"] and row["recurrent"]["measured_shapes"] == 0
+        assert row["auto"]["measured_shapes"] >= 1 and row["auto"]["measuring_s"] > 0  # a cold cache each run
+        assert row["measuring_share"] == row["auto"]["measuring_s"] / row["run_s_auto"]
