@@ -192,8 +192,8 @@ def test_one_possible_backend_is_chosen_without_timing(file_cache, monkeypatch):
 
 
 def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
-    """With a fake clock: each call of a candidate takes its listed times in turn."""
-    durations = {"a": [5.0, 2.0, 2.0], "b": [3.0, 1.5, 1.6], "c": [40.0], "d": []}
+    """With a fake clock: each timed call of a candidate takes its listed times in turn (warm-ups are not timed)."""
+    durations = {"a": [5.0, 2.0, 2.5], "b": [3.0, 1.5, 1.6], "c": [40.0], "d": []}
     calls = []
 
     def fake_seconds(call, device):
@@ -206,10 +206,11 @@ def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
             raise RuntimeError("out of memory")
 
     monkeypatch.setattr(autotune, "_seconds", fake_seconds)
+    monkeypatch.setattr(autotune, "REPEATS", 3)
     times = autotune.measure(["a", "b", "c", "d"], trial, torch.device("cpu"))
-    assert list(times) == ["b", "a", "c"] and times["b"] == 1500.0 and times["c"] == 40000.0
-    assert calls.count("c") == 1  # 40 > HOPELESS × 3: never timed again
-    assert calls.count("a") == calls.count("b") == 1 + autotune.REPEATS
+    assert list(times) == ["b", "a", "c"] and times == {"b": 1500.0, "a": 2000.0, "c": 40000.0}
+    assert calls.count("c") == 2  # a warm-up and one timed call: 40 > HOPELESS × 3, never timed again
+    assert calls.count("a") == calls.count("b") == 1 + 3 and calls.count("d") == 1
 
 
 def test_a_backend_choice_is_its_name_with_a_reason():

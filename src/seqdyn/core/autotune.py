@@ -25,6 +25,7 @@ kernels).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -39,9 +40,9 @@ import torch
 
 __all__ = ["BackendChoice", "cache_path", "choose", "clear_cache", "fingerprint", "setting", "tuning_enabled"]
 
-#: timed calls per candidate after its warm-up (the fastest counts)
-REPEATS = 2
-#: a candidate this many times slower than the fastest so far is not timed further
+#: timed rounds over the candidates after their warm-up (the fastest call counts)
+REPEATS = 3
+#: after the first timed round, a candidate this many times slower than the fastest is not timed again
 HOPELESS = 3.0
 #: cache file format; a file of another version is not read
 CACHE_VERSION = 1
@@ -100,6 +101,7 @@ def can_time_now(device: torch.device) -> bool:
     return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
+@functools.cache
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -109,6 +111,7 @@ def _device_name(device: torch.device) -> str:
 
 
 def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -143,15 +146,28 @@ def cache_path(device: torch.device) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    print_ = json.dumps(fingerprint(device), sort_keys=True)
-    return folder / f"backends-{hashlib.sha256(print_.encode()).hexdigest()[:16]}.json"
+    described = json.dumps(fingerprint(device), sort_keys=True)
+    return folder / f"backends-{hashlib.sha256(described.encode()).hexdigest()[:16]}.json"
 
 
-#: path (or "" for memory only) -> {shape key -> {"backend": name, "times_ms": {...}}}
+#: cache file path (or "memory:<fingerprint>") -> {shape key -> {"backend": name, "times_ms": {...}}}
 _CACHES: dict[str, dict[str, dict]] = {}
 
 
+#: what :func:`_entries` depends on, cheap to read on every call -> its result (the fingerprint is not)
+_SETTINGS_SEEN: dict[tuple, tuple[dict[str, dict], Path | None]] = {}
+_ENVIRONMENT = ("SEQDYN_AUTOTUNE", "SEQDYN_AUTOTUNE_CACHE", "SEQDYN_CACHE", "SEQDYN_KERNELS", "SEQDYN_COMPILE")
+
+
 def _entries(device: torch.device) -> tuple[dict[str, dict], Path | None]:
+    """The choices of ``device`` in this setting (loaded from the cache file once) and the file."""
+    seen = (device, torch.get_num_threads(), torch.__version__, *(os.environ.get(name) for name in _ENVIRONMENT))
+    if seen not in _SETTINGS_SEEN:
+        _SETTINGS_SEEN[seen] = _load(device)
+    return _SETTINGS_SEEN[seen]
+
+
+def _load(device: torch.device) -> tuple[dict[str, dict], Path | None]:
     path = cache_path(device)
     name = str(path) if path is not None else f"memory:{json.dumps(fingerprint(device), sort_keys=True)}"
     if name not in _CACHES:
@@ -186,6 +202,7 @@ def _write(path: Path, device: torch.device, entries: dict[str, dict]) -> None:
 
 def clear_cache(device: torch.device | None = None, files: bool = False) -> None:
     """Forget the choices held in memory (every device, or ``device``'s); ``files=True`` also deletes the file."""
+    _SETTINGS_SEEN.clear()
     if device is None:
         _CACHES.clear()
         return
@@ -214,18 +231,19 @@ def _seconds(call: Callable[[], None], device: torch.device) -> float:
 
 
 def measure(candidates: Sequence[str], trial: Callable[[str], None], device: torch.device) -> dict[str, float]:
-    """Milliseconds of ``trial(name)`` per candidate, fastest first: a warm-up call each, then up to ``REPEATS``
-    interleaved rounds over the candidates within ``HOPELESS`` × the fastest so far, each keeping its fastest
-    call (a candidate that far behind is timed no more: it cannot win); one that fails (out of memory) is
-    dropped.  The warm-up times count too: a first call is never faster than a later one."""
-    warm: dict[str, float] = {}
-    for name in candidates:  # the warm-up: first-call costs (allocations, a kernel's build) stay out of the times
+    """Milliseconds of ``trial(name)`` per candidate, fastest first: a warm-up call each (not counted: a first
+    call may load a kernel or allocate), then ``REPEATS`` timed rounds, the fastest call counting; after the first
+    round only the candidates within ``HOPELESS`` × the fastest are timed again (the others cannot win).  A
+    candidate that fails (out of memory) is dropped."""
+    working = []
+    for name in candidates:  # the warm-up: first-call costs (allocations, loading a kernel) stay out of the times
         try:
-            warm[name] = _seconds(lambda: trial(name), device)
+            trial(name)
+            working.append(name)
         except (RuntimeError, MemoryError):
             continue
-    times = dict(warm)
-    for _ in range(REPEATS):
+    times = {name: _seconds(lambda: trial(name), device) for name in working}
+    for _ in range(REPEATS - 1):
         fastest = min(times.values(), default=math.inf)
         contenders = [name for name, seconds in times.items() if seconds <= HOPELESS * fastest]
         if len(contenders) < 2:
