@@ -142,7 +142,8 @@ class TrainConfig(Strict):
         "(weights and optimizer stay float32); float16 also scales the loss (torch.amp.GradScaler, its state kept "
         "in the checkpoint), skipping a step whose gradients overflow")
     backend: str = Field("auto", description="the backend every mixer computes with: auto (each picks the "
-                         "fastest exact one) or one that every layer's mixer accepts (quadratic, chunk, scan, fft, ...)")
+                         "fastest exact one, measured once per shape on this machine and recorded with the run, "
+                         "with why) or one that every layer's mixer accepts (quadratic, chunk, scan, fft, ...)")
 
     @model_validator(mode="after")
     def _length(self) -> TrainConfig:
