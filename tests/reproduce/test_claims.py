@@ -3,6 +3,8 @@ runs missing."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Outcome, Score, at_least, at_most, every, reaches,
@@ -77,3 +79,71 @@ def test_every_fails_on_one_failure_and_is_inconclusive_on_one_open_part():
 def test_an_unknown_verdict_is_refused():
     with pytest.raises(ValueError, match="verdict: expected one of held"):
         Outcome("maybe")
+
+
+
+# --- at the threshold: each comparison just above, at and just below its margin, inside and outside the spread --
+@pytest.mark.parametrize(("a", "b", "margin", "verdict"), [
+    ((0.76,), (0.5,), 0.25, HELD),                   # one seed: 0.26 ≥ 0.25
+    ((0.75,), (0.5,), 0.25, HELD),                   # a tie holds (≥; the three numbers are exact in binary)
+    ((0.74,), (0.5,), 0.25, FAILED),                 # 0.24 < 0.25
+    ((0.5,), (0.5,), 0.0, HELD),                     # equal, no margin
+    ((0.49,), (0.5,), 0.0, FAILED),
+    ((0.46,), (0.5,), -0.05, HELD),                  # a negative margin: a ≥ b − 0.05
+    ((0.44,), (0.5,), -0.05, FAILED),
+    ((0.81, 0.79), (0.5, 0.5), 0.25, HELD),          # 0.30 clears 0.25 by 0.05, more than the spread 0.02
+    ((0.775, 0.755), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.265 clears it by 0.015, inside the spread
+    ((0.745, 0.725), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.235 misses it by 0.015, inside the spread
+    ((0.71, 0.69), (0.5, 0.5), 0.25, FAILED),        # 0.20 misses it by 0.05, more than the spread
+    ((0.8, 0.8), (0.6, 0.4), 0.25, INCONCLUSIVE),    # the spread is the larger of the two settings' (0.2)
+])
+def test_at_least_at_its_margin_and_the_seed_spread(a, b, margin, verdict):
+    """``a ≥ b + margin``: held when the difference clears the margin by more than the spread (a tie holds with
+    one seed), did not hold when it misses the margin by more than the spread, else inconclusive."""
+    outcome = at_least(score(*a, label="a"), score(*b, label="b"), margin)
+    assert outcome.verdict == verdict, outcome
+    assert outcome.numbers["margin"] == margin
+    assert outcome.numbers["seed spread"] == pytest.approx(max(max(a) - min(a), max(b) - min(b)))
+    assert outcome.numbers["a"] == pytest.approx(sum(a) / len(a)) and outcome.numbers["b"] == pytest.approx(
+        sum(b) / len(b))
+
+
+@pytest.mark.parametrize(("a", "b", "verdict"), [
+    ((0.5,), (0.5,), HELD),
+    ((0.54,), (0.5,), HELD),                # |0.04| ≤ 0.05
+    ((0.46,), (0.5,), HELD),
+    ((0.75,), (0.5,), FAILED),
+    ((0.56,), (0.5,), FAILED),              # 0.06 > 0.05, no spread
+    ((0.44,), (0.5,), FAILED),              # either sign
+    ((0.57, 0.55), (0.5, 0.5), INCONCLUSIVE),  # 0.06 exceeds 0.05 by 0.01, inside the spread 0.02
+    ((0.59, 0.57), (0.5, 0.5), FAILED),     # 0.08 exceeds it by 0.03, more than the spread
+])
+def test_within_at_its_tolerance_and_the_seed_spread(a, b, verdict):
+    """``|a − b| ≤ tolerance`` (0.05) holds; a larger difference fails only beyond the spread."""
+    outcome = within(score(*a), score(*b, label="b"), 0.05)
+    assert outcome.verdict == verdict, outcome
+    assert outcome.numbers["tolerance"] == 0.05
+
+
+@pytest.mark.parametrize(("values", "reached", "stayed"), [
+    ((0.75,), HELD, HELD),              # a tie reaches 0.75 and stays at it (exact in binary)
+    ((0.76, 0.8), HELD, FAILED),
+    ((0.74, 0.7), FAILED, HELD),
+    ((0.74, 0.76), INCONCLUSIVE, INCONCLUSIVE),
+    ((0.7, 0.75), INCONCLUSIVE, HELD),  # one seed reaches only by the tie
+])
+def test_reaches_and_at_most_at_the_threshold(values, reached, stayed):
+    """``reaches``: every seed ≥ 0.75; ``at_most``: every seed ≤ 0.75 (a tie is on both sides); the numbers name
+    the lowest and highest seed and the threshold."""
+    reach, stay = reaches(score(*values), 0.75), at_most(score(*values), 0.75)
+    assert (reach.verdict, stay.verdict) == (reached, stayed)
+    for outcome in (reach, stay):
+        assert outcome.numbers == {"a": pytest.approx(sum(values) / len(values)), "lowest seed": min(values),
+                                   "highest seed": max(values), "threshold": 0.75}
+
+
+def test_a_score_of_no_seed_has_no_mean_and_no_spread():
+    empty = score()
+    assert math.isnan(empty.mean) and math.isnan(empty.spread) and not empty.complete
+    assert score(0.25, 0.75).mean == 0.5 and score(0.25, 0.75).spread == 0.5 and score(0.25, 0.75).complete
+    assert not score(0.5, missing=("run x",)).complete

@@ -73,6 +73,48 @@ def test_the_reduced_reproduction_decides_on_dlr_and_attention_alone():
         "SSMs solve SHIFT, CUMSUM", "SSMs fail context-dependent tasks", "attention beats SSMs on CUMMAX, MIPS"]
 
 
+#: each claim of Table 1 one cell away from its threshold (seed 002's words: "highly effective", "perfect
+#: performance" R² ≥ 0.9; "fail" R² ≤ 0.2; "as good as or better than" DLR ≥ DSS-EXP − 0.05; "more expressive"
+#: ATTENTION ≥ DLR + 0.2), with the paper's table elsewhere: (claim, cells changed, verdict)
+THRESHOLD_CASES = [
+    ("SSMs solve SHIFT, CUMSUM", {"shift": {"dlr": (0.91, 0.91)}}, HELD),
+    ("SSMs solve SHIFT, CUMSUM", {"cumsum": {"dlr": (0.9, 0.9)}}, HELD),  # a tie reaches
+    ("SSMs solve SHIFT, CUMSUM", {"shift": {"dlr": (0.89, 0.89)}}, FAILED),
+    ("SSMs solve SHIFT, CUMSUM", {"shift": {"dlr": (0.91, 0.89)}}, INCONCLUSIVE),
+    ("SSMs fail context-dependent tasks", {"reverse": {"dlr": (0.19, 0.19)}}, HELD),
+    ("SSMs fail context-dependent tasks", {"context_shift": {"dlr": (0.2, 0.2)}}, HELD),
+    ("SSMs fail context-dependent tasks", {"reverse": {"dlr": (0.21, 0.21)}}, FAILED),
+    ("SSMs fail context-dependent tasks", {"context_shift": {"dlr": (0.19, 0.21)}}, INCONCLUSIVE),
+    ("DLR solves SELECT-FIXED", {"select_fixed": {"dlr": (0.91, 0.91)}}, HELD),
+    ("DLR solves SELECT-FIXED", {"select_fixed": {"dlr": (0.89, 0.89)}}, FAILED),
+    ("DLR ≥ DSS-EXP", {"cummax": {"dlr": (0.46, 0.46), "dss_exp": (0.5, 0.5)}}, HELD),
+    ("DLR ≥ DSS-EXP", {"cummax": {"dlr": (0.44, 0.44), "dss_exp": (0.5, 0.5)}}, FAILED),
+    ("DLR ≥ DSS-EXP", {"cummax": {"dlr": (0.47, 0.43), "dss_exp": (0.5, 0.5)}}, INCONCLUSIVE),  # inside 0.04
+    ("attention beats SSMs on CUMMAX, MIPS", {"cummax": {"dlr": (0.5, 0.5), "attention": (0.71, 0.71)}}, HELD),
+    ("attention beats SSMs on CUMMAX, MIPS", {"cummax": {"dlr": (0.5, 0.5), "attention": (0.69, 0.69)}}, FAILED),
+    ("attention beats SSMs on CUMMAX, MIPS", {"mips": {"dlr": (0.25, 0.25), "attention": (0.5, 0.4)}}, INCONCLUSIVE),
+]
+
+
+#: the two reproductions that decide Table 1's claims, with the tasks and models each trains
+TABLE1_REPRODUCTIONS = {"dlr_atomic": (table1, TASKS, ("dlr", "dss_exp", "attention")),
+                        "dlr_context": (dlr_context, dlr_context.TASKS, dlr_context.MODELS)}
+
+
+@pytest.mark.parametrize(("reproduction", "claim", "cells", "verdict"), [
+    pytest.param(name, *case, id=f"{name}-{case[0]}-{case[2]}-{index}")
+    for name, (module, _, _) in TABLE1_REPRODUCTIONS.items()
+    for index, case in enumerate(THRESHOLD_CASES) if case[0] in {claim.name for claim in module.CLAIMS}])
+def test_dlr_atomic_and_dlr_context_claims_just_above_and_below_their_thresholds(reproduction, claim, cells,
+                                                                                   verdict):
+    """``make main``'s verdicts (``dlr_context``, a reduction of ``dlr_atomic``): one cell of the paper's table
+    moved just past a claim's threshold or margin flips that claim, and seeds on both sides leave it open."""
+    module, tasks, models = TABLE1_REPRODUCTIONS[reproduction]
+    changed = {task: {**PAPER[task], **cells.get(task, {})} for task in tasks}
+    outcome = next(c for c in module.CLAIMS if c.name == claim).decide(table(changed, models=models))
+    assert outcome.verdict == verdict, outcome
+
+
 def test_the_table_has_a_row_per_task_and_the_papers_numbers():
     text = r2_table(table(PAPER))
     lines = text.splitlines()
