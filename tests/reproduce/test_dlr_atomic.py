@@ -189,3 +189,27 @@ def test_select_fixed_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
     higher = {k[:2] + (1e-4,) + k[3:]: {**run, "optimizer": {**run["optimizer"], "lr": 1e-4}}
               for k, run in undone.items() if k[2] == 1e-3}
     assert higher == expected
+
+
+SHIFT_PAPERLIKE = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.85)},
+                   "dlr_prod": {256: (1.0, 1.0), 4096: (1.0, 0.99)}, "dlr_small_n": {256: (0.9, 0.9), 4096: (0.3, 0.3)},
+                   "dss_exp": {256: (0.99, 0.99), 4096: (0.7, 0.7)}}
+
+
+@pytest.mark.parametrize(("claim", "changed", "verdict"), [
+    # "failed on SHIFT": DLR-ℝ ≤ 0.5 where DLR reaches 0.9, at the shortest length
+    ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.49, 0.49)}}, HELD),
+    ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.51, 0.51)}}, FAILED),
+    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.89, 0.89), 4096: (0.8, 0.85)}}, FAILED),
+    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.91, 0.91), 4096: (0.8, 0.85)}}, HELD),
+    # "significantly": 0.1 at the longest length
+    ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.91, 0.91)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, HELD),
+    ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.89, 0.89)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, FAILED),
+    ("small N degrades", {"dlr_small_n": {4096: (0.69, 0.69)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, HELD),
+    ("small N degrades", {"dlr_small_n": {4096: (0.71, 0.71)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, FAILED),
+])
+def test_dlr_shift_length_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
+    """Table 2's claims one cell past R² 0.5 / 0.9 or the margin 0.1 (the paper-like picture elsewhere)."""
+    data, table2 = shift_table({**SHIFT_PAPERLIKE, **changed})
+    outcome = next(c for c in table2.CLAIMS if c.name == claim).decide(data)
+    assert outcome.verdict == verdict, outcome

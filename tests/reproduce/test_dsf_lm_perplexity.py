@@ -89,3 +89,22 @@ def test_the_regenerate_command_names_the_corpus_the_runs_read():
     assert regenerate_command(lm, two).endswith("--data PATH")
     assert regenerate_command(lm, results([row(6.0)], scale="smoke")).endswith("--scale smoke")
     assert regenerate_command(dlr_long_range.REPRODUCTION, on_file).endswith("--scale cpu")
+
+
+@pytest.mark.parametrize(("claim", "softmax", "normalized", "linear", "verdict"), [
+    # perplexity, lower is better: softmax ≤ normalized ≤ linear, margins 0
+    ("softmax < normalized", 20.0, 20.25, 40.0, HELD),
+    ("softmax < normalized", 20.0, 20.0, 40.0, HELD),        # a tie holds
+    ("softmax < normalized", 20.25, 20.0, 40.0, FAILED),
+    ("normalized < linear", 20.0, 34.0, 34.25, HELD),
+    ("normalized < linear", 20.0, 34.25, 34.0, FAILED),
+    # "close 25 % of the perplexity gap": (40 − 34.75) / (40 − 20) = 0.2625, (40 − 35.25) / 20 = 0.2375
+    ("a quarter of the gap", 20.0, 34.75, 40.0, HELD),
+    ("a quarter of the gap", 20.0, 35.0, 40.0, HELD),         # exactly 0.25
+    ("a quarter of the gap", 20.0, 35.25, 40.0, FAILED),
+])
+def test_dsf_lm_perplexity_claims_just_above_and_below_their_thresholds(claim, softmax, normalized, linear, verdict):
+    """Seed 000 Table 1's claims one perplexity past the order or the share 25 % (one seed, no spread)."""
+    data = perplexities([softmax], [normalized], [linear])
+    outcome = next(c for c in table1.CLAIMS if c.name == claim).decide(data)
+    assert outcome.verdict == verdict, outcome
