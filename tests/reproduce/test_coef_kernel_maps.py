@@ -8,7 +8,7 @@ import pytest
 from seqdyn.reproduce import coef_kernel_maps as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.mad import MAX_ZEROS, NEAR_ZERO, ZERO_BOUND
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(values: dict[str, tuple[list[float], list[float]]], zeros: list[float]):
@@ -78,5 +78,4 @@ PAPERLIKE = {"softmax": ([0.9, 0.92], [0.8, 0.82]), "linear": ([0.3, 0.31], [0.0
 def test_coef_kernel_maps_claims_just_above_and_below_their_thresholds(claim, changed, zeros, verdict):
     """Figs. 8 / 9's claims one group past the accuracy margin 0.05, the order of the near-zero fractions or the
     bound K − 1."""
-    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table({**PAPERLIKE, **changed}, [zeros, zeros]))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}, [zeros, zeros]), verdict)

@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import coef_lambda_structure as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def options(variant: fig.Variant) -> dict:
@@ -73,5 +73,4 @@ RISING = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": 
 ])
 def test_coef_lambda_structure_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Principle 4's claims one structure past the margin 0.05 or the order (the paper's picture elsewhere)."""
-    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table({**RISING, **changed}))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(fig.CLAIMS, claim, table({**RISING, **changed}), verdict)

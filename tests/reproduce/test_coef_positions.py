@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import coef_positions as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(accuracy: dict[str, list[float]]):
@@ -61,5 +61,4 @@ PAPERLIKE = {"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.97, 0.98], "no PE,
 ])
 def test_coef_positions_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Fig. 2's claims one setting past the threshold 0.9 or the margin 0.05 (the paper's picture elsewhere)."""
-    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table({**PAPERLIKE, **changed}))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}), verdict)

@@ -8,7 +8,7 @@ import pytest
 from seqdyn.reproduce import coef_readout_maps as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.mad import NEAR_ZERO
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 TASKS = ("fuzzy_in_context_recall", "selective_copying")
 
@@ -69,5 +69,4 @@ def test_a_best_run_without_its_measurement_leaves_the_first_claim_open():
 def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(claim, thin, large, thin_zeros, large_zeros,
                                                                         verdict):
     """Figs. 1 / 6's claims one group past the order of the near-zero fractions or the accuracy margin 0.05."""
-    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table(thin, large, thin_zeros, large_zeros))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(fig.CLAIMS, claim, table(thin, large, thin_zeros, large_zeros), verdict)

@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import coef_unstable_lambda as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(accuracy: dict[tuple[str, str], list[float]]):
@@ -84,5 +84,4 @@ PAPERLIKE = {("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp
 def test_coef_unstable_lambda_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Fig. 11's claims one cell past the thresholds 0.9 and 0.25 or the margin 0.2 (the paper's picture
     elsewhere)."""
-    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table({**PAPERLIKE, **changed}))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}), verdict)

@@ -9,7 +9,7 @@ from seqdyn.reproduce import dlr_atomic as table1
 from seqdyn.reproduce import dlr_context
 from seqdyn.reproduce.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 #: the paper's Table 1, seeds 0 and 1 a little apart
 PAPER = {task: {model: (value, max(0.0, value - 0.01)) for model, value in models.items()}
@@ -111,8 +111,7 @@ def test_dlr_atomic_and_dlr_context_claims_just_above_and_below_their_thresholds
     moved just past a claim's threshold or margin flips that claim, and seeds on both sides leave it open."""
     module, tasks, models = TABLE1_REPRODUCTIONS[reproduction]
     changed = {task: {**PAPER[task], **cells.get(task, {})} for task in tasks}
-    outcome = next(c for c in module.CLAIMS if c.name == claim).decide(table(changed, models=models))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(module.CLAIMS, claim, table(changed, models=models), verdict)
 
 
 def test_the_table_has_a_row_per_task_and_the_papers_numbers():
@@ -211,5 +210,4 @@ SHIFT_PAPERLIKE = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 40
 def test_dlr_shift_length_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Table 2's claims one cell past R² 0.5 / 0.9 or the margin 0.1 (the paper-like picture elsewhere)."""
     data, table2 = shift_table({**SHIFT_PAPERLIKE, **changed})
-    outcome = next(c for c in table2.CLAIMS if c.name == claim).decide(data)
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(table2.CLAIMS, claim, data, verdict)

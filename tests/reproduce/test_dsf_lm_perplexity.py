@@ -11,7 +11,7 @@ from seqdyn.reproduce import dlr_long_range
 from seqdyn.reproduce import dsf_lm_perplexity as table1
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.runner import regenerate_command
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def perplexities(softmax: list[float], normalized: list[float], linear: list[float]):
@@ -106,5 +106,4 @@ def test_the_regenerate_command_names_the_corpus_the_runs_read():
 def test_dsf_lm_perplexity_claims_just_above_and_below_their_thresholds(claim, softmax, normalized, linear, verdict):
     """Seed 000 Table 1's claims one perplexity past the order or the share 25 % (one seed, no spread)."""
     data = perplexities([softmax], [normalized], [linear])
-    outcome = next(c for c in table1.CLAIMS if c.name == claim).decide(data)
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(table1.CLAIMS, claim, data, verdict)

@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import dsf_mqar_models as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 TASKS = ((64, 4), (128, 8))
 
@@ -114,5 +114,4 @@ def test_ssd_slow_decay_pilot_is_the_cpu_scale_ssd_but_its_initial_decay():
 def test_dsf_mqar_models_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Seed 000 Fig. 2 / Fig. 5's claims one mixer past the margin 0.05, the tolerance 0.05, SSD's order or the
     early stop 0.99 (the paper's picture elsewhere)."""
-    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table({**PAPER_LIKE, **changed}))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(fig.CLAIMS, claim, table({**PAPER_LIKE, **changed}), verdict)

@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import dsf_state_expansion as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 
 def table(softmax: list[float], linear: dict[int, list[float]]):
@@ -77,5 +77,4 @@ def test_small_n_pilot_is_the_cpu_scale_at_n_4_and_16_but_its_feature_map():
 ])
 def test_dsf_state_expansion_claims_just_above_and_below_their_thresholds(claim, softmax, linear, verdict):
     """Seed 000 Fig. 1's claims one setting past the order, the tolerance 0.05 or the early stop 0.99."""
-    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table(softmax, linear))
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(fig.CLAIMS, claim, table(softmax, linear), verdict)

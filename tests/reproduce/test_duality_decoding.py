@@ -12,7 +12,7 @@ from seqdyn.bench.measure import _READ_RSS
 from seqdyn.models import build_model
 from seqdyn.reproduce import duality_decoding as decoding
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 STATE, ERROR = decoding.STATE, decoding.ERROR
 
@@ -83,5 +83,4 @@ def test_decoding_peak_memory_holds_at_least_the_key_cache_it_ends_with():
 def test_duality_decoding_claims_just_above_and_below_their_thresholds(claim, state, error, verdict):
     """Seeds 003/004's claims one model past the ratio 1, the growth 0.9 or the round-off 1e-4."""
     data = table({**FIXED, **state}, {**SMALL, **error})
-    outcome = next(c for c in decoding.CLAIMS if c.name == claim).decide(data)
-    assert outcome.verdict == verdict, outcome
+    assert_verdict(decoding.CLAIMS, claim, data, verdict)
