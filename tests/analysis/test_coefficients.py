@@ -298,3 +298,38 @@ def test_bad_coefficient_tensors_raise_value_errors_naming_the_argument(metric, 
 def test_bad_thresholds_raise_value_errors(call, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         call(torch.eye(3, dtype=torch.float64)[None, None])
+
+
+def test_entries_above_the_diagonal_count_as_zero_up_to_64_units_of_round_off():
+    """``check_coefficients``: an entry at ``j = i + 1`` is refused once it exceeds ``64 · eps · max(1, max|A|)``
+    (the limit itself passes), and the message names the entry."""
+    eps64 = torch.finfo(torch.float64).eps
+    for scale in (0.5, 4.0):  # max(1, max|A|): 1 for the small matrix, 4 for the large one
+        A = scale * torch.eye(3, dtype=torch.float64)[None, None]
+        limit = 64 * eps64 * max(1.0, scale)
+        A[0, 0, 1, 2] = limit
+        assert torch.equal(analysis.check_coefficients(A), A)
+        A[0, 0, 1, 2] = 1.5 * limit
+        with pytest.raises(ValueError, match=r"^A: not causal: entry \[0, 0, 1, 2\] = .* lies above the diagonal "
+                                             r"\(j > i\); coefficient matrices are zero there$"):
+            analysis.check_coefficients(A)
+    with pytest.raises(ValueError, match=r"^A: expected a tensor of coefficients \[B, H, T, T\], got list$"):
+        analysis.check_coefficients([[1.0]])
+    with pytest.raises(ValueError, match=r"^M: the last two axes must both be T .*got \[1, 1, 2, 3\]$"):
+        analysis.check_coefficients(torch.zeros(1, 1, 2, 3), name="M")
+    with pytest.raises(ValueError, match=r"^A: empty coefficient tensor \[0, 1, 2, 2\]$"):
+        analysis.check_coefficients(torch.zeros(0, 1, 2, 2))
+    one = torch.ones(1, 1, 1, 1)
+    assert analysis.near_zero_fraction(one) == 0.0 and analysis.zero_count_per_row(one).tolist() == [[[0]]]
+
+
+def test_threshold_errors_say_positive_or_non_negative():
+    A = torch.eye(2, dtype=torch.float64)[None, None]
+    with pytest.raises(ValueError, match=r"^eps: expected a positive number, got 0$"):
+        analysis.large_fraction(A, eps=0)
+    with pytest.raises(ValueError, match=r"^tol: expected a non-negative number, got -0.5$"):
+        analysis.zero_count_per_row(A, tol=-0.5)
+    with pytest.raises(ValueError, match=r"^tol: expected a finite number, got True$"):
+        analysis.combination_class(A, tol=True)
+    assert analysis.zero_count_per_row(A, tol=0).tolist() == [[[0, 1]]]  # tol = 0 is allowed
+    assert analysis.combination_class(A, tol=0)[0, 0].tolist() == ["convex", "convex"]

@@ -147,3 +147,28 @@ def test_a_score_of_no_seed_has_no_mean_and_no_spread():
     assert math.isnan(empty.mean) and math.isnan(empty.spread) and not empty.complete
     assert score(0.25, 0.75).mean == 0.5 and score(0.25, 0.75).spread == 0.5 and score(0.25, 0.75).complete
     assert not score(0.5, missing=("run x",)).complete
+
+
+def test_each_reason_names_the_numbers_that_left_a_claim_open():
+    """The reasons ``verdict.json`` prints, word for word: the runs missing per setting, the difference against the
+    margin or tolerance and the spread, the seeds on the right side, the parts that did not hold or stayed open."""
+    outcome = at_least(score(0.5, missing=("run-1 (failed)", "run-2 (killed)")), score(label="b"), 0.1)
+    assert outcome.reason == "runs missing or failed (a: run-1 (failed), run-2 (killed); b: no finished run)"
+    assert outcome.numbers == {"a": 0.5}
+    outcome = at_least(score(0.75, 0.25), score(0.25, label="b"), 0.25)
+    assert outcome.reason == "the difference +0.250 is within the seed spread 0.500 of the margin +0.250"
+    assert outcome.numbers == {"a": 0.5, "b": 0.25, "difference": 0.25, "seed spread": 0.5, "margin": 0.25}
+    outcome = within(score(0.75, 0.25), score(0.25, label="b"), 0.125)
+    assert outcome.reason == "|difference| 0.250 exceeds the tolerance 0.125 by less than the seed spread 0.500"
+    assert outcome.numbers == {"a": 0.5, "b": 0.25, "difference": 0.25, "seed spread": 0.5, "tolerance": 0.125}
+    assert reaches(score(0.25, 0.75, 1.0), 0.5).reason == "2 of 3 seeds reach 0.5"
+    assert at_most(score(0.25, 0.75, 1.0), 0.5).reason == "1 of 3 seeds stay at or below 0.5"
+    held, failed = Outcome(HELD, {"x": 1.0}), Outcome(FAILED, {"x": 0.0, "y": 2.0})
+    opened = Outcome(INCONCLUSIVE, {}, "inside the spread")
+    outcome = every({"t1": failed, "t2": held, "t3": failed})
+    assert outcome.reason == "did not hold on t1, t3"
+    assert outcome.numbers == {"t1: x": 0.0, "t1: y": 2.0, "t2: x": 1.0, "t3: x": 0.0, "t3: y": 2.0}
+    assert every({"t1": opened, "t2": opened}).reason == "t1: inside the spread; t2: inside the spread"
+    assert every({"t1": held}).reason == "" and at_least(score(0.5), score(0.25, label="b")).reason == ""
+    with pytest.raises(ValueError, match=r"^verdict: expected one of held, did not hold, inconclusive, got 'maybe'$"):
+        Outcome("maybe")
