@@ -333,3 +333,35 @@ def test_threshold_errors_say_positive_or_non_negative():
         analysis.combination_class(A, tol=True)
     assert analysis.zero_count_per_row(A, tol=0).tolist() == [[[0, 1]]]  # tol = 0 is allowed
     assert analysis.combination_class(A, tol=0)[0, 0].tolist() == ["convex", "convex"]
+
+
+def test_the_default_zero_tolerance_is_per_row_and_mean_zero_count_passes_tol_on():
+    """The relative round-off is each row's own (a row of 1e-14 entries has no zeros beside a row of 1s, though
+    1e-14 is below 64 · eps · 1); ``mean_zero_count`` counts with the ``tol`` it is given."""
+    A = causal([[1.0], [1e-14, 1e-14], [0.5, 0.25, 1.0]])
+    assert analysis.zero_count_per_row(A).tolist() == [[[0, 0, 0]]]
+    assert analysis.mean_zero_count(A).tolist() == [[0.0, 0.0, 0.0]]
+    means = analysis.mean_zero_count(A, tol=0.3)[0]  # row 1 is all zeros at tol = 0.3: left out (NaN)
+    assert means[0] == 0.0 and math.isnan(means[1]) and means[2] == 1.0
+
+
+def test_the_round_off_floor_of_the_classes_grows_with_the_row_length():
+    """T = 20 > 16 float32 entries: a row summing to 1 + 8.5e-6 is affine at ``tol = 0`` because the floor is
+    ``roundoff(float32, 20) = 4 · 20 · eps ≈ 9.5e-6`` (``4 · 16 · eps ≈ 7.6e-6`` would not cover it)."""
+    length = 20
+    A = torch.eye(length, dtype=torch.float32)[None, None].clone()
+    A[0, 0, -1] = 1.0 / length
+    A[0, 0, -1, 0] += 8.5e-6
+    deviation = float(A[0, 0, -1].double().sum()) - 1.0
+    assert analysis.roundoff(torch.float32, 16) < deviation < analysis.roundoff(torch.float32, length)
+    assert analysis.combination_class(A, tol=0.0)[0, 0, -1] == "convex"
+
+
+def test_a_sum_exactly_at_the_tolerance_is_affine_and_every_class_has_a_share():
+    """``|Σ_j A_ij − 1| ≤ tol`` with a tie (2⁻¹⁰, exact in binary); shares of a matrix of convex rows only still
+    list the four classes."""
+    tol = 2.0 ** -10
+    A = causal([[1.0], [0.5, 0.5 + tol], [-2 * tol, 0.5, 0.5 + 3 * tol]])
+    assert analysis.combination_class(A, tol=tol)[0, 0].tolist() == ["convex", "convex", "affine"]
+    assert analysis.combination_class_shares(causal([[1.0], [0.5, 0.5]])) == {
+        "convex": 1.0, "conical": 0.0, "affine": 0.0, "linear": 0.0}
