@@ -108,6 +108,12 @@ def test_a_library_function_resolves_to_its_name_and_a_user_callable_is_nonlinea
     with pytest.raises(ValueError, match="readout: got 3"):
         resolve_readout(3)
 
+    class Halve:
+        def __call__(self, s):
+            return s / 2
+
+    assert resolve_readout(Halve()).name == "callable:Halve"  # a callable object without __name__: its type's
+
 
 # --- coefficients A_ij = φ(s_ij) / η_i (seed 001 eqs. 2 and 4) ----------------------------------------------------
 
@@ -173,3 +179,26 @@ def test_a_given_eta_divides_each_row_and_the_log_scale_cancels():
     assert torch.equal(normalize(num, small, "abs_max1"), num)  # max(0.1, 1) = 1
     with pytest.raises(ValueError, match=r"normalizer: got 'max'; allowed: \['none', 'sum', 'abs_max1'\]"):
         normalize(num, den, "max")
+
+
+def test_each_row_is_stabilized_by_its_own_maximum():
+    """Rows at scores near 0 and near −1000 side by side, no mask: the ``exp`` / ``"sum"`` rows are both softmaxes
+    (a shared maximum would underflow the second row to 0/0), and ``valid=None`` keeps every pair."""
+    scores = torch.stack([score_rows(0.0)[1], score_rows(-1000.0)[1]])
+    for name in ("exp", "softplus", "sigmoid"):
+        got = normalized_coefficients(scores, None, resolve_readout(name), "sum")
+        want = torch.stack([exact(FORMULAS[name](mpmath.mpf(s)) / sum(FORMULAS[name](mpmath.mpf(t)) for t in row)
+                                  for s in row) for row in scores.tolist()])
+        assert_matches(got, want, rtol=1e-12)
+
+
+def test_normalize_without_mass_and_per_row_scales_of_several_axes():
+    """``"sum"`` rows with ``den = 0`` give 0 by default (not 0/0); the log-scale ``[B, T]`` multiplies row (b, t)
+    of ``num [B, T, X]``."""
+    num, den = torch.tensor([[1.0, -2.0]]), torch.zeros(1)
+    assert torch.equal(normalize(num, den, "sum"), torch.zeros(1, 2))
+    num = torch.arange(12.0).reshape(2, 3, 2)
+    log_scale = torch.log(torch.tensor([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]]))
+    eta = torch.full((2, 3), 2.0)
+    want = num * torch.tensor([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]]).unsqueeze(-1) / 2.0
+    assert torch.allclose(normalize(num, torch.ones(2, 3), eta, log_scale), want, rtol=1e-6, atol=0)

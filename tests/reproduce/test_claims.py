@@ -47,7 +47,9 @@ def test_reaches_needs_every_seed():
 
 def test_every_of_nothing_is_inconclusive():
     outcome = every({})
-    assert outcome.verdict == INCONCLUSIVE and "no results" in outcome.reason
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason == "no results to decide on" and outcome.numbers == {}
+    held = every({"t1": Outcome(HELD, {"x": 1.0}), "t2": Outcome(HELD, {"y": 2.0})})
+    assert held.verdict == HELD and held.numbers == {"t1: x": 1.0, "t2: y": 2.0}
 
 
 def test_at_most_needs_every_seed_below():
@@ -96,6 +98,8 @@ def test_an_unknown_verdict_is_refused():
     ((0.745, 0.725), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.235 misses it by 0.015, inside the spread
     ((0.71, 0.69), (0.5, 0.5), 0.25, FAILED),        # 0.20 misses it by 0.05, more than the spread
     ((0.8, 0.8), (0.6, 0.4), 0.25, INCONCLUSIVE),    # the spread is the larger of the two settings' (0.2)
+    ((0.75, 0.5), (0.25, 0.25), 0.125, INCONCLUSIVE),  # clears the margin by exactly the spread 0.25: not more
+    ((0.5, 0.25), (0.25, 0.25), 0.375, INCONCLUSIVE),  # misses it by exactly the spread 0.25: not more
 ])
 def test_at_least_at_its_margin_and_the_seed_spread(a, b, margin, verdict):
     """``a ≥ b + margin``: held when the difference clears the margin by more than the spread (a tie holds with
@@ -123,6 +127,16 @@ def test_within_at_its_tolerance_and_the_seed_spread(a, b, verdict):
     outcome = within(score(*a), score(*b, label="b"), 0.05)
     assert outcome.verdict == verdict, outcome
     assert outcome.numbers["tolerance"] == 0.05
+
+
+def test_within_ties_and_missing_runs():
+    """Exact binary numbers: a difference equal to the tolerance holds; one exceeding it by exactly the spread stays
+    open; a missing run leaves it open even where the numbers agree."""
+    assert within(score(0.75), score(0.5, label="b"), 0.25).verdict == HELD
+    assert within(score(0.75, 0.5), score(0.25, 0.25, label="b"), 0.125).verdict == INCONCLUSIVE
+    outcome = within(score(0.5, missing=("run-3 (failed)",)), score(0.5, label="b"), 0.125)
+    assert outcome.verdict == INCONCLUSIVE and "run-3 (failed)" in outcome.reason
+    assert at_least(score(0.5), score(0.5, label="b")).verdict == HELD  # the default margin is 0
 
 
 @pytest.mark.parametrize(("values", "reached", "stayed"), [
