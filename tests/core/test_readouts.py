@@ -183,13 +183,17 @@ def test_a_given_eta_divides_each_row_and_the_log_scale_cancels():
 
 def test_each_row_is_stabilized_by_its_own_maximum():
     """Rows at scores near 0 and near −1000 side by side, no mask: the ``exp`` / ``"sum"`` rows are both softmaxes
-    (a shared maximum would underflow the second row to 0/0), and ``valid=None`` keeps every pair."""
+    (a shared maximum would underflow the second row to 0/0), and ``valid=None`` keeps every pair, with or without
+    a log form."""
     scores = torch.stack([score_rows(0.0)[1], score_rows(-1000.0)[1]])
     for name in ("exp", "softplus", "sigmoid"):
         got = normalized_coefficients(scores, None, resolve_readout(name), "sum")
         want = torch.stack([exact(FORMULAS[name](mpmath.mpf(s)) / sum(FORMULAS[name](mpmath.mpf(t)) for t in row)
                                   for s in row) for row in scores.tolist()])
         assert_matches(got, want, rtol=1e-12)
+    for name in ("identity", "square"):  # readouts without a log form, unmasked
+        got = normalized_coefficients(scores[:1], None, resolve_readout(name), "none")
+        assert_matches(got, exact(FORMULAS[name](mpmath.mpf(s)) for s in scores[0].tolist())[None], rtol=1e-15)
 
 
 def test_normalize_without_mass_and_per_row_scales_of_several_axes():
