@@ -357,6 +357,13 @@ def test_the_round_off_floor_of_the_classes_grows_with_the_row_length():
     assert analysis.combination_class(A, tol=0.0)[0, 0, -1] == "convex"
 
 
+def test_row_sums_of_float32_coefficients_are_taken_in_float64():
+    """A float32 row 1, 10⁸, −10⁸ (each exact in float32) sums to 1: affine.  Summed in float32 the 1 is lost in
+    10⁸ and the row would read as a plain linear combination."""
+    A = causal([[1.0], [1.0, 0.0], [1.0, 1e8, -1e8]], torch.float32)
+    assert analysis.combination_class(A)[0, 0].tolist() == ["convex", "convex", "affine"]
+
+
 def test_a_sum_exactly_at_the_tolerance_is_affine_and_every_class_has_a_share():
     """``|Σ_j A_ij − 1| ≤ tol`` with a tie (2⁻¹⁰, exact in binary); shares of a matrix of convex rows only still
     list the four classes."""
