@@ -40,7 +40,7 @@ lint: $(STAMP)
 
 # Mutation testing (docs/mutation-testing.md): mutmut changes one definition at a time in a copy of the readouts,
 # the coefficient measurements and the claim comparisons (the modules and tests named in [tool.mutmut] of
-# pyproject.toml) and runs the tests that pin them; it lists the survivors at the end. Too slow for CI: about 40 min
+# pyproject.toml) and runs the tests that pin them; it lists the survivors at the end. Too slow for CI: 8 to 10 min
 # on one core. mutmut is the optional extra `mutants`; its working folder is mutants/.
 MUTANTS_STAMP := $(VENV)/.installed-mutants
 MUTANTS_CHILDREN ?= 1
