@@ -1,8 +1,10 @@
-"""The keywords that make ``pytest -k`` select one mixer's tests (see ``tests/conftest.py``)."""
+"""The keywords that make ``pytest -k`` select one mixer's tests (see ``tests/conftest.py``), and a word-level
+stand-in for tiktoken's GPT-2 encoding (the real one downloads its BPE file on first use)."""
 
 from __future__ import annotations
 
 import re
+import types
 
 
 def mixer_keyword(name: str) -> str:
@@ -15,3 +17,24 @@ def mixers_named_in(text: str, names: list[str]) -> set[str]:
     ``qlstm_s6`` or ``args4``), case ignored."""
     longest_first = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
     return set(re.findall(rf"(?<![a-z0-9])({longest_first})(?![a-z0-9])", text.lower()))
+
+
+class WordEncoding:
+    """A word-level stand-in for a tiktoken encoding: each new space-separated word gets the next id."""
+
+    def __init__(self):
+        self.vocab: dict[str, int] = {}
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return [self.vocab.setdefault(word, len(self.vocab)) for word in text.split(" ")]
+
+    def decode(self, ids: list[int]) -> str:
+        inverse = {i: word for word, i in self.vocab.items()}
+        return " ".join(inverse[i] for i in ids)
+
+
+def stub_tiktoken(monkeypatch) -> None:
+    """Make ``import tiktoken`` give a module whose ``get_encoding`` returns a :class:`WordEncoding` (offline)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tiktoken", types.SimpleNamespace(get_encoding=lambda name: WordEncoding()))

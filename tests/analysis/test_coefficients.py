@@ -3,6 +3,8 @@ on hand-built matrices with known answers and on the coefficients of real mixers
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -59,6 +61,31 @@ def test_fractions_count_causal_entries_with_a_strict_near_zero_bound():
     assert analysis.near_zero_ratio(A, eps=1e-3, large=0.5) == pytest.approx((5 / 10) / (3 / 10))
 
 
+def test_an_entry_equal_to_eps_is_large_and_one_just_below_is_near_zero():
+    """Ties at the ε boundary: ``|A_ij| < ε`` is near zero, ``|A_ij| ≥ ε`` large, signs ignored; 10 causal entries,
+    so each entry is a tenth; the upper triangle is never counted."""
+    eps = 0.25
+    below = np.nextafter(eps, 0.0)
+    A = causal([[eps], [-eps, below], [-below, 0.0, 1.0], [0.5, -0.5, 2 * eps, -1.0]])
+    assert analysis.near_zero_fraction(A, eps=eps) == 3 / 10  # below, −below, 0
+    assert analysis.large_fraction(A, eps=eps) == 7 / 10
+    assert analysis.near_zero_ratio(A, eps=eps) == (7 / 10) / (3 / 10)
+    assert analysis.near_zero_fraction(A, eps=np.nextafter(eps, 1.0)) == 5 / 10  # ±eps join
+    assert analysis.large_fraction(A, eps=1.0) == 2 / 10 and analysis.large_fraction(A, eps=2.0) == 0.0
+    assert analysis.near_zero_fraction(A) == 1 / 10  # the default ε = 1e-3 (NEAR_ZERO_EPS)
+    ones = causal([[1.0], [1.0, 1.0]])
+    assert math.isnan(analysis.near_zero_ratio(ones, eps=0.5, large=2.0))  # neither near zero nor large: NaN
+    assert analysis.near_zero_ratio(ones, eps=0.5) == math.inf
+
+
+def test_fractions_of_several_heads_and_examples_are_over_all_their_causal_entries():
+    """B = 2, H = 2, T = 3: 4 · 6 = 24 causal entries; head (1, 1) holds the only 6 near-zero ones."""
+    A = causal([[1.0], [1.0, 1.0], [1.0, 1.0, 1.0]]).repeat(2, 2, 1, 1)
+    A[1, 1] = causal([[1e-4], [1e-4, 1e-4], [1e-4, 1e-4, 1e-4]])[0, 0]
+    A[1, 1, 0, 2] = 0.0
+    assert analysis.near_zero_fraction(A) == 6 / 24 and analysis.large_fraction(A) == 18 / 24
+
+
 # --- zero counts (Corollary 2.2) ------------------------------------------------------------------------------
 
 def test_zero_count_per_row_counts_exact_zeros_per_row_and_head():
@@ -79,6 +106,44 @@ def test_default_zero_tolerance_is_relative_to_the_row_scale():
     A = causal([[1.0], [1.0, 1.0], [1.0, 0.0, 1.0]]) * 1e-9  # a tiny but genuine row: no zeros but one
     assert analysis.zero_count_per_row(A).tolist() == [[[0, 0, 1]]]
     assert analysis.zero_count_per_row(A, tol=1e-6).tolist() == [[[1, 2, 3]]]
+
+
+def test_zero_counts_tie_at_the_tolerance_and_at_the_relative_round_off():
+    """An absolute ``tol``: ``|A_ij| ≤ tol`` is zero (a tie counts); the default: ``|A_ij| ≤ 64 · eps(dtype) ·
+    max_j |A_ij|`` of the row, 64 units of round-off (``ZERO_ULPS``)."""
+    A = causal([[0.5], [0.5, -0.25], [0.25, 0.1, 0.0], [-0.25, 0.3, 0.2, 0.1]])
+    assert analysis.zero_count_per_row(A, tol=0.25).tolist() == [[[0, 1, 3, 3]]]
+    assert analysis.zero_count_per_row(A, tol=np.nextafter(0.25, 0.0)).tolist() == [[[0, 0, 2, 2]]]
+    assert analysis.zero_count_per_row(A, tol=0.0).tolist() == [[[0, 0, 1, 0]]]
+    for dtype in (torch.float32, torch.float64):
+        scale = 3.0
+        limit = 64 * torch.finfo(dtype).eps * scale
+        row = [[scale], [scale, limit], [scale, 1.01 * limit, 0.0]]
+        assert analysis.zero_count_per_row(causal(row, dtype)).tolist() == [[[0, 1, 1]]]
+
+
+def test_mean_zero_count_is_the_batch_mean_of_each_row_index_on_hand_built_rows():
+    """Seed 001 Fig. 9: per (head, row i) the mean over the batch of the zero counts, rows without any nonzero
+    entry left out: row 2 has 1, 2 and (left out) 3 zeros in the three examples, mean 1.5; row 1 has 0, 1, 1."""
+    rows = {0: [[1.0], [1.0, 1.0], [0.0, 1.0, 0.5]],
+            1: [[1.0], [0.0, 1.0], [0.0, 0.0, 1.0]],
+            2: [[1.0], [1.0, 0.0], [0.0, 0.0, 0.0]]}
+    A = torch.cat([causal(rows[b]) for b in range(3)])
+    assert analysis.zero_count_per_row(A)[:, 0].tolist() == [[0, 0, 1], [0, 1, 2], [0, 1, 3]]
+    means = analysis.mean_zero_count(A)
+    assert means.dtype == torch.float64 and means.tolist() == [[0.0, 2 / 3, 1.5]]
+
+
+def test_the_zero_count_of_fig9_meets_k_minus_one_exactly():
+    """Corollary 2.2 by hand, K = 2: keys e₁, e₂, e₁ + e₂ and a query (1, −1) zero the third coefficient (qᵀ(e₁ +
+    e₂) = 0) and no other: K − 1 = 1 zero; the query e₁ zeros the key e₂ only."""
+    k = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)[None, :, None]
+    q = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, -1.0]], dtype=torch.float64)[None, :, None]
+    A = seqdyn.coefficients(q, k, scale=1.0)
+    assert torch.equal(A[0, 0], torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, -1.0, 0.0]],
+                                             dtype=torch.float64))
+    assert analysis.zero_count_per_row(A).tolist() == [[[0, 1, 1]]]
+    assert analysis.mean_zero_count(A).max() == k.shape[-1] - 1
 
 
 def test_identity_readout_zeros_at_most_k_minus_one_coefficients_with_a_nonzero_query():
@@ -151,6 +216,24 @@ def test_each_combination_class_on_hand_built_rows():
     assert shares == pytest.approx({"convex": 0.4, "conical": 0.2, "affine": 0.2, "linear": 0.2})
 
 
+def test_combination_classes_at_the_tolerance_boundary():
+    """Appendix A's conditions up to ``tol`` (ties included): ``A_ij ≥ −tol`` and ``|Σ_j A_ij − 1| ≤ tol``; the
+    tolerance is never below the round-off ``4 · max(T, 16) · eps(dtype)`` of a length-T sum."""
+    tol = 1e-3
+    A = causal([[1.0], [-tol, 1.0 + tol], [0.5, 0.5 + tol, 0.0], [-2 * tol, 0.5, 0.5, 2 * tol],
+                [0.2, 0.2, 0.2, 0.2, 0.2 - 2 * tol]])
+    assert analysis.combination_class(A, tol=tol)[0, 0].tolist() == ["convex", "convex", "convex", "affine", "conical"]
+    assert analysis.combination_class(A, tol=tol / 2)[0, 0].tolist() == [
+        "convex", "affine", "conical", "affine", "conical"]
+    assert analysis.roundoff(torch.float32) == 4 * 16 * torch.finfo(torch.float32).eps
+    assert analysis.roundoff(torch.float64, terms=100) == 4 * 100 * torch.finfo(torch.float64).eps
+    off = 0.9 * analysis.roundoff(torch.float32, 2)
+    row = causal([[1.0], [0.5, 0.5 + off]], torch.float32)
+    assert analysis.combination_class(row, tol=0.0)[0, 0].tolist() == ["convex", "convex"]
+    assert analysis.combination_class(causal([[1.0], [0.5, 0.5 + 2e-9]]))[0, 0, 1] == "conical"  # default 1e-9
+    assert analysis.combination_class(causal([[1.0], [0.5, 0.5 + 0.5e-9]]))[0, 0, 1] == "convex"
+
+
 def test_combination_class_tolerance_and_layout_over_batch_and_heads():
     A = causal([[1.0], [0.5, 0.5 + 1e-6]]).repeat(2, 3, 1, 1)
     A[1, 2, 1] = torch.tensor([-0.5, 1.5])
@@ -215,3 +298,77 @@ def test_bad_coefficient_tensors_raise_value_errors_naming_the_argument(metric, 
 def test_bad_thresholds_raise_value_errors(call, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         call(torch.eye(3, dtype=torch.float64)[None, None])
+
+
+def test_entries_above_the_diagonal_count_as_zero_up_to_64_units_of_round_off():
+    """``check_coefficients``: an entry at ``j = i + 1`` is refused once it exceeds ``64 · eps · max(1, max|A|)``
+    (the limit itself passes), and the message names the entry."""
+    eps64 = torch.finfo(torch.float64).eps
+    for scale in (0.5, 4.0):  # max(1, max|A|): 1 for the small matrix, 4 for the large one
+        A = scale * torch.eye(3, dtype=torch.float64)[None, None]
+        limit = 64 * eps64 * max(1.0, scale)
+        A[0, 0, 1, 2] = limit
+        assert torch.equal(analysis.check_coefficients(A), A)
+        A[0, 0, 1, 2] = 1.5 * limit
+        with pytest.raises(ValueError, match=r"^A: not causal: entry \[0, 0, 1, 2\] = .* lies above the diagonal "
+                                             r"\(j > i\); coefficient matrices are zero there$"):
+            analysis.check_coefficients(A)
+    with pytest.raises(ValueError, match=r"^A: expected a tensor of coefficients \[B, H, T, T\], got list$"):
+        analysis.check_coefficients([[1.0]])
+    with pytest.raises(ValueError, match=r"^M: the last two axes must both be T .*got \[1, 1, 2, 3\]$"):
+        analysis.check_coefficients(torch.zeros(1, 1, 2, 3), name="M")
+    with pytest.raises(ValueError, match=r"^A: empty coefficient tensor \[0, 1, 2, 2\]$"):
+        analysis.check_coefficients(torch.zeros(0, 1, 2, 2))
+    one = torch.ones(1, 1, 1, 1)
+    assert analysis.near_zero_fraction(one) == 0.0 and analysis.zero_count_per_row(one).tolist() == [[[0]]]
+
+
+def test_threshold_errors_say_positive_or_non_negative():
+    A = torch.eye(2, dtype=torch.float64)[None, None]
+    with pytest.raises(ValueError, match=r"^eps: expected a positive number, got 0$"):
+        analysis.large_fraction(A, eps=0)
+    with pytest.raises(ValueError, match=r"^tol: expected a non-negative number, got -0.5$"):
+        analysis.zero_count_per_row(A, tol=-0.5)
+    with pytest.raises(ValueError, match=r"^tol: expected a finite number, got True$"):
+        analysis.combination_class(A, tol=True)
+    assert analysis.zero_count_per_row(A, tol=0).tolist() == [[[0, 1]]]  # tol = 0 is allowed
+    assert analysis.combination_class(A, tol=0)[0, 0].tolist() == ["convex", "convex"]
+
+
+def test_the_default_zero_tolerance_is_per_row_and_mean_zero_count_passes_tol_on():
+    """The relative round-off is each row's own (a row of 1e-14 entries has no zeros beside a row of 1s, though
+    1e-14 is below 64 · eps · 1); ``mean_zero_count`` counts with the ``tol`` it is given."""
+    A = causal([[1.0], [1e-14, 1e-14], [0.5, 0.25, 1.0]])
+    assert analysis.zero_count_per_row(A).tolist() == [[[0, 0, 0]]]
+    assert analysis.mean_zero_count(A).tolist() == [[0.0, 0.0, 0.0]]
+    means = analysis.mean_zero_count(A, tol=0.3)[0]  # row 1 is all zeros at tol = 0.3: left out (NaN)
+    assert means[0] == 0.0 and math.isnan(means[1]) and means[2] == 1.0
+
+
+def test_the_round_off_floor_of_the_classes_grows_with_the_row_length():
+    """T = 20 > 16 float32 entries: a row summing to 1 + 8.5e-6 is affine at ``tol = 0`` because the floor is
+    ``roundoff(float32, 20) = 4 · 20 · eps ≈ 9.5e-6`` (``4 · 16 · eps ≈ 7.6e-6`` would not cover it)."""
+    length = 20
+    A = torch.eye(length, dtype=torch.float32)[None, None].clone()
+    A[0, 0, -1] = 1.0 / length
+    A[0, 0, -1, 0] += 8.5e-6
+    deviation = float(A[0, 0, -1].double().sum()) - 1.0
+    assert analysis.roundoff(torch.float32, 16) < deviation < analysis.roundoff(torch.float32, length)
+    assert analysis.combination_class(A, tol=0.0)[0, 0, -1] == "convex"
+
+
+def test_row_sums_of_float32_coefficients_are_taken_in_float64():
+    """A float32 row 1, 10⁸, −10⁸ (each exact in float32) sums to 1: affine.  Summed in float32 the 1 is lost in
+    10⁸ and the row would read as a plain linear combination."""
+    A = causal([[1.0], [1.0, 0.0], [1.0, 1e8, -1e8]], torch.float32)
+    assert analysis.combination_class(A)[0, 0].tolist() == ["convex", "convex", "affine"]
+
+
+def test_a_sum_exactly_at_the_tolerance_is_affine_and_every_class_has_a_share():
+    """``|Σ_j A_ij − 1| ≤ tol`` with a tie (2⁻¹⁰, exact in binary); shares of a matrix of convex rows only still
+    list the four classes."""
+    tol = 2.0 ** -10
+    A = causal([[1.0], [0.5, 0.5 + tol], [-2 * tol, 0.5, 0.5 + 3 * tol]])
+    assert analysis.combination_class(A, tol=tol)[0, 0].tolist() == ["convex", "convex", "affine"]
+    assert analysis.combination_class_shares(causal([[1.0], [0.5, 0.5]])) == {
+        "convex": 1.0, "conical": 0.0, "affine": 0.0, "linear": 0.0}

@@ -107,6 +107,27 @@ def test_spectral_bound_of_retnet_is_its_largest_decay():
     assert analysis.spectral_radii(m, inputs()) == pytest.approx(torch.exp(m.log_gamma))
 
 
+def test_spectral_radii_of_hand_built_transitions_are_their_largest_eigenvalue_moduli():
+    """Principle 6's bound on transitions whose eigenvalues are known: a rotation by θ scaled by r (eigenvalues
+    r·e^{±iθ}, modulus r, though its entries are smaller), a Jordan block [[a, 1], [0, a]] (|a|, though its norm
+    is larger) and a diagonal with −1.2; per head, the largest over batch and time."""
+    from seqdyn.analysis.mixers import dsf_radii
+    from seqdyn.core.dsf import DSF
+
+    def rotation(r: float, theta: float) -> list[list[float]]:
+        return [[r * math.cos(theta), -r * math.sin(theta)], [r * math.sin(theta), r * math.cos(theta)]]
+
+    lambdas = torch.tensor([  # [B = 2, H = 2, T = 2, 2, 2]
+        [[rotation(0.9, 1.0), rotation(0.5, 2.0)], [[[0.3, 1.0], [0.0, 0.3]], [[0.2, 0.0], [0.0, -1.2]]]],
+        [[rotation(0.95, 0.1), rotation(0.1, 0.3)], [[[-0.7, 1.0], [0.0, -0.7]], [[0.0, 0.0], [0.0, 0.0]]]],
+    ], dtype=torch.float64)
+    system = DSF(lambdas, *(torch.zeros(2, 2, 2, 2, 2, dtype=torch.float64) for _ in range(3)))
+    assert torch.allclose(dsf_radii(system), torch.tensor([0.95, 1.2], dtype=torch.float64), rtol=1e-12, atol=0)
+    constant = DSF(lambdas[:, :, :1].expand(2, 2, 5, 2, 2), *(x[:, :, :1].expand(2, 2, 5, 2, 2) for x in
+                                                               (system.B, system.C, system.D)))
+    assert torch.allclose(dsf_radii(constant), torch.tensor([0.95, 0.7], dtype=torch.float64), rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("name, options", [
     ("gla", {}),
     ("mamba2", {"state_dim": 4, "head_dim": 8}),

@@ -7,6 +7,7 @@ import zlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import seqdyn
 from seqdyn.core.backends import REGISTRY
@@ -270,16 +271,53 @@ def test_diagonal_decay_and_keys_shared_over_heads_with_queries_per_head():
         assert_close(got, exact, TOL, "chunk")
 
 
-def test_output_dtype_follows_values_and_half_precision_computes_in_float32():
-    case = random_case("identity", "scalar", "none", "none", seed=4, with_state=False)
-    leaves, options = build(case, dtype=torch.float32)
-    q, k, v = leaves["q"].detach(), leaves["k"].detach(), leaves["v"].detach()
-    g = leaves["log_decay"].detach()
-    out = seqdyn.coefficient_dynamics(q.bfloat16(), k.bfloat16(), v.bfloat16(), log_decay=g, backend="chunk")
-    assert out.dtype == torch.bfloat16
-    exact = seqdyn.coefficient_dynamics(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(),
-                                        log_decay=g, backend="chunk")
-    assert_close(out.float(), exact, 1e-2, "bfloat16")
+def half_precision_inputs(dtype: torch.dtype, decay: str, householder: bool) -> dict:
+    """q, k, v, the decay and the Householder gate β all in ``dtype`` (bfloat16 or float16): T = 64, K = 8."""
+    gen = torch.Generator().manual_seed(11)
+    rand = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    inputs = {"q": rand(2, 64, 2, 8), "k": rand(2, 64, 2, 8), "v": rand(2, 64, 2, 4)}
+    if decay != "none":
+        inputs["log_decay"] = F.logsigmoid(rand(2, 64, 2, *((8,) if decay == "diagonal" else ())) + 3.0)
+    if householder:
+        inputs["k"] = F.normalize(inputs["k"], dim=-1)
+        inputs["householder"] = torch.sigmoid(rand(2, 64, 2))
+    return {name: x.to(dtype) for name, x in inputs.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize(("readout", "decay", "householder", "normalizer", "backend"), [
+    ("identity", "scalar", False, "none", "chunk"),
+    ("identity", "scalar", False, "none", "recurrent"),
+    ("identity", "diagonal", True, "none", "chunk"),     # Gated DeltaNet: every gate in half precision
+    ("exp", "none", False, "sum", "quadratic"),          # softmax attention
+    ("sigmoid", "scalar", False, "none", "quadratic"),
+])
+def test_half_precision_inputs_compute_in_float32_within_one_unit_of_the_format(readout, decay, householder,
+                                                                                normalizer, backend, dtype):
+    """Inputs entirely in bfloat16 / float16 (queries, keys, values, decay, β): the operator lifts them to float32
+    (``compute_dtype``) and rounds only its output, so every output row is within one unit of the format's
+    precision (``eps``: half of it for rounding the output, half for float32's accumulation over 64 steps) of the
+    float64 result on the same (rounded) inputs, relative to the row's largest entry."""
+    inputs = half_precision_inputs(dtype, decay, householder)
+    options = dict(readout=readout, normalizer=normalizer, backend=backend)
+    out = seqdyn.coefficient_dynamics(**inputs, **options)
+    assert out.dtype == dtype
+    exact = seqdyn.coefficient_dynamics(**{name: x.double() for name, x in inputs.items()}, **options)
+    row_scale = exact.abs().amax(dim=-1, keepdim=True)
+    error = (out.double() - exact).abs()
+    assert (error <= torch.finfo(dtype).eps * row_scale).all(), float((error / row_scale).max())
+
+
+@pytest.mark.parametrize(("dtypes", "computed"), [
+    ((torch.bfloat16,), torch.float32), ((torch.float16, torch.float16), torch.float32),
+    ((torch.bfloat16, torch.float16), torch.float32),  # promoted to float32 either way
+    ((torch.bfloat16, None, torch.float64), torch.float64), ((torch.float32,), torch.float32),
+    ((torch.float64, torch.float32), torch.float64),
+])
+def test_compute_dtype_lifts_half_precision_to_float32_and_promotes_the_rest(dtypes, computed):
+    from seqdyn.core.problem import compute_dtype
+
+    assert compute_dtype(*(None if d is None else torch.zeros(1, dtype=d) for d in dtypes)) == computed
 
 
 def test_auto_picks_a_valid_backend_and_says_which():

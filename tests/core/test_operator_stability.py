@@ -43,8 +43,12 @@ def test_no_overflow_where_the_exact_result_is_finite(kind, normalizer, backend)
     assert representable.float().mean() > 0.05  # the case is not vacuous
     out = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, normalizer=normalizer, backend=backend)
     assert torch.isfinite(out[representable]).all()
-    error = (out.double() - exact).abs()[representable].max() / exact.abs()[representable].max().clamp(min=1)
-    assert error < 1e-3
+    # every entry against the scale of its own row y_t (its largest representable entry): outputs grow by ~1e38
+    # along the sequence, so one scale for the whole output would leave the entries of all but the last rows
+    # uncompared
+    row_scale = torch.where(representable, exact.abs(), 0.0).amax(dim=-1, keepdim=True).expand_as(exact)
+    error = (out.double() - exact).abs()[representable] / row_scale[representable]
+    assert error.max() < 1e-3
 
 
 def test_float64_chunk_reference_agrees_with_quadratic_on_a_long_growing_sequence():

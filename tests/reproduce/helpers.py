@@ -51,3 +51,9 @@ def pilot_and_scale_runs(pilot: str, reproduction: Reproduction, scale: str = "c
 
     scale_runs = [config for sweep in named_sweeps(reproduction, scale) for config in sweep.expand()]
     return expand(load_config(PILOTS / pilot)), scale_runs
+
+
+def assert_verdict(claims, name: str, data: Results, verdict: str) -> None:
+    """The claim named ``name`` among ``claims`` decides ``verdict`` on ``data`` (the outcome shown if not)."""
+    outcome = next(claim for claim in claims if claim.name == name).decide(data)
+    assert outcome.verdict == verdict, outcome

@@ -3,6 +3,8 @@ runs missing."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Outcome, Score, at_least, at_most, every, reaches,
@@ -45,7 +47,9 @@ def test_reaches_needs_every_seed():
 
 def test_every_of_nothing_is_inconclusive():
     outcome = every({})
-    assert outcome.verdict == INCONCLUSIVE and "no results" in outcome.reason
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason == "no results to decide on" and outcome.numbers == {}
+    held = every({"t1": Outcome(HELD, {"x": 1.0}), "t2": Outcome(HELD, {"y": 2.0})})
+    assert held.verdict == HELD and held.numbers == {"t1: x": 1.0, "t2: y": 2.0}
 
 
 def test_at_most_needs_every_seed_below():
@@ -76,4 +80,109 @@ def test_every_fails_on_one_failure_and_is_inconclusive_on_one_open_part():
 
 def test_an_unknown_verdict_is_refused():
     with pytest.raises(ValueError, match="verdict: expected one of held"):
+        Outcome("maybe")
+
+
+
+# --- at the threshold: each comparison just above, at and just below its margin, inside and outside the spread --
+@pytest.mark.parametrize(("a", "b", "margin", "verdict"), [
+    ((0.76,), (0.5,), 0.25, HELD),                   # one seed: 0.26 ≥ 0.25
+    ((0.75,), (0.5,), 0.25, HELD),                   # a tie holds (≥; the three numbers are exact in binary)
+    ((0.74,), (0.5,), 0.25, FAILED),                 # 0.24 < 0.25
+    ((0.5,), (0.5,), 0.0, HELD),                     # equal, no margin
+    ((0.49,), (0.5,), 0.0, FAILED),
+    ((0.46,), (0.5,), -0.05, HELD),                  # a negative margin: a ≥ b − 0.05
+    ((0.44,), (0.5,), -0.05, FAILED),
+    ((0.81, 0.79), (0.5, 0.5), 0.25, HELD),          # 0.30 clears 0.25 by 0.05, more than the spread 0.02
+    ((0.775, 0.755), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.265 clears it by 0.015, inside the spread
+    ((0.745, 0.725), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.235 misses it by 0.015, inside the spread
+    ((0.71, 0.69), (0.5, 0.5), 0.25, FAILED),        # 0.20 misses it by 0.05, more than the spread
+    ((0.8, 0.8), (0.6, 0.4), 0.25, INCONCLUSIVE),    # the spread is the larger of the two settings' (0.2)
+    ((0.75, 0.5), (0.25, 0.25), 0.125, INCONCLUSIVE),  # clears the margin by exactly the spread 0.25: not more
+    ((0.5, 0.25), (0.25, 0.25), 0.375, INCONCLUSIVE),  # misses it by exactly the spread 0.25: not more
+])
+def test_at_least_at_its_margin_and_the_seed_spread(a, b, margin, verdict):
+    """``a ≥ b + margin``: held when the difference clears the margin by more than the spread (a tie holds with
+    one seed), did not hold when it misses the margin by more than the spread, else inconclusive."""
+    outcome = at_least(score(*a, label="a"), score(*b, label="b"), margin)
+    assert outcome.verdict == verdict, outcome
+    assert outcome.numbers["margin"] == margin
+    assert outcome.numbers["seed spread"] == pytest.approx(max(max(a) - min(a), max(b) - min(b)))
+    assert outcome.numbers["a"] == pytest.approx(sum(a) / len(a)) and outcome.numbers["b"] == pytest.approx(
+        sum(b) / len(b))
+
+
+@pytest.mark.parametrize(("a", "b", "verdict"), [
+    ((0.5,), (0.5,), HELD),
+    ((0.54,), (0.5,), HELD),                # |0.04| ≤ 0.05
+    ((0.46,), (0.5,), HELD),
+    ((0.75,), (0.5,), FAILED),
+    ((0.56,), (0.5,), FAILED),              # 0.06 > 0.05, no spread
+    ((0.44,), (0.5,), FAILED),              # either sign
+    ((0.57, 0.55), (0.5, 0.5), INCONCLUSIVE),  # 0.06 exceeds 0.05 by 0.01, inside the spread 0.02
+    ((0.59, 0.57), (0.5, 0.5), FAILED),     # 0.08 exceeds it by 0.03, more than the spread
+])
+def test_within_at_its_tolerance_and_the_seed_spread(a, b, verdict):
+    """``|a − b| ≤ tolerance`` (0.05) holds; a larger difference fails only beyond the spread."""
+    outcome = within(score(*a), score(*b, label="b"), 0.05)
+    assert outcome.verdict == verdict, outcome
+    assert outcome.numbers["tolerance"] == 0.05
+
+
+def test_within_ties_and_missing_runs():
+    """Exact binary numbers: a difference equal to the tolerance holds; one exceeding it by exactly the spread stays
+    open; a missing run leaves it open even where the numbers agree."""
+    assert within(score(0.75), score(0.5, label="b"), 0.25).verdict == HELD
+    assert within(score(0.75, 0.5), score(0.25, 0.25, label="b"), 0.125).verdict == INCONCLUSIVE
+    outcome = within(score(0.5, missing=("run-3 (failed)",)), score(0.5, label="b"), 0.125)
+    assert outcome.verdict == INCONCLUSIVE and "run-3 (failed)" in outcome.reason
+    assert at_least(score(0.5), score(0.5, label="b")).verdict == HELD  # the default margin is 0
+
+
+@pytest.mark.parametrize(("values", "reached", "stayed"), [
+    ((0.75,), HELD, HELD),              # a tie reaches 0.75 and stays at it (exact in binary)
+    ((0.76, 0.8), HELD, FAILED),
+    ((0.74, 0.7), FAILED, HELD),
+    ((0.74, 0.76), INCONCLUSIVE, INCONCLUSIVE),
+    ((0.7, 0.75), INCONCLUSIVE, HELD),  # one seed reaches only by the tie
+])
+def test_reaches_and_at_most_at_the_threshold(values, reached, stayed):
+    """``reaches``: every seed ≥ 0.75; ``at_most``: every seed ≤ 0.75 (a tie is on both sides); the numbers name
+    the lowest and highest seed and the threshold."""
+    reach, stay = reaches(score(*values), 0.75), at_most(score(*values), 0.75)
+    assert (reach.verdict, stay.verdict) == (reached, stayed)
+    for outcome in (reach, stay):
+        assert outcome.numbers == {"a": pytest.approx(sum(values) / len(values)), "lowest seed": min(values),
+                                   "highest seed": max(values), "threshold": 0.75}
+
+
+def test_a_score_of_no_seed_has_no_mean_and_no_spread():
+    empty = score()
+    assert math.isnan(empty.mean) and math.isnan(empty.spread) and not empty.complete
+    assert score(0.25, 0.75).mean == 0.5 and score(0.25, 0.75).spread == 0.5 and score(0.25, 0.75).complete
+    assert not score(0.5, missing=("run x",)).complete
+
+
+def test_each_reason_names_the_numbers_that_left_a_claim_open():
+    """The reasons ``verdict.json`` prints, word for word: the runs missing per setting, the difference against the
+    margin or tolerance and the spread, the seeds on the right side, the parts that did not hold or stayed open."""
+    outcome = at_least(score(0.5, missing=("run-1 (failed)", "run-2 (killed)")), score(label="b"), 0.1)
+    assert outcome.reason == "runs missing or failed (a: run-1 (failed), run-2 (killed); b: no finished run)"
+    assert outcome.numbers == {"a": 0.5}
+    outcome = at_least(score(0.75, 0.25), score(0.25, label="b"), 0.25)
+    assert outcome.reason == "the difference +0.250 is within the seed spread 0.500 of the margin +0.250"
+    assert outcome.numbers == {"a": 0.5, "b": 0.25, "difference": 0.25, "seed spread": 0.5, "margin": 0.25}
+    outcome = within(score(0.75, 0.25), score(0.25, label="b"), 0.125)
+    assert outcome.reason == "|difference| 0.250 exceeds the tolerance 0.125 by less than the seed spread 0.500"
+    assert outcome.numbers == {"a": 0.5, "b": 0.25, "difference": 0.25, "seed spread": 0.5, "tolerance": 0.125}
+    assert reaches(score(0.25, 0.75, 1.0), 0.5).reason == "2 of 3 seeds reach 0.5"
+    assert at_most(score(0.25, 0.75, 1.0), 0.5).reason == "1 of 3 seeds stay at or below 0.5"
+    held, failed = Outcome(HELD, {"x": 1.0}), Outcome(FAILED, {"x": 0.0, "y": 2.0})
+    opened = Outcome(INCONCLUSIVE, {}, "inside the spread")
+    outcome = every({"t1": failed, "t2": held, "t3": failed})
+    assert outcome.reason == "did not hold on t1, t3"
+    assert outcome.numbers == {"t1: x": 0.0, "t1: y": 2.0, "t2: x": 1.0, "t3: x": 0.0, "t3: y": 2.0}
+    assert every({"t1": opened, "t2": opened}).reason == "t1: inside the spread; t2: inside the spread"
+    assert every({"t1": held}).reason == "" and at_least(score(0.5), score(0.25, label="b")).reason == ""
+    with pytest.raises(ValueError, match=r"^verdict: expected one of held, did not hold, inconclusive, got 'maybe'$"):
         Outcome("maybe")

@@ -3,10 +3,12 @@ must fail and must be inconclusive."""
 
 from __future__ import annotations
 
+import pytest
+
 from seqdyn.reproduce import coef_kernel_maps as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.mad import MAX_ZEROS, NEAR_ZERO, ZERO_BOUND
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(values: dict[str, tuple[list[float], list[float]]], zeros: list[float]):
@@ -49,3 +51,31 @@ def test_seeds_on_both_sides_are_inconclusive():
     data = table({"softmax": ([0.9, 0.5], [0.8, 0.2]), "linear": ([0.3, 0.31], [0.05, 0.4]),
                   "kernels": ([0.5, 0.6], [0.3, 0.3])}, zeros=[3.0, 17.0])
     assert verdicts(data) == [INCONCLUSIVE] * 4
+
+
+PAPERLIKE = {"softmax": ([0.9, 0.92], [0.8, 0.82]), "linear": ([0.3, 0.31], [0.05, 0.06]),
+             "kernels": ([0.5, 0.52], [0.3, 0.32])}
+
+
+@pytest.mark.parametrize(("claim", "changed", "zeros", "verdict"), [
+    # "deteriorating performance": softmax ≥ the kernels + 0.05
+    ("kernels < softmax", {"softmax": ([0.6, 0.6], [0.8, 0.8]), "kernels": ([0.54, 0.54], [0.3, 0.3])}, 2.0, HELD),
+    ("kernels < softmax", {"softmax": ([0.6, 0.6], [0.8, 0.8]), "kernels": ([0.56, 0.56], [0.3, 0.3])}, 2.0, FAILED),
+    # "a smaller fraction of coefficients in the near-zero set" than softmax, no margin
+    ("kernels suppress less than softmax", {"softmax": ([0.9, 0.9], [0.5, 0.5]), "kernels": ([0.5, 0.5], [0.49, 0.49])},
+     2.0, HELD),
+    ("kernels suppress less than softmax", {"softmax": ([0.9, 0.9], [0.5, 0.5]), "kernels": ([0.5, 0.5], [0.51, 0.51])},
+     2.0, FAILED),
+    # "more efficient at setting coefficients close to zero than the identity", no margin
+    ("kernels suppress more than identity", {"linear": ([0.3, 0.3], [0.3, 0.3]), "kernels": ([0.5, 0.5], [0.31, 0.31])},
+     2.0, HELD),
+    ("kernels suppress more than identity", {"linear": ([0.3, 0.3], [0.3, 0.3]), "kernels": ([0.5, 0.5], [0.29, 0.29])},
+     2.0, FAILED),
+    # Corollary 2.2: Fig. 9's count ≤ K − 1 = 15 (a tie holds)
+    ("zeros per row ≤ K − 1", {}, 15.0, HELD),
+    ("zeros per row ≤ K − 1", {}, 15.25, FAILED),
+])
+def test_coef_kernel_maps_claims_just_above_and_below_their_thresholds(claim, changed, zeros, verdict):
+    """Figs. 8 / 9's claims one group past the accuracy margin 0.05, the order of the near-zero fractions or the
+    bound K − 1."""
+    assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}, [zeros, zeros]), verdict)

@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import coef_lambda_structure as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def options(variant: fig.Variant) -> dict:
@@ -56,3 +56,21 @@ def test_overlapping_seeds_are_inconclusive():
     overlapping = {"scalar": [0.4, 0.9], "diagonal": [0.5, 0.8], "Householder, w = k": [0.6, 0.6],
                    "Householder, learned w": [0.5, 0.95]}
     assert verdicts(table(overlapping)) == [INCONCLUSIVE, INCONCLUSIVE]
+
+
+RISING = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
+          "Householder, learned w": [0.9, 0.92]}
+
+
+@pytest.mark.parametrize(("claim", "changed", "verdict"), [
+    # "performance increases as more transformations are allowed": Householder (learned w) ≥ scalar + 0.05
+    ("Householder > scalar", {"scalar": [0.6, 0.6], "Householder, learned w": [0.66, 0.66]}, HELD),
+    ("Householder > scalar", {"scalar": [0.6, 0.6], "Householder, learned w": [0.64, 0.64]}, FAILED),
+    ("Householder > scalar", {"scalar": [0.6, 0.6], "Householder, learned w": [0.68, 0.62]}, INCONCLUSIVE),
+    # diagonal ≥ scalar, no margin
+    ("diagonal ≥ scalar", {"scalar": [0.6, 0.6], "diagonal": [0.61, 0.61]}, HELD),
+    ("diagonal ≥ scalar", {"scalar": [0.6, 0.6], "diagonal": [0.59, 0.59]}, FAILED),
+])
+def test_coef_lambda_structure_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
+    """Principle 4's claims one structure past the margin 0.05 or the order (the paper's picture elsewhere)."""
+    assert_verdict(fig.CLAIMS, claim, table({**RISING, **changed}), verdict)

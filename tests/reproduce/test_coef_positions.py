@@ -3,9 +3,11 @@ fail and must be inconclusive."""
 
 from __future__ import annotations
 
+import pytest
+
 from seqdyn.reproduce import coef_positions as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(accuracy: dict[str, list[float]]):
@@ -38,3 +40,25 @@ def test_the_opposite_fails():
 def test_seeds_on_both_sides_are_inconclusive():
     data = table({"PE, Λ = I": [0.95, 0.5], "no PE, Λ = λI": [0.95, 0.5], "no PE, Λ = I": [0.95, 0.4]})
     assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
+
+
+PAPERLIKE = {"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.97, 0.98], "no PE, Λ = I": [0.3, 0.35]}
+
+
+@pytest.mark.parametrize(("claim", "changed", "verdict"), [
+    # "solved": every seed ≥ 0.9
+    ("PE and λI both solve", {"no PE, Λ = λI": [0.91, 0.91]}, HELD),
+    ("PE and λI both solve", {"PE, Λ = I": [0.9, 0.9]}, HELD),
+    ("PE and λI both solve", {"no PE, Λ = λI": [0.89, 0.89]}, FAILED),
+    ("PE and λI both solve", {"PE, Λ = I": [0.89, 0.91]}, INCONCLUSIVE),
+    # "replaces": Λ = λI ≥ Λ = I + 0.05 without positions
+    ("λI replaces PE", {"no PE, Λ = λI": [0.96, 0.96], "no PE, Λ = I": [0.9, 0.9]}, HELD),
+    ("λI replaces PE", {"no PE, Λ = λI": [0.96, 0.96], "no PE, Λ = I": [0.92, 0.92]}, FAILED),
+    ("λI replaces PE", {"no PE, Λ = λI": [0.97, 0.95], "no PE, Λ = I": [0.91, 0.91]}, INCONCLUSIVE),
+    # "does not perform perfectly": Λ = I without positions stays ≤ 0.9
+    ("no positions, Λ = I fails", {"no PE, Λ = I": [0.89, 0.89]}, HELD),
+    ("no positions, Λ = I fails", {"no PE, Λ = I": [0.91, 0.91]}, FAILED),
+])
+def test_coef_positions_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
+    """Fig. 2's claims one setting past the threshold 0.9 or the margin 0.05 (the paper's picture elsewhere)."""
+    assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}), verdict)

@@ -8,7 +8,7 @@ import pytest
 from seqdyn.reproduce import coef_readout_maps as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.mad import NEAR_ZERO
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 TASKS = ("fuzzy_in_context_recall", "selective_copying")
 
@@ -54,3 +54,19 @@ def test_a_best_run_without_its_measurement_leaves_the_first_claim_open():
                     else r for r in data.rows])
     outcome = fig.CLAIMS[0].decide(data)
     assert outcome.verdict == INCONCLUSIVE and "not measured" in outcome.reason
+
+
+@pytest.mark.parametrize(("claim", "thin", "large", "thin_zeros", "large_zeros", "verdict"), [
+    # "more coefficients are set close to zero": the large sets' near-zero fraction ≥ the thin ones', no margin
+    ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.51, 0.51], HELD),
+    ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.5, 0.5], HELD),  # a tie
+    ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.49, 0.49], FAILED),
+    # "this increases performance": the large sets ≥ the thin ones + 0.05
+    ("near-zero set → accuracy", [0.5, 0.5], [0.56, 0.56], [0.05, 0.05], [0.7, 0.7], HELD),
+    ("near-zero set → accuracy", [0.5, 0.5], [0.54, 0.54], [0.05, 0.05], [0.7, 0.7], FAILED),
+    ("near-zero set → accuracy", [0.5, 0.5], [0.58, 0.54], [0.05, 0.05], [0.7, 0.7], INCONCLUSIVE),
+])
+def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(claim, thin, large, thin_zeros, large_zeros,
+                                                                        verdict):
+    """Figs. 1 / 6's claims one group past the order of the near-zero fractions or the accuracy margin 0.05."""
+    assert_verdict(fig.CLAIMS, claim, table(thin, large, thin_zeros, large_zeros), verdict)

@@ -3,9 +3,11 @@ results where it must hold, must fail and must be inconclusive."""
 
 from __future__ import annotations
 
+import pytest
+
 from seqdyn.reproduce import coef_scaling_seeds as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(adhering: list[float], not_adhering: list[float]):
@@ -64,3 +66,10 @@ def test_the_paper_scale_runs_exp_in_the_type_1_block_without_a_short_convolutio
 def test_the_cpu_scale_runs_fuzzy_recall_at_its_reduced_settings():
     (sweep,) = fig.REPRODUCTION.sweeps("cpu")
     assert sweep.task.params == fig.CPU_FUZZY and sweep.train.steps == 2_400
+
+
+@pytest.mark.parametrize(("not_adhering", "verdict"), [([0.0, 0.11, 0.05], HELD), ([0.0, 0.09, 0.05], FAILED)])
+def test_coef_scaling_seeds_claim_just_above_and_below_its_order(not_adhering, verdict):
+    """Principle 5, no margin: the non-adhering scalings' seed range (0.11, then 0.09) against the adhering ones'
+    (0.1), the same in every cell, so no spread."""
+    assert_verdict(fig.CLAIMS, "Principle 5: less seed variance", table([0.0, 0.1, 0.05], not_adhering), verdict)

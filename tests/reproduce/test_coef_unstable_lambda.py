@@ -3,9 +3,11 @@ must fail and must be inconclusive."""
 
 from __future__ import annotations
 
+import pytest
+
 from seqdyn.reproduce import coef_unstable_lambda as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(accuracy: dict[tuple[str, str], list[float]]):
@@ -57,3 +59,29 @@ def test_every_scale_trains_its_own_lengths_lambda():
         (sweep,) = fig.REPRODUCTION.sweeps(scale)
         lam = fig.unstable_lambda(sweep.task.params["seq_len"])
         assert {entry["mixer_options"]["constant_decay"] for entry in sweep.sweep["model"]} == {lam}
+
+
+PAPERLIKE = {("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.13],
+             ("linear", "none"): [0.7, 0.75], ("exp", "state"): [0.13, 0.12], ("linear", "state"): [0.99, 0.97]}
+
+
+@pytest.mark.parametrize(("claim", "changed", "verdict"), [
+    # "perfect accuracy": every seed ≥ 0.9
+    ("η = Σα trains", {("linear", "sum"): [0.91, 0.91]}, HELD),
+    ("η = Σα trains", {("exp", "sum"): [0.9, 0.9]}, HELD),
+    ("η = Σα trains", {("linear", "sum"): [0.89, 0.89]}, FAILED),
+    # "fails to learn anything": exp ≤ 0.25; "good performance": the linear readouts ≥ exp + 0.2
+    ("η = 1: exp fails", {("exp", "none"): [0.24, 0.24], ("linear", "none"): [0.45, 0.45]}, HELD),
+    ("η = 1: exp fails", {("exp", "none"): [0.25, 0.25], ("linear", "none"): [0.5, 0.5]}, HELD),
+    ("η = 1: exp fails", {("exp", "none"): [0.26, 0.26]}, FAILED),
+    ("η = 1: exp fails", {("exp", "none"): [0.24, 0.24], ("linear", "none"): [0.43, 0.43]}, FAILED),
+    ("η = 1: exp fails", {("exp", "none"): [0.24, 0.24], ("linear", "none"): [0.47, 0.41]}, INCONCLUSIVE),
+    ("linear η: only exp fails", {("exp", "state"): [0.24, 0.24], ("linear", "state"): [0.91, 0.91]}, HELD),
+    ("linear η: only exp fails", {("exp", "state"): [0.26, 0.26]}, FAILED),
+    ("linear η: only exp fails", {("linear", "state"): [0.89, 0.89]}, FAILED),
+    ("linear η: only exp fails", {("linear", "state"): [0.89, 0.91]}, INCONCLUSIVE),
+])
+def test_coef_unstable_lambda_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
+    """Fig. 11's claims one cell past the thresholds 0.9 and 0.25 or the margin 0.2 (the paper's picture
+    elsewhere)."""
+    assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}), verdict)

@@ -9,7 +9,7 @@ from seqdyn.reproduce import dlr_atomic as table1
 from seqdyn.reproduce import dlr_context
 from seqdyn.reproduce.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 #: the paper's Table 1, seeds 0 and 1 a little apart
 PAPER = {task: {model: (value, max(0.0, value - 0.01)) for model, value in models.items()}
@@ -71,6 +71,47 @@ def test_the_reduced_reproduction_decides_on_dlr_and_attention_alone():
     assert verdicts(data, dlr_context.CLAIMS) == [HELD] * len(dlr_context.CLAIMS)
     assert [claim.name for claim in dlr_context.CLAIMS] == [
         "SSMs solve SHIFT, CUMSUM", "SSMs fail context-dependent tasks", "attention beats SSMs on CUMMAX, MIPS"]
+
+
+#: each claim of Table 1 one cell away from its threshold (seed 002's words: "highly effective", "perfect
+#: performance" R² ≥ 0.9; "fail" R² ≤ 0.2; "as good as or better than" DLR ≥ DSS-EXP − 0.05; "more expressive"
+#: ATTENTION ≥ DLR + 0.2), with the paper's table elsewhere: (claim, cells changed, verdict)
+THRESHOLD_CASES = [
+    ("SSMs solve SHIFT, CUMSUM", {"shift": {"dlr": (0.91, 0.91)}}, HELD),
+    ("SSMs solve SHIFT, CUMSUM", {"cumsum": {"dlr": (0.9, 0.9)}}, HELD),  # a tie reaches
+    ("SSMs solve SHIFT, CUMSUM", {"shift": {"dlr": (0.89, 0.89)}}, FAILED),
+    ("SSMs solve SHIFT, CUMSUM", {"shift": {"dlr": (0.91, 0.89)}}, INCONCLUSIVE),
+    ("SSMs fail context-dependent tasks", {"reverse": {"dlr": (0.19, 0.19)}}, HELD),
+    ("SSMs fail context-dependent tasks", {"context_shift": {"dlr": (0.2, 0.2)}}, HELD),
+    ("SSMs fail context-dependent tasks", {"reverse": {"dlr": (0.21, 0.21)}}, FAILED),
+    ("SSMs fail context-dependent tasks", {"context_shift": {"dlr": (0.19, 0.21)}}, INCONCLUSIVE),
+    ("DLR solves SELECT-FIXED", {"select_fixed": {"dlr": (0.91, 0.91)}}, HELD),
+    ("DLR solves SELECT-FIXED", {"select_fixed": {"dlr": (0.89, 0.89)}}, FAILED),
+    ("DLR ≥ DSS-EXP", {"cummax": {"dlr": (0.46, 0.46), "dss_exp": (0.5, 0.5)}}, HELD),
+    ("DLR ≥ DSS-EXP", {"cummax": {"dlr": (0.44, 0.44), "dss_exp": (0.5, 0.5)}}, FAILED),
+    ("DLR ≥ DSS-EXP", {"cummax": {"dlr": (0.47, 0.43), "dss_exp": (0.5, 0.5)}}, INCONCLUSIVE),  # inside 0.04
+    ("attention beats SSMs on CUMMAX, MIPS", {"cummax": {"dlr": (0.5, 0.5), "attention": (0.71, 0.71)}}, HELD),
+    ("attention beats SSMs on CUMMAX, MIPS", {"cummax": {"dlr": (0.5, 0.5), "attention": (0.69, 0.69)}}, FAILED),
+    ("attention beats SSMs on CUMMAX, MIPS", {"mips": {"dlr": (0.25, 0.25), "attention": (0.5, 0.4)}}, INCONCLUSIVE),
+]
+
+
+#: the two reproductions that decide Table 1's claims, with the tasks and models each trains
+TABLE1_REPRODUCTIONS = {"dlr_atomic": (table1, TASKS, ("dlr", "dss_exp", "attention")),
+                        "dlr_context": (dlr_context, dlr_context.TASKS, dlr_context.MODELS)}
+
+
+@pytest.mark.parametrize(("reproduction", "claim", "cells", "verdict"), [
+    pytest.param(name, *case, id=f"{name}-{case[0]}-{case[2]}-{index}")
+    for name, (module, _, _) in TABLE1_REPRODUCTIONS.items()
+    for index, case in enumerate(THRESHOLD_CASES) if case[0] in {claim.name for claim in module.CLAIMS}])
+def test_dlr_atomic_and_dlr_context_claims_just_above_and_below_their_thresholds(reproduction, claim, cells,
+                                                                                   verdict):
+    """``make main``'s verdicts (``dlr_context``, a reduction of ``dlr_atomic``): one cell of the paper's table
+    moved just past a claim's threshold or margin flips that claim, and seeds on both sides leave it open."""
+    module, tasks, models = TABLE1_REPRODUCTIONS[reproduction]
+    changed = {task: {**PAPER[task], **cells.get(task, {})} for task in tasks}
+    assert_verdict(module.CLAIMS, claim, table(changed, models=models), verdict)
 
 
 def test_the_table_has_a_row_per_task_and_the_papers_numbers():
@@ -147,3 +188,26 @@ def test_select_fixed_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
     higher = {k[:2] + (1e-4,) + k[3:]: {**run, "optimizer": {**run["optimizer"], "lr": 1e-4}}
               for k, run in undone.items() if k[2] == 1e-3}
     assert higher == expected
+
+
+SHIFT_PAPERLIKE = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.85)},
+                   "dlr_prod": {256: (1.0, 1.0), 4096: (1.0, 0.99)}, "dlr_small_n": {256: (0.9, 0.9), 4096: (0.3, 0.3)},
+                   "dss_exp": {256: (0.99, 0.99), 4096: (0.7, 0.7)}}
+
+
+@pytest.mark.parametrize(("claim", "changed", "verdict"), [
+    # "failed on SHIFT": DLR-ℝ ≤ 0.5 where DLR reaches 0.9, at the shortest length
+    ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.49, 0.49)}}, HELD),
+    ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.51, 0.51)}}, FAILED),
+    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.89, 0.89), 4096: (0.8, 0.85)}}, FAILED),
+    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.91, 0.91), 4096: (0.8, 0.85)}}, HELD),
+    # "significantly": 0.1 at the longest length
+    ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.91, 0.91)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, HELD),
+    ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.89, 0.89)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, FAILED),
+    ("small N degrades", {"dlr_small_n": {4096: (0.69, 0.69)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, HELD),
+    ("small N degrades", {"dlr_small_n": {4096: (0.71, 0.71)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, FAILED),
+])
+def test_dlr_shift_length_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
+    """Table 2's claims one cell past R² 0.5 / 0.9 or the margin 0.1 (the paper-like picture elsewhere)."""
+    data, table2 = shift_table({**SHIFT_PAPERLIKE, **changed})
+    assert_verdict(table2.CLAIMS, claim, data, verdict)

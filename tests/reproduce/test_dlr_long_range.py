@@ -3,9 +3,11 @@ fail and must be inconclusive; and the Pathfinder models are bidirectional, the 
 
 from __future__ import annotations
 
+import pytest
+
 from seqdyn.reproduce import dlr_long_range as table3
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(values: dict[str, dict[str, list[float]]]):
@@ -54,3 +56,22 @@ def test_the_cpu_sweeps_run_every_model_with_two_seeds_on_both_tasks():
         runs = sweep.expand()
         assert len(runs) == len(table3.MODELS) * 2
         assert {run.model.mixer for run in runs} == set(table3.MODELS)
+
+
+TABLE3 = {table3.LISTOPS: {"local_attention": [0.94, 0.94], "dss_exp": [0.84, 0.84], "dlr": [0.86, 0.86]},
+          table3.PATHFINDER: {"local_attention": [0.95, 0.95], "dss_exp": [0.94, 0.94], "dlr": [0.97, 0.97]}}
+
+
+@pytest.mark.parametrize(("claim", "task", "changed", "verdict"), [
+    ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.85, 0.85]}, HELD),
+    ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.84, 0.84]}, HELD),  # a tie holds
+    ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.83, 0.83]}, FAILED),
+    ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.87, 0.87]}, HELD),
+    ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.85, 0.85]}, FAILED),
+    ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.96, 0.96]}, HELD),
+    ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.94, 0.94]}, FAILED),
+])
+def test_dlr_long_range_claims_just_above_and_below_their_order(claim, task, changed, verdict):
+    """Table 3's claims, no margin: one model a point either side of the one it is compared with."""
+    values = {name: {**per_model, **(changed if name == task else {})} for name, per_model in TABLE3.items()}
+    assert_verdict(table3.CLAIMS, claim, table(values), verdict)

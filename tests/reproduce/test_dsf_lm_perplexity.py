@@ -11,7 +11,7 @@ from seqdyn.reproduce import dlr_long_range
 from seqdyn.reproduce import dsf_lm_perplexity as table1
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.runner import regenerate_command
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def perplexities(softmax: list[float], normalized: list[float], linear: list[float]):
@@ -89,3 +89,21 @@ def test_the_regenerate_command_names_the_corpus_the_runs_read():
     assert regenerate_command(lm, two).endswith("--data PATH")
     assert regenerate_command(lm, results([row(6.0)], scale="smoke")).endswith("--scale smoke")
     assert regenerate_command(dlr_long_range.REPRODUCTION, on_file).endswith("--scale cpu")
+
+
+@pytest.mark.parametrize(("claim", "softmax", "normalized", "linear", "verdict"), [
+    # perplexity, lower is better: softmax ≤ normalized ≤ linear, margins 0
+    ("softmax < normalized", 20.0, 20.25, 40.0, HELD),
+    ("softmax < normalized", 20.0, 20.0, 40.0, HELD),        # a tie holds
+    ("softmax < normalized", 20.25, 20.0, 40.0, FAILED),
+    ("normalized < linear", 20.0, 34.0, 34.25, HELD),
+    ("normalized < linear", 20.0, 34.25, 34.0, FAILED),
+    # "close 25 % of the perplexity gap": (40 − 34.75) / (40 − 20) = 0.2625, (40 − 35.25) / 20 = 0.2375
+    ("a quarter of the gap", 20.0, 34.75, 40.0, HELD),
+    ("a quarter of the gap", 20.0, 35.0, 40.0, HELD),         # exactly 0.25
+    ("a quarter of the gap", 20.0, 35.25, 40.0, FAILED),
+])
+def test_dsf_lm_perplexity_claims_just_above_and_below_their_thresholds(claim, softmax, normalized, linear, verdict):
+    """Seed 000 Table 1's claims one perplexity past the order or the share 25 % (one seed, no spread)."""
+    data = perplexities([softmax], [normalized], [linear])
+    assert_verdict(table1.CLAIMS, claim, data, verdict)

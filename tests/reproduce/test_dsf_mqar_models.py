@@ -3,9 +3,11 @@ hold, must fail and must be inconclusive; the paper scale is the paper's protoco
 
 from __future__ import annotations
 
+import pytest
+
 from seqdyn.reproduce import dsf_mqar_models as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 TASKS = ((64, 4), (128, 8))
 
@@ -89,3 +91,27 @@ def test_ssd_slow_decay_pilot_is_the_cpu_scale_ssd_but_its_initial_decay():
     expected = {key: run for key, run in runs_by_key(cpu, mixer_options={"a_init_range": [1, 1]}).items()
                 if key[0] == "mamba2"}
     assert runs_by_key(pilot) == expected and len(expected) == 4
+
+
+@pytest.mark.parametrize(("claim", "changed", "verdict"), [
+    # "outperforms": normalized ≥ linear + 0.05 on every task
+    ("normalized > linear", {"normalized_attention": [0.8, 0.8], "linear_attention": [0.74, 0.74]}, HELD),
+    ("normalized > linear", {"normalized_attention": [0.8, 0.8], "linear_attention": [0.76, 0.76]}, FAILED),
+    ("normalized > linear", {"normalized_attention": [0.82, 0.78], "linear_attention": [0.74, 0.74]}, INCONCLUSIVE),
+    # "on par": |normalized − S6| ≤ 0.05
+    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.84, 0.84]}, HELD),
+    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.76, 0.76]}, HELD),
+    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.86, 0.86]}, FAILED),
+    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.74, 0.74]}, FAILED),
+    # "slightly outperforms": SSD ≥ S6, no margin
+    ("SSD ≥ S6", {"mamba2": [0.8, 0.8], "s6": [0.79, 0.79]}, HELD),
+    ("SSD ≥ S6", {"mamba2": [0.8, 0.8], "s6": [0.81, 0.81]}, FAILED),
+    # Zoology's early stop: every seed ≥ 0.99
+    ("softmax ≈ 100 %", {"softmax_attention": [0.99, 0.99]}, HELD),
+    ("softmax ≈ 100 %", {"softmax_attention": [0.989, 0.989]}, FAILED),
+    ("softmax ≈ 100 %", {"softmax_attention": [0.989, 0.991]}, INCONCLUSIVE),
+])
+def test_dsf_mqar_models_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
+    """Seed 000 Fig. 2 / Fig. 5's claims one mixer past the margin 0.05, the tolerance 0.05, SSD's order or the
+    early stop 0.99 (the paper's picture elsewhere)."""
+    assert_verdict(fig.CLAIMS, claim, table({**PAPER_LIKE, **changed}), verdict)

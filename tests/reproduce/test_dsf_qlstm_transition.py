@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import dsf_qlstm_transition as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 
 def table(qlstm: list[float], s6: list[float]):
@@ -25,3 +25,10 @@ def table(qlstm: list[float], s6: list[float]):
 ])
 def test_the_s6_transition_claim(qlstm, s6, verdict):
     assert fig.CLAIMS[0].decide(table(qlstm, s6)).verdict == verdict
+
+
+@pytest.mark.parametrize(("qlstm", "s6", "verdict"), [
+    ([0.5], [0.51], HELD), ([0.5], [0.5], HELD), ([0.5], [0.49], FAILED)])
+def test_dsf_qlstm_transition_claim_just_above_and_below_its_order(qlstm, s6, verdict):
+    """"qLSTM with the S6 transition > qLSTM", no margin: one point either side (one seed), a tie holds."""
+    assert_verdict(fig.CLAIMS, "S6 transition > qLSTM's", table(qlstm, s6), verdict)

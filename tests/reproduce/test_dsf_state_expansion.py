@@ -3,9 +3,11 @@ must fail and must be inconclusive."""
 
 from __future__ import annotations
 
+import pytest
+
 from seqdyn.reproduce import dsf_state_expansion as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 
 def table(softmax: list[float], linear: dict[int, list[float]]):
@@ -58,3 +60,21 @@ def test_small_n_pilot_is_the_cpu_scale_at_n_4_and_16_but_its_feature_map():
     expected = {k: run for k, run in relu.items() if k[0] == "linear_attention" and k[1] in (4, 16)}
     assert {c.model.mixer_options["feature_map"] for c in pilot} == {"relu"}
     assert runs_by_key(pilot, key=key) == expected and len(expected) == 4
+
+
+@pytest.mark.parametrize(("claim", "softmax", "linear", "verdict"), [
+    # "the larger n, the more expressivity": the largest n ≥ the smallest, no margin
+    ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.51, 0.51]}, HELD),
+    ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.5, 0.5]}, HELD),  # a tie holds
+    ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.49, 0.49]}, FAILED),
+    # "converges to softmax": within 0.05 at the largest n
+    ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.96, 0.96]}, HELD),
+    ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.94, 0.94]}, FAILED),
+    ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.95, 0.93]}, INCONCLUSIVE),
+    # Zoology's early stop: every seed ≥ 0.99
+    ("softmax ≈ 100 %", [0.99, 0.99], {4: [0.5, 0.5], 64: [0.96, 0.96]}, HELD),
+    ("softmax ≈ 100 %", [0.989, 0.989], {4: [0.5, 0.5], 64: [0.96, 0.96]}, FAILED),
+])
+def test_dsf_state_expansion_claims_just_above_and_below_their_thresholds(claim, softmax, linear, verdict):
+    """Seed 000 Fig. 1's claims one setting past the order, the tolerance 0.05 or the early stop 0.99."""
+    assert_verdict(fig.CLAIMS, claim, table(softmax, linear), verdict)

@@ -12,7 +12,7 @@ from seqdyn.bench.measure import _READ_RSS
 from seqdyn.models import build_model
 from seqdyn.reproduce import duality_decoding as decoding
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import results, row
+from tests.reproduce.helpers import assert_verdict, results, row
 
 STATE, ERROR = decoding.STATE, decoding.ERROR
 
@@ -67,3 +67,20 @@ def test_decoding_peak_memory_holds_at_least_the_key_cache_it_ends_with():
     cache = decode_profile(model, tokens, [2048], window=8)[0].state_bytes
     assert cache >= 2 * 2 * 2048 * 64 * 4  # layers × (keys, values) × tokens × width × float32
     assert decoding.decoding_peak_bytes(model, tokens) >= cache
+
+
+@pytest.mark.parametrize(("claim", "state", "error", "verdict"), [
+    # "fixed-size": the state at context 4096 is at most the one at 256 (ratio ≤ 1)
+    ("recurrent state is fixed-size", {"linear_attention": (500, 499)}, {}, HELD),
+    ("recurrent state is fixed-size", {"linear_attention": (500, 501)}, {}, FAILED),
+    # "O(N) memory": softmax attention's state grows ≥ 0.9 × as fast as the context (16 ×: ≥ 14.4 ×)
+    ("attention's state grows with the context", {"softmax_attention": (1000, 14_500)}, {}, HELD),
+    ("attention's state grows with the context", {"softmax_attention": (1000, 14_300)}, {}, FAILED),
+    # float32 round-off: relative step error ≤ 1e-4
+    ("the two forms agree", {}, {"mamba2": 0.99e-4}, HELD),
+    ("the two forms agree", {}, {"mamba2": 1.01e-4}, FAILED),
+])
+def test_duality_decoding_claims_just_above_and_below_their_thresholds(claim, state, error, verdict):
+    """Seeds 003/004's claims one model past the ratio 1, the growth 0.9 or the round-off 1e-4."""
+    data = table({**FIXED, **state}, {**SMALL, **error})
+    assert_verdict(decoding.CLAIMS, claim, data, verdict)

@@ -5,7 +5,6 @@ every reproduction expands to valid runs, the smoke ones small."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 
 import pytest
@@ -14,6 +13,8 @@ from seqdyn import reproduce
 from seqdyn.reproduce.base import SCALES
 from seqdyn.reproduce.claims import VERDICTS
 from seqdyn.reproduce.runner import OUTPUTS, named_sweeps, run
+from seqdyn.tasks import build
+from tests.helpers import stub_tiktoken
 
 
 @pytest.mark.parametrize("name", reproduce.names())
@@ -34,19 +35,20 @@ def test_smoke_writes_every_output_with_one_verdict_per_claim(name, tmp_path):
 
 @pytest.mark.parametrize("name", reproduce.names())
 @pytest.mark.parametrize("scale", SCALES)
-def test_every_scale_expands_to_valid_runs(name, scale, tmp_path):
+def test_every_scale_expands_to_valid_runs(name, scale, tmp_path, monkeypatch):
     reproduction = reproduce.get(name)
     data = None
     if reproduction.corpus:  # a language-model reproduction, on a small local text file
         data = tmp_path / "corpus.txt"
         data.write_text("a small corpus of plain words, repeated. " * 2_000)
-        if scale == "paper" and importlib.util.find_spec("tiktoken") is None:
-            with pytest.raises(ValueError, match="tiktoken"):  # the paper's GPT-2 tokens need the optional package
-                named_sweeps(reproduction, scale, data)
-            return
+        if scale == "paper":  # the paper's GPT-2 tokens: tiktoken's code path with a word-level encoding (offline)
+            stub_tiktoken(monkeypatch)
     runs = [config for sweep in named_sweeps(reproduction, scale, data) for config in sweep.expand()]
     assert runs and len({config.run_id for config in runs}) == len(runs)
     assert reproduction.reductions[scale]
     assert {config.train.device for config in runs} == {"auto" if scale == "paper" else "cpu"}
     if scale == "smoke":
         assert all(config.train.steps <= 20 and config.model.d_model <= 32 for config in runs)
+    if reproduction.corpus and scale == "paper":  # the paper's GPT-2 tokens, as the stand-in encoded them
+        assert {config.task.params["tokenizer"] for config in runs} == {"gpt2"}
+        assert build(runs[0].task.name, **runs[0].task.params).input_size == 50257  # GPT-2's vocabulary

@@ -7,9 +7,10 @@ import csv
 
 import pytest
 
+from seqdyn.analysis.model import HeadReport
 from seqdyn.reproduce import get
-from seqdyn.reproduce.mad import (NEAR_ZERO, PAPER_MIN_LR, TRANSFORMER_BLOCK, Budget, best_runs, mad_score,
-                                  mad_sweeps, measured_score)
+from seqdyn.reproduce.mad import (LARGE, MAX_ZEROS, NEAR_ZERO, PAPER_MIN_LR, TRANSFORMER_BLOCK, ZERO_BOUND, Budget,
+                                  best_runs, mad_score, mad_sweeps, measure_coefficients, measured_score)
 from seqdyn.reproduce.runner import run
 from tests.reproduce.helpers import results, row
 
@@ -62,3 +63,48 @@ def test_the_best_runs_of_a_reproduction_carry_their_coefficient_measurements(tm
         rows = list(csv.DictReader(handle))
     assert len(rows) == 14  # smoke: one run per task and readout, each the best of its cell
     assert all(0.0 <= float(r[NEAR_ZERO]) <= 1.0 for r in rows)
+
+
+def head(layer: int, near_zero: float | None, large: float | None, mean_zeros: float | None = None,
+         zero_bound: int | None = None) -> HeadReport:
+    """One head's report with the fractions and Fig. 9's count given by hand."""
+    return HeadReport(layer=layer, module=f"blocks.{layer}.mixer", mixer="custom", head=0, key_dim=None,
+                      readout="identity" if zero_bound is not None else "exp", near_zero_fraction=near_zero,
+                      large_fraction=large, max_zero_count=None, mean_zero_count=mean_zeros, zero_bound=zero_bound,
+                      class_shares=None, spectral_bound=None)
+
+
+def measured(monkeypatch, heads: list[HeadReport]) -> dict:
+    """``measure_coefficients`` of a run whose model ``inspect_model`` reports as ``heads``."""
+    import seqdyn.analysis.model
+    import seqdyn.train.checkpoint
+
+    class Task:
+        def generate(self, examples, seed, split):
+            assert (examples, seed, split) == (16, 0, "test")
+            return "inputs", None
+
+    monkeypatch.setattr(seqdyn.train.checkpoint, "load_trained", lambda store, run_id: (None, Task(), "model"))
+    monkeypatch.setattr(seqdyn.analysis.model, "inspect_model",
+                        lambda model, inputs, spectral: heads if (model, inputs, spectral) == ("model", "inputs",
+                                                                                               False) else [])
+    return measure_coefficients(store=None, row={"run_id": "r"})
+
+
+def test_measure_coefficients_averages_the_fractions_over_layers_and_heads(monkeypatch):
+    """Seed 001 Fig. 1 and Fig. 7 average the near-zero and large fractions over the model's heads: the mean of
+    0.1, 0.4 and 0.7 is 0.4 (the minimum would be 0.1), of 0.9, 0.5 and 0.2 is 1.6 / 3; a head without scalar
+    coefficients (None) is left out; Fig. 9's count is the largest of the identity heads' and the bound the
+    smallest K − 1."""
+    heads = [head(0, 0.1, 0.9, mean_zeros=2.5, zero_bound=7), head(0, None, None), head(1, 0.4, 0.5),
+             head(1, 0.7, 0.2, mean_zeros=1.0, zero_bound=3)]
+    values = measured(monkeypatch, heads)
+    assert values[NEAR_ZERO] == pytest.approx((0.1 + 0.4 + 0.7) / 3, rel=1e-15)
+    assert values[LARGE] == pytest.approx((0.9 + 0.5 + 0.2) / 3, rel=1e-15)
+    assert values[MAX_ZEROS] == 2.5 and values[ZERO_BOUND] == 3
+
+
+def test_measure_coefficients_of_a_model_without_scalar_coefficients_or_identity_heads(monkeypatch):
+    assert measured(monkeypatch, [head(0, None, None)]) == {NEAR_ZERO: None, LARGE: None}
+    values = measured(monkeypatch, [head(0, 0.25, 0.75), head(1, 0.5, 0.5)])
+    assert values == {NEAR_ZERO: (0.25 + 0.5) / 2, LARGE: (0.75 + 0.5) / 2}  # no Fig. 9 count without identity heads

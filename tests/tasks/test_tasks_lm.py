@@ -9,6 +9,7 @@ import torch
 
 from seqdyn.tasks import build
 from seqdyn.tasks.lm import WIKITEXT_ENV
+from tests.helpers import stub_tiktoken
 
 
 @pytest.fixture(autouse=True)
@@ -102,19 +103,7 @@ def test_gpt2_encoding_unavailable_offline_is_a_clear_error(corpus, monkeypatch)
 
 def test_gpt2_path_with_a_stub_encoding(corpus, monkeypatch):
     """The tiktoken code path, with a word-level stand-in for the real BPE (which needs a download)."""
-
-    class Words:
-        def __init__(self):
-            self.vocab = {}
-
-        def encode_ordinary(self, text):
-            return [self.vocab.setdefault(w, len(self.vocab)) for w in text.split(" ")]
-
-        def decode(self, ids):
-            inverse = {i: w for w, i in self.vocab.items()}
-            return " ".join(inverse[i] for i in ids)
-
-    monkeypatch.setitem(sys.modules, "tiktoken", types.SimpleNamespace(get_encoding=lambda name: Words()))
+    stub_tiktoken(monkeypatch)
     task = build("lm", path=str(corpus), tokenizer="gpt2", seq_len=8)
     assert task.input_size == 50257
     inputs, targets = task.generate(3, seed=0)
