@@ -370,7 +370,8 @@ def bench_auto(
     mixers: str = typer.Option("", "--mixers", help="Comma-separated mixer names: only the cases of these."),
     device: str = typer.Option("cpu", help="'cpu', 'cuda' or 'auto' (cuda when available)."),
     repeats: int = typer.Option(3, help="Timed repetitions per backend and round after a warm-up (the fastest counts)."),
-    rounds: int = typer.Option(2, help="Passes over a cell's backends; each keeps its best time."),
+    rounds: int = typer.Option(3, help="Passes over a cell's backends (auto first, then last, ...); each keeps its "
+                                  "best time."),
     markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
 ) -> None:
     """Is backend='auto' the fastest exact backend? Every mixer at its defaults and at the reproductions' shapes,

@@ -83,3 +83,12 @@ def test_the_command_prints_the_table_and_writes_markdown(tmp_path):
     assert lines[0].startswith("| group | mixer |") and len(lines) == 2 + len(bench.MODES)
     bad = runner.invoke(app, ["bench", "auto", "--mixers", "mamba3"])
     assert bad.exit_code == 2 and "--mixers: no case uses ['mamba3']" in bad.output
+
+
+def test_a_miss_with_the_fastest_backend_is_told_apart_from_a_wrong_choice():
+    noise = cell(1.3)  # auto computed with scan, the fastest, and took 1.3× scan's time
+    wrong = cell(1.3)
+    wrong.picked = "chunk"  # auto computed with chunk, 5× the fastest
+    result = bench.summary([noise, wrong, cell(1.0)])
+    assert result["misses"] == [noise, wrong] and result["same_backend_misses"] == [noise]
+    assert result["worst_choice"] == pytest.approx(5.0)
