@@ -192,8 +192,8 @@ def test_one_possible_backend_is_chosen_without_timing(file_cache, monkeypatch):
 
 
 def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
-    """With a fake clock: each timed call of a candidate takes its listed times in turn (warm-ups are not timed)."""
-    durations = {"a": [5.0, 2.0, 2.5], "b": [3.0, 1.5, 1.6], "c": [40.0], "d": []}
+    """With a fake clock: each call of a candidate, its warm-up first, takes its listed times in turn."""
+    durations = {"a": [9.0, 5.0, 2.0, 2.5], "b": [4.0, 3.0, 1.5, 1.6], "c": [40.0], "d": []}
     calls = []
 
     def fake_seconds(call, device):
@@ -209,8 +209,22 @@ def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
     monkeypatch.setattr(autotune, "REPEATS", 3)
     times = autotune.measure(["a", "b", "c", "d"], trial, torch.device("cpu"))
     assert list(times) == ["b", "a", "c"] and times == {"b": 1500.0, "a": 2000.0, "c": 40000.0}
-    assert calls.count("c") == 2  # a warm-up and one timed call: 40 > HOPELESS × 3, never timed again
-    assert calls.count("a") == calls.count("b") == 1 + 3 and calls.count("d") == 1
+    assert calls.count("c") == 1  # its warm-up took 40 > HOPELESS × 3: never called again
+    assert calls.count("a") == calls.count("b") == 2 + 2 and calls.count("d") == 1
+
+
+def test_a_slow_first_call_of_the_likeliest_candidate_does_not_rule_it_out(monkeypatch):
+    """The first candidate's warm-up (a kernel loading) is never compared: only timed calls set the bar."""
+    durations = {"a": [50.0, 1.0, 1.0], "b": [2.0, 2.0, 2.0]}
+    calls = []
+
+    def fake_seconds(call, device):
+        call()
+        return durations[calls[-1]].pop(0)
+
+    monkeypatch.setattr(autotune, "_seconds", fake_seconds)
+    monkeypatch.setattr(autotune, "REPEATS", 2)
+    assert list(autotune.measure(["a", "b"], calls.append, torch.device("cpu"))) == ["a", "b"]
 
 
 def test_a_backend_choice_is_its_name_with_a_reason():

@@ -231,18 +231,20 @@ def _seconds(call: Callable[[], None], device: torch.device) -> float:
 
 
 def measure(candidates: Sequence[str], trial: Callable[[str], None], device: torch.device) -> dict[str, float]:
-    """Milliseconds of ``trial(name)`` per candidate, fastest first: a warm-up call each (not counted: a first
-    call may load a kernel or allocate), then ``REPEATS`` timed rounds, the fastest call counting; after the first
-    round only the candidates within ``HOPELESS`` × the fastest are timed again (the others cannot win).  A
-    candidate that fails (out of memory) is dropped."""
-    working = []
-    for name in candidates:  # the warm-up: first-call costs (allocations, loading a kernel) stay out of the times
+    """Milliseconds of ``trial(name)`` per candidate, fastest first.  In the order given (the likeliest first), a
+    warm-up call each (a first call may load a kernel or allocate: it is not counted), then one timed call — unless
+    the warm-up already took ``HOPELESS`` × the fastest timed call so far: a first call is never faster than a later
+    one, so that candidate cannot win (its warm-up is reported).  Then ``REPEATS − 1`` more rounds over the
+    candidates within ``HOPELESS`` × the fastest, the fastest call counting.  A candidate that fails (out of
+    memory) is dropped."""
+    times: dict[str, float] = {}
+    for name in candidates:
         try:
-            trial(name)
-            working.append(name)
+            warm = _seconds(lambda: trial(name), device)
         except (RuntimeError, MemoryError):
             continue
-    times = {name: _seconds(lambda: trial(name), device) for name in working}
+        fastest = min(times.values(), default=math.inf)
+        times[name] = warm if warm > HOPELESS * fastest else _seconds(lambda: trial(name), device)
     for _ in range(REPEATS - 1):
         fastest = min(times.values(), default=math.inf)
         contenders = [name for name, seconds in times.items() if seconds <= HOPELESS * fastest]
