@@ -58,7 +58,7 @@ def test_a_cold_cache_measures_every_candidate_and_writes_the_fastest(file_cache
 def test_a_cached_shape_is_decided_without_timing_and_the_call_reads_the_same_choice(file_cache, monkeypatch):
     args, options = operator_inputs()
     first = seqdyn.select_backend(*args, **options)
-    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    monkeypatch.setattr(autotune, "elapsed_seconds", no_timing)
     autotune.clear_cache()  # the next process: only the file remains
     again = seqdyn.select_backend(*args, **options)
     assert (str(again), again.source, again.times_ms) == (str(first), "cache", first.times_ms)
@@ -76,7 +76,7 @@ def test_the_choice_is_what_the_cache_says_deterministically(file_cache, monkeyp
         entry["backend"] = other
     path.write_text(json.dumps(data))
     autotune.clear_cache()
-    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    monkeypatch.setattr(autotune, "elapsed_seconds", no_timing)
     assert seqdyn.select_backend(*args, **options) == other
     out = seqdyn.coefficient_dynamics(*args, **options)
     assert torch.equal(out, seqdyn.coefficient_dynamics(*args, **options, backend=other))
@@ -167,7 +167,7 @@ def test_aliased_inputs_stay_aliased_in_the_trial(file_cache):
 
 def test_timing_off_uses_the_cost_model(monkeypatch):
     monkeypatch.setenv("SEQDYN_AUTOTUNE", "0")
-    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    monkeypatch.setattr(autotune, "elapsed_seconds", no_timing)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 300, 2, 8, generator=gen) for _ in range(3))
     choice = seqdyn.select_backend(q, k, v, readout="exp", normalizer="sum")
@@ -183,7 +183,7 @@ def test_a_bad_setting_names_the_variable(monkeypatch):
 
 
 def test_one_possible_backend_is_chosen_without_timing(file_cache, monkeypatch):
-    monkeypatch.setattr(autotune, "_seconds", no_timing)
+    monkeypatch.setattr(autotune, "elapsed_seconds", no_timing)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(8, 9000, 8, 4, generator=gen) for _ in range(3))
     # a nonlinear readout over 9,000 steps: its scores would not fit, the recurrent key cache is left
@@ -205,7 +205,7 @@ def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
         if name == "d":
             raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(autotune, "_seconds", fake_seconds)
+    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
     monkeypatch.setattr(autotune, "REPEATS", 3)
     times = autotune.measure(["a", "b", "c", "d"], trial, torch.device("cpu"))
     assert list(times) == ["b", "a", "c"] and times == {"b": 1500.0, "a": 2000.0, "c": 40000.0}
@@ -222,7 +222,7 @@ def test_a_slow_first_call_of_the_likeliest_candidate_does_not_rule_it_out(monke
         call()
         return durations[calls[-1]].pop(0)
 
-    monkeypatch.setattr(autotune, "_seconds", fake_seconds)
+    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
     monkeypatch.setattr(autotune, "REPEATS", 2)
     assert list(autotune.measure(["a", "b"], calls.append, torch.device("cpu"))) == ["a", "b"]
 

@@ -15,13 +15,13 @@ cell, and the geometric mean of ``auto / fastest`` within 1.05×.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from seqdyn import mixers
 from seqdyn.bench.measure import one_thread, resolve_device
+from seqdyn.core.autotune import elapsed_seconds
 
 #: the targets: ``auto / fastest`` in every cell, and its geometric mean over all cells
 CELL_TARGET = 1.2
@@ -132,23 +132,9 @@ def _runner(mixer: mixers.Mixer, x: torch.Tensor, mode: str):
 
 def _choice(mixer: mixers.Mixer, x: torch.Tensor, mode: str) -> tuple[str, str]:
     """What ``auto`` computes with for this cell, and why (where the mixer says)."""
-    context = torch.no_grad() if mode == "fwd" else torch.enable_grad()
-    with context:
-        explain = getattr(mixer, "explain_backend", None)
-        if explain is None:
-            return mixer.backend_for(x, "auto"), ""
-        choice = explain(x)
-        return str(choice), getattr(choice, "why", "")
-
-
-def _seconds(call, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    call()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
+    with torch.no_grad() if mode == "fwd" else torch.enable_grad():
+        choice = mixer.explain_backend(x)
+    return str(choice), choice.why
 
 
 def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
@@ -183,19 +169,19 @@ def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int
         cell = Cell(case, mode)
         run = _runner(mixer, x, mode)
         try:
-            cell.choose_s = _seconds(lambda: run("auto"), device)
+            cell.choose_s = elapsed_seconds(lambda: run("auto"), device)
             cell.picked, cell.why = _choice(mixer, x, mode)
             for round_ in range(rounds):  # auto first in even rounds, last in odd ones: no place favours it
                 for name in ["auto", *backends] if round_ % 2 == 0 else [*backends, "auto"]:
                     if name in cell.hopeless:
                         continue
                     best = min(cell.times.values(), default=math.inf)
-                    first = _seconds(lambda name=name: run(name), device)
+                    first = elapsed_seconds(lambda name=name: run(name), device)
                     if round_ == 0 and name != "auto" and first > HOPELESS * best:
                         cell.times[name] = first
                         cell.hopeless.append(name)
                         continue
-                    calls = [_seconds(lambda name=name: run(name), device) for _ in range(repeats)]
+                    calls = [elapsed_seconds(lambda name=name: run(name), device) for _ in range(repeats)]
                     cell.times[name] = min(cell.times.get(name, math.inf), first, *calls)
         except (RuntimeError, MemoryError) as error:  # out of memory is a result, not a crash
             cell.error = str(error).split("\n")[0][:80]

@@ -21,6 +21,8 @@ from typing import Callable
 
 import torch
 
+from seqdyn.core.autotune import elapsed_seconds
+
 
 @contextmanager
 def one_thread() -> Iterator[None]:
@@ -141,13 +143,7 @@ def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow
     user compiled): then it was a warm-up only, and the cell is timed as if it had been the first call."""
 
     def once() -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start
+        return elapsed_seconds(fn, device)
 
     compiled = compilations()
     first = once()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 
 from seqdyn import mixers
 from seqdyn.bench.measure import resolve_device
+from seqdyn.core.autotune import elapsed_seconds
 
 
 @dataclass
@@ -60,13 +60,7 @@ def _interleaved_ms(first, second, repeats: int, device: torch.device) -> tuple[
     (other work, clock changes) fall on both alike."""
 
     def once(step) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return (time.perf_counter() - start) * 1000
+        return elapsed_seconds(step, device) * 1000
 
     pairs = [(once(first), once(second)) for _ in range(repeats)]
     return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs)

@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["BackendChoice", "cache_path", "choose", "clear_cache", "fingerprint", "setting", "tuning_enabled"]
+__all__ = ["BackendChoice", "cache_path", "choose", "clear_cache", "elapsed_seconds", "fingerprint", "setting",
+           "tuning_enabled"]
 
 #: timed rounds over the candidates after their warm-up (the fastest call counts)
 REPEATS = 3
@@ -222,7 +223,8 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _seconds(call: Callable[[], None], device: torch.device) -> float:
+def elapsed_seconds(call: Callable[[], object], device: torch.device) -> float:
+    """Wall time of ``call()``, with the device synchronized before and after (CUDA runs asynchronously)."""
     _synchronize(device)
     start = time.perf_counter()
     call()
@@ -240,18 +242,18 @@ def measure(candidates: Sequence[str], trial: Callable[[str], None], device: tor
     times: dict[str, float] = {}
     for name in candidates:
         try:
-            warm = _seconds(lambda: trial(name), device)
+            warm = elapsed_seconds(lambda: trial(name), device)
         except (RuntimeError, MemoryError):
             continue
         fastest = min(times.values(), default=math.inf)
-        times[name] = warm if warm > HOPELESS * fastest else _seconds(lambda: trial(name), device)
+        times[name] = warm if warm > HOPELESS * fastest else elapsed_seconds(lambda: trial(name), device)
     for _ in range(REPEATS - 1):
         fastest = min(times.values(), default=math.inf)
         contenders = [name for name, seconds in times.items() if seconds <= HOPELESS * fastest]
         if len(contenders) < 2:
             break
         for name in contenders:
-            times[name] = min(times[name], _seconds(lambda: trial(name), device))
+            times[name] = min(times[name], elapsed_seconds(lambda: trial(name), device))
     return {name: seconds * 1e3 for name, seconds in sorted(times.items(), key=lambda item: item[1])}
 
 

@@ -290,9 +290,9 @@ def quadratic_entries(problem: Problem) -> int:
 def ruled_out(problem: Problem) -> dict[str, str]:
     """The backends ``auto`` does not time (unless nothing else can compute the problem), with the reason:
     ``quadratic`` beyond ``QUADRATIC_AUTO_LIMIT`` entries, ``recurrent`` beyond ``RECURRENT_CANDIDATE_MAX`` steps."""
-    reasons = {}
-    if quadratic_entries(problem) > QUADRATIC_AUTO_LIMIT:
-        reasons["quadratic"] = f"{quadratic_entries(problem):,} entries materialized"
+    reasons, entries = {}, quadratic_entries(problem)
+    if entries > QUADRATIC_AUTO_LIMIT:
+        reasons["quadratic"] = f"{entries:,} entries materialized"
     if problem.shape[2] > RECURRENT_CANDIDATE_MAX:
         reasons["recurrent"] = f"a Python loop over {problem.shape[2]} > {RECURRENT_CANDIDATE_MAX} steps"
     return reasons

@@ -20,11 +20,10 @@ from torch import Tensor, nn
 from seqdyn.core import lti
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
+from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
 
 SKIPS = ("learned", "identity", "none")
-#: the LTI core's ``recurrent`` backend steps through time in Python: a candidate of ``auto`` only this short
-LTI_RECURRENT_CANDIDATE_MAX = 64
 ACTIVATIONS = ("gelu", "none")
 OUTPUTS = ("glu", "half_glu", "linear", "none")
 
@@ -199,7 +198,7 @@ class LTIMixer(Mixer):
             y = self.system()(x, name, start, output_final_state)
             return y[0] if isinstance(y, tuple) else y
 
-        candidates = ["fft", "scan"] + (["recurrent"] if u.shape[1] <= LTI_RECURRENT_CANDIDATE_MAX else [])
+        candidates = ["fft", "scan"] + (["recurrent"] if u.shape[1] <= RECURRENT_CANDIDATE_MAX else [])
         return self.measured_backend(u, run, candidates, "fft", "the FFT convolution: O(T log T) per channel",
                                      f" | state in {state is not None} out {output_final_state}")
 
