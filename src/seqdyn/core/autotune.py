@@ -68,6 +68,11 @@ class BackendChoice(str):
         choice.why, choice.source, choice.times_ms = why, source, dict(times_ms or {})
         return choice
 
+    @classmethod
+    def asked(cls, name: str) -> BackendChoice:
+        """A backend named by the caller (not ``auto``)."""
+        return cls(name, "asked for by name", "asked")
+
     def __repr__(self) -> str:
         return f"BackendChoice({str(self)!r}, why={self.why!r})"
 

@@ -245,7 +245,7 @@ def _backend_for(problem: Problem, backend: Any, want_state: bool = False, train
     if reason is not None:
         raise ValueError(f"backend={backend!r} cannot compute {problem.describe()}: {reason}. Backends that can: "
                          f"{_able(problem)}")
-    return module, BackendChoice(backend, "asked for by name", "asked")
+    return module, BackendChoice.asked(backend)
 
 
 def _able(problem: Problem) -> list[str]:

@@ -187,7 +187,7 @@ class LTIMixer(Mixer):
         ``recurrent`` for T ≤ 64) for this shape, measured once and cached like the operator's ``auto``
         (:mod:`seqdyn.core.autotune`); the returned name says why (``.why``)."""
         if self.check_backend(backend) != "auto":
-            return BackendChoice(backend, "asked for by name", "asked")
+            return BackendChoice.asked(backend)
         return self._auto_backend(x, None, False)
 
     def _auto_backend(self, u: Tensor, state: Tensor | None, output_final_state: bool) -> BackendChoice:

@@ -137,9 +137,11 @@ class Mixer(nn.Module, ABC):
     def explain_backend(self, x: Tensor, backend: str = "auto") -> BackendChoice:
         """:meth:`backend_for` with the reason (``.why``): what ``forward(x, backend)`` computes with, and why."""
         chosen = self.backend_for(x, backend)
-        why = "asked for by name" if backend != "auto" else f"{self.name} computes 'auto' with {chosen}"
-        return chosen if isinstance(chosen, BackendChoice) else BackendChoice(chosen, why, "asked" if backend != "auto"
-                                                                              else "mixer")
+        if isinstance(chosen, BackendChoice):
+            return chosen
+        if backend != "auto":
+            return BackendChoice.asked(chosen)
+        return BackendChoice(chosen, f"{self.name} computes 'auto' with {chosen}", "mixer")
 
     @abstractmethod
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
@@ -230,7 +232,7 @@ class CoefficientMixer(Mixer):
         backward where the grad mode is on and ``x`` or a parameter requires gradients, for the forward alone
         otherwise, as ``forward(x)`` would.  The returned name says why (``.why``)."""
         if self.check_backend(backend) != "auto":
-            return BackendChoice(backend, "asked for by name", "asked")
+            return BackendChoice.asked(backend)
         train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         with torch.no_grad():
             inputs, _ = self.core_inputs(x, MixerState())

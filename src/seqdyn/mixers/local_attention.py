@@ -99,7 +99,7 @@ class LocalAttention(SoftmaxAttention):
         (and ``recurrent`` for T ≤ 64) for this shape, measured once and cached
         (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`); the returned name says why (``.why``)."""
         if self.check_backend(backend) != "auto":
-            return BackendChoice(backend, "asked for by name", "asked")
+            return BackendChoice.asked(backend)
         candidates = ["chunk", "quadratic"] + (["recurrent"] if x.shape[1] <= RECURRENT_CANDIDATE_MAX else [])
         return self.measured_backend(x, lambda inputs, name: self._core(inputs, name)[0], candidates, "chunk",
                                      "fused attention over chunks of the window")
