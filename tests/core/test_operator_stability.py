@@ -14,6 +14,34 @@ T = 4096
 FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
+def relative_to_magnitude(got: torch.Tensor, exact: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
+    """Each entry's error relative to its own magnitude: for an output the sum of the absolute values of the terms
+    that make it up (``output_magnitude``), the scale against which floating point bounds the error of a sum
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, Eq. 3.5); for a gradient the largest entry of its
+    sequence and head (``sequence_scale``). Unlike one global scale (the largest entry anywhere) it compares every
+    entry, also in rows far smaller than the largest; unlike ``|exact|`` it does not demand digits that cancellation
+    removed. An entry of magnitude 0 must be exact."""
+    error = (got.double() - exact).abs()
+    return torch.where(magnitude > 0, error / magnitude, torch.where(error > 0, math.inf, 0.0))
+
+
+def output_magnitude(q, k, v, **options) -> torch.Tensor:
+    """``Σ_s |α_ts|·|v_s|`` ``[B, T, H, V]`` in float64, from the coefficient matrix ``[B, H, T, T]``; for the
+    identity readout with a diagonal or scalar decay, ``α_ts = Σ_i q_ti·γ_tsi·k_si`` is itself a sum, so its terms
+    count with their absolute values (the coefficients of ``|q|``, ``|k|``); a positive readout's α is one term."""
+    if options.get("readout", "identity") == "identity" and "householder" not in options:
+        q, k = q.abs(), k.abs()
+    coefficients = seqdyn.coefficients(q.double(), k.double(), **options)
+    return torch.einsum("bhts,bshv->bthv", coefficients.abs(), v.double().abs())
+
+
+def sequence_scale(gradient: torch.Tensor) -> torch.Tensor:
+    """The largest entry of a gradient ``[B, T, H, …]`` within each sequence and head ``[B, 1, H, 1…]``: a gradient
+    entry sums terms over the whole sequence (through the normalizer and the decays), which are not at hand."""
+    dims = (1, *range(3, gradient.dim()))
+    return gradient.abs().amax(dim=dims, keepdim=True).expand_as(gradient)
+
+
 def _inputs(kind: str, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     rand = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
@@ -58,7 +86,8 @@ def test_float64_chunk_reference_agrees_with_quadratic_on_a_long_growing_sequenc
                                     backend="chunk")
     b = seqdyn.coefficient_dynamics(q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n], normalizer="sum",
                                     backend="quadratic")
-    assert (a - b).abs().max() < 1e-9
+    assert relative_to_magnitude(a, b, output_magnitude(q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n],
+                                                        normalizer="sum")).max() < 1e-9
 
 
 @pytest.mark.parametrize("backend", ["quadratic", "recurrent", "chunk", "scan"])
@@ -90,7 +119,8 @@ def test_float32_chunk_is_as_accurate_as_float32_allows(strength, kind):
     g[:, 70] = -1000.0  # a hard reset inside a chunk: the short segments after it keep their digits
     exact = seqdyn.coefficient_dynamics(q.double(), k.double(), v.double(), log_decay=g.double(), backend="quadratic")
     out = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, backend="chunk")
-    assert ((out.double() - exact).abs().max() / exact.abs().max()) < 1e-5
+    magnitude = output_magnitude(q, k, v, log_decay=g.double())
+    assert relative_to_magnitude(out, exact, magnitude).max() < 1e-5
 
 
 @pytest.mark.parametrize("strength", [1 / 16, 1.0, 30.0])
@@ -124,7 +154,8 @@ def test_decay_factors_that_would_be_subnormal_products_are_zero(dtype):
     out = seqdyn.coefficient_dynamics(q, k, v, log_decay=strong, backend="chunk")
     exact = seqdyn.coefficient_dynamics(q.double(), k.double(), v.double(), log_decay=strong.double(),
                                         backend="quadratic")
-    assert ((out.double() - exact).abs().max() / exact.abs().max()) < 1e-6
+    magnitude = output_magnitude(q, k, v, log_decay=strong.double())
+    assert relative_to_magnitude(out, exact, magnitude).max() < 1e-6
 
 
 @pytest.mark.parametrize("backend", ["quadratic", "recurrent"])
@@ -144,10 +175,12 @@ def test_positive_readouts_keep_their_ratios_where_they_underflow(readout, dtype
         y = seqdyn.coefficient_dynamics(*operands, readout="exp" if name == "softmax" else readout, scale=1.0,
                                         normalizer="sum", backend=backend)
         results[name] = (y, *torch.autograd.grad((y * weights.to(y.dtype)).sum(), (q, k, v)))
+    softmax = dict(readout="exp", scale=1.0, normalizer="sum")
     tol = 1e-4 if dtype == torch.float32 else 1e-10
-    for i, (got, exact) in enumerate(zip(results["readout"], results["softmax"])):
-        scale = exact.abs().max().clamp(min=1)
-        assert (got.double() - exact).abs().max() <= tol * scale, f"part {i}"
+    exact_grads = results["softmax"][1:]
+    magnitudes = [output_magnitude(q, k, v, **softmax), *map(sequence_scale, exact_grads)]
+    for i, (got, exact, magnitude) in enumerate(zip(results["readout"], results["softmax"], magnitudes)):
+        assert relative_to_magnitude(got, exact, magnitude).max() <= tol, f"part {i}"
 
 
 @pytest.mark.parametrize("direction", ["keys", "given"])
@@ -169,6 +202,9 @@ def test_float32_chunk_with_diagonal_decay_and_householder_factor_survives_stron
         y = seqdyn.coefficient_dynamics(*leaves[:3], log_decay=leaves[3], householder=leaves[4], backend="chunk",
                                         chunk_size=8, **{n: x.to(dtype) for n, x in given.items()})
         results[dtype] = (y, *torch.autograd.grad((y * weights.to(dtype)).sum(), leaves))
-    for i, (got, exact) in enumerate(zip(results[torch.float32], results[torch.float64])):
+    options = dict(householder_dir=given["householder_dir"]) if given else {}
+    magnitudes = [output_magnitude(q, k, v, log_decay=g, householder=beta, **options),
+                  *map(sequence_scale, results[torch.float64][1:])]
+    for i, (got, exact, magnitude) in enumerate(zip(results[torch.float32], results[torch.float64], magnitudes)):
         assert torch.isfinite(got).all(), f"part {i}"
-        assert (got.double() - exact).abs().max() <= 1e-4 * exact.abs().max().clamp(min=1), f"part {i}"
+        assert relative_to_magnitude(got, exact, magnitude).max() <= 1e-4, f"part {i}"
