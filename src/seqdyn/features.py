@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqdyn.core.readouts import elu1  # the positive feature map of linear attention
+
 __all__ = ["FEATURE_MAPS", "elu1", "feature_map", "taylor", "taylor_dim"]
 
 
@@ -36,11 +38,6 @@ def taylor(x: Tensor, degree: int) -> Tensor:
         term = (term.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) / math.sqrt(d)
         parts.append(term)
     return torch.cat(parts, dim=-1)
-
-
-def elu1(x: Tensor) -> Tensor:
-    """``elu(x) + 1``, the positive feature map of linear attention (Katharopoulos et al. 2020; seed 000 eq. 16)."""
-    return F.elu(x) + 1.0
 
 
 #: Positive and polynomial feature maps ψ for linear attention: ``φ(qᵀk) ≈ ψ(q)ᵀψ(k)`` (seed 001 Principle 2.1).

@@ -94,3 +94,12 @@ def test_taylor_linear_attention_approaches_softmax_attention():
         approx = seqdyn.coefficient_dynamics(taylor(q, degree), taylor(k, degree), v, normalizer="sum", scale=1.0)
         errors.append(float((approx - softmax).abs().max()))
     assert all(later < earlier for earlier, later in zip(errors, errors[1:])), errors
+
+
+def test_elu1_feature_map_keeps_the_digits_of_e_to_the_x_below_zero():
+    """``elu(x) + 1`` is ``x + 1`` above 0 and ``eˣ`` below, also where ``(eˣ − 1) + 1`` would cancel to 0."""
+    from seqdyn.features import FEATURE_MAPS
+
+    x = torch.tensor([-50.0, -20.0, -1.0, 0.0, 0.5, 3.0], dtype=torch.float64)
+    expected = torch.tensor([math.exp(-50), math.exp(-20), math.exp(-1), 1.0, 1.5, 4.0], dtype=torch.float64)
+    assert torch.allclose(FEATURE_MAPS["elu1"](x), expected, rtol=1e-15, atol=0)

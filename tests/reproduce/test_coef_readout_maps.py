@@ -3,6 +3,8 @@ and each claim on hand-made results where it must hold, must fail and must be in
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from seqdyn.reproduce import coef_readout_maps as fig
@@ -16,6 +18,17 @@ TASKS = ("fuzzy_in_context_recall", "selective_copying")
 def test_the_identity_and_the_square_have_the_thin_near_zero_sets():
     assert [r for r in fig.ORDER if fig.is_thin(r)] == ["identity", "square"]
     assert fig.near_zero_share("relu") == pytest.approx(0.5, abs=1e-3)  # x < 1e-3 on [-10, 10]
+
+
+@pytest.mark.parametrize(("share", "thin"), [(0.0099, True), (0.0101, False)])
+def test_coef_readout_maps_a_near_zero_set_is_thin_below_one_percent_of_the_window(monkeypatch, share, thin):
+    """The thin/large split at its threshold (1 % of the score window [−10, 10]); and the shares themselves by hand:
+    |x| < 10⁻³ for the identity, |x| < √10⁻³ for the square, x < ln 10⁻³ for exp."""
+    assert fig.near_zero_share("identity") == pytest.approx(2e-3 / 20, rel=0.05)
+    assert fig.near_zero_share("square") == pytest.approx(2 * 1e-3 ** 0.5 / 20, rel=0.05)
+    assert fig.near_zero_share("exp") == pytest.approx((10 + math.log(1e-3)) / 20, rel=0.05)
+    monkeypatch.setattr(fig, "readout_near_zero_set", lambda readout: share * 20)
+    assert fig.is_thin("any") is thin
 
 
 def table(thin: list[float], large: list[float], thin_zeros: list[float], large_zeros: list[float]):

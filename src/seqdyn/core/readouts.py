@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def _elu1(s: Tensor) -> Tensor:
-    """``elu(s) + 1``: ``s + 1`` above 0 and ``e^s`` below, formed as ``relu(s) + e^{min(s, 0)}`` so that ``e^s``
+def elu1(s: Tensor) -> Tensor:
+    """``elu(s) + 1`` (Katharopoulos et al. 2020; seed 000 eq. 16): ``s + 1`` above 0 and ``e^s`` below, formed as ``relu(s) + e^{min(s, 0)}`` so that ``e^s``
     keeps its digits where ``(e^s − 1) + 1`` would cancel them (to 0 below s ≈ −37 in float64)."""
     return F.relu(s) + torch.exp(s.clamp(max=0.0))
 
@@ -54,7 +54,7 @@ READOUTS: dict[str, Callable[[Tensor], Tensor]] = {
     "softplus": F.softplus,
     "relu": F.relu,
     "sigmoid": torch.sigmoid,
-    "elu1": _elu1,
+    "elu1": elu1,
     "square": _square,
 }
 
