@@ -37,6 +37,15 @@ def test_a_cell_compares_auto_with_the_fastest_backend():
     assert bench.Cell(bench.Case("test", "qlstm", 8, 1, 8), "fwd").ratio is None  # nothing measured
 
 
+def test_a_cell_times_auto_against_its_choice_in_pairs():
+    """auto / fastest = median of the paired auto / chosen ratios × chosen / fastest (best times): a slow moment of
+    the machine during auto's best-of calls does not count against the choice."""
+    paired = bench.Cell(bench.Case("test", "qlstm", 8, 1, 8), "fwd", picked="chunk", paired=[1.02, 0.98, 1.5],
+                        times={"auto": 3e-3, "scan": 1e-3, "chunk": 1.1e-3})
+    assert paired.choice_ratio == pytest.approx(1.1)
+    assert paired.ratio == pytest.approx(1.02 * 1.1)
+
+
 @pytest.mark.parametrize("ratios, met, misses", [
     ([1.0, 1.0, 1.2], False, 0),  # 1.2 itself is within the cell target, but the geometric mean 1.063 is not ...
     ([1.0, 1.0, 1.0, 1.0, 1.2], True, 0),  # ... unless enough cells sit at 1.0 (mean 1.037)
@@ -59,6 +68,7 @@ def test_measure_case_times_every_backend_beside_auto():
         assert not one.error and one.picked in ("quadratic", "recurrent", "chunk", "scan")
         assert set(one.times) | set(one.hopeless) >= {"auto", "quadratic", "recurrent", "chunk", "scan"}
         assert one.ratio is not None and one.choose_s > 0 and one.why
+        assert len(one.paired) == 1 and one.paired[0] > 0  # one round: one pair of auto and its choice
 
 
 def test_the_backends_auto_rules_out_are_not_timed():

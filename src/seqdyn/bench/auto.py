@@ -5,7 +5,11 @@ shapes the reproductions train — MQAR and MAD at d 64–128, T 64–1,024, the
 hundreds of one-dimensional heads.  For each case and mode (forward + backward of ``mixer(x).square().mean()``,
 and the forward alone under ``no_grad``) every backend the mixer accepts is timed beside ``auto`` but those auto
 rules out as it does (``recurrent``, a Python loop over the steps, beyond T = 64; ``quadratic`` beyond 2^26
-materialized entries), in ``rounds`` passes over all of them, each keeping its best time.
+materialized entries), in ``rounds`` passes over all of them, each keeping its best time.  ``auto`` is timed
+call by call alternating with the backend it chose, so that the two see the same machine: a cell's
+``auto / fastest`` is ``auto / chosen`` (the median over rounds of the paired ratio: what choosing costs) times
+``chosen / fastest`` (the best times: what the choice costs).  Timed apart, in different moments of a shared
+machine, the same computation differs by up to 1.5× between two calls here, which no choice can fix.
 The first ``auto`` call of a case is timed apart: it is where a cold cache chooses (its ``choose`` column).
 
 Targets (issue "auto picks the fastest exact backend"): ``auto`` within 1.2× of the fastest backend in every
@@ -15,6 +19,7 @@ cell, and the geometric mean of ``auto / fastest`` within 1.05×.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import torch
@@ -96,6 +101,7 @@ class Cell:
     picked: str = ""
     why: str = ""
     choose_s: float | None = None  # the first auto call of the case (a cold cache measures then)
+    paired: list[float] = field(default_factory=list)  # per round: auto's best / the chosen backend's best, alternated
     error: str = ""
 
     @property
@@ -104,10 +110,20 @@ class Cell:
         return min(timed, key=timed.get) if timed else None
 
     @property
+    def choice_ratio(self) -> float | None:
+        """The chosen backend's best time over the fastest's: what the choice costs."""
+        fastest = self.fastest
+        return None if fastest is None or self.picked not in self.times else self.times[self.picked] / self.times[fastest]
+
+    @property
     def ratio(self) -> float | None:
+        """``auto / fastest``: the paired ``auto / chosen`` (median over rounds) times ``chosen / fastest``; the
+        best times alone where auto's choice was not timed by name."""
         fastest = self.fastest
         if fastest is None or "auto" not in self.times:
             return None
+        if self.paired and self.choice_ratio is not None:
+            return statistics.median(self.paired) * self.choice_ratio
         return self.times["auto"] / self.times[fastest]
 
 
@@ -158,8 +174,9 @@ def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
 def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 3,
                  modes=MODES) -> list[Cell]:
     """Every mode of one case: each backend beside ``auto``, ``rounds`` passes of ``repeats`` calls, the fastest
-    call counting.  A backend whose first call is ``HOPELESS`` × slower than the best so far is not called again
-    (it cannot be the fastest; its one time is kept)."""
+    call counting; ``auto`` alternates call by call with the backend it chose (``Cell.paired``).  A backend whose
+    first call is ``HOPELESS`` × slower than the best so far is not called again (it cannot be the fastest; its one
+    time is kept).  Rounds go through the backends in turn forwards and backwards: no place favours one."""
     mixer = _build(case, device)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(case.batch, case.length, case.d_model, generator=gen).to(device).requires_grad_(True)
@@ -168,21 +185,32 @@ def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int
     for mode in modes:
         cell = Cell(case, mode)
         run = _runner(mixer, x, mode)
+
+        def best_of(name: str, calls: int) -> float:
+            return min(elapsed_seconds(lambda: run(name), device) for _ in range(calls))
+
         try:
             cell.choose_s = elapsed_seconds(lambda: run("auto"), device)
             cell.picked, cell.why = _choice(mixer, x, mode)
-            for round_ in range(rounds):  # auto first in even rounds, last in odd ones: no place favours it
-                for name in ["auto", *backends] if round_ % 2 == 0 else [*backends, "auto"]:
+            alone = ["auto"] if cell.picked not in backends else []  # auto's choice not timed by name
+            for round_ in range(rounds):
+                for name in (alone + backends) if round_ % 2 == 0 else (backends[::-1] + alone):
                     if name in cell.hopeless:
                         continue
                     best = min(cell.times.values(), default=math.inf)
-                    first = elapsed_seconds(lambda name=name: run(name), device)
-                    if round_ == 0 and name != "auto" and first > HOPELESS * best:
+                    first = best_of(name, 1)
+                    if round_ == 0 and name not in ("auto", cell.picked) and first > HOPELESS * best:
                         cell.times[name] = first
                         cell.hopeless.append(name)
                         continue
-                    calls = [elapsed_seconds(lambda name=name: run(name), device) for _ in range(repeats)]
-                    cell.times[name] = min(cell.times.get(name, math.inf), first, *calls)
+                    if name != cell.picked:
+                        cell.times[name] = min(cell.times.get(name, math.inf), first, best_of(name, repeats))
+                        continue
+                    pairs = [(best_of("auto", 1), best_of(name, 1)) for _ in range(repeats)]
+                    auto_best, chosen_best = min(p[0] for p in pairs), min(first, *(p[1] for p in pairs))
+                    cell.paired.append(auto_best / min(p[1] for p in pairs))
+                    cell.times["auto"] = min(cell.times.get("auto", math.inf), auto_best)
+                    cell.times[name] = min(cell.times.get(name, math.inf), chosen_best)
         except (RuntimeError, MemoryError) as error:  # out of memory is a result, not a crash
             cell.error = str(error).split("\n")[0][:80]
         cells.append(cell)
@@ -211,8 +239,7 @@ def summary(cells: list[Cell]) -> dict:
     ratios = [cell.ratio for cell in cells if cell.ratio is not None]
     misses = [cell for cell in cells if cell.ratio is not None and cell.ratio > CELL_TARGET]
     mean = geometric_mean(ratios)
-    chosen = [cell.times[cell.picked] / cell.times[cell.fastest] for cell in cells
-              if cell.ratio is not None and cell.picked in cell.times]
+    chosen = [cell.choice_ratio for cell in cells if cell.ratio is not None and cell.choice_ratio is not None]
     return {"cells": len(ratios), "misses": misses, "geomean": mean, "worst": max(ratios, default=None),
             "met": bool(ratios) and not misses and mean is not None and mean <= MEAN_TARGET,
             # a miss where auto computed with the fastest backend is that backend timed twice: the machine's noise
