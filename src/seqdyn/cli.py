@@ -393,14 +393,21 @@ def config_schema() -> None:
 
 
 @app.command("mixers")
-def list_mixers() -> None:
-    """List the registered mixers with their options and defaults."""
+def list_mixers(name: Optional[str] = typer.Argument(
+        None, metavar="[NAME]", help="A mixer: print its equations and what each option means.")) -> None:
+    """List the registered mixers with their options and defaults, or document one (seqdyn mixers custom)."""
     from rich.console import Console
     from rich.table import Table
 
     from seqdyn import mixers
 
-    table = Table(title="seqdyn mixers (seqdyn.mixers.build(name, d_model, **options))")
+    if name is not None:
+        if name not in mixers.names():
+            _fail(f"NAME: unknown mixer {name!r}; known mixers: {', '.join(mixers.names())}")
+        typer.echo(mixers.describe(name).text(), nl=False)
+        return
+    table = Table(title="seqdyn mixers (seqdyn.mixers.build(name, d_model, **options))",
+                  caption="seqdyn mixers NAME: its equations and what each option means")
     table.add_column("name")
     table.add_column("options (defaults)")
     for name in mixers.names():

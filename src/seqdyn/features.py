@@ -7,6 +7,7 @@ With features ``ψ``, ``φ(qᵀk) ≈ ψ(q)ᵀψ(k)`` makes the coefficient dyna
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,9 @@ FEATURE_MAPS = {
     "exp": torch.exp,
     "square": lambda x: x * x,
 }
+
+#: the names of :data:`FEATURE_MAPS` as a type (a mixer option's allowed values)
+FeatureMap = Literal[tuple(FEATURE_MAPS)]
 
 
 def feature_map(name: str):

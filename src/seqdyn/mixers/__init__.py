@@ -2,6 +2,7 @@
 
     seqdyn.mixers.names()                      -> ["deltanet", "gla", "mamba2", ...]
     seqdyn.mixers.build("mamba2", 256, heads=4) -> a Mixer mapping [B, T, 256] -> [B, T, 256]
+    seqdyn.mixers.describe("custom").text()    -> its equations and what each option means (`seqdyn mixers custom`)
 
 "Where is Mamba-2 defined?" — in ``seqdyn/mixers/mamba2.py``.
 """
@@ -14,10 +15,13 @@ import pkgutil
 from functools import lru_cache
 from typing import Any
 
+from seqdyn.mixers._docs import MixerDoc, OptionDoc
+from seqdyn.mixers._docs import describe as describe_class
 from seqdyn.mixers._lti import LTIMixer
 from seqdyn.mixers.base import CoefficientMixer, Mixer, MixerState
 
-__all__ = ["CoefficientMixer", "LTIMixer", "Mixer", "MixerState", "build", "get", "names", "options"]
+__all__ = ["CoefficientMixer", "LTIMixer", "Mixer", "MixerDoc", "MixerState", "OptionDoc", "build", "describe", "get",
+           "names", "options"]
 
 _NOT_MIXERS = {"base"}
 
@@ -45,6 +49,12 @@ def options(name: str) -> dict[str, Any]:
     signature = inspect.signature(get(name).__init__)
     return {p.name: p.default for p in list(signature.parameters.values())[2:]
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def describe(name: str) -> MixerDoc:
+    """Mixer ``name``'s equations (its module docstring) and each option's type, allowed values, default and
+    meaning (the ``Args:`` of its class docstring); ``.text()`` is what ``seqdyn mixers NAME`` prints."""
+    return describe_class(name, get(name))
 
 
 def build(name: str, d_model: int, **opts: Any) -> Mixer:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +24,9 @@ from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
 
 SKIPS = ("learned", "identity", "none")
-ACTIVATIONS = ("gelu", "none")
-OUTPUTS = ("glu", "half_glu", "linear", "none")
+Activation = Literal["gelu", "none"]
+Output = Literal["glu", "half_glu", "linear", "none"]
+ACTIVATIONS, OUTPUTS = get_args(Activation), get_args(Output)
 
 
 def check_even(name: str, value: Any) -> int:
@@ -150,6 +151,18 @@ class LTIMixer(Mixer):
     Subclasses build ``self.head`` (:class:`OutputHead`) and define :meth:`system`.  The core maps the mixer's input
     ``u = x`` ``[B, T, D]`` to ``y`` ``[B, T, D]``; ``core(x)`` returns it as ``[B, T, H, V]`` with the values it
     convolves (SISO: H = D, V = 1; MIMO: H = 1, V = D).
+
+    The options of the layer around the core that its mixers share (a mixer without one of them ignores the entry):
+
+    Args:
+        skip: add the skip D ⊙ u to the core's output y, with D ~ N(0, 1) learned per channel (S4, S5, LRU);
+            False: no skip.
+        activation: gelu (GELU after the skip, as S4, S4D and S5) or none.
+        output: the position-wise output map after the activation: glu (Linear(H, 2H) then GLU, as S4 and S4D),
+            half_glu (y ⊙ σ(W y + b), S5's "half GLU"), linear (one linear map) or none (the identity).
+        dt_min: the smallest discretization step Δ at initialization: log Δ is uniform in [log dt_min,
+            log dt_max].
+        dt_max: the largest step Δ at initialization.
     """
 
     reference_backend = "recurrent"

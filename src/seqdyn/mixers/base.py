@@ -192,6 +192,10 @@ class CoefficientMixer(Mixer):
 
     Short convolutions (``self.convs``, a ``ModuleDict`` of :class:`seqdyn.layers.ShortConv`) are applied inside
     :meth:`core_inputs` through :meth:`convolve`, which threads their streaming state.
+
+    Args:
+        chunk_size: the chunk length of the operator's chunk backend (a speed knob: the output does not depend on
+            it beyond rounding).
     """
 
     def __init__(self, d_model: int, chunk_size: int = 64):

@@ -5,51 +5,91 @@ convolution, the Type-2 block's preprocessing) and an optional feature map ψ on
 
     x_i^(j) = Λ_i ⋯ Λ_{j+1} b_j ψ(k_j),   α_ij = φ(ψ(q_i)ᵀ x_i^(j)),   y_i = (1/η_i) Σ_j α_ij v_j
 
-with every choice of the coefficient dynamics (seed 001 eqs. 2–4):
-
-* ``readout`` φ: any name of ``seqdyn.READOUTS`` (Principle 2); ``feature_map`` ψ: any of
-  ``seqdyn.features.FEATURE_MAPS`` (kernel approximations, Principle 2.1);
-* ``decay``: ``"none"`` (Λ = I), ``"constant"`` (Λ = λI with a fixed λ — ALiBi-like positions, Principle 3;
-  λ > 1 is the unstable case of Principle 6), ``"scalar"`` or ``"diagonal"`` (input-dependent), each
-  parameterized as in ``"gla"`` or ``"mamba2"`` (``decay_param``, Principle 4);
-* ``householder``: ``"none"``, ``"keys"`` (w = k, DeltaNet) or ``"learned"`` (a learned vector w per head), with
-  ``householder_beta`` ``"input"`` (β = σ(W u)) or a fixed number (2 is a reflection);
-* ``scale`` b: ``"inv_sqrt"`` (K^-½), ``"one"``, ``"input"`` (σ(W u)), ``"input_inv_sqrt"`` (σ(W u) K^-½) or
-  ``"delta"`` (b = Δ of the Mamba-2 parameterization) (Principle 5);
-* ``normalizer`` η: ``"none"``, ``"sum"``, ``"abs_max1"``, ``"learned"`` (η = exp(W u), normalized attention) or
-  ``"state"`` (η_i = max(|q_iᵀ n_i|, 1) with the normalization state n_i = Λ_i n_{i−1} + b_i k_i of mLSTM, for any
-  readout: it grows linearly in the state, Principle 6; a whole-sequence normalizer, so no ``step()``).
+with every choice of the coefficient dynamics of seed 001 (eqs. 2–4) an option: the readout φ (Principle 2), the
+transition Λ_t = D_t (I − β_t w_t w_tᵀ) through ``decay`` and ``householder`` (Principles 3, 4 and 6), the key scale
+b_t (Principle 5) and the normalizer η.  ``seqdyn mixers custom`` says what each value means.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.readouts import READOUTS
-from seqdyn.features import FEATURE_MAPS
+from seqdyn.features import FEATURE_MAPS, FeatureMap
 from seqdyn.layers.gates import GLADecay, MambaDecay
 from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_heads,
                                 check_positive, split_heads)
 from seqdyn.layers import HeadOutput, ShortConv
 
-DECAYS = ("none", "constant", "scalar", "diagonal")
-DECAY_PARAMS = ("gla", "mamba2")
-HOUSEHOLDERS = ("none", "keys", "learned")
-SCALES = ("inv_sqrt", "one", "input", "input_inv_sqrt", "delta")
-NORMALIZERS = ("none", "sum", "abs_max1", "learned", "state")
+Decay = Literal["none", "constant", "scalar", "diagonal"]
+DecayParam = Literal["gla", "mamba2"]
+Householder = Literal["none", "keys", "learned"]
+Scale = Literal["inv_sqrt", "one", "input", "input_inv_sqrt", "delta"]
+Normalizer = Literal["none", "sum", "abs_max1", "learned", "state"]
+Readout = Literal[tuple(READOUTS)]
+DECAYS, DECAY_PARAMS, HOUSEHOLDERS = get_args(Decay), get_args(DecayParam), get_args(Householder)
+SCALES, NORMALIZERS = get_args(Scale), get_args(Normalizer)
 
 
 class Custom(CoefficientMixer):
+    """The operator with every knob an option: seed 001's ablations as configs (GLA, Mamba-2, DeltaNet, mLSTM,
+    normalized attention, ReLU or softmax readouts, ... by choosing values; docs/recipes.md has the recipes).
+
+    Args:
+        heads: the number of heads H; each has its own decay, β and scale gates.
+        key_dim: the key (and query) dimension K of a head, the state's rows; None: d_model / heads.
+        value_dim: the value dimension V of a head, the state's columns; None: d_model / heads.
+        readout: the readout φ of the scores s_ij = ψ(q_i)ᵀ x_i^(j) (seed 001 §4.1, Principle 2): identity
+            (linear: linear attention and every SSM; the only readout with a finite state), exp (softmax attention
+            with normalizer sum), softplus, relu (ReLU attention), sigmoid, elu1 (elu(s) + 1 = relu(s) + e^{min(s,
+            0)}), square (s²). Any but identity keeps every key: cost quadratic in the length.
+        feature_map: a map ψ applied to q and k before the operator, ψ(q)ᵀψ(k) ≈ a kernel of q and k (linear
+            attention's kernel trick, Principle 2.1): identity, elu1 (elu + 1, Katharopoulos et al. 2020), relu,
+            softplus, exp, square (elementwise x²); None: no map.
+        decay: the diagonal part D_t of the transition Λ_t (Principles 3 and 4): none (D = I, nothing forgotten:
+            plain linear attention), constant (D = λ·I with the fixed λ = constant_decay for every token: relative
+            position as in RetNet or ALiBi), scalar (D_t = exp(g_t)·I, one gate g_t ≤ 0 per head computed from the
+            token, as Mamba-2 and mLSTM), diagonal (D_t = diag(exp(g_t)), one gate per key channel, as GLA and
+            Mamba-1); how g_t is computed is decay_param.
+        decay_param: how an input-dependent decay (scalar, diagonal) is computed: gla (g_t = logsigmoid(W₂W₁u_t) /
+            16 through a rank-16 bottleneck, Yang et al. 2023) or mamba2 (g_t = Δ_t·A with the step Δ_t =
+            softplus(W_Δ u_t + b_Δ) and a learned A = −exp(A_log) < 0, Dao & Gu 2024; diagonal takes the mean Δ over a
+            head's channels for scale delta).
+        constant_decay: λ of decay constant; λ < 1 forgets geometrically, λ = 1 is no decay, λ > 1 is the unstable
+            transition of Principle 6.
+        householder: the Householder factor (I − β_t w_t w_tᵀ) of Λ_t (Principle 4): none (Λ_t = D_t), keys (w_t =
+            the normalized key k_t: the delta rule of DeltaNet, Schlag et al. 2021, and with a decay Gated DeltaNet),
+            learned (a learned unit vector w per head, the same for every token).
+        householder_beta: β_t of the Householder factor: input (β_t = σ(W_β u_t) ∈ (0, 1), the delta rule's
+            learning rate) or a fixed number (1 projects the old value out, 2 is a reflection; beyond 2 the
+            transition is unstable).
+        scale: the scale b_j of the key when it enters the state, x_j^(j) = b_j k_j (Principle 5): inv_sqrt (b =
+            K^-½, attention's scaling), one (b = 1), input (b_t = σ(W_b u_t), an input gate), input_inv_sqrt (σ(W_b
+            u_t)·K^-½), delta (b_t = Δ_t, Mamba-2's discretization; needs decay scalar or diagonal with decay_param
+            mamba2). DeltaNet's b_t = β_t·K^-½ is the operator's, not one of these (docs/recipes.md).
+        normalizer: the normalizer η_i of y_i = (1/η_i) Σ_j α_ij v_j: none (η = 1), sum (η_i = Σ_j α_ij: a weighted
+            mean, softmax attention with readout exp), abs_max1 (η_i = max(|Σ_j α_ij|, 1), mLSTM's bound), learned
+            (η_t = exp(W_η u_t) from the token, normalized attention), state (η_i = max(|q_iᵀ n_i|, 1) with mLSTM's
+            normalizer state n_i = Λ_i n_{i−1} + b_i k_i, for any readout; over the whole sequence, so no step()).
+        short_conv: a short causal depthwise convolution with SiLU on q and k before the operator (the Type-2
+            block's preprocessing of Mamba and DeltaNet).
+        conv_size: the width of that convolution (taps, the current token included).
+        output_gate: multiply the per-head RMS-normalized output by SiLU(W_g u_t) before the output projection (GLA,
+            RetNet); False: normalize and project only.
+    """
+
     name = "custom"
 
     def __init__(self, d_model: int, heads: int = 1, key_dim: int | None = None, value_dim: int | None = None,
-                 readout: str = "identity", feature_map: str | None = None, decay: str = "none",
-                 decay_param: str = "mamba2", constant_decay: float = 0.99, householder: str = "none",
-                 householder_beta: str | float = "input", scale: str = "inv_sqrt", normalizer: str = "none",
+                 readout: Readout = "identity", feature_map: FeatureMap | None = None, decay: Decay = "none",
+                 decay_param: DecayParam = "mamba2", constant_decay: float = 0.99, householder: Householder = "none",
+                 householder_beta: Literal["input"] | float = "input", scale: Scale = "inv_sqrt",
+                 normalizer: Normalizer = "none",
                  short_conv: bool = False, conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)

@@ -23,6 +23,17 @@ from seqdyn.layers.norms import l2_normalize
 
 
 class DeltaNet(CoefficientMixer):
+    """DeltaNet: linear attention whose state is updated by the delta rule, one regression step per token.
+
+    Args:
+        heads: the number of heads H; keys and queries have K = d_model / H channels per head.
+        expand_v: the value width is expand_v·d_model, V = expand_v·d_model / H per head (the state is K × V).
+        short_conv: a short causal depthwise convolution with SiLU on q, k and v before the delta rule (Yang et
+            al. 2024); False: the projections go straight in.
+        conv_size: the width of that convolution (taps, the current token included).
+        output_gate: multiply the per-head RMS-normalized output by SiLU(W_g u_t) before W_O; False: RMSNorm only.
+    """
+
     name = "deltanet"
 
     def __init__(self, d_model: int, heads: int = 4, expand_v: float = 1.0, short_conv: bool = True,

@@ -29,16 +29,32 @@ from torch import Tensor, nn
 
 from seqdyn.core import lti
 from seqdyn.core.dsf import DSF
-from seqdyn.mixers._lti import (ACTIVATIONS, OUTPUTS, LTIMixer, OutputHead, as_complex, check_number, complex_normal,
-                                log_uniform)
+from seqdyn.mixers._lti import (ACTIVATIONS, Activation, LTIMixer, OUTPUTS, Output, OutputHead, as_complex,
+                                check_number, complex_normal, log_uniform)
 from seqdyn.mixers.base import check_choice, check_positive
 
 
 class DLR(LTIMixer):
+    """DLR: a diagonal linear RNN with complex λ, computed as a convolution with its materialized kernel.
+
+    Args:
+        state_dim: the number N of complex states (λ_n and w_{h,n}); λ is shared by the channels, w is per channel.
+        prod: DLR-prod, the kernel Re(K̃_j)·Im(K̃_j) (seed 002 §A.2); False: K_j = Re(K̃_j).
+        bidirectional: sum a second, independent DLR run right to left (non-causal: no step(), state or DSF).
+        residual: the residual DLR(u) + u before the activation (seed 002 §2.3); False: DLR(u) alone.
+        activation: gelu (GELU after the residual, as the paper) or none.
+        output: the position-wise map after the activation: linear (a linear map without bias, as the paper),
+            glu (Linear(H, 2H) then GLU), half_glu (y ⊙ σ(W y + b)) or none.
+        r_range: (low, high) of the initialization of |λ|: r ~ U(log low, log high) and |λ| = exp(−e^r / 2), so the
+            default (0.0005, 0.5) gives |λ| ∈ [0.78, 0.9997].
+        real: DLR-ℝ: real λ ∈ (0, 1] and real w, the phases fixed at 0 (seed 002 §3.3); cannot be combined with
+            prod.
+    """
+
     name = "dlr"
 
     def __init__(self, d_model: int, state_dim: int = 64, prod: bool = False, bidirectional: bool = False,
-                 residual: bool = True, activation: str = "gelu", output: str = "linear",
+                 residual: bool = True, activation: Activation = "gelu", output: Output = "linear",
                  r_range: tuple[float, float] = (0.0005, 0.5), real: bool = False):
         super().__init__(d_model)
         self.state_dim = check_positive("state_dim", state_dim)

@@ -15,22 +15,33 @@ Coefficient form: per channel, φ = identity with the LTI coefficients α_ij = K
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (LTIMixer, OutputHead, as_complex, check_dt, complex_normal, log_uniform,
-                                s4d_init)
+from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, check_dt, complex_normal,
+                                log_uniform, s4d_init)
 from seqdyn.mixers.base import check_choice, check_positive
 
-INITS = ("lin2pi", "lin", "inv")
+Init = Literal["lin2pi", "lin", "inv"]
+INITS = get_args(Init)
 
 
 class DSSExp(LTIMixer):
+    """DSS-EXP: a diagonal complex SSM discretized by zero-order hold, computed by FFT convolution.
+
+    Args:
+        state_dim: the number N of complex states Λ_n, shared by the channels.
+        init: the initialization of Λ: lin2pi (Λ_n = −½ + 2πin, the DSS-EXP runs of seed 002), lin (S4D-Lin,
+            −½ + iπn) or inv (S4D-Inv, −½ + i(N/π)(N/(2n+1) − 1)).
+    """
+
     name = "dss_exp"
 
-    def __init__(self, d_model: int, state_dim: int = 64, init: str = "lin2pi", dt_min: float = 0.001,
-                 dt_max: float = 0.1, skip: bool = True, activation: str = "gelu", output: str = "glu"):
+    def __init__(self, d_model: int, state_dim: int = 64, init: Init = "lin2pi", dt_min: float = 0.001,
+                 dt_max: float = 0.1, skip: bool = True, activation: Activation = "gelu", output: Output = "glu"):
         super().__init__(d_model)
         self.state_dim = check_positive("state_dim", state_dim)
         self.init = check_choice("init", init, INITS)

@@ -17,6 +17,16 @@ from seqdyn.mixers.deltanet import DeltaNet
 
 
 class GatedDeltaNet(DeltaNet):
+    """Gated DeltaNet: DeltaNet with Mamba-2's scalar decay α_t per head in front of the Householder factor.
+
+    Args:
+        dt_min: the smallest step Δ of the decay gate at initialization: b_Δ is set so that softplus(b_Δ) is
+            log-uniform in [dt_min, dt_max] (Mamba-2's initialization).
+        dt_max: the largest step Δ at initialization.
+        a_init_range: (low, high) of A's initialization, A ~ U(low, high) per head (the decay is
+            α_t = exp(−A·Δ_t)); Mamba-2 uses (1, 16).
+    """
+
     name = "gated_deltanet"
     ssm_parameter_names = ("dt_bias", "a_log")  # the decay's Δ and A (Mamba-2's)
 

@@ -20,6 +20,21 @@ from seqdyn.layers import HeadOutput, ShortConv
 
 
 class GLA(CoefficientMixer):
+    """Gated Linear Attention: linear attention with a data-dependent diagonal decay per key channel.
+
+    Args:
+        heads: the number of heads H; expand_k·d_model and expand_v·d_model must be multiples of it.
+        expand_k: the key (and query) width is expand_k·d_model, K = expand_k·d_model / H per head (GLA: 0.5).
+        expand_v: the value width is expand_v·d_model, V = expand_v·d_model / H per head (GLA: 1).
+        gate_low_rank: the rank r of the decay gate's bottleneck W_2 W_1 (d_model → r → key width; GLA: 16).
+        gate_normalizer: τ in log α_t = logsigmoid(W_2 W_1 u_t) / τ; a larger τ keeps the decay nearer 1 (GLA: 16).
+        output_gate: multiply the per-head RMS-normalized output by SiLU(W_g u_t) before W_O, as GLA; False:
+            RMSNorm only.
+        short_conv: a short causal depthwise convolution with SiLU on q, k and v (the fla implementation's
+            option; the paper has none).
+        conv_size: the width of that convolution (taps, the current token included).
+    """
+
     name = "gla"
 
     def __init__(self, d_model: int, heads: int = 4, expand_k: float = 0.5, expand_v: float = 1.0,

@@ -14,14 +14,26 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
+from seqdyn.features import FeatureMap
 from seqdyn.features import feature_map as feature_map_by_name
 from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, check_positive, split_heads
 
 
 class LinearAttention(CoefficientMixer):
+    """Linear attention: a positive feature map on queries and keys, a sum-normalized finite state.
+
+    Args:
+        heads: the number of heads H; values have d_model / H channels per head.
+        state_dim: the dimension n of a head's queries and keys, the rows of its n × V state (the state expansion
+            of seed 000 Fig. 1); None: d_model / heads.
+        feature_map: ψ applied to queries and keys: elu1 (elu(x) + 1, Katharopoulos et al. 2020), identity, relu,
+            softplus, exp, square (elementwise x²).
+        bias: biases in the query, key, value and output projections.
+    """
+
     name = "linear_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, state_dim: int | None = None, feature_map: str = "elu1",
+    def __init__(self, d_model: int, heads: int = 1, state_dim: int | None = None, feature_map: FeatureMap = "elu1",
                  bias: bool = False, chunk_size: int = 64):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)

@@ -49,6 +49,13 @@ def band_mask(length: int, window: int, device, offset: int = 0, keys: int | Non
 
 
 class LocalAttention(SoftmaxAttention):
+    """Local attention: softmax attention over the query's own chunk of window tokens and the previous one.
+
+    Args:
+        window: the chunk length C; a query reads its own chunk (causally) and the whole previous one, so between
+            C and 2C − 1 keys.
+    """
+
     name = "local_attention"
 
     def __init__(self, d_model: int, heads: int = 1, window: int = 1024, bias: bool = False):

@@ -21,16 +21,28 @@ import torch
 from torch import nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import LTIMixer, OutputHead, as_complex, check_number, complex_normal
+from seqdyn.mixers._lti import Activation, LTIMixer, Output, OutputHead, as_complex, check_number, complex_normal
 from seqdyn.mixers.base import check_choice, check_positive
 
 
 class LRU(LTIMixer):
+    """LRU: one complex diagonal MIMO recurrence with a ring initialization and γ normalization.
+
+    Args:
+        state_dim: the number N of complex states, shared by all channels (B: N × D, C: D × N).
+        r_min: the smallest |λ| at initialization; |λ|² is uniform in [r_min², r_max²] (the LRU paper's
+            long-range runs: r_min = 0.9, r_max = 0.999).
+        r_max: the largest |λ| at initialization (≤ 1).
+        max_phase: the largest phase arg λ at initialization, arg λ ~ U[0, max_phase] (LRU: 2π; π/10 on its
+            long-range tasks).
+    """
+
     name = "lru"
     scalar_coefficients = False
 
     def __init__(self, d_model: int, state_dim: int = 64, r_min: float = 0.0, r_max: float = 1.0,
-                 max_phase: float = 2 * math.pi, skip: bool = True, activation: str = "none", output: str = "none"):
+                 max_phase: float = 2 * math.pi, skip: bool = True, activation: Activation = "none",
+                 output: Output = "none"):
         super().__init__(d_model)
         self.state_dim = check_positive("state_dim", state_dim)
         r_min, r_max = check_number("r_min", r_min, 0.0, 1.0), check_number("r_max", r_max, 0.0, 1.0)

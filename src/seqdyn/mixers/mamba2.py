@@ -24,6 +24,24 @@ from seqdyn.layers import GatedRMSNorm, ShortConv
 
 
 class Mamba2(CoefficientMixer):
+    """Mamba-2 (SSD): a selective SSM with a scalar decay per head, with Mamba-2's block around it.
+
+    Args:
+        state_dim: the state size N per head: the dimension of B_t (keys) and C_t (queries), shared by the heads.
+        expand: the inner width is expand·d_model (x and z), split into heads of head_dim channels.
+        head_dim: the head size P (the values per head); None: 64 where it divides expand·d_model, else the
+            largest divisor below 64.
+        short_conv: a short causal depthwise convolution with SiLU on (x, B, C) before the SSM, as Mamba-2.
+        conv_size: the width of that convolution (taps, the current token included).
+        gate: the output RMSNorm(y ⊙ SiLU(z)) with a gate z from the input projection, as Mamba-2; False: y goes
+            straight to the output projection.
+        dt_min: the smallest step Δ at initialization: b_Δ is set so that Δ = softplus(b_Δ) is log-uniform in
+            [dt_min, dt_max].
+        dt_max: the largest step Δ at initialization.
+        a_init_range: (low, high) of the decay rate's initialization, −A_h ~ U(low, high) per head (Mamba-2: 1 to
+            16).
+    """
+
     name = "mamba2"
     ssm_parameter_names = ("dt_bias", "a_log")  # Δ and A
 

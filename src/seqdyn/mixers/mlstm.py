@@ -24,6 +24,12 @@ from seqdyn.layers import RMSNorm
 
 
 class MLSTM(CoefficientMixer):
+    """mLSTM: a matrix memory with an exponential input gate, a sigmoid forget gate and a normalizer state.
+
+    Args:
+        heads: the number of heads H; each has K = V = d_model / H and its own input and forget gates.
+    """
+
     name = "mlstm"
 
     def __init__(self, d_model: int, heads: int = 4, chunk_size: int = 64):

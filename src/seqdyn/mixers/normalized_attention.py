@@ -18,6 +18,14 @@ from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, check_
 
 
 class NormalizedAttention(CoefficientMixer):
+    """Normalized attention: linear attention (identity features) divided by a normalizer learned from the input.
+
+    Args:
+        heads: the number of heads H; values have d_model / H channels per head.
+        state_dim: the dimension n of a head's queries and keys (the state's rows); None: d_model / heads.
+        bias: biases in the query, key, value and output projections (W_η always has one).
+    """
+
     name = "normalized_attention"
 
     def __init__(self, d_model: int, heads: int = 1, state_dim: int | None = None, bias: bool = False,

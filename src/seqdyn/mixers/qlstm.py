@@ -40,6 +40,18 @@ WEIGHT_STD = 0.02
 
 
 class QLSTM(CoefficientMixer):
+    """qLSTM: an LSTM whose gates read only the input, so it is a linear recurrence per channel.
+
+    Args:
+        expand: the recurrence width I is expand·d_model channels.
+        dsf_form: drop both tanh and read the state with the output gate as the query (eq. 19, exactly a DSF);
+            False: eqs. 5 and 8, ū = tanh(W_u u) and y = o ⊙ tanh(x).
+        short_conv: a short causal depthwise convolution (no activation) on the input before the gates
+            (Hawk-style); False: none.
+        conv_size: the width of that convolution (taps, the current token included).
+        gate: multiply y by GeLU(W_g u), the multiplicative branch of the Hawk block; False: none.
+    """
+
     name = "qlstm"
     #: bias of the forget-gate pre-activation at initialization
     forget_bias = 1.0

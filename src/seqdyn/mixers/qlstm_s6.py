@@ -25,6 +25,8 @@ from seqdyn.mixers.qlstm import QLSTM
 
 
 class QLSTMS6(QLSTM):
+    """qLSTM with S6's transition as its forget gate, f_t = σ_rev(W_Δ u_t)^a (seed 000 eq. 22); options as qlstm."""
+
     name = "qlstm_s6"
     ssm_parameter_names = ("a_log",)  # the S6 transition's A
     forget_bias = -1.0

@@ -27,6 +27,15 @@ def retention_log_decays(heads: int) -> Tensor:
 
 
 class RetNet(CoefficientMixer):
+    """Retention (RetNet): linear attention with a fixed decay γ_h = 1 − 2^{−5−h} per head.
+
+    Args:
+        heads: the number of heads H; head h decays by γ_h = 1 − 2^{−5−h}, so the heads see different spans.
+        expand_v: the value width is expand_v·d_model, V = expand_v·d_model / H per head (RetNet: 2).
+        output_gate: multiply the per-head RMS-normalized output by SiLU(W_g u_t) before W_O (RetNet's swish
+            gate); False: RMSNorm only.
+    """
+
     name = "retnet"
 
     def __init__(self, d_model: int, heads: int = 4, expand_v: float = 2.0, output_gate: bool = True,

@@ -77,6 +77,18 @@ def init_recurrence(width: int, c: float, low: float = 0.9, high: float = 0.999)
 
 
 class RGLRU(CoefficientMixer):
+    """RG-LRU (Griffin/Hawk): a real gated diagonal recurrence per channel, in Griffin's recurrent block.
+
+    Args:
+        expand: the recurrence width W is expand·d_model channels.
+        c: the constant c in a_t = exp(−c·r_t ⊙ softplus(Λ)) (Griffin: 8); the decay at r_t = 1 is a^c.
+        gate_blocks: W_a and W_x are block-diagonal with this many blocks (Griffin's heads; must divide W); 1: dense.
+        short_conv: a short causal depthwise convolution (no activation) on u before the RG-LRU, as Griffin.
+        conv_size: the width of that convolution (taps, the current token included; Griffin: 4).
+        gate: multiply the RG-LRU's output by GeLU(W_y x), Griffin's gate branch; False: the bare eqs. 9–10
+            between the in- and out-projections.
+    """
+
     name = "rglru"
     ssm_parameter_names = ("a_param",)  # Λ
 

@@ -29,16 +29,24 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (LTIMixer, OutputHead, as_complex, as_pair, check_dt, check_even, complex_normal,
-                                hippo_legs_nplr, log_uniform)
+from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, as_pair, check_dt, check_even,
+                                complex_normal, hippo_legs_nplr, log_uniform)
 from seqdyn.mixers.base import check_choice, check_heads
 
 
 class S4(LTIMixer):
+    """S4: an SSM with the dense HiPPO-LegS transition per channel, discretized by zero-order hold.
+
+    Args:
+        state_dim: the number N of real states per channel (even: N/2 complex ones of a conjugate pair).
+        n_ssm: the number of independent copies of (Λ, p, B), each shared by d_model / n_ssm channels (a divisor
+            of d_model); None: one per channel.
+    """
+
     name = "s4"
 
     def __init__(self, d_model: int, state_dim: int = 64, n_ssm: int | None = None, dt_min: float = 0.001,
-                 dt_max: float = 0.1, skip: bool = True, activation: str = "gelu", output: str = "glu"):
+                 dt_max: float = 0.1, skip: bool = True, activation: Activation = "gelu", output: Output = "glu"):
         super().__init__(d_model)
         self.state_dim = check_even("state_dim", state_dim)
         if n_ssm is not None:

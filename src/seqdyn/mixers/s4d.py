@@ -15,23 +15,32 @@ Coefficient form: per channel, φ = identity with the LTI coefficients α_ij = K
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (LTIMixer, OutputHead, as_complex, check_dt, check_even, complex_normal,
-                                log_uniform, s4d_init)
+from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, check_dt, check_even,
+                                complex_normal, log_uniform, s4d_init)
 from seqdyn.mixers.base import check_choice
 
-INITS = ("lin", "inv")
+Init = Literal["lin", "inv"]
+INITS = get_args(Init)
 
 
 class S4D(LTIMixer):
+    """S4D: a diagonal complex SSM per channel (S4 without the low-rank term), by FFT convolution.
+
+    Args:
+        state_dim: the number N of real states per channel (even: N/2 complex ones of a conjugate pair).
+        init: the initialization of A: lin (S4D-Lin, A_n = −½ + iπn) or inv (S4D-Inv, −½ + i(N/π)(N/(2n+1) − 1)).
+    """
+
     name = "s4d"
 
-    def __init__(self, d_model: int, state_dim: int = 64, init: str = "lin", dt_min: float = 0.001,
-                 dt_max: float = 0.1, skip: bool = True, activation: str = "gelu", output: str = "glu"):
+    def __init__(self, d_model: int, state_dim: int = 64, init: Init = "lin", dt_min: float = 0.001,
+                 dt_max: float = 0.1, skip: bool = True, activation: Activation = "gelu", output: Output = "glu"):
         super().__init__(d_model)
         self.state_dim = check_even("state_dim", state_dim)
         self.init = check_choice("init", init, INITS)

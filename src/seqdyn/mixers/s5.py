@@ -24,18 +24,26 @@ import torch
 from torch import nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (LTIMixer, OutputHead, as_complex, as_pair, check_dt, check_even, hippo_legs_nplr,
-                                log_uniform)
+from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, as_pair, check_dt, check_even,
+                                hippo_legs_nplr, log_uniform)
 from seqdyn.mixers.base import check_choice, check_positive
 
 
 class S5(LTIMixer):
+    """S5: one MIMO diagonal SSM over all channels, initialized from the normal part of HiPPO-LegS.
+
+    Args:
+        state_dim: the state size P in real dimensions (even: P/2 complex states of one conjugate half).
+        blocks: the number of identical diagonal blocks of size P / blocks that Λ is initialized in (S5's J).
+        clip_eigs: clamp Re Λ to ≤ −1e-4, so every mode stays stable; False: Re Λ free, as S5 by default.
+    """
+
     name = "s5"
     scalar_coefficients = False
 
     def __init__(self, d_model: int, state_dim: int = 64, blocks: int = 1, dt_min: float = 0.001,
-                 dt_max: float = 0.1, clip_eigs: bool = False, skip: bool = True, activation: str = "gelu",
-                 output: str = "half_glu"):
+                 dt_max: float = 0.1, clip_eigs: bool = False, skip: bool = True, activation: Activation = "gelu",
+                 output: Output = "half_glu"):
         super().__init__(d_model)
         self.state_dim = check_even("state_dim", state_dim)
         self.blocks = check_positive("blocks", blocks)

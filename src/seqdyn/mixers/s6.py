@@ -28,6 +28,7 @@ W_Δ ~ U(±R^-½), D = 1.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -53,10 +54,25 @@ def check_dt_rank(dt_rank, d_model: int) -> int:
 
 
 class S6(CoefficientMixer):
+    """S6, Mamba-1's selective SSM: a diagonal decay Δ_t ⊗ A per channel, with Mamba-1's block around it.
+
+    Args:
+        state_dim: the state size N per channel: the dimension of B_t (keys) and C_t (queries) (Mamba: 16).
+        expand: the inner width is expand·d_model channels, each an SSM of N states.
+        dt_rank: the rank R of the low-rank Δ projection; "auto": ceil(d_model / 16), as Mamba.
+        short_conv: a short causal depthwise convolution with SiLU on x before the SSM, as Mamba-1.
+        conv_size: the width of that convolution (taps, the current token included).
+        gate: multiply y by SiLU(z) with z from the input projection, as Mamba-1; False: y goes straight to the
+            output projection.
+        dt_min: the smallest step Δ at initialization: b_Δ is set so that softplus(b_Δ) is log-uniform in
+            [dt_min, dt_max].
+        dt_max: the largest step Δ at initialization.
+    """
+
     name = "s6"
     ssm_parameter_names = ("dt_proj.weight", "dt_proj.bias", "a_log")  # Δ and A
 
-    def __init__(self, d_model: int, state_dim: int = 16, expand: float = 2, dt_rank: int | str = "auto",
+    def __init__(self, d_model: int, state_dim: int = 16, expand: float = 2, dt_rank: int | Literal["auto"] = "auto",
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
                  dt_max: float = 0.1, chunk_size: int = 64):
         super().__init__(d_model, chunk_size)

@@ -21,6 +21,15 @@ from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check
 
 
 class SoftmaxAttention(CoefficientMixer):
+    """Causal softmax attention (multi-head), the operator with readout exp and normalizer sum.
+
+    Args:
+        heads: the number of heads H; K = V = d_model / H per head.
+        bias: biases in the query, key, value and output projections.
+        rotary: rotary position embeddings on q and k (RoFormer; needs an even d_model / H); False: no position
+            information in the mixer.
+    """
+
     name = "softmax_attention"
 
     def __init__(self, d_model: int, heads: int = 1, bias: bool = False, rotary: bool = False,

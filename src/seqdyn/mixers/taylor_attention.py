@@ -20,6 +20,16 @@ from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, check_
 
 
 class TaylorAttention(CoefficientMixer):
+    """Taylor attention: linear attention whose features approximate exp(qᵀk) by its degree-p Taylor series.
+
+    Args:
+        heads: the number of heads H; values have d_model / H channels per head.
+        state_dim: the dimension n of a head's queries and keys before the Taylor features (Based uses 16);
+            the state has Σ_{d≤p} n^d rows.
+        degree: the degree p of the Taylor features (2: Based's 1 + x + x²/2; 0: plain averaging).
+        bias: biases in the query, key, value and output projections.
+    """
+
     name = "taylor_attention"
 
     def __init__(self, d_model: int, heads: int = 1, state_dim: int = 16, degree: int = 2, bias: bool = False,

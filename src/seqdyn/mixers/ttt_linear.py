@@ -20,6 +20,14 @@ from seqdyn.layers.norms import l2_normalize
 
 
 class TTTLinear(CoefficientMixer):
+    """TTT-Linear: the state is a linear model trained by one gradient step per token at a fixed learning rate.
+
+    Args:
+        heads: the number of heads H; K = V = d_model / H per head.
+        inner_lr: the inner learning rate η of the gradient step on ½‖Sᵀk_t − v_t‖², 0 < η < 2 (keys are
+            normalized, so the step is stable there; 1 replaces the value stored at k_t).
+    """
+
     name = "ttt_linear"
 
     def __init__(self, d_model: int, heads: int = 4, inner_lr: float = 1.0, chunk_size: int = 64):
