@@ -1,10 +1,12 @@
-"""The keywords that make ``pytest -k`` select one mixer's tests (see ``tests/conftest.py``), and a word-level
-stand-in for tiktoken's GPT-2 encoding (the real one downloads its BPE file on first use)."""
+"""The keywords that make ``pytest -k`` select one mixer's tests (see ``tests/conftest.py``), the code blocks of a
+Markdown file (README, docs), and a word-level stand-in for tiktoken's GPT-2 encoding (the real one downloads its
+BPE file on first use)."""
 
 from __future__ import annotations
 
 import re
 import types
+from pathlib import Path
 
 
 def mixer_keyword(name: str) -> str:
@@ -17,6 +19,11 @@ def mixers_named_in(text: str, names: list[str]) -> set[str]:
     ``qlstm_s6`` or ``args4``), case ignored."""
     longest_first = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
     return set(re.findall(rf"(?<![a-z0-9])({longest_first})(?![a-z0-9])", text.lower()))
+
+
+def code_blocks(path: Path, language: str) -> list[str]:
+    """The fenced code blocks of ``language`` (```` ```python ````) in the Markdown file ``path``, in order."""
+    return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
 
 
 class WordEncoding:

@@ -4,11 +4,13 @@ import re
 import shlex
 from pathlib import Path
 
+from tests.helpers import code_blocks
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_readme_python_blocks_run():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = code_blocks(README, "python")
     assert blocks
     for block in blocks:
         exec(compile(block, str(README), "exec"), {})
@@ -25,7 +27,7 @@ def test_readme_yaml_blocks_are_valid_configs():
 
     from seqdyn.train.config import parse_config
 
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = code_blocks(README, "yaml")
     assert blocks
     for block in blocks:
         parse_config(yaml.safe_load(block), "README.md")

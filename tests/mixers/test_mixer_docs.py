@@ -33,13 +33,14 @@ def test_the_args_of_every_mixer_name_only_its_options(name):
 
 
 def test_allowed_values_come_from_literal_annotations():
-    from seqdyn.mixers._docs import allowed_values, type_name
+    from seqdyn.mixers._docs import allowed_values
+    from seqdyn.layers.params import type_name
 
     assert allowed_values(Literal["a", "b"]) == ("a", "b")
     assert allowed_values(Literal["a", "b"] | None) == ("a", "b", None)
     assert allowed_values(Literal["auto"] | int) == ()  # its meaning says what the number is
     assert allowed_values(int | None) == ()
-    assert type_name(Literal["a"] | float) == "str | float" and type_name(tuple[float, float]) == "tuple[float, float]"
+    assert type_name(Literal["a"] | None) == "str or null" and type_name(tuple[float, float]) == "tuple[float, float]"
 
 
 def test_seqdyn_mixers_custom_prints_equations_options_values_and_meanings():
@@ -48,7 +49,7 @@ def test_seqdyn_mixers_custom_prints_equations_options_values_and_meanings():
     text = result.output
     assert "α_ij = φ(ψ(q_i)ᵀ x_i^(j))" in text  # the equations: the module docstring
     decay = text[text.index("\n  decay: "):text.index("\n  decay_param: ")]
-    assert "'none', 'constant', 'scalar', 'diagonal'" in decay and "default 'none'" in decay
+    assert '"none", "constant", "scalar", "diagonal"' in decay and 'default "none"' in decay
     assert "one gate per key channel" in decay  # what the value diagonal means
     assert "not documented" not in text
     assert max(map(len, text.splitlines())) <= 120

@@ -1,8 +1,11 @@
 """Parameter helpers shared by layers, mixers and models: marks on parameters whose initialization comes from
-their paper, and the checks of width options."""
+their paper, the checks of width options, and the names of option types in the docs (``seqdyn mixers NAME``,
+``seqdyn config schema``)."""
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Any
 
 from torch import Tensor
@@ -34,3 +37,20 @@ def scaled_width(name: str, d_model: int, factor: float) -> int:
     if width != int(width) or width < 1:
         raise ValueError(f"{name}: {factor} × d_model={d_model} = {width} is not a positive integer")
     return int(width)
+
+
+def type_name(annotation: Any) -> str:
+    """An annotation as the YAML configs spell it: ``int``, ``float or null``, ``list[str]``; a ``Literal`` is
+    named by the type of its values (``str``)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "null"
+    if annotation is Any:
+        return "any"
+    if origin is typing.Literal:
+        return " or ".join(sorted({type(value).__name__ for value in args}))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(arg) for arg in args)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(type_name(arg) for arg in args)}]"
+    return annotation.__name__

@@ -17,6 +17,7 @@ an option of a base class may be documented there instead)::
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import sys
 import textwrap
@@ -24,6 +25,8 @@ import types
 import typing
 from dataclasses import dataclass
 from typing import Any
+
+from seqdyn.layers.params import type_name
 
 #: an entry of an ``Args:`` section: ``name: meaning`` (an optional ``(type)`` after the name is ignored)
 ENTRY = re.compile(r"(\w+)(?:\s*\([^)]*\))?:\s*(.*)")
@@ -63,9 +66,9 @@ class MixerDoc:
 
 
 def option_kind(option: OptionDoc) -> str:
-    """``int, default 1`` or ``str, one of 'none', 'sum'; default 'none'``."""
-    allowed = f", one of {', '.join(map(repr, option.allowed))}" if option.allowed else ""
-    return f"{option.type}{allowed}; default {option.default!r}"
+    """``int; default 1`` or ``str, one of "none", "sum"; default "none"``: values as a YAML config writes them."""
+    allowed = f", one of {', '.join(map(json.dumps, option.allowed))}" if option.allowed else ""
+    return f"{option.type}{allowed}; default {json.dumps(option.default, ensure_ascii=False)}"
 
 
 def describe(name: str, cls: type) -> MixerDoc:
@@ -111,22 +114,6 @@ def split_docstring(docstring: str) -> tuple[str, dict[str, str]]:
         elif meanings:
             meanings[list(meanings)[-1]].append(line.strip())
     return " ".join(head.split()), {name: " ".join(" ".join(parts).split()) for name, parts in meanings.items()}
-
-
-def type_name(annotation: Any) -> str:
-    """``int``, ``float | None``, ``tuple[float, float]``; a ``Literal`` is named by the type of its values."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is type(None):
-        return "None"
-    if annotation is Any:
-        return "any"
-    if origin is typing.Literal:
-        return " | ".join(sorted({type(value).__name__ for value in args}))
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(dict.fromkeys(type_name(arg) for arg in args))
-    if origin is not None:
-        return f"{origin.__name__}[{', '.join(type_name(arg) for arg in args)}]"
-    return annotation.__name__
 
 
 def allowed_values(annotation: Any) -> tuple[Any, ...]:

@@ -23,8 +23,8 @@ class ModelConfig(Strict):
         "softmax_attention", description="a mixer name (`seqdyn mixers` lists them), or one name per layer "
                                          "(a hybrid stack)")
     mixer_options: Union[dict[str, Any], list[dict[str, Any]]] = Field(
-        default_factory=dict, description="the mixer's options (`seqdyn mixers` lists them with their defaults), "
-                                          "or one mapping per layer")
+        default_factory=dict, description="the mixer's options (`seqdyn mixers` lists them with their defaults; "
+                                          "`seqdyn mixers NAME` says what each means), or one mapping per layer")
     d_model: int = Field(64, gt=0, description="model width D: the embedding and the residual stream")
     layers: int = Field(2, gt=0, description="number of blocks")
     positions: bool = Field(True, description="add learned position embeddings, one per position up to the "

@@ -5,7 +5,6 @@ description.  A field without a description is an error, so the reference cannot
 from __future__ import annotations
 
 import json
-import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from seqdyn.layers.params import type_name
 from seqdyn.models.config import Strict
 from seqdyn.train.config import SweepConfig
 
@@ -81,7 +81,7 @@ def config_reference() -> str:
 
 
 def _row(path: str, info: FieldInfo) -> FieldRow:
-    return FieldRow(path, _type_name(info.annotation), _default(info), _allowed(info), info.description or "")
+    return FieldRow(path, type_name(info.annotation), _default(info), _allowed(info), info.description or "")
 
 
 def _is_model(annotation: Any) -> bool:
@@ -93,22 +93,6 @@ def _summary(model: type[BaseModel]) -> str:
     own = [base for base in reversed(model.__mro__) if issubclass(base, Strict) and base not in (Strict, BaseModel)]
     paragraphs = [(base.__doc__ or "").strip().split("\n\n")[0] for base in own]
     return " ".join(" ".join(paragraphs).replace("``", "`").split())
-
-
-def _type_name(annotation: Any) -> str:
-    """``int``, ``float or null``, ``list[str]``, ``str`` for a ``Literal`` of strings, ..."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is type(None):
-        return "null"
-    if annotation is Any:
-        return "any"
-    if origin is typing.Literal:
-        return " or ".join(sorted({type(value).__name__ for value in args}))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(arg) for arg in args)
-    if origin is not None:
-        return f"{origin.__name__}[{', '.join(_type_name(arg) for arg in args)}]"
-    return annotation.__name__
 
 
 def _default(info: FieldInfo) -> str:

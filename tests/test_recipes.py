@@ -1,0 +1,81 @@
+"""docs/recipes.md: each recipe runs as written, its ``custom`` options build a mixer, and on a registered mixer's
+own projections the recipe gives that mixer's core output (the operator call the table claims it is)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqdyn import mixers
+from seqdyn.mixers import MixerState
+from seqdyn.mixers.base import split_heads
+from tests.helpers import code_blocks
+
+RECIPES = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
+
+
+def recipes() -> tuple[str, dict[str, str]]:
+    """The block of stand-ins, and each recipe block by the name on its first line (``# mamba2``)."""
+    stand_ins, *blocks = code_blocks(RECIPES, "python")
+    return stand_ins, {block.splitlines()[0].removeprefix("# ").strip(): block for block in blocks}
+
+
+def run(block: str, namespace: dict) -> dict:
+    exec(compile(block, str(RECIPES), "exec"), namespace)
+    return namespace
+
+
+def test_the_recipes_run_and_their_custom_options_build_a_mixer():
+    stand_ins, blocks = recipes()
+    assert set(blocks) == {"mamba2", "gla", "deltanet", "mlstm", "relu"}
+    for name, block in blocks.items():
+        namespace = run(block, run(stand_ins, {}))
+        B, T, H, K, V = (namespace[n] for n in "BTHKV")
+        assert namespace["y"].shape == (B, T, H, V) and torch.isfinite(namespace["y"]).all(), name
+        mixer = mixers.build("custom", H * K, **namespace["custom"])
+        assert mixer(torch.randn(1, 8, H * K)).shape == (1, 8, H * K), name
+
+
+def _projections(name: str, mixer, u: torch.Tensor) -> dict:
+    """The recipe's stand-ins taken from ``mixer`` on the input ``u``: its queries, keys and values, and the
+    pre-activations of its gates from its own parameters."""
+    inputs, _ = mixer.core_inputs(u, MixerState())
+    found = dict(q=inputs.q, k=inputs.k, v=inputs.v, K=inputs.q.shape[-1])
+    if name == "mamba2":
+        dt_raw = mixer.in_proj(u)[..., -mixer.heads:] + mixer.decay.dt_bias
+        found.update(C=inputs.q, Bk=inputs.k, x=inputs.v, dt_raw=dt_raw, A=-torch.exp(mixer.decay.a_log))
+    elif name == "gla":
+        found.update(g_raw=split_heads(mixer.decay.up(mixer.decay.down(u)), mixer.heads))
+    elif name == "deltanet":
+        found.update(beta_raw=mixer.beta(u))
+    elif name == "mlstm":
+        found.update(f_raw=mixer.forget_gate(u), i_raw=mixer.input_gate(u))
+    return found
+
+
+BUILT = {"mamba2": dict(d_model=32, state_dim=16, head_dim=16), "gla": dict(d_model=64), "deltanet": dict(d_model=64),
+         "mlstm": dict(d_model=64)}
+
+
+@pytest.mark.parametrize("name, recipe", [("mamba2", "mamba2"), ("gla", "gla"), ("deltanet", "deltanet"),
+                                          ("mlstm", "mlstm"), ("custom", "relu")])
+def test_each_recipe_is_the_registered_mixers_core(name, recipe):
+    """float64, so that only the order of the sums differs."""
+    torch.manual_seed(0)
+    stand_ins, blocks = recipes()
+    namespace = run(stand_ins, {})
+    if name == "custom":
+        run(blocks[recipe], namespace)
+        mixer = mixers.build("custom", namespace["H"] * namespace["K"], **namespace["custom"])
+    else:
+        options = dict(BUILT[name])
+        mixer = mixers.build(name, options.pop("d_model"), **options)
+    mixer = mixer.double()
+    u = torch.randn(2, 24, mixer.d_model, dtype=torch.float64)
+    with torch.no_grad():
+        namespace.update(_projections(recipe, mixer, u))
+        expected = mixer.run_core(mixer.core_inputs(u, MixerState())[0], "quadratic")
+        y = run(blocks[recipe], namespace)["y"]
+    torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-9)
