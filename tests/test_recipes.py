@@ -79,3 +79,20 @@ def test_each_recipe_is_the_registered_mixers_core(name, recipe):
         expected = mixer.run_core(mixer.core_inputs(u, MixerState())[0], "quadratic")
         y = run(blocks[recipe], namespace)["y"]
     torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_custom_with_the_gla_recipes_options_is_gla():
+    """The table says "exactly": with GLA's weights, custom with the recipe's options computes what gla does."""
+    torch.manual_seed(0)
+    stand_ins, blocks = recipes()
+    namespace = run(blocks["gla"], run(stand_ins, {}))
+    d_model = namespace["H"] * namespace["K"]
+    gla = mixers.build("gla", d_model, heads=namespace["H"]).double()
+    custom = mixers.build("custom", d_model, **namespace["custom"]).double()
+    with torch.no_grad():
+        custom.qk.weight.copy_(torch.cat([gla.q.weight, gla.k.weight]))
+        custom.v.weight.copy_(gla.v.weight)
+    custom.decay.load_state_dict(gla.decay.state_dict())
+    custom.output.load_state_dict(gla.output.state_dict())
+    u = torch.randn(2, 20, d_model, dtype=torch.float64)
+    torch.testing.assert_close(custom(u, "quadratic"), gla(u, "quadratic"), rtol=1e-9, atol=1e-9)

@@ -394,7 +394,7 @@ def config_schema() -> None:
 
 @app.command("mixers")
 def list_mixers(name: Optional[str] = typer.Argument(
-        None, metavar="[NAME]", help="A mixer: print its equations and what each option means.")) -> None:
+        None, metavar="NAME", help="A mixer: print its equations and what each option means.")) -> None:
     """List the registered mixers with their options and defaults, or document one (seqdyn mixers custom)."""
     from rich.console import Console
     from rich.table import Table
