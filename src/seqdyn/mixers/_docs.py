@@ -85,9 +85,9 @@ def describe(name: str, cls: type) -> MixerDoc:
 
 
 def option_meanings(cls: type) -> dict[str, str]:
-    """The ``Args:`` entries of ``cls`` and of the classes it derives from, its own first: an option a base class
-    documents (``chunk_size`` of every coefficient mixer, the options Gated DeltaNet shares with DeltaNet) is
-    documented once."""
+    """The ``Args:`` entries of ``cls`` and of the classes it derives from, a class's own entry winning over its
+    bases': an option a base class documents (``chunk_size`` of every coefficient mixer, the options Gated DeltaNet
+    shares with DeltaNet) is documented once."""
     meanings: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         meanings.update(split_docstring(vars(klass).get("__doc__") or "")[1])

@@ -52,8 +52,8 @@ class LocalAttention(SoftmaxAttention):
     """Local attention: softmax attention over the query's own chunk of window tokens and the previous one.
 
     Args:
-        window: the chunk length C; a query reads its own chunk (causally) and the whole previous one, so between
-            C and 2C − 1 keys.
+        window: the chunk length C; a query reads its own chunk (causally) and the whole previous one, so at most
+            2C keys (a window above the sequence length is causal softmax attention).
     """
 
     name = "local_attention"
