@@ -218,3 +218,25 @@ def test_auto_measures_the_lti_backends_and_leaves_the_gradients_alone(name, mon
     torch.testing.assert_close(mixer(x), mixer(x, backend=str(choice)), rtol=0, atol=0)
     assert mixer.backend_for(torch.randn(2, 65, 8)).times_ms.keys() == {"fft", "scan"}  # recurrent: T ≤ 64 only
     autotune.clear_cache()
+
+
+def test_auto_does_not_time_a_scan_that_materializes_more_than_the_limit(monkeypatch):
+    """``scan`` keeps every step's state, ``B·T`` times the state's floats: beyond ``QUADRATIC_AUTO_LIMIT`` (2^26)
+    entries ``auto`` does not time it (the DLR tasks' N = 256 at B = 16, T = 256: 2^27 entries, whose scan took
+    28 s to time where fft takes 30 ms); one entry fewer and it is timed."""
+    from seqdyn.core import autotune
+    from seqdyn.core.operator import QUADRATIC_AUTO_LIMIT
+
+    monkeypatch.setenv("SEQDYN_AUTOTUNE", "memory")
+    autotune.clear_cache()
+    mixer = mixers.build("dlr", 64, state_dim=256)
+    x = torch.randn(16, 256, 64)
+    states = 16 * 256 * mixer.state_size(256)
+    assert states == 2 * QUADRATIC_AUTO_LIMIT
+    assert mixer.auto_ruled_out(x)["scan"] == f"{states:,} entries materialized"
+    with torch.no_grad():
+        choice = mixer.explain_backend(x)
+    assert choice == "fft" and choice.source == "only" and "not timed: scan (134,217,728 entries" in choice.why
+    at_limit = mixers.build("dlr", 32, state_dim=256)  # 16·256·(32·256·2) = 2^26 entries: timed
+    assert "scan" not in at_limit.auto_ruled_out(torch.randn(16, 256, 32))
+    autotune.clear_cache()

@@ -155,19 +155,10 @@ def _choice(mixer: mixers.Mixer, x: torch.Tensor, mode: str) -> tuple[str, str]:
 
 def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
     """The backends a cell times beside ``auto`` — every one the mixer accepts but those ``auto`` rules out as it
-    does (``recurrent``, a loop over time steps in Python, beyond T = 64; ``quadratic`` beyond
-    ``QUADRATIC_AUTO_LIMIT`` materialized entries: :func:`seqdyn.core.operator.ruled_out`) — mapped to ``""``, and
+    does (``Mixer.auto_ruled_out``: ``recurrent``, a loop over time steps in Python, beyond T = 64; a backend that
+    materializes more than 2^26 entries: :func:`seqdyn.core.operator.too_large_to_time`) — mapped to ``""``, and
     the ruled-out ones to the reason."""
-    from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX, ruled_out
-    from seqdyn.core.problem import prepare
-    from seqdyn.mixers.base import CoefficientMixer, MixerState
-
-    reasons = {}
-    if isinstance(mixer, CoefficientMixer):
-        with torch.no_grad():
-            reasons = ruled_out(prepare(mixer.core_inputs(x, MixerState())[0]))
-    elif x.shape[1] > RECURRENT_CANDIDATE_MAX:
-        reasons["recurrent"] = f"a Python loop over {x.shape[1]} > {RECURRENT_CANDIDATE_MAX} steps"
+    reasons = mixer.auto_ruled_out(x)
     return {name: reasons.get(name, "") for name in mixer.backends if name != "auto"}
 
 

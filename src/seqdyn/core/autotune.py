@@ -290,7 +290,7 @@ def choose(key: str, device: torch.device, plan: Callable[[], tuple[list[str], s
                              "cache", times)
     candidates, modelled, reason = plan()
     if len(candidates) == 1:
-        return BackendChoice(candidates[0], f"the only candidate for {shape}", "only")
+        return BackendChoice(candidates[0], f"the only candidate for {shape}: {reason}", "only")
     if not can_time_now(device):
         return BackendChoice(modelled, f"cost model (nothing timed here): {reason}", "cost model")
     times = measure(candidates, trial, device)

@@ -290,11 +290,18 @@ def quadratic_entries(problem: Problem) -> int:
 def ruled_out(problem: Problem) -> dict[str, str]:
     """The backends ``auto`` does not time (unless nothing else can compute the problem), with the reason:
     ``quadratic`` beyond ``QUADRATIC_AUTO_LIMIT`` entries, ``recurrent`` beyond ``RECURRENT_CANDIDATE_MAX`` steps."""
-    reasons, entries = {}, quadratic_entries(problem)
-    if entries > QUADRATIC_AUTO_LIMIT:
-        reasons["quadratic"] = f"{entries:,} entries materialized"
-    if problem.shape[2] > RECURRENT_CANDIDATE_MAX:
-        reasons["recurrent"] = f"a Python loop over {problem.shape[2]} > {RECURRENT_CANDIDATE_MAX} steps"
+    return too_large_to_time(problem.shape[2], {"quadratic": quadratic_entries(problem)})
+
+
+def too_large_to_time(length: int, materialized: dict[str, int]) -> dict[str, str]:
+    """The rule behind every ``auto``'s candidates (the operator's and the mixers' that compute their own cores): a
+    backend that materializes more than ``QUADRATIC_AUTO_LIMIT`` entries (``materialized``: backend -> entries) is
+    not timed, nor ``recurrent``, a Python loop over the steps, beyond ``RECURRENT_CANDIDATE_MAX`` steps; the
+    reason for each."""
+    reasons = {name: f"{entries:,} entries materialized" for name, entries in materialized.items()
+               if entries > QUADRATIC_AUTO_LIMIT}
+    if length > RECURRENT_CANDIDATE_MAX:
+        reasons["recurrent"] = f"a Python loop over {length} > {RECURRENT_CANDIDATE_MAX} steps"
     return reasons
 
 

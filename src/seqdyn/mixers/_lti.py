@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from seqdyn.core import lti
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
-from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX
+from seqdyn.core.operator import too_large_to_time
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
 
 SKIPS = ("learned", "identity", "none")
@@ -211,9 +211,14 @@ class LTIMixer(Mixer):
             y = self.system()(x, name, start, output_final_state)
             return y[0] if isinstance(y, tuple) else y
 
-        candidates = ["fft", "scan"] + (["recurrent"] if u.shape[1] <= RECURRENT_CANDIDATE_MAX else [])
-        return self.measured_backend(u, run, candidates, "fft", "the FFT convolution: O(T log T) per channel",
+        return self.measured_backend(u, run, ["fft", "scan", "recurrent"], "fft", "the FFT convolution: O(T log T) per channel",
                                      f" | state in {state is not None} out {output_final_state}")
+
+    def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
+        """``scan`` materializes every step's state, ``B·T`` times the state's floats; ``recurrent`` is a loop."""
+        with torch.no_grad():
+            states = x.shape[0] * x.shape[1] * self.system().state_floats()
+        return too_large_to_time(x.shape[1], {"scan": states})
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The LTI core's output and the values it convolves, ``[B, T, H, V]`` each."""

@@ -21,7 +21,7 @@ from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.core.operator import coefficient_dynamics, coefficients, select_backend
+from seqdyn.core.operator import coefficient_dynamics, coefficients, ruled_out, select_backend, too_large_to_time
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
@@ -118,6 +118,10 @@ class Mixer(nn.Module, ABC):
         (because ``reason``) where nothing may be timed.  ``detail``: what else the speed depends on."""
         parameters = [p for p in self.parameters() if p.requires_grad]
         train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
+        ruled = {name: why for name, why in self.auto_ruled_out(x).items() if name in candidates}
+        timed = [name for name in candidates if name not in ruled] or candidates
+        if len(timed) < len(candidates):
+            reason += "; not timed: " + ", ".join(f"{name} ({why})" for name, why in ruled.items())
         batch, length, channels = x.shape
         key = (f"{self.name} {self.extra_repr()} | B{batch} T{length} D{channels} | {x.dtype} | "
                f"{'train' if train else 'forward'}{detail}")
@@ -131,8 +135,14 @@ class Mixer(nn.Module, ABC):
                 if train:
                     torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
 
-        return autotune.choose(key, x.device, lambda: (candidates, modelled, reason), trial, words,
+        return autotune.choose(key, x.device, lambda: (timed, modelled, reason), trial, words,
                                lambda name: name in candidates)
+
+    def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
+        """The backends ``auto`` does not time on ``x`` ``[B, T, D]`` (unless nothing else can compute it), with the
+        reason (:func:`seqdyn.core.operator.too_large_to_time`): here ``recurrent`` beyond 64 steps; a mixer whose
+        backends materialize large tensors names them."""
+        return too_large_to_time(x.shape[1], {})
 
     def explain_backend(self, x: Tensor, backend: str = "auto") -> BackendChoice:
         """:meth:`backend_for` with the reason (``.why``): what ``forward(x, backend)`` computes with, and why."""
@@ -241,6 +251,11 @@ class CoefficientMixer(Mixer):
         with torch.no_grad():
             inputs, _ = self.core_inputs(x, MixerState())
         return select_backend(inputs, chunk_size=self.chunk_size, train=train)
+
+    def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
+        """The operator's rule (:func:`~seqdyn.core.operator.ruled_out`) on this mixer's operator arguments."""
+        with torch.no_grad():
+            return ruled_out(prepare(self.core_inputs(x, MixerState())[0], chunk_size=self.chunk_size))
 
     def init_state(self, batch: int) -> MixerState:
         return MixerState(batch=check_positive("batch", batch))

@@ -23,7 +23,6 @@ from torch.nn.attention.bias import causal_lower_right
 
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF, from_coefficients
-from seqdyn.core.operator import RECURRENT_CANDIDATE_MAX
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.mixers.base import check_positive, check_state_batch
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
@@ -107,8 +106,8 @@ class LocalAttention(SoftmaxAttention):
         (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`); the returned name says why (``.why``)."""
         if self.check_backend(backend) != "auto":
             return BackendChoice.asked(backend)
-        candidates = ["chunk", "quadratic"] + (["recurrent"] if x.shape[1] <= RECURRENT_CANDIDATE_MAX else [])
-        return self.measured_backend(x, lambda inputs, name: self._core(inputs, name)[0], candidates, "chunk",
+        return self.measured_backend(x, lambda inputs, name: self._core(inputs, name)[0],
+                                     ["chunk", "quadratic", "recurrent"], "chunk",
                                      "fused attention over chunks of the window")
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
