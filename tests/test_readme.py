@@ -1,4 +1,4 @@
-"""The README's code runs as written."""
+"""The README's and the user's guide's code runs as written."""
 
 import re
 import shlex
@@ -6,14 +6,19 @@ from pathlib import Path
 
 from tests.helpers import code_blocks
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guide.md"
 
 
-def test_readme_python_blocks_run():
-    blocks = code_blocks(README, "python")
+@pytest.mark.parametrize("path", [README, GUIDE], ids=["README", "guide"])
+def test_readme_python_blocks_run(path):
+    blocks = code_blocks(path, "python")
     assert blocks
     for block in blocks:
-        exec(compile(block, str(README), "exec"), {})
+        exec(compile(block, str(path), "exec"), {})
 
 
 def test_readme_opens_with_the_two_setup_commands():
@@ -22,24 +27,26 @@ def test_readme_opens_with_the_two_setup_commands():
 
 
 def test_readme_yaml_blocks_are_valid_configs():
-    """Every YAML block of the README is a run or sweep config that validates (each expanded run too)."""
+    """Every YAML block of the README and the guide is a run or sweep config that validates (each expanded run
+    too)."""
     import yaml
 
     from seqdyn.train.config import parse_config
 
-    blocks = code_blocks(README, "yaml")
+    blocks = code_blocks(README, "yaml") + code_blocks(GUIDE, "yaml")
     assert blocks
     for block in blocks:
-        parse_config(yaml.safe_load(block), "README.md")
+        parse_config(yaml.safe_load(block), "README.md or docs/guide.md")
 
 
 def test_readme_tasks_and_config_commands_run():
-    """Every `seqdyn tasks ...` and `seqdyn config ...` command quoted in the README runs as written."""
+    """Every `seqdyn tasks ...` and `seqdyn config ...` command quoted in the README or the guide runs as written."""
     from typer.testing import CliRunner
 
     from seqdyn.cli import app
 
-    commands = re.findall(r"`(?:\.venv/bin/)?seqdyn ((?:tasks|config) [^`]+)`", README.read_text())
+    text = README.read_text() + GUIDE.read_text()
+    commands = re.findall(r"`(?:\.venv/bin/)?seqdyn ((?:tasks|config) [^`]+)`", text)
     assert sum(command.startswith("tasks") for command in commands) >= 2
     assert "config schema" in commands
     for command in commands:
