@@ -118,10 +118,6 @@ class Mixer(nn.Module, ABC):
         (because ``reason``) where nothing may be timed.  ``detail``: what else the speed depends on."""
         parameters = [p for p in self.parameters() if p.requires_grad]
         train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
-        ruled = {name: why for name, why in self.auto_ruled_out(x).items() if name in candidates}
-        timed = [name for name in candidates if name not in ruled] or candidates
-        if len(timed) < len(candidates):
-            reason += "; not timed: " + ", ".join(f"{name} ({why})" for name, why in ruled.items())
         batch, length, channels = x.shape
         key = (f"{self.name} {self.extra_repr()} | B{batch} T{length} D{channels} | {x.dtype} | "
                f"{'train' if train else 'forward'}{detail}")
@@ -135,8 +131,13 @@ class Mixer(nn.Module, ABC):
                 if train:
                     torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
 
-        return autotune.choose(key, x.device, lambda: (timed, modelled, reason), trial, words,
-                               lambda name: name in candidates)
+        def plan() -> tuple[list[str], str, str]:  # on a cache miss only: auto_ruled_out may build the inputs
+            ruled = {name: why for name, why in self.auto_ruled_out(x).items() if name in candidates}
+            timed = [name for name in candidates if name not in ruled] or candidates
+            not_timed = [f"{name} ({why})" for name, why in ruled.items() if name not in timed]
+            return timed, modelled, reason + ("; not timed: " + ", ".join(not_timed) if not_timed else "")
+
+        return autotune.choose(key, x.device, plan, trial, words, lambda name: name in candidates)
 
     def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
         """The backends ``auto`` does not time on ``x`` ``[B, T, D]`` (unless nothing else can compute it), with the
