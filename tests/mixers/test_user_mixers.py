@@ -7,8 +7,10 @@ import importlib
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from seqdyn import mixers
+from seqdyn.cli import app
 from seqdyn.models.config import ModelConfig
 from seqdyn.train.config import ConfigError, parse_config
 from tests.train._helpers import tiny
@@ -20,6 +22,8 @@ def test_a_mixer_named_by_its_import_path_builds_documents_itself_and_validates_
     mixer = mixers.build(example_mixer, 16, heads=4)
     assert type(mixer) is cls and mixer.name == "decayed_attention" and mixer.heads == 4
     assert "heads: int; default 2" in mixers.describe(example_mixer).text()
+    documented = CliRunner().invoke(app, ["mixers", example_mixer])
+    assert documented.exit_code == 0 and "heads: int; default 2" in documented.output
     model = ModelConfig(mixer=example_mixer, mixer_options={"heads": 4})
     assert model.layer_mixers() == [(example_mixer, {"heads": 4})] * 2
     run = parse_config(tiny(**{"model.mixer": example_mixer, "model.mixer_options": {"heads": 4}}))

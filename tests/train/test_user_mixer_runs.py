@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
 from seqdyn import mixers
 from seqdyn.cli import app
+from seqdyn.train.checkpoint import load_trained
 from seqdyn.train.config import parse_config
 from seqdyn.train.store import Store
 from seqdyn.train.sweep import run_sweep
@@ -39,6 +41,14 @@ def test_a_mixer_by_import_path_trains_reports_inspects_and_steps(example_mixer,
     inspect = CliRunner().invoke(app, ["inspect", result.run_id, "--store", str(store), "--examples", "2"])
     assert inspect.exit_code == 0, inspect.output
     assert "decayed_attention" in inspect.output
+    with Store(store, readonly=True) as opened:  # the trained model streams token by token as it computes at once
+        _, task, model = load_trained(opened, result.run_id)
+    inputs = task.generate(2, seed=0, split="test")[0]
+    state, outputs = model.init_state(2), []
+    for t in range(inputs.shape[1]):
+        out, state = model.step(inputs[:, t], state)
+        outputs.append(out)
+    torch.testing.assert_close(torch.stack(outputs, dim=1), model(inputs), rtol=1e-4, atol=1e-5)
 
 
 def test_a_run_whose_mixer_no_longer_imports_is_one_line_in_inspect_and_report(example_mixer, tmp_path):
