@@ -18,12 +18,13 @@ it: the brackets are a shell pattern). ``tests/test_test_tree.py`` checks both f
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from seqdyn import mixers
-from tests.helpers import mixer_keyword, mixers_named_in
+from tests.helpers import EXAMPLE_MIXER, mixer_keyword, mixers_named_in, write_example_mixer
 
 #: ``auto`` measures the backends as for a user, but keeps its choices in memory: no cache file outside tmp_path
 os.environ.setdefault("SEQDYN_AUTOTUNE", "memory")
@@ -81,3 +82,17 @@ def mixers_of(item: pytest.Item, names: list[str]) -> set[str]:
     if (folder.parent.name, folder.name) == ("tests", "mixers") and paper_of in names:
         return {paper_of}
     return mixers_named_in(item.name, names)
+
+
+@pytest.fixture
+def example_mixer(tmp_path, monkeypatch) -> str:
+    """The example mixer of docs/writing-a-mixer.md as module ``my_mixer`` in ``tmp_path``, on ``sys.path`` (and
+    ``PYTHONPATH``, for the processes a test starts); its import path. Names that ``seqdyn.mixers.register``
+    gives during the test are forgotten after it."""
+    write_example_mixer(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delitem(sys.modules, "my_mixer", raising=False)
+    monkeypatch.setattr(mixers, "_REGISTERED", dict(mixers._REGISTERED))
+    yield EXAMPLE_MIXER
+    sys.modules.pop("my_mixer", None)

@@ -1,6 +1,6 @@
 """The keywords that make ``pytest -k`` select one mixer's tests (see ``tests/conftest.py``), the code blocks of a
-Markdown file (README, docs), and a word-level stand-in for tiktoken's GPT-2 encoding (the real one downloads its
-BPE file on first use)."""
+Markdown file (README, docs), the example mixer of docs/writing-a-mixer.md as a module, and a word-level stand-in
+for tiktoken's GPT-2 encoding (the real one downloads its BPE file on first use)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,18 @@ def mixers_named_in(text: str, names: list[str]) -> set[str]:
 def code_blocks(path: Path, language: str) -> list[str]:
     """The fenced code blocks of ``language`` (```` ```python ````) in the Markdown file ``path``, in order."""
     return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
+
+
+WRITING_A_MIXER = Path(__file__).resolve().parents[1] / "docs" / "writing-a-mixer.md"
+#: the import path of the example mixer of docs/writing-a-mixer.md, written by :func:`write_example_mixer`
+EXAMPLE_MIXER = "my_mixer:DecayedAttention"
+
+
+def write_example_mixer(folder: Path) -> Path:
+    """The first Python block of docs/writing-a-mixer.md (a complete mixer) as ``folder/my_mixer.py``."""
+    path = folder / "my_mixer.py"
+    path.write_text(code_blocks(WRITING_A_MIXER, "python")[0])
+    return path
 
 
 class WordEncoding:

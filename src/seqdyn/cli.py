@@ -76,12 +76,12 @@ def _fail_resumable(error: OSError) -> None:
     _fail(f"{where}{error.strerror or error}; the run can resume: run the same command again once that is fixed", 1)
 
 
-def _check_before_start(config_path: str, runs, store: str, use_ray: bool = False) -> None:
+def _check_before_start(config_path: str, runs, store: str, use_ray: bool = False, workers: int = 1) -> None:
     from seqdyn.train.checkpoint import checkpoint_dir_for
     from seqdyn.train.sweep import check_before_start
 
     try:
-        check_before_start(runs, checkpoint_dir_for(store), use_ray=use_ray)
+        check_before_start(runs, checkpoint_dir_for(store), use_ray=use_ray, workers=workers)
     except ValueError as error:
         _fail(f"{config_path}: {error}")
 
@@ -178,7 +178,7 @@ def sweep(
     from seqdyn.train.sweep import expand, run_sweep
 
     parsed = _load(config)
-    _check_before_start(config, expand(parsed), store, use_ray=ray)
+    _check_before_start(config, expand(parsed), store, use_ray=ray, workers=workers)
     _open_store(store)
     with _training_errors():
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress, retry_failed=retry_failed)
@@ -394,7 +394,8 @@ def config_schema() -> None:
 
 @app.command("mixers")
 def list_mixers(name: Optional[str] = typer.Argument(
-        None, metavar="NAME", help="A mixer: print its equations and what each option means.")) -> None:
+        None, metavar="NAME", help="A mixer, or the import path of your own (my_package.my_module:MyMixer): print "
+        "its equations and what each option means.")) -> None:
     """List the registered mixers with their options and defaults, or document one (seqdyn mixers custom)."""
     from rich.console import Console
     from rich.table import Table
@@ -402,9 +403,10 @@ def list_mixers(name: Optional[str] = typer.Argument(
     from seqdyn import mixers
 
     if name is not None:
-        if name not in mixers.names():
-            _fail(f"NAME: unknown mixer {name!r}; known mixers: {', '.join(mixers.names())}")
-        typer.echo(mixers.describe(name).text(), nl=False)
+        try:
+            typer.echo(mixers.describe(name).text(), nl=False)
+        except ValueError as error:
+            _fail(f"NAME: {error}")
         return
     table = Table(title="seqdyn mixers (seqdyn.mixers.build(name, d_model, **options))",
                   caption="seqdyn mixers NAME: its equations and what each option means")

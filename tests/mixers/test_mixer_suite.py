@@ -1,5 +1,6 @@
 """Every registered mixer, automatically: backends agree, streaming equals forward, coefficients and the DSF
-reproduce the mixing core, long sequences give finite gradients, parameters and state sizes match formulas."""
+reproduce the mixing core (the checks of ``seqdyn.mixers.checks``, which ``seqdyn.mixers.check`` runs on a mixer
+of one's own), long sequences give finite gradients, parameters and state sizes match formulas."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from seqdyn import mixers
+from seqdyn.mixers import checks
 from seqdyn.analysis.decoding import state_tensors
 from tests.mixers.helpers import D, NAMES, small
 from tests.mixers.parameter_counts import LTI_PARAMETERS, qlstm_parameters, rglru_parameters, s6_parameters
@@ -18,14 +20,17 @@ DESIGN_NAMES = {
 }
 
 
-def inputs(length: int = 11, batch: int = 2, seed: int = 1, dtype=torch.float64) -> torch.Tensor:
-    return torch.randn(batch, length, D, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+def inputs(length: int = 11, batch: int = 2) -> torch.Tensor:
+    return checks.inputs(D, length, batch)
 
 
-def close(actual, expected, what, tol=1e-10):
-    scale = max(1.0, float(expected.detach().abs().max()))
-    error = float((actual - expected).detach().abs().max())
-    assert error <= tol * scale, f"{what}: {error:.2e}"
+def run(check, mixer, x):
+    """One check of ``seqdyn.mixers.checks`` (the definition ``seqdyn.mixers.check`` runs too); a check that does
+    not apply to the mixer is skipped."""
+    try:
+        check(mixer, x)
+    except checks.NotApplicable as reason:
+        pytest.skip(str(reason))
 
 
 def test_every_mixer_of_the_design_is_registered():
@@ -35,64 +40,27 @@ def test_every_mixer_of_the_design_is_registered():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_backend_gives_the_same_output_and_gradients(name):
-    mixer = small(name)
-    backends = [b for b in mixer.backends if b != "auto"]
-    assert mixer.reference_backend in backends
-    results = {}
-    for backend in backends:
-        x = inputs().requires_grad_(True)
-        y = mixer(x, backend=backend)
-        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(2), dtype=y.dtype)
-        params = [p for p in mixer.parameters() if p.requires_grad]
-        grads = torch.autograd.grad((y * weights).sum(), [x, *params], allow_unused=True)
-        results[backend] = (y, grads)
-    y_ref, grads_ref = results[mixer.reference_backend]
-    for backend, (y, grads) in results.items():
-        close(y, y_ref, f"{name}/{backend} output")
-        for i, (g, g_ref) in enumerate(zip(grads, grads_ref)):
-            if g_ref is None:
-                assert g is None or torch.all(g == 0)
-            else:
-                close(g, g_ref, f"{name}/{backend} gradient {i}")
+    run(checks.backends_agree, small(name), inputs())
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_step_token_by_token_equals_forward(name):
-    mixer = small(name)
-    x = inputs()
-    if getattr(mixer, "bidirectional", False):
-        pytest.skip("a bidirectional mixer is not causal")
-    expected = mixer(x, backend=mixer.reference_backend)
-    state = mixer.init_state(x.shape[0])
-    outputs = []
-    for t in range(x.shape[1]):
-        y, state = mixer.step(x[:, t], state)
-        outputs.append(y)
-    close(torch.stack(outputs, dim=1), expected, f"{name} step")
+    run(checks.step_equals_forward, small(name), inputs())
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_coefficients_are_causal_and_reproduce_the_core(name):
     mixer = small(name)
-    x = inputs()
     if not mixer.scalar_coefficients:
         with pytest.raises(ValueError, match="no scalar coefficients"):
-            mixer.coefficients(x)
+            mixer.coefficients(inputs())
         return
-    A = mixer.coefficients(x)
-    core, values = mixer.core(x)
-    assert A.shape == (x.shape[0], core.shape[2], x.shape[1], x.shape[1])
-    assert torch.all(A.triu(1) == 0)
-    close(torch.einsum("bhij,bjhv->bihv", A, values), core, f"{name} A·v")
+    run(checks.coefficients_reproduce_core, mixer, inputs())
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_dsf_kernel_reproduces_the_core(name):
-    mixer = small(name)
-    x = inputs(length=6)
-    core, values = mixer.core(x)
-    system = mixer.dsf(x)
-    close(system.apply(values), core, f"{name} Φ u")
+    run(checks.dsf_reproduces_core, small(name), inputs(length=6))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -70,7 +70,7 @@ def check_choice(name: str, value: Any, allowed) -> Any:
 class Mixer(nn.Module, ABC):
     """A sequence mixer ``[B, T, D] -> [B, T, D]`` (DESIGN §4)."""
 
-    #: registry name (the file name under ``seqdyn/mixers``)
+    #: registry name (the file name under ``seqdyn/mixers``); a class that sets none is named after itself
     name: ClassVar[str] = ""
     #: whether :meth:`coefficients` exists (all but MIMO LTI mixers)
     scalar_coefficients: ClassVar[bool] = True
@@ -83,6 +83,11 @@ class Mixer(nn.Module, ABC):
     def backends(self) -> tuple[str, ...]:
         """The backends ``forward`` accepts (``"auto"`` first)."""
         return OPERATOR_BACKENDS
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "name" not in vars(cls):  # a mixer of your own, or a subclass of a built-in one, is not its base
+            cls.name = cls.__name__
 
     def __init__(self, d_model: int):
         super().__init__()

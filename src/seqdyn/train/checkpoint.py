@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqdyn.train.config import RunConfig
+from seqdyn.train.config import validated_run
 
 log = logging.getLogger("seqdyn")
 
@@ -229,7 +229,7 @@ def load_trained(store, run_id: str):
     problem = checkpoint_problem(path, record.checkpoint_sha256)
     if problem is not None:
         raise ValueError(f"run {run_id}: checkpoint {path}: {problem}; train the run again to rewrite it")
-    config = RunConfig.model_validate(record.config)
+    config = validated_run(record.config, f"run {run_id}")  # a mixer that no longer imports: one line naming it
     task = tasks.build(config.task.name, **config.task.params)
     model = build_model(config.model, task.spec)
     _load_weights(path, model, load_file(str(path)))

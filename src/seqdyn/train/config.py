@@ -244,16 +244,17 @@ class SweepConfig(RunConfig):
                 labels.append(_label(path, value))
             if labels:
                 data["name"] = f"{base['name']}[{', '.join(labels)}]"
-            runs.append(_validated_run(data))
+            runs.append(validated_run(data, f"run {data['name']!r}"))
         return runs
 
 
-def _validated_run(data: dict[str, Any]) -> RunConfig:
-    """One expanded run of a sweep; its errors name the run."""
+def validated_run(data: dict[str, Any], what: str) -> RunConfig:
+    """A run config from plain data (an expanded run of a sweep, a run recorded in a store); an error is one
+    :class:`ConfigError` line that starts with ``what`` (a mixer that no longer imports: its import path)."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(f"run {data['name']!r}: {_describe(error)}") from None
+        raise ConfigError(f"{what}: {_describe(error)}") from None
 
 
 @functools.lru_cache(maxsize=256)

@@ -20,6 +20,7 @@ import io
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,28 @@ def run_rows(store: Store, sweep: str | None = None) -> list[dict[str, Any]]:
         row["_config"] = record.config
         rows.append(row)
     return rows
+
+
+def unfound_mixers(rows: list[dict[str, Any]]) -> list[str]:
+    """One line for each run whose mixer this process cannot find any more — its module moved or deleted, its
+    import path wrong, or a name that ``seqdyn.mixers.register`` gave in the process that trained it — naming
+    the run and the import path; ``seqdyn inspect`` cannot load such a run."""
+    from seqdyn import mixers
+
+    problems: dict[str, str | None] = {}
+    lines = []
+    for row in rows:
+        names = (row["_config"].get("model") or {}).get("mixer")
+        for name in dict.fromkeys(names if isinstance(names, list) else [names]):
+            if isinstance(name, str) and name not in problems:
+                try:
+                    problems[name] = mixers.get(name) and None
+                except ValueError as error:
+                    problems[name] = str(error)
+            if problems.get(name):
+                lines.append(f"run {row['run_id']}: {problems[name]}; `seqdyn inspect` cannot load it")
+                break
+    return lines
 
 
 def describe_backends(backends: list[str] | None) -> str | None:
@@ -485,7 +508,8 @@ def report_command(store_path: str | os.PathLike, format: str = "table", plot_pa
                    sweep: str | None = None) -> str:
     """What ``seqdyn report`` prints: the run rows in ``format`` and, when the learning rate varies, the best
     over it (a second table; a ``best_over_lr`` column in CSV and JSON). With ``plot_path`` the figure is drawn
-    too (a line saying so ends the table output). Bad input raises a one-line ValueError."""
+    too (a line saying so ends the table output). Bad input raises a one-line ValueError. A run whose mixer can
+    no longer be found (:func:`unfound_mixers`) is one more line: after the table, or on stderr beside CSV and JSON."""
     if format not in FORMATS:
         raise ValueError(f"unknown report format {format!r}; formats: {', '.join(FORMATS)}")
     if plot_path is not None:
@@ -497,6 +521,11 @@ def report_command(store_path: str | os.PathLike, format: str = "table", plot_pa
             where = f" for sweep {sweep!r}" if sweep else ""
             raise ValueError(f"results store {store_path}: no runs{where}")
         text = _report_text(rows, format)
+        notes = "".join(f"note: {line}\n" for line in unfound_mixers(rows))
+        if format == "table":
+            text += notes
+        else:
+            sys.stderr.write(notes)
         if plot_path is not None:
             kind = plot(store, plot_path, sweep)
             if format == "table":

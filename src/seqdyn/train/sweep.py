@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from seqdyn.train.config import RunConfig, SweepConfig
+from seqdyn import mixers
+from seqdyn.train.config import RunConfig, SweepConfig, validated_run
 from seqdyn.train.interrupt import Interrupted, exit_on_signals, exit_with_parent, signals_interrupt
 from seqdyn.train.checkpoint import checkpoint_dir_for
 from seqdyn.train.loop import DIVERGED_REASON, RunResult, resolve_device, train_run
@@ -43,10 +44,14 @@ def expand(config: RunConfig | SweepConfig) -> list[RunConfig]:
     return config.expand() if isinstance(config, SweepConfig) else [config]
 
 
-def check_before_start(runs: list[RunConfig], checkpoint_dir: str | Path, *, use_ray: bool = False) -> None:
+def check_before_start(runs: list[RunConfig], checkpoint_dir: str | Path, *, use_ray: bool = False,
+                       workers: int = 1) -> None:
     """What a config cannot say about itself, checked before the store is touched: every run's device exists
-    on this machine (unless Ray places the runs on a cluster, ``RAY_ADDRESS``) and the checkpoint folder can be
-    made.  Raises ``ValueError`` naming the run and the field."""
+    on this machine (unless Ray places the runs on a cluster, ``RAY_ADDRESS``), the checkpoint folder can be
+    made, and where other processes train (``workers > 1``, Ray) no mixer is a name only this process knows
+    (``seqdyn.mixers.register``).  Raises ``ValueError`` naming the run and the field."""
+    if use_ray or workers > 1:
+        _check_portable_mixers(runs)
     elsewhere = use_ray and os.environ.get("RAY_ADDRESS")
     for run in () if elsewhere else runs:
         try:
@@ -58,6 +63,15 @@ def check_before_start(runs: list[RunConfig], checkpoint_dir: str | Path, *, use
     if not existing.is_dir():
         raise ValueError(f"checkpoint folder {folder}: {existing} is a file, not a folder; move it away or "
                          f"choose another store (checkpoints live beside it)")
+
+
+def _check_portable_mixers(runs: list[RunConfig]) -> None:
+    for run in runs:
+        for name, _ in run.model.layer_mixers():
+            if mixers.known_here_only(name):
+                raise ValueError(f"run {run.name!r}: model.mixer: {name!r} was registered in this process "
+                                 "(seqdyn.mixers.register), which worker processes do not see; name it by its "
+                                 "import path (mixer: my_package.my_module:MyMixer) or train with one worker")
 
 
 def register(runs: list[RunConfig], sweep: str, store) -> None:
@@ -86,7 +100,7 @@ def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, th
     from seqdyn.train.store import Store
 
     torch.set_num_threads(threads)
-    config = RunConfig.model_validate(config_data)
+    config = validated_run(config_data, f"run {config_data.get('name')!r}")
     return train_or_record_failure(config, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False,
                                    sweep=sweep)
 
@@ -104,7 +118,7 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
         raise ValueError(f"workers: expected at least 1, got {workers}")
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else checkpoint_dir_for(store_path)
     runs = expand(config)
-    check_before_start(runs, checkpoint_dir, use_ray=use_ray)
+    check_before_start(runs, checkpoint_dir, use_ray=use_ray, workers=workers if len(runs) > 1 else 1)
     store = Store(store_path)
     register(runs, config.name, store)
     if retry_failed:
