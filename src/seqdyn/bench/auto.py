@@ -242,25 +242,31 @@ def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e3:.1f}"
 
 
+def _paired(cell: Cell) -> str:
+    return f"{statistics.median(cell.paired):.2f}×" if cell.paired else "—"
+
+
 def markdown_table(cells: list[Cell]) -> str:
     """The cells as a Markdown table (``docs/benchmarks.md``)."""
-    lines = ["| group | mixer | d | B | T | mode | auto picks | auto ms | fastest | its ms | auto / fastest |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| group | mixer | d | B | T | mode | auto picks | auto ms | fastest | its ms | auto / chosen, paired "
+             "| auto / fastest |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for cell in cells:
         case, fastest = cell.case, cell.fastest
         ratio = "error: " + cell.error if cell.error else f"{cell.ratio:.2f}×" if cell.ratio else "—"
         lines.append(f"| {case.group} | {case.label} | {case.d_model} | {case.batch} | {case.length} | {cell.mode} "
                      f"| {cell.picked} | {_ms(cell.times.get('auto'))} | {fastest or '—'} "
-                     f"| {_ms(cell.times.get(fastest))} | {ratio} |")
+                     f"| {_ms(cell.times.get(fastest))} | {_paired(cell)} | {ratio} |")
     return "\n".join(lines)
 
 
 def results_table(cells: list[Cell], device: str):
     from rich.table import Table
 
-    table = Table(title=f"backend='auto' against the fastest backend on {device} (one thread; ms, best of rounds)")
+    table = Table(title=f"backend='auto' against the fastest backend on {device} (one thread; ms, best of rounds; "
+                  "auto / fastest = paired auto / chosen × chosen / fastest)")
     for column in ("group", "mixer", "d", "B", "T", "mode", "auto picks", "auto ms", "fastest", "its ms",
-                   "auto / fastest", "choose ms"):
+                   "auto / chosen, paired", "auto / fastest", "choose ms"):
         table.add_column(column, justify="left" if column in ("group", "mixer", "mode", "auto picks", "fastest")
                          else "right")
     for cell in cells:
@@ -268,7 +274,8 @@ def results_table(cells: list[Cell], device: str):
         shown = f"[red]{cell.error}[/red]" if cell.error else "—" if ratio is None else (
             f"[red]{ratio:.2f}×[/red]" if ratio > CELL_TARGET else f"{ratio:.2f}×")
         table.add_row(case.group, case.label, str(case.d_model), str(case.batch), str(case.length), cell.mode,
-                      cell.picked, _ms(cell.times.get("auto")), fastest or "—", _ms(cell.times.get(fastest)), shown,
+                      cell.picked, _ms(cell.times.get("auto")), fastest or "—", _ms(cell.times.get(fastest)),
+                      _paired(cell), shown,
                       _ms(cell.choose_s))
     return table
 
