@@ -305,7 +305,7 @@ def reproduce(
 def demo(
     quick: bool = typer.Option(False, help="Only T=256 and 1024 in the benchmark table (about a minute)."),
 ) -> None:
-    """The main job for now: run the operator on every backend, check they agree, and print the benchmark table."""
+    """The operator demo: every backend against the reference, then the benchmark table."""
     from seqdyn.bench.operator import run_demo
 
     run_demo(quick=quick)
