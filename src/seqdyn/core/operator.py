@@ -272,10 +272,7 @@ def _plan(problem: Problem) -> tuple[list[str], str, str]:
     """``(candidates, modelled, reason)``: the backends that can compute the problem, the modelled one first —
     but those :func:`ruled_out` unless nothing else can compute it — and the cost model's choice with its reason."""
     modelled, reason = _modelled(problem)
-    candidates = _able(problem)
-    for name in ruled_out(problem):
-        if len(candidates) > 1:
-            candidates = [other for other in candidates if other != name]
+    candidates = without_ruled_out(_able(problem), ruled_out(problem))
     candidates.sort(key=lambda name: name != modelled)
     return candidates, modelled, reason
 
@@ -291,6 +288,15 @@ def ruled_out(problem: Problem) -> dict[str, str]:
     """The backends ``auto`` does not time (unless nothing else can compute the problem), with the reason:
     ``quadratic`` beyond ``QUADRATIC_AUTO_LIMIT`` entries, ``recurrent`` beyond ``RECURRENT_CANDIDATE_MAX`` steps."""
     return too_large_to_time(problem.shape[2], {"quadratic": quadratic_entries(problem)})
+
+
+def without_ruled_out(candidates: list[str], reasons: dict[str, str]) -> list[str]:
+    """``candidates`` less those ``reasons`` rules out, one by one while more than one is left: ``auto`` times a
+    ruled-out backend only where nothing else can compute the problem."""
+    for name in reasons:
+        if len(candidates) > 1:
+            candidates = [other for other in candidates if other != name]
+    return candidates
 
 
 def too_large_to_time(length: int, materialized: dict[str, int]) -> dict[str, str]:

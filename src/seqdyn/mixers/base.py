@@ -21,7 +21,8 @@ from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.core.operator import coefficient_dynamics, coefficients, ruled_out, select_backend, too_large_to_time
+from seqdyn.core.operator import (coefficient_dynamics, coefficients, ruled_out, select_backend, too_large_to_time,
+                                  without_ruled_out)
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
@@ -138,7 +139,7 @@ class Mixer(nn.Module, ABC):
 
         def plan() -> tuple[list[str], str, str]:  # on a cache miss only: auto_ruled_out may build the inputs
             ruled = {name: why for name, why in self.auto_ruled_out(x).items() if name in candidates}
-            timed = [name for name in candidates if name not in ruled] or candidates
+            timed = without_ruled_out(candidates, ruled)
             not_timed = [f"{name} ({why})" for name, why in ruled.items() if name not in timed]
             return timed, modelled, reason + ("; not timed: " + ", ".join(not_timed) if not_timed else "")
 
