@@ -227,6 +227,43 @@ def test_a_slow_first_call_of_the_likeliest_candidate_does_not_rule_it_out(monke
     assert list(autotune.measure(["a", "b"], calls.append, torch.device("cpu"))) == ["a", "b"]
 
 
+def test_a_close_call_is_timed_more_rounds_among_the_close_candidates_only(monkeypatch):
+    """After ``REPEATS`` rounds ``b`` leads ``a`` by 1.1× (within ``CLOSE``): more rounds of ``a`` and ``b`` (not of
+    ``c``, 2× behind) until ``CLOSE_REPEATS``; ``a``'s later fastest calls overturn the early lead."""
+    durations = {"a": [3.0, 1.1, 1.1, 1.1, 1.0, 0.8, 0.8], "b": [3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+                 "c": [3.0, 2.0, 2.0, 2.0]}
+    calls = []
+
+    def fake_seconds(call, device):
+        call()
+        return durations[calls[-1]].pop(0)
+
+    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    monkeypatch.setattr(autotune, "REPEATS", 3)
+    monkeypatch.setattr(autotune, "CLOSE", 1.25)
+    monkeypatch.setattr(autotune, "CLOSE_REPEATS", 6)
+    times = autotune.measure(["a", "b", "c"], trial=calls.append, device=torch.device("cpu"))
+    assert times == {"a": 800.0, "b": 1000.0, "c": 2000.0}
+    assert (calls.count("a"), calls.count("b"), calls.count("c")) == (1 + 6, 1 + 6, 1 + 3)
+
+
+def test_a_close_call_stops_once_the_runner_up_falls_behind(monkeypatch):
+    """A runner-up within ``CLOSE`` after ``REPEATS`` rounds whose next call is slower than ``CLOSE`` × the
+    fastest is timed no more."""
+    durations = {"a": [2.0, 1.0, 1.0, 0.5], "b": [2.0, 1.2, 1.2, 1.2]}
+    calls = []
+
+    def fake_seconds(call, device):
+        call()
+        return durations[calls[-1]].pop(0)
+
+    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    monkeypatch.setattr(autotune, "REPEATS", 2)
+    monkeypatch.setattr(autotune, "CLOSE_REPEATS", 9)
+    times = autotune.measure(["a", "b"], trial=calls.append, device=torch.device("cpu"))
+    assert times == {"a": 500.0, "b": 1200.0} and (calls.count("a"), calls.count("b")) == (4, 4)
+
+
 def test_a_backend_choice_is_its_name_with_a_reason():
     choice = BackendChoice("scan", "because", "measured", {"scan": 1.0, "chunk": 2.0})
     assert choice == "scan" and f"{choice}" == "scan" and {choice: 1}["scan"] == 1

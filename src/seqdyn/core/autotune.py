@@ -45,6 +45,10 @@ __all__ = ["BackendChoice", "cache_path", "choose", "clear_cache", "elapsed_seco
 REPEATS = 3
 #: after the first timed round, a candidate this many times slower than the fastest is not timed again
 HOPELESS = 3.0
+#: a close call: the runner-up within this factor of the fastest after ``REPEATS`` rounds ...
+CLOSE = 1.25
+#: ... is timed for up to this many rounds in all (the candidates within ``CLOSE``), each fastest call counting
+CLOSE_REPEATS = 9
 #: cache file format; a file of another version is not read
 CACHE_VERSION = 1
 
@@ -242,8 +246,10 @@ def measure(candidates: Sequence[str], trial: Callable[[str], None], device: tor
     warm-up call each (a first call may load a kernel or allocate: it is not counted), then one timed call — unless
     the warm-up already took ``HOPELESS`` × the fastest timed call so far: a first call is never faster than a later
     one, so that candidate cannot win (its warm-up is reported).  Then ``REPEATS − 1`` more rounds over the
-    candidates within ``HOPELESS`` × the fastest, the fastest call counting.  A candidate that fails (out of
-    memory) is dropped."""
+    candidates within ``HOPELESS`` × the fastest, the fastest call counting; where the runner-up is still within
+    ``CLOSE`` × the fastest (the choice could go either way on one noisy call), more rounds over the candidates
+    within ``CLOSE``, up to ``CLOSE_REPEATS`` in all or until the runner-up falls behind.  A candidate that fails
+    (out of memory) is dropped."""
     times: dict[str, float] = {}
     for name in candidates:
         try:
@@ -252,9 +258,10 @@ def measure(candidates: Sequence[str], trial: Callable[[str], None], device: tor
             continue
         fastest = min(times.values(), default=math.inf)
         times[name] = warm if warm > HOPELESS * fastest else elapsed_seconds(lambda: trial(name), device)
-    for _ in range(REPEATS - 1):
+    for timed_round in range(2, max(REPEATS, CLOSE_REPEATS) + 1):
         fastest = min(times.values(), default=math.inf)
-        contenders = [name for name, seconds in times.items() if seconds <= HOPELESS * fastest]
+        within = HOPELESS if timed_round <= REPEATS else CLOSE
+        contenders = [name for name, seconds in times.items() if seconds <= within * fastest]
         if len(contenders) < 2:
             break
         for name in contenders:
