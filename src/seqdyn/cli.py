@@ -213,10 +213,11 @@ def inspect(
                                                 "run's sweep beside it (FILE-principle.png)."),
 ) -> None:
     """Load a trained run and print, per layer and head, the near-zero fraction, zero counts against K−1, the
-    combination classes and the spectral bound of its coefficient dynamics (seed 001 §5)."""
+    combination classes and the spectral bound of its coefficient dynamics (Sieber et al. 2025, §5), with a
+    legend of the columns."""
     from rich.markup import escape
 
-    from seqdyn.analysis.model import format_table
+    from seqdyn.analysis.model import format_table, table_legend
     from seqdyn.analysis.runs import inspect_run, load_inputs, principle_points
     from seqdyn.train.progress import console
     from seqdyn.train.report import describe_backends
@@ -229,8 +230,13 @@ def inspect(
         out = console()
         metric = "" if result.best_metric is None else f", best {result.metric_name} {result.best_metric:.4f}"
         backend = f", backend {describe_backends(result.backends)}" if result.backends else ""
-        title = f"run {run_id} ({result.name}, {result.status}{metric}{backend}) on {tuple(result.inputs.shape)} inputs"
+        source = f"--input {input}" if input else "its task's test set"
+        title = f"run {run_id} ({result.name}, {result.status}{metric}{backend})"
         out.print(format_table(result.rows, title=escape(title)))
+        out.print(escape(f"measured on {_described_inputs(result.inputs)} from {source}: coefficients "
+                         f"[{result.inputs.shape[0]}, H, {result.inputs.shape[1]}, {result.inputs.shape[1]}] per layer"))
+        for line in table_legend(result.rows, eps):
+            out.print(escape(line), style="dim")
         for layer, (name, why) in enumerate(zip(result.backends or [], result.backend_reasons or [])):
             if why:
                 out.print(escape(f"layer {layer} trained with {name}: {why}"))
@@ -245,6 +251,13 @@ def inspect(
             out.print("wrote " + ", ".join(str(path) for path in written))
     except ValueError as error:
         _fail(str(error))
+
+
+def _described_inputs(inputs) -> str:
+    """``[B, T]`` token ids or ``[B, T, C]`` features in words."""
+    batch, length = inputs.shape[:2]
+    what = "token sequences" if inputs.dim() == 2 else f"sequences of {inputs.shape[2]} features per step"
+    return f"{batch} {what} of {length} steps"
 
 
 def _print_summary(results) -> None:

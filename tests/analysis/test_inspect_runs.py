@@ -56,7 +56,8 @@ def test_inspect_run_measures_every_layer_and_head(trained):
 def test_principle_points_cover_the_sweep(trained):
     store_path, ids = trained
     points = principle_points(store_path, "inspect-demo", examples=2)
-    assert sorted(label for label, _, _ in points) == ["gla", "softmax_attention"]
+    assert sorted(label for label, _, _ in points) == ["mixer=gla, positions=False",
+                                                       "mixer=softmax_attention, positions=True"]
     assert all(0 <= fraction <= 1 and 0 <= accuracy <= 1 for _, fraction, accuracy in points)
 
 
@@ -67,7 +68,18 @@ def test_inspect_command_prints_the_table_and_writes_figures(trained, tmp_path):
                                       "--plot", str(figure)])
     assert result.exit_code == 0, result.output
     assert "gla" in result.output and "inspect-demo[mixer=gla" in result.output
+    assert "measured on 2 token sequences of 16 steps from its task's test set" in result.output
+    assert "|α_ij| < eps = 0.001" in result.output and "rows by class: share of the rows" in result.output
+    assert "n/a" not in result.output and "┃ large" not in result.output  # 1 − near-zero: not a column
     assert figure.stat().st_size > 0 and (tmp_path / "coefficients-principle.png").stat().st_size > 0
+
+
+def test_inspect_says_why_a_zero_count_has_no_bound(trained):
+    store_path, ids = trained
+    result = CliRunner().invoke(app, ["inspect", ids["softmax_attention"], "--store", str(store_path), "--examples",
+                                      "2", "--eps", "0.01"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "(bound for φ identity only)" in result.output and "eps = 0.01 " in result.output
 
 
 def test_inspect_command_takes_token_ids_from_a_file(trained, tmp_path):
@@ -78,7 +90,7 @@ def test_inspect_command_takes_token_ids_from_a_file(trained, tmp_path):
     result = CliRunner().invoke(app, ["inspect", "--store", str(store_path), "--input", str(tmp_path / "tokens.pt"),
                                       ids["softmax_attention"]])
     assert result.exit_code == 0, result.output
-    assert "(3, 10)" in result.output
+    assert "measured on 3 token sequences of 10 steps from --input" in result.output
 
 
 @pytest.mark.parametrize("args, message", [

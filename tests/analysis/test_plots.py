@@ -37,6 +37,22 @@ def test_coefficient_heat_maps_for_one_and_several_layers(tmp_path):
     assert is_png(analysis.plot_coefficients([convex, signed], tmp_path / "log.png", heads=[1], batch=1, log=True))
 
 
+def _ink_at_the_edges(path) -> float:
+    """The darkest pixel of the image's outermost two rows and columns (1.0: white)."""
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)[..., :3].mean(axis=-1)
+    return float(min(image[:2].min(), image[-2:].min(), image[:, :2].min(), image[:, -2:].min()))
+
+
+@pytest.mark.parametrize("title", [None, "a title wider than one narrow panel of coefficients"])
+def test_nothing_is_cut_off_at_the_edges_of_a_one_head_figure(tmp_path, title):
+    """The issue's right-hand colour bars: their tick labels (and a long title) lie inside the image."""
+    A = torch.tril(torch.rand(1, 1, 12, 12) * 1e3)
+    path = analysis.plot_coefficients(A, tmp_path / "one.png", title=title)
+    assert _ink_at_the_edges(path) > 0.95
+
+
 def test_coefficient_heat_maps_reject_bad_input(tmp_path):
     with pytest.raises(ValueError, match="^A: "):
         analysis.plot_coefficients(torch.ones(1, 1, 3, 3), tmp_path / "x.png")

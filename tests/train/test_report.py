@@ -233,3 +233,21 @@ def test_import_is_light():
     code = "import sys, seqdyn.train.report; sys.exit('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
+
+
+def test_run_labels_name_what_varies_besides_seeds_and_excluded_keys():
+    from seqdyn.train.report import LR_KEY, run_labels
+
+    def config(readout, seed, lr, state_dim=None):
+        options = {"readout": readout} | ({"state_dim": state_dim} if state_dim else {})
+        return {"name": f"run-{readout}-{seed}", "model": {"mixer": "custom", "mixer_options": options},
+                "train": {"seed": seed}, "optimizer": {"lr": lr}}
+
+    configs = [config("relu", 0, 1e-3), config("exp", 1, 1e-2, state_dim=8)]
+    assert run_labels(configs, exclude=[LR_KEY]) == ["readout=relu", "readout=exp, state_dim=8"]
+    assert run_labels(configs) == ["readout=relu, lr=0.001", "readout=exp, state_dim=8, lr=0.01"]  # key order
+    same = [config("relu", 0, 1e-3), config("relu", 1, 1e-3)]
+    assert run_labels(same) == ["custom", "custom"]  # seeds only: the mixer's name
+    both = [{"model": {"mixer": "a", "x": {"d": 1}}, "task": {"d": 2}}, {"model": {"mixer": "a", "x": {"d": 3}},
+                                                                         "task": {"d": 4}}]
+    assert run_labels(both) == ["model.x.d=1, task.d=2", "model.x.d=3, task.d=4"]  # two keys end in d

@@ -24,7 +24,8 @@ from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, COMBINATION_TOL, 
                                           near_zero_fraction, zero_count_per_row)
 from seqdyn.analysis.mixers import dsf_radii, evolution_radii, is_lti
 
-__all__ = ["HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model", "layer_coefficients"]
+__all__ = ["HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model", "layer_coefficients",
+           "table_legend"]
 
 
 @dataclass
@@ -223,25 +224,63 @@ def _number(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+#: ``format_table``'s columns (name, justification) and what each one measures, for :func:`table_legend`
+COLUMNS = (
+    ("layer", "right", None),
+    ("mixer", "left", None),
+    ("head", "right", None),
+    ("K", "right", "the head's key (state) dimension"),
+    ("φ", "left", "the readout φ of the coefficient dynamics (identity: linear attention and SSMs; exp: softmax)"),
+    ("near-zero", "right", "share of the causal coefficients α_ij (j ≤ i) with |α_ij| < {eps} (Sieber et al. 2025, "
+                           "Principle 2); the rest are large"),
+    ("max zeros / K−1", "right", "the most exactly-zero coefficients in one row, against the bound K − 1 that an "
+                                 "identity readout cannot exceed with a nonzero query (Corollary 2.2)"),
+    ("rows by class", "left", "share of the rows i that are convex (α ≥ 0, Σα = 1: a weighted mean, as softmax), "
+                              "conical (α ≥ 0 only), affine (Σα = 1 only) or linear (neither) (appendix A, Table 2)"),
+    ("max |eig Λ|", "right", "largest |eigenvalue| of the state transition Λ_t over the batch and the steps: "
+                             "below 1 the state forgets, at 1 it keeps (Principle 6)"),
+)
+
+#: why a cell is empty
+NO_COEFFICIENTS = "— : this mixer has no scalar coefficients (a MIMO state space, s5 or lru): nothing to count"
+
+
+def _zeros_cell(row: HeadReport) -> str:
+    if row.max_zero_count is None:
+        return "—"
+    if row.zero_bound is None:
+        return f"{row.max_zero_count} (bound for φ identity only)"
+    flag = "" if row.within_bound in (None, True) else " [red]exceeds[/red]"
+    return f"{row.max_zero_count} / {row.zero_bound}{flag}"
+
+
+def _classes_cell(row: HeadReport) -> str:
+    if row.class_shares is None:
+        return "—"
+    return ", ".join(f"{name} {100 * row.class_shares[name]:.0f}%" for name in COMBINATION_CLASSES
+                     if row.class_shares[name] > 0)
+
+
 def format_table(rows: list[HeadReport], title: str | None = "Coefficient analysis") -> Any:
-    """A ``rich.table.Table`` of :func:`inspect_model`'s rows (classes shown as percentages, zero rows hidden)."""
+    """A ``rich.table.Table`` of :func:`inspect_model`'s rows, one per layer and head (classes as percentages of
+    the rows, classes of no row left out); :func:`table_legend` says what each column means.  The large fraction
+    is ``1 −`` the near-zero one at the same ``eps`` and is not shown."""
     from rich.table import Table
 
     table = Table(title=title)
-    for column, justify in (("layer", "right"), ("mixer", "left"), ("head", "right"), ("K", "right"),
-                            ("φ", "left"), ("near-zero", "right"), ("large", "right"), ("max zeros / K−1", "right"),
-                            ("classes", "left"), ("max |eig Λ|", "right")):
+    for column, justify, _ in COLUMNS:
         table.add_column(column, justify=justify)
     for row in rows:
-        if row.max_zero_count is None:
-            zeros = "—"
-        else:
-            bound = "n/a" if row.zero_bound is None else str(row.zero_bound)
-            flag = "" if row.within_bound in (None, True) else " [red]exceeds[/red]"
-            zeros = f"{row.max_zero_count} / {bound}{flag}"
-        shares = "—" if row.class_shares is None else ", ".join(
-            f"{name} {100 * row.class_shares[name]:.0f}%" for name in COMBINATION_CLASSES if row.class_shares[name] > 0)
         table.add_row(str(row.layer), row.mixer, str(row.head), "—" if row.key_dim is None else str(row.key_dim),
-                      row.readout or "—", _number(row.near_zero_fraction), _number(row.large_fraction), zeros,
-                      shares, _number(row.spectral_bound, 4))
+                      row.readout or "—", _number(row.near_zero_fraction), _zeros_cell(row), _classes_cell(row),
+                      _number(row.spectral_bound, 4))
     return table
+
+
+def table_legend(rows: list[HeadReport], eps: float = NEAR_ZERO_EPS) -> list[str]:
+    """One line per column of :func:`format_table` that needs one, with ``eps`` filled in, and a line on empty
+    cells where a row has one."""
+    lines = [f"{name}: {meaning.format(eps=f'eps = {eps:g}')}" for name, _, meaning in COLUMNS if meaning]
+    if any(row.class_shares is None for row in rows):
+        lines.append(NO_COEFFICIENTS)
+    return lines

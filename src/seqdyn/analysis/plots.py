@@ -33,7 +33,7 @@ def _figure(width: float, height: float) -> Any:
 def _save(figure: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08)  # nothing cut off at the edges
     return path
 
 
@@ -146,7 +146,10 @@ def plot_principle(points: Sequence[tuple[str, float, float]] | Mapping[str, Seq
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=7, loc="best")
+        if max(map(len, labels)) > 24:  # long labels (what a sweep varies) go below the axes, not over points
+            axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+        else:
+            axis.legend(fontsize=7, loc="best")
         if panel:
             axis.set_title(panel, fontsize=9)
     if title:

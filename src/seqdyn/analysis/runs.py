@@ -103,19 +103,19 @@ def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int 
 
 def principle_points(store, sweep: str | None = None, examples: int = 8,
                      eps: float = NEAR_ZERO_EPS) -> list[tuple[str, float, float]]:
-    """``(mixer, mean near-zero fraction, best metric)`` for every run with a checkpoint (of ``sweep``, if given),
-    the points of seed 001 Fig. 1 (accuracy against the fraction of near-zero coefficients)."""
+    """``(label, mean near-zero fraction, best metric)`` for every run with a checkpoint (of ``sweep``, if given),
+    the points of seed 001 Fig. 1 (accuracy against the fraction of near-zero coefficients).  A run's label is what
+    varies across these runs besides the learning rate and seeds (:func:`seqdyn.train.report.run_labels`), e.g.
+    ``"readout=relu"`` for two ``custom`` mixers."""
+    from seqdyn.train.report import LR_KEY, run_labels
     from seqdyn.train.store import Store
 
     if not isinstance(store, Store):
         store = Store(store, readonly=True)
+    records = [record for record in store.runs(sweep=sweep) if record.checkpoint and record.best_metric is not None]
     points = []
-    for record in store.runs(sweep=sweep):
-        if not record.checkpoint or record.best_metric is None:
-            continue
-        inspection = inspect_run(store, record.id, examples=examples, eps=eps)
-        fraction = inspection.mean_near_zero_fraction()
+    for record, label in zip(records, run_labels([record.config for record in records], exclude=[LR_KEY])):
+        fraction = inspect_run(store, record.id, examples=examples, eps=eps).mean_near_zero_fraction()
         if fraction is not None:
-            mixer = record.config.get("model", {}).get("mixer", "?")
-            points.append((mixer if isinstance(mixer, str) else "+".join(mixer), fraction, record.best_metric))
+            points.append((label, fraction, record.best_metric))
     return points

@@ -290,7 +290,7 @@ def choose(key: str, device: torch.device, plan: Callable[[], tuple[list[str], s
     entry = entries.get(key)
     if entry is not None and not valid(entry["backend"]):
         entry = None
-    where = f"the cache {path}" if path is not None else "this process's memory"
+    where = str(path) if path is not None else "this process's memory"
     if entry is not None:
         times = dict(sorted(entry.get("times_ms", {}).items(), key=lambda item: item[1]))
         return BackendChoice(entry["backend"], f"cached in {where}: measured {_described(times)} for {shape}",

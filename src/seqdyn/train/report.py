@@ -98,6 +98,24 @@ def varying_keys(configs: list[dict[str, Any]]) -> list[str]:
     return sorted(key for key in keys if len({_hashable(config.get(key)) for config in configs}) > 1)
 
 
+def run_labels(configs: list[dict[str, Any]], exclude: Iterable[str] = ()) -> list[str]:
+    """A legend label per run config: the hyper-parameters that vary across ``configs`` (but ``exclude``, and
+    seeds: repetitions share a label), each by the last part of its dotted key unless two share it, e.g.
+    ``"mixer=custom, readout=relu"``, those a run does not set left out; the mixer's name where nothing else
+    varies."""
+    flat = [_hyper_parameters(config) for config in configs]
+    keys = [key for key in varying_keys(flat) if key not in set(exclude) and not key.endswith("seed")]
+    short = {key: key.rsplit(".", 1)[-1] for key in keys}
+    names = {key: name if list(short.values()).count(name) == 1 else key for key, name in short.items()}
+    labels = []
+    for config, values in zip(configs, flat):
+        mixer = (config.get("model") or {}).get("mixer", "?")
+        fallback = mixer if isinstance(mixer, str) else "+".join(map(str, mixer))
+        labels.append(", ".join(f"{names[key]}={_label(values[key])}" for key in keys if values.get(key) is not None)
+                      or fallback)
+    return labels
+
+
 def hyper_keys(rows: list[dict[str, Any]]) -> list[str]:
     """The hyper-parameter columns of rows made by :func:`run_rows`."""
     fixed = set(ID_COLUMNS) | set(METRIC_COLUMNS) | {BEST_FLAG, BACKEND_COLUMN}
@@ -380,7 +398,7 @@ def plot_grid(
     figure, axes = _figure(len(panels), width=1.1 * len(panels[0].cols) + 2.5, height=0.6 * len(panels[0].rows) + 1.5)
     for ax, panel in zip(axes, panels):
         _draw_panel(ax, panel)
-    figure.savefig(path)
+    figure.savefig(path, bbox_inches="tight")
     return panels
 
 
