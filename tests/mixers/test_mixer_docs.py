@@ -62,4 +62,5 @@ def test_seqdyn_mixers_lists_every_mixer_and_a_bad_name_is_one_line():
     bad = runner.invoke(app, ["mixers", "mamba3"])
     assert bad.exit_code == 2
     [line] = bad.stderr.strip().splitlines()
-    assert line.startswith(f"error: NAME: mixer: unknown name 'mamba3'; known mixers: {', '.join(mixers.names())}")
+    assert line.startswith(f"error: NAME: mixer: unknown name 'mamba3' (did you mean 'mamba2'?); known mixers: "
+                           f"{', '.join(mixers.names())}")

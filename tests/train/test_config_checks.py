@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,36 @@ def test_checks_hold_for_the_api_too():
         parse_config(small(**{"train.backend": "flash"}))
     with pytest.raises(ConfigError, match=r"^<config>: run 'small\[heads=0\]': model.mixer_options"):
         parse_config(small(sweep={"model.mixer_options.heads": [1, 0]}))
+
+
+MISSPELLED = {
+    "model.d_modl": ("model.d_modl: unknown field (did you mean 'd_model'?); fields here: block, mixer", {}),
+    "trian": ("trian: unknown field (did you mean 'train'?)", {}),
+    "train.batch_sise": ("train.batch_sise: unknown field (did you mean 'batch_size'?)", {}),
+    "optimizer.LR": ("optimizer.LR: unknown field (did you mean 'lr'?)", {}),
+    "model.mixer_options.state_dm": ("mamba2 has no option(s) ['state_dm'] (did you mean 'state_dim'?)",
+                                     {"model.mixer": "mamba2"}),
+    "task.params.seq_ln": ("mqar: unknown parameter(s) seq_ln (did you mean 'seq_len'?)", {}),
+    "colour": ("colour: unknown field; fields here:", {}),  # nothing alike: no suggestion
+}
+
+
+@pytest.mark.parametrize("field", list(MISSPELLED))
+def test_a_misspelled_field_gets_the_closest_name_of_its_section(field):
+    words, changes = MISSPELLED[field]
+    with pytest.raises(ConfigError) as raised:
+        parse_config(small(**changes, **{field: 16}))
+    assert words in str(raised.value)
+    assert "did you mean" not in str(raised.value) or field != "colour"
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"model.mixer": "gated_deltanett"}, "unknown name 'gated_deltanett' (did you mean 'gated_deltanet'?)"),
+    ({"task.name": "mqr"}, "unknown task 'mqr' (did you mean 'mqar'?)"),
+])
+def test_a_misspelled_mixer_or_task_name_gets_the_closest_known_name(changes, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        parse_config(small(**changes))
 
 
 def _foreign_checkpoint(tmp_path: Path) -> str:

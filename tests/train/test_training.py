@@ -133,7 +133,7 @@ def test_two_concurrent_sweeps_on_one_store_train_each_run_once(tmp_path):
 
 BAD_CONFIGS = {
     "invalid YAML": ("name: [unclosed\n", "invalid YAML"),
-    "unknown field": (yaml.safe_dump(tiny(colour="blue")), "colour: Extra inputs are not permitted"),
+    "unknown field": (yaml.safe_dump(tiny(colour="blue")), "colour: unknown field; fields here: name, model"),
     "unknown mixer": (yaml.safe_dump(tiny(**{"model.mixer": "mamba3"})), "unknown name 'mamba3'"),
     "unknown task": (yaml.safe_dump(tiny(**{"task.name": "mqar2"})), "unknown task 'mqar2'"),
     "impossible task": (yaml.safe_dump(tiny(**{"task.params.seq_len": 15})), "seq_len=15 must be even"),

@@ -22,6 +22,7 @@ from typing import Any
 
 from seqdyn.mixers._docs import MixerDoc, OptionDoc
 from seqdyn.mixers._docs import describe as describe_class
+from seqdyn.core.names import did_you_mean
 from seqdyn.mixers._lti import LTIMixer
 from seqdyn.mixers.base import CoefficientMixer, Mixer, MixerState
 from seqdyn.mixers.checks import CheckReport, check
@@ -69,8 +70,8 @@ def get(name: str) -> type[Mixer]:
     if name not in _module_names():
         module, _, attribute = name.rpartition(".")
         hint = f" (did you mean {module}:{attribute}?)" if module else ""
-        raise ValueError(f"mixer: unknown name {name!r}; known mixers: {', '.join(names())}, or an import path "
-                         f"module:Class{hint}; {IN_THIS_PROCESS_ONLY}")
+        raise ValueError(f"mixer: unknown name {name!r}{did_you_mean(name, names())}; known mixers: "
+                         f"{', '.join(names())}, or an import path module:Class{hint}; {IN_THIS_PROCESS_ONLY}")
     return importlib.import_module(f"seqdyn.mixers.{name}").MIXER
 
 
@@ -139,6 +140,6 @@ def build(name: str, d_model: int, **opts: Any) -> Mixer:
     allowed = options(name)
     unknown = sorted(set(opts) - set(allowed))
     if unknown:
-        raise ValueError(f"{name}: unknown option(s) {unknown}; allowed: "
+        raise ValueError(f"{name}: unknown option(s) {unknown}{did_you_mean(unknown, allowed)}; allowed: "
                          + ", ".join(f"{k}={v!r}" for k, v in allowed.items()))
     return cls(d_model, **opts)

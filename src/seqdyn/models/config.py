@@ -7,6 +7,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from seqdyn.core.names import did_you_mean
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
@@ -68,5 +70,7 @@ class ModelConfig(Strict):
             mixers.get(name)  # an unknown name, or an import path that does not import, is named
             unknown = sorted(set(options) - set(mixers.options(name)))
             if unknown:
-                raise ValueError(f"mixer_options: {name} has no option(s) {unknown}; allowed: {sorted(mixers.options(name))}")
+                allowed = sorted(mixers.options(name))
+                raise ValueError(f"mixer_options: {name} has no option(s) {unknown}{did_you_mean(unknown, allowed)}; "
+                                 f"allowed: {allowed}")
         return self

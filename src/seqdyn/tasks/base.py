@@ -31,6 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from seqdyn.core.names import did_you_mean
+
 IGNORE_INDEX = -100
 SPLIT_CODES = {"train": 0, "test": 1, "valid": 2}
 HEADS = ("lm", "regression", "tagging", "classification", "autoencoder")
@@ -152,7 +154,8 @@ class Task(ABC):
         unknown = sorted(set(params) - set(self.PARAMS))
         if unknown:
             allowed = ", ".join(sorted(self.PARAMS)) or "(none)"
-            raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}; allowed: {allowed}")
+            raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}"
+                             f"{did_you_mean(unknown, self.PARAMS)}; allowed: {allowed}")
         resolved = {key: spec.check(self.name, key, params.get(key, spec.default)) for key, spec in self.PARAMS.items()}
         self.params: dict[str, Any] = resolved
         for key, value in resolved.items():
@@ -337,7 +340,7 @@ def names() -> list[str]:
 def task_class(name: str) -> type[Task]:
     """The class registered under ``name``; a ValueError listing the known names otherwise."""
     if name not in _REGISTRY:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(names())}")
+        raise ValueError(f"unknown task {name!r}{did_you_mean(name, names())}; known tasks: {', '.join(names())}")
     return _REGISTRY[name]
 
 

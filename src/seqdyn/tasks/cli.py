@@ -15,6 +15,8 @@ from pathlib import Path
 
 import typer
 
+from seqdyn.core.names import did_you_mean
+
 app = typer.Typer(
     help="The task suites (DESIGN §6, §8): list them, show one's parameters and a generated example, or build a "
     "local corpus for the lm task.",
@@ -34,7 +36,8 @@ def _parse_params(name: str, items: list[str]) -> dict:
         if not sep or not key:
             raise ValueError(f"--param {item!r}: expected NAME=VALUE, e.g. --param seq_len=128")
         if key not in cls.PARAMS:
-            raise ValueError(f"{name}: unknown parameter {key!r}; allowed: {', '.join(sorted(cls.PARAMS))}")
+            raise ValueError(f"{name}: unknown parameter {key!r}{did_you_mean(key, cls.PARAMS)}; "
+                             f"allowed: {', '.join(sorted(cls.PARAMS))}")
         params[key] = cls.PARAMS[key].parse(name, key, text)
     return params
 

@@ -29,12 +29,14 @@ import hashlib
 import itertools
 import json
 import math
+import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from seqdyn.core.names import did_you_mean
 from seqdyn.models.config import ModelConfig, Strict
 
 
@@ -72,7 +74,8 @@ class TaskConfig(Strict):
         from seqdyn import tasks
 
         if self.name not in tasks.names():
-            raise ValueError(f"name: unknown task {self.name!r}; known tasks: {', '.join(tasks.names())}")
+            raise ValueError(f"name: unknown task {self.name!r}{did_you_mean(self.name, tasks.names())}; "
+                             f"known tasks: {', '.join(tasks.names())}")
         tasks.build(self.name, **self.params)  # parameter errors name the parameter
         return self
 
@@ -254,7 +257,7 @@ def validated_run(data: dict[str, Any], what: str) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(f"{what}: {_describe(error)}") from None
+        raise ConfigError(f"{what}: {_describe(error, RunConfig)}") from None
 
 
 @functools.lru_cache(maxsize=256)
@@ -306,13 +309,33 @@ def _label(path: str, value: Any) -> str:
     return f"{path.split('.')[-1]}={value}"
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(error: ValidationError, root: type[BaseModel]) -> str:
+    """pydantic's errors in one line, each prefixed by its dotted field; a misspelled field gets the closest field
+    of its section (``model.d_modl: unknown field (did you mean 'd_model'?); fields: ...``)."""
     parts = []
     for item in error.errors():
         message = item["msg"].removeprefix("Value error, ")
         where = ".".join(str(p) for p in item["loc"])  # empty for a whole-config check, whose message names the field
+        if item["type"] == "extra_forbidden":
+            fields = _fields_at(root, item["loc"])
+            message = f"unknown field{did_you_mean(str(item['loc'][-1]), fields)}"
+            message += f"; fields here: {', '.join(fields)}" if fields else ""
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The fields of the config section that holds ``loc``'s last part (``[]`` where that is not a section)."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        section = next((kind for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseModel)), None)
+        if section is None:
+            return []
+        model = section
+    return list(model.model_fields)
 
 
 def parse_config(data: Any, source: str = "<config>") -> RunConfig | SweepConfig:
@@ -326,7 +349,7 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig | SweepConfig
             return sweep
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(f"{source}: {_describe(error)}") from None
+        raise ConfigError(f"{source}: {_describe(error, SweepConfig if 'sweep' in data else RunConfig)}") from None
     except ValueError as error:
         raise ConfigError(f"{source}: {error}") from None
 
