@@ -60,6 +60,9 @@ _register_subcommands()
 
 
 STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
+WORKERS_OPTION = typer.Option(0, help="Local worker processes, each training one run at a time with its share of "
+                              "the cores' threads; 0 (the default): one per CPU core, 1: the runs in turn in this "
+                              "process.")
 RETRY_OPTION = typer.Option(False, "--retry-failed", help="Train again the runs that failed (a diverged loss "
                             "excepted: the same config repeats it).")
 
@@ -169,20 +172,53 @@ def train(
 def sweep(
     config: str = typer.Argument(..., help="A sweep config (YAML with a `sweep` section) or a run config."),
     store: str = STORE_OPTION,
-    workers: int = typer.Option(1, help="Local worker processes."),
+    workers: int = WORKERS_OPTION,
     ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     retry_failed: bool = RETRY_OPTION,
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs it would train and those already done, "
+                                 "and train nothing."),
 ) -> None:
     """Train every run of a sweep that is not finished yet, then print a summary."""
-    from seqdyn.train.sweep import expand, run_sweep
+    from seqdyn.train.sweep import available_cores, expand, plan_sweep, run_sweep
 
     parsed = _load(config)
+    workers = workers or available_cores()
     _check_before_start(config, expand(parsed), store, use_ray=ray, workers=workers)
+    try:
+        planned = plan_sweep(parsed, store, retry_failed)
+    except ValueError as error:
+        _fail(f"{store}: {error}")
+    if dry_run:
+        _print_plan(planned, store)
+        return
     _open_store(store)
     with _training_errors():
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress, retry_failed=retry_failed)
     _print_summary(results)
+    skipped = sum(run.action == "done" for run in planned)
+    if skipped == len(planned):
+        typer.echo(f"nothing trained: all {len(planned)} runs are already done in {store} (--retry-failed trains "
+                   "the failed ones again; `seqdyn report` shows them)")
+    elif skipped:
+        typer.echo(f"trained {len(planned) - skipped} runs; {skipped} already done in {store} were skipped")
+
+
+def _print_plan(planned, store: str) -> None:
+    """``sweep --dry-run``: each run and what the sweep would do with it."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from seqdyn.train.progress import console
+
+    table = Table(title=f"sweep --dry-run against {escape(store)}: nothing trained")
+    for column in ("run", "name", "in the store", "would"):
+        table.add_column(column)
+    for run in planned:
+        table.add_row(run.run_id, escape(run.name), run.status or "—", run.action)
+    console().print(table)
+    counts = {action: sum(run.action == action for run in planned) for action in ("train", "resume", "retry", "done")}
+    typer.echo(", ".join(f"{count} {action}" for action, count in counts.items() if count) + f" of {len(planned)} runs")
 
 
 @app.command()
@@ -282,7 +318,7 @@ def reproduce(
     scale: str = typer.Option("cpu", help="smoke (a minute), cpu (at most 45 min on 2 cores) or paper (a GPU)."),
     store: str = STORE_OPTION,
     out: str = typer.Option("reproductions", help="Write NAME/{results.csv,table.md,figure.png,verdict.json} here."),
-    workers: int = typer.Option(0, help="Local worker processes (0: one per CPU core)."),
+    workers: int = WORKERS_OPTION,
     ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
     yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
     progress: bool = typer.Option(True, help="Show progress bars."),

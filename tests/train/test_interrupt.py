@@ -186,7 +186,7 @@ def _wait_running(process: subprocess.Popen, store: Path, count: int, timeout: f
 
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_sigint_and_sigterm_stop_a_sweep_within_a_second_and_mark_the_run_interrupted(tmp_path, number):
-    with _sweep(tmp_path) as (process, store):
+    with _sweep(tmp_path, "--workers", "1") as (process, store):
         ((run_id, _, _),) = _wait_running(process, store, 1)
         sent = time.monotonic()
         process.send_signal(number)

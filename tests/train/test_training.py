@@ -117,7 +117,8 @@ def test_two_concurrent_sweeps_on_one_store_train_each_run_once(tmp_path):
     config = write(tmp_path / "sweep.yaml", data)
     store_path = tmp_path / "shared.db"
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(store_path), "--no-progress"]
+    command = [sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(store_path), "--no-progress",
+               "--workers", "1"]  # two sweeps of one process each
     processes = [subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                  for _ in range(2)]
     outputs = [p.communicate(timeout=600) for p in processes]

@@ -23,6 +23,7 @@ import os
 import sqlite3
 import signal
 import time
+from dataclasses import dataclass
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import active_children, get_context
@@ -105,6 +106,44 @@ def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, th
                                    sweep=sweep)
 
 
+@dataclass(frozen=True)
+class PlannedRun:
+    """What a sweep would do with one of its runs: ``action`` is ``"train"`` (new or pending), ``"resume"``
+    (interrupted or left running), ``"retry"`` (failed, with ``retry_failed``) or ``"done"`` (skipped)."""
+
+    run_id: str
+    name: str
+    action: str
+    status: str | None  # in the store; None: not in it yet
+
+
+def plan_sweep(config: RunConfig | SweepConfig, store_path: str | Path, retry_failed: bool = False) -> list[PlannedRun]:
+    """What :func:`run_sweep` would do with each run of ``config``, read from the store without writing to it
+    (``seqdyn sweep --dry-run``, and the summary of what a sweep trained)."""
+    from seqdyn.train.store import Store
+
+    store = Store(store_path, readonly=True) if Path(store_path).exists() else None
+    planned = []
+    for run in expand(config):
+        record = store.run(run.run_id) if store is not None else None
+        status = record.status if record is not None else None
+        if status in DONE and not (retry_failed and _retried(record)):
+            action = "done"
+        elif status == "failed":
+            action = "retry"
+        elif status in (None, "pending"):
+            action = "train"
+        else:
+            action = "resume"
+        planned.append(PlannedRun(run.run_id, run.name, action, status))
+    return planned
+
+
+def _retried(record) -> bool:
+    """Whether ``retry_failed`` trains this run again: it failed, and not by a diverged loss."""
+    return record.status == "failed" and DIVERGED_REASON not in (record.reason or "")
+
+
 @signals_interrupt()
 def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, workers: int = 1, use_ray: bool = False,
               checkpoint_dir: str | Path | None = None, progress: bool = True, on_result=None,
@@ -123,8 +162,7 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
     register(runs, config.name, store)
     if retry_failed:
         for run in runs:
-            record = store.run(run.run_id)
-            if record.status == "failed" and DIVERGED_REASON not in (record.reason or ""):
+            if _retried(store.run(run.run_id)):
                 store.requeue(run.run_id)
     todo = [run for run in runs if store.run(run.run_id).status not in DONE]
     results: dict[str, RunResult] = {}
