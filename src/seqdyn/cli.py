@@ -317,7 +317,8 @@ def reproduce(
     target: str = typer.Argument(..., help="A reproduction's name, or list, all or report."),
     scale: str = typer.Option("cpu", help="smoke (a minute), cpu (at most 45 min on 2 cores) or paper (a GPU)."),
     store: str = STORE_OPTION,
-    out: str = typer.Option("reproductions", help="Write NAME/{results.csv,table.md,figure.png,verdict.json} here."),
+    out: str = typer.Option("reproductions", help="The folder of the results: each reproduction writes its "
+                            "results.csv, table.md, figure.png and verdict.json into a sub-folder named after it."),
     workers: int = WORKERS_OPTION,
     ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
     yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
