@@ -83,6 +83,13 @@ def test_list_shows_every_reproduction_module():
     for name in modules:
         assert name in result.output
         assert reproduce.get(name).figure in result.output
+    # the paper scale: the GPU estimate where one exists, and "not measured" only where none does
+    from seqdyn.reproduce.commands import _scale_time
+
+    assert _scale_time(reproduce.get("dsf_qlstm_transition"), "paper") == "about 27 h on one H200 (estimated)"
+    assert [name for name in sorted(modules)
+            if _scale_time(reproduce.get(name), "paper") == "not measured"] == ["dsf_lm_perplexity"]
+    assert "estimated on one H200 from timed training steps" in result.output
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

@@ -108,6 +108,9 @@ class Reproduction:
     reductions: ClassVar[dict[str, str]]
     #: per scale: measured wall time in seconds on the project's 2-core CPU machine (None: not measured yet)
     wall_time: ClassVar[dict[str, float | None]]
+    #: the paper scale's wall time on one H200 GPU, estimated from timed training steps of three of its runs
+    #: (``examples/pilots/paper_step_times.py``, 2026-11-26); empty: not estimated
+    paper_gpu_estimate: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
     #: trains on a local corpus, which ``sweeps`` takes as ``data`` (``--data``) at every scale but ``smoke``
     corpus: ClassVar[bool] = False

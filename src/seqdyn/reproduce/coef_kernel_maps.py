@@ -145,6 +145,7 @@ class KernelMaps(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 9.5, "cpu": 1262.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS],

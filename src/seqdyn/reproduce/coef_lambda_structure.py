@@ -144,6 +144,7 @@ class LambdaStructure(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 11.0, "cpu": 1945.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("structure", [model_entry(variant) for variant in VARIANTS], **SCALES[scale])

@@ -117,6 +117,7 @@ class Positions(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 8.0, "cpu": 1155.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         entries = [model_entry(readout, positions, decay) for readout in READOUTS for _, positions, decay in SETTINGS]

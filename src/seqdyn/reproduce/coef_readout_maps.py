@@ -139,6 +139,7 @@ class ReadoutMaps(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 6.0, "cpu": 1183.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("readouts", [model_entry(r) for r in ORDER], **SCALES[scale])

@@ -141,6 +141,7 @@ class ScalingSeeds(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 16.0, "cpu": 1927.0, "paper": None}
+    paper_gpu_estimate = "51 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sizes = dict(SCALES[scale])

@@ -129,6 +129,7 @@ class UnstableLambda(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 10.0, "cpu": 1362.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])

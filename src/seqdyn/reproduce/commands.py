@@ -35,7 +35,8 @@ def _wall_time(elapsed_s: float, runs_before: int) -> str:
 
 
 def list_table() -> None:
-    """One row per reproduction: name, paper and figure, its claims, and each scale's measured wall time."""
+    """One row per reproduction: name, paper and figure, its claims, and each scale's measured wall time (the
+    paper scale's GPU estimate where it was not measured)."""
     from rich.table import Table
 
     table = Table(title="seqdyn reproductions (seqdyn reproduce NAME --scale smoke|cpu|paper)", show_lines=True)
@@ -45,8 +46,18 @@ def list_table() -> None:
         reproduction = get(name)
         table.add_row(name, f"{reproduction.paper}\n{reproduction.figure}",
                       "\n".join(claim.statement for claim in reproduction.claims),
-                      *(_duration(reproduction.wall_time.get(scale)) for scale in SCALES))
+                      *(_scale_time(reproduction, scale) for scale in SCALES))
     console().print(table)
+    console().print("smoke and cpu: measured on the project's 2-core CPU machine; paper: estimated on one H200 from "
+                    "timed training steps (examples/pilots/paper_step_times.py)", style="dim")
+
+
+def _scale_time(reproduction: Reproduction, scale: str) -> str:
+    """A scale's measured wall time, or the paper scale's GPU estimate where it was not measured."""
+    measured = reproduction.wall_time.get(scale)
+    if measured is None and scale == "paper" and reproduction.paper_gpu_estimate:
+        return f"about {reproduction.paper_gpu_estimate} on one H200 (estimated)"
+    return _duration(measured)
 
 
 def _work(config: RunConfig) -> float:

@@ -115,6 +115,7 @@ class AtomicTable1(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 8.8, "cpu": 2042.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale])

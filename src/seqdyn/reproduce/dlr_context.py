@@ -52,6 +52,7 @@ class ContextDependence(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 7.9, "cpu": 411.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("context", MODELS, **SCALES[scale])

@@ -147,6 +147,7 @@ class LongRange(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 17.0, "cpu": 1952.0, "paper": None}
+    paper_gpu_estimate = "over 40 h (local attention not timed)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return sweeps_of(scale)

@@ -114,6 +114,7 @@ class ShiftLength(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 9.0, "cpu": 1388.0, "paper": None}
+    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sweeps = atomic_sweeps("table2", ORDER, ("shift",), **SCALES[scale])

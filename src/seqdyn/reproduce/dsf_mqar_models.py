@@ -96,6 +96,7 @@ class MqarModels(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 1.8, "cpu": 1912.0, "paper": None}
+    paper_gpu_estimate = "393 h (1,088 runs)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("models", ORDER, **SCALES[scale])

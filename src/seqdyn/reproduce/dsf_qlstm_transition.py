@@ -65,6 +65,7 @@ class QlstmTransition(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 1.6, "cpu": 1638.0, "paper": None}
+    paper_gpu_estimate = "27 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # "auto" (the default) measures the backends for qLSTM's 64 one-element states per layer and scans; before

@@ -92,6 +92,7 @@ class StateExpansion(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 1.7, "cpu": 1335.0, "paper": None}
+    paper_gpu_estimate = "44 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("expansion", ("softmax_attention", "linear_attention"), **SCALES[scale])

@@ -175,6 +175,7 @@ class Decoding(Reproduction):
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
     wall_time = {"smoke": 14.0, "cpu": 130.0, "paper": None}
+    paper_gpu_estimate = "0.2 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return [_sweep(SCALES[scale])]
