@@ -66,3 +66,13 @@ def test_sweep_and_reproduce_share_one_workers_default_one_process_per_core():
     defaults = {name: next(p for p in commands[name].params if p.name == "workers") for name in ("sweep", "reproduce")}
     assert {p.default for p in defaults.values()} == {0}
     assert len({p.help for p in defaults.values()}) == 1 and "one per CPU core" in defaults["sweep"].help
+
+
+def test_a_sweep_piped_into_a_file_prints_no_blank_lines(tmp_path):
+    """Progress bars draw on a terminal only: piped, a stopped bar would leave one blank line per run."""
+    config = tmp_path / "sweep.yaml"
+    config.write_text(yaml.safe_dump({**SWEEP, "sweep": {"optimizer.lr": [1e-3, 2e-3]}}))
+    result = CliRunner().invoke(app, ["sweep", str(config), "--store", str(tmp_path / "runs.db"), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "tiny[lr=0.001]" in result.output
+    assert [line for line in result.output.splitlines() if not line.strip()] == []

@@ -284,15 +284,14 @@ def run_auto_benchmark(quick: bool = False, device: str = "cpu", repeats: int = 
     """Run with a progress bar, print the table, the cells that miss and the targets; returns the summary."""
     from pathlib import Path
 
-    from rich.progress import Progress
 
-    from seqdyn.train.progress import console as make_console
+    from seqdyn.train.progress import console as make_console, progress_bar
 
     selected = [case for case in cases(quick) if not names or case.mixer in names]
     if not selected:
         raise ValueError(f"--mixers: no case uses {names}; the cases use {sorted({c.mixer for c in cases()})}")
     console = make_console()
-    with Progress(console=console, transient=True) as bar:
+    with progress_bar(console=console) as bar:
         task = bar.add_task("benchmarking auto", total=len(selected))
         cells = run_benchmark(selected, device, repeats, rounds,
                               progress=lambda case: bar.update(task, advance=1, description=case.label))

@@ -172,14 +172,13 @@ def results_table(cells: list[MixerCell], device: str):
 def run_mixer_benchmark(names=None, seq_lens=(1024, 4096), d_model=256, batch=4, device="auto", repeats=2,
                         max_seconds=120.0, rounds=2):
     """Run with a progress bar, print the table and the target checks."""
-    from seqdyn.train.progress import console as make_console
-    from rich.progress import Progress
+    from seqdyn.train.progress import console as make_console, progress_bar
 
     from seqdyn.bench.operator import checks_table
 
     console = make_console()
     names = list(names or mixers.names())
-    with Progress(console=console, transient=True) as bar:
+    with progress_bar(console=console) as bar:
         task = bar.add_task("benchmarking mixers", total=None)
 
         def advance(cell: MixerCell) -> None:

@@ -129,17 +129,16 @@ def run(names=None, device: str = "auto", steps: int = 7, progress=None, **sizes
 
 def main(names: str = "", device: str = "auto", steps: int = 7) -> None:
     """Training tokens per second per mixer and the harness overhead (issue 'training')."""
-    from rich.progress import Progress
     from rich.table import Table
 
-    from seqdyn.train.progress import console
+    from seqdyn.train.progress import console, progress_bar
     from seqdyn.bench.operator import checks_table
 
     selected = [n for n in names.split(",") if n] or None
     for name in selected or []:
         mixers.get(name)
     out = console()
-    with Progress(console=out, transient=True) as bar:
+    with progress_bar(console=out) as bar:
         task = bar.add_task("training steps", total=len(selected or mixers.names()))
         cells, setup = run(selected, device, steps, lambda cell: bar.update(task, advance=1, description=cell.mixer))
     title = (f"training throughput on {resolve_device(device)}: 2 layers, d={setup['d_model']}, MQAR L={setup['seq_len']},"

@@ -13,6 +13,21 @@ def console():
     return Console() if sys.stdout.isatty() else Console(width=150)
 
 
+def progress_bar(*columns, console=None):
+    """A transient rich ``Progress`` (default columns unless ``columns``) that draws only on a terminal: piped
+    into a file or a log it prints nothing, not even the blank line a stopped bar leaves."""
+    from rich.progress import Progress
+
+    console = console or _default_console()
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+
+
+def _default_console():
+    from rich.console import Console
+
+    return Console()
+
+
 class RunProgress:
     """A rich progress bar for one run (or nothing, when ``enabled`` is false)."""
 
@@ -21,10 +36,10 @@ class RunProgress:
         if not enabled:
             return
         from rich.markup import escape
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=True)
+        self.bar = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[info]}"), TimeRemainingColumn())
         self.task = self.bar.add_task(escape(name[:60]), total=total, completed=start, info="")
         self.bar.start()
         self.metric = ""
