@@ -25,8 +25,9 @@ from seqdyn.core.backends import REGISTRY
 from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
+from seqdyn.core.packing import Packing
 from seqdyn.core.problem import Problem, prepare, shared_over_heads
-from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients
+from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients, resolve_readout
 
 __all__ = [
     "BACKENDS",
@@ -64,6 +65,7 @@ def coefficient_dynamics(
     chunk_size: int | None = None,
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (seed 001 eqs. 2 and 4).
 
@@ -76,6 +78,9 @@ def coefficient_dynamics(
             ``(keys [B, H, N, K], values [B, H, N, V])`` of transformed keys for any other readout.
         backend: ``"quadratic"``, ``"recurrent"``, ``"chunk"``, ``"scan"`` or ``"auto"``.
         chunk_size: chunk length C of the ``chunk`` backend (default 64).
+        cu_seqlens: int offsets ``[N + 1]`` of ``N`` sequences packed along time in a batch of one
+            (:mod:`seqdyn.core.packing`): each is computed alone, no coefficient crosses a boundary; states are per
+            sequence — ``initial_state`` and the final state ``[N, …]``, or for a key cache a list of ``N``.
 
     Returns:
         ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``.
@@ -86,6 +91,8 @@ def coefficient_dynamics(
     dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
                            householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
                            decay_rate=decay_rate)
+    if cu_seqlens is not None:
+        return _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
     return _outputs(dynamics, initial_state, output_final_state, backend, chunk_size)
 
 
@@ -95,6 +102,60 @@ def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, b
     module, _ = _backend_for(problem, backend, bool(output_final_state))
     out, state = _computed(problem, module, bool(output_final_state))
     return (out, state) if output_final_state else out
+
+
+#: the fields of a description that have a time axis (``[B, T, …]`` where they are tensors) and the value of a
+#: padded step, an identity step of the dynamics (nothing written: k = v = 0; Λ = I: g = 0, β = 0; η = 1)
+TIMED_FIELDS = {"q": 0.0, "k": 0.0, "v": 0.0, "log_decay": 0.0, "householder": 0.0, "householder_dir": 0.0,
+                "scale": 1.0, "normalizer": 1.0, "log_scale": 0.0}
+
+
+def _timed(dynamics: Dynamics) -> dict[str, Tensor]:
+    """The fields of ``dynamics`` that are tensors with a time axis."""
+    return {name: value for name in TIMED_FIELDS if isinstance(value := getattr(dynamics, name), Tensor)
+            and value.dim() >= 3 - (name in ("log_decay", "householder", "scale", "normalizer", "log_scale"))}
+
+
+def _packing(dynamics: Dynamics, cu_seqlens: Any) -> Packing:
+    """The packing of ``dynamics`` by ``cu_seqlens``, every timed field checked to be ``[1, T, …]``."""
+    batch, length = dynamics.q.shape[:2] if dynamics.q.dim() >= 2 else (None, None)
+    packing = Packing.of(cu_seqlens, length, batch, dynamics.q.device)
+    for name, value in _timed(dynamics).items():
+        if tuple(value.shape[:2]) != (1, length):
+            raise ValueError(f"{name}: a packed batch is [1, T, …] with T = {length} (that of q); got shape "
+                             f"{list(value.shape)}")
+    return packing
+
+
+def _padded(dynamics: Dynamics, packing: Packing) -> Dynamics:
+    """The packed sequences side by side, ``[N, L, …]``, each right-padded with identity steps."""
+    return dynamics.replace(**{name: packing.unpack(value, TIMED_FIELDS[name])
+                               for name, value in _timed(dynamics).items()})
+
+
+def _packed_outputs(dynamics: Dynamics, cu_seqlens: Any, initial_state: Any, output_final_state: bool,
+                    backend: str, chunk_size: int | None):
+    """:func:`coefficient_dynamics` of a packed batch: the sequences as a padded batch ``[N, L, …]`` in one call
+    (padded steps are identity steps, so outputs and linear states are each sequence's own); a key cache, whose
+    size is each sequence's length, one sequence at a time."""
+    packing = _packing(dynamics, cu_seqlens)
+    if resolve_readout(dynamics.readout).linear or (initial_state is None and not output_final_state):
+        result = _outputs(_padded(dynamics, packing), initial_state, output_final_state, backend, chunk_size)
+        y, state = result if output_final_state else (result, None)
+        return (packing.pack(y), state) if output_final_state else packing.pack(y)
+    if initial_state is not None and (not isinstance(initial_state, (list, tuple)) or
+                                      len(initial_state) != packing.count):
+        raise ValueError(f"initial_state: with cu_seqlens and the {resolve_readout(dynamics.readout).name} readout, "
+                         f"a list of {packing.count} key caches (one per sequence, None for an empty one)")
+    outputs, finals = [], []
+    for index, (start, end) in enumerate(zip(packing.offsets, packing.offsets[1:])):
+        one = dynamics.replace(**{name: value[:, start:end] for name, value in _timed(dynamics).items()})
+        state = None if initial_state is None else initial_state[index]
+        y, final = _outputs(one, state, True, backend, chunk_size)
+        outputs.append(y)
+        finals.append(final)
+    y = torch.cat(outputs, dim=1)
+    return (y, finals) if output_final_state else y
 
 
 def _computed(problem: Problem, module, want_state: bool):
@@ -121,7 +182,11 @@ def select_backend(q: Tensor | Dynamics, k: Tensor | None = None, v: Tensor | No
     """
     want_state = bool(options.pop("output_final_state", False))
     beside = {name: options.pop(name) for name in ("initial_state", "chunk_size") if name in options}
-    problem = prepare(as_dynamics(q, k, v, **options), **beside)
+    cu_seqlens = options.pop("cu_seqlens", None)
+    dynamics = as_dynamics(q, k, v, **options)
+    if cu_seqlens is not None:
+        dynamics = _padded(dynamics, _packing(dynamics, cu_seqlens))
+    problem = prepare(dynamics, **beside)
     return _backend_for(problem, backend, want_state, train)[1]
 
 
@@ -197,6 +262,7 @@ def coefficients(
     output_final_state: bool = False,
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
@@ -204,12 +270,18 @@ def coefficients(
     read): the "attention matrix" of any mixer, so ``coefficient_dynamics(q, k, v, ...)`` equals ``A @ v`` per
     head.  ``backend="quadratic"`` (default, also ``"auto"``) forms the scores directly; any other backend that
     supports the combination computes the rows as outputs for one-hot values (a cross-check of that backend).
+    With ``cu_seqlens`` (a packed batch, see :func:`coefficient_dynamics`) the matrix ``[1, H, T, T]`` is block
+    diagonal: each sequence's own coefficients, zero across sequences.
     """
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
     dynamics = as_dynamics(q, k, None, readout=readout, log_decay=log_decay, householder=householder,
                            householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
                            decay_rate=decay_rate).replace(v=None)
+    if cu_seqlens is not None:
+        packing = _packing(dynamics, cu_seqlens)
+        return packing.block_diagonal(coefficients(_padded(dynamics, packing), backend=backend,
+                                                   chunk_size=chunk_size))
     problem = prepare(dynamics, chunk_size=chunk_size)
     if backend in ("quadratic", "auto"):
         return _coefficient_matrix(problem)
