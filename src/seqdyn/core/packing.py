@@ -5,16 +5,22 @@ sequence ``n`` is steps ``c_n ≤ t < c_{n+1}`` of a ``[1, T, …]`` tensor.  Th
 the ``N`` sequences side by side, each right-padded to the longest (:class:`Packing`): a padded step has ``k = 0``,
 ``v = 0``, ``g = 0`` and ``β = 0``, an identity step of the dynamics (``Λ = I``, nothing written), so outputs and
 linear states equal those of each sequence run alone, and no coefficient crosses a boundary.
+
+Mixers and models, which are causal, take the same layouts through :func:`padded_call`: packed sequences side by
+side, right-padded, and a padded batch (``attention_mask``, 1 = token, 0 = padding, left or right) with each row's
+tokens moved to its start (:class:`Alignment`), so padding never precedes a token and the outputs of the tokens are
+those of each sequence alone; the outputs at padded steps are 0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["Packing", "check_cu_seqlens"]
+__all__ = ["Alignment", "Packing", "check_cu_seqlens", "padded_call"]
 
 
 def check_cu_seqlens(cu_seqlens: object, length: int, batch: int, name: str = "cu_seqlens") -> list[int]:
@@ -88,3 +94,69 @@ class Packing:
         entries = per_sequence[self.sequence[:, None], :, self.position[:, None], self.position[None, :]]  # [T, T, H]
         full = torch.where(rows[..., None], entries, entries.new_zeros(()))
         return full.permute(2, 0, 1).reshape(1, -1, length, length)
+
+
+def check_attention_mask(attention_mask: object, batch: int, length: int, name: str = "attention_mask") -> Tensor:
+    """The mask as a bool tensor ``[B, T]``, checked: 0/1 (or bool) values, and each row's tokens contiguous (left or
+    right padding)."""
+    if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2 or tuple(attention_mask.shape) != (
+            batch, length) or attention_mask.is_complex():
+        got = list(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        raise ValueError(f"{name}: expected a tensor [B, T] = [{batch}, {length}] of 1 (token) and 0 (padding); "
+                         f"got {got}")
+    if attention_mask.dtype != torch.bool:
+        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError(f"{name}: values must be 0 (padding) or 1 (token)")
+        attention_mask = attention_mask != 0
+    changes = (attention_mask[:, 1:] != attention_mask[:, :-1]).sum(dim=1)
+    inner = changes - (~attention_mask[:, 0]).long() - (~attention_mask[:, -1]).long()  # changes beside the edges
+    if bool((inner > 0).any()) or bool((changes > 2).any()):
+        row = int(torch.nonzero((inner > 0) | (changes > 2))[0, 0])
+        raise ValueError(f"{name}: row {row} has padding between tokens; only left or right padding is supported "
+                         "(pack such sequences with cu_seqlens instead)")
+    return attention_mask
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """A padded batch with every row's tokens moved to its start: ``aligned[b, t] = x[b, (t + s_b) mod T]`` where
+    ``s_b`` is the number of left-padding steps of row ``b``; ``restore`` moves them back and zeros the padding."""
+
+    mask: Tensor
+    gather: Tensor  # [B, T]: the step of x at aligned step t
+    scatter: Tensor  # [B, T]: the aligned step of x's step t
+
+    @classmethod
+    def of(cls, attention_mask: object, batch: int, length: int, device: torch.device) -> Alignment:
+        mask = check_attention_mask(attention_mask, batch, length).to(device)
+        starts = torch.where(mask.any(dim=1), mask.long().argmax(dim=1), torch.zeros_like(mask[:, 0], dtype=torch.long))
+        steps = torch.arange(length, device=device)
+        return cls(mask, (steps[None] + starts[:, None]) % length, (steps[None] - starts[:, None]) % length)
+
+    def align(self, x: Tensor) -> Tensor:
+        return _gather_steps(x, self.gather)
+
+    def restore(self, y: Tensor) -> Tensor:
+        restored = _gather_steps(y, self.scatter)
+        mask = self.mask.reshape(*self.mask.shape, *(1,) * (restored.dim() - 2))
+        return torch.where(mask, restored, restored.new_zeros(()))
+
+
+def _gather_steps(x: Tensor, index: Tensor) -> Tensor:
+    """``x[b, index[b, t], …]`` for ``x`` ``[B, T, …]``."""
+    return x.gather(1, index.reshape(*index.shape, *(1,) * (x.dim() - 2)).expand(*index.shape, *x.shape[2:]))
+
+
+def padded_call(function: Callable[[Tensor], Tensor], x: Tensor, cu_seqlens: object = None,
+                attention_mask: object = None) -> Tensor:
+    """``function`` (a causal map ``[B, T, …] → [B, T, …]``) on packed sequences or a padded batch, each
+    sequence's outputs as if it were alone (the module docstring says how); ``function(x)`` when both are None."""
+    if cu_seqlens is not None and attention_mask is not None:
+        raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
+    if cu_seqlens is not None:
+        packing = Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device)
+        return packing.pack(function(packing.unpack(x)))
+    if attention_mask is not None:
+        alignment = Alignment.of(attention_mask, x.shape[0], x.shape[1], x.device)
+        return alignment.restore(function(alignment.align(x)))
+    return function(x)

@@ -9,6 +9,7 @@ discretization (:meth:`CoefficientMixer.core_inputs`) and what it does with the 
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
@@ -23,11 +24,30 @@ from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import (coefficient_dynamics, coefficients, ruled_out, select_backend, too_large_to_time,
                                   without_ruled_out)
+from seqdyn.core.packing import padded_call
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
 
 OPERATOR_BACKENDS = ("auto", "quadratic", "recurrent", "chunk", "scan")
+
+
+def _taking_packing(forward: Callable) -> Callable:
+    """A mixer's ``forward(x, backend)`` that also takes ``cu_seqlens=`` (packed sequences, ``x`` ``[1, T, D]``) and
+    ``attention_mask=`` (``[B, T]``, 1 = token, 0 = left or right padding): every mixer is causal, so each sequence
+    is computed as if alone, side by side and right-aligned (:func:`seqdyn.core.packing.padded_call`); outputs at
+    padded steps are 0."""
+
+    @functools.wraps(forward)
+    def wrapped(self, x: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
+                attention_mask: Tensor | None = None) -> Tensor:
+        if cu_seqlens is None and attention_mask is None:
+            return forward(self, x, backend=backend)
+        self.check_input(x)
+        return padded_call(lambda aligned: forward(self, aligned, backend=backend), x, cu_seqlens, attention_mask)
+
+    wrapped.takes_packing = True
+    return wrapped
 
 
 @dataclass
@@ -89,6 +109,8 @@ class Mixer(nn.Module, ABC):
         super().__init_subclass__(**kwargs)
         if "name" not in vars(cls):  # a mixer of your own, or a subclass of a built-in one, is not its base
             cls.name = cls.__name__
+        if "forward" in vars(cls) and not getattr(cls.forward, "takes_packing", False):
+            cls.forward = _taking_packing(cls.forward)
 
     def __init__(self, d_model: int):
         super().__init__()
@@ -162,7 +184,8 @@ class Mixer(nn.Module, ABC):
 
     @abstractmethod
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
-        """``[B, T, D] -> [B, T, D]``."""
+        """``[B, T, D] -> [B, T, D]``; every mixer's forward also takes ``cu_seqlens=`` and ``attention_mask=``
+        (:func:`_taking_packing`)."""
 
     @abstractmethod
     def init_state(self, batch: int) -> Any:

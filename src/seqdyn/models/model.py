@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn import mixers
+from seqdyn.core.packing import padded_call
 from seqdyn.layers.params import is_kept, scaled_width
 from seqdyn.models.blocks import Bidirectional, GatedBlock, TransformerBlock, make_norm
 from seqdyn.models.config import ModelConfig
@@ -69,8 +70,25 @@ class SequenceModel(nn.Module):
         init_weights(self)
 
     # --- full sequences --------------------------------------------------------------------------------------
-    def forward(self, inputs: Tensor, backend: str = "auto") -> Tensor:
-        """``inputs`` (tokens ``[n, T]`` or channels ``[n, T, C_in]``) -> ``[n, T, output_size]``."""
+    def forward(self, inputs: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
+                attention_mask: Tensor | None = None) -> Tensor:
+        """``inputs`` (tokens ``[n, T]`` or channels ``[n, T, C_in]``) -> ``[n, T, output_size]``.
+
+        ``cu_seqlens`` (int offsets ``[N + 1]``, ``inputs`` ``[1, T, …]``): packed sequences; ``attention_mask``
+        (``[n, T]``, 1 = token, 0 = left or right padding): a padded batch.  Either way every sequence's outputs are
+        those it has alone — positions restart, no mixer or convolution reads across a boundary — and a padded step's
+        outputs are 0 (:func:`seqdyn.core.packing.padded_call`).
+        """
+        if cu_seqlens is None and attention_mask is None:
+            return self._forward(inputs, backend)
+        if self.config.bidirectional or not self.head.streams:
+            what = "model.bidirectional" if self.config.bidirectional else f"the {self.spec.head} head"
+            raise ValueError(f"cu_seqlens/attention_mask: {what} reads the whole sequence, so padding or a packed "
+                             "neighbour would change it; run such sequences one by one (or as a batch of equal "
+                             "length)")
+        return padded_call(lambda aligned: self._forward(aligned, backend), inputs, cu_seqlens, attention_mask)
+
+    def _forward(self, inputs: Tensor, backend: str) -> Tensor:
         x = self.embed(inputs)
         for block in self.blocks:
             x = block(x, backend=backend)

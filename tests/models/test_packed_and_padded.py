@@ -1,0 +1,48 @@
+"""Models take packed sequences and padded batches: positions restart, the short convolution and every mixer stay
+inside a sequence, outputs equal each sequence alone (issue 33, item 2)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqdyn.models import build_model
+from tests.models.helpers import config, inputs, spec
+
+CU_SEQLENS = torch.tensor([0, 5, 6, 15, 18])
+
+
+def hybrid(**fields):
+    torch.manual_seed(0)
+    options = dict(mixer=["gated_deltanet", "softmax_attention"], positions=True, block="gated", short_conv=True)
+    return build_model(config(**{**options, **fields}), spec(input_len=18)).double()
+
+
+def test_a_packed_model_equals_each_sequence_alone():
+    model = hybrid()
+    tokens = inputs(spec(input_len=18), batch=1, length=18)
+    packed = model(tokens, cu_seqlens=CU_SEQLENS)
+    alone = torch.cat([model(tokens[:, start:end]) for start, end in zip(CU_SEQLENS[:-1].tolist(),
+                                                                            CU_SEQLENS[1:].tolist())], dim=1)
+    torch.testing.assert_close(packed, alone, rtol=0, atol=1e-12)
+
+
+def test_a_left_and_right_padded_model_batch_equals_each_sequence_alone():
+    model = hybrid()
+    tokens = inputs(spec(input_len=18), batch=3, length=7)
+    mask = torch.tensor([[1] * 7, [0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]])
+    padded = model(tokens, attention_mask=mask)
+    for row in range(3):
+        kept = mask[row].bool()
+        torch.testing.assert_close(padded[row, kept], model(tokens[row:row + 1, kept])[0], rtol=0, atol=1e-12)
+        assert padded[row, ~kept].abs().max() == 0 if (~kept).any() else True
+
+
+@pytest.mark.parametrize(("build", "words"), [
+    (lambda: build_model(config(bidirectional=True), spec()), "model.bidirectional reads the whole sequence"),
+    (lambda: build_model(config(), spec(head="autoencoder")), "the autoencoder head reads the whole sequence"),
+])
+def test_models_that_read_the_whole_sequence_refuse_packing(build, words):
+    model = build()
+    with pytest.raises(ValueError, match=words):
+        model(inputs(model.spec, batch=1), cu_seqlens=torch.tensor([0, 4, 12]))
