@@ -36,11 +36,18 @@ def _taking_packing(forward: Callable) -> Callable:
     """A mixer's ``forward(x, backend)`` that also takes ``cu_seqlens=`` (packed sequences, ``x`` ``[1, T, D]``) and
     ``attention_mask=`` (``[B, T]``, 1 = token, 0 = left or right padding): every mixer is causal, so each sequence
     is computed as if alone, side by side and right-aligned (:func:`seqdyn.core.packing.padded_call`); outputs at
-    padded steps are 0."""
+    padded steps are 0.  And ``state=`` / ``return_state=True``: the forward from a state (``init_state``'s
+    layout; ``None``: the start) that returns ``(y, next state)`` (:meth:`Mixer.forward_with_state`)."""
 
     @functools.wraps(forward)
     def wrapped(self, x: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
-                attention_mask: Tensor | None = None) -> Tensor:
+                attention_mask: Tensor | None = None, state: Any = None, return_state: bool = False):
+        if state is not None or return_state:
+            if cu_seqlens is not None or attention_mask is not None:
+                raise ValueError("state, return_state: not with cu_seqlens or attention_mask yet; run the sequences "
+                                 "as a batch of equal length, or one by one")
+            y, state = self.forward_with_state(x, state, backend)
+            return (y, state) if return_state else y
         if cu_seqlens is None and attention_mask is None:
             return forward(self, x, backend=backend)
         self.check_input(x)
@@ -191,6 +198,19 @@ class Mixer(nn.Module, ABC):
     def init_state(self, batch: int) -> Any:
         """The state before the first token."""
 
+    def forward_with_state(self, x: Tensor, state: Any = None, backend: str = "auto") -> tuple[Tensor, Any]:
+        """``(y [B, T, D], the state after x)`` from ``state`` (``None``: :meth:`init_state`): a prefill, or its
+        continuation.  Here token by token with :meth:`step`, which is exact for every mixer; a mixer with a
+        parallel form overrides it (:class:`CoefficientMixer` runs the operator from the state)."""
+        self.check_input(x)
+        self.check_backend(backend)
+        state = self.init_state(x.shape[0]) if state is None else state
+        outputs = []
+        for position in range(x.shape[1]):
+            y, state = self.step(x[:, position], state)
+            outputs.append(y)
+        return torch.stack(outputs, dim=1), state
+
     @abstractmethod
     def step(self, x_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         """One token ``[B, D]``: ``(y_t [B, D], state)``; token by token equals :meth:`forward`."""
@@ -292,14 +312,25 @@ class CoefficientMixer(Mixer):
 
     def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
         self.check_input(x_t, "x_t", with_time=False)
+        y, state = self._from_state(x_t.unsqueeze(1), state, "recurrent")
+        return y[:, 0], state
+
+    def forward_with_state(self, x: Tensor, state: MixerState | None = None,
+                           backend: str = "auto") -> tuple[Tensor, MixerState]:
+        """The operator from the state's core (its ``initial_state``), the short convolutions from their inputs so
+        far, positions from the state's: in parallel, with any backend."""
+        self.check_input(x)
+        return self._from_state(x, self.init_state(x.shape[0]) if state is None else state, self.check_backend(backend))
+
+    def _from_state(self, x: Tensor, state: MixerState, backend: str) -> tuple[Tensor, MixerState]:
         if not isinstance(state, MixerState):
             raise ValueError(f"state: expected the MixerState of {self.name}.init_state(batch), got {type(state).__name__}")
-        check_state_batch(self.name, state.batch, x_t.shape[0])
-        state = MixerState(state.core, dict(state.conv), x_t.shape[0], state.position)
-        inputs, extras = self.core_inputs(x_t.unsqueeze(1), state)
-        core, state.core = self.run_core(inputs, "recurrent", state.core, output_final_state=True)
-        state.position += 1
-        return self.core_output(core, extras)[:, 0], state
+        check_state_batch(self.name, state.batch, x.shape[0])
+        state = MixerState(state.core, dict(state.conv), x.shape[0], state.position)
+        inputs, extras = self.core_inputs(x, state)
+        core, state.core = self.run_core(inputs, backend, state.core, output_final_state=True)
+        state.position += x.shape[1]
+        return self.core_output(core, extras), state
 
     def coefficients(self, x: Tensor) -> Tensor:
         self.check_input(x)

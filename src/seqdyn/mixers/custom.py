@@ -193,10 +193,18 @@ class Custom(CoefficientMixer):
         return sums[..., 0].abs().clamp(min=1.0)
 
     def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
-        if self.normalizer_kind == "state":
-            raise ValueError("normalizer: 'state' is computed over the whole sequence here; custom with it cannot "
-                             "step() — use normalizer='abs_max1' (the same η for the identity readout) to stream")
+        self._check_streams("step()")
         return super().step(x_t, state)
+
+    def forward_with_state(self, x: Tensor, state: MixerState | None = None,
+                           backend: str = "auto") -> tuple[Tensor, MixerState]:
+        self._check_streams("run from a state")
+        return super().forward_with_state(x, state, backend)
+
+    def _check_streams(self, what: str) -> None:
+        if self.normalizer_kind == "state":
+            raise ValueError(f"normalizer: 'state' is computed over the whole sequence here; custom with it cannot "
+                             f"{what} — use normalizer='abs_max1' (the same η for the identity readout) to stream")
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)

@@ -24,7 +24,7 @@ from torch.nn.attention.bias import causal_lower_right
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.core.precision import float32_under_autocast
-from seqdyn.mixers.base import check_positive, check_state_batch
+from seqdyn.mixers.base import Mixer, check_positive, check_state_batch
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
 
 
@@ -155,6 +155,9 @@ class LocalAttention(SoftmaxAttention):
             out, cache = self._attend(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache)
             outputs.append(out)
         return torch.cat(outputs, dim=2)
+
+    #: its state is a window cache, not the operator's: from a state it runs token by token
+    forward_with_state = Mixer.forward_with_state
 
     def step(self, x_t: Tensor, state: WindowCache) -> tuple[Tensor, WindowCache]:
         self.check_input(x_t, "x_t", with_time=False)
