@@ -46,3 +46,26 @@ def test_models_that_read_the_whole_sequence_refuse_packing(build, words):
     model = build()
     with pytest.raises(ValueError, match=words):
         model(inputs(model.spec, batch=1), cu_seqlens=torch.tensor([0, 4, 12]))
+
+
+@pytest.mark.parametrize("head", ["lm", "classification"])
+@pytest.mark.parametrize("block", ["gated", "transformer"])
+def test_a_model_prefilled_in_chunks_then_stepped_equals_one_forward(head, block):
+    torch.manual_seed(0)
+    fields = dict(mixer=["gated_deltanet", "softmax_attention"], positions=True, block=block)
+    if block == "gated":
+        fields["short_conv"] = True
+    model = build_model(config(**fields), spec(head=head, input_len=13)).double()
+    tokens = inputs(model.spec, batch=2, length=13)
+    whole = model(tokens)
+    state, outputs = None, []
+    for start, end in ((0, 5), (5, 6), (6, 10)):
+        out, state = model(tokens[:, start:end], state=state, return_state=True)
+        outputs.append(out)
+    for position in range(10, 13):
+        out, state = model.step(tokens[:, position], state)
+        outputs.append(out[:, None])
+    torch.testing.assert_close(torch.cat(outputs, dim=1), whole, rtol=0, atol=1e-11)
+    assert state.position == 13
+    with pytest.raises(ValueError, match=r"^state: positions 13 … 13 run past the learned positions"):
+        model(tokens[:, :1], state=state)

@@ -136,6 +136,18 @@ class TransformerBlock(_Block):
     def init_state(self, batch: int) -> Any:
         return self.mixer.init_state(batch)
 
+    def forward_with_state(self, x: Tensor, state: Any, backend: str = "auto") -> tuple[Tensor, Any]:
+        """Positions ``[B, T, D]`` that follow ``state``: ``(x [B, T, D], state)``, the mixer run from its state."""
+        ran = []
+
+        def branch(u: Tensor) -> Tensor:
+            y, new_state = self.mixer(u, backend=backend, state=state, return_state=True)
+            ran.append(new_state)
+            return y
+
+        x = self._mlp(self._residual(x, self.norm1, branch))
+        return x, ran[0]
+
     def step(self, x_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         """One position ``[B, D]``: ``(x_t [B, D], state)``."""
         stepped = []
@@ -196,6 +208,20 @@ class GatedBlock(_Block):
     def init_state(self, batch: int) -> GatedState:
         conv = None if self.conv is None else self.conv.init_state(batch)
         return GatedState(conv, self.mixer.init_state(batch))
+
+    def forward_with_state(self, x: Tensor, state: GatedState, backend: str = "auto") -> tuple[Tensor, GatedState]:
+        """Positions ``[B, T, D]`` that follow ``state``: the short convolution from its last inputs, the mixer
+        from its state."""
+        ran = []
+
+        def branch(u: Tensor) -> Tensor:
+            a, conv = self._mixer_input(u, state.conv)
+            m, mixer_state = self.mixer(a, backend=backend, state=state.mixer, return_state=True)
+            ran.append(GatedState(conv, mixer_state))
+            return self._output(m, u)
+
+        x = self._mlp(self._residual(x, self.norm1, branch))
+        return x, ran[0]
 
     def step(self, x_t: Tensor, state: GatedState) -> tuple[Tensor, GatedState]:
         """One position ``[B, D]``: ``(x_t [B, D], state)``."""

@@ -40,6 +40,11 @@ class Head(nn.Module):
         """One position ``[n, D]``: ``(out_t [n, out], state)``."""
         return self(h_t.unsqueeze(1))[:, 0], state
 
+    def forward_with_state(self, h: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """Positions ``[n, T, D]`` that follow ``state``: ``(out [n, T, out], state)`` (a per-position head keeps
+        none)."""
+        return self(h), state
+
 
 class LinearHead(Head):
     """``h W + b`` at every position (lm, regression, tagging).  ``tied``: use that embedding's weight as ``W``."""
@@ -87,6 +92,12 @@ class MeanPoolHead(Head):
         total, count = state
         total = h_t if total is None else total + h_t
         return self.proj(total / (count + 1)), (total, count + 1)
+
+    def forward_with_state(self, h: Tensor, state: tuple[Tensor | None, int]) -> tuple[Tensor, tuple[Tensor, int]]:
+        total, count = state
+        sums = h.cumsum(1) if total is None else h.cumsum(1) + total[:, None]  # [n, T, D]: Σ_{s≤t} h_s
+        counts = torch.arange(count + 1, count + h.shape[1] + 1, device=h.device, dtype=h.dtype)
+        return self.proj(sums / counts[:, None]), (sums[:, -1], count + h.shape[1])
 
 
 def sinusoidal_positions(length: int, dim: int) -> Tensor:

@@ -71,14 +71,24 @@ class SequenceModel(nn.Module):
 
     # --- full sequences --------------------------------------------------------------------------------------
     def forward(self, inputs: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
-                attention_mask: Tensor | None = None) -> Tensor:
+                attention_mask: Tensor | None = None, state: ModelState | None = None, return_state: bool = False):
         """``inputs`` (tokens ``[n, T]`` or channels ``[n, T, C_in]``) -> ``[n, T, output_size]``.
 
         ``cu_seqlens`` (int offsets ``[N + 1]``, ``inputs`` ``[1, T, …]``): packed sequences; ``attention_mask``
         (``[n, T]``, 1 = token, 0 = left or right padding): a padded batch.  Either way every sequence's outputs are
         those it has alone — positions restart, no mixer or convolution reads across a boundary — and a padded step's
         outputs are 0 (:func:`seqdyn.core.packing.padded_call`).
+
+        ``state`` (:meth:`init_state`'s, or one returned before) and ``return_state=True``: the positions that follow
+        that state, and ``(outputs, the next state)`` — a prefill in chunks of any size, then :meth:`step`, equals
+        one forward over the whole sequence.
         """
+        if state is not None or return_state:
+            if cu_seqlens is not None or attention_mask is not None:
+                raise ValueError("state, return_state: not with cu_seqlens or attention_mask yet; run the sequences "
+                                 "as a batch of equal length, or one by one")
+            outputs, state = self._forward_with_state(inputs, state, backend)
+            return (outputs, state) if return_state else outputs
         if cu_seqlens is None and attention_mask is None:
             return self._forward(inputs, backend)
         if self.config.bidirectional or not self.head.streams:
@@ -87,6 +97,25 @@ class SequenceModel(nn.Module):
                              "neighbour would change it; run such sequences one by one (or as a batch of equal "
                              "length)")
         return padded_call(lambda aligned: self._forward(aligned, backend), inputs, cu_seqlens, attention_mask)
+
+    def _forward_with_state(self, inputs: Tensor, state: ModelState | None, backend: str) -> tuple[Tensor, ModelState]:
+        self._check_inputs(inputs, with_time=True)
+        state = self.init_state(inputs.shape[0]) if state is None else state
+        if not isinstance(state, ModelState):
+            raise ValueError(f"state: expected the ModelState of init_state(batch), got {type(state).__name__}")
+        x = self._input_map(inputs)
+        end = state.position + inputs.shape[1]
+        if self.positions is not None:
+            if end > self.spec.input_len:
+                raise ValueError(f"state: positions {state.position} … {end - 1} run past the learned positions "
+                                 f"(input_len={self.spec.input_len})")
+            x = x + self.positions.weight[state.position:end]
+        block_states = []
+        for block, block_state in zip(self.blocks, state.blocks):
+            x, block_state = block.forward_with_state(x, block_state, backend)
+            block_states.append(block_state)
+        out, head_state = self.head.forward_with_state(self.norm(x), state.head)
+        return out, ModelState(end, block_states, head_state)
 
     def _forward(self, inputs: Tensor, backend: str) -> Tensor:
         x = self.embed(inputs)
