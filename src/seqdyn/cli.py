@@ -353,7 +353,7 @@ def reproduce(
 
 @app.command()
 def demo(
-    quick: bool = typer.Option(False, help="Only T=256 and 1024 in the benchmark table (about a minute)."),
+    quick: bool = typer.Option(False, help="Only T=256 and 1024 in the benchmark table (about 75 s on 2 cores)."),
 ) -> None:
     """The operator demo: every backend against the reference, then the benchmark table."""
     from seqdyn.bench.operator import run_demo

@@ -92,3 +92,18 @@ def test_a_sweep_with_two_workers_imports_the_mixer_by_its_path(example_mixer, t
     assert done.returncode == 0, done.stderr
     with Store(tmp_path / "runs.db", readonly=True) as store:
         assert [record.status for record in store.runs()] == ["finished", "finished"]
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_imports_the_mixer_by_its_path(example_mixer, tmp_path):
+    pytest.importorskip("ray", reason="install the 'ray' extra to run the Ray path")
+    config = tmp_path / "sweep.yaml"
+    config.write_text(yaml.safe_dump(few_steps(example_mixer, sweep={"optimizer.lr": [1e-3, 3e-3]})))
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]), RAY_ADDRESS="",
+                       SEQDYN_RAY_NUM_CPUS="2")
+    done = subprocess.run([sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(tmp_path / "runs.db"),
+                           "--ray", "--no-progress"], capture_output=True, text=True, env=environment, cwd=tmp_path,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with Store(tmp_path / "runs.db", readonly=True) as store:
+        assert [record.status for record in store.runs()] == ["finished", "finished"]
