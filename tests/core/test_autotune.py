@@ -209,8 +209,24 @@ def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
     monkeypatch.setattr(autotune, "REPEATS", 3)
     times = autotune.measure(["a", "b", "c", "d"], trial, torch.device("cpu"))
     assert list(times) == ["b", "a", "c"] and times == {"b": 1500.0, "a": 2000.0, "c": 40000.0}
-    assert calls.count("c") == 1  # its warm-up took 40 > HOPELESS × 3: never called again
+    assert calls.count("c") == 1  # its warm-up took 40 > HOPELESS_WARMUP × 3: never called again
     assert calls.count("a") == calls.count("b") == 2 + 2 and calls.count("d") == 1
+
+
+def test_a_warm_up_slowed_by_one_time_costs_is_timed_once_and_can_win(monkeypatch):
+    """The bench's miss (ttt_linear, T 64, forward): quadratic's warm-up took 4× chunk's timed call, yet its
+    timed calls were the faster; a warm-up within HOPELESS_WARMUP × the fastest is timed before it is judged."""
+    durations = {"a": [3.0, 2.0, 2.0, 2.0], "b": [8.0, 1.5, 1.5, 1.5]}
+    calls = []
+
+    def fake_seconds(call, device):
+        call()
+        return durations[calls[-1]].pop(0)
+
+    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    monkeypatch.setattr(autotune, "REPEATS", 3)
+    times = autotune.measure(["a", "b"], calls.append, torch.device("cpu"))
+    assert list(times) == ["b", "a"] and times["b"] == 1500.0
 
 
 def test_a_slow_first_call_of_the_likeliest_candidate_does_not_rule_it_out(monkeypatch):

@@ -45,6 +45,10 @@ __all__ = ["BackendChoice", "cache_path", "choose", "clear_cache", "elapsed_seco
 REPEATS = 3
 #: after the first timed round, a candidate this many times slower than the fastest is not timed again
 HOPELESS = 3.0
+#: a candidate whose warm-up alone took this many times the fastest timed call is not timed at all (a warm-up
+#: carries one-time costs — allocation, lazy set-up — of up to ~4× at small sizes, so a slow warm-up below this is
+#: timed once before it is judged)
+HOPELESS_WARMUP = 10.0
 #: a close call: the runner-up within this factor of the fastest after ``REPEATS`` rounds ...
 CLOSE = 1.25
 #: ... is timed for up to this many rounds in all (the candidates within ``CLOSE``), each fastest call counting
@@ -244,8 +248,8 @@ def elapsed_seconds(call: Callable[[], object], device: torch.device) -> float:
 def measure(candidates: Sequence[str], trial: Callable[[str], None], device: torch.device) -> dict[str, float]:
     """Milliseconds of ``trial(name)`` per candidate, fastest first.  In the order given (the likeliest first), a
     warm-up call each (a first call may load a kernel or allocate: it is not counted), then one timed call — unless
-    the warm-up already took ``HOPELESS`` × the fastest timed call so far: a first call is never faster than a later
-    one, so that candidate cannot win (its warm-up is reported).  Then ``REPEATS − 1`` more rounds over the
+    the warm-up already took ``HOPELESS_WARMUP`` × the fastest timed call so far: a first call is never much faster
+    than a later one, so that candidate cannot win (its warm-up is reported).  Then ``REPEATS − 1`` more rounds over the
     candidates within ``HOPELESS`` × the fastest, the fastest call counting; where the runner-up is still within
     ``CLOSE`` × the fastest (the choice could go either way on one noisy call), more rounds over the candidates
     within ``CLOSE``, up to ``CLOSE_REPEATS`` in all or until the runner-up falls behind.  A candidate that fails
@@ -257,7 +261,7 @@ def measure(candidates: Sequence[str], trial: Callable[[str], None], device: tor
         except (RuntimeError, MemoryError):
             continue
         fastest = min(times.values(), default=math.inf)
-        times[name] = warm if warm > HOPELESS * fastest else elapsed_seconds(lambda: trial(name), device)
+        times[name] = warm if warm > HOPELESS_WARMUP * fastest else elapsed_seconds(lambda: trial(name), device)
     for timed_round in range(2, max(REPEATS, CLOSE_REPEATS) + 1):
         fastest = min(times.values(), default=math.inf)
         within = HOPELESS if timed_round <= REPEATS else CLOSE
