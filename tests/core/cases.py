@@ -9,6 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import seqdyn
+from seqdyn.core.backends import REGISTRY
+from seqdyn.core.dynamics import Dynamics
+from seqdyn.core.problem import prepare
 
 READOUT_NAMES = ("identity", "exp", "softplus", "relu", "sigmoid", "elu1", "square", "tanh_callable")
 DECAYS = ("none", "scalar", "diagonal", "scalar_unstable", "diagonal_unstable")
@@ -152,3 +155,22 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: float, what:
     scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
     error = float((actual - expected).abs().max()) if expected.numel() else 0.0
     assert error <= tol * scale, f"{what}: max error {error:.3e} > {tol:.0e} × {scale:.3g}"
+
+
+#: readout, decay, Householder and normalizer combinations of the state tests
+STATE_COMBOS = [
+    ("identity", "diagonal", "none", "none"),
+    ("identity", "scalar", "keys", "sum"),
+    ("identity", "diagonal_unstable", "given", "abs_max1"),
+    ("identity", "none", "none", "tensor"),
+    ("exp", "none", "none", "sum"),
+    ("exp", "scalar", "none", "sum"),
+    ("softplus", "diagonal", "keys", "abs_max1"),
+]
+
+
+def supported(combo, backend: str) -> bool:
+    """Whether ``backend`` computes the combination ``combo``."""
+    leaves, options = build(random_case(*combo, seed=0, with_state=False))
+    q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
+    return REGISTRY[backend].unsupported(prepare(Dynamics(q, k, v, **leaves, **options))) is None

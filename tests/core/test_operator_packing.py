@@ -8,8 +8,7 @@ import torch
 
 import seqdyn
 from seqdyn.core.backends import REGISTRY
-from tests.core.cases import _state, assert_close, build, call, flatten, random_case
-from tests.core.test_operator_states import STATE_COMBOS, _as_leaves, _supported
+from tests.core.cases import STATE_COMBOS, _state, assert_close, build, call, flatten, random_case, supported
 
 LENGTHS = (5, 1, 9, 3)  # boundaries inside and at the edges of chunks of 4; a sequence of one step
 CU_SEQLENS = torch.tensor([0, 5, 6, 15, 18])
@@ -41,7 +40,7 @@ def _one_sequence(states: dict, index: int, readout: str) -> dict:
 
 
 @pytest.mark.parametrize("combo,backend", [(c, b) for c in STATE_COMBOS for b in [*REGISTRY, "auto"]
-                                           if b == "auto" or _supported(c, b)],
+                                           if b == "auto" or supported(c, b)],
                          ids=lambda x: x if isinstance(x, str) else "-".join(x))
 def test_a_packed_batch_equals_each_sequence_alone_with_states_and_gradients(combo, backend, tmp_path,
                                                                              monkeypatch):

@@ -7,19 +7,7 @@ import torch
 
 import seqdyn
 from seqdyn.core.backends import REGISTRY
-from seqdyn.core.dynamics import Dynamics
-from seqdyn.core.problem import prepare
-from tests.core.cases import assert_close, build, call, flatten, random_case
-
-STATE_COMBOS = [
-    ("identity", "diagonal", "none", "none"),
-    ("identity", "scalar", "keys", "sum"),
-    ("identity", "diagonal_unstable", "given", "abs_max1"),
-    ("identity", "none", "none", "tensor"),
-    ("exp", "none", "none", "sum"),
-    ("exp", "scalar", "none", "sum"),
-    ("softplus", "diagonal", "keys", "abs_max1"),
-]
+from tests.core.cases import STATE_COMBOS, assert_close, build, call, flatten, random_case, supported
 
 
 def _split(leaves: dict, start: int, stop: int) -> dict:
@@ -34,13 +22,7 @@ def _as_leaves(state, readout: str, normalizer: str) -> dict:
     return {"state_S": state}
 
 
-def _supported(combo, backend: str) -> bool:
-    leaves, options = build(random_case(*combo, seed=0, with_state=False))
-    q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
-    return REGISTRY[backend].unsupported(prepare(Dynamics(q, k, v, **leaves, **options))) is None
-
-
-@pytest.mark.parametrize("combo,backend", [(c, b) for c in STATE_COMBOS for b in REGISTRY if _supported(c, b)],
+@pytest.mark.parametrize("combo,backend", [(c, b) for c in STATE_COMBOS for b in REGISTRY if supported(c, b)],
                          ids=lambda x: x if isinstance(x, str) else "-".join(x))
 def test_two_halves_with_state_passing_equal_the_whole(combo, backend):
     case = random_case(*combo, seed=7, length=13, with_state=True, chunk_size=4)

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from seqdyn import mixers
-from tests.core.cases import flatten
 
 CHUNKS = (5, 1, 4)  # then 3 tokens by step: T = 13
 

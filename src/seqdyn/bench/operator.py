@@ -330,7 +330,7 @@ def agreement(length: int = 200, dim: int = 16, seed: int = 0) -> list[tuple[str
 
 def run_demo(quick: bool = False) -> None:
     """``seqdyn demo``: agreement of every backend with the reference, then the benchmark table."""
-    from seqdyn.train.progress import console as make_console, progress_bar
+    from seqdyn.train.progress import console as make_console
     from rich.table import Table
 
     console = make_console()
