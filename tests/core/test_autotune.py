@@ -191,21 +191,29 @@ def test_one_possible_backend_is_chosen_without_timing(file_cache, monkeypatch):
     assert (choice, choice.source) == ("recurrent", "only")
 
 
-def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
-    """With a fake clock: each call of a candidate, its warm-up first, takes its listed times in turn."""
-    durations = {"a": [9.0, 5.0, 2.0, 2.5], "b": [4.0, 3.0, 1.5, 1.6], "c": [40.0], "d": []}
-    calls = []
+def fake_clock(monkeypatch, durations: dict[str, list[float]]) -> list[str]:
+    """Each call of a candidate, its warm-up first, takes its listed seconds in turn; returns the calls made (the
+    trial to pass to ``measure`` is its ``append``)."""
+    calls: list[str] = []
 
     def fake_seconds(call, device):
         call()
         return durations[calls[-1]].pop(0)
+
+    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    return calls
+
+
+def test_measure_keeps_the_fastest_and_stops_timing_the_hopeless(monkeypatch):
+    """With a fake clock: each call of a candidate, its warm-up first, takes its listed times in turn."""
+    durations = {"a": [9.0, 5.0, 2.0, 2.5], "b": [4.0, 3.0, 1.5, 1.6], "c": [40.0], "d": []}
+    calls = fake_clock(monkeypatch, durations)
 
     def trial(name):
         calls.append(name)
         if name == "d":
             raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
     monkeypatch.setattr(autotune, "REPEATS", 3)
     times = autotune.measure(["a", "b", "c", "d"], trial, torch.device("cpu"))
     assert list(times) == ["b", "a", "c"] and times == {"b": 1500.0, "a": 2000.0, "c": 40000.0}
@@ -217,13 +225,7 @@ def test_a_warm_up_slowed_by_one_time_costs_is_timed_once_and_can_win(monkeypatc
     """The bench's miss (ttt_linear, T 64, forward): quadratic's warm-up took 4× chunk's timed call, yet its
     timed calls were the faster; a warm-up within HOPELESS_WARMUP × the fastest is timed before it is judged."""
     durations = {"a": [3.0, 2.0, 2.0, 2.0], "b": [8.0, 1.5, 1.5, 1.5]}
-    calls = []
-
-    def fake_seconds(call, device):
-        call()
-        return durations[calls[-1]].pop(0)
-
-    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    calls = fake_clock(monkeypatch, durations)
     monkeypatch.setattr(autotune, "REPEATS", 3)
     times = autotune.measure(["a", "b"], calls.append, torch.device("cpu"))
     assert list(times) == ["b", "a"] and times["b"] == 1500.0
@@ -232,13 +234,7 @@ def test_a_warm_up_slowed_by_one_time_costs_is_timed_once_and_can_win(monkeypatc
 def test_a_slow_first_call_of_the_likeliest_candidate_does_not_rule_it_out(monkeypatch):
     """The first candidate's warm-up (a kernel loading) is never compared: only timed calls set the bar."""
     durations = {"a": [50.0, 1.0, 1.0], "b": [2.0, 2.0, 2.0]}
-    calls = []
-
-    def fake_seconds(call, device):
-        call()
-        return durations[calls[-1]].pop(0)
-
-    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    calls = fake_clock(monkeypatch, durations)
     monkeypatch.setattr(autotune, "REPEATS", 2)
     assert list(autotune.measure(["a", "b"], calls.append, torch.device("cpu"))) == ["a", "b"]
 
@@ -248,13 +244,7 @@ def test_a_close_call_is_timed_more_rounds_among_the_close_candidates_only(monke
     ``c``, 2× behind) until ``CLOSE_REPEATS``; ``a``'s later fastest calls overturn the early lead."""
     durations = {"a": [3.0, 1.1, 1.1, 1.1, 1.0, 0.8, 0.8], "b": [3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
                  "c": [3.0, 2.0, 2.0, 2.0]}
-    calls = []
-
-    def fake_seconds(call, device):
-        call()
-        return durations[calls[-1]].pop(0)
-
-    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    calls = fake_clock(monkeypatch, durations)
     monkeypatch.setattr(autotune, "REPEATS", 3)
     monkeypatch.setattr(autotune, "CLOSE", 1.25)
     monkeypatch.setattr(autotune, "CLOSE_REPEATS", 6)
@@ -267,13 +257,7 @@ def test_a_close_call_stops_once_the_runner_up_falls_behind(monkeypatch):
     """A runner-up within ``CLOSE`` after ``REPEATS`` rounds whose next call is slower than ``CLOSE`` × the
     fastest is timed no more."""
     durations = {"a": [2.0, 1.0, 1.0, 0.5], "b": [2.0, 1.2, 1.2, 1.2]}
-    calls = []
-
-    def fake_seconds(call, device):
-        call()
-        return durations[calls[-1]].pop(0)
-
-    monkeypatch.setattr(autotune, "elapsed_seconds", fake_seconds)
+    calls = fake_clock(monkeypatch, durations)
     monkeypatch.setattr(autotune, "REPEATS", 2)
     monkeypatch.setattr(autotune, "CLOSE_REPEATS", 9)
     times = autotune.measure(["a", "b"], trial=calls.append, device=torch.device("cpu"))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Alignment", "Packing", "check_cu_seqlens", "padded_call"]
+__all__ = ["Alignment", "Packing", "check_cu_seqlens", "from_state", "padded_call"]
 
 
 def check_cu_seqlens(cu_seqlens: object, length: int, batch: int, name: str = "cu_seqlens") -> list[int]:
@@ -145,6 +145,17 @@ class Alignment:
 def _gather_steps(x: Tensor, index: Tensor) -> Tensor:
     """``x[b, index[b, t], …]`` for ``x`` ``[B, T, …]``."""
     return x.gather(1, index.reshape(*index.shape, *(1,) * (x.dim() - 2)).expand(*index.shape, *x.shape[2:]))
+
+
+def from_state(run: Callable[[Tensor, object], tuple[Tensor, object]], x: Tensor, state: object, return_state: bool,
+               cu_seqlens: object = None, attention_mask: object = None):
+    """``run(x, state)`` → ``(y, next state)``, returned whole with ``return_state``, else ``y`` alone: a mixer's or
+    a model's forward from a state.  Not together with packing or padding yet."""
+    if cu_seqlens is not None or attention_mask is not None:
+        raise ValueError("state, return_state: not with cu_seqlens or attention_mask yet; run the sequences as a "
+                         "batch of equal length, or one by one")
+    y, state = run(x, state)
+    return (y, state) if return_state else y
 
 
 def padded_call(function: Callable[[Tensor], Tensor], x: Tensor, cu_seqlens: object = None,

@@ -24,7 +24,7 @@ from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import (coefficient_dynamics, coefficients, ruled_out, select_backend, too_large_to_time,
                                   without_ruled_out)
-from seqdyn.core.packing import padded_call
+from seqdyn.core.packing import from_state, padded_call
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
@@ -43,11 +43,8 @@ def _taking_packing(forward: Callable) -> Callable:
     def wrapped(self, x: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
                 attention_mask: Tensor | None = None, state: Any = None, return_state: bool = False):
         if state is not None or return_state:
-            if cu_seqlens is not None or attention_mask is not None:
-                raise ValueError("state, return_state: not with cu_seqlens or attention_mask yet; run the sequences "
-                                 "as a batch of equal length, or one by one")
-            y, state = self.forward_with_state(x, state, backend)
-            return (y, state) if return_state else y
+            return from_state(lambda u, s: self.forward_with_state(u, s, backend), x, state, return_state, cu_seqlens,
+                              attention_mask)
         if cu_seqlens is None and attention_mask is None:
             return forward(self, x, backend=backend)
         self.check_input(x)

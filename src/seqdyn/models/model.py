@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn import mixers
-from seqdyn.core.packing import padded_call
+from seqdyn.core.packing import from_state, padded_call
 from seqdyn.layers.params import is_kept, scaled_width
 from seqdyn.models.blocks import Bidirectional, GatedBlock, TransformerBlock, make_norm
 from seqdyn.models.config import ModelConfig
@@ -84,11 +84,8 @@ class SequenceModel(nn.Module):
         one forward over the whole sequence.
         """
         if state is not None or return_state:
-            if cu_seqlens is not None or attention_mask is not None:
-                raise ValueError("state, return_state: not with cu_seqlens or attention_mask yet; run the sequences "
-                                 "as a batch of equal length, or one by one")
-            outputs, state = self._forward_with_state(inputs, state, backend)
-            return (outputs, state) if return_state else outputs
+            return from_state(lambda u, s: self._forward_with_state(u, s, backend), inputs, state, return_state,
+                              cu_seqlens, attention_mask)
         if cu_seqlens is None and attention_mask is None:
             return self._forward(inputs, backend)
         if self.config.bidirectional or not self.head.streams:
