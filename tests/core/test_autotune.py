@@ -13,6 +13,8 @@ import torch
 import seqdyn
 from seqdyn.core import autotune
 from seqdyn.core.autotune import BackendChoice
+from seqdyn.core.operator import auto_plan
+from seqdyn.mixers.base import MixerState
 
 
 @pytest.fixture
@@ -52,7 +54,7 @@ def test_a_cold_cache_measures_every_candidate_and_writes_the_fastest(file_cache
     path, data = the_cache_file(file_cache)
     assert data["fingerprint"] == autotune.fingerprint(torch.device("cpu"))
     ((key, entry),) = data["choices"].items()
-    assert entry["backend"] == choice and "B2 H3 T24 K4 V5" in key and "train" in key
+    assert entry["backend"] == choice and "B2 T24 | H3 K4 V5" in key and "train" in key
 
 
 def test_a_cached_shape_is_decided_without_timing_and_the_call_reads_the_same_choice(file_cache, monkeypatch):
@@ -278,13 +280,29 @@ def test_a_named_backend_says_so():
     assert (choice, choice.source) == ("chunk", "asked")
 
 
+def test_a_coefficient_mixer_times_its_whole_call_with_each_candidate(file_cache, monkeypatch):
+    """What a mixer's ``auto`` times is its forward — projections, convolutions and output included — with each of
+    the operator's candidates, not the operator alone: around the core, the ranking can reverse."""
+    mixer = seqdyn.mixers.build("mamba2", 16, head_dim=4, state_dim=4)
+    x = torch.randn(2, 16, 16)
+    outputs = []
+    core_output = mixer.core_output
+    monkeypatch.setattr(mixer, "core_output", lambda *args: outputs.append(1) or core_output(*args))
+    choice = mixer.backend_for(x)
+    candidates, _, _ = auto_plan(mixer.core_inputs(x, MixerState())[0], mixer.chunk_size)
+    assert choice.source == "measured" and set(choice.times_ms) == set(candidates)
+    assert len(outputs) >= 2 * len(candidates)  # a warm-up and a timed call each
+    mixer(x)
+    assert mixer.backend_for(x).source == "cache" and "operator: H=8, K=4, V=4" in mixer.backend_for(x).why
+
+
 def test_a_mixer_explains_its_choice_for_training_and_for_the_forward(file_cache):
     mixer = seqdyn.mixers.build("qlstm", 8)
     x = torch.randn(2, 16, 8)
     training = mixer.explain_backend(x)
     with torch.no_grad():
         forward = mixer.explain_backend(x)
-    assert "forward + backward of B=2, H=8, T=16, K=1, V=1" in training.why
-    assert "forward of B=2" in forward.why
+    assert "forward + backward of qlstm, B=2, T=16, D=8 (operator: H=8, K=1, V=1" in training.why
+    assert "forward of qlstm, B=2" in forward.why
     mixer(x).sum().backward()  # the call reads the choice backend_for measured
     assert mixer.backend_for(x).source == "cache"

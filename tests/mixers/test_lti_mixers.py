@@ -213,7 +213,7 @@ def test_auto_measures_the_lti_backends_and_leaves_the_gradients_alone(name, mon
     x = torch.randn(2, 24, 8)
     choice = mixer.backend_for(x)
     assert choice.source == "measured" and set(choice.times_ms) == {"fft", "scan", "recurrent"}
-    assert "forward + backward of the" in choice.why and "T=24" in choice.why
+    assert f"forward + backward of {name}, B=2" in choice.why and "T=24" in choice.why
     assert all(p.grad is None for p in mixer.parameters())
     torch.testing.assert_close(mixer(x), mixer(x, backend=str(choice)), rtol=0, atol=0)
     assert mixer.backend_for(torch.randn(2, 65, 8)).times_ms.keys() == {"fft", "scan"}  # recurrent: T ≤ 64 only

@@ -52,7 +52,7 @@ def test_a_run_records_what_auto_measured_and_why(tmp_path):
         record = store.run(result.run_id)
     assert len(record.backends) == len(record.backend_reasons) == 2
     for name, why in zip(record.backends, record.backend_reasons):
-        assert f"{name} " in why and "forward + backward of B=8, H=1, T=24" in why
+        assert f"{name} " in why and "forward + backward of linear_attention, B=8, T=24" in why and "H=1" in why
         assert why.startswith(("measured now", "cached in"))
 
 

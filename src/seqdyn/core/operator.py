@@ -340,6 +340,13 @@ def _auto_choice(problem: Problem, want_state: bool, train: bool) -> BackendChoi
                            lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None)
 
 
+def auto_plan(dynamics: Dynamics, chunk_size: int | None = None) -> tuple[list[str], str, str]:
+    """``(candidates, modelled, reason)`` of ``auto`` for these operator arguments (:func:`_plan`): what a mixer
+    that times its whole call with each backend (:meth:`~seqdyn.mixers.base.CoefficientMixer.backend_for`)
+    chooses among."""
+    return _plan(prepare(dynamics, chunk_size=chunk_size))
+
+
 def _plan(problem: Problem) -> tuple[list[str], str, str]:
     """``(candidates, modelled, reason)``: the backends that can compute the problem, the modelled one first —
     but those :func:`ruled_out` unless nothing else can compute it — and the cost model's choice with its reason."""
@@ -398,16 +405,22 @@ def _tensors(problem: Problem) -> list[Tensor]:
 
 def _shape_key(problem: Problem, want_state: bool, train: bool) -> str:
     """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`."""
-    batch, heads, length, key_dim, value_dim = problem.shape
+    batch, _, length, _, _ = problem.shape
+    return (f"B{batch} T{length} | {problem_signature(problem)} | {'train' if train else 'forward'} | "
+            f"state in {problem.initial_state is not None} out {want_state}")
+
+
+def problem_signature(problem: Problem) -> str:
+    """What a backend's speed depends on besides the batch, the length and the state passed in or out: heads,
+    widths, the combination, dtypes, the chunk and which arguments are shared over heads."""
+    _, heads, _, key_dim, value_dim = problem.shape
     scale = problem.scale
     scale_kind = ("none" if scale is None else "number" if not isinstance(scale, Tensor)
                   else "shared" if shared_over_heads(scale) else "per-head")
-    return (f"B{batch} H{heads} T{length} K{key_dim} V{value_dim} | {problem.describe()} | "
-            f"{problem.q.dtype} -> {problem.out_dtype} | {'train' if train else 'forward'} | "
+    return (f"H{heads} K{key_dim} V{value_dim} | {problem.describe()} | {problem.q.dtype} -> {problem.out_dtype} | "
             f"chunk {problem.chunk_size} | q {'shared' if shared_over_heads(problem.q) else 'per-head'} | "
             f"k {'shared' if shared_over_heads(problem.k) else 'per-head'} | scale {scale_kind} | "
-            f"log_scale {problem.log_scale is not None} | factored {problem.decay_rate is not None} | "
-            f"state in {problem.initial_state is not None} out {want_state}")
+            f"log_scale {problem.log_scale is not None} | factored {problem.decay_rate is not None}")
 
 
 def _shape_words(problem: Problem, train: bool) -> str:

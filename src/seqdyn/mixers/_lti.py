@@ -211,8 +211,9 @@ class LTIMixer(Mixer):
             y = self.system()(x, name, start, output_final_state)
             return y[0] if isinstance(y, tuple) else y
 
-        return self.measured_backend(u, run, ["fft", "scan", "recurrent"], "fft", "the FFT convolution: O(T log T) per channel",
-                                     f" | state in {state is not None} out {output_final_state}")
+        return self.measured_backend(u, run, self.timing_plan(u, ["fft", "scan", "recurrent"], "fft",
+                                                              "the FFT convolution: O(T log T) per channel"),
+                                     f" | state in {state is not None} out {output_final_state}", " (its core alone)")
 
     def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
         """``scan`` materializes every step's state, ``B·T`` times the state's floats; ``recurrent`` is a loop."""

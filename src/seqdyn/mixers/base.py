@@ -22,8 +22,8 @@ from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.core.operator import (coefficient_dynamics, coefficients, ruled_out, select_backend, too_large_to_time,
-                                  without_ruled_out)
+from seqdyn.core.operator import (auto_plan, coefficient_dynamics, coefficients, problem_signature, ruled_out,
+                                  too_large_to_time, without_ruled_out)
 from seqdyn.core.packing import from_state, padded_call
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
@@ -141,20 +141,21 @@ class Mixer(nn.Module, ABC):
         mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
         return self.check_backend(backend)
 
-    def measured_backend(self, x: Tensor, run: Callable[[Tensor, str], Any], candidates: list[str],
-                         modelled: str, reason: str, detail: str = "") -> BackendChoice:
-        """``auto`` of a mixer that computes its own core (not through the operator): the fastest of
-        ``candidates`` for ``run(x, name)`` at this shape, measured once and cached by
-        :func:`seqdyn.core.autotune.choose` — forward and backward where gradients are recorded (returned, not
-        accumulated: the parameters' ``.grad`` stay as they are), the forward alone otherwise; ``modelled``
-        (because ``reason``) where nothing may be timed.  ``detail``: what else the speed depends on."""
+    def measured_backend(self, x: Tensor, run: Callable[[Tensor, str], Any],
+                         plan: Callable[[], tuple[list[str], str, str]], detail: str = "",
+                         about: str = "") -> BackendChoice:
+        """``auto`` by measuring: the fastest backend for ``run(x, name)`` at this shape, measured once and cached
+        by :func:`seqdyn.core.autotune.choose` — forward and backward where gradients are recorded (returned, not
+        accumulated: the parameters' ``.grad`` stay as they are), the forward alone otherwise.  ``plan()``:
+        ``(candidates, modelled, reason)``, called on a cache miss only (:meth:`timing_plan`); ``modelled``
+        where nothing may be timed.  ``detail``: what else the speed depends on; ``about``: the problem in words."""
         parameters = [p for p in self.parameters() if p.requires_grad]
         train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
         batch, length, channels = x.shape
         key = (f"{self.name} {self.extra_repr()} | B{batch} T{length} D{channels} | {x.dtype} | "
                f"{'train' if train else 'forward'}{detail}")
-        words = (f"{'forward + backward' if train else 'forward'} of the {self.name} core, B={batch}, T={length}, "
-                 f"D={channels}")
+        words = (f"{'forward + backward' if train else 'forward'} of {self.name}, B={batch}, T={length}, "
+                 f"D={channels}{about}")
 
         def trial(name: str) -> None:
             with torch.enable_grad() if train else torch.no_grad():
@@ -163,13 +164,20 @@ class Mixer(nn.Module, ABC):
                 if train:
                     torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
 
-        def plan() -> tuple[list[str], str, str]:  # on a cache miss only: auto_ruled_out may build the inputs
+        return autotune.choose(key, x.device, plan, trial, words,
+                               lambda name: name != "auto" and name in self.backends)
+
+    def timing_plan(self, x: Tensor, candidates: list[str], modelled: str,
+                    reason: str) -> Callable[[], tuple[list[str], str, str]]:
+        """The ``plan`` of :meth:`measured_backend` for a fixed list of ``candidates``, less those
+        :meth:`auto_ruled_out` on ``x`` (built on a cache miss only: it may compute the inputs)."""
+        def plan() -> tuple[list[str], str, str]:
             ruled = {name: why for name, why in self.auto_ruled_out(x).items() if name in candidates}
             timed = without_ruled_out(candidates, ruled)
             not_timed = [f"{name} ({why})" for name, why in ruled.items() if name not in timed]
             return timed, modelled, reason + ("; not timed: " + ", ".join(not_timed) if not_timed else "")
 
-        return autotune.choose(key, x.device, plan, trial, words, lambda name: name in candidates)
+        return plan
 
     def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
         """The backends ``auto`` does not time on ``x`` ``[B, T, D]`` (unless nothing else can compute it), with the
@@ -284,20 +292,39 @@ class CoefficientMixer(Mixer):
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
         self.check_input(x)
+        backend = self.backend_for(x, backend)
         inputs, extras = self.core_inputs(x, MixerState())
-        return self.core_output(self.run_core(inputs, self.check_backend(backend)), extras)
+        return self.core_output(self.run_core(inputs, backend), extras)
 
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
-        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the one ``coefficient_dynamics`` picks for
-        this mixer's operator arguments on ``x`` (:func:`~seqdyn.core.operator.select_backend`) — for forward and
-        backward where the grad mode is on and ``x`` or a parameter requires gradients, for the forward alone
-        otherwise, as ``forward(x)`` would.  The returned name says why (``.why``)."""
+        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of the operator's candidates
+        for this mixer's arguments (:func:`~seqdyn.core.operator.auto_plan`), each timed on the mixer's whole call —
+        projections, convolutions and layouts around the core can reverse the operator's ranking — once per shape
+        and cached (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`): for forward and backward where the grad
+        mode is on and ``x`` or a parameter requires gradients, for the forward alone otherwise, as ``forward(x)``
+        would.  The returned name says why (``.why``)."""
         if self.check_backend(backend) != "auto":
             return BackendChoice.asked(backend)
-        train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        with torch.no_grad():
-            inputs, _ = self.core_inputs(x, MixerState())
-        return select_backend(inputs, chunk_size=self.chunk_size, train=train)
+
+        def plan() -> tuple[list[str], str, str]:
+            with torch.no_grad():
+                inputs, _ = self.core_inputs(x, MixerState())
+            return auto_plan(inputs, self.chunk_size)
+
+        signature, words = self._operator_signature()
+        return self.measured_backend(x, lambda inputs, name: self.forward(inputs, name), plan, f" | {signature}",
+                                     f" (operator: {words})")
+
+    def _operator_signature(self) -> tuple[str, str]:
+        """The operator problem's :func:`~seqdyn.core.operator.problem_signature` (heads, widths, combination,
+        chunk) and the same in words, fixed by the options: probed once per parameter dtype."""
+        dtype = next(self.parameters()).dtype
+        if getattr(self, "_signature", (None,))[0] != dtype:
+            problem = prepare(self._probe(), chunk_size=self.chunk_size)
+            _, heads, _, key_dim, value_dim = problem.shape
+            self._signature = (dtype, problem_signature(problem),
+                               f"H={heads}, K={key_dim}, V={value_dim}, {problem.describe()}")
+        return self._signature[1:]
 
     def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
         """The operator's rule (:func:`~seqdyn.core.operator.ruled_out`) on this mixer's operator arguments."""

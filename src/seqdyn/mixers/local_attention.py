@@ -107,8 +107,9 @@ class LocalAttention(SoftmaxAttention):
         if self.check_backend(backend) != "auto":
             return BackendChoice.asked(backend)
         return self.measured_backend(x, lambda inputs, name: self._core(inputs, name)[0],
-                                     ["chunk", "quadratic", "recurrent"], "chunk",
-                                     "fused attention over chunks of the window")
+                                     self.timing_plan(x, ["chunk", "quadratic", "recurrent"], "chunk",
+                                                      "fused attention over chunks of the window"),
+                                     about=" (its core alone)")
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The masked softmax's output ``[B, T, H, V]`` and its values ``[B, T, H, V]``."""
