@@ -10,7 +10,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,ray]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,ray,hf]'
 	touch $(STAMP)
 
 # The main job: a reduced reproduction of seed 002's Table 1 (one DLR layer against one attention layer on six

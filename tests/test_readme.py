@@ -14,7 +14,8 @@ GUIDE = ROOT / "docs" / "guide.md"
 
 
 @pytest.mark.parametrize("path", [README, GUIDE], ids=["README", "guide"])
-def test_readme_python_blocks_run(path):
+def test_readme_python_blocks_run(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # what a block saves lands here
     blocks = code_blocks(path, "python")
     assert blocks
     for block in blocks:

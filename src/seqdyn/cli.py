@@ -434,6 +434,26 @@ def bench_auto(
         raise typer.Exit(1)
 
 
+@bench_app.command("decode")
+@_one_line_errors
+def bench_decode(
+    quick: bool = typer.Option(False, help="Contexts 128 and 512 only (a first look, seconds)."),
+    models: str = typer.Option("", "--models", help="Comma-separated: softmax_attention, mamba2, gated_deltanet."),
+    device: str = typer.Option("cpu", help="'cpu', 'cuda' or 'auto' (cuda when available)."),
+    d_model: int = typer.Option(64, min=1, help="Model width."),
+    layers: int = typer.Option(2, min=1, help="Blocks."),
+    chunk: int = typer.Option(512, min=1, help="Tokens per chunk of the chunked prefill."),
+    steps: int = typer.Option(32, min=1, help="Tokens decoded after the prefill."),
+    markdown: Optional[Path] = typer.Option(None, help="Also write the tables as Markdown to this file."),
+) -> None:
+    """A language model's prefill (whole and in chunks), decode tokens/s and cache memory at contexts 1k, 4k and
+    16k, and packed against padded training throughput (needs the [hf] extra)."""
+    from seqdyn.bench.decode import run_decode_benchmark
+
+    run_decode_benchmark(quick, device, d_model, layers, chunk, steps, [n for n in models.split(",") if n] or None,
+                         str(markdown) if markdown else None)
+
+
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the config reference as Markdown (docs/config.md): each field's type, default, values and meaning."""

@@ -69,3 +69,18 @@ def test_a_model_prefilled_in_chunks_then_stepped_equals_one_forward(head, block
     assert state.position == 13
     with pytest.raises(ValueError, match=r"^state: positions 13 … 13 run past the learned positions"):
         model(tokens[:, :1], state=state)
+
+
+def test_a_padded_prefill_gives_each_row_its_own_state_and_positions():
+    """Left- and right-padded prompts, then more tokens: every row continues as its tokens alone do — the learned
+    positions, rotary positions, short convolutions and key–value caches of a row start at its first token."""
+    model = hybrid(mixer_options=[{}, {"rotary": True}])
+    tokens = inputs(spec(input_len=18), batch=3, length=6)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [1, 1, 0, 0, 0, 0]])
+    more = inputs(spec(input_len=18), batch=3, length=4, seed=1)
+    _, states = model(tokens, attention_mask=mask, return_state=True)
+    continued = model(more, state=states)
+    for row in range(3):
+        alone = torch.cat([tokens[row:row + 1, mask[row].bool()], more[row:row + 1]], dim=1)
+        torch.testing.assert_close(continued[row:row + 1], model(alone)[:, -4:], rtol=0, atol=1e-11)
+        assert states[row].position == int(mask[row].sum())

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from seqdyn.core.rows import count_rows, select_rows
+
 __all__ = ["Alignment", "Packing", "check_cu_seqlens", "from_state", "padded_call"]
 
 
@@ -150,12 +152,65 @@ def _gather_steps(x: Tensor, index: Tensor) -> Tensor:
 def from_state(run: Callable[[Tensor, object], tuple[Tensor, object]], x: Tensor, state: object, return_state: bool,
                cu_seqlens: object = None, attention_mask: object = None):
     """``run(x, state)`` → ``(y, next state)``, returned whole with ``return_state``, else ``y`` alone: a mixer's or
-    a model's forward from a state.  Not together with packing or padding yet."""
-    if cu_seqlens is not None or attention_mask is not None:
-        raise ValueError("state, return_state: not with cu_seqlens or attention_mask yet; run the sequences as a "
-                         "batch of equal length, or one by one")
-    y, state = run(x, state)
-    return (y, state) if return_state else y
+    a model's forward from a state.
+
+    With ``cu_seqlens`` or ``attention_mask``, or a ``state`` that is a list (one per sequence, as such a call
+    returns), every sequence runs alone from its own state — a padded step is no step at all, so a right-padded
+    prefill leaves the state of the unpadded sequence — and the state returned is that list (each of batch 1; a
+    sequence without a token keeps its state).  A batched state is split into its rows first
+    (:func:`seqdyn.core.rows.select_rows`)."""
+    if cu_seqlens is None and attention_mask is None and not isinstance(state, list):
+        y, state = run(x, state)
+        return (y, state) if return_state else y
+    pieces, place = _sequences(x, cu_seqlens, attention_mask)
+    outputs, states = [], []
+    for piece, start in zip(pieces, _per_sequence(state, len(pieces))):
+        y, after = run(piece, start) if piece.shape[1] else (None, start)
+        outputs.append(y)
+        states.append(after)
+    if all(y is None for y in outputs):
+        raise ValueError("attention_mask: every step of every row is padding; nothing to compute")
+    y = place(outputs)
+    return (y, states) if return_state else y
+
+
+def _sequences(x: Tensor, cu_seqlens: object, attention_mask: object) -> tuple[list[Tensor], Callable]:
+    """Each sequence of ``x`` as ``[1, n, …]``, and the map from their outputs back to ``x``'s layout (0 at
+    padded steps)."""
+    if cu_seqlens is not None and attention_mask is not None:
+        raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
+    if cu_seqlens is not None:
+        offsets = check_cu_seqlens(cu_seqlens, x.shape[1], x.shape[0])
+        return [x[:, start:end] for start, end in zip(offsets, offsets[1:])], lambda ys: torch.cat(ys, dim=1)
+    if attention_mask is None:
+        return [x[row:row + 1] for row in range(x.shape[0])], lambda ys: torch.cat(ys, dim=0)
+    mask = check_attention_mask(attention_mask, x.shape[0], x.shape[1]).to(x.device)
+
+    def place(ys: list[Tensor | None]) -> Tensor:
+        first = next(y for y in ys if y is not None)
+        out = first.new_zeros(x.shape[0], x.shape[1], *first.shape[2:])
+        for row, y in enumerate(ys):
+            if y is not None:
+                out[row, mask[row]] = y[0]
+        return out
+
+    return [x[row:row + 1, mask[row]] for row in range(x.shape[0])], place
+
+
+def _per_sequence(state: object, count: int) -> list[object]:
+    """``count`` states, one per sequence: ``None`` (each from the start), the list itself, or a batched state's
+    rows."""
+    if state is None:
+        return [None] * count
+    if isinstance(state, list):
+        if len(state) != count:
+            raise ValueError(f"state: a list of one state per sequence needs {count}, got {len(state)}")
+        return state
+    rows = count_rows(state)  # None: a state that holds no tensor yet (init_state's), the same for every row
+    if rows is not None and rows != count:
+        raise ValueError(f"state: a batched state of {rows} rows for {count} sequences; give one per sequence (a "
+                         "list) or a state of as many rows")
+    return [select_rows(state, torch.tensor([row if rows else 0])) for row in range(count)]
 
 
 def padded_call(function: Callable[[Tensor], Tensor], x: Tensor, cu_seqlens: object = None,

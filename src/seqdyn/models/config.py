@@ -3,9 +3,10 @@ one as ``model``; :func:`seqdyn.models.build_model` builds it for a task."""
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from seqdyn.core.names import did_you_mean
 
@@ -74,3 +75,32 @@ class ModelConfig(Strict):
                 raise ValueError(f"mixer_options: {name} has no option(s) {unknown}{did_you_mean(unknown, allowed)}; "
                                  f"allowed: {allowed}")
         return self
+
+
+def describe_errors(error: ValidationError, root: type[BaseModel]) -> str:
+    """pydantic's errors in one line, each prefixed by its dotted field; a misspelled field gets the closest field
+    of its section (``model.d_modl: unknown field (did you mean 'd_model'?); fields: ...``)."""
+    parts = []
+    for item in error.errors():
+        message = item["msg"].removeprefix("Value error, ")
+        where = ".".join(str(p) for p in item["loc"])  # empty for a whole-config check, whose message names the field
+        if item["type"] == "extra_forbidden":
+            fields = _fields_at(root, item["loc"])
+            message = f"unknown field{did_you_mean(str(item['loc'][-1]), fields)}"
+            message += f"; fields here: {', '.join(fields)}" if fields else ""
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The fields of the config section that holds ``loc``'s last part (``[]`` where that is not a section)."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        section = next((kind for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseModel)), None)
+        if section is None:
+            return []
+        model = section
+    return list(model.model_fields)

@@ -71,8 +71,10 @@ class SequenceModel(nn.Module):
 
     # --- full sequences --------------------------------------------------------------------------------------
     def forward(self, inputs: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
-                attention_mask: Tensor | None = None, state: ModelState | None = None, return_state: bool = False):
-        """``inputs`` (tokens ``[n, T]`` or channels ``[n, T, C_in]``) -> ``[n, T, output_size]``.
+                attention_mask: Tensor | None = None, state: ModelState | None = None, return_state: bool = False,
+                head: bool = True):
+        """``inputs`` (tokens ``[n, T]`` or channels ``[n, T, C_in]``) -> ``[n, T, output_size]``; ``head=False``:
+        the head's input ``[n, T, D]`` (the final norm's output, the hidden states).
 
         ``cu_seqlens`` (int offsets ``[N + 1]``, ``inputs`` ``[1, T, …]``): packed sequences; ``attention_mask``
         (``[n, T]``, 1 = token, 0 = left or right padding): a padded batch.  Either way every sequence's outputs are
@@ -84,18 +86,19 @@ class SequenceModel(nn.Module):
         one forward over the whole sequence.
         """
         if state is not None or return_state:
-            return from_state(lambda u, s: self._forward_with_state(u, s, backend), inputs, state, return_state,
+            return from_state(lambda u, s: self._forward_with_state(u, s, backend, head), inputs, state, return_state,
                               cu_seqlens, attention_mask)
         if cu_seqlens is None and attention_mask is None:
-            return self._forward(inputs, backend)
+            return self._forward(inputs, backend, head)
         if self.config.bidirectional or not self.head.streams:
             what = "model.bidirectional" if self.config.bidirectional else f"the {self.spec.head} head"
             raise ValueError(f"cu_seqlens/attention_mask: {what} reads the whole sequence, so padding or a packed "
                              "neighbour would change it; run such sequences one by one (or as a batch of equal "
                              "length)")
-        return padded_call(lambda aligned: self._forward(aligned, backend), inputs, cu_seqlens, attention_mask)
+        return padded_call(lambda aligned: self._forward(aligned, backend, head), inputs, cu_seqlens, attention_mask)
 
-    def _forward_with_state(self, inputs: Tensor, state: ModelState | None, backend: str) -> tuple[Tensor, ModelState]:
+    def _forward_with_state(self, inputs: Tensor, state: ModelState | None, backend: str,
+                            head: bool = True) -> tuple[Tensor, ModelState]:
         self._check_inputs(inputs, with_time=True)
         state = self.init_state(inputs.shape[0]) if state is None else state
         if not isinstance(state, ModelState):
@@ -111,14 +114,16 @@ class SequenceModel(nn.Module):
         for block, block_state in zip(self.blocks, state.blocks):
             x, block_state = block.forward_with_state(x, block_state, backend)
             block_states.append(block_state)
+        if not head:
+            return self.norm(x), ModelState(end, block_states, state.head)
         out, head_state = self.head.forward_with_state(self.norm(x), state.head)
         return out, ModelState(end, block_states, head_state)
 
-    def _forward(self, inputs: Tensor, backend: str) -> Tensor:
+    def _forward(self, inputs: Tensor, backend: str, head: bool = True) -> Tensor:
         x = self.embed(inputs)
         for block in self.blocks:
             x = block(x, backend=backend)
-        return self.head(self.norm(x))
+        return self.head(self.norm(x)) if head else self.norm(x)
 
     def embed(self, inputs: Tensor) -> Tensor:
         """The blocks' input ``[n, T, D]``: embedded inputs plus the learned positions ``0 … T−1``."""

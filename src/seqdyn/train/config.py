@@ -29,15 +29,14 @@ import hashlib
 import itertools
 import json
 import math
-import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from seqdyn.core.names import did_you_mean
-from seqdyn.models.config import ModelConfig, Strict
+from seqdyn.models.config import ModelConfig, Strict, describe_errors
 
 
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given
@@ -257,7 +256,7 @@ def validated_run(data: dict[str, Any], what: str) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(f"{what}: {_describe(error, RunConfig)}") from None
+        raise ConfigError(f"{what}: {describe_errors(error, RunConfig)}") from None
 
 
 @functools.lru_cache(maxsize=256)
@@ -309,35 +308,6 @@ def _label(path: str, value: Any) -> str:
     return f"{path.split('.')[-1]}={value}"
 
 
-def _describe(error: ValidationError, root: type[BaseModel]) -> str:
-    """pydantic's errors in one line, each prefixed by its dotted field; a misspelled field gets the closest field
-    of its section (``model.d_modl: unknown field (did you mean 'd_model'?); fields: ...``)."""
-    parts = []
-    for item in error.errors():
-        message = item["msg"].removeprefix("Value error, ")
-        where = ".".join(str(p) for p in item["loc"])  # empty for a whole-config check, whose message names the field
-        if item["type"] == "extra_forbidden":
-            fields = _fields_at(root, item["loc"])
-            message = f"unknown field{did_you_mean(str(item['loc'][-1]), fields)}"
-            message += f"; fields here: {', '.join(fields)}" if fields else ""
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
-
-
-def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
-    """The fields of the config section that holds ``loc``'s last part (``[]`` where that is not a section)."""
-    for part in loc[:-1]:
-        field = model.model_fields.get(part) if isinstance(part, str) else None
-        if field is None:
-            return []
-        kinds = [field.annotation, *typing.get_args(field.annotation)]
-        section = next((kind for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseModel)), None)
-        if section is None:
-            return []
-        model = section
-    return list(model.model_fields)
-
-
 def parse_config(data: Any, source: str = "<config>") -> RunConfig | SweepConfig:
     """Validate plain data as a run config, or as a sweep config when it has a ``sweep`` section."""
     if not isinstance(data, dict):
@@ -349,7 +319,7 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig | SweepConfig
             return sweep
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(f"{source}: {_describe(error, SweepConfig if 'sweep' in data else RunConfig)}") from None
+        raise ConfigError(f"{source}: {describe_errors(error, SweepConfig if 'sweep' in data else RunConfig)}") from None
     except ValueError as error:
         raise ConfigError(f"{source}: {error}") from None
 
