@@ -57,3 +57,17 @@ def test_auto_overhead_times_auto_and_the_pinned_backend(capsys):
         assert row["recurrent"]["backends"] == ["recurrent", "recurrent"] and row["recurrent"]["measured_shapes"] == 0
         assert row["auto"]["measured_shapes"] >= 1 and row["auto"]["measuring_s"] > 0  # a cold cache each run
         assert row["measuring_share"] == row["auto"]["measuring_s"] / row["run_s_auto"]
+
+
+def test_packed_training_pilot_gives_the_padded_runs_losses(capsys):
+    """examples/pilots/packed_training.py: the same documents packed and padded, step by step."""
+    import json
+    import runpy
+
+    script = runpy.run_path(str(EXAMPLES / "pilots" / "packed_training.py"))
+    script["main"](["--steps", "4", "--seq-len", "64", "--batch", "4", "--every", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["largest_loss_difference"] < 1e-4 and len([line for line in lines if line.startswith("| 4 |")]) == 1
+    assert result["packed_tokens_per_s"] > 0 and result["padded_tokens_per_s"] > 0
+    assert 1 < result["real_tokens_per_row"] <= 64

@@ -136,3 +136,36 @@ def test_no_corpus_and_short_corpus(tmp_path, corpus):
     tiny.write_text("short")
     with pytest.raises(ValueError, match="seq_len"):
         build("lm", path=str(tiny), seq_len=64).generate(2, 0)
+
+
+@pytest.fixture
+def documents_file(tmp_path):
+    """Twelve documents of 3–40 words, separated by blank lines."""
+    rng = np.random.default_rng(1)
+    words = ["alpha", "beta", "gamma", "delta"]
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(3, 40)))) for _ in range(120)]
+    path = tmp_path / "documents.txt"
+    path.write_text("\n\n".join(docs), encoding="utf-8")
+    return path, docs
+
+
+def test_documents_are_the_text_between_separators_right_padded(documents_file):
+    path, docs = documents_file
+    task = build("lm", path=str(path), seq_len=64, document_separator="\n\n", holdout=0.0)
+    assert [bytes(d).decode() for d in task.documents("train")] == docs
+    inputs, targets = task.generate(30, seed=0, split="train")
+    for row in range(30):
+        length = int((targets[row] != -100).sum())
+        document = bytes(inputs[row, :length].tolist()) + bytes([int(targets[row, length - 1])])
+        assert document.decode()[:65] in [d[:65] for d in docs]  # a whole document (its first 65 tokens)
+        assert torch.equal(inputs[row, 1:length], targets[row, :length - 1])
+        assert (inputs[row, length:] == 0).all() and (targets[row, length:] == -100).all()
+    assert "next token" in task.render(inputs, targets) and "\\x00" not in task.render(inputs, targets)
+
+
+def test_documents_need_a_separator_that_cuts(documents_file):
+    path, _ = documents_file
+    with pytest.raises(ValueError, match="document_separator='' would cut nothing"):
+        build("lm", path=str(path), document_separator="")
+    with pytest.raises(ValueError, match="documents\\(\\) needs parameter document_separator"):
+        build("lm", path=str(path)).documents()

@@ -14,6 +14,12 @@ Tokenizers: ``"bytes"`` (UTF-8 bytes, vocabulary 256) or ``"gpt2"`` (GPT-2 BPE t
 ``generate(n, seed, split)`` cuts ``n`` windows of ``seq_len + 1`` tokens at uniformly random offsets of the
 split's stream: ``inputs = window[:-1]``, ``targets = window[1:]``. ``windows(split)`` gives the consecutive
 non-overlapping windows, for evaluating perplexity on a whole split. Default context: 1024 (seed 000 I.2).
+
+Documents: with ``document_separator`` (e.g. ``"\n\n"``) the split's text is cut into documents at every
+separator, and an example is one whole document drawn at random (its first ``seq_len + 1`` tokens), right-padded:
+inputs 0 and targets ``IGNORE_INDEX`` after its end, so the loss counts its real tokens only.  Training packs such
+documents end to end with ``train.pack: true`` (``cu_seqlens``: nothing computed on padding, no document reads
+another).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqdyn.tasks.base import Param, Task, TaskSpec, register, token_accuracy
+from seqdyn.tasks.base import IGNORE_INDEX, Param, Task, TaskSpec, register, token_accuracy
 
 WIKITEXT_ENV = "SEQDYN_WIKITEXT103"
 WIKITEXT_FILES = {"train": "wiki.train.tokens", "valid": "wiki.valid.tokens", "test": "wiki.test.tokens"}
@@ -62,6 +68,8 @@ class LanguageModeling(Task):
         "data_dir": Param(None, str, "a local WikiText-103 directory (wiki.{train,valid,test}.tokens)", optional=True),
         "tokenizer": Param("bytes", str, "'bytes' or 'gpt2' (tiktoken)", choices=("bytes", "gpt2")),
         "holdout": Param(0.05, float, "fraction of a single file for valid and for test", low=0.0, below=0.5),
+        "document_separator": Param(None, str, "cut the text into documents at this separator (e.g. '\\n\\n'); "
+                                    "an example is then one whole document, right-padded", optional=True),
     }
 
     def _check(self) -> None:
@@ -75,8 +83,11 @@ class LanguageModeling(Task):
             missing = [f for f in WIKITEXT_FILES.values() if not (Path(self.data_dir) / f).is_file()]
             if missing:
                 self._fail(f"parameter data_dir={self.data_dir!r} lacks {', '.join(missing)} (a WikiText-103 copy)")
+        if self.document_separator == "":
+            self._fail("parameter document_separator='' would cut nothing: give a separator such as '\\n\\n'")
         self._encoding = _gpt2_encoding() if self.tokenizer == "gpt2" else None
         self._streams: dict[str, np.ndarray] = {}
+        self._documents: dict[str, list[np.ndarray]] = {}
 
     def _spec(self) -> TaskSpec:
         vocab = GPT2_VOCAB if self.tokenizer == "gpt2" else 256
@@ -121,12 +132,42 @@ class LanguageModeling(Task):
             return np.fromfile(file, dtype=np.uint8)
         return self.encode(file.read_text(encoding="utf-8"))
 
+    def documents(self, split: str = "train") -> list[np.ndarray]:
+        """The documents of ``split``: its text cut at ``document_separator`` (separators dropped), each of at least
+        two tokens (one prediction)."""
+        if self.document_separator is None:
+            self._fail("documents() needs parameter document_separator (e.g. '\\n\\n')")
+        if split not in self._documents:
+            stream = self.stream(split)
+            if self._encoding is None:
+                pieces = [np.frombuffer(piece, dtype=np.uint8)
+                          for piece in stream.tobytes().split(self.document_separator.encode("utf-8"))]
+            else:
+                pieces = [self.encode(piece) for piece in self.decode(stream).split(self.document_separator)]
+            self._documents[split] = [piece for piece in pieces if len(piece) >= 2]
+            if not self._documents[split]:
+                self._fail(f"the {split} split has no document of two tokens or more between separators "
+                           f"{self.document_separator!r}")
+        return self._documents[split]
+
     # --- data -----------------------------------------------------------------------------------------
     def _generate(self, n: int, rng: np.random.Generator, split: str) -> tuple[np.ndarray, np.ndarray]:
+        if self.document_separator is not None:
+            return self._generate_documents(n, rng, split)
         tokens = self._long_enough(split)
         offsets = rng.integers(0, len(tokens) - self.seq_len, size=n)
         windows = tokens[offsets[:, None] + np.arange(self.seq_len + 1)].astype(np.int64)
         return windows[:, :-1], windows[:, 1:]
+
+    def _generate_documents(self, n: int, rng: np.random.Generator, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` documents drawn at random, each right-padded (inputs 0, targets ``IGNORE_INDEX``)."""
+        documents = self.documents(split)
+        inputs = np.zeros((n, self.seq_len), dtype=np.int64)
+        targets = np.full((n, self.seq_len), IGNORE_INDEX, dtype=np.int64)
+        for row, index in enumerate(rng.integers(0, len(documents), size=n)):
+            document = documents[index][: self.seq_len + 1].astype(np.int64)
+            inputs[row, : len(document) - 1], targets[row, : len(document) - 1] = document[:-1], document[1:]
+        return inputs, targets
 
     def windows(self, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
         """All consecutive non-overlapping windows of ``split`` (the tail shorter than a window is dropped)."""
@@ -152,8 +193,9 @@ class LanguageModeling(Task):
         return {"perplexity": float(np.exp(loss)), "loss": loss, "accuracy": token_accuracy(outputs, targets)}
 
     def render(self, inputs: torch.Tensor, targets: torch.Tensor, index: int = 0, chars: int = 240) -> str:
-        text = self.decode(inputs[index].tolist())
-        following = self.decode(targets[index, -1:].tolist())
+        real = targets[index] != IGNORE_INDEX  # a document's padding is not shown
+        text = self.decode(inputs[index][real].tolist())
+        following = self.decode(targets[index][real][-1:].tolist())
         shown = text if len(text) <= chars else "…" + text[-chars:]
-        header = f"lm ({self.tokenizer}, {inputs.shape[1]} tokens); the model reads:"
+        header = f"lm ({self.tokenizer}, {int(real.sum())} tokens); the model reads:"
         return f"{header}\n{shown!r}\nnext token: {following!r}"

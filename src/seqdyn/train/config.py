@@ -41,7 +41,7 @@ from seqdyn.models.config import ModelConfig, Strict, describe_errors
 
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given
 ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None),
-                ("model", "bidirectional", False))
+                ("model", "bidirectional", False), ("train", "pack", False))
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
@@ -146,6 +146,10 @@ class TrainConfig(Strict):
     backend: str = Field("auto", description="the backend every mixer computes with: auto (each picks the "
                          "fastest exact one, measured once per shape on this machine and recorded with the run, "
                          "with why) or one that every layer's mixer accepts (quadratic, chunk, scan, fft, ...)")
+    pack: bool = Field(False, description="language modelling on documents (the lm task with "
+                       "document_separator): each batch's documents packed end to end in one row (cu_seqlens) "
+                       "instead of right-padded rows — no padding computed, no document reads another, the same "
+                       "loss per real token")
 
     @model_validator(mode="after")
     def _length(self) -> TrainConfig:
@@ -200,6 +204,9 @@ class RunConfig(Strict):
         metric, reported = self.train.early_stop.metric, task.metric_names()
         if metric is not None and metric not in reported:
             raise ValueError(f"train.early_stop.metric: task {task.name} reports {', '.join(reported)}; got {metric!r}")
+        if self.train.pack and getattr(task, "document_separator", None) is None:
+            raise ValueError("train.pack: packs documents — the lm task with task.params.document_separator (e.g. "
+                             f"'\\n\\n'); task {task.name} has none")
         for layer, (mixer, backends) in enumerate(_layer_backends(self.model.model_dump_json(), task.spec)):
             if self.train.backend not in backends:
                 raise ValueError(f"train.backend: {mixer} (layer {layer}) computes with {list(backends)}, "
