@@ -138,3 +138,32 @@ def test_a_key_cache_state_per_sequence_must_be_a_list_of_one_per_sequence():
     cache = (torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
     with pytest.raises(ValueError, match=r"^initial_state: with cu_seqlens and the exp readout, a list of 4 key"):
         seqdyn.coefficient_dynamics(q, q, q, readout="exp", initial_state=[cache], cu_seqlens=CU_SEQLENS)
+
+
+@pytest.mark.parametrize("readout, normalizer", [("identity", "none"), ("exp", "sum")])
+def test_packed_sequences_decode_a_token_each_from_their_states(readout, normalizer):
+    """After a packed prefill, one step with ``cu_seqlens`` [0, 1, …, N] continues every sequence from its own
+    state — a tensor ``[N, …]`` for a linear readout, a list of key caches of different lengths for softmax."""
+    generator = torch.Generator().manual_seed(3)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    q, k, v, g = randn(1, 18, 2, 4), randn(1, 18, 2, 4), randn(1, 18, 2, 3), -randn(1, 18, 2).exp()
+    options = dict(readout=readout, normalizer=normalizer, log_decay=g if readout == "identity" else None)
+    _, states = seqdyn.coefficient_dynamics(q, k, v, cu_seqlens=CU_SEQLENS, output_final_state=True, **options)
+    assert isinstance(states, list) == (readout != "identity")
+    q1, k1, v1, g1 = randn(4, 2, 4), randn(4, 2, 4), randn(4, 2, 3), -randn(4, 2).exp()
+    step_options = dict(options, log_decay=g1 if readout == "identity" else None)
+    y1, after = seqdyn.coefficient_dynamics_step(q1, k1, v1, state=states, cu_seqlens=torch.arange(5), **step_options)
+    for index, (start, end) in enumerate(zip(CU_SEQLENS.tolist(), CU_SEQLENS[1:].tolist())):
+        whole = {name: torch.cat([x[:, start:end], x1[index:index + 1, None]], dim=1)
+                 for name, x, x1 in [("q", q, q1), ("k", k, k1), ("v", v, v1), ("g", g, g1)]}
+        alone = seqdyn.coefficient_dynamics(whole["q"], whole["k"], whole["v"], readout=readout,
+                                            normalizer=normalizer,
+                                            log_decay=whole["g"] if readout == "identity" else None)
+        torch.testing.assert_close(y1[index], alone[0, -1], rtol=0, atol=1e-12)
+    assert isinstance(after, list) == (readout != "identity")
+    with pytest.raises(ValueError, match=r"cu_seqlens: one step takes one token of each sequence"):
+        seqdyn.coefficient_dynamics_step(q1, k1, v1, state=states, cu_seqlens=torch.tensor([0, 2, 4]),
+                                         **step_options)

@@ -25,7 +25,7 @@ from seqdyn.core.backends import REGISTRY
 from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
-from seqdyn.core.packing import Packing
+from seqdyn.core.packing import Packing, check_cu_seqlens
 from seqdyn.core.problem import Problem, prepare, shared_over_heads
 from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients, resolve_readout
 
@@ -217,6 +217,7 @@ def coefficient_dynamics_step(
     normalizer: Any = "none",
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
@@ -226,12 +227,35 @@ def coefficient_dynamics_step(
     (or ``q`` a per-token ``Dynamics``).  The state has the layout of ``coefficient_dynamics``' final state;
     ``None`` starts from zero (an empty cache).  Applying it token by token equals the ``recurrent`` backend on
     the whole sequence.
+
+    Packed sequences decode together: ``cu_seqlens`` ``[0, 1, …, N]`` (a token of each of ``N`` sequences, the
+    rows), and ``state`` as ``coefficient_dynamics(…, cu_seqlens=…)`` returns it — ``[N, …]``, or a list of ``N``
+    key caches of different lengths, each sequence stepping from its own (the returned state is such a list too).
     """
     dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
                            householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
                            decay_rate=decay_rate)
-    y, new_state = _outputs(_one_step_as_sequence(dynamics), state, True, "recurrent", None)
+    steps = _one_step_as_sequence(dynamics)
+    if cu_seqlens is not None:
+        rows = steps.q.shape[0]
+        offsets = check_cu_seqlens(cu_seqlens, rows, 1)
+        if offsets != list(range(rows + 1)):
+            raise ValueError(f"cu_seqlens: one step takes one token of each sequence, [0, 1, …, {rows}] for the {rows} "
+                             f"rows; got {offsets}")
+    if isinstance(state, list):
+        if len(state) != steps.q.shape[0]:
+            raise ValueError(f"state: a list of one state per sequence needs {steps.q.shape[0]}, got {len(state)}")
+        outputs, states = zip(*(_outputs(_row(steps, row), part, True, "recurrent", None)
+                                for row, part in enumerate(state)))
+        return torch.cat(outputs)[:, 0], list(states)
+    y, new_state = _outputs(steps, state, True, "recurrent", None)
     return y[:, 0], new_state
+
+
+def _row(dynamics: Dynamics, row: int) -> Dynamics:
+    """Row ``row`` of a batch of operator arguments (those with a batch axis: :data:`STEP_LAYOUTS`)."""
+    return dynamics.replace(**{name: getattr(dynamics, name)[row:row + 1] for name in STEP_LAYOUTS
+                               if isinstance(getattr(dynamics, name), Tensor) and getattr(dynamics, name).dim() > 0})
 
 
 def _one_step_as_sequence(dynamics: Dynamics) -> Dynamics:
