@@ -11,6 +11,7 @@ transformers = pytest.importorskip("transformers")
 from seqdyn.hf import SeqdynCache, SeqdynConfig, SeqdynForCausalLM, SeqdynModel  # noqa: E402  (registers the Auto classes)
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: E402
 
+import seqdyn.mixers  # noqa: E402
 from seqdyn.core.rows import tensors  # noqa: E402
 
 VOCAB = 40
@@ -216,3 +217,17 @@ def test_bad_input_is_one_line_naming_the_argument(call, words):
     with pytest.raises(ValueError, match=words) as error:
         call(model, ids)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", seqdyn.mixers.names())
+def test_every_registered_mixer_generates_from_its_cache_as_without(name):
+    torch.manual_seed(0)
+    config = SeqdynConfig(vocab_size=VOCAB, d_model=16, layers=1, mlp_ratio=2.0, init_std=0.3, mixer=name)
+    model = SeqdynForCausalLM(config).double().eval()
+    rows = prompts(5, 3)
+    ids, mask = left_padded(rows)
+    for batch, batch_mask in ((rows[0], None), (ids, mask)):
+        cached, logits = greedy(model, batch, attention_mask=batch_mask)
+        uncached, uncached_logits = greedy(model, batch, attention_mask=batch_mask, use_cache=False)
+        assert torch.equal(cached, uncached)
+        torch.testing.assert_close(logits, uncached_logits, rtol=1e-6, atol=1e-6)
