@@ -92,6 +92,30 @@ def test_a_damaged_checkpoint_is_named_and_the_run_restarts_from_the_previous_on
     assert ("previous checkpoint" if previous == "intact" else "from step 0") in warning
 
 
+@pytest.mark.parametrize("previous", ["its own", "missing"])
+def test_another_runs_checkpoint_in_its_place_is_refused_and_the_run_restarts(tmp_path, caplog, previous):
+    """A checkpoint file replaced by another run's before the store recorded its checksum (the process died in
+    between): the run resumes from its own previous checkpoint, or from step 0 — never from the other's weights."""
+    from seqdyn.train.checkpoint import previous_path, usable_checkpoint
+
+    mine, other = parse_config(tiny(steps=10)), parse_config(tiny(steps=10, seed=7))
+    with Store(tmp_path / "s.db") as store:
+        for config in (mine, other):
+            train_run(config, store, checkpoint_dir=tmp_path / "c", progress=False)
+        path, others = Path(store.run(mine.run_id).checkpoint), Path(store.run(other.run_id).checkpoint)
+    if previous == "missing":
+        previous_path(path).unlink()
+    path.write_bytes(others.read_bytes())
+    with caplog.at_level(logging.WARNING, logger="seqdyn"):
+        chosen = usable_checkpoint(path, None, mine.run_id)
+    assert chosen == (previous_path(path) if previous == "its own" else None)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"it belongs to run {other.run_id}, not {mine.run_id}" in warning and "\n" not in warning
+    trainer = Trainer(mine, checkpoint_dir=tmp_path / "c", progress=False)
+    trainer.resume(path, None)
+    assert trainer.step == (5 if previous == "its own" else 0)
+
+
 def test_a_checkpoint_is_recorded_with_its_checksum_and_the_previous_one_kept(tmp_path):
     config = parse_config(tiny(steps=10))
     with Store(tmp_path / "s.db") as store:

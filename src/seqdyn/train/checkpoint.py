@@ -92,9 +92,10 @@ def write_durably(path: Path, write: Callable[[Path], None]) -> str:
     return digest
 
 
-def checkpoint_problem(path: Path, sha256: str | None = None) -> str | None:
+def checkpoint_problem(path: Path, sha256: str | None = None, run_id: str | None = None) -> str | None:
     """What is wrong with the checkpoint file ``path`` (missing, empty, an unreadable or incomplete safetensors
-    header, a SHA-256 other than ``sha256`` when one is given), or None when it is intact."""
+    header, a SHA-256 other than ``sha256`` when one is given, another run's when ``run_id`` is given), or None
+    when it is intact."""
     from safetensors import SafetensorError, safe_open
 
     if not path.is_file():
@@ -103,28 +104,36 @@ def checkpoint_problem(path: Path, sha256: str | None = None) -> str | None:
         return "empty (0 bytes)"
     try:
         with safe_open(str(path), framework="pt") as handle:
-            handle.metadata()
+            metadata = handle.metadata() or {}
     except (SafetensorError, OSError) as error:
         return f"unreadable ({str(error).splitlines()[0]})"
     if sha256 is not None and sha256_of(path) != sha256:
         return "its SHA-256 differs from the one the store recorded when it was written"
+    if run_id is not None:
+        try:
+            owner = json.loads(metadata.get("seqdyn", "{}")).get("run_id")
+        except json.JSONDecodeError:
+            owner = None
+        if owner != run_id:
+            return f"it belongs to run {owner}, not {run_id}"
     return None
 
 
-def usable_checkpoint(path: Path, sha256: str | None) -> Path | None:
-    """The checkpoint to resume from: ``path`` when intact (see :func:`checkpoint_problem`), else the previous
-    checkpoint when that one is intact, else None (start from step 0); a bad ``path`` is named in one warning.
+def usable_checkpoint(path: Path, sha256: str | None, run_id: str | None = None) -> Path | None:
+    """The checkpoint to resume from: ``path`` when intact and run ``run_id``'s (see :func:`checkpoint_problem`),
+    else the previous checkpoint when that one is, else None (start from step 0); a bad ``path`` is named in one
+    warning — another run's file (copied over this one's before its checksum was recorded) too.
 
     The previous file is taken without a word when its SHA-256 is the recorded one: the store is one write
     behind the files (a writer renamed a new checkpoint in and is about to record it, or died in between).
     """
-    problem = checkpoint_problem(path, sha256)
+    problem = checkpoint_problem(path, sha256, run_id)
     if problem is None:
         return path
     previous = previous_path(path)
-    if sha256 is not None and checkpoint_problem(previous, sha256) is None:
+    if sha256 is not None and checkpoint_problem(previous, sha256, run_id) is None:
         return previous  # the store describes the previous file: a newer one was renamed in but not recorded yet
-    fallback = previous if checkpoint_problem(previous) is None else None
+    fallback = previous if checkpoint_problem(previous, run_id=run_id) is None else None
     then = f"resuming from the previous checkpoint {previous}" if fallback else "restarting the run from step 0"
     log.warning("checkpoint %s: %s; %s", path, problem, then)
     return fallback

@@ -273,7 +273,7 @@ class Trainer:
         """Continue from the checkpoint ``path`` of this run (SHA-256 ``sha256`` when recorded), or from the one
         before it when it is damaged (see :func:`~seqdyn.train.checkpoint.usable_checkpoint`)."""
         if path is not None and self.lead:
-            path = usable_checkpoint(path, sha256)
+            path = usable_checkpoint(path, sha256, self.run_id)
         if self.distributed is not None:
             path = self.distributed.broadcast_object(path)
         if path is not None:
