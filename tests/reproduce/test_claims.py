@@ -186,3 +186,33 @@ def test_each_reason_names_the_numbers_that_left_a_claim_open():
     assert every({"t1": held}).reason == "" and at_least(score(0.5), score(0.25, label="b")).reason == ""
     with pytest.raises(ValueError, match=r"^verdict: expected one of held, did not hold, inconclusive, got 'maybe'$"):
         Outcome("maybe")
+
+
+def _claim_with_control(control_values: tuple[float, ...], test_verdict: str):
+    from seqdyn.reproduce.claims import Claim, Control
+
+    control = Control("the control learns the task", lambda results: score(*control_values, label="softmax + PE"),
+                      0.9)
+    return Claim("c", "a ≥ b", "quote", lambda results: Outcome(test_verdict, {"a": 0.3}), control=control)
+
+
+@pytest.mark.parametrize("test_verdict", [HELD, FAILED])
+def test_a_claim_whose_control_fails_is_inconclusive_naming_the_control(test_verdict):
+    outcome = _claim_with_control((0.49, 0.51), test_verdict).decide(None)
+    assert outcome.verdict == INCONCLUSIVE and outcome.numbers == {"a": 0.3}
+    assert outcome.reason == "control softmax + PE 0.5 < 0.9 (the control learns the task)"
+    assert outcome.control == {"description": "the control learns the task", "setting": "softmax + PE",
+                               "value": 0.5, "threshold": 0.9, "passed": False}
+    half = _claim_with_control((0.95, 0.5), test_verdict).decide(None)  # one seed of two: not a working control
+    assert half.verdict == INCONCLUSIVE and half.control["passed"] is False
+
+
+@pytest.mark.parametrize("test_verdict", [HELD, FAILED])
+def test_a_claim_whose_control_passes_keeps_its_verdict_and_records_the_control(test_verdict):
+    outcome = _claim_with_control((0.95, 0.97), test_verdict).decide(None)
+    assert outcome.verdict == test_verdict and outcome.control["passed"] and outcome.control["value"] == 0.96
+
+
+def test_a_control_without_runs_makes_the_claim_inconclusive():
+    outcome = _claim_with_control((), HELD).decide(None)
+    assert outcome.verdict == INCONCLUSIVE and "control softmax + PE no result < 0.9" in outcome.reason

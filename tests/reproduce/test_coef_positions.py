@@ -33,8 +33,16 @@ def test_the_papers_picture_holds():
 
 
 def test_the_opposite_fails():
-    data = table({"PE, Λ = I": [0.5, 0.6], "no PE, Λ = λI": [0.3, 0.31], "no PE, Λ = I": [0.95, 0.96]})
+    data = table({"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.3, 0.31], "no PE, Λ = I": [0.95, 0.96]})
     assert verdicts(data) == [FAILED, FAILED, FAILED]
+
+
+def test_a_control_that_never_learned_decides_nothing():
+    """The published cpu run: softmax with positions at 0.49 — every claim inconclusive, naming the control."""
+    data = table({"PE, Λ = I": [0.48, 0.5], "no PE, Λ = λI": [0.3, 0.31], "no PE, Λ = I": [0.95, 0.96]})
+    outcomes = [claim.decide(data) for claim in fig.CLAIMS]
+    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * 3
+    assert all(outcome.reason.startswith("control exp (softmax), PE, Λ = I 0.49 < 0.9") for outcome in outcomes)
 
 
 def test_seeds_on_both_sides_are_inconclusive():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 HELD, FAILED, INCONCLUSIVE = "held", "did not hold", "inconclusive"
@@ -59,6 +59,8 @@ class Outcome:
     verdict: str
     numbers: dict[str, float] = field(default_factory=dict)
     reason: str = ""
+    #: the claim's positive control as it was checked (:meth:`Control.check`); empty for a claim without one
+    control: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -66,18 +68,50 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Control:
+    """A positive control, named in code before any run: a setting (``score``: results → its :class:`Score`) that
+    must reach ``threshold`` on every seed for the claim's comparison to mean anything — a task the compared models
+    fail says nothing where no model learns it."""
+
+    description: str
+    score: Callable[[Any], Score]
+    threshold: float
+
+    def check(self, results: Any) -> dict[str, Any]:
+        """``{"description", "setting", "value", "threshold", "passed"}`` (value: the mean over seeds, None where
+        no run gave one)."""
+        score = self.score(results)
+        outcome = reaches(score, self.threshold)
+        return {"description": self.description, "setting": score.label,
+                "value": score.mean if score.values else None, "threshold": self.threshold,
+                "passed": outcome.verdict == HELD}
+
+
+@dataclass(frozen=True)
 class Claim:
     """What a paper says (``quote``, its own sentence, and ``paper_value``, its number where it prints one), what we
-    test (``statement``, with the threshold) and the predicate that tests it on a reproduction's results."""
+    test (``statement``, with the threshold), the predicate that tests it on a reproduction's results, and the
+    positive ``control`` that must pass first (None where the claim compares nothing that can fail to learn)."""
 
     name: str
     statement: str
     quote: str
     test: Callable[[Any], Outcome]
     paper_value: str = ""
+    control: Control | None = None
 
     def decide(self, results: Any) -> Outcome:
-        return self.test(results)
+        """The predicate's outcome — *inconclusive* instead where the control did not pass, with its value as the
+        reason ("control softmax with positions 0.49 < 0.9")."""
+        outcome = self.test(results)
+        if self.control is None:
+            return outcome
+        checked = self.control.check(results)
+        if checked["passed"]:
+            return replace(outcome, control=checked)
+        value = "no result" if checked["value"] is None else f"{checked['value']:.3g}"
+        return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} < "
+                       f"{checked['threshold']:g} ({checked['description']})", checked)
 
 
 def _incomplete(scores: Sequence[Score]) -> Outcome | None:

@@ -199,6 +199,14 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
         verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "")
         cells = (claim.statement, claim.paper_value or "—", ours, f"**{verdict}**")
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    controls = [(claim.name, outcomes[claim.name].control) for claim in reproduction.claims
+                if outcomes[claim.name].control]
+    if controls:
+        lines += ["", "Controls (checked before each claim; a control that fails leaves its claim inconclusive):", ""]
+        lines += [f"- *{name}*: {control['description']} — {control['setting']} "
+                  f"{'no result' if control['value'] is None else format(control['value'], '.3g')} against "
+                  f"{control['threshold']:g}: **{'passed' if control['passed'] else 'failed'}**"
+                  for name, control in controls]
     lines += ["", "What the paper says:", ""]
     lines += [f"- *{claim.name}*: “{claim.quote}”" for claim in reproduction.claims]
     lines += ["", f"## Scale `{results.scale}`", "", reproduction.reductions.get(results.scale, ""), "",
