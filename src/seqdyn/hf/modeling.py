@@ -45,7 +45,8 @@ class SeqdynPreTrainedModel(PreTrainedModel):
         return self.seqdyn.embedding
 
     def set_input_embeddings(self, embedding: torch.nn.Embedding) -> None:
-        self.seqdyn.embedding = embedding
+        raise NotImplementedError("set_input_embeddings: the lm head is tied to the embedding and the vocabulary "
+                                  "sized by the config; build a SeqdynConfig with the new vocab_size instead")
 
     def _run(self, input_ids: Tensor | None, attention_mask: Tensor | None, cache: SeqdynCache | None,
              use_cache: bool, head: bool, inputs_embeds: Tensor | None) -> tuple[Tensor, SeqdynCache | None]:
