@@ -34,6 +34,10 @@ MEAN_TARGET = 1.05
 MODES = ("fwd+bwd", "fwd")
 #: a backend whose first call of a round is this many times slower than the best so far is not timed again
 HOPELESS = 4.0
+#: a round pairs ``auto`` with its choice for at least this long (more pairs for calls of a few milliseconds, whose
+#: timings a shared machine scatters most: two timings of the same 4.5 ms computation came out 1.25× apart at three
+#: pairs a round), at most ``MAX_PAIRS`` pairs
+PAIRED_SECONDS, MAX_PAIRS = 0.1, 25
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,8 @@ def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
 def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 3,
                  modes=MODES) -> list[Cell]:
     """Every mode of one case: each backend beside ``auto``, ``rounds`` passes of ``repeats`` calls, the fastest
-    call counting; ``auto`` alternates call by call with the backend it chose (``Cell.paired``).  A backend whose
+    call counting; ``auto`` alternates call by call with the backend it chose (``Cell.paired``; at least ``PAIRED_SECONDS`` of
+    pairs a round).  A backend whose
     first call is ``HOPELESS`` × slower than the best so far is not called again (it cannot be the fastest; its one
     time is kept).  Rounds go through the backends in turn forwards and backwards: no place favours one."""
     mixer = _build(case, device)
@@ -197,7 +202,8 @@ def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int
                     if name != cell.picked:
                         cell.times[name] = min(cell.times.get(name, math.inf), first, best_of(name, repeats))
                         continue
-                    autos, chosens = zip(*[(best_of("auto", 1), best_of(name, 1)) for _ in range(repeats)])
+                    pairs = max(repeats, min(MAX_PAIRS, math.ceil(PAIRED_SECONDS / max(first, 1e-9))))
+                    autos, chosens = zip(*[(best_of("auto", 1), best_of(name, 1)) for _ in range(pairs)])
                     cell.paired.append(min(autos) / min(chosens))
                     cell.times["auto"] = min(cell.times.get("auto", math.inf), *autos)
                     cell.times[name] = min(cell.times.get(name, math.inf), first, *chosens)
