@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -184,11 +185,19 @@ def test_a_misspelled_mixer_or_task_name_gets_the_closest_known_name(changes, wo
         parse_config(small(**changes))
 
 
-def _foreign_checkpoint(tmp_path: Path) -> str:
-    """A checkpoint of another architecture (what a run meets when its folder was mixed up)."""
+def _foreign_checkpoint(tmp_path: Path, run_id: str) -> str:
+    """A checkpoint labelled as run ``run_id``'s but of another architecture (a config edited by hand under the
+    same id): loading it fails inside the run."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
     other = tmp_path / "other.db"
     run_sweep(parse_config(small(**{"model.d_model": 32})), other, progress=False)
-    return Store(other, readonly=True).runs()[0].checkpoint
+    path = Store(other, readonly=True).runs()[0].checkpoint
+    with safe_open(path, framework="pt") as handle:
+        meta = json.loads(handle.metadata()["seqdyn"])
+    save_file(load_file(path), path, metadata={"seqdyn": json.dumps(dict(meta, run_id=run_id))})
+    return path
 
 
 @pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow),
@@ -203,7 +212,7 @@ def test_a_run_that_fails_while_training_is_recorded_and_the_sweep_goes_on(tmp_p
     store_path = tmp_path / "sweep.db"
     with Store(store_path) as store:
         store.add_run(broken.run_id, broken.name, broken.canonical(), sweep.name)
-        store.set_checkpoint(broken.run_id, _foreign_checkpoint(tmp_path), 2)
+        store.set_checkpoint(broken.run_id, _foreign_checkpoint(tmp_path, broken.run_id), 2)
     try:
         results = run_sweep(sweep, store_path, workers=1 if workers == "ray" else workers, use_ray=workers == "ray",
                             progress=False)
@@ -213,7 +222,8 @@ def test_a_run_that_fails_while_training_is_recorded_and_the_sweep_goes_on(tmp_p
 
             ray.shutdown()
     assert [r.status for r in results] == ["failed", "finished", "finished"]
-    assert results[0].reason.startswith("ValueError: checkpoint ") and "belongs to run" in results[0].reason
+    assert results[0].reason.startswith("ValueError: checkpoint ") and "does not match the config's model" in \
+        results[0].reason
     records = {r.id: r for r in Store(store_path, readonly=True).runs()}
     assert records[broken.run_id].status == "failed" and records[broken.run_id].reason == results[0].reason
     assert all(records[run.run_id].status == "finished" for run in rest)
