@@ -80,7 +80,10 @@ def _wait_for_checkpoint(store_path: Path, process: subprocess.Popen, timeout: f
     deadline = time.time() + timeout
     while time.time() < deadline:
         if store_path.exists():
-            runs = Store(store_path, readonly=True).runs()
+            try:
+                runs = Store(store_path, readonly=True).runs()
+            except ValueError:  # the file exists, its tables not yet: the process is creating the store
+                runs = []
             if runs and runs[0].checkpoint_step:
                 return runs[0].checkpoint_step
         assert process.poll() is None, process.communicate()
