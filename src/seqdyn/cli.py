@@ -32,6 +32,11 @@ def _register_subcommands() -> None:
     bench_app.command("train")(_one_line_errors(bench_train))
 
 
+def _name_list(text: str) -> list[str] | None:
+    """A comma-separated option as its names; ``None`` (every one) where it names none."""
+    return [name for name in text.split(",") if name] or None
+
+
 def _one_line_errors(command):
     """``command`` with its ``ValueError`` (bad names, an absent device) as a one-line error, exit code 2."""
 
@@ -406,7 +411,7 @@ def bench_mixers(
     from seqdyn import mixers
     from seqdyn.bench.mixers import run_mixer_benchmark
 
-    selected = [n for n in names.split(",") if n] or None
+    selected = _name_list(names)
     for name in selected or []:
         mixers.get(name)  # unknown names fail before any work
     run_mixer_benchmark(selected, _lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds,
@@ -428,7 +433,7 @@ def bench_auto(
     auto beside every backend it could use (targets: within 1.2× in every cell, 1.05× in geometric mean)."""
     from seqdyn.bench.auto import run_auto_benchmark
 
-    result = run_auto_benchmark(quick, device, repeats, rounds, [n for n in mixers.split(",") if n] or None,
+    result = run_auto_benchmark(quick, device, repeats, rounds, _name_list(mixers),
                                 str(markdown) if markdown else None)
     if not result["met"]:
         raise typer.Exit(1)
@@ -450,7 +455,7 @@ def bench_decode(
     16k, and packed against padded training throughput (needs the [hf] extra)."""
     from seqdyn.bench.decode import run_decode_benchmark
 
-    run_decode_benchmark(quick, device, d_model, layers, chunk, steps, [n for n in models.split(",") if n] or None,
+    run_decode_benchmark(quick, device, d_model, layers, chunk, steps, _name_list(models),
                          str(markdown) if markdown else None)
 
 
