@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Outcome, Score, at_least, at_most, every, reaches,
-                                     within)
+from seqdyn.reproduce.base import Results
+from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Claim, Control, Outcome, Plateau, Score, at_least,
+                                     at_most, every, reaches, within)
 
 
 def score(*values: float, missing: tuple[str, ...] = (), label: str = "a") -> Score:
@@ -216,3 +217,49 @@ def test_a_claim_whose_control_passes_keeps_its_verdict_and_records_the_control(
 def test_a_control_without_runs_makes_the_claim_inconclusive():
     outcome = _claim_with_control((), HELD).decide(None)
     assert outcome.verdict == INCONCLUSIVE and "control softmax + PE no result < 0.9" in outcome.reason
+
+
+def _claim_with_plateau(test, level: float = 0.25, margin: float = 0.05, control=None):
+    """A claim comparing models "a" and "b" of hand-made results ``{label: Score}``, with MQAR's plateau."""
+    plateau = Plateau("copying a value from the context", lambda results: level, margin,
+                      lambda results: [results["a"], results["b"]])
+    return Claim("c", "a ≥ b", "quote", test, control=control, plateau=plateau)
+
+
+def test_a_model_that_never_left_the_plateau_cannot_make_a_claim_fail():
+    claim = _claim_with_plateau(lambda results: at_least(results["a"], results["b"], 0.05))
+    stuck = {"a": Score("a", (0.25, 0.27), stops=("seed 0: step 4,000, 0.25", "seed 1: step 4,000, 0.27")),
+             "b": score(0.9, 0.95, label="b")}
+    outcome = claim.decide(stuck)
+    assert outcome.verdict == INCONCLUSIVE
+    assert outcome.reason.startswith("budget: a best seed 0.27 within 0.05 of the plateau 0.25")
+    assert "seed 0: step 4,000, 0.25" in outcome.reason and "(copying a value from the context)" in outcome.reason
+    # one seed that left the plateau (0.31 > 0.25 + 0.05): the comparison decides
+    left = {"a": score(0.25, 0.31, label="a"), "b": score(0.9, 0.95, label="b")}
+    assert claim.decide(left).verdict == FAILED
+    # a claim that held stands whatever the plateau (the control guards against empty successes)
+    held = {"a": score(0.9, 0.95, label="a"), "b": score(0.25, 0.26, label="b")}
+    assert claim.decide(held).verdict == HELD
+
+
+def test_a_failed_control_outranks_the_plateau_rule():
+    control = Control("softmax with positions", lambda results: results["control"], 0.9)
+    claim = _claim_with_plateau(lambda results: at_least(results["a"], results["b"], 0.05), control=control)
+    outcome = claim.decide({"a": score(0.25, label="a"), "b": score(0.9, label="b"), "control": score(0.5,
+                                                                                                        label="ctl")})
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control ctl 0.5 < 0.9")
+
+
+def test_lower_is_better_plateaus_count_from_above():
+    plateau = Plateau("a unigram model", lambda results: 60.0, 2.0, lambda results: [results["a"]],
+                      higher_is_better=False)
+    assert plateau.stuck({"a": score(57.0, 61.0, label="a")}) == []  # the best seed (57) left the band above 58
+    assert plateau.stuck({"a": score(59.0, 63.0, label="a")})[0].startswith("a best seed 59 within 2 of the plateau 60")
+
+
+def test_a_score_says_where_each_seeds_best_run_stopped():
+    rows = [{"name": f"r{i}", "status": "finished", "best": best, "steps": steps, "train.seed": seed}
+            for i, (seed, best, steps) in enumerate([(0, 0.25, 4000), (0, 0.31, 3500), (1, 0.26, 4000)])]
+    result = Results("cpu", tuple(rows)).score("mqar", rows)
+    assert result.values == (0.31, 0.26)
+    assert result.stops == ("seed 0: step 3,500, 0.31", "seed 1: step 4,000, 0.26")

@@ -68,7 +68,9 @@ class Results:
         left to vary is the learning-rate grid), averaged over the cells.  Runs without a result (failed for
         another reason than divergence, unfinished, not run) are named as missing."""
         by_seed: dict[Any, dict[tuple, list[float]]] = {}
+        best_rows: dict[Any, dict[str, Any]] = {}
         missing = []
+        pick = max if higher_is_better else min
         for row in rows:
             value = result_value(row, higher_is_better)
             if value is None:
@@ -76,9 +78,19 @@ class Results:
                 continue
             cell = tuple(row.get(key) for key in cells)
             by_seed.setdefault(row.get(SEED), {}).setdefault(cell, []).append(value)
-        pick = max if higher_is_better else min
+            seed_best = best_rows.get(row.get(SEED))
+            if seed_best is None or (value > seed_best["value"] if higher_is_better else value < seed_best["value"]):
+                best_rows[row.get(SEED)] = {"value": value, "steps": row.get("steps")}
         values = tuple(sum(pick(v) for v in seed_cells.values()) / len(seed_cells) for seed_cells in by_seed.values())
-        return Score(label, values, tuple(missing))
+        stops = tuple(f"seed {seed}: {_stopped(best)}" for seed, best in best_rows.items())
+        return Score(label, values, tuple(missing), stops)
+
+
+def _stopped(best: dict[str, Any]) -> str:
+    """Where a seed's best run stopped: "step 4,000, 0.251" (the step where the results give it)."""
+    steps = best.get("steps")
+    at = f"step {int(steps):,}, " if isinstance(steps, (int, float)) and not math.isnan(steps) else ""
+    return f"{at}{best['value']:.3g}"
 
 
 def result_value(row: dict[str, Any], higher_is_better: bool = True) -> float | None:

@@ -37,6 +37,8 @@ class Score:
     label: str
     values: tuple[float, ...]
     missing: tuple[str, ...] = ()
+    #: per seed, where its best run stopped ("seed 1: step 4,000, 0.251"), where the results say
+    stops: tuple[str, ...] = ()
 
     @property
     def mean(self) -> float:
@@ -88,6 +90,39 @@ class Control:
 
 
 @dataclass(frozen=True)
+class Plateau:
+    """What a model scores before it learns a task — MQAR's level of copying a value from the context, a constant or
+    context-copying predictor on MAD and atomic tasks — as the reproduction measures it (``level``: results → that
+    score), and the ``margin`` within which a compared model has not left it.  ``compared``: results → the scores of
+    the models the claim compares.  A claim that did not hold while one of them never left the plateau speaks of
+    the training budget, not of the model: it is *inconclusive (budget)*."""
+
+    description: str
+    level: Callable[[Any], float]
+    margin: float
+    compared: Callable[[Any], Sequence[Score]]
+    higher_is_better: bool = True
+
+    def stuck(self, results: Any) -> list[str]:
+        """The compared models whose best seed stays within the margin of the plateau, each with where its seeds
+        stopped."""
+        level = self.level(results)
+        found = []
+        for score in self.compared(results):
+            if not score.values:
+                continue
+            best = max(score.values) if self.higher_is_better else min(score.values)
+            if (best <= level + self.margin) if self.higher_is_better else (best >= level - self.margin):
+                stops = f" [{'; '.join(score.stops)}]" if score.stops else ""
+                found.append(f"{score.label} best seed {best:.3g} within {self.margin:g} of the plateau "
+                             f"{level:.3g}{stops}")
+        return found
+
+
+BUDGET = "budget"
+
+
+@dataclass(frozen=True)
 class Claim:
     """What a paper says (``quote``, its own sentence, and ``paper_value``, its number where it prints one), what we
     test (``statement``, with the threshold), the predicate that tests it on a reproduction's results, and the
@@ -99,19 +134,23 @@ class Claim:
     test: Callable[[Any], Outcome]
     paper_value: str = ""
     control: Control | None = None
+    plateau: Plateau | None = None
 
     def decide(self, results: Any) -> Outcome:
         """The predicate's outcome — *inconclusive* instead where the control did not pass, with its value as the
-        reason ("control softmax with positions 0.49 < 0.9")."""
+        reason ("control softmax with positions 0.49 < 0.9"), and *inconclusive (budget)* where it did not hold
+        while a compared model never left the task's plateau (:class:`Plateau`)."""
         outcome = self.test(results)
-        if self.control is None:
-            return outcome
-        checked = self.control.check(results)
-        if checked["passed"]:
-            return replace(outcome, control=checked)
-        value = "no result" if checked["value"] is None else f"{checked['value']:.3g}"
-        return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} < "
-                       f"{checked['threshold']:g} ({checked['description']})", checked)
+        checked = {} if self.control is None else self.control.check(results)
+        if checked and not checked["passed"]:
+            value = "no result" if checked["value"] is None else f"{checked['value']:.3g}"
+            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} < "
+                           f"{checked['threshold']:g} ({checked['description']})", checked)
+        stuck = self.plateau.stuck(results) if self.plateau is not None and outcome.verdict == FAILED else []
+        if stuck:
+            return Outcome(INCONCLUSIVE, outcome.numbers, f"{BUDGET}: " + "; ".join(stuck) +
+                           f" ({self.plateau.description})", checked)
+        return replace(outcome, control=checked)
 
 
 def _incomplete(scores: Sequence[Score]) -> Outcome | None:
