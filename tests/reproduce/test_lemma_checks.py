@@ -6,6 +6,7 @@ where it must."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from seqdyn.features import taylor
 from seqdyn.reproduce import lemma_checks as lc
 from seqdyn.reproduce.base import Results
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from seqdyn.reproduce.runner import named_sweeps
+from seqdyn.reproduce.runner import named_sweeps, run
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +129,13 @@ def test_it_trains_nothing_and_the_scales_differ_in_draws_only(scale):
     assert named_sweeps(lc.REPRODUCTION, scale) == [] and not lc.REPRODUCTION.trains
     assert lc.REPRODUCTION.reductions[scale]
     assert [lc.SCALES[s].draws for s in ("smoke", "cpu", "paper")] == sorted(s.draws for s in lc.SCALES.values())
+
+
+def test_a_second_call_records_its_own_wall_time(tmp_path):
+    """A reproduction that trains nothing computes again on every call: no earlier call's time is kept."""
+    folder = run(lc.REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False).folder
+    verdict = json.loads((folder / "verdict.json").read_text())
+    (folder / "verdict.json").write_text(json.dumps({**verdict, "elapsed_s": 9999.0}))
+    again = run(lc.REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    assert again.elapsed_s < 9999.0 and again.runs_before == 0
+    assert "computations, no training" in (folder / "table.md").read_text()
