@@ -128,6 +128,8 @@ class Reproduction:
     corpus: ClassVar[bool] = False
     #: what ``--data`` must be, in words (for a ``corpus`` reproduction)
     data_help: ClassVar[str] = ""
+    #: False: it trains nothing — its sweeps are empty at every scale and :meth:`measure` computes its rows
+    trains: ClassVar[bool] = True
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         """The sweep configs of this scale; their names must be distinct.  A ``corpus`` reproduction's take a second
@@ -144,7 +146,8 @@ class Reproduction:
 
     def measure(self, results: Results, store_path: str | Path) -> Results:
         """What a reproduction measures on its trained models after training (decoding cost, say), added to the
-        rows as further keys; by default nothing."""
+        rows as further keys; by default nothing.  A reproduction that ``trains`` nothing computes its rows here,
+        one per computation (``name``, ``run_id``, ``status`` and ``wall_time`` as a run's row has them)."""
         return results
 
 

@@ -85,7 +85,8 @@ def check_device(reproductions: list[Reproduction], scale: str, yes: bool, data:
     """Refuse ``--scale paper`` without a GPU unless ``yes``: the error gives the estimated time on this CPU."""
     import torch
 
-    if scale != "paper" or yes or torch.cuda.is_available():
+    reproductions = [reproduction for reproduction in reproductions if reproduction.trains]
+    if scale != "paper" or yes or not reproductions or torch.cuda.is_available():
         return
     estimates = [estimate_seconds(reproduction, scale, data) for reproduction in reproductions]
     known = [seconds for seconds in estimates if seconds is not None]

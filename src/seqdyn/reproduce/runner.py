@@ -98,7 +98,7 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
     elapsed = time.monotonic() - start
-    if not left:  # nothing trained: the outputs keep the wall time of the call that trained these runs
+    if not left and reproduction.trains:  # nothing trained: the outputs keep the wall time of the call that did
         elapsed, runs_before = _earlier_timing(Path(out) / reproduction.name, results) or (elapsed, runs_before)
     return write(reproduction, results, Path(out), elapsed, runs_before)
 
@@ -189,9 +189,8 @@ def _write_csv(path: Path, results: Results) -> None:
 def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, Outcome],
               provenance: dict[str, Any]) -> str:
     lines = [f"# {reproduction.name}: {reproduction.paper}, {reproduction.figure}", "", reproduction.summary, "",
-             f"Scale `{results.scale}`: {provenance['runs_done']} of {provenance['runs']} runs done, "
-             f"{provenance['run_time_s']:.0f} s of training, {provenance['date']}, commit {provenance['commit']}."
-             + _resumed_text(provenance), "", "## Results", "", reproduction.table(results), "", "## Claims", "",
+             f"Scale `{results.scale}`: {_work_text(reproduction, provenance)}, {provenance['date']}, commit "
+             f"{provenance['commit']}." + _resumed_text(provenance), "", "## Results", "", reproduction.table(results), "", "## Claims", "",
              "| claim | paper | ours | verdict |", "|---|---|---|---|"]
     for claim in reproduction.claims:
         outcome = outcomes[claim.name]
@@ -212,6 +211,12 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
     lines += ["", f"## Scale `{results.scale}`", "", reproduction.reductions.get(results.scale, ""), "",
               f"Regenerate: `{regenerate_command(reproduction, results)}`.", ""]
     return "\n".join(lines)
+
+
+def _work_text(reproduction: Reproduction, provenance: dict[str, Any]) -> str:
+    if not reproduction.trains:
+        return f"{provenance['runs']} computations, no training, {provenance['elapsed_s']:.1f} s"
+    return f"{provenance['runs_done']} of {provenance['runs']} runs done, {provenance['run_time_s']:.0f} s of training"
 
 
 def _resumed_text(provenance: dict[str, Any]) -> str:
