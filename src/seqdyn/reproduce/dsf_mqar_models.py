@@ -4,8 +4,8 @@
 associative recall (MQAR) benchmark" (§4.2) over the model size d and the state expansion n, best of the
 learning-rate grid; Fig. 2 is the task {L = 512, KV-pairs = 64} at n = 128, Fig. 5 all four tasks
 {64, 4}, {128, 8}, {256, 16}, {512, 64} over d ∈ {64, 128, 256, 512} and n ∈ {32, 64, 128, 256}.  Normalized
-attention is eq. (21): linear attention divided by a learnt normalizer η_i = Σ_j exp(W_η u_j) instead of the sum
-of its scores (``seqdyn/mixers/normalized_attention.py``).
+attention is eq. (21): linear attention divided by a learnt normalizer η_i = exp(W_η u_i) of the current input
+instead of the sum of its scores (``seqdyn/mixers/normalized_attention.py``).
 """
 
 from __future__ import annotations
