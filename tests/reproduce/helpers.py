@@ -23,16 +23,28 @@ def results(rows: list[dict[str, Any]], scale: str = "cpu") -> Results:
     return Results(scale, tuple(rows))
 
 
+#: the pilots ran before the MQAR reproductions took the DSF configs' ``random_non_queries: False``: they leave it
+#: at the task's default (random fillers)
+FILLERS_THEN = {"random_non_queries": None}
+
+
 def runs_by_key(configs, train: dict | None = None, mixer_options: dict | None = None,
-                key=("model.mixer", "optimizer.lr", "train.seed")) -> dict[tuple, dict[str, Any]]:
-    """Canonical run configs (their names left out) by the dotted ``key`` paths, with ``train`` and
-    ``mixer_options`` updated: what a pilot should equal once its deliberate changes are undone."""
+                key=("model.mixer", "optimizer.lr", "train.seed"),
+                task_params: dict | None = None) -> dict[tuple, dict[str, Any]]:
+    """Canonical run configs (their names left out) by the dotted ``key`` paths, with ``train``, ``mixer_options``
+    and ``task_params`` updated (``None``: left out): what a pilot should equal once its deliberate changes are undone."""
     runs = {}
     for config in configs:
         canonical = config.canonical()
         canonical.pop("name")
         canonical["train"].update(train or {})
         canonical["model"]["mixer_options"].update(mixer_options or {})
+        params = canonical["task"]["params"]
+        for name, value in (task_params or {}).items():  # None: the task's default, as a config that omits it
+            if value is None:
+                params.pop(name, None)
+            else:
+                params[name] = value
         values = []
         for path in key:
             value = canonical

@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import dsf_mqar_models as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import FILLERS_THEN, assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 TASKS = ((64, 4), (128, 8))
 
@@ -70,6 +70,7 @@ def test_the_paper_scale_is_the_papers_protocol():
     assert len(runs) == 4 * 4 * (4 + 4 * 16)
     assert {run.train.batch_size for run in runs} == {512, 256, 128, 64}
     assert {run.task.params["vocab_size"] for run in runs} == {8192}
+    assert {run.task.params["random_non_queries"] for run in runs} == {False}  # as every DSF config
     ssd = [run for run in runs if run.model.mixer == "mamba2"]
     assert all(run.model.mixer_options["head_dim"] == run.model.d_model for run in ssd)  # one head
     assert all(not run.model.positions for run in ssd)
@@ -80,7 +81,7 @@ def test_longer_budget_pilot_is_the_cpu_scale_but_its_budget():
     twice the steps, on the GPU where there is one: nothing else differs."""
     pilot, cpu = pilot_and_scale_runs("mqar_models_longer_budget.yaml", fig.REPRODUCTION)
     assert {(c.train.steps, c.train.eval_every, c.train.device) for c in pilot} == {(10_000, 500, "auto")}
-    expected = {key: run for key, run in runs_by_key(cpu).items() if key[0] != "softmax_attention"}
+    expected = {key: run for key, run in runs_by_key(cpu, task_params=FILLERS_THEN).items() if key[0] != "softmax_attention"}
     assert runs_by_key(pilot, train=dict(steps=5_000, eval_every=250, device="cpu")) == expected
 
 
@@ -88,7 +89,8 @@ def test_ssd_slow_decay_pilot_is_the_cpu_scale_ssd_but_its_initial_decay():
     """examples/pilots/mqar_ssd_slow_decay.yaml is the cpu scale's four SSD runs, starting from A = 1."""
     pilot, cpu = pilot_and_scale_runs("mqar_ssd_slow_decay.yaml", fig.REPRODUCTION)
     assert {tuple(c.model.mixer_options["a_init_range"]) for c in pilot} == {(1, 1)}
-    expected = {key: run for key, run in runs_by_key(cpu, mixer_options={"a_init_range": [1, 1]}).items()
+    expected = {key: run for key, run in runs_by_key(cpu, mixer_options={"a_init_range": [1, 1]},
+                                                                task_params=FILLERS_THEN).items()
                 if key[0] == "mamba2"}
     assert runs_by_key(pilot) == expected and len(expected) == 4
 

@@ -113,6 +113,11 @@ CPU_MODEL_REASON = ("the blocks have no MLPs and their weights are drawn with st
                     "0.996), each step taking about half the time")
 
 
+#: the DSF authors' MQAR configs all set ``random_non_queries: False`` (fillers stay 0; Zoology's default, True,
+#: fills them with random tokens, about one of which per example collides with a key at a vocabulary of 256)
+RANDOM_NON_QUERIES = False
+
+
 def mqar_sweeps(part: str, mixers: Sequence[str], tasks: Sequence[tuple[int, int]], widths: Sequence[int],
                 states: Sequence[int], lrs: Sequence[float], seeds: Sequence[int], budget: Budget,
                 backend: str = "auto") -> list[SweepConfig]:
@@ -130,7 +135,8 @@ def mqar_sweeps(part: str, mixers: Sequence[str], tasks: Sequence[tuple[int, int
                 "model": {"block": "transformer", "layers": 2, "mlp": budget.mlp, "norm": "layernorm",
                           "init_std": budget.init_std},
                 "task": {"name": "mqar", "params": {"seq_len": seq_len, "num_kv_pairs": pairs,
-                                                   "vocab_size": budget.vocab_size},
+                                                   "vocab_size": budget.vocab_size,
+                                                   "random_non_queries": RANDOM_NON_QUERIES},
                          "train_examples": budget.train_examples, "test_examples": budget.test_examples},
                 "optimizer": {"weight_decay": 0.1}, "schedule": {"kind": "cosine", "warmup": 0.1},
                 "train": train,
