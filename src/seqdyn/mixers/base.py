@@ -165,6 +165,11 @@ class Mixer(nn.Module, ABC):
         mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
         return self.check_backend(backend)
 
+    def packed_backend_for(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> str:
+        """The backend ``forward(x, backend, cu_seqlens=cu_seqlens)`` computes packed sequences with: here that of
+        the sequences side by side (:func:`~seqdyn.core.packing.padded_call`)."""
+        return self.backend_for(Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device).unpack(x), backend)
+
     def measured_backend(self, x: Tensor, run: Callable[[Tensor, str], Any],
                          plan: Callable[[], tuple[list[str], str, str]], detail: str = "",
                          about: str = "", packing: Packing | None = None) -> BackendChoice:
@@ -357,6 +362,11 @@ class CoefficientMixer(Mixer):
         signature, words = self._operator_signature()
         return self.measured_backend(x, lambda inputs, name: self.forward(inputs, name), plan, f" | {signature}",
                                      f" (operator: {words})")
+
+    def packed_backend_for(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> str:
+        if not self.packs_tokens:
+            return super().packed_backend_for(x, cu_seqlens, backend)
+        return self._packed_backend(x, Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device), backend)
 
     def _packed_backend(self, x: Tensor, packing: Packing, backend: str) -> str:
         """:meth:`backend_for` of packed sequences: ``auto`` times :meth:`forward_packed` itself."""

@@ -256,7 +256,11 @@ def recording_backends(model: SequenceModel) -> Iterator[list[str]]:
     picked: list[str] = []
 
     def record(mixer: nn.Module, args: tuple, kwargs: dict) -> None:
-        picked.append(mixer.backend_for(args[0], kwargs.get("backend", "auto")))
+        backend = kwargs.get("backend", "auto")
+        if kwargs.get("cu_seqlens") is not None:
+            picked.append(mixer.packed_backend_for(args[0], kwargs["cu_seqlens"], backend))
+        else:
+            picked.append(mixer.backend_for(args[0], backend))
 
     hooks = [block.mixer.register_forward_pre_hook(record, with_kwargs=True) for block in model.blocks]
     try:
