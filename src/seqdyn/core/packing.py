@@ -218,16 +218,19 @@ def _per_sequence(state: object, count: int) -> list[object]:
 
 
 def packed_call(function: Callable[[Tensor, Tensor], Tensor], x: Tensor, cu_seqlens: object = None,
-                attention_mask: object = None) -> Tensor:
+                attention_mask: object = None, whole: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """``function(tokens [1, T, …], cu_seqlens)``, which computes packed sequences, on packed sequences or on a
     padded batch (``attention_mask``), whose rows' tokens are packed end to end — each row a sequence, the padding
-    left out — and put back in place after; the outputs at padded steps are 0."""
+    left out — and put back in place after; the outputs at padded steps are 0.  ``whole(x)``: what computes a
+    batch without padding (a mask of ones), as it is."""
     if cu_seqlens is not None and attention_mask is not None:
         raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
     if cu_seqlens is not None:
         check_cu_seqlens(cu_seqlens, x.shape[1], x.shape[0])
         return function(x, cu_seqlens)
     mask = check_attention_mask(attention_mask, x.shape[0], x.shape[1]).to(x.device)
+    if whole is not None and bool(mask.all()):
+        return whole(x)
     counts = mask.sum(dim=1)
     if not bool(counts.any()):
         raise ValueError("attention_mask: every step of every row is padding; nothing to compute")

@@ -50,7 +50,7 @@ def _taking_packing(forward: Callable) -> Callable:
         self.check_input(x)
         if getattr(self, "packs_tokens", False):
             return packed_call(lambda tokens, offsets: self.forward_packed(tokens, offsets, backend), x, cu_seqlens,
-                               attention_mask)
+                               attention_mask, lambda whole: forward(self, whole, backend=backend))
         return padded_call(lambda aligned: forward(self, aligned, backend=backend), x, cu_seqlens, attention_mask)
 
     wrapped.takes_packing = True

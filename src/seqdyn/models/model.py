@@ -97,7 +97,7 @@ class SequenceModel(nn.Module):
                              "length)")
         if self.head.token_wise:
             return packed_call(lambda tokens, offsets: self._forward_packed(tokens, offsets, backend, head), inputs,
-                               cu_seqlens, attention_mask)
+                               cu_seqlens, attention_mask, lambda whole: self._forward(whole, backend, head))
         return padded_call(lambda aligned: self._forward(aligned, backend, head), inputs, cu_seqlens, attention_mask)
 
     def _forward_with_state(self, inputs: Tensor, state: ModelState | None, backend: str,
