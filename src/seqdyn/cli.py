@@ -452,7 +452,7 @@ def bench_decode(
     markdown: Optional[Path] = typer.Option(None, help="Also write the tables as Markdown to this file."),
 ) -> None:
     """A language model's prefill (whole and in chunks), decode tokens/s and cache memory at contexts 1k, 4k and
-    16k, and packed against padded training throughput (needs the [hf] extra)."""
+    16k, and packed against padded training throughput (needs the \\[hf] extra)."""
     from seqdyn.bench.decode import run_decode_benchmark
 
     run_decode_benchmark(quick, device, d_model, layers, chunk, steps, _name_list(models),

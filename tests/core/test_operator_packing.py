@@ -8,7 +8,9 @@ import torch
 
 import seqdyn
 from seqdyn.core.backends import REGISTRY
-from tests.core.cases import STATE_COMBOS, _state, assert_close, build, call, flatten, random_case, supported
+from seqdyn.core import operator
+from tests.core.cases import (STATE_COMBOS, _state, all_combinations, assert_close, build, call, flatten, random_case,
+                              supported)
 
 LENGTHS = (5, 1, 9, 3)  # boundaries inside and at the edges of chunks of 4; a sequence of one step
 CU_SEQLENS = torch.tensor([0, 5, 6, 15, 18])
@@ -167,3 +169,32 @@ def test_packed_sequences_decode_a_token_each_from_their_states(readout, normali
     with pytest.raises(ValueError, match=r"cu_seqlens: one step takes one token of each sequence"):
         seqdyn.coefficient_dynamics_step(q1, k1, v1, state=states, cu_seqlens=torch.tensor([0, 2, 4]),
                                          **step_options)
+
+
+RESET_CASES = [(combo, backend) for combo in all_combinations() for backend in ("chunk", "scan")
+               if combo[0] == "identity" and supported(combo, backend)
+               and not (backend == "chunk" and combo[1].startswith("diagonal"))]
+
+
+@pytest.mark.parametrize("combo,backend", RESET_CASES, ids=lambda x: x if isinstance(x, str) else "-".join(x))
+def test_without_states_packed_sequences_run_as_one_with_resets_and_no_padding(combo, backend, monkeypatch):
+    """The identity readout without states: ``chunk`` (scalar decays) and ``scan`` compute the packed steps as one
+    sequence with a hard reset at each start — nothing side by side, so no padded step — and give each sequence's
+    own outputs and gradients (the chunks of 4 hold several sequences)."""
+    case = random_case(*combo, seed=5, batch=1, length=sum(LENGTHS), chunk_size=4, with_state=False)
+    leaves, options = build(case)
+    inputs = dict(leaves)
+    q, k, v = inputs.pop("q"), inputs.pop("k"), inputs.pop("v")
+    expected = torch.cat([call({name: value[:, start:end] for name, value in leaves.items()}, options, "recurrent",
+                               want_state=False) for start, end in zip(CU_SEQLENS.tolist(), CU_SEQLENS[1:].tolist())],
+                         dim=1)
+    monkeypatch.setattr(operator, "_padded", lambda *args: pytest.fail("packed sequences were padded"))
+    packed = seqdyn.coefficient_dynamics(q, k, v, backend=backend, chunk_size=4, cu_seqlens=CU_SEQLENS, **inputs,
+                                         **options)
+    assert_close(packed, expected, 1e-10, "outputs")
+    weights = torch.randn_like(expected)
+    grads = torch.autograd.grad((weights * packed).sum(), list(leaves.values()), allow_unused=True)
+    expected_grads = torch.autograd.grad((weights * expected).sum(), list(leaves.values()), allow_unused=True)
+    for name, got, want in zip(leaves, grads, expected_grads):
+        if want is not None:
+            assert_close(got, want, 1e-10, f"gradient of {name}")

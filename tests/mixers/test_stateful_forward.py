@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from seqdyn import mixers
+from seqdyn.core.rows import tensors
 
 CHUNKS = (5, 1, 4)  # then 3 tokens by step: T = 13
 
@@ -21,19 +22,6 @@ def _cases():
     for name in mixers.names():
         for backend in built(name).backends:
             yield name, backend
-
-
-def _state_tensors(state):
-    """The tensors a state holds, whatever its type (MixerState, a tensor, a cache)."""
-    if isinstance(state, torch.Tensor):
-        return [state]
-    if isinstance(state, (list, tuple)):
-        return [t for part in state for t in _state_tensors(part)]
-    if isinstance(state, dict):
-        return [t for key in sorted(state) for t in _state_tensors(state[key])]
-    if hasattr(state, "__dict__"):
-        return _state_tensors({key: value for key, value in vars(state).items() if not key.startswith("_")})
-    return []
 
 
 @pytest.mark.parametrize(("name", "backend"), list(_cases()))
@@ -52,7 +40,7 @@ def test_prefill_in_chunks_then_steps_equals_one_forward(name, backend, tmp_path
         y, state = mixer.step(x[:, position], state)
         outputs.append(y[:, None])
     torch.testing.assert_close(torch.cat(outputs, dim=1), whole, rtol=0, atol=1e-11)
-    got, want = _state_tensors(state), _state_tensors(whole_state)
+    got, want = tensors(state), tensors(whole_state)
     assert len(got) == len(want) and got
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-11)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqdyn.models import build_model
+from seqdyn.models import build_model, recording_backends
 from tests.models.helpers import config, inputs, spec
 
 CU_SEQLENS = torch.tensor([0, 5, 6, 15, 18])
@@ -84,3 +84,13 @@ def test_a_padded_prefill_gives_each_row_its_own_state_and_positions():
         alone = torch.cat([tokens[row:row + 1, mask[row].bool()], more[row:row + 1]], dim=1)
         torch.testing.assert_close(continued[row:row + 1], model(alone)[:, -4:], rtol=0, atol=1e-11)
         assert states[row].position == int(mask[row].sum())
+
+
+def test_a_packed_forward_records_the_backend_its_packed_call_chose(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQDYN_AUTOTUNE_CACHE", str(tmp_path))
+    model = hybrid()
+    tokens = inputs(spec(input_len=18), batch=1, length=18)
+    with recording_backends(model) as picked:
+        model(tokens, cu_seqlens=CU_SEQLENS)
+    assert len(picked) == 2
+    assert all("packed N ≤ 4 sequences of L ≤ 16" in choice.why for choice in picked), [c.why for c in picked]

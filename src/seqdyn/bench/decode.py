@@ -10,7 +10,8 @@ of ``layers`` blocks at width ``d_model``, float32, one torch thread — and eac
   the decoding added (the resident set on the CPU).
 
 Then **packed against padded training**: forward and backward of a batch of documents of mixed lengths, packed
-(``cu_seqlens``) and padded (``attention_mask``), as real tokens per second, timed alternately.
+(``cu_seqlens``) and right-padded to the longest (as unpacked training computes them), as real tokens per second,
+timed alternately.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch
 from seqdyn.bench.measure import PeakMemory, one_thread, resolve_device
 from seqdyn.core.autotune import elapsed_seconds
 from seqdyn.core.rows import tensors
+from seqdyn.tasks import IGNORE_INDEX
+from seqdyn.train.loop import pack_documents
 
 #: the models: name -> SeqdynConfig fields
 MODELS = {
@@ -102,29 +105,28 @@ def measure_decode(model, name: str, context: int, chunk: int, steps: int, devic
 def measure_packing(model, documents: int, shortest: int, longest: int, repeats: int,
                     device: torch.device) -> PackingRow:
     """Packed against padded forward + backward of ``documents`` random documents of ``shortest``–``longest``
-    tokens (lengths drawn with seed 0); the loss is the next-token cross-entropy over the real tokens."""
+    tokens (lengths drawn with seed 0): padded, the batch of right-padded documents that unpacked training computes
+    (every step, padding included; the loss skips the padding), packed, the same documents end to end
+    (:func:`~seqdyn.train.loop.pack_documents`).  The loss is the next-token cross-entropy over the real tokens."""
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(shortest, longest + 1, (documents,), generator=generator).tolist()
-    docs = [torch.randint(1, model.config.vocab_size, (n,), generator=generator) for n in lengths]
-    packed = torch.cat(docs)[None].to(device)
-    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=device)
     padded = torch.zeros(documents, max(lengths), dtype=torch.long)
-    mask = torch.zeros_like(padded)
-    for row, doc in enumerate(docs):
-        padded[row, :len(doc)], mask[row, :len(doc)] = doc, 1
-    padded, mask = padded.to(device), mask.to(device)
+    targets = torch.full_like(padded, IGNORE_INDEX)
+    for row, length in enumerate(lengths):
+        document = torch.randint(1, model.config.vocab_size, (length + 1,), generator=generator)
+        padded[row, :length], targets[row, :length] = document[:-1], document[1:]
+    packed, packed_targets, cu_seqlens = (t.to(device) for t in pack_documents(padded, targets))
+    padded, targets = padded.to(device), targets.to(device)
     body = model.seqdyn
 
-    def loss(logits, ids, keep):
-        return torch.nn.functional.cross_entropy(logits[:, :-1][keep[:, 1:]], ids[:, 1:][keep[:, 1:]])
+    def loss(logits: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), wanted.flatten(), ignore_index=IGNORE_INDEX)
 
     def packed_step():
-        starts = torch.zeros_like(packed, dtype=torch.bool)
-        starts[0, cu_seqlens[:-1]] = True  # a document's first token has no target inside it
-        loss(body(packed, cu_seqlens=cu_seqlens), packed, ~starts).backward()
+        loss(body(packed, cu_seqlens=cu_seqlens), packed_targets).backward()
 
     def padded_step():
-        loss(body(padded, attention_mask=mask), padded, mask.bool()).backward()
+        loss(body(padded), targets).backward()
 
     packed_step(), padded_step()  # warm-up
     pairs = [(elapsed_seconds(packed_step, device), elapsed_seconds(padded_step, device)) for _ in range(repeats)]

@@ -81,6 +81,8 @@ def coefficient_dynamics(
         cu_seqlens: int offsets ``[N + 1]`` of ``N`` sequences packed along time in a batch of one
             (:mod:`seqdyn.core.packing`): each is computed alone, no coefficient crosses a boundary; states are per
             sequence — ``initial_state`` and the final state ``[N, …]``, or for a key cache a list of ``N``.
+            Without states, the identity readout runs the ``T`` packed steps as one sequence with a hard reset at
+            each start (``chunk``: scalar or no decay; ``scan``), nothing computed for padding.
 
     Returns:
         ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``.
@@ -133,12 +135,43 @@ def _padded(dynamics: Dynamics, packing: Packing) -> Dynamics:
                                for name, value in _timed(dynamics).items()})
 
 
+def _reset_at_starts(dynamics: Dynamics, packing: Packing) -> Dynamics:
+    """The packed sequences as one sequence with a hard reset (``g = −∞``, Λ = 0) at every sequence's first step:
+    no state reaches a later sequence, so with the identity readout (φ(0) = 0) no coefficient crosses a boundary
+    and the outputs are each sequence's own — computed on the ``T`` packed steps, without padding."""
+    g = dynamics.log_decay
+    if g is None:  # Λ = I: a scalar decay shared by all heads, 0 but at the starts
+        g = dynamics.q.new_zeros(1, packing.position.numel(), 1)
+    starts = (packing.position == 0).reshape(1, -1, *(1,) * (g.dim() - 2))  # [1, T, 1…]
+    return dynamics.replace(log_decay=torch.where(starts, g.new_full((), float("-inf")), g))
+
+
+#: the backends that compute packed sequences as one with resets (:func:`_reset_at_starts`) in ``O(T)``; ``quadratic``
+#: and ``recurrent`` take them side by side (``O(N·L²)``, ``L`` steps), as does ``chunk`` for diagonal decays,
+#: whose chunks a reset's range of log decays would cut to single steps (:func:`~.chunking.safe_chunk_size`)
+RESETS_SERVE = ("chunk", "scan")
+
+
+def _resets_suffice(dynamics: Dynamics, initial_state: Any, output_final_state: bool) -> bool:
+    """Whether :func:`_reset_at_starts` computes the packed batch: the identity readout, no state in or out (a
+    state per sequence needs the sequences side by side), and no factored decay (``Δ ⊗ A`` cannot be −∞ but by
+    forming ``g``)."""
+    return (resolve_readout(dynamics.readout).linear and initial_state is None and not output_final_state
+            and dynamics.decay_rate is None)
+
+
 def _packed_outputs(dynamics: Dynamics, cu_seqlens: Any, initial_state: Any, output_final_state: bool,
                     backend: str, chunk_size: int | None):
-    """:func:`coefficient_dynamics` of a packed batch: the sequences as a padded batch ``[N, L, …]`` in one call
-    (padded steps are identity steps, so outputs and linear states are each sequence's own); a key cache, whose
-    size is each sequence's length, one sequence at a time."""
+    """:func:`coefficient_dynamics` of a packed batch: with the identity readout and no state, one sequence with
+    hard resets at the starts (:func:`_reset_at_starts`); otherwise the sequences as a padded batch ``[N, L, …]``
+    in one call (padded steps are identity steps, so outputs and linear states are each sequence's own); a key
+    cache, whose size is each sequence's length, one sequence at a time."""
     packing = _packing(dynamics, cu_seqlens)
+    if _resets_suffice(dynamics, initial_state, output_final_state):
+        problem = prepare(_reset_at_starts(dynamics, packing), chunk_size=chunk_size, factored=True)
+        module, _ = _backend_for(problem, backend, False)
+        if module.NAME in RESETS_SERVE and not (module.NAME == "chunk" and problem.diagonal):
+            return _computed(problem, module, False)[0]
     if resolve_readout(dynamics.readout).linear or (initial_state is None and not output_final_state):
         result = _outputs(_padded(dynamics, packing), initial_state, output_final_state, backend, chunk_size)
         y, state = result if output_final_state else (result, None)
@@ -185,7 +218,9 @@ def select_backend(q: Tensor | Dynamics, k: Tensor | None = None, v: Tensor | No
     cu_seqlens = options.pop("cu_seqlens", None)
     dynamics = as_dynamics(q, k, v, **options)
     if cu_seqlens is not None:
-        dynamics = _padded(dynamics, _packing(dynamics, cu_seqlens))
+        packing = _packing(dynamics, cu_seqlens)
+        dynamics = (_reset_at_starts(dynamics, packing) if _resets_suffice(dynamics, beside.get("initial_state"),
+                                                                           want_state) else _padded(dynamics, packing))
     problem = prepare(dynamics, **beside)
     return _backend_for(problem, backend, want_state, train)[1]
 
@@ -364,10 +399,13 @@ def _auto_choice(problem: Problem, want_state: bool, train: bool) -> BackendChoi
                            lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None)
 
 
-def auto_plan(dynamics: Dynamics, chunk_size: int | None = None) -> tuple[list[str], str, str]:
+def auto_plan(dynamics: Dynamics, chunk_size: int | None = None,
+              cu_seqlens: Tensor | None = None) -> tuple[list[str], str, str]:
     """``(candidates, modelled, reason)`` of ``auto`` for these operator arguments (:func:`_plan`): what a mixer
     that times its whole call with each backend (:meth:`~seqdyn.mixers.base.CoefficientMixer.backend_for`)
-    chooses among."""
+    chooses among; with ``cu_seqlens``, for the packed sequences side by side, as they are computed."""
+    if cu_seqlens is not None:
+        dynamics = _padded(dynamics, _packing(dynamics, cu_seqlens))
     return _plan(prepare(dynamics, chunk_size=chunk_size))
 
 

@@ -1,13 +1,17 @@
 """Packed sequences: ``N`` sequences concatenated along time in a batch of one, delimited by ``cu_seqlens``.
 
 flash-linear-attention's convention: ``cu_seqlens`` are int offsets ``[N + 1]``, ``0 = c_0 < c_1 < … < c_N = T``;
-sequence ``n`` is steps ``c_n ≤ t < c_{n+1}`` of a ``[1, T, …]`` tensor.  The operator computes a packed batch as
-the ``N`` sequences side by side, each right-padded to the longest (:class:`Packing`): a padded step has ``k = 0``,
+sequence ``n`` is steps ``c_n ≤ t < c_{n+1}`` of a ``[1, T, …]`` tensor.  The operator computes a packed batch with
+the identity readout and no state in or out (training) as one sequence with a hard reset (``Λ = 0``) at every
+sequence's first step, in ``chunk`` and ``scan``: nothing is computed for padding.  Otherwise it takes the ``N``
+sequences side by side, each right-padded to the longest (:class:`Packing`): a padded step has ``k = 0``,
 ``v = 0``, ``g = 0`` and ``β = 0``, an identity step of the dynamics (``Λ = I``, nothing written), so outputs and
-linear states equal those of each sequence run alone, and no coefficient crosses a boundary.
+linear states equal those of each sequence run alone.  Either way no coefficient crosses a boundary.
 
-Mixers and models, which are causal, take the same layouts through :func:`padded_call`: packed sequences side by
-side, right-padded, and a padded batch (``attention_mask``, 1 = token, 0 = padding, left or right) with each row's
+Mixers and models that compute token by token around the operator (every :class:`~seqdyn.mixers.CoefficientMixer`
+and the models' blocks) take packed sequences as they are and a padded batch as its tokens packed
+(:func:`packed_call`), so nothing outside the operator is computed for padding.  Other mixers, which are causal,
+take the same layouts through :func:`padded_call`: packed sequences side by side, right-padded, and a padded batch (``attention_mask``, 1 = token, 0 = padding, left or right) with each row's
 tokens moved to its start (:class:`Alignment`), so padding never precedes a token and the outputs of the tokens are
 those of each sequence alone; the outputs at padded steps are 0.
 """
@@ -22,7 +26,7 @@ from torch import Tensor
 
 from seqdyn.core.rows import count_rows, select_rows
 
-__all__ = ["Alignment", "Packing", "check_cu_seqlens", "from_state", "padded_call"]
+__all__ = ["Alignment", "Packing", "check_cu_seqlens", "from_state", "packed_call", "padded_call"]
 
 
 def check_cu_seqlens(cu_seqlens: object, length: int, batch: int, name: str = "cu_seqlens") -> list[int]:
@@ -211,6 +215,29 @@ def _per_sequence(state: object, count: int) -> list[object]:
         raise ValueError(f"state: a batched state of {rows} rows for {count} sequences; give one per sequence (a "
                          "list) or a state of as many rows")
     return [select_rows(state, torch.tensor([row if rows else 0])) for row in range(count)]
+
+
+def packed_call(function: Callable[[Tensor, Tensor], Tensor], x: Tensor, cu_seqlens: object = None,
+                attention_mask: object = None, whole: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """``function(tokens [1, T, …], cu_seqlens)``, which computes packed sequences, on packed sequences or on a
+    padded batch (``attention_mask``), whose rows' tokens are packed end to end — each row a sequence, the padding
+    left out — and put back in place after; the outputs at padded steps are 0.  ``whole(x)``: what computes a
+    batch without padding (a mask of ones), as it is."""
+    if cu_seqlens is not None and attention_mask is not None:
+        raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
+    if cu_seqlens is not None:
+        check_cu_seqlens(cu_seqlens, x.shape[1], x.shape[0])
+        return function(x, cu_seqlens)
+    mask = check_attention_mask(attention_mask, x.shape[0], x.shape[1]).to(x.device)
+    if whole is not None and bool(mask.all()):
+        return whole(x)
+    counts = mask.sum(dim=1)
+    if not bool(counts.any()):
+        raise ValueError("attention_mask: every step of every row is padding; nothing to compute")
+    lengths = counts[counts > 0]
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    y = function(x[mask].unsqueeze(0), offsets)  # the tokens of every row in order: [1, Σ tokens, …]
+    return y.new_zeros(*mask.shape, *y.shape[2:]).index_put((mask,), y[0])
 
 
 def padded_call(function: Callable[[Tensor], Tensor], x: Tensor, cu_seqlens: object = None,

@@ -30,7 +30,12 @@ class ShortConv(nn.Module):
         dtype = self.weight.dtype if like is None else like.dtype
         return torch.zeros(batch, self.width - 1, self.channels, dtype=dtype, device=self.weight.device)
 
-    def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, state: Tensor | None = None,
+                positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """``(y, state)``; ``positions`` ``[T]``: packed sequences from their starts (no state; each step's position
+        in its sequence), so that no output reads a step of the sequence before."""
+        if positions is not None:
+            return self._packed(x, positions), None
         expected = [x.shape[0], self.width - 1, self.channels]
         if state is not None and list(state.shape) != expected:
             raise ValueError(f"state: expected the short convolution's last inputs [B, w − 1, C] = {expected}, got "
@@ -43,6 +48,16 @@ class ShortConv(nn.Module):
             y = F.silu(y)
         recent = torch.cat([state, x[:, max(0, x.shape[1] - (self.width - 1)):]], dim=1)
         return y, recent[:, recent.shape[1] - (self.width - 1):]
+
+    def _packed(self, x: Tensor, positions: Tensor) -> Tensor:
+        """``y_t = b + Σ_{l<w, l ≤ p_t} W[:, w−1−l] ⊙ x_{t−l}`` with ``p_t`` the position of step t in its sequence."""
+        weight = self.weight.to(x.dtype)
+        y = x * weight[:, -1] if self.bias is None else torch.addcmul(self.bias.to(x.dtype), x, weight[:, -1])
+        for lag in range(1, min(self.width, x.shape[1])):
+            earlier = F.pad(x[:, :-lag], (0, 0, lag, 0))  # [B, T, C]: x_{t−lag}
+            within = (positions >= lag)[:, None]  # [T, 1]: x_{t−lag} is in the same sequence
+            y = y + torch.where(within, earlier, earlier.new_zeros(())) * weight[:, self.width - 1 - lag]
+        return F.silu(y) if self.activation else y
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, width={self.width}, activation={self.activation}"

@@ -17,15 +17,17 @@ from torch import Tensor
 ROPE_BASE = 10_000.0
 
 
-def rotary(x: Tensor, offset: int = 0, base: float = ROPE_BASE) -> Tensor:
-    """``x`` ``[B, T, H, d]`` (d even) at positions ``offset .. offset + T − 1``, rotated (RoFormer eq. 34)."""
+def rotary(x: Tensor, offset: int | Tensor = 0, base: float = ROPE_BASE) -> Tensor:
+    """``x`` ``[B, T, H, d]`` (d even) at positions ``offset .. offset + T − 1``, rotated (RoFormer eq. 34);
+    ``offset`` a tensor ``[T]``: the position of every step (packed sequences restart at 0)."""
     dim = x.shape[-1]
     if dim % 2:
         raise ValueError(f"rotary: the head dimension must be even to rotate channel pairs, got {dim}; choose "
                          f"heads so that d_model / heads is even")
     half = dim // 2
     theta = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / dim)  # [d/2]
-    positions = torch.arange(offset, offset + x.shape[1], dtype=torch.float64, device=x.device)
+    positions = (offset.to(torch.float64) if isinstance(offset, Tensor)
+                 else torch.arange(offset, offset + x.shape[1], dtype=torch.float64, device=x.device))
     angles = positions[:, None] * theta[None, :]  # [T, d/2]
     cos, sin = (f(angles).to(x.dtype)[:, None, :] for f in (torch.cos, torch.sin))  # [T, 1, d/2]: over heads
     first, second = x[..., :half], x[..., half:]

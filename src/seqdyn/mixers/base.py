@@ -24,7 +24,7 @@ from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import (auto_plan, coefficient_dynamics, coefficients, problem_signature, ruled_out,
                                   too_large_to_time, without_ruled_out)
-from seqdyn.core.packing import from_state, padded_call
+from seqdyn.core.packing import Packing, from_state, packed_call, padded_call
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
@@ -48,6 +48,9 @@ def _taking_packing(forward: Callable) -> Callable:
         if cu_seqlens is None and attention_mask is None:
             return forward(self, x, backend=backend)
         self.check_input(x)
+        if getattr(self, "packs_tokens", False):
+            return packed_call(lambda tokens, offsets: self.forward_packed(tokens, offsets, backend), x, cu_seqlens,
+                               attention_mask, lambda whole: forward(self, whole, backend=backend))
         return padded_call(lambda aligned: forward(self, aligned, backend=backend), x, cu_seqlens, attention_mask)
 
     wrapped.takes_packing = True
@@ -57,12 +60,31 @@ def _taking_packing(forward: Callable) -> Callable:
 @dataclass
 class MixerState:
     """Streaming state of a :class:`CoefficientMixer`: the operator's state, the short convolutions' inputs, the
-    batch size they stream (``None``: any) and the position of the next token (rotary embeddings need it)."""
+    batch size they stream (``None``: any) and the position of the next token (rotary embeddings need it) — or,
+    for a call on packed sequences, their :class:`~seqdyn.core.packing.Packing` (no state then)."""
 
     core: Any = None
     conv: dict[str, Tensor] = field(default_factory=dict)
     batch: int | None = None
     position: int = 0
+    packing: Packing | None = None
+
+    @property
+    def positions(self) -> int | Tensor:
+        """The position of the first token, or with packing the position of every token in its sequence ``[T]``."""
+        return self.position if self.packing is None else self.packing.position
+
+
+def _size_class(size: int) -> int:
+    """The power of two ≥ ``size``."""
+    return 1 << max(size - 1, 0).bit_length()
+
+
+def _packed_sizes(packing: Packing) -> tuple[str, str]:
+    """The cache key and the words of packed sequences' sizes: their count N and longest length L, each rounded up
+    to a power of two (the operator computes them side by side, ``[N, L]``)."""
+    count, longest = _size_class(packing.count), _size_class(packing.longest)
+    return f"packed N≤{count} L≤{longest}", f"packed N ≤ {count} sequences of L ≤ {longest}"
 
 
 def check_state_batch(mixer: str, state_batch: int | None, batch: int) -> None:
@@ -115,6 +137,8 @@ class Mixer(nn.Module, ABC):
             cls.name = cls.__name__
         if "forward" in vars(cls) and not getattr(cls.forward, "takes_packing", False):
             cls.forward = _taking_packing(cls.forward)
+            if "packs_tokens" not in vars(cls):  # a forward of its own: forward_packed would not compute it
+                cls.packs_tokens = False
 
     def __init__(self, d_model: int):
         super().__init__()
@@ -141,21 +165,28 @@ class Mixer(nn.Module, ABC):
         mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
         return self.check_backend(backend)
 
+    def packed_backend_for(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> str:
+        """The backend ``forward(x, backend, cu_seqlens=cu_seqlens)`` computes packed sequences with: here that of
+        the sequences side by side (:func:`~seqdyn.core.packing.padded_call`)."""
+        return self.backend_for(Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device).unpack(x), backend)
+
     def measured_backend(self, x: Tensor, run: Callable[[Tensor, str], Any],
                          plan: Callable[[], tuple[list[str], str, str]], detail: str = "",
-                         about: str = "") -> BackendChoice:
+                         about: str = "", packing: Packing | None = None) -> BackendChoice:
         """``auto`` by measuring: the fastest backend for ``run(x, name)`` at this shape, measured once and cached
         by :func:`seqdyn.core.autotune.choose` — forward and backward where gradients are recorded (returned, not
         accumulated: the parameters' ``.grad`` stay as they are), the forward alone otherwise.  ``plan()``:
         ``(candidates, modelled, reason)``, called on a cache miss only (:meth:`timing_plan`); ``modelled``
-        where nothing may be timed.  ``detail``: what else the speed depends on; ``about``: the problem in words."""
+        where nothing may be timed.  ``detail``: what else the speed depends on; ``about``: the problem in words.
+        ``packing``: ``x`` holds packed sequences, whose count and longest length are cached by size class
+        (:func:`_packed_sizes`), so that batches of documents of other lengths do not each time the backends."""
         parameters = [p for p in self.parameters() if p.requires_grad]
         train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
         batch, length, channels = x.shape
-        key = (f"{self.name} {self.extra_repr()} | B{batch} T{length} D{channels} | {x.dtype} | "
+        sizes = (f"B{batch} T{length}", f"B={batch}, T={length}") if packing is None else _packed_sizes(packing)
+        key = (f"{self.name} {self.extra_repr()} | {sizes[0]} D{channels} | {x.dtype} | "
                f"{'train' if train else 'forward'}{detail}")
-        words = (f"{'forward + backward' if train else 'forward'} of {self.name}, B={batch}, T={length}, "
-                 f"D={channels}{about}")
+        words = f"{'forward + backward' if train else 'forward'} of {self.name}, {sizes[1]}, D={channels}{about}"
 
         def trial(name: str) -> None:
             with torch.enable_grad() if train else torch.no_grad():
@@ -280,21 +311,38 @@ class CoefficientMixer(Mixer):
         """From the core's output ``[B, T, H, V]`` to the mixer's output ``[B, T, D]`` (gates, skips, projection)."""
 
     def convolve(self, key: str, x: Tensor, state: MixerState) -> Tensor:
-        """Apply short convolution ``key`` to ``x`` ``[B, T, C]``, carrying its state across calls."""
+        """Apply short convolution ``key`` to ``x`` ``[B, T, C]``, carrying its state across calls (or, packed,
+        restarting at every sequence's start)."""
+        if state.packing is not None:
+            return self.convs[key](x, positions=state.packing.position)[0]
         y, state.conv[key] = self.convs[key](x, state.conv.get(key))
         return y
 
     def run_core(self, inputs: Dynamics, backend: str = "auto", initial_state: Any = None,
-                 output_final_state: bool = False):
+                 output_final_state: bool = False, cu_seqlens: Tensor | None = None):
         """``coefficient_dynamics`` on the mixer's own inputs."""
         return coefficient_dynamics(inputs, initial_state=initial_state, output_final_state=output_final_state,
-                                    backend=backend, chunk_size=self.chunk_size)
+                                    backend=backend, chunk_size=self.chunk_size, cu_seqlens=cu_seqlens)
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
         self.check_input(x)
         backend = self.backend_for(x, backend)
         inputs, extras = self.core_inputs(x, MixerState())
         return self.core_output(self.run_core(inputs, backend), extras)
+
+    #: ``cu_seqlens`` and ``attention_mask`` run :meth:`forward_packed` on the real tokens alone
+    packs_tokens: ClassVar[bool] = True
+
+    def forward_packed(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> Tensor:
+        """Packed sequences ``x`` ``[1, T, D]`` (``cu_seqlens`` ``[N + 1]``) → ``[1, T, D]``, each as if alone.
+
+        Projections, gates and outputs are computed token by token on the packed tokens, short convolutions and
+        rotary positions restart at each sequence's start, and the operator keeps every sequence apart
+        (``coefficient_dynamics(…, cu_seqlens=…)``): no step is computed for padding."""
+        packing = Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device)
+        backend = self._packed_backend(x, packing, backend)
+        inputs, extras = self.core_inputs(x, MixerState(packing=packing))
+        return self.core_output(self.run_core(inputs, backend, cu_seqlens=cu_seqlens), extras)
 
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
         """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of the operator's candidates
@@ -314,6 +362,26 @@ class CoefficientMixer(Mixer):
         signature, words = self._operator_signature()
         return self.measured_backend(x, lambda inputs, name: self.forward(inputs, name), plan, f" | {signature}",
                                      f" (operator: {words})")
+
+    def packed_backend_for(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> str:
+        if not self.packs_tokens:
+            return super().packed_backend_for(x, cu_seqlens, backend)
+        return self._packed_backend(x, Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device), backend)
+
+    def _packed_backend(self, x: Tensor, packing: Packing, backend: str) -> str:
+        """:meth:`backend_for` of packed sequences: ``auto`` times :meth:`forward_packed` itself."""
+        if self.check_backend(backend) != "auto":
+            return BackendChoice.asked(backend)
+        cu_seqlens = torch.tensor(packing.offsets, device=x.device)
+
+        def plan() -> tuple[list[str], str, str]:
+            with torch.no_grad():
+                inputs, _ = self.core_inputs(x, MixerState(packing=packing))
+            return auto_plan(inputs, self.chunk_size, cu_seqlens)
+
+        signature, words = self._operator_signature()
+        return self.measured_backend(x, lambda inputs, name: self.forward_packed(inputs, cu_seqlens, name), plan,
+                                     f" | {signature}", f" (operator: {words})", packing)
 
     def _operator_signature(self) -> tuple[str, str]:
         """The operator problem's :func:`~seqdyn.core.operator.problem_signature` (heads, widths, combination,

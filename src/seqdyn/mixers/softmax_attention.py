@@ -46,7 +46,7 @@ class SoftmaxAttention(CoefficientMixer):
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [B, T, H, D/H] each
         if self.rotary:
-            q, k = rotary(q, state.position), rotary(k, state.position)
+            q, k = rotary(q, state.positions), rotary(k, state.positions)
         return Dynamics(q, k, v, readout="exp", normalizer="sum"), None
 
     def core_output(self, core: Tensor, extras: None) -> Tensor:

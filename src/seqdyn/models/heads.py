@@ -32,6 +32,8 @@ class Head(nn.Module):
     """A head maps ``h [n, T, D]`` to ``[n, T, out]``; heads that stream also map one position ``[n, D]``."""
 
     streams = True
+    #: maps every position by itself (so packed sequences need nothing of it)
+    token_wise = False
 
     def init_state(self, batch: int) -> Any:
         return None
@@ -48,6 +50,8 @@ class Head(nn.Module):
 
 class LinearHead(Head):
     """``h W + b`` at every position (lm, regression, tagging).  ``tied``: use that embedding's weight as ``W``."""
+
+    token_wise = True
 
     def __init__(self, d_model: int, out: int, bias: bool = True, tied: nn.Embedding | None = None):
         super().__init__()

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn import mixers
-from seqdyn.core.packing import from_state, padded_call
+from seqdyn.core.packing import Packing, from_state, packed_call, padded_call
 from seqdyn.layers.params import is_kept, scaled_width
 from seqdyn.models.blocks import Bidirectional, GatedBlock, TransformerBlock, make_norm
 from seqdyn.models.config import ModelConfig
@@ -95,6 +95,9 @@ class SequenceModel(nn.Module):
             raise ValueError(f"cu_seqlens/attention_mask: {what} reads the whole sequence, so padding or a packed "
                              "neighbour would change it; run such sequences one by one (or as a batch of equal "
                              "length)")
+        if self.head.token_wise:
+            return packed_call(lambda tokens, offsets: self._forward_packed(tokens, offsets, backend, head), inputs,
+                               cu_seqlens, attention_mask, lambda whole: self._forward(whole, backend, head))
         return padded_call(lambda aligned: self._forward(aligned, backend, head), inputs, cu_seqlens, attention_mask)
 
     def _forward_with_state(self, inputs: Tensor, state: ModelState | None, backend: str,
@@ -123,6 +126,18 @@ class SequenceModel(nn.Module):
         x = self.embed(inputs)
         for block in self.blocks:
             x = block(x, backend=backend)
+        return self.head(self.norm(x)) if head else self.norm(x)
+
+    def _forward_packed(self, inputs: Tensor, cu_seqlens: Tensor, backend: str, head: bool = True) -> Tensor:
+        """Packed sequences ``[1, T, …]``: embeddings, norms, MLPs and the head token by token, the positions
+        restarting at each sequence's start, the blocks' mixers and convolutions keeping the sequences apart."""
+        packing = Packing.of(cu_seqlens, inputs.shape[1], inputs.shape[0], inputs.device)
+        self._check_inputs(inputs, with_time=True, length=packing.longest)
+        x = self._input_map(inputs)
+        if self.positions is not None:
+            x = x + self.positions.weight[packing.position]
+        for block in self.blocks:
+            x = block(x, backend=backend, cu_seqlens=cu_seqlens)
         return self.head(self.norm(x)) if head else self.norm(x)
 
     def embed(self, inputs: Tensor) -> Tensor:
@@ -168,7 +183,8 @@ class SequenceModel(nn.Module):
             return self.embedding(inputs)
         return self.embedding(inputs.to(self.embedding.weight.dtype))
 
-    def _check_inputs(self, inputs: Tensor, with_time: bool) -> None:
+    def _check_inputs(self, inputs: Tensor, with_time: bool, length: int | None = None) -> None:
+        """``length``: the longest sequence (packed sequences), else ``inputs.shape[1]``."""
         tokens = self.spec.input_kind == "tokens"
         layout = ("[n, T]" if with_time else "[n]") if tokens else ("[n, T, C]" if with_time else "[n, C]")
         dims = (2 if with_time else 1) if tokens else (3 if with_time else 2)
@@ -180,9 +196,10 @@ class SequenceModel(nn.Module):
             raise ValueError(f"{what}: expected integer tokens, got {inputs.dtype}")
         if not tokens and inputs.shape[-1] != self.spec.input_size:
             raise ValueError(f"{what}: expected C={self.spec.input_size} channels, got {inputs.shape[-1]}")
-        if with_time and not 1 <= inputs.shape[1] <= self.spec.input_len and (
+        length = inputs.shape[1] if length is None and with_time else length
+        if with_time and not 1 <= length <= self.spec.input_len and (
                 self.positions is not None or self.spec.head == "autoencoder"):
-            raise ValueError(f"{what}: {inputs.shape[1]} positions; this model takes 1 … {self.spec.input_len}")
+            raise ValueError(f"{what}: {length} positions; this model takes 1 … {self.spec.input_len}")
 
     def extra_repr(self) -> str:
         return f"head={self.spec.head!r}, tied={self.tied}"
@@ -239,7 +256,11 @@ def recording_backends(model: SequenceModel) -> Iterator[list[str]]:
     picked: list[str] = []
 
     def record(mixer: nn.Module, args: tuple, kwargs: dict) -> None:
-        picked.append(mixer.backend_for(args[0], kwargs.get("backend", "auto")))
+        backend = kwargs.get("backend", "auto")
+        if kwargs.get("cu_seqlens") is not None:
+            picked.append(mixer.packed_backend_for(args[0], kwargs["cu_seqlens"], backend))
+        else:
+            picked.append(mixer.backend_for(args[0], backend))
 
     hooks = [block.mixer.register_forward_pre_hook(record, with_kwargs=True) for block in model.blocks]
     try:

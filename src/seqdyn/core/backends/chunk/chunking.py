@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.evolution import bounded_log_decay, causal_mask, cumulative_log_decay, subnormal_cutoff
+from seqdyn.core.evolution import (HARD_RESET, bounded_log_decay, causal_mask, cumulative_log_decay,
+                                   subnormal_cutoff)
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import shared_over_heads
 
@@ -107,17 +108,27 @@ def decay_matrix(g: Tensor) -> Tensor:
     ``γ`` is summed in float64 and split into the input dtype's leading part and remainder, ``γ = h + l``:
     ``h_t − h_j`` is rounded once, so every difference keeps the digits of its own segment — as summing each
     segment does (Mamba-2's "segsum"), where the difference of two long float32 sums would lose the digits of
-    the short segments, which matter most — in half the passes over ``[C, C]`` of segment sums.  A log decay of
-    ``−∞`` (a hard reset) is summed as ``−10⁴``, whose factor is as exactly 0.
+    the short segments, which matter most — in half the passes over ``[C, C]`` of segment sums.  A hard reset
+    (``g ≤ −10⁴``, e.g. ``−∞``; the starts of packed sequences) splits the chunk: each part is summed on its own
+    and every factor across a reset is exactly 0, so the factors after a reset keep all their digits.
     """
     size = g.shape[-1]
-    gamma = bounded_log_decay(g.to(torch.float64)).cumsum(-1)
+    bounded = bounded_log_decay(g.to(torch.float64))
+    resets = bounded <= HARD_RESET
+    across = None
+    if bool(resets.any()):
+        part = resets.cumsum(-1)  # [..., C]: the resets up to each step
+        across = part.unsqueeze(-1) != part.unsqueeze(-2)  # [..., C, C]: a reset in (j, t]
+        bounded = bounded.masked_fill(resets, 0.0)
+    gamma = bounded.cumsum(-1)
     lead = gamma.to(g.dtype)
     exponent = lead.unsqueeze(-1) - lead.unsqueeze(-2)  # [..., C, C]
     if g.dtype != torch.float64:
         rest = (gamma - lead.to(torch.float64)).to(g.dtype)
         exponent.add_(rest.unsqueeze(-1)).sub_(rest.unsqueeze(-2))
     dropped = (exponent < subnormal_cutoff(g.dtype)).logical_or_(~causal_mask(size, size, g.device))
+    if across is not None:
+        dropped.logical_or_(across)
     return exponent.masked_fill_(dropped, float("-inf")).exp_()
 
 
