@@ -221,8 +221,8 @@ def test_a_control_without_runs_makes_the_claim_inconclusive():
 
 def _claim_with_plateau(test, level: float = 0.25, margin: float = 0.05, control=None):
     """A claim comparing models "a" and "b" of hand-made results ``{label: Score}``, with MQAR's plateau."""
-    plateau = Plateau("copying a value from the context", lambda results: level, margin,
-                      lambda results: [results["a"], results["b"]])
+    plateau = Plateau("copying a value from the context", margin,
+                      lambda results: [(results["a"], level), (results["b"], level)])
     return Claim("c", "a ≥ b", "quote", test, control=control, plateau=plateau)
 
 
@@ -251,8 +251,7 @@ def test_a_failed_control_outranks_the_plateau_rule():
 
 
 def test_lower_is_better_plateaus_count_from_above():
-    plateau = Plateau("a unigram model", lambda results: 60.0, 2.0, lambda results: [results["a"]],
-                      higher_is_better=False)
+    plateau = Plateau("a unigram model", 2.0, lambda results: [(results["a"], 60.0)], higher_is_better=False)
     assert plateau.stuck({"a": score(57.0, 61.0, label="a")}) == []  # the best seed (57) left the band above 58
     assert plateau.stuck({"a": score(59.0, 63.0, label="a")})[0].startswith("a best seed 59 within 2 of the plateau 60")
 

@@ -117,3 +117,21 @@ def test_dsf_mqar_models_claims_just_above_and_below_their_thresholds(claim, cha
     """Seed 000 Fig. 2 / Fig. 5's claims one mixer past the margin 0.05, the tolerance 0.05, SSD's order or the
     early stop 0.99 (the paper's picture elsewhere)."""
     assert_verdict(fig.CLAIMS, claim, table({**PAPER_LIKE, **changed}), verdict)
+
+
+def test_a_model_that_never_left_the_plateau_makes_a_failed_claim_inconclusive_for_its_budget():
+    """The cpu run of 6db3862: normalized attention 0.26–0.27 on {64, 4}, where copying a value from the context
+    scores 1/4, against linear attention 0.99 and 0.74: not a comparison yet."""
+    published = {"softmax_attention": [1.0, 1.0], "linear_attention": [0.99, 0.74], "normalized_attention": [0.26, 0.27],
+                 "s6": [0.87, 0.26], "mamba2": [0.25, 0.26]}
+    data = table(published, tasks=((64, 4),))
+    outcome = {claim.name: claim.decide(data) for claim in fig.CLAIMS}
+    assert outcome["normalized > linear"].verdict == INCONCLUSIVE
+    assert outcome["normalized > linear"].reason.startswith("budget: normalized best seed 0.27 within 0.05 of the "
+                                                            "plateau 0.25")
+    assert "seed 1: step" in outcome["normalized > linear"].reason
+    assert outcome["SSD ≥ S6"].verdict != FAILED
+    # the same failure from a model that left the plateau stands
+    left = dict(published, normalized_attention=[0.45, 0.47])
+    assert {claim.name: claim.decide(table(left, tasks=((64, 4),))).verdict
+            for claim in fig.CLAIMS}["normalized > linear"] == FAILED

@@ -92,23 +92,21 @@ class Control:
 @dataclass(frozen=True)
 class Plateau:
     """What a model scores before it learns a task — MQAR's level of copying a value from the context, a constant or
-    context-copying predictor on MAD and atomic tasks — as the reproduction measures it (``level``: results → that
-    score), and the ``margin`` within which a compared model has not left it.  ``compared``: results → the scores of
-    the models the claim compares.  A claim that did not hold while one of them never left the plateau speaks of
-    the training budget, not of the model: it is *inconclusive (budget)*."""
+    context-copying predictor on MAD and atomic tasks — as the reproduction measures it, and the ``margin`` within
+    which a compared model has not left it.  ``compared``: results → each compared model's score with the plateau of
+    its task.  A claim that did not hold while one of them never left its plateau speaks of the training budget, not
+    of the model: it is *inconclusive (budget)*."""
 
     description: str
-    level: Callable[[Any], float]
     margin: float
-    compared: Callable[[Any], Sequence[Score]]
+    compared: Callable[[Any], Sequence[tuple[Score, float]]]
     higher_is_better: bool = True
 
     def stuck(self, results: Any) -> list[str]:
-        """The compared models whose best seed stays within the margin of the plateau, each with where its seeds
+        """The compared models whose best seed stays within the margin of their plateau, each with where its seeds
         stopped."""
-        level = self.level(results)
         found = []
-        for score in self.compared(results):
+        for score, level in self.compared(results):
             if not score.values:
                 continue
             best = max(score.values) if self.higher_is_better else min(score.values)

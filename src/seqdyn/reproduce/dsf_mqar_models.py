@@ -14,10 +14,11 @@ from pathlib import Path
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
-from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every, within
+from seqdyn.reproduce.claims import Claim, Outcome, Plateau, Score, at_least, every, within
 from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TASKS, PAPER_TRAIN,
-                                      PAPER_WIDTHS, SMOKE, STATE, TASK_KEYS, Budget, bar_panels, cpu_budget, grid_table,
-                                      mqar_sweeps, rows_of, softmax_solves, task_label, tasks_of)
+                                      PAPER_WIDTHS, PLATEAU_MARGIN, PLATEAU_WORDS, SMOKE, STATE, TASK_KEYS, Budget,
+                                      bar_panels, cpu_budget, grid_table, mqar_sweeps, plateau_level, rows_of,
+                                      softmax_solves, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"softmax_attention": "softmax", "linear_attention": "linear", "normalized_attention": "normalized",
@@ -59,15 +60,29 @@ def _ssd_at_least_s6(results: Results) -> Outcome:
 
 
 
+def _plateau(*mixers: str, per_task: bool) -> Plateau:
+    """MQAR's plateau for the compared ``mixers``: on each task (``per_task``) or averaged over them, as the claim
+    compares them."""
+    def compared(results: Results) -> list[tuple[Score, float]]:
+        if not per_task:
+            return [(_score(results, mixer), plateau_level(results)) for mixer in mixers]
+        return [(_score(results, mixer, task), plateau_level(results, task))
+                for task in tasks_of(results) for mixer in mixers]
+
+    return Plateau(PLATEAU_WORDS, PLATEAU_MARGIN, compared)
+
+
 CLAIMS = (
     Claim("normalized > linear",
           f"normalized attention ≥ linear attention + {NORMALIZED_MARGIN} on every task",
           "While Figure 2 shows that normalized attention outperforms standard linear attention, Figure 5 shows an "
-          "even more significant performance gap.", _normalized_beats_linear),
+          "even more significant performance gap.", _normalized_beats_linear,
+          plateau=_plateau("normalized_attention", "linear_attention", per_task=True)),
     Claim("normalized ≈ S6", f"|normalized attention − S6| ≤ {ON_PAR}, averaged over the tasks",
-          "normalized attention performs on par with S6", _normalized_on_par_with_s6),
+          "normalized attention performs on par with S6", _normalized_on_par_with_s6,
+          plateau=_plateau("normalized_attention", "s6", per_task=False)),
     Claim("SSD ≥ S6", "SSD ≥ S6, averaged over the tasks", "we note that SSD slightly outperforms S6",
-          _ssd_at_least_s6),
+          _ssd_at_least_s6, plateau=_plateau("mamba2", "s6", per_task=False)),
     Claim("softmax ≈ 100 %", f"softmax attention ≥ {EARLY_STOP} on every task (Zoology's early stop)",
           "softmax attention, which achieves perfect accuracy throughout (Fig. 1)", softmax_solves,
           paper_value="100 %"),

@@ -22,6 +22,8 @@ from typing import Any
 
 from seqdyn.reproduce.base import Results, percent, score_cell
 from seqdyn.reproduce.claims import Outcome, every, reaches
+from seqdyn.tasks import IGNORE_INDEX
+from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
 
 #: np.logspace(-4, -2, 4), the paper's learning-rate grid
@@ -166,6 +168,40 @@ def tasks_of(results: Results) -> list[tuple[int, int]]:
 def rows_of(results: Results, mixer: str, task: tuple[int, int] | None = None, **where: Any) -> list[dict[str, Any]]:
     """The rows of one mixer (on one task), with further dotted-key conditions (``__`` for ``.``)."""
     return [row for row in results.select(model__mixer=mixer, **where) if task is None or task_of(row) == task]
+
+
+#: a model within 5 points of accuracy of MQAR's plateau has not left it (the 5-point margin of the claims)
+PLATEAU_MARGIN = 0.05
+#: what MQAR's plateau is, in words
+PLATEAU_WORDS = "MQAR's plateau: a value copied from the key–value context"
+
+
+def context_copy_level(seq_len: int, num_kv_pairs: int, examples: int = 500, seed: int = 0, **params: Any) -> float:
+    """MQAR's plateau, measured on the task's test examples: the accuracy of answering every query with a value drawn
+    uniformly from the values of its example's key–value context (``k1 v1 … kP vP``) — what a model scores that has
+    learnt to copy a value from the context but not which (``1/P``; random fillers after the context do not change
+    it).  Averaged per example, as the task's metric.  ``params``: the task's other parameters (vocabulary,
+    fillers)."""
+    task = build_task("mqar", seq_len=seq_len, num_kv_pairs=num_kv_pairs, **params)
+    inputs, targets = task.generate(examples, seed, "test")
+    per_example = []
+    for tokens, answers in zip(inputs.tolist(), targets.tolist()):
+        values = set(tokens[1:task.context_len:2])  # the context is k1 v1 k2 v2 …
+        chances = [1 / len(values) if answer in values else 0.0 for answer in answers if answer != IGNORE_INDEX]
+        per_example.append(sum(chances) / len(chances))
+    return sum(per_example) / len(per_example)
+
+
+def plateau_level(results: Results, task: tuple[int, int] | None = None) -> float:
+    """:func:`context_copy_level` of the task of ``results`` (of every task, averaged, where ``task`` is None), with
+    the vocabulary and fillers its runs used."""
+    levels = []
+    for each in ([task] if task is not None else tasks_of(results)):
+        row = next(row for row in results.rows if task_of(row) == each)
+        params = {name: row[f"task.params.{name}"] for name in ("vocab_size", "random_non_queries")
+                  if row.get(f"task.params.{name}") is not None}
+        levels.append(context_copy_level(*each, **params))
+    return sum(levels) / len(levels)
 
 
 def softmax_solves(results: Results) -> Outcome:
