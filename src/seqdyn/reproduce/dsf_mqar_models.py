@@ -99,7 +99,8 @@ class MqarModels(Reproduction):
     reductions = {
         "paper": "The paper's protocol (appendix I.1): four tasks, d ∈ {64, 128, 256, 512}, n ∈ {32, 64, 128, 256}, "
                  "lr ∈ logspace(−4, −2, 4), 64 epochs of 100,000 examples, 3,000 test examples, vocabulary 8,192, "
-                 "batch 512/256/128/64 by L, one seed.",
+                 "batch 512/256/128/64 by L, one seed; fillers stay 0 (random_non_queries: False, as every MQAR "
+                 "config of the authors).",
         "cpu": "One task, {64, 4}, at d = 64, n = 32; the two largest learning rates of the paper's grid (a budget "
                "of few steps favours the larger rates); 5,000 steps of batch 64 over the paper's 100,000 examples "
                "(1,000 test) and a vocabulary of 256 instead of 8,192; two seeds, so that the seed spread decides "
