@@ -82,6 +82,8 @@ def local_attention_layer(mixer, x):
     batch, length, _ = x.shape
     w_q, w_k, w_v = mixer.qkv.weight.chunk(3, dim=0)
     q, k, v = ((x @ w.T).view(batch, length, mixer.heads, -1).transpose(1, 2) for w in (w_q, w_k, w_v))
+    if mixer.rotary:
+        q, k = _roformer(q), _roformer(k)
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
     band = (j <= i) & (j // mixer.window >= i // mixer.window - 1)
     A = torch.softmax((q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~band, float("-inf")), dim=-1)
@@ -90,9 +92,20 @@ def local_attention_layer(mixer, x):
     return y, (k[:, :, first:], v[:, :, first:], torch.tensor(length)), A
 
 
+def _roformer(x):
+    """RoFormer eq. 34 on ``[B, H, T, d]`` as complex numbers: the pair ``(x_m, x_{m + d/2})`` of position t
+    times ``e^{i t θ_m}``, ``θ_m = 10000^(−2m/d)``."""
+    half = x.shape[-1] // 2
+    theta = 10000.0 ** (-2 * torch.arange(half, dtype=F64) / x.shape[-1])
+    turned = torch.complex(x[..., :half], x[..., half:]) * torch.polar(torch.ones((), dtype=F64), torch.arange(
+        x.shape[2], dtype=F64)[:, None] * theta)
+    return torch.cat([turned.real, turned.imag], dim=-1)
+
+
 @pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("length", [3, 11])  # within the first chunk; three chunks, the last one partial
-def test_local_attention_matches_its_paper(part, length):
-    mixer = double_mixer("local_attention", 16, heads=2, window=4)
+@pytest.mark.parametrize("rotary", [False, True])
+def test_local_attention_matches_its_paper(part, length, rotary):
+    mixer = double_mixer("local_attention", 16, heads=2, window=4, rotary=rotary)
     compare_with_paper(part, mixer, inputs(2, length, 16, seed=1), local_attention_layer,
                        state_of=lambda cache: (cache.keys, cache.values, torch.tensor(cache.position)))

@@ -34,6 +34,7 @@ def test_a_packed_batch_equals_each_sequence_alone(name):
 @pytest.mark.parametrize(("name", "options"), [
     ("softmax_attention", dict(rotary=True, heads=2)),
     ("local_attention", dict(window=2)),
+    ("local_attention", dict(window=2, rotary=True, heads=2)),
     ("mamba2", dict(conv_size=4)),
     ("gated_deltanet", dict(conv_size=3)),
 ])

@@ -25,6 +25,7 @@ from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.mixers.base import Mixer, check_positive, check_state_batch
+from seqdyn.layers.rotary import rotary
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
 
 
@@ -53,21 +54,27 @@ class LocalAttention(SoftmaxAttention):
     Args:
         window: the chunk length C; a query reads its own chunk (causally) and the whole previous one, so at most
             2C keys (a window above the sequence length is causal softmax attention).
+        rotary: rotary position embeddings on q and k (RoFormer), as the ATTENTION block that seed 002's
+            LOCALATTENTION chunks ("a 4-head attention layer and rotary positional embeddings", §3.3).
     """
 
     name = "local_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, window: int = 1024, bias: bool = False):
-        super().__init__(d_model, heads, bias)
+    def __init__(self, d_model: int, heads: int = 1, window: int = 1024, bias: bool = False, rotary: bool = False):
+        super().__init__(d_model, heads, bias, rotary)
         self.window = check_positive("window", window)
 
     @property
     def backends(self) -> tuple[str, ...]:
         return ("auto", "quadratic", "chunk", "recurrent")
 
-    def _qkv(self, x: Tensor, scaled: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-        """Head-major ``[B, H, T, d]`` queries (scaled by K^-½ unless ``scaled=False``), keys and values."""
-        q, k, v = (split_heads(t, self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+    def _qkv(self, x: Tensor, scaled: bool = True, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Head-major ``[B, H, T, d]`` queries (scaled by K^-½ unless ``scaled=False``), keys and values; with
+        ``rotary``, queries and keys rotated for positions ``offset …`` (RoFormer eq. 34)."""
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [B, T, H, d] each
+        if self.rotary:
+            q, k = rotary(q, offset), rotary(k, offset)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         return (q * q.shape[-1] ** -0.5 if scaled else q), k, v
 
     def _coefficients(self, q: Tensor, k: Tensor) -> Tensor:
@@ -165,7 +172,7 @@ class LocalAttention(SoftmaxAttention):
         if not isinstance(state, WindowCache):
             raise ValueError(f"state: expected the WindowCache of {self.name}.init_state(batch)")
         check_state_batch(self.name, state.batch, x_t.shape[0])
-        q, k, v = self._qkv(x_t.unsqueeze(1))
+        q, k, v = self._qkv(x_t.unsqueeze(1), offset=state.position)
         out, state = self._attend(q, k, v, state)
         state.batch = x_t.shape[0]
         return self.out(out.transpose(1, 2).flatten(2))[:, 0], state
@@ -176,7 +183,7 @@ class LocalAttention(SoftmaxAttention):
         return (seq_len - first) * 2 * self.d_model
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, heads={self.heads}, window={self.window}"
+        return f"d_model={self.d_model}, heads={self.heads}, window={self.window}, rotary={self.rotary}"
 
 
 @float32_under_autocast

@@ -11,8 +11,8 @@ the bidirectional pair adds the next).  Table 8 (§A.6): ListOps-SubTrees L = 2^
 lr 8e-4, batch 32, 300K steps, weight decay 0.01; Pathfinder-Segmentation-128 L = 2^14, 5 layers, H = 128,
 N = 1024, lr 1e-4, batch 16, 150K steps, weight decay 0; "after each model block, a GLU non-linearity [...] Cosine
 learning rate schedule with linear warmup"; post-norm blocks (§A.6).  Table 8 gives DLR's settings; every model
-uses them here.  The GLU after each block is the blocks' SwiGLU MLP; local attention, which has no rotary option,
-gets learned positions, the SSMs none.
+uses them here.  The GLU after each block is the blocks' SwiGLU MLP; local attention takes rotary positions, as the
+ATTENTION block it chunks ("a 4-head attention layer and rotary positional embeddings", §3.3), the SSMs none.
 """
 
 from __future__ import annotations
@@ -70,9 +70,8 @@ def model_entry(model: str, setup: Setup, bidirectional: bool) -> dict[str, Any]
     """The ``model`` sweep-axis entry of one model of Table 3."""
     options = {"dlr": {"state_dim": setup.state_dim},
                "dss_exp": {"state_dim": setup.state_dim, "init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-1},
-               "local_attention": {"heads": 4, "window": setup.window}}[model]
-    return {"mixer": model, "mixer_options": options, "positions": model == "local_attention",
-            "bidirectional": bidirectional}
+               "local_attention": {"heads": 4, "window": setup.window, "rotary": True}}[model]
+    return {"mixer": model, "mixer_options": options, "positions": False, "bidirectional": bidirectional}
 
 
 def sweeps_of(scale: str) -> list[SweepConfig]:
