@@ -28,23 +28,28 @@ def results(rows: list[dict[str, Any]], scale: str = "cpu") -> Results:
 FILLERS_THEN = {"random_non_queries": None}
 
 
+def _update(options: dict[str, Any], changes: dict[str, Any] | None) -> None:
+    """``options`` with ``changes``, a value None leaving the option out (its default, as a config that omits it)."""
+    for name, value in (changes or {}).items():
+        if value is None:
+            options.pop(name, None)
+        else:
+            options[name] = value
+
+
 def runs_by_key(configs, train: dict | None = None, mixer_options: dict | None = None,
                 key=("model.mixer", "optimizer.lr", "train.seed"),
                 task_params: dict | None = None) -> dict[tuple, dict[str, Any]]:
     """Canonical run configs (their names left out) by the dotted ``key`` paths, with ``train``, ``mixer_options``
-    and ``task_params`` updated (``None``: left out): what a pilot should equal once its deliberate changes are undone."""
+    and ``task_params`` updated (a value ``None``: left out): what a pilot should equal once its deliberate changes are
+    undone."""
     runs = {}
     for config in configs:
         canonical = config.canonical()
         canonical.pop("name")
         canonical["train"].update(train or {})
-        canonical["model"]["mixer_options"].update(mixer_options or {})
-        params = canonical["task"]["params"]
-        for name, value in (task_params or {}).items():  # None: the task's default, as a config that omits it
-            if value is None:
-                params.pop(name, None)
-            else:
-                params[name] = value
+        _update(canonical["model"]["mixer_options"], mixer_options)
+        _update(canonical["task"]["params"], task_params)
         values = []
         for path in key:
             value = canonical

@@ -5,7 +5,7 @@ y ∈ R^{L'×D'} we take the output o ∈ R^{L×d} of the model and linearly pro
 rightmost L' positions as the prediction. All experiments use post-norm Layer Normalization. Model dimension
 H = 128 and weight decay of optimizer was 0. For SSMs, state size N = 4096. [...] Constant learning rate schedule
 was used. In DSS_EXP, log Λ is initialized as (−.5 + 2πin)_{0≤n≤N−1}" (§A.6), with Table 7's learning rates,
-batch 16 and 40K steps at L = 2^12; "All models trained on atomic tasks are unidirectional and are trained for
+DLR initialization (dt-min = dt-max = 1e-5), batch 16 and 40K steps at L = 2^12; "All models trained on atomic tasks are unidirectional and are trained for
 an equal number of steps with MSE loss, using a fresh batch sampled for every training and evaluation step"; the
 ATTENTION block replaces "the DLR contextualization in the DLR layer with a 4-head attention layer and rotary
 positional embeddings" (§3.3).
@@ -53,15 +53,19 @@ class Model:
         return {**self.options, **size}
 
 
+#: Table 7's DLR initialization for Tables 1 and 2: dt-min = dt-max = 1e-5, so |λ| = exp(−dt/2) ≈ 1 with the phases
+#: 2πn/N — the DFT-like start of §2.3 (``r_range`` is (dt-min, dt-max))
+TABLE7_DLR = {"r_range": [1e-5, 1e-5]}
+
 MODELS = {
-    "dlr": Model("DLR", "dlr", lr=1e-4),
+    "dlr": Model("DLR", "dlr", TABLE7_DLR, lr=1e-4),
     "dss_exp": Model("DSS-EXP", "dss_exp", {"init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-2}, lr=1e-3),
     "attention": Model("ATTENTION", "softmax_attention", {"heads": 4, "rotary": True}, lr=1e-3, has_state=False),
-    "dlr_6": Model("DLR, 6 layers", "dlr", lr=1e-4, layers=6),
+    "dlr_6": Model("DLR, 6 layers", "dlr", TABLE7_DLR, lr=1e-4, layers=6),
     # Table 2's variants of the single DLR layer
-    "dlr_prod": Model("DLR-prod", "dlr", {"prod": True}, lr=1e-4),
-    "dlr_small_n": Model("DLR, N/8", "dlr", lr=1e-4, state_scale=1 / 8),
-    "dlr_real": Model("DLR-ℝ", "dlr", {"real": True}, lr=1e-4),
+    "dlr_prod": Model("DLR-prod", "dlr", {**TABLE7_DLR, "prod": True}, lr=1e-4),
+    "dlr_small_n": Model("DLR, N/8", "dlr", TABLE7_DLR, lr=1e-4, state_scale=1 / 8),
+    "dlr_real": Model("DLR-ℝ", "dlr", {**TABLE7_DLR, "real": True}, lr=1e-4),
 }
 
 #: Table 1 (top), the single-layer columns at L = 2^12 and the 6-layer DLR at 2^12: average validation R²

@@ -66,9 +66,13 @@ SCALES: dict[str, dict[str, Setup]] = {
 }
 
 
+#: Table 8's DLR initialization: dt-min 1e-4, dt-max 1e-1 (``r_range`` is (dt-min, dt-max): |λ| = exp(−dt/2))
+TABLE8_DLR_R_RANGE = [1e-4, 1e-1]
+
+
 def model_entry(model: str, setup: Setup, bidirectional: bool) -> dict[str, Any]:
     """The ``model`` sweep-axis entry of one model of Table 3."""
-    options = {"dlr": {"state_dim": setup.state_dim},
+    options = {"dlr": {"state_dim": setup.state_dim, "r_range": TABLE8_DLR_R_RANGE},
                "dss_exp": {"state_dim": setup.state_dim, "init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-1},
                "local_attention": {"heads": 4, "window": setup.window, "rotary": True}}[model]
     return {"mixer": model, "mixer_options": options, "positions": False, "bidirectional": bidirectional}
