@@ -7,7 +7,6 @@ from typer.testing import CliRunner
 
 from seqdyn.bench.mixers import REFERENCE, run_benchmark, target_checks
 from seqdyn.cli import app
-from seqdyn.mixers.base import MixerState
 
 
 def test_cells_linear_time_and_checks():
@@ -32,17 +31,22 @@ def test_bench_mixers_and_mixers_commands():
     assert bad.exit_code == 2 and "unknown name 'mamba3'" in bad.stderr  # one line, no traceback
 
 
-def test_picked_backend_is_the_one_auto_runs_at_the_measured_length(monkeypatch):
-    import seqdyn
+def test_picked_backend_is_the_one_auto_runs_at_the_measured_length(monkeypatch, tmp_path):
     from seqdyn import mixers
     from seqdyn.bench.mixers import _picked
 
+    monkeypatch.setenv("SEQDYN_AUTOTUNE_CACHE", str(tmp_path))
     mixer = mixers.build("gla", 16, chunk_size=8)
+    ran = []
+    run_core = mixer.run_core
+    monkeypatch.setattr(mixer, "run_core", lambda inputs, backend="auto", *args, **kwargs: ran.append(str(backend))
+                        or run_core(inputs, backend, *args, **kwargs))
     for length in (8, 64):
         x = torch.randn(1, length, 16)
-        inputs, _ = mixer.core_inputs(x, MixerState())
-        assert _picked(mixer, x, "auto") == seqdyn.select_backend(
-            inputs.q, inputs.k, inputs.v, chunk_size=8, **inputs.options())
+        picked = _picked(mixer, x, "auto")  # measured here (a cold cache), timing each backend by name
+        ran.clear()
+        mixer(x, "auto")
+        assert ran == [str(picked)], (length, picked, ran)
     monkeypatch.setenv("SEQDYN_AUTOTUNE", "0")  # the cost model: choices known in advance
     assert _picked(mixer, torch.randn(1, 64, 16), "auto") == "chunk"  # not the pick for one step (quadratic)
 
