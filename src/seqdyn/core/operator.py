@@ -167,11 +167,12 @@ def _packed_outputs(dynamics: Dynamics, cu_seqlens: Any, initial_state: Any, out
     in one call (padded steps are identity steps, so outputs and linear states are each sequence's own); a key
     cache, whose size is each sequence's length, one sequence at a time."""
     packing = _packing(dynamics, cu_seqlens)
-    if _resets_suffice(dynamics, initial_state, output_final_state):
+    if _resets_suffice(dynamics, initial_state, output_final_state) and backend in ("auto", *RESETS_SERVE):
         problem = prepare(_reset_at_starts(dynamics, packing), chunk_size=chunk_size, factored=True)
         module, _ = _backend_for(problem, backend, False)
         if module.NAME in RESETS_SERVE and not (module.NAME == "chunk" and problem.diagonal):
             return _computed(problem, module, False)[0]
+        backend = module.NAME  # what auto chose (select_backend's answer), on the sequences side by side
     if resolve_readout(dynamics.readout).linear or (initial_state is None and not output_final_state):
         result = _outputs(_padded(dynamics, packing), initial_state, output_final_state, backend, chunk_size)
         y, state = result if output_final_state else (result, None)

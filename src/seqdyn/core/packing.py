@@ -11,8 +11,8 @@ linear states equal those of each sequence run alone.  Either way no coefficient
 Mixers and models that compute token by token around the operator (every :class:`~seqdyn.mixers.CoefficientMixer`
 and the models' blocks) take packed sequences as they are and a padded batch as its tokens packed
 (:func:`packed_call`), so nothing outside the operator is computed for padding.  Other mixers, which are causal,
-take the same layouts through :func:`padded_call`: packed sequences side by side, right-padded, and a padded batch (``attention_mask``, 1 = token, 0 = padding, left or right) with each row's
-tokens moved to its start (:class:`Alignment`), so padding never precedes a token and the outputs of the tokens are
+take the same layouts through :func:`padded_call`: packed sequences side by side, right-padded, and a padded batch
+(``attention_mask``, 1 = token, 0 = padding, left or right) with each row's tokens moved to its start (:class:`Alignment`), so padding never precedes a token and the outputs of the tokens are
 those of each sequence alone; the outputs at padded steps are 0.
 """
 

@@ -48,7 +48,7 @@ def _taking_packing(forward: Callable) -> Callable:
         if cu_seqlens is None and attention_mask is None:
             return forward(self, x, backend=backend)
         self.check_input(x)
-        if getattr(self, "packs_tokens", False):
+        if self.packs_tokens:
             return packed_call(lambda tokens, offsets: self.forward_packed(tokens, offsets, backend), x, cu_seqlens,
                                attention_mask, lambda whole: forward(self, whole, backend=backend))
         return padded_call(lambda aligned: forward(self, aligned, backend=backend), x, cu_seqlens, attention_mask)
@@ -125,6 +125,9 @@ class Mixer(nn.Module, ABC):
     reference_backend: ClassVar[str] = "quadratic"
     #: the names (or name suffixes after a ".") of the parameters of the state space itself (Λ, Δ)
     ssm_parameter_names: ClassVar[tuple[str, ...]] = ()
+    #: ``cu_seqlens`` and ``attention_mask`` run ``forward_packed`` on the real tokens alone (else the sequences side
+    #: by side, :func:`~seqdyn.core.packing.padded_call`)
+    packs_tokens: ClassVar[bool] = False
 
     @property
     def backends(self) -> tuple[str, ...]:

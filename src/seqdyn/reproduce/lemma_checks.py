@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -389,6 +389,12 @@ def _score(results: Results, lemma: str, setting: str | None = None) -> Score:
     return Score(label, (max(picked),) if picked else (), () if picked else (f"{LEMMAS[lemma]} {label} not computed",))
 
 
+def _each_at_most(lemma: str, settings: Iterable[str], threshold: float) -> Callable[[Results], Outcome]:
+    """The claim that every setting of ``lemma`` computes a number ≤ ``threshold``."""
+    return lambda results: every({setting: at_most(_score(results, lemma, setting), threshold)
+                                  for setting in settings})
+
+
 def _taylor_vanishes(results: Results) -> Outcome:
     top, half = TAYLOR_DEGREES[-1], TAYLOR_DEGREES[-1] // 2
     at_top, at_half = _score(results, "taylor", f"p = {top}"), _score(results, "taylor", f"p = {half}")
@@ -432,8 +438,7 @@ CLAIMS = (
           f"{IDENTITY_ROUNDOFF:g} (linear attention, S6)",
           "Lemma 2. For two dynamical systems (11) with hidden state dimensions N and N̄ with N ≤ N̄, the dynamical "
           "system of state dimension N̄ can always recover the dynamical system with state dimension N.",
-          lambda results: every({name: at_most(_score(results, "state", name), IDENTITY_ROUNDOFF)
-                                 for name in STATE_MIXERS})),
+          _each_at_most("state", STATE_MIXERS, IDENTITY_ROUNDOFF)),
     Claim("Lemma 3: positions iff Λ ≠ I",
           f"a repeated token's coefficient rows spread by ≤ {NO_POSITION:g} with Λ = I and by ≥ {POSITION:g} with "
           f"Λ = λI, diagonal or Householder Λ (identity, exp with η = Σα, sigmoid readouts)",
@@ -452,8 +457,7 @@ CLAIMS = (
           f"and sum to 1, and every output lies in its values' range, to ≤ {CONVEX_ROUNDOFF:g}",
           "Choosing [η_i = Σ_j α_ij] in (2) constrains the normalized coefficients to [[0, 1]] and imposes "
           "[Σ_j α_ij / η_i = 1].",
-          lambda results: every({readout: at_most(_score(results, "convex", readout), CONVEX_ROUNDOFF)
-                                 for readout in POSITIVE_READOUTS})),
+          _each_at_most("convex", POSITIVE_READOUTS, CONVEX_ROUNDOFF)),
     Claim("Proposition 1: DLR = linear RNN",
           f"the dlr mixer with Λ = eig(A), w = (CV) ⊙ (V⁻¹B) matches a random diagonalizable linear RNN (8 complex "
           f"states, L = 64): relative error ≤ {DLR_ROUNDOFF:g}",
