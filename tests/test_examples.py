@@ -52,7 +52,7 @@ def test_auto_overhead_times_auto_and_the_pinned_backend(capsys):
     lines = capsys.readouterr().out.splitlines()
     result = json.loads(lines[-1].removeprefix("RESULT "))
     rows = [json.loads(line) for line in lines[:-1]]
-    assert len(rows) == result["timed"] == 2
+    assert len(rows) == result["timed"] == 3  # softmax attention (the control), qLSTM and its S6 variant
     for row in rows:
         assert row["recurrent"]["backends"] == ["recurrent", "recurrent"] and row["recurrent"]["measured_shapes"] == 0
         assert row["auto"]["measured_shapes"] >= 1 and row["auto"]["measuring_s"] > 0  # a cold cache each run
@@ -71,3 +71,35 @@ def test_packed_training_pilot_gives_the_padded_runs_losses(capsys):
     assert result["largest_loss_difference"] < 1e-4 and len([line for line in lines if line.startswith("| 4 |")]) == 1
     assert result["packed_tokens_per_s"] > 0 and result["padded_tokens_per_s"] > 0
     assert 1 < result["real_tokens_per_row"] <= 64
+
+
+def test_escape_steps_trains_the_scale_on_this_device_and_reports_each_runs_escape(tmp_path, capsys):
+    """examples/pilots/escape_steps.py: the scale's runs but the device (and steps), then one line per run with the
+    first evaluation above the level."""
+    import json
+    import runpy
+
+    from seqdyn.reproduce import dsf_qlstm_transition
+    from seqdyn.reproduce.runner import named_sweeps
+    from seqdyn.train.store import Store
+    from seqdyn.train.sweep import expand
+
+    script = runpy.run_path(str(EXAMPLES / "pilots" / "escape_steps.py"))
+    sweeps = script["pilot_sweeps"]("dsf_qlstm_transition", 4, "smoke")
+    scale = named_sweeps(dsf_qlstm_transition.REPRODUCTION, "smoke")
+    pilot_runs, scale_runs = [r for s in sweeps for r in expand(s)], [r for s in scale for r in expand(s)]
+    assert {(r.train.device, r.train.steps) for r in pilot_runs} == {("auto", 4)}
+    unchanged = [r.model_copy(update={"train": r.train.model_copy(update={"device": "cpu", "steps": 6})})
+                 for r in pilot_runs]
+    assert [r.model_dump(exclude={"name"}) for r in unchanged] == [r.model_dump(exclude={"name"}) for r in scale_runs]
+    store = tmp_path / "pilot.db"
+    for sweep in sweeps:
+        run_sweep(sweep, store, progress=False)
+    script["main"](["dsf_qlstm_transition", "--scale", "smoke", "--steps", "4", "--store", str(store), "--report",
+                    "--level", "0.0"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == len(pilot_runs) and all(line["steps"] == 4 for line in lines)
+    with Store(store, readonly=True) as opened:
+        for line, run in zip(lines, pilot_runs):
+            tested = [m.step for m in opened.metrics(run.run_id, split="test") if m.name == "accuracy" and m.value > 0]
+            assert line["escape_step"] == (min(tested) if tested else None)

@@ -11,7 +11,7 @@ import torch
 from tests.mixers.paper_helpers import PARTS
 from tests.mixers.paper_qlstm import check_dsf_form, compare_with_qlstm
 
-CONFIGS = [dict(), dict(dsf_form=True, short_conv=True, gate=True)]
+CONFIGS = [dict(), dict(dsf_form=True, short_conv=True, gate=True, expand=2)]
 
 
 def reversed_sigmoid_forget(m, pre):

@@ -10,11 +10,12 @@ from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from tests.reproduce.helpers import assert_verdict, results, row
 
 
-def table(qlstm: list[float], s6: list[float]):
+def table(qlstm: list[float], s6: list[float], softmax: float = 1.0):
+    """Both variants per seed on two tasks and widths, and softmax attention (the control) at ``softmax``."""
     rows = [row(value, model__mixer=mixer, model__d_model=d, task__params__seq_len=seq_len,
                 task__params__num_kv_pairs=pairs, optimizer__lr=1e-3, train__seed=seed)
-            for mixer, values in (("qlstm", qlstm), ("qlstm_s6", s6)) for seq_len, pairs in ((64, 4), (128, 8))
-            for d in (64, 128) for seed, value in enumerate(values)]
+            for mixer, values in (("qlstm", qlstm), ("qlstm_s6", s6), ("softmax_attention", [softmax] * len(qlstm)))
+            for seq_len, pairs in ((64, 4), (128, 8)) for d in (64, 128) for seed, value in enumerate(values)]
     return results(rows)
 
 
@@ -32,3 +33,15 @@ def test_the_s6_transition_claim(qlstm, s6, verdict):
 def test_dsf_qlstm_transition_claim_just_above_and_below_its_order(qlstm, s6, verdict):
     """"qLSTM with the S6 transition > qLSTM", no margin: one point either side (one seed), a tie holds."""
     assert_verdict(fig.CLAIMS, "S6 transition > qLSTM's", table(qlstm, s6), verdict)
+
+
+def test_a_control_that_did_not_solve_the_task_leaves_the_claim_inconclusive():
+    outcome = fig.CLAIMS[0].decide(table([0.8, 0.81], [0.5, 0.52], softmax=0.6))
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control softmax attention 0.6 < 0.99")
+    assert outcome.control["passed"] is False
+
+
+def test_variants_on_the_plateau_leave_the_claim_inconclusive_for_the_budget():
+    """Both variants at MQAR's copy-a-value level (1/P: 0.25 with 4 pairs, 0.125 with 8) decide nothing."""
+    outcome = fig.CLAIMS[0].decide(table([0.27, 0.27], [0.26, 0.26]))
+    assert outcome.verdict == INCONCLUSIVE and "budget" in outcome.reason and "plateau" in outcome.reason

@@ -1,4 +1,6 @@
-"""Mamba-2 / SSD (Dao & Gu 2024; seed 000 §4.2; seed 001 Table 1; blog seed 003 "state space duality").
+"""Mamba-2 / SSD (Dao & Gu 2024; seed 001 Table 1; blog seed 003 "state space duality").
+
+(The "SSD" of seed 000's MQAR experiments is the bare S6 block with one scalar A: :mod:`seqdyn.mixers.ssd`.)
 
 Per head h (head dim P, state N, B and C shared by all heads)::
 

@@ -13,16 +13,19 @@ C_i = I ⊗ c_iᵀ.
 
 The block around it is Mamba-1's (``mamba_simple.Mamba``)::
 
-    x, z = W_in u                          (x: I = expand·D channels; z only with ``gate``)
+    x, z = W_in u                          (x: I = expand·D channels; z only with ``gate``;
+                                            x = u without ``input_projection``)
     x = SiLU(conv(x))                      (``short_conv``: depthwise causal conv of width 4)
     Δ, B, C from W_x x;  y = S6(x) + D ⊙ x
     y = y ⊙ SiLU(z)                        (``gate``)
     out = W_out y
 
 ``short_conv=False, gate=False`` is the bare S6 block of seed 000's experiments (appendix I: "we do not
-implement the pre-convolution on the input or the SiLU activations").  Initialization as in Mamba-1:
-S4D-Real A^c_n = −(n + 1), Δ = softplus(b_Δ) log-uniform in [dt_min, dt_max] (floor 1e-4),
-W_Δ ~ U(±R^-½), D = 1.
+implement the pre-convolution on the input or the SiLU activations").  ``scalar_decay=True`` learns one A = a·1
+for every channel and state (A = −exp(a_log), a_log = 0: |A| = 1 at the start), so that Λ_t^c = exp(Δ_t^c a)·I is
+a scalar decay per channel (seed 000 eq. 22's A = aI); with ``dt_rank=1`` this is the SSD of seed 000's
+experiments, :mod:`seqdyn.mixers.ssd`.  Initialization as in Mamba-1: S4D-Real A^c_n = −(n + 1), Δ = softplus(b_Δ)
+log-uniform in [dt_min, dt_max] (floor 1e-4), W_Δ ~ U(±R^-½), D = 1.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ class S6(CoefficientMixer):
         dt_min: the smallest step Δ at initialization: b_Δ is set so that softplus(b_Δ) is log-uniform in
             [dt_min, dt_max].
         dt_max: the largest step Δ at initialization.
+        input_projection: x = W_in u (and z, with ``gate``), as Mamba-1; False: x = u itself (needs expand = 1 and
+            no gate; seed 000's SSD).
+        scalar_decay: one learned A = a·1 shared by every channel and state (a = −1 at the start), so each
+            channel decays by the scalar exp(Δ_t^c a) (seed 000's SSD); False: Mamba-1's diagonal A per channel.
     """
 
     name = "s6"
@@ -74,20 +81,27 @@ class S6(CoefficientMixer):
 
     def __init__(self, d_model: int, state_dim: int = 16, expand: float = 2, dt_rank: int | Literal["auto"] = "auto",
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
-                 dt_max: float = 0.1, chunk_size: int = 64):
+                 dt_max: float = 0.1, input_projection: bool = True, scalar_decay: bool = False,
+                 chunk_size: int = 64):
         super().__init__(d_model, chunk_size)
+        self.scalar_decay = check_choice("scalar_decay", scalar_decay, (True, False))
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = scaled_width("expand", d_model, expand)
         self.dt_rank = check_dt_rank(dt_rank, d_model)
         self.gate = check_choice("gate", gate, (True, False))
         check_choice("short_conv", short_conv, (True, False))
         check_positive("conv_size", conv_size)
-        self.in_proj = nn.Linear(d_model, self.inner * (2 if gate else 1), bias=False)
+        if not check_choice("input_projection", input_projection, (True, False)) and (gate or self.inner != d_model):
+            raise ValueError("input_projection: False takes x = u, which leaves no gate z and no room for an "
+                             f"expanded width (gate={gate}, expand={expand}); set gate=False and expand=1, or keep "
+                             "the projection")
+        self.in_proj = (nn.Linear(d_model, self.inner * (2 if gate else 1), bias=False) if input_projection
+                        else nn.Identity())
         if short_conv:
             self.convs["x"] = ShortConv(self.inner, conv_size)  # with SiLU
         self.x_proj = nn.Linear(self.inner, self.dt_rank + 2 * state_dim, bias=False)
         self.dt_proj = nn.Linear(self.dt_rank, self.inner, bias=True)
-        self.a_log = nn.Parameter(s4d_real(self.inner, state_dim))
+        self.a_log = nn.Parameter(torch.zeros(()) if scalar_decay else s4d_real(self.inner, state_dim))
         self.skip = nn.Parameter(torch.ones(self.inner))  # D
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
         with torch.no_grad():
@@ -97,7 +111,7 @@ class S6(CoefficientMixer):
 
     @property
     def A(self) -> Tensor:  # noqa: N802 — the paper's name
-        """The diagonal state matrices ``A`` ``[I, N]`` (negative)."""
+        """The diagonal state matrices ``A`` ``[I, N]`` (negative); with ``scalar_decay`` the one scalar ``a``."""
         return -torch.exp(self.a_log)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:
@@ -106,8 +120,11 @@ class S6(CoefficientMixer):
             x = self.convolve("x", x, state)
         dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
         step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
-        inputs = Dynamics(q=c.unsqueeze(2), k=b.unsqueeze(2), v=x.unsqueeze(-1),
-                          log_decay=step, decay_rate=self.A, scale=step)  # g = Δ ⊗ A, never formed by the scan
+        if self.scalar_decay:  # g = Δ a, one scalar per channel
+            decay = dict(log_decay=step * self.A)
+        else:  # g = Δ ⊗ A, never formed by the scan
+            decay = dict(log_decay=step, decay_rate=self.A)
+        inputs = Dynamics(q=c.unsqueeze(2), k=b.unsqueeze(2), v=x.unsqueeze(-1), scale=step, **decay)
         return inputs, (x, z if self.gate else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:
@@ -117,7 +134,7 @@ class S6(CoefficientMixer):
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, inner={self.inner}, state_dim={self.state_dim}, dt_rank={self.dt_rank}, "
-                f"gate={self.gate}")
+                f"gate={self.gate}" + (", scalar_decay=True" if self.scalar_decay else ""))
 
 
 MIXER = S6

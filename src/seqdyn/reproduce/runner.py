@@ -133,8 +133,17 @@ def _row(store: Store, config: RunConfig) -> dict[str, Any]:
     row.update(run_id=config.run_id, name=config.name, status=record.status if record else "missing",
                reason=record.reason if record else None, best=record.best_metric if record else None,
                final=record.final_metric if record else None, steps=record.step if record else 0,
-               wall_time=record.wall_time if record else None)
+               wall_time=record.wall_time if record else None, curve=_curve(store, record))
     return row
+
+
+def _curve(store: Store, record) -> tuple[tuple[int, float], ...]:
+    """``(step, value)`` of the run's watched test metric at each evaluation (empty before it finished: the name of
+    the watched metric is recorded then)."""
+    if record is None or not record.metric_name:
+        return ()
+    return tuple((row.step, row.value) for row in store.metrics(record.id, split="test")
+                 if row.name == record.metric_name)
 
 
 def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: float, runs_before: int = 0) -> Written:
