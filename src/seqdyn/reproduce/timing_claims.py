@@ -1,0 +1,183 @@
+"""Seed 001 (coefficient dynamics), Fig. 5: the time of a non-recurrent and of a recurrent layer against length.
+
+"With respect to sequence length, a recurrent implementation has linear complexity, while a non-recurrent
+implementation has quadratic complexity. Figure 5 shows the computation time of FlashAttention-2 [...] – a
+non-recurrent implementation – and SSD [...] – a recurrent implementation – against sequence length" (appendix D.1).
+No training: one softmax attention layer computed as attention (the ``quadratic`` backend, PyTorch's fused
+scaled-dot-product attention: FlashAttention's algorithm on this machine) and one Mamba-2 layer computed with SSD's
+chunked algorithm (the ``chunk`` backend), the same width, batch 1, forward only, timed on this machine (one
+thread, the fastest of a few calls) at growing lengths L.  Each claim reads the slope of log time against log L
+over the three longest lengths, where the work of the sequence dominates the fixed costs of a call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqdyn.mixers import build
+from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.reproduce.claims import Claim, Outcome, Score, at_most, reaches
+
+#: "quadratic complexity": the slope of log time against log L at least 1.5 (between linear, 1, and quadratic, 2)
+QUADRATIC_SLOPE = 1.5
+#: "linear complexity": the slope at most 1.2
+LINEAR_SLOPE = 1.2
+#: the slopes are fitted over this many of the longest lengths
+FITTED = 3
+
+#: the two layers: key → (label, mixer, options, backend)
+LAYERS = {
+    "softmax": ("softmax attention (non-recurrent)", "softmax_attention", {"heads": 4}, "quadratic"),
+    "ssd": ("SSD (recurrent, chunked)", "mamba2", {"state_dim": 64, "head_dim": 64}, "chunk"),
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The lengths L, the layers' width and the timed calls per length (the fastest counts)."""
+
+    lengths: tuple[int, ...]
+    width: int
+    repeats: int
+
+
+SCALES = {"smoke": Scale(lengths=(64, 128, 256), width=32, repeats=1),
+          "cpu": Scale(lengths=(512, 1024, 2048, 4096, 8192), width=256, repeats=3),
+          "paper": Scale(lengths=(512, 1024, 2048, 4096, 8192, 16384), width=256, repeats=3)}
+
+
+def forward_seconds(layer: str, length: int, width: int, repeats: int) -> float:
+    """The fastest of ``repeats`` forward calls (after one warm-up) of ``layer`` on ``[1, length, width]``, in
+    float32 without gradients."""
+    from seqdyn.bench.measure import time_call
+
+    _, mixer_name, options, backend = LAYERS[layer]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        mixer = build(mixer_name, width, **options).eval()
+        x = torch.randn(1, length, width)
+    with torch.no_grad():
+        return time_call(lambda: mixer(x, backend=backend), torch.device("cpu"), repeats).best_s
+
+
+def compute_rows(scale: Scale) -> list[dict[str, Any]]:
+    """One row per (layer, length): its forward time, measured with one thread."""
+    from seqdyn.bench.measure import one_thread
+
+    rows = []
+    with one_thread():
+        for layer in LAYERS:
+            for length in scale.lengths:
+                seconds = forward_seconds(layer, length, scale.width, scale.repeats)
+                rows.append({"name": f"{LAYERS[layer][0]}: L = {length}", "run_id": f"{layer}/{length}",
+                             "status": "finished", "reason": None, "best": None, "final": None, "steps": 0,
+                             "wall_time": round(seconds, 6), "timing.layer": layer, "timing.length": length,
+                             "timing.seconds": seconds})
+    return rows
+
+
+def times(results: Results, layer: str) -> list[tuple[int, float]]:
+    """``(L, seconds)`` of ``layer``, shortest first."""
+    return sorted((row["timing.length"], row["timing.seconds"]) for row in results.rows
+                  if row.get("timing.layer") == layer)
+
+
+def log_slope(points: list[tuple[int, float]]) -> float:
+    """The least-squares slope of log seconds against log L (the exponent of a power law through the points)."""
+    xs, ys = [math.log(length) for length, _ in points], [math.log(seconds) for _, seconds in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    return (sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
+            / sum((x - mean_x) ** 2 for x in xs))
+
+
+def slope(results: Results, layer: str) -> Score:
+    """The slope over the :data:`FITTED` longest lengths of ``layer`` (missing where fewer were timed)."""
+    points = times(results, layer)[-FITTED:]
+    label = f"{LAYERS[layer][0]}: slope of log time against log L"
+    if len(points) < FITTED:
+        return Score(label, (), (f"{label}: {len(points)} of {FITTED} lengths timed",))
+    return Score(label, (log_slope(points),))
+
+
+def _softmax_quadratic(results: Results) -> Outcome:
+    return reaches(slope(results, "softmax"), QUADRATIC_SLOPE)
+
+
+def _ssd_linear(results: Results) -> Outcome:
+    return at_most(slope(results, "ssd"), LINEAR_SLOPE)
+
+
+CLAIMS = (
+    Claim("attention time quadratic in L", f"softmax attention's forward time grows as L^s with s ≥ "
+          f"{QUADRATIC_SLOPE} over the {FITTED} longest lengths", "a non-recurrent implementation has quadratic "
+          "complexity", _softmax_quadratic, paper_value="L² (Fig. 5)"),
+    Claim("SSD time linear in L", f"SSD's forward time grows as L^s with s ≤ {LINEAR_SLOPE} over the {FITTED} "
+          "longest lengths", "With respect to sequence length, a recurrent implementation has linear complexity",
+          _ssd_linear, paper_value="L (Fig. 5)"),
+)
+
+
+class TimingClaims(Reproduction):
+    name = "timing_claims"
+    paper = "seed 001 (coefficient dynamics)"
+    figure = "Fig. 5"
+    summary = ("Forward time of one softmax attention layer (fused attention) and one SSD layer (Mamba-2, chunked) "
+               "against the length L, measured on this machine without training.")
+    claims = CLAIMS
+    trains = False
+    reductions = {
+        "paper": "The paper plots FlashAttention-2 and SSD on a GPU from the mamba repository's benchmark; here both "
+                 "are timed on this machine's CPU (one thread) at L = 2^9 … 2^14, width 256 (4 heads of 64; SSD "
+                 "with state 64, expansion 2), batch 1, forward.",
+        "cpu": "L = 2^9 … 2^13 on one CPU thread, width 256 (4 heads of 64; SSD with state 64, expansion 2), batch 1, "
+               "forward, the fastest of 3 calls after a warm-up; the ratio of the two layers' times, not their "
+               "values, is what carries over from the paper's GPU.",
+        "smoke": "L = 64, 128, 256 at width 32, one call each: no verdict to trust (fixed costs dominate).",
+    }
+    # seconds, measured here (2026-11-27, one thread beside a two-worker run): `seqdyn reproduce timing_claims`
+    wall_time = {"smoke": 1.2, "cpu": None, "paper": None}
+
+    def sweeps(self, scale: str) -> list:
+        return []
+
+    def measure(self, results: Results, store_path: str | Path) -> Results:
+        return Results(results.scale, tuple(compute_rows(SCALES[results.scale])))
+
+    def table(self, results: Results) -> str:
+        softmax, ssd = dict(times(results, "softmax")), dict(times(results, "ssd"))
+        lines = ["| L | softmax attention (ms) | SSD (ms) | softmax / SSD |", "|---|---|---|---|"]
+        for length in sorted(set(softmax) | set(ssd)):
+            a, b = softmax.get(length), ssd.get(length)
+            ratio = f"{a / b:.2f}" if a and b else "—"
+            lines.append(f"| {length} | {_ms(a)} | {_ms(b)} | {ratio} |")
+        return "\n".join(lines) + "\n\nForward time of one layer, batch 1, one CPU thread; the fastest of the calls."
+
+    def plot(self, results: Results, path: Path) -> Path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axes = plt.subplots(figsize=(5, 3.6))
+        for layer, (label, *_) in LAYERS.items():
+            points = times(results, layer)
+            if points:
+                axes.loglog(*zip(*points), marker="o", label=label)
+        axes.set(xlabel="sequence length L", ylabel="forward time (s)", title="seed 001 Fig. 5 on this machine")
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        return path
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{1000 * seconds:.2f}"
+
+
+REPRODUCTION = TimingClaims()

@@ -1,0 +1,59 @@
+"""Seed 001 Fig. 5 (``seqdyn.reproduce.timing_claims``): the claims on hand-made timings where they must hold, fail
+and stay open; the slope is a power law's exponent."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqdyn.reproduce import timing_claims as tc
+from seqdyn.reproduce.base import Results
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+
+LENGTHS = (512, 1024, 2048, 4096, 8192)
+
+
+def timings(softmax_power: float, ssd_power: float, lengths=LENGTHS, fixed: float = 0.0) -> Results:
+    """Rows of both layers with time = fixed + (L / 512)^power milliseconds."""
+    rows = [{"name": f"{layer} {length}", "run_id": f"{layer}/{length}", "status": "finished", "reason": None,
+             "best": None, "final": None, "steps": 0, "wall_time": 0.0, "timing.layer": layer,
+             "timing.length": length, "timing.seconds": 1e-3 * (fixed + (length / 512) ** power)}
+            for layer, power in (("softmax", softmax_power), ("ssd", ssd_power)) for length in lengths]
+    return Results("cpu", tuple(rows))
+
+
+def verdicts(data: Results) -> list[str]:
+    return [claim.decide(data).verdict for claim in tc.CLAIMS]
+
+
+def test_the_slope_is_the_exponent_of_a_power_law():
+    assert tc.log_slope([(length, 3.0 * length ** 1.7) for length in LENGTHS]) == pytest.approx(1.7)
+
+
+@pytest.mark.parametrize(("softmax", "ssd", "expected"), [
+    (2.0, 1.0, [HELD, HELD]),
+    (1.51, 1.19, [HELD, HELD]),
+    (1.49, 1.21, [FAILED, FAILED]),
+])
+def test_the_claims_just_above_and_below_their_slopes(softmax, ssd, expected):
+    assert verdicts(timings(softmax, ssd)) == expected
+
+
+def test_the_slope_is_read_over_the_longest_lengths_where_fixed_costs_fade():
+    """A fixed cost flattens the short lengths: with 3 of 5 lengths fitted, a quadratic layer still reads ≥ 1.5."""
+    data = timings(2.0, 1.0, fixed=2.0)
+    assert tc.slope(data, "softmax").values[0] > 1.5 and verdicts(data) == [HELD, HELD]
+
+
+def test_too_few_lengths_leave_the_claims_open():
+    assert verdicts(timings(2.0, 1.0, lengths=(512, 1024))) == [INCONCLUSIVE, INCONCLUSIVE]
+
+
+def test_the_table_gives_each_length_and_the_ratio():
+    lines = tc.REPRODUCTION.table(timings(2.0, 1.0)).splitlines()
+    assert lines[0] == "| L | softmax attention (ms) | SSD (ms) | softmax / SSD |"
+    assert lines[-3] == "| 8192 | 256.00 | 16.00 | 16.00 |"
+
+
+def test_the_layers_compute_attention_as_attention_and_ssd_with_its_chunked_algorithm():
+    assert {key: (mixer, backend) for key, (_, mixer, _, backend) in tc.LAYERS.items()} == {
+        "softmax": ("softmax_attention", "quadratic"), "ssd": ("mamba2", "chunk")}
