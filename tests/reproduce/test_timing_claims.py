@@ -22,7 +22,8 @@ def timings(softmax_power: float, ssd_power: float, lengths=LENGTHS, fixed: floa
 
 
 def verdicts(data: Results) -> list[str]:
-    return [claim.decide(data).verdict for claim in tc.CLAIMS]
+    """Fig. 5's two claims."""
+    return [claim.decide(data).verdict for claim in tc.CLAIMS[:2]]
 
 
 def test_the_slope_is_the_exponent_of_a_power_law():
@@ -51,9 +52,33 @@ def test_too_few_lengths_leave_the_claims_open():
 def test_the_table_gives_each_length_and_the_ratio():
     lines = tc.REPRODUCTION.table(timings(2.0, 1.0)).splitlines()
     assert lines[0] == "| L | softmax attention (ms) | SSD (ms) | softmax / SSD |"
-    assert lines[-3] == "| 8192 | 256.00 | 16.00 | 16.00 |"
+    assert lines[-3] == "| 8192 | 256.00 | 16.00 | 16.00 |"  # no step timed: no step line
 
 
 def test_the_layers_compute_attention_as_attention_and_ssd_with_its_chunked_algorithm():
     assert {key: (mixer, backend) for key, (_, mixer, _, backend) in tc.LAYERS.items()} == {
         "softmax": ("softmax_attention", "quadratic"), "ssd": ("mamba2", "chunk")}
+
+
+def with_steps(data: Results, attention_s: float, dlr_s: float) -> Results:
+    """``data`` with Table 1's two step timings."""
+    rows = [{"name": f"{layer} step", "run_id": f"{layer}_step/4096", "status": "finished", "reason": None,
+             "best": None, "final": None, "steps": 0, "wall_time": 0.0, "timing.layer": f"{layer}_step",
+             "timing.length": 4096, "timing.seconds": seconds}
+            for layer, seconds in (("attention", attention_s), ("dlr", dlr_s))]
+    return Results(data.scale, data.rows + tuple(rows))
+
+
+@pytest.mark.parametrize(("attention_s", "dlr_s", "verdict"), [(6.3, 1.0, HELD), (6.0, 1.0, HELD),
+                                                               (5.9, 1.0, FAILED), (None, 1.0, INCONCLUSIVE)])
+def test_attention_six_times_slower_than_dlr_per_step(attention_s, dlr_s, verdict):
+    """Table 1 (bottom): "more than 6× slower" at L = 4096, the ratio of the two layers' step times."""
+    data = timings(2.0, 1.0)
+    data = with_steps(data, attention_s, dlr_s) if attention_s else data
+    assert tc.CLAIMS[2].decide(data).verdict == verdict
+
+
+def test_the_step_is_table_1s_single_layers_at_its_sizes():
+    scale = tc.SCALES["cpu"]
+    assert (scale.step_length, scale.step_width, scale.step_state) == (4096, 128, 4096)
+    assert tc.STEP_LAYERS == ("attention", "dlr")

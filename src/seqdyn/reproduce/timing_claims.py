@@ -1,13 +1,18 @@
-"""Seed 001 (coefficient dynamics), Fig. 5: the time of a non-recurrent and of a recurrent layer against length.
+"""Seed 001 Fig. 5 and seed 002 Table 1 (bottom): the papers' timing claims, measured on this machine.
 
 "With respect to sequence length, a recurrent implementation has linear complexity, while a non-recurrent
 implementation has quadratic complexity. Figure 5 shows the computation time of FlashAttention-2 [...] – a
-non-recurrent implementation – and SSD [...] – a recurrent implementation – against sequence length" (appendix D.1).
-No training: one softmax attention layer computed as attention (the ``quadratic`` backend, PyTorch's fused
-scaled-dot-product attention: FlashAttention's algorithm on this machine) and one Mamba-2 layer computed with SSD's
-chunked algorithm (the ``chunk`` backend), the same width, batch 1, forward only, timed on this machine (one
-thread, the fastest of a few calls) at growing lengths L.  Each claim reads the slope of log time against log L
-over the three longest lengths, where the work of the sequence dominates the fixed costs of a call.
+non-recurrent implementation – and SSD [...] – a recurrent implementation – against sequence length" (seed 001
+appendix D.1).  No training: one softmax attention layer computed as attention (the ``quadratic`` backend,
+PyTorch's fused scaled-dot-product attention: FlashAttention's algorithm on this machine) and one Mamba-2 layer
+computed with SSD's chunked algorithm (the ``chunk`` backend), the same width, batch 1, forward only, timed on this
+machine (one thread, the fastest of a few calls) at growing lengths L.  Each claim reads the slope of log time
+against log L over the three longest lengths, where the work of the sequence dominates the fixed costs of a call.
+
+Seed 002 Table 1 (bottom), §3.3: "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more
+expressive than a single SSM layer. On the other hand, already for lengths as short as 4096, it is more than 6×
+slower" (6.3× per step).  Here: one training step (forward and backward) of one ATTENTION layer and of one DLR
+layer as :mod:`seqdyn.reproduce.atomic` builds them, at Table 1's L = 4096, H = 128 and N = 4096, on one thread.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ LINEAR_SLOPE = 1.2
 #: the slopes are fitted over this many of the longest lengths
 FITTED = 3
 
+#: "more than 6× slower": ATTENTION's time per training step at least 6 × DLR's (Table 1: 6.3×)
+STEP_RATIO = 6.0
+
 #: the two layers: key → (label, mixer, options, backend)
 LAYERS = {
     "softmax": ("softmax attention (non-recurrent)", "softmax_attention", {"heads": 4}, "quadratic"),
@@ -37,16 +45,24 @@ LAYERS = {
 }
 
 
+#: Table 1's two single layers, as seqdyn.reproduce.atomic builds them
+STEP_LAYERS = ("attention", "dlr")
+
+
 @dataclass(frozen=True)
 class Scale:
-    """The lengths L, the layers' width and the timed calls per length (the fastest counts)."""
+    """The lengths L, the layers' width and the timed calls per length (the fastest counts); and Table 1's step:
+    its length, width H and DLR state N."""
 
     lengths: tuple[int, ...]
     width: int
     repeats: int
+    step_length: int = 4096
+    step_width: int = 128
+    step_state: int = 4096
 
 
-SCALES = {"smoke": Scale(lengths=(64, 128, 256), width=32, repeats=1),
+SCALES = {"smoke": Scale(lengths=(64, 128, 256), width=32, repeats=1, step_length=64, step_width=16, step_state=16),
           "cpu": Scale(lengths=(512, 1024, 2048, 4096, 8192), width=256, repeats=3),
           "paper": Scale(lengths=(512, 1024, 2048, 4096, 8192, 16384), width=256, repeats=3)}
 
@@ -65,19 +81,46 @@ def forward_seconds(layer: str, length: int, width: int, repeats: int) -> float:
         return time_call(lambda: mixer(x, backend=backend), torch.device("cpu"), repeats).best_s
 
 
+def step_seconds(model: str, length: int, width: int, state: int, repeats: int) -> float:
+    """The fastest of ``repeats`` training steps (forward, backward of the summed output) of Table 1's single
+    layer ``model`` (a key of :data:`seqdyn.reproduce.atomic.MODELS`) on ``[1, length, width]``, float32."""
+    from seqdyn.bench.measure import time_call
+    from seqdyn.reproduce.atomic import MODELS
+
+    spec = MODELS[model]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        mixer = build(spec.mixer, width, **spec.mixer_options(state))
+        x = torch.randn(1, length, width, requires_grad=True)
+
+    def step() -> None:
+        mixer.zero_grad(set_to_none=True)
+        mixer(x).sum().backward()
+
+    return time_call(step, torch.device("cpu"), repeats).best_s
+
+
+def _row(layer: str, length: int, seconds: float, label: str) -> dict[str, Any]:
+    return {"name": f"{label}: L = {length}", "run_id": f"{layer}/{length}", "status": "finished", "reason": None,
+            "best": None, "final": None, "steps": 0, "wall_time": round(seconds, 6), "timing.layer": layer,
+            "timing.length": length, "timing.seconds": seconds}
+
+
 def compute_rows(scale: Scale) -> list[dict[str, Any]]:
-    """One row per (layer, length): its forward time, measured with one thread."""
+    """One row per (layer, length) of Fig. 5 (its forward time) and per layer of Table 1's step, measured with one
+    thread."""
     from seqdyn.bench.measure import one_thread
+    from seqdyn.reproduce.atomic import MODELS
 
     rows = []
     with one_thread():
         for layer in LAYERS:
             for length in scale.lengths:
-                seconds = forward_seconds(layer, length, scale.width, scale.repeats)
-                rows.append({"name": f"{LAYERS[layer][0]}: L = {length}", "run_id": f"{layer}/{length}",
-                             "status": "finished", "reason": None, "best": None, "final": None, "steps": 0,
-                             "wall_time": round(seconds, 6), "timing.layer": layer, "timing.length": length,
-                             "timing.seconds": seconds})
+                rows.append(_row(layer, length, forward_seconds(layer, length, scale.width, scale.repeats),
+                                 LAYERS[layer][0]))
+        for model in STEP_LAYERS:
+            seconds = step_seconds(model, scale.step_length, scale.step_width, scale.step_state, scale.repeats)
+            rows.append(_row(f"{model}_step", scale.step_length, seconds, f"{MODELS[model].label} training step"))
     return rows
 
 
@@ -112,6 +155,15 @@ def _ssd_linear(results: Results) -> Outcome:
     return at_most(slope(results, "ssd"), LINEAR_SLOPE)
 
 
+def step_ratio(results: Results) -> Score:
+    """ATTENTION's time per training step over DLR's (Table 1's single layers)."""
+    attention, dlr = times(results, "attention_step"), times(results, "dlr_step")
+    label = "ATTENTION / DLR, time per training step"
+    if not attention or not dlr:
+        return Score(label, (), (f"{label}: not timed",))
+    return Score(label, (attention[0][1] / dlr[0][1],))
+
+
 CLAIMS = (
     Claim("attention time quadratic in L", f"softmax attention's forward time grows as L^s with s ≥ "
           f"{QUADRATIC_SLOPE} over the {FITTED} longest lengths", "a non-recurrent implementation has quadratic "
@@ -119,25 +171,31 @@ CLAIMS = (
     Claim("SSD time linear in L", f"SSD's forward time grows as L^s with s ≤ {LINEAR_SLOPE} over the {FITTED} "
           "longest lengths", "With respect to sequence length, a recurrent implementation has linear complexity",
           _ssd_linear, paper_value="L (Fig. 5)"),
+    Claim("ATTENTION 6× slower than DLR", f"one ATTENTION layer's training step takes ≥ {STEP_RATIO:g} × one DLR "
+          "layer's at Table 1's L = 4096, H = 128, N = 4096", "already for lengths as short as 4096, it is more than "
+          "6× slower", lambda results: reaches(step_ratio(results), STEP_RATIO), paper_value="6.3× (Table 1)"),
 )
 
 
 class TimingClaims(Reproduction):
     name = "timing_claims"
-    paper = "seed 001 (coefficient dynamics)"
-    figure = "Fig. 5"
+    paper = "seeds 001/002"
+    figure = "Fig. 5; seed 002 Table 1"
     summary = ("Forward time of one softmax attention layer (fused attention) and one SSD layer (Mamba-2, chunked) "
-               "against the length L, measured on this machine without training.")
+               "against the length L, and the time per training step of seed 002's single ATTENTION and DLR layers, "
+               "measured on this machine without training.")
     claims = CLAIMS
     trains = False
     reductions = {
         "paper": "The paper plots FlashAttention-2 and SSD on a GPU from the mamba repository's benchmark; here both "
                  "are timed on this machine's CPU (one thread) at L = 2^9 … 2^14, width 256 (4 heads of 64; SSD "
                  "with state 64, expansion 2), batch 1, forward.",
-        "cpu": "L = 2^9 … 2^13 on one CPU thread, width 256 (4 heads of 64; SSD with state 64, expansion 2), batch 1, "
-               "forward, the fastest of 3 calls after a warm-up; the ratio of the two layers' times, not their "
-               "values, is what carries over from the paper's GPU.",
-        "smoke": "L = 64, 128, 256 at width 32, one call each: no verdict to trust (fixed costs dominate).",
+        "cpu": "L = 2^9 … 2^13 on one CPU thread, width 256 (4 heads of 64; SSD with state 64, expansion 2), "
+               "batch 1, forward, the fastest of 3 calls after a warm-up; the ratio of the two layers' times, not "
+               "their values, is what carries over from the paper's GPU. Table 1's step at its own sizes (L = 4096, "
+               "H = 128, N = 4096) on one CPU thread, where the paper timed a GPU.",
+        "smoke": "L = 64, 128, 256 at width 32 and Table 1's step at L = 64, H = 16, N = 16, one call each: no "
+                 "verdict to trust (fixed costs dominate).",
     }
     # seconds, measured here (2026-11-27, one thread beside a two-worker run): `seqdyn reproduce timing_claims`
     wall_time = {"smoke": 1.2, "cpu": None, "paper": None}
@@ -155,7 +213,15 @@ class TimingClaims(Reproduction):
             a, b = softmax.get(length), ssd.get(length)
             ratio = f"{a / b:.2f}" if a and b else "—"
             lines.append(f"| {length} | {_ms(a)} | {_ms(b)} | {ratio} |")
-        return "\n".join(lines) + "\n\nForward time of one layer, batch 1, one CPU thread; the fastest of the calls."
+        steps = {layer: times(results, f"{layer}_step") for layer in STEP_LAYERS}
+        step_text = ""
+        if all(steps.values()):
+            ratio = step_ratio(results).values[0]
+            step_text = (f"\n\nTable 1's step (L = {steps['dlr'][0][0]}): ATTENTION "
+                         f"{_ms(steps['attention'][0][1])} ms, DLR {_ms(steps['dlr'][0][1])} ms per training step, "
+                         f"ratio {ratio:.2f} (paper: 6.3 on a GPU).")
+        return ("\n".join(lines) + "\n\nForward time of one layer, batch 1, one CPU thread; the fastest of the calls."
+                + step_text)
 
     def plot(self, results: Results, path: Path) -> Path:
         import matplotlib
