@@ -83,3 +83,12 @@ def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(claim, t
                                                                         verdict):
     """Figs. 1 / 6's claims one group past the order of the near-zero fractions or the accuracy margin 0.05."""
     assert_verdict(fig.CLAIMS, claim, table(thin, large, thin_zeros, large_zeros), verdict)
+
+
+def test_readouts_that_never_left_the_plateau_leave_the_accuracy_claim_inconclusive():
+    """Fuzzy recall's plateau (a constant answer or a value copied from the context) is about 0.15: models at
+    0.14-0.16 on every task decided nothing about the readouts."""
+    from seqdyn.reproduce.claims import INCONCLUSIVE
+
+    outcome = fig.CLAIMS[1].decide(table([0.16, 0.16], [0.14, 0.15], [0.1, 0.1], [0.3, 0.3]))
+    assert outcome.verdict == INCONCLUSIVE and "budget" in outcome.reason and "plateau" in outcome.reason

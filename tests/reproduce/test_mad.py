@@ -108,3 +108,17 @@ def test_measure_coefficients_of_a_model_without_scalar_coefficients_or_identity
     assert measured(monkeypatch, [head(0, None, None)]) == {NEAR_ZERO: None, LARGE: None}
     values = measured(monkeypatch, [head(0, 0.25, 0.75), head(1, 0.5, 0.5)])
     assert values == {NEAR_ZERO: (0.25 + 0.5) / 2, LARGE: (0.75 + 0.5) / 2}  # no Fig. 9 count without identity heads
+
+
+def test_the_plateau_is_the_better_of_a_constant_answer_and_copying_from_the_context():
+    """Memorization's answers never occur in its inputs: only the constant answer scores (about 1 / vocabulary);
+    selective copying's answers are the context's content tokens: copying one of them scores about 1 / their
+    number; fuzzy recall's answers are values in the context."""
+    from seqdyn.reproduce.mad import plateau_level
+
+    assert plateau_level("memorization", vocab_size=256, seq_len=32) < 0.03
+    assert 0.1 < plateau_level("selective_copying", vocab_size=16, seq_len=64, num_tokens_to_copy=8) < 0.25
+    fuzzy = plateau_level("fuzzy_in_context_recall", vocab_size=16, seq_len=64, k_motif_size=3, v_motif_size=3)
+    assert 0.1 < fuzzy < 0.3
+    assert plateau_level("fuzzy_in_context_recall", seed=1, vocab_size=16, seq_len=64, k_motif_size=3,
+                         v_motif_size=3) == pytest.approx(fuzzy, abs=0.02)  # a property of the task, not the draw

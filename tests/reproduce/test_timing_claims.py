@@ -57,7 +57,7 @@ def test_the_table_gives_each_length_and_the_ratio():
 
 def test_the_layers_compute_attention_as_attention_and_ssd_with_its_chunked_algorithm():
     assert {key: (mixer, backend) for key, (_, mixer, _, backend) in tc.LAYERS.items()} == {
-        "softmax": ("softmax_attention", "quadratic"), "ssd": ("mamba2", "chunk")}
+        "softmax": ("softmax_attention", "chunk"), "ssd": ("mamba2", "chunk")}
 
 
 def with_steps(data: Results, attention_s: float, dlr_s: float) -> Results:

@@ -25,8 +25,8 @@ from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
 from seqdyn.reproduce.mad import (CPU_TASKS, GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, Budget, mad_score, mad_sweeps, pick,
-                                  tasks_of)
+                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, Budget, mad_plateau, mad_score,
+                                  mad_sweeps, pick, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 OPTIONS = "model.mixer_options."
@@ -129,10 +129,14 @@ CLAIMS = (
           f"on every task, a Householder Λ ≥ a scalar Λ + {MARGIN} (the best variant of each: w = k or learned, "
           "each β; GLA or Mamba-2)",
           "On both tasks, the performance generally increases as more transformations are allowed in Λ_i",
-          _householder_beats_scalar),
+          _householder_beats_scalar,
+          plateau=mad_plateau(lambda results, task: [_best_of(results, task, HOUSEHOLDER, "Householder"),
+                                                     _score(results, task, "scalar")])),
     Claim("diagonal ≥ scalar", "on every task, a diagonal Λ ≥ a scalar Λ (best parameterization of each)",
           "the performance generally increases as more transformations are allowed in Λ_i",
-          _diagonal_at_least_scalar),
+          _diagonal_at_least_scalar,
+          plateau=mad_plateau(lambda results, task: [_score(results, task, "diagonal"),
+                                                     _score(results, task, "scalar")])),
 )
 
 

@@ -26,8 +26,9 @@ from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
 from seqdyn.reproduce.mad import (CPU_TASKS, NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_score,
-                                  mad_sweeps, measure_best_runs, measured_score, pick, principle_panels, tasks_of)
+                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_plateau,
+                                  mad_score, mad_sweeps, measure_best_runs, measured_score, pick, principle_panels,
+                                  tasks_of)
 from seqdyn.train.config import SweepConfig
 
 READOUT = "model.mixer_options.readout"
@@ -113,7 +114,10 @@ CLAIMS = (
     Claim("near-zero set → accuracy",
           f"on every task, the readouts with a large near-zero set score ≥ those with a thin one + {ACCURACY_MARGIN} "
           "(best over the lr × weight-decay grid, mean over the readouts of each group)",
-          "For both tasks this increases performance.", _large_sets_perform_better),
+          "For both tasks this increases performance.", _large_sets_perform_better,
+          plateau=mad_plateau(lambda results, task: [
+              _accuracy(results, task, _groups()[1], "accuracy, large sets"),
+              _accuracy(results, task, _groups()[0], "accuracy, thin sets")])),
 )
 
 

@@ -16,13 +16,17 @@ reproduction needs them it takes MAD's: two layers, width 128.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seqdyn.reproduce.base import SEED, Results, result_value
-from seqdyn.reproduce.claims import Score
+from seqdyn.reproduce.claims import Plateau, Score
+from seqdyn.tasks import IGNORE_INDEX
+from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
 
 PAPER_LRS = (1e-4, 5e-4, 1e-3)
@@ -128,6 +132,52 @@ TASK = "task.name"
 def tasks_of(results: Results) -> list[str]:
     """The MAD tasks of the results, in order."""
     return [task for task in results.values(TASK) if task is not None]
+
+
+#: a compared model within 5 points of accuracy of its task's plateau has not left it
+PLATEAU_MARGIN = 0.05
+#: what a MAD task's plateau is, in words
+PLATEAU_WORDS = ("the MAD task's plateau: the better of a constant answer and a token copied from the context so far, "
+                 "measured on its test examples")
+
+
+def plateau_level(task_name: str, examples: int = 256, seed: int = 0, **params: Any) -> float:
+    """What a model scores before it learns MAD task ``task_name`` (with ``params``), measured on its test examples
+    token by token as its accuracy is: the better of the best constant answer (the commonest target) and of copying
+    from the context — answering each target with one of the distinct answer tokens (tokens that are some target of
+    the task) among the inputs up to it, drawn uniformly."""
+    task = build_task(task_name, **params)
+    inputs, targets = task.generate(examples, seed, "test")
+    scored = targets != IGNORE_INDEX
+    answers = targets[scored]
+    constant = float(torch.bincount(answers).max()) / answers.numel()
+    is_answer = torch.zeros(int(max(inputs.max(), answers.max())) + 1, dtype=torch.bool)
+    is_answer[answers] = True
+    chances = []
+    for tokens, wanted, keep in zip(inputs.tolist(), targets.tolist(), scored.tolist()):
+        seen: set[int] = set()
+        for token, target, counted in zip(tokens, wanted, keep):
+            if is_answer[token]:
+                seen.add(token)
+            if counted:
+                chances.append(1 / len(seen) if target in seen else 0.0)
+    return max(constant, sum(chances) / len(chances))
+
+
+def task_plateau(results: Results, task: str) -> float:
+    """:func:`plateau_level` of ``task`` with the parameters its runs used (averaged over its settings)."""
+    settings = {tuple(sorted((key.removeprefix("task.params."), value) for key, value in row.items()
+                             if key.startswith("task.params.") and value is not None))
+                for row in results.select(task__name=task)}
+    levels = [plateau_level(task, **dict(setting)) for setting in settings]
+    return sum(levels) / len(levels)
+
+
+def mad_plateau(compared: Callable[[Results, str], Sequence[Score]]) -> Plateau:
+    """MAD's plateau rule for a claim comparing, on each task, the scores ``compared(results, task)``."""
+    return Plateau(PLATEAU_WORDS, PLATEAU_MARGIN,
+                   lambda results: [(score, task_plateau(results, task)) for task in tasks_of(results)
+                                    for score in compared(results, task)])
 
 
 def setting_keys(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
