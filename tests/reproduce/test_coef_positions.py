@@ -70,3 +70,15 @@ PAPERLIKE = {"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.97, 0.98], "no PE,
 def test_coef_positions_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Fig. 2's claims one setting past the threshold 0.9 or the margin 0.05 (the paper's picture elsewhere)."""
     assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}), verdict)
+
+
+def test_lambda_follows_the_length_so_the_oldest_token_keeps_its_weight():
+    """λ^(L−1) is 0.99^127 ≈ 0.28 at every scale's length (0.99 at MAD's L = 128)."""
+    for scale in ("smoke", "cpu", "paper"):
+        runs = [run for sweep in fig.REPRODUCTION.sweeps(scale) for run in sweep.expand()]
+        decays = {(run.task.params["seq_len"], run.model.mixer_options["constant_decay"]) for run in runs
+                  if run.model.mixer_options["decay"] == "constant"}
+        assert len(decays) == 1
+        (length, decay), = decays
+        assert decay ** (length - 1) == pytest.approx(0.99 ** 127)
+    assert fig.decay_for(128) == pytest.approx(0.99)

@@ -9,9 +9,10 @@ positional information if and only if Λ_i ≠ I.
 
 Each readout runs in the ``custom`` mixer (b = K^-½, η_i = max(|Σ_j α_ij|, 1), as in ``coef_readout_maps``) inside
 Type 1 blocks in three settings: learned positions with Λ = I; no positions with Λ = λI; no positions with Λ = I.
-The paper's λ and its four readouts are lost from the text copy: λ = 0.99 here (λ^127 ≈ 0.28 over the 128 tokens,
-so the oldest pair still counts), and the readouts are exp (softmax), the identity (linear attention), ReLU and the
-sigmoid — exponential, linear, piecewise-linear and bounded growth.
+The paper's λ and its four readouts are lost from the text copy: λ = 0.99 at MAD's length L = 128 (λ^127 ≈ 0.28,
+so the oldest pair still counts), and λ follows the length so that the oldest token keeps that weight,
+λ_L = 0.99^(127 / (L − 1)) (0.960 at L = 32); the readouts are exp (softmax), the identity (linear attention), ReLU
+and the sigmoid — exponential, linear, piecewise-linear and bounded growth.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from seqdyn.train.config import SweepConfig
 
 READOUTS = ("exp", "identity", "relu", "sigmoid")
 LABELS = {"exp": "exp (softmax)", "identity": "identity", "relu": "ReLU", "sigmoid": "sigmoid"}
-LAMBDA = 0.99
+#: λ at MAD's length of noisy recall, L = 128; other lengths take :func:`decay_for`
+LAMBDA, LAMBDA_LENGTH = 0.99, 128
 #: the three settings: (label, learned positions, decay of the custom mixer)
 SETTINGS = (("PE, Λ = I", True, "none"), ("no PE, Λ = λI", False, "constant"), ("no PE, Λ = I", False, "none"))
 #: "solved": at least 90 % of the recalled values right
@@ -51,11 +53,17 @@ SCALES: dict[str, dict[str, Any]] = {
 }
 
 
-def model_entry(readout: str, positions: bool, decay: str) -> dict[str, Any]:
-    """The ``model`` sweep-axis entry of one readout in one setting: a Type 1 block around the ``custom`` mixer."""
+def decay_for(seq_len: int) -> float:
+    """λ at length L: the oldest token keeps the weight λ^(L−1) = 0.99^127 ≈ 0.28 it has at L = 128."""
+    return LAMBDA ** ((LAMBDA_LENGTH - 1) / (seq_len - 1))
+
+
+def model_entry(readout: str, positions: bool, decay: str, seq_len: int = LAMBDA_LENGTH) -> dict[str, Any]:
+    """The ``model`` sweep-axis entry of one readout in one setting at length ``seq_len``: a Type 1 block around
+    the ``custom`` mixer."""
     options = {"readout": readout, "heads": 4, "decay": decay, "scale": "inv_sqrt", "normalizer": "abs_max1"}
     if decay == "constant":
-        options["constant_decay"] = LAMBDA
+        options["constant_decay"] = decay_for(seq_len)
     return {**TRANSFORMER_BLOCK, "positions": positions, "mixer": "custom", "mixer_options": options}
 
 
@@ -108,7 +116,7 @@ class Positions(Reproduction):
     paper = "seed 001 (coefficient dynamics)"
     figure = "Fig. 2"
     summary = ("Four readout maps on MAD's noisy in-context recall with learned positions and Λ = I, without "
-               "positions and Λ = λI (λ = 0.99), and without either: accuracy (best over the lr × weight-decay grid, "
+               "positions and Λ = λI (λ^(L−1) ≈ 0.28), and without either: accuracy (best over the lr × weight-decay grid, "
                "mean over seeds ± half the seed range).")
     claims = CLAIMS
     reductions = {
@@ -118,7 +126,8 @@ class Positions(Reproduction):
                "attention with positions at 0.46 after 3,600 such steps: the claim that every readout solves the "
                "task (≥ 0.9) needs more steps than 45 minutes allow here, and the claim that none solves it without "
                "positions and with Λ = I holds at this budget whatever the readouts could do; the claim that λI "
-               "replaces positions compares two models below the 0.9 line.",
+               "replaces positions compares two models below the 0.9 line. λ = 0.960, so that λ^(L−1) ≈ 0.28 as "
+               "0.99^127 at MAD's length (an earlier run kept 0.99 at L = 32, a decay of 0.73 over the sequence).",
         "smoke": SMOKE_REDUCTION,
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
@@ -126,7 +135,9 @@ class Positions(Reproduction):
     paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        entries = [model_entry(readout, positions, decay) for readout in READOUTS for _, positions, decay in SETTINGS]
+        seq_len = SCALES[scale]["tasks"][TASK].get("seq_len", LAMBDA_LENGTH)
+        entries = [model_entry(readout, positions, decay, seq_len) for readout in READOUTS
+                   for _, positions, decay in SETTINGS]
         return mad_sweeps("positions", entries, **SCALES[scale])
 
     def table(self, results: Results) -> str:
