@@ -10,9 +10,12 @@ from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from tests.reproduce.helpers import assert_verdict, results, row
 
 
-def table(accuracy: dict[tuple[str, str], list[float]]):
-    """``accuracy[(readout group, normalizer)]`` per seed, group "exp" or "linear"; a worse run per cell too."""
-    rows = []
+def table(accuracy: dict[tuple[str, str], list[float]], control: float = 0.99):
+    """``accuracy[(readout group, normalizer)]`` per seed, group "exp" or "linear"; a worse run per cell too; the
+    control (softmax attention, Λ = I) at ``control`` on every seed."""
+    rows = [row(control, model__mixer_options__readout="exp", model__mixer_options__normalizer="sum",
+                model__mixer_options__decay="none", task__name=fig.TASK, optimizer__weight_decay=0.1, train__seed=seed)
+            for seed in range(2)]
     for readout in fig.READOUTS:
         group = "exp" if readout == "exp" else "linear"
         for normalizer in fig.NORMALIZERS:
@@ -20,6 +23,7 @@ def table(accuracy: dict[tuple[str, str], list[float]]):
                 for wd, lower in ((0.1, 0.0), (0.0, 0.05)):
                     rows.append(row(value - lower, model__mixer_options__readout=readout,
                                     model__mixer_options__normalizer=normalizer, task__name=fig.TASK,
+                                    model__mixer_options__decay="constant",
                                     optimizer__weight_decay=wd, train__seed=seed))
     return results(rows)
 
@@ -58,7 +62,8 @@ def test_every_scale_trains_its_own_lengths_lambda():
     for scale in ("smoke", "cpu", "paper"):
         (sweep,) = fig.REPRODUCTION.sweeps(scale)
         lam = fig.unstable_lambda(sweep.task.params["seq_len"])
-        assert {entry["mixer_options"]["constant_decay"] for entry in sweep.sweep["model"]} == {lam}
+        assert {entry["mixer_options"]["constant_decay"] for entry in sweep.sweep["model"]
+                if entry["mixer_options"]["decay"] == "constant"} == {lam}  # the control has Λ = I
 
 
 PAPERLIKE = {("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.13],
@@ -85,3 +90,20 @@ def test_coef_unstable_lambda_claims_just_above_and_below_their_thresholds(claim
     """Fig. 11's claims one cell past the thresholds 0.9 and 0.25 or the margin 0.2 (the paper's picture
     elsewhere)."""
     assert_verdict(fig.CLAIMS, claim, table({**PAPERLIKE, **changed}), verdict)
+
+
+def test_a_control_below_the_line_leaves_every_claim_inconclusive():
+    """Softmax attention with Λ = I at 0.5 (the cpu budget's pilot): nothing learns the task there."""
+    paperlike = {("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.13],
+                 ("linear", "none"): [0.7, 0.75], ("exp", "state"): [0.13, 0.12], ("linear", "state"): [0.99, 0.97]}
+    outcomes = [claim.decide(table(paperlike, control=0.5)) for claim in fig.CLAIMS]
+    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * 3
+    assert all(outcome.reason.startswith("control softmax attention, Λ = I 0.5 < 0.9") for outcome in outcomes)
+
+
+def test_the_control_trains_beside_the_unstable_models():
+    runs = [run for sweep in fig.REPRODUCTION.sweeps("cpu") for run in sweep.expand()]
+    control = [run for run in runs if run.model.mixer_options["decay"] == "none"]
+    assert len(control) == 2 and {run.model.mixer_options["readout"] for run in control} == {"exp"}
+    assert {run.model.mixer_options["normalizer"] for run in control} == {"sum"}
+    assert all(run.model.positions for run in control)

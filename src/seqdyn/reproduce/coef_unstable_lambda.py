@@ -24,7 +24,7 @@ from typing import Any
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every, reaches
+from seqdyn.reproduce.claims import Claim, Control, Outcome, Score, at_least, at_most, every, reaches
 from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET,
                                   SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_score, mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
@@ -69,8 +69,24 @@ def model_entry(readout: str, normalizer: str, lam: float) -> dict[str, Any]:
     return {**TRANSFORMER_BLOCK, "mixer": "custom", "mixer_options": options}
 
 
+#: the positive control: softmax attention as the custom mixer computes it (exp, η = Σα) with a stable Λ = I and
+#: learned positions, on the same task and budget — a model that shows the task can be learnt there
+CONTROL_ENTRY = {**TRANSFORMER_BLOCK, "mixer": "custom",
+                 "mixer_options": {"readout": "exp", "heads": 4, "decay": "none", "scale": "inv_sqrt",
+                                   "normalizer": "sum"}}
+
+
+def _control_score(results: Results) -> Score:
+    return mad_score(results, "softmax attention, Λ = I", results.select(model__mixer_options__decay="none"))
+
+
+CONTROL = Control(f"softmax attention with Λ = I and learned positions reaches {SOLVED} on the same task",
+                  _control_score, SOLVED)
+
+
 def _score(results: Results, readouts: tuple[str, ...], normalizer: str) -> Score:
-    rows = [row for row in results.select(model__mixer_options__normalizer=normalizer)
+    rows = [row for row in results.select(model__mixer_options__normalizer=normalizer,
+                                          model__mixer_options__decay="constant")
             if row.get("model.mixer_options.readout") in readouts]
     label = ", ".join(READOUTS[r] for r in readouts) + f" ({NORMALIZERS[normalizer]})"
     return mad_score(results, label, rows, by=("model.mixer_options.readout",))
@@ -98,14 +114,16 @@ def _state_normalizer(results: Results) -> Outcome:
 
 CLAIMS = (
     Claim("η = Σα trains", f"with η = Σ_j α_ij every readout reaches {SOLVED}",
-          "the normalization factor η_i = Σ_j α_ij ensures stable training and achieves perfect accuracy", _sum_solves),
+          "the normalization factor η_i = Σ_j α_ij ensures stable training and achieves perfect accuracy", _sum_solves,
+          control=CONTROL),
     Claim("η = 1: exp fails", f"with η = 1, exp stays ≤ {FAILS} and the linear readouts score ≥ exp + {MARGIN}",
           "for readout map [exp], training is unstable and the model fails to learn anything, yet for readout maps "
           "[that grow linearly] training is stable and the model achieves good performance, albeit suboptimal",
-          _unnormalized_exp_fails),
+          _unnormalized_exp_fails, control=CONTROL),
     Claim("linear η: only exp fails", f"with η = max(|qᵀn|, 1), exp stays ≤ {FAILS} and ReLU and softplus reach "
           f"{SOLVED}", "for readout map [exp], training is unstable and the model fails to learn anything, yet for "
-          "[the others] training is stable and the model achieves perfect performance", _state_normalizer),
+          "[the others] training is stable and the model achieves perfect performance", _state_normalizer,
+          control=CONTROL),
 )
 
 
@@ -124,7 +142,8 @@ class UnstableLambda(Reproduction):
                "0.1 only; two seeds. A pilot measured softmax attention at 0.51 after 4,800 such steps: the claims "
                "that a model solves the task (≥ 0.9) need more steps than 45 minutes allow here; the claims that a "
                "model fails (≤ 0.25, chance 0.125) compare against the 0.36 plateau that every learning model "
-               "reaches within 1,000 steps.",
+               "reaches within 1,000 steps. Softmax attention with a stable Λ = I and learned positions is trained "
+               "beside them as the control of every claim: below 0.9 it leaves them inconclusive.",
         "smoke": SMOKE_REDUCTION,
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
@@ -134,6 +153,7 @@ class UnstableLambda(Reproduction):
     def sweeps(self, scale: str) -> list[SweepConfig]:
         lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])
         entries = [model_entry(readout, normalizer, lam) for readout in READOUTS for normalizer in NORMALIZERS]
+        entries.append(CONTROL_ENTRY)
         return mad_sweeps("unstable", entries, **SCALES[scale])
 
     def table(self, results: Results) -> str:

@@ -15,9 +15,9 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every, within
-from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TRAIN, SMOKE, STATE,
-                                      Budget, bar_panels, cpu_budget, grid_table, mqar_sweeps, rows_of, softmax_solves,
-                                      task_label, tasks_of)
+from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TRAIN, SMOKE,
+                                      SOFTMAX_CONTROL, STATE, Budget, bar_panels, cpu_budget, grid_table, mqar_sweeps,
+                                      rows_of, softmax_solves, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"softmax_attention": "softmax", "linear_attention": "linear"}
@@ -59,10 +59,11 @@ def _converges_to_softmax(results: Results) -> Outcome:
 
 CLAIMS = (
     Claim("linear rises with n", "linear attention at the largest n > at the smallest n, on every task",
-          "the larger the state expansion n, the more expressivity the architecture has", _rises_with_n),
+          "the larger the state expansion n, the more expressivity the architecture has", _rises_with_n,
+          control=SOFTMAX_CONTROL),
     Claim("linear → softmax", f"linear attention at the largest n within {CONVERGED} of softmax attention, on every "
           "task", "with larger state expansion linear attention converges to the performance of softmax attention",
-          _converges_to_softmax),
+          _converges_to_softmax, control=SOFTMAX_CONTROL),
     Claim("softmax ≈ 100 %", f"softmax attention ≥ {EARLY_STOP} on every task (Zoology's early stop)",
           "softmax attention, which achieves perfect accuracy throughout", softmax_solves, paper_value="100 %"),
 )
