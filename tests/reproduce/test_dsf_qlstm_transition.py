@@ -45,3 +45,17 @@ def test_variants_on_the_plateau_leave_the_claim_inconclusive_for_the_budget():
     """Both variants at MQAR's copy-a-value level (1/P: 0.25 with 4 pairs, 0.125 with 8) decide nothing."""
     outcome = fig.CLAIMS[0].decide(table([0.27, 0.27], [0.26, 0.26]))
     assert outcome.verdict == INCONCLUSIVE and "budget" in outcome.reason and "plateau" in outcome.reason
+
+
+@pytest.mark.parametrize("scale", ["smoke", "cpu", "paper"])
+def test_the_softmax_control_shares_its_runs_with_dsf_mqar_models(scale):
+    """The same model on the same task is one run: a store that ran dsf_mqar_models holds this control."""
+    from seqdyn.reproduce import dsf_mqar_models
+    from seqdyn.reproduce.runner import named_sweeps
+
+    def softmax_ids(reproduction) -> set[str]:
+        return {run.run_id for sweep in named_sweeps(reproduction, scale) for run in sweep.expand()
+                if run.model.mixer == "softmax_attention"}
+
+    control = softmax_ids(fig.REPRODUCTION)
+    assert control and control <= softmax_ids(dsf_mqar_models.REPRODUCTION)

@@ -15,14 +15,13 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
+from seqdyn.reproduce.dsf_mqar_models import SCALES as MQAR_SCALES
 from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_TRAIN, PAPER_WIDTHS, SMOKE, SOFTMAX_CONTROL,
                                       Budget, bar_panels, compared_plateau, cpu_budget, escape_table, escape_words,
                                       grid_table, mqar_sweeps, rows_of, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"qlstm": "qLSTM", "qlstm_s6": "qLSTM, S6 transition"}
-#: what trains: the two variants, and softmax attention beside them as the control that the task can be learnt
-TRAINED = ("softmax_attention", *MODELS)
 
 SCALES = {
     "paper": dict(tasks=((64, 4), (128, 8), (256, 16)), widths=PAPER_WIDTHS, states=(1,), lrs=PAPER_LRS, seeds=(0,),
@@ -64,7 +63,8 @@ class QlstmTransition(Reproduction):
         "paper": "The paper's Fig. 3: tasks {64, 4}, {128, 8}, {256, 16}, d ∈ {64, 128, 256, 512}, lr ∈ "
                  "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, one seed.",
         "cpu": "One task, {64, 4}, at d = 64; Fig. 3's block (expansion 2, a causal convolution before the "
-               "gates, a GELU gate branch, no tanh); softmax attention beside it as the control; 8,000 steps of "
+               "gates, a GELU gate branch, no tanh); softmax attention beside it as the control (dsf_mqar_models' "
+               "runs of it, shared in the store); 8,000 steps of "
                "batch 64 over the paper's 100,000 examples (1,000 test), vocabulary 256, fillers 0; three seeds; "
                "one learning rate of the paper's grid, 2.15e-3, the one at which the MQAR models of "
                "dsf_mqar_models left the plateau in the pilot (c33c722). In that pilot (5,000 steps on an H200, "
@@ -81,7 +81,11 @@ class QlstmTransition(Reproduction):
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # "auto" (the default) measures the backends for qLSTM's 64 one-element states per layer and scans; before
         # it measured, it materialized them at T ≤ 128, 36× slower per step, and this reproduction pinned "scan"
-        return mqar_sweeps("qlstm", TRAINED, **SCALES[scale])
+        # softmax attention beside them, the control that the task can be learnt: with dsf_mqar_models' budget,
+        # so that both reproductions share its runs in a store
+        control = {**SCALES[scale], "budget": MQAR_SCALES[scale]["budget"]}
+        return (mqar_sweeps("qlstm", tuple(MODELS), **SCALES[scale])
+                + mqar_sweeps("control", ("softmax_attention",), **control))
 
     def table(self, results: Results) -> str:
         """Fig. 3 as a table: one row per (task, model), one column per model size d."""
