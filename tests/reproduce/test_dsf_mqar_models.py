@@ -94,7 +94,7 @@ def test_the_escape_table_names_where_each_seed_left_the_plateau():
                 ("ssd", 1, 1e-3, 0.30, ((250, 0.25), (500, 0.30), (1000, 0.29)))]]
     lines = escape_table(results(rows), {"ssd": "SSD"}).splitlines()
     assert lines[0] == "| task | model | seed 0 | seed 1 |"
-    assert lines[2] == "| L=64, KV=4 | SSD | left at step 500 (0.99) | on it through step 1,000 (0.30) |"
+    assert lines[2] == "| L=64, KV=4 | SSD | left at step 500 (0.99) | not by step 1,000 (0.30) |"
 
 
 @pytest.mark.parametrize(("claim", "changed", "verdict"), [

@@ -234,7 +234,7 @@ def escape_table(results: Results, models: dict[str, str]) -> str:
                 best = max(runs, key=result_value)
                 step = escape_step(best, level)
                 cells.append(f"left at step {step:,} ({best['best']:.2f})" if step is not None
-                             else f"on it through step {int(best['steps']):,} ({best['best']:.2f})")
+                             else f"not by step {int(best['steps']):,} ({best['best']:.2f})")
             lines.append("| " + " | ".join([task_label(task), label, *cells]) + " |")
     return "\n".join(lines)
 
