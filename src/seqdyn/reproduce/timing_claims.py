@@ -198,7 +198,7 @@ class TimingClaims(Reproduction):
                  "verdict to trust (fixed costs dominate).",
     }
     # seconds, measured here (2026-11-27, one thread beside a two-worker run): `seqdyn reproduce timing_claims`
-    wall_time = {"smoke": 1.2, "cpu": None, "paper": 50.8}
+    wall_time = {"smoke": 1.2, "cpu": 16.9, "paper": 50.8}
 
     def sweeps(self, scale: str) -> list:
         return []
