@@ -105,8 +105,8 @@ class MqarModels(Reproduction):
                "thousand steps decide nothing (issue 20). And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
-    wall_time = {"smoke": 1.8, "cpu": 1912.0, "paper": None}
+    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-27, 2 workers, with tests running beside it)
+    wall_time = {"smoke": 1.8, "cpu": 3266.0, "paper": None}
     paper_gpu_estimate = "393 h (1,088 runs)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
