@@ -23,7 +23,9 @@ from seqdyn.train.config import SweepConfig
 TASKS = ("shift", "cumsum", "cummax", "reverse", "context_shift", "mips")
 MODELS = ("dlr", "attention")
 #: Table 1's claims on these tasks, said of the one SSM layer this reproduction trains (DLR)
-CLAIMS = tuple(replace(claim, statement=claim.statement.replace("SSM layers (DLR, DSS-EXP)", "the DLR layer"))
+CLAIMS = tuple(replace(claim, statement=claim.statement
+                       .replace("SSM layers (DLR, DSS-EXP) reach", "the DLR layer reaches")
+                       .replace("SSM layers (DLR, DSS-EXP) stay", "the DLR layer stays"))
                for claim in TABLE1_CLAIMS if claim.name in (
                    "SSMs solve SHIFT, CUMSUM", "SSMs fail REVERSE", "SSMs fail CONTEXTSHIFT",
                    "attention beats SSMs on CUMMAX, MIPS"))
@@ -57,8 +59,8 @@ class ContextDependence(Reproduction):
                "with 6 layers on REVERSE, ATTENTION with 2 layers on CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on four tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
-    wall_time = {"smoke": 7.9, "cpu": 411.0, "paper": None}
+    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-27, 2 workers, with the controls' 4 runs)
+    wall_time = {"smoke": 7.9, "cpu": 1197.0, "paper": None}
     paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
