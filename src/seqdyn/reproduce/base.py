@@ -151,6 +151,30 @@ class Reproduction:
         return results
 
 
+class Computation(Reproduction):
+    """A reproduction that trains nothing (``trains`` False): its sweeps are empty and its rows are what
+    :meth:`compute` computes at a scale, one per computation (:func:`computed_row`)."""
+
+    trains = False
+
+    def sweeps(self, scale: str) -> list[SweepConfig]:
+        return []
+
+    def compute(self, scale: str) -> list[dict[str, Any]]:
+        """The rows of ``scale``: one per computation."""
+        raise NotImplementedError
+
+    def measure(self, results: Results, store_path: str | Path) -> Results:
+        return Results(results.scale, tuple(self.compute(results.scale)))
+
+
+def computed_row(name: str, run_id: str, wall_time: float, values: dict[str, Any]) -> dict[str, Any]:
+    """One computation of a :class:`Computation` as a result row: a finished run's keys (so ``results.csv`` and the
+    provenance read it) and its own ``values`` (dotted keys)."""
+    return {"name": name, "run_id": run_id, "status": "finished", "reason": None, "best": None, "final": None,
+            "steps": 0, "wall_time": wall_time, **values}
+
+
 def sweep_name(reproduction: Reproduction, scale: str, sweep: SweepConfig) -> str:
     """The name a reproduction's sweep has in the store: ``NAME/SCALE/PART``."""
     return f"{reproduction.name}/{scale}/{sweep.name}"

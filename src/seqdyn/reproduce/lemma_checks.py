@@ -32,7 +32,7 @@ import seqdyn
 from seqdyn.analysis.mixers import expand_state
 from seqdyn.core.dsf import DSF
 from seqdyn.mixers import build
-from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.reproduce.base import Computation, Results, computed_row
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_most, every, reaches
 
 F64 = torch.float64
@@ -342,10 +342,9 @@ LEMMAS = {
 
 
 def _row(lemma: str, setting: str, value: float, seconds: float, x: float | None = None) -> dict[str, Any]:
-    """One computation as a result row (a run's keys, so ``results.csv`` and the provenance read it)."""
-    return {"name": f"{LEMMAS[lemma]}: {setting}", "run_id": f"{lemma}/{setting}", "status": "finished",
-            "reason": None, "best": None, "final": None, "steps": 0, "wall_time": round(seconds, 3),
-            "check.lemma": lemma, "check.setting": setting, "check.x": x, "check.value": value}
+    """One computation as a result row."""
+    return computed_row(f"{LEMMAS[lemma]}: {setting}", f"{lemma}/{setting}", round(seconds, 3),
+                        {"check.lemma": lemma, "check.setting": setting, "check.x": x, "check.value": value})
 
 
 def _timed(compute: Callable[[], Any]) -> tuple[Any, float]:
@@ -489,14 +488,13 @@ def _ours(results: Results, lemma: str) -> str:
     return "; ".join(f"{setting}: {value:.2e}" for setting, value in values.items())
 
 
-class LemmaChecks(Reproduction):
+class LemmaChecks(Computation):
     name = "lemma_checks"
     paper = "seeds 000/001/002"
     figure = "lemmas, eq. 22, Prop. 1"
     summary = ("The papers' mathematical statements checked numerically in float64 on seqdyn's operator and mixers, "
                "without training: each number is the worst over random draws.")
     claims = CLAIMS
-    trains = False
     reductions = {
         "paper": "No training: the statements are mathematics. 64 random draws per check (Taylor attention, S6 "
                  "blocks, DSFs, repeated tokens, convex combinations, linear RNNs) and 4,000,000 Monte Carlo samples "
@@ -507,11 +505,9 @@ class LemmaChecks(Reproduction):
     # seconds, measured here (2026-11-27, one thread, a benchmark on the other core): `seqdyn reproduce lemma_checks`
     wall_time = {"smoke": 3.4, "cpu": 16.4, "paper": 145.4}
 
-    def sweeps(self, scale: str) -> list:
-        return []
+    def compute(self, scale: str) -> list[dict[str, Any]]:
+        return compute_rows(SCALES[scale])
 
-    def measure(self, results: Results, store_path: str | Path) -> Results:
-        return Results(results.scale, tuple(compute_rows(SCALES[results.scale])))
     def table(self, results: Results) -> str:
         lines = ["| statement | what we computed | ours | threshold |", "|---|---|---|---|"]
         lines += [f"| {LEMMAS[lemma]} | {computed} | {_ours(results, lemma)} | {threshold} |"

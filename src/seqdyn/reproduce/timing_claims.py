@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from seqdyn.mixers import build
-from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.reproduce.base import Computation, Results, computed_row
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_most, reaches
 
 #: "quadratic complexity": the slope of log time against log L at least 1.5 (between linear, 1, and quadratic, 2)
@@ -101,9 +101,8 @@ def step_seconds(model: str, length: int, width: int, state: int, repeats: int) 
 
 
 def _row(layer: str, length: int, seconds: float, label: str) -> dict[str, Any]:
-    return {"name": f"{label}: L = {length}", "run_id": f"{layer}/{length}", "status": "finished", "reason": None,
-            "best": None, "final": None, "steps": 0, "wall_time": round(seconds, 6), "timing.layer": layer,
-            "timing.length": length, "timing.seconds": seconds}
+    return computed_row(f"{label}: L = {length}", f"{layer}/{length}", round(seconds, 6),
+                        {"timing.layer": layer, "timing.length": length, "timing.seconds": seconds})
 
 
 def compute_rows(scale: Scale) -> list[dict[str, Any]]:
@@ -177,7 +176,7 @@ CLAIMS = (
 )
 
 
-class TimingClaims(Reproduction):
+class TimingClaims(Computation):
     name = "timing_claims"
     paper = "seeds 001/002"
     figure = "Fig. 5; seed 002 Table 1"
@@ -185,7 +184,6 @@ class TimingClaims(Reproduction):
                "against the length L, and the time per training step of seed 002's single ATTENTION and DLR layers, "
                "measured on this machine without training.")
     claims = CLAIMS
-    trains = False
     reductions = {
         "paper": "The paper plots FlashAttention-2 and SSD on a GPU from the mamba repository's benchmark; here both "
                  "are timed on this machine's CPU (one thread) at L = 2^9 … 2^14, width 256 (4 heads of 64; SSD "
@@ -200,11 +198,8 @@ class TimingClaims(Reproduction):
     # seconds, measured here (2026-11-27, one thread beside a two-worker run): `seqdyn reproduce timing_claims`
     wall_time = {"smoke": 1.2, "cpu": 16.9, "paper": 50.8}
 
-    def sweeps(self, scale: str) -> list:
-        return []
-
-    def measure(self, results: Results, store_path: str | Path) -> Results:
-        return Results(results.scale, tuple(compute_rows(SCALES[results.scale])))
+    def compute(self, scale: str) -> list[dict[str, Any]]:
+        return compute_rows(SCALES[scale])
 
     def table(self, results: Results) -> str:
         softmax, ssd = dict(times(results, "softmax")), dict(times(results, "ssd"))
