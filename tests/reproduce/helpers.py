@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import Reproduction, Results
+from seqdyn.train.store import flatten
 
 PILOTS = Path(__file__).resolve().parents[2] / "examples" / "pilots"
 
@@ -17,6 +18,11 @@ def row(best: float | None, status: str = "finished", reason: str | None = None,
     name = ", ".join(f"{key}={value}" for key, value in values.items())
     return {"name": name, "run_id": str(abs(hash(name)))[:12], "status": status, "reason": reason, "best": best,
             "final": best, "steps": 10, "wall_time": 1.0, **values}
+
+
+def entry_keys(entry: dict[str, Any]) -> dict[str, Any]:
+    """A ``model`` sweep-axis entry as :func:`row` keywords (``model__mixer_options__readout="exp"``, ...)."""
+    return {key.replace(".", "__"): value for key, value in flatten({"model": entry}).items()}
 
 
 def results(rows: list[dict[str, Any]], scale: str = "cpu") -> Results:

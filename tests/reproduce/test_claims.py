@@ -262,3 +262,16 @@ def test_a_score_says_where_each_seeds_best_run_stopped():
     result = Results("cpu", tuple(rows)).score("mqar", rows)
     assert result.values == (0.31, 0.26)
     assert result.stops == ("seed 0: step 3,500, 0.31", "seed 1: step 4,000, 0.26")
+
+
+def test_the_weakest_score_is_the_one_with_the_lowest_seed_and_an_incomplete_one_comes_first():
+    from seqdyn.reproduce.claims import weakest
+
+    high_mean_low_seed = Score("a", (0.99, 0.85))
+    steady = Score("b", (0.9, 0.9))
+    assert weakest([steady, high_mean_low_seed]) is high_mean_low_seed  # means 0.92 > 0.9, but a seed at 0.85
+    unfinished = Score("c", (0.99, 0.99), missing=("run 3 (failed)",))
+    assert weakest([steady, unfinished, high_mean_low_seed]) is unfinished
+    assert weakest([steady, Score("d", ())]).label == "d"
+    with pytest.raises(ValueError, match="scores"):
+        weakest([])

@@ -7,7 +7,8 @@ import pytest
 
 from seqdyn.reproduce import coef_lambda_structure as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import assert_verdict, results, row
+from seqdyn.reproduce.mad import CONTROL_ENTRY
+from tests.reproduce.helpers import assert_verdict, entry_keys, results, row
 
 
 def options(variant: fig.Variant) -> dict:
@@ -22,11 +23,14 @@ def test_every_variant_is_recognized_from_its_row():
         fig.variant_of(row(0.5, model__mixer_options__decay="constant"))
 
 
-def table(accuracy: dict[str, list[float]]):
+def table(accuracy: dict[str, list[float]], control: tuple[float, float] = (0.95, 0.97)):
     """Per task, variant and seed: the given accuracy of the structure for its first parameterization, 0.1 less
-    for the second; weight decay 0.1, and 0.2 less at weight decay 0."""
+    for the second; weight decay 0.1, and 0.2 less at weight decay 0.  Softmax, the control, scores ``control``."""
     rows = []
     for task in fig.TASKS:
+        for seed, value in enumerate(control):
+            rows.append(row(value, task__name=task, optimizer__weight_decay=0.1, train__seed=seed,
+                            **entry_keys(CONTROL_ENTRY)))
         for variant in fig.VARIANTS:
             second = variant.parameterization in ("Mamba-2", "β = 2")
             for seed, value in enumerate(accuracy[variant.structure]):
@@ -50,6 +54,21 @@ def test_the_opposite_fails():
     falling = {"scalar": [0.9, 0.92], "diagonal": [0.6, 0.61], "Householder, w = k": [0.5, 0.5],
                "Householder, learned w": [0.4, 0.41]}
     assert verdicts(table(falling)) == [FAILED, FAILED]
+
+
+def test_a_control_that_did_not_learn_leaves_both_claims_inconclusive():
+    rising = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
+              "Householder, learned w": [0.9, 0.92]}
+    for claim in fig.CLAIMS:
+        outcome = claim.decide(table(rising, control=(0.95, 0.5)))
+        assert outcome.verdict == INCONCLUSIVE and "control softmax on fuzzy_in_context_recall 0.725 < 0.9" in \
+            outcome.reason
+
+
+def test_the_control_has_its_row_in_the_table():
+    rising = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
+              "Householder, learned w": [0.9, 0.92]}
+    assert "| softmax (control) | Type 1 block | 96.0 ± 1.0 | 96.0 ± 1.0 |" in fig.REPRODUCTION.table(table(rising))
 
 
 def test_overlapping_seeds_are_inconclusive():

@@ -10,7 +10,7 @@ import pytest
 from seqdyn.reproduce import coef_readout_maps as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.mad import NEAR_ZERO
-from tests.reproduce.helpers import assert_verdict, results, row
+from tests.reproduce.helpers import assert_verdict, entry_keys, results, row
 
 TASKS = ("fuzzy_in_context_recall", "selective_copying")
 
@@ -31,15 +31,20 @@ def test_coef_readout_maps_a_near_zero_set_is_thin_below_one_percent_of_the_wind
     assert fig.is_thin("any") is thin
 
 
-def table(thin: list[float], large: list[float], thin_zeros: list[float], large_zeros: list[float]):
+def table(thin: list[float], large: list[float], thin_zeros: list[float], large_zeros: list[float],
+          control: list[float] | None = None):
     """Per task, readout and seed two runs over the weight-decay grid: the better one (wd 0.1) carries the given
-    accuracy and near-zero fraction, the other (wd 0) half the accuracy and no measurement."""
+    accuracy and near-zero fraction, the other (wd 0) half the accuracy and no measurement.  The exp readout, a
+    large set and the control, scores ``control`` where given."""
     rows = []
     for task in TASKS:
         for readout in fig.ORDER:
             values, zeros = (thin, thin_zeros) if fig.is_thin(readout) else (large, large_zeros)
+            if readout == "exp" and control is not None:
+                values = control
             for seed, (value, zero) in enumerate(zip(values, zeros)):
-                keys = dict(task__name=task, model__mixer_options__readout=readout, optimizer__lr=1e-3, train__seed=seed)
+                keys = dict(task__name=task, **entry_keys(fig.model_entry(readout)), optimizer__lr=1e-3,
+                            train__seed=seed)
                 rows.append(row(value, optimizer__weight_decay=0.1, **keys) | {NEAR_ZERO: zero})
                 rows.append(row(value / 2, optimizer__weight_decay=0.0, **keys))
     return results(rows)
@@ -54,7 +59,17 @@ def test_the_papers_picture_holds():
 
 
 def test_the_opposite_fails():
-    assert verdicts(table([0.9, 0.92], [0.4, 0.41], [0.7, 0.72], [0.05, 0.06])) == [FAILED, FAILED]
+    assert verdicts(table([0.9, 0.92], [0.4, 0.41], [0.7, 0.72], [0.05, 0.06], control=[0.95, 0.96])) == [FAILED,
+                                                                                                        FAILED]
+
+
+def test_a_control_below_its_threshold_leaves_both_claims_inconclusive():
+    """The picture of the paper, but softmax (the exp readout) reaches 0.9 on one seed only: nothing is decided."""
+    data = table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72], control=[0.95, 0.85])
+    for claim in fig.CLAIMS:
+        outcome = claim.decide(data)
+        assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control softmax on ")
+        assert outcome.control["passed"] is False and outcome.control["threshold"] == 0.9
 
 
 def test_overlapping_seeds_are_inconclusive():
@@ -75,9 +90,10 @@ def test_a_best_run_without_its_measurement_leaves_the_first_claim_open():
     ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.5, 0.5], HELD),  # a tie
     ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.49, 0.49], FAILED),
     # "this increases performance": the large sets ≥ the thin ones + 0.05
-    ("near-zero set → accuracy", [0.5, 0.5], [0.56, 0.56], [0.05, 0.05], [0.7, 0.7], HELD),
-    ("near-zero set → accuracy", [0.5, 0.5], [0.54, 0.54], [0.05, 0.05], [0.7, 0.7], FAILED),
-    ("near-zero set → accuracy", [0.5, 0.5], [0.58, 0.54], [0.05, 0.05], [0.7, 0.7], INCONCLUSIVE),
+    # (the exp readout, a large set, is also the control: it must reach 0.9)
+    ("near-zero set → accuracy", [0.9, 0.9], [0.96, 0.96], [0.05, 0.05], [0.7, 0.7], HELD),
+    ("near-zero set → accuracy", [0.9, 0.9], [0.94, 0.94], [0.05, 0.05], [0.7, 0.7], FAILED),
+    ("near-zero set → accuracy", [0.9, 0.9], [0.98, 0.94], [0.05, 0.05], [0.7, 0.7], INCONCLUSIVE),
 ])
 def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(claim, thin, large, thin_zeros, large_zeros,
                                                                         verdict):
@@ -85,10 +101,8 @@ def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(claim, t
     assert_verdict(fig.CLAIMS, claim, table(thin, large, thin_zeros, large_zeros), verdict)
 
 
-def test_readouts_that_never_left_the_plateau_leave_the_accuracy_claim_inconclusive():
-    """Fuzzy recall's plateau (a constant answer or a value copied from the context) is about 0.15: models at
-    0.14-0.16 on every task decided nothing about the readouts."""
-    from seqdyn.reproduce.claims import INCONCLUSIVE
-
+def test_readouts_on_the_plateau_with_the_control_there_too_are_inconclusive_for_the_control():
+    """Fuzzy recall's plateau (a constant answer or a value copied from the context) is about 0.15: with every
+    readout there, the exp one (the control) too, the control's failure is the reason given, before the plateau's."""
     outcome = fig.CLAIMS[1].decide(table([0.16, 0.16], [0.14, 0.15], [0.1, 0.1], [0.3, 0.3]))
-    assert outcome.verdict == INCONCLUSIVE and "budget" in outcome.reason and "plateau" in outcome.reason
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control softmax on ")

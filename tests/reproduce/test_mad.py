@@ -122,3 +122,23 @@ def test_the_plateau_is_the_better_of_a_constant_answer_and_copying_from_the_con
     assert 0.1 < fuzzy < 0.3
     assert plateau_level("fuzzy_in_context_recall", seed=1, vocab_size=16, seq_len=64, k_motif_size=3,
                          v_motif_size=3) == pytest.approx(fuzzy, abs=0.02)  # a property of the task, not the draw
+
+
+def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_every_task():
+    """``mad.MAD_CONTROL``: the exp readout with exactly the control's options, learned positions and the
+    transformer block; 0.95 on one task and a seed at 0.85 on the other fail it, naming that task."""
+    from seqdyn.reproduce import mad
+    from tests.reproduce.helpers import entry_keys
+
+    def control_rows(task, values, **changed):
+        keys = {**entry_keys(mad.CONTROL_ENTRY), **changed}
+        return [row(value, task__name=task, train__seed=seed, **keys) for seed, value in enumerate(values)]
+
+    other = control_rows("selective_copying", [0.2, 0.2], model__positions=False)  # not the control: no positions
+    assert not mad.is_control(other[0]) and mad.is_control(control_rows("memorization", [0.9])[0])
+    passing = results(control_rows("fuzzy_in_context_recall", [0.95, 0.96]) + control_rows("memorization", [1, 1]))
+    assert mad.MAD_CONTROL.check(passing)["passed"]
+    failing = results(control_rows("fuzzy_in_context_recall", [0.95, 0.96])
+                      + control_rows("selective_copying", [0.99, 0.85]) + other)
+    checked = mad.MAD_CONTROL.check(failing)
+    assert not checked["passed"] and checked["setting"] == "softmax on selective_copying"

@@ -54,6 +54,14 @@ class Score:
         return bool(self.values) and not self.missing
 
 
+def weakest(scores: Sequence[Score]) -> Score:
+    """Of several scores (one per task, say), the one whose lowest seed is lowest — an incomplete or empty one
+    first: every seed of every score reaches a threshold exactly when every seed of this one does."""
+    if not scores:
+        raise ValueError("scores: expected at least one score to pick the weakest of")
+    return min(scores, key=lambda score: (score.complete, min(score.values) if score.values else -math.inf))
+
+
 @dataclass(frozen=True)
 class Outcome:
     """A claim's verdict, the numbers that decided it (name → value), and why, where it is inconclusive."""

@@ -30,8 +30,8 @@ from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every
 from seqdyn.reproduce.coef_readout_maps import SCALES as READOUT_SCALES
-from seqdyn.reproduce.mad import (MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL, SMOKE_REDUCTION, TRANSFORMER_BLOCK, ZERO_BOUND,
-                                  best_runs, mad_plateau, mad_score, mad_sweeps, measure_best_runs, measured_score,
+from seqdyn.reproduce.mad import (MAD_CONTROL, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL, SMOKE_REDUCTION, TRANSFORMER_BLOCK,
+                                  ZERO_BOUND, best_runs, mad_plateau, mad_score, mad_sweeps, measure_best_runs, measured_score,
                                   principle_panels, tasks_of)
 from seqdyn.train.config import SweepConfig
 
@@ -116,15 +116,15 @@ CLAIMS = (
     Claim("kernels < softmax", f"on every task, the kernel approximations score ≤ softmax − {MARGIN} (mean over the "
           "four maps; best over the lr × weight-decay grid)",
           "the kernel approximations set a smaller fraction of coefficients in the near-zero set [...] thus "
-          "deteriorating performance on both tasks", _kernels_below_softmax,
+          "deteriorating performance on both tasks", _kernels_below_softmax, control=MAD_CONTROL,
           plateau=mad_plateau(lambda results, task: [_accuracy(results, task, ("softmax",), "softmax"),
                                                      _accuracy(results, task, KERNELS, "kernel approximations")])),
     Claim("kernels suppress less than softmax", "on every task, the kernel approximations' near-zero fraction ≤ "
           "softmax's", "the kernel approximations set a smaller fraction of coefficients in the near-zero set",
-          _kernels_suppress_less_than_softmax),
+          _kernels_suppress_less_than_softmax, control=MAD_CONTROL),
     Claim("kernels suppress more than identity", "on every task, the kernel approximations' near-zero fraction ≥ "
           "the identity readout's", "most kernel approximations are more efficient at setting coefficients close "
-          "to zero than the identity readout map", _kernels_suppress_more_than_identity),
+          "to zero than the identity readout map", _kernels_suppress_more_than_identity, control=MAD_CONTROL),
     Claim("zeros per row ≤ K − 1", "in trained linear attention (identity readout, no feature map), no row index "
           "has more than K − 1 zero coefficients on average over a batch (Corollary 2.2; zero queries left out)",
           "The figure shows that the allowed number of zero coefficients is never "

@@ -24,9 +24,9 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
-from seqdyn.reproduce.mad import (CPU_TASKS, GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, Budget, mad_plateau, mad_score,
-                                  mad_sweeps, pick, tasks_of)
+from seqdyn.reproduce.mad import (CONTROL_ENTRY, CPU_TASKS, GATED_BLOCK, MAD_CONTROL, PAPER_LRS, PAPER_PROTOCOL,
+                                  PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, Budget,
+                                  control_score, is_control, mad_plateau, mad_score, mad_sweeps, pick, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 OPTIONS = "model.mixer_options."
@@ -96,7 +96,7 @@ def _score(results: Results, task: str, structure: str, parameterization: str | 
 def _best_of(results: Results, task: str, structures: tuple[str, ...], label: str,
              parameterization: str | None = None) -> Score:
     """The best run per seed over the variants of ``structures`` (over ``parameterization`` alone where given)."""
-    rows = [row for row in results.select(task__name=task) if variant_of(row).structure in structures
+    rows = [row for row in _compared(results.select(task__name=task)) if variant_of(row).structure in structures
             and parameterization in (None, variant_of(row).parameterization)]
     return mad_score(results, label, rows)
 
@@ -105,8 +105,13 @@ def _best_of(results: Results, task: str, structures: tuple[str, ...], label: st
 HOUSEHOLDER = tuple(structure for structure in STRUCTURES if structure.startswith("Householder"))
 
 
+def _compared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the Λ variants (the control's left out)."""
+    return [row for row in rows if not is_control(row)]
+
+
 def _structures(results: Results) -> list[str]:
-    present = {variant_of(row).structure for row in results.rows}
+    present = {variant_of(row).structure for row in _compared(results.rows)}
     return [structure for structure in STRUCTURES if structure in present]
 
 
@@ -129,12 +134,12 @@ CLAIMS = (
           f"on every task, a Householder Λ ≥ a scalar Λ + {MARGIN} (the best variant of each: w = k or learned, "
           "each β; GLA or Mamba-2)",
           "On both tasks, the performance generally increases as more transformations are allowed in Λ_i",
-          _householder_beats_scalar,
+          _householder_beats_scalar, control=MAD_CONTROL,
           plateau=mad_plateau(lambda results, task: [_best_of(results, task, HOUSEHOLDER, "Householder"),
                                                      _score(results, task, "scalar")])),
     Claim("diagonal ≥ scalar", "on every task, a diagonal Λ ≥ a scalar Λ (best parameterization of each)",
           "the performance generally increases as more transformations are allowed in Λ_i",
-          _diagonal_at_least_scalar,
+          _diagonal_at_least_scalar, control=MAD_CONTROL,
           plateau=mad_plateau(lambda results, task: [_score(results, task, "diagonal"),
                                                      _score(results, task, "scalar")])),
 )
@@ -164,7 +169,9 @@ class LambdaStructure(Reproduction):
     paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        return mad_sweeps("structure", [model_entry(variant) for variant in VARIANTS], **SCALES[scale])
+        # softmax attention in the Type 1 block beside the variants, at their budget: the control (mad.MAD_CONTROL)
+        return (mad_sweeps("structure", [model_entry(variant) for variant in VARIANTS], **SCALES[scale])
+                + mad_sweeps("control", [CONTROL_ENTRY], **SCALES[scale]))
 
     def table(self, results: Results) -> str:
         """One row per (structure, parameterization), one column per task; then each structure's best."""
@@ -178,6 +185,8 @@ class LambdaStructure(Reproduction):
         for structure in _structures(results):
             cells = [score_cell(_score(results, task, structure), percent) for task in tasks]
             lines.append(f"| {structure} | best of both | " + " | ".join(cells) + " |")
+        cells = [score_cell(control_score(results, task), percent) for task in tasks]
+        lines.append("| softmax (control) | Type 1 block | " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n\nAccuracy in %. The paper prints this ablation only as a figure."
 
     def plot(self, results: Results, path: Path) -> Path:

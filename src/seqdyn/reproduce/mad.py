@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from seqdyn.reproduce.base import SEED, Results, result_value
-from seqdyn.reproduce.claims import Plateau, Score
+from seqdyn.reproduce.claims import Control, Plateau, Score, weakest
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
@@ -171,6 +171,36 @@ def task_plateau(results: Results, task: str) -> float:
                 for row in results.select(task__name=task)}
     levels = [plateau_level(task, **dict(setting)) for setting in settings]
     return sum(levels) / len(levels)
+
+
+#: "solved": at least 90 % of a MAD task's answers right
+SOLVED = 0.9
+#: the positive control of the MAD comparisons: softmax attention as the ``custom`` mixer computes it (the exp
+#: readout, Λ = I, b = K^-½, η = max(|Σα|, 1)) in the Type 1 block with learned positions — ``coef_readout_maps``'
+#: exp model, so a store shares its runs between the reproductions that train it at the same budget
+CONTROL_OPTIONS: dict[str, Any] = {"readout": "exp", "heads": 4, "decay": "none", "scale": "inv_sqrt",
+                                   "normalizer": "abs_max1"}
+CONTROL_ENTRY: dict[str, Any] = {**TRANSFORMER_BLOCK, "mixer": "custom", "mixer_options": CONTROL_OPTIONS}
+
+
+def is_control(row: dict[str, Any]) -> bool:
+    """Whether ``row`` trained :data:`CONTROL_ENTRY` (its mixer with exactly the control's options)."""
+    options = {key.removeprefix("model.mixer_options."): value for key, value in row.items()
+               if key.startswith("model.mixer_options.") and value is not None}
+    return (row.get("model.mixer") == "custom" and bool(row.get("model.positions"))
+            and row.get("model.block") == "transformer" and options == CONTROL_OPTIONS)
+
+
+def control_score(results: Results, task: str) -> Score:
+    """The control's MAD score on ``task``."""
+    return mad_score(results, f"softmax on {task}", [row for row in results.select(task__name=task)
+                                                     if is_control(row)])
+
+
+#: every MAD comparison's control: the claim's tasks must be learnable at the scale's budget and settings
+MAD_CONTROL = Control(f"softmax attention (exp readout, Type 1 block with positions) reaches {SOLVED} on every task "
+                      "of the claim", lambda results: weakest([control_score(results, task)
+                                                               for task in tasks_of(results)]), SOLVED)
 
 
 def mad_plateau(compared: Callable[[Results, str], Sequence[Score]]) -> Plateau:
