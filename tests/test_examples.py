@@ -103,3 +103,36 @@ def test_escape_steps_trains_the_scale_on_this_device_and_reports_each_runs_esca
         for line, run in zip(lines, pilot_runs):
             tested = [m.step for m in opened.metrics(run.run_id, split="test") if m.name == "accuracy" and m.value > 0]
             assert line["escape_step"] == (min(tested) if tested else None)
+
+
+def test_control_difficulty_pilot_picks_the_hardest_rung_every_seed_of_the_control_passes(monkeypatch, capsys):
+    """examples/pilots/control_difficulty.py: the control alone on each rung at the borrowed scale's budget (or the
+    ladder's longer one); the hardest rung where every seed reaches the threshold is chosen, none where none does."""
+    import json
+    import runpy
+    from types import SimpleNamespace
+
+    from seqdyn.reproduce import coef_positions, coef_readout_maps
+    from seqdyn.train.sweep import expand
+
+    monkeypatch.syspath_prepend(str(EXAMPLES / "pilots"))
+    script = runpy.run_path(str(EXAMPLES / "pilots" / "control_difficulty.py"))
+    fuzzy = script["ladder_sweeps"]("fuzzy")
+    assert len(fuzzy) == len(script["LADDERS"]["fuzzy"].rungs)
+    for sweep in fuzzy:
+        runs = expand(sweep)
+        assert [run.train.seed for run in runs] == [0, 1]
+        assert runs[0].train.steps == coef_readout_maps.SCALES["cpu"]["budget"].steps
+        assert runs[0].model.mixer_options == coef_readout_maps.model_entry("exp")["mixer_options"]
+    (longer,) = script["ladder_sweeps"]("noisy_longer")
+    assert expand(longer)[0].train.steps == 8_000 != coef_positions.SCALES["cpu"]["budget"].steps
+
+    def store_with(bests):  # run id → best accuracy, rung by rung and seed by seed
+        by_id = {run.run_id: best for sweep, rung in zip(fuzzy, bests) for run, best in zip(expand(sweep), rung)}
+        return SimpleNamespace(run=lambda run_id: SimpleNamespace(best_metric=by_id[run_id], step=2000),
+                               metrics=lambda run_id, split: [])
+
+    assert script["report"](store_with([[0.95, 0.5], [0.92, 0.91], [0.99, 0.99]]), "fuzzy")["chosen"] == \
+        script["LADDERS"]["fuzzy"].rungs[1]
+    assert script["report"](store_with([[0.5, 0.5], [0.89, 0.95], [0.8, 0.2]]), "fuzzy")["chosen"] is None
+    assert len(capsys.readouterr().out.splitlines()) == 12  # one line per run

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ class Ladder:
     scale: dict[str, Any]
     threshold: float
     seeds: tuple[int, ...] = (0, 1)
+    #: a longer budget than the borrowed scale's (its steps), where the settings alone found no rung
+    steps: int | None = None
 
 
 LADDERS = {
@@ -61,6 +63,15 @@ LADDERS = {
                      {"vocab_size": 24, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2}),
                     coef_positions.model_entry("exp", True, "none"), coef_positions.SCALES["cpu"],
                     coef_positions.SOLVED),
+    # the second pilot: no rung of the first reached 0.9 within the scales' budgets (fuzzy 0.15/0.72 at L = 16,
+    # noisy 0.76/0.44 at L = 16, each rising after a late escape): the easiest rungs at three and two times the steps
+    "fuzzy_longer": Ladder("fuzzy_in_context_recall",
+                           ({"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},),
+                           coef_readout_maps.model_entry("exp"), coef_readout_maps.SCALES["cpu"], 0.9, steps=6_000),
+    "noisy_longer": Ladder("noisy_in_context_recall",
+                           ({"vocab_size": 32, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},),
+                           coef_positions.model_entry("exp", True, "none"), coef_positions.SCALES["cpu"],
+                           coef_positions.SOLVED, steps=8_000),
 }
 
 
@@ -72,10 +83,11 @@ def ladder_sweeps(name: str) -> list[SweepConfig]:
     """One sweep per rung: the control alone at the borrowed scale's budget, lr and weight decay, two seeds."""
     ladder = LADDERS[name]
     scale = ladder.scale
+    budget = replace(scale["budget"], steps=ladder.steps) if ladder.steps else scale["budget"]
     sweeps = []
     for params in ladder.rungs:
         (sweep,) = mad_sweeps("difficulty", [ladder.control], {ladder.task: params}, scale["lrs"][:1],
-                              scale["weight_decays"][:1], ladder.seeds, scale["budget"])
+                              scale["weight_decays"][:1], ladder.seeds, budget)
         sweeps.append(sweep.model_copy(update={"name": rung_name(name, params)}))
     return sweeps
 

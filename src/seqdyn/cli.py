@@ -332,6 +332,8 @@ def reproduce(
     data: Optional[str] = typer.Option(None, help="The local corpus of the language-model reproductions: a "
                                        "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file."),
     markdown: bool = typer.Option(False, "--markdown", help="report: print the verdicts as a markdown table."),
+    brief: bool = typer.Option(False, "--brief", help="report --markdown: the README's short table (claim names, "
+                               "the deciding numbers, an inconclusive verdict's cause in a word)."),
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -345,7 +347,7 @@ def reproduce(
         if target == "list":
             commands.list_table()
         elif target == "report" and markdown:
-            typer.echo(commands.report_markdown(out), nl=False)
+            typer.echo(commands.report_markdown(out, brief), nl=False)
         elif target == "report":
             commands.report(out)
         else:

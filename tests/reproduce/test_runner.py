@@ -138,6 +138,31 @@ def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(
         assert len(cells) == 5 and cells[1] == claim.statement.replace("|", "¦")
 
 
+def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_its_cause(tmp_path):
+    from seqdyn.reproduce.commands import _cause
+    from seqdyn.reproduce.runner import brief_numbers
+
+    run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown",
+                                      "--brief"])
+    assert result.exit_code == 0 and result.output == report_markdown(tmp_path / "out", brief=True)
+    rows = [line for line in result.output.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [row.replace("\\|", "¦").split(" | ")[1] for row in rows] == [claim.name for claim in REPRODUCTION.claims]
+    assert brief_numbers({"SHIFT: DLR": 0.997, "SHIFT: DSS-EXP": 0.998, "SHIFT: difference": 0.001,
+                          "CUMSUM: DLR": 1.0}) == "SHIFT: DLR 0.997 vs DSS-EXP 0.998"
+    assert brief_numbers({"DLR": 0.5, "lowest seed": 0.4, "S6": 0.25}) == "DLR 0.5, S6 0.25"
+    assert [_cause(reason) for reason in ("control softmax on x 0.49 < 0.9 (...)", "budget: S6 best seed 0.26 ...",
+                                          "L=64: the difference -0.2 is within the seed spread 0.7 of the margin",
+                                          "S6: seed 2 (failed)")] == ["control", "budget", "seeds", ""]
+
+
+def test_the_readme_shows_the_brief_verdict_table_of_docs_reproductions(monkeypatch):
+    """README.md's Reproductions section is `seqdyn reproduce report --out docs/reproductions --markdown --brief`."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    assert report_markdown("docs/reproductions", brief=True) in (root / "README.md").read_text()
+
+
 def test_docs_reproductions_readme_is_the_markdown_report_of_its_verdicts(monkeypatch):
     """docs/reproductions/README.md lists exactly the verdicts committed beside it (regenerate it with
     `seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md`)."""

@@ -267,6 +267,16 @@ def ours_text(numbers: dict[str, float]) -> str:
     return ", ".join(shown)
 
 
+def brief_numbers(numbers: dict[str, float]) -> str:
+    """The first two measured numbers of an outcome (:func:`ours_text`'s), their common part said once:
+    ``"SHIFT: DLR 0.997 vs DSS-EXP 0.998"``."""
+    shown = [(key, value) for key, value in numbers.items() if key.rpartition(": ")[2] not in DECIDING][:2]
+    parts = [key.rpartition(": ") for key, _ in shown]
+    if len(shown) == 2 and parts[0][0] and parts[0][0] == parts[1][0]:
+        return f"{parts[0][0]}: {parts[0][2]} {_short(shown[0][1])} vs {parts[1][2]} {_short(shown[1][1])}"
+    return ours_text(dict(shown))
+
+
 def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
     """One row per claim of every ``verdict.json`` under ``out`` (reproduction, scale, claim, paper value, our
     numbers, verdict, reason, date and commit), in the order of the reproductions' names."""
@@ -275,7 +285,8 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
         verdict = json.loads(path.read_text())
         for claim in verdict["claims"]:
             rows.append({"reproduction": verdict["reproduction"], "scale": verdict["scale"],
-                         "claim": claim["statement"], "paper": claim["paper_value"],
+                         "name": claim["name"], "claim": claim["statement"], "paper": claim["paper_value"],
+                         "numbers": claim["numbers"],
                          "ours": ours_text(claim["numbers"]),
                          "verdict": claim["verdict"], "reason": claim["reason"], "date": verdict["date"],
                          "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"],
