@@ -108,7 +108,6 @@ def test_escape_steps_trains_the_scale_on_this_device_and_reports_each_runs_esca
 def test_control_difficulty_pilot_picks_the_hardest_rung_every_seed_of_the_control_passes(monkeypatch, capsys):
     """examples/pilots/control_difficulty.py: the control alone on each rung at the borrowed scale's budget (or the
     ladder's longer one); the hardest rung where every seed reaches the threshold is chosen, none where none does."""
-    import json
     import runpy
     from types import SimpleNamespace
 
