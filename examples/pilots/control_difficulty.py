@@ -63,8 +63,13 @@ LADDERS = {
                      {"vocab_size": 24, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2}),
                     coef_positions.model_entry("exp", True, "none"), coef_positions.SCALES["cpu"],
                     coef_positions.SOLVED),
-    # the second pilot: no rung of the first reached 0.9 within the scales' budgets (fuzzy 0.15/0.72 at L = 16,
-    # noisy 0.76/0.44 at L = 16, each rising after a late escape): the easiest rungs at three and two times the steps
+    # the second pilot: no fuzzy rung of the first reached 0.9 within the scale's budget (0.15/0.72 at L = 16, one
+    # seed rising after a late escape), while noisy recall passed once its keys were fewer (V = 24: 4 keys): fuzzy
+    # recall with fewer keys, and its easiest rung at three times the steps (noisy at twice: not needed)
+    "fuzzy_fewer_keys": Ladder("fuzzy_in_context_recall",
+                               ({"vocab_size": 12, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
+                                {"vocab_size": 8, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2}),
+                               coef_readout_maps.model_entry("exp"), coef_readout_maps.SCALES["cpu"], 0.9),
     "fuzzy_longer": Ladder("fuzzy_in_context_recall",
                            ({"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},),
                            coef_readout_maps.model_entry("exp"), coef_readout_maps.SCALES["cpu"], 0.9, steps=6_000),

@@ -42,10 +42,8 @@ TASK = "noisy_in_context_recall"
 SCALES: dict[str, dict[str, Any]] = {
     "paper": dict(tasks=pick(PAPER_TASKS, TASK), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
                   budget=Budget()),
-    # fixed from pilots (one thread beside a two-worker run): the custom mixer takes 0.039 s per step of batch 32 at
-    # L = 32 and 0.08 at L = 64, so 24 runs of 4,000 steps at L = 32 take about 31 min; softmax attention with
-    # positions leaves the 0.36 plateau only after about 3,000 steps there (0.46 at 3,600, 0.61 at 7,200) and not
-    # within 2,400 at L = 64
+    # the task's setting from the difficulty pilot of the control alone (mad.CPU_TASKS): the custom mixer takes
+    # 0.026-0.04 s per step of batch 32 at L = 16, so the 24 runs of 4,000 steps take about 30 min on 2 workers
     "cpu": dict(tasks=pick(CPU_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1),
                 budget=Budget(epochs=None, steps=4_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=500, width=64)),
@@ -121,13 +119,13 @@ class Positions(Reproduction):
     claims = CLAIMS
     reductions = {
         "paper": PAPER_PROTOCOL + "; Type 1 blocks; noisy in-context recall at MAD's settings.",
-        "cpu": "Noisy in-context recall at L = 32 (MAD: 128); width 64 (4 heads of 16); 4,000 steps of batch 32 over "
-               "12,800 examples (256 test); lr 1e-3 and weight decay 0.1 only; two seeds. A pilot measured softmax "
-               "attention with positions at 0.46 after 3,600 such steps: the claim that every readout solves the "
-               "task (≥ 0.9) needs more steps than 45 minutes allow here, and the claim that none solves it without "
-               "positions and with Λ = I holds at this budget whatever the readouts could do; the claim that λI "
-               "replaces positions compares two models below the 0.9 line. λ = 0.960, so that λ^(L−1) ≈ 0.28 as "
-               "0.99^127 at MAD's length (an earlier run kept 0.99 at L = 32, a decay of 0.73 over the sequence).",
+        "cpu": "Noisy in-context recall at L = 16 with 4 keys (V = 24 with 16 noise tokens; MAD: L = 128, V = 32); "
+               "width 64 (4 heads of 16); 4,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and weight "
+               "decay 0.1 only; two seeds. The setting is the hardest rung of a pilot of the control alone (softmax "
+               "with positions, examples/pilots/control_difficulty.py, 2026-11-27) where it reached 0.9 on both "
+               "seeds at this budget: 0.935 / 0.903 here, 0.76 / 0.45 at V = 32 and L = 16, 0.49 at L = 32 (the run "
+               "at 6db3862). Its plateau (a constant answer or a value copied from the context) is 0.53. λ = 0.918, "
+               "so that λ^(L−1) ≈ 0.28 as 0.99^127 at MAD's length.",
         "smoke": SMOKE_REDUCTION,
     }
     # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)

@@ -50,13 +50,15 @@ PAPER_TASKS: dict[str, dict[str, Any]] = {
 }
 #: the same tasks as the ``cpu`` scales run them: fuzzy recall and selective copying at L = 64 (8 tokens to copy),
 #: whose nonlinear readouts cost 0.05 s per step of batch 32 there against 0.58 at L = 128 and 3 at L = 256 (batch
-#: 64); noisy recall at L = 32, where softmax attention leaves the 0.36 plateau after about 3,000 steps (pilot: not
-#: within 2,400 at L = 64); memorization at MAD's settings
+#: 64); memorization at MAD's settings; noisy recall at L = 16 with 4 keys (V = 24, 16 of them noise), the hardest
+#: rung where the control (softmax with positions) reached 0.9 on both seeds within coef_positions' 4,000 steps in
+#: the difficulty pilot (examples/pilots/control_difficulty.py, 2026-11-27: 0.935 / 0.903; at V = 32, L = 16:
+#: 0.76 / 0.45; at L = 32: 0.49 in coef_positions' run at 6db3862)
 CPU_TASKS: dict[str, dict[str, Any]] = {
     "fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 64, "k_motif_size": 3, "v_motif_size": 3},
     "selective_copying": {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
     "memorization": {"vocab_size": 256, "seq_len": 32},
-    "noisy_in_context_recall": {"vocab_size": 32, "seq_len": 32, "noise_vocab_size": 16, "frac_noise": 0.2},
+    "noisy_in_context_recall": {"vocab_size": 24, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},
 }
 #: the same tasks in toy sizes: a smoke scale's whole pipeline in seconds
 SMOKE_TASKS: dict[str, dict[str, Any]] = {
