@@ -142,3 +142,17 @@ def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_ev
                       + control_rows("selective_copying", [0.99, 0.85]) + other)
     checked = mad.MAD_CONTROL.check(failing)
     assert not checked["passed"] and checked["setting"] == "softmax on selective_copying"
+
+
+def test_cpu_tasks_leave_out_the_tasks_the_difficulty_pilot_found_no_setting_for_and_say_why():
+    from seqdyn.reproduce import coef_readout_maps, mad
+
+    tasks = mad.cpu_tasks("fuzzy_in_context_recall", "selective_copying", "memorization")
+    assert list(tasks) == ["selective_copying", "memorization"] and tasks["selective_copying"]["seq_len"] == 32
+    assert list(coef_readout_maps.SCALES["cpu"]["tasks"]) == ["selective_copying", "memorization"]
+    assert "fuzzy_in_context_recall" in coef_readout_maps.SCALES["paper"]["tasks"]  # the paper scale keeps it
+    words = mad.left_out_words("fuzzy_in_context_recall", "selective_copying")
+    assert words.startswith("Fuzzy recall is left out") and "0.9" in words and words.endswith(").")
+    assert mad.left_out_words("selective_copying") == ""
+    with pytest.raises(ValueError, match="names: copying has no cpu setting"):
+        mad.cpu_tasks("copying")

@@ -48,18 +48,44 @@ PAPER_TASKS: dict[str, dict[str, Any]] = {
     "memorization": {"vocab_size": 256, "seq_len": 32},
     "noisy_in_context_recall": {"vocab_size": 32, "seq_len": 128, "noise_vocab_size": 16, "frac_noise": 0.2},
 }
-#: the same tasks as the ``cpu`` scales run them: fuzzy recall and selective copying at L = 64 (8 tokens to copy),
-#: whose nonlinear readouts cost 0.05 s per step of batch 32 there against 0.58 at L = 128 and 3 at L = 256 (batch
-#: 64); memorization at MAD's settings; noisy recall at L = 16 with 4 keys (V = 24, 16 of them noise), the hardest
+#: the same tasks as the ``cpu`` scales run them, each at the hardest rung of a ladder of settings where the control
+#: (softmax in the Type 1 block, ``MAD_CONTROL``) reached 0.9 on both seeds at the scale's budget in the difficulty
+#: pilot (examples/pilots/control_difficulty.py, 2026-11-27): selective copying at L = 32 with 4 tokens to copy
+#: (0.989 / 0.999 in 2,000 steps; at L = 64 with 8: 0.872 / 0.914); memorization at MAD's settings (1.0 for every
+#: model at 6db3862); noisy recall at L = 16 with 4 keys (V = 24, 16 of them noise), the hardest
 #: rung where the control (softmax with positions) reached 0.9 on both seeds within coef_positions' 4,000 steps in
 #: the difficulty pilot (examples/pilots/control_difficulty.py, 2026-11-27: 0.935 / 0.903; at V = 32, L = 16:
 #: 0.76 / 0.45; at L = 32: 0.49 in coef_positions' run at 6db3862)
 CPU_TASKS: dict[str, dict[str, Any]] = {
-    "fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 64, "k_motif_size": 3, "v_motif_size": 3},
-    "selective_copying": {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
+    "selective_copying": {"vocab_size": 16, "seq_len": 32, "num_tokens_to_copy": 4},
     "memorization": {"vocab_size": 256, "seq_len": 32},
     "noisy_in_context_recall": {"vocab_size": 24, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},
 }
+#: the MAD tasks the ``cpu`` scales leave out, and why: no rung of the control's difficulty pilot passed
+CPU_LEFT_OUT: dict[str, str] = {
+    "fuzzy_in_context_recall": "fuzzy recall is left out: in the difficulty pilot of the control alone (softmax, "
+                               "2,000 steps, two seeds; examples/pilots/control_difficulty.py, 2026-11-27) no setting "
+                               "reached 0.9 — V = 16 with motifs of 2 at L = 32: 0.13 / 0.15, at L = 16: 0.15 / 0.71; "
+                               "motifs of 1 at L = 16: 0.43 / 0.44; V = 12 and 8 at L = 16: 0.19 / 0.20, 0.30 / 0.27 "
+                               "(MAD's L = 64 with motifs of 3 left every model at chance, 0.13-0.16, at 6db3862)",
+}
+
+
+def cpu_tasks(*names: str) -> dict[str, dict[str, Any]]:
+    """The ``cpu`` settings of the tasks ``names`` that have one (:data:`CPU_TASKS`), in that order; the others are
+    in :data:`CPU_LEFT_OUT`."""
+    unknown = [name for name in names if name not in CPU_TASKS and name not in CPU_LEFT_OUT]
+    if unknown:
+        raise ValueError(f"names: {', '.join(unknown)} has no cpu setting and no reason to be left out")
+    return pick(CPU_TASKS, *(name for name in names if name in CPU_TASKS))
+
+
+def left_out_words(*names: str) -> str:
+    """Why the ``cpu`` scale leaves out those of the tasks ``names`` it leaves out ("" where none)."""
+    return " ".join(CPU_LEFT_OUT[name][0].upper() + CPU_LEFT_OUT[name][1:] + "." for name in names
+                    if name in CPU_LEFT_OUT)
+
+
 #: the same tasks in toy sizes: a smoke scale's whole pipeline in seconds
 SMOKE_TASKS: dict[str, dict[str, Any]] = {
     "fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
