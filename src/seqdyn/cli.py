@@ -469,6 +469,28 @@ def config_schema() -> None:
     typer.echo(config_reference(), nl=False)
 
 
+@app.command()
+def convert(
+    model_dir: str = typer.Argument(..., metavar="MODEL_DIR", help="A transformers checkpoint folder (config.json and "
+                                    "its weights) of a supported family."),
+    out_dir: str = typer.Argument(..., metavar="OUT_DIR", help="A new folder for the seqdyn checkpoint."),
+) -> None:
+    """Convert a transformers model (Mamba so far) to a seqdyn model: same weights, same logits.
+
+    The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is imported, and opens in
+    `seqdyn inspect` and the analysis API as coefficient dynamics.
+    """
+    try:
+        from seqdyn.hf.convert import UnsupportedModel, convert_checkpoint
+    except ImportError as error:
+        _fail(str(error))
+    try:
+        written = convert_checkpoint(model_dir, out_dir)
+    except UnsupportedModel as error:
+        _fail(str(error))
+    typer.echo(f"{written}: a seqdyn checkpoint converted from {model_dir}")
+
+
 @app.command("mixers")
 def list_mixers(name: Optional[str] = typer.Argument(
         None, metavar="NAME", help="A mixer, or the import path of your own (my_package.my_module:MyMixer): print "

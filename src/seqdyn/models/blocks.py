@@ -42,12 +42,13 @@ BLOCKS = ("transformer", "gated")
 NORM_POSITIONS = ("pre", "post")
 
 
-def make_norm(kind: str, dim: int) -> nn.Module:
-    """``nn.LayerNorm(dim)`` (with bias) or :class:`RMSNorm` ``(dim)``."""
+def make_norm(kind: str, dim: int, eps: float | None = None) -> nn.Module:
+    """``nn.LayerNorm(dim)`` (with bias) or :class:`RMSNorm` ``(dim)``, with ``eps`` where given (else each one's
+    default: 1e-5 and 1e-6)."""
     if kind == "layernorm":
-        return nn.LayerNorm(dim)
+        return nn.LayerNorm(dim) if eps is None else nn.LayerNorm(dim, eps=eps)
     if kind == "rmsnorm":
-        return RMSNorm(dim)
+        return RMSNorm(dim) if eps is None else RMSNorm(dim, eps=eps)
     raise ValueError(f"norm: expected one of {list(NORMS)}, got {kind!r}")
 
 
@@ -99,12 +100,13 @@ def mixer_projections(mixer: Mixer | Bidirectional) -> list[nn.Linear]:
 class _Block(nn.Module):
     """What both blocks share: where the norms sit, and the optional MLP sub-block ``x + MLP(norm₂ x)``."""
 
-    def _init_mlp(self, d_model: int, norm: str, mlp: str, mlp_ratio: float, norm_position: str) -> None:
+    def _init_mlp(self, d_model: int, norm: str, mlp: str, mlp_ratio: float, norm_position: str,
+                  norm_eps: float | None = None) -> None:
         if norm_position not in NORM_POSITIONS:
             raise ValueError(f"norm_position: expected one of {list(NORM_POSITIONS)}, got {norm_position!r}")
         self.post_norm = norm_position == "post"
         module = build_mlp(mlp, d_model, mlp_ratio)
-        self.norm2 = make_norm(norm, d_model) if module is not None else None
+        self.norm2 = make_norm(norm, d_model, norm_eps) if module is not None else None
         self.mlp = module
 
     def _residual(self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor]) -> Tensor:
@@ -128,14 +130,14 @@ class TransformerBlock(_Block):
     """Type 1: ``x + mixer(norm x)`` then ``x + MLP(norm x)``; the mixer runs at the model width."""
 
     def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
-                 mlp_ratio: float = 4.0, norm_position: str = "pre"):
+                 mlp_ratio: float = 4.0, norm_position: str = "pre", norm_eps: float | None = None):
         super().__init__()
         if mixer.d_model != d_model:
             raise ValueError(f"mixer: a transformer block needs a mixer of width d_model={d_model}, "
                              f"got {mixer.d_model}")
-        self.norm1 = make_norm(norm, d_model)
+        self.norm1 = make_norm(norm, d_model, norm_eps)
         self.mixer = mixer
-        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps)
 
     def forward(self, x: Tensor, backend: str = "auto", cu_seqlens: Tensor | None = None) -> Tensor:
         """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``cu_seqlens`` (only the mixer reads across steps)."""
@@ -185,17 +187,18 @@ class GatedBlock(_Block):
     out-projection, residual; then the MLP sub-block.  The inner width is the mixer's ``d_model``."""
 
     def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
-                 mlp_ratio: float = 4.0, short_conv: bool = False, conv_size: int = 4, norm_position: str = "pre"):
+                 mlp_ratio: float = 4.0, short_conv: bool = False, conv_size: int = 4, norm_position: str = "pre",
+                 norm_eps: float | None = None):
         super().__init__()
         inner = mixer.d_model
-        self.norm1 = make_norm(norm, d_model)
+        self.norm1 = make_norm(norm, d_model, norm_eps)
         self.in_proj = nn.Linear(d_model, inner, bias=False)
         self.gate_proj = nn.Linear(d_model, inner, bias=False)
         self.conv = ShortConv(inner, conv_size, activation=True) if short_conv else None
         self.mixer = mixer
         self.out_norm = RMSNorm(inner)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
-        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps)
 
     def _mixer_input(self, u: Tensor, conv_state: Tensor | None,
                      cu_seqlens: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

@@ -4,7 +4,7 @@ one as ``model``; :func:`seqdyn.models.build_model` builds it for a task."""
 from __future__ import annotations
 
 import typing
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -42,6 +42,9 @@ class ModelConfig(Strict):
     norm: Literal["layernorm", "rmsnorm"] = Field(
         "layernorm", description="the norm of the blocks, the final norm and the head: LayerNorm (with bias) or "
                                  "RMSNorm")
+    norm_eps: Optional[float] = Field(
+        None, gt=0, description="the ε of every norm of the blocks and the final norm; None: each norm's own "
+                                "(LayerNorm 1e-5, RMSNorm 1e-6). A converted transformers model keeps its own")
     norm_position: Literal["pre", "post"] = Field(
         "pre", description="where each block's norms sit: pre (x + f(norm x), GPT-2) or post (norm(x + f(x)), "
                            "Vaswani et al.; seed 002's blocks), the model then has no final norm")

@@ -1,0 +1,176 @@
+"""transformers models opened as seqdyn models: the same weights, layer by layer, in a :class:`SeqdynForCausalLM`.
+
+:func:`from_transformers` takes a loaded transformers causal language model of a supported family and returns the
+seqdyn model that computes the same logits — whose every layer can then be inspected as coefficient dynamics
+(``seqdyn.analysis``) and run on any of seqdyn's backends.  Each family has one converter here: what config it
+reads, which seqdyn mixer and options it maps to, and how each weight is renamed or reshaped.  An option of a
+family's config that seqdyn cannot represent exactly is refused in one line that names it.
+
+Supported: ``mamba`` (``MambaForCausalLM``: Mamba-1, Gu & Dao 2023) → the ``s6`` mixer in pre-norm RMSNorm blocks
+without MLP, as ``mamba_simple.Mamba`` inside ``MambaBlock``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from seqdyn.hf.configuration import SeqdynConfig
+from seqdyn.hf.modeling import SeqdynForCausalLM
+
+__all__ = ["SUPPORTED", "UnsupportedModel", "convert_checkpoint", "from_transformers"]
+
+#: the files a transformers checkpoint keeps its weights in
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+
+
+class UnsupportedModel(ValueError):
+    """A transformers model (or an option of its config) that no converter represents exactly."""
+
+
+def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
+    """The :class:`SeqdynForCausalLM` with ``model``'s weights (a transformers ``…ForCausalLM`` of a family in
+    :data:`SUPPORTED`), in ``model``'s dtype, in eval mode; its logits equal ``model``'s to round-off.  Raises
+    :class:`UnsupportedModel` naming the family or the config option it cannot represent."""
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    if family not in SUPPORTED:
+        raise UnsupportedModel(f"model: family {family!r} ({type(model).__name__}) has no seqdyn converter; "
+                               f"supported: {', '.join(sorted(SUPPORTED))}")
+    make_config, copy_weights = SUPPORTED[family]
+    converted = SeqdynForCausalLM(make_config(config))
+    dtype = next(model.parameters()).dtype
+    converted.to(dtype)
+    with torch.no_grad():
+        copy_weights(model, converted)
+    return converted.eval()
+
+
+def convert_checkpoint(model_dir: str | Path, out_dir: str | Path) -> Path:
+    """``seqdyn convert``: the transformers checkpoint in ``model_dir`` (``config.json`` and its weights) converted
+    by :func:`from_transformers` and saved as a seqdyn checkpoint in ``out_dir`` (``save_pretrained``; loads with
+    ``AutoModelForCausalLM.from_pretrained`` once ``seqdyn.hf`` is imported).  The family is checked from the config
+    before any weight is read; ``out_dir`` is written whole or not at all (a folder beside it, renamed at the end)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source, target = Path(model_dir), Path(out_dir)
+    if not (source / "config.json").is_file():
+        raise UnsupportedModel(f"MODEL_DIR: {source / 'config.json'} not found (a transformers checkpoint folder has "
+                               "config.json and its weights)")
+    if not any(next(source.glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise UnsupportedModel(f"MODEL_DIR: {source} has no weights ({' or '.join(WEIGHT_FILES)})")
+    if target.exists() and any(target.iterdir()):
+        raise UnsupportedModel(f"OUT_DIR: {target} exists and is not empty; name a new folder")
+    family = getattr(AutoConfig.from_pretrained(source), "model_type", None)
+    if family not in SUPPORTED:
+        raise UnsupportedModel(f"MODEL_DIR: family {family!r} ({source / 'config.json'}) has no seqdyn converter; "
+                               f"supported: {', '.join(sorted(SUPPORTED))}")
+    try:  # mismatched weights come back in the loading info, which names them (transformers' own error does not)
+        with _quiet_transformers():
+            model, info = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True,
+                                                               ignore_mismatched_sizes=True)
+    except (RuntimeError, ValueError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UnsupportedModel(f"MODEL_DIR: the weights in {source} do not load into its config ({first})") from None
+    wrong = {kind: sorted(str(key[0] if isinstance(key, tuple) else key) for key in info.get(kind, ()))
+             for kind in ("mismatched_keys", "missing_keys", "unexpected_keys")}
+    wrong = {kind.removesuffix("_keys"): keys for kind, keys in wrong.items() if keys}
+    if wrong:
+        said = "; ".join(f"{kind}: {', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}" for kind, keys in wrong.items())
+        raise UnsupportedModel(f"MODEL_DIR: the weights in {source} do not load into its config ({said})")
+    converted = from_transformers(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        converted.save_pretrained(partial)
+        if target.exists():
+            target.rmdir()  # empty: checked above
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers without its progress bars and warnings (a loading report table): the caller says what went
+    wrong in one line."""
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _refuse(family: str, option: str, value: Any, why: str) -> UnsupportedModel:
+    return UnsupportedModel(f"{family}: config option {option}={value!r} cannot be converted exactly ({why})")
+
+
+def _copy(target: torch.Tensor, source: torch.Tensor, name: str) -> None:
+    """``target ← source`` (reshaped to the target's shape where only the layout differs)."""
+    if target.numel() != source.numel():
+        raise UnsupportedModel(f"weights: {name} has shape {tuple(source.shape)}, the converted model expects "
+                               f"{tuple(target.shape)}")
+    target.copy_(source.reshape(target.shape))
+
+
+# --- Mamba (MambaForCausalLM) ------------------------------------------------------------------------------------
+
+def _mamba_config(config: Any) -> SeqdynConfig:
+    """``MambaConfig`` → the s6 mixer (state N, expand, Δ rank, conv width) in RMSNorm pre-norm blocks, no MLP."""
+    if config.use_bias:
+        raise _refuse("mamba", "use_bias", True, "seqdyn's s6 projections have no bias")
+    if not config.use_conv_bias:
+        raise _refuse("mamba", "use_conv_bias", False, "seqdyn's s6 convolution has a bias")
+    if config.hidden_act != "silu":
+        raise _refuse("mamba", "hidden_act", config.hidden_act, "seqdyn's s6 block uses SiLU")
+    if config.intermediate_size != config.expand * config.hidden_size:
+        raise _refuse("mamba", "intermediate_size", config.intermediate_size, "seqdyn's s6 width is expand·d_model")
+    options = {"state_dim": config.state_size, "expand": config.expand, "dt_rank": int(config.time_step_rank),
+               "conv_size": config.conv_kernel}
+    return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
+                        mixer="s6", mixer_options=options, mlp="none", norm="rmsnorm",
+                        norm_eps=config.layer_norm_epsilon, tie_embeddings=config.tie_word_embeddings,
+                        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
+                        eos_token_id=config.eos_token_id)
+
+
+def _mamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    backbone, model = source.backbone, target.seqdyn
+    _copy(model.embedding.weight, backbone.embeddings.weight, "backbone.embeddings.weight")
+    for index, (layer, block) in enumerate(zip(backbone.layers, model.blocks)):
+        prefix = f"backbone.layers.{index}"
+        _copy(block.norm1.weight, layer.norm.weight, f"{prefix}.norm.weight")
+        mixer, s6 = layer.mixer, block.mixer
+        for name in ("in_proj", "x_proj", "dt_proj", "out_proj"):
+            for kind in ("weight", "bias"):
+                theirs, ours = getattr(getattr(mixer, name), kind), getattr(getattr(s6, name), kind)
+                if theirs is not None:
+                    _copy(ours, theirs, f"{prefix}.mixer.{name}.{kind}")
+        conv = s6.convs["x"]
+        _copy(conv.weight, mixer.conv1d.weight, f"{prefix}.mixer.conv1d.weight")  # [I, 1, W] → [I, W]
+        _copy(conv.bias, mixer.conv1d.bias, f"{prefix}.mixer.conv1d.bias")
+        _copy(s6.a_log, mixer.A_log, f"{prefix}.mixer.A_log")
+        _copy(s6.skip, mixer.D, f"{prefix}.mixer.D")
+    _copy(model.norm.weight, backbone.norm_f.weight, "backbone.norm_f.weight")
+    if not target.config.tie_word_embeddings:
+        _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
+
+
+#: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
+SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
+    "mamba": (_mamba_config, _mamba_weights),
+}

@@ -1,0 +1,152 @@
+"""transformers models converted to seqdyn (issue 34, item 1): on tiny random configs of each family, built
+offline, the converted model's logits equal transformers' own — a full forward, a prefill in chunks, and the
+logits of 32 greedily decoded tokens — and what cannot be converted exactly is refused in one line."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from seqdyn.hf.convert import UnsupportedModel, from_transformers  # noqa: E402
+
+VOCAB = 48
+
+
+def tiny_mamba(dtype: torch.dtype = torch.float32, **changes) -> torch.nn.Module:
+    """A random ``MambaForCausalLM`` (2 layers, width 16, state 4, Δ rank 2), its Δ bias and dt projection spread
+    so that the decays differ visibly from step to step."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    torch.manual_seed(0)
+    config = MambaConfig(vocab_size=VOCAB, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
+                         conv_kernel=4, time_step_rank=2, **changes)
+    model = MambaForCausalLM(config).to(dtype).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():  # transformers' init leaves some weights at 0 or 1: move them all
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    return model
+
+
+def tokens(length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(seed))
+
+
+#: transformers' Mamba returns float32 logits whatever its dtype: in float64 both models agree up to that rounding
+FLOAT32_ROUNDING = 2 * torch.finfo(torch.float32).eps
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
+def test_mamba_logits_equal_transformers_for_a_whole_sequence(dtype, tolerance):
+    theirs = tiny_mamba(dtype)
+    ours = from_transformers(theirs)
+    inputs = tokens(40)
+    with torch.no_grad():
+        expected = theirs(inputs).logits
+        got = ours(inputs).logits
+    assert got.dtype == dtype and expected.dtype == torch.float32
+    assert (got.float() - expected).abs().max() <= tolerance * expected.abs().max()
+
+
+def test_mamba_with_an_untied_head_keeps_its_own_head():
+    theirs = tiny_mamba(torch.float64, tie_word_embeddings=False)
+    ours = from_transformers(theirs)
+    assert not ours.config.tie_word_embeddings
+    inputs = tokens(12)
+    with torch.no_grad():
+        expected = theirs(inputs).logits
+        assert (ours(inputs).logits.float() - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
+
+
+def test_mamba_prefill_in_chunks_then_32_decoded_tokens_follow_transformers():
+    """Greedy generation of 32 tokens after a 24-token prompt: the same tokens, and the same logits at every step,
+    where seqdyn prefills the prompt in chunks of 10, 10 and 4 through its cache."""
+    theirs = tiny_mamba(torch.float64)
+    ours = from_transformers(theirs)
+    prompt = tokens(24)[:1]
+    settings = dict(max_new_tokens=32, do_sample=False, output_logits=True, return_dict_in_generate=True,
+                    pad_token_id=0)
+    expected = theirs.generate(prompt, **settings)
+    got = ours.generate(prompt, **settings)
+    assert torch.equal(got.sequences, expected.sequences)
+    got_logits, expected_logits = torch.stack(got.logits).float(), torch.stack(expected.logits)
+    assert (got_logits - expected_logits).abs().max() <= FLOAT32_ROUNDING * expected_logits.abs().max()
+    with torch.no_grad():
+        whole = theirs(prompt).logits
+        cache, chunks = None, []
+        for piece in prompt.split(10, dim=1):
+            out = ours(piece, cache=cache, use_cache=True)
+            cache = out.cache
+            chunks.append(out.logits)
+    assert (torch.cat(chunks, dim=1).float() - whole).abs().max() <= FLOAT32_ROUNDING * whole.abs().max()
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"use_bias": True}, "use_bias=True"),
+    ({"use_conv_bias": False}, "use_conv_bias=False"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+])
+def test_mamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^mamba: config option {named.replace('(', '.').replace(')', '.')}"):
+        from_transformers(tiny_mamba(**change))
+
+
+def test_an_unsupported_family_is_refused_in_one_line_naming_it():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
+    with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
+                                               r"supported: mamba$"):
+        from_transformers(model)
+
+
+def test_convert_writes_a_seqdyn_checkpoint_that_loads_and_gives_transformers_logits(tmp_path):
+    from transformers import AutoModelForCausalLM
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    importlib.import_module("seqdyn.hf")  # registers the seqdyn Auto classes
+
+    theirs = tiny_mamba(torch.float32)
+    theirs.save_pretrained(tmp_path / "mamba")
+    result = CliRunner().invoke(app, ["convert", str(tmp_path / "mamba"), str(tmp_path / "seqdyn")])
+    assert result.exit_code == 0, result.output
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "seqdyn").eval()
+    assert type(loaded).__name__ == "SeqdynForCausalLM" and loaded.config.model["norm_eps"] == 1e-5
+    inputs = tokens(16)
+    with torch.no_grad():
+        expected = theirs(inputs).logits
+        assert (loaded(inputs).logits - expected).abs().max() <= 1e-5 * expected.abs().max()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mamba", "seqdyn"]  # no partial folder left
+
+
+def test_convert_refuses_bad_folders_in_one_line_and_writes_nothing(tmp_path):
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    def convert(*args: str) -> str:
+        result = CliRunner().invoke(app, ["convert", *args])
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        return result.output
+
+    assert "config.json not found" in convert(str(tmp_path / "nothing"), str(tmp_path / "out"))
+    theirs = tiny_mamba(torch.float32)
+    theirs.save_pretrained(tmp_path / "mamba")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_text((tmp_path / "mamba" / "config.json").read_text())
+    assert "has no weights" in convert(str(tmp_path / "bare"), str(tmp_path / "out"))
+    wider = tiny_mamba(torch.float32)
+    wider.config.hidden_size = 24  # the config no longer matches the weights' shapes
+    wider.config.save_pretrained(tmp_path / "bare")
+    for weights in (tmp_path / "mamba").glob("*.safetensors"):
+        (tmp_path / "bare" / weights.name).write_bytes(weights.read_bytes())
+    assert "do not load into its config" in convert(str(tmp_path / "bare"), str(tmp_path / "out"))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    assert "is not empty" in convert(str(tmp_path / "mamba"), str(tmp_path / "full"))
+    assert not (tmp_path / "out").exists()
