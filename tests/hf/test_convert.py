@@ -5,6 +5,7 @@ logits of 32 greedily decoded tokens — and what cannot be converted exactly is
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 import torch
@@ -16,32 +17,53 @@ from seqdyn.hf.convert import UnsupportedModel, from_transformers  # noqa: E402
 VOCAB = 48
 
 
+def _randomized(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """``model`` in ``dtype`` and eval mode, every weight moved off transformers' init (which leaves some at 0 or
+    1, where a wrongly mapped weight would not show)."""
+    model = model.to(dtype).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    return model
+
+
 def tiny_mamba(dtype: torch.dtype = torch.float32, **changes) -> torch.nn.Module:
-    """A random ``MambaForCausalLM`` (2 layers, width 16, state 4, Δ rank 2), its Δ bias and dt projection spread
-    so that the decays differ visibly from step to step."""
+    """A random ``MambaForCausalLM``: 2 layers, width 16, state 4, Δ rank 2."""
     from transformers import MambaConfig, MambaForCausalLM
 
     torch.manual_seed(0)
     config = MambaConfig(vocab_size=VOCAB, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
                          conv_kernel=4, time_step_rank=2, **changes)
-    model = MambaForCausalLM(config).to(dtype).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():  # transformers' init leaves some weights at 0 or 1: move them all
-            parameter.add_(0.05 * torch.randn_like(parameter))
-    return model
+    return _randomized(MambaForCausalLM(config), dtype)
+
+
+def tiny_mamba2(dtype: torch.dtype = torch.float32, **changes) -> torch.nn.Module:
+    """A random ``Mamba2ForCausalLM``: 2 layers, width 16, 8 heads of 4 in 2 groups of B and C, state 4."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Mamba2Config(**{**dict(vocab_size=VOCAB, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
+                                    head_dim=4, num_heads=8, n_groups=2, conv_kernel=4, chunk_size=8), **changes})
+    return _randomized(Mamba2ForCausalLM(config), dtype)
+
+
+#: each family's tiny random model
+TINY = {"mamba": tiny_mamba, "mamba2": tiny_mamba2}
 
 
 def tokens(length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(seed))
 
 
-#: transformers' Mamba returns float32 logits whatever its dtype: in float64 both models agree up to that rounding
-FLOAT32_ROUNDING = 2 * torch.finfo(torch.float32).eps
+#: transformers' Mamba models return float32 logits whatever their dtype, and Mamba-2 runs its gated RMSNorm in
+#: float32: in float64 the two models agree to a few float32 roundings (8 ε₃₂ ≈ 1e-6 of the largest logit)
+FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 
 
+@pytest.mark.parametrize("family", TINY)
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
-def test_mamba_logits_equal_transformers_for_a_whole_sequence(dtype, tolerance):
-    theirs = tiny_mamba(dtype)
+def test_logits_equal_transformers_for_a_whole_sequence(family, dtype, tolerance):
+    theirs = TINY[family](dtype)
     ours = from_transformers(theirs)
     inputs = tokens(40)
     with torch.no_grad():
@@ -51,26 +73,29 @@ def test_mamba_logits_equal_transformers_for_a_whole_sequence(dtype, tolerance):
     assert (got.float() - expected).abs().max() <= tolerance * expected.abs().max()
 
 
-def test_mamba_with_an_untied_head_keeps_its_own_head():
-    theirs = tiny_mamba(torch.float64, tie_word_embeddings=False)
+@pytest.mark.parametrize(("family", "tied"), [("mamba", False), ("mamba2", True)])
+def test_the_head_is_tied_or_not_as_in_transformers(family, tied):
+    theirs = TINY[family](torch.float64, tie_word_embeddings=tied)
     ours = from_transformers(theirs)
-    assert not ours.config.tie_word_embeddings
+    assert ours.config.tie_word_embeddings is tied
     inputs = tokens(12)
     with torch.no_grad():
         expected = theirs(inputs).logits
         assert (ours(inputs).logits.float() - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
 
 
-def test_mamba_prefill_in_chunks_then_32_decoded_tokens_follow_transformers():
-    """Greedy generation of 32 tokens after a 24-token prompt: the same tokens, and the same logits at every step,
-    where seqdyn prefills the prompt in chunks of 10, 10 and 4 through its cache."""
-    theirs = tiny_mamba(torch.float64)
+@pytest.mark.parametrize("family", TINY)
+def test_prefill_in_chunks_then_32_decoded_tokens_follow_transformers(family):
+    """Greedy generation of 32 tokens after a 24-token prompt: the same tokens, and the same logits at every step;
+    and seqdyn's prefill of the prompt in chunks of 10, 10 and 4 through its cache gives transformers' logits."""
+    theirs = TINY[family](torch.float64)
     ours = from_transformers(theirs)
     prompt = tokens(24)[:1]
     settings = dict(max_new_tokens=32, do_sample=False, output_logits=True, return_dict_in_generate=True,
                     pad_token_id=0)
-    expected = theirs.generate(prompt, **settings)
-    got = ours.generate(prompt, **settings)
+    mask = torch.ones_like(prompt)  # a token equal to the pad id is a token here, not padding
+    expected = theirs.generate(prompt, attention_mask=mask, **settings)
+    got = ours.generate(prompt, attention_mask=mask, **settings)
     assert torch.equal(got.sequences, expected.sequences)
     got_logits, expected_logits = torch.stack(got.logits).float(), torch.stack(expected.logits)
     assert (got_logits - expected_logits).abs().max() <= FLOAT32_ROUNDING * expected_logits.abs().max()
@@ -94,12 +119,22 @@ def test_mamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named
         from_transformers(tiny_mamba(**change))
 
 
+@pytest.mark.parametrize(("change", "named"), [
+    ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
+    ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
+    ({"use_bias": True}, "use_bias=True"),
+])
+def test_mamba2_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^mamba2: config option {re.escape(named)} cannot be converted"):
+        from_transformers(tiny_mamba2(**change))
+
+
 def test_an_unsupported_family_is_refused_in_one_line_naming_it():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: mamba$"):
+                                               r"supported: mamba, mamba2$"):
         from_transformers(model)
 
 

@@ -6,8 +6,9 @@ seqdyn model that computes the same logits — whose every layer can then be ins
 reads, which seqdyn mixer and options it maps to, and how each weight is renamed or reshaped.  An option of a
 family's config that seqdyn cannot represent exactly is refused in one line that names it.
 
-Supported: ``mamba`` (``MambaForCausalLM``: Mamba-1, Gu & Dao 2023) → the ``s6`` mixer in pre-norm RMSNorm blocks
-without MLP, as ``mamba_simple.Mamba`` inside ``MambaBlock``.
+Supported: ``mamba`` (``MambaForCausalLM``: Mamba-1, Gu & Dao 2023) → the ``s6`` mixer, and ``mamba2``
+(``Mamba2ForCausalLM``: Mamba-2, Dao & Gu 2024) → the ``mamba2`` mixer with its groups of B and C, each in pre-norm
+RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``.
 """
 
 from __future__ import annotations
@@ -129,48 +130,107 @@ def _copy(target: torch.Tensor, source: torch.Tensor, name: str) -> None:
 
 # --- Mamba (MambaForCausalLM) ------------------------------------------------------------------------------------
 
-def _mamba_config(config: Any) -> SeqdynConfig:
-    """``MambaConfig`` → the s6 mixer (state N, expand, Δ rank, conv width) in RMSNorm pre-norm blocks, no MLP."""
+def _check_mamba_options(family: str, config: Any) -> None:
+    """The options of the Mamba families that seqdyn's blocks fix: no projection bias, a convolution bias, SiLU."""
     if config.use_bias:
-        raise _refuse("mamba", "use_bias", True, "seqdyn's s6 projections have no bias")
+        raise _refuse(family, "use_bias", True, "seqdyn's projections have no bias")
     if not config.use_conv_bias:
-        raise _refuse("mamba", "use_conv_bias", False, "seqdyn's s6 convolution has a bias")
+        raise _refuse(family, "use_conv_bias", False, "seqdyn's short convolution has a bias")
     if config.hidden_act != "silu":
-        raise _refuse("mamba", "hidden_act", config.hidden_act, "seqdyn's s6 block uses SiLU")
-    if config.intermediate_size != config.expand * config.hidden_size:
-        raise _refuse("mamba", "intermediate_size", config.intermediate_size, "seqdyn's s6 width is expand·d_model")
-    options = {"state_dim": config.state_size, "expand": config.expand, "dt_rank": int(config.time_step_rank),
-               "conv_size": config.conv_kernel}
+        raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's block uses SiLU")
+
+
+def _rmsnorm_stack(config: Any, mixer: str, options: dict[str, Any]) -> SeqdynConfig:
+    """The Mamba families' model around a mixer: embedding, pre-norm RMSNorm blocks without MLP, final RMSNorm,
+    lm head (tied or not), with the checkpoint's ε and special tokens."""
     return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
-                        mixer="s6", mixer_options=options, mlp="none", norm="rmsnorm",
+                        mixer=mixer, mixer_options=options, mlp="none", norm="rmsnorm",
                         norm_eps=config.layer_norm_epsilon, tie_embeddings=config.tie_word_embeddings,
                         pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
                         eos_token_id=config.eos_token_id)
 
 
-def _mamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+def _copy_linears(prefix: str, theirs: nn.Module, ours: nn.Module, names: tuple[str, ...]) -> None:
+    for name in names:
+        for kind in ("weight", "bias"):
+            source = getattr(getattr(theirs, name), kind)
+            if source is not None:
+                _copy(getattr(getattr(ours, name), kind), source, f"{prefix}.{name}.{kind}")
+
+
+def _copy_conv(prefix: str, theirs: nn.Conv1d, ours: nn.Module) -> None:
+    """A depthwise ``nn.Conv1d`` (weight ``[C, 1, W]``, causal by its padding) into a ShortConv (``[C, W]``)."""
+    _copy(ours.weight, theirs.weight, f"{prefix}.conv1d.weight")
+    _copy(ours.bias, theirs.bias, f"{prefix}.conv1d.bias")
+
+
+def _copy_rmsnorm_stack(source: nn.Module, target: SeqdynForCausalLM,
+                        mixer_weights: Callable[[str, nn.Module, nn.Module], None]) -> None:
+    """The weights around the mixers (``backbone.embeddings``, each layer's ``norm``, ``norm_f``, ``lm_head``),
+    and each layer's mixer by ``mixer_weights(prefix, theirs, ours)``."""
     backbone, model = source.backbone, target.seqdyn
     _copy(model.embedding.weight, backbone.embeddings.weight, "backbone.embeddings.weight")
     for index, (layer, block) in enumerate(zip(backbone.layers, model.blocks)):
-        prefix = f"backbone.layers.{index}"
-        _copy(block.norm1.weight, layer.norm.weight, f"{prefix}.norm.weight")
-        mixer, s6 = layer.mixer, block.mixer
-        for name in ("in_proj", "x_proj", "dt_proj", "out_proj"):
-            for kind in ("weight", "bias"):
-                theirs, ours = getattr(getattr(mixer, name), kind), getattr(getattr(s6, name), kind)
-                if theirs is not None:
-                    _copy(ours, theirs, f"{prefix}.mixer.{name}.{kind}")
-        conv = s6.convs["x"]
-        _copy(conv.weight, mixer.conv1d.weight, f"{prefix}.mixer.conv1d.weight")  # [I, 1, W] → [I, W]
-        _copy(conv.bias, mixer.conv1d.bias, f"{prefix}.mixer.conv1d.bias")
-        _copy(s6.a_log, mixer.A_log, f"{prefix}.mixer.A_log")
-        _copy(s6.skip, mixer.D, f"{prefix}.mixer.D")
+        _copy(block.norm1.weight, layer.norm.weight, f"backbone.layers.{index}.norm.weight")
+        mixer_weights(f"backbone.layers.{index}.mixer", layer.mixer, block.mixer)
     _copy(model.norm.weight, backbone.norm_f.weight, "backbone.norm_f.weight")
     if not target.config.tie_word_embeddings:
         _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
 
 
+def _mamba_config(config: Any) -> SeqdynConfig:
+    """``MambaConfig`` → the s6 mixer (state N, expand, Δ rank, conv width) in RMSNorm pre-norm blocks, no MLP."""
+    _check_mamba_options("mamba", config)
+    if config.intermediate_size != config.expand * config.hidden_size:
+        raise _refuse("mamba", "intermediate_size", config.intermediate_size, "seqdyn's s6 width is expand·d_model")
+    options = {"state_dim": config.state_size, "expand": config.expand, "dt_rank": int(config.time_step_rank),
+               "conv_size": config.conv_kernel}
+    return _rmsnorm_stack(config, "s6", options)
+
+
+def _mamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    def mixer_weights(prefix: str, mixer: nn.Module, ours: nn.Module) -> None:
+        _copy_linears(prefix, mixer, ours, ("in_proj", "x_proj", "dt_proj", "out_proj"))
+        _copy_conv(prefix, mixer.conv1d, ours.convs["x"])
+        _copy(ours.a_log, mixer.A_log, f"{prefix}.A_log")
+        _copy(ours.skip, mixer.D, f"{prefix}.D")
+
+    _copy_rmsnorm_stack(source, target, mixer_weights)
+
+
+# --- Mamba-2 (Mamba2ForCausalLM) -----------------------------------------------------------------------------------
+
+def _mamba2_config(config: Any) -> SeqdynConfig:
+    """``Mamba2Config`` → the mamba2 mixer (state N, head size P, groups of B and C, conv width) in RMSNorm pre-norm
+    blocks, no MLP."""
+    _check_mamba_options("mamba2", config)
+    if config.num_heads * config.head_dim != config.expand * config.hidden_size:
+        raise _refuse("mamba2", "num_heads", config.num_heads, "seqdyn's mamba2 width num_heads·head_dim is "
+                      "expand·hidden_size")
+    if tuple(config.time_step_limit) != (0.0, float("inf")):
+        raise _refuse("mamba2", "time_step_limit", tuple(config.time_step_limit), "seqdyn's mamba2 does not clamp Δ")
+    if config.layer_norm_epsilon != 1e-5:
+        raise _refuse("mamba2", "layer_norm_epsilon", config.layer_norm_epsilon, "seqdyn's mamba2 gated RMSNorm has "
+                      "mamba_ssm's ε = 1e-5")
+    options = {"state_dim": config.state_size, "expand": config.expand, "head_dim": config.head_dim,
+               "groups": config.n_groups, "conv_size": config.conv_kernel}
+    return _rmsnorm_stack(config, "mamba2", options)
+
+
+def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    def mixer_weights(prefix: str, mixer: nn.Module, ours: nn.Module) -> None:
+        _copy_linears(prefix, mixer, ours, ("in_proj", "out_proj"))
+        _copy_conv(prefix, mixer.conv1d, ours.convs["xbc"])
+        _copy(ours.decay.dt_bias, mixer.dt_bias, f"{prefix}.dt_bias")
+        _copy(ours.decay.a_log, mixer.A_log, f"{prefix}.A_log")
+        _copy(ours.skip, mixer.D, f"{prefix}.D")
+        _copy(ours.norm.weight, mixer.norm.weight, f"{prefix}.norm.weight")
+
+    _copy_rmsnorm_stack(source, target, mixer_weights)
+
+
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
+    "mamba2": (_mamba2_config, _mamba2_weights),
 }

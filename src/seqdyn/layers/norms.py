@@ -83,10 +83,22 @@ class _L2Normalize(torch.autograd.Function):
 
 
 class GatedRMSNorm(RMSNorm):
-    """``RMSNorm(x ⊙ SiLU(z))``, the gated output normalization of Mamba-2 and Gated DeltaNet."""
+    """``RMSNorm(x ⊙ SiLU(z))``, the gated output normalization of Mamba-2 and Gated DeltaNet; with ``groups`` > 1
+    each of that many consecutive groups of channels is normalized on its own (``mamba_ssm``'s ``RMSNormGated``
+    with ``group_size = dim / ngroups``)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, groups: int = 1):
+        super().__init__(dim, eps)
+        if groups < 1 or dim % groups:
+            raise ValueError(f"groups: expected a positive divisor of the width {dim}, got {groups}")
+        self.groups = groups
 
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
-        return super().forward(x * F.silu(gate))
+        if self.groups == 1:
+            return super().forward(x * F.silu(gate))
+        grouped = (x * F.silu(gate)).unflatten(-1, (self.groups, -1))  # [..., G, dim / G]
+        unit = grouped.new_ones(grouped.shape[-1])
+        return rms_norm(grouped, unit, self.eps).flatten(-2) * self.weight
 
 
 class HeadOutput(nn.Module):

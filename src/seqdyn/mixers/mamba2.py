@@ -2,7 +2,7 @@
 
 (The "SSD" of seed 000's MQAR experiments is the bare S6 block with one scalar A: :mod:`seqdyn.mixers.ssd`.)
 
-Per head h (head dim P, state N, B and C shared by all heads)::
+Per head h (head dim P, state N; B and C shared by all heads, or by each of ``groups`` groups of heads)::
 
     Δ_t = softplus(W_Δ u_t + b_Δ),   A_h = −exp(A_log_h) < 0
     S_t = exp(Δ_t A_h) S_{t-1} + Δ_t B_t x_tᵀ,   y_t = S_tᵀ C_t + D_h x_t
@@ -42,6 +42,9 @@ class Mamba2(CoefficientMixer):
         dt_max: the largest step Δ at initialization.
         a_init_range: (low, high) of the decay rate's initialization, −A_h ~ U(low, high) per head (Mamba-2: 1 to
             16).
+        groups: Mamba-2's ngroups: the heads split into this many consecutive groups, each with its own B_t and
+            C_t (keys and queries), and the gated RMSNorm normalizes each group's channels on its own; 1: one B_t,
+            C_t for all heads.
     """
 
     name = "mamba2"
@@ -49,7 +52,8 @@ class Mamba2(CoefficientMixer):
 
     def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int | None = None,
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
-                 dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64):
+                 dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64,
+                 groups: int = 1):
         super().__init__(d_model, chunk_size)
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = check_positive("expand", expand) * d_model
@@ -57,26 +61,34 @@ class Mamba2(CoefficientMixer):
         if self.inner % self.head_dim:
             raise ValueError(f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset")
         self.heads = self.inner // self.head_dim
+        self.groups = check_positive("groups", groups)
+        if self.heads % groups:
+            raise ValueError(f"groups: {groups} does not divide the {self.heads} heads; give a divisor of it")
         self.gate = gate
-        conv_channels = self.inner + 2 * state_dim
+        conv_channels = self.inner + 2 * groups * state_dim
         self.in_proj = nn.Linear(d_model, (self.inner if gate else 0) + conv_channels + self.heads, bias=False)
         if short_conv:
             self.convs["xbc"] = ShortConv(conv_channels, conv_size)
         self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False)
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
         keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
-        self.norm = GatedRMSNorm(self.inner, eps=1e-5) if gate else None  # mamba_ssm's RMSNormGated eps
+        self.norm = GatedRMSNorm(self.inner, eps=1e-5, groups=groups) if gate else None  # mamba_ssm's eps
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:
         projected = self.in_proj(x)
-        z, xbc, dt = projected.split([self.inner if self.gate else 0, self.inner + 2 * self.state_dim, self.heads], -1)
+        grouped = self.groups * self.state_dim
+        z, xbc, dt = projected.split([self.inner if self.gate else 0, self.inner + 2 * grouped, self.heads], -1)
         if "xbc" in self.convs:
             xbc = self.convolve("xbc", xbc, state)
-        values, keys, queries = xbc.split([self.inner, self.state_dim, self.state_dim], dim=-1)
+        values, keys, queries = xbc.split([self.inner, grouped, grouped], dim=-1)
         values = values.unflatten(-1, (self.heads, self.head_dim))
+        # [B, T, G·N] → [B, T, G, N], each group's B and C repeated for its heads ([B, T, H, N]); G = 1 broadcasts
+        keys, queries = (t.unflatten(-1, (self.groups, self.state_dim)) for t in (keys, queries))
+        if self.groups > 1:
+            keys, queries = (t.repeat_interleave(self.heads // self.groups, dim=2) for t in (keys, queries))
         log_decay, step = self.decay(dt)  # Δ A and Δ, [B, T, H]
-        inputs = Dynamics(q=queries.unsqueeze(2), k=keys.unsqueeze(2), v=values, log_decay=log_decay, scale=step)
+        inputs = Dynamics(q=queries, k=keys, v=values, log_decay=log_decay, scale=step)
         return inputs, (values, z if self.gate else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:
@@ -85,7 +97,8 @@ class Mamba2(CoefficientMixer):
         return self.out_proj(self.norm(y, z) if self.gate else y)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, heads={self.heads}, head_dim={self.head_dim}, state_dim={self.state_dim}"
+        groups = f", groups={self.groups}" if self.groups > 1 else ""
+        return f"d_model={self.d_model}, heads={self.heads}, head_dim={self.head_dim}, state_dim={self.state_dim}{groups}"
 
 
 def _default_head_dim(inner: int, preferred: int = 64) -> int:
