@@ -245,18 +245,26 @@ def report(
 
 @app.command()
 def inspect(
-    run_id: str = typer.Argument(..., help="The run's id (first column of `seqdyn report`)."),
+    run_id: str = typer.Argument(..., metavar="RUN_ID|MODEL_DIR", help="The run's id (first column of `seqdyn "
+                                 "report`), or a model folder: a seqdyn checkpoint or a transformers checkpoint of a "
+                                 "family `seqdyn convert` converts."),
     store: str = STORE_OPTION,
     input: str = typer.Option("", "--input", help="Token ids [B,T] (.pt or .npy) instead of the task's test set."),
+    text: str = typer.Option("", "--text", help="A model folder: the text to measure on, read by the folder's "
+                                               "tokenizer."),
     examples: int = typer.Option(8, help="Test sequences to run when no --input is given."),
     eps: float = typer.Option(1e-3, help="Threshold of a near-zero coefficient."),
     plot: str = typer.Option("", "--plot", help="Write coefficient heat maps here, and the principle plot of the "
                                                 "run's sweep beside it (FILE-principle.png)."),
 ) -> None:
-    """Load a trained run and print, per layer and head, the near-zero fraction, zero counts against K−1, the
-    combination classes and the spectral bound of its coefficient dynamics (Sieber et al. 2025, §5), with a
-    legend of the columns."""
+    """Load a trained run, or a model folder, and print, per layer and head, the near-zero fraction, zero counts
+    against K−1, the combination classes and the spectral bound of its coefficient dynamics (Sieber et al. 2025,
+    §5), with a legend of the columns."""
     from rich.markup import escape
+
+    if Path(run_id).is_dir():
+        _inspect_folder(Path(run_id), input, text, eps, plot)
+        return
 
     from seqdyn.analysis.model import format_table, table_legend
     from seqdyn.analysis.runs import inspect_run, load_inputs, principle_points
@@ -292,6 +300,47 @@ def inspect(
             out.print("wrote " + ", ".join(str(path) for path in written))
     except ValueError as error:
         _fail(str(error))
+
+
+def _inspect_folder(folder: Path, input: str, text: str, eps: float, plot: str) -> None:
+    """``seqdyn inspect MODEL_DIR``: every layer and head of a checkpoint's model (converted from transformers where
+    it is one) measured on ``--text`` (its tokenizer's ids) or ``--input`` (token ids)."""
+    from rich.markup import escape
+
+    from seqdyn.analysis.model import format_table, inspect_model, layer_coefficients, table_legend
+    from seqdyn.analysis.runs import load_inputs
+    from seqdyn.train.progress import console
+
+    if bool(input) == bool(text):
+        _fail("inspect MODEL_DIR: give the text to measure on with --text, or token ids with --input (one of them)")
+    try:
+        from seqdyn.hf.convert import UnsupportedModel, load_model, tokenize
+    except ImportError as error:
+        _fail(str(error))
+    try:
+        model = load_model(folder)
+        inputs = tokenize(folder, text) if text else load_inputs(input).long()
+    except (UnsupportedModel, ValueError) as error:
+        _fail(str(error))
+    vocab = model.config.vocab_size
+    if inputs.dim() != 2 or int(inputs.min()) < 0 or int(inputs.max()) >= vocab:
+        _fail(f"--input: expected token ids [B, T] in [0, {vocab}), got shape {tuple(inputs.shape)}")
+    body = model.seqdyn
+    rows = inspect_model(body, inputs, eps=eps)
+    out = console()
+    mixers = sorted({row.mixer for row in rows})
+    out.print(format_table(rows, title=escape(f"{folder} ({', '.join(mixers)}, {model.config.num_hidden_layers} "
+                                              "layers)")))
+    source = f"--text ({inputs.shape[1]} tokens)" if text else f"--input {input}"
+    out.print(escape(f"measured on {_described_inputs(inputs)} from {source}: coefficients "
+                     f"[{inputs.shape[0]}, H, {inputs.shape[1]}, {inputs.shape[1]}] per layer"))
+    for line in table_legend(rows, eps):
+        out.print(escape(line), style="dim")
+    if plot:
+        from seqdyn.analysis.plots import plot_coefficients
+
+        written = plot_coefficients(layer_coefficients(body, inputs), plot, title=f"coefficients of {folder.name}")
+        out.print(f"wrote {written}")
 
 
 def _described_inputs(inputs) -> str:

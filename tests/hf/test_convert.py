@@ -157,6 +157,10 @@ def test_convert_writes_a_seqdyn_checkpoint_that_loads_and_gives_transformers_lo
         expected = theirs(inputs).logits
         assert (loaded(inputs).logits - expected).abs().max() <= 1e-5 * expected.abs().max()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mamba", "seqdyn"]  # no partial folder left
+    torch.save(inputs, tmp_path / "ids.pt")
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "seqdyn"), "--input", str(tmp_path / "ids.pt")],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "(s6, 2 layers)" in result.output, result.output
 
 
 def test_convert_refuses_bad_folders_in_one_line_and_writes_nothing(tmp_path):
@@ -185,3 +189,53 @@ def test_convert_refuses_bad_folders_in_one_line_and_writes_nothing(tmp_path):
     (tmp_path / "full" / "x").write_text("")
     assert "is not empty" in convert(str(tmp_path / "mamba"), str(tmp_path / "full"))
     assert not (tmp_path / "out").exists()
+
+
+def _save_word_tokenizer(folder) -> None:
+    """A word-level tokenizer over VOCAB words w0 … w47, saved as transformers saves one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0").save_pretrained(folder)
+
+
+@pytest.mark.parametrize("family", TINY)
+def test_inspect_opens_a_transformers_checkpoint_as_coefficient_dynamics(family, tmp_path):
+    """`seqdyn inspect MODEL_DIR --text ...`: per layer and head of the converted model, the coefficient table
+    measured on the text through the folder's tokenizer, and the heat maps with --plot."""
+    from typer.testing import CliRunner
+
+    from seqdyn.analysis.model import inspect_model
+    from seqdyn.cli import app
+
+    theirs = TINY[family]()
+    theirs.save_pretrained(tmp_path / "model")
+    _save_word_tokenizer(tmp_path / "model")
+    text = " ".join(f"w{i % VOCAB}" for i in range(5, 65, 3))  # 20 words
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "model"), "--text", text, "--plot",
+                                      str(tmp_path / "maps.png")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    mixer = {"mamba": "s6", "mamba2": "mamba2"}[family]
+    heads = from_transformers(theirs).seqdyn.blocks[0].mixer
+    expected = inspect_model(from_transformers(theirs).seqdyn, torch.tensor([[i % VOCAB for i in range(5, 65, 3)]]))
+    assert len(expected) == 2 * (heads.inner if family == "mamba" else heads.heads)
+    assert f"({mixer}, 2 layers)" in result.output and "from --text (20 tokens)" in result.output
+    assert (tmp_path / "maps.png").stat().st_size > 0
+
+
+def test_inspect_a_folder_needs_text_or_token_ids_and_a_tokenizer_for_text(tmp_path):
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    tiny_mamba2().save_pretrained(tmp_path / "model")
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", str(tmp_path / "model")])
+    assert result.exit_code == 2 and "--text" in result.output and "--input" in result.output
+    result = runner.invoke(app, ["inspect", str(tmp_path / "model"), "--text", "w1 w2"])
+    assert result.exit_code == 2 and "has no tokenizer" in result.output
+    torch.save(torch.tensor([[1, 2, 3, VOCAB]]), tmp_path / "ids.pt")
+    result = runner.invoke(app, ["inspect", str(tmp_path / "model"), "--input", str(tmp_path / "ids.pt")])
+    assert result.exit_code == 2 and f"in [0, {VOCAB})" in result.output

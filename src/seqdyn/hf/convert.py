@@ -26,8 +26,10 @@ from torch import nn
 from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
-__all__ = ["SUPPORTED", "UnsupportedModel", "convert_checkpoint", "from_transformers"]
+__all__ = ["SUPPORTED", "UnsupportedModel", "convert_checkpoint", "from_transformers", "load_model", "tokenize"]
 
+#: the files a saved transformers tokenizer has one of
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: the files a transformers checkpoint keeps its weights in
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 
@@ -59,17 +61,70 @@ def convert_checkpoint(model_dir: str | Path, out_dir: str | Path) -> Path:
     by :func:`from_transformers` and saved as a seqdyn checkpoint in ``out_dir`` (``save_pretrained``; loads with
     ``AutoModelForCausalLM.from_pretrained`` once ``seqdyn.hf`` is imported).  The family is checked from the config
     before any weight is read; ``out_dir`` is written whole or not at all (a folder beside it, renamed at the end)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     source, target = Path(model_dir), Path(out_dir)
+    if target.exists() and any(target.iterdir()):
+        raise UnsupportedModel(f"OUT_DIR: {target} exists and is not empty; name a new folder")
+    model = _load_transformers(source)
+    converted = from_transformers(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        converted.save_pretrained(partial)
+        if target.exists():
+            target.rmdir()  # empty: checked above
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+def _checkpoint_family(source: Path) -> str | None:
+    """The ``model_type`` of the checkpoint folder ``source``, after checking that it has a config and weights."""
+    from transformers import AutoConfig
+
     if not (source / "config.json").is_file():
         raise UnsupportedModel(f"MODEL_DIR: {source / 'config.json'} not found (a transformers checkpoint folder has "
                                "config.json and its weights)")
     if not any(next(source.glob(pattern), None) for pattern in WEIGHT_FILES):
         raise UnsupportedModel(f"MODEL_DIR: {source} has no weights ({' or '.join(WEIGHT_FILES)})")
-    if target.exists() and any(target.iterdir()):
-        raise UnsupportedModel(f"OUT_DIR: {target} exists and is not empty; name a new folder")
-    family = getattr(AutoConfig.from_pretrained(source), "model_type", None)
+    return getattr(AutoConfig.from_pretrained(source), "model_type", None)
+
+
+def load_model(model_dir: str | Path) -> SeqdynForCausalLM:
+    """The seqdyn model of a checkpoint folder, in eval mode: a seqdyn checkpoint as it is, a transformers one of
+    a family in :data:`SUPPORTED` converted by :func:`from_transformers` (what ``seqdyn inspect MODEL_DIR``
+    opens)."""
+    source = Path(model_dir)
+    if _checkpoint_family(source) == SeqdynConfig.model_type:
+        with _quiet_transformers():
+            return SeqdynForCausalLM.from_pretrained(source).eval()
+    return from_transformers(_load_transformers(source))
+
+
+def tokenize(model_dir: str | Path, text: str) -> torch.Tensor:
+    """``text`` as the token ids ``[1, T]`` of the tokenizer saved in ``model_dir``."""
+    from transformers import AutoTokenizer
+
+    if not any((Path(model_dir) / name).is_file() for name in TOKENIZER_FILES):
+        raise UnsupportedModel(f"--text: {model_dir} has no tokenizer to read the text with ({' or '.join(TOKENIZER_FILES)}); "
+                               "give token ids with --input instead")
+    try:
+        with _quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError, TypeError):
+        raise UnsupportedModel(f"--text: {model_dir} has no tokenizer to read the text with; give token ids with "
+                               "--input instead") from None
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    if ids.numel() == 0:
+        raise UnsupportedModel("--text: the text has no tokens")
+    return ids
+
+
+def _load_transformers(source: Path) -> nn.Module:
+    """The transformers model saved in ``source`` (a supported family), every weight loaded with its own shape."""
+    from transformers import AutoModelForCausalLM
+
+    family = _checkpoint_family(source)
     if family not in SUPPORTED:
         raise UnsupportedModel(f"MODEL_DIR: family {family!r} ({source / 'config.json'}) has no seqdyn converter; "
                                f"supported: {', '.join(sorted(SUPPORTED))}")
@@ -86,17 +141,7 @@ def convert_checkpoint(model_dir: str | Path, out_dir: str | Path) -> Path:
     if wrong:
         said = "; ".join(f"{kind}: {', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}" for kind, keys in wrong.items())
         raise UnsupportedModel(f"MODEL_DIR: the weights in {source} do not load into its config ({said})")
-    converted = from_transformers(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        converted.save_pretrained(partial)
-        if target.exists():
-            target.rmdir()  # empty: checked above
-        partial.rename(target)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return target
+    return model
 
 
 @contextmanager
