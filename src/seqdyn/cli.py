@@ -520,19 +520,38 @@ def config_schema() -> None:
 
 @app.command()
 def convert(
-    model_dir: str = typer.Argument(..., metavar="MODEL_DIR", help="A transformers checkpoint folder (config.json and "
-                                    "its weights) of a supported family."),
-    out_dir: str = typer.Argument(..., metavar="OUT_DIR", help="A new folder for the seqdyn checkpoint."),
+    model_dir: Optional[str] = typer.Argument(None, metavar="MODEL_DIR", help="A transformers checkpoint folder "
+                                              "(config.json and its weights) of a supported family."),
+    out_dir: Optional[str] = typer.Argument(None, metavar="OUT_DIR", help="A new folder for the seqdyn checkpoint."),
+    check: bool = typer.Option(False, "--check", help="Convert a tiny random model of every supported family, built "
+                               "offline, and print the largest differences from transformers."),
 ) -> None:
-    """Convert a transformers model (Mamba so far) to a seqdyn model: same weights, same logits.
+    """Convert a transformers model (Mamba, Mamba-2) to a seqdyn model: same weights, same logits.
 
     The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is imported, and opens in
-    `seqdyn inspect` and the analysis API as coefficient dynamics.
+    `seqdyn inspect OUT_DIR` and the analysis API as coefficient dynamics.
     """
     try:
-        from seqdyn.hf.convert import UnsupportedModel, convert_checkpoint
+        from seqdyn.hf.convert import TINY_CONFIGS, UnsupportedModel, check_conversion, convert_checkpoint
     except ImportError as error:
         _fail(str(error))
+    if check:
+        from rich.table import Table
+
+        from seqdyn.train.progress import console
+
+        reports = [check_conversion(family) for family in TINY_CONFIGS]
+        columns = [key for key in reports[0] if key != "family"]
+        table = Table(title="seqdyn convert --check: largest |seqdyn − transformers| / largest |logit|, tiny models")
+        for column in ("family", *columns):
+            table.add_column(column)
+        for report in reports:
+            table.add_row(report["family"], *(f"{report[key]:.1e}" if isinstance(report[key], float)
+                                              else str(report[key]) for key in columns))
+        console().print(table)
+        return
+    if model_dir is None or out_dir is None:
+        _fail("convert: give MODEL_DIR and OUT_DIR (or --check)")
     try:
         written = convert_checkpoint(model_dir, out_dir)
     except UnsupportedModel as error:

@@ -12,39 +12,20 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from seqdyn.hf.convert import UnsupportedModel, from_transformers  # noqa: E402
+from seqdyn.hf.convert import (TINY_CONFIGS, UnsupportedModel, check_conversion, from_transformers,  # noqa: E402
+                                tiny_model)
 
 VOCAB = 48
 
 
-def _randomized(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """``model`` in ``dtype`` and eval mode, every weight moved off transformers' init (which leaves some at 0 or
-    1, where a wrongly mapped weight would not show)."""
-    model = model.to(dtype).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-    return model
-
-
 def tiny_mamba(dtype: torch.dtype = torch.float32, **changes) -> torch.nn.Module:
     """A random ``MambaForCausalLM``: 2 layers, width 16, state 4, Δ rank 2."""
-    from transformers import MambaConfig, MambaForCausalLM
-
-    torch.manual_seed(0)
-    config = MambaConfig(vocab_size=VOCAB, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
-                         conv_kernel=4, time_step_rank=2, **changes)
-    return _randomized(MambaForCausalLM(config), dtype)
+    return tiny_model("mamba", dtype, **changes)
 
 
 def tiny_mamba2(dtype: torch.dtype = torch.float32, **changes) -> torch.nn.Module:
     """A random ``Mamba2ForCausalLM``: 2 layers, width 16, 8 heads of 4 in 2 groups of B and C, state 4."""
-    from transformers import Mamba2Config, Mamba2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Mamba2Config(**{**dict(vocab_size=VOCAB, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
-                                    head_dim=4, num_heads=8, n_groups=2, conv_kernel=4, chunk_size=8), **changes})
-    return _randomized(Mamba2ForCausalLM(config), dtype)
+    return tiny_model("mamba2", dtype, **changes)
 
 
 #: each family's tiny random model
@@ -61,16 +42,29 @@ FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 
 
 @pytest.mark.parametrize("family", TINY)
-@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
-def test_logits_equal_transformers_for_a_whole_sequence(family, dtype, tolerance):
-    theirs = TINY[family](dtype)
-    ours = from_transformers(theirs)
-    inputs = tokens(40)
-    with torch.no_grad():
-        expected = theirs(inputs).logits
-        got = ours(inputs).logits
-    assert got.dtype == dtype and expected.dtype == torch.float32
-    assert (got.float() - expected).abs().max() <= tolerance * expected.abs().max()
+def test_converted_logits_equal_transformers_whole_prefilled_in_chunks_and_decoded(family):
+    """``check_conversion``: a whole forward (float32: 1e-5 of the largest logit; float64: transformers' float32
+    parts), seqdyn's prefill of a 24-token prompt in chunks of 10, 10 and 4 through its cache, and 32 greedy tokens
+    — the same tokens, the same logits at every step."""
+    report = check_conversion(family)
+    assert report["forward float32"] <= 1e-5 and report["forward float64"] <= FLOAT32_ROUNDING, report
+    assert report["chunked prefill"] <= FLOAT32_ROUNDING and report["decode 32 tokens"] <= FLOAT32_ROUNDING, report
+    assert report["same tokens"] and report["class"] == type(TINY[family]()).__name__
+
+
+def test_a_wrong_weight_shows_in_the_check(monkeypatch):
+    """The check can fail: a converter that leaves one weight at seqdyn's own init is caught by every measure."""
+    from seqdyn.hf import convert
+
+    family_config, copy_weights = convert.SUPPORTED["mamba2"]
+
+    def all_but_the_skip(source, target):
+        copy_weights(source, target)
+        target.seqdyn.blocks[1].mixer.skip.data.fill_(1.0)
+
+    monkeypatch.setitem(convert.SUPPORTED, "mamba2", (family_config, all_but_the_skip))
+    report = check_conversion("mamba2")
+    assert report["forward float32"] > 1e-3 and report["chunked prefill"] > 1e-3
 
 
 @pytest.mark.parametrize(("family", "tied"), [("mamba", False), ("mamba2", True)])
@@ -239,3 +233,16 @@ def test_inspect_a_folder_needs_text_or_token_ids_and_a_tokenizer_for_text(tmp_p
     torch.save(torch.tensor([[1, 2, 3, VOCAB]]), tmp_path / "ids.pt")
     result = runner.invoke(app, ["inspect", str(tmp_path / "model"), "--input", str(tmp_path / "ids.pt")])
     assert result.exit_code == 2 and f"in [0, {VOCAB})" in result.output
+
+
+def test_convert_check_prints_every_family_with_its_differences():
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    result = CliRunner().invoke(app, ["convert", "--check"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for family, (model_class, _, _) in TINY_CONFIGS.items():
+        assert f"│ {family} " in result.output and model_class in result.output
+    assert result.output.count("True") == len(TINY_CONFIGS)  # the same greedy tokens, every family
+    assert CliRunner().invoke(app, ["convert"]).exit_code == 2
