@@ -246,3 +246,14 @@ def test_convert_check_prints_every_family_with_its_differences():
         assert f"│ {family} " in result.output and model_class in result.output
     assert result.output.count("True") == len(TINY_CONFIGS)  # the same greedy tokens, every family
     assert CliRunner().invoke(app, ["convert"]).exit_code == 2
+
+
+def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
+    from transformers import FalconMambaConfig, FalconMambaForCausalLM
+
+    model = FalconMambaForCausalLM(FalconMambaConfig(vocab_size=VOCAB, hidden_size=16, state_size=4,
+                                                     num_hidden_layers=1))
+    with pytest.raises(UnsupportedModel, match=r"^model: family 'falcon_mamba' \(FalconMambaForCausalLM\) has no "
+                                               r"seqdyn converter yet \(it needs the weightless RMS norms of B, C and "
+                                               r"Δ in s6 \(mixer_rms_eps\)\); supported: mamba, mamba2$"):
+        from_transformers(model)
