@@ -4,6 +4,7 @@ logits of 32 greedily decoded tokens — and what cannot be converted exactly is
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 
@@ -29,7 +30,7 @@ def tiny_mamba2(dtype: torch.dtype = torch.float32, **changes) -> torch.nn.Modul
 
 
 #: each family's tiny random model
-TINY = {"mamba": tiny_mamba, "mamba2": tiny_mamba2}
+TINY = {family: functools.partial(tiny_model, family) for family in TINY_CONFIGS}
 
 
 def tokens(length: int, seed: int = 1) -> torch.Tensor:
@@ -128,7 +129,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: mamba, mamba2$"):
+                                               r"supported: falcon_mamba, mamba, mamba2$"):
         from_transformers(model)
 
 
@@ -211,10 +212,10 @@ def test_inspect_opens_a_transformers_checkpoint_as_coefficient_dynamics(family,
     result = CliRunner().invoke(app, ["inspect", str(tmp_path / "model"), "--text", text, "--plot",
                                       str(tmp_path / "maps.png")], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    mixer = {"mamba": "s6", "mamba2": "mamba2"}[family]
+    mixer = {"mamba": "s6", "falcon_mamba": "s6", "mamba2": "mamba2"}[family]
     heads = from_transformers(theirs).seqdyn.blocks[0].mixer
     expected = inspect_model(from_transformers(theirs).seqdyn, torch.tensor([[i % VOCAB for i in range(5, 65, 3)]]))
-    assert len(expected) == 2 * (heads.inner if family == "mamba" else heads.heads)
+    assert len(expected) == 2 * (heads.heads if mixer == "mamba2" else heads.inner)  # S6: one head per channel
     assert f"({mixer}, 2 layers)" in result.output and "from --text (20 tokens)" in result.output
     assert (tmp_path / "maps.png").stat().st_size > 0
 
@@ -249,11 +250,15 @@ def test_convert_check_prints_every_family_with_its_differences():
 
 
 def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
-    from transformers import FalconMambaConfig, FalconMambaForCausalLM
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
-    model = FalconMambaForCausalLM(FalconMambaConfig(vocab_size=VOCAB, hidden_size=16, state_size=4,
-                                                     num_hidden_layers=1))
-    with pytest.raises(UnsupportedModel, match=r"^model: family 'falcon_mamba' \(FalconMambaForCausalLM\) has no "
-                                               r"seqdyn converter yet \(it needs the weightless RMS norms of B, C and "
-                                               r"Δ in s6 \(mixer_rms_eps\)\); supported: mamba, mamba2$"):
+    model = Qwen3NextForCausalLM(Qwen3NextConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
+                                                 num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                                 intermediate_size=16, moe_intermediate_size=8, num_experts=2,
+                                                 num_experts_per_tok=1, linear_num_key_heads=1,
+                                                 linear_num_value_heads=2, linear_key_head_dim=8,
+                                                 linear_value_head_dim=8, layer_types=["linear_attention"]))
+    with pytest.raises(UnsupportedModel, match=r"^model: family 'qwen3_next' \(Qwen3NextForCausalLM\) has no "
+                                               r"seqdyn converter yet \(it needs Gated DeltaNet's grouped value heads, "
+                                               r".* mixture-of-experts MLP\); supported: falcon_mamba, mamba, mamba2$"):
         from_transformers(model)

@@ -16,7 +16,8 @@ from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, 
 from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_convs, decay_products
 
 D = 4
-CONFIGS = [dict(state_dim=4), dict(state_dim=3, short_conv=False, gate=False, dt_rank=3, expand=1)]
+CONFIGS = [dict(state_dim=4), dict(state_dim=3, short_conv=False, gate=False, dt_rank=3, expand=1),
+           dict(state_dim=4, dt_rank=2, bcdt_rms_eps=1e-6)]
 
 
 def mamba_inputs(m, u):
@@ -28,6 +29,8 @@ def mamba_inputs(m, u):
     if "x" in m.convs:
         x = causal_conv(x, m.convs["x"].weight, m.convs["x"].bias, silu=True)
     low, B, C = (x @ m.x_proj.weight.T).split([m.dt_rank, m.state_dim, m.state_dim], dim=-1)
+    if m.bcdt_rms_eps is not None:  # Falcon-Mamba (transformers' FalconMambaMixer): weightless RMS norms
+        low, B, C = (t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + m.bcdt_rms_eps) for t in (low, B, C))
     delta = F.softplus(low @ m.dt_proj.weight.T + m.dt_proj.bias)
     return x, z, delta, -torch.exp(m.a_log), B, C, conv_in
 

@@ -6,7 +6,9 @@ seqdyn model that computes the same logits — whose every layer can then be ins
 reads, which seqdyn mixer and options it maps to, and how each weight is renamed or reshaped.  An option of a
 family's config that seqdyn cannot represent exactly is refused in one line that names it.
 
-Supported: ``mamba`` (``MambaForCausalLM``: Mamba-1, Gu & Dao 2023) → the ``s6`` mixer, and ``mamba2``
+Supported: ``mamba`` (``MambaForCausalLM``: Mamba-1, Gu & Dao 2023) and ``falcon_mamba`` (``FalconMambaForCausalLM``:
+Mamba-1 with weightless RMS norms of B, C and Δ, as transformers' CPU path computes them) → the ``s6`` mixer, and
+``mamba2``
 (``Mamba2ForCausalLM``: Mamba-2, Dao & Gu 2024) → the ``mamba2`` mixer with its groups of B and C, each in pre-norm
 RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``.
 """
@@ -164,7 +166,6 @@ def _quiet_transformers() -> Iterator[None]:
 
 #: the families of the roadmap (issue 34) not converted yet, with what seqdyn lacks for each
 NOT_YET: dict[str, str] = {
-    "falcon_mamba": "the weightless RMS norms of B, C and Δ in s6 (mixer_rms_eps)",
     "qwen3_next": "Gated DeltaNet's grouped value heads, a gated softmax attention with q/k norms and partial rotary "
                   "embeddings, and a mixture-of-experts MLP",
     "kimi_linear": "KDA (a channel-wise decay with the delta rule), multi-head latent attention and a "
@@ -247,12 +248,16 @@ def _copy_rmsnorm_stack(source: nn.Module, target: SeqdynForCausalLM,
 
 
 def _mamba_config(config: Any) -> SeqdynConfig:
-    """``MambaConfig`` → the s6 mixer (state N, expand, Δ rank, conv width) in RMSNorm pre-norm blocks, no MLP."""
-    _check_mamba_options("mamba", config)
+    """``MambaConfig`` (or ``FalconMambaConfig``: with the weightless RMS norms of B, C and Δ) → the s6 mixer
+    (state N, expand, Δ rank, conv width) in RMSNorm pre-norm blocks, no MLP."""
+    family = config.model_type
+    _check_mamba_options(family, config)
     if config.intermediate_size != config.expand * config.hidden_size:
-        raise _refuse("mamba", "intermediate_size", config.intermediate_size, "seqdyn's s6 width is expand·d_model")
+        raise _refuse(family, "intermediate_size", config.intermediate_size, "seqdyn's s6 width is expand·d_model")
     options = {"state_dim": config.state_size, "expand": config.expand, "dt_rank": int(config.time_step_rank),
                "conv_size": config.conv_kernel}
+    if family == "falcon_mamba":
+        options["bcdt_rms_eps"] = config.mixer_rms_eps
     return _rmsnorm_stack(config, "s6", options)
 
 
@@ -300,6 +305,7 @@ def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
+    "falcon_mamba": (_mamba_config, _mamba_weights),
     "mamba2": (_mamba2_config, _mamba2_weights),
 }
 
@@ -311,6 +317,9 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "mamba": ("MambaForCausalLM", "MambaConfig",
               dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
                    time_step_rank=2)),
+    "falcon_mamba": ("FalconMambaForCausalLM", "FalconMambaConfig",
+                     dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
+                          time_step_rank=2)),
     "mamba2": ("Mamba2ForCausalLM", "Mamba2Config",
                dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, head_dim=4,
                     num_heads=8, n_groups=2, conv_kernel=4, chunk_size=8)),

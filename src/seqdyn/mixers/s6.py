@@ -74,6 +74,9 @@ class S6(CoefficientMixer):
             no gate; seed 000's SSD).
         scalar_decay: one learned A = a·1 shared by every channel and state (a = −1 at the start), so each
             channel decays by the scalar exp(Δ_t^c a) (seed 000's SSD); False: Mamba-1's diagonal A per channel.
+        bcdt_rms_eps: Falcon-Mamba's weightless RMS norms: B_t, C_t and the low-rank Δ input W_r x_t each divided
+            by √(mean of its squares + ε) before use, with this ε (transformers' ``mixer_rms_eps``, 1e-6); None:
+            none, as Mamba-1.
     """
 
     name = "s6"
@@ -82,8 +85,11 @@ class S6(CoefficientMixer):
     def __init__(self, d_model: int, state_dim: int = 16, expand: float = 2, dt_rank: int | Literal["auto"] = "auto",
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
                  dt_max: float = 0.1, input_projection: bool = True, scalar_decay: bool = False,
-                 chunk_size: int = 64):
+                 chunk_size: int = 64, bcdt_rms_eps: float | None = None):
         super().__init__(d_model, chunk_size)
+        if bcdt_rms_eps is not None and not bcdt_rms_eps > 0:
+            raise ValueError(f"bcdt_rms_eps: expected an ε > 0 or None, got {bcdt_rms_eps!r}")
+        self.bcdt_rms_eps = bcdt_rms_eps
         self.scalar_decay = check_choice("scalar_decay", scalar_decay, (True, False))
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = scaled_width("expand", d_model, expand)
@@ -119,6 +125,8 @@ class S6(CoefficientMixer):
         if self.convs:
             x = self.convolve("x", x, state)
         dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
+        if self.bcdt_rms_eps is not None:  # Falcon-Mamba
+            dt, b, c = (t * torch.rsqrt(t.square().mean(-1, keepdim=True) + self.bcdt_rms_eps) for t in (dt, b, c))
         step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
         if self.scalar_decay:  # g = Δ a, one scalar per channel
             decay = dict(log_decay=step * self.A)
