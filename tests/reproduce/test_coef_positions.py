@@ -10,8 +10,10 @@ from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from tests.reproduce.helpers import assert_verdict, results, row
 
 
-def table(accuracy: dict[str, list[float]]):
-    """Every readout with the given accuracy per setting and seed, at weight decay 0.1 (and 0.3 less at 0)."""
+def table(accuracy: dict[str, list[float]], params: dict | None = None):
+    """Every readout with the given accuracy per setting and seed, at weight decay 0.1 (and 0.3 less at 0); the
+    rows carry the task parameters ``params`` where given."""
+    keys = {f"task__params__{key}": value for key, value in (params or {}).items()}
     rows = []
     for readout in fig.READOUTS:
         for label, positions, decay in fig.SETTINGS:
@@ -19,7 +21,7 @@ def table(accuracy: dict[str, list[float]]):
                 for wd, lower in ((0.1, 0.0), (0.0, 0.3)):
                     rows.append(row(value - lower, model__mixer_options__readout=readout,
                                     model__mixer_options__decay=decay, model__positions=positions,
-                                    task__name=fig.TASK, optimizer__weight_decay=wd, train__seed=seed))
+                                    task__name=fig.TASK, optimizer__weight_decay=wd, train__seed=seed, **keys))
     return results(rows)
 
 
@@ -82,3 +84,19 @@ def test_lambda_follows_the_length_so_the_oldest_token_keeps_its_weight():
         (length, decay), = decays
         assert decay ** (length - 1) == pytest.approx(0.99 ** 127)
     assert fig.decay_for(128) == pytest.approx(0.99)
+
+
+def test_a_readout_that_stayed_on_the_plateau_leaves_the_claims_inconclusive_for_the_budget():
+    """The cpu run's ReLU with Λ = λI sat at 0.578 on both seeds, the noisy-recall setting's plateau (a constant or
+    a copied context value: 0.53) + 0.05: its not reaching 0.9 says nothing about Λ = λI."""
+    from seqdyn.reproduce import mad
+
+    params = fig.SCALES["cpu"]["tasks"][fig.TASK]
+    level = mad.plateau_level(fig.TASK, **params) + mad.PLATEAU_MARGIN
+    stuck = table({"PE, Λ = I": [0.95, 0.96], "no PE, Λ = λI": [level - 0.01] * 2, "no PE, Λ = I": [0.7, 0.72]},
+                  params)
+    outcome = fig.CLAIMS[0].decide(stuck)
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("budget: ") and "plateau" in outcome.reason
+    above = table({"PE, Λ = I": [0.95, 0.96], "no PE, Λ = λI": [level + 0.05] * 2, "no PE, Λ = I": [0.7, 0.72]},
+                  params)
+    assert fig.CLAIMS[0].decide(above).verdict == FAILED  # above the plateau and below 0.9: a real failure

@@ -24,7 +24,8 @@ from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Control, Outcome, Score, at_least, at_most, every, reaches
 from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET,
-                                  SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_score, mad_sweeps, pick)
+                                  SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_plateau, mad_score,
+                                  mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
 
 READOUTS = ("exp", "identity", "relu", "sigmoid")
@@ -99,10 +100,12 @@ CLAIMS = (
     Claim("PE and λI both solve",
           f"every readout reaches {SOLVED} with positions (Λ = I) and with Λ = λI (no positions)",
           "noisy in-context recall is solved by both PE and Λ_i = λI for all readout maps", _both_solve,
-          control=CONTROL),
+          control=CONTROL, plateau=mad_plateau(lambda results, task: [
+              _score(results, r, setting) for r in _readouts(results) for setting in ("PE, Λ = I", "no PE, Λ = λI")])),
     Claim("λI replaces PE", f"without positions, Λ = λI ≥ Λ = I + {MARGIN} for every readout",
           "We show that Λ_i can replace positional embeddings (PE) for the simplest choice of Λ_i",
-          _lambda_replaces_positions, control=CONTROL),
+          _lambda_replaces_positions, control=CONTROL, plateau=mad_plateau(lambda results, task: [
+              _score(results, r, setting) for r in _readouts(results) for setting in ("no PE, Λ = λI", "no PE, Λ = I")])),
     Claim("no positions, Λ = I fails", f"without positions and with Λ = I, no readout reaches {SOLVED}",
           "For Λ_i = I without PE, only [one readout] achieves non-random performance but does not perform perfectly.",
           _identity_without_positions_fails, control=CONTROL),
@@ -128,8 +131,9 @@ class Positions(Reproduction):
                "so that λ^(L−1) ≈ 0.28 as 0.99^127 at MAD's length.",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
-    wall_time = {"smoke": 8.0, "cpu": 1155.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, 2026-11-27 at 6b98999, with tests and
+    # pilots running beside it)
+    wall_time = {"smoke": 8.0, "cpu": 2007.0, "paper": None}
     paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
