@@ -19,15 +19,16 @@ Corollary 6.1); Type 1 blocks with learned positions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import Claim, Control, Outcome, Score, at_least, at_most, every, reaches
+from seqdyn.reproduce.claims import Claim, Control, Outcome, Plateau, Score, at_least, at_most, every, reaches
 from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
                                   PLATEAU_MARGIN, SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget,
-                                  mad_score, mad_sweeps, pick, task_plateau)
+                                  mad_plateau, mad_score, mad_sweeps, pick, task_plateau)
 from seqdyn.train.config import SweepConfig
 
 #: λ at MAD's L = 128, and the growth λ^(L−1) over the sequence it gives, which every length keeps
@@ -106,6 +107,11 @@ def fails_level(results: Results) -> float:
     return task_plateau(results, TASK) + PLATEAU_MARGIN
 
 
+def _plateau(compared: Callable[[Results], list[Score]]) -> Plateau:
+    """MAD's plateau rule on the readouts a claim says learn (those it says fail are meant to stay there)."""
+    return mad_plateau(lambda results, task: compared(results))
+
+
 def _unnormalized_exp_fails(results: Results) -> Outcome:
     return every({"exp": at_most(_score(results, ("exp",), "none"), fails_level(results)),
                   "linear readouts vs exp": at_least(_score(results, LINEAR, "none"), _score(results, ("exp",), "none"),
@@ -120,16 +126,17 @@ def _state_normalizer(results: Results) -> Outcome:
 CLAIMS = (
     Claim("η = Σα trains", f"with η = Σ_j α_ij every readout reaches {SOLVED}",
           "the normalization factor η_i = Σ_j α_ij ensures stable training and achieves perfect accuracy", _sum_solves,
-          control=CONTROL),
+          control=CONTROL, plateau=_plateau(lambda results: [_score(results, (r,), "sum") for r in READOUTS])),
     Claim("η = 1: exp fails", f"with η = 1, exp stays within {PLATEAU_MARGIN} of the task's plateau and the linear "
           f"readouts score ≥ exp + {MARGIN}",
           "for readout map [exp], training is unstable and the model fails to learn anything, yet for readout maps "
           "[that grow linearly] training is stable and the model achieves good performance, albeit suboptimal",
-          _unnormalized_exp_fails, control=CONTROL),
+          _unnormalized_exp_fails, control=CONTROL,
+          plateau=_plateau(lambda results: [_score(results, LINEAR, "none")])),
     Claim("linear η: only exp fails", f"with η = max(|qᵀn|, 1), exp stays within {PLATEAU_MARGIN} of the task's "
           f"plateau and ReLU and softplus reach {SOLVED}", "for readout map [exp], training is unstable and the model fails to learn anything, yet for "
           "[the others] training is stable and the model achieves perfect performance", _state_normalizer,
-          control=CONTROL),
+          control=CONTROL, plateau=_plateau(lambda results: [_score(results, (r,), "state") for r in LINEAR])),
 )
 
 
