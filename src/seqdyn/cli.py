@@ -260,11 +260,15 @@ def inspect(
     """Load a trained run, or a model folder, and print, per layer and head, the near-zero fraction, zero counts
     against K−1, the combination classes and the spectral bound of its coefficient dynamics (Sieber et al. 2025,
     §5), with a legend of the columns."""
-    from rich.markup import escape
-
     if Path(run_id).is_dir():
         _inspect_folder(Path(run_id), input, text, eps, plot)
-        return
+    else:
+        _inspect_run(run_id, store, input, examples, eps, plot)
+
+
+def _inspect_run(run_id: str, store: str, input: str, examples: int, eps: float, plot: str) -> None:
+    """``seqdyn inspect RUN_ID``: a trained run of the store, on its task's test set or ``--input``."""
+    from rich.markup import escape
 
     from seqdyn.analysis.model import format_table, table_legend
     from seqdyn.analysis.runs import inspect_run, load_inputs, principle_points

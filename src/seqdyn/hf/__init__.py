@@ -11,6 +11,10 @@ with ``AutoModel`` and ``SeqdynForCausalLM`` with ``AutoModelForCausalLM``::
     model.save_pretrained("out/tiny")
     tokens = AutoModelForCausalLM.from_pretrained("out/tiny").generate(prompt, max_new_tokens=32)
 
+``seqdyn.hf.from_transformers(model)`` converts a transformers Mamba, Falcon-Mamba or Mamba-2 model to seqdyn with the
+same weights and logits (``seqdyn.hf.convert``); ``seqdyn.hf.accelerate(model)`` runs seqdyn's operator inside a
+transformers Mamba-2 in place of its PyTorch fallback (``seqdyn.hf.acceleration``).
+
 This is the only seqdyn package that imports transformers.
 """
 
@@ -23,12 +27,14 @@ except ImportError as error:  # pragma: no cover - the extra is installed in CI
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+from seqdyn.hf.acceleration import accelerate
 from seqdyn.hf.cache import SeqdynCache, SeqdynLayerState
 from seqdyn.hf.configuration import SeqdynConfig
+from seqdyn.hf.convert import from_transformers
 from seqdyn.hf.modeling import SeqdynForCausalLM, SeqdynModel, SeqdynPreTrainedModel
 
 __all__ = ["SeqdynCache", "SeqdynConfig", "SeqdynForCausalLM", "SeqdynLayerState", "SeqdynModel",
-           "SeqdynPreTrainedModel", "transformers"]
+           "SeqdynPreTrainedModel", "accelerate", "from_transformers", "transformers"]
 
 AutoConfig.register(SeqdynConfig.model_type, SeqdynConfig, exist_ok=True)
 AutoModel.register(SeqdynConfig, SeqdynModel, exist_ok=True)

@@ -1,0 +1,119 @@
+"""seqdyn's backends inside a loaded transformers model: :func:`accelerate` swaps a family's pure-PyTorch fallback
+(what transformers runs on a CPU, or wherever ``mamba_ssm`` is not installed) for seqdyn's operator, in that model
+only, leaving every weight and every other function of transformers as it is.
+
+Swapped so far: Mamba-2's ``mamba2_chunk_scan`` (the SSD scan of ``Mamba2Mixer`` over a prompt), computed by
+:func:`seqdyn.coefficient_dynamics` with the ``chunk`` backend — the same recurrence, without the fallback's float32
+upcast of its inputs, with the final state returned for the cache, and with ``seq_idx`` (packed sequences, which the
+fallback ignores) honoured.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqdyn.core.operator import coefficient_dynamics
+
+__all__ = ["ACCELERATED", "accelerate", "ssd_chunk_scan"]
+
+
+def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
+                   D: Tensor | None = None, dt_bias: Tensor | None = None,  # noqa: N803
+                   initial_states: Tensor | None = None, dt_softplus: bool = False,
+                   dt_limit: tuple[float, float] = (0.0, float("inf")), return_final_states: bool = False,
+                   z: Tensor | None = None, seq_idx: Tensor | None = None, **_: Any):
+    """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (transformers' ``mamba2_chunk_scan``) by seqdyn's operator::
+
+        Δ = clamp(softplus(dt + dt_bias)),   S_t = exp(Δ_t A_h) S_{t−1} + Δ_t x_t B_tᵀ,   y_t = S_t C_t + D_h x_t
+
+    ``hidden_states`` x ``[b, l, h, p]``, ``dt`` ``[b, l, h]``, ``A`` ``[h]``, ``B``, ``C`` ``[b, l, g, n]`` (g groups
+    of heads), ``initial_states`` and the final state ``[b, h, p, n]``; ``z``: the output gated by SiLU(z);
+    ``seq_idx`` ``[1, l]``: packed sequences (each starts from a zero state)."""
+    heads, groups = hidden_states.shape[2], B.shape[2]
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
+    keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))  # [b, l, h, n]
+    state = None if initial_states is None else initial_states.transpose(-1, -2)  # seqdyn's S is [b, h, n, p]
+    options = dict(log_decay=dt * A.to(dt.dtype), scale=dt, backend="chunk", chunk_size=chunk_size)
+    if seq_idx is not None:
+        if return_final_states or state is not None:
+            raise ValueError("seq_idx: packed sequences run from zero states here, without a final state")
+        output = coefficient_dynamics(queries, keys, hidden_states, cu_seqlens=_cu_seqlens(seq_idx), **options)
+        final = None
+    else:
+        output, final = coefficient_dynamics(queries, keys, hidden_states, initial_state=state,
+                                             output_final_state=True, **options)
+    if D is not None:
+        output = output + (D[:, None] if D.dim() == 1 else D) * hidden_states
+    if z is not None:
+        output = output * F.silu(z)
+    return (output, final.transpose(-1, -2)) if return_final_states else output
+
+
+def _cu_seqlens(seq_idx: Tensor) -> Tensor:
+    """``seq_idx`` ``[1, l]`` (the sequence of each packed step, non-decreasing) as offsets ``[N + 1]``."""
+    if seq_idx.dim() != 2 or seq_idx.shape[0] != 1:
+        raise ValueError(f"seq_idx: expected [1, l] for a batch of one packed row, got {tuple(seq_idx.shape)}")
+    counts = torch.unique_consecutive(seq_idx[0], return_counts=True)[1]
+    return F.pad(counts.cumsum(0), (1, 0)).to(torch.int32)
+
+
+#: transformers module → {its fallback's name: seqdyn's function}: what :func:`accelerate` swaps, per family
+ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
+    "transformers.models.mamba2.modeling_mamba2": {"mamba2_chunk_scan": ssd_chunk_scan},
+}
+#: the transformers layer classes whose forward runs the functions above
+_LAYERS = {"Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2"}
+
+
+@contextmanager
+def _swapped(module_name: str) -> Iterator[None]:
+    """Within the block, the functions of :data:`ACCELERATED` for ``module_name`` replace transformers' own."""
+    module = importlib.import_module(module_name)
+    originals = {name: getattr(module, name) for name in ACCELERATED[module_name]}
+    try:
+        for name, function in ACCELERATED[module_name].items():
+            setattr(module, name, function)
+        yield
+    finally:
+        for name, function in originals.items():
+            setattr(module, name, function)
+
+
+def accelerate(model: nn.Module) -> nn.Module:
+    """``model`` (a loaded transformers model) with each layer of a family in :data:`ACCELERATED` running seqdyn's
+    function instead of transformers' fallback, in this model only (its layers' ``forward`` swap them in for the
+    duration of their own call); returns ``model``.  Raises ``ValueError`` where no layer of it is accelerated."""
+    found = 0
+    for layer in model.modules():
+        module_name = _LAYERS.get(type(layer).__name__)
+        if module_name is None:
+            continue
+        found += 1
+        if not getattr(layer, "_seqdyn_accelerated", False):  # accelerated once: not wrapped twice
+            layer.forward = _accelerated_forward(layer.forward, module_name)
+            layer._seqdyn_accelerated = True
+    if not found:
+        raise ValueError(f"model: {type(model).__name__} has no layer seqdyn accelerates (supported: "
+                         f"{', '.join(_LAYERS)})")
+    return model
+
+
+def _accelerated_forward(forward: Callable[..., Any], module_name: str) -> Callable[..., Any]:
+    @functools.wraps(forward)
+    def accelerated(*args: Any, **kwargs: Any) -> Any:
+        with _swapped(module_name):
+            return forward(*args, **kwargs)
+
+    return accelerated

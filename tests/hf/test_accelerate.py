@@ -1,0 +1,93 @@
+"""seqdyn's backends inside a loaded transformers model (issue 34, item 3): ``accelerate`` swaps Mamba-2's
+pure-PyTorch SSD scan for seqdyn's operator in that model only; logits, the cache and generation stay transformers'
+to round-off, and packed sequences (``seq_idx``) are computed each alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from seqdyn.hf import acceleration as acc  # noqa: E402
+from seqdyn.hf.convert import tiny_model  # noqa: E402
+
+#: transformers' fallback upcasts the scan to float32 whatever the dtype: both agree to a few float32 roundings
+FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
+
+
+def ids(length: int, batch: int = 2) -> torch.Tensor:
+    return torch.randint(0, 48, (batch, length), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
+def test_accelerated_mamba2_gives_transformers_logits_through_seqdyns_scan(dtype, tolerance, monkeypatch):
+    model, inputs = tiny_model("mamba2", dtype), ids(40)
+    with torch.no_grad():
+        expected = model(inputs).logits
+        calls = []
+        counted = acc.ACCELERATED["transformers.models.mamba2.modeling_mamba2"]["mamba2_chunk_scan"]
+        monkeypatch.setitem(acc.ACCELERATED["transformers.models.mamba2.modeling_mamba2"], "mamba2_chunk_scan",
+                            lambda *args, **kwargs: calls.append(1) or counted(*args, **kwargs))
+        got = acc.accelerate(model)(inputs).logits
+    assert len(calls) == 2  # one scan per layer
+    assert (got - expected).abs().max() <= tolerance * expected.abs().max()
+
+
+def test_only_the_accelerated_model_changes_and_transformers_is_left_as_it_was():
+    from transformers.models.mamba2 import modeling_mamba2
+
+    fallback = modeling_mamba2.mamba2_chunk_scan
+    accelerated, plain = acc.accelerate(tiny_model("mamba2")), tiny_model("mamba2")
+    with torch.no_grad():
+        accelerated(ids(12))
+    assert modeling_mamba2.mamba2_chunk_scan is fallback  # swapped back after the call
+    assert not getattr(plain.backbone.layers[0].mixer, "_seqdyn_accelerated", False)
+    assert acc.accelerate(accelerated) is accelerated  # a second call wraps nothing twice
+
+
+def test_generation_and_a_chunked_prefill_through_the_cache_follow_transformers():
+    prompt = ids(24, batch=1)
+    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False, pad_token_id=0,
+                    output_logits=True, return_dict_in_generate=True)
+    expected = tiny_model("mamba2", torch.float64).generate(prompt, **settings)
+    got = acc.accelerate(tiny_model("mamba2", torch.float64)).generate(prompt, **settings)
+    assert torch.equal(got.sequences, expected.sequences)
+    theirs, ours = torch.stack(expected.logits), torch.stack(got.logits)
+    assert (ours - theirs).abs().max() <= FLOAT32_ROUNDING * theirs.abs().max()
+
+
+def test_packed_sequences_by_seq_idx_are_each_computed_alone():
+    """``ssd_chunk_scan`` with ``seq_idx`` (which transformers' fallback ignores) equals each sequence's own scan."""
+    generator = torch.Generator().manual_seed(0)
+    lengths, heads, head_dim, groups, state = (5, 9, 3), 4, 2, 2, 3
+    total = sum(lengths)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    x, dt, B, C = draw(1, total, heads, head_dim), draw(1, total, heads), draw(1, total, groups, state), \
+        draw(1, total, groups, state)
+    A, D, bias = -draw(heads).exp(), draw(heads), draw(heads)
+    seq_idx = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))[None]
+    packed = acc.ssd_chunk_scan(x, dt, A, B, C, 4, D=D, dt_bias=bias, dt_softplus=True, seq_idx=seq_idx)
+    alone, start = [], 0
+    for length in lengths:
+        part = slice(start, start + length)
+        alone.append(acc.ssd_chunk_scan(x[:, part], dt[:, part], A, B[:, part], C[:, part], 4, D=D, dt_bias=bias,
+                                        dt_softplus=True))
+        start += length
+    torch.testing.assert_close(packed, torch.cat(alone, dim=1), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="seq_idx: packed sequences run from zero states"):
+        acc.ssd_chunk_scan(x, dt, A, B, C, 4, seq_idx=seq_idx, return_final_states=True)
+
+
+def test_a_model_without_an_accelerated_layer_is_refused():
+    with pytest.raises(ValueError, match="^model: MambaForCausalLM has no layer seqdyn accelerates"):
+        acc.accelerate(tiny_model("mamba"))
+
+
+def test_the_package_exports_accelerate_and_from_transformers():
+    import seqdyn.hf
+
+    assert seqdyn.hf.accelerate is acc.accelerate and callable(seqdyn.hf.from_transformers)
