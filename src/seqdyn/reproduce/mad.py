@@ -65,8 +65,9 @@ CPU_TASKS: dict[str, dict[str, Any]] = {
 CPU_LEFT_OUT: dict[str, str] = {
     "fuzzy_in_context_recall": "fuzzy recall is left out: in the difficulty pilot of the control alone (softmax, "
                                "2,000 steps, two seeds; examples/pilots/control_difficulty.py, 2026-11-27) no setting "
-                               "reached 0.9 — V = 16 with motifs of 2 at L = 32: 0.13 / 0.15, at L = 16: 0.15 / 0.71; "
-                               "motifs of 1 at L = 16: 0.43 / 0.44; V = 12 and 8 at L = 16: 0.19 / 0.20, 0.30 / 0.27 "
+                               "reached 0.9 — V = 16 with motifs of 2 at L = 32: 0.13 / 0.15, at L = 16: 0.15 / 0.71 (0.17 / "
+                               "0.75 at 6,000 steps); motifs of 1 at L = 16: 0.43 / 0.44; V = 12 and 8 at L = 16: 0.19 "
+                               "/ 0.20, 0.30 / 0.27 "
                                "(MAD's L = 64 with motifs of 3 left every model at chance, 0.13-0.16, at 6db3862)",
 }
 
