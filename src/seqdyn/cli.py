@@ -514,6 +514,21 @@ def bench_decode(
                          str(markdown) if markdown else None)
 
 
+@bench_app.command("hf")
+@_one_line_errors
+def bench_hf(
+    quick: bool = typer.Option(False, help="A toy model at 64 tokens (a first look, seconds)."),
+    lengths: str = typer.Option("1024,4096,16384", "--lengths", help="Comma-separated prompt lengths."),
+    repeats: int = typer.Option(2, min=1, help="Timed repetitions per cell after a warm-up (the fastest counts)."),
+    markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
+) -> None:
+    """A transformers Mamba-2 on its PyTorch fallback against the same model with seqdyn.hf.accelerate: prefill,
+    forward + backward and decode, side by side (needs the \\[hf] extra)."""
+    from seqdyn.bench.hf import run_hf_benchmark
+
+    run_hf_benchmark(quick, tuple(_lengths("--lengths", lengths)), repeats, str(markdown) if markdown else None)
+
+
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the config reference as Markdown (docs/config.md): each field's type, default, values and meaning."""

@@ -1,0 +1,130 @@
+"""``seqdyn bench hf``: a transformers model as it runs on a CPU (its pure-PyTorch fallbacks) against the same model
+with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread (issue 34, item 3).
+
+Per length: the prompt's forward (prefill) and forward + backward times, and greedy decoding's tokens per second,
+of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Both models share
+their weights (the accelerated one is a copy), and their logits are compared at each length first.  The targets of
+issue 34: prefill ≥ 1.5× and forward + backward ≥ 2× at 4k tokens, decoding not slower.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from seqdyn.bench.measure import one_thread, time_call
+
+#: the benchmarked models: a Mamba-2 of 2 layers at width 256 (8 heads of 64, state 64, one group), transformers'
+#: default chunk of 256
+FAMILIES: dict[str, dict[str, Any]] = {
+    "mamba2": dict(hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2,
+                   num_hidden_layers=2, vocab_size=1024, chunk_size=256),
+}
+LENGTHS = (1024, 4096, 16384)
+QUICK = dict(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2, num_hidden_layers=1,
+             vocab_size=64, chunk_size=16)
+
+
+@dataclass
+class HfRow:
+    """One family at one prompt length: seconds (transformers, accelerated) and decoding's tokens per second."""
+
+    family: str
+    length: int
+    prefill_s: tuple[float, float]
+    forward_backward_s: tuple[float, float]
+    decode_tokens_per_s: tuple[float, float]
+    largest_difference: float
+
+    @property
+    def ratios(self) -> dict[str, float]:
+        """transformers over seqdyn: > 1 where the accelerated model is faster (decoding: seqdyn's rate over
+        transformers')."""
+        return {"prefill": self.prefill_s[0] / self.prefill_s[1],
+                "forward + backward": self.forward_backward_s[0] / self.forward_backward_s[1],
+                "decode": self.decode_tokens_per_s[1] / self.decode_tokens_per_s[0]}
+
+
+def _decode_rate(model: torch.nn.Module, prompt: torch.Tensor, tokens: int) -> float:
+    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=tokens, min_new_tokens=tokens,
+                    do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(prompt, **{**settings, "max_new_tokens": 2, "min_new_tokens": 2})  # warm-up
+        start = time.perf_counter()
+        model.generate(prompt, **settings)
+    return tokens / (time.perf_counter() - start)
+
+
+def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, decode_tokens: int = 32) -> HfRow:
+    """Both models of ``family`` (config ``fields``) on a random prompt of ``length`` tokens."""
+    from seqdyn.hf import accelerate
+    from seqdyn.hf.convert import tiny_model
+
+    plain = tiny_model(family, torch.float32, **fields)
+    fast = accelerate(copy.deepcopy(plain))
+    inputs = torch.randint(0, fields["vocab_size"], (1, length), generator=torch.Generator().manual_seed(0))
+    cpu = torch.device("cpu")
+    with torch.no_grad():
+        expected, got = plain(inputs).logits, fast(inputs).logits
+    difference = float((got - expected).abs().max() / expected.abs().max())
+
+    def prefill(model):
+        return lambda: model(inputs, use_cache=False)
+
+    def train_step(model):
+        def step():
+            model.zero_grad(set_to_none=True)
+            model(inputs, use_cache=False).logits.float().mean().backward()
+        return step
+
+    with torch.no_grad():
+        prefill_s = tuple(time_call(prefill(model), cpu, repeats).best_s for model in (plain, fast))
+    backward_s = tuple(time_call(train_step(model), cpu, repeats).best_s for model in (plain, fast))
+    prompt = inputs[:, :min(length, 256)]
+    decode = tuple(_decode_rate(model, prompt, decode_tokens) for model in (plain, fast))
+    return HfRow(family, length, prefill_s, backward_s, decode, difference)
+
+
+def run_hf_benchmark(quick: bool = False, lengths: tuple[int, ...] = LENGTHS, repeats: int = 2,
+                     markdown: str | None = None) -> list[HfRow]:
+    """Every family of :data:`FAMILIES` at every length (``quick``: a toy model at 64 tokens), one thread; prints
+    and returns the rows."""
+    from rich.console import Console
+
+    console, rows = Console(width=140), []
+    with one_thread():
+        for family, fields in FAMILIES.items():
+            for length in ((64,) if quick else lengths):
+                rows.append(measure(family, length, QUICK if quick else fields, repeats, 4 if quick else 32))
+                console.print(_line(rows[-1]))
+    text = render_markdown(rows, quick)
+    console.print(text)
+    if markdown:
+        with open(markdown, "w") as file:
+            file.write(text)
+    return rows
+
+
+def _line(row: HfRow) -> str:
+    ratios = ", ".join(f"{name} {value:.2f}×" for name, value in row.ratios.items())
+    return f"{row.family} L={row.length}: {ratios} (largest logit difference {row.largest_difference:.1e})"
+
+
+def render_markdown(rows: list[HfRow], quick: bool) -> str:
+    model = "a toy Mamba-2" if quick else "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64"
+    lines = [f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({model}; float32, one thread; "
+             "ratio = transformers / seqdyn, decode = seqdyn / transformers tokens per second):", "",
+             "| family | tokens | prefill s | ratio | forward + backward s | ratio | decode tokens/s | ratio | "
+             "largest difference |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        ratios = row.ratios
+        lines.append(f"| {row.family} | {row.length:,} | {row.prefill_s[0]:.3f} → {row.prefill_s[1]:.3f} | "
+                     f"{ratios['prefill']:.2f}× | {row.forward_backward_s[0]:.3f} → {row.forward_backward_s[1]:.3f} | "
+                     f"{ratios['forward + backward']:.2f}× | {row.decode_tokens_per_s[0]:,.1f} → "
+                     f"{row.decode_tokens_per_s[1]:,.1f} | {ratios['decode']:.2f}× | {row.largest_difference:.1e} |")
+    return "\n".join(lines) + "\n"

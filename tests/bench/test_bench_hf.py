@@ -1,0 +1,26 @@
+"""``seqdyn bench hf``: transformers' Mamba-2 fallback against ``seqdyn.hf.accelerate``, side by side — each row
+measures both models, checks their logits agree, and states the ratios the way the table prints them."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from seqdyn.bench.hf import HfRow, render_markdown, run_hf_benchmark  # noqa: E402
+
+
+def test_quick_bench_measures_both_models_and_their_logits_agree(tmp_path):
+    (row,) = run_hf_benchmark(quick=True, repeats=1, markdown=str(tmp_path / "hf.md"))
+    assert row.family == "mamba2" and row.length == 64 and row.largest_difference <= 1e-5
+    assert all(seconds > 0 for seconds in (*row.prefill_s, *row.forward_backward_s, *row.decode_tokens_per_s))
+    text = (tmp_path / "hf.md").read_text()
+    assert "| mamba2 | 64 |" in text and text == render_markdown([row], quick=True)
+
+
+def test_ratios_read_transformers_over_seqdyn_and_decoding_the_other_way():
+    row = HfRow("mamba2", 4096, prefill_s=(3.0, 1.0), forward_backward_s=(8.0, 2.0), decode_tokens_per_s=(50.0, 55.0),
+                largest_difference=1e-7)
+    assert row.ratios == {"prefill": 3.0, "forward + backward": 4.0, "decode": 1.1}
+    assert "| mamba2 | 4,096 | 3.000 → 1.000 | 3.00× | 8.000 → 2.000 | 4.00× | 50.0 → 55.0 | 1.10× |" in \
+        render_markdown([row], quick=False)
