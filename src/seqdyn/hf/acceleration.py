@@ -113,6 +113,9 @@ def accelerate(model: nn.Module) -> nn.Module:
 def _accelerated_forward(forward: Callable[..., Any], module_name: str) -> Callable[..., Any]:
     @functools.wraps(forward)
     def accelerated(*args: Any, **kwargs: Any) -> Any:
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        if isinstance(hidden, Tensor) and hidden.dim() == 3 and hidden.shape[1] == 1:
+            return forward(*args, **kwargs)  # one decoded token: the step update, no scan to swap
         with _swapped(module_name):
             return forward(*args, **kwargs)
 
