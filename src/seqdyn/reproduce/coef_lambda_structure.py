@@ -165,8 +165,8 @@ class LambdaStructure(Reproduction):
                "tokens where the others copied 0.07-0.08. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
-    wall_time = {"smoke": 11.0, "cpu": 1945.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, 2026-11-27 at b16e5aa)
+    wall_time = {"smoke": 11.0, "cpu": 791.0, "paper": None}
     paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
