@@ -67,7 +67,7 @@ def convert_checkpoint(model_dir: str | Path, out_dir: str | Path) -> Path:
     source, target = Path(model_dir), Path(out_dir)
     if target.exists() and any(target.iterdir()):
         raise UnsupportedModel(f"OUT_DIR: {target} exists and is not empty; name a new folder")
-    model = _load_transformers(source)
+    model = _load_transformers(source, _checkpoint_family(source))
     converted = from_transformers(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
@@ -98,10 +98,11 @@ def load_model(model_dir: str | Path) -> SeqdynForCausalLM:
     a family in :data:`SUPPORTED` converted by :func:`from_transformers` (what ``seqdyn inspect MODEL_DIR``
     opens)."""
     source = Path(model_dir)
-    if _checkpoint_family(source) == SeqdynConfig.model_type:
+    family = _checkpoint_family(source)
+    if family == SeqdynConfig.model_type:
         with _quiet_transformers():
             return SeqdynForCausalLM.from_pretrained(source).eval()
-    return from_transformers(_load_transformers(source))
+    return from_transformers(_load_transformers(source, family))
 
 
 def tokenize(model_dir: str | Path, text: str) -> torch.Tensor:
@@ -123,11 +124,11 @@ def tokenize(model_dir: str | Path, text: str) -> torch.Tensor:
     return ids
 
 
-def _load_transformers(source: Path) -> nn.Module:
-    """The transformers model saved in ``source`` (a supported family), every weight loaded with its own shape."""
+def _load_transformers(source: Path, family: str | None) -> nn.Module:
+    """The transformers model saved in ``source`` (of ``family``, its config's ``model_type``: a supported one),
+    every weight loaded with its own shape."""
     from transformers import AutoModelForCausalLM
 
-    family = _checkpoint_family(source)
     if family not in SUPPORTED:
         raise UnsupportedModel(f"MODEL_DIR: family {family!r} ({source / 'config.json'}) has no seqdyn converter"
                                f"{_missing(family)}; supported: {', '.join(sorted(SUPPORTED))}")

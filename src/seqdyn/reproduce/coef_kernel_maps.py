@@ -30,9 +30,9 @@ from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every
 from seqdyn.reproduce.coef_readout_maps import SCALES as READOUT_SCALES
-from seqdyn.reproduce.mad import (MAD_CONTROL, left_out_words, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL, SMOKE_REDUCTION, TRANSFORMER_BLOCK,
-                                  ZERO_BOUND, best_runs, mad_plateau, mad_score, mad_sweeps, measure_best_runs, measured_score,
-                                  principle_panels, tasks_of)
+from seqdyn.reproduce.mad import (CONTROL_OPTIONS, MAD_CONTROL, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL, SMOKE_REDUCTION,
+                                  TRANSFORMER_BLOCK, ZERO_BOUND, best_runs, left_out_words, mad_plateau, mad_score,
+                                  mad_sweeps, measure_best_runs, measured_score, principle_panels, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 FEATURE = "model.mixer_options.feature_map"
@@ -52,7 +52,7 @@ SCALES: dict[str, dict[str, Any]] = {
 
 def model_entry(readout: str, feature: str | None) -> dict[str, Any]:
     """The ``model`` sweep-axis entry of one model: a Type 1 block around the ``custom`` mixer."""
-    options = {"readout": readout, "heads": 4, "decay": "none", "scale": "inv_sqrt", "normalizer": "abs_max1"}
+    options = {**CONTROL_OPTIONS, "readout": readout}  # softmax (exp, no feature map) is the MAD control itself
     if feature is not None:
         options["feature_map"] = feature
     return {**TRANSFORMER_BLOCK, "mixer": "custom", "mixer_options": options}
