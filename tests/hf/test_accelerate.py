@@ -1,6 +1,7 @@
 """seqdyn's backends inside a loaded transformers model (issue 34, item 3): ``accelerate`` swaps Mamba-2's
-pure-PyTorch SSD scan for seqdyn's operator in that model only; logits, the cache and generation stay transformers'
-to round-off, and packed sequences (``seq_idx``) are computed each alone."""
+pure-PyTorch SSD scan and Gated DeltaNet's chunked delta rule (Qwen3.5) for seqdyn's operator in that model only;
+logits, the cache and generation stay transformers' to round-off, and packed sequences (``seq_idx``,
+``cu_seqlens``) are computed each alone."""
 
 from __future__ import annotations
 
@@ -20,17 +21,25 @@ def ids(length: int, batch: int = 2) -> torch.Tensor:
     return torch.randint(0, 48, (batch, length), generator=torch.Generator().manual_seed(1))
 
 
+#: family → (the transformers module whose fallback is swapped, its name there, the layers that call it)
+SWAPPED = {"mamba2": ("transformers.models.mamba2.modeling_mamba2", "mamba2_chunk_scan", 2),
+           "qwen3_5_text": ("transformers.models.qwen3_5.modeling_qwen3_5", "torch_chunk_gated_delta_rule", 2)}
+
+
+@pytest.mark.parametrize("family", SWAPPED)
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
-def test_accelerated_mamba2_gives_transformers_logits_through_seqdyns_scan(dtype, tolerance, monkeypatch):
-    model, inputs = tiny_model("mamba2", dtype), ids(40)
+def test_accelerated_models_give_transformers_logits_through_seqdyns_operator(family, dtype, tolerance, monkeypatch):
+    """Over 150 tokens (more than one of transformers' 64-token chunks, and not a multiple of them)."""
+    module, name, layers = SWAPPED[family]
+    model, inputs = tiny_model(family, dtype), ids(150)
     with torch.no_grad():
         expected = model(inputs).logits
         calls = []
-        counted = acc.ACCELERATED["transformers.models.mamba2.modeling_mamba2"]["mamba2_chunk_scan"]
-        monkeypatch.setitem(acc.ACCELERATED["transformers.models.mamba2.modeling_mamba2"], "mamba2_chunk_scan",
+        counted = acc.ACCELERATED[module][name]
+        monkeypatch.setitem(acc.ACCELERATED[module], name,
                             lambda *args, **kwargs: calls.append(1) or counted(*args, **kwargs))
         got = acc.accelerate(model)(inputs).logits
-    assert len(calls) == 2  # one scan per layer
+    assert len(calls) == layers  # one scan per layer
     assert (got - expected).abs().max() <= tolerance * expected.abs().max()
 
 
@@ -46,12 +55,14 @@ def test_only_the_accelerated_model_changes_and_transformers_is_left_as_it_was()
     assert acc.accelerate(accelerated) is accelerated  # a second call wraps nothing twice
 
 
-def test_generation_and_a_chunked_prefill_through_the_cache_follow_transformers():
+@pytest.mark.parametrize("family", SWAPPED)
+def test_generation_after_an_accelerated_prefill_follows_transformers(family):
+    """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""
     prompt = ids(24, batch=1)
     settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False, pad_token_id=0,
                     output_logits=True, return_dict_in_generate=True)
-    expected = tiny_model("mamba2", torch.float64).generate(prompt, **settings)
-    got = acc.accelerate(tiny_model("mamba2", torch.float64)).generate(prompt, **settings)
+    expected = tiny_model(family, torch.float64).generate(prompt, **settings)
+    got = acc.accelerate(tiny_model(family, torch.float64)).generate(prompt, **settings)
     assert torch.equal(got.sequences, expected.sequences)
     theirs, ours = torch.stack(expected.logits), torch.stack(got.logits)
     assert (ours - theirs).abs().max() <= FLOAT32_ROUNDING * theirs.abs().max()
@@ -80,6 +91,50 @@ def test_packed_sequences_by_seq_idx_are_each_computed_alone():
     torch.testing.assert_close(packed, torch.cat(alone, dim=1), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="seq_idx: packed sequences run from zero states"):
         acc.ssd_chunk_scan(x, dt, A, B, C, 4, seq_idx=seq_idx, return_final_states=True)
+
+
+def test_packed_sequences_by_cu_seqlens_are_each_computed_alone_from_their_own_states():
+    """``gated_delta_rule`` with ``cu_seqlens`` (which transformers' fallback ignores) equals each sequence's own
+    chunked delta rule, each from its own initial state, with its own final state; grouped value heads."""
+    generator = torch.Generator().manual_seed(0)
+    lengths, key_heads, heads, key_dim, value_dim = (5, 9, 3), 2, 4, 3, 2
+    total = sum(lengths)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    q, k, v = draw(1, total, key_heads, key_dim), draw(1, total, key_heads, key_dim), draw(1, total, heads, value_dim)
+    g, beta = -draw(1, total, heads).exp(), torch.sigmoid(draw(1, total, heads))
+    states = draw(len(lengths), heads, key_dim, value_dim)
+    offsets = torch.tensor([0, 5, 14, 17], dtype=torch.int32)
+    packed, finals = acc.gated_delta_rule(q, k, v, g, beta, 4, initial_state=states, output_final_state=True,
+                                          use_qk_l2norm_in_kernel=True, cu_seqlens=offsets)
+    for index, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
+        part = slice(int(start), int(end))
+        alone, final = acc.gated_delta_rule(q[:, part], k[:, part], v[:, part], g[:, part], beta[:, part], 4,
+                                            initial_state=states[index:index + 1], output_final_state=True,
+                                            use_qk_l2norm_in_kernel=True)
+        torch.testing.assert_close(packed[:, part], alone, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(finals[index:index + 1], final, rtol=1e-12, atol=1e-12)
+
+
+def test_gated_delta_rule_equals_transformers_recurrent_form():
+    """Against transformers' token-by-token ``torch_recurrent_gated_delta_rule`` in float64, from a state."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import torch_recurrent_gated_delta_rule
+
+    generator = torch.Generator().manual_seed(3)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    q, k, v = draw(2, 11, 1, 4), draw(2, 11, 1, 4), draw(2, 11, 2, 3)
+    g, beta, state = -draw(2, 11, 2).exp(), torch.sigmoid(draw(2, 11, 2)), draw(2, 2, 4, 3)
+    expected = torch_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
+                                                use_qk_l2norm_in_kernel=True)
+    got = acc.gated_delta_rule(q, k, v, g, beta, 4, initial_state=state, output_final_state=True,
+                               use_qk_l2norm_in_kernel=True)
+    for ours, theirs in zip(got, expected):
+        torch.testing.assert_close(ours, theirs.double(), rtol=1e-6, atol=1e-6)
 
 
 def test_a_model_without_an_accelerated_layer_is_refused():

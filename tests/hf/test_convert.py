@@ -79,31 +79,6 @@ def test_the_head_is_tied_or_not_as_in_transformers(family, tied):
         assert (ours(inputs).logits.float() - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_prefill_in_chunks_then_32_decoded_tokens_follow_transformers(family):
-    """Greedy generation of 32 tokens after a 24-token prompt: the same tokens, and the same logits at every step;
-    and seqdyn's prefill of the prompt in chunks of 10, 10 and 4 through its cache gives transformers' logits."""
-    theirs = TINY[family](torch.float64)
-    ours = from_transformers(theirs)
-    prompt = tokens(24)[:1]
-    settings = dict(max_new_tokens=32, do_sample=False, output_logits=True, return_dict_in_generate=True,
-                    pad_token_id=0)
-    mask = torch.ones_like(prompt)  # a token equal to the pad id is a token here, not padding
-    expected = theirs.generate(prompt, attention_mask=mask, **settings)
-    got = ours.generate(prompt, attention_mask=mask, **settings)
-    assert torch.equal(got.sequences, expected.sequences)
-    got_logits, expected_logits = torch.stack(got.logits).float(), torch.stack(expected.logits)
-    assert (got_logits - expected_logits).abs().max() <= FLOAT32_ROUNDING * expected_logits.abs().max()
-    with torch.no_grad():
-        whole = theirs(prompt).logits
-        cache, chunks = None, []
-        for piece in prompt.split(10, dim=1):
-            out = ours(piece, cache=cache, use_cache=True)
-            cache = out.cache
-            chunks.append(out.logits)
-    assert (torch.cat(chunks, dim=1).float() - whole).abs().max() <= FLOAT32_ROUNDING * whole.abs().max()
-
-
 @pytest.mark.parametrize(("change", "named"), [
     ({"use_bias": True}, "use_bias=True"),
     ({"use_conv_bias": False}, "use_conv_bias=False"),
@@ -124,12 +99,43 @@ def test_mamba2_options_seqdyn_cannot_represent_are_refused_by_name(change, name
         from_transformers(tiny_mamba2(**change))
 
 
+@pytest.mark.parametrize(("change", "named"), [
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ({"rms_norm_eps": 1e-5}, "rms_norm_eps=1e-05"),
+    ({"attention_bias": True}, "attention_bias=True"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0, "partial_rotary_factor": 0.5}},
+     "rope_parameters.rope_type='linear'"),
+])
+def test_qwen3_5_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^qwen3_5_text: config option {re.escape(named)} cannot be converted"):
+        from_transformers(tiny_model("qwen3_5_text", **change))
+
+
+def test_a_qwen3_5_vision_language_checkpoint_converts_its_text_model(tmp_path):
+    """A ``qwen3_5`` checkpoint (``Qwen3_5ForConditionalGeneration``, as the released models are saved):
+    ``seqdyn convert`` converts the language model that ``AutoModelForCausalLM`` loads from it."""
+    from transformers import AutoModelForCausalLM, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from seqdyn.hf.convert import convert_checkpoint, load_model
+
+    torch.manual_seed(0)
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=16, out_hidden_size=16)
+    config = Qwen3_5Config(text_config=TINY_CONFIGS["qwen3_5_text"][2], vision_config=vision)
+    Qwen3_5ForConditionalGeneration(config).save_pretrained(tmp_path / "vlm")
+    convert_checkpoint(tmp_path / "vlm", tmp_path / "out")
+    inputs = tokens(12)
+    with torch.no_grad():
+        expected = AutoModelForCausalLM.from_pretrained(tmp_path / "vlm")(inputs).logits
+        got = load_model(tmp_path / "out")(inputs).logits
+    assert (got - expected).abs().max() <= 1e-5 * expected.abs().max()
+
+
 def test_an_unsupported_family_is_refused_in_one_line_naming_it():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: falcon_mamba, mamba, mamba2$"):
+                                               r"supported: falcon_mamba, mamba, mamba2, qwen3_5_text$"):
         from_transformers(model)
 
 
@@ -196,27 +202,32 @@ def _save_word_tokenizer(folder) -> None:
     PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0").save_pretrained(folder)
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_inspect_opens_a_transformers_checkpoint_as_coefficient_dynamics(family, tmp_path):
+@pytest.mark.parametrize(("family", "changes", "title"), [
+    ("mamba", {"hidden_size": 8}, "(s6, 2 layers)"),
+    ("qwen3_5_text", {}, "(gated_deltanet, softmax_attention, 4 layers)"),
+])
+def test_inspect_opens_a_transformers_checkpoint_as_coefficient_dynamics(family, changes, title, tmp_path):
     """`seqdyn inspect MODEL_DIR --text ...`: per layer and head of the converted model, the coefficient table
-    measured on the text through the folder's tokenizer, and the heat maps with --plot."""
+    measured on the text through the folder's tokenizer, and the heat maps with --plot — for S6 (a head per
+    channel) and for the hybrid Qwen3.5 (Gated DeltaNet heads and attention heads)."""
     from typer.testing import CliRunner
 
     from seqdyn.analysis.model import inspect_model
     from seqdyn.cli import app
 
-    theirs = TINY[family]()
+    theirs = TINY[family](**changes)
     theirs.save_pretrained(tmp_path / "model")
     _save_word_tokenizer(tmp_path / "model")
     text = " ".join(f"w{i % VOCAB}" for i in range(5, 65, 3))  # 20 words
     result = CliRunner().invoke(app, ["inspect", str(tmp_path / "model"), "--text", text, "--plot",
                                       str(tmp_path / "maps.png")], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    mixer = {"mamba": "s6", "falcon_mamba": "s6", "mamba2": "mamba2"}[family]
-    heads = from_transformers(theirs).seqdyn.blocks[0].mixer
-    expected = inspect_model(from_transformers(theirs).seqdyn, torch.tensor([[i % VOCAB for i in range(5, 65, 3)]]))
-    assert len(expected) == 2 * (heads.heads if mixer == "mamba2" else heads.inner)  # S6: one head per channel
-    assert f"({mixer}, 2 layers)" in result.output and "from --text (20 tokens)" in result.output
+    model = from_transformers(theirs).seqdyn
+    expected = inspect_model(model, torch.tensor([[i % VOCAB for i in range(5, 65, 3)]]))
+    heads = [getattr(block.mixer, "inner", None) if family == "mamba" else block.mixer.heads
+             for block in model.blocks]  # S6: one head per channel
+    assert len(expected) == sum(heads)
+    assert title in result.output and "from --text (20 tokens)" in result.output
     assert (tmp_path / "maps.png").stat().st_size > 0
 
 
@@ -259,6 +270,6 @@ def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
                                                  linear_num_value_heads=2, linear_key_head_dim=8,
                                                  linear_value_head_dim=8, layer_types=["linear_attention"]))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'qwen3_next' \(Qwen3NextForCausalLM\) has no "
-                                               r"seqdyn converter yet \(it needs Gated DeltaNet's grouped value heads, "
-                                               r".* mixture-of-experts MLP\); supported: falcon_mamba, mamba, mamba2$"):
+                                               r"seqdyn converter yet \(it needs a mixture-of-experts MLP .*\); "
+                                               r"supported: falcon_mamba, mamba, mamba2, qwen3_5_text$"):
         from_transformers(model)

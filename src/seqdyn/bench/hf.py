@@ -19,14 +19,32 @@ import torch
 from seqdyn.bench.measure import one_thread, time_call
 
 #: the benchmarked models: a Mamba-2 of 2 layers at width 256 (8 heads of 64, state 64, one group), transformers'
-#: default chunk of 256
+#: default chunk of 256; a Qwen3.5 of 4 layers at width 256 in the released models' pattern, 3 Gated DeltaNet layers
+#: (8 value heads of 64 sharing 4 query/key heads of 64, as Qwen3.5's 2:1) then one gated attention layer (4 heads of
+#: 64, 2 key-value heads), SwiGLU of 512 (transformers cannot generate from a model of Gated DeltaNet layers alone:
+#: its cache asks an attention layer for the length)
 FAMILIES: dict[str, dict[str, Any]] = {
     "mamba2": dict(hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2,
                    num_hidden_layers=2, vocab_size=1024, chunk_size=256),
+    "qwen3_5_text": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                         layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=4,
+                         linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024),
 }
+#: how the table names each benchmarked model
+MODEL_WORDS = {"mamba2": "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64",
+               "qwen3_5_text": "Qwen3.5, 3 Gated DeltaNet layers (8 value heads of 64, 4 key heads of 64) and 1 gated "
+                               "attention layer, width 256"}
 LENGTHS = (1024, 4096, 16384)
-QUICK = dict(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2, num_hidden_layers=1,
-             vocab_size=64, chunk_size=16)
+#: toy versions of :data:`FAMILIES` for ``--quick``
+QUICK: dict[str, dict[str, Any]] = {
+    "mamba2": dict(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2, num_hidden_layers=1,
+                   vocab_size=64, chunk_size=16),
+    "qwen3_5_text": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         layer_types=["linear_attention", "full_attention"], linear_num_key_heads=1,
+                         linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=64),
+}
 
 
 @dataclass
@@ -90,16 +108,20 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
 
 
 def run_hf_benchmark(quick: bool = False, lengths: tuple[int, ...] = LENGTHS, repeats: int = 2,
-                     markdown: str | None = None) -> list[HfRow]:
-    """Every family of :data:`FAMILIES` at every length (``quick``: a toy model at 64 tokens), one thread; prints
-    and returns the rows."""
+                     markdown: str | None = None, families: tuple[str, ...] = tuple(FAMILIES)) -> list[HfRow]:
+    """Each of ``families`` (of :data:`FAMILIES`) at every length (``quick``: a toy model at 64 tokens), one thread;
+    prints and returns the rows."""
     from rich.console import Console
 
+    unknown = [family for family in families if family not in FAMILIES]
+    if unknown:
+        raise ValueError(f"families: {unknown} not benchmarked; choose from {', '.join(FAMILIES)}")
     console, rows = Console(width=140), []
     with one_thread():
-        for family, fields in FAMILIES.items():
+        for family in families:
             for length in ((64,) if quick else lengths):
-                rows.append(measure(family, length, QUICK if quick else fields, repeats, 4 if quick else 32))
+                fields = (QUICK if quick else FAMILIES)[family]
+                rows.append(measure(family, length, fields, repeats, 4 if quick else 32))
                 console.print(_line(rows[-1]))
     text = render_markdown(rows, quick)
     console.print(text)
@@ -115,8 +137,8 @@ def _line(row: HfRow) -> str:
 
 
 def render_markdown(rows: list[HfRow], quick: bool) -> str:
-    model = "a toy Mamba-2" if quick else "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64"
-    lines = [f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({model}; float32, one thread; "
+    models = "toy models" if quick else "; ".join(MODEL_WORDS[family] for family in dict.fromkeys(r.family for r in rows))
+    lines = [f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({models}; float32, one thread; "
              "ratio = transformers / seqdyn, decode = seqdyn / transformers tokens per second):", "",
              "| family | tokens | prefill s | ratio | forward + backward s | ratio | decode tokens/s | ratio | "
              "largest difference |",

@@ -2,10 +2,13 @@
 (what transformers runs on a CPU, or wherever ``mamba_ssm`` is not installed) for seqdyn's operator, in that model
 only, leaving every weight and every other function of transformers as it is.
 
-Swapped so far: Mamba-2's ``mamba2_chunk_scan`` (the SSD scan of ``Mamba2Mixer`` over a prompt), computed by
-:func:`seqdyn.coefficient_dynamics` with the ``chunk`` backend — the same recurrence, without the fallback's float32
-upcast of its inputs, with the final state returned for the cache, and with ``seq_idx`` (packed sequences, which the
-fallback ignores) honoured.
+Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` with the ``chunk`` backend:
+
+- Mamba-2's ``mamba2_chunk_scan`` (the SSD scan of ``Mamba2Mixer`` over a prompt) — the same recurrence, without
+  the fallback's float32 upcast of its inputs, with the final state returned for the cache, and with ``seq_idx``
+  (packed sequences, which the fallback ignores) honoured;
+- Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3-Next and OLMo-hybrid over a prompt) — with
+  ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.operator import coefficient_dynamics
+from seqdyn.layers.norms import l2_normalize
 
-__all__ = ["ACCELERATED", "accelerate", "ssd_chunk_scan"]
+__all__ = ["ACCELERATED", "accelerate", "gated_delta_rule", "ssd_chunk_scan"]
 
 
 def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
@@ -61,6 +65,32 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     return (output, final.transpose(-1, -2)) if return_final_states else output
 
 
+def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, chunk_size: int = 64,
+                     initial_state: Tensor | None = None, output_final_state: bool = False,
+                     use_qk_l2norm_in_kernel: bool = False, cu_seqlens: Tensor | None = None, **_: Any):
+    """flash-linear-attention's ``chunk_gated_delta_rule`` (transformers' ``torch_chunk_gated_delta_rule``) by seqdyn's
+    operator (Yang et al. 2025, eq. 10)::
+
+        S_t = exp(g_t) (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K
+
+    ``query``, ``key`` ``[b, l, h_k, K]`` (each of the h_k heads serves h / h_k consecutive value heads), ``value``
+    ``[b, l, h, V]``, ``g``, ``beta`` ``[b, l, h]``, ``initial_state`` and the final state ``[b, h, K, V]``;
+    ``use_qk_l2norm_in_kernel``: q, k ← q (‖q‖² + 1e-6)^-½ first (FLA's l2norm); ``cu_seqlens`` ``[N + 1]``: packed
+    sequences in a batch of one, each from its own state.  Computed in float32 at least, as the fallback does."""
+    dtype = value.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    query, key, value, g, beta = (t.to(work) for t in (query, key, value, g, beta))
+    if use_qk_l2norm_in_kernel:
+        query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
+    heads = value.shape[2]
+    queries, keys = (t.repeat_interleave(heads // t.shape[2], dim=2) for t in (query * query.shape[-1] ** -0.5, key))
+    state = None if initial_state is None else initial_state.to(work)
+    output, final = coefficient_dynamics(queries, keys, value, log_decay=g, householder=beta, scale=beta,
+                                         initial_state=state, output_final_state=True, backend="chunk",
+                                         chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+    return output.to(dtype), (final if output_final_state else None)
+
+
 def _cu_seqlens(seq_idx: Tensor) -> Tensor:
     """``seq_idx`` ``[1, l]`` (the sequence of each packed step, non-decreasing) as offsets ``[N + 1]``."""
     if seq_idx.dim() != 2 or seq_idx.shape[0] != 1:
@@ -72,9 +102,15 @@ def _cu_seqlens(seq_idx: Tensor) -> Tensor:
 #: transformers module → {its fallback's name: seqdyn's function}: what :func:`accelerate` swaps, per family
 ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
     "transformers.models.mamba2.modeling_mamba2": {"mamba2_chunk_scan": ssd_chunk_scan},
+    "transformers.models.qwen3_5.modeling_qwen3_5": {"torch_chunk_gated_delta_rule": gated_delta_rule},
+    "transformers.models.qwen3_next.modeling_qwen3_next": {"torch_chunk_gated_delta_rule": gated_delta_rule},
+    "transformers.models.olmo_hybrid.modeling_olmo_hybrid": {"torch_chunk_gated_delta_rule": gated_delta_rule},
 }
 #: the transformers layer classes whose forward runs the functions above
-_LAYERS = {"Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2"}
+_LAYERS = {"Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
+           "Qwen3_5GatedDeltaNet": "transformers.models.qwen3_5.modeling_qwen3_5",
+           "Qwen3NextGatedDeltaNet": "transformers.models.qwen3_next.modeling_qwen3_next",
+           "OlmoHybridGatedDeltaNet": "transformers.models.olmo_hybrid.modeling_olmo_hybrid"}
 
 
 @contextmanager

@@ -10,7 +10,10 @@ Supported: ``mamba`` (``MambaForCausalLM``: Mamba-1, Gu & Dao 2023) and ``falcon
 Mamba-1 with weightless RMS norms of B, C and Δ, as transformers' CPU path computes them) → the ``s6`` mixer, and
 ``mamba2``
 (``Mamba2ForCausalLM``: Mamba-2, Dao & Gu 2024) → the ``mamba2`` mixer with its groups of B and C, each in pre-norm
-RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``.
+RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``; ``qwen3_5_text`` (``Qwen3_5ForCausalLM``, also the
+text model of a ``qwen3_5`` vision–language checkpoint) → per layer ``gated_deltanet`` (grouped value heads) or
+``softmax_attention`` (grouped key–value heads, q/k norms, partial rotary, sigmoid output gate), in pre-norm RMSNorm
+blocks with a SwiGLU MLP.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ __all__ = ["SUPPORTED", "TINY_CONFIGS", "UnsupportedModel", "check_conversion", 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: the files a transformers checkpoint keeps its weights in
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+
+
+#: vision–language checkpoints whose text model ``AutoModelForCausalLM`` loads, as the family of that text model
+TEXT_MODEL_OF = {"qwen3_5": "qwen3_5_text"}
 
 
 class UnsupportedModel(ValueError):
@@ -90,7 +97,8 @@ def _checkpoint_family(source: Path) -> str | None:
                                "config.json and its weights)")
     if not any(next(source.glob(pattern), None) for pattern in WEIGHT_FILES):
         raise UnsupportedModel(f"MODEL_DIR: {source} has no weights ({' or '.join(WEIGHT_FILES)})")
-    return getattr(AutoConfig.from_pretrained(source), "model_type", None)
+    family = getattr(AutoConfig.from_pretrained(source), "model_type", None)
+    return TEXT_MODEL_OF.get(family, family)
 
 
 def load_model(model_dir: str | Path) -> SeqdynForCausalLM:
@@ -167,8 +175,8 @@ def _quiet_transformers() -> Iterator[None]:
 
 #: the families of the roadmap (issue 34) not converted yet, with what seqdyn lacks for each
 NOT_YET: dict[str, str] = {
-    "qwen3_next": "Gated DeltaNet's grouped value heads, a gated softmax attention with q/k norms and partial rotary "
-                  "embeddings, and a mixture-of-experts MLP",
+    "qwen3_next": "a mixture-of-experts MLP (its Gated DeltaNet and gated attention layers are Qwen3.5's, which "
+                  "converts)",
     "kimi_linear": "KDA (a channel-wise decay with the delta rule), multi-head latent attention and a "
                    "mixture-of-experts MLP",
     "recurrent_gemma": "RG-LRU's block and local attention with grouped key-value heads",
@@ -303,17 +311,122 @@ def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
     _copy_rmsnorm_stack(source, target, mixer_weights)
 
 
+# --- Qwen3.5 (Qwen3_5ForCausalLM): Gated DeltaNet and gated softmax attention layers ----------------------------
+
+#: the ε of the norms inside Qwen3.5's layers that seqdyn's mixers fix: the gated head norm of Gated DeltaNet and
+#: the q/k norms of attention
+MIXER_NORM_EPS = 1e-6
+
+
+def _check_qwen3_5_options(config: Any) -> None:
+    family = config.model_type
+    if config.hidden_act != "silu":
+        raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and short convolution use SiLU")
+    if config.attention_bias:
+        raise _refuse(family, "attention_bias", True, "seqdyn's gated attention has no projection bias here")
+    if config.rms_norm_eps != MIXER_NORM_EPS:
+        raise _refuse(family, "rms_norm_eps", config.rms_norm_eps, "the head norms of seqdyn's gated_deltanet and "
+                      f"softmax_attention have ε = {MIXER_NORM_EPS}")
+    rope = dict(config.rope_parameters or {})
+    if rope.get("rope_type", "default") != "default":
+        raise _refuse(family, "rope_parameters.rope_type", rope.get("rope_type"), "seqdyn rotates by the default "
+                      "RoPE frequencies")
+    unknown = set(config.layer_types) - {"linear_attention", "full_attention"}
+    if unknown:
+        raise _refuse(family, "layer_types", sorted(unknown), "seqdyn converts linear_attention and full_attention")
+
+
+def _qwen3_5_mixers(config: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Per layer: Gated DeltaNet (grouped value heads, per-head key width, flash-linear-attention's L2 norm, no
+    convolution bias) or gated softmax attention (grouped key-value heads, q/k norms, partial rotary, sigmoid
+    output gate)."""
+    value_width = config.linear_num_value_heads * config.linear_value_head_dim
+    delta = {"heads": config.linear_num_value_heads, "key_heads": config.linear_num_key_heads,
+             "key_dim": config.linear_key_head_dim, "expand_v": value_width / config.hidden_size,
+             "conv_size": config.linear_conv_kernel_dim, "conv_bias": False, "qk_norm_eps": 1e-6}
+    rope = config.rope_parameters or {}
+    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads,
+                 "head_dim": config.head_dim, "qk_norm": True, "rotary": True, "output_gate": True,
+                 "rotary_fraction": float(rope.get("partial_rotary_factor", 1.0)),
+                 "rotary_base": float(rope.get("rope_theta", 10_000.0))}
+    return [("gated_deltanet", delta) if kind == "linear_attention" else ("softmax_attention", attention)
+            for kind in config.layer_types]
+
+
+def _qwen3_5_config(config: Any) -> SeqdynConfig:
+    """``Qwen3_5TextConfig`` → pre-norm RMSNorm blocks with a SwiGLU MLP, each with its layer's mixer."""
+    _check_qwen3_5_options(config)
+    mixers = _qwen3_5_mixers(config)
+    return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
+                        mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
+                        mlp="swiglu", mlp_ratio=config.intermediate_size / config.hidden_size, norm="rmsnorm",
+                        norm_eps=config.rms_norm_eps, tie_embeddings=config.tie_word_embeddings,
+                        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
+                        eos_token_id=config.eos_token_id)
+
+
+def _copy_centered(target: torch.Tensor, source: torch.Tensor, name: str) -> None:
+    """A zero-centered RMSNorm weight (Qwen3.5's ``x · (1 + w)``) into seqdyn's ``x · w``."""
+    _copy(target, 1.0 + source.float(), name)
+
+
+def _qwen3_5_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    _copy(ours.qkv.weight, theirs.in_proj_qkv.weight, f"{prefix}.in_proj_qkv.weight")
+    _copy(ours.convs["qkv"].weight, theirs.conv1d.weight, f"{prefix}.conv1d.weight")
+    _copy(ours.output.gate.weight, theirs.in_proj_z.weight, f"{prefix}.in_proj_z.weight")
+    _copy(ours.beta.weight, theirs.in_proj_b.weight, f"{prefix}.in_proj_b.weight")
+    _copy(ours.decay.proj.weight, theirs.in_proj_a.weight, f"{prefix}.in_proj_a.weight")
+    _copy(ours.decay.dt_bias, theirs.dt_bias, f"{prefix}.dt_bias")
+    _copy(ours.decay.a_log, theirs.A_log, f"{prefix}.A_log")
+    _copy(ours.output.norm.weight, theirs.norm.weight, f"{prefix}.norm.weight")
+    _copy(ours.output.out.weight, theirs.out_proj.weight, f"{prefix}.out_proj.weight")
+
+
+def _qwen3_5_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """``q_proj`` holds each head's query and gate rows one after the other: ``[H, 2·K, D]``."""
+    query, gate = theirs.q_proj.weight.unflatten(0, (ours.heads, 2 * ours.head_dim)).chunk(2, dim=1)
+    stacked = torch.cat([query.flatten(0, 1), theirs.k_proj.weight, theirs.v_proj.weight])
+    _copy(ours.qkv.weight, stacked, f"{prefix}.q_proj/k_proj/v_proj.weight")
+    _copy(ours.gate.weight, gate.flatten(0, 1), f"{prefix}.q_proj.weight (gate rows)")
+    _copy(ours.out.weight, theirs.o_proj.weight, f"{prefix}.o_proj.weight")
+    _copy_centered(ours.q_norm.weight, theirs.q_norm.weight, f"{prefix}.q_norm.weight")
+    _copy_centered(ours.k_norm.weight, theirs.k_norm.weight, f"{prefix}.k_norm.weight")
+
+
+def _qwen3_5_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    backbone, model = source.model, target.seqdyn
+    _copy(model.embedding.weight, backbone.embed_tokens.weight, "model.embed_tokens.weight")
+    for index, (layer, block) in enumerate(zip(backbone.layers, model.blocks)):
+        prefix = f"model.layers.{index}"
+        _copy_centered(block.norm1.weight, layer.input_layernorm.weight, f"{prefix}.input_layernorm.weight")
+        _copy_centered(block.norm2.weight, layer.post_attention_layernorm.weight,
+                       f"{prefix}.post_attention_layernorm.weight")
+        if layer.block_type == "linear_attention":
+            _qwen3_5_delta_weights(f"{prefix}.linear_attn", layer.linear_attn, block.mixer)
+        else:
+            _qwen3_5_attention_weights(f"{prefix}.self_attn", layer.self_attn, block.mixer)
+        mlp = layer.mlp
+        _copy(block.mlp.fc1.weight, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+              f"{prefix}.mlp.gate_proj/up_proj.weight")
+        _copy(block.mlp.fc2.weight, mlp.down_proj.weight, f"{prefix}.mlp.down_proj.weight")
+    _copy_centered(model.norm.weight, backbone.norm.weight, "model.norm.weight")
+    if not target.config.tie_word_embeddings:
+        _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
+
+
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
     "falcon_mamba": (_mamba_config, _mamba_weights),
     "mamba2": (_mamba2_config, _mamba2_weights),
+    "qwen3_5_text": (_qwen3_5_config, _qwen3_5_weights),
 }
 
 
 # --- tiny random models of each family, built offline: the checks of the conversion -------------------------------
 
-#: family → (its transformers causal-LM class, its config class, a tiny config's fields): 2 layers of width 16
+#: family → (its transformers causal-LM class, its config class, a tiny config's fields): 2 layers of width 16 (the
+#: hybrid Qwen3.5: 4, each mixer twice)
 TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "mamba": ("MambaForCausalLM", "MambaConfig",
               dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
@@ -324,6 +437,13 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "mamba2": ("Mamba2ForCausalLM", "Mamba2Config",
                dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, head_dim=4,
                     num_heads=8, n_groups=2, conv_kernel=4, chunk_size=8)),
+    "qwen3_5_text": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig",
+                     dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, linear_num_key_heads=2,
+                          linear_num_value_heads=4, linear_key_head_dim=6, linear_value_head_dim=8,
+                          linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"] * 2,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
+                                           "partial_rotary_factor": 0.5})),
 }
 
 

@@ -55,8 +55,12 @@ class _RMSNorm(torch.autograd.Function):
         return grad_x, grad_weight, None
 
 
-def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
-    """``x / max(‖x‖₂, ε)`` over the last axis (``F.normalize``), with the backward of :class:`_L2Normalize`."""
+def l2_normalize(x: Tensor, eps: float = 1e-12, inside_root: bool = False) -> Tensor:
+    """``x / max(‖x‖₂, ε)`` over the last axis (``F.normalize``), with the backward of :class:`_L2Normalize`;
+    ``inside_root``: ``x (‖x‖₂² + ε)^-½`` instead, flash-linear-attention's ``l2norm`` (which transformers'
+    Gated DeltaNet fallbacks copy)."""
+    if inside_root:
+        return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
     return _L2Normalize.apply(x, eps)
 
 

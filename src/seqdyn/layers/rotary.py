@@ -6,7 +6,9 @@ Each pair of channels ``(x_m, x_{m + d/2})`` of a query or key at position t is 
     rope(x)_m       = x_m cos(t θ_m) − x_{m+d/2} sin(t θ_m)
     rope(x)_{m+d/2} = x_{m+d/2} cos(t θ_m) + x_m sin(t θ_m)
 
-so that ⟨rope(q_i), rope(k_j)⟩ depends on the positions only through i − j.
+so that ⟨rope(q_i), rope(k_j)⟩ depends on the positions only through i − j.  Partial rotary embeddings (GPT-NeoX's
+``rotary_pct``, transformers' ``partial_rotary_factor``) rotate only the first ``dims`` channels so, with d = ``dims``
+in θ_m, and pass the others through unchanged.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from torch import Tensor
 ROPE_BASE = 10_000.0
 
 
-def rotary(x: Tensor, offset: int | Tensor = 0, base: float = ROPE_BASE) -> Tensor:
-    """``x`` ``[B, T, H, d]`` (d even) at positions ``offset .. offset + T − 1``, rotated (RoFormer eq. 34);
-    ``offset`` a tensor ``[T]``: the position of every step (packed sequences restart at 0)."""
+def rotary(x: Tensor, offset: int | Tensor = 0, base: float = ROPE_BASE, dims: int | None = None) -> Tensor:
+    """``x`` ``[B, T, H, d]`` at positions ``offset .. offset + T − 1``, its first ``dims`` channels (even; all of
+    them where None) rotated (RoFormer eq. 34); ``offset`` a tensor ``[T]``: the position of every step (packed
+    sequences restart at 0)."""
+    if dims is not None and dims != x.shape[-1]:
+        return torch.cat([rotary(x[..., :dims], offset, base), x[..., dims:]], dim=-1)
     dim = x.shape[-1]
     if dim % 2:
-        raise ValueError(f"rotary: the head dimension must be even to rotate channel pairs, got {dim}; choose "
-                         f"heads so that d_model / heads is even")
+        raise ValueError(f"rotary: the rotated head dimension must be even to rotate channel pairs, got {dim}; "
+                         f"choose heads (or the rotary fraction) so that it is even")
     half = dim // 2
     theta = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / dim)  # [d/2]
     positions = (offset.to(torch.float64) if isinstance(offset, Tensor)

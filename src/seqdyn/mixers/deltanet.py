@@ -1,6 +1,7 @@
 """DeltaNet: linear attention trained by the delta rule (Schlag et al. 2021; Yang et al. 2024; seed 004).
 
-Per head (K = D/H, V = expand_v·D/H), keys and queries L2-normalized after a short convolution with SiLU::
+Per head (K = D/H or ``key_dim``, V = expand_v·D/H), keys and queries L2-normalized after a short convolution with
+SiLU::
 
     β_t = σ(w_βᵀ u_t)
     S_t = (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ,   o_t = S_tᵀ (q_t K^-½)
@@ -8,6 +9,9 @@ Per head (K = D/H, V = expand_v·D/H), keys and queries L2-normalized after a sh
 
 — one step of online regression ``min_S ½‖Sᵀk_t − v_t‖²`` with step size β_t (textbook seed 004).
 Coefficient form: φ = identity, Λ_t = I − β_t k_t k_tᵀ (Householder factor with w = k), b_t = β_t K^-½, η = 1.
+The options of the released models (Qwen3-Next, Qwen3.5): ``key_heads`` query/key heads fewer than the value heads
+(each serves H / key_heads consecutive value heads, "grouped value attention"), a per-head ``key_dim``, and
+``qk_norm_eps``, the L2 norm as flash-linear-attention computes it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from seqdyn.core.dynamics import Dynamics
 from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput, ShortConv
 from seqdyn.layers.norms import l2_normalize
+from seqdyn.layers.params import check_positive
 
 
 class DeltaNet(CoefficientMixer):
@@ -32,21 +37,34 @@ class DeltaNet(CoefficientMixer):
             al. 2024); False: the projections go straight in.
         conv_size: the width of that convolution (taps, the current token included).
         output_gate: multiply the per-head RMS-normalized output by SiLU(W_g u_t) before W_O; False: RMSNorm only.
+        key_heads: the number of query/key heads (a divisor of heads); each serves heads / key_heads consecutive
+            value heads, whose states are their own; None: one per head.
+        key_dim: the width K of each query and key head; None: d_model / heads.
+        qk_norm_eps: None: q/‖q‖ (clamped at 1e-12); a value ε: q (‖q‖² + ε)^-½, flash-linear-attention's l2norm
+            (ε = 1e-6 in Qwen3-Next and Qwen3.5), likewise for k.
+        conv_bias: a bias in the short convolution.
     """
 
     name = "deltanet"
 
     def __init__(self, d_model: int, heads: int = 4, expand_v: float = 1.0, short_conv: bool = True,
-                 conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64):
+                 conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64, key_heads: int | None = None,
+                 key_dim: int | None = None, qk_norm_eps: float | None = None, conv_bias: bool = True):
         super().__init__(d_model, chunk_size)
-        self.heads = check_heads(heads, d_model)
+        self.heads = check_heads(heads, d_model) if key_dim is None else check_positive("heads", heads)
+        self.key_heads = heads if key_heads is None else check_positive("key_heads", key_heads)
+        if heads % self.key_heads:
+            raise ValueError(f"key_heads: {key_heads} does not divide heads={heads}; choose a divisor")
+        self.key_dim = d_model // heads if key_dim is None else check_positive("key_dim", key_dim)
+        self.qk_norm_eps = qk_norm_eps
         self.value_width = scaled_width("expand_v", d_model, expand_v)
         check_heads(heads, self.value_width, "expand_v·d_model")
-        self.widths = [d_model, d_model, self.value_width]  # of q, k and v
+        key_width = self.key_heads * self.key_dim
+        self.widths = [key_width, key_width, self.value_width]  # of q, k and v
         self.qkv = nn.Linear(d_model, sum(self.widths), bias=False)  # W_Q, W_K, W_V stacked: one product
         self.beta = nn.Linear(d_model, heads, bias=False)
         if short_conv:  # the three convolutions of q, k and v as one over their stacked channels
-            self.convs["qkv"] = ShortConv(sum(self.widths), conv_size)
+            self.convs["qkv"] = ShortConv(sum(self.widths), conv_size, bias=conv_bias)
         self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate)
 
     def log_decay(self, u: Tensor) -> Tensor | None:
@@ -60,11 +78,18 @@ class DeltaNet(CoefficientMixer):
         else:
             q, k, v = qkv.split(self.widths, dim=-1)
             q, k = F.silu(q), F.silu(k)
-        q, k = (l2_normalize(split_heads(t, self.heads)) for t in (q, k))
+        q, k = (self._normalize(split_heads(t, self.key_heads)) for t in (q, k))
+        if self.key_heads != self.heads:  # [B, T, H_k, K] -> [B, T, H, K]: each serves consecutive value heads
+            q, k = (t.repeat_interleave(self.heads // self.key_heads, dim=2) for t in (q, k))
         beta = torch.sigmoid(self.beta(x))
         inputs = Dynamics(q, k, split_heads(v, self.heads), householder=beta, scale=beta * q.shape[-1] ** -0.5,
                           log_decay=self.log_decay(x))
         return inputs, x
+
+    def _normalize(self, x: Tensor) -> Tensor:
+        if self.qk_norm_eps is None:
+            return l2_normalize(x)
+        return l2_normalize(x, self.qk_norm_eps, inside_root=True)
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)

@@ -1,6 +1,6 @@
 """Softmax attention (Vaswani et al. 2017; seed 000 eq. 2; seed 001 Table 1).
 
-Per head (K = V = D/H)::
+Per head h (K = V = D/H, or ``head_dim``)::
 
     q_i, k_i, v_i = W_Q u_i, W_K u_i, W_V u_i
     y_i = Σ_{j≤i} exp(q_iᵀ k_j / √K) v_j / Σ_{j≤i} exp(q_iᵀ k_j / √K),      output W_O y_i
@@ -9,14 +9,24 @@ Coefficient form: φ = exp, Λ = I, b = K^-½, η_i = Σ_j α_ij.  No finite sta
 form keeps every key; position information comes from the model (learned positions), since Λ = I (Lemma 3), or
 with ``rotary=True`` from rotary embeddings of q and k (RoFormer eq. 34; the ATTENTION block of seed 002 §3.3:
 "a 4-head attention layer and rotary positional embeddings").
+
+The options of today's hybrid language models (Qwen3 / Qwen3-Next / Qwen3.5 attention layers): ``kv_heads``
+grouped key–value heads (GQA, Ainslie et al. 2023: each key–value head serves H / kv_heads consecutive query
+heads), ``qk_norm`` an RMSNorm of each head's query and key before the rotation (Qwen3), ``rotary_fraction``
+rotating only the first channels of each head (GPT-NeoX's partial rotary), and ``output_gate`` the elementwise
+sigmoid gate after attention, ``y_i ⊙ σ(W_G u_i)`` before W_O (Qiu et al. 2025, "Gated Attention for Large
+Language Models", the G1 position).
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.layers.rotary import rotary
+from seqdyn.layers.norms import RMSNorm
+from seqdyn.layers.params import check_positive
+from seqdyn.layers.rotary import ROPE_BASE, rotary
 from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, split_heads
 
 
@@ -24,36 +34,68 @@ class SoftmaxAttention(CoefficientMixer):
     """Causal softmax attention (multi-head), the operator with readout exp and normalizer sum.
 
     Args:
-        heads: the number of heads H; K = V = d_model / H per head.
+        heads: the number of (query) heads H; K = V = d_model / H per head unless ``head_dim`` is given.
         bias: biases in the query, key, value and output projections.
-        rotary: rotary position embeddings on q and k (RoFormer; needs an even d_model / H); False: no position
-            information in the mixer.
+        rotary: rotary position embeddings on q and k (RoFormer; needs an even rotated head dimension); False: no
+            position information in the mixer.
+        kv_heads: grouped key–value heads (a divisor of heads; each serves heads / kv_heads consecutive query
+            heads); None: one per query head.
+        head_dim: the width K = V of each head; None: d_model / heads.
+        qk_norm: an RMSNorm (ε = 1e-6, a learned weight over the head dimension) of every head's query and key.
+        rotary_fraction: the fraction of each head's channels that rotary embeddings rotate (the first ones).
+        rotary_base: the base of the rotation frequencies θ_m = base^(−2m/d).
+        output_gate: multiply the attention output by σ(W_G u) elementwise before W_O.
     """
 
     name = "softmax_attention"
 
     def __init__(self, d_model: int, heads: int = 1, bias: bool = False, rotary: bool = False,
-                 chunk_size: int = 64):
+                 chunk_size: int = 64, kv_heads: int | None = None, head_dim: int | None = None,
+                 qk_norm: bool = False, rotary_fraction: float = 1.0, rotary_base: float = ROPE_BASE,
+                 output_gate: bool = False):
         super().__init__(d_model, chunk_size)
-        self.heads = check_heads(heads, d_model)
+        self.heads = check_heads(heads, d_model) if head_dim is None else check_positive("heads", heads)
+        self.head_dim = d_model // heads if head_dim is None else check_positive("head_dim", head_dim)
+        self.kv_heads = heads if kv_heads is None else check_positive("kv_heads", kv_heads)
+        if heads % self.kv_heads:
+            raise ValueError(f"kv_heads: {kv_heads} does not divide heads={heads}; choose a divisor")
         self.rotary = check_choice("rotary", rotary, (False, True))
-        if rotary and (d_model // heads) % 2:
-            raise ValueError(f"rotary: rotary embeddings rotate channel pairs, so the head dimension d_model / heads "
-                             f"= {d_model // heads} must be even; choose another heads or d_model")
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.rotary_dims, self.rotary_base = self._rotary_dims(rotary_fraction), rotary_base
+        inner, kv_inner = heads * self.head_dim, self.kv_heads * self.head_dim
+        self.widths = [inner, kv_inner, kv_inner]  # of q, k and v
+        self.qkv = nn.Linear(d_model, sum(self.widths), bias=bias)
+        self.q_norm, self.k_norm = (RMSNorm(self.head_dim), RMSNorm(self.head_dim)) if qk_norm else (None, None)
+        self.gate = nn.Linear(d_model, inner, bias=bias) if output_gate else None
+        self.out = nn.Linear(inner, d_model, bias=bias)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
-        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [B, T, H, D/H] each
+    def _rotary_dims(self, fraction: float) -> int:
+        """The rotated channels of a head, ``int(head_dim · fraction)`` as transformers counts them: even, > 0."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"rotary_fraction: expected a fraction in (0, 1], got {fraction}")
+        dims = int(self.head_dim * fraction)
+        if self.rotary and (dims == 0 or dims % 2):
+            raise ValueError(f"rotary: rotary embeddings rotate channel pairs, so the rotated head dimension "
+                             f"{dims} (head dimension {self.head_dim} × rotary_fraction {fraction}) must be even and "
+                             f"positive; choose another heads, head_dim or rotary_fraction")
+        return dims
+
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
+        q, k, v = (split_heads(t, t.shape[-1] // self.head_dim) for t in self.qkv(x).split(self.widths, dim=-1))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
-            q, k = rotary(q, state.positions), rotary(k, state.positions)
-        return Dynamics(q, k, v, readout="exp", normalizer="sum"), None
+            q, k = (rotary(t, state.positions, self.rotary_base, self.rotary_dims) for t in (q, k))
+        if self.kv_heads != self.heads:  # [B, T, H_kv, K] -> [B, T, H, K]: each serves consecutive query heads
+            k, v = (t.repeat_interleave(self.heads // self.kv_heads, dim=2) for t in (k, v))
+        return Dynamics(q, k, v, readout="exp", normalizer="sum"), x
 
-    def core_output(self, core: Tensor, extras: None) -> Tensor:
-        return self.out(core.flatten(2))
+    def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
+        y = core.flatten(2)
+        return self.out(y if self.gate is None else y * torch.sigmoid(self.gate(extras)))
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, heads={self.heads}, rotary={self.rotary}"
+        grouped = f", kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
+        return f"d_model={self.d_model}, heads={self.heads}, head_dim={self.head_dim}{grouped}, rotary={self.rotary}"
 
 
 MIXER = SoftmaxAttention

@@ -255,9 +255,10 @@ SOFTMAX_CONTROL = Control(f"softmax attention on the same task reaches Zoology's
                           EARLY_STOP)
 
 
-def compared_plateau(score: Callable[..., Score], *mixers: str, per_task: bool) -> Plateau:
-    """MQAR's plateau for the compared ``mixers`` (``score(results, mixer, task)`` their scores): on each task
-    (``per_task``) or averaged over the tasks, as the claim compares them."""
+def compared_plateau(score: Callable[..., Score], *mixers: Any, per_task: bool) -> Plateau:
+    """MQAR's plateau for the compared ``mixers`` (``score(results, mixer, task)`` their scores; a mixer may be
+    any key ``score`` takes, e.g. the index of a state size): on each task (``per_task``) or averaged over the
+    tasks, as the claim compares them."""
     def compared(results: Results) -> list[tuple[Score, float]]:
         if not per_task:
             return [(score(results, mixer), plateau_level(results)) for mixer in mixers]
