@@ -111,6 +111,18 @@ def test_qwen3_5_options_seqdyn_cannot_represent_are_refused_by_name(change, nam
         from_transformers(tiny_model("qwen3_5_text", **change))
 
 
+@pytest.mark.parametrize(("change", "named"), [
+    ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
+    ({"mamba_conv_bias": False}, "mamba_conv_bias=False"),
+    ({"mlp_bias": True}, "mlp_bias=True"),
+    ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
+    ({"rms_norm_eps": 1e-6}, "rms_norm_eps=1e-06"),
+])
+def test_bamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^bamba: config option {re.escape(named)} cannot be converted"):
+        from_transformers(tiny_model("bamba", **change))
+
+
 def test_a_qwen3_5_vision_language_checkpoint_converts_its_text_model(tmp_path):
     """A ``qwen3_5`` checkpoint (``Qwen3_5ForConditionalGeneration``, as the released models are saved):
     ``seqdyn convert`` converts the language model that ``AutoModelForCausalLM`` loads from it."""
@@ -135,7 +147,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: falcon_mamba, mamba, mamba2, qwen3_5_text$"):
+                                               r"supported: bamba, falcon_mamba, mamba, mamba2, qwen3_5_text$"):
         from_transformers(model)
 
 
@@ -271,5 +283,5 @@ def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
                                                  linear_value_head_dim=8, layer_types=["linear_attention"]))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'qwen3_next' \(Qwen3NextForCausalLM\) has no "
                                                r"seqdyn converter yet \(it needs a mixture-of-experts MLP .*\); "
-                                               r"supported: falcon_mamba, mamba, mamba2, qwen3_5_text$"):
+                                               r"supported: bamba, falcon_mamba, mamba, mamba2, qwen3_5_text$"):
         from_transformers(model)

@@ -12,8 +12,9 @@ Mamba-1 with weightless RMS norms of B, C and Δ, as transformers' CPU path comp
 (``Mamba2ForCausalLM``: Mamba-2, Dao & Gu 2024) → the ``mamba2`` mixer with its groups of B and C, each in pre-norm
 RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``; ``qwen3_5_text`` (``Qwen3_5ForCausalLM``, also the
 text model of a ``qwen3_5`` vision–language checkpoint) → per layer ``gated_deltanet`` (grouped value heads) or
-``softmax_attention`` (grouped key–value heads, q/k norms, partial rotary, sigmoid output gate), in pre-norm RMSNorm
-blocks with a SwiGLU MLP.
+``softmax_attention`` (grouped key–value heads, q/k norms, partial rotary, sigmoid output gate), and ``bamba``
+(``BambaForCausalLM``) → per layer ``mamba2`` or ``softmax_attention`` (grouped key–value heads, rotary embeddings on
+half of each head), each in pre-norm RMSNorm blocks with a SwiGLU MLP.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +183,6 @@ NOT_YET: dict[str, str] = {
                    "mixture-of-experts MLP",
     "recurrent_gemma": "RG-LRU's block and local attention with grouped key-value heads",
     "xlstm": "the mLSTM block of the xLSTM large models",
-    "bamba": "softmax attention with grouped key-value heads beside mamba2",
     "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
     "falcon_h1": "softmax attention and mamba2 in parallel within one layer",
     "nemotron_h": "layers that are a MLP or an attention alone beside mamba2",
@@ -299,16 +300,18 @@ def _mamba2_config(config: Any) -> SeqdynConfig:
     return _rmsnorm_stack(config, "mamba2", options)
 
 
-def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    def mixer_weights(prefix: str, mixer: nn.Module, ours: nn.Module) -> None:
-        _copy_linears(prefix, mixer, ours, ("in_proj", "out_proj"))
-        _copy_conv(prefix, mixer.conv1d, ours.convs["xbc"])
-        _copy(ours.decay.dt_bias, mixer.dt_bias, f"{prefix}.dt_bias")
-        _copy(ours.decay.a_log, mixer.A_log, f"{prefix}.A_log")
-        _copy(ours.skip, mixer.D, f"{prefix}.D")
-        _copy(ours.norm.weight, mixer.norm.weight, f"{prefix}.norm.weight")
+def _mamba2_mixer_weights(prefix: str, mixer: nn.Module, ours: nn.Module) -> None:
+    """A ``Mamba2Mixer`` (or Bamba's, the same weights) into seqdyn's mamba2."""
+    _copy_linears(prefix, mixer, ours, ("in_proj", "out_proj"))
+    _copy_conv(prefix, mixer.conv1d, ours.convs["xbc"])
+    _copy(ours.decay.dt_bias, mixer.dt_bias, f"{prefix}.dt_bias")
+    _copy(ours.decay.a_log, mixer.A_log, f"{prefix}.A_log")
+    _copy(ours.skip, mixer.D, f"{prefix}.D")
+    _copy(ours.norm.weight, mixer.norm.weight, f"{prefix}.norm.weight")
 
-    _copy_rmsnorm_stack(source, target, mixer_weights)
+
+def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    _copy_rmsnorm_stack(source, target, _mamba2_mixer_weights)
 
 
 # --- Qwen3.5 (Qwen3_5ForCausalLM): Gated DeltaNet and gated softmax attention layers ----------------------------
@@ -356,7 +359,12 @@ def _qwen3_5_mixers(config: Any) -> list[tuple[str, dict[str, Any]]]:
 def _qwen3_5_config(config: Any) -> SeqdynConfig:
     """``Qwen3_5TextConfig`` → pre-norm RMSNorm blocks with a SwiGLU MLP, each with its layer's mixer."""
     _check_qwen3_5_options(config)
-    mixers = _qwen3_5_mixers(config)
+    return _hybrid_config(config, _qwen3_5_mixers(config))
+
+
+def _hybrid_config(config: Any, mixers: list[tuple[str, dict[str, Any]]]) -> SeqdynConfig:
+    """A hybrid decoder: pre-norm RMSNorm blocks, each with its layer's mixer (name, options) and a SwiGLU MLP of the
+    checkpoint's width, final RMSNorm, lm head (tied or not), with the checkpoint's ε and special tokens."""
     return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
                         mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
                         mlp="swiglu", mlp_ratio=config.intermediate_size / config.hidden_size, norm="rmsnorm",
@@ -393,25 +401,98 @@ def _qwen3_5_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) 
     _copy_centered(ours.k_norm.weight, theirs.k_norm.weight, f"{prefix}.k_norm.weight")
 
 
-def _qwen3_5_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+@dataclass(frozen=True)
+class _DecoderLayout:
+    """Where a hybrid decoder keeps its weights: per layer the norm before the mixer and the one before the MLP, the
+    MLP, and the mixer of each layer type (its attribute and the function that copies it); the final norm; whether
+    its RMSNorm weights are zero-centered (``x · (1 + w)``)."""
+
+    norms: tuple[str, str]
+    mlp: str
+    mixers: dict[str, tuple[str, Callable[[str, nn.Module, nn.Module], None]]]
+    final_norm: str
+    centered: bool = False
+
+
+def _copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: _DecoderLayout) -> None:
+    """``model.embed_tokens``, each of ``model.layers`` (its two norms, its mixer by its ``block_type``, its SwiGLU
+    MLP of gate/up/down projections), the final norm and ``lm_head``."""
     backbone, model = source.model, target.seqdyn
+    norm_copy = _copy_centered if layout.centered else _copy
     _copy(model.embedding.weight, backbone.embed_tokens.weight, "model.embed_tokens.weight")
     for index, (layer, block) in enumerate(zip(backbone.layers, model.blocks)):
         prefix = f"model.layers.{index}"
-        _copy_centered(block.norm1.weight, layer.input_layernorm.weight, f"{prefix}.input_layernorm.weight")
-        _copy_centered(block.norm2.weight, layer.post_attention_layernorm.weight,
-                       f"{prefix}.post_attention_layernorm.weight")
-        if layer.block_type == "linear_attention":
-            _qwen3_5_delta_weights(f"{prefix}.linear_attn", layer.linear_attn, block.mixer)
-        else:
-            _qwen3_5_attention_weights(f"{prefix}.self_attn", layer.self_attn, block.mixer)
-        mlp = layer.mlp
+        for ours, theirs in zip((block.norm1, block.norm2), layout.norms):
+            norm_copy(ours.weight, getattr(layer, theirs).weight, f"{prefix}.{theirs}.weight")
+        attribute, mixer_weights = layout.mixers[layer.block_type]
+        mixer_weights(f"{prefix}.{attribute}", getattr(layer, attribute), block.mixer)
+        mlp, name = getattr(layer, layout.mlp), f"{prefix}.{layout.mlp}"
         _copy(block.mlp.fc1.weight, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-              f"{prefix}.mlp.gate_proj/up_proj.weight")
-        _copy(block.mlp.fc2.weight, mlp.down_proj.weight, f"{prefix}.mlp.down_proj.weight")
-    _copy_centered(model.norm.weight, backbone.norm.weight, "model.norm.weight")
+              f"{name}.gate_proj/up_proj.weight")
+        _copy(block.mlp.fc2.weight, mlp.down_proj.weight, f"{name}.down_proj.weight")
+    norm_copy(model.norm.weight, getattr(backbone, layout.final_norm).weight, f"model.{layout.final_norm}.weight")
     if not target.config.tie_word_embeddings:
         _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
+
+
+def _qwen3_5_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    layout = _DecoderLayout(("input_layernorm", "post_attention_layernorm"), "mlp",
+                            {"linear_attention": ("linear_attn", _qwen3_5_delta_weights),
+                             "full_attention": ("self_attn", _qwen3_5_attention_weights)}, "norm", centered=True)
+    _copy_decoder_stack(source, target, layout)
+
+
+# --- Bamba (BambaForCausalLM): Mamba-2 and softmax attention layers -------------------------------------------------
+
+def _check_bamba_options(config: Any) -> None:
+    family = config.model_type
+    refused = [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
+               ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
+               ("attention_bias", True, "seqdyn converts attention without projection biases here"),
+               ("mlp_bias", True, "seqdyn's SwiGLU has no biases")]
+    for option, value, why in refused:
+        if getattr(config, option) == value:
+            raise _refuse(family, option, value, why)
+    if config.hidden_act != "silu":
+        raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
+    if tuple(config.time_step_limit) != (0.0, float("inf")):
+        raise _refuse(family, "time_step_limit", tuple(config.time_step_limit), "seqdyn's mamba2 does not clamp Δ")
+    if config.rms_norm_eps != 1e-5:
+        raise _refuse(family, "rms_norm_eps", config.rms_norm_eps, "seqdyn's mamba2 gated RMSNorm has mamba_ssm's "
+                      "ε = 1e-5")
+    rope = dict(config.rope_parameters or {})
+    if rope.get("rope_type", "default") != "default":
+        raise _refuse(family, "rope_parameters.rope_type", rope.get("rope_type"), "seqdyn rotates by the default "
+                      "RoPE frequencies")
+
+
+def _bamba_config(config: Any) -> SeqdynConfig:
+    """``BambaConfig`` → pre-norm RMSNorm blocks with a SwiGLU MLP, each with mamba2 (groups of B and C) or softmax
+    attention (grouped key–value heads, rotary embeddings on half of each head)."""
+    _check_bamba_options(config)
+    rope = config.rope_parameters or {}
+    mamba2 = {"state_dim": config.mamba_d_state, "expand": config.mamba_expand, "head_dim": config.mamba_d_head,
+              "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv}
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
+                 "rotary": True, "rotary_fraction": float(rope.get("partial_rotary_factor", 1.0)),
+                 "rotary_base": float(rope.get("rope_theta", 10_000.0))}
+    mixers = [("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
+              for kind in config.layers_block_type]
+    return _hybrid_config(config, mixers)
+
+
+def _plain_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    stacked = torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight])
+    _copy(ours.qkv.weight, stacked, f"{prefix}.q_proj/k_proj/v_proj.weight")
+    _copy(ours.out.weight, theirs.o_proj.weight, f"{prefix}.o_proj.weight")
+
+
+def _bamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    layout = _DecoderLayout(("input_layernorm", "pre_ff_layernorm"), "feed_forward",
+                            {"linear_attention": ("mamba", _mamba2_mixer_weights),
+                             "full_attention": ("self_attn", _plain_attention_weights)}, "final_layernorm")
+    _copy_decoder_stack(source, target, layout)
 
 
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
@@ -420,6 +501,7 @@ SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, S
     "falcon_mamba": (_mamba_config, _mamba_weights),
     "mamba2": (_mamba2_config, _mamba2_weights),
     "qwen3_5_text": (_qwen3_5_config, _qwen3_5_weights),
+    "bamba": (_bamba_config, _bamba_weights),
 }
 
 
@@ -444,6 +526,10 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                           linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"] * 2,
                           rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
                                            "partial_rotary_factor": 0.5})),
+    "bamba": ("BambaForCausalLM", "BambaConfig",
+              dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
+                   num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,
+                   mamba_d_state=4, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)),
 }
 
 
