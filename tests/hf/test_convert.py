@@ -147,7 +147,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: bamba, falcon_mamba, mamba, mamba2, qwen3_5_text$"):
+                                               r"supported: bamba, falcon_mamba, mamba, mamba2, qwen3_5_moe_text, qwen3_5_text, qwen3_next$"):
         from_transformers(model)
 
 
@@ -273,15 +273,17 @@ def test_convert_check_prints_every_family_with_its_differences():
 
 
 def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
-    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
 
-    model = Qwen3NextForCausalLM(Qwen3NextConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
-                                                 num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                                                 intermediate_size=16, moe_intermediate_size=8, num_experts=2,
-                                                 num_experts_per_tok=1, linear_num_key_heads=1,
-                                                 linear_num_value_heads=2, linear_key_head_dim=8,
-                                                 linear_value_head_dim=8, layer_types=["linear_attention"]))
-    with pytest.raises(UnsupportedModel, match=r"^model: family 'qwen3_next' \(Qwen3NextForCausalLM\) has no "
-                                               r"seqdyn converter yet \(it needs a mixture-of-experts MLP .*\); "
-                                               r"supported: bamba, falcon_mamba, mamba, mamba2, qwen3_5_text$"):
+    model = RecurrentGemmaForCausalLM(RecurrentGemmaConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
+                                                           num_attention_heads=2, lru_width=16,
+                                                           intermediate_size=16, block_types=["recurrent"]))
+    with pytest.raises(UnsupportedModel, match=r"^model: family 'recurrent_gemma' \(RecurrentGemmaForCausalLM\) has "
+                                               r"no seqdyn converter yet \(it needs RG-LRU's block .*\); "
+                                               r"supported: bamba, .*, qwen3_next$"):
         from_transformers(model)
+
+
+def test_qwen3_next_with_dense_layers_among_the_experts_is_refused():
+    with pytest.raises(UnsupportedModel, match=r"^qwen3_next: config option decoder_sparse_step / mlp_only_layers"):
+        from_transformers(tiny_model("qwen3_next", mlp_only_layers=[1]))

@@ -109,6 +109,9 @@ STREAMING = {
                                mixer_options={"heads": 2, "rotary": True}),
     "post_norm_gated": config(block="gated", norm_position="post", short_conv=True, positions=False,
                               mixer="gated_deltanet", mixer_options={"heads": 2}),
+    # Qwen3-Next's MLP: a mixture of SwiGLU experts with a shared expert
+    "experts": config(positions=False, mlp="moe", mlp_ratio=0.5, norm="rmsnorm", mixer="gated_deltanet",
+                      mixer_options={"heads": 2}, moe={"experts": 4, "top_k": 2, "shared_ratio": 0.5}),
 }
 
 

@@ -12,7 +12,9 @@ Mamba-1 with weightless RMS norms of B, C and Δ, as transformers' CPU path comp
 (``Mamba2ForCausalLM``: Mamba-2, Dao & Gu 2024) → the ``mamba2`` mixer with its groups of B and C, each in pre-norm
 RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``; ``qwen3_5_text`` (``Qwen3_5ForCausalLM``, also the
 text model of a ``qwen3_5`` vision–language checkpoint) → per layer ``gated_deltanet`` (grouped value heads) or
-``softmax_attention`` (grouped key–value heads, q/k norms, partial rotary, sigmoid output gate), and ``bamba``
+``softmax_attention`` (grouped key–value heads, q/k norms, partial rotary, sigmoid output gate); ``qwen3_next``
+(``Qwen3NextForCausalLM``) and ``qwen3_5_moe_text`` (``Qwen3_5MoeForCausalLM``, also from a ``qwen3_5_moe``
+checkpoint) → the same layers with a mixture of experts (``mlp="moe"``) in every block; and ``bamba``
 (``BambaForCausalLM``) → per layer ``mamba2`` or ``softmax_attention`` (grouped key–value heads, rotary embeddings on
 half of each head), each in pre-norm RMSNorm blocks with a SwiGLU MLP.
 """
@@ -43,7 +45,7 @@ WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 
 
 #: vision–language checkpoints whose text model ``AutoModelForCausalLM`` loads, as the family of that text model
-TEXT_MODEL_OF = {"qwen3_5": "qwen3_5_text"}
+TEXT_MODEL_OF = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
 
 class UnsupportedModel(ValueError):
@@ -177,8 +179,6 @@ def _quiet_transformers() -> Iterator[None]:
 
 #: the families of the roadmap (issue 34) not converted yet, with what seqdyn lacks for each
 NOT_YET: dict[str, str] = {
-    "qwen3_next": "a mixture-of-experts MLP (its Gated DeltaNet and gated attention layers are Qwen3.5's, which "
-                  "converts)",
     "kimi_linear": "KDA (a channel-wise decay with the delta rule), multi-head latent attention and a "
                    "mixture-of-experts MLP",
     "recurrent_gemma": "RG-LRU's block and local attention with grouped key-value heads",
@@ -362,12 +362,14 @@ def _qwen3_5_config(config: Any) -> SeqdynConfig:
     return _hybrid_config(config, _qwen3_5_mixers(config))
 
 
-def _hybrid_config(config: Any, mixers: list[tuple[str, dict[str, Any]]]) -> SeqdynConfig:
+def _hybrid_config(config: Any, mixers: list[tuple[str, dict[str, Any]]], **mlp: Any) -> SeqdynConfig:
     """A hybrid decoder: pre-norm RMSNorm blocks, each with its layer's mixer (name, options) and a SwiGLU MLP of the
-    checkpoint's width, final RMSNorm, lm head (tied or not), with the checkpoint's ε and special tokens."""
+    checkpoint's width (or the ``mlp`` fields given), final RMSNorm, lm head (tied or not), with the checkpoint's ε
+    and special tokens."""
+    mlp = mlp or {"mlp": "swiglu", "mlp_ratio": config.intermediate_size / config.hidden_size}
     return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
                         mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
-                        mlp="swiglu", mlp_ratio=config.intermediate_size / config.hidden_size, norm="rmsnorm",
+                        **mlp, norm="rmsnorm",
                         norm_eps=config.rms_norm_eps, tie_embeddings=config.tie_word_embeddings,
                         pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
                         eos_token_id=config.eos_token_id)
@@ -412,11 +414,20 @@ class _DecoderLayout:
     mixers: dict[str, tuple[str, Callable[[str, nn.Module, nn.Module], None]]]
     final_norm: str
     centered: bool = False
+    mlp_weights: Callable[[str, nn.Module, nn.Module], None] = lambda prefix, theirs, ours: _copy_swiglu(
+        prefix, theirs, ours)
+
+
+def _copy_swiglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """A SwiGLU of ``gate_proj``, ``up_proj`` and ``down_proj`` into seqdyn's MLP (``fc1`` = [gate | up])."""
+    _copy(ours.fc1.weight, torch.cat([theirs.gate_proj.weight, theirs.up_proj.weight]),
+          f"{prefix}.gate_proj/up_proj.weight")
+    _copy(ours.fc2.weight, theirs.down_proj.weight, f"{prefix}.down_proj.weight")
 
 
 def _copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: _DecoderLayout) -> None:
-    """``model.embed_tokens``, each of ``model.layers`` (its two norms, its mixer by its ``block_type``, its SwiGLU
-    MLP of gate/up/down projections), the final norm and ``lm_head``."""
+    """``model.embed_tokens``, each of ``model.layers`` (its two norms, its mixer by its ``block_type``, its MLP),
+    the final norm and ``lm_head``."""
     backbone, model = source.model, target.seqdyn
     norm_copy = _copy_centered if layout.centered else _copy
     _copy(model.embedding.weight, backbone.embed_tokens.weight, "model.embed_tokens.weight")
@@ -426,20 +437,79 @@ def _copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: _D
             norm_copy(ours.weight, getattr(layer, theirs).weight, f"{prefix}.{theirs}.weight")
         attribute, mixer_weights = layout.mixers[layer.block_type]
         mixer_weights(f"{prefix}.{attribute}", getattr(layer, attribute), block.mixer)
-        mlp, name = getattr(layer, layout.mlp), f"{prefix}.{layout.mlp}"
-        _copy(block.mlp.fc1.weight, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-              f"{name}.gate_proj/up_proj.weight")
-        _copy(block.mlp.fc2.weight, mlp.down_proj.weight, f"{name}.down_proj.weight")
+        layout.mlp_weights(f"{prefix}.{layout.mlp}", getattr(layer, layout.mlp), block.mlp)
     norm_copy(model.norm.weight, getattr(backbone, layout.final_norm).weight, f"model.{layout.final_norm}.weight")
     if not target.config.tie_word_embeddings:
         _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
 
 
-def _qwen3_5_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+def _qwen_weights(delta_weights: Callable[[str, nn.Module, nn.Module], None], experts: bool = False
+                  ) -> Callable[[nn.Module, SeqdynForCausalLM], None]:
+    """The weight copy of a Qwen hybrid (zero-centered norms, gated attention): its Gated DeltaNet layers by
+    ``delta_weights``, its MLPs dense or (``experts``) a mixture of experts."""
+    mlp_weights = _copy_experts if experts else _copy_swiglu
     layout = _DecoderLayout(("input_layernorm", "post_attention_layernorm"), "mlp",
-                            {"linear_attention": ("linear_attn", _qwen3_5_delta_weights),
-                             "full_attention": ("self_attn", _qwen3_5_attention_weights)}, "norm", centered=True)
-    _copy_decoder_stack(source, target, layout)
+                            {"linear_attention": ("linear_attn", delta_weights),
+                             "full_attention": ("self_attn", _qwen3_5_attention_weights)}, "norm", centered=True,
+                            mlp_weights=lambda prefix, theirs, ours: mlp_weights(prefix, theirs, ours))
+    return lambda source, target: _copy_decoder_stack(source, target, layout)
+
+
+# --- Qwen3-Next (Qwen3NextForCausalLM): Qwen3.5's layers with a mixture of experts -------------------------------
+
+def _qwen3_next_config(config: Any) -> SeqdynConfig:
+    """``Qwen3NextConfig`` → Qwen3.5's layers (:func:`_qwen3_5_mixers`) with the mixture-of-experts MLP (its shared
+    expert gated by a sigmoid) in every layer."""
+    family = config.model_type
+    _check_qwen3_5_options(config)
+    if config.num_experts == 0 or config.decoder_sparse_step != 1 or config.mlp_only_layers:
+        raise _refuse(family, "decoder_sparse_step / mlp_only_layers / num_experts",
+                      (config.decoder_sparse_step, config.mlp_only_layers, config.num_experts),
+                      "seqdyn's model has one kind of MLP in every layer: experts in all of them")
+    return _hybrid_config(config, _qwen3_5_mixers(config), **_experts(config, config.norm_topk_prob))
+
+
+def _experts(config: Any, normalize: bool) -> dict[str, Any]:
+    """The model fields of the Qwen mixture of experts: ``num_experts`` SwiGLU experts of ``moe_intermediate_size``,
+    the top ``num_experts_per_tok`` per token, a shared expert of ``shared_expert_intermediate_size``."""
+    moe = {"experts": config.num_experts, "top_k": config.num_experts_per_tok, "normalize": normalize,
+           "shared_ratio": config.shared_expert_intermediate_size / config.hidden_size}
+    return {"mlp": "moe", "mlp_ratio": config.moe_intermediate_size / config.hidden_size, "moe": moe}
+
+
+def _qwen3_5_moe_config(config: Any) -> SeqdynConfig:
+    """``Qwen3_5MoeTextConfig`` → Qwen3.5's layers with the mixture of experts in every layer (top-k renormalized)."""
+    _check_qwen3_5_options(config)
+    return _hybrid_config(config, _qwen3_5_mixers(config), **_experts(config, True))
+
+
+def _qwen3_next_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """``in_proj_qkvz`` holds per query/key head its query, key, and its value heads' values and gates one after the
+    other ``[H_k, 2·K + 2·(H/H_k)·V, D]``; ``in_proj_ba`` per query/key head its value heads' β then decay rows."""
+    key_heads, key_dim, group = ours.key_heads, ours.key_dim, ours.heads // ours.key_heads
+    grouped_values = group * ours.value_width // ours.heads
+    q, k, v, z = theirs.in_proj_qkvz.weight.unflatten(0, (key_heads, -1)).split(
+        [key_dim, key_dim, grouped_values, grouped_values], dim=1)
+    b, a = theirs.in_proj_ba.weight.unflatten(0, (key_heads, -1)).split([group, group], dim=1)
+    _copy(ours.qkv.weight, torch.cat([t.flatten(0, 1) for t in (q, k, v)]), f"{prefix}.in_proj_qkvz.weight (q, k, v)")
+    _copy(ours.output.gate.weight, z.flatten(0, 1), f"{prefix}.in_proj_qkvz.weight (z)")
+    _copy(ours.beta.weight, b.flatten(0, 1), f"{prefix}.in_proj_ba.weight (b)")
+    _copy(ours.decay.proj.weight, a.flatten(0, 1), f"{prefix}.in_proj_ba.weight (a)")
+    _copy(ours.convs["qkv"].weight, theirs.conv1d.weight, f"{prefix}.conv1d.weight")
+    _copy(ours.decay.dt_bias, theirs.dt_bias, f"{prefix}.dt_bias")
+    _copy(ours.decay.a_log, theirs.A_log, f"{prefix}.A_log")
+    _copy(ours.output.norm.weight, theirs.norm.weight, f"{prefix}.norm.weight")
+    _copy(ours.output.out.weight, theirs.out_proj.weight, f"{prefix}.out_proj.weight")
+
+
+def _copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """Qwen3-Next's sparse MoE block: router ``gate``, ``experts`` (``gate_up_proj``, ``down_proj``), the shared
+    expert and its gate."""
+    _copy(ours.router.weight, theirs.gate.weight, f"{prefix}.gate.weight")
+    _copy(ours.gate_up, theirs.experts.gate_up_proj, f"{prefix}.experts.gate_up_proj")
+    _copy(ours.down, theirs.experts.down_proj, f"{prefix}.experts.down_proj")
+    _copy_swiglu(f"{prefix}.shared_expert", theirs.shared_expert, ours.shared)
+    _copy(ours.shared_gate.weight, theirs.shared_expert_gate.weight, f"{prefix}.shared_expert_gate.weight")
 
 
 # --- Bamba (BambaForCausalLM): Mamba-2 and softmax attention layers -------------------------------------------------
@@ -500,8 +570,10 @@ SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, S
     "mamba": (_mamba_config, _mamba_weights),
     "falcon_mamba": (_mamba_config, _mamba_weights),
     "mamba2": (_mamba2_config, _mamba2_weights),
-    "qwen3_5_text": (_qwen3_5_config, _qwen3_5_weights),
+    "qwen3_5_text": (_qwen3_5_config, _qwen_weights(_qwen3_5_delta_weights)),
     "bamba": (_bamba_config, _bamba_weights),
+    "qwen3_next": (_qwen3_next_config, _qwen_weights(_qwen3_next_delta_weights, experts=True)),
+    "qwen3_5_moe_text": (_qwen3_5_moe_config, _qwen_weights(_qwen3_5_delta_weights, experts=True)),
 }
 
 
@@ -526,6 +598,21 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                           linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"] * 2,
                           rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
                                            "partial_rotary_factor": 0.5})),
+    "qwen3_next": ("Qwen3NextForCausalLM", "Qwen3NextConfig",
+                   dict(vocab_size=48, hidden_size=16, num_hidden_layers=4, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+                        linear_key_head_dim=6, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                        layer_types=["linear_attention", "full_attention"] * 2, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=8, shared_expert_intermediate_size=12, intermediate_size=40,
+                        partial_rotary_factor=0.5, experts_implementation="eager")),
+    "qwen3_5_moe_text": ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig",
+                         dict(vocab_size=48, hidden_size=16, num_hidden_layers=4, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+                              linear_key_head_dim=6, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                              layer_types=["linear_attention", "full_attention"] * 2, num_experts=4,
+                              num_experts_per_tok=2, moe_intermediate_size=8, shared_expert_intermediate_size=12,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
+                                               "partial_rotary_factor": 0.5}, experts_implementation="eager")),
     "bamba": ("BambaForCausalLM", "BambaConfig",
               dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
                    num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,

@@ -101,11 +101,11 @@ class _Block(nn.Module):
     """What both blocks share: where the norms sit, and the optional MLP sub-block ``x + MLP(norm₂ x)``."""
 
     def _init_mlp(self, d_model: int, norm: str, mlp: str, mlp_ratio: float, norm_position: str,
-                  norm_eps: float | None = None) -> None:
+                  norm_eps: float | None = None, moe: dict[str, Any] | None = None) -> None:
         if norm_position not in NORM_POSITIONS:
             raise ValueError(f"norm_position: expected one of {list(NORM_POSITIONS)}, got {norm_position!r}")
         self.post_norm = norm_position == "post"
-        module = build_mlp(mlp, d_model, mlp_ratio)
+        module = build_mlp(mlp, d_model, mlp_ratio, moe)
         self.norm2 = make_norm(norm, d_model, norm_eps) if module is not None else None
         self.mlp = module
 
@@ -123,21 +123,22 @@ class _Block(nn.Module):
         return x if self.mlp is None else self._residual(x, self.norm2, self.mlp)
 
     def _mlp_projection(self) -> list[nn.Linear]:
-        return [] if self.mlp is None else [self.mlp.fc2]
+        return [] if self.mlp is None else self.mlp.output_projections()
 
 
 class TransformerBlock(_Block):
     """Type 1: ``x + mixer(norm x)`` then ``x + MLP(norm x)``; the mixer runs at the model width."""
 
     def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
-                 mlp_ratio: float = 4.0, norm_position: str = "pre", norm_eps: float | None = None):
+                 mlp_ratio: float = 4.0, norm_position: str = "pre", norm_eps: float | None = None,
+                 moe: dict[str, Any] | None = None):
         super().__init__()
         if mixer.d_model != d_model:
             raise ValueError(f"mixer: a transformer block needs a mixer of width d_model={d_model}, "
                              f"got {mixer.d_model}")
         self.norm1 = make_norm(norm, d_model, norm_eps)
         self.mixer = mixer
-        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
 
     def forward(self, x: Tensor, backend: str = "auto", cu_seqlens: Tensor | None = None) -> Tensor:
         """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``cu_seqlens`` (only the mixer reads across steps)."""
@@ -188,7 +189,7 @@ class GatedBlock(_Block):
 
     def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
                  mlp_ratio: float = 4.0, short_conv: bool = False, conv_size: int = 4, norm_position: str = "pre",
-                 norm_eps: float | None = None):
+                 norm_eps: float | None = None, moe: dict[str, Any] | None = None):
         super().__init__()
         inner = mixer.d_model
         self.norm1 = make_norm(norm, d_model, norm_eps)
@@ -198,7 +199,7 @@ class GatedBlock(_Block):
         self.mixer = mixer
         self.out_norm = RMSNorm(inner)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
-        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
 
     def _mixer_input(self, u: Tensor, conv_state: Tensor | None,
                      cu_seqlens: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

@@ -15,6 +15,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+class MixtureOfExperts(Strict):
+    """The mixture-of-experts MLP (``mlp: moe``): SwiGLU experts of hidden width round(mlp_ratio · d_model), a
+    softmax router choosing ``top_k`` of them per token, and an optional shared expert gated by a sigmoid."""
+
+    experts: int = Field(8, gt=0, description="number of experts E")
+    top_k: int = Field(2, gt=0, description="experts per token (at most experts)")
+    normalize: bool = Field(True, description="the chosen experts' router probabilities renormalized to sum to 1")
+    shared_ratio: float = Field(0.0, ge=0, description="hidden width of a shared SwiGLU expert every token passes "
+                                "through, gated by σ(w_sᵀ x), in multiples of d_model; 0: none")
+
+    @model_validator(mode="after")
+    def _check_top_k(self) -> MixtureOfExperts:
+        if self.top_k > self.experts:
+            raise ValueError(f"moe.top_k: {self.top_k} exceeds experts={self.experts}; choose top_k ≤ experts")
+        return self
+
+
 class ModelConfig(Strict):
     """The network around the mixers (DESIGN §7): blocks, widths, positions, MLP, norms and head tying."""
 
@@ -36,9 +53,12 @@ class ModelConfig(Strict):
     bidirectional: bool = Field(False, description="each block runs a second mixer of the same kind on the "
                                 "reversed sequence and adds its output: a non-causal model (seed 002's "
                                 "Pathfinder-Segmentation), which cannot step()")
-    mlp: Literal["gelu", "swiglu", "none"] = Field(
-        "gelu", description="the MLP after the mixer in every block (none: no MLP sub-block)")
-    mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP: round(mlp_ratio · d_model)")
+    mlp: Literal["gelu", "swiglu", "moe", "none"] = Field(
+        "gelu", description="the MLP after the mixer in every block (moe: a mixture of SwiGLU experts, see moe; "
+                            "none: no MLP sub-block)")
+    mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP (of each expert): "
+                                                     "round(mlp_ratio · d_model)")
+    moe: MixtureOfExperts = Field(default_factory=MixtureOfExperts, description="the experts of mlp: moe")
     norm: Literal["layernorm", "rmsnorm"] = Field(
         "layernorm", description="the norm of the blocks, the final norm and the head: LayerNorm (with bias) or "
                                  "RMSNorm")

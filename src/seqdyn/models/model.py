@@ -226,7 +226,7 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
     except ValueError as error:
         raise ValueError(f"mixer_options (layer {index}, {name}): {error}") from None
     common = dict(norm=config.norm, mlp=config.mlp, mlp_ratio=config.mlp_ratio, norm_position=config.norm_position,
-                  norm_eps=config.norm_eps)
+                  norm_eps=config.norm_eps, moe=config.moe.model_dump())
     if config.block == "transformer":
         return TransformerBlock(d, mixer, **common)
     if config.block == "gated":

@@ -36,12 +36,13 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from seqdyn.core.names import did_you_mean
-from seqdyn.models.config import ModelConfig, Strict, describe_errors
+from seqdyn.models.config import MixtureOfExperts, ModelConfig, Strict, describe_errors
 
 
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given
 ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None),
-                ("model", "bidirectional", False), ("train", "pack", False), ("model", "norm_eps", None))
+                ("model", "bidirectional", False), ("train", "pack", False), ("model", "norm_eps", None),
+                ("model", "moe", MixtureOfExperts().model_dump()))
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:

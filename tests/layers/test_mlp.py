@@ -1,0 +1,62 @@
+"""The mixture-of-experts MLP against Shazeer et al. 2017 (eqs. 1–3, softmax gating over the top k) with Qwen3-Next's
+shared expert, written as every expert computed densely for every token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seqdyn.layers.mlp import MixtureOfExperts, build_mlp
+
+D, HIDDEN, EXPERTS = 8, 6, 5
+
+
+def moe_listing(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
+    """``y = Σ_{e ∈ T(x)} p̃_e E_e(x) + σ(w_sᵀx) E_s(x)`` per token: ``p = softmax(W_r x)``, ``T(x)`` the top k of
+    ``p``, ``p̃_e = p_e / Σ_{T(x)} p`` (or ``p_e`` without renormalization), ``E(x) = W_down (SiLU(W_g x) ⊙ W_u x)``."""
+    p = torch.softmax(x @ moe.router.weight.T, dim=-1)  # [B, T, E]
+    every = torch.stack([F.silu(x @ moe.gate_up[e, :HIDDEN].T) * (x @ moe.gate_up[e, HIDDEN:].T) @ moe.down[e].T
+                         for e in range(EXPERTS)], dim=-2)  # [B, T, E, D]
+    top = torch.zeros_like(p).scatter(-1, p.topk(moe.top_k, dim=-1).indices, 1.0)
+    weights = p * top
+    if moe.normalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    y = (weights[..., None] * every).sum(-2)
+    if moe.shared is not None:
+        gate, up = (x @ moe.shared.fc1.weight.T).chunk(2, dim=-1)
+        y = y + torch.sigmoid(x @ moe.shared_gate.weight.T) * ((F.silu(gate) * up) @ moe.shared.fc2.weight.T)
+    return y
+
+
+@pytest.mark.parametrize(("top_k", "normalize", "shared_ratio"), [(2, True, 0.75), (1, False, 0.0), (5, True, 0.0)])
+def test_mixture_of_experts_matches_its_listing_with_gradients(top_k, normalize, shared_ratio):
+    torch.manual_seed(0)
+    moe = build_mlp("moe", D, HIDDEN / D, dict(experts=EXPERTS, top_k=top_k, normalize=normalize,
+                                               shared_ratio=shared_ratio)).double()
+    with torch.no_grad():
+        for parameter in moe.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    x = torch.randn(2, 7, D, dtype=torch.float64, requires_grad=True)
+    got, expected = moe(x), moe_listing(moe, x)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    grads = torch.autograd.grad(got.sum(), [x, moe.gate_up, moe.router.weight])
+    wanted = torch.autograd.grad(expected.sum(), [x, moe.gate_up, moe.router.weight])
+    for ours, theirs in zip(grads, wanted):
+        torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+    assert (moe.shared is not None) == (shared_ratio > 0)
+
+
+def test_a_top_k_beyond_the_experts_is_refused():
+    with pytest.raises(ValueError, match="moe.top_k: expected 1 ≤ top_k ≤ experts=4, got 5"):
+        build_mlp("moe", D, 1.0, dict(experts=4, top_k=5))
+
+
+def test_a_model_config_with_more_chosen_experts_than_experts_is_refused_by_field():
+    from pydantic import ValidationError
+
+    from seqdyn.models.config import ModelConfig, describe_errors
+
+    with pytest.raises(ValidationError) as raised:
+        ModelConfig(mlp="moe", moe={"experts": 2, "top_k": 3})
+    assert describe_errors(raised.value, ModelConfig) == "moe: moe.top_k: 3 exceeds experts=2; choose top_k ≤ experts"
