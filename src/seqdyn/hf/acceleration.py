@@ -7,7 +7,8 @@ Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` with the ``
 - Mamba-2's ``mamba2_chunk_scan`` (the SSD scan of ``Mamba2Mixer`` over a prompt) — the same recurrence, without
   the fallback's float32 upcast of its inputs, with the final state returned for the cache, and with ``seq_idx``
   (packed sequences, which the fallback ignores) honoured;
-- Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3-Next and OLMo-hybrid over a prompt) — with
+- Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3.5-MoE, Qwen3-Next and OLMo-hybrid over a
+  prompt) — with
   ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured.
 """
 
@@ -103,12 +104,14 @@ def _cu_seqlens(seq_idx: Tensor) -> Tensor:
 ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
     "transformers.models.mamba2.modeling_mamba2": {"mamba2_chunk_scan": ssd_chunk_scan},
     "transformers.models.qwen3_5.modeling_qwen3_5": {"torch_chunk_gated_delta_rule": gated_delta_rule},
+    "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe": {"torch_chunk_gated_delta_rule": gated_delta_rule},
     "transformers.models.qwen3_next.modeling_qwen3_next": {"torch_chunk_gated_delta_rule": gated_delta_rule},
     "transformers.models.olmo_hybrid.modeling_olmo_hybrid": {"torch_chunk_gated_delta_rule": gated_delta_rule},
 }
 #: the transformers layer classes whose forward runs the functions above
 _LAYERS = {"Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
            "Qwen3_5GatedDeltaNet": "transformers.models.qwen3_5.modeling_qwen3_5",
+           "Qwen3_5MoeGatedDeltaNet": "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
            "Qwen3NextGatedDeltaNet": "transformers.models.qwen3_next.modeling_qwen3_next",
            "OlmoHybridGatedDeltaNet": "transformers.models.olmo_hybrid.modeling_olmo_hybrid"}
 

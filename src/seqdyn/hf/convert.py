@@ -183,6 +183,8 @@ NOT_YET: dict[str, str] = {
                    "mixture-of-experts MLP",
     "recurrent_gemma": "RG-LRU's block and local attention with grouped key-value heads",
     "xlstm": "the mLSTM block of the xLSTM large models",
+    "olmo_hybrid": "attention blocks that normalize their outputs (OLMo 2's norms after the mixer and the MLP), q/k "
+                   "norms over whole projections and the delta rule's negative eigenvalues (β in [0, 2])",
     "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
     "falcon_h1": "softmax attention and mamba2 in parallel within one layer",
     "nemotron_h": "layers that are a MLP or an attention alone beside mamba2",
