@@ -15,7 +15,7 @@ def delta_rule_layer(mixer, x, log_alpha=None):
 
         q, k, v = SiLU(ShortConv(W_Q u, W_K u, W_V u)),   q, k ← q/‖q‖, k/‖k‖ per head,   β_t = σ(w_βᵀ u_t)
         (q, k ← q (‖q‖² + ε)^-½ with the mixer's qk_norm_eps, as flash-linear-attention; query/key head
-         ⌊h / (H / H_k)⌋ for value head h with its key_heads H_k)
+         ⌊h / (H / H_k)⌋ for value head h with its key_heads H_k; β_t = 2σ(w_βᵀ u_t) with negative_eigenvalues)
         S_t = α_t (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K
         y_t = W_O (RMSNorm_head(o_t) [⊙ SiLU(W_g u_t)])
 
@@ -32,6 +32,7 @@ def delta_rule_layer(mixer, x, log_alpha=None):
     group = torch.arange(heads) // (heads // mixer.key_heads)  # the query/key head of each value head
     q, k, v = q[:, :, group] / q.shape[-1] ** 0.5, k[:, :, group], v.view(batch, length, heads, -1)
     beta = torch.sigmoid(x @ mixer.beta.weight.T)[..., None]  # [B, T, H, 1]
+    beta = 2 * beta if mixer.negative_eigenvalues else beta  # β ∈ (0, 2): eigenvalue 1 − β < 0 possible
     alpha = torch.ones_like(beta) if log_alpha is None else torch.exp(log_alpha)[..., None]
 
     def transition(t, state):  # α_t (I − β_t k_t k_tᵀ) applied to a state [B, H, K, ·]

@@ -60,3 +60,20 @@ def test_grouped_options_are_checked(options, message):
 
     with pytest.raises(ValueError, match=message):
         mixers.build("gated_deltanet", D, **options)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_gated_deltanet_with_negative_eigenvalues_matches_grazzi_et_al(part):
+    """β_t = 2σ(·) (Grazzi et al. 2025, §4): the Householder factor's eigenvalue along k_t, 1 − β_t, may be negative."""
+    mixer = double_mixer("gated_deltanet", D, heads=HEADS, conv_size=CONV, negative_eigenvalues=True)
+    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), gated_deltanet_layer,
+                       state_of=lambda state: (state.core, state.conv["qkv"]))
+
+
+def test_negative_eigenvalues_reach_below_zero():
+    """With β_t > 1 the transition flips the state's component along k_t: some β exceeds 1 on random inputs."""
+    mixer = double_mixer("gated_deltanet", D, heads=HEADS, conv_size=CONV, negative_eigenvalues=True)
+    with torch.no_grad():
+        mixer.beta.weight.mul_(10)
+        dynamics, _ = mixer.core_inputs(inputs(1, 30, D, seed=4), mixer.init_state(1))
+    assert dynamics.householder.max() > 1.5 and dynamics.householder.max() < 2.0

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput, ShortConv
 from seqdyn.layers.norms import l2_normalize
 from seqdyn.layers.params import check_positive
@@ -43,14 +43,19 @@ class DeltaNet(CoefficientMixer):
         qk_norm_eps: None: q/‖q‖ (clamped at 1e-12); a value ε: q (‖q‖² + ε)^-½, flash-linear-attention's l2norm
             (ε = 1e-6 in Qwen3-Next and Qwen3.5), likewise for k.
         conv_bias: a bias in the short convolution.
+        negative_eigenvalues: β_t = 2σ(w_βᵀ u_t) ∈ (0, 2), so that I − β_t k_t k_tᵀ has the eigenvalue 1 − β_t ∈ (−1, 1)
+            along k_t (Grazzi et al. 2025, "Unlocking state-tracking in linear RNNs through negative eigenvalues",
+            OLMo-hybrid's allow_neg_eigval); False: β_t = σ(w_βᵀ u_t).
     """
 
     name = "deltanet"
 
     def __init__(self, d_model: int, heads: int = 4, expand_v: float = 1.0, short_conv: bool = True,
                  conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64, key_heads: int | None = None,
-                 key_dim: int | None = None, qk_norm_eps: float | None = None, conv_bias: bool = True):
+                 key_dim: int | None = None, qk_norm_eps: float | None = None, conv_bias: bool = True,
+                 negative_eigenvalues: bool = False):
         super().__init__(d_model, chunk_size)
+        self.negative_eigenvalues = check_choice("negative_eigenvalues", negative_eigenvalues, (False, True))
         self.heads = check_heads(heads, d_model) if key_dim is None else check_positive("heads", heads)
         self.key_heads = heads if key_heads is None else check_positive("key_heads", key_heads)
         if heads % self.key_heads:
@@ -81,7 +86,7 @@ class DeltaNet(CoefficientMixer):
         q, k = (self._normalize(split_heads(t, self.key_heads)) for t in (q, k))
         if self.key_heads != self.heads:  # [B, T, H_k, K] -> [B, T, H, K]: each serves consecutive value heads
             q, k = (t.repeat_interleave(self.heads // self.key_heads, dim=2) for t in (q, k))
-        beta = torch.sigmoid(self.beta(x))
+        beta = torch.sigmoid(self.beta(x)) * (2.0 if self.negative_eigenvalues else 1.0)
         inputs = Dynamics(q, k, split_heads(v, self.heads), householder=beta, scale=beta * q.shape[-1] ** -0.5,
                           log_decay=self.log_decay(x))
         return inputs, x
