@@ -8,8 +8,7 @@ Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` with the ``
   the fallback's float32 upcast of its inputs, with the final state returned for the cache, and with ``seq_idx``
   (packed sequences, which the fallback ignores) honoured;
 - Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3.5-MoE, Qwen3-Next and OLMo-hybrid over a
-  prompt) — with
-  ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured.
+  prompt) — with ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured.
 """
 
 from __future__ import annotations

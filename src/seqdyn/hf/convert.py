@@ -323,6 +323,22 @@ def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
 MIXER_NORM_EPS = 1e-6
 
 
+def _check_default_rope(config: Any) -> None:
+    """The checkpoint's rotary embeddings must be RoPE's default frequencies (no scaling), the ones seqdyn rotates by."""
+    rope_type = (config.rope_parameters or {}).get("rope_type", "default")
+    if rope_type != "default":
+        raise _refuse(config.model_type, "rope_parameters.rope_type", rope_type, "seqdyn rotates by the default "
+                      "RoPE frequencies")
+
+
+def _rotary_options(config: Any) -> dict[str, Any]:
+    """softmax_attention's rotary options from the checkpoint's ``rope_parameters``: rotary embeddings on the
+    ``partial_rotary_factor`` of each head, at base ``rope_theta``."""
+    rope = config.rope_parameters or {}
+    return {"rotary": True, "rotary_fraction": float(rope.get("partial_rotary_factor", 1.0)),
+            "rotary_base": float(rope.get("rope_theta", 10_000.0))}
+
+
 def _check_qwen3_5_options(config: Any) -> None:
     family = config.model_type
     if config.hidden_act != "silu":
@@ -332,10 +348,7 @@ def _check_qwen3_5_options(config: Any) -> None:
     if config.rms_norm_eps != MIXER_NORM_EPS:
         raise _refuse(family, "rms_norm_eps", config.rms_norm_eps, "the head norms of seqdyn's gated_deltanet and "
                       f"softmax_attention have ε = {MIXER_NORM_EPS}")
-    rope = dict(config.rope_parameters or {})
-    if rope.get("rope_type", "default") != "default":
-        raise _refuse(family, "rope_parameters.rope_type", rope.get("rope_type"), "seqdyn rotates by the default "
-                      "RoPE frequencies")
+    _check_default_rope(config)
     unknown = set(config.layer_types) - {"linear_attention", "full_attention"}
     if unknown:
         raise _refuse(family, "layer_types", sorted(unknown), "seqdyn converts linear_attention and full_attention")
@@ -349,11 +362,8 @@ def _qwen3_5_mixers(config: Any) -> list[tuple[str, dict[str, Any]]]:
     delta = {"heads": config.linear_num_value_heads, "key_heads": config.linear_num_key_heads,
              "key_dim": config.linear_key_head_dim, "expand_v": value_width / config.hidden_size,
              "conv_size": config.linear_conv_kernel_dim, "conv_bias": False, "qk_norm_eps": 1e-6}
-    rope = config.rope_parameters or {}
     attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads,
-                 "head_dim": config.head_dim, "qk_norm": True, "rotary": True, "output_gate": True,
-                 "rotary_fraction": float(rope.get("partial_rotary_factor", 1.0)),
-                 "rotary_base": float(rope.get("rope_theta", 10_000.0))}
+                 "head_dim": config.head_dim, "qk_norm": True, "output_gate": True, **_rotary_options(config)}
     return [("gated_deltanet", delta) if kind == "linear_attention" else ("softmax_attention", attention)
             for kind in config.layer_types]
 
@@ -382,16 +392,22 @@ def _copy_centered(target: torch.Tensor, source: torch.Tensor, name: str) -> Non
     _copy(target, 1.0 + source.float(), name)
 
 
-def _qwen3_5_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
-    _copy(ours.qkv.weight, theirs.in_proj_qkv.weight, f"{prefix}.in_proj_qkv.weight")
+def _copy_delta_rest(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """What every transformers Gated DeltaNet keeps alike: the convolution, Δ's bias, A, the gated head norm and the
+    output projection."""
     _copy(ours.convs["qkv"].weight, theirs.conv1d.weight, f"{prefix}.conv1d.weight")
-    _copy(ours.output.gate.weight, theirs.in_proj_z.weight, f"{prefix}.in_proj_z.weight")
-    _copy(ours.beta.weight, theirs.in_proj_b.weight, f"{prefix}.in_proj_b.weight")
-    _copy(ours.decay.proj.weight, theirs.in_proj_a.weight, f"{prefix}.in_proj_a.weight")
     _copy(ours.decay.dt_bias, theirs.dt_bias, f"{prefix}.dt_bias")
     _copy(ours.decay.a_log, theirs.A_log, f"{prefix}.A_log")
     _copy(ours.output.norm.weight, theirs.norm.weight, f"{prefix}.norm.weight")
     _copy(ours.output.out.weight, theirs.out_proj.weight, f"{prefix}.out_proj.weight")
+
+
+def _qwen3_5_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    _copy(ours.qkv.weight, theirs.in_proj_qkv.weight, f"{prefix}.in_proj_qkv.weight")
+    _copy(ours.output.gate.weight, theirs.in_proj_z.weight, f"{prefix}.in_proj_z.weight")
+    _copy(ours.beta.weight, theirs.in_proj_b.weight, f"{prefix}.in_proj_b.weight")
+    _copy(ours.decay.proj.weight, theirs.in_proj_a.weight, f"{prefix}.in_proj_a.weight")
+    _copy_delta_rest(prefix, theirs, ours)
 
 
 def _qwen3_5_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
@@ -405,6 +421,13 @@ def _qwen3_5_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) 
     _copy_centered(ours.k_norm.weight, theirs.k_norm.weight, f"{prefix}.k_norm.weight")
 
 
+def _copy_swiglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """A SwiGLU of ``gate_proj``, ``up_proj`` and ``down_proj`` into seqdyn's MLP (``fc1`` = [gate | up])."""
+    _copy(ours.fc1.weight, torch.cat([theirs.gate_proj.weight, theirs.up_proj.weight]),
+          f"{prefix}.gate_proj/up_proj.weight")
+    _copy(ours.fc2.weight, theirs.down_proj.weight, f"{prefix}.down_proj.weight")
+
+
 @dataclass(frozen=True)
 class _DecoderLayout:
     """Where a hybrid decoder keeps its weights: per layer the norm before the mixer and the one before the MLP, the
@@ -416,15 +439,7 @@ class _DecoderLayout:
     mixers: dict[str, tuple[str, Callable[[str, nn.Module, nn.Module], None]]]
     final_norm: str
     centered: bool = False
-    mlp_weights: Callable[[str, nn.Module, nn.Module], None] = lambda prefix, theirs, ours: _copy_swiglu(
-        prefix, theirs, ours)
-
-
-def _copy_swiglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
-    """A SwiGLU of ``gate_proj``, ``up_proj`` and ``down_proj`` into seqdyn's MLP (``fc1`` = [gate | up])."""
-    _copy(ours.fc1.weight, torch.cat([theirs.gate_proj.weight, theirs.up_proj.weight]),
-          f"{prefix}.gate_proj/up_proj.weight")
-    _copy(ours.fc2.weight, theirs.down_proj.weight, f"{prefix}.down_proj.weight")
+    mlp_weights: Callable[[str, nn.Module, nn.Module], None] = _copy_swiglu
 
 
 def _copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: _DecoderLayout) -> None:
@@ -449,11 +464,10 @@ def _qwen_weights(delta_weights: Callable[[str, nn.Module, nn.Module], None], ex
                   ) -> Callable[[nn.Module, SeqdynForCausalLM], None]:
     """The weight copy of a Qwen hybrid (zero-centered norms, gated attention): its Gated DeltaNet layers by
     ``delta_weights``, its MLPs dense or (``experts``) a mixture of experts."""
-    mlp_weights = _copy_experts if experts else _copy_swiglu
     layout = _DecoderLayout(("input_layernorm", "post_attention_layernorm"), "mlp",
                             {"linear_attention": ("linear_attn", delta_weights),
                              "full_attention": ("self_attn", _qwen3_5_attention_weights)}, "norm", centered=True,
-                            mlp_weights=lambda prefix, theirs, ours: mlp_weights(prefix, theirs, ours))
+                            mlp_weights=_copy_experts if experts else _copy_swiglu)
     return lambda source, target: _copy_decoder_stack(source, target, layout)
 
 
@@ -497,11 +511,7 @@ def _qwen3_next_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -
     _copy(ours.output.gate.weight, z.flatten(0, 1), f"{prefix}.in_proj_qkvz.weight (z)")
     _copy(ours.beta.weight, b.flatten(0, 1), f"{prefix}.in_proj_ba.weight (b)")
     _copy(ours.decay.proj.weight, a.flatten(0, 1), f"{prefix}.in_proj_ba.weight (a)")
-    _copy(ours.convs["qkv"].weight, theirs.conv1d.weight, f"{prefix}.conv1d.weight")
-    _copy(ours.decay.dt_bias, theirs.dt_bias, f"{prefix}.dt_bias")
-    _copy(ours.decay.a_log, theirs.A_log, f"{prefix}.A_log")
-    _copy(ours.output.norm.weight, theirs.norm.weight, f"{prefix}.norm.weight")
-    _copy(ours.output.out.weight, theirs.out_proj.weight, f"{prefix}.out_proj.weight")
+    _copy_delta_rest(prefix, theirs, ours)
 
 
 def _copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
@@ -532,23 +542,18 @@ def _check_bamba_options(config: Any) -> None:
     if config.rms_norm_eps != 1e-5:
         raise _refuse(family, "rms_norm_eps", config.rms_norm_eps, "seqdyn's mamba2 gated RMSNorm has mamba_ssm's "
                       "ε = 1e-5")
-    rope = dict(config.rope_parameters or {})
-    if rope.get("rope_type", "default") != "default":
-        raise _refuse(family, "rope_parameters.rope_type", rope.get("rope_type"), "seqdyn rotates by the default "
-                      "RoPE frequencies")
+    _check_default_rope(config)
 
 
 def _bamba_config(config: Any) -> SeqdynConfig:
     """``BambaConfig`` → pre-norm RMSNorm blocks with a SwiGLU MLP, each with mamba2 (groups of B and C) or softmax
     attention (grouped key–value heads, rotary embeddings on half of each head)."""
     _check_bamba_options(config)
-    rope = config.rope_parameters or {}
     mamba2 = {"state_dim": config.mamba_d_state, "expand": config.mamba_expand, "head_dim": config.mamba_d_head,
               "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv}
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
-                 "rotary": True, "rotary_fraction": float(rope.get("partial_rotary_factor", 1.0)),
-                 "rotary_base": float(rope.get("rope_theta", 10_000.0))}
+                 **_rotary_options(config)}
     mixers = [("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
               for kind in config.layers_block_type]
     return _hybrid_config(config, mixers)
