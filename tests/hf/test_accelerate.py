@@ -1,5 +1,6 @@
-"""seqdyn's backends inside a loaded transformers model (issue 34, item 3): ``accelerate`` swaps Mamba-2's
-pure-PyTorch SSD scan and Gated DeltaNet's chunked delta rule (Qwen3.5) for seqdyn's operator in that model only;
+"""seqdyn's backends inside a loaded transformers model (issue 34, item 3): ``accelerate`` swaps the
+pure-PyTorch SSD scan of Mamba-2 and its hybrids (Bamba, Granite 4.0, Nemotron-H, Zamba2, Falcon-H1) and Gated
+DeltaNet's chunked delta rule (Qwen3.5, Qwen3-Next) for seqdyn's operator in that model only;
 logits, the cache and generation stay transformers' to round-off, and packed sequences (``seq_idx``,
 ``cu_seqlens``) are computed each alone."""
 
@@ -21,20 +22,58 @@ def ids(length: int, batch: int = 2) -> torch.Tensor:
     return torch.randint(0, 48, (batch, length), generator=torch.Generator().manual_seed(1))
 
 
-#: family → (the transformers module whose fallback is swapped, its name there, the layers that call it)
-SWAPPED = {"mamba2": ("transformers.models.mamba2.modeling_mamba2", "mamba2_chunk_scan", 2),
-           "qwen3_5_text": ("transformers.models.qwen3_5.modeling_qwen3_5", "torch_chunk_gated_delta_rule", 2),
-           "qwen3_5_moe_text": ("transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", "torch_chunk_gated_delta_rule",
-                                2),
-           "qwen3_next": ("transformers.models.qwen3_next.modeling_qwen3_next", "torch_chunk_gated_delta_rule", 2)}
+def transformers_model(model_class: str, config_class: str, dtype: torch.dtype, **fields) -> torch.nn.Module:
+    """A tiny random transformers model of a family seqdyn accelerates but does not convert."""
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**fields)).to(dtype).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    return model
+
+
+SMALL = dict(vocab_size=48, hidden_size=16, intermediate_size=24)
+#: the Mamba-2 hybrids that seqdyn refuses to convert yet, whose Mamba-2 layers it accelerates all the same
+UNCONVERTED = {
+    "nemotron_h": ("NemotronHForCausalLM", "NemotronHConfig", dict(
+        SMALL, num_hidden_layers=3, layers_block_type=["linear_attention", "full_attention", "mlp"],
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, mamba_num_heads=8, mamba_head_dim=4,
+        ssm_state_size=4, n_groups=2, chunk_size=8, conv_kernel=4)),
+    "zamba2": ("Zamba2ForCausalLM", "Zamba2Config", dict(
+        SMALL, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"], num_attention_heads=2,
+        num_key_value_heads=2, attention_head_dim=16, mamba_d_state=4, mamba_headdim=4, n_mamba_heads=8,
+        mamba_ngroups=2, chunk_size=8)),
+    "falcon_h1": ("FalconH1ForCausalLM", "FalconH1Config", dict(
+        SMALL, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8, mamba_d_ssm=32,
+        mamba_n_heads=8, mamba_d_head=4, mamba_n_groups=2, mamba_d_state=4, mamba_chunk_size=8)),
+}
+
+
+def build(family: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    if family in UNCONVERTED:
+        return transformers_model(*UNCONVERTED[family][:2], dtype, **UNCONVERTED[family][2])
+    return tiny_model(family, dtype)
+
+
+def module_of(family: str) -> str:
+    name = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe"}.get(family, family)
+    return f"transformers.models.{name}.modeling_{name}"
+
+
+#: family → (the name of the fallback swapped in its transformers module, the layers that call it)
+SWAPPED = {"mamba2": ("mamba2_chunk_scan", 2), "bamba": ("mamba2_chunk_scan", 2),
+           "granitemoehybrid": ("mamba2_chunk_scan", 2), "nemotron_h": ("mamba2_chunk_scan", 1),
+           "zamba2": ("mamba2_chunk_scan", 2), "falcon_h1": ("mamba2_chunk_scan", 2),
+           "qwen3_5_text": ("torch_chunk_gated_delta_rule", 2), "qwen3_5_moe_text": ("torch_chunk_gated_delta_rule", 2),
+           "qwen3_next": ("torch_chunk_gated_delta_rule", 2)}
 
 
 @pytest.mark.parametrize("family", SWAPPED)
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
 def test_accelerated_models_give_transformers_logits_through_seqdyns_operator(family, dtype, tolerance, monkeypatch):
     """Over 150 tokens (more than one of transformers' 64-token chunks, and not a multiple of them)."""
-    module, name, layers = SWAPPED[family]
-    model, inputs = tiny_model(family, dtype), ids(150)
+    (name, layers), module = SWAPPED[family], module_of(family)
+    model, inputs = build(family, dtype), ids(150)
     with torch.no_grad():
         expected = model(inputs).logits
         calls = []
@@ -58,14 +97,14 @@ def test_only_the_accelerated_model_changes_and_transformers_is_left_as_it_was()
     assert acc.accelerate(accelerated) is accelerated  # a second call wraps nothing twice
 
 
-@pytest.mark.parametrize("family", ["mamba2", "qwen3_5_text"])
+@pytest.mark.parametrize("family", ["mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h"])
 def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""
     prompt = ids(24, batch=1)
     settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False, pad_token_id=0,
                     output_logits=True, return_dict_in_generate=True)
-    expected = tiny_model(family, torch.float64).generate(prompt, **settings)
-    got = acc.accelerate(tiny_model(family, torch.float64)).generate(prompt, **settings)
+    expected = build(family, torch.float64).generate(prompt, **settings)
+    got = acc.accelerate(build(family, torch.float64)).generate(prompt, **settings)
     assert torch.equal(got.sequences, expected.sequences)
     theirs, ours = torch.stack(expected.logits), torch.stack(got.logits)
     assert (ours - theirs).abs().max() <= FLOAT32_ROUNDING * theirs.abs().max()

@@ -91,7 +91,6 @@ def test_mamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named
 
 @pytest.mark.parametrize(("change", "named"), [
     ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
-    ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
     ({"use_bias": True}, "use_bias=True"),
 ])
 def test_mamba2_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
@@ -116,11 +115,56 @@ def test_qwen3_5_options_seqdyn_cannot_represent_are_refused_by_name(change, nam
     ({"mamba_conv_bias": False}, "mamba_conv_bias=False"),
     ({"mlp_bias": True}, "mlp_bias=True"),
     ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
-    ({"rms_norm_eps": 1e-6}, "rms_norm_eps=1e-06"),
 ])
 def test_bamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^bamba: config option {re.escape(named)} cannot be converted"):
         from_transformers(tiny_model("bamba", **change))
+
+
+def logits_agree(theirs: torch.nn.Module, length: int = 12) -> None:
+    """The converted model's float64 logits are transformers' to its float32 roundings."""
+    inputs = tokens(length)
+    with torch.no_grad():
+        expected = theirs(inputs).logits
+        got = from_transformers(theirs)(inputs).logits
+    assert (got - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
+
+
+@pytest.mark.parametrize(("family", "change"), [("mamba2", {"layer_norm_epsilon": 1e-3}),
+                                                ("bamba", {"rms_norm_eps": 1e-3})])
+def test_the_gated_norm_keeps_the_checkpoint_eps(family, change):
+    """mamba2's ``norm_eps``: an ε other than mamba_ssm's 1e-5 (large, to show) converts exactly."""
+    model = tiny_model(family, torch.float64, **change)
+    assert from_transformers(model).seqdyn.blocks[0].mixer.norm.eps == next(iter(change.values()))
+    logits_agree(model)
+
+
+@pytest.mark.parametrize("change", [
+    {"num_local_experts": 0},
+    {"position_embedding_type": None},
+    {"tie_word_embeddings": False},
+    {"embedding_multiplier": 1.0, "logits_scaling": 1.0},
+])
+def test_granite_dense_without_positions_untied_or_unscaled_converts_exactly(change):
+    """Granite 4.0's variants: dense (its shared MLP alone, H-Micro), attention without positions (the released
+    models), an untied head, no μP scaling of the embedding or logits (the head then stays tied)."""
+    model = tiny_model("granitemoehybrid", torch.float64, **change)
+    ours = from_transformers(model)
+    scaled = change.get("embedding_multiplier", 3.0) != 1.0
+    assert ours.config.tie_word_embeddings is (change.get("tie_word_embeddings", True) and not scaled)
+    assert ours.config.model["mlp"] == ("swiglu" if change.get("num_local_experts") == 0 else "moe")
+    logits_agree(model)
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"position_embedding_type": "alibi"}, "position_embedding_type='alibi'"),
+    ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
+    ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+])
+def test_granite_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^granitemoehybrid: config option {re.escape(named)} cannot be"):
+        from_transformers(tiny_model("granitemoehybrid", **change))
 
 
 def test_a_qwen3_5_vision_language_checkpoint_converts_its_text_model(tmp_path):
@@ -147,7 +191,8 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: bamba, falcon_mamba, mamba, mamba2, qwen3_5_moe_text, qwen3_5_text, qwen3_next$"):
+                                               r"supported: bamba, falcon_mamba, granitemoehybrid, mamba, mamba2, qwen3_5_moe_text, "
+                                               r"qwen3_5_text, qwen3_next$"):
         from_transformers(model)
 
 

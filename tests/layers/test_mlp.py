@@ -25,15 +25,17 @@ def moe_listing(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
     y = (weights[..., None] * every).sum(-2)
     if moe.shared is not None:
         gate, up = (x @ moe.shared.fc1.weight.T).chunk(2, dim=-1)
-        y = y + torch.sigmoid(x @ moe.shared_gate.weight.T) * ((F.silu(gate) * up) @ moe.shared.fc2.weight.T)
+        weight = 1.0 if moe.shared_gate is None else torch.sigmoid(x @ moe.shared_gate.weight.T)
+        y = y + weight * ((F.silu(gate) * up) @ moe.shared.fc2.weight.T)
     return y
 
 
-@pytest.mark.parametrize(("top_k", "normalize", "shared_ratio"), [(2, True, 0.75), (1, False, 0.0), (5, True, 0.0)])
-def test_mixture_of_experts_matches_its_listing_with_gradients(top_k, normalize, shared_ratio):
+@pytest.mark.parametrize(("top_k", "normalize", "shared_ratio", "shared_gate"),
+                         [(2, True, 0.75, True), (2, True, 0.75, False), (1, False, 0.0, True), (5, True, 0.0, True)])
+def test_mixture_of_experts_matches_its_listing_with_gradients(top_k, normalize, shared_ratio, shared_gate):
     torch.manual_seed(0)
     moe = build_mlp("moe", D, HIDDEN / D, dict(experts=EXPERTS, top_k=top_k, normalize=normalize,
-                                               shared_ratio=shared_ratio)).double()
+                                               shared_ratio=shared_ratio, shared_gate=shared_gate)).double()
     with torch.no_grad():
         for parameter in moe.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
@@ -45,6 +47,7 @@ def test_mixture_of_experts_matches_its_listing_with_gradients(top_k, normalize,
     for ours, theirs in zip(grads, wanted):
         torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
     assert (moe.shared is not None) == (shared_ratio > 0)
+    assert (moe.shared_gate is not None) == (shared_ratio > 0 and shared_gate)
 
 
 def test_a_top_k_beyond_the_experts_is_refused():

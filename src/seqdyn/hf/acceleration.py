@@ -4,7 +4,8 @@ only, leaving every weight and every other function of transformers as it is.
 
 Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` with the ``chunk`` backend:
 
-- Mamba-2's ``mamba2_chunk_scan`` (the SSD scan of ``Mamba2Mixer`` over a prompt) — the same recurrence, without
+- Mamba-2's ``mamba2_chunk_scan`` (the SSD scan over a prompt of Mamba-2 and of the Mamba-2 layers of Bamba, Granite
+  4.0, Nemotron-H, Zamba2 and Falcon-H1) — the same recurrence, with Δ clamped to their limits, without
   the fallback's float32 upcast of its inputs, with the final state returned for the cache, and with ``seq_idx``
   (packed sequences, which the fallback ignores) honoured;
 - Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3.5-MoE, Qwen3-Next and OLMo-hybrid over a
@@ -62,6 +63,7 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
         output = output + (D[:, None] if D.dim() == 1 else D) * hidden_states
     if z is not None:
         output = output * F.silu(z)
+    output = output.contiguous()  # (Falcon-H1 views it)
     return (output, final.transpose(-1, -2)) if return_final_states else output
 
 
@@ -101,7 +103,8 @@ def _cu_seqlens(seq_idx: Tensor) -> Tensor:
 
 #: transformers module → {its fallback's name: seqdyn's function}: what :func:`accelerate` swaps, per family
 ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
-    "transformers.models.mamba2.modeling_mamba2": {"mamba2_chunk_scan": ssd_chunk_scan},
+    **{f"transformers.models.{name}.modeling_{name}": {"mamba2_chunk_scan": ssd_chunk_scan}
+       for name in ("mamba2", "bamba", "granitemoehybrid", "nemotron_h", "zamba2", "falcon_h1")},
     "transformers.models.qwen3_5.modeling_qwen3_5": {"torch_chunk_gated_delta_rule": gated_delta_rule},
     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe": {"torch_chunk_gated_delta_rule": gated_delta_rule},
     "transformers.models.qwen3_next.modeling_qwen3_next": {"torch_chunk_gated_delta_rule": gated_delta_rule},
@@ -109,6 +112,11 @@ ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
 }
 #: the transformers layer classes whose forward runs the functions above
 _LAYERS = {"Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
+           "BambaMixer": "transformers.models.bamba.modeling_bamba",
+           "GraniteMoeHybridMambaLayer": "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
+           "NemotronHMamba2Mixer": "transformers.models.nemotron_h.modeling_nemotron_h",
+           "Zamba2MambaMixer": "transformers.models.zamba2.modeling_zamba2",
+           "FalconH1Mixer": "transformers.models.falcon_h1.modeling_falcon_h1",
            "Qwen3_5GatedDeltaNet": "transformers.models.qwen3_5.modeling_qwen3_5",
            "Qwen3_5MoeGatedDeltaNet": "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
            "Qwen3NextGatedDeltaNet": "transformers.models.qwen3_next.modeling_qwen3_next",

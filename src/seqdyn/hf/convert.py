@@ -188,7 +188,6 @@ NOT_YET: dict[str, str] = {
     "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
     "falcon_h1": "softmax attention and mamba2 in parallel within one layer",
     "nemotron_h": "layers that are a MLP or an attention alone beside mamba2",
-    "granitemoehybrid": "softmax attention with grouped key-value heads and a mixture-of-experts MLP",
 }
 
 
@@ -294,11 +293,8 @@ def _mamba2_config(config: Any) -> SeqdynConfig:
                       "expand·hidden_size")
     if tuple(config.time_step_limit) != (0.0, float("inf")):
         raise _refuse("mamba2", "time_step_limit", tuple(config.time_step_limit), "seqdyn's mamba2 does not clamp Δ")
-    if config.layer_norm_epsilon != 1e-5:
-        raise _refuse("mamba2", "layer_norm_epsilon", config.layer_norm_epsilon, "seqdyn's mamba2 gated RMSNorm has "
-                      "mamba_ssm's ε = 1e-5")
     options = {"state_dim": config.state_size, "expand": config.expand, "head_dim": config.head_dim,
-               "groups": config.n_groups, "conv_size": config.conv_kernel}
+               "groups": config.n_groups, "conv_size": config.conv_kernel, "norm_eps": config.layer_norm_epsilon}
     return _rmsnorm_stack(config, "mamba2", options)
 
 
@@ -374,15 +370,17 @@ def _qwen3_5_config(config: Any) -> SeqdynConfig:
     return _hybrid_config(config, _qwen3_5_mixers(config))
 
 
-def _hybrid_config(config: Any, mixers: list[tuple[str, dict[str, Any]]], **mlp: Any) -> SeqdynConfig:
+def _hybrid_config(config: Any, mixers: list[tuple[str, dict[str, Any]]], tie: bool | None = None,
+                   **mlp: Any) -> SeqdynConfig:
     """A hybrid decoder: pre-norm RMSNorm blocks, each with its layer's mixer (name, options) and a SwiGLU MLP of the
-    checkpoint's width (or the ``mlp`` fields given), final RMSNorm, lm head (tied or not), with the checkpoint's ε
-    and special tokens."""
+    checkpoint's width (or the ``mlp`` fields given), final RMSNorm, lm head (tied as the checkpoint's, or ``tie``),
+    with the checkpoint's ε and special tokens."""
     mlp = mlp or {"mlp": "swiglu", "mlp_ratio": config.intermediate_size / config.hidden_size}
     return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
                         mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
                         **mlp, norm="rmsnorm",
-                        norm_eps=config.rms_norm_eps, tie_embeddings=config.tie_word_embeddings,
+                        norm_eps=config.rms_norm_eps,
+                        tie_embeddings=config.tie_word_embeddings if tie is None else tie,
                         pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
                         eos_token_id=config.eos_token_id)
 
@@ -454,7 +452,8 @@ def _copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: _D
             norm_copy(ours.weight, getattr(layer, theirs).weight, f"{prefix}.{theirs}.weight")
         attribute, mixer_weights = layout.mixers[layer.block_type]
         mixer_weights(f"{prefix}.{attribute}", getattr(layer, attribute), block.mixer)
-        layout.mlp_weights(f"{prefix}.{layout.mlp}", getattr(layer, layout.mlp), block.mlp)
+        mlp = getattr(layer, layout.mlp) if layout.mlp else layer  # "": the MLP's parts are the layer's
+        layout.mlp_weights(f"{prefix}.{layout.mlp}" if layout.mlp else prefix, mlp, block.mlp)
     norm_copy(model.norm.weight, getattr(backbone, layout.final_norm).weight, f"model.{layout.final_norm}.weight")
     if not target.config.tie_word_embeddings:
         _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
@@ -526,12 +525,13 @@ def _copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
 
 # --- Bamba (BambaForCausalLM): Mamba-2 and softmax attention layers -------------------------------------------------
 
-def _check_bamba_options(config: Any) -> None:
+def _check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> None:
+    """What the Mamba-2 hybrids (Bamba, Granite 4.0) may not set: biases where seqdyn has none (or none where it has
+    one), another activation, a clamp on Δ."""
     family = config.model_type
     refused = [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
                ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
-               ("attention_bias", True, "seqdyn converts attention without projection biases here"),
-               ("mlp_bias", True, "seqdyn's SwiGLU has no biases")]
+               ("attention_bias", True, "seqdyn converts attention without projection biases here"), *extra]
     for option, value, why in refused:
         if getattr(config, option) == value:
             raise _refuse(family, option, value, why)
@@ -539,24 +539,26 @@ def _check_bamba_options(config: Any) -> None:
         raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
     if tuple(config.time_step_limit) != (0.0, float("inf")):
         raise _refuse(family, "time_step_limit", tuple(config.time_step_limit), "seqdyn's mamba2 does not clamp Δ")
-    if config.rms_norm_eps != 1e-5:
-        raise _refuse(family, "rms_norm_eps", config.rms_norm_eps, "seqdyn's mamba2 gated RMSNorm has mamba_ssm's "
-                      "ε = 1e-5")
-    _check_default_rope(config)
+
+
+def _hybrid_mixers(config: Any, attention: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Per layer of ``layers_block_type``: mamba2 of the ``mamba_*`` fields (its gated RMSNorm with the checkpoint's
+    ε) or softmax attention with grouped key–value heads and the options ``attention``."""
+    mamba2 = {"state_dim": config.mamba_d_state, "expand": config.mamba_expand, "head_dim": config.mamba_d_head,
+              "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv, "norm_eps": config.rms_norm_eps}
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
+                 **attention}
+    return [("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
+            for kind in config.layers_block_type]
 
 
 def _bamba_config(config: Any) -> SeqdynConfig:
     """``BambaConfig`` → pre-norm RMSNorm blocks with a SwiGLU MLP, each with mamba2 (groups of B and C) or softmax
     attention (grouped key–value heads, rotary embeddings on half of each head)."""
-    _check_bamba_options(config)
-    mamba2 = {"state_dim": config.mamba_d_state, "expand": config.mamba_expand, "head_dim": config.mamba_d_head,
-              "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv}
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
-                 **_rotary_options(config)}
-    mixers = [("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
-              for kind in config.layers_block_type]
-    return _hybrid_config(config, mixers)
+    _check_mamba2_hybrid_options(config, ("mlp_bias", True, "seqdyn's SwiGLU has no biases"))
+    _check_default_rope(config)
+    return _hybrid_config(config, _hybrid_mixers(config, _rotary_options(config)))
 
 
 def _plain_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
@@ -572,6 +574,71 @@ def _bamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
     _copy_decoder_stack(source, target, layout)
 
 
+# --- Granite 4.0 hybrid (GraniteMoeHybridForCausalLM): Mamba-2 and attention layers, μP multipliers -----------------
+
+def _granite_config(config: Any) -> SeqdynConfig:
+    """``GraniteMoeHybridConfig`` → Bamba's layers (attention with RoPE or none) with a SwiGLU MLP, or a mixture of
+    experts beside an ungated shared SwiGLU; the μP multipliers are folded into the weights (:func:`_fold_granite`),
+    so a tied head becomes its own when the embedding or the logits are scaled."""
+    _check_mamba2_hybrid_options(config)
+    position = config.position_embedding_type
+    if position not in (None, "nope", "rope"):
+        raise _refuse(config.model_type, "position_embedding_type", position, "seqdyn's attention has RoPE or no "
+                      "positions")
+    if position == "rope":
+        _check_default_rope(config)
+    mixers = _hybrid_mixers(config, _rotary_options(config) if position == "rope" else {"rotary": False})
+    shared_ratio = config.shared_intermediate_size / config.hidden_size
+    mlp: dict[str, Any] = {"mlp": "swiglu", "mlp_ratio": shared_ratio}
+    if config.num_local_experts:
+        moe = {"experts": config.num_local_experts, "top_k": config.num_experts_per_tok, "normalize": True,
+               "shared_ratio": shared_ratio, "shared_gate": False}
+        mlp = {"mlp": "moe", "mlp_ratio": config.intermediate_size / config.hidden_size, "moe": moe}
+    scaled = (config.embedding_multiplier, config.logits_scaling) != (1, 1)
+    return _hybrid_config(config, mixers, tie=config.tie_word_embeddings and not scaled, **mlp)
+
+
+def _granite_mlp_weights(prefix: str, layer: nn.Module, ours: nn.Module) -> None:
+    """The dense ``shared_mlp`` (``input_linear`` = [gate | up], ``output_linear``), or the ``block_sparse_moe``
+    (router, experts) beside it as the shared expert."""
+    shared = ours if layer.block_sparse_moe is None else ours.shared
+    _copy(shared.fc1.weight, layer.shared_mlp.input_linear.weight, f"{prefix}.shared_mlp.input_linear.weight")
+    _copy(shared.fc2.weight, layer.shared_mlp.output_linear.weight, f"{prefix}.shared_mlp.output_linear.weight")
+    if layer.block_sparse_moe is not None:
+        moe = layer.block_sparse_moe
+        _copy(ours.router.weight, moe.router.weight, f"{prefix}.block_sparse_moe.router.weight")
+        _copy(ours.gate_up, moe.experts.gate_up_proj, f"{prefix}.block_sparse_moe.experts.gate_up_proj")
+        _copy(ours.down, moe.experts.down_proj, f"{prefix}.block_sparse_moe.experts.down_proj")
+
+
+def _fold_granite(config: Any, target: SeqdynForCausalLM) -> None:
+    """Granite's μP scalars as weights: ``x₀ = m_emb · E[token]``; each residual branch times ``m_res`` (its output
+    projections); scores ``m_att · q·k`` instead of ``q·k / √d`` (the query rows times ``m_att · √d``, which the
+    rotation commutes with); logits ``/ s`` (the head's rows)."""
+    model = target.seqdyn
+    model.embedding.weight.mul_(config.embedding_multiplier)
+    if not target.config.tie_word_embeddings:  # (a copy of transformers' lm_head, tied or not)
+        model.head.weight.div_(config.logits_scaling)
+    for block in model.blocks:
+        outputs = [projection.weight for projection in block.residual_projections()]
+        if getattr(block.mlp, "down", None) is not None:
+            outputs.append(block.mlp.down)
+        for weight in outputs:
+            weight.mul_(config.residual_multiplier)
+        mixer = block.mixer
+        if mixer.name == "softmax_attention":
+            mixer.qkv.weight[:mixer.widths[0]].mul_(config.attention_multiplier * mixer.head_dim ** 0.5)
+
+
+def _granite_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    layout = _DecoderLayout(("input_layernorm", "post_attention_layernorm"), "",
+                            {"linear_attention": ("mamba", _mamba2_mixer_weights),
+                             "full_attention": ("self_attn", _plain_attention_weights)}, "norm",
+                            mlp_weights=_granite_mlp_weights)
+    _copy_decoder_stack(source, target, layout)
+    _fold_granite(source.config, target)
+
+
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
@@ -581,6 +648,7 @@ SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, S
     "bamba": (_bamba_config, _bamba_weights),
     "qwen3_next": (_qwen3_next_config, _qwen_weights(_qwen3_next_delta_weights, experts=True)),
     "qwen3_5_moe_text": (_qwen3_5_moe_config, _qwen_weights(_qwen3_5_delta_weights, experts=True)),
+    "granitemoehybrid": (_granite_config, _granite_weights),
 }
 
 
@@ -620,6 +688,14 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                               num_experts_per_tok=2, moe_intermediate_size=8, shared_expert_intermediate_size=12,
                               rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
                                                "partial_rotary_factor": 0.5}, experts_implementation="eager")),
+    "granitemoehybrid": ("GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
+                         dict(vocab_size=48, hidden_size=16, intermediate_size=8, shared_intermediate_size=24,
+                              num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+                              layer_types=["linear_attention", "full_attention"] * 2, num_local_experts=4, num_experts_per_tok=2,
+                              mamba_n_heads=8, mamba_n_groups=2, mamba_d_state=4, mamba_d_conv=4, mamba_expand=2,
+                              mamba_chunk_size=8, position_embedding_type="rope", tie_word_embeddings=True,
+                              embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                              logits_scaling=2.5, rms_norm_eps=1e-5, experts_implementation="eager")),
     "bamba": ("BambaForCausalLM", "BambaConfig",
               dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
                    num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,

@@ -54,11 +54,11 @@ class MixtureOfExperts(nn.Module):
     """``Σ_{e ∈ top-k} p̃_e · SwiGLU_e(x)  [+ σ(w_sᵀ x) · SwiGLU_s(x)]`` per token, with ``p = softmax(W_r x)``
     (Shazeer et al. 2017, eqs. 1–3 with softmax gating over the top k) and ``p̃`` the top-k probabilities,
     renormalized to sum to 1 with ``normalize``; the optional shared expert is gated by a sigmoid (Qwen-MoE,
-    Qwen3-Next).  Each expert's weights are ``gate_up`` ``[E, 2·hidden, D]`` (the SiLU gate's rows, then the up
+    Qwen3-Next) or, without ``shared_gate``, added as it is (Granite 4.0's shared MLP).  Each expert's weights are ``gate_up`` ``[E, 2·hidden, D]`` (the SiLU gate's rows, then the up
     projection's) and ``down`` ``[E, D, hidden]``; the router's softmax runs in float32 at least."""
 
     def __init__(self, d_model: int, hidden: int, experts: int = 8, top_k: int = 2, normalize: bool = True,
-                 shared_hidden: int = 0):
+                 shared_hidden: int = 0, shared_gate: bool = True):
         super().__init__()
         if not 0 < top_k <= experts:
             raise ValueError(f"moe.top_k: expected 1 ≤ top_k ≤ experts={experts}, got {top_k}")
@@ -67,7 +67,7 @@ class MixtureOfExperts(nn.Module):
         self.gate_up = nn.Parameter(torch.randn(experts, 2 * hidden, d_model) * 0.02)
         self.down = nn.Parameter(torch.randn(experts, d_model, hidden) * 0.02)
         self.shared = MLP(d_model, shared_hidden, "swiglu") if shared_hidden else None
-        self.shared_gate = nn.Linear(d_model, 1, bias=False) if shared_hidden else None
+        self.shared_gate = nn.Linear(d_model, 1, bias=False) if shared_hidden and shared_gate else None
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(weights, experts)`` ``[N, k]`` of the tokens ``x`` ``[N, D]``: the top-k router probabilities (in
@@ -89,7 +89,8 @@ class MixtureOfExperts(nn.Module):
             y = F.linear(F.silu(gate) * up, self.down[expert]) * weights[rows, slot, None]
             out.index_add_(0, rows, y)
         if self.shared is not None:
-            out = out + torch.sigmoid(self.shared_gate(tokens)) * self.shared(tokens)
+            shared = self.shared(tokens)
+            out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(tokens)) * shared)
         return out.reshape(x.shape)
 
     def extra_repr(self) -> str:
@@ -103,8 +104,8 @@ class MixtureOfExperts(nn.Module):
 
 def build_mlp(kind: str, d_model: int, ratio: float, moe: dict[str, Any] | None = None) -> nn.Module | None:
     """The MLP of ``kind`` with hidden width ``round(ratio · d_model)`` (each expert's, for ``"moe"``, whose
-    ``moe`` options are ``experts``, ``top_k``, ``normalize`` and ``shared_ratio``: a shared expert of hidden width
-    ``round(shared_ratio · d_model)``, none at 0); ``None`` for ``"none"``."""
+    ``moe`` options are ``experts``, ``top_k``, ``normalize``, ``shared_ratio``: a shared expert of hidden width
+    ``round(shared_ratio · d_model)``, none at 0, and ``shared_gate``); ``None`` for ``"none"``."""
     if kind not in MLPS:
         raise ValueError(f"mlp: expected one of {list(MLPS)}, got {kind!r}")
     if kind == "none":

@@ -9,7 +9,7 @@ Per head h (head dim P, state N; B and C shared by all heads, or by each of ``gr
 
 Coefficient form: φ = identity, Λ_t = exp(Δ_t A_h)·I (scalar decay), b_t = Δ_t, η = 1, with q = C, k = B.
 The block around it (all optional): a short causal convolution with SiLU on (x, B, C), and the output
-``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5, as mamba_ssm) before the out-projection.  Head size P = 64 (the paper's)
+``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5 as mamba_ssm, or ``norm_eps``) before the out-projection.  Head size P = 64 (the paper's)
 where it divides ``expand·d_model``, else the largest divisor below 64.  Initialization as in Mamba-2:
 A ~ U(1, 16), Δ log-uniform in [dt_min, dt_max] through the inverse softplus of the bias, D = 1.
 """
@@ -45,6 +45,7 @@ class Mamba2(CoefficientMixer):
         groups: Mamba-2's ngroups: the heads split into this many consecutive groups, each with its own B_t and
             C_t (keys and queries), and the gated RMSNorm normalizes each group's channels on its own; 1: one B_t,
             C_t for all heads.
+        norm_eps: the ε of the gated RMSNorm (mamba_ssm's 1e-5; Granite 4.0 and Bamba keep their checkpoint's).
     """
 
     name = "mamba2"
@@ -53,7 +54,7 @@ class Mamba2(CoefficientMixer):
     def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int | None = None,
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
                  dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64,
-                 groups: int = 1):
+                 groups: int = 1, norm_eps: float = 1e-5):
         super().__init__(d_model, chunk_size)
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = check_positive("expand", expand) * d_model
@@ -62,6 +63,8 @@ class Mamba2(CoefficientMixer):
             raise ValueError(f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset")
         self.heads = self.inner // self.head_dim
         self.groups = check_positive("groups", groups)
+        if not norm_eps > 0:
+            raise ValueError(f"norm_eps: expected a positive ε, got {norm_eps!r}")
         if self.heads % groups:
             raise ValueError(f"groups: {groups} does not divide the {self.heads} heads; give a divisor of it")
         self.gate = gate
@@ -72,7 +75,7 @@ class Mamba2(CoefficientMixer):
         self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False)
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
         keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
-        self.norm = GatedRMSNorm(self.inner, eps=1e-5, groups=groups) if gate else None  # mamba_ssm's eps
+        self.norm = GatedRMSNorm(self.inner, eps=norm_eps, groups=groups) if gate else None
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:

@@ -24,6 +24,8 @@ class MixtureOfExperts(Strict):
     normalize: bool = Field(True, description="the chosen experts' router probabilities renormalized to sum to 1")
     shared_ratio: float = Field(0.0, ge=0, description="hidden width of a shared SwiGLU expert every token passes "
                                 "through, gated by σ(w_sᵀ x), in multiples of d_model; 0: none")
+    shared_gate: bool = Field(True, description="the shared expert gated by σ(w_sᵀ x) (Qwen3-Next); false: added "
+                              "as it is (Granite 4.0)")
 
     @model_validator(mode="after")
     def _check_top_k(self) -> MixtureOfExperts:
