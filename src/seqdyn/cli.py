@@ -548,7 +548,7 @@ def convert(
     check: bool = typer.Option(False, "--check", help="Convert a tiny random model of every supported family, built "
                                "offline, and print the largest differences from transformers."),
 ) -> None:
-    """Convert a transformers model (Mamba, Mamba-2, Qwen3.5, Bamba, Granite) to seqdyn: same weights and logits.
+    """Convert a transformers model (Mamba, Mamba-2, Qwen3.5, Bamba, Granite, Nemotron-H) to seqdyn: same logits.
 
     The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is imported, and opens in
     `seqdyn inspect OUT_DIR` and the analysis API as coefficient dynamics.

@@ -35,10 +35,6 @@ def transformers_model(model_class: str, config_class: str, dtype: torch.dtype, 
 SMALL = dict(vocab_size=48, hidden_size=16, intermediate_size=24)
 #: the Mamba-2 hybrids that seqdyn refuses to convert yet, whose Mamba-2 layers it accelerates all the same
 UNCONVERTED = {
-    "nemotron_h": ("NemotronHForCausalLM", "NemotronHConfig", dict(
-        SMALL, num_hidden_layers=3, layers_block_type=["linear_attention", "full_attention", "mlp"],
-        num_attention_heads=2, num_key_value_heads=1, head_dim=8, mamba_num_heads=8, mamba_head_dim=4,
-        ssm_state_size=4, n_groups=2, chunk_size=8, conv_kernel=4)),
     "zamba2": ("Zamba2ForCausalLM", "Zamba2Config", dict(
         SMALL, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"], num_attention_heads=2,
         num_key_value_heads=2, attention_head_dim=16, mamba_d_state=4, mamba_headdim=4, n_mamba_heads=8,
@@ -62,7 +58,7 @@ def module_of(family: str) -> str:
 
 #: family → (the name of the fallback swapped in its transformers module, the layers that call it)
 SWAPPED = {"mamba2": ("mamba2_chunk_scan", 2), "bamba": ("mamba2_chunk_scan", 2),
-           "granitemoehybrid": ("mamba2_chunk_scan", 2), "nemotron_h": ("mamba2_chunk_scan", 1),
+           "granitemoehybrid": ("mamba2_chunk_scan", 2), "nemotron_h": ("mamba2_chunk_scan", 3),
            "zamba2": ("mamba2_chunk_scan", 2), "falcon_h1": ("mamba2_chunk_scan", 2),
            "qwen3_5_text": ("torch_chunk_gated_delta_rule", 2), "qwen3_5_moe_text": ("torch_chunk_gated_delta_rule", 2),
            "qwen3_next": ("torch_chunk_gated_delta_rule", 2)}

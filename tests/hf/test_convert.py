@@ -90,7 +90,6 @@ def test_mamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named
 
 
 @pytest.mark.parametrize(("change", "named"), [
-    ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
     ({"use_bias": True}, "use_bias=True"),
 ])
 def test_mamba2_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
@@ -114,7 +113,6 @@ def test_qwen3_5_options_seqdyn_cannot_represent_are_refused_by_name(change, nam
     ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
     ({"mamba_conv_bias": False}, "mamba_conv_bias=False"),
     ({"mlp_bias": True}, "mlp_bias=True"),
-    ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
 ])
 def test_bamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^bamba: config option {re.escape(named)} cannot be converted"):
@@ -139,6 +137,18 @@ def test_the_gated_norm_keeps_the_checkpoint_eps(family, change):
     logits_agree(model)
 
 
+@pytest.mark.parametrize(("family", "limit"), [("mamba2", (0.01, 0.05)), ("bamba", (1.0, 1.3)),
+                                               ("granitemoehybrid", (1.0, 1.3))])
+def test_a_limit_on_the_step_converts_to_mamba2s_clamp(family, limit):
+    """``time_step_limit`` → ``dt_floor`` / ``dt_ceiling``, each limit inside the spread of the tiny model's Δ so
+    that both clamps bite; over a prompt transformers clamps as well (it does not when it decodes a token: there the
+    two part where a clamp bites)."""
+    model = tiny_model(family, torch.float64, time_step_limit=limit)
+    mixer = next(block.mixer for block in from_transformers(model).seqdyn.blocks if block.mixer.name == "mamba2")
+    assert (mixer.decay.floor, mixer.decay.ceiling) == limit
+    logits_agree(model)
+
+
 @pytest.mark.parametrize("change", [
     {"num_local_experts": 0},
     {"position_embedding_type": None},
@@ -159,12 +169,32 @@ def test_granite_dense_without_positions_untied_or_unscaled_converts_exactly(cha
 @pytest.mark.parametrize(("change", "named"), [
     ({"position_embedding_type": "alibi"}, "position_embedding_type='alibi'"),
     ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
-    ({"time_step_limit": (0.0, 0.1)}, "time_step_limit=(0.0, 0.1)"),
     ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
 ])
 def test_granite_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^granitemoehybrid: config option {re.escape(named)} cannot be"):
         from_transformers(tiny_model("granitemoehybrid", **change))
+
+
+def test_nemotron_h_layers_become_blocks_of_a_mixer_and_the_mlp_after_it():
+    """M, -, M, *, -, M: four blocks (mamba2 + MLP, mamba2, attention + MLP, mamba2); attention without positions,
+    Δ clamped from below at ``time_step_min`` as the Mamba-2 layer does over a prompt."""
+    ours = from_transformers(tiny_model("nemotron_h"))
+    assert ours.config.model["mixer"] == ["mamba2", "mamba2", "softmax_attention", "mamba2"]
+    assert ours.config.model["mlp"] == ["relu2", "none", "relu2", "none"]
+    assert not ours.seqdyn.blocks[2].mixer.rotary and ours.seqdyn.blocks[0].mixer.decay.floor == 0.001
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"layers_block_type": ["mlp", "linear_attention"], "num_hidden_layers": 2}, "layers_block_type[0]='mlp'"),
+    ({"layers_block_type": ["linear_attention", "moe"], "num_hidden_layers": 2}, "layers_block_type[1]='moe'"),
+    ({"mlp_hidden_act": "silu"}, "mlp_hidden_act='silu'"),
+    ({"use_bias": True}, "use_bias=True"),
+    ({"mamba_num_heads": 6}, "mamba_num_heads=6"),
+])
+def test_nemotron_h_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^nemotron_h: config option {re.escape(named)} cannot be converted"):
+        from_transformers(tiny_model("nemotron_h", **change))
 
 
 def test_a_qwen3_5_vision_language_checkpoint_converts_its_text_model(tmp_path):
@@ -191,8 +221,8 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: bamba, falcon_mamba, granitemoehybrid, mamba, mamba2, qwen3_5_moe_text, "
-                                               r"qwen3_5_text, qwen3_next$"):
+                                               r"supported: bamba, falcon_mamba, granitemoehybrid, mamba, mamba2, nemotron_h, "
+                                               r"qwen3_5_moe_text, qwen3_5_text, qwen3_next$"):
         from_transformers(model)
 
 

@@ -63,3 +63,29 @@ def test_a_model_config_with_more_chosen_experts_than_experts_is_refused_by_fiel
     with pytest.raises(ValidationError) as raised:
         ModelConfig(mlp="moe", moe={"experts": 2, "top_k": 3})
     assert describe_errors(raised.value, ModelConfig) == "moe: moe.top_k: 3 exceeds experts=2; choose top_k ≤ experts"
+
+
+def test_squared_relu_is_primers():
+    """So et al. 2021 (Primer), eq. 1 without biases, as Nemotron-H's MLP: ``W₂ max(0, W₁ x)²``."""
+    torch.manual_seed(0)
+    mlp = build_mlp("relu2", D, HIDDEN / D).double()
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    expected = torch.clamp(x @ mlp.fc1.weight.T, min=0) ** 2 @ mlp.fc2.weight.T
+    torch.testing.assert_close(mlp(x), expected, rtol=1e-12, atol=1e-12)
+    assert mlp.fc1.bias is None and mlp.fc2.bias is None
+
+
+def test_a_per_layer_list_of_mlps_builds_each_and_must_name_every_layer():
+    from pydantic import ValidationError
+
+    from seqdyn.models.config import ModelConfig
+    from seqdyn.models.model import build_model
+    from seqdyn.tasks.base import TaskSpec
+
+    config = ModelConfig(layers=3, d_model=8, mixer_options={"heads": 2}, mlp=["swiglu", "none", "relu2"])
+    spec = TaskSpec(input_kind="tokens", input_size=11, input_len=6, head="lm", output_size=11, output_len=6,
+                    primary_metric="accuracy")
+    model = build_model(config, spec)
+    assert [block.mlp.kind if block.mlp is not None else None for block in model.blocks] == ["swiglu", None, "relu2"]
+    with pytest.raises(ValidationError, match="mlp: a per-layer list must have one entry per layer"):
+        ModelConfig(layers=3, mlp=["swiglu", "none"])

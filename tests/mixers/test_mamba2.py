@@ -14,13 +14,14 @@ from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_co
 
 D = 8
 CONFIGS = [dict(state_dim=4, head_dim=4), dict(state_dim=3, head_dim=8, short_conv=False, gate=False),
-           dict(state_dim=3, head_dim=2, groups=2, norm_eps=0.5)]
+           dict(state_dim=3, head_dim=2, groups=2, norm_eps=0.5), dict(state_dim=4, head_dim=4, dt_floor=0.01,
+                                                                         dt_ceiling=0.05)]  # both clamps bite
 
 
 def mamba2_block(m, u):
     """``mamba_ssm.Mamba2`` with ``ngroups`` = G: ``(out, (S_T [B, H, N, P], conv state), α [B, H, T, T])``::
 
-        z, xBC, Δ = W_in u;   x, B, C = SiLU(conv(xBC));   Δ = softplus(Δ + b_Δ);   A_h = −exp(A_log_h)
+        z, xBC, Δ = W_in u;   x, B, C = SiLU(conv(xBC));   Δ = clamp(softplus(Δ + b_Δ));   A_h = −exp(A_log_h)
         S_t = exp(Δ_t A_h) S_{t−1} + Δ_t B_t^g x_tᵀ;   y_t = S_tᵀ C_t^g + D_h x_t    (g: the group of head h)
         out = W_out RMSNorm(y ⊙ SiLU(z)),   RMSNorm(g) = g / √(mean(g²) + ε) ⊙ w   (the mean within each group)
     """
@@ -34,6 +35,7 @@ def mamba2_block(m, u):
     group_of = torch.arange(heads) // (heads // groups)  # head h reads the B and C of group h // (H / G)
     B, C = (t.unflatten(-1, (groups, n))[:, :, group_of] for t in (B, C))  # [B, T, H, N]
     delta = F.softplus(dt + m.decay.dt_bias)  # [B, T, H]
+    delta = torch.clamp(delta, min=m.decay.floor, max=m.decay.ceiling)  # mamba_ssm's dt_limit
     A = -torch.exp(m.decay.a_log)  # [H]
     S = u.new_zeros(u.shape[0], heads, n, m.head_dim)
     ys = []

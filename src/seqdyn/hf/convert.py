@@ -8,15 +8,16 @@ family's config that seqdyn cannot represent exactly is refused in one line that
 
 Supported: ``mamba`` (``MambaForCausalLM``: Mamba-1, Gu & Dao 2023) and ``falcon_mamba`` (``FalconMambaForCausalLM``:
 Mamba-1 with weightless RMS norms of B, C and Δ, as transformers' CPU path computes them) → the ``s6`` mixer, and
-``mamba2``
-(``Mamba2ForCausalLM``: Mamba-2, Dao & Gu 2024) → the ``mamba2`` mixer with its groups of B and C, each in pre-norm
-RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``; ``qwen3_5_text`` (``Qwen3_5ForCausalLM``, also the
-text model of a ``qwen3_5`` vision–language checkpoint) → per layer ``gated_deltanet`` (grouped value heads) or
-``softmax_attention`` (grouped key–value heads, q/k norms, partial rotary, sigmoid output gate); ``qwen3_next``
+``mamba2`` (``Mamba2ForCausalLM``: Mamba-2, Dao & Gu 2024) → the ``mamba2`` mixer with its groups of B and C, each in
+pre-norm RMSNorm blocks without MLP, as ``MambaBlock`` / ``Mamba2Block``; ``qwen3_5_text`` (``Qwen3_5ForCausalLM``,
+also the text model of a ``qwen3_5`` vision–language checkpoint) → per layer ``gated_deltanet`` (grouped value heads)
+or ``softmax_attention`` (grouped key–value heads, q/k norms, partial rotary, sigmoid output gate); ``qwen3_next``
 (``Qwen3NextForCausalLM``) and ``qwen3_5_moe_text`` (``Qwen3_5MoeForCausalLM``, also from a ``qwen3_5_moe``
-checkpoint) → the same layers with a mixture of experts (``mlp="moe"``) in every block; and ``bamba``
-(``BambaForCausalLM``) → per layer ``mamba2`` or ``softmax_attention`` (grouped key–value heads, rotary embeddings on
-half of each head), each in pre-norm RMSNorm blocks with a SwiGLU MLP.
+checkpoint) → the same layers with a mixture of experts (``mlp="moe"``) in every block; ``bamba``
+(``BambaForCausalLM``) and ``granitemoehybrid`` (``GraniteMoeHybridForCausalLM``, Granite 4.0-H, its μP scalars
+folded into the weights) → per layer ``mamba2`` or ``softmax_attention``, each in pre-norm RMSNorm blocks with a SwiGLU
+MLP (Granite: or experts beside a shared MLP); ``nemotron_h`` (``NemotronHForCausalLM``) → a block per Mamba-2 or
+attention layer, with the squared-ReLU MLP layer after it as its MLP.
 """
 
 from __future__ import annotations
@@ -187,7 +188,6 @@ NOT_YET: dict[str, str] = {
                    "norms over whole projections and the delta rule's negative eigenvalues (β in [0, 2])",
     "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
     "falcon_h1": "softmax attention and mamba2 in parallel within one layer",
-    "nemotron_h": "layers that are a MLP or an attention alone beside mamba2",
 }
 
 
@@ -291,11 +291,18 @@ def _mamba2_config(config: Any) -> SeqdynConfig:
     if config.num_heads * config.head_dim != config.expand * config.hidden_size:
         raise _refuse("mamba2", "num_heads", config.num_heads, "seqdyn's mamba2 width num_heads·head_dim is "
                       "expand·hidden_size")
-    if tuple(config.time_step_limit) != (0.0, float("inf")):
-        raise _refuse("mamba2", "time_step_limit", tuple(config.time_step_limit), "seqdyn's mamba2 does not clamp Δ")
     options = {"state_dim": config.state_size, "expand": config.expand, "head_dim": config.head_dim,
-               "groups": config.n_groups, "conv_size": config.conv_kernel, "norm_eps": config.layer_norm_epsilon}
+               "groups": config.n_groups, "conv_size": config.conv_kernel, "norm_eps": config.layer_norm_epsilon,
+               **_dt_limit(config.time_step_limit)}
     return _rmsnorm_stack(config, "mamba2", options)
+
+
+def _dt_limit(limit: tuple[float, float]) -> dict[str, Any]:
+    """mamba2's clamp of Δ from a checkpoint's ``time_step_limit`` (which transformers, as ``mamba_ssm``, applies
+    over a prompt but not when it decodes a token; seqdyn applies it in both)."""
+    low, high = limit
+    return {**({"dt_floor": float(low)} if low > 0 else {}),
+            **({"dt_ceiling": float(high)} if high != float("inf") else {})}
 
 
 def _mamba2_mixer_weights(prefix: str, mixer: nn.Module, ours: nn.Module) -> None:
@@ -527,7 +534,7 @@ def _copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
 
 def _check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> None:
     """What the Mamba-2 hybrids (Bamba, Granite 4.0) may not set: biases where seqdyn has none (or none where it has
-    one), another activation, a clamp on Δ."""
+    one), another activation."""
     family = config.model_type
     refused = [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
                ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
@@ -537,15 +544,14 @@ def _check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> N
             raise _refuse(family, option, value, why)
     if config.hidden_act != "silu":
         raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
-    if tuple(config.time_step_limit) != (0.0, float("inf")):
-        raise _refuse(family, "time_step_limit", tuple(config.time_step_limit), "seqdyn's mamba2 does not clamp Δ")
 
 
 def _hybrid_mixers(config: Any, attention: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Per layer of ``layers_block_type``: mamba2 of the ``mamba_*`` fields (its gated RMSNorm with the checkpoint's
     ε) or softmax attention with grouped key–value heads and the options ``attention``."""
     mamba2 = {"state_dim": config.mamba_d_state, "expand": config.mamba_expand, "head_dim": config.mamba_d_head,
-              "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv, "norm_eps": config.rms_norm_eps}
+              "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv, "norm_eps": config.rms_norm_eps,
+              **_dt_limit(config.time_step_limit)}
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
                  **attention}
@@ -639,6 +645,84 @@ def _granite_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
     _fold_granite(source.config, target)
 
 
+# --- Nemotron-H (NemotronHForCausalLM): layers of Mamba-2, attention or a squared-ReLU MLP alone ------------------
+
+_NEMOTRON_MIXERS = ("linear_attention", "full_attention")
+
+
+def _nemotron_blocks(config: Any) -> list[tuple[int, int | None]]:
+    """Nemotron-H's layers as seqdyn blocks: each Mamba-2 or attention layer, with the MLP layer right after it as
+    the block's MLP (none where another mixer follows): ``(mixer layer, MLP layer or None)`` per block."""
+    kinds, blocks, index = list(config.layers_block_type), [], 0
+    while index < len(kinds):
+        if kinds[index] not in _NEMOTRON_MIXERS:
+            why = ("seqdyn's experts are SwiGLU with a softmax router" if kinds[index] == "moe" else
+                   "a seqdyn block is a mixer and the MLP after it, and this MLP follows no mixer")
+            raise _refuse(config.model_type, f"layers_block_type[{index}]", kinds[index], why)
+        has_mlp = index + 1 < len(kinds) and kinds[index + 1] == "mlp"
+        blocks.append((index, index + 1 if has_mlp else None))
+        index += 2 if has_mlp else 1
+    return blocks
+
+
+def _check_nemotron_options(config: Any) -> None:
+    family = config.model_type
+    refused = [("use_bias", True, "seqdyn's mamba2 projections have no bias"),
+               ("use_conv_bias", False, "seqdyn's short convolution has a bias"),
+               ("mlp_bias", True, "seqdyn's squared-ReLU MLP has no biases")]
+    for option, value, why in refused:
+        if getattr(config, option) == value:
+            raise _refuse(family, option, value, why)
+    for option, value in (("mamba_hidden_act", "silu"), ("mlp_hidden_act", "relu2")):
+        if getattr(config, option) != value:
+            raise _refuse(family, option, getattr(config, option), f"seqdyn's block uses {value} there")
+    inner = config.mamba_num_heads * config.mamba_head_dim
+    if inner % config.hidden_size:
+        raise _refuse(family, "mamba_num_heads", config.mamba_num_heads, "seqdyn's mamba2 width "
+                      "mamba_num_heads·mamba_head_dim is a whole multiple of hidden_size")
+
+
+def _nemotron_config(config: Any) -> SeqdynConfig:
+    """``NemotronHConfig`` → one block per Mamba-2 or attention layer (no positions, grouped key–value heads), with
+    the squared-ReLU MLP layer after it as its MLP; Δ clamped from below at ``time_step_min`` as the layer does."""
+    _check_nemotron_options(config)
+    mamba2 = {"state_dim": config.ssm_state_size, "expand": config.mamba_num_heads * config.mamba_head_dim
+              // config.hidden_size, "head_dim": config.mamba_head_dim, "groups": config.n_groups,
+              "conv_size": config.conv_kernel, "norm_eps": config.layer_norm_epsilon,
+              **_dt_limit((config.time_step_min, float("inf")))}
+    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads,
+                 "head_dim": config.head_dim, "rotary": False}
+    blocks = _nemotron_blocks(config)
+    kinds = config.layers_block_type
+    mixers = [("mamba2", mamba2) if kinds[mixer] == "linear_attention" else ("softmax_attention", attention)
+              for mixer, _ in blocks]
+    return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=len(blocks),
+                        mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
+                        mlp=["none" if mlp is None else "relu2" for _, mlp in blocks],
+                        mlp_ratio=config.intermediate_size / config.hidden_size, norm="rmsnorm",
+                        norm_eps=config.layer_norm_epsilon, tie_embeddings=config.tie_word_embeddings,
+                        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
+                        eos_token_id=config.eos_token_id)
+
+
+def _nemotron_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    backbone, model = source.model, target.seqdyn
+    _copy(model.embedding.weight, backbone.embeddings.weight, "model.embeddings.weight")
+    for block, (mixer_index, mlp_index) in zip(model.blocks, _nemotron_blocks(source.config)):
+        layer, prefix = backbone.layers[mixer_index], f"model.layers.{mixer_index}"
+        _copy(block.norm1.weight, layer.norm.weight, f"{prefix}.norm.weight")
+        mixer_weights = _mamba2_mixer_weights if layer.block_type == "linear_attention" else _plain_attention_weights
+        mixer_weights(f"{prefix}.mixer", layer.mixer, block.mixer)
+        if mlp_index is not None:
+            layer, prefix = backbone.layers[mlp_index], f"model.layers.{mlp_index}"
+            _copy(block.norm2.weight, layer.norm.weight, f"{prefix}.norm.weight")
+            _copy(block.mlp.fc1.weight, layer.mixer.up_proj.weight, f"{prefix}.mixer.up_proj.weight")
+            _copy(block.mlp.fc2.weight, layer.mixer.down_proj.weight, f"{prefix}.mixer.down_proj.weight")
+    _copy(model.norm.weight, backbone.norm_f.weight, "model.norm_f.weight")
+    if not target.config.tie_word_embeddings:
+        _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
+
+
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
@@ -649,6 +733,7 @@ SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, S
     "qwen3_next": (_qwen3_next_config, _qwen_weights(_qwen3_next_delta_weights, experts=True)),
     "qwen3_5_moe_text": (_qwen3_5_moe_config, _qwen_weights(_qwen3_5_delta_weights, experts=True)),
     "granitemoehybrid": (_granite_config, _granite_weights),
+    "nemotron_h": (_nemotron_config, _nemotron_weights),
 }
 
 
@@ -696,6 +781,12 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                               mamba_chunk_size=8, position_embedding_type="rope", tie_word_embeddings=True,
                               embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
                               logits_scaling=2.5, rms_norm_eps=1e-5, experts_implementation="eager")),
+    "nemotron_h": ("NemotronHForCausalLM", "NemotronHConfig",
+                   dict(vocab_size=48, hidden_size=16, intermediate_size=24, num_hidden_layers=6,
+                        layers_block_type=["linear_attention", "mlp", "linear_attention", "full_attention", "mlp",
+                                           "linear_attention"], num_attention_heads=2, num_key_value_heads=1,
+                        head_dim=8, mamba_num_heads=8, mamba_head_dim=4, ssm_state_size=4, n_groups=2, chunk_size=8,
+                        conv_kernel=4)),
     "bamba": ("BambaForCausalLM", "BambaConfig",
               dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
                    num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,

@@ -31,17 +31,22 @@ def init_dt_bias(size: int, dt_min: float = 0.001, dt_max: float = 0.1, floor: f
 
 
 class MambaDecay(nn.Module):
-    """``(g_t, Δ_t)`` ``[B, T, H]`` with ``g_t = −exp(A_log) Δ_t``, ``Δ_t = softplus(W_Δ u_t + b_Δ)``.
+    """``(g_t, Δ_t)`` ``[B, T, H]`` with ``g_t = −exp(A_log) Δ_t``, ``Δ_t = softplus(W_Δ u_t + b_Δ)``, clamped to
+    ``[floor, ceiling]`` where they are given (``mamba_ssm``'s ``dt_limit``).
 
     ``A ~ U(a_init_range)`` and ``b_Δ`` from :func:`init_dt_bias` (Mamba-2).  ``project=False`` takes the
     pre-activation ``W_Δ u_t`` from the caller (Mamba-2 computes it inside its fused input projection).
     """
 
     def __init__(self, d_model: int, heads: int, dt_min: float = 0.001, dt_max: float = 0.1,
-                 a_init_range: tuple[float, float] = (1.0, 16.0), project: bool = True):
+                 a_init_range: tuple[float, float] = (1.0, 16.0), project: bool = True, floor: float = 0.0,
+                 ceiling: float | None = None):
         super().__init__()
         if not 0 < a_init_range[0] <= a_init_range[1]:
             raise ValueError(f"a_init_range: expected 0 < low <= high, got {a_init_range}")
+        if floor < 0 or (ceiling is not None and ceiling <= floor):
+            raise ValueError(f"dt_floor, dt_ceiling: expected 0 ≤ dt_floor < dt_ceiling, got {floor}, {ceiling}")
+        self.floor, self.ceiling = floor, ceiling
         self.proj = nn.Linear(d_model, heads, bias=False) if project else None
         self.dt_bias = nn.Parameter(init_dt_bias(heads, dt_min, dt_max))
         self.a_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*a_init_range)))
@@ -50,6 +55,8 @@ class MambaDecay(nn.Module):
     def forward(self, u: Tensor) -> tuple[Tensor, Tensor]:
         raw = self.proj(u) if self.proj is not None else u
         step = F.softplus(raw + self.dt_bias)
+        if self.floor > 0 or self.ceiling is not None:
+            step = step.clamp(min=self.floor, max=self.ceiling)
         return -torch.exp(self.a_log) * step, step
 
 

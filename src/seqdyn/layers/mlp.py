@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-MLPS = ("gelu", "swiglu", "moe", "none")
+MLPS = ("gelu", "swiglu", "relu2", "moe", "none")
 
 
 def hidden_width(d_model: int, ratio: float) -> int:
@@ -20,7 +20,8 @@ def hidden_width(d_model: int, ratio: float) -> int:
 
 
 class MLP(nn.Module):
-    """``fc2(GELU(fc1 x))`` (``"gelu"``, with biases) or ``fc2(SiLU(x W_a) ⊙ x W_b)`` (``"swiglu"``, no biases).
+    """``fc2(GELU(fc1 x))`` (``"gelu"``, with biases), ``fc2(SiLU(x W_a) ⊙ x W_b)`` (``"swiglu"``, no biases) or
+    ``fc2(ReLU(fc1 x)²)`` (``"relu2"``, the squared ReLU of So et al. 2021 "Primer", eq. 1; Nemotron-H's; no biases).
 
     ``fc1`` maps ``d_model`` to the hidden width (twice that for SwiGLU: ``[W_a | W_b]``); ``fc2`` maps back and
     is the block's residual projection (Zoology scales its init by 1/√(2·layers)).
@@ -28,8 +29,8 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, hidden: int, kind: str = "gelu"):
         super().__init__()
-        if kind not in ("gelu", "swiglu"):
-            raise ValueError(f"mlp: expected 'gelu' or 'swiglu', got {kind!r}")
+        if kind not in ("gelu", "swiglu", "relu2"):
+            raise ValueError(f"mlp: expected 'gelu', 'swiglu' or 'relu2', got {kind!r}")
         self.kind, self.hidden = kind, hidden
         bias = kind == "gelu"
         self.fc1 = nn.Linear(d_model, hidden * (2 if kind == "swiglu" else 1), bias=bias)
@@ -39,6 +40,8 @@ class MLP(nn.Module):
         h = self.fc1(x)
         if self.kind == "gelu":
             return self.fc2(F.gelu(h))
+        if self.kind == "relu2":
+            return self.fc2(F.relu(h).square())
         gate, value = h.chunk(2, dim=-1)
         return self.fc2(F.silu(gate) * value)
 

@@ -4,13 +4,13 @@
 
 Per head h (head dim P, state N; B and C shared by all heads, or by each of ``groups`` groups of heads)::
 
-    Δ_t = softplus(W_Δ u_t + b_Δ),   A_h = −exp(A_log_h) < 0
+    Δ_t = softplus(W_Δ u_t + b_Δ) (clamped to [dt_floor, dt_ceiling]),   A_h = −exp(A_log_h) < 0
     S_t = exp(Δ_t A_h) S_{t-1} + Δ_t B_t x_tᵀ,   y_t = S_tᵀ C_t + D_h x_t
 
 Coefficient form: φ = identity, Λ_t = exp(Δ_t A_h)·I (scalar decay), b_t = Δ_t, η = 1, with q = C, k = B.
 The block around it (all optional): a short causal convolution with SiLU on (x, B, C), and the output
-``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5 as mamba_ssm, or ``norm_eps``) before the out-projection.  Head size P = 64 (the paper's)
-where it divides ``expand·d_model``, else the largest divisor below 64.  Initialization as in Mamba-2:
+``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5 as mamba_ssm, or ``norm_eps``) before the out-projection.  Head size P = 64
+(the paper's) where it divides ``expand·d_model``, else the largest divisor below 64.  Initialization as in Mamba-2:
 A ~ U(1, 16), Δ log-uniform in [dt_min, dt_max] through the inverse softplus of the bias, D = 1.
 """
 
@@ -46,6 +46,9 @@ class Mamba2(CoefficientMixer):
             C_t (keys and queries), and the gated RMSNorm normalizes each group's channels on its own; 1: one B_t,
             C_t for all heads.
         norm_eps: the ε of the gated RMSNorm (mamba_ssm's 1e-5; Granite 4.0 and Bamba keep their checkpoint's).
+        dt_floor: Δ_t clamped from below at this step (mamba_ssm's dt_limit[0]; Nemotron-H's time_step_min); 0: not
+            clamped.
+        dt_ceiling: Δ_t clamped from above at this step (dt_limit[1]); None: not clamped.
     """
 
     name = "mamba2"
@@ -54,7 +57,7 @@ class Mamba2(CoefficientMixer):
     def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int | None = None,
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
                  dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64,
-                 groups: int = 1, norm_eps: float = 1e-5):
+                 groups: int = 1, norm_eps: float = 1e-5, dt_floor: float = 0.0, dt_ceiling: float | None = None):
         super().__init__(d_model, chunk_size)
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = check_positive("expand", expand) * d_model
@@ -72,7 +75,8 @@ class Mamba2(CoefficientMixer):
         self.in_proj = nn.Linear(d_model, (self.inner if gate else 0) + conv_channels + self.heads, bias=False)
         if short_conv:
             self.convs["xbc"] = ShortConv(conv_channels, conv_size)
-        self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False)
+        self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False, floor=dt_floor,
+                                ceiling=dt_ceiling)
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
         keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
         self.norm = GatedRMSNorm(self.inner, eps=norm_eps, groups=groups) if gate else None

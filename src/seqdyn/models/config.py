@@ -15,6 +15,9 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+MLPKind = Literal["gelu", "swiglu", "relu2", "moe", "none"]
+
+
 class MixtureOfExperts(Strict):
     """The mixture-of-experts MLP (``mlp: moe``): SwiGLU experts of hidden width round(mlp_ratio · d_model), a
     softmax router choosing ``top_k`` of them per token, and an optional shared expert gated by a sigmoid."""
@@ -55,9 +58,10 @@ class ModelConfig(Strict):
     bidirectional: bool = Field(False, description="each block runs a second mixer of the same kind on the "
                                 "reversed sequence and adds its output: a non-causal model (seed 002's "
                                 "Pathfinder-Segmentation), which cannot step()")
-    mlp: Literal["gelu", "swiglu", "moe", "none"] = Field(
-        "gelu", description="the MLP after the mixer in every block (moe: a mixture of SwiGLU experts, see moe; "
-                            "none: no MLP sub-block)")
+    mlp: Union[MLPKind, list[MLPKind]] = Field(
+        "gelu", description="the MLP after the mixer in every block (relu2: W₂ ReLU(W₁x)², Primer's, without "
+                            "biases; moe: a mixture of SwiGLU experts, see moe; none: no MLP sub-block), or one of "
+                            "these per layer")
     mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP (of each expert): "
                                                      "round(mlp_ratio · d_model)")
     moe: MixtureOfExperts = Field(default_factory=MixtureOfExperts, description="the experts of mlp: moe")
@@ -85,11 +89,15 @@ class ModelConfig(Strict):
         options = self.mixer_options if isinstance(self.mixer_options, list) else [self.mixer_options] * self.layers
         return list(zip(names, options))
 
+    def layer_mlps(self) -> list[str]:
+        """The MLP kind of every layer."""
+        return self.mlp if isinstance(self.mlp, list) else [self.mlp] * self.layers
+
     @model_validator(mode="after")
     def _check_mixers(self) -> ModelConfig:
         from seqdyn import mixers
 
-        for field, value in (("mixer", self.mixer), ("mixer_options", self.mixer_options)):
+        for field, value in (("mixer", self.mixer), ("mixer_options", self.mixer_options), ("mlp", self.mlp)):
             if isinstance(value, list) and len(value) != self.layers:
                 raise ValueError(f"{field}: a per-layer list must have one entry per layer ({self.layers}), got {len(value)}")
         for name, options in self.layer_mixers():

@@ -225,8 +225,8 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
             mixer = Bidirectional(mixer, mixers.build(name, width, **options))
     except ValueError as error:
         raise ValueError(f"mixer_options (layer {index}, {name}): {error}") from None
-    common = dict(norm=config.norm, mlp=config.mlp, mlp_ratio=config.mlp_ratio, norm_position=config.norm_position,
-                  norm_eps=config.norm_eps, moe=config.moe.model_dump())
+    common = dict(norm=config.norm, mlp=config.layer_mlps()[index], mlp_ratio=config.mlp_ratio,
+                  norm_position=config.norm_position, norm_eps=config.norm_eps, moe=config.moe.model_dump())
     if config.block == "transformer":
         return TransformerBlock(d, mixer, **common)
     if config.block == "gated":
