@@ -61,7 +61,7 @@ SWAPPED = {"mamba2": ("mamba2_chunk_scan", 2), "bamba": ("mamba2_chunk_scan", 2)
            "granitemoehybrid": ("mamba2_chunk_scan", 2), "nemotron_h": ("mamba2_chunk_scan", 3),
            "zamba2": ("mamba2_chunk_scan", 2), "falcon_h1": ("mamba2_chunk_scan", 2),
            "qwen3_5_text": ("torch_chunk_gated_delta_rule", 2), "qwen3_5_moe_text": ("torch_chunk_gated_delta_rule", 2),
-           "qwen3_next": ("torch_chunk_gated_delta_rule", 2)}
+           "qwen3_next": ("torch_chunk_gated_delta_rule", 2), "olmo_hybrid": ("torch_chunk_gated_delta_rule", 2)}
 
 
 @pytest.mark.parametrize("family", SWAPPED)

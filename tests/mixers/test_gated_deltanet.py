@@ -38,6 +38,19 @@ def test_gated_deltanet_with_grouped_value_heads_matches_qwen3_5(part):
                        state_of=lambda state: (state.core, state.conv["qkv"]))
 
 
+#: OLMo-hybrid's (transformers' ``OlmoHybridGatedDeltaNet``): Qwen3.5's with β ∈ (0, 2) and the output norm's own ε
+#: (here large, to show)
+OLMO_HYBRID = dict(QWEN3_5, negative_eigenvalues=True, output_norm_eps=0.5)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_gated_deltanet_with_negative_eigenvalues_matches_olmo_hybrid(part):
+    mixer = double_mixer("gated_deltanet", D, conv_size=CONV, **OLMO_HYBRID)
+    assert mixer.output.norm.eps == 0.5
+    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), gated_deltanet_layer,
+                       state_of=lambda state: (state.core, state.conv["qkv"]))
+
+
 def test_grouped_value_heads_share_their_query_and_key():
     """Value heads 0 and 1 read the same query/key head: with equal value inputs their coefficients agree."""
     mixer = double_mixer("gated_deltanet", D, conv_size=CONV, **QWEN3_5)

@@ -78,7 +78,8 @@ def gated_attention_layer(mixer, x):
     """The attention layer of Qwen3-Next / Qwen3.5 (transformers' ``Qwen3_5Attention``; Qiu et al. 2025 for the
     gate), per query head h with its key–value head g = ⌊h / (H / H_kv)⌋::
 
-        q_h = RMSNorm(W_Q^h u) ⊙ w_q,  k_g = RMSNorm(W_K^g u) ⊙ w_k,  v_g = W_V^g u   (ε = 1e-6)
+        q_h = RMSNorm(W_Q^h u) ⊙ w_q,  k_g = RMSNorm(W_K^g u) ⊙ w_k,  v_g = W_V^g u   (ε = 1e-6; with
+        qk_norm_scope="projection", OLMo 2's: RMSNorm(W_Q u) over all heads at once, then split, and so for K)
         q_h, k_g ← rope of their first r = ⌊K · rotary_fraction⌋ channels (RoFormer eq. 34 with d = r)
         A_h = softmax(q_h k_gᵀ / √K + causal mask),  y = W_O [(A_h v_g)_h ⊙ σ(W_G u)]
     """
@@ -86,8 +87,11 @@ def gated_attention_layer(mixer, x):
     heads, kv_heads, dim, rotated = mixer.heads, mixer.kv_heads, mixer.head_dim, mixer.rotary_dims
     w_q, w_k, w_v = mixer.qkv.weight.split(mixer.widths, dim=0)
 
-    def rms(t, weight):
-        return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+    def rms(t, weight):  # over each head, or (OLMo 2's scope) over the whole projection first
+        if mixer.qk_norm_scope == "projection":
+            t = t.flatten(-2)
+        normed = t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+        return normed.view(batch, length, -1, dim)
 
     def rope(t):
         turned = rope_by_complex_numbers(t[..., :rotated], torch.arange(length))
@@ -109,10 +113,12 @@ GATED = dict(heads=4, kv_heads=2, head_dim=8, qk_norm=True, rotary=True, rotary_
 
 
 @pytest.mark.parametrize("part", PARTS)
-def test_gated_attention_with_grouped_heads_matches_qwen3_5(part):
+@pytest.mark.parametrize("scope", ["head", "projection"])
+def test_gated_attention_with_grouped_heads_matches_qwen3_5(part, scope):
     """Every option of today's hybrid models at once: grouped key–value heads, a head width other than D / H, q/k
-    norms, partial rotary embeddings and the sigmoid output gate."""
-    mixer = double_mixer("softmax_attention", D, **GATED)
+    norms (per head as Qwen3, or over the projection as OLMo 2), partial rotary embeddings and the sigmoid output
+    gate."""
+    mixer = double_mixer("softmax_attention", D, **GATED, qk_norm_scope=scope)
     compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), gated_attention_layer)
 
 

@@ -109,6 +109,10 @@ STREAMING = {
                                mixer_options={"heads": 2, "rotary": True}),
     "post_norm_gated": config(block="gated", norm_position="post", short_conv=True, positions=False,
                               mixer="gated_deltanet", mixer_options={"heads": 2}),
+    # OLMo-hybrid: pre-norm Gated DeltaNet layers, output-norm attention layers, a final norm
+    "output_norm_hybrid": config(norm_position=["pre", "output"], layers=2, positions=False, norm="rmsnorm",
+                                 mixer=["gated_deltanet", "softmax_attention"],
+                                 mixer_options=[{"heads": 2}, {"heads": 2, "rotary": True}]),
     # Qwen3-Next's MLP: a mixture of SwiGLU experts with a shared expert
     "experts": config(positions=False, mlp="moe", mlp_ratio=0.5, norm="rmsnorm", mixer="gated_deltanet",
                       mixer_options={"heads": 2}, moe={"experts": 4, "top_k": 2, "shared_ratio": 0.5}),
@@ -218,6 +222,22 @@ def test_post_norm_blocks_normalize_after_each_residual_sum(block):
         torch.testing.assert_close(x.mean(-1), torch.zeros_like(x[..., 0]), atol=1e-5, rtol=0)
         torch.testing.assert_close(x.var(-1, unbiased=False), torch.ones_like(x[..., 0]), atol=1e-3, rtol=0)
     assert not torch.allclose(post(inputs(spec())), pre(inputs(spec())))
+
+
+def test_output_norm_blocks_add_the_normalized_branch():
+    """norm_position="output" (OLMo 2): each residual adds LayerNorm(branch(x)) — the mixer's, then the MLP's, an
+    update of zero mean per position; the model keeps its final norm."""
+    torch.manual_seed(0)
+    model = build_model(config(norm_position="output", mixer="gated_deltanet", mixer_options={"heads": 2}), spec())
+    assert isinstance(model.norm, torch.nn.LayerNorm)
+    x = model.embed(inputs(spec()))
+    block = model.blocks[0]
+    after_mixer = x + block.norm1(block.mixer(x))
+    update = block(x) - after_mixer
+    torch.testing.assert_close(update.mean(-1), torch.zeros_like(x[..., 0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(update, block.norm2(block.mlp(after_mixer)))
+    pre_norm = after_mixer + block.mlp(block.norm2(after_mixer))
+    assert not torch.allclose(block(x), pre_norm)
 
 
 def test_norm_position_is_checked():

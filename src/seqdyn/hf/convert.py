@@ -17,7 +17,8 @@ checkpoint) → the same layers with a mixture of experts (``mlp="moe"``) in eve
 (``BambaForCausalLM``) and ``granitemoehybrid`` (``GraniteMoeHybridForCausalLM``, Granite 4.0-H, its μP scalars
 folded into the weights) → per layer ``mamba2`` or ``softmax_attention``, each in pre-norm RMSNorm blocks with a SwiGLU
 MLP (Granite: or experts beside a shared MLP); ``nemotron_h`` (``NemotronHForCausalLM``) → a block per Mamba-2 or
-attention layer, with the squared-ReLU MLP layer after it as its MLP.
+attention layer, with the squared-ReLU MLP layer after it as its MLP; ``olmo_hybrid`` (``OlmoHybridForCausalLM``) →
+pre-norm ``gated_deltanet`` blocks and OLMo 2's output-norm attention blocks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +186,6 @@ NOT_YET: dict[str, str] = {
                    "mixture-of-experts MLP",
     "recurrent_gemma": "RG-LRU's block and local attention with grouped key-value heads",
     "xlstm": "the mLSTM block of the xLSTM large models",
-    "olmo_hybrid": "attention blocks that normalize their outputs (OLMo 2's norms after the mixer and the MLP), q/k "
-                   "norms over whole projections and the delta rule's negative eigenvalues (β in [0, 2])",
     "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
     "falcon_h1": "softmax attention and mamba2 in parallel within one layer",
 }
@@ -342,33 +342,44 @@ def _rotary_options(config: Any) -> dict[str, Any]:
             "rotary_base": float(rope.get("rope_theta", 10_000.0))}
 
 
-def _check_qwen3_5_options(config: Any) -> None:
+def _check_delta_hybrid_options(config: Any) -> None:
+    """What the Gated DeltaNet hybrids (Qwen3.5, Qwen3-Next, OLMo-hybrid) may not set: another activation, attention
+    biases, another ε of the norms inside the layers, other layer types."""
     family = config.model_type
     if config.hidden_act != "silu":
         raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and short convolution use SiLU")
     if config.attention_bias:
-        raise _refuse(family, "attention_bias", True, "seqdyn's gated attention has no projection bias here")
+        raise _refuse(family, "attention_bias", True, "seqdyn converts attention without projection biases here")
     if config.rms_norm_eps != MIXER_NORM_EPS:
-        raise _refuse(family, "rms_norm_eps", config.rms_norm_eps, "the head norms of seqdyn's gated_deltanet and "
+        raise _refuse(family, "rms_norm_eps", config.rms_norm_eps, "the norms inside seqdyn's gated_deltanet and "
                       f"softmax_attention have ε = {MIXER_NORM_EPS}")
-    _check_default_rope(config)
     unknown = set(config.layer_types) - {"linear_attention", "full_attention"}
     if unknown:
         raise _refuse(family, "layer_types", sorted(unknown), "seqdyn converts linear_attention and full_attention")
+
+
+def _check_qwen3_5_options(config: Any) -> None:
+    _check_delta_hybrid_options(config)
+    _check_default_rope(config)
 
 
 def _qwen3_5_mixers(config: Any) -> list[tuple[str, dict[str, Any]]]:
     """Per layer: Gated DeltaNet (grouped value heads, per-head key width, flash-linear-attention's L2 norm, no
     convolution bias) or gated softmax attention (grouped key-value heads, q/k norms, partial rotary, sigmoid
     output gate)."""
-    value_width = config.linear_num_value_heads * config.linear_value_head_dim
-    delta = {"heads": config.linear_num_value_heads, "key_heads": config.linear_num_key_heads,
-             "key_dim": config.linear_key_head_dim, "expand_v": value_width / config.hidden_size,
-             "conv_size": config.linear_conv_kernel_dim, "conv_bias": False, "qk_norm_eps": 1e-6}
     attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads,
                  "head_dim": config.head_dim, "qk_norm": True, "output_gate": True, **_rotary_options(config)}
-    return [("gated_deltanet", delta) if kind == "linear_attention" else ("softmax_attention", attention)
-            for kind in config.layer_types]
+    return [("gated_deltanet", _delta_options(config)) if kind == "linear_attention"
+            else ("softmax_attention", attention) for kind in config.layer_types]
+
+
+def _delta_options(config: Any) -> dict[str, Any]:
+    """gated_deltanet's options of a ``linear_*`` config: grouped value heads, the per-head key width,
+    flash-linear-attention's L2 norm, no convolution bias."""
+    value_width = config.linear_num_value_heads * config.linear_value_head_dim
+    return {"heads": config.linear_num_value_heads, "key_heads": config.linear_num_key_heads,
+            "key_dim": config.linear_key_head_dim, "expand_v": value_width / config.hidden_size,
+            "conv_size": config.linear_conv_kernel_dim, "conv_bias": False, "qk_norm_eps": 1e-6}
 
 
 def _qwen3_5_config(config: Any) -> SeqdynConfig:
@@ -378,18 +389,18 @@ def _qwen3_5_config(config: Any) -> SeqdynConfig:
 
 
 def _hybrid_config(config: Any, mixers: list[tuple[str, dict[str, Any]]], tie: bool | None = None,
-                   **mlp: Any) -> SeqdynConfig:
+                   **fields: Any) -> SeqdynConfig:
     """A hybrid decoder: pre-norm RMSNorm blocks, each with its layer's mixer (name, options) and a SwiGLU MLP of the
-    checkpoint's width (or the ``mlp`` fields given), final RMSNorm, lm head (tied as the checkpoint's, or ``tie``),
-    with the checkpoint's ε and special tokens."""
-    mlp = mlp or {"mlp": "swiglu", "mlp_ratio": config.intermediate_size / config.hidden_size}
+    checkpoint's width, final RMSNorm, lm head (tied as the checkpoint's, or ``tie``), with the checkpoint's ε and
+    special tokens; ``fields`` set other model fields (another MLP, norm positions)."""
+    if "mlp" not in fields:
+        fields.update(mlp="swiglu", mlp_ratio=config.intermediate_size / config.hidden_size)
     return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
                         mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
-                        **mlp, norm="rmsnorm",
-                        norm_eps=config.rms_norm_eps,
+                        norm="rmsnorm", norm_eps=config.rms_norm_eps,
                         tie_embeddings=config.tie_word_embeddings if tie is None else tie,
                         pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
-                        eos_token_id=config.eos_token_id)
+                        eos_token_id=config.eos_token_id, **fields)
 
 
 def _copy_centered(target: torch.Tensor, source: torch.Tensor, name: str) -> None:
@@ -397,22 +408,22 @@ def _copy_centered(target: torch.Tensor, source: torch.Tensor, name: str) -> Non
     _copy(target, 1.0 + source.float(), name)
 
 
-def _copy_delta_rest(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
-    """What every transformers Gated DeltaNet keeps alike: the convolution, Δ's bias, A, the gated head norm and the
-    output projection."""
-    _copy(ours.convs["qkv"].weight, theirs.conv1d.weight, f"{prefix}.conv1d.weight")
-    _copy(ours.decay.dt_bias, theirs.dt_bias, f"{prefix}.dt_bias")
-    _copy(ours.decay.a_log, theirs.A_log, f"{prefix}.A_log")
-    _copy(ours.output.norm.weight, theirs.norm.weight, f"{prefix}.norm.weight")
-    _copy(ours.output.out.weight, theirs.out_proj.weight, f"{prefix}.out_proj.weight")
+def _copy_pairs(prefix: str, theirs: nn.Module, ours: nn.Module, pairs: tuple[tuple[str, str], ...]) -> None:
+    """Each ``(our parameter, their parameter)`` pair of dotted names, copied."""
+    for our_name, their_name in pairs:
+        _copy(attrgetter(our_name)(ours), attrgetter(their_name)(theirs), f"{prefix}.{their_name}")
+
+
+#: what every transformers Gated DeltaNet names alike: the convolution, Δ's bias and A
+_DELTA_DECAY = (("convs.qkv.weight", "conv1d.weight"), ("decay.dt_bias", "dt_bias"), ("decay.a_log", "A_log"))
+#: Qwen's Gated DeltaNet (Qwen3-Next: its projections de-interleaved first): the gated head norm and the output
+_QWEN_DELTA_REST = (*_DELTA_DECAY, ("output.norm.weight", "norm.weight"), ("output.out.weight", "out_proj.weight"))
 
 
 def _qwen3_5_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
-    _copy(ours.qkv.weight, theirs.in_proj_qkv.weight, f"{prefix}.in_proj_qkv.weight")
-    _copy(ours.output.gate.weight, theirs.in_proj_z.weight, f"{prefix}.in_proj_z.weight")
-    _copy(ours.beta.weight, theirs.in_proj_b.weight, f"{prefix}.in_proj_b.weight")
-    _copy(ours.decay.proj.weight, theirs.in_proj_a.weight, f"{prefix}.in_proj_a.weight")
-    _copy_delta_rest(prefix, theirs, ours)
+    _copy_pairs(prefix, theirs, ours, (("qkv.weight", "in_proj_qkv.weight"), ("output.gate.weight", "in_proj_z.weight"),
+                                       ("beta.weight", "in_proj_b.weight"), ("decay.proj.weight", "in_proj_a.weight"),
+                                       *_QWEN_DELTA_REST))
 
 
 def _qwen3_5_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
@@ -435,11 +446,11 @@ def _copy_swiglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
 
 @dataclass(frozen=True)
 class _DecoderLayout:
-    """Where a hybrid decoder keeps its weights: per layer the norm before the mixer and the one before the MLP, the
-    MLP, and the mixer of each layer type (its attribute and the function that copies it); the final norm; whether
-    its RMSNorm weights are zero-centered (``x · (1 + w)``)."""
+    """Where a hybrid decoder keeps its weights: per layer the norm of the mixer's branch and the one of the MLP's (or
+    these per layer type), the MLP, and the mixer of each layer type (its attribute and the function that copies
+    it); the final norm; whether its RMSNorm weights are zero-centered (``x · (1 + w)``)."""
 
-    norms: tuple[str, str]
+    norms: tuple[str, str] | dict[str, tuple[str, str]]
     mlp: str
     mixers: dict[str, tuple[str, Callable[[str, nn.Module, nn.Module], None]]]
     final_norm: str
@@ -455,9 +466,11 @@ def _copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: _D
     _copy(model.embedding.weight, backbone.embed_tokens.weight, "model.embed_tokens.weight")
     for index, (layer, block) in enumerate(zip(backbone.layers, model.blocks)):
         prefix = f"model.layers.{index}"
-        for ours, theirs in zip((block.norm1, block.norm2), layout.norms):
+        kind = getattr(layer, "block_type", None) or source.config.layer_types[index]
+        norms = layout.norms[kind] if isinstance(layout.norms, dict) else layout.norms
+        for ours, theirs in zip((block.norm1, block.norm2), norms):
             norm_copy(ours.weight, getattr(layer, theirs).weight, f"{prefix}.{theirs}.weight")
-        attribute, mixer_weights = layout.mixers[layer.block_type]
+        attribute, mixer_weights = layout.mixers[kind]
         mixer_weights(f"{prefix}.{attribute}", getattr(layer, attribute), block.mixer)
         mlp = getattr(layer, layout.mlp) if layout.mlp else layer  # "": the MLP's parts are the layer's
         layout.mlp_weights(f"{prefix}.{layout.mlp}" if layout.mlp else prefix, mlp, block.mlp)
@@ -517,7 +530,7 @@ def _qwen3_next_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -
     _copy(ours.output.gate.weight, z.flatten(0, 1), f"{prefix}.in_proj_qkvz.weight (z)")
     _copy(ours.beta.weight, b.flatten(0, 1), f"{prefix}.in_proj_ba.weight (b)")
     _copy(ours.decay.proj.weight, a.flatten(0, 1), f"{prefix}.in_proj_ba.weight (a)")
-    _copy_delta_rest(prefix, theirs, ours)
+    _copy_pairs(prefix, theirs, ours, _QWEN_DELTA_REST)
 
 
 def _copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
@@ -723,6 +736,51 @@ def _nemotron_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
         _copy(model.head.weight, source.lm_head.weight, "lm_head.weight")
 
 
+# --- OLMo-hybrid (OlmoHybridForCausalLM): Gated DeltaNet layers and OLMo 2's attention layers -------------------
+
+def _olmo_hybrid_config(config: Any) -> SeqdynConfig:
+    """``OlmoHybridConfig`` → per layer a pre-norm Gated DeltaNet block (β ∈ (0, 2) with ``linear_allow_neg_eigval``,
+    its output norm at FLA's ε = 1e-5) or an output-norm attention block (OLMo 2's ``x + norm(f(x))``, q/k RMSNorms
+    over the whole projections, RoPE or, as the released checkpoints, no positions); SwiGLU MLPs, a final norm."""
+    _check_delta_hybrid_options(config)
+    rope = config.rope_parameters is not None and config.rope_parameters.get("rope_theta") is not None
+    if rope:
+        _check_default_rope(config)
+    delta = {**_delta_options(config), "negative_eigenvalues": bool(config.linear_allow_neg_eigval),
+             "output_norm_eps": 1e-5}
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
+                 "qk_norm": True, "qk_norm_scope": "projection",
+                 **(_rotary_options(config) if rope else {"rotary": False})}
+    mixers = [("gated_deltanet", delta) if kind == "linear_attention" else ("softmax_attention", attention)
+              for kind in config.layer_types]
+    positions = ["pre" if kind == "linear_attention" else "output" for kind in config.layer_types]
+    return _hybrid_config(config, mixers, norm_position=positions)
+
+
+def _olmo_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """Separate ``q_proj``, ``k_proj``, ``v_proj``, the gate ``g_proj``, β's ``b_proj``, the decay's ``a_proj``."""
+    stacked = torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight])
+    _copy(ours.qkv.weight, stacked, f"{prefix}.q_proj/k_proj/v_proj.weight")
+    _copy_pairs(prefix, theirs, ours, (("output.gate.weight", "g_proj.weight"), ("beta.weight", "b_proj.weight"),
+                                       ("decay.proj.weight", "a_proj.weight"), *_DELTA_DECAY,
+                                       ("output.norm.weight", "o_norm.weight"), ("output.out.weight", "o_proj.weight")))
+
+
+def _olmo_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    _plain_attention_weights(prefix, theirs, ours)
+    _copy(ours.q_norm.weight, theirs.q_norm.weight, f"{prefix}.q_norm.weight")
+    _copy(ours.k_norm.weight, theirs.k_norm.weight, f"{prefix}.k_norm.weight")
+
+
+def _olmo_hybrid_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    layout = _DecoderLayout({"linear_attention": ("input_layernorm", "post_attention_layernorm"),
+                             "full_attention": ("post_attention_layernorm", "post_feedforward_layernorm")}, "mlp",
+                            {"linear_attention": ("linear_attn", _olmo_delta_weights),
+                             "full_attention": ("self_attn", _olmo_attention_weights)}, "norm")
+    _copy_decoder_stack(source, target, layout)
+
+
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
@@ -734,6 +792,7 @@ SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, S
     "qwen3_5_moe_text": (_qwen3_5_moe_config, _qwen_weights(_qwen3_5_delta_weights, experts=True)),
     "granitemoehybrid": (_granite_config, _granite_weights),
     "nemotron_h": (_nemotron_config, _nemotron_weights),
+    "olmo_hybrid": (_olmo_hybrid_config, _olmo_hybrid_weights),
 }
 
 
@@ -787,6 +846,13 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                                            "linear_attention"], num_attention_heads=2, num_key_value_heads=1,
                         head_dim=8, mamba_num_heads=8, mamba_head_dim=4, ssm_state_size=4, n_groups=2, chunk_size=8,
                         conv_kernel=4)),
+    "olmo_hybrid": ("OlmoHybridForCausalLM", "OlmoHybridConfig",
+                    dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, linear_num_key_heads=2,
+                         linear_num_value_heads=4, linear_key_head_dim=6, linear_value_head_dim=8,
+                         linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"] * 2,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10_000.0}, pad_token_id=0,
+                         eos_token_id=1)),
     "bamba": ("BambaForCausalLM", "BambaConfig",
               dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
                    num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,

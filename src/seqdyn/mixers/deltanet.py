@@ -46,6 +46,7 @@ class DeltaNet(CoefficientMixer):
         negative_eigenvalues: β_t = 2σ(w_βᵀ u_t) ∈ (0, 2), so that I − β_t k_t k_tᵀ has the eigenvalue 1 − β_t ∈ (−1, 1)
             along k_t (Grazzi et al. 2025, "Unlocking state-tracking in linear RNNs through negative eigenvalues",
             OLMo-hybrid's allow_neg_eigval); False: β_t = σ(w_βᵀ u_t).
+        output_norm_eps: the ε of the per-head RMSNorm of the output (1e-6 as Qwen3.5; OLMo-hybrid: 1e-5).
     """
 
     name = "deltanet"
@@ -53,8 +54,10 @@ class DeltaNet(CoefficientMixer):
     def __init__(self, d_model: int, heads: int = 4, expand_v: float = 1.0, short_conv: bool = True,
                  conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64, key_heads: int | None = None,
                  key_dim: int | None = None, qk_norm_eps: float | None = None, conv_bias: bool = True,
-                 negative_eigenvalues: bool = False):
+                 negative_eigenvalues: bool = False, output_norm_eps: float = 1e-6):
         super().__init__(d_model, chunk_size)
+        if not output_norm_eps > 0:
+            raise ValueError(f"output_norm_eps: expected a positive ε, got {output_norm_eps!r}")
         self.negative_eigenvalues = check_choice("negative_eigenvalues", negative_eigenvalues, (False, True))
         self.heads = check_heads(heads, d_model) if key_dim is None else check_positive("heads", heads)
         self.key_heads = heads if key_heads is None else check_positive("key_heads", key_heads)
@@ -70,7 +73,7 @@ class DeltaNet(CoefficientMixer):
         self.beta = nn.Linear(d_model, heads, bias=False)
         if short_conv:  # the three convolutions of q, k and v as one over their stacked channels
             self.convs["qkv"] = ShortConv(sum(self.widths), conv_size, bias=conv_bias)
-        self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate)
+        self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate, norm_eps=output_norm_eps)
 
     def log_decay(self, u: Tensor) -> Tensor | None:
         """The decay multiplying the Householder factor: none for DeltaNet."""

@@ -42,6 +42,8 @@ class SoftmaxAttention(CoefficientMixer):
             heads); None: one per query head.
         head_dim: the width K = V of each head; None: d_model / heads.
         qk_norm: an RMSNorm (ε = 1e-6, a learned weight over the head dimension) of every head's query and key.
+        qk_norm_scope: what qk_norm normalizes: "head", each head's query and key (Qwen3); "projection", all the
+            query heads together and all the key heads together (OLMo 2, OLMo-hybrid).
         rotary_fraction: the fraction of each head's channels that rotary embeddings rotate (the first ones).
         rotary_base: the base of the rotation frequencies θ_m = base^(−2m/d).
         output_gate: multiply the attention output by σ(W_G u) elementwise before W_O.
@@ -52,7 +54,7 @@ class SoftmaxAttention(CoefficientMixer):
     def __init__(self, d_model: int, heads: int = 1, bias: bool = False, rotary: bool = False,
                  chunk_size: int = 64, kv_heads: int | None = None, head_dim: int | None = None,
                  qk_norm: bool = False, rotary_fraction: float = 1.0, rotary_base: float = ROPE_BASE,
-                 output_gate: bool = False):
+                 output_gate: bool = False, qk_norm_scope: str = "head"):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model) if head_dim is None else check_positive("heads", heads)
         self.head_dim = d_model // heads if head_dim is None else check_positive("head_dim", head_dim)
@@ -64,7 +66,9 @@ class SoftmaxAttention(CoefficientMixer):
         inner, kv_inner = heads * self.head_dim, self.kv_heads * self.head_dim
         self.widths = [inner, kv_inner, kv_inner]  # of q, k and v
         self.qkv = nn.Linear(d_model, sum(self.widths), bias=bias)
-        self.q_norm, self.k_norm = (RMSNorm(self.head_dim), RMSNorm(self.head_dim)) if qk_norm else (None, None)
+        self.qk_norm_scope = check_choice("qk_norm_scope", qk_norm_scope, ("head", "projection"))
+        widths = (self.head_dim, self.head_dim) if qk_norm_scope == "head" else (inner, kv_inner)
+        self.q_norm, self.k_norm = (RMSNorm(widths[0]), RMSNorm(widths[1])) if qk_norm else (None, None)
         self.gate = nn.Linear(d_model, inner, bias=bias) if output_gate else None
         self.out = nn.Linear(inner, d_model, bias=bias)
 
@@ -80,8 +84,11 @@ class SoftmaxAttention(CoefficientMixer):
         return dims
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
-        q, k, v = (split_heads(t, t.shape[-1] // self.head_dim) for t in self.qkv(x).split(self.widths, dim=-1))
-        if self.q_norm is not None:
+        q, k, v = self.qkv(x).split(self.widths, dim=-1)
+        if self.q_norm is not None and self.qk_norm_scope == "projection":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (split_heads(t, t.shape[-1] // self.head_dim) for t in (q, k, v))
+        if self.q_norm is not None and self.qk_norm_scope == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             q, k = (rotary(t, state.positions, self.rotary_base, self.rotary_dims) for t in (q, k))

@@ -16,7 +16,8 @@
 With ``bidirectional`` models (:class:`Bidirectional`) a block's mixer is a pair that reads the sequence both ways.
 
 With ``norm_position="post"`` (Vaswani et al. 2017's original order; seed 002 §A.6: "All experiments use post-norm
-Layer Normalization") every residual branch ``x + f(norm x)`` becomes ``norm(x + f(x))``.
+Layer Normalization") every residual branch ``x + f(norm x)`` becomes ``norm(x + f(x))``; with ``"output"`` (OLMo 2's
+reordered norm, OLMo-hybrid's attention layers) ``x + norm(f(x))``.
 
 The residual projections — the last linear map of each residual branch, which the model's initialization scales
 by 1/√(2·layers) — are the mixer's output projection and ``fc2`` (transformer), ``W_out`` and ``fc2`` (gated).
@@ -39,7 +40,7 @@ from seqdyn.layers.norms import RMSNorm
 
 NORMS = ("layernorm", "rmsnorm")
 BLOCKS = ("transformer", "gated")
-NORM_POSITIONS = ("pre", "post")
+NORM_POSITIONS = ("pre", "post", "output")
 
 
 def make_norm(kind: str, dim: int, eps: float | None = None) -> nn.Module:
@@ -104,14 +105,18 @@ class _Block(nn.Module):
                   norm_eps: float | None = None, moe: dict[str, Any] | None = None) -> None:
         if norm_position not in NORM_POSITIONS:
             raise ValueError(f"norm_position: expected one of {list(NORM_POSITIONS)}, got {norm_position!r}")
-        self.post_norm = norm_position == "post"
+        self.norm_position = norm_position
         module = build_mlp(mlp, d_model, mlp_ratio, moe)
         self.norm2 = make_norm(norm, d_model, norm_eps) if module is not None else None
         self.mlp = module
 
     def _residual(self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor]) -> Tensor:
-        """Pre-norm ``x + branch(norm x)``, or post-norm ``norm(x + branch(x))``."""
-        return norm(x + branch(x)) if self.post_norm else x + branch(norm(x))
+        """Pre-norm ``x + branch(norm x)``, post-norm ``norm(x + branch(x))`` or output-norm ``x + norm(branch(x))``."""
+        if self.norm_position == "post":
+            return norm(x + branch(x))
+        if self.norm_position == "output":
+            return x + norm(branch(x))
+        return x + branch(norm(x))
 
     def _mix(self, u: Tensor, backend: str, cu_seqlens: Tensor | None) -> Tensor:
         """The mixer on ``u``, on packed sequences with ``cu_seqlens``."""

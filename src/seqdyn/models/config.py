@@ -16,6 +16,7 @@ class Strict(BaseModel):
 
 
 MLPKind = Literal["gelu", "swiglu", "relu2", "moe", "none"]
+NormPosition = Literal["pre", "post", "output"]
 
 
 class MixtureOfExperts(Strict):
@@ -71,9 +72,10 @@ class ModelConfig(Strict):
     norm_eps: Optional[float] = Field(
         None, gt=0, description="the ε of every norm of the blocks and the final norm; None: each norm's own "
                                 "(LayerNorm 1e-5, RMSNorm 1e-6). A converted transformers model keeps its own")
-    norm_position: Literal["pre", "post"] = Field(
-        "pre", description="where each block's norms sit: pre (x + f(norm x), GPT-2) or post (norm(x + f(x)), "
-                           "Vaswani et al.; seed 002's blocks), the model then has no final norm")
+    norm_position: Union[NormPosition, list[NormPosition]] = Field(
+        "pre", description="where each block's norms sit: pre (x + f(norm x), GPT-2), post (norm(x + f(x)), "
+                           "Vaswani et al.; seed 002's blocks; a model of post blocks alone has no final norm) or "
+                           "output (x + norm(f(x)), OLMo 2's), or one of these per layer")
     expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")
     short_conv: bool = Field(False, description="gated block: short causal convolution before the mixer")
     conv_size: int = Field(4, gt=0, description="taps of the gated block's short convolution (with short_conv)")
@@ -93,11 +95,16 @@ class ModelConfig(Strict):
         """The MLP kind of every layer."""
         return self.mlp if isinstance(self.mlp, list) else [self.mlp] * self.layers
 
+    def layer_norm_positions(self) -> list[str]:
+        """Where the norms of every layer sit."""
+        return self.norm_position if isinstance(self.norm_position, list) else [self.norm_position] * self.layers
+
     @model_validator(mode="after")
     def _check_mixers(self) -> ModelConfig:
         from seqdyn import mixers
 
-        for field, value in (("mixer", self.mixer), ("mixer_options", self.mixer_options), ("mlp", self.mlp)):
+        for field, value in (("mixer", self.mixer), ("mixer_options", self.mixer_options), ("mlp", self.mlp),
+                             ("norm_position", self.norm_position)):
             if isinstance(value, list) and len(value) != self.layers:
                 raise ValueError(f"{field}: a per-layer list must have one entry per layer ({self.layers}), got {len(value)}")
         for name, options in self.layer_mixers():

@@ -62,7 +62,8 @@ class SequenceModel(nn.Module):
         self.blocks = nn.ModuleList(_build_block(config, index, name, options)
                                     for index, (name, options) in enumerate(config.layer_mixers()))
         # post-norm blocks end on a norm already
-        self.norm = nn.Identity() if config.norm_position == "post" else make_norm(config.norm, d, config.norm_eps)
+        post = set(config.layer_norm_positions()) == {"post"}
+        self.norm = nn.Identity() if post else make_norm(config.norm, d, config.norm_eps)
         tie = config.tie_embeddings and spec.head == "lm" and tokens and spec.input_size == spec.output_size
         self.head: Head = build_head(spec.head, d, spec.output_size, spec.input_len, config.norm,
                                      tied=self.embedding if tie else None)
@@ -226,7 +227,7 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
     except ValueError as error:
         raise ValueError(f"mixer_options (layer {index}, {name}): {error}") from None
     common = dict(norm=config.norm, mlp=config.layer_mlps()[index], mlp_ratio=config.mlp_ratio,
-                  norm_position=config.norm_position, norm_eps=config.norm_eps, moe=config.moe.model_dump())
+                  norm_position=config.layer_norm_positions()[index], norm_eps=config.norm_eps, moe=config.moe.model_dump())
     if config.block == "transformer":
         return TransformerBlock(d, mixer, **common)
     if config.block == "gated":
