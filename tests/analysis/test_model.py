@@ -48,6 +48,8 @@ def test_one_row_per_layer_and_head(model):
         assert sum(row.class_shares.values()) == pytest.approx(1)
     record = mamba.as_dict()
     assert record["within_bound"] is True and record["mixer"] == "mamba2"
+    # Lemma 3: attention without positions cannot tell a repeated token's positions apart; decays (Λ ≠ I) can
+    assert [r.positional for r in rows] == [False] * 2 + [True] * 4 + [True]
 
 
 def test_metrics_are_those_of_the_mixer_on_its_own_input(model):
@@ -86,6 +88,18 @@ def test_gated_blocks_and_householder_mixers():
     assert all(r.spectral_bound <= 1 + 1e-6 for r in rows)
 
 
+def test_positions_per_head_follow_lemma_3():
+    """A rotary attention layer tells positions apart in every head; a gated_deltanet head whose decay is switched
+    off (A = 0: α = 1) still does through its Householder factor (Λ = I − βkkᵀ ≠ I), a linear-attention one does not."""
+    torch.manual_seed(0)
+    model = build_model(dict(d_model=16, layers=3, mixer=["softmax_attention", "gated_deltanet", "linear_attention"],
+                             mixer_options=[{"heads": 2, "rotary": True}, {"heads": 2}, {"heads": 2}]), spec())
+    with torch.no_grad():
+        model.blocks[1].mixer.decay.a_log[0] = -torch.inf
+    rows = analysis.inspect_model(model, tokens())
+    assert [r.positional for r in rows] == [True, True, True, True, False, False]
+
+
 def test_format_table_renders_every_row(model):
     rows = analysis.inspect_model(model, tokens())
     table = analysis.format_table(rows)
@@ -93,7 +107,7 @@ def test_format_table_renders_every_row(model):
     console = Console(record=True, width=200)
     console.print(table)
     text = console.export_text()
-    assert "mamba2" in text and "s5" in text and "convex 100%" in text
+    assert "mamba2" in text and "s5" in text and "convex 100%" in text and "positions" in text
 
 
 def test_a_module_without_mixers_is_rejected():

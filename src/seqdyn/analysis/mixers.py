@@ -30,6 +30,7 @@ __all__ = [
     "evolution_radii",
     "expand_state",
     "has_positional_information",
+    "positional_heads",
     "is_lti",
     "larger_state_recovers",
     "lemma2_demo",
@@ -129,7 +130,15 @@ def _has_scalar_coefficients(mixer: Any) -> bool:
 
 def has_positional_information(mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6,
                                method: str = "auto") -> bool:
-    """Whether identical inputs at different positions get different coefficients (seed 001 Definition 1, Lemma 3).
+    """Whether identical inputs at different positions get different coefficients in any head (seed 001
+    Definition 1, Lemma 3): :func:`positional_heads`, any of them."""
+    return bool(positional_heads(mixer, length, seed, rtol, method).any())
+
+
+def positional_heads(mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6,
+                     method: str = "auto") -> Tensor:
+    """Per head ``[H]`` (one entry for a system without heads): whether identical inputs at different positions get
+    different coefficients (seed 001 Definition 1, Lemma 3).
 
     Lemma 3: this holds iff the evolution matrices are not the identity, Λ ≠ I.  The probe feeds a repeated
     token, ``x_t = u`` for every t (random u, float64 copy of ``mixer``): then every key, scale and gate is the
@@ -169,12 +178,12 @@ def has_positional_information(mixer: torch.nn.Module, length: int = 16, seed: i
             transitions = probe.dsf(x).Lambda
             eye = torch.eye(transitions.shape[-1], dtype=transitions.dtype, device=transitions.device)
             scale = max(1.0, float(transitions.abs().max()))
-            return bool(float((transitions[:, :, warmup:] - eye).abs().max()) > rtol * scale)
+            return torch.tensor([float((transitions[:, :, warmup:] - eye).abs().max()) > rtol * scale])
     causal = torch.ones(A.shape[-1], A.shape[-1], dtype=torch.bool, device=A.device).tril()
     high = A.masked_fill(~causal, -math.inf).amax(dim=-1)
     low = A.masked_fill(~causal, math.inf).amin(dim=-1)
     scale = A.abs().amax(dim=-1)
-    return bool(((high - low) > rtol * scale).any())
+    return ((high - low) > rtol * scale).any(dim=-1).any(dim=0).cpu()  # [B, H, T] → [H]
 
 
 # --- spectra of the evolution matrices (seed 001 Principle 6) -----------------------------------------------

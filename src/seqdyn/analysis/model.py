@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, COMBINATION_TOL, NEAR_ZERO_EPS,
                                           combination_class_shares, large_fraction, mean_zero_count,
                                           near_zero_fraction, zero_count_per_row)
-from seqdyn.analysis.mixers import dsf_radii, evolution_radii, is_lti
+from seqdyn.analysis.mixers import dsf_radii, evolution_radii, is_lti, positional_heads
 
 __all__ = ["HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model", "layer_coefficients",
            "table_legend"]
@@ -57,6 +57,8 @@ class HeadReport:
         zero_bound: K − 1 where Corollary 2.2 applies (identity readout), else ``None``.
         class_shares: share of rows per combination class (appendix A, Table 2).
         spectral_bound: largest |eigenvalue| of Λ_t over batch and time (Principle 6).
+        positional: whether a repeated token gets different coefficients at different positions (seed 001
+            Definition 1, Lemma 3: :func:`~seqdyn.analysis.positional_heads`).
     """
 
     layer: int
@@ -72,6 +74,7 @@ class HeadReport:
     zero_bound: int | None
     class_shares: dict[str, float] | None
     spectral_bound: float | None
+    positional: bool | None = None
 
     @property
     def within_bound(self) -> bool | None:
@@ -202,6 +205,7 @@ def _head_reports(call: MixerCall, eps: float, zero_tol: float | None, class_tol
             raise ValueError(f"model: layer {call.layer} ({call.mixer.name}) has {heads} coefficient heads but "
                              f"{radii.shape[0]} evolution heads")
         radii = radii.expand(heads)
+    positional = positional_heads(call.mixer).expand(heads)
     zeros = zero_count_per_row(A, zero_tol) if A is not None else None
     mean_zeros = mean_zero_count(A, zero_tol).nan_to_num(nan=0.0) if A is not None else None  # [H, T]
     for head in range(heads):
@@ -216,6 +220,7 @@ def _head_reports(call: MixerCall, eps: float, zero_tol: float | None, class_tol
             zero_bound=int(key_dim) - 1 if readout == "identity" and one is not None else None,
             class_shares=None if one is None else combination_class_shares(one, class_tol),
             spectral_bound=float(radii[head]) if spectral and radii is not None else None,
+            positional=bool(positional[head]),
         ))
     return rows
 
@@ -239,10 +244,17 @@ COLUMNS = (
                               "conical (α ≥ 0 only), affine (Σα = 1 only) or linear (neither) (appendix A, Table 2)"),
     ("max |eig Λ|", "right", "largest |eigenvalue| of the state transition Λ_t over the batch and the steps: "
                              "below 1 the state forgets, at 1 it keeps (Principle 6)"),
+    ("positions", "left", "whether one token repeated gets different coefficients at different positions, so "
+                          "that the layer tells positions apart without position embeddings (Definition 1; "
+                          "Lemma 3: Λ ≠ I, or rotary embeddings inside the mixer)"),
 )
 
 #: why a cell is empty
 NO_COEFFICIENTS = "— : this mixer has no scalar coefficients (a MIMO state space, s5 or lru): nothing to count"
+
+
+def _yes_no(value: bool | None) -> str:
+    return "—" if value is None else ("yes" if value else "no")
 
 
 def _zeros_cell(row: HeadReport) -> str:
@@ -273,7 +285,7 @@ def format_table(rows: list[HeadReport], title: str | None = "Coefficient analys
     for row in rows:
         table.add_row(str(row.layer), row.mixer, str(row.head), "—" if row.key_dim is None else str(row.key_dim),
                       row.readout or "—", _number(row.near_zero_fraction), _zeros_cell(row), _classes_cell(row),
-                      _number(row.spectral_bound, 4))
+                      _number(row.spectral_bound, 4), _yes_no(row.positional))
     return table
 
 
