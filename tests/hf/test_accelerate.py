@@ -131,6 +131,32 @@ def test_packed_sequences_by_seq_idx_are_each_computed_alone():
         acc.ssd_chunk_scan(x, dt, A, B, C, 4, seq_idx=seq_idx, return_final_states=True)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_ssd_chunk_scan_equals_transformers_fallback_with_gradients(groups):
+    """Against ``mamba2_chunk_scan`` itself in float64 over 3 chunks and a part, from a state, with its final state
+    and the gradients of every input; one group (B and C shared by every head, their gram formed once) or two."""
+    from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
+
+    generator = torch.Generator().manual_seed(5)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64).requires_grad_()
+
+    x, dt, B, C = draw(2, 14, 4, 3), draw(2, 14, 4), draw(2, 14, groups, 5), draw(2, 14, groups, 5)
+    A, D, bias, state = draw(4), draw(4), draw(4), draw(2, 4, 3, 5)
+    inputs = (x, dt, B, C, A, D, bias, state)
+    results = []
+    for scan in (mamba2_chunk_scan, acc.ssd_chunk_scan):
+        out, final = scan(x, dt, -A.exp(), B, C, 4, D=D, dt_bias=bias, dt_softplus=True, initial_states=state,
+                          return_final_states=True)
+        results.append((out.double(), final.double(), torch.autograd.grad((out.sum() + final.sum()), inputs)))
+    (theirs, theirs_final, theirs_grads), (ours, ours_final, ours_grads) = results
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)  # (the fallback computes in float32)
+    torch.testing.assert_close(ours_final, theirs_final, rtol=1e-6, atol=1e-6)
+    for mine, wanted in zip(ours_grads, theirs_grads):
+        torch.testing.assert_close(mine, wanted.double(), rtol=1e-5, atol=1e-5)
+
+
 def test_packed_sequences_by_cu_seqlens_are_each_computed_alone_from_their_own_states():
     """``gated_delta_rule`` with ``cu_seqlens`` (which transformers' fallback ignores) equals each sequence's own
     chunked delta rule, each from its own initial state, with its own final state; grouped value heads."""

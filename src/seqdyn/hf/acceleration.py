@@ -48,7 +48,9 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     if dt_softplus:
         dt = F.softplus(dt)
     dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
-    keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))  # [b, l, h, n]
+    keys, queries = B, C  # [b, l, 1, n]: one group, shared by every head (its gram C Bᵀ formed once per chunk)
+    if groups > 1:  # [b, l, g, n] → [b, l, h, n]: each group's for its heads
+        keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))
     state = None if initial_states is None else initial_states.transpose(-1, -2)  # seqdyn's S is [b, h, n, p]
     options = dict(log_decay=dt * A.to(dt.dtype), scale=dt, backend="chunk", chunk_size=chunk_size)
     if seq_idx is not None:
