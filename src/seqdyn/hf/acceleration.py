@@ -29,6 +29,11 @@ from seqdyn.layers.norms import l2_normalize
 
 __all__ = ["ACCELERATED", "accelerate", "gated_delta_rule", "ssd_chunk_scan"]
 
+#: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
+#: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on
+#: one CPU thread at 4k tokens the scan runs about 3× faster (2026-11-27)
+CHUNK_SIZE = 64
+
 
 def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
                    D: Tensor | None = None, dt_bias: Tensor | None = None,  # noqa: N803
@@ -52,7 +57,7 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     if groups > 1:  # [b, l, g, n] → [b, l, h, n]: each group's for its heads
         keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))
     state = None if initial_states is None else initial_states.transpose(-1, -2)  # seqdyn's S is [b, h, n, p]
-    options = dict(log_decay=dt * A.to(dt.dtype), scale=dt, backend="chunk", chunk_size=chunk_size)
+    options = dict(log_decay=dt * A.to(dt.dtype), scale=dt, backend="chunk", chunk_size=min(chunk_size, CHUNK_SIZE))
     if seq_idx is not None:
         if return_final_states or state is not None:
             raise ValueError("seq_idx: packed sequences run from zero states here, without a final state")
