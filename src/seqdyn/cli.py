@@ -521,7 +521,7 @@ def bench_hf(
     lengths: str = typer.Option("1024,4096,16384", "--lengths", help="Comma-separated prompt lengths."),
     repeats: int = typer.Option(2, min=1, help="Timed repetitions per cell after a warm-up (the fastest counts)."),
     markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
-    families: str = typer.Option("mamba2,qwen3_5_text", "--families", help="Comma-separated families to measure."),
+    families: str = typer.Option("mamba,mamba2,qwen3_5_text", "--families", help="Comma-separated families to measure."),
 ) -> None:
     """transformers' Mamba-2 and Qwen3.5 (Gated DeltaNet) on their PyTorch fallbacks against the same models with
     seqdyn.hf.accelerate: prefill, forward + backward and decode, side by side (needs the \\[hf] extra)."""

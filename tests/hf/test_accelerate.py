@@ -57,7 +57,8 @@ def module_of(family: str) -> str:
 
 
 #: family → (the name of the fallback swapped in its transformers module, the layers that call it)
-SWAPPED = {"mamba2": ("mamba2_chunk_scan", 2), "bamba": ("mamba2_chunk_scan", 2),
+SWAPPED = {"mamba": ("mamba_selective_scan", 2), "falcon_mamba": ("mamba_selective_scan", 2),
+           "mamba2": ("mamba2_chunk_scan", 2), "bamba": ("mamba2_chunk_scan", 2),
            "granitemoehybrid": ("mamba2_chunk_scan", 2), "nemotron_h": ("mamba2_chunk_scan", 3),
            "zamba2": ("mamba2_chunk_scan", 2), "falcon_h1": ("mamba2_chunk_scan", 2),
            "qwen3_5_text": ("torch_chunk_gated_delta_rule", 2), "qwen3_5_moe_text": ("torch_chunk_gated_delta_rule", 2),
@@ -93,7 +94,7 @@ def test_only_the_accelerated_model_changes_and_transformers_is_left_as_it_was()
     assert acc.accelerate(accelerated) is accelerated  # a second call wraps nothing twice
 
 
-@pytest.mark.parametrize("family", ["mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h"])
+@pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h"])
 def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""
     prompt = ids(24, batch=1)
@@ -202,8 +203,11 @@ def test_gated_delta_rule_equals_transformers_recurrent_form():
 
 
 def test_a_model_without_an_accelerated_layer_is_refused():
-    with pytest.raises(ValueError, match="^model: MambaForCausalLM has no layer seqdyn accelerates"):
-        acc.accelerate(tiny_model("mamba"))
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=48, n_embd=16, n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match="^model: GPT2LMHeadModel has no layer seqdyn accelerates"):
+        acc.accelerate(gpt2)
 
 
 def test_the_package_exports_accelerate_and_from_transformers():

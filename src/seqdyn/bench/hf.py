@@ -18,12 +18,14 @@ import torch
 
 from seqdyn.bench.measure import one_thread, time_call
 
-#: the benchmarked models: a Mamba-2 of 2 layers at width 256 (8 heads of 64, state 64, one group), transformers'
+#: the benchmarked models: a Mamba of 2 layers at width 256 (512 channels of state 16: mamba-130m's proportions); a
+#: Mamba-2 of 2 layers at width 256 (8 heads of 64, state 64, one group), transformers'
 #: default chunk of 256; a Qwen3.5 of 4 layers at width 256 in the released models' pattern, 3 Gated DeltaNet layers
 #: (8 value heads of 64 sharing 4 query/key heads of 64, as Qwen3.5's 2:1) then one gated attention layer (4 heads of
 #: 64, 2 key-value heads), SwiGLU of 512 (transformers cannot generate from a model of Gated DeltaNet layers alone:
 #: its cache asks an attention layer for the length)
 FAMILIES: dict[str, dict[str, Any]] = {
+    "mamba": dict(hidden_size=256, state_size=16, expand=2, num_hidden_layers=2, vocab_size=1024, time_step_rank=16),
     "mamba2": dict(hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2,
                    num_hidden_layers=2, vocab_size=1024, chunk_size=256),
     "qwen3_5_text": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
@@ -32,12 +34,14 @@ FAMILIES: dict[str, dict[str, Any]] = {
                          num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024),
 }
 #: how the table names each benchmarked model
-MODEL_WORDS = {"mamba2": "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64",
+MODEL_WORDS = {"mamba": "Mamba, 2 layers, width 256, 512 channels of state 16",
+               "mamba2": "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64",
                "qwen3_5_text": "Qwen3.5, 3 Gated DeltaNet layers (8 value heads of 64, 4 key heads of 64) and 1 gated "
                                "attention layer, width 256"}
 LENGTHS = (1024, 4096, 16384)
 #: toy versions of :data:`FAMILIES` for ``--quick``
 QUICK: dict[str, dict[str, Any]] = {
+    "mamba": dict(hidden_size=32, state_size=4, expand=2, num_hidden_layers=1, vocab_size=64, time_step_rank=4),
     "mamba2": dict(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2, num_hidden_layers=1,
                    vocab_size=64, chunk_size=16),
     "qwen3_5_text": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,

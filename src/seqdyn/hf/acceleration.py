@@ -2,7 +2,10 @@
 (what transformers runs on a CPU, or wherever ``mamba_ssm`` is not installed) for seqdyn's operator, in that model
 only, leaving every weight and every other function of transformers as it is.
 
-Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` with the ``chunk`` backend:
+Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` (the ``chunk`` backend; the S6 scan: ``scan``):
+
+- Mamba's ``mamba_selective_scan`` (the S6 scan of ``MambaMixer`` and ``FalconMambaMixer`` over a prompt): a
+  diagonal decay per channel, the same recurrence as the fallback's token-by-token loop;
 
 - Mamba-2's ``mamba2_chunk_scan`` (the SSD scan over a prompt of Mamba-2 and of the Mamba-2 layers of Bamba, Granite
   4.0, Nemotron-H, Zamba2 and Falcon-H1) — the same recurrence, with Δ clamped to their limits, without
@@ -27,7 +30,7 @@ from torch import Tensor, nn
 from seqdyn.core.operator import coefficient_dynamics
 from seqdyn.layers.norms import l2_normalize
 
-__all__ = ["ACCELERATED", "accelerate", "gated_delta_rule", "ssd_chunk_scan"]
+__all__ = ["ACCELERATED", "accelerate", "gated_delta_rule", "selective_scan", "ssd_chunk_scan"]
 
 #: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
 #: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on
@@ -74,6 +77,36 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     return (output, final.transpose(-1, -2)) if return_final_states else output
 
 
+def selective_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,  # noqa: N803
+                   D: Tensor | None = None, z: Tensor | None = None, delta_bias: Tensor | None = None,  # noqa: N803
+                   delta_softplus: bool = False, return_last_state: bool = False, **_: Any):
+    """``mamba_ssm``'s ``selective_scan_fn`` (transformers' ``mamba_selective_scan``) by seqdyn's operator (Gu & Dao
+    2023, Algorithm 2)::
+
+        Δ = softplus(dt + delta_bias),   h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,   y_t = C_t · h_t + D x_t
+
+    per channel d with its own state of N: ``hidden_states`` x, ``dt`` and ``z`` ``[b, d, l]``, ``A`` ``[d, N]``,
+    ``B``, ``C`` ``[b, N, l]`` (shared by every channel); the last state ``[b, d, N]``; ``z``: y gated by SiLU(z).
+    The operator's channels are its heads (K = N, V = 1), keys and queries shared by all of them, on the ``scan``
+    backend (an associative scan over the steps)."""
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dt.dtype)[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    step = dt.transpose(1, 2)  # [b, l, d]
+    queries, keys = (t.transpose(1, 2).unsqueeze(2) for t in (C, B))  # [b, l, 1, N]
+    values = hidden_states.transpose(1, 2).unsqueeze(-1)  # [b, l, d, 1]
+    output, state = coefficient_dynamics(queries.to(step.dtype), keys.to(step.dtype), values.to(step.dtype),
+                                         log_decay=step.unsqueeze(-1) * A.to(step.dtype), scale=step, backend="scan",
+                                         output_final_state=True)
+    output = output.squeeze(-1).transpose(1, 2).to(hidden_states.dtype)  # [b, l, d, 1] → [b, d, l]
+    if D is not None:
+        output = output + hidden_states * D[:, None]
+    if z is not None:
+        output = output * F.silu(z)
+    return (output, state.squeeze(-1)) if return_last_state else output
+
+
 def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, chunk_size: int = 64,
                      initial_state: Tensor | None = None, output_final_state: bool = False,
                      use_qk_l2norm_in_kernel: bool = False, cu_seqlens: Tensor | None = None, **_: Any):
@@ -110,6 +143,8 @@ def _cu_seqlens(seq_idx: Tensor) -> Tensor:
 
 #: transformers module → {its fallback's name: seqdyn's function}: what :func:`accelerate` swaps, per family
 ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
+    **{f"transformers.models.{name}.modeling_{name}": {"mamba_selective_scan": selective_scan}
+       for name in ("mamba", "falcon_mamba")},
     **{f"transformers.models.{name}.modeling_{name}": {"mamba2_chunk_scan": ssd_chunk_scan}
        for name in ("mamba2", "bamba", "granitemoehybrid", "nemotron_h", "zamba2", "falcon_h1")},
     "transformers.models.qwen3_5.modeling_qwen3_5": {"torch_chunk_gated_delta_rule": gated_delta_rule},
@@ -118,7 +153,9 @@ ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
     "transformers.models.olmo_hybrid.modeling_olmo_hybrid": {"torch_chunk_gated_delta_rule": gated_delta_rule},
 }
 #: the transformers layer classes whose forward runs the functions above
-_LAYERS = {"Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
+_LAYERS = {"MambaMixer": "transformers.models.mamba.modeling_mamba",
+           "FalconMambaMixer": "transformers.models.falcon_mamba.modeling_falcon_mamba",
+           "Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
            "BambaMixer": "transformers.models.bamba.modeling_bamba",
            "GraniteMoeHybridMambaLayer": "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
            "NemotronHMamba2Mixer": "transformers.models.nemotron_h.modeling_nemotron_h",
