@@ -173,8 +173,9 @@ class Decoding(Reproduction):
                "steps before each length), so only their trend means something.",
         "smoke": "Width 16, 4 training steps, decoded to 64 tokens: no verdict to trust.",
     }
-    # seconds, measured here (2026-11-26; smoke: 1 worker; cpu: 2 workers, in `reproduce all` at 6db3862)
-    wall_time = {"smoke": 14.0, "cpu": 130.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, 2026-11-27 at 9b70c80, the four
+    # models trained again)
+    wall_time = {"smoke": 14.0, "cpu": 300.0, "paper": None}
     paper_gpu_estimate = "0.2 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
