@@ -523,8 +523,8 @@ def bench_hf(
     markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
     families: str = typer.Option("mamba,mamba2,qwen3_5_text", "--families", help="Comma-separated families to measure."),
 ) -> None:
-    """transformers' Mamba-2 and Qwen3.5 (Gated DeltaNet) on their PyTorch fallbacks against the same models with
-    seqdyn.hf.accelerate: prefill, forward + backward and decode, side by side (needs the \\[hf] extra)."""
+    """transformers' Mamba, Mamba-2 and Qwen3.5 (Gated DeltaNet) on their PyTorch fallbacks against the same models
+    with seqdyn.hf.accelerate: prefill, forward + backward and decode, side by side (needs the \\[hf] extra)."""
     from seqdyn.bench.hf import run_hf_benchmark
 
     chosen = tuple(name.strip() for name in families.split(",") if name.strip())

@@ -210,6 +210,13 @@ def _copy(target: torch.Tensor, source: torch.Tensor, name: str) -> None:
 
 # --- Mamba (MambaForCausalLM) ------------------------------------------------------------------------------------
 
+def _refuse_any(config: Any, refused: list[tuple[str, Any, str]]) -> None:
+    """Refuse the first ``(option, value, why)`` whose option the checkpoint sets to that value."""
+    for option, value, why in refused:
+        if getattr(config, option) == value:
+            raise _refuse(config.model_type, option, value, why)
+
+
 def _check_mamba_options(family: str, config: Any) -> None:
     """The options of the Mamba families that seqdyn's blocks fix: no projection bias, a convolution bias, SiLU."""
     if config.use_bias:
@@ -548,15 +555,11 @@ def _copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
 def _check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> None:
     """What the Mamba-2 hybrids (Bamba, Granite 4.0) may not set: biases where seqdyn has none (or none where it has
     one), another activation."""
-    family = config.model_type
-    refused = [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
-               ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
-               ("attention_bias", True, "seqdyn converts attention without projection biases here"), *extra]
-    for option, value, why in refused:
-        if getattr(config, option) == value:
-            raise _refuse(family, option, value, why)
+    _refuse_any(config, [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
+                         ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
+                         ("attention_bias", True, "seqdyn converts attention without projection biases here"), *extra])
     if config.hidden_act != "silu":
-        raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
+        raise _refuse(config.model_type, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
 
 
 def _hybrid_mixers(config: Any, attention: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -565,11 +568,23 @@ def _hybrid_mixers(config: Any, attention: dict[str, Any]) -> list[tuple[str, di
     mamba2 = {"state_dim": config.mamba_d_state, "expand": config.mamba_expand, "head_dim": config.mamba_d_head,
               "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv, "norm_eps": config.rms_norm_eps,
               **_dt_limit(config.time_step_limit)}
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
-                 **attention}
+    attention = {**_attention_heads(config), **attention}
     return [("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
             for kind in config.layers_block_type]
+
+
+def _attention_heads(config: Any) -> dict[str, Any]:
+    """softmax_attention's query heads, grouped key–value heads and head width of a checkpoint's attention."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim}
+
+
+def _rotary_or_none(config: Any, rope: bool) -> dict[str, Any]:
+    """Rotary embeddings as the checkpoint's (checked to be RoPE's default frequencies), or no positions."""
+    if not rope:
+        return {"rotary": False}
+    _check_default_rope(config)
+    return _rotary_options(config)
 
 
 def _bamba_config(config: Any) -> SeqdynConfig:
@@ -604,9 +619,7 @@ def _granite_config(config: Any) -> SeqdynConfig:
     if position not in (None, "nope", "rope"):
         raise _refuse(config.model_type, "position_embedding_type", position, "seqdyn's attention has RoPE or no "
                       "positions")
-    if position == "rope":
-        _check_default_rope(config)
-    mixers = _hybrid_mixers(config, _rotary_options(config) if position == "rope" else {"rotary": False})
+    mixers = _hybrid_mixers(config, _rotary_or_none(config, position == "rope"))
     shared_ratio = config.shared_intermediate_size / config.hidden_size
     mlp: dict[str, Any] = {"mlp": "swiglu", "mlp_ratio": shared_ratio}
     if config.num_local_experts:
@@ -680,12 +693,9 @@ def _nemotron_blocks(config: Any) -> list[tuple[int, int | None]]:
 
 def _check_nemotron_options(config: Any) -> None:
     family = config.model_type
-    refused = [("use_bias", True, "seqdyn's mamba2 projections have no bias"),
-               ("use_conv_bias", False, "seqdyn's short convolution has a bias"),
-               ("mlp_bias", True, "seqdyn's squared-ReLU MLP has no biases")]
-    for option, value, why in refused:
-        if getattr(config, option) == value:
-            raise _refuse(family, option, value, why)
+    _refuse_any(config, [("use_bias", True, "seqdyn's mamba2 projections have no bias"),
+                         ("use_conv_bias", False, "seqdyn's short convolution has a bias"),
+                         ("mlp_bias", True, "seqdyn's squared-ReLU MLP has no biases")])
     for option, value in (("mamba_hidden_act", "silu"), ("mlp_hidden_act", "relu2")):
         if getattr(config, option) != value:
             raise _refuse(family, option, getattr(config, option), f"seqdyn's block uses {value} there")
@@ -703,8 +713,7 @@ def _nemotron_config(config: Any) -> SeqdynConfig:
               // config.hidden_size, "head_dim": config.mamba_head_dim, "groups": config.n_groups,
               "conv_size": config.conv_kernel, "norm_eps": config.layer_norm_epsilon,
               **_dt_limit((config.time_step_min, float("inf")))}
-    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads,
-                 "head_dim": config.head_dim, "rotary": False}
+    attention = {**_attention_heads(config), "rotary": False}
     blocks = _nemotron_blocks(config)
     kinds = config.layers_block_type
     mixers = [("mamba2", mamba2) if kinds[mixer] == "linear_attention" else ("softmax_attention", attention)
@@ -744,14 +753,10 @@ def _olmo_hybrid_config(config: Any) -> SeqdynConfig:
     over the whole projections, RoPE or, as the released checkpoints, no positions); SwiGLU MLPs, a final norm."""
     _check_delta_hybrid_options(config)
     rope = config.rope_parameters is not None and config.rope_parameters.get("rope_theta") is not None
-    if rope:
-        _check_default_rope(config)
     delta = {**_delta_options(config), "negative_eigenvalues": bool(config.linear_allow_neg_eigval),
              "output_norm_eps": 1e-5}
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    attention = {"heads": config.num_attention_heads, "kv_heads": config.num_key_value_heads, "head_dim": head_dim,
-                 "qk_norm": True, "qk_norm_scope": "projection",
-                 **(_rotary_options(config) if rope else {"rotary": False})}
+    attention = {**_attention_heads(config), "qk_norm": True, "qk_norm_scope": "projection",
+                 **_rotary_or_none(config, rope)}
     mixers = [("gated_deltanet", delta) if kind == "linear_attention" else ("softmax_attention", attention)
               for kind in config.layer_types]
     positions = ["pre" if kind == "linear_attention" else "output" for kind in config.layer_types]
@@ -835,7 +840,8 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "granitemoehybrid": ("GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
                          dict(vocab_size=48, hidden_size=16, intermediate_size=8, shared_intermediate_size=24,
                               num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
-                              layer_types=["linear_attention", "full_attention"] * 2, num_local_experts=4, num_experts_per_tok=2,
+                              layer_types=["linear_attention", "full_attention"] * 2, num_local_experts=4,
+                              num_experts_per_tok=2,
                               mamba_n_heads=8, mamba_n_groups=2, mamba_d_state=4, mamba_d_conv=4, mamba_expand=2,
                               mamba_chunk_size=8, position_embedding_type="rope", tie_word_embeddings=True,
                               embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,

@@ -57,8 +57,9 @@ class MixtureOfExperts(nn.Module):
     """``Σ_{e ∈ top-k} p̃_e · SwiGLU_e(x)  [+ σ(w_sᵀ x) · SwiGLU_s(x)]`` per token, with ``p = softmax(W_r x)``
     (Shazeer et al. 2017, eqs. 1–3 with softmax gating over the top k) and ``p̃`` the top-k probabilities,
     renormalized to sum to 1 with ``normalize``; the optional shared expert is gated by a sigmoid (Qwen-MoE,
-    Qwen3-Next) or, without ``shared_gate``, added as it is (Granite 4.0's shared MLP).  Each expert's weights are ``gate_up`` ``[E, 2·hidden, D]`` (the SiLU gate's rows, then the up
-    projection's) and ``down`` ``[E, D, hidden]``; the router's softmax runs in float32 at least."""
+    Qwen3-Next) or, without ``shared_gate``, added as it is (Granite 4.0's shared MLP).  Each expert's weights are
+    ``gate_up`` ``[E, 2·hidden, D]`` (the SiLU gate's rows, then the up projection's) and ``down`` ``[E, D, hidden]``;
+    the router's softmax runs in float32 at least."""
 
     def __init__(self, d_model: int, hidden: int, experts: int = 8, top_k: int = 2, normalize: bool = True,
                  shared_hidden: int = 0, shared_gate: bool = True):

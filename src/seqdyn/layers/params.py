@@ -29,6 +29,13 @@ def check_positive(name: str, value: Any) -> int:
     return value
 
 
+def check_positive_eps(name: str, value: Any) -> float:
+    """A norm's ε, which must be a positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name}: expected a positive ε, got {value!r}")
+    return float(value)
+
+
 def scaled_width(name: str, d_model: int, factor: float) -> int:
     """``round(factor · d_model)``, which must be a positive integer (expansion options)."""
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:

@@ -24,7 +24,7 @@ from seqdyn.core.dynamics import Dynamics
 from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput, ShortConv
 from seqdyn.layers.norms import l2_normalize
-from seqdyn.layers.params import check_positive
+from seqdyn.layers.params import check_positive, check_positive_eps
 
 
 class DeltaNet(CoefficientMixer):
@@ -56,8 +56,6 @@ class DeltaNet(CoefficientMixer):
                  key_dim: int | None = None, qk_norm_eps: float | None = None, conv_bias: bool = True,
                  negative_eigenvalues: bool = False, output_norm_eps: float = 1e-6):
         super().__init__(d_model, chunk_size)
-        if not output_norm_eps > 0:
-            raise ValueError(f"output_norm_eps: expected a positive ε, got {output_norm_eps!r}")
         self.negative_eigenvalues = check_choice("negative_eigenvalues", negative_eigenvalues, (False, True))
         self.heads = check_heads(heads, d_model) if key_dim is None else check_positive("heads", heads)
         self.key_heads = heads if key_heads is None else check_positive("key_heads", key_heads)
@@ -73,7 +71,8 @@ class DeltaNet(CoefficientMixer):
         self.beta = nn.Linear(d_model, heads, bias=False)
         if short_conv:  # the three convolutions of q, k and v as one over their stacked channels
             self.convs["qkv"] = ShortConv(sum(self.widths), conv_size, bias=conv_bias)
-        self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate, norm_eps=output_norm_eps)
+        self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate,
+                                 norm_eps=check_positive_eps("output_norm_eps", output_norm_eps))
 
     def log_decay(self, u: Tensor) -> Tensor | None:
         """The decay multiplying the Householder factor: none for DeltaNet."""

@@ -23,6 +23,7 @@ from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers.gates import MambaDecay
 from seqdyn.mixers.base import CoefficientMixer, MixerState, check_positive, keep_init
 from seqdyn.layers import GatedRMSNorm, ShortConv
+from seqdyn.layers.params import check_positive_eps
 
 
 class Mamba2(CoefficientMixer):
@@ -66,8 +67,6 @@ class Mamba2(CoefficientMixer):
             raise ValueError(f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset")
         self.heads = self.inner // self.head_dim
         self.groups = check_positive("groups", groups)
-        if not norm_eps > 0:
-            raise ValueError(f"norm_eps: expected a positive ε, got {norm_eps!r}")
         if self.heads % groups:
             raise ValueError(f"groups: {groups} does not divide the {self.heads} heads; give a divisor of it")
         self.gate = gate
@@ -79,7 +78,7 @@ class Mamba2(CoefficientMixer):
                                 ceiling=dt_ceiling)
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
         keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
-        self.norm = GatedRMSNorm(self.inner, eps=norm_eps, groups=groups) if gate else None
+        self.norm = GatedRMSNorm(self.inner, eps=check_positive_eps("norm_eps", norm_eps), groups=groups) if gate else None
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:

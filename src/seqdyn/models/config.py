@@ -87,17 +87,19 @@ class ModelConfig(Strict):
 
     def layer_mixers(self) -> list[tuple[str, dict[str, Any]]]:
         """``(mixer name, options)`` of every layer; a hybrid stack lists one mixer per layer."""
-        names = self.mixer if isinstance(self.mixer, list) else [self.mixer] * self.layers
-        options = self.mixer_options if isinstance(self.mixer_options, list) else [self.mixer_options] * self.layers
-        return list(zip(names, options))
+        return list(zip(self._per_layer(self.mixer), self._per_layer(self.mixer_options)))
 
     def layer_mlps(self) -> list[str]:
         """The MLP kind of every layer."""
-        return self.mlp if isinstance(self.mlp, list) else [self.mlp] * self.layers
+        return self._per_layer(self.mlp)
 
     def layer_norm_positions(self) -> list[str]:
         """Where the norms of every layer sit."""
-        return self.norm_position if isinstance(self.norm_position, list) else [self.norm_position] * self.layers
+        return self._per_layer(self.norm_position)
+
+    def _per_layer(self, value: Any) -> list[Any]:
+        """A field given once for all layers or as a per-layer list, as that list."""
+        return value if isinstance(value, list) else [value] * self.layers
 
     @model_validator(mode="after")
     def _check_mixers(self) -> ModelConfig:
