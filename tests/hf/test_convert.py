@@ -37,8 +37,8 @@ def tokens(length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(seed))
 
 
-#: transformers' Mamba models return float32 logits whatever their dtype, and Mamba-2 runs its gated RMSNorm in
-#: float32: in float64 the two models agree to a few float32 roundings (8 ε₃₂ ≈ 1e-6 of the largest logit)
+#: transformers' Mamba models return float32 logits whatever their dtype, Mamba-2 runs its gated RMSNorm in float32
+#: and RecurrentGemma its RMSNorms and its RG-LRU's scan: in float64 the two models agree to a few float32 roundings (8 ε₃₂ ≈ 1e-6 of the largest logit)
 FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 
 
@@ -250,7 +250,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
                                                r"supported: bamba, falcon_mamba, granitemoehybrid, mamba, mamba2, nemotron_h, "
-                                               r"olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next$"):
+                                               r"olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma$"):
         from_transformers(model)
 
 
@@ -376,15 +376,27 @@ def test_convert_check_prints_every_family_with_its_differences():
 
 
 def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
-    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+    from transformers import xLSTMConfig, xLSTMForCausalLM
 
-    model = RecurrentGemmaForCausalLM(RecurrentGemmaConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
-                                                           num_attention_heads=2, lru_width=16,
-                                                           intermediate_size=16, block_types=["recurrent"]))
-    with pytest.raises(UnsupportedModel, match=r"^model: family 'recurrent_gemma' \(RecurrentGemmaForCausalLM\) has "
-                                               r"no seqdyn converter yet \(it needs RG-LRU's block .*\); "
-                                               r"supported: bamba, .*, qwen3_next$"):
+    model = xLSTMForCausalLM(xLSTMConfig(vocab_size=VOCAB, hidden_size=16, embedding_dim=16, num_hidden_layers=1,
+                                         num_blocks=1, num_heads=2))
+    with pytest.raises(UnsupportedModel, match=r"^model: family 'xlstm' \(xLSTMForCausalLM\) has "
+                                               r"no seqdyn converter yet \(it needs the mLSTM block .*\); "
+                                               r"supported: bamba, .*, recurrent_gemma$"):
         from_transformers(model)
+
+
+def test_recurrent_gemma_without_attention_biases_converts_exactly_and_its_activation_is_checked():
+    """The released RecurrentGemma has no q/k/v biases (only the output projection's); another activation than
+    the tanh GELU of its GeGLU and gate branch is refused by name."""
+    theirs = TINY["recurrent_gemma"](torch.float64, attention_bias=False)
+    ours = from_transformers(theirs)
+    inputs = tokens(20)
+    with torch.no_grad():
+        expected = theirs(inputs).logits
+        assert (ours(inputs).logits - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
+    with pytest.raises(UnsupportedModel, match=r"^recurrent_gemma: config option hidden_activation='relu'"):
+        from_transformers(TINY["recurrent_gemma"](hidden_activation="relu"))
 
 
 def test_qwen3_next_with_dense_layers_among_the_experts_is_refused():

@@ -75,6 +75,22 @@ def test_squared_relu_is_primers():
     assert mlp.fc1.bias is None and mlp.fc2.bias is None
 
 
+def test_geglu_is_griffins_mlp_block():
+    """Shazeer 2020 eq. 6 (GEGLU) with the tanh GELU and biases, as Griffin's MLP block in RecurrentGemma:
+    ``W₂ (GELU_tanh(W_a x + b_a) ⊙ (W_b x + b_b)) + b₂``, ``[W_a | W_b]`` stacked in fc1."""
+    torch.manual_seed(0)
+    mlp = build_mlp("geglu", D, HIDDEN / D).double()
+    for parameter in mlp.parameters():
+        torch.nn.init.normal_(parameter)  # biases away from 0
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    (w_a, w_b), (b_a, b_b) = mlp.fc1.weight.chunk(2), mlp.fc1.bias.chunk(2)
+    z = x @ w_a.T + b_a
+    gelu_tanh = 0.5 * z * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (z + 0.044715 * z**3)))
+    expected = (gelu_tanh * (x @ w_b.T + b_b)) @ mlp.fc2.weight.T + mlp.fc2.bias
+    torch.testing.assert_close(mlp(x), expected, rtol=1e-12, atol=1e-12)
+    assert mlp.hidden == HIDDEN and mlp.fc1.weight.shape == (2 * HIDDEN, D)
+
+
 def test_a_per_layer_list_of_mlps_builds_each_and_must_name_every_layer():
     from pydantic import ValidationError
 

@@ -15,7 +15,7 @@ from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_co
 D = 6
 #: the gate constant c of Griffin eq. 10 ("we set c = 8")
 C = 8.0
-CONFIGS = [dict(), dict(short_conv=False, gate=False), dict(expand=1.5, gate_blocks=3)]
+CONFIGS = [dict(), dict(short_conv=False, gate=False), dict(expand=1.5, gate_blocks=3), dict(reset=True)]
 
 
 def rglru_gates(m, x):
@@ -35,18 +35,24 @@ def recurrent_block(m, x):
 
         h_t = a_t ⊙ h_{t−1} + √(1 − a_t²) ⊙ (i_t ⊙ u_t)      (9)
         out = W_out (h ⊙ GeLU_tanh(g)) + b_out
+
+    with ``reset`` (RecurrentGemma's ``RGLRU``: ``reset = segment_pos == 0``) the first token's factor is 1.
     """
     u, g, a, i, conv_in = rglru_gates(m, x)
     h = x.new_zeros(x.shape[0], m.width)
     ys = []
     for t in range(x.shape[1]):
-        h = a[:, t] * h + torch.sqrt(1 - a[:, t] ** 2) * (i[:, t] * u[:, t])
+        factor = 1.0 if m.reset and t == 0 else torch.sqrt(1 - a[:, t] ** 2)
+        h = a[:, t] * h + factor * (i[:, t] * u[:, t])
         ys.append(h)
     y = torch.stack(ys, dim=1)
     if m.gate:
         y = y * F.gelu(g, approximate="tanh")
     # α_ij = a_{j+1} ⋯ a_i √(1 − a_j²) i_j (seed 000 eq. 20: C_i = 1)
-    alpha = torch.einsum("bijc,bjc->bcij", decay_products(torch.log(a)), torch.sqrt(1 - a**2) * i)
+    factors = torch.sqrt(1 - a**2)
+    if m.reset:
+        factors[:, 0] = 1.0
+    alpha = torch.einsum("bijc,bjc->bcij", decay_products(torch.log(a)), factors * i)
     return y @ m.out_proj.weight.T + m.out_proj.bias, (h[..., None, None], *conv_states(m, {"u": conv_in})), alpha
 
 
@@ -76,3 +82,15 @@ def test_rglru_initialization_puts_a_to_the_c_uniformly_in_0_9_to_0_999():
     assert a_c.min() < 0.905 and a_c.max() > 0.994
     assert abs(float(a_c.mean()) - 0.9495) < 0.005  # uniform, not uniform on a ring or in log space
     assert m.c == C
+
+
+def test_rglru_reset_restarts_at_each_packed_sequence_and_not_mid_stream():
+    """Packed, every sequence's first token is unscaled as if it ran alone; a second chunk of a stream (positions
+    ≥ 1) is not reset."""
+    mixer, x = double_mixer("rglru", D, reset=True), inputs(1, 9, D, seed=3)
+    packed = mixer(x, cu_seqlens=torch.tensor([0, 4, 9]))
+    alone = torch.cat([mixer(x[:, :4]), mixer(x[:, 4:])], dim=1)
+    assert_close(packed, alone, "packed against alone")
+    first, state = mixer(x[:, :4], return_state=True)
+    second, _ = mixer(x[:, 4:], state=state, return_state=True)
+    assert_close(torch.cat([first, second], dim=1), mixer(x), "chunked prefill against one call")

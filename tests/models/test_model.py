@@ -66,6 +66,19 @@ def test_lm_head_has_its_own_weight_where_tying_does_not_apply(case):
     assert model.head.weight.shape == (task_spec.output_size, 16)
 
 
+def test_logit_softcap_bounds_the_lm_logits_as_gemma_2():
+    """Gemma 2 / Griffin: ``logits ← c·tanh(logits / c)``, the same in forward and step; only for lm heads."""
+    model = build_model(config(logit_softcap=0.5), spec())
+    x = inputs(spec())
+    raw = model(x, head=False) @ model.embedding.weight.T
+    torch.testing.assert_close(model(x), 0.5 * torch.tanh(raw / 0.5))
+    stepped, _ = model.step(x[:, 0], model.init_state(x.shape[0]))
+    torch.testing.assert_close(stepped, model(x)[:, 0])
+    assert model(x).abs().max() < 0.5
+    with pytest.raises(ValueError, match="logit_softcap"):
+        build_model(config(logit_softcap=30.0), spec("tagging", output_size=VOCAB))
+
+
 def test_only_lm_heads_are_tied():
     for head in ("tagging", "autoencoder"):
         assert not build_model(config(), spec(head, output_size=VOCAB)).tied

@@ -18,7 +18,9 @@ checkpoint) → the same layers with a mixture of experts (``mlp="moe"``) in eve
 folded into the weights) → per layer ``mamba2`` or ``softmax_attention``, each in pre-norm RMSNorm blocks with a SwiGLU
 MLP (Granite: or experts beside a shared MLP); ``nemotron_h`` (``NemotronHForCausalLM``) → a block per Mamba-2 or
 attention layer, with the squared-ReLU MLP layer after it as its MLP; ``olmo_hybrid`` (``OlmoHybridForCausalLM``) →
-pre-norm ``gated_deltanet`` blocks and OLMo 2's output-norm attention blocks.
+pre-norm ``gated_deltanet`` blocks and OLMo 2's output-norm attention blocks; ``recurrent_gemma``
+(``RecurrentGemmaForCausalLM``, Griffin) → per layer ``rglru`` (Griffin's recurrent block, reset at position 0) or
+sliding-window ``local_attention``, each with a GeGLU MLP, logits soft-capped.
 """
 
 from __future__ import annotations
@@ -184,7 +186,6 @@ def _quiet_transformers() -> Iterator[None]:
 NOT_YET: dict[str, str] = {
     "kimi_linear": "KDA (a channel-wise decay with the delta rule), multi-head latent attention and a "
                    "mixture-of-experts MLP",
-    "recurrent_gemma": "RG-LRU's block and local attention with grouped key-value heads",
     "xlstm": "the mLSTM block of the xLSTM large models",
     "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
     "falcon_h1": "softmax attention and mamba2 in parallel within one layer",
@@ -786,6 +787,70 @@ def _olmo_hybrid_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
     _copy_decoder_stack(source, target, layout)
 
 
+# --- RecurrentGemma (RecurrentGemmaForCausalLM): Griffin's recurrent blocks and sliding-window attention ----------
+
+def _recurrent_gemma_config(config: Any) -> SeqdynConfig:
+    """``RecurrentGemmaConfig`` → per layer Griffin's recurrent block (``rglru``: block-diagonal gates of
+    ``num_attention_heads`` blocks, c = 8, the convolution, the GeLU gate branch, the reset at position 0) or
+    sliding-window attention (grouped key–value heads, rotary embeddings on part of each head, an output bias); pre-norm
+    RMSNorm blocks with a GeGLU MLP of ``intermediate_size / 2``, logits soft-capped.  The embedding's √d scale
+    (bfloat16-rounded, as the model multiplies by it) is folded into the embedding, so the head is its own copy."""
+    family = config.model_type
+    if config.hidden_activation != "gelu_pytorch_tanh":
+        raise _refuse(family, "hidden_activation", config.hidden_activation, "seqdyn's GeGLU and RG-LRU gate use "
+                      "the tanh GELU")
+    _check_default_rope(config)
+    rglru = {"expand": config.lru_width / config.hidden_size, "gate_blocks": config.num_attention_heads,
+             "conv_size": config.conv1d_width, "reset": True}
+    attention = {**_attention_heads(config), "window": config.attention_window_size, "sliding": True, "bias": True,
+                 **_rotary_options(config)}
+    mixers = [("rglru", rglru) if kind == "linear_attention" else ("local_attention", attention)
+              for kind in config.layers_block_type]
+    return _hybrid_config(config, mixers, tie=False, mlp="geglu",
+                          mlp_ratio=(config.intermediate_size // 2) / config.hidden_size,
+                          logit_softcap=config.logits_soft_cap)
+
+
+def _rglru_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """``linear_x`` / ``linear_y`` (the in-projection [x | gate]), ``conv_1d``, the RG-LRU's block-diagonal gates and
+    Λ (``recurrent_param``), ``linear_out``."""
+    for kind in ("weight", "bias"):
+        _copy(getattr(ours.in_proj, kind), torch.cat([getattr(theirs.linear_x, kind), getattr(theirs.linear_y, kind)]),
+              f"{prefix}.linear_x/linear_y.{kind}")
+    _copy_pairs(prefix, theirs, ours, (("convs.u.weight", "conv_1d.weight"), ("convs.u.bias", "conv_1d.bias"),
+                                       ("a_gate.weight", "rg_lru.recurrent_gate_weight"),
+                                       ("a_gate.bias", "rg_lru.recurrent_gate_bias"),
+                                       ("input_gate.weight", "rg_lru.input_gate_weight"),
+                                       ("input_gate.bias", "rg_lru.input_gate_bias"),
+                                       ("a_param", "rg_lru.recurrent_param"), ("out_proj.weight", "linear_out.weight"),
+                                       ("out_proj.bias", "linear_out.bias")))
+
+
+def _biased_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """Attention whose output projection has a bias and whose q, k, v projections may have (0 where not)."""
+    _plain_attention_weights(prefix, theirs, ours)
+    biases = [torch.zeros(projection.out_features) if projection.bias is None else projection.bias
+              for projection in (theirs.q_proj, theirs.k_proj, theirs.v_proj)]
+    _copy(ours.qkv.bias, torch.cat(biases), f"{prefix}.q_proj/k_proj/v_proj.bias")
+    _copy(ours.out.bias, theirs.o_proj.bias, f"{prefix}.o_proj.bias")
+
+
+def _copy_geglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """``gate_proj``, ``up_proj`` (fc1 = [gate | up]) and ``down_proj``, each with its bias."""
+    _copy_swiglu(prefix, theirs, ours)
+    _copy(ours.fc1.bias, torch.cat([theirs.gate_proj.bias, theirs.up_proj.bias]), f"{prefix}.gate_proj/up_proj.bias")
+    _copy(ours.fc2.bias, theirs.down_proj.bias, f"{prefix}.down_proj.bias")
+
+
+def _recurrent_gemma_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    layout = _DecoderLayout(("temporal_pre_norm", "channel_pre_norm"), "mlp_block",
+                            {"linear_attention": ("temporal_block", _rglru_weights),
+                             "sliding_attention": ("temporal_block", _biased_attention_weights)}, "final_norm",
+                            centered=True, mlp_weights=_copy_geglu)
+    _copy_decoder_stack(source, target, layout)
+    target.seqdyn.embedding.weight.mul_(source.model.normalizer.to(target.seqdyn.embedding.weight.dtype))
+
+
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
@@ -798,6 +863,7 @@ SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, S
     "granitemoehybrid": (_granite_config, _granite_weights),
     "nemotron_h": (_nemotron_config, _nemotron_weights),
     "olmo_hybrid": (_olmo_hybrid_config, _olmo_hybrid_weights),
+    "recurrent_gemma": (_recurrent_gemma_config, _recurrent_gemma_weights),
 }
 
 
@@ -859,6 +925,11 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                          linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"] * 2,
                          rope_parameters={"rope_type": "default", "rope_theta": 10_000.0}, pad_token_id=0,
                          eos_token_id=1)),
+    "recurrent_gemma": ("RecurrentGemmaForCausalLM", "RecurrentGemmaConfig",
+                        dict(vocab_size=48, hidden_size=24, intermediate_size=48, num_hidden_layers=3,
+                             num_attention_heads=2, num_key_value_heads=1, lru_width=36, attention_window_size=8,
+                             conv1d_width=4, logits_soft_cap=3.0, block_types=["recurrent", "attention"],
+                             attention_bias=True)),
     "bamba": ("BambaForCausalLM", "BambaConfig",
               dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
                    num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,

@@ -9,6 +9,14 @@ This is softmax attention (φ = exp, Λ = I, b = K^-½, η = Σ_j α_ij) with a 
 coefficient dynamics, since an ``exp`` readout never makes a coefficient exactly zero; so it computes its masked
 softmax directly.  Backends: ``quadratic`` (the T×T mask), ``chunk`` (each chunk against itself and its
 predecessor, linear in T) and ``recurrent`` (a cache of at most 2C − 1 keys).
+
+With ``sliding=True`` the band is the sliding window of Mistral, Gemma 2 and Griffin's local attention
+(RecurrentGemma): a query reads the last ``window`` keys, itself included::
+
+    α_ij = exp(q_iᵀ k_j / √K)  for  i − window < j ≤ i   (else 0)
+
+its ``recurrent`` backend keeping the last ``window − 1`` keys.  Grouped key–value heads, a head width of its
+own, partial rotary embeddings and their base are :class:`~seqdyn.mixers.softmax_attention.SoftmaxAttention`'s.
 """
 
 from __future__ import annotations
@@ -24,8 +32,8 @@ from torch.nn.attention.bias import causal_lower_right
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.core.precision import float32_under_autocast
-from seqdyn.mixers.base import Mixer, check_positive, check_state_batch
-from seqdyn.layers.rotary import rotary
+from seqdyn.mixers.base import Mixer, check_choice, check_positive, check_state_batch
+from seqdyn.layers.rotary import ROPE_BASE, rotary
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
 
 
@@ -40,12 +48,23 @@ class WindowCache:
     batch: int | None = None
 
 
-def band_mask(length: int, window: int, device, offset: int = 0, keys: int | None = None) -> Tensor:
-    """``[T, S]`` mask of the pairs a query ``offset + i`` may read from key ``j``: own or previous chunk, ``j ≤ i``."""
+def band_mask(length: int, window: int, device, offset: int = 0, keys: int | None = None,
+              sliding: bool = False) -> Tensor:
+    """``[T, S]`` mask of the pairs a query ``offset + i`` may read from key ``j``: own or previous chunk, ``j ≤ i``
+    (``sliding``: ``i − window < j ≤ i``)."""
     keys = length + offset if keys is None else keys
     rows = torch.arange(offset, offset + length, device=device)[:, None]
     cols = torch.arange(keys, device=device)[None, :]
+    if sliding:
+        return (cols <= rows) & (cols > rows - window)
     return (cols <= rows) & (cols // window >= rows // window - 1)
+
+
+def first_kept(position: int, window: int, sliding: bool) -> int:
+    """The oldest key that the token after ``position`` tokens reads (own or previous chunk, or the window)."""
+    if sliding:
+        return max(0, position + 1 - window)
+    return max(0, (position // window - 1) * window)
 
 
 class LocalAttention(SoftmaxAttention):
@@ -56,13 +75,20 @@ class LocalAttention(SoftmaxAttention):
             2C keys (a window above the sequence length is causal softmax attention).
         rotary: rotary position embeddings on q and k (RoFormer), as the ATTENTION block that seed 002's
             LOCALATTENTION chunks ("a 4-head attention layer and rotary positional embeddings", §3.3).
+        sliding: a query reads the last ``window`` keys, itself included (Mistral, Gemma 2, Griffin) instead of
+            its own chunk and the previous one.
+        kv_heads, head_dim, rotary_fraction, rotary_base, bias: as softmax attention's.
     """
 
     name = "local_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, window: int = 1024, bias: bool = False, rotary: bool = False):
-        super().__init__(d_model, heads, bias, rotary)
+    def __init__(self, d_model: int, heads: int = 1, window: int = 1024, bias: bool = False, rotary: bool = False,
+                 sliding: bool = False, kv_heads: int | None = None, head_dim: int | None = None,
+                 rotary_fraction: float = 1.0, rotary_base: float = ROPE_BASE):
+        super().__init__(d_model, heads, bias, rotary, kv_heads=kv_heads, head_dim=head_dim,
+                         rotary_fraction=rotary_fraction, rotary_base=rotary_base)
         self.window = check_positive("window", window)
+        self.sliding = check_choice("sliding", sliding, (False, True))
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -71,14 +97,16 @@ class LocalAttention(SoftmaxAttention):
     def _qkv(self, x: Tensor, scaled: bool = True, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """Head-major ``[B, H, T, d]`` queries (scaled by K^-½ unless ``scaled=False``), keys and values; with
         ``rotary``, queries and keys rotated for positions ``offset …`` (RoFormer eq. 34)."""
-        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [B, T, H, d] each
-        if self.rotary:
-            q, k = rotary(q, offset), rotary(k, offset)
+        q, k, v = (split_heads(t, t.shape[-1] // self.head_dim) for t in self.qkv(x).split(self.widths, dim=-1))
+        if self.rotary:  # [B, T, H, d] (k and v: H_kv heads)
+            q, k = (rotary(t, offset, self.rotary_base, self.rotary_dims) for t in (q, k))
+        if self.kv_heads != self.heads:  # each key–value head serves consecutive query heads
+            k, v = (t.repeat_interleave(self.heads // self.kv_heads, dim=2) for t in (k, v))
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         return (q * q.shape[-1] ** -0.5 if scaled else q), k, v
 
     def _coefficients(self, q: Tensor, k: Tensor) -> Tensor:
-        mask = band_mask(q.shape[2], self.window, q.device)
+        mask = band_mask(q.shape[2], self.window, q.device, sliding=self.sliding)
         return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), dim=-1)
 
     def _chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # q unscaled: the fused kernel scales it
@@ -97,15 +125,21 @@ class LocalAttention(SoftmaxAttention):
         first = F.scaled_dot_product_attention(q[:, :, 0], k[:, :, 0], v[:, :, 0], is_causal=True)
         if chunks == 1:
             return first[:, :, :length]
-        if _TwoPartAttention.available(q):
+        if _TwoPartAttention.available(q) and not self.sliding:
             later = _TwoPartAttention.apply(*(t.flatten(1, 2) for t in (q[:, :, 1:], k[:, :, :-1], v[:, :, :-1],
                                                                         k[:, :, 1:], v[:, :, 1:])))
         else:
             pairs = lambda t: torch.cat([t[:, :, :-1], t[:, :, 1:]], dim=3).flatten(1, 2)  # [B, H·(N−1), 2C, ·]  # noqa: E731
             later = F.scaled_dot_product_attention(q[:, :, 1:].flatten(1, 2), pairs(k), pairs(v),
-                                                   attn_mask=causal_lower_right(size, 2 * size))
+                                                   attn_mask=self._pair_mask(size, q.device))
         out = torch.cat([first.unsqueeze(2), later.unflatten(1, (heads, chunks - 1))], dim=2)  # [B, H, N, C, ·]
         return out.flatten(2, 3)[:, :, :length]
+
+    def _pair_mask(self, size: int, device):
+        """What the queries of a chunk read of the keys of the previous chunk and their own ``[C, 2C]``."""
+        if self.sliding:  # query s of the chunk is key C + s of the pair; it reads the window before it
+            return band_mask(size, size, device, offset=size, keys=2 * size, sliding=True)
+        return causal_lower_right(size, 2 * size)
 
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
         """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of ``chunk``, ``quadratic``
@@ -142,7 +176,7 @@ class LocalAttention(SoftmaxAttention):
         return self._coefficients(q, k)
 
     def dsf(self, x: Tensor) -> DSF:
-        return from_coefficients(self.coefficients(x), self.d_model // self.heads)
+        return from_coefficients(self.coefficients(x), self.head_dim)
 
     def init_state(self, batch: int) -> WindowCache:
         return WindowCache(batch=check_positive("batch", batch))
@@ -153,7 +187,7 @@ class LocalAttention(SoftmaxAttention):
         values = v if cache.values is None else torch.cat([cache.values, v], dim=2)
         out = torch.softmax(q @ keys.transpose(-1, -2), dim=-1) @ values
         position = cache.position + 1
-        first = max(0, (position // self.window - 1) * self.window)  # oldest key the next token reads
+        first = first_kept(position, self.window, self.sliding)
         drop = keys.shape[2] - (position - first)
         return out, WindowCache(keys[:, :, drop:], values[:, :, drop:], position)
 
@@ -179,11 +213,12 @@ class LocalAttention(SoftmaxAttention):
 
     def state_size(self, seq_len: int) -> int:
         check_positive("seq_len", seq_len)
-        first = max(0, (seq_len // self.window - 1) * self.window)
-        return (seq_len - first) * 2 * self.d_model
+        first = first_kept(seq_len, self.window, self.sliding)
+        return (seq_len - first) * 2 * self.heads * self.head_dim
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, heads={self.heads}, window={self.window}, rotary={self.rotary}"
+        sliding = ", sliding=True" if self.sliding else ""
+        return f"{super().extra_repr()}, window={self.window}{sliding}"
 
 
 @float32_under_autocast

@@ -20,6 +20,8 @@ The layer around it is Griffin's recurrent block (RecurrentGemma ``RecurrentBloc
 
 ``short_conv=False, gate=False`` leaves the bare eqs. 9–10 between an in- and an out-projection.
 ``gate_blocks`` makes W_a and W_x block-diagonal with that many blocks (Griffin's heads; 1 = dense, as eq. 10).
+``reset`` is RecurrentGemma's document reset: the first token of a sequence (position 0) enters unscaled,
+``h_0 = i_0 ⊙ u_0`` — the state it would decay is empty, so only the √(1 − a²) factor changes.
 Initialization: Λ such that a^c = exp(−c·softplus(Λ)) — the decay at r_t = 1 — is uniform in [0.9, 0.999]
 (Griffin §2.4); gate weights ~ N(0, 1/block width), gate biases 0 (RecurrentGemma).
 """
@@ -87,13 +89,16 @@ class RGLRU(CoefficientMixer):
         conv_size: the width of that convolution (taps, the current token included; Griffin: 4).
         gate: multiply the RG-LRU's output by GeLU(W_y x), Griffin's gate branch; False: the bare eqs. 9–10
             between the in- and out-projections.
+        reset: the first token of every sequence enters without the √(1 − a²) factor (RecurrentGemma's reset
+            at position 0; packed sequences each at their own start).
     """
 
     name = "rglru"
     ssm_parameter_names = ("a_param",)  # Λ
 
     def __init__(self, d_model: int, expand: float = 1, c: float = 8.0, gate_blocks: int = 1,
-                 short_conv: bool = True, conv_size: int = 4, gate: bool = True, chunk_size: int = 64):
+                 short_conv: bool = True, conv_size: int = 4, gate: bool = True, chunk_size: int = 64,
+                 reset: bool = False):
         super().__init__(d_model, chunk_size)
         self.width = scaled_width("expand", d_model, expand)
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
@@ -103,6 +108,7 @@ class RGLRU(CoefficientMixer):
         if self.width % gate_blocks:
             raise ValueError(f"gate_blocks: {gate_blocks} does not divide the recurrence width {self.width}")
         self.gate = check_choice("gate", gate, (True, False))
+        self.reset = check_choice("reset", reset, (False, True))
         check_choice("short_conv", short_conv, (True, False))
         check_positive("conv_size", conv_size)
         self.in_proj = nn.Linear(d_model, self.width * (2 if gate else 1))  # [W_x | W_y]
@@ -126,17 +132,28 @@ class RGLRU(CoefficientMixer):
             u = self.convolve("u", u, state)
         log_a = torch.sigmoid(self.a_gate(u)) * self.log_base_decay()  # (10)
         multiplier = SqrtBoundedDerivative.apply(-torch.expm1(2 * log_a))  # √(1 − a²)
+        if self.reset:
+            multiplier = torch.where(self._first_tokens(x.shape[1], state, x.device), 1.0, multiplier)
         ones = x.new_ones(*x.shape[:2], 1, 1)
         inputs = Dynamics(q=ones, k=ones, v=u.unsqueeze(-1), log_decay=log_a,
                           scale=multiplier * torch.sigmoid(self.input_gate(u)))
         return inputs, F.gelu(g, approximate="tanh") if self.gate else None
+
+    @staticmethod
+    def _first_tokens(length: int, state: MixerState, device) -> Tensor:
+        """``[T, 1]``: whether each token is at position 0 of its sequence."""
+        positions = state.positions
+        if not isinstance(positions, Tensor):
+            positions = torch.arange(positions, positions + length, device=device)
+        return (positions == 0)[:, None]
 
     def core_output(self, core: Tensor, extras: Tensor | None) -> Tensor:
         y = core.squeeze(-1)
         return self.out_proj(y if extras is None else y * extras)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, width={self.width}, c={self.c}, gate={self.gate}"
+        reset = ", reset=True" if self.reset else ""
+        return f"d_model={self.d_model}, width={self.width}, c={self.c}, gate={self.gate}{reset}"
 
 
 MIXER = RGLRU

@@ -15,7 +15,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-MLPKind = Literal["gelu", "swiglu", "relu2", "moe", "none"]
+MLPKind = Literal["gelu", "swiglu", "geglu", "relu2", "moe", "none"]
 NormPosition = Literal["pre", "post", "output"]
 
 
@@ -61,7 +61,7 @@ class ModelConfig(Strict):
                                 "Pathfinder-Segmentation), which cannot step()")
     mlp: Union[MLPKind, list[MLPKind]] = Field(
         "gelu", description="the MLP after the mixer in every block (relu2: W₂ ReLU(W₁x)², Primer's, without "
-                            "biases; moe: a mixture of SwiGLU experts, see moe; none: no MLP sub-block), or one of "
+                            "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; moe: a mixture of SwiGLU experts, see moe; none: no MLP sub-block), or one of "
                             "these per layer")
     mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP (of each expert): "
                                                      "round(mlp_ratio · d_model)")
@@ -81,6 +81,9 @@ class ModelConfig(Strict):
     conv_size: int = Field(4, gt=0, description="taps of the gated block's short convolution (with short_conv)")
     tie_embeddings: bool = Field(True, description="the language-model head shares the token embedding's weight "
                                                    "(when the inputs are tokens and both vocabularies are equal)")
+    logit_softcap: Optional[float] = Field(
+        None, gt=0, description="the lm head's logits z become c·tanh(z / c) with this c (Gemma 2, Griffin / "
+                                "RecurrentGemma: 30); None: unbounded logits")
     init_std: float = Field(0.02, gt=0, description="every Linear and Embedding weight ~ N(0, init_std²), Linear "
                             "biases 0; the residual projections ~ N(0, (init_std / √(2·layers))²); parameters a "
                             "mixer initializes itself (Mamba's Δ, ...) keep their initialization")

@@ -49,12 +49,15 @@ class Head(nn.Module):
 
 
 class LinearHead(Head):
-    """``h W + b`` at every position (lm, regression, tagging).  ``tied``: use that embedding's weight as ``W``."""
+    """``h W + b`` at every position (lm, regression, tagging).  ``tied``: use that embedding's weight as ``W``;
+    ``softcap`` c: ``c·tanh((h W + b) / c)`` (Gemma 2's and Griffin's logit soft-capping)."""
 
     token_wise = True
 
-    def __init__(self, d_model: int, out: int, bias: bool = True, tied: nn.Embedding | None = None):
+    def __init__(self, d_model: int, out: int, bias: bool = True, tied: nn.Embedding | None = None,
+                 softcap: float | None = None):
         super().__init__()
+        self.softcap = softcap
         if tied is not None and tuple(tied.weight.shape) != (out, d_model):
             raise ValueError(f"tie_embeddings: the embedding {tuple(tied.weight.shape)} is not {(out, d_model)}")
         # A tied head keeps its embedding outside its submodules (a tuple), so the shared weight is one parameter
@@ -73,9 +76,8 @@ class LinearHead(Head):
         return self._tied[0].weight if self._tied is not None else self.proj.weight
 
     def forward(self, h: Tensor) -> Tensor:
-        if self.proj is not None:
-            return self.proj(h)
-        return F.linear(h, self.weight, self.bias)
+        out = self.proj(h) if self.proj is not None else F.linear(h, self.weight, self.bias)
+        return out if self.softcap is None else self.softcap * torch.tanh(out / self.softcap)
 
 
 class MeanPoolHead(Head):
@@ -139,10 +141,13 @@ class AutoEncoderHead(Head):
 
 
 def build_head(kind: str, d_model: int, out: int, length: int, norm: str = "layernorm",
-               tied: nn.Embedding | None = None) -> Head:
-    """The head of ``kind`` (one of :data:`HEAD_KINDS`); ``tied`` only applies to ``lm``."""
+               tied: nn.Embedding | None = None, softcap: float | None = None) -> Head:
+    """The head of ``kind`` (one of :data:`HEAD_KINDS`); ``tied`` and ``softcap`` only apply to ``lm``."""
+    if softcap is not None and kind != "lm":
+        raise ValueError(f"model.logit_softcap: caps the logits of the lm head, not of a {kind} head; leave it "
+                         f"unset (None)")
     if kind == "lm":
-        return LinearHead(d_model, out, bias=False, tied=tied)
+        return LinearHead(d_model, out, bias=False, tied=tied, softcap=softcap)
     if kind in ("regression", "tagging"):
         return LinearHead(d_model, out, bias=True)
     if kind == "classification":

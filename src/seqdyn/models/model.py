@@ -66,7 +66,7 @@ class SequenceModel(nn.Module):
         self.norm = nn.Identity() if post else make_norm(config.norm, d, config.norm_eps)
         tie = config.tie_embeddings and spec.head == "lm" and tokens and spec.input_size == spec.output_size
         self.head: Head = build_head(spec.head, d, spec.output_size, spec.input_len, config.norm,
-                                     tied=self.embedding if tie else None)
+                                     tied=self.embedding if tie else None, softcap=config.logit_softcap)
         self.tied = tie
         init_weights(self)
 
