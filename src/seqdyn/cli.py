@@ -521,15 +521,18 @@ def bench_hf(
     lengths: str = typer.Option("1024,4096,16384", "--lengths", help="Comma-separated prompt lengths."),
     repeats: int = typer.Option(2, min=1, help="Timed repetitions per cell after a warm-up (the fastest counts)."),
     markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
-    families: str = typer.Option("mamba,mamba2,qwen3_5_text", "--families", help="Comma-separated families to measure."),
+    families: str = typer.Option("", "--families", show_default=False,
+                                 help="Comma-separated families to measure (mamba, mamba2, qwen3_5_text, "
+                                      "recurrent_gemma); default: all of them."),
 ) -> None:
-    """transformers' Mamba, Mamba-2 and Qwen3.5 (Gated DeltaNet) on their PyTorch fallbacks against the same models
-    with seqdyn.hf.accelerate: prefill, forward + backward and decode, side by side (needs the \\[hf] extra)."""
+    """transformers' Mamba, Mamba-2, Qwen3.5 (Gated DeltaNet) and RecurrentGemma (RG-LRU) on their PyTorch
+    fallbacks against the same models with seqdyn.hf.accelerate: prefill, forward + backward and decode, side by
+    side (needs the \\[hf] extra)."""
     from seqdyn.bench.hf import run_hf_benchmark
 
     chosen = tuple(name.strip() for name in families.split(",") if name.strip())
     run_hf_benchmark(quick, tuple(_lengths("--lengths", lengths)), repeats, str(markdown) if markdown else None,
-                     chosen)
+                     **({"families": chosen} if chosen else {}))
 
 
 @config_app.command("schema")

@@ -1,4 +1,4 @@
-"""``seqdyn bench hf``: transformers' Mamba, Mamba-2 and Gated DeltaNet fallbacks against ``seqdyn.hf.accelerate``, side by side — each row
+"""``seqdyn bench hf``: transformers' Mamba, Mamba-2, Gated DeltaNet and RG-LRU fallbacks against ``seqdyn.hf.accelerate``, side by side — each row
 measures both models, checks their logits agree, and states the ratios the way the table prints them."""
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from seqdyn.bench.hf import HfRow, render_markdown, run_hf_benchmark  # noqa: E4
 
 def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(tmp_path):
     rows = run_hf_benchmark(quick=True, repeats=1, markdown=str(tmp_path / "hf.md"))
-    assert [(row.family, row.length) for row in rows] == [("mamba", 64), ("mamba2", 64), ("qwen3_5_text", 64)]
+    assert [(row.family, row.length) for row in rows] == [("mamba", 64), ("mamba2", 64), ("qwen3_5_text", 64),
+                                                          ("recurrent_gemma", 64)]
     for row in rows:
         assert row.largest_difference <= 1e-5
         assert all(seconds > 0 for seconds in (*row.prefill_s, *row.forward_backward_s, *row.decode_tokens_per_s))
     text = (tmp_path / "hf.md").read_text()
-    assert "| mamba | 64 |" in text and "| mamba2 | 64 |" in text and "| qwen3_5_text | 64 |" in text and text == render_markdown(rows, quick=True)
+    for family in ("mamba", "mamba2", "qwen3_5_text", "recurrent_gemma"):
+        assert f"| {family} | 64 |" in text
+    assert text == render_markdown(rows, quick=True)
 
 
 def test_an_unknown_family_is_refused_by_name():

@@ -1,6 +1,7 @@
 """seqdyn's backends inside a loaded transformers model (issue 34, item 3): ``accelerate`` swaps the
 pure-PyTorch SSD scan of Mamba-2 and its hybrids (Bamba, Granite 4.0, Nemotron-H, Zamba2, Falcon-H1) and Gated
-DeltaNet's chunked delta rule (Qwen3.5, Qwen3-Next) for seqdyn's operator in that model only;
+DeltaNet's chunked delta rule (Qwen3.5, Qwen3-Next) — and RecurrentGemma's RG-LRU loop, a method of each layer —
+for seqdyn's operator in that model only;
 logits, the cache and generation stay transformers' to round-off, and packed sequences (``seq_idx``,
 ``cu_seqlens``) are computed each alone."""
 
@@ -94,7 +95,41 @@ def test_only_the_accelerated_model_changes_and_transformers_is_left_as_it_was()
     assert acc.accelerate(accelerated) is accelerated  # a second call wraps nothing twice
 
 
-@pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h"])
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
+def test_recurrent_gemma_runs_its_rg_lru_scan_on_seqdyns_operator(dtype, tolerance, monkeypatch):
+    """``RecurrentGemmaRglru._rnn_scan`` is a method: swapped on each RG-LRU layer of this model (2 of 3 layers)."""
+    model, inputs, calls = build("recurrent_gemma", dtype), ids(150), []
+    counted = acc.ACCELERATED_METHODS["RecurrentGemmaRglru"]["_rnn_scan"]
+    monkeypatch.setitem(acc.ACCELERATED_METHODS["RecurrentGemmaRglru"], "_rnn_scan",
+                        lambda *args, **kwargs: calls.append(1) or counted(*args, **kwargs))
+    with torch.no_grad():
+        expected = model(inputs).logits
+        got = acc.accelerate(model)(inputs).logits
+    assert len(calls) == 2 and (got - expected).abs().max() <= tolerance * expected.abs().max()
+    assert not getattr(build("recurrent_gemma").model.layers[0].temporal_block.rg_lru, "_seqdyn_accelerated", False)
+
+
+def test_linear_rnn_scan_equals_recurrent_gemmas_loop_with_resets_a_state_and_gradients():
+    from transformers.models.recurrent_gemma.modeling_recurrent_gemma import RecurrentGemmaRglru
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 9, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    gate = torch.rand(2, 9, 5, generator=generator, dtype=torch.float64).requires_grad_()
+    state = torch.randn(2, 5, generator=generator, dtype=torch.float64)
+    reset = torch.zeros(2, 9, 1, dtype=torch.bool)
+    reset[0, 4] = reset[1, 0] = True  # a document starting mid-row, and one at the start
+    expected = RecurrentGemmaRglru._rnn_scan(None, x, gate, reset, state, acc_dtype=torch.float64)
+    got = acc.linear_rnn_scan(x, gate, reset, state, acc_dtype=torch.float64)
+    for ours, theirs in zip(got, expected):
+        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn(2, 9, 5, generator=generator, dtype=torch.float64)
+    for ours, theirs in zip(torch.autograd.grad(got[0], (x, gate), upstream),
+                            torch.autograd.grad(expected[0], (x, gate), upstream)):
+        torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h",
+                                    "recurrent_gemma"])
 def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""
     prompt = ids(24, batch=1)

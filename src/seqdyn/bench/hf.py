@@ -23,7 +23,10 @@ from seqdyn.bench.measure import one_thread, time_call
 #: default chunk of 256; a Qwen3.5 of 4 layers at width 256 in the released models' pattern, 3 Gated DeltaNet layers
 #: (8 value heads of 64 sharing 4 query/key heads of 64, as Qwen3.5's 2:1) then one gated attention layer (4 heads of
 #: 64, 2 key-value heads), SwiGLU of 512 (transformers cannot generate from a model of Gated DeltaNet layers alone:
-#: its cache asks an attention layer for the length)
+#: its cache asks an attention layer for the length); a RecurrentGemma of 3 layers at width 256 in Griffin's pattern
+#: (two recurrent blocks of 256 channels in 4 gate blocks, then local attention of 4 heads of 64, one key-value
+#: head, a window of 2048), GeGLU of 384
+
 FAMILIES: dict[str, dict[str, Any]] = {
     "mamba": dict(hidden_size=256, state_size=16, expand=2, num_hidden_layers=2, vocab_size=1024, time_step_rank=16),
     "mamba2": dict(hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2,
@@ -32,12 +35,18 @@ FAMILIES: dict[str, dict[str, Any]] = {
                          layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=4,
                          linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024),
+    "recurrent_gemma": dict(hidden_size=256, lru_width=256, intermediate_size=768, num_hidden_layers=3,
+                            block_types=["recurrent", "recurrent", "attention"], num_attention_heads=4,
+                            num_key_value_heads=1, attention_window_size=2048, attention_bias=False,
+                            logits_soft_cap=30.0, vocab_size=1024),
 }
 #: how the table names each benchmarked model
 MODEL_WORDS = {"mamba": "Mamba, 2 layers, width 256, 512 channels of state 16",
                "mamba2": "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64",
                "qwen3_5_text": "Qwen3.5, 3 Gated DeltaNet layers (8 value heads of 64, 4 key heads of 64) and 1 gated "
-                               "attention layer, width 256"}
+                               "attention layer, width 256",
+               "recurrent_gemma": "RecurrentGemma, 2 RG-LRU blocks of 256 channels and 1 local attention layer, "
+                                  "width 256"}
 LENGTHS = (1024, 4096, 16384)
 #: toy versions of :data:`FAMILIES` for ``--quick``
 QUICK: dict[str, dict[str, Any]] = {
@@ -48,6 +57,8 @@ QUICK: dict[str, dict[str, Any]] = {
                          layer_types=["linear_attention", "full_attention"], linear_num_key_heads=1,
                          linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=64),
+    "recurrent_gemma": dict(hidden_size=32, lru_width=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=1, attention_window_size=16, vocab_size=64),
 }
 
 

@@ -12,7 +12,9 @@ Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` (the ``chun
   the fallback's float32 upcast of its inputs, with the final state returned for the cache, and with ``seq_idx``
   (packed sequences, which the fallback ignores) honoured;
 - Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3.5-MoE, Qwen3-Next and OLMo-hybrid over a
-  prompt) — with ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured.
+  prompt) — with ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured;
+- RecurrentGemma's ``RecurrentGemmaRglru._rnn_scan`` (the RG-LRU's token-by-token loop over a prompt; a method, so
+  swapped on each layer of the model) — on the ``scan`` backend, the resets as hard ones (decay 0).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from torch import Tensor, nn
 from seqdyn.core.operator import coefficient_dynamics
 from seqdyn.layers.norms import l2_normalize
 
-__all__ = ["ACCELERATED", "accelerate", "gated_delta_rule", "selective_scan", "ssd_chunk_scan"]
+__all__ = ["ACCELERATED", "ACCELERATED_METHODS", "accelerate", "gated_delta_rule", "linear_rnn_scan",
+           "selective_scan", "ssd_chunk_scan"]
 
 #: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
 #: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on
@@ -133,6 +136,25 @@ def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta:
     return output.to(dtype), (final if output_final_state else None)
 
 
+def linear_rnn_scan(hidden_states: Tensor, recurrent_gate: Tensor, reset: Tensor,
+                    recurrent_states: Tensor | None = None, acc_dtype: torch.dtype = torch.float32
+                    ) -> tuple[Tensor, Tensor]:
+    """RecurrentGemma's ``_rnn_scan`` (Griffin eq. 4's linear recurrence after its gates) by seqdyn's operator::
+
+        h_t = a_t ⊙ h_{t−1} + x_t,   a_t = 0 where ``reset``
+
+    ``hidden_states`` x and ``recurrent_gate`` a ``[b, l, w]``, ``reset`` ``[b, l, 1]``, ``recurrent_states`` h₀ and
+    the last state ``[b, w]`` (in ``acc_dtype`` at least); the output in x's dtype.  Each channel is a head of
+    the operator (K = V = 1, q = k = 1, Λ = a_t, log a = −∞ at a reset), on the ``scan`` backend."""
+    work = torch.promote_types(hidden_states.dtype, acc_dtype)
+    log_gate = torch.log(recurrent_gate.to(work)).masked_fill(reset, float("-inf"))
+    ones = hidden_states.new_ones(*hidden_states.shape[:2], 1, 1, dtype=work)  # [b, l, 1, 1]: q = k = 1, shared
+    state = None if recurrent_states is None else recurrent_states.to(work)[..., None, None]  # [b, w, 1, 1]
+    output, final = coefficient_dynamics(ones, ones, hidden_states.to(work).unsqueeze(-1), log_decay=log_gate,
+                                         scale=1.0, initial_state=state, output_final_state=True, backend="scan")
+    return output.squeeze(-1).to(hidden_states.dtype), final[..., 0, 0]
+
+
 def _cu_seqlens(seq_idx: Tensor) -> Tensor:
     """``seq_idx`` ``[1, l]`` (the sequence of each packed step, non-decreasing) as offsets ``[N + 1]``."""
     if seq_idx.dim() != 2 or seq_idx.shape[0] != 1:
@@ -151,6 +173,10 @@ ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe": {"torch_chunk_gated_delta_rule": gated_delta_rule},
     "transformers.models.qwen3_next.modeling_qwen3_next": {"torch_chunk_gated_delta_rule": gated_delta_rule},
     "transformers.models.olmo_hybrid.modeling_olmo_hybrid": {"torch_chunk_gated_delta_rule": gated_delta_rule},
+}
+#: transformers layer class → {its method that runs a fallback: seqdyn's function}, swapped on each such layer
+ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {
+    "RecurrentGemmaRglru": {"_rnn_scan": linear_rnn_scan},
 }
 #: the transformers layer classes whose forward runs the functions above
 _LAYERS = {"MambaMixer": "transformers.models.mamba.modeling_mamba",
@@ -187,17 +213,32 @@ def accelerate(model: nn.Module) -> nn.Module:
     duration of their own call); returns ``model``.  Raises ``ValueError`` where no layer of it is accelerated."""
     found = 0
     for layer in model.modules():
-        module_name = _LAYERS.get(type(layer).__name__)
-        if module_name is None:
+        kind = type(layer).__name__
+        if kind not in _LAYERS and kind not in ACCELERATED_METHODS:
             continue
         found += 1
-        if not getattr(layer, "_seqdyn_accelerated", False):  # accelerated once: not wrapped twice
-            layer.forward = _accelerated_forward(layer.forward, module_name)
-            layer._seqdyn_accelerated = True
+        if getattr(layer, "_seqdyn_accelerated", False):  # accelerated once: not wrapped twice
+            continue
+        if kind in _LAYERS:
+            layer.forward = _accelerated_forward(layer.forward, _LAYERS[kind])
+        for name, function in ACCELERATED_METHODS.get(kind, {}).items():
+            setattr(layer, name, _accelerated_method(getattr(layer, name), function))
+        layer._seqdyn_accelerated = True
     if not found:
         raise ValueError(f"model: {type(model).__name__} has no layer seqdyn accelerates (supported: "
-                         f"{', '.join(_LAYERS)})")
+                         f"{', '.join([*_LAYERS, *ACCELERATED_METHODS])})")
     return model
+
+
+def _accelerated_method(method: Callable[..., Any], function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` in place of a layer's bound ``method``, except for one decoded token (the step update)."""
+    @functools.wraps(method)
+    def accelerated(hidden_states: Tensor, *args: Any, **kwargs: Any) -> Any:
+        if hidden_states.shape[1] == 1:
+            return method(hidden_states, *args, **kwargs)
+        return function(hidden_states, *args, **kwargs)
+
+    return accelerated
 
 
 def _accelerated_forward(forward: Callable[..., Any], module_name: str) -> Callable[..., Any]:
