@@ -256,12 +256,16 @@ def inspect(
     eps: float = typer.Option(1e-3, help="Threshold of a near-zero coefficient."),
     plot: str = typer.Option("", "--plot", help="Write coefficient heat maps here, and the principle plot of the "
                                                 "run's sweep beside it (FILE-principle.png)."),
+    dsf: str = typer.Option("", "--dsf", help="A model folder: save each layer's DSF matrices (Lambda, B, C, D per "
+                                              "step and head) to this .pt file."),
 ) -> None:
     """Load a trained run, or a model folder, and print, per layer and head, the near-zero fraction, zero counts
     against K−1, the combination classes and the spectral bound of its coefficient dynamics (Sieber et al. 2025,
     §5), with a legend of the columns."""
     if Path(run_id).is_dir():
-        _inspect_folder(Path(run_id), input, text, eps, plot)
+        _inspect_folder(Path(run_id), input, text, eps, plot, dsf)
+    elif dsf:
+        _fail("--dsf: saves the DSF matrices of a model folder's layers; give a MODEL_DIR")
     else:
         _inspect_run(run_id, store, input, examples, eps, plot)
 
@@ -306,7 +310,7 @@ def _inspect_run(run_id: str, store: str, input: str, examples: int, eps: float,
         _fail(str(error))
 
 
-def _inspect_folder(folder: Path, input: str, text: str, eps: float, plot: str) -> None:
+def _inspect_folder(folder: Path, input: str, text: str, eps: float, plot: str, dsf: str = "") -> None:
     """``seqdyn inspect MODEL_DIR``: every layer and head of a checkpoint's model (converted from transformers where
     it is one) measured on ``--text`` (its tokenizer's ids) or ``--input`` (token ids)."""
     from rich.markup import escape
@@ -345,6 +349,24 @@ def _inspect_folder(folder: Path, input: str, text: str, eps: float, plot: str) 
 
         written = plot_coefficients(layer_coefficients(body, inputs), plot, title=f"coefficients of {folder.name}")
         out.print(f"wrote {written}")
+    if dsf:
+        _save_dsfs(body, inputs, dsf, out)
+
+
+def _save_dsfs(model, inputs, path: str, out) -> None:
+    """``--dsf``: every layer's DSF matrices on ``inputs`` in one ``torch.save`` file, ``{layer label: {"Lambda",
+    "B", "C", "D"}}``; the layers too large to form are named with the reason."""
+    import torch
+    from rich.markup import escape
+
+    from seqdyn.analysis.model import layer_dsfs
+
+    systems, skipped = layer_dsfs(model, inputs)
+    torch.save({label: dict(vars(system)) for label, system in systems.items()}, path)
+    shapes = "; ".join(f"{label}: Λ {list(system.Lambda.shape)}" for label, system in systems.items())
+    out.print(escape(f"wrote {path} (DSF per layer [B, H, T, ·, ·]: {shapes or 'none'})"))
+    for label, why in skipped.items():
+        out.print(escape(f"left out {label}: {why}"), style="dim")
 
 
 def _described_inputs(inputs) -> str:

@@ -346,6 +346,38 @@ def test_inspect_opens_a_transformers_checkpoint_as_coefficient_dynamics(family,
     assert (tmp_path / "maps.png").stat().st_size > 0
 
 
+def test_inspect_saves_each_layers_dsf_matrices_and_names_the_ones_too_large(tmp_path):
+    """`seqdyn inspect MODEL_DIR --dsf FILE`: per layer the DSF of seed 000 eq. 12 on the text's activations, whose
+    simulation gives the layer's own core (here a Gated DeltaNet layer and an attention layer of Qwen3.5); a layer
+    whose Λ would exceed the size limit is left out with the reason."""
+    from typer.testing import CliRunner
+
+    from seqdyn import coefficient_dynamics
+    from seqdyn.analysis.model import capture_mixer_inputs, layer_dsfs
+    from seqdyn.cli import app
+    from seqdyn.core.dsf import DSF
+    from seqdyn.mixers.base import MixerState
+
+    theirs = TINY["qwen3_5_text"](torch.float64)
+    theirs.save_pretrained(tmp_path / "model")
+    ids = tokens(9)[:1]
+    torch.save(ids, tmp_path / "ids.pt")
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "model"), "--input", str(tmp_path / "ids.pt"),
+                                      "--dsf", str(tmp_path / "dsf.pt")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    saved = torch.load(tmp_path / "dsf.pt")
+    model = from_transformers(theirs).seqdyn
+    calls = capture_mixer_inputs(model, ids)
+    assert list(saved) == [call.label for call in calls] and "wrote" in result.output
+    for call in calls[:2]:  # gated_deltanet (N = K·V = 48), softmax_attention (N = T·V = 72)
+        inputs, _ = call.mixer.core_inputs(call.x, MixerState())
+        simulated = DSF(**saved[call.label]).simulate(inputs.v)
+        expected = coefficient_dynamics(inputs, backend="quadratic")
+        torch.testing.assert_close(simulated, expected, rtol=1e-9, atol=1e-9)
+    dsfs, skipped = layer_dsfs(model, ids, max_entries=10_000)
+    assert not dsfs and set(skipped) == set(saved) and "more than 10,000" in next(iter(skipped.values()))
+
+
 def test_inspect_a_folder_needs_text_or_token_ids_and_a_tokenizer_for_text(tmp_path):
     from typer.testing import CliRunner
 

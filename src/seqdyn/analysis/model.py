@@ -24,8 +24,11 @@ from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, COMBINATION_TOL, 
                                           near_zero_fraction, zero_count_per_row)
 from seqdyn.analysis.mixers import dsf_radii, evolution_radii, is_lti, positional_heads
 
-__all__ = ["HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model", "layer_coefficients",
-           "table_legend"]
+__all__ = ["DSF_MAX_ENTRIES", "HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model",
+           "layer_coefficients", "layer_dsfs", "table_legend"]
+
+#: the most entries of Λ ``[B, H, T, N, N]`` that :func:`layer_dsfs` forms for one layer (256 MiB in float32)
+DSF_MAX_ENTRIES = 2**26
 
 
 @dataclass
@@ -160,6 +163,34 @@ def layer_coefficients(model: nn.Module, inputs: Tensor) -> dict[str, Tensor]:
             if A is not None:
                 out[call.label] = A
     return out
+
+
+def layer_dsfs(model: nn.Module, inputs: Tensor, max_entries: int = DSF_MAX_ENTRIES
+               ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The DSF matrices (seed 000 eq. 12: ``h_i = Λ_i h_{i−1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i``) of every
+    layer's mixer on the activations it receives for ``inputs``: ``{label: DSF}``, and ``{label: why}`` for the
+    layers left out because their Λ would hold more than ``max_entries`` numbers — a Gated DeltaNet head with
+    K = V = 64 has N = 4,096 states (16.8M entries per step), a softmax head's realization keeps every past value
+    (N = T·V)."""
+    dsfs, skipped = {}, {}
+    with _evaluating(model):
+        for call in capture_mixer_inputs(model, inputs):
+            entries = _dsf_entries(call)
+            if entries > max_entries:
+                skipped[call.label] = f"its Λ would hold {entries:,} numbers (more than {max_entries:,})"
+            else:
+                dsfs[call.label] = call.mixer.dsf(call.x)
+    return dsfs, skipped
+
+
+def _dsf_entries(call: MixerCall) -> int:
+    """``B·H·T·N²``: the entries of the Λ that ``call``'s mixer would form over its input, with the state N read off
+    its DSF over the first one and two steps (a state that grows with T, as a nonlinear readout's, grows by the
+    same amount each step)."""
+    batch, length = call.x.shape[:2]
+    first, second = (call.mixer.dsf(call.x[:1, :steps]).B for steps in (1, min(2, length)))
+    heads, states = first.shape[1], first.shape[3] + (second.shape[3] - first.shape[3]) * (length - 1)
+    return batch * heads * length * states**2
 
 
 def _structure(call: MixerCall, spectral: bool) -> tuple[str, int, Tensor | None]:
