@@ -88,6 +88,21 @@ def test_gated_blocks_and_householder_mixers():
     assert all(r.spectral_bound <= 1 + 1e-6 for r in rows)
 
 
+def test_a_parallel_layer_is_inspected_part_by_part_as_one_layer():
+    """Falcon-H1's layer (mamba2 beside attention): each part's heads, under the layer's index; its coefficient maps
+    and DSFs are labelled by part."""
+    torch.manual_seed(2)
+    parts = [["mamba2", {"state_dim": 4, "head_dim": 8}], ["softmax_attention", {"heads": 2}]]
+    model = build_model(dict(d_model=16, layers=2, mixer=["parallel", "gla"],
+                             mixer_options=[{"parts": parts}, {"heads": 2}]), spec())
+    rows = analysis.inspect_model(model, tokens())
+    assert [(r.layer, r.mixer) for r in rows] == [(0, "mamba2")] * 4 + [(0, "softmax_attention")] * 2 + [(1, "gla")] * 2
+    maps = analysis.layer_coefficients(model, tokens())
+    assert list(maps) == ["layer 0 · mamba2 (part 0)", "layer 0 · softmax_attention (part 1)", "layer 1 · gla"]
+    torch.testing.assert_close(torch.cat(list(maps.values())[:2], dim=1),
+                               model.blocks[0].mixer.coefficients(analysis.capture_mixer_inputs(model, tokens())[0].x))
+
+
 def test_positions_per_head_follow_lemma_3():
     """A rotary attention layer tells positions apart in every head; a gated_deltanet head whose decay is switched
     off (A = 0: α = 1) still does through its Householder factor (Λ = I − βkkᵀ ≠ I), a linear-attention one does not."""

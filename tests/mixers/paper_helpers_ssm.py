@@ -106,3 +106,37 @@ def continuous_eigenvalues(mixer) -> Tensor:
 def as_is(state: Tensor) -> Tensor:
     """An LTI mixer's streaming state, its own tensor (``state_of`` of ``compare_with_paper``)."""
     return state
+
+
+def mamba2_block(m, u):
+    """``mamba_ssm.Mamba2`` with ``ngroups`` = G: ``(out, (S_T [B, H, N, P], conv state), α [B, H, T, T])``::
+
+        z, xBC, Δ = W_in u;   x, B, C = SiLU(conv(xBC));   Δ = clamp(softplus(Δ + b_Δ));   A_h = −exp(A_log_h)
+        S_t = exp(Δ_t A_h) S_{t−1} + Δ_t B_t^g x_tᵀ;   y_t = S_tᵀ C_t^g + D_h x_t    (g: the group of head h)
+        out = W_out RMSNorm(y ⊙ SiLU(z)),   RMSNorm(g) = g / √(mean(g²) + ε) ⊙ w   (the mean within each group)
+    """
+    inner, n, heads, groups = m.inner, m.state_dim, m.heads, m.groups
+    z, xbc, dt = (u @ m.in_proj.weight.T).split([inner if m.gate else 0, inner + 2 * groups * n, heads], dim=-1)
+    conv_in = xbc
+    if "xbc" in m.convs:
+        xbc = causal_conv(xbc, m.convs["xbc"].weight, m.convs["xbc"].bias, silu=True)
+    x, B, C = xbc.split([inner, groups * n, groups * n], dim=-1)
+    x = x.unflatten(-1, (heads, m.head_dim))  # [B, T, H, P]
+    group_of = torch.arange(heads) // (heads // groups)  # head h reads the B and C of group h // (H / G)
+    B, C = (t.unflatten(-1, (groups, n))[:, :, group_of] for t in (B, C))  # [B, T, H, N]
+    delta = F.softplus(dt + m.decay.dt_bias)  # [B, T, H]
+    delta = torch.clamp(delta, min=m.decay.floor, max=m.decay.ceiling)  # mamba_ssm's dt_limit
+    A = -torch.exp(m.decay.a_log)  # [H]
+    S = u.new_zeros(u.shape[0], heads, n, m.head_dim)
+    ys = []
+    for t in range(u.shape[1]):
+        dA, dt_t = torch.exp(delta[:, t] * A)[..., None, None], delta[:, t, :, None, None]
+        S = dA * S + dt_t * B[:, t, :, :, None] * x[:, t, :, None, :]
+        ys.append(torch.einsum("bhn,bhnp->bhp", C[:, t], S) + m.skip[:, None] * x[:, t])
+    y = torch.stack(ys, dim=1).flatten(2)
+    if m.gate:
+        g = (y * F.silu(z)).unflatten(-1, (groups, -1))
+        eps = m.norm.eps  # mamba_ssm's RMSNormGated: 1e-5 (item 9 of issue 18), or the norm_eps given
+        y = (g / torch.sqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * m.norm.weight
+    alpha = torch.einsum("bihn,bjhn,bijh,bjh->bhij", C, B, decay_products(delta * A), delta)
+    return y @ m.out_proj.weight.T, (S, *conv_states(m, {"xbc": conv_in})), alpha

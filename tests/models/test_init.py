@@ -13,6 +13,7 @@ from torch import nn
 from seqdyn import mixers
 from seqdyn.layers.params import is_kept
 from seqdyn.models import build_model, init_weights, residual_projections
+from seqdyn.models.blocks import mixer_projections
 from tests.models.helpers import config, spec
 
 LAYERS, D = 4, 64
@@ -107,9 +108,10 @@ def test_what_each_mixer_keeps():
 def test_output_projection_writes_the_mixer_output(name):
     torch.manual_seed(0)
     mixer = mixers.build(name, 16, **SMALL.get(name, {}))
-    projection = mixer.output_projection()
-    assert isinstance(projection, nn.Linear) and projection.out_features == 16
-    projection.weight.zero_()
-    if projection.bias is not None:
-        projection.bias.zero_()
+    projections = mixer_projections(mixer)  # one, or one per part of a parallel mixer
+    assert projections and all(isinstance(p, nn.Linear) and p.out_features == 16 for p in projections)
+    for projection in projections:
+        projection.weight.zero_()
+        if projection.bias is not None:
+            projection.bias.zero_()
     assert float(mixer(torch.randn(2, 5, 16)).abs().max()) == 0

@@ -12,7 +12,8 @@ from seqdyn.models import build_model
 from seqdyn.train.config import RunConfig
 from seqdyn.train.loop import build_optimizer
 
-SSM_MIXERS = ("dlr", "dss_exp", "s4", "s4d", "s5", "lru", "s6", "ssd", "mamba2", "gated_deltanet", "qlstm_s6", "rglru")
+SSM_MIXERS = ("dlr", "dss_exp", "s4", "s4d", "s5", "lru", "s6", "ssd", "mamba2", "gated_deltanet", "qlstm_s6", "rglru",
+              "parallel")  # (its default parts: mamba2 beside attention)
 
 
 def config(**optimizer) -> RunConfig:

@@ -42,7 +42,9 @@ class MixerCall:
 
     @property
     def label(self) -> str:
-        return f"layer {self.layer} · {self.mixer.name}"
+        """``layer l · <mixer>`` (and ``(part p)`` for a part of a parallel layer)."""
+        part = self.module.split(".parts.")[1].split(".")[0] if ".parts." in self.module else None
+        return f"layer {self.layer} · {self.mixer.name}" + (f" (part {part})" if part is not None else "")
 
 
 @dataclass
@@ -92,12 +94,14 @@ class HeadReport:
 
 
 def _top_level_mixers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The ``Mixer`` modules of ``model`` in registration order, skipping mixers nested inside another mixer."""
+    """The ``Mixer`` modules of ``model`` in registration order, skipping mixers nested inside another mixer; a
+    composite mixer (a parallel one) counts as its parts."""
     from seqdyn.mixers.base import Mixer
 
     found: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
-        if isinstance(module, Mixer) and not any(name.startswith(outer + ".") for outer, _ in found):
+        if (isinstance(module, Mixer) and not module.composite
+                and not any(name.startswith(outer + ".") for outer, _ in found)):
             found.append((name, module))
     return found
 
@@ -138,8 +142,14 @@ def capture_mixer_inputs(model: nn.Module, inputs: Tensor) -> list[MixerCall]:
     finally:
         for handle in handles:
             handle.remove()
-    return [MixerCall(index, name, module, captured[index])
+    owners = list(dict.fromkeys(_owner(name) for name, _ in mixers))  # the parts of a composite: one layer
+    return [MixerCall(owners.index(_owner(name)), name, module, captured[index])
             for index, (name, module) in enumerate(mixers) if index in captured]
+
+
+def _owner(name: str) -> str:
+    """The module a mixer is the layer of: itself, or the composite mixer whose ``parts`` it is one of."""
+    return name.split(".parts.")[0]
 
 
 def _coefficients(call: MixerCall) -> Tensor | None:

@@ -121,6 +121,8 @@ class Mixer(nn.Module, ABC):
     name: ClassVar[str] = ""
     #: whether :meth:`coefficients` exists (all but MIMO LTI mixers)
     scalar_coefficients: ClassVar[bool] = True
+    #: a mixer made of other mixers (``parts``), which the analysis inspects part by part
+    composite: ClassVar[bool] = False
     #: the backend every other backend of this mixer is checked against
     reference_backend: ClassVar[str] = "quadratic"
     #: the names (or name suffixes after a ".") of the parameters of the state space itself (Λ, Δ)

@@ -91,8 +91,9 @@ class Bidirectional(nn.Module):
 
 
 def mixer_projections(mixer: Mixer | Bidirectional) -> list[nn.Linear]:
-    """The output projections of a block's mixer (two for a :class:`Bidirectional` one)."""
-    if isinstance(mixer, Bidirectional):
+    """The output projections of a block's mixer (two for a :class:`Bidirectional` one, one per part of a
+    parallel one)."""
+    if hasattr(mixer, "output_projections"):
         return mixer.output_projections()
     out = mixer.output_projection()
     return [] if out is None else [out]
