@@ -34,15 +34,12 @@ def transformers_model(model_class: str, config_class: str, dtype: torch.dtype, 
 
 
 SMALL = dict(vocab_size=48, hidden_size=16, intermediate_size=24)
-#: the Mamba-2 hybrids that seqdyn refuses to convert yet, whose Mamba-2 layers it accelerates all the same
+#: the Mamba-2 hybrid that seqdyn refuses to convert yet, whose Mamba-2 layers it accelerates all the same
 UNCONVERTED = {
     "zamba2": ("Zamba2ForCausalLM", "Zamba2Config", dict(
         SMALL, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"], num_attention_heads=2,
         num_key_value_heads=2, attention_head_dim=16, mamba_d_state=4, mamba_headdim=4, n_mamba_heads=8,
         mamba_ngroups=2, chunk_size=8)),
-    "falcon_h1": ("FalconH1ForCausalLM", "FalconH1Config", dict(
-        SMALL, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8, mamba_d_ssm=32,
-        mamba_n_heads=8, mamba_d_head=4, mamba_n_groups=2, mamba_d_state=4, mamba_chunk_size=8)),
 }
 
 

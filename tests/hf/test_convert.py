@@ -249,7 +249,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: bamba, falcon_mamba, granitemoehybrid, mamba, mamba2, nemotron_h, "
+                                               r"supported: bamba, falcon_h1, falcon_mamba, granitemoehybrid, mamba, mamba2, nemotron_h, "
                                                r"olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma$"):
         from_transformers(model)
 
@@ -416,6 +416,28 @@ def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
                                                r"no seqdyn converter yet \(it needs the mLSTM block .*\); "
                                                r"supported: bamba, .*, recurrent_gemma$"):
         from_transformers(model)
+
+
+@pytest.mark.parametrize("change", [dict(mamba_rms_norm=True, mamba_norm_before_gate=False),
+                                    dict(tie_word_embeddings=True, embedding_multiplier=1.0, lm_head_multiplier=1.0)],
+                         ids=["gated-norm", "tied-unscaled"])
+def test_falcon_h1_with_the_gated_norm_or_a_tied_unscaled_head_converts_exactly(change):
+    theirs = TINY["falcon_h1"](torch.float64, **change)
+    ours = from_transformers(theirs)
+    assert ours.config.tie_word_embeddings is change.get("tie_word_embeddings", False)
+    assert (ours.seqdyn.blocks[0].mixer.parts[0].norm is not None) is change.get("mamba_rms_norm", False)
+    inputs = tokens(20)
+    with torch.no_grad():
+        expected = theirs(inputs).logits
+        assert (ours(inputs).logits - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (dict(mamba_rms_norm=True, mamba_norm_before_gate=True), "mamba_norm_before_gate=True"),
+    (dict(mlp_bias=True), "mlp_bias=True"), (dict(hidden_act="gelu"), "hidden_act='gelu'")])
+def test_falcon_h1_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=rf"^falcon_h1: config option {re.escape(named)} cannot be converted"):
+        from_transformers(TINY["falcon_h1"](**change))
 
 
 def test_recurrent_gemma_without_attention_biases_converts_exactly_and_its_activation_is_checked():

@@ -134,7 +134,9 @@ def mamba2_block(m, u):
         S = dA * S + dt_t * B[:, t, :, :, None] * x[:, t, :, None, :]
         ys.append(torch.einsum("bhn,bhnp->bhp", C[:, t], S) + m.skip[:, None] * x[:, t])
     y = torch.stack(ys, dim=1).flatten(2)
-    if m.gate:
+    if m.gate and m.norm is None:  # Falcon-H1's layers without the norm
+        y = y * F.silu(z)
+    elif m.gate:
         g = (y * F.silu(z)).unflatten(-1, (groups, -1))
         eps = m.norm.eps  # mamba_ssm's RMSNormGated: 1e-5 (item 9 of issue 18), or the norm_eps given
         y = (g / torch.sqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * m.norm.weight

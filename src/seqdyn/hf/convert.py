@@ -20,7 +20,9 @@ MLP (Granite: or experts beside a shared MLP); ``nemotron_h`` (``NemotronHForCau
 attention layer, with the squared-ReLU MLP layer after it as its MLP; ``olmo_hybrid`` (``OlmoHybridForCausalLM``) →
 pre-norm ``gated_deltanet`` blocks and OLMo 2's output-norm attention blocks; ``recurrent_gemma``
 (``RecurrentGemmaForCausalLM``, Griffin) → per layer ``rglru`` (Griffin's recurrent block, reset at position 0) or
-sliding-window ``local_attention``, each with a GeGLU MLP, logits soft-capped.
+sliding-window ``local_attention``, each with a GeGLU MLP, logits soft-capped; ``falcon_h1`` (``FalconH1ForCausalLM``)
+→ a ``parallel`` mixer per layer (mamba2 beside rotary attention, outputs added), its μP multipliers folded into the
+weights.
 """
 
 from __future__ import annotations
@@ -188,7 +190,6 @@ NOT_YET: dict[str, str] = {
                    "mixture-of-experts MLP",
     "xlstm": "the mLSTM block of the xLSTM large models",
     "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
-    "falcon_h1": "softmax attention and mamba2 in parallel within one layer",
 }
 
 
@@ -314,13 +315,14 @@ def _dt_limit(limit: tuple[float, float]) -> dict[str, Any]:
 
 
 def _mamba2_mixer_weights(prefix: str, mixer: nn.Module, ours: nn.Module) -> None:
-    """A ``Mamba2Mixer`` (or Bamba's, the same weights) into seqdyn's mamba2."""
+    """A ``Mamba2Mixer`` (or Bamba's, Granite's, Nemotron-H's, Falcon-H1's: the same weights) into seqdyn's mamba2."""
     _copy_linears(prefix, mixer, ours, ("in_proj", "out_proj"))
     _copy_conv(prefix, mixer.conv1d, ours.convs["xbc"])
     _copy(ours.decay.dt_bias, mixer.dt_bias, f"{prefix}.dt_bias")
     _copy(ours.decay.a_log, mixer.A_log, f"{prefix}.A_log")
     _copy(ours.skip, mixer.D, f"{prefix}.D")
-    _copy(ours.norm.weight, mixer.norm.weight, f"{prefix}.norm.weight")
+    if ours.norm is not None:  # (Falcon-H1's layers may have none)
+        _copy(ours.norm.weight, mixer.norm.weight, f"{prefix}.norm.weight")
 
 
 def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
@@ -478,8 +480,9 @@ def _copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: _D
         norms = layout.norms[kind] if isinstance(layout.norms, dict) else layout.norms
         for ours, theirs in zip((block.norm1, block.norm2), norms):
             norm_copy(ours.weight, getattr(layer, theirs).weight, f"{prefix}.{theirs}.weight")
-        attribute, mixer_weights = layout.mixers[kind]
-        mixer_weights(f"{prefix}.{attribute}", getattr(layer, attribute), block.mixer)
+        attribute, mixer_weights = layout.mixers[kind]  # "": the mixer's parts are the layer's
+        mixer_weights(f"{prefix}.{attribute}" if attribute else prefix, getattr(layer, attribute) if attribute
+                      else layer, block.mixer)
         mlp = getattr(layer, layout.mlp) if layout.mlp else layer  # "": the MLP's parts are the layer's
         layout.mlp_weights(f"{prefix}.{layout.mlp}" if layout.mlp else prefix, mlp, block.mlp)
     norm_copy(model.norm.weight, getattr(backbone, layout.final_norm).weight, f"model.{layout.final_norm}.weight")
@@ -851,6 +854,75 @@ def _recurrent_gemma_weights(source: nn.Module, target: SeqdynForCausalLM) -> No
     target.seqdyn.embedding.weight.mul_(source.model.normalizer.to(target.seqdyn.embedding.weight.dtype))
 
 
+# --- Falcon-H1 (FalconH1ForCausalLM): attention and Mamba-2 side by side in every layer, μP multipliers ----------
+
+def _falcon_h1_config(config: Any) -> SeqdynConfig:
+    """``FalconH1Config`` → pre-norm RMSNorm blocks, each a ``parallel`` mixer of mamba2 (``mamba_d_ssm`` channels,
+    groups of B and C, the gated norm or, as the released models, none) beside rotary softmax attention (grouped
+    key–value heads), and a SwiGLU MLP; the μP multipliers become weights (:func:`_fold_falcon_h1`), so a tied head
+    becomes its own copy where the embedding or the logits are scaled."""
+    family = config.model_type
+    _refuse_any(config, [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
+                         ("projectors_bias", True, "seqdyn's mamba2 out-projection has no bias"),
+                         ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
+                         ("attention_bias", True, "seqdyn converts attention without projection biases here"),
+                         ("mlp_bias", True, "seqdyn's SwiGLU has no biases")])
+    if config.hidden_act != "silu":
+        raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
+    if config.mamba_rms_norm and config.mamba_norm_before_gate:
+        raise _refuse(family, "mamba_norm_before_gate", True, "seqdyn's gated norm normalizes y ⊙ SiLU(z), after the "
+                      "gate")
+    _check_default_rope(config)
+    inner = config.mamba_d_ssm or config.mamba_expand * config.hidden_size
+    mamba2 = {"state_dim": config.mamba_d_state, "expand": inner / config.hidden_size,
+              "head_dim": config.mamba_d_head, "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv,
+              "gate_norm": bool(config.mamba_rms_norm), "norm_eps": config.rms_norm_eps,
+              **_dt_limit(config.time_step_limit)}
+    attention = {**_attention_heads(config), **_rotary_options(config)}
+    parallel = ("parallel", {"parts": [["mamba2", mamba2], ["softmax_attention", attention]]})
+    scaled = (config.embedding_multiplier, config.lm_head_multiplier) != (1, 1)
+    return _hybrid_config(config, [parallel] * config.num_hidden_layers,
+                          tie=config.tie_word_embeddings and not scaled)
+
+
+def _falcon_h1_mixer_weights(prefix: str, layer: nn.Module, ours: nn.Module) -> None:
+    """The layer's ``mamba`` and ``self_attn`` into the parallel mixer's two parts."""
+    _mamba2_mixer_weights(f"{prefix}.mamba", layer.mamba, ours.parts[0])
+    _plain_attention_weights(f"{prefix}.self_attn", layer.self_attn, ours.parts[1])
+
+
+def _fold_falcon_h1(config: Any, source: nn.Module, target: SeqdynForCausalLM) -> None:
+    """Falcon-H1's μP multipliers as weights: the embedding times ``embedding_multiplier``, the head times
+    ``lm_head_multiplier``; per layer the Mamba-2 in-projection's rows times ``ssm_in_multiplier`` and the layer's
+    ``mup_vector`` (z, x, B, C and Δ each by its ``ssm_multipliers`` entry), its out-projection times
+    ``ssm_out_multiplier``; the attention's q, k, v rows times ``attention_in_multiplier`` (k also times
+    ``key_multiplier``), its output times ``attention_out_multiplier``; the MLP's gate rows times
+    ``mlp_multipliers[0]``, its down-projection times ``mlp_multipliers[1]``."""
+    model = target.seqdyn
+    model.embedding.weight.mul_(config.embedding_multiplier)
+    if not target.config.tie_word_embeddings:
+        model.head.weight.mul_(config.lm_head_multiplier)
+    gate_multiplier, down_multiplier = config.mlp_multipliers
+    for layer, block in zip(source.model.layers, model.blocks):
+        ssm, attention = block.mixer.parts
+        ssm.in_proj.weight.mul_(layer.mamba.mup_vector.reshape(-1, 1).to(ssm.in_proj.weight.dtype)
+                                * config.ssm_in_multiplier)
+        ssm.out_proj.weight.mul_(config.ssm_out_multiplier)
+        queries, keys, _ = attention.qkv.weight.split(attention.widths)
+        attention.qkv.weight.mul_(config.attention_in_multiplier)
+        keys.mul_(config.key_multiplier)
+        attention.out.weight.mul_(config.attention_out_multiplier)
+        block.mlp.fc1.weight[:block.mlp.hidden].mul_(gate_multiplier)
+        block.mlp.fc2.weight.mul_(down_multiplier)
+
+
+def _falcon_h1_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    layout = _DecoderLayout(("input_layernorm", "pre_ff_layernorm"), "feed_forward",
+                            {"hybrid": ("", _falcon_h1_mixer_weights)}, "final_layernorm")
+    _copy_decoder_stack(source, target, layout)
+    _fold_falcon_h1(source.config, source, target)
+
+
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
 SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, SeqdynForCausalLM], None]]] = {
     "mamba": (_mamba_config, _mamba_weights),
@@ -864,6 +936,7 @@ SUPPORTED: dict[str, tuple[Callable[[Any], SeqdynConfig], Callable[[nn.Module, S
     "nemotron_h": (_nemotron_config, _nemotron_weights),
     "olmo_hybrid": (_olmo_hybrid_config, _olmo_hybrid_weights),
     "recurrent_gemma": (_recurrent_gemma_config, _recurrent_gemma_weights),
+    "falcon_h1": (_falcon_h1_config, _falcon_h1_weights),
 }
 
 
@@ -930,6 +1003,13 @@ TINY_CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
                              num_attention_heads=2, num_key_value_heads=1, lru_width=36, attention_window_size=8,
                              conv1d_width=4, logits_soft_cap=3.0, block_types=["recurrent", "attention"],
                              attention_bias=True)),
+    "falcon_h1": ("FalconH1ForCausalLM", "FalconH1Config",
+                  dict(vocab_size=48, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+                       num_key_value_heads=1, head_dim=8, mamba_d_ssm=24, mamba_n_heads=6, mamba_d_head=4,
+                       mamba_n_groups=2, mamba_d_state=4, mamba_chunk_size=8, embedding_multiplier=2.0,
+                       lm_head_multiplier=0.5, mlp_multipliers=[1.5, 0.7], key_multiplier=0.8,
+                       attention_in_multiplier=1.2, attention_out_multiplier=0.9, ssm_in_multiplier=0.6,
+                       ssm_out_multiplier=1.4, ssm_multipliers=[1.1, 0.9, 1.3, 0.7, 1.2])),
     "bamba": ("BambaForCausalLM", "BambaConfig",
               dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
                    num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,

@@ -9,7 +9,8 @@ Per head h (head dim P, state N; B and C shared by all heads, or by each of ``gr
 
 Coefficient form: φ = identity, Λ_t = exp(Δ_t A_h)·I (scalar decay), b_t = Δ_t, η = 1, with q = C, k = B.
 The block around it (all optional): a short causal convolution with SiLU on (x, B, C), and the output
-``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5 as mamba_ssm, or ``norm_eps``) before the out-projection.  Head size P = 64
+``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5 as mamba_ssm, or ``norm_eps``; ``y ⊙ SiLU(z)`` alone without ``gate_norm``, as
+Falcon-H1's ``mamba_rms_norm = false``) before the out-projection.  Head size P = 64
 (the paper's) where it divides ``expand·d_model``, else the largest divisor below 64.  Initialization as in Mamba-2:
 A ~ U(1, 16), Δ log-uniform in [dt_min, dt_max] through the inverse softplus of the bias, D = 1.
 """
@@ -17,13 +18,14 @@ A ~ U(1, 16), Δ log-uniform in [dt_min, dt_max] through the inverse softplus of
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers.gates import MambaDecay
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_positive, keep_init
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_positive, keep_init
 from seqdyn.layers import GatedRMSNorm, ShortConv
-from seqdyn.layers.params import check_positive_eps
+from seqdyn.layers.params import check_positive_eps, scaled_width
 
 
 class Mamba2(CoefficientMixer):
@@ -31,13 +33,15 @@ class Mamba2(CoefficientMixer):
 
     Args:
         state_dim: the state size N per head: the dimension of B_t (keys) and C_t (queries), shared by the heads.
-        expand: the inner width is expand·d_model (x and z), split into heads of head_dim channels.
+        expand: the inner width is expand·d_model (x and z; a whole number of channels), split into heads of
+            head_dim channels.
         head_dim: the head size P (the values per head); None: 64 where it divides expand·d_model, else the
             largest divisor below 64.
         short_conv: a short causal depthwise convolution with SiLU on (x, B, C) before the SSM, as Mamba-2.
         conv_size: the width of that convolution (taps, the current token included).
         gate: the output RMSNorm(y ⊙ SiLU(z)) with a gate z from the input projection, as Mamba-2; False: y goes
             straight to the output projection.
+        gate_norm: with the gate, the RMSNorm after it; False: y ⊙ SiLU(z) alone (Falcon-H1's Mamba-2 layers).
         dt_min: the smallest step Δ at initialization: b_Δ is set so that Δ = softplus(b_Δ) is log-uniform in
             [dt_min, dt_max].
         dt_max: the largest step Δ at initialization.
@@ -55,13 +59,14 @@ class Mamba2(CoefficientMixer):
     name = "mamba2"
     ssm_parameter_names = ("dt_bias", "a_log")  # Δ and A
 
-    def __init__(self, d_model: int, state_dim: int = 64, expand: int = 2, head_dim: int | None = None,
+    def __init__(self, d_model: int, state_dim: int = 64, expand: float = 2, head_dim: int | None = None,
                  short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
                  dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64,
-                 groups: int = 1, norm_eps: float = 1e-5, dt_floor: float = 0.0, dt_ceiling: float | None = None):
+                 groups: int = 1, norm_eps: float = 1e-5, dt_floor: float = 0.0, dt_ceiling: float | None = None,
+                 gate_norm: bool = True):
         super().__init__(d_model, chunk_size)
         self.state_dim = check_positive("state_dim", state_dim)
-        self.inner = check_positive("expand", expand) * d_model
+        self.inner = scaled_width("expand", d_model, expand)
         self.head_dim = _default_head_dim(self.inner) if head_dim is None else check_positive("head_dim", head_dim)
         if self.inner % self.head_dim:
             raise ValueError(f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset")
@@ -78,7 +83,9 @@ class Mamba2(CoefficientMixer):
                                 ceiling=dt_ceiling)
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
         keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
-        self.norm = GatedRMSNorm(self.inner, eps=check_positive_eps("norm_eps", norm_eps), groups=groups) if gate else None
+        check_choice("gate_norm", gate_norm, (True, False))
+        eps = check_positive_eps("norm_eps", norm_eps)
+        self.norm = GatedRMSNorm(self.inner, eps=eps, groups=groups) if gate and gate_norm else None
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, tuple[Tensor, Tensor | None]]:
@@ -100,7 +107,9 @@ class Mamba2(CoefficientMixer):
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:
         values, z = extras
         y = (core + self.skip[:, None] * values).flatten(2)
-        return self.out_proj(self.norm(y, z) if self.gate else y)
+        if not self.gate:
+            return self.out_proj(y)
+        return self.out_proj(y * F.silu(z) if self.norm is None else self.norm(y, z))
 
     def extra_repr(self) -> str:
         groups = f", groups={self.groups}" if self.groups > 1 else ""
