@@ -413,7 +413,7 @@ def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
     model = xLSTMForCausalLM(xLSTMConfig(vocab_size=VOCAB, hidden_size=16, embedding_dim=16, num_hidden_layers=1,
                                          num_blocks=1, num_heads=2))
     with pytest.raises(UnsupportedModel, match=r"^model: family 'xlstm' \(xLSTMForCausalLM\) has "
-                                               r"no seqdyn converter yet \(it needs the mLSTM block .*\); "
+                                               r"no seqdyn converter yet \(it needs the mLSTM normalizer .*\); "
                                                r"supported: bamba, .*, recurrent_gemma$"):
         from_transformers(model)
 

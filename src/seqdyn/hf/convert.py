@@ -186,10 +186,13 @@ def _quiet_transformers() -> Iterator[None]:
 
 #: the families of the roadmap (issue 34) not converted yet, with what seqdyn lacks for each
 NOT_YET: dict[str, str] = {
-    "kimi_linear": "KDA (a channel-wise decay with the delta rule), multi-head latent attention and a "
-                   "mixture-of-experts MLP",
-    "xlstm": "the mLSTM block of the xLSTM large models",
-    "zamba2": "softmax attention with grouped key-value heads and Zamba2's shared blocks",
+    "kimi_linear": "KDA: a channel-wise decay applied before the delta rule's Householder factor, where seqdyn's "
+                   "operator applies Λ = D(I − βkkᵀ); latent attention with its own key and value widths; a grouped "
+                   "sigmoid router",
+    "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε of the xLSTM large models, whose ε depends on the "
+             "kernel's chunking of the stabilizer m; per-head LayerNorm weights; soft-capped gates",
+    "zamba2": "a shared attention block on [hidden state, embeddings] whose output enters only the next Mamba-2 "
+              "layer's input, not the residual stream, with LoRA adapters per use",
 }
 
 
