@@ -894,14 +894,14 @@ def _falcon_h1_mixer_weights(prefix: str, layer: nn.Module, ours: nn.Module) -> 
     _plain_attention_weights(f"{prefix}.self_attn", layer.self_attn, ours.parts[1])
 
 
-def _fold_falcon_h1(config: Any, source: nn.Module, target: SeqdynForCausalLM) -> None:
+def _fold_falcon_h1(source: nn.Module, target: SeqdynForCausalLM) -> None:
     """Falcon-H1's μP multipliers as weights: the embedding times ``embedding_multiplier``, the head times
     ``lm_head_multiplier``; per layer the Mamba-2 in-projection's rows times ``ssm_in_multiplier`` and the layer's
     ``mup_vector`` (z, x, B, C and Δ each by its ``ssm_multipliers`` entry), its out-projection times
     ``ssm_out_multiplier``; the attention's q, k, v rows times ``attention_in_multiplier`` (k also times
     ``key_multiplier``), its output times ``attention_out_multiplier``; the MLP's gate rows times
     ``mlp_multipliers[0]``, its down-projection times ``mlp_multipliers[1]``."""
-    model = target.seqdyn
+    config, model = source.config, target.seqdyn
     model.embedding.weight.mul_(config.embedding_multiplier)
     if not target.config.tie_word_embeddings:
         model.head.weight.mul_(config.lm_head_multiplier)
@@ -923,7 +923,7 @@ def _falcon_h1_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
     layout = _DecoderLayout(("input_layernorm", "pre_ff_layernorm"), "feed_forward",
                             {"hybrid": ("", _falcon_h1_mixer_weights)}, "final_layernorm")
     _copy_decoder_stack(source, target, layout)
-    _fold_falcon_h1(source.config, source, target)
+    _fold_falcon_h1(source, target)
 
 
 #: family (``config.model_type``) → (its SeqdynConfig, the weight copy)
