@@ -145,17 +145,20 @@ class Claim:
     def decide(self, results: Any) -> Outcome:
         """The predicate's outcome — *inconclusive* instead where the control did not pass, with its value as the
         reason ("control softmax with positions 0.49 < 0.9"), and *inconclusive (budget)* where it did not hold
-        while a compared model never left the task's plateau (:class:`Plateau`)."""
+        while a compared model never left the task's plateau (:class:`Plateau`); a claim the seeds' spread left
+        undecided says so too, after its own reason."""
         outcome = self.test(results)
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
             value = "no result" if checked["value"] is None else f"{checked['value']:.3g}"
             return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} < "
                            f"{checked['threshold']:g} ({checked['description']})", checked)
-        stuck = self.plateau.stuck(results) if self.plateau is not None and outcome.verdict == FAILED else []
+        undecided = outcome.verdict in (FAILED, INCONCLUSIVE)
+        stuck = self.plateau.stuck(results) if self.plateau is not None and undecided else []
         if stuck:
-            return Outcome(INCONCLUSIVE, outcome.numbers, f"{BUDGET}: " + "; ".join(stuck) +
-                           f" ({self.plateau.description})", checked)
+            budget = f"{BUDGET}: " + "; ".join(stuck) + f" ({self.plateau.description})"
+            reason = budget if outcome.verdict == FAILED else f"{outcome.reason}; and {budget}"
+            return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked)
         return replace(outcome, control=checked)
 
 
