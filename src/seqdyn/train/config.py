@@ -42,7 +42,7 @@ from seqdyn.models.config import MixtureOfExperts, ModelConfig, Strict, describe
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given
 ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None),
                 ("model", "bidirectional", False), ("train", "pack", False), ("model", "norm_eps", None),
-                ("model", "moe", MixtureOfExperts().model_dump()))
+                ("model", "moe", MixtureOfExperts().model_dump()), ("model", "logit_softcap", None))
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
