@@ -60,10 +60,28 @@ def with_learners(r2: dict, value: float = 1.0) -> dict:
 
 
 def test_the_opposite_fails_every_claim():
+    """The paper's table turned over, with each model a claim needs to learn off the plateau (R² 0.5)."""
     opposite = {task: {model: tuple(1.0 - v for v in values) for model, values in models.items()}
                 for task, models in PAPER.items()}
-    opposite["shift"]["dss_exp"] = (0.5, 0.5)  # DSS-EXP far above DLR's 0.0 on SHIFT: "DLR ≥ DSS-EXP" fails
+    for task, model in (("shift", "dlr"), ("cumsum", "dlr"), ("cumsum", "dss_exp"), ("select_fixed", "dlr"),
+                        ("cummax", "attention"), ("mips", "attention")):
+        opposite[task][model] = (0.5, 0.5)
+    opposite["shift"]["dss_exp"] = (0.9, 0.9)  # DSS-EXP far above DLR's 0.5 on SHIFT: "DLR ≥ DSS-EXP" fails
     assert verdicts(table(with_learners(opposite))) == [FAILED] * len(table1.CLAIMS)
+
+
+@pytest.mark.parametrize(("claim", "task", "model"), [("DLR solves SELECT-FIXED", "select_fixed", "dlr"),
+                                                      ("SSMs solve SHIFT, CUMSUM", "cumsum", "dss_exp"),
+                                                      ("attention beats SSMs on CUMMAX, MIPS", "mips", "attention")])
+def test_a_model_that_never_left_r2_0_leaves_its_claim_inconclusive_for_the_budget(claim, task, model):
+    """A claim that a model learns a task, where it stayed within 0.05 of the best constant prediction (R² 0):
+    the budget, not the model, is what the run shows."""
+    stuck = with_learners({name: dict(models) for name, models in PAPER.items()})
+    stuck[task][model] = (0.04, 0.045)
+    outcome = next(c for c in table1.CLAIMS if c.name == claim).decide(table(stuck))
+    assert outcome.verdict == INCONCLUSIVE
+    assert outcome.reason.startswith(f"budget: {MODELS[model].label} best seed 0.045 within 0.05 of the plateau 0")
+    assert "best constant prediction" in outcome.reason
 
 
 def test_seeds_on_both_sides_are_inconclusive():
@@ -256,3 +274,14 @@ def test_dlr_shift_length_claims_just_above_and_below_their_thresholds(claim, ch
     """Table 2's claims one cell past R² 0.5 / 0.9 or the margin 0.1 (the paper-like picture elsewhere)."""
     data, table2 = shift_table({**SHIFT_PAPERLIKE, **changed})
     assert_verdict(table2.CLAIMS, claim, data, verdict)
+
+
+@pytest.mark.parametrize(("claim", "changed", "stuck"), [
+    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.03, 0.04), 4096: (0.8, 0.85)}}, "DLR"),
+    ("DLR-prod beats DLR", {"dlr_prod": {256: (1.0, 1.0), 4096: (0.01, 0.02)}}, "DLR-prod"),
+    ("small N degrades", {"dlr": {256: (0.99, 0.98), 1024: (0.02, 0.03), 4096: (0.8, 0.85)}}, "DLR"),
+])
+def test_dlr_shift_length_claims_need_the_model_that_must_learn_off_r2_0(claim, changed, stuck):
+    data, table2 = shift_table({**SHIFT_PAPERLIKE, **changed})
+    outcome = next(c for c in table2.CLAIMS if c.name == claim).decide(data)
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith(f"budget: {stuck} best seed"), outcome

@@ -17,13 +17,13 @@ print and draw a task × model grid of R² with the paper's numbers beside ours.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import Results, score_cell
-from seqdyn.reproduce.claims import Score
+from seqdyn.reproduce.claims import Plateau, Score
 from seqdyn.train.config import SweepConfig
 
 #: Table 1's tasks, in the paper's order (rows)
@@ -142,6 +142,17 @@ def score(results: Results, model: str, task: str) -> Score:
     """One model's R² on one task: per seed, its best evaluation."""
     rows = [row for row in results.select(task__name=task) if model_of(row) == model]
     return results.score(MODELS[model].label, rows)
+
+
+#: an atomic task's plateau: the best constant prediction, whose R² is 0 by the definition of R² (one minus the
+#: squared error over the variance about the mean), and the margin within which a model has not left it (MAD's)
+CONSTANT_R2, PLATEAU_MARGIN = 0.0, 0.05
+PLATEAU_WORDS = "an atomic task's plateau: the best constant prediction, R² 0 by definition"
+
+
+def r2_plateau(compared: Callable[[Results], Sequence[Score]]) -> Plateau:
+    """The plateau rule for a claim that the scores ``compared(results)`` must leave R² 0 to support."""
+    return Plateau(PLATEAU_WORDS, PLATEAU_MARGIN, lambda results: [(score, CONSTANT_R2) for score in compared(results)])
 
 
 def present(results: Results) -> tuple[list[str], list[str]]:

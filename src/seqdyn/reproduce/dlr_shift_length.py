@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from seqdyn.reproduce.atomic import MODELS, Budget, atomic_sweeps, model_of, r2_cell
+from seqdyn.reproduce.atomic import MODELS, Budget, atomic_sweeps, model_of, r2_cell, r2_plateau
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every, reaches
 from seqdyn.train.config import SweepConfig
@@ -86,11 +86,16 @@ SMALL_N_RATIO = 1 / 4
 STATE = "model.mixer_options.state_dim"
 
 
+def _quarter_state_lengths(results: Results) -> list[int]:
+    """The lengths at which DLR's N/L is the paper's 1/4."""
+    return [length for length in _lengths(results, "dlr")
+            if any(row.get(STATE) == length * SMALL_N_RATIO for row in results.rows
+                   if model_of(row) == "dlr" and row.get(LENGTH) == length)]
+
+
 def _small_n_degrades(results: Results) -> Outcome:
     """DLR ≥ DLR with N/8 + ``SIGNIFICANT`` at the length where DLR's N/L is the paper's 1/4."""
-    lengths = [length for length in _lengths(results, "dlr")
-               if any(row.get(STATE) == length * SMALL_N_RATIO for row in results.rows
-                      if model_of(row) == "dlr" and row.get(LENGTH) == length)]
+    lengths = _quarter_state_lengths(results)
     if not lengths:
         return every({})
     return every({f"L={length} (N/L = 1/4)": at_least(_score(results, "dlr", length),
@@ -98,16 +103,27 @@ def _small_n_degrades(results: Results) -> Outcome:
                   for length in lengths})
 
 
+def _learning(model: str, lengths) -> object:
+    """The plateau rule of a claim that needs ``model`` to learn SHIFT at ``lengths(results)``."""
+    return r2_plateau(lambda results: [_score(results, model, length) for length in lengths(results)])
+
+
+def _extreme(model: str, pick) -> object:
+    return lambda results: [pick(_lengths(results, model))] if _lengths(results, model) else []
+
+
 CLAIMS = (
     Claim("DLR-ℝ fails SHIFT", f"DLR-ℝ stays at R² ≤ {FAILS} on SHIFT at the shortest length, where DLR reaches "
           f"≥ {SOLVED}", "as shown in Table 2, [DLR-ℝ] failed on SHIFT with lengths as short as 256",
-          _real_fails_where_complex_solves, paper_value=".23 at 2^8"),
+          _real_fails_where_complex_solves, paper_value=".23 at 2^8",
+          plateau=_learning("dlr", _extreme("dlr_real", min))),
     Claim("DLR-prod beats DLR", f"DLR-prod ≥ DLR + {SIGNIFICANT} at the longest length",
           "we found that the DLR-prod version of DLR (§2.1) performs significantly better",
-          lambda results: _at_longest(results, "dlr_prod", "dlr"), paper_value="1 vs .83 at 2^14"),
+          lambda results: _at_longest(results, "dlr_prod", "dlr"), paper_value="1 vs .83 at 2^14",
+          plateau=_learning("dlr_prod", _extreme("dlr_prod", max))),
     Claim("small N degrades", f"DLR with N ≥ DLR with N/8 + {SIGNIFICANT} where N/L = 1/4 (the paper's 2^14)",
           "an inadequately small N leads to a reduced performance", _small_n_degrades,
-          paper_value=".83 vs .30 at 2^14"),
+          paper_value=".83 vs .30 at 2^14", plateau=_learning("dlr", _quarter_state_lengths)),
 )
 
 
