@@ -75,3 +75,33 @@ def test_dlr_long_range_claims_just_above_and_below_their_order(claim, task, cha
     """Table 3's claims, no margin: one model a point either side of the one it is compared with."""
     values = {name: {**per_model, **(changed if name == task else {})} for name, per_model in TABLE3.items()}
     assert_verdict(table3.CLAIMS, claim, table(values), verdict)
+
+
+def test_the_constant_answer_scores_the_commonest_labels_share_or_its_macro_f1():
+    """ListOps: the commonest label's share of the tagged positions; Pathfinder: the macro F1 of answering the
+    commonest class everywhere, (its F1 + 0 + 0) / 3 — each as the task scores a model."""
+    import torch
+
+    from seqdyn.tasks import IGNORE_INDEX
+    from seqdyn.tasks import build as build_task
+
+    _, targets = build_task(table3.LISTOPS, seq_len=64).generate(256, seed=0, split="test")
+    labels = targets[targets != IGNORE_INDEX]
+    share = float(torch.bincount(labels).max()) / labels.numel()
+    assert table3.constant_answer_score(table3.LISTOPS, 64) == pytest.approx(share)
+    _, targets = build_task(table3.PATHFINDER, seq_len=4096).generate(8, seed=0, split="test")
+    labels = targets[targets != IGNORE_INDEX]
+    p = float(torch.bincount(labels).max()) / labels.numel()
+    assert table3.constant_answer_score(table3.PATHFINDER, 4096, examples=8) == pytest.approx(2 * p / (1 + p) / 3)
+
+
+@pytest.mark.parametrize(("scores", "verdict"), [([0.12, 0.14], INCONCLUSIVE), ([0.5, 0.5], FAILED)])
+def test_local_attention_on_the_listops_plateau_leaves_its_claim_inconclusive_for_the_budget(scores, verdict):
+    values = {table3.LISTOPS: {"local_attention": scores, "dss_exp": [0.6, 0.6], "dlr": [0.7, 0.7]}}
+    data = results([row(value, task__name=task, task__params__seq_len=64, model__mixer=model, train__seed=seed)
+                    for task, per_model in values.items() for model, per_seed in per_model.items()
+                    for seed, value in enumerate(per_seed)])
+    outcome = next(c for c in table3.CLAIMS if c.name == "ListOps: local attention > SSMs").decide(data)
+    assert outcome.verdict == verdict
+    if verdict == INCONCLUSIVE:
+        assert outcome.reason.startswith("budget: LOCALATTENTION best seed 0.14 within 0.05 of the plateau")

@@ -21,9 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
+from seqdyn.reproduce.claims import Claim, Outcome, Plateau, Score, at_least, every
+from seqdyn.tasks import IGNORE_INDEX
+from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
 
 LISTOPS, PATHFINDER = "listops_subtrees", "pathfinder_segmentation"
@@ -113,16 +117,48 @@ def _pathfinder_dlr_beats_baselines(results: Results) -> Outcome:
                   for other in ("local_attention", "dss_exp")})
 
 
+#: within this of the best constant answer's score, a model has not left it (MAD's and MQAR's margin)
+PLATEAU_MARGIN = 0.05
+PLATEAU_WORDS = ("the task's plateau: the best constant answer — the commonest label at every tagged position — "
+                 "scored as a model is, on the task's test examples")
+#: the metric each task's claims compare
+METRIC = {LISTOPS: "accuracy", PATHFINDER: "macro_f1"}
+
+
+def constant_answer_score(task_name: str, seq_len: int, examples: int = 256) -> float:
+    """What answering the commonest label everywhere scores on ``task_name``'s test examples at ``seq_len``, by the
+    task's own metric (token-wise accuracy, or macro F1)."""
+    task = build_task(task_name, seq_len=seq_len)
+    _, targets = task.generate(examples, seed=0, split="test")
+    labels = targets[targets != IGNORE_INDEX]
+    logits = torch.zeros(*targets.shape, task.spec.output_size)
+    logits[..., int(torch.bincount(labels).argmax())] = 1.0  # [n, T, classes]: the same answer everywhere
+    return task.metrics(logits, targets)[METRIC[task_name]]
+
+
+def _plateau(task: str, models: tuple[str, ...]) -> Plateau:
+    """The plateau rule of a claim on ``task`` that needs ``models`` to have learnt it."""
+    def compared(results: Results) -> list[tuple[Score, float]]:
+        lengths = {row.get("task.params.seq_len") for row in results.select(task__name=task)}
+        if not lengths or None in lengths:
+            return []
+        level = max(constant_answer_score(task, length) for length in lengths)
+        return [(_score(results, task, model), level) for model in models]
+
+    return Plateau(PLATEAU_WORDS, PLATEAU_MARGIN, compared)
+
+
 CLAIMS = (
     Claim("ListOps: DLR ≥ DSS-EXP", "ListOps-SubTrees: DLR's accuracy ≥ DSS-EXP's",
           "the performance of DLR is again slightly better than DSS-EXP", _listops_dlr_beats_dss,
-          paper_value="85.7 vs 83.8"),
+          paper_value="85.7 vs 83.8", plateau=_plateau(LISTOPS, ("dlr",))),
     Claim("ListOps: local attention > SSMs", "ListOps-SubTrees: local attention's accuracy ≥ DLR's and DSS-EXP's",
           "although LOCALATTENTION is 8× slower than SSMS, in terms of performance it outperforms SSMS",
-          _listops_attention_beats_ssms, paper_value="94.0 vs 85.7, 83.8"),
+          _listops_attention_beats_ssms, paper_value="94.0 vs 85.7, 83.8",
+          plateau=_plateau(LISTOPS, ("local_attention",))),
     Claim("Pathfinder: DLR > baselines", "Pathfinder-Segmentation: DLR's macro F1 ≥ local attention's and DSS-EXP's",
           "DLR not only outperforms the baselines", _pathfinder_dlr_beats_baselines,
-          paper_value="96.8 vs 95.2, 94.4"),
+          paper_value="96.8 vs 95.2, 94.4", plateau=_plateau(PATHFINDER, ("dlr",))),
 )
 
 
