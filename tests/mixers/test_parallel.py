@@ -45,3 +45,11 @@ def test_parallel_packs_each_part_and_checks_its_parts():
         mixers.build("parallel", D, parts=[["mamba3", {}], ["softmax_attention", {}]])
     with pytest.raises(ValueError, match="use mixer.parts"):
         mixer.dsf(x)
+
+
+def test_parallel_says_which_backend_each_part_picks():
+    mixer, x = double_mixer("parallel", D, parts=FALCON_H1), inputs(1, 9, D, seed=3)
+    choice = mixer.explain_backend(x)
+    expected = [f"{part.name}: {part.explain_backend(x)}" for part in mixer.parts]
+    assert choice == "auto" and all(words in choice.why for words in expected)
+    assert mixer.explain_backend(x, "quadratic").source == "asked"

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
 from seqdyn.mixers.base import Mixer
 
@@ -56,6 +57,14 @@ class Parallel(Mixer):
     def backends(self) -> tuple[str, ...]:
         """The backends every part computes with (``"auto"``: each part picks its own)."""
         return self._backends
+
+    def explain_backend(self, x: Tensor, backend: str = "auto") -> BackendChoice:
+        """``backend`` for every part; with ``"auto"``, each part's own choice and why, in order."""
+        if self.check_backend(backend) != "auto":
+            return BackendChoice.asked(backend)
+        choices = [part.explain_backend(x) for part in self.parts]
+        why = "; ".join(f"{part.name}: {choice} ({choice.why})" for part, choice in zip(self.parts, choices))
+        return BackendChoice("auto", f"each part picks its own — {why}", "parts")
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
         self.check_input(x)
