@@ -43,7 +43,7 @@ class MixerCall:
     @property
     def label(self) -> str:
         """``layer l · <mixer>`` (and ``(part p)`` for a part of a parallel layer)."""
-        part = self.module.split(".parts.")[1].split(".")[0] if ".parts." in self.module else None
+        part = _owner_and_part(self.module)[1]
         return f"layer {self.layer} · {self.mixer.name}" + (f" (part {part})" if part is not None else "")
 
 
@@ -142,14 +142,16 @@ def capture_mixer_inputs(model: nn.Module, inputs: Tensor) -> list[MixerCall]:
     finally:
         for handle in handles:
             handle.remove()
-    owners = list(dict.fromkeys(_owner(name) for name, _ in mixers))  # the parts of a composite: one layer
-    return [MixerCall(owners.index(_owner(name)), name, module, captured[index])
+    owners = list(dict.fromkeys(_owner_and_part(name)[0] for name, _ in mixers))  # a composite's parts: one layer
+    return [MixerCall(owners.index(_owner_and_part(name)[0]), name, module, captured[index])
             for index, (name, module) in enumerate(mixers) if index in captured]
 
 
-def _owner(name: str) -> str:
-    """The module a mixer is the layer of: itself, or the composite mixer whose ``parts`` it is one of."""
-    return name.split(".parts.")[0]
+def _owner_and_part(name: str) -> tuple[str, str | None]:
+    """The module a mixer is the layer of — itself, or the composite mixer whose ``parts`` it is one of — and its
+    index among those parts (None for a mixer of its own)."""
+    owner, found, rest = name.partition(".parts.")
+    return owner, rest.split(".")[0] if found else None
 
 
 def _coefficients(call: MixerCall) -> Tensor | None:

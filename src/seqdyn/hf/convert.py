@@ -560,7 +560,7 @@ def _copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
 # --- Bamba (BambaForCausalLM): Mamba-2 and softmax attention layers -------------------------------------------------
 
 def _check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> None:
-    """What the Mamba-2 hybrids (Bamba, Granite 4.0) may not set: biases where seqdyn has none (or none where it has
+    """What the Mamba-2 hybrids (Bamba, Granite 4.0, Falcon-H1) may not set: biases where seqdyn has none (or none where it has
     one), another activation."""
     _refuse_any(config, [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
                          ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
@@ -864,16 +864,10 @@ def _falcon_h1_config(config: Any) -> SeqdynConfig:
     groups of B and C, the gated norm or, as the released models, none) beside rotary softmax attention (grouped
     key–value heads), and a SwiGLU MLP; the μP multipliers become weights (:func:`_fold_falcon_h1`), so a tied head
     becomes its own copy where the embedding or the logits are scaled."""
-    family = config.model_type
-    _refuse_any(config, [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
-                         ("projectors_bias", True, "seqdyn's mamba2 out-projection has no bias"),
-                         ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
-                         ("attention_bias", True, "seqdyn converts attention without projection biases here"),
-                         ("mlp_bias", True, "seqdyn's SwiGLU has no biases")])
-    if config.hidden_act != "silu":
-        raise _refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
+    _check_mamba2_hybrid_options(config, ("projectors_bias", True, "seqdyn's mamba2 out-projection has no bias"),
+                                 ("mlp_bias", True, "seqdyn's SwiGLU has no biases"))
     if config.mamba_rms_norm and config.mamba_norm_before_gate:
-        raise _refuse(family, "mamba_norm_before_gate", True, "seqdyn's gated norm normalizes y ⊙ SiLU(z), after the "
+        raise _refuse(config.model_type, "mamba_norm_before_gate", True, "seqdyn's gated norm normalizes y ⊙ SiLU(z), after the "
                       "gate")
     _check_default_rope(config)
     inner = config.mamba_d_ssm or config.mamba_expand * config.hidden_size
@@ -911,9 +905,8 @@ def _fold_falcon_h1(source: nn.Module, target: SeqdynForCausalLM) -> None:
         ssm.in_proj.weight.mul_(layer.mamba.mup_vector.reshape(-1, 1).to(ssm.in_proj.weight.dtype)
                                 * config.ssm_in_multiplier)
         ssm.out_proj.weight.mul_(config.ssm_out_multiplier)
-        queries, keys, _ = attention.qkv.weight.split(attention.widths)
         attention.qkv.weight.mul_(config.attention_in_multiplier)
-        keys.mul_(config.key_multiplier)
+        attention.qkv.weight.split(attention.widths)[1].mul_(config.key_multiplier)  # the key rows
         attention.out.weight.mul_(config.attention_out_multiplier)
         block.mlp.fc1.weight[:block.mlp.hidden].mul_(gate_multiplier)
         block.mlp.fc2.weight.mul_(down_multiplier)

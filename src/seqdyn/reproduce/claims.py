@@ -97,6 +97,10 @@ class Control:
                 "passed": outcome.verdict == HELD}
 
 
+#: a compared model within this of its task's plateau (5 points of accuracy, or of R²) has not left it
+PLATEAU_MARGIN = 0.05
+
+
 @dataclass(frozen=True)
 class Plateau:
     """What a model scores before it learns a task — MQAR's level of copying a value from the context, a constant or

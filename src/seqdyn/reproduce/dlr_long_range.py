@@ -17,6 +17,7 @@ ATTENTION block it chunks ("a 4-head attention layer and rotary positional embed
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import torch
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import Claim, Outcome, Plateau, Score, at_least, every
+from seqdyn.reproduce.claims import PLATEAU_MARGIN, Claim, Outcome, Plateau, Score, at_least, every
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
@@ -117,17 +118,16 @@ def _pathfinder_dlr_beats_baselines(results: Results) -> Outcome:
                   for other in ("local_attention", "dss_exp")})
 
 
-#: within this of the best constant answer's score, a model has not left it (MAD's and MQAR's margin)
-PLATEAU_MARGIN = 0.05
 PLATEAU_WORDS = ("the task's plateau: the best constant answer — the commonest label at every tagged position — "
                  "scored as a model is, on the task's test examples")
 #: the metric each task's claims compare
 METRIC = {LISTOPS: "accuracy", PATHFINDER: "macro_f1"}
 
 
+@functools.lru_cache(maxsize=None)
 def constant_answer_score(task_name: str, seq_len: int, examples: int = 256) -> float:
     """What answering the commonest label everywhere scores on ``task_name``'s test examples at ``seq_len``, by the
-    task's own metric (token-wise accuracy, or macro F1)."""
+    task's own metric (token-wise accuracy, or macro F1); computed once per setting (each claim on the task asks)."""
     task = build_task(task_name, seq_len=seq_len)
     _, targets = task.generate(examples, seed=0, split="test")
     labels = targets[targets != IGNORE_INDEX]

@@ -12,11 +12,12 @@ SHIFT with lengths as short as 256" (§3.3).  The protocol is :mod:`seqdyn.repro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from seqdyn.reproduce.atomic import MODELS, Budget, atomic_sweeps, model_of, r2_cell, r2_plateau
 from seqdyn.reproduce.base import Reproduction, Results
-from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, at_most, every, reaches
+from seqdyn.reproduce.claims import Claim, Outcome, Plateau, Score, at_least, at_most, every, reaches
 from seqdyn.train.config import SweepConfig
 
 ORDER = ("dss_exp", "dlr", "dlr_prod", "dlr_small_n", "dlr_real")
@@ -103,12 +104,13 @@ def _small_n_degrades(results: Results) -> Outcome:
                   for length in lengths})
 
 
-def _learning(model: str, lengths) -> object:
+def _learning(model: str, lengths: Callable[[Results], list[int]]) -> Plateau:
     """The plateau rule of a claim that needs ``model`` to learn SHIFT at ``lengths(results)``."""
     return r2_plateau(lambda results: [_score(results, model, length) for length in lengths(results)])
 
 
-def _extreme(model: str, pick) -> object:
+def _extreme(model: str, pick: Callable[[list[int]], int]) -> Callable[[Results], list[int]]:
+    """The shortest (``pick=min``) or longest (``max``) length ``model`` ran at, if any."""
     return lambda results: [pick(_lengths(results, model))] if _lengths(results, model) else []
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from seqdyn.reproduce.base import SEED, Results, result_value
-from seqdyn.reproduce.claims import Control, Plateau, Score, weakest
+from seqdyn.reproduce.claims import PLATEAU_MARGIN, Control, Plateau, Score, weakest
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
@@ -163,8 +163,6 @@ def tasks_of(results: Results) -> list[str]:
     return [task for task in results.values(TASK) if task is not None]
 
 
-#: a compared model within 5 points of accuracy of its task's plateau has not left it
-PLATEAU_MARGIN = 0.05
 #: what a MAD task's plateau is, in words
 PLATEAU_WORDS = ("the MAD task's plateau: the better of a constant answer and a token copied from the context so far, "
                  "measured on its test examples")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqdyn.reproduce.base import Results, percent, result_value, score_cell
-from seqdyn.reproduce.claims import Control, Outcome, Plateau, Score, every, reaches
+from seqdyn.reproduce.claims import PLATEAU_MARGIN, Control, Outcome, Plateau, Score, every, reaches
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
@@ -176,8 +176,6 @@ def rows_of(results: Results, mixer: str, task: tuple[int, int] | None = None, *
     return [row for row in results.select(model__mixer=mixer, **where) if task is None or task_of(row) == task]
 
 
-#: a model within 5 points of accuracy of MQAR's plateau has not left it (the 5-point margin of the claims)
-PLATEAU_MARGIN = 0.05
 #: what MQAR's plateau is, in words
 PLATEAU_WORDS = "MQAR's plateau: a value copied from the key–value context"
 
