@@ -2,7 +2,9 @@
 with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread (issue 34, item 3).
 
 Per length: the prompt's forward (prefill) and forward + backward times, and greedy decoding's tokens per second,
-of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Both models share
+of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Then each swapped
+function alone — transformers' fallback against seqdyn's — on the arguments the model's first such layer passes it
+(what the targets compare when the rest of the model, identical in both, is most of its time).  Both models share
 their weights (the accelerated one is a copy), and their logits are compared at each length first.  The targets of
 issue 34: prefill ≥ 1.5× and forward + backward ≥ 2× at 4k tokens, decoding not slower.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +66,23 @@ QUICK: dict[str, dict[str, Any]] = {
 
 
 @dataclass
+class FunctionRow:
+    """One swapped function on the arguments of its first call at one prompt length: seconds (transformers'
+    fallback, seqdyn's) of its forward and of its forward + backward (into every floating-point argument)."""
+
+    function: str
+    forward_s: tuple[float, float]
+    forward_backward_s: tuple[float, float]
+    largest_difference: float
+
+    @property
+    def ratios(self) -> dict[str, float]:
+        """the fallback's time over seqdyn's (> 1: seqdyn is faster)."""
+        return {"forward": self.forward_s[0] / self.forward_s[1],
+                "forward + backward": self.forward_backward_s[0] / self.forward_backward_s[1]}
+
+
+@dataclass
 class HfRow:
     """One family at one prompt length: seconds (transformers, accelerated) and decoding's tokens per second."""
 
@@ -72,6 +92,7 @@ class HfRow:
     forward_backward_s: tuple[float, float]
     decode_tokens_per_s: tuple[float, float]
     largest_difference: float
+    functions: tuple[FunctionRow, ...] = ()
 
     @property
     def ratios(self) -> dict[str, float]:
@@ -119,7 +140,70 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
     backward_s = tuple(time_call(train_step(model), cpu, repeats).best_s for model in (plain, fast))
     prompt = inputs[:, :min(length, 256)]
     decode = tuple(_decode_rate(model, prompt, decode_tokens) for model in (plain, fast))
-    return HfRow(family, length, prefill_s, backward_s, decode, difference)
+    functions = tuple(_measure_function(*call, repeats) for call in _first_calls(plain, inputs))
+    return HfRow(family, length, prefill_s, backward_s, decode, difference, functions)
+
+
+def _first_calls(model: torch.nn.Module, inputs: torch.Tensor) -> list[tuple[str, Any, Any, tuple, dict]]:
+    """``(name, transformers' fallback, seqdyn's function, args, kwargs)`` of each function that
+    :func:`~seqdyn.hf.accelerate` swaps in ``model``, with the arguments of its first call in the forward of
+    ``inputs``."""
+    from seqdyn.hf.acceleration import swapped_functions
+
+    swaps, calls = swapped_functions(model), {}
+
+    def recorder(name, original):
+        def record(*args, **kwargs):
+            calls.setdefault(name, (args, kwargs))
+            return original(*args, **kwargs)
+        return record
+
+    originals = [getattr(owner, name) for owner, name, _ in swaps]
+    try:
+        for (owner, name, _), original in zip(swaps, originals):
+            setattr(owner, name, recorder(name, original))
+        with torch.no_grad():
+            model(inputs, use_cache=False)
+    finally:
+        for (owner, name, _), original in zip(swaps, originals):
+            if isinstance(owner, types.ModuleType):
+                setattr(owner, name, original)
+            else:  # a layer: its class's method again
+                delattr(owner, name)
+    return [(name, original, function, *calls[name])
+            for (_, name, function), original in zip(swaps, originals) if name in calls]
+
+
+def _measure_function(name: str, original: Any, replacement: Any, args: tuple, kwargs: dict,
+                      repeats: int) -> FunctionRow:
+    """Both functions on the same arguments: forward, forward + backward (of the first output's sum), and the
+    largest difference of their first outputs relative to the fallback's largest."""
+    cpu = torch.device("cpu")
+
+    def call(function, grad: bool):
+        leaves = [_leaf(x, grad) for x in args], {key: _leaf(x, grad) for key, x in kwargs.items()}
+
+        def run():
+            out = function(*leaves[0], **leaves[1])
+            first = out[0] if isinstance(out, tuple) else out
+            if grad:
+                first.float().sum().backward()
+            return first
+        return run
+
+    with torch.no_grad():
+        expected, got = call(original, False)(), call(replacement, False)()
+        forward_s = tuple(time_call(call(f, False), cpu, repeats).best_s for f in (original, replacement))
+    difference = float((got.float() - expected.float()).abs().max() / expected.float().abs().max())
+    backward_s = tuple(time_call(call(f, True), cpu, repeats).best_s for f in (original, replacement))
+    return FunctionRow(name, forward_s, backward_s, difference)
+
+
+def _leaf(x: Any, grad: bool) -> Any:
+    """A floating-point tensor as a fresh leaf (asking for its gradient when ``grad``); anything else as it is."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.detach().clone().requires_grad_(grad)
+    return x
 
 
 def run_hf_benchmark(quick: bool = False, lengths: tuple[int, ...] = LENGTHS, repeats: int = 2,
@@ -164,4 +248,21 @@ def render_markdown(rows: list[HfRow], quick: bool) -> str:
                      f"{ratios['prefill']:.2f}× | {row.forward_backward_s[0]:.3f} → {row.forward_backward_s[1]:.3f} | "
                      f"{ratios['forward + backward']:.2f}× | {row.decode_tokens_per_s[0]:,.1f} → "
                      f"{row.decode_tokens_per_s[1]:,.1f} | {ratios['decode']:.2f}× | {row.largest_difference:.1e} |")
+    if any(row.functions for row in rows):
+        lines += _function_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def _function_table(rows: list[HfRow]) -> list[str]:
+    lines = ["", "The swapped function alone, transformers' fallback against seqdyn's, on the arguments the model's "
+             "first such layer passes it (forward + backward: into every floating-point argument):", "",
+             "| family | function | tokens | forward s | ratio | forward + backward s | ratio | largest difference |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        for function in row.functions:
+            ratios = function.ratios
+            lines.append(f"| {row.family} | `{function.function}` | {row.length:,} | {function.forward_s[0]:.3f} → "
+                         f"{function.forward_s[1]:.3f} | {ratios['forward']:.2f}× | "
+                         f"{function.forward_backward_s[0]:.3f} → {function.forward_backward_s[1]:.3f} | "
+                         f"{ratios['forward + backward']:.2f}× | {function.largest_difference:.1e} |")
+    return lines

@@ -33,12 +33,16 @@ from seqdyn.core.operator import coefficient_dynamics
 from seqdyn.layers.norms import l2_normalize
 
 __all__ = ["ACCELERATED", "ACCELERATED_METHODS", "accelerate", "gated_delta_rule", "linear_rnn_scan",
-           "selective_scan", "ssd_chunk_scan"]
+           "selective_scan", "ssd_chunk_scan", "swapped_functions"]
 
 #: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
 #: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on
 #: one CPU thread at 4k tokens the scan runs about 3× faster (2026-11-27)
 CHUNK_SIZE = 64
+#: the delta rule's chunk, at most (transformers asks for 64): on one CPU thread at 4k tokens, 8 heads of 64 or of
+#: 128, chunks of 32 run the forward 1.1–1.3× faster than chunks of 64 (the UT transform's inverse and grams shrink
+#: with the chunk; the sequential hand-over of states grows with the count of chunks) (2026-11-28)
+DELTA_RULE_CHUNK_SIZE = 32
 
 
 def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
@@ -128,11 +132,14 @@ def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta:
     if use_qk_l2norm_in_kernel:
         query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
     heads = value.shape[2]
-    queries, keys = (t.repeat_interleave(heads // t.shape[2], dim=2) for t in (query * query.shape[-1] ** -0.5, key))
+    # [b, h, l, ·] in memory, handed over as [b, l, h, ·] views: the operator's head-major layout without a copy
+    queries, keys = (t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2)
+                     for t in (query * query.shape[-1] ** -0.5, key))
+    value = value.transpose(1, 2).contiguous().transpose(1, 2)
     state = None if initial_state is None else initial_state.to(work)
     output, final = coefficient_dynamics(queries, keys, value, log_decay=g, householder=beta, scale=beta,
                                          initial_state=state, output_final_state=True, backend="chunk",
-                                         chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+                                         chunk_size=min(chunk_size, DELTA_RULE_CHUNK_SIZE), cu_seqlens=cu_seqlens)
     return output.to(dtype), (final if output_final_state else None)
 
 
@@ -228,6 +235,21 @@ def accelerate(model: nn.Module) -> nn.Module:
         raise ValueError(f"model: {type(model).__name__} has no layer seqdyn accelerates (supported: "
                          f"{', '.join([*_LAYERS, *ACCELERATED_METHODS])})")
     return model
+
+
+def swapped_functions(model: nn.Module) -> list[tuple[Any, str, Callable[..., Any]]]:
+    """What :func:`accelerate` swaps in ``model``, once each: ``(owner, name, seqdyn's function)`` with ``owner``
+    the transformers module whose function ``name`` is the fallback, or the first layer whose method it is."""
+    swaps: dict[tuple[str, str], tuple[Any, str, Callable[..., Any]]] = {}
+    for layer in model.modules():
+        kind = type(layer).__name__
+        if kind in _LAYERS:
+            module = importlib.import_module(_LAYERS[kind])
+            for name, function in ACCELERATED[_LAYERS[kind]].items():
+                swaps.setdefault((_LAYERS[kind], name), (module, name, function))
+        for name, function in ACCELERATED_METHODS.get(kind, {}).items():
+            swaps.setdefault((kind, name), (layer, name, function))
+    return list(swaps.values())
 
 
 def _accelerated_method(method: Callable[..., Any], function: Callable[..., Any]) -> Callable[..., Any]:

@@ -52,22 +52,27 @@ def unsupported(problem: Problem) -> str | None:
 def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     """Chunkwise-parallel identity readout; returns ``y`` ``[B, H, T, V]`` and ``S_T``: the inputs chunked
     ``[B, H, N, C, ...]`` and handed to the fast path that computes them."""
-    key_scale = problem.scale_per_step() if problem.direction_is_key else None  # DeltaNet: impulses b_t w_t
-    problem = problem.with_scale_applied()
+    delta_rule = problem.direction_is_key and not problem.diagonal  # DeltaNet / Gated DeltaNet
+    key_scale = problem.scale_per_step() if delta_rule else None  # the impulses b_t w_t, from the unscaled keys
+    if not delta_rule:
+        problem = problem.with_scale_applied()
     batch, heads, length, key_dim, value_dim = problem.shape
-    diagonal = problem.diagonal
     size = min(problem.chunk_size, length)
     g = problem.log_decay
-    if diagonal:
+    if problem.diagonal:
         g, size = diagonal_chunking(g, size)
     chunks = -(-length // size)
-    q, k, v, direction = (dense(to_chunks(x, chunks, size)) for x in (problem.q, problem.k, problem.v,
-                                                                       problem.direction))
-    g, beta, key_scale = (to_chunks(x, chunks, size) for x in (g, problem.beta, key_scale))
+
+    def chunked(x: Tensor | None) -> Tensor | None:
+        return to_chunks(x, chunks, size)
+
+    q, v, direction = (dense(chunked(x)) for x in (problem.q, problem.v, problem.direction))
+    g, beta = chunked(g), chunked(problem.beta)
     if beta is None:
-        out, state = decayed_chunks(q, k, v, g, problem.initial_state)
-    elif key_scale is not None and not diagonal:  # DeltaNet / Gated DeltaNet: the direction is the key
-        out, state = delta_rule_chunks(q, direction, v, g, beta, key_scale, problem.initial_state)
+        out, state = decayed_chunks(q, dense(chunked(problem.k)), v, g, problem.initial_state)
+    elif delta_rule:
+        out, state = delta_rule_chunks(q, direction, v, g, beta, chunked(key_scale), problem.initial_state)
     else:
-        out, state = householder_chunks(q, k, v, direction, g, beta, problem.initial_state, diagonal, (batch, heads))
+        out, state = householder_chunks(q, dense(chunked(problem.k)), v, direction, g, beta, problem.initial_state,
+                                        problem.diagonal, (batch, heads))
     return unchunked(out, length), state
