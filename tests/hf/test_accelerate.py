@@ -54,29 +54,31 @@ def module_of(family: str) -> str:
     return f"transformers.models.{name}.modeling_{name}"
 
 
-#: family → (the name of the fallback swapped in its transformers module, the layers that call it)
-SWAPPED = {"mamba": ("mamba_selective_scan", 2), "falcon_mamba": ("mamba_selective_scan", 2),
-           "mamba2": ("mamba2_chunk_scan", 2), "bamba": ("mamba2_chunk_scan", 2),
-           "granitemoehybrid": ("mamba2_chunk_scan", 2), "nemotron_h": ("mamba2_chunk_scan", 3),
-           "zamba2": ("mamba2_chunk_scan", 2), "falcon_h1": ("mamba2_chunk_scan", 2),
-           "qwen3_5_text": ("torch_chunk_gated_delta_rule", 2), "qwen3_5_moe_text": ("torch_chunk_gated_delta_rule", 2),
-           "qwen3_next": ("torch_chunk_gated_delta_rule", 2), "olmo_hybrid": ("torch_chunk_gated_delta_rule", 2)}
+#: family → (the fallbacks swapped in its transformers module, the layers that call each)
+SSD, DELTA = ("mamba2_chunk_scan", "causal_conv1d_fn"), ("torch_chunk_gated_delta_rule", "causal_conv1d_fn")
+SWAPPED = {"mamba": (("mamba_selective_scan",), 2), "falcon_mamba": (("mamba_selective_scan",), 2),
+           "mamba2": (SSD, 2), "bamba": (SSD, 2), "granitemoehybrid": (SSD, 2), "nemotron_h": (SSD, 3),
+           "zamba2": (SSD, 2), "falcon_h1": (SSD, 2),
+           "qwen3_5_text": (DELTA, 2), "qwen3_5_moe_text": (DELTA, 2), "qwen3_next": (DELTA, 2),
+           "olmo_hybrid": (DELTA, 2)}
 
 
 @pytest.mark.parametrize("family", SWAPPED)
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
 def test_accelerated_models_give_transformers_logits_through_seqdyns_operator(family, dtype, tolerance, monkeypatch):
     """Over 150 tokens (more than one of transformers' 64-token chunks, and not a multiple of them)."""
-    (name, layers), module = SWAPPED[family], module_of(family)
+    (names, layers), module = SWAPPED[family], module_of(family)
     model, inputs = build(family, dtype), ids(150)
+    assert set(acc.ACCELERATED[module]) == set(names)
     with torch.no_grad():
         expected = model(inputs).logits
         calls = []
-        counted = acc.ACCELERATED[module][name]
-        monkeypatch.setitem(acc.ACCELERATED[module], name,
-                            lambda *args, **kwargs: calls.append(1) or counted(*args, **kwargs))
+        for name in names:
+            counted = acc.ACCELERATED[module][name]
+            monkeypatch.setitem(acc.ACCELERATED[module], name, lambda *args, counted=counted, name=name, **kwargs:
+                                calls.append(name) or counted(*args, **kwargs))
         got = acc.accelerate(model)(inputs).logits
-    assert len(calls) == layers  # one scan per layer
+    assert sorted(calls) == sorted(names * layers)  # each once per layer
     assert (got - expected).abs().max() <= tolerance * expected.abs().max()
 
 
@@ -213,6 +215,49 @@ def test_packed_sequences_by_cu_seqlens_are_each_computed_alone_from_their_own_s
                                             use_qk_l2norm_in_kernel=True)
         torch.testing.assert_close(packed[:, part], alone, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(finals[index:index + 1], final, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ["silu", None])
+def test_causal_conv1d_equals_transformers_fallback_with_gradients(activation):
+    """On the ``[b, c, l]`` transposed view of a ``[b, l, c]`` projection, as the layers pass it, in float64."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import causal_conv1d_fn
+
+    generator = torch.Generator().manual_seed(4)
+    projected = torch.randn(2, 13, 6, generator=generator, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(6, 4, generator=generator, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(6, generator=generator, dtype=torch.float64, requires_grad=True)
+    results = []
+    for conv in (causal_conv1d_fn, acc.causal_conv1d):
+        out = conv(projected.transpose(1, 2), weight, bias, activation=activation)
+        results.append((out, torch.autograd.grad((out * out).sum(), (projected, weight, bias))))
+    (theirs, theirs_grads), (ours, ours_grads) = results
+    assert ours.shape == (2, 6, 13) and ours.transpose(1, 2).is_contiguous()  # a view of [b, l, c] memory
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    for mine, wanted in zip(ours_grads, theirs_grads):
+        torch.testing.assert_close(mine, wanted, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("packing", ["seq_idx", "cu_seq_lens_q"])
+def test_causal_conv1d_of_packed_sequences_reads_each_sequence_alone(packing):
+    """The fallback's convolution runs across the sequences of a packed row; seqdyn's starts each from zeros."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import causal_conv1d_fn
+
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 5, 12, generator=generator, dtype=torch.float64)  # [b, c, l]
+    weight, bias = torch.randn(5, 4, generator=generator, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    offsets = torch.tensor([0, 2, 9, 12], dtype=torch.int32)
+    seq_idx = torch.repeat_interleave(torch.arange(3), offsets.diff())[None]
+    packed = acc.causal_conv1d(x, weight, bias, "silu",
+                               **({"seq_idx": seq_idx} if packing == "seq_idx" else {"cu_seq_lens_q": offsets}))
+    alone = torch.cat([causal_conv1d_fn(x[:, :, start:end], weight, bias, "silu")
+                       for start, end in zip(offsets[:-1], offsets[1:])], dim=-1)
+    torch.testing.assert_close(packed, alone, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(causal_conv1d_fn(x, weight, bias, "silu"), alone)  # what the fallback would give
+
+
+def test_causal_conv1d_refuses_an_activation_it_does_not_compute():
+    with pytest.raises(ValueError, match="^activation: 'gelu' after the convolution is not accelerated"):
+        acc.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(2, 4), activation="gelu")
 
 
 def test_gated_delta_rule_equals_transformers_recurrent_form():

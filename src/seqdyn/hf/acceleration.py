@@ -14,7 +14,10 @@ Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` (the ``chun
 - Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3.5-MoE, Qwen3-Next and OLMo-hybrid over a
   prompt) — with ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured;
 - RecurrentGemma's ``RecurrentGemmaRglru._rnn_scan`` (the RG-LRU's token-by-token loop over a prompt; a method, so
-  swapped on each layer of the model) — on the ``scan`` backend, the resets as hard ones (decay 0).
+  swapped on each layer of the model) — on the ``scan`` backend, the resets as hard ones (decay 0);
+- and, in the Mamba-2 and Gated DeltaNet families, the short convolution before the scan, ``causal_conv1d_fn``, by
+  seqdyn's (:mod:`seqdyn.layers.conv`: read in the projection's own memory instead of a transposed copy; packed
+  sequences honoured, which the fallback's convolution runs across).
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.operator import coefficient_dynamics
+from seqdyn.core.packing import Packing
+from seqdyn.layers.conv import causal_depthwise_conv
 from seqdyn.layers.norms import l2_normalize
 
-__all__ = ["ACCELERATED", "ACCELERATED_METHODS", "accelerate", "gated_delta_rule", "linear_rnn_scan",
+__all__ = ["ACCELERATED", "ACCELERATED_METHODS", "accelerate", "causal_conv1d", "gated_delta_rule", "linear_rnn_scan",
            "selective_scan", "ssd_chunk_scan", "swapped_functions"]
 
 #: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
@@ -162,6 +167,30 @@ def linear_rnn_scan(hidden_states: Tensor, recurrent_gate: Tensor, reset: Tensor
     return output.squeeze(-1).to(hidden_states.dtype), final[..., 0, 0]
 
 
+def causal_conv1d(hidden_states: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None,
+                  seq_idx: Tensor | None = None, cu_seq_lens_q: Tensor | None = None, **_: Any) -> Tensor:
+    """The ``causal_conv1d`` package's ``causal_conv1d_fn`` (transformers' fallback of that name) by seqdyn's short
+    convolution (:func:`~seqdyn.layers.conv.causal_depthwise_conv`)::
+
+        y_t = act(b + Σ_{l<w} W[:, w−1−l] ⊙ x_{t−l})   (zeros before the start; act SiLU or none)
+
+    ``hidden_states`` ``[b, c, l]`` — a transposed view of a projection's ``[b, l, c]``, read in place instead of
+    transposed into a copy —, ``weight`` ``[c, w]``, the output ``[b, c, l]`` (a view of ``[b, l, c]`` memory);
+    ``seq_idx`` ``[1, l]`` or ``cu_seq_lens_q`` ``[N + 1]``: packed sequences, whose steps never read the sequence
+    before (the fallback's convolution runs across them)."""
+    if activation not in (None, "silu", "swish"):
+        raise ValueError(f"activation: {activation!r} after the convolution is not accelerated (SiLU or none)")
+    x = hidden_states.transpose(1, 2).to(weight.dtype)  # [b, l, c]
+    positions = None
+    if seq_idx is not None or cu_seq_lens_q is not None:
+        offsets = _cu_seqlens(seq_idx) if cu_seq_lens_q is None else cu_seq_lens_q
+        positions = Packing.of(offsets, x.shape[1], x.shape[0], x.device).position
+    y = causal_depthwise_conv(x, weight, bias, positions)
+    if activation is not None:
+        y = F.silu(y)
+    return y.to(hidden_states.dtype).transpose(1, 2)
+
+
 def _cu_seqlens(seq_idx: Tensor) -> Tensor:
     """``seq_idx`` ``[1, l]`` (the sequence of each packed step, non-decreasing) as offsets ``[N + 1]``."""
     if seq_idx.dim() != 2 or seq_idx.shape[0] != 1:
@@ -174,12 +203,12 @@ def _cu_seqlens(seq_idx: Tensor) -> Tensor:
 ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
     **{f"transformers.models.{name}.modeling_{name}": {"mamba_selective_scan": selective_scan}
        for name in ("mamba", "falcon_mamba")},
-    **{f"transformers.models.{name}.modeling_{name}": {"mamba2_chunk_scan": ssd_chunk_scan}
+    **{f"transformers.models.{name}.modeling_{name}": {"mamba2_chunk_scan": ssd_chunk_scan,
+                                                        "causal_conv1d_fn": causal_conv1d}
        for name in ("mamba2", "bamba", "granitemoehybrid", "nemotron_h", "zamba2", "falcon_h1")},
-    "transformers.models.qwen3_5.modeling_qwen3_5": {"torch_chunk_gated_delta_rule": gated_delta_rule},
-    "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe": {"torch_chunk_gated_delta_rule": gated_delta_rule},
-    "transformers.models.qwen3_next.modeling_qwen3_next": {"torch_chunk_gated_delta_rule": gated_delta_rule},
-    "transformers.models.olmo_hybrid.modeling_olmo_hybrid": {"torch_chunk_gated_delta_rule": gated_delta_rule},
+    **{f"transformers.models.{name}.modeling_{name}": {"torch_chunk_gated_delta_rule": gated_delta_rule,
+                                                        "causal_conv1d_fn": causal_conv1d}
+       for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")},
 }
 #: transformers layer class → {its method that runs a fallback: seqdyn's function}, swapped on each such layer
 ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {

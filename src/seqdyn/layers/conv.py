@@ -50,17 +50,28 @@ class ShortConv(nn.Module):
         return y, recent[:, recent.shape[1] - (self.width - 1):]
 
     def _packed(self, x: Tensor, positions: Tensor) -> Tensor:
-        """``y_t = b + Σ_{l<w, l ≤ p_t} W[:, w−1−l] ⊙ x_{t−l}`` with ``p_t`` the position of step t in its sequence."""
-        weight = self.weight.to(x.dtype)
-        y = x * weight[:, -1] if self.bias is None else torch.addcmul(self.bias.to(x.dtype), x, weight[:, -1])
-        for lag in range(1, min(self.width, x.shape[1])):
-            earlier = F.pad(x[:, :-lag], (0, 0, lag, 0))  # [B, T, C]: x_{t−lag}
-            within = (positions >= lag)[:, None]  # [T, 1]: x_{t−lag} is in the same sequence
-            y = y + torch.where(within, earlier, earlier.new_zeros(())) * weight[:, self.width - 1 - lag]
+        y = causal_depthwise_conv(x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype),
+                                  positions)
         return F.silu(y) if self.activation else y
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, width={self.width}, activation={self.activation}"
+
+
+def causal_depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor | None = None,
+                          positions: Tensor | None = None) -> Tensor:
+    """``y_t = b + Σ_{l<w} W[:, w−1−l] ⊙ x_{t−l}`` of ``x`` ``[B, T, C]`` with kernel ``weight`` ``[C, w]``, zeros
+    before the start; ``positions`` ``[T]``: packed sequences (each step's position in its own sequence, ``l ≤ p_t``
+    only), so that no output reads a step of the sequence before."""
+    if positions is None:
+        return _DepthwiseCorrelation.apply(F.pad(x, (0, 0, weight.shape[1] - 1, 0)), weight, bias)
+    width = weight.shape[1]
+    y = x * weight[:, -1] if bias is None else torch.addcmul(bias, x, weight[:, -1])
+    for lag in range(1, min(width, x.shape[1])):
+        earlier = F.pad(x[:, :-lag], (0, 0, lag, 0))  # [B, T, C]: x_{t−lag}
+        within = (positions >= lag)[:, None]  # [T, 1]: x_{t−lag} is in the same sequence
+        y = y + torch.where(within, earlier, earlier.new_zeros(())) * weight[:, width - 1 - lag]
+    return y
 
 
 def _correlate(padded: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
