@@ -14,8 +14,10 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
     rows = run_hf_benchmark(quick=True, repeats=1, markdown=str(tmp_path / "hf.md"))
     assert [(row.family, row.length) for row in rows] == [("mamba", 64), ("mamba2", 64), ("qwen3_5_text", 64),
                                                           ("recurrent_gemma", 64)]
-    swapped = {"mamba": ["mamba_selective_scan"], "mamba2": ["mamba2_chunk_scan", "causal_conv1d_fn"],
-               "qwen3_5_text": ["torch_chunk_gated_delta_rule", "causal_conv1d_fn"], "recurrent_gemma": ["_rnn_scan"]}
+    swapped = {"mamba": ["MambaMixer (layer)", "mamba_selective_scan"],
+               "mamba2": ["Mamba2Mixer (layer)", "mamba2_chunk_scan", "causal_conv1d_fn"],
+               "qwen3_5_text": ["Qwen3_5GatedDeltaNet (layer)", "torch_chunk_gated_delta_rule", "causal_conv1d_fn"],
+               "recurrent_gemma": ["_rnn_scan"]}  # (its RG-LRU layer keeps a state from call to call)
     for row in rows:
         assert row.largest_difference <= 1e-5
         assert all(seconds > 0 for seconds in (*row.prefill_s, *row.forward_backward_s, *row.decode_tokens_per_s))
@@ -28,6 +30,7 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
         assert f"| {family} | 64 |" in text
     assert text == render_markdown(rows, quick=True)
     assert "| qwen3_5_text | `torch_chunk_gated_delta_rule` | 64 |" in text
+    assert "| qwen3_5_text | `Qwen3_5GatedDeltaNet` (layer) | 64 |" in text
 
 
 def test_an_unknown_family_is_refused_by_name():

@@ -2,9 +2,10 @@
 with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread (issue 34, item 3).
 
 Per length: the prompt's forward (prefill) and forward + backward times, and greedy decoding's tokens per second,
-of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Then each swapped
-function alone — transformers' fallback against seqdyn's — on the arguments the model's first such layer passes it
-(what the targets compare when the rest of the model, identical in both, is most of its time).  Both models share
+of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Then the model's
+first accelerated layer alone, and each swapped function alone — transformers' fallback against seqdyn's — on the
+arguments that layer receives in the model (what the targets compare when the rest of the model, identical in both,
+is most of its time).  Both models share
 their weights (the accelerated one is a copy), and their logits are compared at each length first.  The targets of
 issue 34: prefill ≥ 1.5× and forward + backward ≥ 2× at 4k tokens, decoding not slower.
 """
@@ -140,8 +141,32 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
     backward_s = tuple(time_call(train_step(model), cpu, repeats).best_s for model in (plain, fast))
     prompt = inputs[:, :min(length, 256)]
     decode = tuple(_decode_rate(model, prompt, decode_tokens) for model in (plain, fast))
-    functions = tuple(_measure_function(*call, repeats) for call in _first_calls(plain, inputs))
+    calls = [*_first_layer_call(plain, fast, inputs), *_first_calls(plain, inputs)]
+    functions = tuple(_measure_function(*call, repeats) for call in calls)
     return HfRow(family, length, prefill_s, backward_s, decode, difference, functions)
+
+
+def _first_layer_call(plain: torch.nn.Module, fast: torch.nn.Module,
+                      inputs: torch.Tensor) -> list[tuple[str, Any, Any, tuple, dict]]:
+    """``[(name, the plain model's first accelerated layer, the same layer of the accelerated model, args, kwargs)]``
+    with the arguments that layer receives in the plain model's forward of ``inputs``; ``[]`` where the layers
+    keep a state between calls (RecurrentGemma's RG-LRU: a second call would continue the first one's)."""
+    from seqdyn.hf.acceleration import ACCELERATED_METHODS
+
+    accelerated = [name for name, layer in fast.named_modules() if getattr(layer, "_seqdyn_accelerated", False)
+                   and type(layer).__name__ not in ACCELERATED_METHODS]
+    if not accelerated:
+        return []
+    name = accelerated[0]
+    layer, calls = plain.get_submodule(name), []
+    hook = layer.register_forward_pre_hook(lambda _, args, kwargs: calls.append((args, kwargs)) and None,
+                                           with_kwargs=True)
+    try:
+        with torch.no_grad():
+            plain(inputs, use_cache=False)
+    finally:
+        hook.remove()
+    return [(f"{type(layer).__name__} (layer)", layer, fast.get_submodule(name), *calls[0])]
 
 
 def _first_calls(model: torch.nn.Module, inputs: torch.Tensor) -> list[tuple[str, Any, Any, tuple, dict]]:
@@ -253,15 +278,21 @@ def render_markdown(rows: list[HfRow], quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _part(name: str) -> str:
+    """A function's name as code, a layer's (``"Mamba2Mixer (layer)"``) as its class in code and the word."""
+    return f"`{name[:-len(' (layer)')]}` (layer)" if name.endswith(" (layer)") else f"`{name}`"
+
+
 def _function_table(rows: list[HfRow]) -> list[str]:
-    lines = ["", "The swapped function alone, transformers' fallback against seqdyn's, on the arguments the model's "
-             "first such layer passes it (forward + backward: into every floating-point argument):", "",
-             "| family | function | tokens | forward s | ratio | forward + backward s | ratio | largest difference |",
+    lines = ["", "The first accelerated layer alone, then each swapped function alone — transformers' fallback against "
+             "seqdyn's, on the arguments that layer receives in the model (forward + backward: into every "
+             "floating-point argument and the layer's weights):", "",
+             "| family | part | tokens | forward s | ratio | forward + backward s | ratio | largest difference |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         for function in row.functions:
             ratios = function.ratios
-            lines.append(f"| {row.family} | `{function.function}` | {row.length:,} | {function.forward_s[0]:.3f} → "
+            lines.append(f"| {row.family} | {_part(function.function)} | {row.length:,} | {function.forward_s[0]:.3f} → "
                          f"{function.forward_s[1]:.3f} | {ratios['forward']:.2f}× | "
                          f"{function.forward_backward_s[0]:.3f} → {function.forward_backward_s[1]:.3f} | "
                          f"{ratios['forward + backward']:.2f}× | {function.largest_difference:.1e} |")
