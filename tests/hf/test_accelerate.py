@@ -56,7 +56,8 @@ def module_of(family: str) -> str:
 
 #: family → (the fallbacks swapped in its transformers module, the layers that call each)
 SSD, DELTA = ("mamba2_chunk_scan", "causal_conv1d_fn"), ("torch_chunk_gated_delta_rule", "causal_conv1d_fn")
-SWAPPED = {"mamba": (("mamba_selective_scan",), 2), "falcon_mamba": (("mamba_selective_scan",), 2),
+S6 = ("mamba_selective_scan", "causal_conv1d_fn")
+SWAPPED = {"mamba": (S6, 2), "falcon_mamba": (S6, 2),
            "mamba2": (SSD, 2), "bamba": (SSD, 2), "granitemoehybrid": (SSD, 2), "nemotron_h": (SSD, 3),
            "zamba2": (SSD, 2), "falcon_h1": (SSD, 2),
            "qwen3_5_text": (DELTA, 2), "qwen3_5_moe_text": (DELTA, 2), "qwen3_next": (DELTA, 2),
@@ -277,6 +278,41 @@ def test_gated_delta_rule_equals_transformers_recurrent_form():
                                use_qk_l2norm_in_kernel=True)
     for ours, theirs in zip(got, expected):
         torch.testing.assert_close(ours, theirs.double(), rtol=1e-6, atol=1e-6)
+
+
+def recurrent_states(cache, row: int) -> list[torch.Tensor]:
+    """Every convolution and recurrent state of a transformers cache, of one row of the batch."""
+    return [state[row] for layer in range(len(cache.layers)) if type(cache.layers[layer]).__name__.startswith("Linear")
+            for state in (cache.get_conv_state(layer), cache.layers[layer].recurrent_states[0])]
+
+
+@pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text"])
+def test_a_right_padded_prompt_leaves_each_rows_states_at_its_last_real_token(family):
+    """A row padded on the right ends with the states of its real tokens alone — convolution inputs and recurrent
+    state —, which transformers' fallbacks run on through the padding; the logits of the real tokens are the same."""
+    ids = torch.randint(1, 48, (2, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    plain, accelerated = build(family), acc.accelerate(build(family))
+    with torch.no_grad():
+        alone = accelerated(ids[1:, :7], use_cache=True)
+        padded = accelerated(ids, attention_mask=mask, use_cache=True)
+        theirs = plain(ids, attention_mask=mask, use_cache=True)
+        unpadded = plain(ids[1:, :7], use_cache=True)
+    torch.testing.assert_close(padded.logits[1, :7], alone.logits[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(theirs.logits[1, :7], unpadded.logits[0], rtol=1e-5, atol=1e-5)
+    ours, wanted = recurrent_states(padded.cache, 1), recurrent_states(alone.cache, 0)
+    assert len(ours) == 4
+    for state, expected in zip(ours, wanted):
+        torch.testing.assert_close(state, expected, rtol=1e-5, atol=1e-6)
+    drifted = recurrent_states(theirs.cache, 1)[1]  # the first layer's recurrent state, after the padding
+    assert not torch.allclose(drifted, recurrent_states(unpadded.cache, 0)[1], rtol=1e-3, atol=1e-4)
+    if family != "qwen3_5_text":  # a recurrent model decodes on from there (attention layers would see the padding)
+        following = ids[:, 7:8]
+        with torch.no_grad():
+            step = accelerated(following, cache=padded.cache, use_cache=True).logits[1]
+            wanted = accelerated(following[1:], cache=alone.cache, use_cache=True).logits[0]
+        torch.testing.assert_close(step, wanted, rtol=1e-5, atol=1e-5)
 
 
 def test_a_model_without_an_accelerated_layer_is_refused():

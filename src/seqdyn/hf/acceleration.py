@@ -15,7 +15,7 @@ Swapped so far, each computed by :func:`seqdyn.coefficient_dynamics` (the ``chun
   prompt) — with ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured;
 - RecurrentGemma's ``RecurrentGemmaRglru._rnn_scan`` (the RG-LRU's token-by-token loop over a prompt; a method, so
   swapped on each layer of the model) — on the ``scan`` backend, the resets as hard ones (decay 0);
-- and, in the Mamba-2 and Gated DeltaNet families, the short convolution before the scan, ``causal_conv1d_fn``, by
+- and, in every family but RecurrentGemma, the short convolution before the scan, ``causal_conv1d_fn``, by
   seqdyn's (:mod:`seqdyn.layers.conv`: read in the projection's own memory instead of a transposed copy; packed
   sequences honoured, which the fallback's convolution runs across).
 """
@@ -26,6 +26,8 @@ import functools
 import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -50,6 +52,27 @@ CHUNK_SIZE = 64
 DELTA_RULE_CHUNK_SIZE = 32
 
 
+@dataclass
+class _Padding:
+    """The steps of a padded prompt while an accelerated layer's forward runs (transformers passes the attention mask
+    to the layer, not to its scan): the swapped scans make a padded step no step — decay 1, no input —, so that
+    each row's final state is its state at its last real token (right padding: the fallbacks' scans run on through
+    the padding, decaying the state; left padding leaves a zero state zero in both).  ``real`` ``[b, l]``: True at
+    the real steps; ``conv_inputs``: what the swapped convolution read, for the cache's convolution state."""
+
+    real: Tensor
+    conv_inputs: list[Tensor] = field(default_factory=list)
+
+
+_PADDING: ContextVar[_Padding | None] = ContextVar("seqdyn_accelerated_padding", default=None)
+
+
+def _real_steps(batch: int, length: int) -> Tensor | None:
+    """``[b, l]`` True at the real steps of the prompt the accelerated layer runs, or ``None`` without padding."""
+    padding = _PADDING.get()
+    return padding.real if padding is not None and padding.real.shape == (batch, length) else None
+
+
 def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
                    D: Tensor | None = None, dt_bias: Tensor | None = None,  # noqa: N803
                    initial_states: Tensor | None = None, dt_softplus: bool = False,
@@ -68,6 +91,9 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     if dt_softplus:
         dt = F.softplus(dt)
     dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
+    real = _real_steps(*dt.shape[:2])
+    if real is not None:  # a padded step is no step: Δ = 0
+        dt = dt * real.unsqueeze(-1)
     keys, queries = B, C  # [b, l, 1, n]: one group, shared by every head (its gram C Bᵀ formed once per chunk)
     if groups > 1:  # [b, l, g, n] → [b, l, h, n]: each group's for its heads
         keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))
@@ -105,6 +131,9 @@ def selective_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
         dt = dt + delta_bias.to(dt.dtype)[:, None]
     if delta_softplus:
         dt = F.softplus(dt)
+    real = _real_steps(dt.shape[0], dt.shape[2])
+    if real is not None:  # a padded step is no step: Δ = 0
+        dt = dt * real.unsqueeze(1)
     step = dt.transpose(1, 2)  # [b, l, d]
     queries, keys = (t.transpose(1, 2).unsqueeze(2) for t in (C, B))  # [b, l, 1, N]
     values = hidden_states.transpose(1, 2).unsqueeze(-1)  # [b, l, d, 1]
@@ -134,6 +163,9 @@ def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta:
     dtype = value.dtype
     work = torch.promote_types(dtype, torch.float32)
     query, key, value, g, beta = (t.to(work) for t in (query, key, value, g, beta))
+    real = _real_steps(*g.shape[:2])
+    if real is not None:  # a padded step is no step: no decay (g = 0), no update (β = 0)
+        g, beta = g.masked_fill(~real.unsqueeze(-1), 0.0), beta.masked_fill(~real.unsqueeze(-1), 0.0)
     if use_qk_l2norm_in_kernel:
         query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
     heads = value.shape[2]
@@ -181,6 +213,9 @@ def causal_conv1d(hidden_states: Tensor, weight: Tensor, bias: Tensor | None = N
     if activation not in (None, "silu", "swish"):
         raise ValueError(f"activation: {activation!r} after the convolution is not accelerated (SiLU or none)")
     x = hidden_states.transpose(1, 2).to(weight.dtype)  # [b, l, c]
+    padding = _PADDING.get()
+    if padding is not None:
+        padding.conv_inputs.append(hidden_states)
     positions = None
     if seq_idx is not None or cu_seq_lens_q is not None:
         offsets = _cu_seqlens(seq_idx) if cu_seq_lens_q is None else cu_seq_lens_q
@@ -201,7 +236,8 @@ def _cu_seqlens(seq_idx: Tensor) -> Tensor:
 
 #: transformers module → {its fallback's name: seqdyn's function}: what :func:`accelerate` swaps, per family
 ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
-    **{f"transformers.models.{name}.modeling_{name}": {"mamba_selective_scan": selective_scan}
+    **{f"transformers.models.{name}.modeling_{name}": {"mamba_selective_scan": selective_scan,
+                                                        "causal_conv1d_fn": causal_conv1d}
        for name in ("mamba", "falcon_mamba")},
     **{f"transformers.models.{name}.modeling_{name}": {"mamba2_chunk_scan": ssd_chunk_scan,
                                                         "causal_conv1d_fn": causal_conv1d}
@@ -256,7 +292,7 @@ def accelerate(model: nn.Module) -> nn.Module:
         if getattr(layer, "_seqdyn_accelerated", False):  # accelerated once: not wrapped twice
             continue
         if kind in _LAYERS:
-            layer.forward = _accelerated_forward(layer.forward, _LAYERS[kind])
+            layer.forward = _accelerated_forward(layer.forward, _LAYERS[kind], layer)
         for name, function in ACCELERATED_METHODS.get(kind, {}).items():
             setattr(layer, name, _accelerated_method(getattr(layer, name), function))
         layer._seqdyn_accelerated = True
@@ -292,13 +328,49 @@ def _accelerated_method(method: Callable[..., Any], function: Callable[..., Any]
     return accelerated
 
 
-def _accelerated_forward(forward: Callable[..., Any], module_name: str) -> Callable[..., Any]:
+def _accelerated_forward(forward: Callable[..., Any], module_name: str, layer: nn.Module) -> Callable[..., Any]:
+    """``forward(hidden_states, cache=None, attention_mask=None, ...)`` of a transformers layer, with the functions
+    of :data:`ACCELERATED` for ``module_name`` swapped in and a padded prompt's padded steps made no steps."""
     @functools.wraps(forward)
     def accelerated(*args: Any, **kwargs: Any) -> Any:
         hidden = args[0] if args else kwargs.get("hidden_states")
         if isinstance(hidden, Tensor) and hidden.dim() == 3 and hidden.shape[1] == 1:
             return forward(*args, **kwargs)  # one decoded token: the step update, no scan to swap
-        with _swapped(module_name):
-            return forward(*args, **kwargs)
+        cache = args[1] if len(args) > 1 else kwargs.get("cache")
+        mask = args[2] if len(args) > 2 else kwargs.get("attention_mask")
+        padding = _padding_of(mask, hidden)
+        token = _PADDING.set(padding)
+        try:
+            with _swapped(module_name):
+                output = forward(*args, **kwargs)
+        finally:
+            _PADDING.reset(token)
+        if padding is not None and cache is not None:
+            _keep_real_conv_state(cache, getattr(layer, "layer_idx", None), padding)
+        return output
 
     return accelerated
+
+
+def _padding_of(mask: Any, hidden: Any) -> _Padding | None:
+    """The prompt's padding from the layer's ``attention_mask`` ``[b, l]`` (1 at real tokens); ``None`` if none."""
+    if not isinstance(mask, Tensor) or not isinstance(hidden, Tensor) or mask.dim() != 2:
+        return None
+    if mask.shape != hidden.shape[:2] or bool(mask.all()):
+        return None
+    return _Padding(mask.bool())
+
+
+def _keep_real_conv_state(cache: Any, layer_idx: int | None, padding: _Padding) -> None:
+    """The cache's convolution state of each row as its last inputs up to its last real step (transformers keeps
+    the last inputs of the prompt, right padding included), from what the swapped convolution read."""
+    state = cache.get_conv_state(layer_idx) if layer_idx is not None and padding.conv_inputs else None
+    inputs = padding.conv_inputs[-1] if padding.conv_inputs else None  # [b, c, l]
+    if state is None or inputs.shape[-1] != padding.real.shape[1]:
+        return
+    width, length = state.shape[-1], inputs.shape[-1]
+    ends = length - padding.real.flip(-1).int().argmax(-1)  # [b]: one past each row's last real step
+    window = torch.arange(width, device=inputs.device) - width  # [w]: the steps before the end
+    steps = ends.unsqueeze(-1) + window  # [b, w]
+    taken = inputs.gather(-1, steps.clamp(min=0).unsqueeze(1).expand(-1, inputs.shape[1], -1))  # [b, c, w]
+    state.copy_(taken.masked_fill((steps < 0).unsqueeze(1), 0.0).to(state.dtype))
