@@ -231,6 +231,17 @@ def test_bench_train_measures_tokens_per_second_and_overhead():
     assert setup == {"d_model": 32, "seq_len": 32, "batch": 4}
 
 
+def test_bench_train_times_the_compiled_step_against_the_eager_one():
+    from seqdyn.bench.train import TrainCell, run
+
+    cells, _ = run(["linear_attention"], device="cpu", steps=1, compile_step=True, d_model=16, seq_len=16, batch=2)
+    (cell,) = cells
+    assert cell.status == "ok", cell.note
+    assert cell.compiled_ms > 0 and cell.compile_s > 0 and cell.compile_ratio == cell.bare_ms / cell.compiled_ms
+    assert TrainCell("x", 1.0, bare_ms=30.0, harness_ms=31.0, compiled_ms=20.0).compile_ratio == 1.5
+    assert TrainCell("x", 1.0, bare_ms=30.0, harness_ms=31.0).compile_ratio is None
+
+
 def test_run_ids_survive_fields_added_later():
     """The ids of examples/mqar_tiny.yaml as the last commit before model.norm_position gave them (2ed9db1): a
     field added later, left at its default, leaves every id (and so every store) as it was; set, it changes it."""

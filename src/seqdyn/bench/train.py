@@ -7,7 +7,9 @@ For every mixer, a 2-layer model on MQAR (CPU: d = 128, L = 256; GPU: d = 512, L
   schedule, the loss check, the progress bar, and a row in the results store every ``log_every`` steps.
 
 The two are timed alternately, step by step, and their medians compared.  Tokens per second are those of the
-harness; the overhead is ``1 − bare / harness`` (target < 5 %).
+harness; the overhead is ``1 − bare / harness`` (target < 5 %).  With ``--compile-step`` the bare step is also timed
+with the model under ``torch.compile`` (its first call, the compilation, timed apart), alternately with the eager
+one: whether compiling the training step pays (issue 32, item 7), as the ratio eager / compiled.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ class TrainCell:
     harness_ms: float | None = None
     status: str = "ok"
     note: str = ""
+    compiled_ms: float | None = None
+    compile_s: float | None = None
+
+    @property
+    def compile_ratio(self) -> float | None:
+        """The eager bare step's time over the compiled one's (> 1: compiling pays)."""
+        return None if self.compiled_ms is None else self.bare_ms / self.compiled_ms
 
     @property
     def overhead(self) -> float | None:
@@ -66,9 +75,24 @@ def _interleaved_ms(first, second, repeats: int, device: torch.device) -> tuple[
     return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs)
 
 
+def _compiled_step(trainer, inputs: torch.Tensor, targets: torch.Tensor):
+    """The bare step with the trainer's model under ``torch.compile`` (the same weights and optimizer)."""
+    compiled = torch.compile(trainer.model)
+
+    def step() -> None:
+        with trainer.autocast():
+            loss = trainer.task.loss(compiled(inputs), targets)
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        trainer.optimizer.step()
+
+    return step
+
+
 def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch: int, steps: int,
-            log_every: int = 10) -> TrainCell:
-    """Bare and harness step times of one mixer (a warm-up step each first)."""
+            log_every: int = 10, compile_step: bool = False) -> TrainCell:
+    """Bare and harness step times of one mixer (a warm-up step each first); with ``compile_step`` also the bare
+    step compiled, against the eager one."""
     from seqdyn.train.loop import Trainer
     from seqdyn.train.progress import RunProgress
     from seqdyn.train.store import Store
@@ -100,13 +124,20 @@ def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch:
         try:
             bare(), harness()
             bare_ms, harness_ms = _interleaved_ms(bare, harness, steps, device)
+            compiled_ms = compile_s = None
+            if compile_step:
+                compiled = _compiled_step(trainer, inputs, targets)
+                compile_s = elapsed_seconds(compiled, device)  # the first call compiles
+                bare_ms, compiled_ms = _interleaved_ms(bare, compiled, steps, device)
         finally:
             bar.close()
             store.close()
-    return TrainCell(mixer, batch * seq_len / (harness_ms / 1000), bare_ms, harness_ms)
+    return TrainCell(mixer, batch * seq_len / (harness_ms / 1000), bare_ms, harness_ms,
+                     compiled_ms=compiled_ms, compile_s=compile_s)
 
 
-def run(names=None, device: str = "auto", steps: int = 7, progress=None, **sizes: int) -> tuple[list[TrainCell], dict]:
+def run(names=None, device: str = "auto", steps: int = 7, progress=None, compile_step: bool = False,
+        **sizes: int) -> tuple[list[TrainCell], dict]:
     """Measure every named mixer (default: all); ``sizes`` overrides ``d_model``, ``seq_len`` or ``batch``."""
     device_ = resolve_device(device)
     gpu = device_.type == "cuda"
@@ -118,7 +149,8 @@ def run(names=None, device: str = "auto", steps: int = 7, progress=None, **sizes
     cells = []
     for name in names or mixers.names():
         try:
-            cell = measure(name, device_, setup["d_model"], setup["seq_len"], setup["batch"], steps)
+            cell = measure(name, device_, setup["d_model"], setup["seq_len"], setup["batch"], steps,
+                           compile_step=compile_step)
         except (RuntimeError, ValueError) as error:  # e.g. out of memory or an option a width can't take
             cell = TrainCell(name, status="error", note=str(error).splitlines()[0][:80])
         cells.append(cell)
@@ -127,8 +159,9 @@ def run(names=None, device: str = "auto", steps: int = 7, progress=None, **sizes
     return cells, setup
 
 
-def main(names: str = "", device: str = "auto", steps: int = 7) -> None:
-    """Training tokens per second per mixer and the harness overhead (issue 'training')."""
+def main(names: str = "", device: str = "auto", steps: int = 7, compile_step: bool = False) -> None:
+    """Training tokens per second per mixer and the harness overhead (issue 'training'); --compile-step: also the
+    bare step under torch.compile, against the eager one."""
     from rich.table import Table
 
     from seqdyn.train.progress import console, progress_bar
@@ -140,18 +173,23 @@ def main(names: str = "", device: str = "auto", steps: int = 7) -> None:
     out = console()
     with progress_bar(console=out) as bar:
         task = bar.add_task("training steps", total=len(selected or mixers.names()))
-        cells, setup = run(selected, device, steps, lambda cell: bar.update(task, advance=1, description=cell.mixer))
+        cells, setup = run(selected, device, steps, lambda cell: bar.update(task, advance=1, description=cell.mixer),
+                           compile_step)
     title = (f"training throughput on {resolve_device(device)}: 2 layers, d={setup['d_model']}, MQAR L={setup['seq_len']},"
              f" batch {setup['batch']}")
     table = Table(title=title)
-    for column in ("mixer", "tokens/s", "bare step ms", "harness step ms", "harness overhead"):
+    columns = ["mixer", "tokens/s", "bare step ms", "harness step ms", "harness overhead"]
+    columns += ["compiled step ms", "eager / compiled", "compile s"] if compile_step else []
+    for column in columns:
         table.add_column(column, justify="left" if column == "mixer" else "right")
     for cell in cells:
         if cell.status != "ok":
-            table.add_row(cell.mixer, cell.status, cell.note, "", "")
+            table.add_row(cell.mixer, cell.status, cell.note, *[""] * (len(columns) - 3))
             continue
+        compiled = ([f"{cell.compiled_ms:.1f}", f"{cell.compile_ratio:.2f}×", f"{cell.compile_s:.1f}"]
+                    if compile_step else [])
         table.add_row(cell.mixer, f"{cell.tokens_per_s:,.0f}", f"{cell.bare_ms:.1f}", f"{cell.harness_ms:.1f}",
-                      f"{100 * cell.overhead:.1f} %")
+                      f"{100 * cell.overhead:.1f} %", *compiled)
     out.print(table)
     ok = [c for c in cells if c.overhead is not None]
     if ok:
