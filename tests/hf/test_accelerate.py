@@ -280,6 +280,24 @@ def test_gated_delta_rule_equals_transformers_recurrent_form():
         torch.testing.assert_close(ours, theirs.double(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("family", ["mamba", "falcon_mamba", "mamba2", "qwen3_5_text"])
+def test_a_prompt_prefilled_in_two_pieces_gives_the_logits_of_one_forward(family):
+    """Accelerated, the second piece continues from the cache's recurrent state; transformers' Mamba and
+    Falcon-Mamba fallbacks start every multi-token call from zeros (their chunked prefill diverges)."""
+    tokens = ids(24)
+    plain, accelerated = build(family, torch.float64), acc.accelerate(build(family, torch.float64))
+
+    def in_two_pieces(model):
+        first = model(tokens[:, :10], use_cache=True)
+        return torch.cat([first.logits, model(tokens[:, 10:], cache=first.cache, use_cache=True).logits], dim=1)
+
+    with torch.no_grad():
+        whole, ours, theirs = plain(tokens).logits, in_two_pieces(accelerated), in_two_pieces(plain)
+    assert (ours - whole).abs().max() <= FLOAT32_ROUNDING * whole.abs().max()
+    if family in ("mamba", "falcon_mamba"):
+        assert (theirs - whole).abs().max() > 1e-5 * whole.abs().max()
+
+
 def recurrent_states(cache, row: int) -> list[torch.Tensor]:
     """Every convolution and recurrent state of a transformers cache, of one row of the batch."""
     return [state[row] for layer in range(len(cache.layers)) if type(cache.layers[layer]).__name__.startswith("Linear")

@@ -53,24 +53,29 @@ DELTA_RULE_CHUNK_SIZE = 32
 
 
 @dataclass
-class _Padding:
-    """The steps of a padded prompt while an accelerated layer's forward runs (transformers passes the attention mask
-    to the layer, not to its scan): the swapped scans make a padded step no step — decay 1, no input —, so that
-    each row's final state is its state at its last real token (right padding: the fallbacks' scans run on through
-    the padding, decaying the state; left padding leaves a zero state zero in both).  ``real`` ``[b, l]``: True at
-    the real steps; ``conv_inputs``: what the swapped convolution read, for the cache's convolution state."""
+class _Prompt:
+    """What an accelerated layer's forward knows of its prompt that transformers does not tell the scan inside it.
 
-    real: Tensor
+    ``real`` ``[b, l]``: True at the real steps of a padded prompt (transformers passes the attention mask to the
+    layer, not to its scan): the swapped scans make a padded step no step — decay 1, no input —, so that each row's
+    final state is its state at its last real token (right padding: the fallbacks run on through the padding,
+    decaying the state; left padding leaves a zero state zero in both); ``conv_inputs``: what the swapped convolution
+    read, for the cache's convolution state.  ``previous_state``: the cache's recurrent state before the call, which
+    Mamba's fallback does not continue from when a prompt comes in several pieces (it starts each from zeros)."""
+
+    real: Tensor | None = None
+    previous_state: Tensor | None = None
     conv_inputs: list[Tensor] = field(default_factory=list)
 
 
-_PADDING: ContextVar[_Padding | None] = ContextVar("seqdyn_accelerated_padding", default=None)
+_PROMPT: ContextVar[_Prompt | None] = ContextVar("seqdyn_accelerated_prompt", default=None)
 
 
 def _real_steps(batch: int, length: int) -> Tensor | None:
     """``[b, l]`` True at the real steps of the prompt the accelerated layer runs, or ``None`` without padding."""
-    padding = _PADDING.get()
-    return padding.real if padding is not None and padding.real.shape == (batch, length) else None
+    prompt = _PROMPT.get()
+    real = None if prompt is None else prompt.real
+    return real if real is not None and real.shape == (batch, length) else None
 
 
 def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
@@ -137,9 +142,13 @@ def selective_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     step = dt.transpose(1, 2)  # [b, l, d]
     queries, keys = (t.transpose(1, 2).unsqueeze(2) for t in (C, B))  # [b, l, 1, N]
     values = hidden_states.transpose(1, 2).unsqueeze(-1)  # [b, l, d, 1]
+    prompt = _PROMPT.get()
+    previous = None if prompt is None else prompt.previous_state  # [b, d, N]: a prompt's earlier piece
+    continued = previous is not None and previous.shape == (dt.shape[0], *A.shape)
+    initial = previous.to(step.dtype).unsqueeze(-1) if continued else None  # [b, d, N, 1]
     output, state = coefficient_dynamics(queries.to(step.dtype), keys.to(step.dtype), values.to(step.dtype),
                                          log_decay=step.unsqueeze(-1) * A.to(step.dtype), scale=step, backend="scan",
-                                         output_final_state=True)
+                                         initial_state=initial, output_final_state=True)
     output = output.squeeze(-1).transpose(1, 2).to(hidden_states.dtype)  # [b, l, d, 1] → [b, d, l]
     if D is not None:
         output = output + hidden_states * D[:, None]
@@ -213,9 +222,9 @@ def causal_conv1d(hidden_states: Tensor, weight: Tensor, bias: Tensor | None = N
     if activation not in (None, "silu", "swish"):
         raise ValueError(f"activation: {activation!r} after the convolution is not accelerated (SiLU or none)")
     x = hidden_states.transpose(1, 2).to(weight.dtype)  # [b, l, c]
-    padding = _PADDING.get()
-    if padding is not None:
-        padding.conv_inputs.append(hidden_states)
+    prompt = _PROMPT.get()
+    if prompt is not None and prompt.real is not None:
+        prompt.conv_inputs.append(hidden_states)
     positions = None
     if seq_idx is not None or cu_seq_lens_q is not None:
         offsets = _cu_seqlens(seq_idx) if cu_seq_lens_q is None else cu_seq_lens_q
@@ -330,7 +339,8 @@ def _accelerated_method(method: Callable[..., Any], function: Callable[..., Any]
 
 def _accelerated_forward(forward: Callable[..., Any], module_name: str, layer: nn.Module) -> Callable[..., Any]:
     """``forward(hidden_states, cache=None, attention_mask=None, ...)`` of a transformers layer, with the functions
-    of :data:`ACCELERATED` for ``module_name`` swapped in and a padded prompt's padded steps made no steps."""
+    of :data:`ACCELERATED` for ``module_name`` swapped in and told what the layer knows of its prompt
+    (:class:`_Prompt`)."""
     @functools.wraps(forward)
     def accelerated(*args: Any, **kwargs: Any) -> Any:
         hidden = args[0] if args else kwargs.get("hidden_states")
@@ -338,38 +348,48 @@ def _accelerated_forward(forward: Callable[..., Any], module_name: str, layer: n
             return forward(*args, **kwargs)  # one decoded token: the step update, no scan to swap
         cache = args[1] if len(args) > 1 else kwargs.get("cache")
         mask = args[2] if len(args) > 2 else kwargs.get("attention_mask")
-        padding = _padding_of(mask, hidden)
-        token = _PADDING.set(padding)
+        prompt = _Prompt(_real_of(mask, hidden), _recurrent_state(cache, getattr(layer, "layer_idx", None)))
+        token = _PROMPT.set(prompt)
         try:
             with _swapped(module_name):
                 output = forward(*args, **kwargs)
         finally:
-            _PADDING.reset(token)
-        if padding is not None and cache is not None:
-            _keep_real_conv_state(cache, getattr(layer, "layer_idx", None), padding)
+            _PROMPT.reset(token)
+        if prompt.real is not None and cache is not None:
+            _keep_real_conv_state(cache, getattr(layer, "layer_idx", None), prompt)
         return output
 
     return accelerated
 
 
-def _padding_of(mask: Any, hidden: Any) -> _Padding | None:
-    """The prompt's padding from the layer's ``attention_mask`` ``[b, l]`` (1 at real tokens); ``None`` if none."""
+def _real_of(mask: Any, hidden: Any) -> Tensor | None:
+    """The real steps ``[b, l]`` of a padded prompt from the layer's ``attention_mask`` (1 at real tokens)."""
     if not isinstance(mask, Tensor) or not isinstance(hidden, Tensor) or mask.dim() != 2:
         return None
     if mask.shape != hidden.shape[:2] or bool(mask.all()):
         return None
-    return _Padding(mask.bool())
+    return mask.bool()
 
 
-def _keep_real_conv_state(cache: Any, layer_idx: int | None, padding: _Padding) -> None:
+def _recurrent_state(cache: Any, layer_idx: int | None) -> Tensor | None:
+    """The cache's recurrent state of the layer before this call (``None`` before its first piece)."""
+    if cache is None or layer_idx is None or not hasattr(cache, "get_recurrent_state"):
+        return None
+    try:
+        return cache.get_recurrent_state(layer_idx)
+    except (ValueError, IndexError):  # no state of this layer kept yet
+        return None
+
+
+def _keep_real_conv_state(cache: Any, layer_idx: int | None, prompt: _Prompt) -> None:
     """The cache's convolution state of each row as its last inputs up to its last real step (transformers keeps
     the last inputs of the prompt, right padding included), from what the swapped convolution read."""
-    state = cache.get_conv_state(layer_idx) if layer_idx is not None and padding.conv_inputs else None
-    inputs = padding.conv_inputs[-1] if padding.conv_inputs else None  # [b, c, l]
-    if state is None or inputs.shape[-1] != padding.real.shape[1]:
+    state = cache.get_conv_state(layer_idx) if layer_idx is not None and prompt.conv_inputs else None
+    inputs = prompt.conv_inputs[-1] if prompt.conv_inputs else None  # [b, c, l]
+    if state is None or inputs.shape[-1] != prompt.real.shape[1]:
         return
     width, length = state.shape[-1], inputs.shape[-1]
-    ends = length - padding.real.flip(-1).int().argmax(-1)  # [b]: one past each row's last real step
+    ends = length - prompt.real.flip(-1).int().argmax(-1)  # [b]: one past each row's last real step
     window = torch.arange(width, device=inputs.device) - width  # [w]: the steps before the end
     steps = ends.unsqueeze(-1) + window  # [b, w]
     taken = inputs.gather(-1, steps.clamp(min=0).unsqueeze(1).expand(-1, inputs.shape[1], -1))  # [b, c, w]
