@@ -35,14 +35,6 @@ def delta_rule_chunks(q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: T
     return _DeltaRuleChunks.apply(q, d, v, g, beta, s, initial)
 
 
-def _plus_product(x: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
-    """``x + alpha · a @ b``, added inside one batched product when all three have the same batch shape."""
-    if x.shape[:-2] == a.shape[:-2] == b.shape[:-2]:
-        return torch.baddbmm(x.flatten(0, -3), a.flatten(0, -3), b.flatten(0, -3),  # [B·H, ., .]
-                             alpha=alpha).view(x.shape)
-    return x + alpha * (a @ b)
-
-
 def _delta_rule_states(u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, initial: Tensor | None,
                        key_dim: int) -> tuple[Tensor, Tensor]:
     """The chunks' sequential part, ``V'_n = U_n − W_n S_n`` and ``S_{n+1} = e^{Γ_n} S_n + D̂_nᵀ V'_n`` from
@@ -50,13 +42,19 @@ def _delta_rule_states(u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor
     of the output ``Y = [Q̃, A] [S; V']``) and the final state; every input has the full batch and heads."""
     batch, heads, chunks, size, value_dim = u.shape
     right = u.new_empty(batch, heads, chunks, key_dim + size, value_dim)
-    state = right.new_zeros(batch, heads, key_dim, value_dim) if initial is None else initial.expand(
-        batch, heads, key_dim, value_dim)
-    for n, chunk in enumerate(right.unbind(2)):
-        chunk[:, :, :key_dim] = state
-        corrected = torch.sub(u[:, :, n], w[:, :, n] @ state, out=chunk[:, :, key_dim:])
-        state = _plus_product(chunk_decay[:, :, n] * state, to_end[:, :, n].transpose(-1, -2), corrected)
-    return right, state
+    final = u.new_empty(batch * heads, key_dim, value_dim)
+    states, corrected = (x.flatten(0, 1) for x in right.split([key_dim, size], dim=-2))  # [B·H, N, K|C, V] views
+    u, w, to_end = (x.flatten(0, 1) for x in (u, w, to_end))  # [B·H, N, C, ·]
+    decays = chunk_decay.expand(batch, heads, chunks, 1, 1).flatten(0, 1)  # [B·H, N, 1, 1]
+    if initial is None:
+        states[:, 0].zero_()
+    else:
+        states[:, 0] = initial.expand(batch, heads, key_dim, value_dim).flatten(0, 1)
+    for n in range(chunks):
+        state, following = states[:, n], (states[:, n + 1] if n + 1 < chunks else final)
+        torch.baddbmm(u[:, n], w[:, n], state, alpha=-1, out=corrected[:, n])  # V'_n = U_n − W_n S_n
+        torch.mul(state, decays[:, n], out=following).baddbmm_(to_end[:, n].transpose(-1, -2), corrected[:, n])
+    return right, final.view(batch, heads, key_dim, value_dim)
 
 
 def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor,
@@ -65,16 +63,24 @@ def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk
     ``∂V'_n = ∂_direct V'_n + D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n + e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.
     Returns ``(∂S_{n+1} [B, H, N, K, V], ∂V' [B, H, N, C, V], ∂S_0)``."""
     batch, heads, chunks, _, value_dim = direct.shape
+    size = direct.shape[3] - key_dim
     grad_after = direct.new_empty(batch, heads, chunks, key_dim, value_dim)
-    grad_corrected = torch.empty_like(direct[:, :, :, key_dim:])
-    grad_state = direct.new_zeros(batch, heads, key_dim, value_dim) if grad_final is None else grad_final.expand(
-        batch, heads, key_dim, value_dim)
+    grad_corrected = direct.new_empty(batch, heads, chunks, size, value_dim)
+    grad_initial = direct.new_empty(batch * heads, key_dim, value_dim)
+    after, corrected = grad_after.flatten(0, 1), grad_corrected.flatten(0, 1)  # [B·H, N, ·, V] views
+    direct_states, direct_corrected = (x.flatten(0, 1) for x in direct.split([key_dim, size], dim=-2))
+    w, to_end = w.flatten(0, 1), to_end.flatten(0, 1)  # [B·H, N, C, K]
+    decays = chunk_decay.expand(batch, heads, chunks, 1, 1).flatten(0, 1)  # [B·H, N, 1, 1]
+    if grad_final is None:
+        after[:, -1].zero_()
+    else:
+        after[:, -1] = grad_final.expand(batch, heads, key_dim, value_dim).flatten(0, 1)
     for n in range(chunks - 1, -1, -1):
-        grad_after[:, :, n] = grad_state
-        values = torch.add(direct[:, :, n, key_dim:], to_end[:, :, n] @ grad_state, out=grad_corrected[:, :, n])
-        grad_state = _plus_product(torch.addcmul(direct[:, :, n, :key_dim], chunk_decay[:, :, n], grad_state),
-                                   w[:, :, n].transpose(-1, -2), values, alpha=-1)
-    return grad_after, grad_corrected, grad_state
+        grad_next, earlier = after[:, n], (after[:, n - 1] if n > 0 else grad_initial)  # ∂S_{n+1}, where ∂S_n goes
+        torch.baddbmm(direct_corrected[:, n], to_end[:, n], grad_next, out=corrected[:, n])  # ∂V'_n
+        torch.addcmul(direct_states[:, n], decays[:, n], grad_next, out=earlier).baddbmm_(
+            w[:, n].transpose(-1, -2), corrected[:, n], alpha=-1)  # ∂S_n
+    return grad_after, grad_corrected, grad_initial.view(batch, heads, key_dim, value_dim)
 
 
 def _through_grams(grad_coefficients: Tensor, products: Tensor, decay: Tensor, beta: Tensor, grams: Tensor,
