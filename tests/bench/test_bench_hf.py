@@ -1,5 +1,6 @@
-"""``seqdyn bench hf``: transformers' Mamba, Mamba-2, Gated DeltaNet and RG-LRU fallbacks against ``seqdyn.hf.accelerate``, side by side — each row
-measures both models, checks their logits agree, and states the ratios the way the table prints them."""
+"""``seqdyn bench hf``: transformers' Mamba, Mamba-2, Gated DeltaNet and RG-LRU fallbacks against
+``seqdyn.hf.accelerate``, side by side — each row measures both models (then the first accelerated layer and each
+swapped function alone), checks their outputs agree, and states the ratios the way the table prints them."""
 
 from __future__ import annotations
 

@@ -141,41 +141,23 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
     backward_s = tuple(time_call(train_step(model), cpu, repeats).best_s for model in (plain, fast))
     prompt = inputs[:, :min(length, 256)]
     decode = tuple(_decode_rate(model, prompt, decode_tokens) for model in (plain, fast))
-    calls = [*_first_layer_call(plain, fast, inputs), *_first_calls(plain, inputs)]
-    functions = tuple(_measure_function(*call, repeats) for call in calls)
+    functions = tuple(_measure_function(*call, repeats) for call in _first_calls(plain, fast, inputs))
     return HfRow(family, length, prefill_s, backward_s, decode, difference, functions)
 
 
-def _first_layer_call(plain: torch.nn.Module, fast: torch.nn.Module,
-                      inputs: torch.Tensor) -> list[tuple[str, Any, Any, tuple, dict]]:
-    """``[(name, the plain model's first accelerated layer, the same layer of the accelerated model, args, kwargs)]``
-    with the arguments that layer receives in the plain model's forward of ``inputs``; ``[]`` where the layers
-    keep a state between calls (RecurrentGemma's RG-LRU: a second call would continue the first one's)."""
-    from seqdyn.hf.acceleration import ACCELERATED_METHODS
+def _first_calls(plain: torch.nn.Module, fast: torch.nn.Module,
+                 inputs: torch.Tensor) -> list[tuple[str, Any, Any, tuple, dict]]:
+    """``(name, transformers' version, seqdyn's, args, kwargs)`` with the arguments of the first call in one forward
+    of ``inputs`` through ``plain``: first its first accelerated layer against the same layer of ``fast`` (none where
+    the layers keep a state between calls — RecurrentGemma's RG-LRU: a second call would continue the first one's),
+    then each function that :func:`~seqdyn.hf.accelerate` swaps, transformers' fallback against seqdyn's."""
+    from seqdyn.hf.acceleration import ACCELERATED_METHODS, swapped_functions
 
-    accelerated = [name for name, layer in fast.named_modules() if getattr(layer, "_seqdyn_accelerated", False)
-                   and type(layer).__name__ not in ACCELERATED_METHODS]
-    if not accelerated:
-        return []
-    name = accelerated[0]
-    layer, calls = plain.get_submodule(name), []
-    hook = layer.register_forward_pre_hook(lambda _, args, kwargs: calls.append((args, kwargs)) and None,
-                                           with_kwargs=True)
-    try:
-        with torch.no_grad():
-            plain(inputs, use_cache=False)
-    finally:
-        hook.remove()
-    return [(f"{type(layer).__name__} (layer)", layer, fast.get_submodule(name), *calls[0])]
-
-
-def _first_calls(model: torch.nn.Module, inputs: torch.Tensor) -> list[tuple[str, Any, Any, tuple, dict]]:
-    """``(name, transformers' fallback, seqdyn's function, args, kwargs)`` of each function that
-    :func:`~seqdyn.hf.accelerate` swaps in ``model``, with the arguments of its first call in the forward of
-    ``inputs``."""
-    from seqdyn.hf.acceleration import swapped_functions
-
-    swaps, calls = swapped_functions(model), {}
+    swaps, calls = swapped_functions(plain), {}
+    layers = [name for name, layer in fast.named_modules() if getattr(layer, "_seqdyn_accelerated", False)
+              and type(layer).__name__ not in ACCELERATED_METHODS]
+    layer = plain.get_submodule(layers[0]) if layers else None
+    layer_name = f"{type(layer).__name__} (layer)"
 
     def recorder(name, original):
         def record(*args, **kwargs):
@@ -184,19 +166,24 @@ def _first_calls(model: torch.nn.Module, inputs: torch.Tensor) -> list[tuple[str
         return record
 
     originals = [getattr(owner, name) for owner, name, _ in swaps]
+    hook = None if layer is None else layer.register_forward_pre_hook(
+        lambda _, args, kwargs: calls.setdefault(layer_name, (args, kwargs)) and None, with_kwargs=True)
     try:
         for (owner, name, _), original in zip(swaps, originals):
             setattr(owner, name, recorder(name, original))
         with torch.no_grad():
-            model(inputs, use_cache=False)
+            plain(inputs, use_cache=False)
     finally:
+        if hook is not None:
+            hook.remove()
         for (owner, name, _), original in zip(swaps, originals):
             if isinstance(owner, types.ModuleType):
                 setattr(owner, name, original)
             else:  # a layer: its class's method again
                 delattr(owner, name)
-    return [(name, original, function, *calls[name])
-            for (_, name, function), original in zip(swaps, originals) if name in calls]
+    layer_call = [] if layer is None else [(layer_name, layer, fast.get_submodule(layers[0]), *calls[layer_name])]
+    return layer_call + [(name, original, function, *calls[name])
+                         for (_, name, function), original in zip(swaps, originals) if name in calls]
 
 
 def _measure_function(name: str, original: Any, replacement: Any, args: tuple, kwargs: dict,

@@ -75,13 +75,13 @@ def _interleaved_ms(first, second, repeats: int, device: torch.device) -> tuple[
     return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs)
 
 
-def _compiled_step(trainer, inputs: torch.Tensor, targets: torch.Tensor):
-    """The bare step with the trainer's model under ``torch.compile`` (the same weights and optimizer)."""
-    compiled = torch.compile(trainer.model)
+def _bare_step(trainer, model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
+    """Forward, backward and the optimizer's step on one fixed batch, nothing else: ``model`` is the trainer's
+    own, or the same under ``torch.compile`` (the same weights and optimizer)."""
 
     def step() -> None:
         with trainer.autocast():
-            loss = trainer.task.loss(compiled(inputs), targets)
+            loss = trainer.task.loss(model(inputs), targets)
         trainer.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         trainer.optimizer.step()
@@ -104,14 +104,7 @@ def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch:
         store.claim(config.run_id, "bench")
         trainer = Trainer(config, store, checkpoint_dir=folder, owner="bench", progress=False)
         inputs, targets = (t[:batch].to(trainer.device) for t in trainer.train_data)
-
-        def bare() -> None:
-            with trainer.autocast():
-                loss = trainer.task.loss(trainer.model(inputs), targets)
-            trainer.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            trainer.optimizer.step()
-
+        bare = _bare_step(trainer, trainer.model, inputs, targets)
         bar = RunProgress(True, config.name, 10**6, 0)
 
         def harness() -> None:
@@ -126,7 +119,7 @@ def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch:
             bare_ms, harness_ms = _interleaved_ms(bare, harness, steps, device)
             compiled_ms = compile_s = None
             if compile_step:
-                compiled = _compiled_step(trainer, inputs, targets)
+                compiled = _bare_step(trainer, torch.compile(trainer.model), inputs, targets)
                 compile_s = elapsed_seconds(compiled, device)  # the first call compiles
                 bare_ms, compiled_ms = _interleaved_ms(bare, compiled, steps, device)
         finally:

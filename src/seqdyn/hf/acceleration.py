@@ -27,7 +27,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -59,13 +59,13 @@ class _Prompt:
     ``real`` ``[b, l]``: True at the real steps of a padded prompt (transformers passes the attention mask to the
     layer, not to its scan): the swapped scans make a padded step no step — decay 1, no input —, so that each row's
     final state is its state at its last real token (right padding: the fallbacks run on through the padding,
-    decaying the state; left padding leaves a zero state zero in both); ``conv_inputs``: what the swapped convolution
+    decaying the state; left padding leaves a zero state zero in both); ``conv_input``: what the swapped convolution
     read, for the cache's convolution state.  ``previous_state``: the cache's recurrent state before the call, which
     Mamba's fallback does not continue from when a prompt comes in several pieces (it starts each from zeros)."""
 
     real: Tensor | None = None
     previous_state: Tensor | None = None
-    conv_inputs: list[Tensor] = field(default_factory=list)
+    conv_input: Tensor | None = None
 
 
 _PROMPT: ContextVar[_Prompt | None] = ContextVar("seqdyn_accelerated_prompt", default=None)
@@ -224,7 +224,7 @@ def causal_conv1d(hidden_states: Tensor, weight: Tensor, bias: Tensor | None = N
     x = hidden_states.transpose(1, 2).to(weight.dtype)  # [b, l, c]
     prompt = _PROMPT.get()
     if prompt is not None and prompt.real is not None:
-        prompt.conv_inputs.append(hidden_states)
+        prompt.conv_input = hidden_states
     positions = None
     if seq_idx is not None or cu_seq_lens_q is not None:
         offsets = _cu_seqlens(seq_idx) if cu_seq_lens_q is None else cu_seq_lens_q
@@ -348,7 +348,8 @@ def _accelerated_forward(forward: Callable[..., Any], module_name: str, layer: n
             return forward(*args, **kwargs)  # one decoded token: the step update, no scan to swap
         cache = args[1] if len(args) > 1 else kwargs.get("cache")
         mask = args[2] if len(args) > 2 else kwargs.get("attention_mask")
-        prompt = _Prompt(_real_of(mask, hidden), _recurrent_state(cache, getattr(layer, "layer_idx", None)))
+        layer_idx = getattr(layer, "layer_idx", None)
+        prompt = _Prompt(_real_of(mask, hidden), _recurrent_state(cache, layer_idx))
         token = _PROMPT.set(prompt)
         try:
             with _swapped(module_name):
@@ -356,7 +357,7 @@ def _accelerated_forward(forward: Callable[..., Any], module_name: str, layer: n
         finally:
             _PROMPT.reset(token)
         if prompt.real is not None and cache is not None:
-            _keep_real_conv_state(cache, getattr(layer, "layer_idx", None), prompt)
+            _keep_real_conv_state(cache, layer_idx, prompt)
         return output
 
     return accelerated
@@ -384,8 +385,8 @@ def _recurrent_state(cache: Any, layer_idx: int | None) -> Tensor | None:
 def _keep_real_conv_state(cache: Any, layer_idx: int | None, prompt: _Prompt) -> None:
     """The cache's convolution state of each row as its last inputs up to its last real step (transformers keeps
     the last inputs of the prompt, right padding included), from what the swapped convolution read."""
-    state = cache.get_conv_state(layer_idx) if layer_idx is not None and prompt.conv_inputs else None
-    inputs = prompt.conv_inputs[-1] if prompt.conv_inputs else None  # [b, c, l]
+    inputs = prompt.conv_input  # [b, c, l]
+    state = cache.get_conv_state(layer_idx) if layer_idx is not None and inputs is not None else None
     if state is None or inputs.shape[-1] != prompt.real.shape[1]:
         return
     width, length = state.shape[-1], inputs.shape[-1]

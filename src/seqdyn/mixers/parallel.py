@@ -7,9 +7,10 @@ For parts m = 1 … M, each a mixer of its own with its own projections::
 Falcon-H1 (Zuo et al. 2025, "Falcon-H1: A Family of Hybrid-Head Language Models", §2.1) runs softmax attention and
 a Mamba-2 SSM side by side in every layer on the same normalized input and adds their outputs (each times a μP
 multiplier, which a converted model folds into the projections); Hymba (Dong et al. 2024) also puts attention and
-SSM heads side by side in a layer (with norms and weights of its own, which this sum leaves to its parts).  In the coefficient view the layer is the heads of all parts side by side — as the heads
-of one attention layer are added by W_O — so its coefficients are the parts' ``[B, H₁ + H₂ + …, T, T]`` and its
-state the parts' states together.  Each part keeps its own backends; ``backend`` asks all of them for the same one.
+SSM heads side by side in a layer (with norms and weights of its own, which this sum leaves to its parts).  In the
+coefficient view the layer is the heads of all parts side by side — as the heads of one attention layer are added
+by W_O — so its coefficients are the parts' ``[B, H₁ + H₂ + …, T, T]`` and its state the parts' states together.
+Each part keeps its own backends; ``backend`` asks all of them for the same one.
 """
 
 from __future__ import annotations
