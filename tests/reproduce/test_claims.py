@@ -219,6 +219,28 @@ def test_a_control_without_runs_makes_the_claim_inconclusive():
     assert outcome.verdict == INCONCLUSIVE and "control softmax + PE no result < 0.9" in outcome.reason
 
 
+def test_a_control_counted_from_a_measured_level_beats_it_by_its_margin():
+    """``level``: the threshold is the measured level (a constant answer's 0.12) plus the control's margin."""
+    control = Control("beats the constant answer", lambda results: results, 0.05, level=lambda results: 0.12)
+    assert control.check(score(0.18, 0.2, label="x")) == {
+        "description": "beats the constant answer", "setting": "x", "value": pytest.approx(0.19),
+        "threshold": pytest.approx(0.17), "level": 0.12, "passed": True}
+    assert control.check(score(0.16, 0.9, label="x"))["passed"] is False  # one seed short of 0.17
+    unmeasured = Control("beats it", lambda results: results, 0.05, level=lambda results: None)
+    assert unmeasured.check(score(0.9, label="x"))["passed"] is False
+
+
+def test_a_lower_is_better_control_stays_at_or_below_its_level():
+    """Perplexity: the control must stay at or below the level less its margin; a failed one says ">"."""
+    control = Control("below the unigram model", lambda results: results["ctl"], 1.0, level=lambda results: 28.0,
+                      higher_is_better=False)
+    assert control.check({"ctl": score(6.3, 6.4, label="softmax")})["passed"]
+    assert control.check({"ctl": score(26.0, 27.5, label="softmax")})["passed"] is False  # 27.5 > 27
+    claim = Claim("c", "a ≤ b", "quote", lambda results: Outcome(HELD), control=control)
+    outcome = claim.decide({"ctl": score(29.0, 30.0, label="softmax")})
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason == "control softmax 29.5 > 27 (below the unigram model)"
+
+
 def _claim_with_plateau(test, level: float = 0.25, margin: float = 0.05, control=None):
     """A claim comparing models "a" and "b" of hand-made results ``{label: Score}``, with MQAR's plateau."""
     plateau = Plateau("copying a value from the context", margin,

@@ -66,8 +66,22 @@ def test_the_opposite_fails_every_claim():
     for task, model in (("shift", "dlr"), ("cumsum", "dlr"), ("cumsum", "dss_exp"), ("select_fixed", "dlr"),
                         ("cummax", "attention"), ("mips", "attention")):
         opposite[task][model] = (0.5, 0.5)
-    opposite["shift"]["dss_exp"] = (0.9, 0.9)  # DSS-EXP far above DLR's 0.5 on SHIFT: "DLR ≥ DSS-EXP" fails
+    # the controls of the comparisons learn (DLR on SHIFT, ATTENTION on CUMSUM); DSS-EXP far above DLR's 0.5 on
+    # CUMSUM: "DLR ≥ DSS-EXP" fails; DSS-EXP off the plateau on SHIFT
+    opposite["shift"]["dlr"] = opposite["cumsum"]["dss_exp"] = opposite["cumsum"]["attention"] = (0.95, 0.95)
+    opposite["shift"]["dss_exp"] = (0.9, 0.9)
     assert verdicts(table(with_learners(opposite))) == [FAILED] * len(table1.CLAIMS)
+
+
+@pytest.mark.parametrize(("claim", "task", "model"), [("DLR ≥ DSS-EXP", "shift", "dlr"),
+                                                      ("attention beats SSMs on CUMMAX, MIPS", "cumsum", "attention")])
+def test_a_comparison_whose_layer_does_not_train_decides_nothing(claim, task, model):
+    """The paper's table, but the control of the comparison — its layer on a task Table 1 says it solves — short of
+    R² 0.9 on one seed."""
+    data = {task_: dict(models) for task_, models in PAPER.items()}
+    data[task][model] = (0.95, 0.85)
+    outcome = next(c for c in table1.CLAIMS if c.name == claim).decide(table(data))
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith(f"control {MODELS[model].label} 0.9 < 0.9")
 
 
 @pytest.mark.parametrize(("claim", "task", "model"), [("DLR solves SELECT-FIXED", "select_fixed", "dlr"),
@@ -258,10 +272,10 @@ SHIFT_PAPERLIKE = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 10
 
 
 @pytest.mark.parametrize(("claim", "changed", "verdict"), [
-    # "failed on SHIFT": DLR-ℝ ≤ 0.5 where DLR reaches 0.9, at the shortest length
+    # "failed on SHIFT": DLR-ℝ ≤ 0.5 at the shortest length, where the control, DLR, reaches 0.9
     ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.49, 0.49)}}, HELD),
     ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.51, 0.51)}}, FAILED),
-    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.89, 0.89), 4096: (0.8, 0.85)}}, FAILED),
+    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.89, 0.89), 4096: (0.8, 0.85)}}, INCONCLUSIVE),
     ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.91, 0.91), 4096: (0.8, 0.85)}}, HELD),
     # "significantly": 0.1 at the longest length
     ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.91, 0.91)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, HELD),
@@ -276,12 +290,15 @@ def test_dlr_shift_length_claims_just_above_and_below_their_thresholds(claim, ch
     assert_verdict(table2.CLAIMS, claim, data, verdict)
 
 
-@pytest.mark.parametrize(("claim", "changed", "stuck"), [
-    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.03, 0.04), 4096: (0.8, 0.85)}}, "DLR"),
-    ("DLR-prod beats DLR", {"dlr_prod": {256: (1.0, 1.0), 4096: (0.01, 0.02)}}, "DLR-prod"),
-    ("small N degrades", {"dlr": {256: (0.99, 0.98), 1024: (0.02, 0.03), 4096: (0.8, 0.85)}}, "DLR"),
-])
-def test_dlr_shift_length_claims_need_the_model_that_must_learn_off_r2_0(claim, changed, stuck):
+@pytest.mark.parametrize(("claim", "changed", "reason"), [
+    ("DLR-prod beats DLR", {"dlr_prod": {256: (1.0, 1.0), 4096: (0.01, 0.02)}}, "budget: DLR-prod best seed"),
+    ("small N degrades", {"dlr": {256: (0.99, 0.98), 1024: (0.02, 0.03), 4096: (0.8, 0.85)}},
+     "budget: DLR best seed"),
+] + [(claim, {"dlr": {256: (0.03, 0.04), 4096: (0.8, 0.85)}}, "control DLR 0.035 < 0.9")
+     for claim in ("DLR-ℝ fails SHIFT", "DLR-prod beats DLR", "small N degrades")])
+def test_dlr_shift_length_claims_need_the_model_that_must_learn_off_r2_0(claim, changed, reason):
+    """Each claim's control (DLR solves SHIFT at the shortest length) and the plateau of the model it needs to
+    learn."""
     data, table2 = shift_table({**SHIFT_PAPERLIKE, **changed})
     outcome = next(c for c in table2.CLAIMS if c.name == claim).decide(data)
-    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith(f"budget: {stuck} best seed"), outcome
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith(reason), outcome

@@ -3,6 +3,9 @@ better) where they must hold, must fail and must be inconclusive; and the errors
 
 from __future__ import annotations
 
+import random
+import string
+
 import pytest
 from typer.testing import CliRunner
 
@@ -14,9 +17,25 @@ from seqdyn.reproduce.runner import regenerate_command
 from tests.reproduce.helpers import assert_verdict, results, row
 
 
+#: the task parameters of the hand-made runs: bytes of the corpus :func:`uniform_corpus` writes
+CORPUS: dict[str, object] = {}
+#: its alphabet: 64 characters, each one byte, drawn uniformly
+ALPHABET = string.ascii_letters + string.digits + " \n"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def uniform_corpus(tmp_path_factory):
+    """A corpus whose best constant predictor (the control's level) has a perplexity of about 64, above every
+    perplexity the tables below give softmax attention but one."""
+    path = tmp_path_factory.mktemp("corpus") / "uniform.txt"
+    rng = random.Random(0)
+    path.write_text("".join(rng.choice(ALPHABET) for _ in range(40_000)))
+    CORPUS.update(task__params__path=str(path), task__params__tokenizer="bytes", task__params__seq_len=16)
+
+
 def perplexities(softmax: list[float], normalized: list[float], linear: list[float]):
-    """Two learning rates per model and seed: the given perplexity and a worse one."""
-    rows = [row(value + worse, model__mixer=mixer, optimizer__lr=lr, train__seed=seed)
+    """Two learning rates per model and seed: the given perplexity and a worse one, on the uniform corpus."""
+    rows = [row(value + worse, model__mixer=mixer, optimizer__lr=lr, train__seed=seed, **CORPUS)
             for mixer, values in (("softmax_attention", softmax), ("normalized_attention", normalized),
                                   ("linear_attention", linear))
             for seed, value in enumerate(values) for lr, worse in ((3e-3, 0.0), (1e-2, 5.0))]
@@ -38,6 +57,20 @@ def test_the_opposite_order_fails():
 
 def test_overlapping_seeds_are_inconclusive():
     assert verdicts(perplexities([20.0, 36.0], [30.0, 34.0], [32.0, 40.0])) == [INCONCLUSIVE] * 3
+
+
+def test_the_control_level_is_the_unigram_perplexity_of_the_corpus():
+    level = table1.unigram_perplexity(tuple(sorted((key.split("__")[-1], value) for key, value in CORPUS.items())))
+    assert 60.0 < level < 64.5  # 64 equally likely bytes, less the sample's unevenness
+
+
+def test_softmax_no_better_than_the_constant_predictor_decides_nothing():
+    """The paper's order, but softmax attention (70) above the unigram perplexity (about 64): no claim is decided."""
+    data = perplexities([70.0, 70.5], [80.0, 80.5], [90.0, 90.5])
+    outcomes = [claim.decide(data) for claim in table1.CLAIMS]
+    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * 3
+    assert all(outcome.reason.startswith("control softmax 70.2 > 6") for outcome in outcomes)
+    assert outcomes[0].control["level"] == outcomes[0].control["threshold"]
 
 
 def test_a_directory_or_a_file_is_the_corpus(tmp_path):

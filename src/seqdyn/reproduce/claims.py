@@ -81,20 +81,37 @@ class Outcome:
 class Control:
     """A positive control, named in code before any run: a setting (``score``: results → its :class:`Score`) that
     must reach ``threshold`` on every seed for the claim's comparison to mean anything — a task the compared models
-    fail says nothing where no model learns it."""
+    fail says nothing where no model learns it.  With ``level`` (results → a level the reproduction measures, such as
+    the score of a constant answer) the threshold counts from that level: the setting must beat it by ``threshold``.
+    ``higher_is_better=False`` (perplexity): the setting must stay at or below the threshold (``level −
+    threshold``)."""
 
     description: str
     score: Callable[[Any], Score]
     threshold: float
+    level: Callable[[Any], float | None] | None = None
+    higher_is_better: bool = True
 
     def check(self, results: Any) -> dict[str, Any]:
         """``{"description", "setting", "value", "threshold", "passed"}`` (value: the mean over seeds, None where
-        no run gave one)."""
+        no run gave one; threshold: counted from the measured level where there is one, which is recorded too)."""
         score = self.score(results)
-        outcome = reaches(score, self.threshold)
-        return {"description": self.description, "setting": score.label,
-                "value": score.mean if score.values else None, "threshold": self.threshold,
-                "passed": outcome.verdict == HELD}
+        level = None if self.level is None else self.level(results)
+        if self.level is not None and level is None:
+            return {"description": self.description, "setting": score.label, "value": None,
+                    "threshold": self.threshold, "level": None, "passed": False}
+        sign = 1.0 if self.higher_is_better else -1.0
+        threshold = self.threshold if level is None else level + sign * self.threshold
+        outcome = reaches(score, threshold) if self.higher_is_better else at_most(score, threshold)
+        checked = {"description": self.description, "setting": score.label,
+                   "value": score.mean if score.values else None, "threshold": threshold,
+                   "passed": outcome.verdict == HELD}
+        return checked if level is None else checked | {"level": level}
+
+    @property
+    def short_of(self) -> str:
+        """How a failed control's value stands to its threshold, in one sign."""
+        return "<" if self.higher_is_better else ">"
 
 
 #: a compared model within this of its task's plateau (5 points of accuracy, or of R²) has not left it
@@ -155,8 +172,8 @@ class Claim:
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
             value = "no result" if checked["value"] is None else f"{checked['value']:.3g}"
-            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} < "
-                           f"{checked['threshold']:g} ({checked['description']})", checked)
+            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} {self.control.short_of} "
+                           f"{checked['threshold']:.3g} ({checked['description']})", checked)
         undecided = outcome.verdict in (FAILED, INCONCLUSIVE)
         stuck = self.plateau.stuck(results) if self.plateau is not None and undecided else []
         if stuck:

@@ -23,10 +23,10 @@ from typing import Any
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent
-from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least
+from seqdyn.reproduce.claims import Claim, Control, Outcome, Score, at_least, weakest
 from seqdyn.reproduce.mad import (GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, best_runs,
-                                  mad_sweeps, pick)
+                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, SOLVED, TRANSFORMER_BLOCK, Budget,
+                                  best_runs, mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
 
 OPTIONS = "model.mixer_options."
@@ -111,13 +111,30 @@ def _adhering_vary_less(results: Results) -> Outcome:
     return at_least(_ranges(results, adhering=False), _ranges(results, adhering=True))
 
 
+def _softmax_score(results: Results) -> Score:
+    """Softmax attention as this reproduction runs it (exp, Λ = I, the standard b = K^-½): per seed its accuracy,
+    the weakest over the head counts."""
+    label = f"{COMBINATIONS[0][0]}, {SCALINGS[0][1]}"
+    cells = [cell for cell in _cells(results) if cell[0] == COMBINATIONS[0][0]]
+    scores = []
+    for cell in cells:
+        best, complete = seed_bests(results, cell, SCALINGS[0][0])
+        scores.append(Score(label, tuple(best.values()), () if complete else (f"{label}, {cell[1]} heads",)))
+    return weakest(scores) if scores else Score(label, (), (label,))
+
+
+#: the positive control: softmax attention with the standard scaling learns the task at the scale's budget
+SOFTMAX_LEARNS = Control(f"softmax attention (exp, Λ = I, b = K^-½) reaches {SOLVED} on every seed", _softmax_score,
+                         SOLVED)
+
+
 CLAIMS = (
     Claim("Principle 5: less seed variance", "the accuracy's range over seeds is larger for the scalings that do not "
           "adhere to Principle 5 (b = 1, σ(Wu)) than for those that do (K^-½, σ(Wu) K^-½), on average over the "
           "combinations of φ and Λ (undecided while that difference is within the spread of the ranges)",
           "for scaling factors not adhering to the principle, the performance depends on the random seed [...] for "
           "scaling factors adhering to the principle, the performance remains largely constant across seeds",
-          _adhering_vary_less),
+          _adhering_vary_less, control=SOFTMAX_LEARNS),
 )
 
 

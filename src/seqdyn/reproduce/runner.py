@@ -166,6 +166,11 @@ def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: fl
     return Written(folder, outcomes, elapsed_s, runs_before)
 
 
+def _level_words(control: dict[str, Any]) -> str:
+    """Where a control's threshold counts from a level the reproduction measured: that level, in words."""
+    return "" if control.get("level") is None else f" (the measured level {control['level']:.3g} and its margin)"
+
+
 def _json_number(value: Any) -> Any:
     return float(value) if hasattr(value, "__float__") else str(value)
 
@@ -213,7 +218,7 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
         lines += ["", "Controls (checked before each claim; a control that fails leaves its claim inconclusive):", ""]
         lines += [f"- *{name}*: {control['description']} — {control['setting']} "
                   f"{'no result' if control['value'] is None else format(control['value'], '.3g')} against "
-                  f"{control['threshold']:g}: **{'passed' if control['passed'] else 'failed'}**"
+                  f"{control['threshold']:.3g}{_level_words(control)}: **{'passed' if control['passed'] else 'failed'}**"
                   for name, control in controls]
     lines += ["", "What the paper says:", ""]
     lines += [f"- *{claim.name}*: “{claim.quote}”" for claim in reproduction.claims]
