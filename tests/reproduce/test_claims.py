@@ -8,6 +8,7 @@ import math
 import pytest
 
 from seqdyn.reproduce.base import Results
+from seqdyn.reproduce.commands import _cause
 from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Claim, Control, Outcome, Plateau, Score, at_least,
                                      at_most, every, reaches, within)
 
@@ -217,6 +218,17 @@ def test_a_claim_whose_control_passes_keeps_its_verdict_and_records_the_control(
 def test_a_control_without_runs_makes_the_claim_inconclusive():
     outcome = _claim_with_control((), HELD).decide(None)
     assert outcome.verdict == INCONCLUSIVE and "control softmax + PE no result < 0.9" in outcome.reason
+
+
+def test_a_comparison_at_the_ceiling_that_did_not_hold_is_inconclusive():
+    """Both within 0.05 of the best score 1: the task does not separate them; below that band it decides."""
+    top = at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05, ceiling=1.0)
+    assert top.verdict == INCONCLUSIVE
+    assert top.reason == "at the ceiling: a 1 and b 0.996 both within 0.05 of the best score 1"
+    assert at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05).verdict == FAILED  # no ceiling given
+    assert at_least(score(0.94, 0.94), score(0.99, 0.99, label="b"), 0.0, ceiling=1.0).verdict == FAILED
+    assert at_least(score(0.999, 1.0), score(0.96, 0.96, label="b"), 0.0, ceiling=1.0).verdict == HELD
+    assert _cause("selective_copying: " + top.reason) == "ceiling"
 
 
 def test_a_control_counted_from_a_measured_level_beats_it_by_its_margin():

@@ -116,6 +116,8 @@ class Control:
 
 #: a compared model within this of its task's plateau (5 points of accuracy, or of R²) has not left it
 PLATEAU_MARGIN = 0.05
+#: the best value of an accuracy, an R² or a macro F1: the ceiling of :func:`at_least`
+BEST_SCORE = 1.0
 
 
 @dataclass(frozen=True)
@@ -172,8 +174,8 @@ class Claim:
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
             value = "no result" if checked["value"] is None else f"{checked['value']:.3g}"
-            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} {self.control.short_of} "
-                           f"{checked['threshold']:.3g} ({checked['description']})", checked)
+            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} "
+                           f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})", checked)
         undecided = outcome.verdict in (FAILED, INCONCLUSIVE)
         stuck = self.plateau.stuck(results) if self.plateau is not None and undecided else []
         if stuck:
@@ -197,8 +199,11 @@ def _numbers(a: Score, b: Score, difference: float, spread: float) -> dict[str, 
     return {a.label: a.mean, b.label: b.mean, "difference": difference, "seed spread": spread}
 
 
-def at_least(a: Score, b: Score, margin: float = 0.0) -> Outcome:
-    """Whether ``a ≥ b + margin`` (means over seeds), decided only where the seeds' spread cannot overturn it."""
+def at_least(a: Score, b: Score, margin: float = 0.0, ceiling: float | None = None) -> Outcome:
+    """Whether ``a ≥ b + margin`` (means over seeds), decided only where the seeds' spread cannot overturn it.
+    ``ceiling``: the metric's best value (1 for an accuracy or R²); where both means lie within ``PLATEAU_MARGIN``
+    of it, the task does not separate the two, and a comparison that did not hold is *inconclusive* — the mirror of
+    the plateau rule (:class:`Plateau`)."""
     incomplete = _incomplete((a, b))
     if incomplete is not None:
         return incomplete
@@ -206,6 +211,9 @@ def at_least(a: Score, b: Score, margin: float = 0.0) -> Outcome:
     numbers = _numbers(a, b, difference, spread) | {"margin": margin}
     if difference - margin > spread or (spread == 0 and difference >= margin):
         return Outcome(HELD, numbers)
+    if ceiling is not None and min(a.mean, b.mean) >= ceiling - PLATEAU_MARGIN:
+        return Outcome(INCONCLUSIVE, numbers, f"at the ceiling: {a.label} {a.mean:.3g} and {b.label} {b.mean:.3g} "
+                                              f"both within {PLATEAU_MARGIN:g} of the best score {ceiling:g}")
     if margin - difference > spread:
         return Outcome(FAILED, numbers)
     return Outcome(INCONCLUSIVE, numbers, f"the difference {difference:+.3f} is within the seed spread {spread:.3f} "

@@ -23,7 +23,7 @@ from typing import Any
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every
+from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every
 from seqdyn.reproduce.mad import (CONTROL_ENTRY, GATED_BLOCK, cpu_tasks, left_out_words, MAD_CONTROL, PAPER_LRS, PAPER_PROTOCOL,
                                   PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, Budget,
                                   control_score, is_control, mad_plateau, mad_score, mad_sweeps, pick, tasks_of)
@@ -120,12 +120,13 @@ def _householder_beats_scalar(results: Results) -> Outcome:
     if not any(structure in HOUSEHOLDER for structure in _structures(results)):
         return every({})
     return every({task: at_least(_best_of(results, task, HOUSEHOLDER, "Householder"),
-                                 _score(results, task, "scalar"), MARGIN)
+                                 _score(results, task, "scalar"), MARGIN, ceiling=BEST_SCORE)
                   for task in tasks_of(results)})
 
 
 def _diagonal_at_least_scalar(results: Results) -> Outcome:
-    return every({task: at_least(_score(results, task, "diagonal"), _score(results, task, "scalar"))
+    return every({task: at_least(_score(results, task, "diagonal"), _score(results, task, "scalar"),
+                                 ceiling=BEST_SCORE)
                   for task in tasks_of(results)})
 
 

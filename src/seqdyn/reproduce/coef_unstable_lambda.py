@@ -25,7 +25,8 @@ from typing import Any
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import Claim, Control, Outcome, Plateau, Score, at_least, at_most, every, reaches
+from seqdyn.reproduce.claims import (BEST_SCORE, Claim, Control, Outcome, Plateau, Score, at_least, at_most, every,
+                                     reaches)
 from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
                                   PLATEAU_MARGIN, SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget,
                                   mad_plateau, mad_score, mad_sweeps, pick, task_plateau)
@@ -115,7 +116,7 @@ def _plateau(compared: Callable[[Results], list[Score]]) -> Plateau:
 def _unnormalized_exp_fails(results: Results) -> Outcome:
     return every({"exp": at_most(_score(results, ("exp",), "none"), fails_level(results)),
                   "linear readouts vs exp": at_least(_score(results, LINEAR, "none"), _score(results, ("exp",), "none"),
-                                                     MARGIN)})
+                                                     MARGIN, ceiling=BEST_SCORE)})
 
 
 def _state_normalizer(results: Results) -> Outcome:

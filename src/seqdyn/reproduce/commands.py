@@ -150,13 +150,13 @@ def _rows(out: str | Path, only: str | None = None) -> list[dict]:
 
 
 #: what an *inconclusive* reason starts with or says, as the one-word cause the brief table gives
-_CAUSES = (("control ", "control"), ("budget: ", "budget"), ("seed spread", "seeds"), ("missing", "missing"),
-           ("no finished run", "missing"))
+_CAUSES = (("control ", "control"), ("budget: ", "budget"), ("at the ceiling", "ceiling"), ("seed spread", "seeds"),
+           ("missing", "missing"), ("no finished run", "missing"))
 
 
 def _cause(reason: str) -> str:
-    """The cause of an inconclusive verdict in one word: a failed control, the plateau (budget), the seeds'
-    spread or runs that are missing ("" where the reason says none of these)."""
+    """The cause of an inconclusive verdict in one word: a failed control, the plateau (budget), the ceiling, the
+    seeds' spread or runs that are missing ("" where the reason says none of these)."""
     for marker, cause in _CAUSES:
         if reason.startswith(marker) or (not marker.endswith(" ") and marker in reason):
             return cause

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
-from seqdyn.reproduce.claims import Claim, Outcome, Score, at_least, every, within
+from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every, within
 from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TRAIN, SMOKE,
                                       SOFTMAX_CONTROL, STATE, Budget, bar_panels, compared_plateau, cpu_budget,
                                       escape_table, escape_words, grid_table, mqar_sweeps, rows_of, softmax_solves,
@@ -50,7 +50,8 @@ def _linear_at(results: Results, index: int, task: tuple[int, int]) -> Score:
 
 def _rises_with_n(results: Results) -> Outcome:
     smallest, largest = _states(results)[0], _states(results)[-1]
-    return every({task_label(task): at_least(_linear(results, task, largest), _linear(results, task, smallest))
+    return every({task_label(task): at_least(_linear(results, task, largest), _linear(results, task, smallest),
+                                                      ceiling=BEST_SCORE)
                   for task in tasks_of(results)})
 
 

@@ -218,7 +218,8 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
         lines += ["", "Controls (checked before each claim; a control that fails leaves its claim inconclusive):", ""]
         lines += [f"- *{name}*: {control['description']} — {control['setting']} "
                   f"{'no result' if control['value'] is None else format(control['value'], '.3g')} against "
-                  f"{control['threshold']:.3g}{_level_words(control)}: **{'passed' if control['passed'] else 'failed'}**"
+                  f"{control['threshold']:.3g}{_level_words(control)}: "
+                  f"**{'passed' if control['passed'] else 'failed'}**"
                   for name, control in controls]
     lines += ["", "What the paper says:", ""]
     lines += [f"- *{claim.name}*: “{claim.quote}”" for claim in reproduction.claims]
