@@ -136,6 +136,14 @@ def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(
     for row, claim in zip(rows, REPRODUCTION.claims):
         cells = row.replace("\\|", "¦").split(" | ")
         assert len(cells) == 5 and cells[1] == claim.statement.replace("|", "¦")
+    assert "evidence" not in result.output
+    # the folder's hand-written evidence follows the full table, not the brief one
+    (tmp_path / "out" / "evidence.md").write_text("## Evidence\n\n- *a claim*: why.\n")
+    full = report_markdown(tmp_path / "out")
+    assert full.startswith(result.output.split("\n\n| reproduction")[0].rstrip())  # the same title
+    assert full.endswith("|\n\n## Evidence\n\n- *a claim*: why.\n")
+    assert "The evidence after the table is `evidence.md`, written by hand." in full
+    assert "Evidence" not in report_markdown(tmp_path / "out", brief=True)
 
 
 def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_its_cause(tmp_path):
