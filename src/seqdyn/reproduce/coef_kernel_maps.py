@@ -147,7 +147,7 @@ class KernelMaps(Reproduction):
         "cpu": "The sizes of coef_readout_maps' cpu scale on its tasks among Fig. 8's two: selective copying at L = "
                "32 with 4 tokens to copy (the setting its control's difficulty pilot chose, mad.CPU_TASKS); width 64 "
                "(4 heads of 16, so K − 1 = 15); 2,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and "
-               "weight decay 0.1 only; two seeds; softmax and linear attention are coef_readout_maps' exp and identity "
+               "weight decay 0.1 only; three seeds; softmax and linear attention are coef_readout_maps' exp and identity "
                "runs (shared in a store). " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }

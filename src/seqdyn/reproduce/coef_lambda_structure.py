@@ -64,7 +64,7 @@ TASKS = ("fuzzy_in_context_recall", "selective_copying")
 SCALES: dict[str, dict[str, Any]] = {
     "paper": dict(tasks=pick(PAPER_TASKS, *TASKS), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
                   budget=Budget()),
-    "cpu": dict(tasks=cpu_tasks(*TASKS), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1),
+    "cpu": dict(tasks=cpu_tasks(*TASKS), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
                 budget=Budget(epochs=None, steps=1_500, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=250, width=64)),
     "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,),
@@ -159,7 +159,7 @@ class LambdaStructure(Reproduction):
         "paper": PAPER_PROTOCOL + "; Type 2 blocks; both tasks at MAD's settings.",
         "cpu": "Selective copying at L = 32 with 4 tokens to copy (MAD: 256 and 16: the setting of the MAD "
                "control's difficulty pilot, mad.CPU_TASKS); width 64 (4 heads of 16); 1,500 steps of batch 32 over "
-               "12,800 examples (256 test) instead of 200 epochs of batch 128; lr 1e-3 and weight decay 0.1 only; two "
+               "12,800 examples (256 test) instead of 200 epochs of batch 128; lr 1e-3 and weight decay 0.1 only; three "
                "seeds; softmax in the Type 1 block beside the variants as the control. From a pilot (2026-11-26, one "
                "thread, 100 steps at L = 64): 0.062-0.070 s per step for the scalar and diagonal Λ, 0.087-0.089 for "
                "the Householder ones; after 100 steps the Householder Λ with β = σ(Wu) already copied 0.37 of the "

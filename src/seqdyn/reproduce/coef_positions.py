@@ -45,7 +45,7 @@ SCALES: dict[str, dict[str, Any]] = {
                   budget=Budget()),
     # the task's setting from the difficulty pilot of the control alone (mad.CPU_TASKS): the custom mixer takes
     # 0.026-0.04 s per step of batch 32 at L = 16, so the 24 runs of 4,000 steps take about 30 min on 2 workers
-    "cpu": dict(tasks=pick(CPU_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1),
+    "cpu": dict(tasks=pick(CPU_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
                 budget=Budget(epochs=None, steps=4_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=500, width=64)),
     "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE_BUDGET),
@@ -125,7 +125,7 @@ class Positions(Reproduction):
         "paper": PAPER_PROTOCOL + "; Type 1 blocks; noisy in-context recall at MAD's settings.",
         "cpu": "Noisy in-context recall at L = 16 with 4 keys (V = 24 with 16 noise tokens; MAD: L = 128, V = 32); "
                "width 64 (4 heads of 16); 4,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and weight "
-               "decay 0.1 only; two seeds. The setting is the hardest rung of a pilot of the control alone (softmax "
+               "decay 0.1 only; three seeds. The setting is the hardest rung of a pilot of the control alone (softmax "
                "with positions, examples/pilots/control_difficulty.py, 2026-11-27) where it reached 0.9 on both "
                "seeds at this budget: 0.935 / 0.903 here, 0.76 / 0.45 at V = 32 and L = 16, 0.49 at L = 32 (the run "
                "at 6db3862). Its plateau (a constant answer or a value copied from the context) is 0.53. λ = 0.918, "

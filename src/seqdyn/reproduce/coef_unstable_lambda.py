@@ -51,7 +51,7 @@ SCALES: dict[str, dict[str, Any]] = {
                   budget=Budget()),
     # noisy recall at the setting of coef_positions' difficulty pilot (mad.CPU_TASKS: L = 16, 4 keys)
     "cpu": dict(tasks=pick(CPU_TASKS, TASK),
-                lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1),
+                lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
                 budget=Budget(epochs=None, steps=5_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=500, width=64)),
     "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE_BUDGET),
@@ -153,7 +153,7 @@ class UnstableLambda(Reproduction):
         "paper": PAPER_PROTOCOL + "; Type 1 blocks with learned positions; noisy in-context recall at MAD's settings.",
         "cpu": "Noisy in-context recall at L = 16 with 4 keys (V = 24 with 16 noise tokens; MAD: L = 128, V = 32; "
                "λ = 1.088 keeps the growth over the sequence); width 64 (4 heads of 16); 5,000 steps of batch 32 over "
-               "12,800 examples (256 test); lr 1e-3 and weight decay 0.1 only; two seeds. The setting is the one "
+               "12,800 examples (256 test); lr 1e-3 and weight decay 0.1 only; three seeds. The setting is the one "
                "the difficulty pilot of coef_positions' control (softmax with positions, η = max(|Σα|, 1)) chose: "
                "0.935 / 0.903 after 4,000 steps, where at L = 32 (the run at 6db3862) softmax reached 0.50. Softmax "
                "attention with Λ = I, η = Σα and positions is trained beside the models as every claim's control; "
