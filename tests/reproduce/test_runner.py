@@ -154,6 +154,11 @@ def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_i
     result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown",
                                       "--brief"])
     assert result.exit_code == 0 and result.output == report_markdown(tmp_path / "out", brief=True)
+    # one reproduction: its scale, date and commit are said once above the table, not on its row
+    verdict = json.loads((tmp_path / "out" / REPRODUCTION.name / "verdict.json").read_text())
+    assert result.output.startswith(f"All at scale smoke, date {verdict['date']}, commit {verdict['commit']}.\n\n"
+                                    "| reproduction (wall time) | claim |")
+    assert result.output.count("smoke") == 1
     rows = [line for line in result.output.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [row.replace("\\|", "¦").split(" | ")[1] for row in rows] == [claim.name for claim in REPRODUCTION.claims]
     assert brief_numbers({"SHIFT: DLR": 0.997, "SHIFT: DSS-EXP": 0.998, "SHIFT: difference": 0.001,

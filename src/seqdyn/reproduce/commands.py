@@ -182,14 +182,19 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
                               "`verdict.json`; each folder's `table.md` has the runs behind them."
                               + (f" The evidence after the table is `{EVIDENCE}`, written by hand."
                                  if evidence.is_file() else ""), ""]
-    lines += ["| reproduction (scale, date, commit, wall time) | claim | paper | ours | verdict |",
+    rows = _rows(out)
+    shared = _shared_provenance(rows) if brief else {}
+    if shared:
+        lines += ["All at " + ", ".join(f"{key} {value}" for key, value in shared.items()) + ".", ""]
+    kept = [key for key in ("scale", "date", "commit") if key not in shared]
+    lines += [f"| reproduction ({', '.join([*kept, 'wall time'])}) | claim | paper | ours | verdict |",
               "|---|---|---|---|---|"]
     shown = None
-    for row in _rows(out):
+    for row in rows:
         first = row["reproduction"] != shown
         shown = row["reproduction"]
         wall_time = _wall_time(row["elapsed_s"], row["runs_before"])
-        name = f"`{shown}` ({row['scale']}, {row['date']}, {row['commit']}, {wall_time})" if first else ""
+        name = f"`{shown}` ({', '.join([*(str(row[key]) for key in kept), wall_time])})" if first else ""
         reason = row["reason"] or ""
         if brief:
             cause = _cause(reason) if row["verdict"] == "inconclusive" else ""
@@ -203,6 +208,13 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
     if evidence.is_file() and not brief:
         lines += ["", evidence.read_text().strip()]
     return "\n".join(lines) + "\n"
+
+
+def _shared_provenance(rows: list[dict]) -> dict[str, str]:
+    """The scale, date and commit that every reproduction's verdicts share (one ``reproduce all``, say), to be said
+    once above the brief table instead of on each row."""
+    return {key: str(rows[0][key]) for key in ("scale", "date", "commit")
+            if rows and len({row[key] for row in rows}) == 1}
 
 
 def report(out: str | Path, only: str | None = None) -> None:
