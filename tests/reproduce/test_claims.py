@@ -10,7 +10,7 @@ import pytest
 from seqdyn.reproduce.base import Results
 from seqdyn.reproduce.commands import _cause
 from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Claim, Control, Outcome, Plateau, Score, at_least,
-                                     at_most, every, reaches, within)
+                                     at_most, control_value, every, reaches, within)
 
 
 def score(*values: float, missing: tuple[str, ...] = (), label: str = "a") -> Score:
@@ -207,6 +207,21 @@ def test_a_claim_whose_control_fails_is_inconclusive_naming_the_control(test_ver
                                "value": 0.5, "threshold": 0.9, "passed": False}
     half = _claim_with_control((0.95, 0.5), test_verdict).decide(None)  # one seed of two: not a working control
     assert half.verdict == INCONCLUSIVE and half.control["passed"] is False
+
+
+def test_a_control_failed_by_one_seed_names_that_seed_not_only_the_mean():
+    """Mean 0.92 ≥ 0.9 but a seed at 0.89: the reason and the record say which seed fell short (a reason reading
+    "0.92 < 0.9" would contradict itself)."""
+    outcome = _claim_with_control((0.95, 0.89, 0.92), HELD).decide(None)
+    assert outcome.verdict == INCONCLUSIVE
+    assert outcome.reason == "control softmax + PE 0.92, weakest seed 0.89 < 0.9 (the control learns the task)"
+    assert outcome.control["weakest_seed"] == 0.89 and outcome.control["value"] == pytest.approx(0.92)
+    assert "weakest_seed" not in _claim_with_control((0.49, 0.51), HELD).decide(None).control  # the mean fails
+    perplexity = Control("below the unigram model", lambda results: results, 1.0, level=lambda results: 28.0,
+                         higher_is_better=False)
+    checked = perplexity.check(score(20.0, 29.0, label="softmax"))  # mean 24.5 ≤ 27, one seed 29 above it
+    assert checked["passed"] is False and checked["weakest_seed"] == 29.0
+    assert control_value(checked) == "24.5, weakest seed 29"
 
 
 @pytest.mark.parametrize("test_verdict", [HELD, FAILED])

@@ -79,9 +79,10 @@ def test_a_comparison_whose_layer_does_not_train_decides_nothing(claim, task, mo
     """The paper's table, but the control of the comparison — its layer on a task Table 1 says it solves — short of
     R² 0.9 on one seed."""
     data = {task_: dict(models) for task_, models in PAPER.items()}
-    data[task][model] = (0.95, 0.85)
+    data[task][model] = (0.97, 0.85)
     outcome = next(c for c in table1.CLAIMS if c.name == claim).decide(table(data))
-    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith(f"control {MODELS[model].label} 0.9 < 0.9")
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith(
+        f"control {MODELS[model].label} 0.91, weakest seed 0.85 < 0.9")
 
 
 @pytest.mark.parametrize(("claim", "task", "model"), [("DLR solves SELECT-FIXED", "select_fixed", "dlr"),

@@ -126,4 +126,4 @@ def test_dlr_on_the_listops_plateau_leaves_its_claim_inconclusive_for_the_budget
 def test_dlr_short_of_the_pathfinder_control_decides_nothing():
     data = table({table3.PATHFINDER: {"local_attention": [0.9, 0.9], "dss_exp": [0.9, 0.9], "dlr": [0.36, 0.5]}})
     outcome = table3.CLAIMS[2].decide(data)
-    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control DLR 0.43 < 0.378")
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control DLR 0.43, weakest seed 0.36 < 0.378")

@@ -106,12 +106,24 @@ class Control:
         checked = {"description": self.description, "setting": score.label,
                    "value": score.mean if score.values else None, "threshold": threshold,
                    "passed": outcome.verdict == HELD}
+        if not checked["passed"] and score.values and sign * (score.mean - threshold) >= 0:
+            # the mean is on the right side: a seed is not, and that seed is what failed the control
+            checked["weakest_seed"] = min(score.values) if self.higher_is_better else max(score.values)
         return checked if level is None else checked | {"level": level}
 
     @property
     def short_of(self) -> str:
         """How a failed control's value stands to its threshold, in one sign."""
         return "<" if self.higher_is_better else ">"
+
+
+def control_value(checked: dict[str, Any]) -> str:
+    """A checked control's value in words: the mean over seeds, and the weakest seed where that seed alone failed it
+    ("0.921, weakest seed 0.896")."""
+    if checked["value"] is None:
+        return "no result"
+    weakest_seed = checked.get("weakest_seed")
+    return f"{checked['value']:.3g}" + ("" if weakest_seed is None else f", weakest seed {weakest_seed:.3g}")
 
 
 #: a compared model within this of its task's plateau (5 points of accuracy, or of R²) has not left it
@@ -173,8 +185,7 @@ class Claim:
         outcome = self.test(results)
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
-            value = "no result" if checked["value"] is None else f"{checked['value']:.3g}"
-            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {value} "
+            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {control_value(checked)} "
                            f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})", checked)
         undecided = outcome.verdict in (FAILED, INCONCLUSIVE)
         stuck = self.plateau.stuck(results) if self.plateau is not None and undecided else []

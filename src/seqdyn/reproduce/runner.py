@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import RESULT_STATUSES, Reproduction, Results, check_scale, sweep_name
-from seqdyn.reproduce.claims import Outcome
+from seqdyn.reproduce.claims import Outcome, control_value
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
 from seqdyn.train.store import Store, flatten
@@ -216,8 +216,7 @@ def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, 
                 if outcomes[claim.name].control]
     if controls:
         lines += ["", "Controls (checked before each claim; a control that fails leaves its claim inconclusive):", ""]
-        lines += [f"- *{name}*: {control['description']} — {control['setting']} "
-                  f"{'no result' if control['value'] is None else format(control['value'], '.3g')} against "
+        lines += [f"- *{name}*: {control['description']} — {control['setting']} {control_value(control)} against "
                   f"{control['threshold']:.3g}{_level_words(control)}: "
                   f"**{'passed' if control['passed'] else 'failed'}**"
                   for name, control in controls]
