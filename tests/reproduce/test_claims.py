@@ -44,7 +44,9 @@ def test_within(a, b, verdict):
 def test_reaches_needs_every_seed():
     assert reaches(score(0.995, 1.0), 0.99).verdict == HELD
     assert reaches(score(0.5, 0.6), 0.99).verdict == FAILED
-    assert reaches(score(0.995, 0.6), 0.99).verdict == INCONCLUSIVE
+    split = reaches(score(0.995, 0.6), 0.99)
+    assert split.verdict == INCONCLUSIVE and split.reason == "1 of 2 seeds reach 0.99"
+    assert _cause("ReLU: " + split.reason) == "seeds"
 
 
 def test_every_of_nothing_is_inconclusive():
@@ -58,7 +60,7 @@ def test_at_most_needs_every_seed_below():
     assert at_most(score(0.01, 0.2), 0.2).verdict == HELD
     assert at_most(score(0.5, 0.9), 0.2).verdict == FAILED
     outcome = at_most(score(0.1, 0.3), 0.2)
-    assert outcome.verdict == INCONCLUSIVE and "1 of 2 seeds" in outcome.reason
+    assert outcome.verdict == INCONCLUSIVE and "1 of 2 seeds" in outcome.reason and _cause(outcome.reason) == "seeds"
     assert outcome.numbers["highest seed"] == 0.3
     assert at_most(Score("x", (0.1,), ("run a (failed)",)), 0.2).verdict == INCONCLUSIVE
 

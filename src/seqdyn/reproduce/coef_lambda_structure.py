@@ -166,8 +166,9 @@ class LambdaStructure(Reproduction):
                "tokens where the others copied 0.07-0.08. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, 2026-11-27 at b16e5aa)
-    wall_time = {"smoke": 11.0, "cpu": 791.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
+    # 3810fbc, 2026-11-28)
+    wall_time = {"smoke": 11.0, "cpu": 679.0, "paper": None}
     paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:

@@ -156,9 +156,9 @@ class ScalingSeeds(Reproduction):
                "and weight decay 0.1 only; three seeds (48 runs).",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-28, 2 workers from 54a7df6, with tests and
-    # profiling beside it; 1,927 s in `reproduce all` at 6db3862)
-    wall_time = {"smoke": 16.0, "cpu": 2278.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
+    # 3810fbc, 2026-11-28)
+    wall_time = {"smoke": 16.0, "cpu": 1955.0, "paper": None}
     paper_gpu_estimate = "51 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:

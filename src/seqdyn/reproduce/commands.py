@@ -151,7 +151,7 @@ def _rows(out: str | Path, only: str | None = None) -> list[dict]:
 
 #: what an *inconclusive* reason starts with or says, as the one-word cause the brief table gives
 _CAUSES = (("control ", "control"), ("budget: ", "budget"), ("at the ceiling", "ceiling"), ("seed spread", "seeds"),
-           ("missing", "missing"), ("no finished run", "missing"))
+           (" seeds reach", "seeds"), (" seeds stay", "seeds"), ("missing", "missing"), ("no finished run", "missing"))
 
 
 def _cause(reason: str) -> str:

@@ -166,9 +166,9 @@ class AtomicTable1(Reproduction):
                "layers on SELECT and CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on six tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers from a9aed16, 2026-11-28, beside other work
-    # on the machine — alone, in `reproduce all` at 6db3862 on 2026-11-26 without the controls: 2042 s)
-    wall_time = {"smoke": 8.8, "cpu": 3330.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
+    # 3810fbc, 2026-11-28)
+    wall_time = {"smoke": 8.8, "cpu": 2396.0, "paper": None}
     paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:

@@ -159,9 +159,9 @@ class LmPerplexity(Reproduction):
         "smoke": "The whole pipeline on this library's own lm task source as the corpus (context 32, d = 16, 4 "
                  "steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-28, 2 workers at bf2baff, with benchmarks and
-    # tests beside it part of the time; 1,208 s in `reproduce all` at 6db3862)
-    wall_time = {"smoke": 7.5, "cpu": 1497.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
+    # 3810fbc, 2026-11-28)
+    wall_time = {"smoke": 7.5, "cpu": 1297.0, "paper": None}
 
     def sweeps(self, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
         size = SCALES[scale]

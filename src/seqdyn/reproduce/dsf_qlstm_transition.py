@@ -77,9 +77,9 @@ class QlstmTransition(Reproduction):
                + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, 2026-11-27 at ae0d906, the six
-    # qLSTM runs of 3,000 steps; the softmax controls come from dsf_mqar_models' runs in the store)
-    wall_time = {"smoke": 1.6, "cpu": 2074.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
+    # 3810fbc, 2026-11-28)
+    wall_time = {"smoke": 1.6, "cpu": 873.0, "paper": None}
     paper_gpu_estimate = "27 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:

@@ -100,9 +100,9 @@ class StateExpansion(Reproduction):
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
     }
-    # seconds, measured here (smoke: 2026-11-26, 1 worker; cpu: 2026-11-27, 2 workers at e63c014, with tests beside
-    # it for its first half hour: over the 45 minutes — n = 4 and 16 train all 12,000 steps on three seeds)
-    wall_time = {"smoke": 1.7, "cpu": 3903.0, "paper": None}
+    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
+    # 3810fbc, 2026-11-28)
+    wall_time = {"smoke": 1.7, "cpu": 1709.0, "paper": None}
     paper_gpu_estimate = "44 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
