@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn import mixers
+from seqdyn.reproduce.atomic import TABLE7_DLR
+from seqdyn.reproduce.dlr_long_range import TABLE8_DLR_R_RANGE
 from tests.mixers.paper_helpers import (PARTS, assert_close, coefficient_matrix, compare_with_paper, double_mixer,
                                          inputs, step_through)
 from tests.mixers.paper_helpers_ssm import as_is, complex_parameter, lti_coefficients
@@ -111,6 +113,22 @@ def test_dlr_init_follows_section_2_3():
     assert modulus.min() >= math.exp(-0.25) - 1e-6 and modulus.max() <= 1
     assert abs(float(mixer.W.detach().std()) * N - 1) < 0.05
     assert mixer.head.proj.bias is None and mixer.head.skip == "identity" and mixer.head.activation == "gelu"
+
+
+def test_dlr_init_takes_the_tables_dt_range():
+    """Tables 7/8 (seed 002 §A): dt ~ U(log dt-min, log dt-max) and |λ| = exp(−dt/2). Table 7's dt-min = dt-max =
+    1e-5 for Tables 1 and 2 puts every |λ| at exp(−5e-6) ≈ 1 with the phases 2πn/N, the DFT-like start of §2.3;
+    Table 8's (1e-4, 1e-1) spreads |λ| over [exp(−0.05), exp(−5e-5)]. The reproductions pass these ranges."""
+    torch.manual_seed(0)
+    N = 256
+    table7 = mixers.build("dlr", 8, state_dim=N, r_range=TABLE7_DLR["r_range"])
+    modulus = eigenvalues(table7).abs().double()
+    assert_close(modulus, torch.full((N,), math.exp(-0.5e-5), dtype=torch.float64), "|λ| (Table 7)", tol=1e-6)
+    assert_close(table7.log_im[0].double(), 2 * math.pi * torch.arange(N, dtype=torch.float64) / N, "arg λ", tol=1e-6)
+    table8 = mixers.build("dlr", 8, state_dim=N, r_range=TABLE8_DLR_R_RANGE)
+    dt = -2 * eigenvalues(table8).abs().double().log()
+    assert dt.min() >= 1e-4 * (1 - 1e-4) and dt.max() <= 1e-1 * (1 + 1e-4)
+    assert dt.log().std() > 0.25 * (math.log(1e-1) - math.log(1e-4))  # log-uniform, not clustered at one end
 
 
 def real_dlr_layer(m, u):

@@ -26,7 +26,8 @@ import torch
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import BEST_SCORE, PLATEAU_MARGIN, Claim, Control, Outcome, Plateau, Score, at_least, every
+from seqdyn.reproduce.claims import (BEST_SCORE, PLATEAU_MARGIN, Claim, Control, Outcome, Plateau, Score, at_least,
+                                     every)
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
