@@ -251,19 +251,32 @@ def test_table2_paper_scale_is_the_papers_protocol():
     assert {config.train.steps for config in runs} == {86_000}
 
 
-def test_select_fixed_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
-    """examples/pilots/dlr_select_fixed_longer.yaml: the cpu scale's two DLR runs on SELECT-FIXED at 10,000 steps
-    instead of 1,500 (evaluated every 500), and the same at lr 1e-3; nothing else differs."""
-    pilot, cpu = pilot_and_scale_runs("dlr_select_fixed_longer.yaml", table1.REPRODUCTION)
+def assert_select_fixed_pilot(pilot_file: str, mixer_options: dict | None = None) -> dict:
+    """The pilot's runs at lr 1e-4 are the cpu scale's two DLR runs on SELECT-FIXED with ``mixer_options`` undone
+    and the budget aside (10,000 steps instead of 1,500, evaluated every 500); at lr 1e-3 the same. Returns those
+    cpu runs by (mixer, task, lr, seed)."""
+    pilot, cpu = pilot_and_scale_runs(pilot_file, table1.REPRODUCTION)
     key = ("model.mixer", "task.name", "optimizer.lr", "train.seed")
-    # the pilot ran before the DLR runs took Table 7's initialization
-    expected = {k: run for k, run in runs_by_key(cpu, key=key, mixer_options={"r_range": None}).items()
+    expected = {k: run for k, run in runs_by_key(cpu, key=key, mixer_options=mixer_options).items()
                 if k[:2] == ("dlr", "select_fixed")}
     undone = runs_by_key(pilot, train=dict(steps=1_500, eval_every=250), key=key)
     assert {k: run for k, run in undone.items() if k[2] == 1e-4} == expected and len(expected) == 2
     higher = {k[:2] + (1e-4,) + k[3:]: {**run, "optimizer": {**run["optimizer"], "lr": 1e-4}}
               for k, run in undone.items() if k[2] == 1e-3}
     assert higher == expected
+    return expected
+
+
+def test_select_fixed_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
+    """examples/pilots/dlr_select_fixed_longer.yaml: the cpu scale's two DLR runs on SELECT-FIXED at 10,000 steps,
+    and the same at lr 1e-3; it ran before the DLR runs took Table 7's initialization, so without it."""
+    assert_select_fixed_pilot("dlr_select_fixed_longer.yaml", mixer_options={"r_range": None})
+
+
+def test_select_fixed_table7_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
+    """examples/pilots/dlr_select_fixed_table7.yaml: the same with the cpu runs' Table 7 initialization kept."""
+    expected = assert_select_fixed_pilot("dlr_select_fixed_table7.yaml")
+    assert all(run["model"]["mixer_options"]["r_range"] == [1e-5, 1e-5] for run in expected.values())
 
 
 SHIFT_PAPERLIKE = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 1024: (0.8, 0.8), 4096: (0.8, 0.85)},
