@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from seqdyn.reproduce import get, names
@@ -149,18 +150,16 @@ def _rows(out: str | Path, only: str | None = None) -> list[dict]:
     return rows
 
 
-#: what an *inconclusive* reason starts with or says, as the one-word cause the brief table gives
-_CAUSES = (("control ", "control"), ("budget: ", "budget"), ("at the ceiling", "ceiling"), ("seed spread", "seeds"),
-           (" seeds reach", "seeds"), (" seeds stay", "seeds"), ("missing", "missing"), ("no finished run", "missing"))
+#: the pattern (``re.search``) an *inconclusive* reason matches for each one-word cause the brief table gives
+_CAUSES = ((r"^control ", "control"), (r"^budget: ", "budget"), ("at the ceiling", "ceiling"), ("seed spread", "seeds"),
+           (r"\d+ of \d+ seeds ", "seeds"), ("missing", "missing"), ("no finished run", "missing"))
 
 
 def _cause(reason: str) -> str:
     """The cause of an inconclusive verdict in one word: a failed control, the plateau (budget), the ceiling, the
-    seeds' spread or runs that are missing ("" where the reason says none of these)."""
-    for marker, cause in _CAUSES:
-        if reason.startswith(marker) or (not marker.endswith(" ") and marker in reason):
-            return cause
-    return ""
+    seeds' spread or split ("2 of 3 seeds reach 0.9") or runs that are missing ("" where the reason says none of
+    these)."""
+    return next((cause for pattern, cause in _CAUSES if re.search(pattern, reason)), "")
 
 
 #: the hand-written evidence an out folder may hold beside the reproductions: the full report ends with it
