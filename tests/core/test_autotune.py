@@ -54,7 +54,10 @@ def test_a_cold_cache_measures_every_candidate_and_writes_the_fastest(file_cache
     path, data = the_cache_file(file_cache)
     assert data["fingerprint"] == autotune.fingerprint(torch.device("cpu"))
     ((key, entry),) = data["choices"].items()
-    assert entry["backend"] == choice and "B2 T24 | H3 K4 V5" in key and "train" in key
+    key = json.loads(key)
+    assert entry["backend"] == choice and key["shape"] == {"B": 2, "T": 24} and key["mode"] == "train"
+    assert (key["computes"], key["dtype"]) == ("operator", "torch.float32")
+    assert {name: key["options"][name] for name in ("H", "K", "V")} == {"H": 3, "K": 4, "V": 5}
 
 
 def test_a_cached_shape_is_decided_without_timing_and_the_call_reads_the_same_choice(file_cache, monkeypatch):
@@ -306,3 +309,57 @@ def test_a_mixer_explains_its_choice_for_training_and_for_the_forward(file_cache
     assert "forward of qlstm, B=2" in forward.why
     mixer(x).sum().backward()  # the call reads the choice backend_for measured
     assert mixer.backend_for(x).source == "cache"
+
+
+@pytest.mark.parametrize("option", [{"short_conv": False}, {"gate": False}, {"dt_floor": 1e-4}, {"gate_norm": False},
+                                    {"chunk_size": 32}])
+def test_two_layers_that_differ_in_one_option_have_two_cache_keys(file_cache, option):
+    """The key holds the class and every option a layer keeps, not its printed form: Mamba-2 layers that differ
+    only in their short convolution, gate, step floor, gate norm or chunk are timed apart."""
+    torch.manual_seed(0)
+    plain = seqdyn.mixers.build("mamba2", 16, head_dim=4, state_dim=4)
+    other = seqdyn.mixers.build("mamba2", 16, head_dim=4, state_dim=4, **option)
+    x = torch.randn(2, 16, 16)
+    with torch.no_grad():
+        assert plain.backend_for(x).source == "measured"
+        assert other.backend_for(x).source == "measured"
+        assert plain.backend_for(x).source == other.backend_for(x).source == "cache"
+    keys = [json.loads(key) for key in the_cache_file(file_cache)[1]["choices"]]
+    assert len(keys) == 2 and {key["computes"] for key in keys} == {"seqdyn.mixers.mamba2.Mamba2"}
+    assert keys[0]["options"] != keys[1]["options"] and keys[0]["shape"] == keys[1]["shape"] == {"B": 2, "T": 16,
+                                                                                                  "D": 16}
+
+
+def test_the_key_is_the_same_for_layers_built_alike(file_cache):
+    """Two layers of the same options (other weights) share one choice: the second is read from the cache."""
+    first, second = (seqdyn.mixers.build("gla", 16, heads=2) for _ in range(2))
+    x = torch.randn(1, 12, 16)
+    with torch.no_grad():
+        assert first.backend_for(x).source == "measured" and second.backend_for(x).source == "cache"
+
+
+def test_a_backend_that_raises_while_timed_is_an_error_that_names_it(monkeypatch):
+    """Only running out of memory drops a candidate; any other exception is a bug, raised with the backend's name."""
+    calls = fake_clock(monkeypatch, {"a": [1.0, 1.0], "b": [1.0, 1.0]})
+
+    def trial(name):
+        calls.append(name)
+        if name == "b":
+            raise RuntimeError("index out of range in self")
+
+    with pytest.raises(autotune.BackendFailed, match="backend 'b' raised while 'auto' timed it .*index out of range"):
+        autotune.measure(["a", "b"], trial, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("error", [MemoryError(), RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"),
+                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB")])
+def test_a_backend_out_of_memory_is_dropped(monkeypatch, error):
+    calls = fake_clock(monkeypatch, {"a": [1.0, 1.0, 1.0], "b": []})
+
+    def trial(name):
+        calls.append(name)
+        if name == "b":
+            raise error
+
+    assert list(autotune.measure(["a", "b"], trial, torch.device("cpu"))) == ["a"]
+    assert not autotune.is_out_of_memory(ValueError("out of memory"))

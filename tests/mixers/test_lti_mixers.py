@@ -225,7 +225,7 @@ def test_auto_does_not_time_a_scan_that_materializes_more_than_the_limit(monkeyp
     entries ``auto`` does not time it (the DLR tasks' N = 256 at B = 16, T = 256: 2^27 entries, whose scan took
     28 s to time where fft takes 30 ms); one entry fewer and it is timed."""
     from seqdyn.core import autotune
-    from seqdyn.core.operator import QUADRATIC_AUTO_LIMIT
+    from seqdyn.core.choice import QUADRATIC_AUTO_LIMIT
 
     monkeypatch.setenv("SEQDYN_AUTOTUNE", "memory")
     autotune.clear_cache()

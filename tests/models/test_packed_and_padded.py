@@ -94,3 +94,22 @@ def test_a_packed_forward_records_the_backend_its_packed_call_chose(tmp_path, mo
         model(tokens, cu_seqlens=CU_SEQLENS)
     assert len(picked) == 2
     assert all("packed N ≤ 4 sequences of L ≤ 16" in choice.why for choice in picked), [c.why for c in picked]
+
+
+def test_the_record_reads_the_choice_each_forward_made_without_choosing_again(tmp_path, monkeypatch):
+    """Recording asks no mixer for its backend: it reads the one each layer's forward chose and kept, for a padded
+    batch the choice of its packed tokens (what was computed), not one of the padded shape."""
+    monkeypatch.setenv("SEQDYN_AUTOTUNE_CACHE", str(tmp_path))
+    model = hybrid()
+    tokens = inputs(spec(input_len=18), batch=2, length=9)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    asked = []
+    for block in model.blocks:
+        backend_for = block.mixer.backend_for
+        monkeypatch.setattr(block.mixer, "backend_for", lambda *a, f=backend_for, **k: asked.append(1) or f(*a, **k))
+    with recording_backends(model) as picked:
+        model(tokens, attention_mask=mask)
+    assert asked == [] and len(picked) == 2
+    assert picked == [block.mixer.last_backend for block in model.blocks]
+    assert all("packed N ≤ 2 sequences of L ≤ 16" in choice.why for choice in picked), [c.why for c in picked]

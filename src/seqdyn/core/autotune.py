@@ -32,14 +32,15 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["BackendChoice", "cache_path", "choose", "clear_cache", "elapsed_seconds", "fingerprint", "setting",
-           "tuning_enabled"]
+__all__ = ["BackendChoice", "BackendFailed", "BackendKey", "cache_path", "choose", "clear_cache", "elapsed_seconds",
+           "fingerprint", "is_out_of_memory", "setting", "tuning_enabled"]
 
 #: timed rounds over the candidates after their warm-up (the fastest call counts)
 REPEATS = 3
@@ -53,8 +54,69 @@ HOPELESS_WARMUP = 10.0
 CLOSE = 1.25
 #: ... is timed for up to this many rounds in all (the candidates within ``CLOSE``), each fastest call counting
 CLOSE_REPEATS = 9
-#: cache file format; a file of another version is not read
-CACHE_VERSION = 1
+#: cache file format; a file of another version is not read (2: structured keys, :class:`BackendKey`)
+CACHE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class BackendKey:
+    """Everything but the data that the speed of a problem depends on: the cache key of a choice.
+
+    Attributes:
+        computes: what computes — ``"operator"``, or a module's class path (``seqdyn.mixers.mamba2.Mamba2``).
+        options: what fixes its work besides the shapes: every constructor option a module keeps
+            (:func:`module_options`), or the operator problem's combination.
+        shape: the sizes (``B``, ``T``, ``D``; packed sequences by size class).
+        dtype: the input's dtype.
+        mode: ``"train"`` (forward and backward) or ``"forward"``.
+    """
+
+    computes: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    shape: Mapping[str, int] = field(default_factory=dict)
+    dtype: str = ""
+    mode: str = "forward"
+
+    def text(self) -> str:
+        """The key as canonical JSON (sorted keys): the cache file's key, equal for equal keys."""
+        return json.dumps({"computes": self.computes, "options": dict(self.options), "shape": dict(self.shape),
+                           "dtype": self.dtype, "mode": self.mode}, sort_keys=True, default=str)
+
+
+def module_options(module: torch.nn.Module) -> dict[str, Any]:
+    """Every option a module and its submodules keep, as a flat mapping: per submodule (by its name in
+    ``module``), its class and its public attributes of plain values (numbers, strings, booleans, ``None`` and
+    tuples or lists of them), and the shape and dtype of every parameter and buffer.  Two modules built with
+    different options (another width, a gate, a convolution, a floor on the step) differ here."""
+    options: dict[str, Any] = {}
+    for prefix, sub in module.named_modules():
+        at = f"{prefix}." if prefix else ""
+        options[f"{at}class"] = f"{type(sub).__module__}.{type(sub).__qualname__}"
+        for name, value in vars(sub).items():
+            if not name.startswith("_") and name != "training" and _plain(value):
+                options[f"{at}{name}"] = list(value) if isinstance(value, tuple) else value
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        options[f"{name}:tensor"] = f"{list(tensor.shape)} {tensor.dtype}"
+    return options
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_plain(item) for item in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says the device ran out of memory (CUDA's ``OutOfMemoryError``, the CPU allocator's
+    ``RuntimeError``, Python's ``MemoryError``): the one failure ``auto`` skips a candidate for."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    message = str(error).lower()
+    return isinstance(error, RuntimeError) and ("out of memory" in message or "can't allocate memory" in message)
+
+
+class BackendFailed(RuntimeError):
+    """A backend raised (other than out of memory) while ``auto`` timed it: a bug, named with the backend."""
 
 
 class BackendChoice(str):
@@ -226,9 +288,9 @@ def clear_cache(device: torch.device | None = None, files: bool = False) -> None
         path.unlink()
 
 
-def cached(key: str, device: torch.device) -> dict | None:
+def cached(key: BackendKey, device: torch.device) -> dict | None:
     """The cached entry of ``key`` on ``device``, if any."""
-    return _entries(device)[0].get(key)
+    return _entries(device)[0].get(key.text())
 
 
 def _synchronize(device: torch.device) -> None:
@@ -252,14 +314,17 @@ def measure(candidates: Sequence[str], trial: Callable[[str], None], device: tor
     than a later one, so that candidate cannot win (its warm-up is reported).  Then ``REPEATS − 1`` more rounds over the
     candidates within ``HOPELESS`` × the fastest, the fastest call counting; where the runner-up is still within
     ``CLOSE`` × the fastest (the choice could go either way on one noisy call), more rounds over the candidates
-    within ``CLOSE``, up to ``CLOSE_REPEATS`` in all or until the runner-up falls behind.  A candidate that fails
-    (out of memory) is dropped."""
+    within ``CLOSE``, up to ``CLOSE_REPEATS`` in all or until the runner-up falls behind.  A candidate that runs out
+    of memory is dropped; any other exception is raised as :class:`BackendFailed`, naming the candidate."""
     times: dict[str, float] = {}
     for name in candidates:
         try:
             warm = elapsed_seconds(lambda: trial(name), device)
-        except (RuntimeError, MemoryError):
-            continue
+        except Exception as error:
+            if is_out_of_memory(error):
+                continue
+            raise BackendFailed(f"backend {name!r} raised while 'auto' timed it ({type(error).__name__}: {error}); "
+                                f"call it with backend={name!r} to see the error alone") from error
         fastest = min(times.values(), default=math.inf)
         times[name] = warm if warm > HOPELESS_WARMUP * fastest else elapsed_seconds(lambda: trial(name), device)
     for timed_round in range(2, max(REPEATS, CLOSE_REPEATS) + 1):
@@ -277,12 +342,12 @@ def _described(times_ms: dict[str, float]) -> str:
     return " < ".join(f"{name} {ms:.3g} ms" for name, ms in times_ms.items())
 
 
-def choose(key: str, device: torch.device, plan: Callable[[], tuple[list[str], str, str]],
+def choose(key: BackendKey, device: torch.device, plan: Callable[[], tuple[list[str], str, str]],
            trial: Callable[[str], None], shape: str, valid: Callable[[str], bool]) -> BackendChoice:
     """The backend for the problem of shape ``key``: cached, else measured (and cached), else the cost model's.
 
     Args:
-        key: everything but the data that the speed depends on (the operator's ``_shape_key``).
+        key: everything but the data that the speed depends on (:class:`BackendKey`).
         plan: ``() -> (candidates, modelled, reason)``, called on a cache miss only: the backends that can compute
             the problem and may be fastest (the likeliest first), the cost model's choice and why.
         trial: runs the problem once with a backend (forward, or forward and backward).
@@ -291,6 +356,7 @@ def choose(key: str, device: torch.device, plan: Callable[[], tuple[list[str], s
             a cache miss).
     """
     entries, path = _entries(device)
+    key = key.text()
     entry = entries.get(key)
     if entry is not None and not valid(entry["backend"]):
         entry = None

@@ -13,20 +13,19 @@ the exact result is finite.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from seqdyn.core import autotune
+from seqdyn.core import choice
 from seqdyn.core.autotune import BackendChoice
-from seqdyn.core.backends import REGISTRY
 from seqdyn.core.backends import quadratic as quadratic_backend
+from seqdyn.core.choice import BACKENDS
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
 from seqdyn.core.packing import Packing, check_cu_seqlens
-from seqdyn.core.problem import Problem, prepare, shared_over_heads
+from seqdyn.core.problem import Problem, prepare
 from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients, resolve_readout
 
 __all__ = [
@@ -39,15 +38,6 @@ __all__ = [
     "coefficients",
     "select_backend",
 ]
-
-#: The backend names accepted by ``backend=``; ``"auto"`` picks the fastest valid one.
-BACKENDS = ("quadratic", "recurrent", "chunk", "scan", "auto")
-
-log = logging.getLogger("seqdyn")
-
-#: Above this many entries (B·H·T² scores, times K with a diagonal decay) ``auto`` does not materialize them.
-QUADRATIC_AUTO_LIMIT = 1 << 26
-
 
 def coefficient_dynamics(
     q: Tensor | Dynamics,
@@ -101,7 +91,7 @@ def coefficient_dynamics(
 def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, backend: str, chunk_size: int | None):
     """:func:`coefficient_dynamics` of a :class:`Dynamics`."""
     problem = prepare(dynamics, initial_state=initial_state, chunk_size=chunk_size, factored=True)
-    module, _ = _backend_for(problem, backend, bool(output_final_state))
+    module, _ = choice.backend_for(problem, backend, _computed, bool(output_final_state))
     out, state = _computed(problem, module, bool(output_final_state))
     return (out, state) if output_final_state else out
 
@@ -169,7 +159,7 @@ def _packed_outputs(dynamics: Dynamics, cu_seqlens: Any, initial_state: Any, out
     packing = _packing(dynamics, cu_seqlens)
     if _resets_suffice(dynamics, initial_state, output_final_state) and backend in ("auto", *RESETS_SERVE):
         problem = prepare(_reset_at_starts(dynamics, packing), chunk_size=chunk_size, factored=True)
-        module, _ = _backend_for(problem, backend, False)
+        module, _ = choice.backend_for(problem, backend, _computed, False)
         if module.NAME in RESETS_SERVE and not (module.NAME == "chunk" and problem.diagonal):
             return _computed(problem, module, False)[0]
         backend = module.NAME  # what auto chose (select_backend's answer), on the sequences side by side
@@ -223,7 +213,7 @@ def select_backend(q: Tensor | Dynamics, k: Tensor | None = None, v: Tensor | No
         dynamics = (_reset_at_starts(dynamics, packing) if _resets_suffice(dynamics, beside.get("initial_state"),
                                                                            want_state) else _padded(dynamics, packing))
     problem = prepare(dynamics, **beside)
-    return _backend_for(problem, backend, want_state, train)[1]
+    return choice.backend_for(problem, backend, _computed, want_state, train)[1]
 
 
 #: the per-token layouts of :func:`coefficient_dynamics_step`: argument -> (allowed ranks, layout)
@@ -364,183 +354,15 @@ def _coefficient_matrix(problem: Problem) -> Tensor:
     return _normalized(scores, scores.sum(-1), problem.normalizer, row_scale)
 
 
-def _backend_for(problem: Problem, backend: Any, want_state: bool = False, train: bool | None = None):
-    """``(backend module, BackendChoice)`` for ``backend`` (a name, or ``"auto"``: :func:`_auto_choice`)."""
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"backend: got {backend!r}; allowed: {list(BACKENDS)}")
-    if backend == "auto":
-        choice = _auto_choice(problem, want_state, _records_gradients(problem) if train is None else train)
-        log.debug("auto backend: %s (%s)", choice, choice.why)
-        return REGISTRY[str(choice)], choice
-    module = REGISTRY[backend]
-    reason = module.unsupported(problem)
-    if reason is not None:
-        raise ValueError(f"backend={backend!r} cannot compute {problem.describe()}: {reason}. Backends that can: "
-                         f"{_able(problem)}")
-    return module, BackendChoice.asked(backend)
-
-
-def _able(problem: Problem) -> list[str]:
-    return [name for name, module in REGISTRY.items() if module.unsupported(problem) is None]
-
-
-#: the scan's cost per state element and step relative to the chunked form's per-step cost (calibrated with
-#: ``seqdyn bench operator`` on the CPU: GLA-type heads of K = V = 64 scan ~6× slower than they chunk)
-SCAN_COST_FACTOR = 16.0
-#: ``recurrent`` steps through time in Python: a candidate only for sequences this short (or as the only form)
-RECURRENT_CANDIDATE_MAX = 64
-
-
-def _auto_choice(problem: Problem, want_state: bool, train: bool) -> BackendChoice:
-    """What ``"auto"`` computes with: the fastest of the candidate backends, measured once per problem shape and
-    cached (:func:`seqdyn.core.autotune.choose`), the cost model (:func:`_modelled`) deciding where nothing may be
-    timed."""
-    return autotune.choose(_shape_key(problem, want_state, train), problem.q.device, lambda: _plan(problem),
-                           lambda name: _trial(problem, name, want_state, train), _shape_words(problem, train),
-                           lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None)
-
-
 def auto_plan(dynamics: Dynamics, chunk_size: int | None = None,
               cu_seqlens: Tensor | None = None) -> tuple[list[str], str, str]:
-    """``(candidates, modelled, reason)`` of ``auto`` for these operator arguments (:func:`_plan`): what a mixer
+    """``(candidates, modelled, reason)`` of ``auto`` for these operator arguments (:func:`~seqdyn.core.choice.plan`):
+    what a mixer
     that times its whole call with each backend (:meth:`~seqdyn.mixers.base.CoefficientMixer.backend_for`)
     chooses among; with ``cu_seqlens``, for the packed sequences side by side, as they are computed."""
     if cu_seqlens is not None:
         dynamics = _padded(dynamics, _packing(dynamics, cu_seqlens))
-    return _plan(prepare(dynamics, chunk_size=chunk_size))
-
-
-def _plan(problem: Problem) -> tuple[list[str], str, str]:
-    """``(candidates, modelled, reason)``: the backends that can compute the problem, the modelled one first —
-    but those :func:`ruled_out` unless nothing else can compute it — and the cost model's choice with its reason."""
-    modelled, reason = _modelled(problem)
-    candidates = without_ruled_out(_able(problem), ruled_out(problem))
-    candidates.sort(key=lambda name: name != modelled)
-    return candidates, modelled, reason
-
-
-def quadratic_entries(problem: Problem) -> int:
-    """The entries the ``quadratic`` backend materializes: ``B·H·T²`` scores, times K with a diagonal decay
-    (its pairwise decays ``e^{γ_i − γ_j}`` per channel)."""
-    batch, heads, length, key_dim, _ = problem.shape
-    return batch * heads * length * length * (key_dim if problem.diagonal else 1)
-
-
-def ruled_out(problem: Problem) -> dict[str, str]:
-    """The backends ``auto`` does not time (unless nothing else can compute the problem), with the reason:
-    ``quadratic`` beyond ``QUADRATIC_AUTO_LIMIT`` entries, ``recurrent`` beyond ``RECURRENT_CANDIDATE_MAX`` steps."""
-    return too_large_to_time(problem.shape[2], {"quadratic": quadratic_entries(problem)})
-
-
-def without_ruled_out(candidates: list[str], reasons: dict[str, str]) -> list[str]:
-    """``candidates`` less those ``reasons`` rules out, one by one while more than one is left: ``auto`` times a
-    ruled-out backend only where nothing else can compute the problem."""
-    for name in reasons:
-        if len(candidates) > 1:
-            candidates = [other for other in candidates if other != name]
-    return candidates
-
-
-def too_large_to_time(length: int, materialized: dict[str, int]) -> dict[str, str]:
-    """The rule behind every ``auto``'s candidates (the operator's and the mixers' that compute their own cores): a
-    backend that materializes more than ``QUADRATIC_AUTO_LIMIT`` entries (``materialized``: backend -> entries) is
-    not timed, nor ``recurrent``, a Python loop over the steps, beyond ``RECURRENT_CANDIDATE_MAX`` steps; the
-    reason for each."""
-    reasons = {name: f"{entries:,} entries materialized" for name, entries in materialized.items()
-               if entries > QUADRATIC_AUTO_LIMIT}
-    if length > RECURRENT_CANDIDATE_MAX:
-        reasons["recurrent"] = f"a Python loop over {length} > {RECURRENT_CANDIDATE_MAX} steps"
-    return reasons
-
-
-def _records_gradients(problem: Problem) -> bool:
-    """Whether computing ``problem`` records gradients (grad mode on and an input that requires them)."""
-    return torch.is_grad_enabled() and any(x.requires_grad for x in _tensors(problem))
-
-
-def _tensors(problem: Problem) -> list[Tensor]:
-    state = problem.initial_state
-    parts = [problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction, problem.scale,
-             problem.log_scale, problem.decay_rate, problem.normalizer,
-             *(state if isinstance(state, tuple) else (state,))]
-    return [x for x in parts if isinstance(x, Tensor)]
-
-
-def _shape_key(problem: Problem, want_state: bool, train: bool) -> str:
-    """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`."""
-    batch, _, length, _, _ = problem.shape
-    return (f"B{batch} T{length} | {problem_signature(problem)} | {'train' if train else 'forward'} | "
-            f"state in {problem.initial_state is not None} out {want_state}")
-
-
-def problem_signature(problem: Problem) -> str:
-    """What a backend's speed depends on besides the batch, the length and the state passed in or out: heads,
-    widths, the combination, dtypes, the chunk and which arguments are shared over heads."""
-    _, heads, _, key_dim, value_dim = problem.shape
-    scale = problem.scale
-    scale_kind = ("none" if scale is None else "number" if not isinstance(scale, Tensor)
-                  else "shared" if shared_over_heads(scale) else "per-head")
-    return (f"H{heads} K{key_dim} V{value_dim} | {problem.describe()} | {problem.q.dtype} -> {problem.out_dtype} | "
-            f"chunk {problem.chunk_size} | q {'shared' if shared_over_heads(problem.q) else 'per-head'} | "
-            f"k {'shared' if shared_over_heads(problem.k) else 'per-head'} | scale {scale_kind} | "
-            f"log_scale {problem.log_scale is not None} | factored {problem.decay_rate is not None}")
-
-
-def _shape_words(problem: Problem, train: bool) -> str:
-    batch, heads, length, key_dim, value_dim = problem.shape
-    return (f"{'forward + backward' if train else 'forward'} of B={batch}, H={heads}, T={length}, K={key_dim}, "
-            f"V={value_dim}, {problem.describe()}")
-
-
-def _trial(problem: Problem, name: str, want_state: bool, train: bool) -> None:
-    """One run of ``problem`` by backend ``name`` on detached copies of its inputs (forward, and backward of the
-    sum of the outputs when ``train``): what :func:`seqdyn.core.autotune.measure` times."""
-    copies: dict[int, Tensor] = {}
-
-    def detached(x: Any) -> Any:
-        if isinstance(x, tuple):
-            return tuple(detached(part) for part in x)
-        if not isinstance(x, Tensor):
-            return x
-        if id(x) not in copies:  # one copy per tensor: aliases (DeltaNet's direction is its key) stay aliases
-            copies[id(x)] = x.detach().requires_grad_(train and x.is_floating_point())
-        return copies[id(x)]
-
-    fields = ("q", "k", "v", "log_decay", "beta", "direction", "normalizer", "initial_state", "scale", "log_scale",
-              "decay_rate")
-    copy = problem.replaced(**{field: detached(getattr(problem, field)) for field in fields})
-    with torch.enable_grad() if train else torch.no_grad():
-        out, state = _computed(copy, REGISTRY[name], want_state)
-        if train:
-            parts = [out, *(state if isinstance(state, tuple) else (state,) if state is not None else ())]
-            sum(part.float().sum() for part in parts).backward()
-
-
-def _modelled(problem: Problem) -> tuple[str, str]:
-    """The cost model's backend and its reason (calibrated with ``seqdyn bench operator`` and ``bench auto`` on
-    the CPU): what ``auto`` uses where nothing may be timed, and the first candidate it times.
-
-    Per head and step, the chunked form costs about ``C·(K+V) + K·V`` (its intra-chunk matrices and the state
-    hand-over, C = min(chunk, T)) and the scan ``16·K·V`` (a few elementwise passes over every state element):
-    the scan wins for the tiny states of per-channel mixers (S6, qLSTM, RG-LRU), the chunked form for heads of
-    K = V = 64.  Short sequences (T ≤ 2C) of large states without a diagonal decay are fastest materialized.
-    Without a linear-time form: materialize while it fits, else step.
-    """
-    batch, heads, length, key_dim, value_dim = problem.shape
-    chunk = min(problem.chunk_size, length)
-    scan_able = REGISTRY["scan"].unsupported(problem) is None
-    if problem.readout.linear:
-        scan_cost = SCAN_COST_FACTOR * key_dim * value_dim
-        if scan_able and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim and (
-                problem.diagonal or length > 2 * problem.chunk_size or key_dim * value_dim <= 4):
-            return "scan", f"a scan of {key_dim}×{value_dim} states costs less than chunks of {chunk} steps"
-        if not problem.diagonal and length <= 2 * problem.chunk_size:
-            return "quadratic", f"T={length} ≤ 2·chunk without a diagonal decay: materialized scores are cheapest"
-    if REGISTRY["chunk"].unsupported(problem) is None:
-        return "chunk", f"the chunked form of T={length} in chunks of {chunk}"
-    if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:
-        return "quadratic", f"no chunked form; B·H·T² = {batch * heads * length * length:,} scores fit"
-    return "recurrent", f"no chunked form and B·H·T² = {batch * heads * length * length:,} scores would not fit"
+    return choice.plan(prepare(dynamics, chunk_size=chunk_size))
 
 
 def _run(problem: Problem, module, want_state: bool):

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from seqdyn.core import lti
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
-from seqdyn.core.operator import too_large_to_time
+from seqdyn.core.choice import too_large_to_time
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
 
 SKIPS = ("learned", "identity", "none")
@@ -188,7 +188,7 @@ class LTIMixer(Mixer):
 
     def run_core(self, u: Tensor, backend: str, state: Tensor | None = None, output_final_state: bool = False):
         if backend == "auto":
-            backend = self._auto_backend(u, state, output_final_state)
+            backend = self.chose(self._auto_backend(u, state, output_final_state))
         return self.system()(u, backend, state, output_final_state)
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
@@ -211,9 +211,9 @@ class LTIMixer(Mixer):
             y = self.system()(x, name, start, output_final_state)
             return y[0] if isinstance(y, tuple) else y
 
-        return self.measured_backend(u, run, self.timing_plan(u, ["fft", "scan", "recurrent"], "fft",
-                                                              "the FFT convolution: O(T log T) per channel"),
-                                     f" | state in {state is not None} out {output_final_state}", " (its core alone)")
+        plan = self.timing_plan(u, ["fft", "scan", "recurrent"], "fft", "the FFT convolution: O(T log T) per channel")
+        detail = {"state in": state is not None, "state out": output_final_state}
+        return self.measured_backend(u, run, plan, detail, " (its core alone)")
 
     def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
         """``scan`` materializes every step's state, ``B·T`` times the state's floats; ``recurrent`` is a loop."""

@@ -18,12 +18,12 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.core import autotune
-from seqdyn.core.autotune import BackendChoice
+from seqdyn.core.autotune import BackendChoice, BackendKey, module_options
 from seqdyn.core.backends import REGISTRY
+from seqdyn.core.choice import problem_signature, ruled_out, too_large_to_time, without_ruled_out
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.core.operator import (auto_plan, coefficient_dynamics, coefficients, problem_signature, ruled_out,
-                                  too_large_to_time, without_ruled_out)
+from seqdyn.core.operator import auto_plan, coefficient_dynamics, coefficients
 from seqdyn.core.packing import Packing, from_state, packed_call, padded_call
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
@@ -42,6 +42,7 @@ def _taking_packing(forward: Callable) -> Callable:
     @functools.wraps(forward)
     def wrapped(self, x: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
                 attention_mask: Tensor | None = None, state: Any = None, return_state: bool = False):
+        self.chose(backend)
         if state is not None or return_state:
             return from_state(lambda u, s: self.forward_with_state(u, s, backend), x, state, return_state, cu_seqlens,
                               attention_mask)
@@ -80,11 +81,11 @@ def _size_class(size: int) -> int:
     return 1 << max(size - 1, 0).bit_length()
 
 
-def _packed_sizes(packing: Packing) -> tuple[str, str]:
-    """The cache key and the words of packed sequences' sizes: their count N and longest length L, each rounded up
+def _packed_sizes(packing: Packing) -> tuple[dict[str, int], str]:
+    """The cache key's sizes and the words of packed sequences: their count N and longest length L, each rounded up
     to a power of two (the operator computes them side by side, ``[N, L]``)."""
     count, longest = _size_class(packing.count), _size_class(packing.longest)
-    return f"packed N≤{count} L≤{longest}", f"packed N ≤ {count} sequences of L ≤ {longest}"
+    return {"packed N": count, "packed L": longest}, f"packed N ≤ {count} sequences of L ≤ {longest}"
 
 
 def check_state_batch(mixer: str, state_batch: int | None, batch: int) -> None:
@@ -170,27 +171,37 @@ class Mixer(nn.Module, ABC):
         mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
         return self.check_backend(backend)
 
-    def packed_backend_for(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> str:
-        """The backend ``forward(x, backend, cu_seqlens=cu_seqlens)`` computes packed sequences with: here that of
-        the sequences side by side (:func:`~seqdyn.core.packing.padded_call`)."""
-        return self.backend_for(Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device).unpack(x), backend)
+    @property
+    def last_backend(self) -> str | None:
+        """The backend the last forward computed with, as that forward chose it: a
+        :class:`~seqdyn.core.autotune.BackendChoice` where the mixer chose (with ``.why``), else the name it was
+        called with (``"auto"`` for a mixer that leaves the choice to its parts); ``None`` before any forward."""
+        return self.__dict__.get("_last_backend")
+
+    def chose(self, backend: str) -> str:
+        """Keep ``backend`` as :attr:`last_backend` and return it: what a forward calls with the backend it computes
+        with, so that a run record reads the choice instead of making it again."""
+        self.__dict__["_last_backend"] = backend
+        return backend
 
     def measured_backend(self, x: Tensor, run: Callable[[Tensor, str], Any],
-                         plan: Callable[[], tuple[list[str], str, str]], detail: str = "",
+                         plan: Callable[[], tuple[list[str], str, str]], detail: dict[str, Any] | None = None,
                          about: str = "", packing: Packing | None = None) -> BackendChoice:
         """``auto`` by measuring: the fastest backend for ``run(x, name)`` at this shape, measured once and cached
         by :func:`seqdyn.core.autotune.choose` — forward and backward where gradients are recorded (returned, not
         accumulated: the parameters' ``.grad`` stay as they are), the forward alone otherwise.  ``plan()``:
         ``(candidates, modelled, reason)``, called on a cache miss only (:meth:`timing_plan`); ``modelled``
-        where nothing may be timed.  ``detail``: what else the speed depends on; ``about``: the problem in words.
-        ``packing``: ``x`` holds packed sequences, whose count and longest length are cached by size class
-        (:func:`_packed_sizes`), so that batches of documents of other lengths do not each time the backends."""
+        where nothing may be timed.  The cache key (:class:`~seqdyn.core.autotune.BackendKey`) holds this mixer's
+        class and every option it keeps (:func:`~seqdyn.core.autotune.module_options`), the sizes, the dtype and the
+        mode; ``detail``: what else the speed depends on; ``about``: the problem in words.  ``packing``: ``x`` holds
+        packed sequences, whose count and longest length are cached by size class (:func:`_packed_sizes`), so that
+        batches of documents of other lengths do not each time the backends."""
         parameters = [p for p in self.parameters() if p.requires_grad]
         train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
         batch, length, channels = x.shape
-        sizes = (f"B{batch} T{length}", f"B={batch}, T={length}") if packing is None else _packed_sizes(packing)
-        key = (f"{self.name} {self.extra_repr()} | {sizes[0]} D{channels} | {x.dtype} | "
-               f"{'train' if train else 'forward'}{detail}")
+        sizes = ({"B": batch, "T": length}, f"B={batch}, T={length}") if packing is None else _packed_sizes(packing)
+        key = BackendKey(f"{type(self).__module__}.{type(self).__qualname__}", {**self._options(), **(detail or {})},
+                         {**sizes[0], "D": channels}, str(x.dtype), "train" if train else "forward")
         words = f"{'forward + backward' if train else 'forward'} of {self.name}, {sizes[1]}, D={channels}{about}"
 
         def trial(name: str) -> None:
@@ -202,6 +213,14 @@ class Mixer(nn.Module, ABC):
 
         return autotune.choose(key, x.device, plan, trial, words,
                                lambda name: name != "auto" and name in self.backends)
+
+    def _options(self) -> dict[str, Any]:
+        """:func:`~seqdyn.core.autotune.module_options` of this mixer, collected once per parameter dtype (the
+        options are fixed at construction)."""
+        dtype = next(self.parameters(), torch.empty(0)).dtype
+        if getattr(self, "_options_seen", (None,))[0] != dtype:
+            self._options_seen = (dtype, module_options(self))
+        return self._options_seen[1]
 
     def timing_plan(self, x: Tensor, candidates: list[str], modelled: str,
                     reason: str) -> Callable[[], tuple[list[str], str, str]]:
@@ -331,7 +350,7 @@ class CoefficientMixer(Mixer):
 
     def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
         self.check_input(x)
-        backend = self.backend_for(x, backend)
+        backend = self.chose(self.backend_for(x, backend))
         inputs, extras = self.core_inputs(x, MixerState())
         return self.core_output(self.run_core(inputs, backend), extras)
 
@@ -345,7 +364,7 @@ class CoefficientMixer(Mixer):
         rotary positions restart at each sequence's start, and the operator keeps every sequence apart
         (``coefficient_dynamics(…, cu_seqlens=…)``): no step is computed for padding."""
         packing = Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device)
-        backend = self._packed_backend(x, packing, backend)
+        backend = self.chose(self._packed_backend(x, packing, backend))
         inputs, extras = self.core_inputs(x, MixerState(packing=packing))
         return self.core_output(self.run_core(inputs, backend, cu_seqlens=cu_seqlens), extras)
 
@@ -365,13 +384,8 @@ class CoefficientMixer(Mixer):
             return auto_plan(inputs, self.chunk_size)
 
         signature, words = self._operator_signature()
-        return self.measured_backend(x, lambda inputs, name: self.forward(inputs, name), plan, f" | {signature}",
+        return self.measured_backend(x, lambda inputs, name: self.forward(inputs, name), plan, signature,
                                      f" (operator: {words})")
-
-    def packed_backend_for(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> str:
-        if not self.packs_tokens:
-            return super().packed_backend_for(x, cu_seqlens, backend)
-        return self._packed_backend(x, Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device), backend)
 
     def _packed_backend(self, x: Tensor, packing: Packing, backend: str) -> str:
         """:meth:`backend_for` of packed sequences: ``auto`` times :meth:`forward_packed` itself."""
@@ -386,17 +400,17 @@ class CoefficientMixer(Mixer):
 
         signature, words = self._operator_signature()
         return self.measured_backend(x, lambda inputs, name: self.forward_packed(inputs, cu_seqlens, name), plan,
-                                     f" | {signature}", f" (operator: {words})", packing)
+                                     signature, f" (operator: {words})", packing)
 
-    def _operator_signature(self) -> tuple[str, str]:
+    def _operator_signature(self) -> tuple[dict[str, Any], str]:
         """The operator problem's :func:`~seqdyn.core.operator.problem_signature` (heads, widths, combination,
         chunk) and the same in words, fixed by the options: probed once per parameter dtype."""
         dtype = next(self.parameters()).dtype
         if getattr(self, "_signature", (None,))[0] != dtype:
             problem = prepare(self._probe(), chunk_size=self.chunk_size)
             _, heads, _, key_dim, value_dim = problem.shape
-            self._signature = (dtype, problem_signature(problem),
-                               f"H={heads}, K={key_dim}, V={value_dim}, {problem.describe()}")
+            signature = {f"operator {name}": value for name, value in problem_signature(problem).items()}
+            self._signature = (dtype, signature, f"H={heads}, K={key_dim}, V={value_dim}, {problem.describe()}")
         return self._signature[1:]
 
     def auto_ruled_out(self, x: Tensor) -> dict[str, str]:

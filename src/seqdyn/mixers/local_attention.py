@@ -155,7 +155,7 @@ class LocalAttention(SoftmaxAttention):
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The masked softmax's output ``[B, T, H, V]`` and its values ``[B, T, H, V]``."""
         self.check_input(x)
-        return self._core(x, self.backend_for(x, backend))
+        return self._core(x, self.chose(self.backend_for(x, backend)))
 
     def _core(self, x: Tensor, backend: str) -> tuple[Tensor, Tensor]:
         q, k, v = self._qkv(x, scaled=backend in ("quadratic", "recurrent"))

@@ -79,6 +79,11 @@ class Bidirectional(nn.Module):
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
         return self.forward_mixer.backend_for(x, backend)
 
+    @property
+    def last_backend(self) -> str | None:
+        """The backend the left-to-right mixer's last forward computed with."""
+        return self.forward_mixer.last_backend
+
     def output_projections(self) -> list[nn.Linear]:
         return [out for out in (self.forward_mixer.output_projection(), self.backward_mixer.output_projection())
                 if out is not None]

@@ -253,18 +253,14 @@ def init_weights(model: SequenceModel) -> None:
 @contextmanager
 def recording_backends(model: SequenceModel) -> Iterator[list[str]]:
     """A list that every forward pass of ``model`` inside the ``with`` block extends with the backend each layer's
-    mixer computes with, in layer order (:meth:`~seqdyn.mixers.base.Mixer.backend_for` on the mixer's input and
-    the ``backend`` it is called with)."""
+    mixer computed with, in layer order: the choice that forward made and kept
+    (:attr:`~seqdyn.mixers.base.Mixer.last_backend`), read after it — nothing is chosen again."""
     picked: list[str] = []
 
-    def record(mixer: nn.Module, args: tuple, kwargs: dict) -> None:
-        backend = kwargs.get("backend", "auto")
-        if kwargs.get("cu_seqlens") is not None:
-            picked.append(mixer.packed_backend_for(args[0], kwargs["cu_seqlens"], backend))
-        else:
-            picked.append(mixer.backend_for(args[0], backend))
+    def record(mixer: nn.Module, args: tuple, output: Any) -> None:
+        picked.append(mixer.last_backend)
 
-    hooks = [block.mixer.register_forward_pre_hook(record, with_kwargs=True) for block in model.blocks]
+    hooks = [block.mixer.register_forward_hook(record) for block in model.blocks]
     try:
         yield picked
     finally:

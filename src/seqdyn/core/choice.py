@@ -1,0 +1,212 @@
+"""The backend choice: which backend computes an operator problem, and for ``"auto"`` how it is chosen.
+
+A named backend is checked against the problem (it must support the combination); ``"auto"`` is the fastest of the
+candidate backends, measured once per problem shape and cached (:mod:`seqdyn.core.autotune`), with a cost model
+(:func:`modelled`) that orders the candidates, rules out those that cannot be fastest (:func:`ruled_out`) and decides
+alone where nothing may be timed.  Mixers whose work around the operator can reverse the operator's ranking time
+their whole call with the same candidates (:func:`auto_plan` via :func:`seqdyn.core.operator.auto_plan`) and the same
+rule (:func:`too_large_to_time`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqdyn.core import autotune
+from seqdyn.core.autotune import BackendChoice, BackendKey
+from seqdyn.core.backends import REGISTRY
+from seqdyn.core.problem import Problem, shared_over_heads
+
+__all__ = ["BACKENDS", "QUADRATIC_AUTO_LIMIT", "able", "backend_for", "plan", "problem_signature", "quadratic_entries",
+           "ruled_out", "too_large_to_time", "without_ruled_out"]
+
+#: The backend names accepted by ``backend=``; ``"auto"`` picks the fastest valid one.
+BACKENDS = ("quadratic", "recurrent", "chunk", "scan", "auto")
+
+log = logging.getLogger("seqdyn")
+
+#: Above this many entries (B·H·T² scores, times K with a diagonal decay) ``auto`` does not materialize them.
+QUADRATIC_AUTO_LIMIT = 1 << 26
+
+#: ``compute(problem, backend module, want_state)`` → ``(y, state)``: the operator's run, which a trial times
+Compute = Callable[[Problem, Any, bool], tuple[Tensor, Any]]
+
+
+def backend_for(problem: Problem, backend: Any, compute: Compute, want_state: bool = False,
+                train: bool | None = None):
+    """``(backend module, BackendChoice)`` for ``backend`` (a name, or ``"auto"``: :func:`_auto_choice`, whose
+    trials run ``compute``)."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend: got {backend!r}; allowed: {list(BACKENDS)}")
+    if backend == "auto":
+        choice = _auto_choice(problem, compute, want_state, _records_gradients(problem) if train is None else train)
+        log.debug("auto backend: %s (%s)", choice, choice.why)
+        return REGISTRY[str(choice)], choice
+    module = REGISTRY[backend]
+    reason = module.unsupported(problem)
+    if reason is not None:
+        raise ValueError(f"backend={backend!r} cannot compute {problem.describe()}: {reason}. Backends that can: "
+                         f"{able(problem)}")
+    return module, BackendChoice.asked(backend)
+
+
+def able(problem: Problem) -> list[str]:
+    return [name for name, module in REGISTRY.items() if module.unsupported(problem) is None]
+
+
+#: the scan's cost per state element and step relative to the chunked form's per-step cost (calibrated with
+#: ``seqdyn bench operator`` on the CPU: GLA-type heads of K = V = 64 scan ~6× slower than they chunk)
+SCAN_COST_FACTOR = 16.0
+#: ``recurrent`` steps through time in Python: a candidate only for sequences this short (or as the only form)
+RECURRENT_CANDIDATE_MAX = 64
+
+
+def _auto_choice(problem: Problem, compute: Compute, want_state: bool, train: bool) -> BackendChoice:
+    """What ``"auto"`` computes with: the fastest of the candidate backends, measured once per problem shape and
+    cached (:func:`seqdyn.core.autotune.choose`), the cost model (:func:`modelled`) deciding where nothing may be
+    timed."""
+    return autotune.choose(_shape_key(problem, want_state, train), problem.q.device, lambda: plan(problem),
+                           lambda name: _trial(problem, compute, name, want_state, train), _shape_words(problem, train),
+                           lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None)
+
+
+def plan(problem: Problem) -> tuple[list[str], str, str]:
+    """``(candidates, modelled, reason)``: the backends that can compute the problem, the modelled one first —
+    but those :func:`ruled_out` unless nothing else can compute it — and the cost model's choice with its reason."""
+    chosen, reason = modelled(problem)
+    candidates = without_ruled_out(able(problem), ruled_out(problem))
+    candidates.sort(key=lambda name: name != chosen)
+    return candidates, chosen, reason
+
+
+def quadratic_entries(problem: Problem) -> int:
+    """The entries the ``quadratic`` backend materializes: ``B·H·T²`` scores, times K with a diagonal decay
+    (its pairwise decays ``e^{γ_i − γ_j}`` per channel)."""
+    batch, heads, length, key_dim, _ = problem.shape
+    return batch * heads * length * length * (key_dim if problem.diagonal else 1)
+
+
+def ruled_out(problem: Problem) -> dict[str, str]:
+    """The backends ``auto`` does not time (unless nothing else can compute the problem), with the reason:
+    ``quadratic`` beyond ``QUADRATIC_AUTO_LIMIT`` entries, ``recurrent`` beyond ``RECURRENT_CANDIDATE_MAX`` steps."""
+    return too_large_to_time(problem.shape[2], {"quadratic": quadratic_entries(problem)})
+
+
+def without_ruled_out(candidates: list[str], reasons: dict[str, str]) -> list[str]:
+    """``candidates`` less those ``reasons`` rules out, one by one while more than one is left: ``auto`` times a
+    ruled-out backend only where nothing else can compute the problem."""
+    for name in reasons:
+        if len(candidates) > 1:
+            candidates = [other for other in candidates if other != name]
+    return candidates
+
+
+def too_large_to_time(length: int, materialized: dict[str, int]) -> dict[str, str]:
+    """The rule behind every ``auto``'s candidates (the operator's and the mixers' that compute their own cores): a
+    backend that materializes more than ``QUADRATIC_AUTO_LIMIT`` entries (``materialized``: backend -> entries) is
+    not timed, nor ``recurrent``, a Python loop over the steps, beyond ``RECURRENT_CANDIDATE_MAX`` steps; the
+    reason for each."""
+    reasons = {name: f"{entries:,} entries materialized" for name, entries in materialized.items()
+               if entries > QUADRATIC_AUTO_LIMIT}
+    if length > RECURRENT_CANDIDATE_MAX:
+        reasons["recurrent"] = f"a Python loop over {length} > {RECURRENT_CANDIDATE_MAX} steps"
+    return reasons
+
+
+def _records_gradients(problem: Problem) -> bool:
+    """Whether computing ``problem`` records gradients (grad mode on and an input that requires them)."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in _tensors(problem))
+
+
+def _tensors(problem: Problem) -> list[Tensor]:
+    state = problem.initial_state
+    parts = [problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction, problem.scale,
+             problem.log_scale, problem.decay_rate, problem.normalizer,
+             *(state if isinstance(state, tuple) else (state,))]
+    return [x for x in parts if isinstance(x, Tensor)]
+
+
+def _shape_key(problem: Problem, want_state: bool, train: bool) -> BackendKey:
+    """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`."""
+    batch, _, length, _, _ = problem.shape
+    options = {**problem_signature(problem), "state in": problem.initial_state is not None, "state out": want_state}
+    return BackendKey("operator", options, {"B": batch, "T": length}, str(problem.q.dtype),
+                      "train" if train else "forward")
+
+
+def problem_signature(problem: Problem) -> dict[str, Any]:
+    """What a backend's speed depends on besides the batch, the length and the state passed in or out: heads,
+    widths, the combination, dtypes, the chunk and which arguments are shared over heads."""
+    _, heads, _, key_dim, value_dim = problem.shape
+    scale = problem.scale
+    scale_kind = ("none" if scale is None else "number" if not isinstance(scale, Tensor)
+                  else "shared" if shared_over_heads(scale) else "per-head")
+    sharing = lambda x: "shared" if shared_over_heads(x) else "per-head"  # noqa: E731
+    return {"H": heads, "K": key_dim, "V": value_dim, "combination": problem.describe(),
+            "dtypes": f"{problem.q.dtype} -> {problem.out_dtype}", "chunk": problem.chunk_size, "q": sharing(problem.q),
+            "k": sharing(problem.k), "scale": scale_kind, "log_scale": problem.log_scale is not None,
+            "factored": problem.decay_rate is not None}
+
+
+def _shape_words(problem: Problem, train: bool) -> str:
+    batch, heads, length, key_dim, value_dim = problem.shape
+    return (f"{'forward + backward' if train else 'forward'} of B={batch}, H={heads}, T={length}, K={key_dim}, "
+            f"V={value_dim}, {problem.describe()}")
+
+
+def _trial(problem: Problem, compute: Compute, name: str, want_state: bool, train: bool) -> None:
+    """One run of ``problem`` by backend ``name`` on detached copies of its inputs (forward, and backward of the
+    sum of the outputs when ``train``): what :func:`seqdyn.core.autotune.measure` times."""
+    copies: dict[int, Tensor] = {}
+
+    def detached(x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(detached(part) for part in x)
+        if not isinstance(x, Tensor):
+            return x
+        if id(x) not in copies:  # one copy per tensor: aliases (DeltaNet's direction is its key) stay aliases
+            copies[id(x)] = x.detach().requires_grad_(train and x.is_floating_point())
+        return copies[id(x)]
+
+    fields = ("q", "k", "v", "log_decay", "beta", "direction", "normalizer", "initial_state", "scale", "log_scale",
+              "decay_rate")
+    copy = problem.replaced(**{field: detached(getattr(problem, field)) for field in fields})
+    with torch.enable_grad() if train else torch.no_grad():
+        out, state = compute(copy, REGISTRY[name], want_state)
+        if train:
+            parts = [out, *(state if isinstance(state, tuple) else (state,) if state is not None else ())]
+            sum(part.float().sum() for part in parts).backward()
+
+
+def modelled(problem: Problem) -> tuple[str, str]:
+    """The cost model's backend and its reason (calibrated with ``seqdyn bench operator`` and ``bench auto`` on
+    the CPU): what ``auto`` uses where nothing may be timed, and the first candidate it times.
+
+    Per head and step, the chunked form costs about ``C·(K+V) + K·V`` (its intra-chunk matrices and the state
+    hand-over, C = min(chunk, T)) and the scan ``16·K·V`` (a few elementwise passes over every state element):
+    the scan wins for the tiny states of per-channel mixers (S6, qLSTM, RG-LRU), the chunked form for heads of
+    K = V = 64.  Short sequences (T ≤ 2C) of large states without a diagonal decay are fastest materialized.
+    Without a linear-time form: materialize while it fits, else step.
+    """
+    batch, heads, length, key_dim, value_dim = problem.shape
+    chunk = min(problem.chunk_size, length)
+    scan_able = REGISTRY["scan"].unsupported(problem) is None
+    if problem.readout.linear:
+        scan_cost = SCAN_COST_FACTOR * key_dim * value_dim
+        if scan_able and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim and (
+                problem.diagonal or length > 2 * problem.chunk_size or key_dim * value_dim <= 4):
+            return "scan", f"a scan of {key_dim}×{value_dim} states costs less than chunks of {chunk} steps"
+        if not problem.diagonal and length <= 2 * problem.chunk_size:
+            return "quadratic", f"T={length} ≤ 2·chunk without a diagonal decay: materialized scores are cheapest"
+    if REGISTRY["chunk"].unsupported(problem) is None:
+        return "chunk", f"the chunked form of T={length} in chunks of {chunk}"
+    if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:
+        return "quadratic", f"no chunked form; B·H·T² = {batch * heads * length * length:,} scores fit"
+    return "recurrent", f"no chunked form and B·H·T² = {batch * heads * length * length:,} scores would not fit"
+
+
