@@ -345,3 +345,40 @@ def test_the_package_exports_accelerate_and_from_transformers():
     import seqdyn.hf
 
     assert seqdyn.hf.accelerate is acc.accelerate and callable(seqdyn.hf.from_transformers)
+
+
+@pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text"])
+def test_an_accelerated_and_a_plain_model_of_one_family_run_at_once_each_with_its_own_functions(family, monkeypatch):
+    """Two threads, several forwards each started together: the accelerated model calls seqdyn's functions (and only
+    its thread does), the plain one transformers' fallbacks, each with the logits it gives alone, bit for bit (the
+    two differ by float32 roundings, so a forward that ran the other's function would show)."""
+    import threading
+
+    module, runs = acc.ACCELERATED[module_of(family)], 6
+    callers = set()
+    for name, function in list(module.items()):
+        monkeypatch.setitem(module, name, lambda *args, function=function, **kwargs:
+                            callers.add(threading.get_ident()) or function(*args, **kwargs))
+    plain, accelerated, inputs = build(family), acc.accelerate(build(family)), ids(80)
+    with torch.no_grad():
+        alone = {"plain": plain(inputs).logits, "accelerated": accelerated(inputs).logits}
+    assert not torch.equal(alone["plain"], alone["accelerated"])  # the test can tell them apart
+    callers.clear()
+    barrier, got, threads = threading.Barrier(2), {}, {}
+
+    def run(name: str, model: torch.nn.Module) -> None:
+        threads[name] = threading.get_ident()
+        for run_index in range(runs):
+            barrier.wait()
+            with torch.no_grad():
+                got[name, run_index] = model(inputs).logits
+
+    workers = [threading.Thread(target=run, args=item) for item in (("plain", plain), ("accelerated", accelerated))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert callers == {threads["accelerated"]}
+    for (name, _), logits in got.items():
+        assert torch.equal(logits, alone[name]), name
+    assert len(got) == 2 * runs
