@@ -382,3 +382,20 @@ def test_an_accelerated_and_a_plain_model_of_one_family_run_at_once_each_with_it
     for (name, _), logits in got.items():
         assert torch.equal(logits, alone[name]), name
     assert len(got) == 2 * runs
+
+
+def test_an_accelerated_layer_has_its_own_forward_and_transformers_class_and_module_keep_theirs():
+    """``accelerate`` binds seqdyn's functions in a copy of the layer's forward (its decorators copied around it),
+    set on the layer alone; a name that is no global of the layer's module is refused."""
+    from transformers.models.mamba2 import modeling_mamba2
+
+    forward, fallback = modeling_mamba2.Mamba2Mixer.forward, modeling_mamba2.mamba2_chunk_scan
+    layer = acc.accelerate(tiny_model("mamba2")).backbone.layers[0].mixer
+    assert "forward" in vars(layer) and modeling_mamba2.Mamba2Mixer.forward is forward
+    assert modeling_mamba2.mamba2_chunk_scan is fallback
+    innermost = layer.forward.__func__
+    while hasattr(innermost, "__wrapped__"):  # the accelerated forward, then transformers' own, unchanged
+        innermost = innermost.__wrapped__
+    assert innermost.__globals__ is vars(modeling_mamba2)
+    with pytest.raises(ValueError, match=r"^functions: \['mamba3_scan'\] are not globals of .*modeling_mamba2"):
+        acc.rebound_forward(layer, {"mamba3_scan": acc.ssd_chunk_scan})

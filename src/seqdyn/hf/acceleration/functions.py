@@ -35,8 +35,8 @@ from seqdyn.hf.acceleration.prompt import current_prompt, real_steps
 from seqdyn.layers.conv import causal_depthwise_conv
 from seqdyn.layers.norms import l2_normalize
 
-__all__ = ["CHUNK_SIZE", "DELTA_RULE_CHUNK_SIZE", "causal_conv1d", "gated_delta_rule", "linear_rnn_scan", "selective_scan",
-           "ssd_chunk_scan"]
+__all__ = ["CHUNK_SIZE", "DELTA_RULE_CHUNK_SIZE", "causal_conv1d", "gated_delta_rule", "linear_rnn_scan",
+           "selective_scan", "ssd_chunk_scan"]
 
 #: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
 #: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on

@@ -78,7 +78,7 @@ def accelerate(model: nn.Module) -> nn.Module:
         if kind in ACCELERATED_LAYERS:
             layer.forward = rebound_forward(layer, ACCELERATED[ACCELERATED_LAYERS[kind]], around=_with_prompt)
         for name, function in ACCELERATED_METHODS.get(kind, {}).items():
-            setattr(layer, name, _accelerated_method(getattr(layer, name), function))
+            setattr(layer, name, types.MethodType(_accelerated_method(getattr(type(layer), name), function), layer))
         layer._seqdyn_accelerated = True
     if not found:
         raise ValueError(f"model: {type(model).__name__} has no layer seqdyn accelerates (supported: "
@@ -108,7 +108,8 @@ def rebound_forward(layer: nn.Module, functions: Mapping[str, Callable[..., Any]
     the class's module that the forward calls) is that function: a copy of the undecorated forward with globals of
     its own (the module's, those names replaced), inside copies of the class's decorators.  ``around(swapped,
     original)``, where given, runs in place of that copy (``original``: the undecorated forward as transformers
-    wrote it).  Assign it to ``layer.forward``; the class, its module and every other layer stay as they are."""
+    wrote it).  Assign it to ``layer.forward``; the class, its module and every other layer stay as they are (the
+    copy reads the module's other globals as they are now)."""
     def swap(original: Callable[..., Any]) -> Callable[..., Any]:
         unknown = [name for name in functions if name not in original.__globals__]
         if unknown:
@@ -174,11 +175,12 @@ def _with_prompt(swapped: Callable[..., Any], original: Callable[..., Any]) -> C
 
 
 def _accelerated_method(method: Callable[..., Any], function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` in place of a layer's bound ``method``, except for one decoded token (the step update)."""
+    """``function`` in place of the class's ``method`` (to be bound to a layer), except for one decoded token (the
+    step update)."""
     @functools.wraps(method)
-    def accelerated(hidden_states: Tensor, *args: Any, **kwargs: Any) -> Any:
+    def accelerated(self: nn.Module, hidden_states: Tensor, *args: Any, **kwargs: Any) -> Any:
         if hidden_states.shape[1] == 1:
-            return method(hidden_states, *args, **kwargs)
+            return method(self, hidden_states, *args, **kwargs)
         return function(hidden_states, *args, **kwargs)
 
     return accelerated

@@ -43,5 +43,12 @@ __all__ = ["FAMILY_MODULES", "NOT_YET", "SUPPORTED", "TEXT_MODEL_OF", "TINY_CONF
 FAMILY_MODULES = ("mamba", "falcon_mamba", "mamba2", "qwen3_5", "qwen3_next", "qwen3_5_moe", "bamba",
                   "granitemoehybrid", "nemotron_h", "olmo_hybrid", "recurrent_gemma", "falcon_h1")
 
-for _module in FAMILY_MODULES:
-    importlib.import_module(f"{__name__}.{_module}")
+
+
+def _register_families() -> None:
+    """Each module of :data:`FAMILY_MODULES` imported, which registers its family."""
+    for name in FAMILY_MODULES:
+        importlib.import_module(f"{__name__}.{name}")
+
+
+_register_families()
