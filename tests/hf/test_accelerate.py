@@ -345,3 +345,57 @@ def test_the_package_exports_accelerate_and_from_transformers():
     import seqdyn.hf
 
     assert seqdyn.hf.accelerate is acc.accelerate and callable(seqdyn.hf.from_transformers)
+
+
+@pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text"])
+def test_an_accelerated_and_a_plain_model_of_one_family_run_at_once_each_with_its_own_functions(family, monkeypatch):
+    """Two threads, several forwards each started together: the accelerated model calls seqdyn's functions (and only
+    its thread does), the plain one transformers' fallbacks, each with the logits it gives alone, bit for bit (the
+    two differ by float32 roundings, so a forward that ran the other's function would show)."""
+    import threading
+
+    module, runs = acc.ACCELERATED[module_of(family)], 6
+    callers = set()
+    for name, function in list(module.items()):
+        monkeypatch.setitem(module, name, lambda *args, function=function, **kwargs:
+                            callers.add(threading.get_ident()) or function(*args, **kwargs))
+    plain, accelerated, inputs = build(family), acc.accelerate(build(family)), ids(80)
+    with torch.no_grad():
+        alone = {"plain": plain(inputs).logits, "accelerated": accelerated(inputs).logits}
+    assert not torch.equal(alone["plain"], alone["accelerated"])  # the test can tell them apart
+    callers.clear()
+    barrier, got, threads = threading.Barrier(2), {}, {}
+
+    def run(name: str, model: torch.nn.Module) -> None:
+        threads[name] = threading.get_ident()
+        for run_index in range(runs):
+            barrier.wait()
+            with torch.no_grad():
+                got[name, run_index] = model(inputs).logits
+
+    workers = [threading.Thread(target=run, args=item) for item in (("plain", plain), ("accelerated", accelerated))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert callers == {threads["accelerated"]}
+    for (name, _), logits in got.items():
+        assert torch.equal(logits, alone[name]), name
+    assert len(got) == 2 * runs
+
+
+def test_an_accelerated_layer_has_its_own_forward_and_transformers_class_and_module_keep_theirs():
+    """``accelerate`` binds seqdyn's functions in a copy of the layer's forward (its decorators copied around it),
+    set on the layer alone; a name that is no global of the layer's module is refused."""
+    from transformers.models.mamba2 import modeling_mamba2
+
+    forward, fallback = modeling_mamba2.Mamba2Mixer.forward, modeling_mamba2.mamba2_chunk_scan
+    layer = acc.accelerate(tiny_model("mamba2")).backbone.layers[0].mixer
+    assert "forward" in vars(layer) and modeling_mamba2.Mamba2Mixer.forward is forward
+    assert modeling_mamba2.mamba2_chunk_scan is fallback
+    innermost = layer.forward.__func__
+    while hasattr(innermost, "__wrapped__"):  # the accelerated forward, then transformers' own, unchanged
+        innermost = innermost.__wrapped__
+    assert innermost.__globals__ is vars(modeling_mamba2)
+    with pytest.raises(ValueError, match=r"^functions: \['mamba3_scan'\] are not globals of .*modeling_mamba2"):
+        acc.rebound_forward(layer, {"mamba3_scan": acc.ssd_chunk_scan})

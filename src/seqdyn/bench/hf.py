@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import time
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,10 +153,28 @@ def _first_calls(plain: torch.nn.Module, fast: torch.nn.Module,
     from seqdyn.hf.acceleration import ACCELERATED_METHODS, swapped_functions
 
     swaps, calls = swapped_functions(plain), {}
+    originals = [getattr(owner, name) for owner, name, _ in swaps]
     layers = [name for name, layer in fast.named_modules() if getattr(layer, "_seqdyn_accelerated", False)
               and type(layer).__name__ not in ACCELERATED_METHODS]
-    layer = plain.get_submodule(layers[0]) if layers else None
-    layer_name = f"{type(layer).__name__} (layer)"
+    layer_name = f"{type(plain.get_submodule(layers[0])).__name__} (layer)" if layers else None
+    recording = _recording(plain, calls, {name: original for (_, name, _), original in zip(swaps, originals)})
+    if layers:
+        recording.get_submodule(layers[0]).register_forward_pre_hook(
+            lambda _, args, kwargs: calls.setdefault(layer_name, (args, kwargs)) and None, with_kwargs=True)
+    with torch.no_grad():
+        recording(inputs, use_cache=False)
+    layer_call = [(layer_name, plain.get_submodule(layers[0]), fast.get_submodule(layers[0]), *calls[layer_name])
+                  ] if layers else []
+    return layer_call + [(name, original, function, *calls[name])
+                         for (_, name, function), original in zip(swaps, originals) if name in calls]
+
+
+def _recording(plain: torch.nn.Module, calls: dict[str, tuple[tuple, dict]],
+               originals: dict[str, Any]) -> torch.nn.Module:
+    """A copy of ``plain`` whose accelerated layers call transformers' fallbacks ``originals`` through a recorder of
+    the first call's arguments of each into ``calls`` (in that copy's layers only, as :func:`~seqdyn.hf.accelerate`
+    swaps)."""
+    from seqdyn.hf.acceleration import ACCELERATED, ACCELERATED_LAYERS, ACCELERATED_METHODS, rebound_forward
 
     def recorder(name, original):
         def record(*args, **kwargs):
@@ -165,25 +182,15 @@ def _first_calls(plain: torch.nn.Module, fast: torch.nn.Module,
             return original(*args, **kwargs)
         return record
 
-    originals = [getattr(owner, name) for owner, name, _ in swaps]
-    hook = None if layer is None else layer.register_forward_pre_hook(
-        lambda _, args, kwargs: calls.setdefault(layer_name, (args, kwargs)) and None, with_kwargs=True)
-    try:
-        for (owner, name, _), original in zip(swaps, originals):
-            setattr(owner, name, recorder(name, original))
-        with torch.no_grad():
-            plain(inputs, use_cache=False)
-    finally:
-        if hook is not None:
-            hook.remove()
-        for (owner, name, _), original in zip(swaps, originals):
-            if isinstance(owner, types.ModuleType):
-                setattr(owner, name, original)
-            else:  # a layer: its class's method again
-                delattr(owner, name)
-    layer_call = [] if layer is None else [(layer_name, layer, fast.get_submodule(layers[0]), *calls[layer_name])]
-    return layer_call + [(name, original, function, *calls[name])
-                         for (_, name, function), original in zip(swaps, originals) if name in calls]
+    recording = copy.deepcopy(plain)
+    for layer in recording.modules():
+        kind = type(layer).__name__
+        if kind in ACCELERATED_LAYERS:
+            names = ACCELERATED[ACCELERATED_LAYERS[kind]]
+            layer.forward = rebound_forward(layer, {name: recorder(name, originals[name]) for name in names})
+        for name in ACCELERATED_METHODS.get(kind, {}):
+            setattr(layer, name, recorder(name, getattr(layer, name)))
+    return recording
 
 
 def _measure_function(name: str, original: Any, replacement: Any, args: tuple, kwargs: dict,

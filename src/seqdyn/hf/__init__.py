@@ -11,9 +11,11 @@ with ``AutoModel`` and ``SeqdynForCausalLM`` with ``AutoModelForCausalLM``::
     model.save_pretrained("out/tiny")
     tokens = AutoModelForCausalLM.from_pretrained("out/tiny").generate(prompt, max_new_tokens=32)
 
-``seqdyn.hf.from_transformers(model)`` converts a transformers Mamba, Falcon-Mamba or Mamba-2 model to seqdyn with the
-same weights and logits (``seqdyn.hf.convert``); ``seqdyn.hf.accelerate(model)`` runs seqdyn's operator inside a
-transformers Mamba-2 in place of its PyTorch fallback (``seqdyn.hf.acceleration``).
+Two adapters, neither importing the other: seqdyn models as transformers models (``configuration``, ``modeling``,
+``cache``, and ``convert``: ``seqdyn.hf.from_transformers(model)`` converts a transformers model of a supported family
+to seqdyn with the same weights and logits, one module per family), and seqdyn's operator inside transformers' models
+(``acceleration``: ``seqdyn.hf.accelerate(model)`` gives that model's layers their own forward that runs seqdyn's
+functions in place of transformers' PyTorch fallbacks).
 
 This is the only seqdyn package that imports transformers.
 """

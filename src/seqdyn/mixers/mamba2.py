@@ -9,8 +9,8 @@ Per head h (head dim P, state N; B and C shared by all heads, or by each of ``gr
 
 Coefficient form: φ = identity, Λ_t = exp(Δ_t A_h)·I (scalar decay), b_t = Δ_t, η = 1, with q = C, k = B.
 The block around it (all optional): a short causal convolution with SiLU on (x, B, C), and the output
-``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5 as mamba_ssm, or ``norm_eps``; ``y ⊙ SiLU(z)`` alone without ``gate_norm``, as
-Falcon-H1's ``mamba_rms_norm = false``) before the out-projection.  Head size P = 64
+``RMSNorm(y ⊙ SiLU(z))`` (ε = 1e-5 as mamba_ssm, or ``norm_eps``; with ``gate_norm=False``, ``y ⊙ SiLU(z)`` without
+the RMSNorm, e.g. Falcon-H1) before the out-projection.  Head size P = 64
 (the paper's) where it divides ``expand·d_model``, else the largest divisor below 64.  Initialization as in Mamba-2:
 A ~ U(1, 16), Δ log-uniform in [dt_min, dt_max] through the inverse softplus of the bias, D = 1.
 """
@@ -41,7 +41,7 @@ class Mamba2(CoefficientMixer):
         conv_size: the width of that convolution (taps, the current token included).
         gate: the output RMSNorm(y ⊙ SiLU(z)) with a gate z from the input projection, as Mamba-2; False: y goes
             straight to the output projection.
-        gate_norm: with the gate, the RMSNorm after it; False: y ⊙ SiLU(z) alone (Falcon-H1's Mamba-2 layers).
+        gate_norm: with the gate, RMSNorm(y ⊙ SiLU(z)); False: y ⊙ SiLU(z) without the RMSNorm (e.g. Falcon-H1).
         dt_min: the smallest step Δ at initialization: b_Δ is set so that Δ = softplus(b_Δ) is log-uniform in
             [dt_min, dt_max].
         dt_max: the largest step Δ at initialization.
@@ -50,10 +50,10 @@ class Mamba2(CoefficientMixer):
         groups: Mamba-2's ngroups: the heads split into this many consecutive groups, each with its own B_t and
             C_t (keys and queries), and the gated RMSNorm normalizes each group's channels on its own; 1: one B_t,
             C_t for all heads.
-        norm_eps: the ε of the gated RMSNorm (mamba_ssm's 1e-5; Granite 4.0 and Bamba keep their checkpoint's).
-        dt_floor: Δ_t clamped from below at this step (mamba_ssm's dt_limit[0]; Nemotron-H's time_step_min); 0: not
+        norm_eps: the ε of the gated RMSNorm, RMSNorm(v) = v / √(mean(v²) + ε) (mamba_ssm's 1e-5).
+        dt_floor: Δ_t ← max(Δ_t, dt_floor) (mamba_ssm's dt_limit[0], e.g. Nemotron-H's time_step_min); 0: not
             clamped.
-        dt_ceiling: Δ_t clamped from above at this step (dt_limit[1]); None: not clamped.
+        dt_ceiling: Δ_t ← min(Δ_t, dt_ceiling) (mamba_ssm's dt_limit[1]); None: not clamped.
     """
 
     name = "mamba2"

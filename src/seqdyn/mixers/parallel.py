@@ -1,4 +1,4 @@
-"""Parallel hybrid heads: several mixers on the same input, their outputs added (Falcon-H1, Hymba).
+"""Parallel hybrid heads: several mixers on the same input, their outputs added (e.g. Falcon-H1, Hymba).
 
 For parts m = 1 … M, each a mixer of its own with its own projections::
 
@@ -24,29 +24,29 @@ from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
 from seqdyn.mixers.base import Mixer
 
-#: Falcon-H1's layer: a Mamba-2 SSM beside softmax attention with rotary embeddings
-FALCON_H1_PARTS = (("mamba2", {}), ("softmax_attention", {"rotary": True}))
+#: the default parts: a Mamba-2 SSM beside softmax attention with rotary embeddings (e.g. Falcon-H1's layer)
+DEFAULT_PARTS = (("mamba2", {}), ("softmax_attention", {"rotary": True}))
 
 
 class Parallel(Mixer):
-    """Mixers side by side on the same input, their outputs added: Falcon-H1's attention and Mamba-2 heads.
+    """Mixers side by side on the same input, their outputs added: y_t = Σ_m mixer_m(u)_t.
 
     Args:
-        parts: the mixers, each ``(name, options)`` as a model config names a mixer (at least two); default
-            Falcon-H1's mamba2 beside softmax attention with rotary embeddings.
+        parts: the mixers, each ``(name, options)`` as a model config names a mixer (at least two); default mamba2
+            beside softmax attention with rotary embeddings (e.g. Falcon-H1).
     """
 
     name = "parallel"
     packs_tokens = True
     composite = True
 
-    def __init__(self, d_model: int, parts: Any = FALCON_H1_PARTS):
+    def __init__(self, d_model: int, parts: Any = DEFAULT_PARTS):
         super().__init__(d_model)
         from seqdyn import mixers
 
         if (not isinstance(parts, (list, tuple)) or len(parts) < 2
                 or not all(isinstance(part, (list, tuple)) and len(part) == 2 for part in parts)):
-            raise ValueError(f"parts: expected two or more (mixer name, options) pairs, e.g. {list(FALCON_H1_PARTS)}, "
+            raise ValueError(f"parts: expected two or more (mixer name, options) pairs, e.g. {list(DEFAULT_PARTS)}, "
                              f"got {parts!r}")
         self.parts = nn.ModuleList(mixers.build(name, d_model, **dict(options)) for name, options in parts)
         self.part_names = [part.name for part in self.parts]

@@ -74,9 +74,9 @@ class S6(CoefficientMixer):
             no gate; seed 000's SSD).
         scalar_decay: one learned A = a·1 shared by every channel and state (a = −1 at the start), so each
             channel decays by the scalar exp(Δ_t^c a) (seed 000's SSD); False: Mamba-1's diagonal A per channel.
-        bcdt_rms_eps: Falcon-Mamba's weightless RMS norms: B_t, C_t and the low-rank Δ input W_r x_t each divided
-            by √(mean of its squares + ε) before use, with this ε (transformers' ``mixer_rms_eps``, 1e-6); None:
-            none, as Mamba-1.
+        bcdt_rms_eps: B_t, C_t and the low-rank Δ input W_r x_t each divided by √(mean of its squares + ε) before
+            use — weightless RMS norms — with this ε (e.g. Falcon-Mamba, transformers' ``mixer_rms_eps``, 1e-6);
+            None: none, as Mamba-1.
     """
 
     name = "s6"
@@ -125,7 +125,7 @@ class S6(CoefficientMixer):
         if self.convs:
             x = self.convolve("x", x, state)
         dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
-        if self.bcdt_rms_eps is not None:  # Falcon-Mamba
+        if self.bcdt_rms_eps is not None:  # weightless RMS norms of Δ's input, B and C
             dt, b, c = (t * torch.rsqrt(t.square().mean(-1, keepdim=True) + self.bcdt_rms_eps) for t in (dt, b, c))
         step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
         if self.scalar_decay:  # g = Δ a, one scalar per channel

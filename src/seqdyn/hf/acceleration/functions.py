@@ -1,0 +1,213 @@
+"""seqdyn's operator in the signatures of transformers' pure-PyTorch fallbacks (what transformers runs on a CPU, or
+wherever ``mamba_ssm``, ``causal_conv1d`` or flash-linear-attention is not installed), each computed by
+:func:`seqdyn.coefficient_dynamics` (the ``chunk`` backend; the S6 and RG-LRU scans: ``scan``):
+
+- :func:`selective_scan` for Mamba's ``mamba_selective_scan`` (the S6 scan of ``MambaMixer`` and
+  ``FalconMambaMixer`` over a prompt): a diagonal decay per channel, the same recurrence as the fallback's
+  token-by-token loop;
+- :func:`ssd_chunk_scan` for Mamba-2's ``mamba2_chunk_scan`` (the SSD scan over a prompt of Mamba-2 and of the
+  Mamba-2 layers of Bamba, Granite 4.0, Nemotron-H, Zamba2 and Falcon-H1) — the same recurrence, with Δ clamped to
+  their limits, without the fallback's float32 upcast of its inputs, with the final state returned for the cache,
+  and with ``seq_idx`` (packed sequences, which the fallback ignores) honoured;
+- :func:`gated_delta_rule` for Gated DeltaNet's ``torch_chunk_gated_delta_rule`` (Qwen3.5, Qwen3.5-MoE, Qwen3-Next
+  and OLMo-hybrid over a prompt) — with ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured;
+- :func:`linear_rnn_scan` for RecurrentGemma's ``RecurrentGemmaRglru._rnn_scan`` (the RG-LRU's token-by-token loop
+  over a prompt) — the resets as hard ones (decay 0);
+- :func:`causal_conv1d` for ``causal_conv1d_fn``, the short convolution before the scan in every family but
+  RecurrentGemma (:mod:`seqdyn.layers.conv`: read in the projection's own memory instead of a transposed copy;
+  packed sequences honoured, which the fallback's convolution runs across).
+
+Inside an accelerated layer they read what the layer knows of its prompt (padding, the cache's state) from
+:func:`~seqdyn.hf.acceleration.prompt.current_prompt`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqdyn.core.operator import coefficient_dynamics
+from seqdyn.core.packing import Packing
+from seqdyn.hf.acceleration.prompt import current_prompt, real_steps
+from seqdyn.layers.conv import causal_depthwise_conv
+from seqdyn.layers.norms import l2_normalize
+
+__all__ = ["CHUNK_SIZE", "DELTA_RULE_CHUNK_SIZE", "causal_conv1d", "gated_delta_rule", "linear_rnn_scan",
+           "selective_scan", "ssd_chunk_scan"]
+
+#: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
+#: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on
+#: one CPU thread at 4k tokens the scan runs about 3× faster (2026-11-27)
+CHUNK_SIZE = 64
+#: the delta rule's chunk, at most (transformers asks for 64): on one CPU thread at 4k tokens, 8 heads of 64 or of
+#: 128, chunks of 32 run the forward 1.1–1.3× faster than chunks of 64 (the UT transform's inverse and grams shrink
+#: with the chunk; the sequential hand-over of states grows with the count of chunks) (2026-11-28)
+DELTA_RULE_CHUNK_SIZE = 32
+
+
+def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
+                   D: Tensor | None = None, dt_bias: Tensor | None = None,  # noqa: N803
+                   initial_states: Tensor | None = None, dt_softplus: bool = False,
+                   dt_limit: tuple[float, float] = (0.0, float("inf")), return_final_states: bool = False,
+                   z: Tensor | None = None, seq_idx: Tensor | None = None, **_: Any):
+    """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (transformers' ``mamba2_chunk_scan``) by seqdyn's operator::
+
+        Δ = clamp(softplus(dt + dt_bias)),   S_t = exp(Δ_t A_h) S_{t−1} + Δ_t x_t B_tᵀ,   y_t = S_t C_t + D_h x_t
+
+    ``hidden_states`` x ``[b, l, h, p]``, ``dt`` ``[b, l, h]``, ``A`` ``[h]``, ``B``, ``C`` ``[b, l, g, n]`` (g groups
+    of heads), ``initial_states`` and the final state ``[b, h, p, n]``; ``z``: the output gated by SiLU(z);
+    ``seq_idx`` ``[1, l]``: packed sequences (each starts from a zero state)."""
+    heads, groups = hidden_states.shape[2], B.shape[2]
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
+    real = real_steps(*dt.shape[:2])
+    if real is not None:  # a padded step is no step: Δ = 0
+        dt = dt * real.unsqueeze(-1)
+    keys, queries = B, C  # [b, l, 1, n]: one group, shared by every head (its gram C Bᵀ formed once per chunk)
+    if groups > 1:  # [b, l, g, n] → [b, l, h, n]: each group's for its heads
+        keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))
+    state = None if initial_states is None else initial_states.transpose(-1, -2)  # seqdyn's S is [b, h, n, p]
+    options = dict(log_decay=dt * A.to(dt.dtype), scale=dt, backend="chunk", chunk_size=min(chunk_size, CHUNK_SIZE))
+    if seq_idx is not None:
+        if return_final_states or state is not None:
+            raise ValueError("seq_idx: packed sequences run from zero states here, without a final state")
+        output = coefficient_dynamics(queries, keys, hidden_states, cu_seqlens=_cu_seqlens(seq_idx), **options)
+        final = None
+    else:
+        output, final = coefficient_dynamics(queries, keys, hidden_states, initial_state=state,
+                                             output_final_state=True, **options)
+    if D is not None:
+        output = output + (D[:, None] if D.dim() == 1 else D) * hidden_states
+    if z is not None:
+        output = output * F.silu(z)
+    output = output.contiguous()  # (Falcon-H1 views it)
+    return (output, final.transpose(-1, -2)) if return_final_states else output
+
+
+def selective_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,  # noqa: N803
+                   D: Tensor | None = None, z: Tensor | None = None, delta_bias: Tensor | None = None,  # noqa: N803
+                   delta_softplus: bool = False, return_last_state: bool = False, **_: Any):
+    """``mamba_ssm``'s ``selective_scan_fn`` (transformers' ``mamba_selective_scan``) by seqdyn's operator (Gu & Dao
+    2023, Algorithm 2)::
+
+        Δ = softplus(dt + delta_bias),   h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,   y_t = C_t · h_t + D x_t
+
+    per channel d with its own state of N: ``hidden_states`` x, ``dt`` and ``z`` ``[b, d, l]``, ``A`` ``[d, N]``,
+    ``B``, ``C`` ``[b, N, l]`` (shared by every channel); the last state ``[b, d, N]``; ``z``: y gated by SiLU(z).
+    The operator's channels are its heads (K = N, V = 1), keys and queries shared by all of them, on the ``scan``
+    backend (an associative scan over the steps)."""
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dt.dtype)[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    real = real_steps(dt.shape[0], dt.shape[2])
+    if real is not None:  # a padded step is no step: Δ = 0
+        dt = dt * real.unsqueeze(1)
+    step = dt.transpose(1, 2)  # [b, l, d]
+    queries, keys = (t.transpose(1, 2).unsqueeze(2) for t in (C, B))  # [b, l, 1, N]
+    values = hidden_states.transpose(1, 2).unsqueeze(-1)  # [b, l, d, 1]
+    prompt = current_prompt()
+    previous = None if prompt is None else prompt.previous_state  # [b, d, N]: a prompt's earlier piece
+    continued = previous is not None and previous.shape == (dt.shape[0], *A.shape)
+    initial = previous.to(step.dtype).unsqueeze(-1) if continued else None  # [b, d, N, 1]
+    output, state = coefficient_dynamics(queries.to(step.dtype), keys.to(step.dtype), values.to(step.dtype),
+                                         log_decay=step.unsqueeze(-1) * A.to(step.dtype), scale=step, backend="scan",
+                                         initial_state=initial, output_final_state=True)
+    output = output.squeeze(-1).transpose(1, 2).to(hidden_states.dtype)  # [b, l, d, 1] → [b, d, l]
+    if D is not None:
+        output = output + hidden_states * D[:, None]
+    if z is not None:
+        output = output * F.silu(z)
+    return (output, state.squeeze(-1)) if return_last_state else output
+
+
+def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, chunk_size: int = 64,
+                     initial_state: Tensor | None = None, output_final_state: bool = False,
+                     use_qk_l2norm_in_kernel: bool = False, cu_seqlens: Tensor | None = None, **_: Any):
+    """flash-linear-attention's ``chunk_gated_delta_rule`` (transformers' ``torch_chunk_gated_delta_rule``) by seqdyn's
+    operator (Yang et al. 2025, eq. 10)::
+
+        S_t = exp(g_t) (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K
+
+    ``query``, ``key`` ``[b, l, h_k, K]`` (each of the h_k heads serves h / h_k consecutive value heads), ``value``
+    ``[b, l, h, V]``, ``g``, ``beta`` ``[b, l, h]``, ``initial_state`` and the final state ``[b, h, K, V]``;
+    ``use_qk_l2norm_in_kernel``: q, k ← q (‖q‖² + 1e-6)^-½ first (FLA's l2norm); ``cu_seqlens`` ``[N + 1]``: packed
+    sequences in a batch of one, each from its own state.  Computed in float32 at least, as the fallback does."""
+    dtype = value.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    query, key, value, g, beta = (t.to(work) for t in (query, key, value, g, beta))
+    real = real_steps(*g.shape[:2])
+    if real is not None:  # a padded step is no step: no decay (g = 0), no update (β = 0)
+        g, beta = g.masked_fill(~real.unsqueeze(-1), 0.0), beta.masked_fill(~real.unsqueeze(-1), 0.0)
+    if use_qk_l2norm_in_kernel:
+        query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
+    heads = value.shape[2]
+    # [b, h, l, ·] in memory, handed over as [b, l, h, ·] views: the operator's head-major layout without a copy
+    queries, keys = (t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2)
+                     for t in (query * query.shape[-1] ** -0.5, key))
+    value = value.transpose(1, 2).contiguous().transpose(1, 2)
+    state = None if initial_state is None else initial_state.to(work)
+    output, final = coefficient_dynamics(queries, keys, value, log_decay=g, householder=beta, scale=beta,
+                                         initial_state=state, output_final_state=True, backend="chunk",
+                                         chunk_size=min(chunk_size, DELTA_RULE_CHUNK_SIZE), cu_seqlens=cu_seqlens)
+    return output.to(dtype), (final if output_final_state else None)
+
+
+def linear_rnn_scan(hidden_states: Tensor, recurrent_gate: Tensor, reset: Tensor,
+                    recurrent_states: Tensor | None = None, acc_dtype: torch.dtype = torch.float32
+                    ) -> tuple[Tensor, Tensor]:
+    """RecurrentGemma's ``_rnn_scan`` (Griffin eq. 4's linear recurrence after its gates) by seqdyn's operator::
+
+        h_t = a_t ⊙ h_{t−1} + x_t,   a_t = 0 where ``reset``
+
+    ``hidden_states`` x and ``recurrent_gate`` a ``[b, l, w]``, ``reset`` ``[b, l, 1]``, ``recurrent_states`` h₀ and
+    the last state ``[b, w]`` (in ``acc_dtype`` at least); the output in x's dtype.  Each channel is a head of
+    the operator (K = V = 1, q = k = 1, Λ = a_t, log a = −∞ at a reset), on the ``scan`` backend."""
+    work = torch.promote_types(hidden_states.dtype, acc_dtype)
+    log_gate = torch.log(recurrent_gate.to(work)).masked_fill(reset, float("-inf"))
+    ones = hidden_states.new_ones(*hidden_states.shape[:2], 1, 1, dtype=work)  # [b, l, 1, 1]: q = k = 1, shared
+    state = None if recurrent_states is None else recurrent_states.to(work)[..., None, None]  # [b, w, 1, 1]
+    output, final = coefficient_dynamics(ones, ones, hidden_states.to(work).unsqueeze(-1), log_decay=log_gate,
+                                         scale=1.0, initial_state=state, output_final_state=True, backend="scan")
+    return output.squeeze(-1).to(hidden_states.dtype), final[..., 0, 0]
+
+
+def causal_conv1d(hidden_states: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None,
+                  seq_idx: Tensor | None = None, cu_seq_lens_q: Tensor | None = None, **_: Any) -> Tensor:
+    """The ``causal_conv1d`` package's ``causal_conv1d_fn`` (transformers' fallback of that name) by seqdyn's short
+    convolution (:func:`~seqdyn.layers.conv.causal_depthwise_conv`)::
+
+        y_t = act(b + Σ_{l<w} W[:, w−1−l] ⊙ x_{t−l})   (zeros before the start; act SiLU or none)
+
+    ``hidden_states`` ``[b, c, l]`` — a transposed view of a projection's ``[b, l, c]``, read in place instead of
+    transposed into a copy —, ``weight`` ``[c, w]``, the output ``[b, c, l]`` (a view of ``[b, l, c]`` memory);
+    ``seq_idx`` ``[1, l]`` or ``cu_seq_lens_q`` ``[N + 1]``: packed sequences, whose steps never read the sequence
+    before (the fallback's convolution runs across them)."""
+    if activation not in (None, "silu", "swish"):
+        raise ValueError(f"activation: {activation!r} after the convolution is not accelerated (SiLU or none)")
+    x = hidden_states.transpose(1, 2).to(weight.dtype)  # [b, l, c]
+    prompt = current_prompt()
+    if prompt is not None and prompt.real is not None:
+        prompt.conv_input = hidden_states
+    positions = None
+    if seq_idx is not None or cu_seq_lens_q is not None:
+        offsets = _cu_seqlens(seq_idx) if cu_seq_lens_q is None else cu_seq_lens_q
+        positions = Packing.of(offsets, x.shape[1], x.shape[0], x.device).position
+    y = causal_depthwise_conv(x, weight, bias, positions)
+    if activation is not None:
+        y = F.silu(y)
+    return y.to(hidden_states.dtype).transpose(1, 2)
+
+
+def _cu_seqlens(seq_idx: Tensor) -> Tensor:
+    """``seq_idx`` ``[1, l]`` (the sequence of each packed step, non-decreasing) as offsets ``[N + 1]``."""
+    if seq_idx.dim() != 2 or seq_idx.shape[0] != 1:
+        raise ValueError(f"seq_idx: expected [1, l] for a batch of one packed row, got {tuple(seq_idx.shape)}")
+    counts = torch.unique_consecutive(seq_idx[0], return_counts=True)[1]
+    return F.pad(counts.cumsum(0), (1, 0)).to(torch.int32)

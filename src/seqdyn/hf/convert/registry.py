@@ -1,0 +1,108 @@
+"""The families :func:`from_transformers` converts, each registered here by its own module of this package.
+
+A family is a transformers ``config.model_type`` with its config map (the transformers config → a
+:class:`~seqdyn.hf.SeqdynConfig`: which seqdyn mixer and options, refusing in one line an option seqdyn cannot
+represent exactly), its weight map (each weight of the transformers model renamed or reshaped into the
+:class:`~seqdyn.hf.SeqdynForCausalLM` of that config) and its tiny model (the transformers classes and a tiny config,
+for :func:`~seqdyn.hf.convert.checks.tiny_model`).  Adding a family is adding a module that calls :func:`register`
+(and naming it in :data:`seqdyn.hf.convert.FAMILY_MODULES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from seqdyn.hf.configuration import SeqdynConfig
+from seqdyn.hf.modeling import SeqdynForCausalLM
+
+__all__ = ["NOT_YET", "SUPPORTED", "TEXT_MODEL_OF", "TINY_CONFIGS", "Conversion", "TinyModel", "UnsupportedModel",
+           "from_transformers", "missing", "refuse", "refuse_any", "register"]
+
+
+class UnsupportedModel(ValueError):
+    """A transformers model (or an option of its config) that no converter represents exactly."""
+
+
+class Conversion(NamedTuple):
+    """A family's config map and weight map."""
+
+    config: Callable[[Any], SeqdynConfig]
+    weights: Callable[[nn.Module, SeqdynForCausalLM], None]
+
+
+class TinyModel(NamedTuple):
+    """A family's tiny random model: its transformers causal-LM class, its config class and the tiny config's fields
+    (2 layers of width 16; the hybrids: 4, each mixer twice)."""
+
+    model_class: str
+    config_class: str
+    fields: dict[str, Any]
+
+
+#: family (``config.model_type``) → its config map and weight map
+SUPPORTED: dict[str, Conversion] = {}
+#: family → its tiny random model
+TINY_CONFIGS: dict[str, TinyModel] = {}
+#: vision–language checkpoints whose text model ``AutoModelForCausalLM`` loads, as the family of that text model
+TEXT_MODEL_OF: dict[str, str] = {}
+
+
+def register(family: str, config: Callable[[Any], SeqdynConfig],
+             weights: Callable[[nn.Module, SeqdynForCausalLM], None], tiny: TinyModel,
+             vision_language: str | None = None) -> None:
+    """``family`` converted by ``config`` and ``weights``, checked on ``tiny``; ``vision_language``: the
+    ``model_type`` of the vision–language checkpoints whose text model is of this family."""
+    SUPPORTED[family] = Conversion(config, weights)
+    TINY_CONFIGS[family] = tiny
+    if vision_language is not None:
+        TEXT_MODEL_OF[vision_language] = family
+
+
+def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
+    """The :class:`SeqdynForCausalLM` with ``model``'s weights (a transformers ``…ForCausalLM`` of a family in
+    :data:`SUPPORTED`), in ``model``'s dtype, in eval mode; its logits equal ``model``'s to round-off.  Raises
+    :class:`UnsupportedModel` naming the family or the config option it cannot represent."""
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    if family not in SUPPORTED:
+        raise UnsupportedModel(f"model: family {family!r} ({type(model).__name__}) has no seqdyn converter"
+                               f"{missing(family)}; supported: {', '.join(sorted(SUPPORTED))}")
+    make_config, copy_weights = SUPPORTED[family]
+    converted = SeqdynForCausalLM(make_config(config))
+    dtype = next(model.parameters()).dtype
+    converted.to(dtype)
+    with torch.no_grad():
+        copy_weights(model, converted)
+    return converted.eval()
+
+
+#: the families of the roadmap not converted yet, with what seqdyn lacks for each
+NOT_YET: dict[str, str] = {
+    "kimi_linear": "KDA: a channel-wise decay applied before the delta rule's Householder factor, where seqdyn's "
+                   "operator applies Λ = D(I − βkkᵀ); latent attention with its own key and value widths; a grouped "
+                   "sigmoid router",
+    "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε of the xLSTM large models, whose ε depends on the "
+             "kernel's chunking of the stabilizer m; per-head LayerNorm weights; soft-capped gates",
+    "zamba2": "a shared attention block on [hidden state, embeddings] whose output enters only the next Mamba-2 "
+              "layer's input, not the residual stream, with LoRA adapters per use",
+}
+
+
+def missing(family: str | None) -> str:
+    """`` (it needs …)`` for a family of the roadmap, else nothing."""
+    return f" yet (it needs {NOT_YET[family]})" if family in NOT_YET else ""
+
+
+def refuse(family: str, option: str, value: Any, why: str) -> UnsupportedModel:
+    return UnsupportedModel(f"{family}: config option {option}={value!r} cannot be converted exactly ({why})")
+
+
+def refuse_any(config: Any, refused: list[tuple[str, Any, str]]) -> None:
+    """Refuse the first ``(option, value, why)`` whose option the checkpoint sets to that value."""
+    for option, value, why in refused:
+        if getattr(config, option) == value:
+            raise refuse(config.model_type, option, value, why)
