@@ -113,3 +113,26 @@ def test_the_record_reads_the_choice_each_forward_made_without_choosing_again(tm
     assert asked == [] and len(picked) == 2
     assert picked == [block.mixer.last_backend for block in model.blocks]
     assert all("packed N ≤ 2 sequences of L ≤ 16" in choice.why for choice in picked), [c.why for c in picked]
+
+
+@pytest.mark.parametrize("backend", ["chunk", "auto"])
+def test_a_packed_forward_checks_its_offsets_once(tmp_path, monkeypatch, backend):
+    """``cu_seqlens`` become one value at the model's entry, checked there once (one host synchronization on a GPU);
+    the blocks, the mixers, the backend choice and the operator take that value."""
+    from seqdyn.core import packing
+
+    monkeypatch.setenv("SEQDYN_AUTOTUNE_CACHE", str(tmp_path))
+    model = hybrid()
+    tokens = inputs(spec(input_len=18), batch=1, length=18)
+    checks = []
+    check = packing.check_cu_seqlens
+    monkeypatch.setattr(packing, "check_cu_seqlens", lambda *args, **kwargs: checks.append(1) or check(*args, **kwargs))
+    model(tokens, cu_seqlens=CU_SEQLENS, backend=backend)
+    assert len(checks) == 1
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[0, :3] = 0
+    masks = []
+    check_mask = packing.check_attention_mask
+    monkeypatch.setattr(packing, "check_attention_mask", lambda *a, **k: masks.append(1) or check_mask(*a, **k))
+    model(tokens[:, :18].reshape(2, 9), attention_mask=mask, backend=backend)
+    assert len(masks) == 1 and len(checks) == 1

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from seqdyn.core.packing import pack_documents
 from seqdyn.train.config import ConfigError, parse_config
-from seqdyn.train.loop import Trainer, pack_documents
+from seqdyn.train.loop import Trainer
 
 
 @pytest.fixture

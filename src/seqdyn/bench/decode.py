@@ -23,9 +23,9 @@ import torch
 
 from seqdyn.bench.measure import PeakMemory, one_thread, resolve_device
 from seqdyn.core.autotune import elapsed_seconds
+from seqdyn.core.packing import pack_documents
 from seqdyn.core.rows import tensors
 from seqdyn.tasks import IGNORE_INDEX
-from seqdyn.train.loop import pack_documents
 
 #: the models: name -> SeqdynConfig fields
 MODELS = {
@@ -107,7 +107,7 @@ def measure_packing(model, documents: int, shortest: int, longest: int, repeats:
     """Packed against padded forward + backward of ``documents`` random documents of ``shortest``–``longest``
     tokens (lengths drawn with seed 0): padded, the batch of right-padded documents that unpacked training computes
     (every step, padding included; the loss skips the padding), packed, the same documents end to end
-    (:func:`~seqdyn.train.loop.pack_documents`).  The loss is the next-token cross-entropy over the real tokens."""
+    (:func:`~seqdyn.core.packing.pack_documents`).  The loss is the next-token cross-entropy over the real tokens."""
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(shortest, longest + 1, (documents,), generator=generator).tolist()
     padded = torch.zeros(documents, max(lengths), dtype=torch.long)
@@ -115,7 +115,7 @@ def measure_packing(model, documents: int, shortest: int, longest: int, repeats:
     for row, length in enumerate(lengths):
         document = torch.randint(1, model.config.vocab_size, (length + 1,), generator=generator)
         padded[row, :length], targets[row, :length] = document[:-1], document[1:]
-    packed, packed_targets, cu_seqlens = (t.to(device) for t in pack_documents(padded, targets))
+    packed, packed_targets, cu_seqlens = (t.to(device) for t in pack_documents(padded, targets, IGNORE_INDEX))
     padded, targets = padded.to(device), targets.to(device)
     body = model.seqdyn
 

@@ -24,7 +24,7 @@ from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.choice import BACKENDS
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
-from seqdyn.core.packing import Packing, check_cu_seqlens
+from seqdyn.core.packing import Packing
 from seqdyn.core.problem import Problem, prepare
 from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients, resolve_readout
 
@@ -55,7 +55,7 @@ def coefficient_dynamics(
     chunk_size: int | None = None,
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
-    cu_seqlens: Tensor | None = None,
+    cu_seqlens: Tensor | Packing | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (seed 001 eqs. 2 and 4).
 
@@ -68,8 +68,8 @@ def coefficient_dynamics(
             ``(keys [B, H, N, K], values [B, H, N, V])`` of transformed keys for any other readout.
         backend: ``"quadratic"``, ``"recurrent"``, ``"chunk"``, ``"scan"`` or ``"auto"``.
         chunk_size: chunk length C of the ``chunk`` backend (default 64).
-        cu_seqlens: int offsets ``[N + 1]`` of ``N`` sequences packed along time in a batch of one
-            (:mod:`seqdyn.core.packing`): each is computed alone, no coefficient crosses a boundary; states are per
+        cu_seqlens: int offsets ``[N + 1]`` of ``N`` sequences packed along time in a batch of one, or their
+            :class:`~seqdyn.core.packing.Packing` (checked once where it was made): each is computed alone, no coefficient crosses a boundary; states are per
             sequence — ``initial_state`` and the final state ``[N, …]``, or for a key cache a list of ``N``.
             Without states, the identity readout runs the ``T`` packed steps as one sequence with a hard reset at
             each start (``chunk``: scalar or no decay; ``scan``), nothing computed for padding.
@@ -121,7 +121,7 @@ def _packing(dynamics: Dynamics, cu_seqlens: Any) -> Packing:
 
 def _padded(dynamics: Dynamics, packing: Packing) -> Dynamics:
     """The packed sequences side by side, ``[N, L, …]``, each right-padded with identity steps."""
-    return dynamics.replace(**{name: packing.unpack(value, TIMED_FIELDS[name])
+    return dynamics.replace(**{name: packing.side_by_side(value, TIMED_FIELDS[name])
                                for name, value in _timed(dynamics).items()})
 
 
@@ -132,7 +132,7 @@ def _reset_at_starts(dynamics: Dynamics, packing: Packing) -> Dynamics:
     g = dynamics.log_decay
     if g is None:  # Λ = I: a scalar decay shared by all heads, 0 but at the starts
         g = dynamics.q.new_zeros(1, packing.position.numel(), 1)
-    starts = (packing.position == 0).reshape(1, -1, *(1,) * (g.dim() - 2))  # [1, T, 1…]
+    starts = packing.starts.reshape(1, -1, *(1,) * (g.dim() - 2))  # [1, T, 1…]
     return dynamics.replace(log_decay=torch.where(starts, g.new_full((), float("-inf")), g))
 
 
@@ -166,7 +166,7 @@ def _packed_outputs(dynamics: Dynamics, cu_seqlens: Any, initial_state: Any, out
     if resolve_readout(dynamics.readout).linear or (initial_state is None and not output_final_state):
         result = _outputs(_padded(dynamics, packing), initial_state, output_final_state, backend, chunk_size)
         y, state = result if output_final_state else (result, None)
-        return (packing.pack(y), state) if output_final_state else packing.pack(y)
+        return (packing.in_place(y), state) if output_final_state else packing.in_place(y)
     if initial_state is not None and (not isinstance(initial_state, (list, tuple)) or
                                       len(initial_state) != packing.count):
         raise ValueError(f"initial_state: with cu_seqlens and the {resolve_readout(dynamics.readout).name} readout, "
@@ -243,7 +243,7 @@ def coefficient_dynamics_step(
     normalizer: Any = "none",
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
-    cu_seqlens: Tensor | None = None,
+    cu_seqlens: Tensor | Packing | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
@@ -264,7 +264,7 @@ def coefficient_dynamics_step(
     steps = _one_step_as_sequence(dynamics)
     if cu_seqlens is not None:
         rows = steps.q.shape[0]
-        offsets = check_cu_seqlens(cu_seqlens, rows, 1)
+        offsets = list(Packing.of(cu_seqlens, rows, 1, steps.q.device).offsets)
         if offsets != list(range(rows + 1)):
             raise ValueError(f"cu_seqlens: one step takes one token of each sequence, [0, 1, …, {rows}] for the {rows} "
                              f"rows; got {offsets}")
@@ -312,7 +312,7 @@ def coefficients(
     output_final_state: bool = False,
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
-    cu_seqlens: Tensor | None = None,
+    cu_seqlens: Tensor | Packing | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
@@ -355,7 +355,7 @@ def _coefficient_matrix(problem: Problem) -> Tensor:
 
 
 def auto_plan(dynamics: Dynamics, chunk_size: int | None = None,
-              cu_seqlens: Tensor | None = None) -> tuple[list[str], str, str]:
+              cu_seqlens: Tensor | Packing | None = None) -> tuple[list[str], str, str]:
     """``(candidates, modelled, reason)`` of ``auto`` for these operator arguments (:func:`~seqdyn.core.choice.plan`):
     what a mixer
     that times its whole call with each backend (:meth:`~seqdyn.mixers.base.CoefficientMixer.backend_for`)

@@ -1,32 +1,42 @@
-"""Packed sequences: ``N`` sequences concatenated along time in a batch of one, delimited by ``cu_seqlens``.
+"""Packed sequences and padded batches, each one value made once at a public entry point and passed down.
 
 flash-linear-attention's convention: ``cu_seqlens`` are int offsets ``[N + 1]``, ``0 = c_0 < c_1 < … < c_N = T``;
-sequence ``n`` is steps ``c_n ≤ t < c_{n+1}`` of a ``[1, T, …]`` tensor.  The operator computes a packed batch with
-the identity readout and no state in or out (training) as one sequence with a hard reset (``Λ = 0``) at every
-sequence's first step, in ``chunk`` and ``scan``: nothing is computed for padding.  Otherwise it takes the ``N``
-sequences side by side, each right-padded to the longest (:class:`Packing`): a padded step has ``k = 0``,
-``v = 0``, ``g = 0`` and ``β = 0``, an identity step of the dynamics (``Λ = I``, nothing written), so outputs and
-linear states equal those of each sequence run alone.  Either way no coefficient crosses a boundary.
+sequence ``n`` is steps ``c_n ≤ t < c_{n+1}`` of a ``[1, T, …]`` tensor.  A padded batch is ``attention_mask``
+``[B, T]`` (1 = token, 0 = padding, left or right).  :func:`sequences_of` turns either into one typed value —
+:class:`Packing` or :class:`Padding` — validated once (one host synchronization), which caches what it derives
+(offsets, positions, resets, size classes, the packing of a padded batch's tokens); every ``forward`` below the entry
+point takes that value, and :meth:`Packing.of` passes a ``Packing`` through without checking it again.
 
-Mixers and models that compute token by token around the operator (every :class:`~seqdyn.mixers.CoefficientMixer`
-and the models' blocks) take packed sequences as they are and a padded batch as its tokens packed
-(:func:`packed_call`), so nothing outside the operator is computed for padding.  Other mixers, which are causal,
-take the same layouts through :func:`padded_call`: packed sequences side by side, right-padded, and a padded batch
-(``attention_mask``, 1 = token, 0 = padding, left or right) with each row's tokens moved to its start (:class:`Alignment`), so padding never precedes a token and the outputs of the tokens are
-those of each sequence alone; the outputs at padded steps are 0.
+Both values offer the same two layouts, as plain functions called in line:
+
+- the tokens packed end to end, ``[1, Σ tokens, …]``: :meth:`Packing.packed` / :meth:`Padding.packed`, with the
+  ``Packing`` of those tokens (``.tokens``) and the way back (``unpacked``; 0 at padded steps).  What computes
+  token by token around the operator (every :class:`~seqdyn.mixers.CoefficientMixer`, the models' blocks) takes this
+  layout: nothing is computed for padding.
+- the sequences side by side, each starting at step 0 and right-padded, ``[N, L, …]`` or ``[B, T, …]``:
+  ``side_by_side`` and back ``in_place``.  Any causal map takes this layout; each sequence's outputs are those it has
+  alone.
+
+The operator computes a packed batch with the identity readout and no state in or out (training) as one sequence
+with a hard reset (``Λ = 0``) at every sequence's first step, in ``chunk`` and ``scan``: nothing is computed for
+padding.  Otherwise it takes the ``N`` sequences side by side, a padded step having ``k = 0``, ``v = 0``, ``g = 0``
+and ``β = 0``, an identity step of the dynamics (``Λ = I``, nothing written), so outputs and linear states equal
+those of each sequence run alone.  Either way no coefficient crosses a boundary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
 
 from seqdyn.core.rows import count_rows, select_rows
 
-__all__ = ["Alignment", "Packing", "check_cu_seqlens", "from_state", "packed_call", "padded_call"]
+__all__ = ["Alignment", "Packing", "Padding", "Sequences", "check_cu_seqlens", "from_state", "pack_documents",
+           "sequences_of"]
 
 
 def check_cu_seqlens(cu_seqlens: object, length: int, batch: int, name: str = "cu_seqlens") -> list[int]:
@@ -52,27 +62,50 @@ def check_cu_seqlens(cu_seqlens: object, length: int, batch: int, name: str = "c
 
 @dataclass(frozen=True)
 class Packing:
-    """The map between a packed ``[1, T, …]`` layout and a padded ``[N, L, …]`` one (``L`` the longest sequence).
+    """``N`` sequences packed along time in a batch of one: the map between the packed ``[1, T, …]`` layout and the
+    padded ``[N, L, …]`` one (``L`` the longest sequence), made once from ``cu_seqlens`` (:meth:`of`).
 
     Attributes:
-        offsets: ``cu_seqlens`` as a list; lengths: each sequence's length.
+        offsets: ``cu_seqlens`` as a tuple; lengths: each sequence's length.
         sequence, position: ``[T]`` the sequence and the position within it of every packed step.
+        cu_seqlens: the offsets as an int64 tensor ``[N + 1]`` on the device.
     """
 
     offsets: tuple[int, ...]
     lengths: tuple[int, ...]
     sequence: Tensor
     position: Tensor
+    cu_seqlens: Tensor
 
     @classmethod
     def of(cls, cu_seqlens: object, length: int, batch: int, device: torch.device) -> Packing:
-        offsets = check_cu_seqlens(cu_seqlens, length, batch)
+        """The packing of ``cu_seqlens`` (checked by :func:`check_cu_seqlens`) for a ``[batch, length, …]`` input; a
+        ``Packing`` is checked against the shape alone (no host synchronization) and returned."""
+        if isinstance(cu_seqlens, Packing):
+            return cu_seqlens.fitted(length, batch, device)
+        return cls.of_lengths(check_cu_seqlens(cu_seqlens, length, batch), device)
+
+    @classmethod
+    def of_lengths(cls, offsets: list[int], device: torch.device) -> Packing:
+        """The packing of offsets already known to be valid (increasing from 0)."""
         lengths = [end - start for start, end in zip(offsets, offsets[1:])]
         sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device),
                                            torch.tensor(lengths, device=device))
         starts = torch.tensor(offsets[:-1], device=device)
-        position = torch.arange(length, device=device) - starts[sequence]
-        return cls(tuple(offsets), tuple(lengths), sequence, position)
+        position = torch.arange(offsets[-1], device=device) - starts[sequence]
+        return cls(tuple(offsets), tuple(lengths), sequence, position, torch.tensor(offsets, device=device))
+
+    def fitted(self, length: int, batch: int, device: torch.device) -> Packing:
+        """This packing for a ``[batch, length, …]`` input on ``device``: the shape checked, the tensors moved."""
+        if batch != 1:
+            raise ValueError(f"cu_seqlens: a packed batch has batch size 1 (the sequences concatenated along time); "
+                             f"got batch size {batch}")
+        if self.offsets[-1] != length:
+            raise ValueError(f"cu_seqlens: must end at the packed length T = {length}, got {self.offsets[-1]}")
+        if self.position.device == torch.device(device):
+            return self
+        return Packing(self.offsets, self.lengths, *(t.to(device) for t in (self.sequence, self.position,
+                                                                             self.cu_seqlens)))
 
     @property
     def count(self) -> int:
@@ -83,12 +116,35 @@ class Packing:
     def longest(self) -> int:
         return max(self.lengths)
 
-    def unpack(self, packed: Tensor, fill: float = 0.0) -> Tensor:
+    @cached_property
+    def starts(self) -> Tensor:
+        """``[T]`` bool: the first step of every sequence (where the operator resets its state)."""
+        return self.position == 0
+
+    @property
+    def size_class(self) -> tuple[int, int]:
+        """The count N and the longest length L, each rounded up to a power of two."""
+        return _size_class(self.count), _size_class(self.longest)
+
+    @property
+    def tokens(self) -> Packing:
+        """The packing of the real tokens (:meth:`packed`): the sequences themselves."""
+        return self
+
+    def packed(self, x: Tensor) -> Tensor:
+        """The tokens packed end to end: ``x`` itself."""
+        return x
+
+    def unpacked(self, y: Tensor) -> Tensor:
+        """The outputs of :meth:`packed` tokens in place: ``y`` itself."""
+        return y
+
+    def side_by_side(self, packed: Tensor, fill: float = 0.0) -> Tensor:
         """``[1, T, …]`` → ``[N, L, …]``, the steps past a sequence's end set to ``fill`` (differentiable)."""
         padded = packed.new_full((self.count, self.longest, *packed.shape[2:]), fill)
         return padded.index_put((self.sequence, self.position), packed[0])
 
-    def pack(self, padded: Tensor) -> Tensor:
+    def in_place(self, padded: Tensor) -> Tensor:
         """``[N, L, …]`` → ``[1, T, …]``: the real steps of every sequence, concatenated."""
         return padded[self.sequence, self.position].unsqueeze(0)
 
@@ -100,6 +156,11 @@ class Packing:
         entries = per_sequence[self.sequence[:, None], :, self.position[:, None], self.position[None, :]]  # [T, T, H]
         full = torch.where(rows[..., None], entries, entries.new_zeros(()))
         return full.permute(2, 0, 1).reshape(1, -1, length, length)
+
+
+def _size_class(size: int) -> int:
+    """The power of two ≥ ``size``."""
+    return 1 << max(size - 1, 0).bit_length()
 
 
 def check_attention_mask(attention_mask: object, batch: int, length: int, name: str = "attention_mask") -> Tensor:
@@ -133,10 +194,11 @@ class Alignment:
     scatter: Tensor  # [B, T]: the aligned step of x's step t
 
     @classmethod
-    def of(cls, attention_mask: object, batch: int, length: int, device: torch.device) -> Alignment:
-        mask = check_attention_mask(attention_mask, batch, length).to(device)
+    def of(cls, mask: Tensor) -> Alignment:
+        """The alignment of a checked mask (bool ``[B, T]``, :func:`check_attention_mask`)."""
+        length = mask.shape[1]
         starts = torch.where(mask.any(dim=1), mask.long().argmax(dim=1), torch.zeros_like(mask[:, 0], dtype=torch.long))
-        steps = torch.arange(length, device=device)
+        steps = torch.arange(length, device=mask.device)
         return cls(mask, (steps[None] + starts[:, None]) % length, (steps[None] - starts[:, None]) % length)
 
     def align(self, x: Tensor) -> Tensor:
@@ -151,6 +213,73 @@ class Alignment:
 def _gather_steps(x: Tensor, index: Tensor) -> Tensor:
     """``x[b, index[b, t], …]`` for ``x`` ``[B, T, …]``."""
     return x.gather(1, index.reshape(*index.shape, *(1,) * (x.dim() - 2)).expand(*index.shape, *x.shape[2:]))
+
+
+@dataclass(frozen=True)
+class Padding:
+    """A padded batch ``[B, T]`` (``attention_mask``: 1 = token, 0 = left or right padding), made once
+    (:meth:`of`, checked by :func:`check_attention_mask`)."""
+
+    mask: Tensor  # [B, T] bool
+
+    @classmethod
+    def of(cls, attention_mask: object, batch: int, length: int, device: torch.device) -> Padding:
+        if isinstance(attention_mask, Padding):
+            if tuple(attention_mask.mask.shape) != (batch, length):
+                raise ValueError(f"attention_mask: expected [B, T] = [{batch}, {length}], got "
+                                 f"{list(attention_mask.mask.shape)}")
+            return attention_mask
+        return cls(check_attention_mask(attention_mask, batch, length).to(device))
+
+    @cached_property
+    def whole(self) -> bool:
+        """Whether every step is a token (no padding at all)."""
+        return bool(self.mask.all())
+
+    @cached_property
+    def tokens(self) -> Packing:
+        """The packing of the real tokens, each row with a token a sequence (:meth:`packed`)."""
+        counts = self.mask.sum(dim=1)
+        if not bool(counts.any()):
+            raise ValueError("attention_mask: every step of every row is padding; nothing to compute")
+        lengths = counts[counts > 0].tolist()
+        return Packing.of_lengths([0, *torch.tensor(lengths).cumsum(0).tolist()], self.mask.device)
+
+    def packed(self, x: Tensor) -> Tensor:
+        """``[B, T, …]`` → the tokens of every row in order, ``[1, Σ tokens, …]``."""
+        return x[self.mask].unsqueeze(0)
+
+    def unpacked(self, y: Tensor) -> Tensor:
+        """``[1, Σ tokens, …]`` → ``[B, T, …]``, 0 at padded steps."""
+        return y.new_zeros(*self.mask.shape, *y.shape[2:]).index_put((self.mask,), y[0])
+
+    @cached_property
+    def alignment(self) -> Alignment:
+        return Alignment.of(self.mask)
+
+    def side_by_side(self, x: Tensor) -> Tensor:
+        """Every row's tokens moved to its start (:class:`Alignment`)."""
+        return self.alignment.align(x)
+
+    def in_place(self, y: Tensor) -> Tensor:
+        """The aligned rows moved back, 0 at padded steps."""
+        return self.alignment.restore(y)
+
+
+#: packed sequences or a padded batch: what a forward takes as ``sequences=``
+Sequences = Packing | Padding
+
+
+def sequences_of(x: Tensor, cu_seqlens: object = None, attention_mask: object = None) -> Sequences | None:
+    """The one value of ``cu_seqlens`` or ``attention_mask`` for the input ``x`` ``[B, T, …]``, checked once (a
+    ``Packing`` or ``Padding`` passes through); ``None`` when both are ``None``."""
+    if cu_seqlens is not None and attention_mask is not None:
+        raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
+    if cu_seqlens is not None:
+        return Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device)
+    if attention_mask is not None:
+        return Padding.of(attention_mask, x.shape[0], x.shape[1], x.device)
+    return None
 
 
 def from_state(run: Callable[[Tensor, object], tuple[Tensor, object]], x: Tensor, state: object, return_state: bool,
@@ -181,14 +310,13 @@ def from_state(run: Callable[[Tensor, object], tuple[Tensor, object]], x: Tensor
 def _sequences(x: Tensor, cu_seqlens: object, attention_mask: object) -> tuple[list[Tensor], Callable]:
     """Each sequence of ``x`` as ``[1, n, …]``, and the map from their outputs back to ``x``'s layout (0 at
     padded steps)."""
-    if cu_seqlens is not None and attention_mask is not None:
-        raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
-    if cu_seqlens is not None:
-        offsets = check_cu_seqlens(cu_seqlens, x.shape[1], x.shape[0])
+    sequences = sequences_of(x, cu_seqlens, attention_mask)
+    if isinstance(sequences, Packing):
+        offsets = sequences.offsets
         return [x[:, start:end] for start, end in zip(offsets, offsets[1:])], lambda ys: torch.cat(ys, dim=1)
-    if attention_mask is None:
+    if sequences is None:
         return [x[row:row + 1] for row in range(x.shape[0])], lambda ys: torch.cat(ys, dim=0)
-    mask = check_attention_mask(attention_mask, x.shape[0], x.shape[1]).to(x.device)
+    mask = sequences.mask
 
     def place(ys: list[Tensor | None]) -> Tensor:
         first = next(y for y in ys if y is not None)
@@ -217,39 +345,11 @@ def _per_sequence(state: object, count: int) -> list[object]:
     return [select_rows(state, torch.tensor([row if rows else 0])) for row in range(count)]
 
 
-def packed_call(function: Callable[[Tensor, Tensor], Tensor], x: Tensor, cu_seqlens: object = None,
-                attention_mask: object = None, whole: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """``function(tokens [1, T, …], cu_seqlens)``, which computes packed sequences, on packed sequences or on a
-    padded batch (``attention_mask``), whose rows' tokens are packed end to end — each row a sequence, the padding
-    left out — and put back in place after; the outputs at padded steps are 0.  ``whole(x)``: what computes a
-    batch without padding (a mask of ones), as it is."""
-    if cu_seqlens is not None and attention_mask is not None:
-        raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
-    if cu_seqlens is not None:
-        check_cu_seqlens(cu_seqlens, x.shape[1], x.shape[0])
-        return function(x, cu_seqlens)
-    mask = check_attention_mask(attention_mask, x.shape[0], x.shape[1]).to(x.device)
-    if whole is not None and bool(mask.all()):
-        return whole(x)
-    counts = mask.sum(dim=1)
-    if not bool(counts.any()):
-        raise ValueError("attention_mask: every step of every row is padding; nothing to compute")
-    lengths = counts[counts > 0]
-    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-    y = function(x[mask].unsqueeze(0), offsets)  # the tokens of every row in order: [1, Σ tokens, …]
-    return y.new_zeros(*mask.shape, *y.shape[2:]).index_put((mask,), y[0])
-
-
-def padded_call(function: Callable[[Tensor], Tensor], x: Tensor, cu_seqlens: object = None,
-                attention_mask: object = None) -> Tensor:
-    """``function`` (a causal map ``[B, T, …] → [B, T, …]``) on packed sequences or a padded batch, each
-    sequence's outputs as if it were alone (the module docstring says how); ``function(x)`` when both are None."""
-    if cu_seqlens is not None and attention_mask is not None:
-        raise ValueError("cu_seqlens, attention_mask: give one — a packed batch has no padding")
-    if cu_seqlens is not None:
-        packing = Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device)
-        return packing.pack(function(packing.unpack(x)))
-    if attention_mask is not None:
-        alignment = Alignment.of(attention_mask, x.shape[0], x.shape[1], x.device)
-        return alignment.restore(function(alignment.align(x)))
-    return function(x)
+def pack_documents(inputs: Tensor, targets: Tensor, ignore_index: int = -100) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded documents ``[n, T]`` (targets ``ignore_index`` after each one's end) packed end to end:
+    ``(inputs [1, Σ len], targets [1, Σ len], cu_seqlens [n' + 1])``, documents without a target left out."""
+    real = targets != ignore_index
+    lengths = real.sum(dim=1)
+    lengths = lengths[lengths > 0]
+    cu_seqlens = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    return inputs[real][None], targets[real][None], cu_seqlens

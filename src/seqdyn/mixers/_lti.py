@@ -19,8 +19,9 @@ from torch import Tensor, nn
 
 from seqdyn.core import lti
 from seqdyn.core.autotune import BackendChoice
-from seqdyn.core.dsf import DSF
 from seqdyn.core.choice import too_large_to_time
+from seqdyn.core.dsf import DSF
+from seqdyn.core.packing import Sequences
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
 
 SKIPS = ("learned", "identity", "none")
@@ -191,9 +192,12 @@ class LTIMixer(Mixer):
             backend = self.chose(self._auto_backend(u, state, output_final_state))
         return self.system()(u, backend, state, output_final_state)
 
-    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+    def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
+        """``[B, T, D] -> [B, T, D]``; packed sequences or a padded batch side by side, each from step 0."""
         self.check_input(x)
-        return self.head(self.run_core(x, self.check_backend(backend)), x)
+        u = x if sequences is None else sequences.side_by_side(x)
+        y = self.head(self.run_core(u, self.check_backend(backend)), u)
+        return y if sequences is None else sequences.in_place(y)
 
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
         """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of ``fft``, ``scan`` (and

@@ -10,6 +10,7 @@ discretization (:meth:`CoefficientMixer.core_inputs`) and what it does with the 
 from __future__ import annotations
 
 import functools
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
@@ -24,38 +25,18 @@ from seqdyn.core.choice import problem_signature, ruled_out, too_large_to_time, 
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import auto_plan, coefficient_dynamics, coefficients
-from seqdyn.core.packing import Packing, from_state, packed_call, padded_call
+from seqdyn.core.packing import Packing, Padding, Sequences, from_state, sequences_of
 from seqdyn.core.problem import prepare
 from seqdyn.core.readouts import STATE_NORMALIZERS
-from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
+from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width  # noqa: F401 (the mixers import them here)
 
 OPERATOR_BACKENDS = ("auto", "quadratic", "recurrent", "chunk", "scan")
 
 
-def _taking_packing(forward: Callable) -> Callable:
-    """A mixer's ``forward(x, backend)`` that also takes ``cu_seqlens=`` (packed sequences, ``x`` ``[1, T, D]``) and
-    ``attention_mask=`` (``[B, T]``, 1 = token, 0 = left or right padding): every mixer is causal, so each sequence
-    is computed as if alone, side by side and right-aligned (:func:`seqdyn.core.packing.padded_call`); outputs at
-    padded steps are 0.  And ``state=`` / ``return_state=True``: the forward from a state (``init_state``'s
-    layout; ``None``: the start) that returns ``(y, next state)`` (:meth:`Mixer.forward_with_state`)."""
-
-    @functools.wraps(forward)
-    def wrapped(self, x: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
-                attention_mask: Tensor | None = None, state: Any = None, return_state: bool = False):
-        self.chose(backend)
-        if state is not None or return_state:
-            return from_state(lambda u, s: self.forward_with_state(u, s, backend), x, state, return_state, cu_seqlens,
-                              attention_mask)
-        if cu_seqlens is None and attention_mask is None:
-            return forward(self, x, backend=backend)
-        self.check_input(x)
-        if self.packs_tokens:
-            return packed_call(lambda tokens, offsets: self.forward_packed(tokens, offsets, backend), x, cu_seqlens,
-                               attention_mask, lambda whole: forward(self, whole, backend=backend))
-        return padded_call(lambda aligned: forward(self, aligned, backend=backend), x, cu_seqlens, attention_mask)
-
-    wrapped.takes_packing = True
-    return wrapped
+@functools.cache
+def takes_sequences(mixer_class: type) -> bool:
+    """Whether ``mixer_class.forward`` takes ``sequences=`` (packed sequences or a padded batch) itself."""
+    return "sequences" in inspect.signature(mixer_class.forward).parameters
 
 
 @dataclass
@@ -76,15 +57,10 @@ class MixerState:
         return self.position if self.packing is None else self.packing.position
 
 
-def _size_class(size: int) -> int:
-    """The power of two ≥ ``size``."""
-    return 1 << max(size - 1, 0).bit_length()
-
-
 def _packed_sizes(packing: Packing) -> tuple[dict[str, int], str]:
     """The cache key's sizes and the words of packed sequences: their count N and longest length L, each rounded up
     to a power of two (the operator computes them side by side, ``[N, L]``)."""
-    count, longest = _size_class(packing.count), _size_class(packing.longest)
+    count, longest = packing.size_class
     return {"packed N": count, "packed L": longest}, f"packed N ≤ {count} sequences of L ≤ {longest}"
 
 
@@ -128,9 +104,6 @@ class Mixer(nn.Module, ABC):
     reference_backend: ClassVar[str] = "quadratic"
     #: the names (or name suffixes after a ".") of the parameters of the state space itself (Λ, Δ)
     ssm_parameter_names: ClassVar[tuple[str, ...]] = ()
-    #: ``cu_seqlens`` and ``attention_mask`` run ``forward_packed`` on the real tokens alone (else the sequences side
-    #: by side, :func:`~seqdyn.core.packing.padded_call`)
-    packs_tokens: ClassVar[bool] = False
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -141,10 +114,31 @@ class Mixer(nn.Module, ABC):
         super().__init_subclass__(**kwargs)
         if "name" not in vars(cls):  # a mixer of your own, or a subclass of a built-in one, is not its base
             cls.name = cls.__name__
-        if "forward" in vars(cls) and not getattr(cls.forward, "takes_packing", False):
-            cls.forward = _taking_packing(cls.forward)
-            if "packs_tokens" not in vars(cls):  # a forward of its own: forward_packed would not compute it
-                cls.packs_tokens = False
+
+    def __call__(self, x: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | Packing | None = None,
+                 attention_mask: Tensor | Padding | None = None, state: Any = None, return_state: bool = False):
+        """``[B, T, D] -> [B, T, D]``: the mixer's public entry point.
+
+        ``cu_seqlens`` (int offsets ``[N + 1]``, ``x`` ``[1, T, D]``: packed sequences) or ``attention_mask``
+        (``[B, T]``, 1 = token, 0 = left or right padding) become one value here, checked once
+        (:func:`~seqdyn.core.packing.sequences_of`; a :class:`~seqdyn.core.packing.Packing` or
+        :class:`~seqdyn.core.packing.Padding` made earlier passes through), which ``forward(x, backend,
+        sequences=…)`` takes: each sequence is computed as if alone and the outputs at padded steps are 0.  A
+        ``forward`` without a ``sequences`` parameter (a mixer of your own; every mixer is causal) gets the sequences
+        side by side, each from step 0.  ``state=`` / ``return_state=True``: the forward from a state
+        (``init_state``'s layout; ``None``: the start) that returns ``(y, next state)``
+        (:meth:`forward_with_state`)."""
+        self.chose(backend)
+        if state is not None or return_state:
+            return from_state(lambda u, s: self.forward_with_state(u, s, backend), x, state, return_state, cu_seqlens,
+                              attention_mask)
+        sequences = sequences_of(x, cu_seqlens, attention_mask)
+        if sequences is None:
+            return super().__call__(x, backend)
+        if takes_sequences(type(self)):
+            return super().__call__(x, backend, sequences=sequences)
+        self.check_input(x)
+        return sequences.in_place(super().__call__(sequences.side_by_side(x), backend))
 
     def __init__(self, d_model: int):
         super().__init__()
@@ -250,9 +244,9 @@ class Mixer(nn.Module, ABC):
         return BackendChoice(chosen, f"{self.name} computes 'auto' with {chosen}", "mixer")
 
     @abstractmethod
-    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
-        """``[B, T, D] -> [B, T, D]``; every mixer's forward also takes ``cu_seqlens=`` and ``attention_mask=``
-        (:func:`_taking_packing`)."""
+    def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
+        """``[B, T, D] -> [B, T, D]``; ``sequences``: packed sequences or a padded batch (:meth:`__call__` makes the
+        value), each computed as if alone — a forward may leave the parameter out and get them side by side."""
 
     @abstractmethod
     def init_state(self, batch: int) -> Any:
@@ -343,30 +337,30 @@ class CoefficientMixer(Mixer):
         return y
 
     def run_core(self, inputs: Dynamics, backend: str = "auto", initial_state: Any = None,
-                 output_final_state: bool = False, cu_seqlens: Tensor | None = None):
+                 output_final_state: bool = False, cu_seqlens: Packing | None = None):
         """``coefficient_dynamics`` on the mixer's own inputs."""
         return coefficient_dynamics(inputs, initial_state=initial_state, output_final_state=output_final_state,
                                     backend=backend, chunk_size=self.chunk_size, cu_seqlens=cu_seqlens)
 
-    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+    def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
+        """``[B, T, D] -> [B, T, D]``; packed sequences and the tokens of a padded batch are computed packed end to
+        end (:meth:`forward_packed`), nothing for padding."""
         self.check_input(x)
+        if sequences is not None and not (isinstance(sequences, Padding) and sequences.whole):
+            return sequences.unpacked(self.forward_packed(sequences.packed(x), sequences.tokens, backend))
         backend = self.chose(self.backend_for(x, backend))
         inputs, extras = self.core_inputs(x, MixerState())
         return self.core_output(self.run_core(inputs, backend), extras)
 
-    #: ``cu_seqlens`` and ``attention_mask`` run :meth:`forward_packed` on the real tokens alone
-    packs_tokens: ClassVar[bool] = True
-
-    def forward_packed(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> Tensor:
-        """Packed sequences ``x`` ``[1, T, D]`` (``cu_seqlens`` ``[N + 1]``) → ``[1, T, D]``, each as if alone.
+    def forward_packed(self, x: Tensor, packing: Packing, backend: str = "auto") -> Tensor:
+        """Packed sequences ``x`` ``[1, T, D]`` → ``[1, T, D]``, each as if alone.
 
         Projections, gates and outputs are computed token by token on the packed tokens, short convolutions and
         rotary positions restart at each sequence's start, and the operator keeps every sequence apart
-        (``coefficient_dynamics(…, cu_seqlens=…)``): no step is computed for padding."""
-        packing = Packing.of(cu_seqlens, x.shape[1], x.shape[0], x.device)
+        (``coefficient_dynamics(…, cu_seqlens=packing)``): no step is computed for padding."""
         backend = self.chose(self._packed_backend(x, packing, backend))
         inputs, extras = self.core_inputs(x, MixerState(packing=packing))
-        return self.core_output(self.run_core(inputs, backend, cu_seqlens=cu_seqlens), extras)
+        return self.core_output(self.run_core(inputs, backend, cu_seqlens=packing), extras)
 
     def backend_for(self, x: Tensor, backend: str = "auto") -> str:
         """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of the operator's candidates
@@ -391,15 +385,14 @@ class CoefficientMixer(Mixer):
         """:meth:`backend_for` of packed sequences: ``auto`` times :meth:`forward_packed` itself."""
         if self.check_backend(backend) != "auto":
             return BackendChoice.asked(backend)
-        cu_seqlens = torch.tensor(packing.offsets, device=x.device)
 
         def plan() -> tuple[list[str], str, str]:
             with torch.no_grad():
                 inputs, _ = self.core_inputs(x, MixerState(packing=packing))
-            return auto_plan(inputs, self.chunk_size, cu_seqlens)
+            return auto_plan(inputs, self.chunk_size, packing)
 
         signature, words = self._operator_signature()
-        return self.measured_backend(x, lambda inputs, name: self.forward_packed(inputs, cu_seqlens, name), plan,
+        return self.measured_backend(x, lambda inputs, name: self.forward_packed(inputs, packing, name), plan,
                                      signature, f" (operator: {words})", packing)
 
     def _operator_signature(self) -> tuple[dict[str, Any], str]:

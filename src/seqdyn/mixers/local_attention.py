@@ -31,9 +31,10 @@ from torch.nn.attention.bias import causal_lower_right
 
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF, from_coefficients
+from seqdyn.core.packing import Sequences
 from seqdyn.core.precision import float32_under_autocast
-from seqdyn.mixers.base import Mixer, check_choice, check_positive, check_state_batch
 from seqdyn.layers.rotary import ROPE_BASE, rotary
+from seqdyn.mixers.base import Mixer, check_choice, check_positive, check_state_batch
 from seqdyn.mixers.softmax_attention import SoftmaxAttention, split_heads
 
 
@@ -167,8 +168,12 @@ class LocalAttention(SoftmaxAttention):
             out = self._chunked(q, k, v)
         return out.transpose(1, 2), v.transpose(1, 2)
 
-    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
-        return self.out(self.core(x, backend)[0].flatten(2))
+    def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
+        """``[B, T, D] -> [B, T, D]``; packed sequences or a padded batch side by side, each from step 0."""
+        self.check_input(x)
+        u = x if sequences is None else sequences.side_by_side(x)
+        y = self.out(self.core(u, backend)[0].flatten(2))
+        return y if sequences is None else sequences.in_place(y)
 
     def coefficients(self, x: Tensor) -> Tensor:
         self.check_input(x)

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF
+from seqdyn.core.packing import Packing, Padding, Sequences
 from seqdyn.mixers.base import Mixer
 
 #: the default parts: a Mamba-2 SSM beside softmax attention with rotary embeddings (e.g. Falcon-H1's layer)
@@ -37,7 +38,6 @@ class Parallel(Mixer):
     """
 
     name = "parallel"
-    packs_tokens = True
     composite = True
 
     def __init__(self, d_model: int, parts: Any = DEFAULT_PARTS):
@@ -67,14 +67,18 @@ class Parallel(Mixer):
         why = "; ".join(f"{part.name}: {choice} ({choice.why})" for part, choice in zip(self.parts, choices))
         return BackendChoice("auto", f"each part picks its own — {why}", "parts")
 
-    def forward(self, x: Tensor, backend: str = "auto") -> Tensor:
+    def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
+        """Each part on ``x``; packed sequences and the tokens of a padded batch packed end to end once, for every
+        part (:meth:`forward_packed`)."""
         self.check_input(x)
         self.check_backend(backend)
+        if sequences is not None and not (isinstance(sequences, Padding) and sequences.whole):
+            return sequences.unpacked(self.forward_packed(sequences.packed(x), sequences.tokens, backend))
         return _added(part(x, backend) for part in self.parts)
 
-    def forward_packed(self, x: Tensor, cu_seqlens: Tensor, backend: str = "auto") -> Tensor:
+    def forward_packed(self, x: Tensor, packing: Packing, backend: str = "auto") -> Tensor:
         """Packed sequences ``[1, T, D]``: each part on them, as if each sequence ran alone."""
-        return _added(part(x, backend, cu_seqlens=cu_seqlens) for part in self.parts)
+        return _added(part(x, backend, cu_seqlens=packing) for part in self.parts)
 
     def init_state(self, batch: int) -> tuple[Any, ...]:
         """Each part's state, in order (a tuple: a list of states is one per sequence)."""

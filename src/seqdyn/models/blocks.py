@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.packing import Packing
-from seqdyn.mixers.base import Mixer
 from seqdyn.layers.conv import ShortConv
 from seqdyn.layers.mlp import build_mlp
 from seqdyn.layers.norms import RMSNorm
+from seqdyn.mixers.base import Mixer
 
 NORMS = ("layernorm", "rmsnorm")
 BLOCKS = ("transformer", "gated")
@@ -124,11 +124,11 @@ class _Block(nn.Module):
             return x + norm(branch(x))
         return x + branch(norm(x))
 
-    def _mix(self, u: Tensor, backend: str, cu_seqlens: Tensor | None) -> Tensor:
-        """The mixer on ``u``, on packed sequences with ``cu_seqlens``."""
-        if cu_seqlens is None:
+    def _mix(self, u: Tensor, backend: str, packing: Packing | None) -> Tensor:
+        """The mixer on ``u``, on packed sequences with ``packing``."""
+        if packing is None:
             return self.mixer(u, backend=backend)
-        return self.mixer(u, backend=backend, cu_seqlens=cu_seqlens)
+        return self.mixer(u, backend=backend, cu_seqlens=packing)
 
     def _mlp(self, x: Tensor) -> Tensor:
         return x if self.mlp is None else self._residual(x, self.norm2, self.mlp)
@@ -151,9 +151,9 @@ class TransformerBlock(_Block):
         self.mixer = mixer
         self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
 
-    def forward(self, x: Tensor, backend: str = "auto", cu_seqlens: Tensor | None = None) -> Tensor:
-        """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``cu_seqlens`` (only the mixer reads across steps)."""
-        return self._mlp(self._residual(x, self.norm1, lambda u: self._mix(u, backend, cu_seqlens)))
+    def forward(self, x: Tensor, backend: str = "auto", packing: Packing | None = None) -> Tensor:
+        """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``packing`` (only the mixer reads across steps)."""
+        return self._mlp(self._residual(x, self.norm1, lambda u: self._mix(u, backend, packing)))
 
     def init_state(self, batch: int) -> Any:
         return self.mixer.init_state(batch)
@@ -213,23 +213,23 @@ class GatedBlock(_Block):
         self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
 
     def _mixer_input(self, u: Tensor, conv_state: Tensor | None,
-                     cu_seqlens: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+                     packing: Packing | None = None) -> tuple[Tensor, Tensor | None]:
         a = self.in_proj(u)
         if self.conv is None:
             return F.silu(a), None
-        if cu_seqlens is not None:
-            return self.conv(a, positions=Packing.of(cu_seqlens, a.shape[1], a.shape[0], a.device).position)
+        if packing is not None:
+            return self.conv(a, positions=packing.position)
         return self.conv(a, conv_state)  # SiLU inside
 
     def _output(self, m: Tensor, u: Tensor) -> Tensor:
         return self.out_proj(self.out_norm(m) * F.silu(self.gate_proj(u)))
 
-    def forward(self, x: Tensor, backend: str = "auto", cu_seqlens: Tensor | None = None) -> Tensor:
-        """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``cu_seqlens`` (the short convolution restarts at each
+    def forward(self, x: Tensor, backend: str = "auto", packing: Packing | None = None) -> Tensor:
+        """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``packing`` (the short convolution restarts at each
         sequence's start; the mixer keeps them apart)."""
         def branch(u: Tensor) -> Tensor:
-            a, _ = self._mixer_input(u, None, cu_seqlens)
-            return self._output(self._mix(a, backend, cu_seqlens), u)
+            a, _ = self._mixer_input(u, None, packing)
+            return self._output(self._mix(a, backend, packing), u)
 
         return self._mlp(self._residual(x, self.norm1, branch))
 

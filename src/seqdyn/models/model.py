@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn import mixers
-from seqdyn.core.packing import Packing, from_state, packed_call, padded_call
+from seqdyn.core.packing import Packing, Padding, from_state, sequences_of
 from seqdyn.layers.params import is_kept, scaled_width
 from seqdyn.models.blocks import Bidirectional, GatedBlock, TransformerBlock, make_norm
 from seqdyn.models.config import ModelConfig
@@ -80,7 +80,7 @@ class SequenceModel(nn.Module):
         ``cu_seqlens`` (int offsets ``[N + 1]``, ``inputs`` ``[1, T, …]``): packed sequences; ``attention_mask``
         (``[n, T]``, 1 = token, 0 = left or right padding): a padded batch.  Either way every sequence's outputs are
         those it has alone — positions restart, no mixer or convolution reads across a boundary — and a padded step's
-        outputs are 0 (:func:`seqdyn.core.packing.padded_call`).
+        outputs are 0 (:mod:`seqdyn.core.packing`: the value is made here once and passed down).
 
         ``state`` (:meth:`init_state`'s, or one returned before) and ``return_state=True``: the positions that follow
         that state, and ``(outputs, the next state)`` — a prefill in chunks of any size, then :meth:`step`, equals
@@ -89,17 +89,19 @@ class SequenceModel(nn.Module):
         if state is not None or return_state:
             return from_state(lambda u, s: self._forward_with_state(u, s, backend, head), inputs, state, return_state,
                               cu_seqlens, attention_mask)
-        if cu_seqlens is None and attention_mask is None:
+        sequences = sequences_of(inputs, cu_seqlens, attention_mask)
+        if sequences is None:
             return self._forward(inputs, backend, head)
         if self.config.bidirectional or not self.head.streams:
             what = "model.bidirectional" if self.config.bidirectional else f"the {self.spec.head} head"
             raise ValueError(f"cu_seqlens/attention_mask: {what} reads the whole sequence, so padding or a packed "
                              "neighbour would change it; run such sequences one by one (or as a batch of equal "
                              "length)")
-        if self.head.token_wise:
-            return packed_call(lambda tokens, offsets: self._forward_packed(tokens, offsets, backend, head), inputs,
-                               cu_seqlens, attention_mask, lambda whole: self._forward(whole, backend, head))
-        return padded_call(lambda aligned: self._forward(aligned, backend, head), inputs, cu_seqlens, attention_mask)
+        if not self.head.token_wise:
+            return sequences.in_place(self._forward(sequences.side_by_side(inputs), backend, head))
+        if isinstance(sequences, Padding) and sequences.whole:
+            return self._forward(inputs, backend, head)
+        return sequences.unpacked(self._forward_packed(sequences.packed(inputs), sequences.tokens, backend, head))
 
     def _forward_with_state(self, inputs: Tensor, state: ModelState | None, backend: str,
                             head: bool = True) -> tuple[Tensor, ModelState]:
@@ -129,16 +131,15 @@ class SequenceModel(nn.Module):
             x = block(x, backend=backend)
         return self.head(self.norm(x)) if head else self.norm(x)
 
-    def _forward_packed(self, inputs: Tensor, cu_seqlens: Tensor, backend: str, head: bool = True) -> Tensor:
+    def _forward_packed(self, inputs: Tensor, packing: Packing, backend: str, head: bool = True) -> Tensor:
         """Packed sequences ``[1, T, …]``: embeddings, norms, MLPs and the head token by token, the positions
         restarting at each sequence's start, the blocks' mixers and convolutions keeping the sequences apart."""
-        packing = Packing.of(cu_seqlens, inputs.shape[1], inputs.shape[0], inputs.device)
         self._check_inputs(inputs, with_time=True, length=packing.longest)
         x = self._input_map(inputs)
         if self.positions is not None:
             x = x + self.positions.weight[packing.position]
         for block in self.blocks:
-            x = block(x, backend=backend, cu_seqlens=cu_seqlens)
+            x = block(x, backend=backend, packing=packing)
         return self.head(self.norm(x)) if head else self.norm(x)
 
     def embed(self, inputs: Tensor) -> Tensor:

@@ -30,10 +30,16 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from seqdyn.core.packing import pack_documents
 from seqdyn.models import recording_backends
 from seqdyn.tasks.base import IGNORE_INDEX
-from seqdyn.train.checkpoint import (load_checkpoint, recorded_checkpoint, run_checkpoint_path, save_checkpoint,
-                                     usable_checkpoint)
+from seqdyn.train.checkpoint import (
+    load_checkpoint,
+    recorded_checkpoint,
+    run_checkpoint_path,
+    save_checkpoint,
+    usable_checkpoint,
+)
 from seqdyn.train.config import RunConfig
 from seqdyn.train.interrupt import signals_interrupt
 from seqdyn.train.ownership import Heartbeat, default_owner, stale_after
@@ -95,16 +101,6 @@ class Plan:
         epoch, position = divmod(step, self.steps_per_epoch)
         order = torch.randperm(self.examples, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
         return order[position * self.batch_size:(position + 1) * self.batch_size]
-
-
-def pack_documents(inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Right-padded documents ``[n, T]`` (targets ``IGNORE_INDEX`` after each one's end) packed end to end:
-    ``(inputs [1, Σ len], targets [1, Σ len], cu_seqlens [n' + 1])``, documents without a target left out."""
-    real = targets != IGNORE_INDEX
-    lengths = real.sum(dim=1)
-    lengths = lengths[lengths > 0]
-    cu_seqlens = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-    return inputs[real][None], targets[real][None], cu_seqlens
 
 
 def learning_rate_factor(config: RunConfig, total_steps: int) -> Callable[[int], float]:
@@ -290,7 +286,7 @@ class Trainer:
         inputs, targets = (t[indices].to(self.device) for t in self.train_data)
         packing = {}
         if self.config.train.pack:
-            inputs, targets, packing["cu_seqlens"] = pack_documents(inputs, targets)
+            inputs, targets, packing["cu_seqlens"] = pack_documents(inputs, targets, IGNORE_INDEX)
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * self.lr_factor(self.step)
         with self.autocast(), self.first_step_backends() as backends:
