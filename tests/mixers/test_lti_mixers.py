@@ -233,10 +233,10 @@ def test_auto_does_not_time_a_scan_that_materializes_more_than_the_limit(monkeyp
     x = torch.randn(16, 256, 64)
     states = 16 * 256 * mixer.state_size(256)
     assert states == 2 * QUADRATIC_AUTO_LIMIT
-    assert mixer.auto_ruled_out(x)["scan"] == f"{states:,} entries materialized"
+    assert mixer.auto_timing(x).ruled_out()["scan"] == f"{states:,} entries materialized"
     with torch.no_grad():
         choice = mixer.explain_backend(x)
     assert choice == "fft" and choice.source == "only" and "not timed: scan (134,217,728 entries" in choice.why
     at_limit = mixers.build("dlr", 32, state_dim=256)  # 16·256·(32·256·2) = 2^26 entries: timed
-    assert "scan" not in at_limit.auto_ruled_out(torch.randn(16, 256, 32))
+    assert "scan" not in at_limit.auto_timing(torch.randn(16, 256, 32)).ruled_out()
     autotune.clear_cache()

@@ -108,9 +108,14 @@ def test_the_record_reads_the_choice_each_forward_made_without_choosing_again(tm
     for block in model.blocks:
         backend_for = block.mixer.backend_for
         monkeypatch.setattr(block.mixer, "backend_for", lambda *a, f=backend_for, **k: asked.append(1) or f(*a, **k))
+    model(tokens, attention_mask=mask)  # measures and caches the choices
+    asked.clear()
+    model(tokens, attention_mask=mask)
+    by_the_forward = len(asked)
+    asked.clear()
     with recording_backends(model) as picked:
         model(tokens, attention_mask=mask)
-    assert asked == [] and len(picked) == 2
+    assert len(asked) == by_the_forward == 2 and len(picked) == 2  # each layer's forward asks once, recording never
     assert picked == [block.mixer.last_backend for block in model.blocks]
     assert all("packed N ≤ 2 sequences of L ≤ 16" in choice.why for choice in picked), [c.why for c in picked]
 

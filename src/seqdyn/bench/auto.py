@@ -27,6 +27,7 @@ import torch
 from seqdyn import mixers
 from seqdyn.bench.measure import one_thread, resolve_device
 from seqdyn.core.autotune import elapsed_seconds
+from seqdyn.core.choice import too_large_to_time
 
 #: the targets: ``auto / fastest`` in every cell, and its geometric mean over all cells
 CELL_TARGET = 1.2
@@ -159,10 +160,11 @@ def _choice(mixer: mixers.Mixer, x: torch.Tensor, mode: str) -> tuple[str, str]:
 
 def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
     """The backends a cell times beside ``auto`` — every one the mixer accepts but those ``auto`` rules out as it
-    does (``Mixer.auto_ruled_out``: ``recurrent``, a loop over time steps in Python, beyond T = 64; a backend that
-    materializes more than 2^26 entries: :func:`seqdyn.core.operator.too_large_to_time`) — mapped to ``""``, and
-    the ruled-out ones to the reason."""
-    reasons = mixer.auto_ruled_out(x)
+    does (``Mixer.auto_timing(x).ruled_out()``: ``recurrent``, a loop over time steps in Python, beyond T = 64; a
+    backend that materializes more than 2^26 entries: :func:`seqdyn.core.choice.too_large_to_time`) — mapped to
+    ``""``, and the ruled-out ones to the reason."""
+    timing = mixer.auto_timing(x)
+    reasons = too_large_to_time(x.shape[1], {}) if timing is None else timing.ruled_out()
     return {name: reasons.get(name, "") for name in mixer.backends if name != "auto"}
 
 

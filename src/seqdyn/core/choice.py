@@ -11,19 +11,22 @@ rule (:func:`too_large_to_time`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from seqdyn.core import autotune
-from seqdyn.core.autotune import BackendChoice, BackendKey
+from seqdyn.core.autotune import BackendChoice, BackendKey, module_options
 from seqdyn.core.backends import REGISTRY
+from seqdyn.core.packing import Packing
 from seqdyn.core.problem import Problem, shared_over_heads
 
-__all__ = ["BACKENDS", "QUADRATIC_AUTO_LIMIT", "able", "backend_for", "plan", "problem_signature", "quadratic_entries",
-           "ruled_out", "too_large_to_time", "without_ruled_out"]
+__all__ = ["BACKENDS", "QUADRATIC_AUTO_LIMIT", "Timing", "able", "backend_for", "fixed_plan", "plan",
+           "problem_signature", "quadratic_entries", "ruled_out", "timed_choice", "too_large_to_time",
+           "without_ruled_out"]
 
 #: The backend names accepted by ``backend=``; ``"auto"`` picks the fastest valid one.
 BACKENDS = ("quadratic", "recurrent", "chunk", "scan", "auto")
@@ -210,3 +213,81 @@ def modelled(problem: Problem) -> tuple[str, str]:
     return "recurrent", f"no chunked form and B·H·T² = {batch * heads * length * length:,} scores would not fit"
 
 
+
+
+# ------------------------------------------------------------------------------------ a module's whole call, timed
+@dataclass(frozen=True)
+class Timing:
+    """What a module's ``auto`` times, the one hook a mixer gives (``Mixer.auto_timing``).
+
+    Attributes:
+        run: ``run(x, name)``, the module's whole call on ``x`` with backend ``name`` — projections, convolutions
+            and layouts around the core can reverse the core's ranking.
+        plan: ``() -> (candidates, modelled, reason)``, called on a cache miss only (it may compute the core's
+            inputs): the backends to time, the likeliest first and those :attr:`ruled_out` left out
+            (:func:`fixed_plan`), the cost model's choice where nothing may be timed, and why.
+        ruled_out: ``() -> {backend: reason}``: the backends not timed on ``x`` (:func:`too_large_to_time`).
+        options: what else the speed depends on, added to the module's options in the cache key.
+        about: the problem in words, appended to the explanation.
+    """
+
+    run: Callable[[Tensor, str], Any]
+    plan: Callable[[], tuple[list[str], str, str]]
+    ruled_out: Callable[[], dict[str, str]]
+    options: Mapping[str, Any] = field(default_factory=dict)
+    about: str = ""
+
+
+def fixed_plan(candidates: list[str], modelled: str, reason: str,
+               ruled: Callable[[], dict[str, str]]) -> Callable[[], tuple[list[str], str, str]]:
+    """The :attr:`Timing.plan` of a fixed list of ``candidates``, less those ``ruled()`` rules out (unless nothing
+    else is left), the reason naming them."""
+    def chosen_plan() -> tuple[list[str], str, str]:
+        reasons = {name: why for name, why in ruled().items() if name in candidates}
+        timed = without_ruled_out(candidates, reasons)
+        not_timed = [f"{name} ({why})" for name, why in reasons.items() if name not in timed]
+        return timed, modelled, reason + ("; not timed: " + ", ".join(not_timed) if not_timed else "")
+
+    return chosen_plan
+
+
+def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Packing | None = None) -> BackendChoice:
+    """``auto`` of a module by measuring: the fastest of ``timing``'s candidates for ``timing.run(x, name)`` at this
+    shape, measured once and cached by :func:`seqdyn.core.autotune.choose` — forward and backward where gradients
+    are recorded (returned, not accumulated: the parameters' ``.grad`` stay as they are), the forward alone
+    otherwise.  The cache key (:class:`~seqdyn.core.autotune.BackendKey`) holds the module's class and every option
+    it keeps (:func:`~seqdyn.core.autotune.module_options`), ``timing.options``, the sizes, the dtype and the mode.
+    ``packing``: ``x`` holds packed sequences, whose count and longest length are cached by size class, so that
+    batches of documents of other lengths do not each time the backends."""
+    parameters = [p for p in module.parameters() if p.requires_grad]
+    train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
+    batch, length, channels = x.shape
+    if packing is None:
+        sizes, said = {"B": batch, "T": length}, f"B={batch}, T={length}"
+    else:
+        count, longest = packing.size_class
+        sizes, said = {"packed N": count, "packed L": longest}, f"packed N ≤ {count} sequences of L ≤ {longest}"
+    key = BackendKey(f"{type(module).__module__}.{type(module).__qualname__}",
+                     {**_kept_options(module), **timing.options}, {**sizes, "D": channels}, str(x.dtype),
+                     "train" if train else "forward")
+    words = f"{'forward + backward' if train else 'forward'} of {module.name}, {said}, D={channels}{timing.about}"
+
+    def trial(name: str) -> None:
+        with torch.enable_grad() if train else torch.no_grad():
+            inputs = x.detach().requires_grad_(train)
+            y = timing.run(inputs, name)
+            if train:
+                torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
+
+    return autotune.choose(key, x.device, timing.plan, trial, words,
+                           lambda name: name != "auto" and name in module.backends)
+
+
+def _kept_options(module: torch.nn.Module) -> dict[str, Any]:
+    """:func:`~seqdyn.core.autotune.module_options` of ``module``, collected once per parameter dtype (the options
+    are fixed at construction)."""
+    dtype = next(module.parameters(), torch.empty(0)).dtype
+    seen = module.__dict__.get("_kept_options")
+    if seen is None or seen[0] != dtype:
+        seen = module.__dict__["_kept_options"] = (dtype, module_options(module))
+    return seen[1]

@@ -19,9 +19,9 @@ from torch import Tensor, nn
 
 from seqdyn.core import lti
 from seqdyn.core.autotune import BackendChoice
-from seqdyn.core.choice import too_large_to_time
+from seqdyn.core.choice import Timing, fixed_plan, timed_choice, too_large_to_time
 from seqdyn.core.dsf import DSF
-from seqdyn.core.packing import Sequences
+from seqdyn.core.packing import Packing, Sequences
 from seqdyn.mixers.base import Mixer, check_choice, check_positive
 
 SKIPS = ("learned", "identity", "none")
@@ -199,31 +199,30 @@ class LTIMixer(Mixer):
         y = self.head(self.run_core(u, self.check_backend(backend)), u)
         return y if sequences is None else sequences.in_place(y)
 
-    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
-        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of ``fft``, ``scan`` (and
-        ``recurrent`` for T ≤ 64) for this shape, measured once and cached like the operator's ``auto``
-        (:mod:`seqdyn.core.autotune`); the returned name says why (``.why``)."""
-        if self.check_backend(backend) != "auto":
-            return BackendChoice.asked(backend)
-        return self._auto_backend(x, None, False)
+    def auto_timing(self, x: Tensor, packing: Packing | None = None) -> Timing:
+        """``fft``, ``scan`` (and ``recurrent`` for T ≤ 64), timed on the LTI core alone (:meth:`_timing`)."""
+        return self._timing(x, None, False)
 
     def _auto_backend(self, u: Tensor, state: Tensor | None, output_final_state: bool) -> BackendChoice:
-        """``auto`` of the LTI core on ``u`` (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`)."""
+        """``auto`` of the LTI core on ``u``, from ``state`` (:func:`~seqdyn.core.choice.timed_choice`)."""
+        return timed_choice(self, u, self._timing(u, state, output_final_state))
+
+    def _timing(self, u: Tensor, state: Tensor | None, output_final_state: bool) -> Timing:
         start = None if state is None else state.detach()
 
         def run(x: Tensor, name: str) -> Tensor:
             y = self.system()(x, name, start, output_final_state)
             return y[0] if isinstance(y, tuple) else y
 
-        plan = self.timing_plan(u, ["fft", "scan", "recurrent"], "fft", "the FFT convolution: O(T log T) per channel")
-        detail = {"state in": state is not None, "state out": output_final_state}
-        return self.measured_backend(u, run, plan, detail, " (its core alone)")
+        def ruled() -> dict[str, str]:
+            """``scan`` materializes every step's state, ``B·T`` times the state's floats; ``recurrent`` is a loop."""
+            with torch.no_grad():
+                states = u.shape[0] * u.shape[1] * self.system().state_floats()
+            return too_large_to_time(u.shape[1], {"scan": states})
 
-    def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
-        """``scan`` materializes every step's state, ``B·T`` times the state's floats; ``recurrent`` is a loop."""
-        with torch.no_grad():
-            states = x.shape[0] * x.shape[1] * self.system().state_floats()
-        return too_large_to_time(x.shape[1], {"scan": states})
+        plan = fixed_plan(["fft", "scan", "recurrent"], "fft", "the FFT convolution: O(T log T) per channel", ruled)
+        return Timing(run, plan, ruled, {"state in": state is not None, "state out": output_final_state},
+                      " (its core alone)")
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The LTI core's output and the values it convolves, ``[B, T, H, V]`` each."""

@@ -13,15 +13,14 @@ import functools
 import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from seqdyn.core import autotune
-from seqdyn.core.autotune import BackendChoice, BackendKey, module_options
+from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
-from seqdyn.core.choice import problem_signature, ruled_out, too_large_to_time, without_ruled_out
+from seqdyn.core.choice import Timing, problem_signature, ruled_out, timed_choice
 from seqdyn.core.dsf import DSF, dsf, from_coefficients
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import auto_plan, coefficient_dynamics, coefficients
@@ -55,13 +54,6 @@ class MixerState:
     def positions(self) -> int | Tensor:
         """The position of the first token, or with packing the position of every token in its sequence ``[T]``."""
         return self.position if self.packing is None else self.packing.position
-
-
-def _packed_sizes(packing: Packing) -> tuple[dict[str, int], str]:
-    """The cache key's sizes and the words of packed sequences: their count N and longest length L, each rounded up
-    to a power of two (the operator computes them side by side, ``[N, L]``)."""
-    count, longest = packing.size_class
-    return {"packed N": count, "packed L": longest}, f"packed N ≤ {count} sequences of L ≤ {longest}"
 
 
 def check_state_batch(mixer: str, state_batch: int | None, batch: int) -> None:
@@ -160,10 +152,22 @@ class Mixer(nn.Module, ABC):
             raise ValueError(f"backend: {self.name} computes with {list(self.backends)}, got {backend!r}")
         return backend
 
-    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
-        """The backend ``forward(x, backend)`` computes with: ``backend`` itself, or for ``"auto"`` the one this
-        mixer picks for inputs of the shape of ``x`` (a mixer that does not pick says ``"auto"``)."""
-        return self.check_backend(backend)
+    def backend_for(self, x: Tensor, backend: str = "auto", packing: Packing | None = None) -> str:
+        """The backend ``forward(x, backend)`` computes with (``packing``: ``x`` holds those packed sequences):
+        ``backend`` itself, or for ``"auto"`` the fastest of :meth:`auto_timing`'s candidates, each timed on the
+        mixer's whole call once per shape and cached (:func:`~seqdyn.core.choice.timed_choice`): for forward and
+        backward where the grad mode is on and ``x`` or a parameter requires gradients, for the forward alone
+        otherwise, as ``forward(x)`` would.  The returned name says why (``.why``); a mixer without a timing (its
+        parts choose) says ``"auto"``."""
+        if self.check_backend(backend) != "auto":
+            return BackendChoice.asked(backend)
+        timing = self.auto_timing(x, packing)
+        return "auto" if timing is None else timed_choice(self, x, timing, packing)
+
+    def auto_timing(self, x: Tensor, packing: Packing | None = None) -> Timing | None:
+        """What ``auto`` times on ``x`` (:class:`~seqdyn.core.choice.Timing`): the one hook a mixer that chooses its
+        backend gives; ``None`` here (the mixer does not choose)."""
+        return None
 
     @property
     def last_backend(self) -> str | None:
@@ -177,62 +181,6 @@ class Mixer(nn.Module, ABC):
         with, so that a run record reads the choice instead of making it again."""
         self.__dict__["_last_backend"] = backend
         return backend
-
-    def measured_backend(self, x: Tensor, run: Callable[[Tensor, str], Any],
-                         plan: Callable[[], tuple[list[str], str, str]], detail: dict[str, Any] | None = None,
-                         about: str = "", packing: Packing | None = None) -> BackendChoice:
-        """``auto`` by measuring: the fastest backend for ``run(x, name)`` at this shape, measured once and cached
-        by :func:`seqdyn.core.autotune.choose` — forward and backward where gradients are recorded (returned, not
-        accumulated: the parameters' ``.grad`` stay as they are), the forward alone otherwise.  ``plan()``:
-        ``(candidates, modelled, reason)``, called on a cache miss only (:meth:`timing_plan`); ``modelled``
-        where nothing may be timed.  The cache key (:class:`~seqdyn.core.autotune.BackendKey`) holds this mixer's
-        class and every option it keeps (:func:`~seqdyn.core.autotune.module_options`), the sizes, the dtype and the
-        mode; ``detail``: what else the speed depends on; ``about``: the problem in words.  ``packing``: ``x`` holds
-        packed sequences, whose count and longest length are cached by size class (:func:`_packed_sizes`), so that
-        batches of documents of other lengths do not each time the backends."""
-        parameters = [p for p in self.parameters() if p.requires_grad]
-        train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
-        batch, length, channels = x.shape
-        sizes = ({"B": batch, "T": length}, f"B={batch}, T={length}") if packing is None else _packed_sizes(packing)
-        key = BackendKey(f"{type(self).__module__}.{type(self).__qualname__}", {**self._options(), **(detail or {})},
-                         {**sizes[0], "D": channels}, str(x.dtype), "train" if train else "forward")
-        words = f"{'forward + backward' if train else 'forward'} of {self.name}, {sizes[1]}, D={channels}{about}"
-
-        def trial(name: str) -> None:
-            with torch.enable_grad() if train else torch.no_grad():
-                inputs = x.detach().requires_grad_(train)
-                y = run(inputs, name)
-                if train:
-                    torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
-
-        return autotune.choose(key, x.device, plan, trial, words,
-                               lambda name: name != "auto" and name in self.backends)
-
-    def _options(self) -> dict[str, Any]:
-        """:func:`~seqdyn.core.autotune.module_options` of this mixer, collected once per parameter dtype (the
-        options are fixed at construction)."""
-        dtype = next(self.parameters(), torch.empty(0)).dtype
-        if getattr(self, "_options_seen", (None,))[0] != dtype:
-            self._options_seen = (dtype, module_options(self))
-        return self._options_seen[1]
-
-    def timing_plan(self, x: Tensor, candidates: list[str], modelled: str,
-                    reason: str) -> Callable[[], tuple[list[str], str, str]]:
-        """The ``plan`` of :meth:`measured_backend` for a fixed list of ``candidates``, less those
-        :meth:`auto_ruled_out` on ``x`` (built on a cache miss only: it may compute the inputs)."""
-        def plan() -> tuple[list[str], str, str]:
-            ruled = {name: why for name, why in self.auto_ruled_out(x).items() if name in candidates}
-            timed = without_ruled_out(candidates, ruled)
-            not_timed = [f"{name} ({why})" for name, why in ruled.items() if name not in timed]
-            return timed, modelled, reason + ("; not timed: " + ", ".join(not_timed) if not_timed else "")
-
-        return plan
-
-    def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
-        """The backends ``auto`` does not time on ``x`` ``[B, T, D]`` (unless nothing else can compute it), with the
-        reason (:func:`seqdyn.core.operator.too_large_to_time`): here ``recurrent`` beyond 64 steps; a mixer whose
-        backends materialize large tensors names them."""
-        return too_large_to_time(x.shape[1], {})
 
     def explain_backend(self, x: Tensor, backend: str = "auto") -> BackendChoice:
         """:meth:`backend_for` with the reason (``.why``): what ``forward(x, backend)`` computes with, and why."""
@@ -358,42 +306,30 @@ class CoefficientMixer(Mixer):
         Projections, gates and outputs are computed token by token on the packed tokens, short convolutions and
         rotary positions restart at each sequence's start, and the operator keeps every sequence apart
         (``coefficient_dynamics(…, cu_seqlens=packing)``): no step is computed for padding."""
-        backend = self.chose(self._packed_backend(x, packing, backend))
+        backend = self.chose(self.backend_for(x, backend, packing))
         inputs, extras = self.core_inputs(x, MixerState(packing=packing))
         return self.core_output(self.run_core(inputs, backend, cu_seqlens=packing), extras)
 
-    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
-        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of the operator's candidates
-        for this mixer's arguments (:func:`~seqdyn.core.operator.auto_plan`), each timed on the mixer's whole call —
-        projections, convolutions and layouts around the core can reverse the operator's ranking — once per shape
-        and cached (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`): for forward and backward where the grad
-        mode is on and ``x`` or a parameter requires gradients, for the forward alone otherwise, as ``forward(x)``
-        would.  The returned name says why (``.why``)."""
-        if self.check_backend(backend) != "auto":
-            return BackendChoice.asked(backend)
+    def auto_timing(self, x: Tensor, packing: Packing | None = None) -> Timing:
+        """The operator's candidates for this mixer's arguments (:func:`~seqdyn.core.operator.auto_plan`), each timed
+        on the mixer's whole call (:meth:`forward`, or :meth:`forward_packed` of ``packing``)."""
+        state = MixerState(packing=packing)
 
         def plan() -> tuple[list[str], str, str]:
             with torch.no_grad():
-                inputs, _ = self.core_inputs(x, MixerState())
-            return auto_plan(inputs, self.chunk_size)
-
-        signature, words = self._operator_signature()
-        return self.measured_backend(x, lambda inputs, name: self.forward(inputs, name), plan, signature,
-                                     f" (operator: {words})")
-
-    def _packed_backend(self, x: Tensor, packing: Packing, backend: str) -> str:
-        """:meth:`backend_for` of packed sequences: ``auto`` times :meth:`forward_packed` itself."""
-        if self.check_backend(backend) != "auto":
-            return BackendChoice.asked(backend)
-
-        def plan() -> tuple[list[str], str, str]:
-            with torch.no_grad():
-                inputs, _ = self.core_inputs(x, MixerState(packing=packing))
+                inputs, _ = self.core_inputs(x, state)
             return auto_plan(inputs, self.chunk_size, packing)
 
+        def ruled() -> dict[str, str]:
+            with torch.no_grad():
+                return ruled_out(prepare(self.core_inputs(x, state)[0], chunk_size=self.chunk_size))
+
+        if packing is None:
+            run = lambda inputs, name: self.forward(inputs, name)  # noqa: E731
+        else:
+            run = lambda inputs, name: self.forward_packed(inputs, packing, name)  # noqa: E731
         signature, words = self._operator_signature()
-        return self.measured_backend(x, lambda inputs, name: self.forward_packed(inputs, packing, name), plan,
-                                     signature, f" (operator: {words})", packing)
+        return Timing(run, plan, ruled, signature, f" (operator: {words})")
 
     def _operator_signature(self) -> tuple[dict[str, Any], str]:
         """The operator problem's :func:`~seqdyn.core.operator.problem_signature` (heads, widths, combination,
@@ -405,11 +341,6 @@ class CoefficientMixer(Mixer):
             signature = {f"operator {name}": value for name, value in problem_signature(problem).items()}
             self._signature = (dtype, signature, f"H={heads}, K={key_dim}, V={value_dim}, {problem.describe()}")
         return self._signature[1:]
-
-    def auto_ruled_out(self, x: Tensor) -> dict[str, str]:
-        """The operator's rule (:func:`~seqdyn.core.operator.ruled_out`) on this mixer's operator arguments."""
-        with torch.no_grad():
-            return ruled_out(prepare(self.core_inputs(x, MixerState())[0], chunk_size=self.chunk_size))
 
     def init_state(self, batch: int) -> MixerState:
         return MixerState(batch=check_positive("batch", batch))

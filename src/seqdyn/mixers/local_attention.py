@@ -29,9 +29,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.nn.attention.bias import causal_lower_right
 
-from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.dsf import DSF, from_coefficients
-from seqdyn.core.packing import Sequences
+from seqdyn.core.choice import Timing, fixed_plan, too_large_to_time
+from seqdyn.core.packing import Packing, Sequences
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.layers.rotary import ROPE_BASE, rotary
 from seqdyn.mixers.base import Mixer, check_choice, check_positive, check_state_batch
@@ -142,16 +142,12 @@ class LocalAttention(SoftmaxAttention):
             return band_mask(size, size, device, offset=size, keys=2 * size, sliding=True)
         return causal_lower_right(size, 2 * size)
 
-    def backend_for(self, x: Tensor, backend: str = "auto") -> str:
-        """The backend ``forward(x, backend)`` computes with; ``"auto"``: the fastest of ``chunk``, ``quadratic``
-        (and ``recurrent`` for T ≤ 64) for this shape, measured once and cached
-        (:meth:`~seqdyn.mixers.base.Mixer.measured_backend`); the returned name says why (``.why``)."""
-        if self.check_backend(backend) != "auto":
-            return BackendChoice.asked(backend)
-        return self.measured_backend(x, lambda inputs, name: self._core(inputs, name)[0],
-                                     self.timing_plan(x, ["chunk", "quadratic", "recurrent"], "chunk",
-                                                      "fused attention over chunks of the window"),
-                                     about=" (its core alone)")
+    def auto_timing(self, x: Tensor, packing: Packing | None = None) -> Timing:
+        """``chunk``, ``quadratic`` (and ``recurrent`` for T ≤ 64), timed on the masked softmax alone."""
+        ruled = lambda: too_large_to_time(x.shape[1], {})  # noqa: E731
+        return Timing(lambda inputs, name: self._core(inputs, name)[0],
+                      fixed_plan(["chunk", "quadratic", "recurrent"], "chunk", "fused attention over chunks of the window",
+                                 ruled), ruled, about=" (its core alone)")
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The masked softmax's output ``[B, T, H, V]`` and its values ``[B, T, H, V]``."""
