@@ -332,7 +332,7 @@ class CoefficientMixer(Mixer):
         return Timing(run, plan, ruled, signature, f" (operator: {words})")
 
     def _operator_signature(self) -> tuple[dict[str, Any], str]:
-        """The operator problem's :func:`~seqdyn.core.operator.problem_signature` (heads, widths, combination,
+        """The operator problem's :func:`~seqdyn.core.choice.problem_signature` (heads, widths, combination,
         chunk) and the same in words, fixed by the options: probed once per parameter dtype."""
         dtype = next(self.parameters()).dtype
         if getattr(self, "_signature", (None,))[0] != dtype:
