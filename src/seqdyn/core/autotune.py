@@ -32,8 +32,8 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,44 +60,49 @@ CACHE_VERSION = 2
 
 @dataclass(frozen=True)
 class BackendKey:
-    """Everything but the data that the speed of a problem depends on: the cache key of a choice.
+    """Everything but the data that the speed of a problem depends on: the cache key of a choice (hashable).
 
     Attributes:
         computes: what computes — ``"operator"``, or a module's class path (``seqdyn.mixers.mamba2.Mamba2``).
-        options: what fixes its work besides the shapes: every constructor option a module keeps
-            (:func:`module_options`), or the operator problem's combination.
-        shape: the sizes (``B``, ``T``, ``D``; packed sequences by size class).
+        options: ``(name, value)`` pairs of what fixes its work besides the shapes: every constructor option a module
+            keeps (:func:`module_options`), or the operator problem's combination.
+        shape: ``(name, size)`` pairs of the sizes (``B``, ``T``, ``D``; packed sequences by size class).
         dtype: the input's dtype.
         mode: ``"train"`` (forward and backward) or ``"forward"``.
     """
 
     computes: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    shape: Mapping[str, int] = field(default_factory=dict)
+    options: tuple[tuple[str, Any], ...] = ()
+    shape: tuple[tuple[str, int], ...] = ()
     dtype: str = ""
     mode: str = "forward"
 
     def text(self) -> str:
         """The key as canonical JSON (sorted keys): the cache file's key, equal for equal keys."""
-        return json.dumps({"computes": self.computes, "options": dict(self.options), "shape": dict(self.shape),
-                           "dtype": self.dtype, "mode": self.mode}, sort_keys=True, default=str)
+        return _key_text(self)
 
 
-def module_options(module: torch.nn.Module) -> dict[str, Any]:
-    """Every option a module and its submodules keep, as a flat mapping: per submodule (by its name in
+@functools.lru_cache(maxsize=4096)
+def _key_text(key: BackendKey) -> str:
+    return json.dumps({"computes": key.computes, "options": dict(key.options), "shape": dict(key.shape),
+                       "dtype": key.dtype, "mode": key.mode}, sort_keys=True, default=str)
+
+
+def module_options(module: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
+    """Every option a module and its submodules keep, as ``(name, value)`` pairs: per submodule (by its name in
     ``module``), its class and its public attributes of plain values (numbers, strings, booleans, ``None`` and
     tuples or lists of them), and the shape and dtype of every parameter and buffer.  Two modules built with
     different options (another width, a gate, a convolution, a floor on the step) differ here."""
-    options: dict[str, Any] = {}
+    options: list[tuple[str, Any]] = []
     for prefix, sub in module.named_modules():
         at = f"{prefix}." if prefix else ""
-        options[f"{at}class"] = f"{type(sub).__module__}.{type(sub).__qualname__}"
-        for name, value in vars(sub).items():
-            if not name.startswith("_") and name != "training" and _plain(value):
-                options[f"{at}{name}"] = list(value) if isinstance(value, tuple) else value
+        options.append((f"{at}class", f"{type(sub).__module__}.{type(sub).__qualname__}"))
+        options.extend((f"{at}{name}", tuple(value) if isinstance(value, list) else value)
+                       for name, value in vars(sub).items()
+                       if not name.startswith("_") and name != "training" and _plain(value))
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        options[f"{name}:tensor"] = f"{list(tensor.shape)} {tensor.dtype}"
-    return options
+        options.append((f"{name}:tensor", f"{list(tensor.shape)} {tensor.dtype}"))
+    return tuple(options)
 
 
 def _plain(value: Any) -> bool:

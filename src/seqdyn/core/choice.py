@@ -137,8 +137,9 @@ def _tensors(problem: Problem) -> list[Tensor]:
 def _shape_key(problem: Problem, want_state: bool, train: bool) -> BackendKey:
     """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`."""
     batch, _, length, _, _ = problem.shape
-    options = {**problem_signature(problem), "state in": problem.initial_state is not None, "state out": want_state}
-    return BackendKey("operator", options, {"B": batch, "T": length}, str(problem.q.dtype),
+    options = (*problem_signature(problem).items(), ("state in", problem.initial_state is not None),
+               ("state out", want_state))
+    return BackendKey("operator", options, (("B", batch), ("T", length)), str(problem.q.dtype),
                       "train" if train else "forward")
 
 
@@ -263,13 +264,13 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
     train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
     batch, length, channels = x.shape
     if packing is None:
-        sizes, said = {"B": batch, "T": length}, f"B={batch}, T={length}"
+        sizes, said = (("B", batch), ("T", length)), f"B={batch}, T={length}"
     else:
         count, longest = packing.size_class
-        sizes, said = {"packed N": count, "packed L": longest}, f"packed N ≤ {count} sequences of L ≤ {longest}"
+        sizes, said = (("packed N", count), ("packed L", longest)), f"packed N ≤ {count} sequences of L ≤ {longest}"
     key = BackendKey(f"{type(module).__module__}.{type(module).__qualname__}",
-                     {**_kept_options(module), **timing.options}, {**sizes, "D": channels}, str(x.dtype),
-                     "train" if train else "forward")
+                     _kept_options(module) + tuple(timing.options.items()), (*sizes, ("D", channels)),
+                     str(x.dtype), "train" if train else "forward")
     words = f"{'forward + backward' if train else 'forward'} of {module.name}, {said}, D={channels}{timing.about}"
 
     def trial(name: str) -> None:
@@ -283,7 +284,7 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
                            lambda name: name != "auto" and name in module.backends)
 
 
-def _kept_options(module: torch.nn.Module) -> dict[str, Any]:
+def _kept_options(module: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
     """:func:`~seqdyn.core.autotune.module_options` of ``module``, collected once per parameter dtype (the options
     are fixed at construction)."""
     dtype = next(module.parameters(), torch.empty(0)).dtype
