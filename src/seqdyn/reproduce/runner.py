@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import re
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import RESULT_STATUSES, Reproduction, Results, check_scale, sweep_name
-from seqdyn.reproduce.claims import Outcome, control_value
+from seqdyn.reproduce.claims import INCONCLUSIVE, Cause, Outcome, control_value
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
 from seqdyn.train.store import Store, flatten
@@ -282,9 +283,27 @@ def brief_numbers(numbers: dict[str, float]) -> str:
     return ours_text(dict(shown))
 
 
+#: what an *inconclusive* reason says (``re.search``) for each cause, in a ``verdict.json`` written before claims
+#: recorded their ``cause``
+_LEGACY_CAUSES = ((r"^control ", "control"), (r"^budget: ", "budget"), ("at the ceiling", "ceiling"),
+                  ("seed spread", "seeds"), (r"\d+ of \d+ seeds ", "seeds"), ("missing", "missing"),
+                  ("no finished run", "missing"))
+
+
+def claim_cause(claim: dict[str, Any]) -> Cause | None:
+    """The cause of a ``verdict.json`` claim's verdict (None unless it is *inconclusive*): the recorded one, or, in a
+    file written before claims recorded it, the one its reason says (None where it says none)."""
+    if "cause" in claim:
+        return claim["cause"]
+    if claim["verdict"] != INCONCLUSIVE:
+        return None
+    cause = next((cause for pattern, cause in _LEGACY_CAUSES if re.search(pattern, claim["reason"])), None)
+    return cause
+
+
 def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
     """One row per claim of every ``verdict.json`` under ``out`` (reproduction, scale, claim, paper value, our
-    numbers, verdict, reason, date and commit), in the order of the reproductions' names."""
+    numbers, verdict, reason and cause, date and commit), in the order of the reproductions' names."""
     rows = []
     for path in sorted(Path(out).glob("*/verdict.json")):
         verdict = json.loads(path.read_text())
@@ -293,7 +312,8 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
                          "name": claim["name"], "claim": claim["statement"], "paper": claim["paper_value"],
                          "numbers": claim["numbers"],
                          "ours": ours_text(claim["numbers"]),
-                         "verdict": claim["verdict"], "reason": claim["reason"], "date": verdict["date"],
+                         "verdict": claim["verdict"], "reason": claim["reason"], "cause": claim_cause(claim),
+                         "date": verdict["date"],
                          "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"],
                          "runs_before": verdict.get("runs_before", 0)})
     return rows
