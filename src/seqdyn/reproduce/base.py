@@ -22,14 +22,13 @@ from typing import Any, ClassVar
 
 from seqdyn.reproduce.claims import Claim, Score
 from seqdyn.train.config import SweepConfig
-from seqdyn.train.loop import DIVERGED_REASON
+from seqdyn.train.store import DIVERGED
 
 SCALES = ("smoke", "cpu", "paper")
 #: the longest a ``cpu`` reproduction may take on the project's 2-core machine, and a ``smoke`` one
 CPU_BUDGET_S, SMOKE_BUDGET_S = 45 * 60, 60
 #: the run statuses that give a result; a run that diverged (non-finite loss) gives its best value before that
 RESULT_STATUSES = ("finished", "stopped_early")
-DIVERGED = DIVERGED_REASON
 LR = "optimizer.lr"
 SEED = "train.seed"
 
@@ -99,7 +98,7 @@ def result_value(row: dict[str, Any], higher_is_better: bool = True) -> float | 
     best = row.get("best")
     if row["status"] in RESULT_STATUSES and best is not None and not math.isnan(best):
         return best
-    if row["status"] == "failed" and DIVERGED in (row.get("reason") or ""):
+    if row["status"] == DIVERGED:
         if best is not None and not math.isnan(best):
             return best
         return 0.0 if higher_is_better else math.inf

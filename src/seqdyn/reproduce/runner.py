@@ -30,7 +30,7 @@ from seqdyn.reproduce.base import RESULT_STATUSES, Reproduction, Results, check_
 from seqdyn.reproduce.claims import INCONCLUSIVE, Cause, Outcome, control_value
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
-from seqdyn.train.store import Store, flatten
+from seqdyn.train.store import DIVERGED, Store, flatten
 from seqdyn.train.sweep import DONE, expand, run_sweep
 
 OUTPUTS = ("results.csv", "table.md", "figure.png", "verdict.json")
@@ -94,7 +94,7 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     rows = collect(store, sweeps, scale).rows
     runs_before = sum(row["status"] in RESULT_STATUSES for row in rows)
     left = [row for row in rows
-            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] != "failed")]
+            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))]
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
