@@ -255,3 +255,42 @@ def test_outputs_rewritten_from_finished_runs_keep_the_wall_time_of_their_traini
     assert json.loads((again.folder / "verdict.json").read_text())["elapsed_s"] == 1234.5
     (again.folder / "results.csv").write_text("name,run_id\nother,000000000000\n")
     assert run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False).elapsed_s < 1234.5
+
+
+def test_the_runner_writes_each_scales_wall_time_beside_the_verdict_and_a_published_one_is_what_list_shows(
+        tmp_path, monkeypatch):
+    from seqdyn.reproduce import base
+    from seqdyn.reproduce.runner import record_timing
+
+    first = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False, workers=1)
+    timing = json.loads((first.folder / "timing.json").read_text())
+    verdict = json.loads((first.folder / "verdict.json").read_text())
+    assert timing["reproduction"] == REPRODUCTION.name and list(timing["scales"]) == ["smoke"]
+    smoke = timing["scales"]["smoke"]
+    assert (smoke["seconds"], smoke["date"], smoke["commit"]) == (verdict["elapsed_s"], verdict["date"],
+                                                                  verdict["commit"])
+    assert (smoke["workers"], smoke["runs_before"]) == (1, 0)
+    # the outputs rewritten from finished runs keep the call that trained them; another scale is added beside
+    record_timing(first.folder, "smoke", 1234.5, 0, 2)
+    run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    assert json.loads((first.folder / "timing.json").read_text())["scales"]["smoke"]["seconds"] == 1234.5
+    record_timing(first.folder, "cpu", 600.0, 3, 2)
+    scales = json.loads((first.folder / "timing.json").read_text())["scales"]
+    assert scales["smoke"]["seconds"] == 1234.5
+    assert (scales["cpu"]["seconds"], scales["cpu"]["runs_before"]) == (600.0, 3)
+    # what a reproduction says it takes is its published folder's timing, not a number in its code
+    monkeypatch.setattr(base, "PUBLISHED", tmp_path / "out")
+    assert REPRODUCTION.wall_time == {"smoke": 1234.5, "cpu": 600.0, "paper": None}
+    assert REPRODUCTION.paper_gpu_estimate == ""
+    monkeypatch.setattr(base, "PUBLISHED", tmp_path / "nowhere")
+    assert REPRODUCTION.wall_time == {"smoke": None, "cpu": None, "paper": None}
+
+
+def test_every_published_reproduction_has_its_measured_wall_times_beside_its_verdict():
+    from seqdyn.reproduce.base import PUBLISHED
+
+    for name in reproduce.names():
+        timing = json.loads((PUBLISHED / name / "timing.json").read_text())
+        assert timing["reproduction"] == name and reproduce.get(name).wall_time["cpu"] is not None
+        assert all(set(entry) == {"seconds", "date", "commit", "workers", "runs_before", "note"}
+                   for entry in timing["scales"].values())

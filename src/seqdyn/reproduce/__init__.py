@@ -19,8 +19,9 @@ Adding one (``seqdyn reproduce list`` and the smoke test of every reproduction f
    tests, fixed before any result is seen; ``tests/reproduce/test_<name>.py`` decides it on hand-made results
    where it must hold, fail and be inconclusive, and pins the paper scale to the paper's numbers.
 3. The cpu budget from a pilot (``examples/pilots/``), fixed in a commit before the run; then
-   ``seqdyn reproduce <name> --scale cpu``, its measured ``wall_time``, its outputs under ``docs/reproductions/``
-   and ``seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md``.
+   ``seqdyn reproduce <name> --scale cpu``, its outputs under ``docs/reproductions/`` (``timing.json`` among them:
+   the measured wall time that ``seqdyn reproduce list`` shows) and
+   ``seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md``.
 """
 
 from __future__ import annotations

@@ -151,10 +151,6 @@ class KernelMaps(Reproduction):
                "runs (shared in a store). " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 9.5, "cpu": 382.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS],

@@ -166,10 +166,6 @@ class LambdaStructure(Reproduction):
                "tokens where the others copied 0.07-0.08. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 11.0, "cpu": 679.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # softmax attention in the Type 1 block beside the variants, at their budget: the control (mad.MAD_CONTROL)

@@ -132,10 +132,6 @@ class Positions(Reproduction):
                "so that λ^(L−1) ≈ 0.28 as 0.99^127 at MAD's length.",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 8.0, "cpu": 1111.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         seq_len = SCALES[scale]["tasks"][TASK].get("seq_len", LAMBDA_LENGTH)

@@ -144,10 +144,6 @@ class ReadoutMaps(Reproduction):
                "memorization. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28 (6 runs trained by an earlier call left out))
-    wall_time = {"smoke": 6.0, "cpu": 530.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("readouts", [model_entry(r) for r in ORDER], **SCALES[scale])

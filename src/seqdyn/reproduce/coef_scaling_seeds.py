@@ -156,10 +156,6 @@ class ScalingSeeds(Reproduction):
                "and weight decay 0.1 only; three seeds (48 runs).",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 16.0, "cpu": 1955.0, "paper": None}
-    paper_gpu_estimate = "51 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sizes = dict(SCALES[scale])

@@ -161,10 +161,6 @@ class UnstableLambda(Reproduction):
                "value copied from the context), not below a multiple of chance.",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 10.0, "cpu": 1234.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])

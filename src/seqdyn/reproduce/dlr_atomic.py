@@ -196,10 +196,6 @@ class AtomicTable1(Reproduction):
                "layers on SELECT and CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on six tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 8.8, "cpu": 2396.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return (atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale])

@@ -55,10 +55,6 @@ class ContextDependence(Reproduction):
                "with 6 layers on REVERSE, ATTENTION with 2 layers on CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on four tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 7.9, "cpu": 740.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("context", MODELS, **SCALES[scale]) + learner_sweeps("control", **SCALES[scale])

@@ -158,10 +158,6 @@ class ShiftLength(Reproduction):
                "DLR, which learns nothing in so few steps; two seeds.",
         "smoke": "The whole pipeline at L = 16 and 32, H = 8, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 9.0, "cpu": 1445.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sweeps = atomic_sweeps("table2", ORDER, ("shift",), **SCALES[scale])

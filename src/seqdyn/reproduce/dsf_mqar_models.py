@@ -106,10 +106,6 @@ class MqarModels(Reproduction):
                "thousand steps decide nothing (issue 20). And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28 (3 runs trained by an earlier call left out))
-    wall_time = {"smoke": 1.8, "cpu": 1736.0, "paper": None}
-    paper_gpu_estimate = "393 h (1,088 runs)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("models", ORDER, **SCALES[scale])

@@ -77,10 +77,6 @@ class QlstmTransition(Reproduction):
                + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 1.6, "cpu": 873.0, "paper": None}
-    paper_gpu_estimate = "27 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # "auto" (the default) measures the backends for qLSTM's 64 one-element states per layer and scans; before

@@ -100,10 +100,6 @@ class StateExpansion(Reproduction):
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 1.7, "cpu": 1709.0, "paper": None}
-    paper_gpu_estimate = "44 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("expansion", ("softmax_attention", "linear_attention"), **SCALES[scale])

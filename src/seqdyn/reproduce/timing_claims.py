@@ -195,8 +195,6 @@ class TimingClaims(Computation):
         "smoke": "L = 64, 128, 256 at width 32 and Table 1's step at L = 64, H = 16, N = 16, one call each: no "
                  "verdict to trust (fixed costs dominate).",
     }
-    # seconds, measured here (2026-11-27, one thread beside a two-worker run): `seqdyn reproduce timing_claims`
-    wall_time = {"smoke": 1.2, "cpu": 16.9, "paper": 50.8}
 
     def compute(self, scale: str) -> list[dict[str, Any]]:
         return compute_rows(SCALES[scale])
