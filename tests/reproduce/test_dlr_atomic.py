@@ -7,8 +7,8 @@ import pytest
 
 from seqdyn.reproduce import dlr_atomic as table1
 from seqdyn.reproduce import dlr_context
-from seqdyn.reproduce.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.protocols.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 #: the paper's Table 1, seeds 0 and 1 a little apart

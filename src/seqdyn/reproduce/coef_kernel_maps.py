@@ -30,9 +30,10 @@ from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, at_most, every
 from seqdyn.reproduce.coef_readout_maps import SCALES as READOUT_SCALES
-from seqdyn.reproduce.mad import (CONTROL_OPTIONS, MAD_CONTROL, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL, SMOKE_REDUCTION,
-                                  TRANSFORMER_BLOCK, ZERO_BOUND, best_runs, left_out_words, mad_plateau, mad_score,
-                                  mad_sweeps, measure_best_runs, measured_score, principle_panels, tasks_of)
+from seqdyn.reproduce.protocols.mad import (CONTROL_OPTIONS, MAD_CONTROL, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL,
+                                            SMOKE_REDUCTION, TRANSFORMER_BLOCK, ZERO_BOUND, best_runs, left_out_words,
+                                            mad_plateau, mad_score, mad_sweeps, measure_best_runs, measured_score,
+                                            principle_panels, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 FEATURE = "model.mixer_options.feature_map"

@@ -4,7 +4,8 @@
 atomic tasks described in §3.1" (§3.3), reporting R² per task; the paper's conclusions: SSM layers are "highly
 effective on tasks like SHIFT and CUMSUM", "fail on tasks such a REVERSE", on SELECT and on CONTEXTSHIFT, reach
 "perfect performance" on SELECT-FIXED; "DLR performs as good as or better than DSS_EXP"; a single ATTENTION layer
-"is more expressive than a single SSM layer" on CUMMAX and MIPS.  The protocol is :mod:`seqdyn.reproduce.atomic`.
+"is more expressive than a single SSM layer" on CUMMAX and MIPS.  The protocol is
+:mod:`seqdyn.reproduce.protocols.atomic`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from seqdyn.reproduce.atomic import (MODELS, PAPER_R2, SMOKE, TASK_LABELS, TASKS, Budget, atomic_sweeps, plot_r2_grid,
-                                     present, r2_plateau, r2_table)
-from seqdyn.reproduce.atomic import score as r2
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Control, Outcome, at_least, at_most, every, reaches
+from seqdyn.reproduce.protocols.atomic import (MODELS, PAPER_R2, SMOKE, TASK_LABELS, TASKS, Budget, atomic_sweeps,
+                                               plot_r2_grid, present, r2_plateau, r2_table)
+from seqdyn.reproduce.protocols.atomic import score as r2
 from seqdyn.train.config import SweepConfig
 
 #: "highly effective", "perfect performance": R² of at least 0.9 on every seed

@@ -6,16 +6,16 @@ large number of kernels [...] SSMs fail on CONTEXTSHIFT which is a context-depen
 are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more expressive than a single SSM layer"
 (§3.3).  One DLR layer and one ATTENTION layer on six of Table 1's tasks, at the cpu scale in under ten minutes on
 two cores (``make main``); the claims are :mod:`seqdyn.reproduce.dlr_atomic`'s (built by its factories, said of the
-DLR layer), the protocol :mod:`seqdyn.reproduce.atomic`'s.
+DLR layer), the protocol :mod:`seqdyn.reproduce.protocols.atomic`'s.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from seqdyn.reproduce.atomic import SMOKE, Budget, atomic_sweeps, plot_r2_grid, r2_table
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.dlr_atomic import attention_beats_claim, learner_sweeps, ssms_fail_claim, ssms_solve_claim
+from seqdyn.reproduce.protocols.atomic import SMOKE, Budget, atomic_sweeps, plot_r2_grid, r2_table
 from seqdyn.train.config import SweepConfig
 
 TASKS = ("shift", "cumsum", "cummax", "reverse", "context_shift", "mips")

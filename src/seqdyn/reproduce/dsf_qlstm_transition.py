@@ -16,9 +16,10 @@ from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every
 from seqdyn.reproduce.dsf_mqar_models import SCALES as MQAR_SCALES
-from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_TRAIN, PAPER_WIDTHS, SMOKE, SOFTMAX_CONTROL,
-                                      Budget, bar_panels, compared_plateau, cpu_budget, escape_table, escape_words,
-                                      grid_table, mqar_sweeps, rows_of, task_label, tasks_of)
+from seqdyn.reproduce.protocols.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_TRAIN, PAPER_WIDTHS, SMOKE,
+                                                SMOKE_GRID, SOFTMAX_CONTROL, Budget, bar_panels, compared_plateau,
+                                                cpu_budget, escape_table, escape_words, grid_table, mqar_sweeps,
+                                                rows_of, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"qlstm": "qLSTM", "qlstm_s6": "qLSTM, S6 transition"}
@@ -28,7 +29,7 @@ SCALES = {
                   budget=Budget()),
     "cpu": dict(tasks=((64, 4),), widths=(64,), states=(1,), lrs=(PAPER_LRS[2],), seeds=(0, 1, 2),
                 budget=cpu_budget(3000, train_examples=PAPER_TRAIN)),
-    "smoke": dict(SMOKE, states=(1,)),
+    "smoke": dict(SMOKE_GRID, budget=SMOKE, states=(1,)),
 }
 
 
