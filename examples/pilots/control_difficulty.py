@@ -25,7 +25,7 @@ from typing import Any
 from escape_steps import escape_step
 
 from seqdyn.reproduce import coef_positions, coef_readout_maps
-from seqdyn.reproduce.mad import PLATEAU_MARGIN, mad_sweeps, plateau_level
+from seqdyn.reproduce.protocols.mad import PLATEAU_MARGIN, mad_sweeps, plateau_level
 from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import Store
 from seqdyn.train.sweep import expand, run_sweep
@@ -91,8 +91,8 @@ def ladder_sweeps(name: str) -> list[SweepConfig]:
     budget = replace(scale["budget"], steps=ladder.steps) if ladder.steps else scale["budget"]
     sweeps = []
     for params in ladder.rungs:
-        (sweep,) = mad_sweeps("difficulty", [ladder.control], {ladder.task: params}, scale["lrs"][:1],
-                              scale["weight_decays"][:1], ladder.seeds, budget)
+        (sweep,) = mad_sweeps("difficulty", [ladder.control], {ladder.task: params}, ladder.seeds, budget,
+                              scale["lrs"][:1], weight_decays=scale["weight_decays"][:1])
         sweeps.append(sweep.model_copy(update={"name": rung_name(name, params)}))
     return sweeps
 

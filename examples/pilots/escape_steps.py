@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from seqdyn import reproduce
+from seqdyn.reproduce.protocols.zoology import escape_step as zoology_escape_step
 from seqdyn.reproduce.runner import named_sweeps
-from seqdyn.reproduce.zoology import escape_step as zoology_escape_step
 from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import Store
 from seqdyn.train.sweep import expand, run_sweep
@@ -33,8 +33,9 @@ def pilot_sweeps(name: str, steps: int | None, scale: str = "cpu") -> list[Sweep
 
 
 def escape_step(store: Store, run_id: str, level: float) -> int | None:
-    """The first evaluated step whose test accuracy is above ``level`` (:func:`seqdyn.reproduce.zoology.escape_step`
-    on the run's test curve as the store holds it, finished or not); None if none was."""
+    """The first evaluated step whose test accuracy is above ``level``
+    (:func:`seqdyn.reproduce.protocols.zoology.escape_step` on the run's test curve as the store holds it, finished or
+    not); None if none was."""
     curve = tuple((row.step, row.value) for row in store.metrics(run_id, split="test") if row.name == "accuracy")
     return zoology_escape_step({"curve": curve}, level)
 

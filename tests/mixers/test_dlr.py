@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn import mixers
-from seqdyn.reproduce.atomic import TABLE7_DLR
 from seqdyn.reproduce.dlr_long_range import TABLE8_DLR_R_RANGE
+from seqdyn.reproduce.protocols.atomic import TABLE7_DLR
 from tests.mixers.paper_helpers import (PARTS, assert_close, coefficient_matrix, compare_with_paper, double_mixer,
-                                         inputs, step_through)
+                                        inputs, step_through)
 from tests.mixers.paper_helpers_ssm import as_is, complex_parameter, lti_coefficients
 
 D = 4

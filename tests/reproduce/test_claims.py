@@ -8,7 +8,6 @@ import math
 import pytest
 
 from seqdyn.reproduce.base import Results
-from seqdyn.reproduce.commands import _cause
 from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Claim, Control, Outcome, Plateau, Score, at_least,
                                      at_most, control_value, every, reaches, within)
 
@@ -46,12 +45,14 @@ def test_reaches_needs_every_seed():
     assert reaches(score(0.5, 0.6), 0.99).verdict == FAILED
     split = reaches(score(0.995, 0.6), 0.99)
     assert split.verdict == INCONCLUSIVE and split.reason == "1 of 2 seeds reach 0.99"
-    assert _cause("ReLU: " + split.reason) == "seeds"
+    assert split.cause == "seeds"
+    assert every({"ReLU": split}).cause == "seeds"
 
 
 def test_every_of_nothing_is_inconclusive():
     outcome = every({})
     assert outcome.verdict == INCONCLUSIVE and outcome.reason == "no results to decide on" and outcome.numbers == {}
+    assert outcome.cause == "missing"
     held = every({"t1": Outcome(HELD, {"x": 1.0}), "t2": Outcome(HELD, {"y": 2.0})})
     assert held.verdict == HELD and held.numbers == {"t1: x": 1.0, "t2: y": 2.0}
 
@@ -60,7 +61,7 @@ def test_at_most_needs_every_seed_below():
     assert at_most(score(0.01, 0.2), 0.2).verdict == HELD
     assert at_most(score(0.5, 0.9), 0.2).verdict == FAILED
     outcome = at_most(score(0.1, 0.3), 0.2)
-    assert outcome.verdict == INCONCLUSIVE and "1 of 2 seeds" in outcome.reason and _cause(outcome.reason) == "seeds"
+    assert outcome.verdict == INCONCLUSIVE and "1 of 2 seeds" in outcome.reason and outcome.cause == "seeds"
     assert outcome.numbers["highest seed"] == 0.3
     assert at_most(Score("x", (0.1,), ("run a (failed)",)), 0.2).verdict == INCONCLUSIVE
 
@@ -74,7 +75,7 @@ def test_a_missing_run_makes_a_claim_inconclusive_and_names_it():
 
 def test_every_fails_on_one_failure_and_is_inconclusive_on_one_open_part():
     held, failed = Outcome(HELD, {"x": 1.0}), Outcome(FAILED, {"x": 0.0})
-    open_ = Outcome(INCONCLUSIVE, {"x": 0.5}, "inside the spread")
+    open_ = Outcome(INCONCLUSIVE, {"x": 0.5}, "inside the spread", cause="seeds")
     assert every({"t1": held, "t2": held}).verdict == HELD
     assert every({"t1": held, "t2": failed, "t3": open_}).verdict == FAILED
     outcome = every({"t1": held, "t2": open_})
@@ -85,6 +86,25 @@ def test_every_fails_on_one_failure_and_is_inconclusive_on_one_open_part():
 def test_an_unknown_verdict_is_refused():
     with pytest.raises(ValueError, match="verdict: expected one of held"):
         Outcome("maybe")
+
+
+@pytest.mark.parametrize(("verdict", "cause"), [(INCONCLUSIVE, None), (INCONCLUSIVE, "luck"), (HELD, "seeds"),
+                                                (FAILED, "budget")])
+def test_only_an_inconclusive_verdict_has_a_cause_and_it_is_one_of_the_causes(verdict, cause):
+    with pytest.raises(ValueError, match="cause: an inconclusive verdict takes one of control, budget, ceiling"):
+        Outcome(verdict, {}, "why", cause=cause)
+
+
+def test_each_comparison_sets_the_cause_that_left_it_open_and_every_keeps_the_first_cause():
+    missing = at_least(score(0.5, missing=("run-1 (failed)",)), score(0.2, label="b"), 0.1)
+    spread = at_least(score(0.75, 0.25), score(0.25, label="b"), 0.25)
+    ceiling = at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05, ceiling=1.0)
+    assert [missing.cause, spread.cause, ceiling.cause] == ["missing", "seeds", "ceiling"]
+    assert within(score(0.75, 0.25), score(0.25, label="b"), 0.125).cause == "seeds"
+    assert every({"t1": missing, "t2": spread}).cause == "seeds"
+    assert every({"t1": missing, "t2": spread, "t3": ceiling}).cause == "ceiling"
+    assert every({"t1": missing, "t2": Outcome(HELD)}).cause == "missing"
+    assert [at_least(score(0.5), score(0.25, label="b")).cause, every({"t1": Outcome(FAILED)}).cause] == [None, None]
 
 
 
@@ -182,7 +202,7 @@ def test_each_reason_names_the_numbers_that_left_a_claim_open():
     assert reaches(score(0.25, 0.75, 1.0), 0.5).reason == "2 of 3 seeds reach 0.5"
     assert at_most(score(0.25, 0.75, 1.0), 0.5).reason == "1 of 3 seeds stay at or below 0.5"
     held, failed = Outcome(HELD, {"x": 1.0}), Outcome(FAILED, {"x": 0.0, "y": 2.0})
-    opened = Outcome(INCONCLUSIVE, {}, "inside the spread")
+    opened = Outcome(INCONCLUSIVE, {}, "inside the spread", cause="seeds")
     outcome = every({"t1": failed, "t2": held, "t3": failed})
     assert outcome.reason == "did not hold on t1, t3"
     assert outcome.numbers == {"t1: x": 0.0, "t1: y": 2.0, "t2: x": 1.0, "t3: x": 0.0, "t3: y": 2.0}
@@ -203,7 +223,7 @@ def _claim_with_control(control_values: tuple[float, ...], test_verdict: str):
 @pytest.mark.parametrize("test_verdict", [HELD, FAILED])
 def test_a_claim_whose_control_fails_is_inconclusive_naming_the_control(test_verdict):
     outcome = _claim_with_control((0.49, 0.51), test_verdict).decide(None)
-    assert outcome.verdict == INCONCLUSIVE and outcome.numbers == {"a": 0.3}
+    assert outcome.verdict == INCONCLUSIVE and outcome.numbers == {"a": 0.3} and outcome.cause == "control"
     assert outcome.reason == "control softmax + PE 0.5 < 0.9 (the control learns the task)"
     assert outcome.control == {"description": "the control learns the task", "setting": "softmax + PE",
                                "value": 0.5, "threshold": 0.9, "passed": False}
@@ -245,7 +265,7 @@ def test_a_comparison_at_the_ceiling_that_did_not_hold_is_inconclusive():
     assert at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05).verdict == FAILED  # no ceiling given
     assert at_least(score(0.94, 0.94), score(0.99, 0.99, label="b"), 0.0, ceiling=1.0).verdict == FAILED
     assert at_least(score(0.999, 1.0), score(0.96, 0.96, label="b"), 0.0, ceiling=1.0).verdict == HELD
-    assert _cause("selective_copying: " + top.reason) == "ceiling"
+    assert top.cause == "ceiling" and every({"selective_copying": top}).cause == "ceiling"
 
 
 def test_a_control_counted_from_a_measured_level_beats_it_by_its_margin():
@@ -284,6 +304,7 @@ def test_a_model_that_never_left_the_plateau_cannot_make_a_claim_fail():
     outcome = claim.decide(stuck)
     assert outcome.verdict == INCONCLUSIVE
     assert outcome.reason.startswith("budget: a best seed 0.27 within 0.05 of the plateau 0.25")
+    assert outcome.cause == "budget"
     assert "seed 0: step 4,000, 0.25" in outcome.reason and "(copying a value from the context)" in outcome.reason
     # one seed that left the plateau (0.31 > 0.25 + 0.05): the comparison decides
     left = {"a": score(0.25, 0.31, label="a"), "b": score(0.9, 0.95, label="b")}
@@ -297,7 +318,7 @@ def test_a_claim_the_seeds_left_undecided_also_names_a_model_on_the_plateau():
     claim = _claim_with_plateau(lambda results: at_least(results["a"], results["b"]))
     outcome = claim.decide({"a": score(0.25, 0.27, label="a"), "b": score(0.24, 0.30, label="b")})
     assert outcome.verdict == INCONCLUSIVE
-    assert outcome.reason.startswith("the difference -0.010 is within the seed spread")
+    assert outcome.reason.startswith("the difference -0.010 is within the seed spread") and outcome.cause == "seeds"
     assert "; and budget: a best seed 0.27 within 0.05 of the plateau 0.25" in outcome.reason
     assert "b best seed 0.3 within 0.05" in outcome.reason
 
@@ -308,6 +329,7 @@ def test_a_failed_control_outranks_the_plateau_rule():
     outcome = claim.decide({"a": score(0.25, label="a"), "b": score(0.9, label="b"), "control": score(0.5,
                                                                                                         label="ctl")})
     assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control ctl 0.5 < 0.9")
+    assert outcome.cause == "control"
 
 
 def test_lower_is_better_plateaus_count_from_above():

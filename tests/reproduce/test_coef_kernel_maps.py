@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import coef_kernel_maps as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from seqdyn.reproduce.mad import MAX_ZEROS, NEAR_ZERO, ZERO_BOUND
+from seqdyn.reproduce.protocols.mad import MAX_ZEROS, NEAR_ZERO, ZERO_BOUND
 from tests.reproduce.helpers import assert_verdict, entry_keys, results, row
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from seqdyn.reproduce import coef_lambda_structure as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from seqdyn.reproduce.mad import CONTROL_ENTRY
+from seqdyn.reproduce.protocols.mad import CONTROL_ENTRY
 from tests.reproduce.helpers import assert_verdict, entry_keys, results, row
 
 

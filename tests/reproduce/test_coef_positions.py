@@ -89,7 +89,7 @@ def test_lambda_follows_the_length_so_the_oldest_token_keeps_its_weight():
 def test_a_readout_that_stayed_on_the_plateau_leaves_the_claims_inconclusive_for_the_budget():
     """The cpu run's ReLU with Λ = λI sat at 0.578 on both seeds, the noisy-recall setting's plateau (a constant or
     a copied context value: 0.53) + 0.05: its not reaching 0.9 says nothing about Λ = λI."""
-    from seqdyn.reproduce import mad
+    from seqdyn.reproduce.protocols import mad
 
     params = fig.SCALES["cpu"]["tasks"][fig.TASK]
     level = mad.plateau_level(fig.TASK, **params) + mad.PLATEAU_MARGIN

@@ -9,7 +9,7 @@ import pytest
 
 from seqdyn.reproduce import coef_readout_maps as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from seqdyn.reproduce.mad import NEAR_ZERO
+from seqdyn.reproduce.protocols.mad import NEAR_ZERO
 from tests.reproduce.helpers import assert_verdict, entry_keys, results, row
 
 TASKS = ("fuzzy_in_context_recall", "selective_copying")

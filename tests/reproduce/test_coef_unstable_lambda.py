@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from seqdyn.reproduce import coef_unstable_lambda as fig
-from seqdyn.reproduce import mad
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.protocols import mad
 from tests.reproduce.helpers import assert_verdict, results, row
-
 
 #: the cpu scale's task parameters, which the rows carry: the plateau that "fails" is measured against is theirs
 PARAMS = {f"task__params__{key}": value for key, value in fig.SCALES["cpu"]["tasks"][fig.TASK].items()}

@@ -7,8 +7,8 @@ import pytest
 
 from seqdyn.reproduce import dlr_atomic as table1
 from seqdyn.reproduce import dlr_context
-from seqdyn.reproduce.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.protocols.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 #: the paper's Table 1, seeds 0 and 1 a little apart
@@ -138,6 +138,14 @@ def test_the_reduced_reproduction_decides_on_dlr_and_attention_and_their_control
         "SSMs solve SHIFT, CUMSUM", "SSMs fail REVERSE", "SSMs fail CONTEXTSHIFT",
         "attention beats SSMs on CUMMAX, MIPS"]
     assert all("DSS-EXP" not in claim.statement for claim in dlr_context.CLAIMS)  # it trains DLR alone
+    assert [claim.statement for claim in dlr_context.CLAIMS] == [
+        "the DLR layer reaches R² ≥ 0.9 on SHIFT and CUMSUM", "the DLR layer stays at R² ≤ 0.2 on REVERSE",
+        "the DLR layer stays at R² ≤ 0.2 on CONTEXTSHIFT", "ATTENTION ≥ DLR + 0.2 on CUMMAX and MIPS"]
+    by_name = {claim.name: claim for claim in table1.CLAIMS}  # the same sentences, numbers and controls
+    for claim in dlr_context.CLAIMS:
+        assert (claim.quote, claim.paper_value) == (by_name[claim.name].quote, by_name[claim.name].paper_value)
+        assert (claim.control is None) == (by_name[claim.name].control is None)
+    assert by_name["SSMs fail SELECT"].statement == "SSM layers (DLR, DSS-EXP) stay at R² ≤ 0.2 on SELECT"
     runs = [config for sweep in dlr_context.REPRODUCTION.sweeps("cpu") for config in sweep.expand()]
     assert {(config.model.mixer, config.model.layers, config.task.name) for config in runs
             if config.model.layers > 1} == {("dlr", 6, "reverse"), ("softmax_attention", 2, "context_shift")}

@@ -83,7 +83,7 @@ def test_the_paper_scale_is_the_papers_protocol():
 
 def test_the_escape_table_names_where_each_seed_left_the_plateau():
     """Per model and seed, the best run's first evaluation above the plateau (0.25 with 4 pairs) + 0.05."""
-    from seqdyn.reproduce.zoology import escape_table
+    from seqdyn.reproduce.protocols.zoology import escape_table
 
     rows = [row(best, model__mixer=mixer, model__d_model=64, model__mixer_options__state_dim=32,
                 task__params__seq_len=64, task__params__num_kv_pairs=4, optimizer__lr=lr, train__seed=seed,

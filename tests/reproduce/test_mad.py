@@ -1,5 +1,5 @@
-"""The MAD protocol of seed 001 (``seqdyn.reproduce.mad``): its sweeps, the MAD score, the best run of each cell and
-the measurements on trained models."""
+"""The MAD protocol of seed 001 (``seqdyn.reproduce.protocols.mad``): its sweeps, the MAD score, the best run of
+each cell and the measurements on trained models."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 
 from seqdyn.analysis.model import HeadReport
 from seqdyn.reproduce import get
-from seqdyn.reproduce.mad import (LARGE, MAX_ZEROS, NEAR_ZERO, PAPER_MIN_LR, TRANSFORMER_BLOCK, ZERO_BOUND, Budget,
-                                  best_runs, mad_score, mad_sweeps, measure_coefficients, measured_score)
+from seqdyn.reproduce.protocols.mad import (LARGE, MAX_ZEROS, NEAR_ZERO, PAPER_MIN_LR, TRANSFORMER_BLOCK, ZERO_BOUND,
+                                            Budget, best_runs, mad_score, mad_sweeps, measure_coefficients,
+                                            measured_score)
 from seqdyn.reproduce.runner import run
 from tests.reproduce.helpers import results, row
 
@@ -114,7 +115,7 @@ def test_the_plateau_is_the_better_of_a_constant_answer_and_copying_from_the_con
     """Memorization's answers never occur in its inputs: only the constant answer scores (about 1 / vocabulary);
     selective copying's answers are the context's content tokens: copying one of them scores about 1 / their
     number; fuzzy recall's answers are values in the context."""
-    from seqdyn.reproduce.mad import plateau_level
+    from seqdyn.reproduce.protocols.mad import plateau_level
 
     assert plateau_level("memorization", vocab_size=256, seq_len=32) < 0.03
     assert 0.1 < plateau_level("selective_copying", vocab_size=16, seq_len=64, num_tokens_to_copy=8) < 0.25
@@ -127,7 +128,7 @@ def test_the_plateau_is_the_better_of_a_constant_answer_and_copying_from_the_con
 def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_every_task():
     """``mad.MAD_CONTROL``: the exp readout with exactly the control's options, learned positions and the
     transformer block; 0.95 on one task and a seed at 0.85 on the other fail it, naming that task."""
-    from seqdyn.reproduce import mad
+    from seqdyn.reproduce.protocols import mad
     from tests.reproduce.helpers import entry_keys
 
     def control_rows(task, values, **changed):
@@ -145,7 +146,8 @@ def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_ev
 
 
 def test_cpu_tasks_leave_out_the_tasks_the_difficulty_pilot_found_no_setting_for_and_say_why():
-    from seqdyn.reproduce import coef_readout_maps, mad
+    from seqdyn.reproduce import coef_readout_maps
+    from seqdyn.reproduce.protocols import mad
 
     tasks = mad.cpu_tasks("fuzzy_in_context_recall", "selective_copying", "memorization")
     assert list(tasks) == ["selective_copying", "memorization"] and tasks["selective_copying"]["seq_len"] == 32

@@ -147,8 +147,7 @@ def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(
 
 
 def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_its_cause(tmp_path):
-    from seqdyn.reproduce.commands import _cause
-    from seqdyn.reproduce.runner import brief_numbers
+    from seqdyn.reproduce.runner import brief_numbers, claim_cause
 
     run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
     result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown",
@@ -164,9 +163,24 @@ def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_i
     assert brief_numbers({"SHIFT: DLR": 0.997, "SHIFT: DSS-EXP": 0.998, "SHIFT: difference": 0.001,
                           "CUMSUM: DLR": 1.0}) == "SHIFT: DLR 0.997 vs DSS-EXP 0.998"
     assert brief_numbers({"DLR": 0.5, "lowest seed": 0.4, "S6": 0.25}) == "DLR 0.5, S6 0.25"
-    assert [_cause(reason) for reason in ("control softmax on x 0.49 < 0.9 (...)", "budget: S6 best seed 0.26 ...",
-                                          "L=64: the difference -0.2 is within the seed spread 0.7 of the margin",
-                                          "S6: seed 2 (failed)")] == ["control", "budget", "seeds", ""]
+    # a verdict.json written before claims recorded their cause: the cause its reason says
+    assert [claim_cause({"verdict": "inconclusive", "reason": reason})
+            for reason in ("control softmax on x 0.49 < 0.9 (...)", "budget: S6 best seed 0.26 ...",
+                           "L=64: the difference -0.2 is within the seed spread 0.7 of the margin",
+                           "S6: seed 2 (failed)")] == ["control", "budget", "seeds", None]
+    assert claim_cause({"verdict": "held", "reason": ""}) is None
+    assert claim_cause({"verdict": "inconclusive", "reason": "budget: S6", "cause": "seeds"}) == "seeds"
+
+
+def test_the_brief_report_reads_a_verdict_json_written_before_claims_recorded_their_cause(tmp_path):
+    run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    path = tmp_path / "out" / REPRODUCTION.name / "verdict.json"
+    verdict = json.loads(path.read_text())
+    assert all("cause" in claim for claim in verdict["claims"])
+    brief = report_markdown(tmp_path / "out", brief=True)
+    path.write_text(json.dumps(verdict | {"claims": [{key: value for key, value in claim.items() if key != "cause"}
+                                                     for claim in verdict["claims"]]}))
+    assert report_markdown(tmp_path / "out", brief=True) == brief
 
 
 def test_the_readme_shows_the_brief_verdict_table_of_docs_reproductions(monkeypatch):
@@ -241,3 +255,42 @@ def test_outputs_rewritten_from_finished_runs_keep_the_wall_time_of_their_traini
     assert json.loads((again.folder / "verdict.json").read_text())["elapsed_s"] == 1234.5
     (again.folder / "results.csv").write_text("name,run_id\nother,000000000000\n")
     assert run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False).elapsed_s < 1234.5
+
+
+def test_the_runner_writes_each_scales_wall_time_beside_the_verdict_and_a_published_one_is_what_list_shows(
+        tmp_path, monkeypatch):
+    from seqdyn.reproduce import base
+    from seqdyn.reproduce.runner import record_timing
+
+    first = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False, workers=1)
+    timing = json.loads((first.folder / "timing.json").read_text())
+    verdict = json.loads((first.folder / "verdict.json").read_text())
+    assert timing["reproduction"] == REPRODUCTION.name and list(timing["scales"]) == ["smoke"]
+    smoke = timing["scales"]["smoke"]
+    assert (smoke["seconds"], smoke["date"], smoke["commit"]) == (verdict["elapsed_s"], verdict["date"],
+                                                                  verdict["commit"])
+    assert (smoke["workers"], smoke["runs_before"]) == (1, 0)
+    # the outputs rewritten from finished runs keep the call that trained them; another scale is added beside
+    record_timing(first.folder, "smoke", 1234.5, 0, 2)
+    run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    assert json.loads((first.folder / "timing.json").read_text())["scales"]["smoke"]["seconds"] == 1234.5
+    record_timing(first.folder, "cpu", 600.0, 3, 2)
+    scales = json.loads((first.folder / "timing.json").read_text())["scales"]
+    assert scales["smoke"]["seconds"] == 1234.5
+    assert (scales["cpu"]["seconds"], scales["cpu"]["runs_before"]) == (600.0, 3)
+    # what a reproduction says it takes is its published folder's timing, not a number in its code
+    monkeypatch.setattr(base, "PUBLISHED", tmp_path / "out")
+    assert REPRODUCTION.wall_time == {"smoke": 1234.5, "cpu": 600.0, "paper": None}
+    assert REPRODUCTION.paper_gpu_estimate == ""
+    monkeypatch.setattr(base, "PUBLISHED", tmp_path / "nowhere")
+    assert REPRODUCTION.wall_time == {"smoke": None, "cpu": None, "paper": None}
+
+
+def test_every_published_reproduction_has_its_measured_wall_times_beside_its_verdict():
+    from seqdyn.reproduce.base import PUBLISHED
+
+    for name in reproduce.names():
+        timing = json.loads((PUBLISHED / name / "timing.json").read_text())
+        assert timing["reproduction"] == name and reproduce.get(name).wall_time["cpu"] is not None
+        assert all(set(entry) == {"seconds", "date", "commit", "workers", "runs_before", "note"}
+                   for entry in timing["scales"].values())

@@ -93,5 +93,5 @@ def test_a_store_of_schema_2_is_read_read_only_and_migrated_when_opened_to_write
         store.set_backends("r1", ["scan", "chunk"], ["measured now: scan", "only candidate"])
         assert store.run("r1").backends == ["scan", "chunk"]
         assert store.run("r1").backend_reasons == ["measured now: scan", "only candidate"]
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert run_rows(store)[0]["backend"] == "scan,chunk"  # one name per layer where they differ

@@ -285,7 +285,7 @@ def test_a_store_of_schema_1_is_read_read_only_and_migrated_when_opened_to_write
         store.set_threads("r1", 4)
         store.set_checkpoint("r1", tmp_path / "r1.safetensors", 10, "ab" * 32)
         assert (store.run("r1").threads, store.run("r1").checkpoint_sha256) == (4, "ab" * 32)
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 5
 
 
 # --- DDP teardown ------------------------------------------------------------------------------------------------

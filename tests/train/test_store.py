@@ -57,7 +57,7 @@ def add(store: Store, config, sweep: str | None = "demo") -> str:
 
 # --- schema and records ----------------------------------------------------------------------------------------
 def test_statuses_and_wal(store):
-    assert STATUSES == ("pending", "running", "interrupted", "finished", "failed", "stopped_early")
+    assert STATUSES == ("pending", "running", "interrupted", "finished", "failed", "stopped_early", "diverged")
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.integrity_check() == "ok"
 
@@ -129,11 +129,11 @@ def test_interrupted_is_reclaimable(store, configs):
     assert store.run(run_id).attempts == 2
 
 
-@pytest.mark.parametrize("status", ["finished", "failed", "stopped_early"])
+@pytest.mark.parametrize("status", ["finished", "failed", "stopped_early", "diverged"])
 def test_final_runs_are_never_claimed(store, configs, clock, status):
     run_id = add(store, configs[0])
     store.claim(run_id, "a")
-    store.finish(run_id, "a", status, step=7, reason="NaN loss at step 7" if status == "failed" else None)
+    store.finish(run_id, "a", status, step=7, reason="NaN loss at step 7" if status in ("failed", "diverged") else None)
     clock.now += 1e6
     assert store.claim(run_id, "b", stale_after=0.0) is False
     assert store.run(run_id).status == status
@@ -168,7 +168,74 @@ def test_finish_rejects_bad_status(store, configs):
         store.finish(run_id, "a", "done", step=1)
     with pytest.raises(ValueError, match="without a reason"):
         store.finish(run_id, "a", "failed", step=1)
+    with pytest.raises(ValueError, match="diverged without a reason"):
+        store.finish(run_id, "a", "diverged", step=1)
     assert store.run(run_id).status == "running"
+
+
+#: the tables of a store of schema 4, as seqdyn created them before runs could be ``diverged``
+SCHEMA_4 = """
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, sweep TEXT, config TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending'
+    CHECK (status IN ('pending', 'running', 'interrupted', 'finished', 'failed', 'stopped_early')),
+    reason TEXT, step INTEGER NOT NULL DEFAULT 0, epoch REAL, metric_name TEXT, final_metric REAL, best_metric REAL,
+    checkpoint TEXT, checkpoint_step INTEGER, created REAL NOT NULL, started REAL, finished REAL, wall_time REAL,
+    owner TEXT, heartbeat REAL, attempts INTEGER NOT NULL DEFAULT 0, checkpoint_sha256 TEXT, threads INTEGER,
+    backends TEXT, backend_reasons TEXT
+);
+CREATE INDEX runs_by_sweep ON runs (sweep);
+CREATE INDEX runs_by_status ON runs (status);
+CREATE TABLE metrics (
+    run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, step INTEGER NOT NULL, epoch REAL,
+    split TEXT NOT NULL, name TEXT NOT NULL, value REAL, wall_time REAL, PRIMARY KEY (run_id, step, split, name)
+) WITHOUT ROWID;
+PRAGMA user_version = 4;
+"""
+
+
+def _store_of_schema_4(path: Path) -> None:
+    """A store of schema 4 holding a run that diverged (``failed``, its reason saying so, with its metrics), one that
+    failed for another reason and one that finished."""
+    connection = sqlite3.connect(path)
+    connection.executescript(SCHEMA_4)
+    rows = (("r1", "failed", "non-finite loss (nan) at step 12"), ("r2", "failed", "ValueError: a bug"),
+            ("r3", "finished", None))
+    for run_id, status, reason in rows:
+        connection.execute("INSERT INTO runs (id, name, sweep, config, status, reason, created, best_metric) "
+                           "VALUES (?, ?, 'demo', '{}', ?, ?, 1.0, 0.5)", (run_id, f"run-{run_id}", status, reason))
+        connection.execute("INSERT INTO metrics VALUES (?, 10, NULL, 'test', 'accuracy', 0.5, 1.0)", (run_id,))
+    connection.commit()
+    connection.close()
+
+
+def test_a_store_of_schema_4_reads_its_diverged_runs_as_diverged_and_migrates_them_when_opened_to_write(tmp_path):
+    path = tmp_path / "v4.db"
+    _store_of_schema_4(path)
+    with Store(path, readonly=True) as store:  # not migrated: read as the migration would make them
+        assert [record.status for record in store.runs()] == ["diverged", "failed", "finished"]
+        assert store.run("r1").status == "diverged" and [r.id for r in store.runs(status="diverged")] == ["r1"]
+        assert store.status_counts() == {**dict.fromkeys(STATUSES, 0), "diverged": 1, "failed": 1, "finished": 1}
+        assert store.conn.execute("SELECT status FROM runs WHERE id = 'r1'").fetchone()[0] == "failed"
+    with Store(path) as store:
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert store.conn.execute("SELECT id, status FROM runs ORDER BY rowid").fetchall() == [
+            ("r1", "diverged"), ("r2", "failed"), ("r3", "finished")]
+        assert store.run("r1").reason == "non-finite loss (nan) at step 12" and store.run("r1").best_metric == 0.5
+        assert [row.run_id for row in store.metrics()] == ["r1", "r2", "r3"]  # the copy of runs kept every metric
+        assert store.integrity_check() == "ok"
+        assert store.conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert store.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        indexes = {row[1] for row in store.conn.execute("PRAGMA index_list(runs)")}
+        assert {"runs_by_sweep", "runs_by_status"} <= indexes
+        assert not store.requeue("r1") and store.requeue("r2")  # a diverged run is not retried
+        store.add_run("r4", "run-r4", {"x": 1})
+        assert store.claim("r4", "a") and store.finish("r4", "a", "diverged", step=3, reason="non-finite loss (inf)")
+        assert store.run("r4").status == "diverged"
+        store.conn.execute("DELETE FROM runs WHERE id = 'r3'")  # the metrics still belong to the runs table
+        assert [row.run_id for row in store.metrics()] == ["r1", "r2"]
+    with Store(path) as store:  # opened again: nothing left to migrate
+        assert [record.status for record in store.runs()] == ["diverged", "pending", "diverged"]
 
 
 # --- metrics ---------------------------------------------------------------------------------------------------
@@ -525,13 +592,15 @@ def test_retry_failed_trains_failed_runs_again_but_not_diverged_ones(tmp_path):
     accident, diverged = sweep.expand()
     path = tmp_path / "runs.db"
     store = Store(path)
-    for config, reason in ((accident, "ValueError: a bug"), (diverged, "non-finite loss (nan) at step 1")):
+    for config, status, reason in ((accident, "failed", "ValueError: a bug"),
+                                   (diverged, "diverged", "non-finite loss (nan) at step 1")):
         store.add_run(config.run_id, config.name, config.canonical(), sweep="demo")
         assert store.claim(config.run_id, "tester")
-        store.finish(config.run_id, "tester", "failed", step=1, reason=reason)
+        store.finish(config.run_id, "tester", status, step=1, reason=reason)
     run_sweep(sweep, path, progress=False)
-    assert [store.run(c.run_id).status for c in (accident, diverged)] == ["failed", "failed"]  # done: skipped
+    assert [store.run(c.run_id).status for c in (accident, diverged)] == ["failed", "diverged"]  # done: skipped
     run_sweep(sweep, path, progress=False, retry_failed=True)
     assert store.run(accident.run_id).status == "finished" and store.run(accident.run_id).reason is None
-    assert store.run(diverged.run_id).status == "failed"
+    assert store.run(diverged.run_id).status == "diverged"
+    assert not store.requeue(diverged.run_id)
     assert not store.requeue(accident.run_id)  # only a failed run goes back

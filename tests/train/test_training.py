@@ -68,12 +68,12 @@ def test_sweep_run_names_include_the_mixer_options_that_vary():
     assert names[1] == "d-001-pe[mixer=custom, positions=False, readout=exp, normalizer=none]"
 
 
-def test_a_diverging_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path):
+def test_a_diverging_run_is_recorded_as_diverged_and_the_sweep_goes_on(tmp_path):
     data = tiny(sweep={"optimizer": [{"lr": 1e30, "grad_clip": None}, {"lr": 3e-3}]}, **{"train.steps": 60})
     results = run_sweep(parse_config(data), tmp_path / "s.db", progress=False)
-    assert [r.status for r in results] == ["failed", "finished"]
+    assert [r.status for r in results] == ["diverged", "finished"]
     record = Store(tmp_path / "s.db").run(results[0].run_id)
-    assert record.status == "failed" and "non-finite loss" in record.reason and "at step" in record.reason
+    assert record.status == "diverged" and "non-finite loss" in record.reason and "at step" in record.reason
 
 
 def _wait_for_checkpoint(store_path: Path, process: subprocess.Popen, timeout: float = 120.0) -> int:

@@ -7,7 +7,8 @@
 A reproduction is a module here defining ``REPRODUCTION`` (:class:`~seqdyn.reproduce.base.Reproduction`): its
 sweeps per scale, its claims (:mod:`~seqdyn.reproduce.claims`), its table and its figure; "where is seed 000's
 Fig. 2 reproduced?" — in ``seqdyn/reproduce/dsf_mqar_models.py``.  The framework modules (:data:`FRAMEWORK`)
-hold what they share: the claims, the base class, the runner and the papers' training protocols.
+hold what they share: the claims, the base class, the runner and the papers' training protocols
+(:mod:`seqdyn.reproduce.protocols`).
 
 Adding one (``seqdyn reproduce list`` and the smoke test of every reproduction find the module by itself):
 
@@ -19,8 +20,9 @@ Adding one (``seqdyn reproduce list`` and the smoke test of every reproduction f
    tests, fixed before any result is seen; ``tests/reproduce/test_<name>.py`` decides it on hand-made results
    where it must hold, fail and be inconclusive, and pins the paper scale to the paper's numbers.
 3. The cpu budget from a pilot (``examples/pilots/``), fixed in a commit before the run; then
-   ``seqdyn reproduce <name> --scale cpu``, its measured ``wall_time``, its outputs under ``docs/reproductions/``
-   and ``seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md``.
+   ``seqdyn reproduce <name> --scale cpu``, its outputs under ``docs/reproductions/`` (``timing.json`` among them:
+   the measured wall time that ``seqdyn reproduce list`` shows) and
+   ``seqdyn reproduce report --out docs/reproductions --markdown > docs/reproductions/README.md``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from seqdyn.reproduce.base import SCALES, Reproduction, Results
 __all__ = ["FRAMEWORK", "SCALES", "Reproduction", "Results", "get", "names"]
 
 #: the modules that are not reproductions
-FRAMEWORK = frozenset({"atomic", "base", "claims", "commands", "mad", "runner", "zoology"})
+FRAMEWORK = frozenset({"base", "claims", "commands", "protocols", "runner"})
 
 
 @lru_cache(maxsize=None)

@@ -14,6 +14,7 @@ pipeline, no verdict to trust).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,16 +23,30 @@ from typing import Any, ClassVar
 
 from seqdyn.reproduce.claims import Claim, Score
 from seqdyn.train.config import SweepConfig
-from seqdyn.train.loop import DIVERGED_REASON
+from seqdyn.train.store import DIVERGED
 
 SCALES = ("smoke", "cpu", "paper")
 #: the longest a ``cpu`` reproduction may take on the project's 2-core machine, and a ``smoke`` one
 CPU_BUDGET_S, SMOKE_BUDGET_S = 45 * 60, 60
 #: the run statuses that give a result; a run that diverged (non-finite loss) gives its best value before that
 RESULT_STATUSES = ("finished", "stopped_early")
-DIVERGED = DIVERGED_REASON
 LR = "optimizer.lr"
 SEED = "train.seed"
+#: where the reproductions' outputs are published (a source checkout's ``docs/reproductions``): each one's folder
+#: holds its :data:`TIMING` file beside its verdict
+PUBLISHED = Path(__file__).resolve().parents[3] / "docs" / "reproductions"
+#: the measured wall time per scale (``scales``: ``seconds``, ``date``, ``commit``, ``workers``, ``runs_before``, a
+#: ``note``) and the paper scale's GPU estimate (``paper_gpu_estimate``: ``estimate``, ``date``, ``note``) of a
+#: reproduction, which the runner writes beside its verdict
+TIMING = "timing.json"
+
+
+def read_timing(folder: Path) -> dict[str, Any]:
+    """A reproduction's :data:`TIMING` in ``folder`` (empty where there is none: nothing measured)."""
+    try:
+        return json.loads((folder / TIMING).read_text())
+    except FileNotFoundError:
+        return {}
 
 
 def check_scale(scale: str) -> str:
@@ -99,7 +114,7 @@ def result_value(row: dict[str, Any], higher_is_better: bool = True) -> float | 
     best = row.get("best")
     if row["status"] in RESULT_STATUSES and best is not None and not math.isnan(best):
         return best
-    if row["status"] == "failed" and DIVERGED in (row.get("reason") or ""):
+    if row["status"] == DIVERGED:
         if best is not None and not math.isnan(best):
             return best
         return 0.0 if higher_is_better else math.inf
@@ -118,11 +133,6 @@ class Reproduction:
     claims: ClassVar[tuple[Claim, ...]]
     #: per scale: what differs from the paper's setup and why (``table.md`` prints it)
     reductions: ClassVar[dict[str, str]]
-    #: per scale: measured wall time in seconds on the project's 2-core CPU machine (None: not measured yet)
-    wall_time: ClassVar[dict[str, float | None]]
-    #: the paper scale's wall time on one H200 GPU, estimated from timed training steps of three of its runs
-    #: (``examples/pilots/paper_step_times.py``, 2026-11-26); empty: not estimated
-    paper_gpu_estimate: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
     #: trains on a local corpus, which ``sweeps`` takes as ``data`` (``--data``) at every scale but ``smoke``
     corpus: ClassVar[bool] = False
@@ -130,6 +140,19 @@ class Reproduction:
     data_help: ClassVar[str] = ""
     #: False: it trains nothing — its sweeps are empty at every scale and :meth:`measure` computes its rows
     trains: ClassVar[bool] = True
+
+    @property
+    def wall_time(self) -> dict[str, float | None]:
+        """Per scale: the measured wall time in seconds on the project's 2-core CPU machine, as published beside the
+        verdict (:data:`PUBLISHED`; None: not measured yet)."""
+        measured = read_timing(PUBLISHED / self.name).get("scales", {})
+        return {scale: measured[scale]["seconds"] if scale in measured else None for scale in SCALES}
+
+    @property
+    def paper_gpu_estimate(self) -> str:
+        """The paper scale's wall time on one H200 GPU, estimated from timed training steps of three of its runs
+        (``examples/pilots/paper_step_times.py``), as published beside the verdict; empty: not estimated."""
+        return read_timing(PUBLISHED / self.name).get("paper_gpu_estimate", {}).get("estimate", "")
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         """The sweep configs of this scale; their names must be distinct.  A ``corpus`` reproduction's take a second

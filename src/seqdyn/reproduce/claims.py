@@ -23,10 +23,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 HELD, FAILED, INCONCLUSIVE = "held", "did not hold", "inconclusive"
 VERDICTS = (HELD, FAILED, INCONCLUSIVE)
+
+#: why a claim is *inconclusive*, in one word: its positive control failed; a compared model never left the task's
+#: plateau (the training budget); the compared models are all at the metric's ceiling; the seeds' spread or split
+#: leaves the comparison open; runs are missing or failed
+Cause = Literal["control", "budget", "ceiling", "seeds", "missing"]
+CONTROL, BUDGET, CEILING, SEEDS, MISSING = "control", "budget", "ceiling", "seeds", "missing"
+#: the causes, the one that decides first: a claim whose parts are open for several causes is open for the first
+CAUSES: tuple[Cause, ...] = (CONTROL, BUDGET, CEILING, SEEDS, MISSING)
 
 
 @dataclass(frozen=True)
@@ -64,17 +72,23 @@ def weakest(scores: Sequence[Score]) -> Score:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A claim's verdict, the numbers that decided it (name → value), and why, where it is inconclusive."""
+    """A claim's verdict, the numbers that decided it (name → value), and why, where it is inconclusive: in words
+    (``reason``) and as one of :data:`CAUSES` (``cause``, set where the verdict is decided)."""
 
     verdict: str
     numbers: dict[str, float] = field(default_factory=dict)
     reason: str = ""
     #: the claim's positive control as it was checked (:meth:`Control.check`); empty for a claim without one
     control: dict[str, Any] = field(default_factory=dict)
+    cause: Cause | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict: expected one of {', '.join(VERDICTS)}, got {self.verdict!r}")
+        if (self.cause is None) != (self.verdict != INCONCLUSIVE) or (self.cause is not None
+                                                                      and self.cause not in CAUSES):
+            raise ValueError(f"cause: an inconclusive verdict takes one of {', '.join(CAUSES)} and no other verdict "
+                             f"takes one, got {self.cause!r} for {self.verdict!r}")
 
 
 @dataclass(frozen=True)
@@ -160,8 +174,6 @@ class Plateau:
         return found
 
 
-BUDGET = "budget"
-
 
 @dataclass(frozen=True)
 class Claim:
@@ -186,13 +198,15 @@ class Claim:
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
             return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {control_value(checked)} "
-                           f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})", checked)
+                           f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})", checked,
+                           CONTROL)
         undecided = outcome.verdict in (FAILED, INCONCLUSIVE)
         stuck = self.plateau.stuck(results) if self.plateau is not None and undecided else []
         if stuck:
             budget = f"{BUDGET}: " + "; ".join(stuck) + f" ({self.plateau.description})"
-            reason = budget if outcome.verdict == FAILED else f"{outcome.reason}; and {budget}"
-            return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked)
+            if outcome.verdict == FAILED:
+                return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET)
+            return replace(outcome, reason=f"{outcome.reason}; and {budget}", control=checked)
         return replace(outcome, control=checked)
 
 
@@ -203,7 +217,7 @@ def _incomplete(scores: Sequence[Score]) -> Outcome | None:
     if not missing:
         return None
     numbers = {score.label: score.mean for score in scores if score.values}
-    return Outcome(INCONCLUSIVE, numbers, "runs missing or failed (" + "; ".join(missing) + ")")
+    return Outcome(INCONCLUSIVE, numbers, "runs missing or failed (" + "; ".join(missing) + ")", cause=MISSING)
 
 
 def _numbers(a: Score, b: Score, difference: float, spread: float) -> dict[str, float]:
@@ -223,12 +237,13 @@ def at_least(a: Score, b: Score, margin: float = 0.0, ceiling: float | None = No
     if difference - margin > spread or (spread == 0 and difference >= margin):
         return Outcome(HELD, numbers)
     if ceiling is not None and min(a.mean, b.mean) >= ceiling - PLATEAU_MARGIN:
-        return Outcome(INCONCLUSIVE, numbers, f"at the ceiling: {a.label} {a.mean:.3g} and {b.label} {b.mean:.3g} "
-                                              f"both within {PLATEAU_MARGIN:g} of the best score {ceiling:g}")
+        reason = (f"at the ceiling: {a.label} {a.mean:.3g} and {b.label} {b.mean:.3g} both within {PLATEAU_MARGIN:g} "
+                  f"of the best score {ceiling:g}")
+        return Outcome(INCONCLUSIVE, numbers, reason, cause=CEILING)
     if margin - difference > spread:
         return Outcome(FAILED, numbers)
     return Outcome(INCONCLUSIVE, numbers, f"the difference {difference:+.3f} is within the seed spread {spread:.3f} "
-                                          f"of the margin {margin:+.3f}")
+                                          f"of the margin {margin:+.3f}", cause=SEEDS)
 
 
 def within(a: Score, b: Score, tolerance: float) -> Outcome:
@@ -243,7 +258,7 @@ def within(a: Score, b: Score, tolerance: float) -> Outcome:
     if abs(difference) - tolerance > spread:
         return Outcome(FAILED, numbers)
     return Outcome(INCONCLUSIVE, numbers, f"|difference| {abs(difference):.3f} exceeds the tolerance {tolerance:.3f} "
-                                          f"by less than the seed spread {spread:.3f}")
+                                          f"by less than the seed spread {spread:.3f}", cause=SEEDS)
 
 
 def reaches(score: Score, threshold: float) -> Outcome:
@@ -268,20 +283,22 @@ def _every_seed(score: Score, threshold: float, verb: str, passes: Callable[[flo
         return Outcome(HELD, numbers)
     if not any(passed):
         return Outcome(FAILED, numbers)
-    return Outcome(INCONCLUSIVE, numbers, f"{sum(passed)} of {len(passed)} seeds {verb} {threshold}")
+    return Outcome(INCONCLUSIVE, numbers, f"{sum(passed)} of {len(passed)} seeds {verb} {threshold}", cause=SEEDS)
 
 
 def every(outcomes: dict[str, Outcome]) -> Outcome:
     """All of several outcomes (one per task, say): *held* when every one held, *did not hold* when one did not,
-    else *inconclusive* (also when there is no part at all: nothing was run to decide on); the numbers keep each
-    part's under its key."""
+    else *inconclusive* (also when there is no part at all: nothing was run to decide on, its runs are missing) for
+    the first of :data:`CAUSES` that leaves a part open; the numbers keep each part's under its key."""
     if not outcomes:
-        return Outcome(INCONCLUSIVE, {}, "no results to decide on")
+        return Outcome(INCONCLUSIVE, {}, "no results to decide on", cause=MISSING)
     numbers = {f"{key}: {name}": value for key, outcome in outcomes.items() for name, value in outcome.numbers.items()}
     failed = [key for key, outcome in outcomes.items() if outcome.verdict == FAILED]
     if failed:
         return Outcome(FAILED, numbers, "did not hold on " + ", ".join(failed))
-    open_ = {key: outcome.reason for key, outcome in outcomes.items() if outcome.verdict == INCONCLUSIVE}
+    open_ = {key: outcome for key, outcome in outcomes.items() if outcome.verdict == INCONCLUSIVE}
     if open_:
-        return Outcome(INCONCLUSIVE, numbers, "; ".join(f"{key}: {reason}" for key, reason in open_.items()))
+        cause = min((outcome.cause for outcome in open_.values()), key=CAUSES.index)
+        return Outcome(INCONCLUSIVE, numbers, "; ".join(f"{key}: {outcome.reason}" for key, outcome in open_.items()),
+                       cause=cause)
     return Outcome(HELD, numbers)

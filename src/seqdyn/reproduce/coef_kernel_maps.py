@@ -30,9 +30,10 @@ from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, at_most, every
 from seqdyn.reproduce.coef_readout_maps import SCALES as READOUT_SCALES
-from seqdyn.reproduce.mad import (CONTROL_OPTIONS, MAD_CONTROL, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL, SMOKE_REDUCTION,
-                                  TRANSFORMER_BLOCK, ZERO_BOUND, best_runs, left_out_words, mad_plateau, mad_score,
-                                  mad_sweeps, measure_best_runs, measured_score, principle_panels, tasks_of)
+from seqdyn.reproduce.protocols.mad import (CONTROL_OPTIONS, MAD_CONTROL, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL,
+                                            SMOKE_REDUCTION, TRANSFORMER_BLOCK, ZERO_BOUND, best_runs, left_out_words,
+                                            mad_plateau, mad_score, mad_sweeps, measure_best_runs, measured_score,
+                                            principle_panels, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 FEATURE = "model.mixer_options.feature_map"
@@ -151,10 +152,6 @@ class KernelMaps(Reproduction):
                "runs (shared in a store). " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 9.5, "cpu": 382.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS],

@@ -24,9 +24,10 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every
-from seqdyn.reproduce.mad import (CONTROL_ENTRY, GATED_BLOCK, cpu_tasks, left_out_words, MAD_CONTROL, PAPER_LRS, PAPER_PROTOCOL,
-                                  PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, Budget,
-                                  control_score, is_control, mad_plateau, mad_score, mad_sweeps, pick, tasks_of)
+from seqdyn.reproduce.protocols.mad import (CONTROL_ENTRY, GATED_BLOCK, MAD_CONTROL, PAPER_LRS, PAPER_PROTOCOL,
+                                            PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE, SMOKE_REDUCTION, SMOKE_TASKS,
+                                            Budget, control_score, cpu_tasks, is_control, left_out_words, mad_plateau,
+                                            mad_score, mad_sweeps, pick, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 OPTIONS = "model.mixer_options."
@@ -68,7 +69,7 @@ SCALES: dict[str, dict[str, Any]] = {
                 budget=Budget(epochs=None, steps=1_500, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=250, width=64)),
     "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,),
-                  budget=SMOKE_BUDGET),
+                  budget=SMOKE),
 }
 
 
@@ -166,10 +167,6 @@ class LambdaStructure(Reproduction):
                "tokens where the others copied 0.07-0.08. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 11.0, "cpu": 679.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # softmax attention in the Type 1 block beside the variants, at their budget: the control (mad.MAD_CONTROL)

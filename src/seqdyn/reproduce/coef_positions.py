@@ -23,9 +23,9 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Control, Outcome, Score, at_least, at_most, every, reaches
-from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET,
-                                  SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_plateau, mad_score,
-                                  mad_sweeps, pick)
+from seqdyn.reproduce.protocols.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
+                                            SMOKE, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_plateau,
+                                            mad_score, mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
 
 READOUTS = ("exp", "identity", "relu", "sigmoid")
@@ -48,7 +48,7 @@ SCALES: dict[str, dict[str, Any]] = {
     "cpu": dict(tasks=pick(CPU_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
                 budget=Budget(epochs=None, steps=4_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=500, width=64)),
-    "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE_BUDGET),
+    "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE),
 }
 
 
@@ -132,10 +132,6 @@ class Positions(Reproduction):
                "so that λ^(L−1) ≈ 0.28 as 0.99^127 at MAD's length.",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 8.0, "cpu": 1111.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         seq_len = SCALES[scale]["tasks"][TASK].get("seq_len", LAMBDA_LENGTH)

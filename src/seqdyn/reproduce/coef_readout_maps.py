@@ -13,7 +13,8 @@ the one normalizer that keeps every readout's output bounded (``sum`` divides th
 a sum that can be 0; ``none`` lets ``exp`` overflow).  The readouts split by the measure of their near-zero set
 {x ∈ [−10, 10] : |φ(x)| < 10⁻³} (``seqdyn.analysis.readout_near_zero_set``): *thin* (under 1 % of the window:
 identity, square) and *large* (relu, softplus, sigmoid, elu + 1, exp).  After training, the best run of each
-(task, readout, seed) has its coefficients measured on 16 test inputs (``reproduce.mad.measure_coefficients``).
+(task, readout, seed) has its coefficients measured on 16 test inputs
+(``reproduce.protocols.mad.measure_coefficients``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from seqdyn.analysis.mixers import DEFAULT_WINDOW, readout_near_zero_set
 from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every
-from seqdyn.reproduce.mad import (CONTROL_OPTIONS, MAD_CONTROL, cpu_tasks, left_out_words, NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL,
-                                  PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS,
-                                  TRANSFORMER_BLOCK, Budget, mad_plateau, mad_score, mad_sweeps, measure_best_runs,
-                                  measured_score, pick, principle_panels, tasks_of)
+from seqdyn.reproduce.protocols.mad import (CONTROL_OPTIONS, MAD_CONTROL, NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL,
+                                            PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE, SMOKE_REDUCTION, SMOKE_TASKS,
+                                            TRANSFORMER_BLOCK, Budget, cpu_tasks, left_out_words, mad_plateau,
+                                            mad_score, mad_sweeps, measure_best_runs, measured_score, pick,
+                                            principle_panels, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 READOUT = "model.mixer_options.readout"
@@ -56,7 +58,7 @@ SCALES: dict[str, dict[str, Any]] = {
                 budget=Budget(epochs=None, steps=2_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=250, width=64)),
     "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS[:2]), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,),
-                  budget=SMOKE_BUDGET),
+                  budget=SMOKE),
 }
 
 
@@ -144,10 +146,6 @@ class ReadoutMaps(Reproduction):
                "memorization. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28 (6 runs trained by an earlier call left out))
-    wall_time = {"smoke": 6.0, "cpu": 530.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("readouts", [model_entry(r) for r in ORDER], **SCALES[scale])

@@ -24,9 +24,9 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent
 from seqdyn.reproduce.claims import Claim, Control, Outcome, Score, at_least, weakest
-from seqdyn.reproduce.mad import (GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, SOLVED, TRANSFORMER_BLOCK, Budget,
-                                  best_runs, mad_sweeps, pick)
+from seqdyn.reproduce.protocols.mad import (GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
+                                            SMOKE, SMOKE_REDUCTION, SMOKE_TASKS, SOLVED, TRANSFORMER_BLOCK, Budget,
+                                            best_runs, mad_sweeps, pick)
 from seqdyn.train.config import SweepConfig
 
 OPTIONS = "model.mixer_options."
@@ -55,7 +55,7 @@ SCALES: dict[str, dict[str, Any]] = {
                 budget=Budget(epochs=None, steps=2_400, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=300, width=64), heads=(4,), exp_block=GATED_BLOCK),
     "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0, 1),
-                  budget=SMOKE_BUDGET, heads=(2,), exp_block=TRANSFORMER_BLOCK),
+                  budget=SMOKE, heads=(2,), exp_block=TRANSFORMER_BLOCK),
 }
 
 
@@ -156,10 +156,6 @@ class ScalingSeeds(Reproduction):
                "and weight decay 0.1 only; three seeds (48 runs).",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 16.0, "cpu": 1955.0, "paper": None}
-    paper_gpu_estimate = "51 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sizes = dict(SCALES[scale])

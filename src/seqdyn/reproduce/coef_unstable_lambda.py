@@ -27,9 +27,9 @@ from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import (BEST_SCORE, Claim, Control, Outcome, Plateau, Score, at_least, at_most, every,
                                      reaches)
-from seqdyn.reproduce.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                  PLATEAU_MARGIN, SMOKE_BUDGET, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget,
-                                  mad_plateau, mad_score, mad_sweeps, pick, task_plateau)
+from seqdyn.reproduce.protocols.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
+                                            PLATEAU_MARGIN, SMOKE, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK,
+                                            Budget, mad_plateau, mad_score, mad_sweeps, pick, task_plateau)
 from seqdyn.train.config import SweepConfig
 
 #: λ at MAD's L = 128, and the growth λ^(L−1) over the sequence it gives, which every length keeps
@@ -54,7 +54,7 @@ SCALES: dict[str, dict[str, Any]] = {
                 lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
                 budget=Budget(epochs=None, steps=5_000, train_examples=12_800, test_examples=256, batch_size=32,
                               eval_every=500, width=64)),
-    "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE_BUDGET),
+    "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE),
 }
 
 
@@ -161,10 +161,6 @@ class UnstableLambda(Reproduction):
                "value copied from the context), not below a multiple of chance.",
         "smoke": SMOKE_REDUCTION,
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 10.0, "cpu": 1234.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from seqdyn.reproduce import get, names
@@ -150,18 +149,6 @@ def _rows(out: str | Path, only: str | None = None) -> list[dict]:
     return rows
 
 
-#: the pattern (``re.search``) an *inconclusive* reason matches for each one-word cause the brief table gives
-_CAUSES = ((r"^control ", "control"), (r"^budget: ", "budget"), ("at the ceiling", "ceiling"), ("seed spread", "seeds"),
-           (r"\d+ of \d+ seeds ", "seeds"), ("missing", "missing"), ("no finished run", "missing"))
-
-
-def _cause(reason: str) -> str:
-    """The cause of an inconclusive verdict in one word: a failed control, the plateau (budget), the ceiling, the
-    seeds' spread or split ("2 of 3 seeds reach 0.9") or runs that are missing ("" where the reason says none of
-    these)."""
-    return next((cause for pattern, cause in _CAUSES if re.search(pattern, reason)), "")
-
-
 #: the hand-written evidence an out folder may hold beside the reproductions: the full report ends with it
 EVIDENCE = "evidence.md"
 
@@ -170,7 +157,8 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
     """The verdict table of every reproduction written under ``out`` as markdown, read from their
     ``verdict.json`` files alone (``docs/reproductions/README.md`` is this for ``docs/reproductions``), followed by
     ``out``'s :data:`EVIDENCE` where there is one.  ``brief``: the README's table — each claim by its short name,
-    the first two numbers that decided it, the verdict with an inconclusive one's cause in a word."""
+    the first two numbers that decided it, the verdict with an inconclusive one's cause
+    (:data:`~seqdyn.reproduce.claims.CAUSES`)."""
     def cell(text: object) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -196,9 +184,8 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
         name = f"`{shown}` ({', '.join([*(str(row[key]) for key in kept), wall_time])})" if first else ""
         reason = row["reason"] or ""
         if brief:
-            cause = _cause(reason) if row["verdict"] == "inconclusive" else ""
             cells = (name, row["name"], row["paper"] or "—", brief_numbers(row["numbers"]),
-                     row["verdict"] + (f" ({cause})" if cause else ""))
+                     row["verdict"] + (f" ({row['cause']})" if row["cause"] else ""))
         else:
             verdict = reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason
                                                                                          else "")

@@ -4,7 +4,8 @@
 atomic tasks described in §3.1" (§3.3), reporting R² per task; the paper's conclusions: SSM layers are "highly
 effective on tasks like SHIFT and CUMSUM", "fail on tasks such a REVERSE", on SELECT and on CONTEXTSHIFT, reach
 "perfect performance" on SELECT-FIXED; "DLR performs as good as or better than DSS_EXP"; a single ATTENTION layer
-"is more expressive than a single SSM layer" on CUMMAX and MIPS.  The protocol is :mod:`seqdyn.reproduce.atomic`.
+"is more expressive than a single SSM layer" on CUMMAX and MIPS.  The protocol is
+:mod:`seqdyn.reproduce.protocols.atomic`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from seqdyn.reproduce.atomic import (MODELS, PAPER_R2, SMOKE, TASK_LABELS, TASKS, Budget, atomic_sweeps, plot_r2_grid,
-                                     present, r2_plateau, r2_table)
-from seqdyn.reproduce.atomic import score as r2
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Control, Outcome, at_least, at_most, every, reaches
+from seqdyn.reproduce.protocols.atomic import (MODELS, PAPER_R2, SMOKE, TASK_LABELS, TASKS, Budget, atomic_sweeps,
+                                               plot_r2_grid, present, r2_plateau, r2_table)
+from seqdyn.reproduce.protocols.atomic import score as r2
 from seqdyn.train.config import SweepConfig
 
 #: "highly effective", "perfect performance": R² of at least 0.9 on every seed
@@ -114,20 +115,54 @@ def _learning(models: Callable[[Results], Sequence[str]], tasks: tuple[str, ...]
                                        for task in _tasks(results, tasks)])
 
 
+#: the layers Table 1's claims about SSMs are said of
+SSM_LAYERS = "SSM layers (DLR, DSS-EXP)"
+#: what the paper says of each task the SSM layers fail, and its numbers (DLR, DSS-EXP)
+FAIL_QUOTES = {
+    "reverse": ("they fail on tasks such a REVERSE that potentially require a large number of kernels", ".01, 0"),
+    "select": ("Similarly, they fail on SELECT where [...] the value of these shifts is context-dependent", "0, 0"),
+    "context_shift": ("Similarly, SSMs fail on CONTEXTSHIFT which is a context-dependent version of SHIFT", "0, 0"),
+}
+
+
+def _verb(plural: bool, plural_form: str, singular_form: str) -> str:
+    return plural_form if plural else singular_form
+
+
+def ssms_solve_claim(label: str = SSM_LAYERS, plural: bool = True) -> Claim:
+    """"SSM layers are highly effective on SHIFT and CUMSUM", said of ``label`` (``plural``: several layers): every
+    SSM layer the results hold reaches R² ≥ ``SOLVED`` on both."""
+    return Claim("SSMs solve SHIFT, CUMSUM",
+                 f"{label} {_verb(plural, 'reach', 'reaches')} R² ≥ {SOLVED} on SHIFT and CUMSUM",
+                 "SSM layers (DLR, DSS_EXP) are highly effective on tasks like SHIFT and CUMSUM that can be described "
+                 "via a small number of convolutional kernels", _ssms_solve, paper_value="DLR 1, 1; DSS-EXP .99, 1",
+                 plateau=_learning(_ssms, ("shift", "cumsum")))
+
+
+def ssms_fail_claim(task: str, label: str = SSM_LAYERS, plural: bool = True) -> Claim:
+    """"SSMs fail ``task``", said of ``label``: every SSM layer the results hold stays at R² ≤ ``FAILS`` on it, where
+    the task's learner (:data:`LEARNERS`) learns it."""
+    quote, paper_value = FAIL_QUOTES[task]
+    return Claim(f"SSMs fail {TASK_LABELS[task]}",
+                 f"{label} {_verb(plural, 'stay', 'stays')} at R² ≤ {FAILS} on {TASK_LABELS[task]}", quote,
+                 _ssms_fail(task), paper_value=paper_value, control=learner_control(task))
+
+
+def attention_beats_claim(label: str = "DLR") -> Claim:
+    """"A single ATTENTION layer is more expressive than a single SSM layer on CUMMAX and MIPS", said of the DLR layer
+    (``label``): ATTENTION at least ``MORE_EXPRESSIVE`` above it on both."""
+    return Claim("attention beats SSMs on CUMMAX, MIPS", f"ATTENTION ≥ {label} + {MORE_EXPRESSIVE} on CUMMAX and MIPS",
+                 "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more expressive than a "
+                 "single SSM layer", _attention_more_expressive, paper_value="1 vs .52; .90 vs 0",
+                 control=trains_control("attention", "cumsum"),
+                 plateau=_learning(lambda results: ["attention"], ("cummax", "mips")))
+
+
 CLAIMS = (
-    Claim("SSMs solve SHIFT, CUMSUM", f"SSM layers (DLR, DSS-EXP) reach R² ≥ {SOLVED} on SHIFT and CUMSUM",
-          "SSM layers (DLR, DSS_EXP) are highly effective on tasks like SHIFT and CUMSUM that can be described via "
-          "a small number of convolutional kernels", _ssms_solve, paper_value="DLR 1, 1; DSS-EXP .99, 1",
-          plateau=_learning(_ssms, ("shift", "cumsum"))),
-    Claim("SSMs fail REVERSE", f"SSM layers (DLR, DSS-EXP) stay at R² ≤ {FAILS} on REVERSE",
-          "they fail on tasks such a REVERSE that potentially require a large number of kernels",
-          _ssms_fail("reverse"), paper_value=".01, 0", control=learner_control("reverse")),
-    Claim("SSMs fail SELECT", f"SSM layers (DLR, DSS-EXP) stay at R² ≤ {FAILS} on SELECT",
-          "Similarly, they fail on SELECT where [...] the value of these shifts is context-dependent",
-          _ssms_fail("select"), paper_value="0, 0", control=learner_control("select")),
-    Claim("SSMs fail CONTEXTSHIFT", f"SSM layers (DLR, DSS-EXP) stay at R² ≤ {FAILS} on CONTEXTSHIFT",
-          "Similarly, SSMs fail on CONTEXTSHIFT which is a context-dependent version of SHIFT",
-          _ssms_fail("context_shift"), paper_value="0, 0", control=learner_control("context_shift")),
+    ssms_solve_claim(),
+    ssms_fail_claim("reverse"),
+    ssms_fail_claim("select"),
+    ssms_fail_claim("context_shift"),
     Claim("DLR solves SELECT-FIXED", f"DLR reaches R² ≥ {SOLVED} on SELECT-FIXED",
           "the perfect performance of DLR on SELECT-FIXED in which the value of the shifts does not change with the "
           "inputs", _dlr_solves_select_fixed, paper_value=".97",
@@ -135,11 +170,7 @@ CLAIMS = (
     Claim("DLR ≥ DSS-EXP", f"DLR ≥ DSS-EXP {AS_GOOD:+} on every task",
           "in all experiments DLR performs as good as or better than DSS_EXP", _dlr_as_good_as_dss,
           control=trains_control("dlr", "shift")),
-    Claim("attention beats SSMs on CUMMAX, MIPS", f"ATTENTION ≥ DLR + {MORE_EXPRESSIVE} on CUMMAX and MIPS",
-          "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more expressive than a "
-          "single SSM layer", _attention_more_expressive, paper_value="1 vs .52; .90 vs 0",
-          control=trains_control("attention", "cumsum"),
-          plateau=_learning(lambda results: ["attention"], ("cummax", "mips"))),
+    attention_beats_claim(),
 )
 
 
@@ -166,10 +197,6 @@ class AtomicTable1(Reproduction):
                "layers on SELECT and CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on six tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 8.8, "cpu": 2396.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return (atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale])

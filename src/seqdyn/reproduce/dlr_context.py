@@ -5,30 +5,26 @@ number of convolutional kernels. On the other hand, they fail on tasks such a RE
 large number of kernels [...] SSMs fail on CONTEXTSHIFT which is a context-dependent version of SHIFT" and "there
 are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more expressive than a single SSM layer"
 (§3.3).  One DLR layer and one ATTENTION layer on six of Table 1's tasks, at the cpu scale in under ten minutes on
-two cores (``make main``); the claims are :mod:`seqdyn.reproduce.dlr_atomic`'s, the protocol
-:mod:`seqdyn.reproduce.atomic`'s.
+two cores (``make main``); the claims are :mod:`seqdyn.reproduce.dlr_atomic`'s (built by its factories, said of the
+DLR layer), the protocol :mod:`seqdyn.reproduce.protocols.atomic`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
-from seqdyn.reproduce.atomic import SMOKE, Budget, atomic_sweeps, plot_r2_grid, r2_table
 from seqdyn.reproduce.base import Reproduction, Results
-from seqdyn.reproduce.dlr_atomic import CLAIMS as TABLE1_CLAIMS
-from seqdyn.reproduce.dlr_atomic import learner_sweeps
+from seqdyn.reproduce.dlr_atomic import attention_beats_claim, learner_sweeps, ssms_fail_claim, ssms_solve_claim
+from seqdyn.reproduce.protocols.atomic import SMOKE, Budget, atomic_sweeps, plot_r2_grid, r2_table
 from seqdyn.train.config import SweepConfig
 
 TASKS = ("shift", "cumsum", "cummax", "reverse", "context_shift", "mips")
 MODELS = ("dlr", "attention")
-#: Table 1's claims on these tasks, said of the one SSM layer this reproduction trains (DLR)
-CLAIMS = tuple(replace(claim, statement=claim.statement
-                       .replace("SSM layers (DLR, DSS-EXP) reach", "the DLR layer reaches")
-                       .replace("SSM layers (DLR, DSS-EXP) stay", "the DLR layer stays"))
-               for claim in TABLE1_CLAIMS if claim.name in (
-                   "SSMs solve SHIFT, CUMSUM", "SSMs fail REVERSE", "SSMs fail CONTEXTSHIFT",
-                   "attention beats SSMs on CUMMAX, MIPS"))
+#: the one SSM layer this reproduction trains, as its claims name it
+DLR_LAYER = "the DLR layer"
+#: Table 1's claims on these tasks, said of that layer
+CLAIMS = (ssms_solve_claim(DLR_LAYER, plural=False), ssms_fail_claim("reverse", DLR_LAYER, plural=False),
+          ssms_fail_claim("context_shift", DLR_LAYER, plural=False), attention_beats_claim("DLR"))
 
 SCALES = {
     "paper": dict(tasks=TASKS, seeds=(0,), budget=Budget()),
@@ -59,10 +55,6 @@ class ContextDependence(Reproduction):
                "with 6 layers on REVERSE, ATTENTION with 2 layers on CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on four tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 7.9, "cpu": 740.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return atomic_sweeps("context", MODELS, **SCALES[scale]) + learner_sweeps("control", **SCALES[scale])

@@ -204,10 +204,6 @@ class LongRange(Reproduction):
         "smoke": "The whole pipeline on toy ListOps (L = 64) and a 64 × 64 Pathfinder image (1 layer, d = 16, 2-4 "
                  "steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 17.0, "cpu": 2136.0, "paper": None}
-    paper_gpu_estimate = "over 40 h (local attention not timed)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return sweeps_of(scale)

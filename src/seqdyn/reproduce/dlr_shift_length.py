@@ -5,8 +5,8 @@ starts to degrade beyond that. Interestingly, we found that the DLR-prod version
 significantly better [...] We note that using a large enough N is essential for expressing long range kernels with
 high-resolution and that an inadequately small N leads to a reduced performance (Table 2)" and "While this version
 [DLR-ℝ] managed to give an R² score of 1 on CUMSUM, it scored 0 on SELECT-FIXED and, as shown in Table 2, failed on
-SHIFT with lengths as short as 256" (§3.3).  The protocol is :mod:`seqdyn.reproduce.atomic` with Table 2's sizes
-(§A.6: H = 32, batch 4, one layer, 86K steps, N = 4096).
+SHIFT with lengths as short as 256" (§3.3).  The protocol is :mod:`seqdyn.reproduce.protocols.atomic` with Table 2's
+sizes (§A.6: H = 32, batch 4, one layer, 86K steps, N = 4096).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from seqdyn.reproduce.atomic import MODELS, Budget, atomic_sweeps, model_of, r2_cell, r2_plateau
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Control, Outcome, Plateau, Score, at_least, at_most, every
+from seqdyn.reproduce.protocols.atomic import MODELS, Budget, atomic_sweeps, model_of, r2_cell, r2_plateau
 from seqdyn.train.config import SweepConfig
 
 ORDER = ("dss_exp", "dlr", "dlr_prod", "dlr_small_n", "dlr_real")
@@ -158,10 +158,6 @@ class ShiftLength(Reproduction):
                "DLR, which learns nothing in so few steps; two seeds.",
         "smoke": "The whole pipeline at L = 16 and 32, H = 8, N = 8, 4 steps: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 9.0, "cpu": 1445.0, "paper": None}
-    paper_gpu_estimate = "1.8–7 h (the range of eight reproductions timed together)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sweeps = atomic_sweeps("table2", ORDER, ("shift",), **SCALES[scale])

@@ -159,9 +159,6 @@ class LmPerplexity(Reproduction):
         "smoke": "The whole pipeline on this library's own lm task source as the corpus (context 32, d = 16, 4 "
                  "steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 7.5, "cpu": 1297.0, "paper": None}
 
     def sweeps(self, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
         size = SCALES[scale]

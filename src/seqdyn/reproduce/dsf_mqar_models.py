@@ -16,10 +16,11 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Plateau, Score, at_least, every, within
-from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TASKS, PAPER_TRAIN,
-                                      PAPER_WIDTHS, SMOKE, SOFTMAX_CONTROL, STATE, TASK_KEYS, Budget, bar_panels,
-                                      compared_plateau, cpu_budget, escape_table, escape_words, grid_table,
-                                      mqar_sweeps, rows_of, softmax_solves, task_label, tasks_of)
+from seqdyn.reproduce.protocols.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TASKS,
+                                                PAPER_TRAIN, PAPER_WIDTHS, SMOKE, SMOKE_GRID, SOFTMAX_CONTROL, STATE,
+                                                TASK_KEYS, Budget, bar_panels, compared_plateau, cpu_budget,
+                                                escape_table, escape_words, grid_table, mqar_sweeps, rows_of,
+                                                softmax_solves, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"softmax_attention": "softmax", "linear_attention": "linear", "normalized_attention": "normalized",
@@ -36,7 +37,7 @@ SCALES = {
                   budget=Budget()),
     "cpu": dict(tasks=((64, 4),), widths=(64,), states=(32,), lrs=(PAPER_LRS[2],), seeds=(0, 1, 2),
                 budget=cpu_budget(5000, train_examples=PAPER_TRAIN)),
-    "smoke": dict(SMOKE, states=(8,)),
+    "smoke": dict(SMOKE_GRID, budget=SMOKE, states=(8,)),
 }
 
 
@@ -106,10 +107,6 @@ class MqarModels(Reproduction):
                "thousand steps decide nothing (issue 20). And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28 (3 runs trained by an earlier call left out))
-    wall_time = {"smoke": 1.8, "cpu": 1736.0, "paper": None}
-    paper_gpu_estimate = "393 h (1,088 runs)"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("models", ORDER, **SCALES[scale])

@@ -16,9 +16,10 @@ from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every
 from seqdyn.reproduce.dsf_mqar_models import SCALES as MQAR_SCALES
-from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_TRAIN, PAPER_WIDTHS, SMOKE, SOFTMAX_CONTROL,
-                                      Budget, bar_panels, compared_plateau, cpu_budget, escape_table, escape_words,
-                                      grid_table, mqar_sweeps, rows_of, task_label, tasks_of)
+from seqdyn.reproduce.protocols.zoology import (CPU_MODEL_REASON, PAPER_LRS, PAPER_TRAIN, PAPER_WIDTHS, SMOKE,
+                                                SMOKE_GRID, SOFTMAX_CONTROL, Budget, bar_panels, compared_plateau,
+                                                cpu_budget, escape_table, escape_words, grid_table, mqar_sweeps,
+                                                rows_of, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"qlstm": "qLSTM", "qlstm_s6": "qLSTM, S6 transition"}
@@ -28,7 +29,7 @@ SCALES = {
                   budget=Budget()),
     "cpu": dict(tasks=((64, 4),), widths=(64,), states=(1,), lrs=(PAPER_LRS[2],), seeds=(0, 1, 2),
                 budget=cpu_budget(3000, train_examples=PAPER_TRAIN)),
-    "smoke": dict(SMOKE, states=(1,)),
+    "smoke": dict(SMOKE_GRID, budget=SMOKE, states=(1,)),
 }
 
 
@@ -77,10 +78,6 @@ class QlstmTransition(Reproduction):
                + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 1.6, "cpu": 873.0, "paper": None}
-    paper_gpu_estimate = "27 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # "auto" (the default) measures the backends for qLSTM's 64 one-element states per layer and scans; before

@@ -15,10 +15,10 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every, within
-from seqdyn.reproduce.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TRAIN, SMOKE,
-                                      SOFTMAX_CONTROL, STATE, Budget, bar_panels, compared_plateau, cpu_budget,
-                                      escape_table, escape_words, grid_table, mqar_sweeps, rows_of, softmax_solves,
-                                      task_label, tasks_of)
+from seqdyn.reproduce.protocols.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TRAIN,
+                                                SMOKE, SMOKE_GRID, SOFTMAX_CONTROL, STATE, Budget, bar_panels,
+                                                compared_plateau, cpu_budget, escape_table, escape_words, grid_table,
+                                                mqar_sweeps, rows_of, softmax_solves, task_label, tasks_of)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"softmax_attention": "softmax", "linear_attention": "linear"}
@@ -30,7 +30,7 @@ SCALES = {
                   budget=Budget()),
     "cpu": dict(tasks=((64, 8),), widths=(64,), states=(4, 16, 64), lrs=(PAPER_LRS[2],), seeds=(0, 1, 2),
                 budget=cpu_budget(12_000, train_examples=PAPER_TRAIN)),
-    "smoke": dict(SMOKE, states=(2, 8)),
+    "smoke": dict(SMOKE_GRID, budget=SMOKE, states=(2, 8)),
 }
 
 
@@ -100,10 +100,6 @@ class StateExpansion(Reproduction):
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
                  "trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 1.7, "cpu": 1709.0, "paper": None}
-    paper_gpu_estimate = "44 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mqar_sweeps("expansion", ("softmax_attention", "linear_attention"), **SCALES[scale])

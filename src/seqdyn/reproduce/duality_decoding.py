@@ -173,10 +173,6 @@ class Decoding(Reproduction):
                "steps before each length), so only their trend means something.",
         "smoke": "Width 16, 4 training steps, decoded to 64 tokens: no verdict to trust.",
     }
-    # seconds, measured here (smoke: 1 worker, 2026-11-26; cpu: 2 workers, alone, in the `reproduce all` decided at
-    # 3810fbc, 2026-11-28)
-    wall_time = {"smoke": 14.0, "cpu": 124.0, "paper": None}
-    paper_gpu_estimate = "0.2 h"
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return [_sweep(SCALES[scale])]

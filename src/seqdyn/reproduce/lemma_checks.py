@@ -502,8 +502,6 @@ class LemmaChecks(Computation):
         "cpu": "No training: 8 random draws per check and 400,000 Monte Carlo samples per (K, b) for Lemma 5.",
         "smoke": "No training: one random draw per check and 50,000 Monte Carlo samples per (K, b) for Lemma 5.",
     }
-    # seconds, measured here (2026-11-27, one thread, a benchmark on the other core): `seqdyn reproduce lemma_checks`
-    wall_time = {"smoke": 3.4, "cpu": 16.4, "paper": 145.4}
 
     def compute(self, scale: str) -> list[dict[str, Any]]:
         return compute_rows(SCALES[scale])

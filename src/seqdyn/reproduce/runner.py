@@ -9,7 +9,9 @@ as :class:`~seqdyn.reproduce.base.Results`, decides every claim and writes ``OUT
 - ``table.md`` — the reproduction's table in the paper's layout, the claims with the paper's numbers beside ours
   and their verdicts, what the scale reduced and why, and the command that regenerates it;
 - ``figure.png`` — the paper's figure style;
-- ``verdict.json`` — every claim's verdict, the numbers that decided it and the reason where it is inconclusive.
+- ``verdict.json`` — every claim's verdict, the numbers that decided it and the reason where it is inconclusive;
+- ``timing.json`` — the wall time of the call that ran each scale, with its date, commit and workers (a published
+  folder's is what :attr:`~seqdyn.reproduce.base.Reproduction.wall_time` reads).
 
 :func:`verdict_rows` reads the ``verdict.json`` files under an output folder back (``seqdyn reproduce report``).
 """
@@ -19,20 +21,22 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import re
 import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seqdyn.reproduce.base import RESULT_STATUSES, Reproduction, Results, check_scale, sweep_name
-from seqdyn.reproduce.claims import Outcome, control_value
+from seqdyn.reproduce.base import (RESULT_STATUSES, TIMING, Reproduction, Results, check_scale, read_timing,
+                                  sweep_name)
+from seqdyn.reproduce.claims import INCONCLUSIVE, Cause, Outcome, control_value
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
-from seqdyn.train.store import Store, flatten
+from seqdyn.train.store import DIVERGED, Store, flatten
 from seqdyn.train.sweep import DONE, expand, run_sweep
 
-OUTPUTS = ("results.csv", "table.md", "figure.png", "verdict.json")
+OUTPUTS = ("results.csv", "table.md", "figure.png", "verdict.json", TIMING)
 #: the hyper-parameters every ``results.csv`` shows, beside those that vary
 ALWAYS = ("model.mixer", "model.d_model", "task.name", "optimizer.lr", "train.seed")
 
@@ -93,14 +97,30 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     rows = collect(store, sweeps, scale).rows
     runs_before = sum(row["status"] in RESULT_STATUSES for row in rows)
     left = [row for row in rows
-            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] != "failed")]
+            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))]
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
     elapsed = time.monotonic() - start
+    earlier = None
     if not left and reproduction.trains:  # nothing trained: the outputs keep the wall time of the call that did
-        elapsed, runs_before = _earlier_timing(Path(out) / reproduction.name, results) or (elapsed, runs_before)
-    return write(reproduction, results, Path(out), elapsed, runs_before)
+        earlier = _earlier_timing(Path(out) / reproduction.name, results)
+        elapsed, runs_before = earlier or (elapsed, runs_before)
+    written = write(reproduction, results, Path(out), elapsed, runs_before)
+    if earlier is None or scale not in read_timing(written.folder).get("scales", {}):
+        record_timing(written.folder, scale, elapsed, runs_before, workers)
+    return written
+
+
+def record_timing(folder: Path, scale: str, elapsed_s: float, runs_before: int, workers: int) -> None:
+    """Write the wall time of the call that ran ``scale`` (and its date, commit, workers and the runs it did not
+    train) into ``folder``'s :data:`~seqdyn.reproduce.base.TIMING`, keeping the other scales' and the GPU
+    estimate."""
+    timing = read_timing(folder) or {"reproduction": folder.name}
+    timing.setdefault("scales", {})[scale] = {"seconds": round(elapsed_s, 1), "date": datetime.date.today().isoformat(),
+                                              "commit": _commit(), "workers": workers, "runs_before": runs_before,
+                                              "note": ""}
+    (folder / TIMING).write_text(json.dumps(timing, indent=2, ensure_ascii=False) + "\n")
 
 
 def _earlier_timing(folder: Path, results: Results) -> tuple[float, int] | None:
@@ -178,16 +198,20 @@ def _json_number(value: Any) -> Any:
 def _provenance(results: Results, elapsed_s: float, runs_before: int) -> dict[str, Any]:
     """When and from which commit, the runs' summed wall time, how many gave a result, the call's wall time and
     how many runs held a result before it began."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
     run_time = sum(row["wall_time"] or 0.0 for row in results.rows)
     done = sum(row["status"] in DONE for row in results.rows)
-    return {"date": datetime.date.today().isoformat(), "commit": commit, "runs": len(results.rows),
+    return {"date": datetime.date.today().isoformat(), "commit": _commit(), "runs": len(results.rows),
             "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1),
             "runs_before": runs_before}
+
+
+def _commit() -> str:
+    """The short hash of the checkout this seqdyn runs from ("unknown" outside a git checkout)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _write_csv(path: Path, results: Results) -> None:
@@ -282,9 +306,27 @@ def brief_numbers(numbers: dict[str, float]) -> str:
     return ours_text(dict(shown))
 
 
+#: what an *inconclusive* reason says (``re.search``) for each cause, in a ``verdict.json`` written before claims
+#: recorded their ``cause``
+_LEGACY_CAUSES = ((r"^control ", "control"), (r"^budget: ", "budget"), ("at the ceiling", "ceiling"),
+                  ("seed spread", "seeds"), (r"\d+ of \d+ seeds ", "seeds"), ("missing", "missing"),
+                  ("no finished run", "missing"))
+
+
+def claim_cause(claim: dict[str, Any]) -> Cause | None:
+    """The cause of a ``verdict.json`` claim's verdict (None unless it is *inconclusive*): the recorded one, or, in a
+    file written before claims recorded it, the one its reason says (None where it says none)."""
+    if "cause" in claim:
+        return claim["cause"]
+    if claim["verdict"] != INCONCLUSIVE:
+        return None
+    cause = next((cause for pattern, cause in _LEGACY_CAUSES if re.search(pattern, claim["reason"])), None)
+    return cause
+
+
 def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
     """One row per claim of every ``verdict.json`` under ``out`` (reproduction, scale, claim, paper value, our
-    numbers, verdict, reason, date and commit), in the order of the reproductions' names."""
+    numbers, verdict, reason and cause, date and commit), in the order of the reproductions' names."""
     rows = []
     for path in sorted(Path(out).glob("*/verdict.json")):
         verdict = json.loads(path.read_text())
@@ -293,7 +335,8 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
                          "name": claim["name"], "claim": claim["statement"], "paper": claim["paper_value"],
                          "numbers": claim["numbers"],
                          "ours": ours_text(claim["numbers"]),
-                         "verdict": claim["verdict"], "reason": claim["reason"], "date": verdict["date"],
+                         "verdict": claim["verdict"], "reason": claim["reason"], "cause": claim_cause(claim),
+                         "date": verdict["date"],
                          "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"],
                          "runs_before": verdict.get("runs_before", 0)})
     return rows

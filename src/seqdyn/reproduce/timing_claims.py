@@ -12,7 +12,8 @@ against log L over the three longest lengths, where the work of the sequence dom
 Seed 002 Table 1 (bottom), §3.3: "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more
 expressive than a single SSM layer. On the other hand, already for lengths as short as 4096, it is more than 6×
 slower" (6.3× per step).  Here: one training step (forward and backward) of one ATTENTION layer and of one DLR
-layer as :mod:`seqdyn.reproduce.atomic` builds them, at Table 1's L = 4096, H = 128 and N = 4096, on one thread.
+layer as :mod:`seqdyn.reproduce.protocols.atomic` builds them, at Table 1's L = 4096, H = 128 and N = 4096, on one
+thread.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ LAYERS = {
 }
 
 
-#: Table 1's two single layers, as seqdyn.reproduce.atomic builds them
+#: Table 1's two single layers, as seqdyn.reproduce.protocols.atomic builds them
 STEP_LAYERS = ("attention", "dlr")
 
 
@@ -83,9 +84,9 @@ def forward_seconds(layer: str, length: int, width: int, repeats: int) -> float:
 
 def step_seconds(model: str, length: int, width: int, state: int, repeats: int) -> float:
     """The fastest of ``repeats`` training steps (forward, backward of the summed output) of Table 1's single
-    layer ``model`` (a key of :data:`seqdyn.reproduce.atomic.MODELS`) on ``[1, length, width]``, float32."""
+    layer ``model`` (a key of :data:`seqdyn.reproduce.protocols.atomic.MODELS`) on ``[1, length, width]``, float32."""
     from seqdyn.bench.measure import time_call
-    from seqdyn.reproduce.atomic import MODELS
+    from seqdyn.reproduce.protocols.atomic import MODELS
 
     spec = MODELS[model]
     with torch.random.fork_rng():
@@ -109,7 +110,7 @@ def compute_rows(scale: Scale) -> list[dict[str, Any]]:
     """One row per (layer, length) of Fig. 5 (its forward time) and per layer of Table 1's step, measured with one
     thread."""
     from seqdyn.bench.measure import one_thread
-    from seqdyn.reproduce.atomic import MODELS
+    from seqdyn.reproduce.protocols.atomic import MODELS
 
     rows = []
     with one_thread():
@@ -195,8 +196,6 @@ class TimingClaims(Computation):
         "smoke": "L = 64, 128, 256 at width 32 and Table 1's step at L = 64, H = 16, N = 16, one call each: no "
                  "verdict to trust (fixed costs dominate).",
     }
-    # seconds, measured here (2026-11-27, one thread beside a two-worker run): `seqdyn reproduce timing_claims`
-    wall_time = {"smoke": 1.2, "cpu": 16.9, "paper": 50.8}
 
     def compute(self, scale: str) -> list[dict[str, Any]]:
         return compute_rows(SCALES[scale])

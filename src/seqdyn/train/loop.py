@@ -15,7 +15,7 @@ the run resumes from the one before, or from step 0 (:mod:`seqdyn.train.checkpoi
 run within a step and leave it ``interrupted`` (:mod:`seqdyn.train.interrupt`). A run is claimed in the store before
 it trains and keeps its claim alive with a heartbeat (:mod:`seqdyn.train.ownership`).
 
-A non-finite loss ends the run as ``failed`` with the step and the reason; the caller (a sweep) goes on.
+A non-finite loss ends the run as ``diverged`` with the step and the reason; the caller (a sweep) goes on.
 """
 
 from __future__ import annotations
@@ -44,13 +44,12 @@ from seqdyn.train.config import RunConfig
 from seqdyn.train.interrupt import signals_interrupt
 from seqdyn.train.ownership import Heartbeat, default_owner, stale_after
 from seqdyn.train.progress import RunProgress
+from seqdyn.train.store import DIVERGED, DIVERGED_REASON, FINAL_STATUSES
 
 #: evaluate on the concatenated outputs (exact for every metric) while they hold at most this many numbers
 EXACT_EVAL_ELEMENTS = 1 << 25
 
 
-#: how a diverged run's ``failed`` reason begins (a result of its learning rate, not an accident to retry)
-DIVERGED_REASON = "non-finite loss"
 
 
 class Diverged(RuntimeError):
@@ -63,7 +62,7 @@ class RunResult:
 
     run_id: str
     name: str
-    status: str  # finished | stopped_early | failed | interrupted | skipped
+    status: str  # finished | stopped_early | failed | diverged | interrupted | skipped
     step: int = 0
     metric_name: str = ""
     final_metric: float | None = None
@@ -381,7 +380,7 @@ class Trainer:
                     return "stopped_early", None
             return "finished", None
         except Diverged as error:
-            return "failed", str(error)
+            return DIVERGED, str(error)
         finally:
             self.elapsed += time.perf_counter() - begun
             bar.close()
@@ -403,7 +402,7 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
     if store is not None and lead:
         store.add_run(run_id, config.name, config.canonical(), sweep)
         record = store.run(run_id)
-        if record.status in ("finished", "stopped_early", "failed"):
+        if record.status in FINAL_STATUSES:
             return _skipped(config, record)
     trainer = Trainer(config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress,
                       distributed=distributed)

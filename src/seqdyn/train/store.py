@@ -13,7 +13,7 @@ a sweep writes):
 
 Run life cycle (``STATUSES``)::
 
-    add_run -> pending --claim--> running --finish--> finished | failed | stopped_early
+    add_run -> pending --claim--> running --finish--> finished | failed | diverged | stopped_early
                                     |  ^
                             release |  | claim (or a stale heartbeat)
                                     v  |
@@ -25,6 +25,8 @@ ever opens the file: closing any descriptor of a file drops every POSIX lock the
 included, and another process could then checkpoint and delete the ``-wal`` that this one still writes into.
 A writable open writes nothing unless the file lacks the current schema; a read-only open (``readonly=True``)
 never writes and also reads a store on read-only media.
+A run whose loss stopped being finite is ``diverged`` (its reason says at which step), not ``failed``: it gave a result
+(its best before), and the same config would diverge again.
 Times are seconds since the epoch (``time.time()``); NaN metric values are stored as NULL and read back as NaN.
 """
 
@@ -44,11 +46,26 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("pending", "running", "interrupted", "finished", "failed", "stopped_early")
-FINAL_STATUSES = ("finished", "failed", "stopped_early")
+STATUSES = ("pending", "running", "interrupted", "finished", "failed", "stopped_early", "diverged")
+FINAL_STATUSES = ("finished", "failed", "stopped_early", "diverged")
 CLAIMABLE_STATUSES = ("pending", "interrupted")
+DIVERGED = "diverged"
 EXPORT_FORMATS = ("csv", "parquet")
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+#: the schema that first knew the ``diverged`` status; before it a diverged run was ``failed`` with a reason
+#: containing :data:`DIVERGED_REASON`
+DIVERGED_SCHEMA = 5
+#: what the reason of a diverged run says: its loss was not finite
+DIVERGED_REASON = "non-finite loss"
+#: a run of a store written before :data:`DIVERGED_SCHEMA` that diverged
+_DIVERGED_BEFORE = f"status = 'failed' AND instr(COALESCE(reason, ''), '{DIVERGED_REASON}') > 0"
+
+
+def _status_check(statuses: Iterable[str]) -> str:
+    """The runs table's check that a status is one of ``statuses``."""
+    quoted = ", ".join(f"'{status}'" for status in statuses)
+    return f"CHECK (status IN ({quoted}))"
+
 BUSY_TIMEOUT_S = 60.0
 
 _SCHEMA = f"""
@@ -58,7 +75,7 @@ CREATE TABLE IF NOT EXISTS runs (
     sweep           TEXT,
     config          TEXT NOT NULL,
     status          TEXT NOT NULL DEFAULT 'pending'
-                    CHECK (status IN ({", ".join(f"'{s}'" for s in STATUSES)})),
+                    {_status_check(STATUSES)},
     reason          TEXT,
     step            INTEGER NOT NULL DEFAULT 0,
     epoch           REAL,
@@ -89,11 +106,13 @@ CREATE TABLE IF NOT EXISTS metrics (
 ) WITHOUT ROWID;
 """
 
-#: the statements that bring a store of schema ``version - 1`` to ``version``
+#: the statements that bring a store of schema ``version - 1`` to ``version`` (a function of the connection where
+#: a statement cannot)
 _MIGRATIONS = {
     2: ("ALTER TABLE runs ADD COLUMN checkpoint_sha256 TEXT", "ALTER TABLE runs ADD COLUMN threads INTEGER"),
     3: ("ALTER TABLE runs ADD COLUMN backends TEXT",),
     4: ("ALTER TABLE runs ADD COLUMN backend_reasons TEXT",),
+    5: lambda conn: _add_diverged_status(conn),
 }
 
 
@@ -329,11 +348,12 @@ class Store:
         wall_time: float | None = None,
     ) -> bool:
         """Record the end of a run held by ``owner``: ``finished``, ``failed`` (with a ``reason`` such as
-        "NaN loss at step 120") or ``stopped_early``. False if ``owner`` no longer holds the run."""
+        "ValueError: ..."), ``diverged`` (with a reason such as "non-finite loss (nan) at step 120") or
+        ``stopped_early``. False if ``owner`` no longer holds the run."""
         if status not in FINAL_STATUSES:
             raise ValueError(f"finish: status {status!r} is not one of {', '.join(FINAL_STATUSES)}")
-        if status == "failed" and not reason:
-            raise ValueError(f"finish: run {run_id} failed without a reason")
+        if status in ("failed", DIVERGED) and not reason:
+            raise ValueError(f"finish: run {run_id} {status} without a reason")
         with self._write() as conn:
             cursor = conn.execute(
                 """UPDATE runs SET status = ?, step = ?, reason = ?, final_metric = ?, best_metric = ?,
@@ -401,7 +421,7 @@ class Store:
     def run(self, run_id: str) -> RunRecord | None:
         """The run with this id, or None."""
         columns = self._run_columns()
-        rows = self._read(f"SELECT {', '.join(columns)} FROM runs WHERE id = ?", (run_id,))
+        rows = self._read(f"SELECT {self._selected(columns)} FROM runs WHERE id = ?", (run_id,))
         return _run_record(rows[0], columns) if rows else None
 
     def runs(self, sweep: str | None = None, status: str | Iterable[str] | None = None) -> list[RunRecord]:
@@ -415,17 +435,28 @@ class Store:
             unknown = sorted(set(wanted) - set(STATUSES))
             if unknown:
                 raise ValueError(f"runs: unknown status {', '.join(unknown)}; statuses: {', '.join(STATUSES)}")
-            where.append(f"status IN ({', '.join('?' * len(wanted))})")
+            where.append(f"{self._status()} IN ({', '.join('?' * len(wanted))})")
             params.extend(wanted)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         columns = self._run_columns()
-        rows = self._read(f"SELECT {', '.join(columns)} FROM runs{clause} ORDER BY rowid", params)
+        rows = self._read(f"SELECT {self._selected(columns)} FROM runs{clause} ORDER BY rowid", params)
         return [_run_record(row, columns) for row in rows]
 
     def _run_columns(self) -> tuple[str, ...]:
         """The run fields the file holds: a store of an older schema opened read-only lacks the newest."""
         present = {row[1] for row in self._read("PRAGMA table_info(runs)")}
         return tuple(name for name in _RUN_COLUMNS if name in present)
+
+    def _status(self) -> str:
+        """The SQL of a run's status: the column, or in a store of a schema before :data:`DIVERGED_SCHEMA` opened
+        read-only (so not migrated), the status the migration would give it."""
+        if self._read("PRAGMA user_version")[0][0] >= DIVERGED_SCHEMA:
+            return "status"
+        return f"(CASE WHEN {_DIVERGED_BEFORE} THEN '{DIVERGED}' ELSE status END)"
+
+    def _selected(self, columns: tuple[str, ...]) -> str:
+        status = self._status()
+        return ", ".join(status if name == "status" else name for name in columns)
 
     def sweeps(self) -> list[str]:
         """The sweep names in the store, in the order their first run was added."""
@@ -435,7 +466,8 @@ class Store:
     def status_counts(self, sweep: str | None = None) -> dict[str, int]:
         """How many runs (of ``sweep``, or all) have each status; every status is a key."""
         clause, params = (" WHERE sweep = ?", (sweep,)) if sweep is not None else ("", ())
-        counts = dict(self._read(f"SELECT status, COUNT(*) FROM runs{clause} GROUP BY status", params))
+        status = self._status()
+        counts = dict(self._read(f"SELECT {status}, COUNT(*) FROM runs{clause} GROUP BY {status}", params))
         return {status: counts.get(status, 0) for status in STATUSES}
 
     def metrics(self, run_id: str | None = None, split: str | None = None) -> list[MetricRow]:
@@ -568,9 +600,9 @@ def _connect_writable(path: Path) -> sqlite3.Connection:
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             _set_wal(conn, path)
         conn.execute("PRAGMA synchronous = NORMAL")  # in WAL mode: durable across process crashes
-        conn.execute("PRAGMA foreign_keys = ON")
-        if not current:
+        if not current:  # foreign keys off: a migration may copy a table and drop the old one (outside a transaction)
             _create_schema(conn)
+        conn.execute("PRAGMA foreign_keys = ON")
     return conn
 
 
@@ -693,6 +725,8 @@ def _create_schema(conn: sqlite3.Connection) -> None:
             if statement.strip():
                 conn.execute(statement)
         _migrate(conn, version)
+        if conn.execute("PRAGMA foreign_key_check").fetchall():
+            raise ValueError("results store: a migration left metrics of runs that are not in the store")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -703,8 +737,31 @@ def _create_schema(conn: sqlite3.Connection) -> None:
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
     """Bring the tables from schema ``version`` (0: just created) to :data:`SCHEMA_VERSION`."""
     for step in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[step]:
+        migration = _MIGRATIONS[step]
+        if callable(migration):
+            migration(conn)
+            continue
+        for statement in migration:
             conn.execute(statement)
+
+
+def _add_diverged_status(conn: sqlite3.Connection) -> None:
+    """Schema 5: the runs table's status check admits ``diverged`` (SQLite changes a check only by copying the table
+    into a new one, with foreign keys off so that dropping the old one leaves the metrics be), and the runs that
+    diverged before become ``diverged``."""
+    (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
+    current, before = _status_check(STATUSES), _status_check(s for s in STATUSES if s != DIVERGED)
+    if current not in sql:
+        if before not in sql:
+            raise ValueError(f"results store: the runs table's status check is neither schema 4's nor 5's: {sql}")
+        conn.execute(sql.replace("CREATE TABLE runs", "CREATE TABLE runs_of_schema_5", 1).replace(before, current))
+        conn.execute("INSERT INTO runs_of_schema_5 SELECT * FROM runs")
+        conn.execute("DROP TABLE runs")
+        conn.execute("ALTER TABLE runs_of_schema_5 RENAME TO runs")
+        for statement in _SCHEMA.split(";"):
+            if "CREATE INDEX" in statement and " ON runs " in statement:
+                conn.execute(statement)
+    conn.execute(f"UPDATE runs SET status = '{DIVERGED}' WHERE {_DIVERGED_BEFORE}")
 
 
 def _config_json(config: dict[str, Any]) -> str:

@@ -7,8 +7,9 @@ the same run twice; a sweep started again skips finished runs and resumes interr
 checkpoint.  On a cluster, the store and the checkpoint directory must be on a file system every node sees.
 
 Every run is checked before the first one starts (:func:`check_before_start`); a run that fails while it trains
-is recorded ``failed`` with its error and the sweep goes on, while an error of the machine (a full disk, an
-unreadable store, Ctrl-C) stops the sweep and leaves the run resumable.
+is recorded ``failed`` with its error (``diverged`` where its loss stopped being finite) and the sweep goes on,
+while an error of the machine (a full disk, an unreadable store, Ctrl-C) stops the sweep and leaves the run
+resumable.
 
 Local workers share the cores: each gets ``max(1, cores // workers)`` torch threads and a passive OpenMP wait
 policy, set in its environment before torch starts its thread pool (the count is recorded with each run). Ctrl-C
@@ -35,10 +36,11 @@ from seqdyn import mixers
 from seqdyn.train.config import RunConfig, SweepConfig, validated_run
 from seqdyn.train.interrupt import Interrupted, exit_on_signals, exit_with_parent, signals_interrupt
 from seqdyn.train.checkpoint import checkpoint_dir_for
-from seqdyn.train.loop import DIVERGED_REASON, RunResult, resolve_device, train_run
+from seqdyn.train.loop import RunResult, resolve_device, train_run
 from seqdyn.train.ownership import default_owner
+from seqdyn.train.store import FINAL_STATUSES
 
-DONE = ("finished", "stopped_early", "failed")
+DONE = FINAL_STATUSES
 
 
 def expand(config: RunConfig | SweepConfig) -> list[RunConfig]:
@@ -140,8 +142,8 @@ def plan_sweep(config: RunConfig | SweepConfig, store_path: str | Path, retry_fa
 
 
 def _retried(record) -> bool:
-    """Whether ``retry_failed`` trains this run again: it failed, and not by a diverged loss."""
-    return record.status == "failed" and DIVERGED_REASON not in (record.reason or "")
+    """Whether ``retry_failed`` trains this run again: it failed (a diverged run did not fail: it is ``diverged``)."""
+    return record.status == "failed"
 
 
 @signals_interrupt()

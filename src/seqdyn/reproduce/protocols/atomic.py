@@ -11,19 +11,21 @@ ATTENTION block replaces "the DLR contextualization in the DLR layer with a 4-he
 positional embeddings" (§3.3).
 
 :data:`MODELS` gives each model of Table 1 as the paper ran it; :func:`atomic_sweeps` writes one sweep per model
-(each has its own learning rate): every task at one length, every seed.  :func:`r2_table` and :func:`plot_r2_grid`
+(each has its own learning rate): every task at one length, every seed.  The names and signatures are every
+protocol's (:mod:`seqdyn.reproduce.protocols.base`).  :func:`r2_table` and :func:`plot_r2_grid`
 print and draw a task × model grid of R² with the paper's numbers beside ours.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import Results, score_cell
 from seqdyn.reproduce.claims import PLATEAU_MARGIN, Plateau, Score
+from seqdyn.reproduce.protocols import base
 from seqdyn.train.config import SweepConfig
 
 #: Table 1's tasks, in the paper's order (rows)
@@ -35,14 +37,12 @@ TASK_LABELS = {"shift": "SHIFT", "cumsum": "CUMSUM", "cummax": "CUMMAX", "select
 PAPER_LENGTH, PAPER_WIDTH, PAPER_STATE, PAPER_BATCH, PAPER_STEPS = 4096, 128, 4096, 16, 40_000
 
 
-@dataclass(frozen=True)
-class Model:
+@dataclass(frozen=True, kw_only=True)
+class AtomicModel(base.Model):
     """A model of Tables 1 and 2 as the paper ran it (Table 7, §A.6): its label, mixer and options (``state_dim``
     is the scale's N times ``state_scale``), learning rate (Table 1's) and number of layers."""
 
     label: str
-    mixer: str
-    options: dict[str, Any] = field(default_factory=dict)
     lr: float = 1e-3
     layers: int = 1
     has_state: bool = True
@@ -57,17 +57,25 @@ class Model:
 #: 2πn/N — the DFT-like start of §2.3 (``r_range`` is (dt-min, dt-max))
 TABLE7_DLR = {"r_range": [1e-5, 1e-5]}
 
+#: Table 7's learning rates: DLR's, and every other model's
+PAPER_LRS = (1e-4, 1e-3)
+DLR_LR, OTHER_LR = PAPER_LRS
+#: ATTENTION as §3.3 replaces the DLR contextualization with it: four heads, rotary positions
+ATTENTION = {"heads": 4, "rotary": True}
+
 MODELS = {
-    "dlr": Model("DLR", "dlr", TABLE7_DLR, lr=1e-4),
-    "dss_exp": Model("DSS-EXP", "dss_exp", {"init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-2}, lr=1e-3),
-    "attention": Model("ATTENTION", "softmax_attention", {"heads": 4, "rotary": True}, lr=1e-3, has_state=False),
-    "dlr_6": Model("DLR, 6 layers", "dlr", TABLE7_DLR, lr=1e-4, layers=6),
-    "attention_2": Model("ATTENTION, 2 layers", "softmax_attention", {"heads": 4, "rotary": True}, lr=1e-3,
-                         layers=2, has_state=False),
+    "dlr": AtomicModel(label="DLR", mixer="dlr", options=TABLE7_DLR, lr=DLR_LR),
+    "dss_exp": AtomicModel(label="DSS-EXP", mixer="dss_exp", options={"init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-2},
+                           lr=OTHER_LR),
+    "attention": AtomicModel(label="ATTENTION", mixer="softmax_attention", options=ATTENTION, lr=OTHER_LR,
+                             has_state=False),
+    "dlr_6": AtomicModel(label="DLR, 6 layers", mixer="dlr", options=TABLE7_DLR, lr=DLR_LR, layers=6),
+    "attention_2": AtomicModel(label="ATTENTION, 2 layers", mixer="softmax_attention", options=ATTENTION, lr=OTHER_LR,
+                               layers=2, has_state=False),
     # Table 2's variants of the single DLR layer
-    "dlr_prod": Model("DLR-prod", "dlr", {**TABLE7_DLR, "prod": True}, lr=1e-4),
-    "dlr_small_n": Model("DLR, N/8", "dlr", TABLE7_DLR, lr=1e-4, state_scale=1 / 8),
-    "dlr_real": Model("DLR-ℝ", "dlr", {**TABLE7_DLR, "real": True}, lr=1e-4),
+    "dlr_prod": AtomicModel(label="DLR-prod", mixer="dlr", options={**TABLE7_DLR, "prod": True}, lr=DLR_LR),
+    "dlr_small_n": AtomicModel(label="DLR, N/8", mixer="dlr", options=TABLE7_DLR, lr=DLR_LR, state_scale=1 / 8),
+    "dlr_real": AtomicModel(label="DLR-ℝ", mixer="dlr", options={**TABLE7_DLR, "real": True}, lr=DLR_LR),
 }
 
 #: Table 1 (top), the single-layer columns at L = 2^12, the 6-layer DLR at 2^12 and the 2-layer ATTENTION at 2^9:
@@ -87,9 +95,10 @@ PAPER_R2 = {
 }
 
 
-@dataclass(frozen=True)
-class Budget:
-    """Length L, width H, state size N, batch, steps, test examples and evaluations every ``eval_every`` steps."""
+@dataclass(frozen=True, kw_only=True)
+class Budget(base.Budget):
+    """Length L, width H, state size N, batch, steps, test examples and evaluations every ``eval_every`` steps (a
+    fresh batch every step: ``steps × batch`` training examples)."""
 
     seq_len: int = PAPER_LENGTH
     width: int = PAPER_WIDTH
@@ -104,17 +113,20 @@ class Budget:
 SMOKE = Budget(seq_len=16, width=16, state_dim=8, batch_size=4, steps=4, test_examples=8, eval_every=2)
 
 
-def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds: Sequence[int],
-                  budget: Budget, lengths: Mapping[str, Sequence[int]] | None = None) -> list[SweepConfig]:
-    """One sweep per model named ``PART-MODEL``: every task at length ``budget.seq_len`` (or at each of the model's
-    ``lengths``), every seed, the model's own learning rate; a fresh batch every step (``steps × batch`` training
-    examples)."""
+def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds: Sequence[int], budget: Budget,
+                  lrs: Sequence[float] | None = None, *,
+                  lengths: Mapping[str, Sequence[int]] | None = None) -> list[SweepConfig]:
+    """One sweep per model (a key of :data:`MODELS`) named ``PART-MODEL``: every task at length ``budget.seq_len``
+    (or at each of the model's ``lengths``), every seed, at the model's own learning rate (or over ``lrs``); a fresh
+    batch every step (``steps × batch`` training examples)."""
     sweeps = []
     for key in models:
         model = MODELS[key]
         axes = {"task.name": list(tasks), "train.seed": list(seeds)}
         if lengths is not None:
             axes["task.params.seq_len"] = list(lengths[key])
+        if lrs is not None:
+            axes["optimizer.lr"] = list(lrs)
         data = {"name": f"{part}-{key}",
                 "model": {"block": "transformer", "layers": model.layers, "d_model": budget.width, "mlp": "none",
                           "positions": False, "norm": "layernorm", "norm_position": "post", "mixer": model.mixer,
@@ -122,7 +134,7 @@ def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds:
                 "task": {"name": tasks[0], "params": {"seq_len": budget.seq_len},
                          "train_examples": budget.steps * budget.batch_size, "test_examples": budget.test_examples},
                 "optimizer": {"lr": model.lr, "weight_decay": 0.0}, "schedule": {"kind": "constant"},
-                "train": {"steps": budget.steps, "batch_size": budget.batch_size, "eval_every": budget.eval_every},
+                "train": budget.train_options(budget.batch_size),
                 "sweep": axes}
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps

@@ -10,7 +10,8 @@ the Transformer style block for attention-based models [...] and the Gated Delta
 The numbers of seed 001's tables E.1/E.2 (layers, widths, heads, MLP width) are lost from its text copy; where a
 reproduction needs them it takes MAD's: two layers, width 128.
 
-:func:`mad_sweeps` writes one sweep per task: every model entry × learning rate × weight decay × seed.
+:func:`mad_sweeps` writes one sweep per task: every model entry × learning rate × weight decay × seed.  The names and
+signatures are every protocol's (:mod:`seqdyn.reproduce.protocols.base`).
 :func:`measure_coefficients` loads a trained run and measures its coefficients on test inputs of its task.
 """
 
@@ -25,6 +26,7 @@ import torch
 
 from seqdyn.reproduce.base import SEED, Results, result_value
 from seqdyn.reproduce.claims import PLATEAU_MARGIN, Control, Plateau, Score, weakest
+from seqdyn.reproduce.protocols import base
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
@@ -40,6 +42,18 @@ TRANSFORMER_BLOCK: dict[str, Any] = {"block": "transformer", "positions": True}
 #: seed 001 Fig. 12, Type 2 (Gated DeltaNet style): input and gate projections and an output gate around the
 #: mixer, no positions (the short convolution of its keys and queries is the mixer's ``short_conv``)
 GATED_BLOCK: dict[str, Any] = {"block": "gated", "positions": False}
+
+@dataclass(frozen=True, kw_only=True)
+class MADModel(base.Model):
+    """A model of seed 001 as it ran it: the mixer and its options in a block design (:data:`TRANSFORMER_BLOCK` or
+    :data:`GATED_BLOCK`)."""
+
+    block: dict[str, Any]
+
+    def entry(self) -> dict[str, Any]:
+        """The ``model`` sweep-axis entry: the block design, the mixer and its options."""
+        return {**self.block, "mixer": self.mixer, "mixer_options": dict(self.options)}
+
 
 #: seed 001's MAD tasks at MAD's settings (DESIGN §8)
 PAPER_TASKS: dict[str, dict[str, Any]] = {
@@ -101,18 +115,16 @@ def pick(tasks: Mapping[str, Mapping[str, Any]], *names: str) -> dict[str, dict[
     return {name: dict(tasks[name]) for name in names}
 
 
-@dataclass(frozen=True)
-class Budget:
+@dataclass(frozen=True, kw_only=True)
+class Budget(base.Budget):
     """How long and on how much data — ``steps`` (else ``epochs``), the examples, the batch size, an evaluation
     every ``eval_every`` steps — and the model around the mixers: ``width``, ``layers`` and the interleaved
     ``mlp`` (seed 001: SwiGLU)."""
 
     epochs: int | None = PAPER_EPOCHS
-    steps: int | None = None
     train_examples: int = PAPER_TRAIN
     test_examples: int = PAPER_TEST
     batch_size: int = PAPER_BATCH
-    eval_every: int | None = None
     width: int = PAPER_WIDTH
     layers: int = PAPER_LAYERS
     mlp: str = "swiglu"
@@ -126,21 +138,20 @@ PAPER_PROTOCOL = ("MAD's protocol (seed 001 appendix E; DESIGN §8): 12,800 trai
 SMOKE_REDUCTION = "The whole pipeline on toy tasks (L = 16, d = 16, 4 steps): no verdict to trust."
 
 #: the ``smoke`` budget of every seed 001 reproduction
-SMOKE_BUDGET = Budget(epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8,
+SMOKE = Budget(epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8,
                       eval_every=2, width=16, layers=1)
 
 
-def mad_sweeps(part: str, models: Sequence[dict[str, Any]], tasks: Mapping[str, Mapping[str, Any]],
-               lrs: Sequence[float], weight_decays: Sequence[float], seeds: Sequence[int],
-               budget: Budget) -> list[SweepConfig]:
-    """One sweep per MAD task named ``PART-TASK`` (``tasks``: name → its parameters): the ``models`` (``model``
-    sweep-axis entries: a block design, a mixer and its options) × ``lrs`` × ``weight_decays`` × ``seeds``."""
+def mad_sweeps(part: str, models: Sequence[MADModel | dict[str, Any]], tasks: Mapping[str, Mapping[str, Any]],
+               seeds: Sequence[int], budget: Budget, lrs: Sequence[float] | None = None, *,
+               weight_decays: Sequence[float] = PAPER_WEIGHT_DECAYS) -> list[SweepConfig]:
+    """One sweep per MAD task named ``PART-TASK`` (``tasks``: name → its parameters): the ``models`` (each a
+    :class:`MADModel` or its ``model`` sweep-axis entry: a block design, a mixer and its options) × ``lrs`` (None: the
+    paper's) × ``weight_decays`` × ``seeds``."""
+    lrs = PAPER_LRS if lrs is None else lrs
     sweeps = []
     for task, params in tasks.items():
-        train = {"batch_size": budget.batch_size, "early_stop": {"threshold": EARLY_STOP}}
-        train.update({"steps": budget.steps} if budget.steps else {"epochs": budget.epochs})
-        if budget.eval_every:
-            train["eval_every"] = budget.eval_every
+        train = budget.train_options(budget.batch_size, early_stop={"threshold": EARLY_STOP})
         data = {"name": f"{part}-{task}",
                 "model": {"layers": budget.layers, "d_model": budget.width, "mlp": budget.mlp, "norm": "layernorm"},
                 "task": {"name": task, "params": dict(params), "train_examples": budget.train_examples,
@@ -148,7 +159,8 @@ def mad_sweeps(part: str, models: Sequence[dict[str, Any]], tasks: Mapping[str, 
                 "optimizer": {"weight_decay": weight_decays[0]},
                 "schedule": {"kind": "cosine", "min_lr": PAPER_MIN_LR},
                 "train": train,
-                "sweep": {"model": [dict(entry) for entry in models], "optimizer.lr": list(lrs),
+                "sweep": {"model": [model.entry() if isinstance(model, MADModel) else dict(model) for model in models],
+                          "optimizer.lr": list(lrs),
                           "optimizer.weight_decay": list(weight_decays), "train.seed": list(seeds)}}
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps
@@ -207,7 +219,8 @@ SOLVED = 0.9
 #: exp model, so a store shares its runs between the reproductions that train it at the same budget
 CONTROL_OPTIONS: dict[str, Any] = {"readout": "exp", "heads": 4, "decay": "none", "scale": "inv_sqrt",
                                    "normalizer": "abs_max1"}
-CONTROL_ENTRY: dict[str, Any] = {**TRANSFORMER_BLOCK, "mixer": "custom", "mixer_options": CONTROL_OPTIONS}
+CONTROL = MADModel(label="softmax", mixer="custom", options=CONTROL_OPTIONS, block=TRANSFORMER_BLOCK)
+CONTROL_ENTRY: dict[str, Any] = CONTROL.entry()
 
 
 def is_control(row: dict[str, Any]) -> bool:

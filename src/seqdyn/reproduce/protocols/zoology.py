@@ -11,17 +11,19 @@ pre-convolution on the input or the SiLU activations; but just the S6 and SSD bl
 run once test accuracy passes 99 %.
 
 :func:`mqar_sweeps` writes one sweep per MQAR task ``(L, P)``: every mixer at every state expansion n, width d,
-learning rate and seed.  :data:`MIXERS` gives each mixer of seed 000 as the paper ran it.
+learning rate and seed.  :data:`MIXERS` gives each mixer of seed 000 as the paper ran it.  The names and signatures
+are every protocol's (:mod:`seqdyn.reproduce.protocols.base`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from seqdyn.reproduce.base import Results, percent, result_value, score_cell
 from seqdyn.reproduce.claims import PLATEAU_MARGIN, Control, Outcome, Plateau, Score, every, reaches
+from seqdyn.reproduce.protocols import base
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
@@ -40,14 +42,12 @@ def paper_batch_size(seq_len: int) -> int:
     return 64 if seq_len >= 512 else 128 if seq_len >= 256 else 256 if seq_len >= 128 else 512
 
 
-@dataclass(frozen=True)
-class Mixer:
-    """A mixer of seed 000 as the paper ran it: its name, its options, whether it takes the state expansion n
+@dataclass(frozen=True, kw_only=True)
+class MQARModel(base.Model):
+    """A mixer of seed 000 as the paper ran it: the mixer and its options, whether it takes the state expansion n
     (``state_dim``), whether the model adds learned positions (attention and RNNs: yes; SSMs: no) and the blocks'
     MLP where the authors' config for this mixer sets its own (None: the budget's)."""
 
-    name: str
-    options: dict[str, Any] = field(default_factory=dict)
     expands: bool = True
     positions: bool = True
     mlp: str | None = None
@@ -57,7 +57,7 @@ class Mixer:
         not apply)."""
         sizes = states if self.expands else states[:1]
         mlp = {"mlp": self.mlp} if self.mlp else {}
-        return [{"mixer": self.name, "positions": self.positions, "d_model": width, **mlp,
+        return [{"mixer": self.mixer, "positions": self.positions, "d_model": width, **mlp,
                  "mixer_options": {**self.options, **({"state_dim": n} if self.expands else {})}}
                 for n in sizes]
 
@@ -67,41 +67,39 @@ class Mixer:
 QLSTM_BLOCK = {"expand": 2, "short_conv": True, "gate": True, "dsf_form": True}
 
 MIXERS = {
-    "softmax_attention": Mixer("softmax_attention", {"heads": 1}, expands=False),
-    "linear_attention": Mixer("linear_attention", {"heads": 1}),
+    "softmax_attention": MQARModel(mixer="softmax_attention", options={"heads": 1}, expands=False),
+    "linear_attention": MQARModel(mixer="linear_attention", options={"heads": 1}),
     # the one MQAR model whose block keeps its MLP in the authors' configs
-    "normalized_attention": Mixer("normalized_attention", {"heads": 1}, mlp="gelu"),
+    "normalized_attention": MQARModel(mixer="normalized_attention", options={"heads": 1}, mlp="gelu"),
     # the S6 and SSD blocks alone: no short convolution, no SiLU gate, no expansion of the width (seed 000 I.1);
     # the SSD is the bare S6 block with dt_rank 1 and one scalar A (seqdyn/mixers/ssd.py)
-    "s6": Mixer("s6", {"expand": 1, "short_conv": False, "gate": False}, positions=False),
-    "ssd": Mixer("ssd", {}, positions=False),
-    "qlstm": Mixer("qlstm", QLSTM_BLOCK, expands=False),
-    "qlstm_s6": Mixer("qlstm_s6", QLSTM_BLOCK, expands=False),
+    "s6": MQARModel(mixer="s6", options={"expand": 1, "short_conv": False, "gate": False}, positions=False),
+    "ssd": MQARModel(mixer="ssd", positions=False),
+    "qlstm": MQARModel(mixer="qlstm", options=QLSTM_BLOCK, expands=False),
+    "qlstm_s6": MQARModel(mixer="qlstm_s6", options=QLSTM_BLOCK, expands=False),
 }
 
 
-@dataclass(frozen=True)
-class Budget:
+@dataclass(frozen=True, kw_only=True)
+class Budget(base.Budget):
     """How long and on how much data: ``steps`` (else ``epochs``), the examples, the vocabulary, the batch size
     (None: the paper's rule by L) and evaluations every ``eval_every`` steps; and the two departures from the
     paper's model that a CPU budget may need: the blocks' ``mlp`` (the paper's: GELU) and ``init_std`` (Zoology's:
     0.02)."""
 
     epochs: int | None = PAPER_EPOCHS
-    steps: int | None = None
     train_examples: int = PAPER_TRAIN
     test_examples: int = PAPER_TEST
     vocab_size: int = PAPER_VOCAB
     batch_size: int | None = None
-    eval_every: int | None = None
     mlp: str = "gelu"
     init_std: float = 0.02
 
 
 #: the ``smoke`` budget of every MQAR reproduction: a toy task's whole pipeline in seconds
-SMOKE = dict(tasks=((16, 2),), widths=(16,), lrs=(1e-2,), seeds=(0,),
-             budget=Budget(epochs=None, steps=6, train_examples=128, test_examples=32, vocab_size=64, batch_size=16,
-                           eval_every=3))
+SMOKE = Budget(epochs=None, steps=6, train_examples=128, test_examples=32, vocab_size=64, batch_size=16, eval_every=3)
+#: the ``smoke`` task, width, learning rate and seed of every MQAR reproduction
+SMOKE_GRID = dict(tasks=((16, 2),), widths=(16,), lrs=(1e-2,), seeds=(0,))
 
 
 def cpu_budget(steps: int, train_examples: int = 20_000) -> Budget:
@@ -126,19 +124,16 @@ CPU_MODEL_REASON = ("the blocks have no MLPs and their weights are drawn with st
 RANDOM_NON_QUERIES = False
 
 
-def mqar_sweeps(part: str, mixers: Sequence[str], tasks: Sequence[tuple[int, int]], widths: Sequence[int],
-                states: Sequence[int], lrs: Sequence[float], seeds: Sequence[int], budget: Budget,
-                backend: str = "auto") -> list[SweepConfig]:
-    """One sweep per MQAR task ``(L, P)`` named ``PART-L{L}-P{P}``: mixers × widths × states × lrs × seeds, every
-    layer computing with ``backend``."""
+def mqar_sweeps(part: str, models: Sequence[str], tasks: Sequence[tuple[int, int]], seeds: Sequence[int],
+                budget: Budget, lrs: Sequence[float] | None = None, *, widths: Sequence[int] = PAPER_WIDTHS,
+                states: Sequence[int] = PAPER_STATES, backend: str = "auto") -> list[SweepConfig]:
+    """One sweep per MQAR task ``(L, P)`` named ``PART-L{L}-P{P}``: the mixers ``models`` (keys of :data:`MIXERS`)
+    × ``widths`` × ``states`` × ``lrs`` (None: the paper's) × ``seeds``, every layer computing with ``backend``."""
     sweeps = []
     for seq_len, pairs in tasks:
-        entries = [entry for name in mixers for width in widths for entry in MIXERS[name].entries(states, width)]
-        train = {"batch_size": budget.batch_size or paper_batch_size(seq_len), "early_stop": {"threshold": EARLY_STOP},
-                 "backend": backend}
-        train.update({"steps": budget.steps} if budget.steps else {"epochs": budget.epochs})
-        if budget.eval_every:
-            train["eval_every"] = budget.eval_every
+        entries = [entry for name in models for width in widths for entry in MIXERS[name].entries(states, width)]
+        train = budget.train_options(budget.batch_size or paper_batch_size(seq_len),
+                                     early_stop={"threshold": EARLY_STOP}, backend=backend)
         data = {"name": f"{part}-L{seq_len}-P{pairs}",
                 "model": {"block": "transformer", "layers": 2, "mlp": budget.mlp, "norm": "layernorm",
                           "init_std": budget.init_std},
@@ -148,7 +143,8 @@ def mqar_sweeps(part: str, mixers: Sequence[str], tasks: Sequence[tuple[int, int
                          "train_examples": budget.train_examples, "test_examples": budget.test_examples},
                 "optimizer": {"weight_decay": 0.1}, "schedule": {"kind": "cosine", "warmup": 0.1},
                 "train": train,
-                "sweep": {"model": entries, "optimizer.lr": list(lrs), "train.seed": list(seeds)}}
+                "sweep": {"model": entries, "optimizer.lr": list(PAPER_LRS if lrs is None else lrs),
+                          "train.seed": list(seeds)}}
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps
 
