@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: main test test-slow lint setup corpus mutants
+.PHONY: main test test-slow lint format setup corpus mutants
 
 setup: $(STAMP)
 
@@ -33,10 +33,17 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
-# The import contracts in pyproject.toml ([tool.importlinter]: the layers, tasks apart from the model side, core
-# at the bottom) on this checkout's sources; CI (.ci/run) runs it beside the tests.
+# The format and lint rules of [tool.ruff] (line length 120, import order) and the import contracts of
+# [tool.importlinter] (the layers, tasks apart from the model side, core at the bottom) on this checkout's sources;
+# CI (.ci/run) runs it beside the tests.  `make format` rewrites the sources to the format and fixes what ruff can.
 lint: $(STAMP)
+	$(VENV)/bin/ruff format --check src tests examples tools
+	$(VENV)/bin/ruff check src tests examples tools
 	PYTHONPATH=src $(VENV)/bin/lint-imports
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format src tests examples tools
+	$(VENV)/bin/ruff check --fix src tests examples tools
 
 # Mutation testing (docs/mutation-testing.md): mutmut changes one definition at a time in a copy of the readouts,
 # the coefficient measurements and the claim comparisons (the modules and tests named in [tool.mutmut] of

@@ -30,8 +30,20 @@ from tests.helpers import EXAMPLE_MIXER, mixer_keyword, mixers_named_in, write_e
 os.environ.setdefault("SEQDYN_AUTOTUNE", "memory")
 
 #: folders the checkout check does not enter: version control, virtual environments, caches of Python and its tools
-UNWATCHED = frozenset({".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
-                       ".ruff_cache", ".tox", ".nox"})
+UNWATCHED = frozenset(
+    {
+        ".git",
+        ".venv",
+        "venv",
+        "__pycache__",
+        ".pytest_cache",
+        ".hypothesis",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".tox",
+        ".nox",
+    }
+)
 CHECKOUT_FILES = pytest.StashKey[set]()
 
 
@@ -63,8 +75,10 @@ def _leaves_no_file_in_the_checkout(request: pytest.FixtureRequest):
     new = sorted(now - config.stash[CHECKOUT_FILES])
     config.stash[CHECKOUT_FILES] = now
     if new:
-        pytest.fail(f"the test wrote into the checkout {config.rootpath}: {', '.join(new)} (write under tmp_path)",
-                    pytrace=False)
+        pytest.fail(
+            f"the test wrote into the checkout {config.rootpath}: {', '.join(new)} (write under tmp_path)",
+            pytrace=False,
+        )
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-k`` deselects

@@ -89,14 +89,27 @@ def test_escape_steps_trains_the_scale_on_this_device_and_reports_each_runs_esca
     scale = named_sweeps(dsf_qlstm_transition.REPRODUCTION, "smoke")
     pilot_runs, scale_runs = [r for s in sweeps for r in expand(s)], [r for s in scale for r in expand(s)]
     assert {(r.train.device, r.train.steps) for r in pilot_runs} == {("auto", 4)}
-    unchanged = [r.model_copy(update={"train": r.train.model_copy(update={"device": "cpu", "steps": 6})})
-                 for r in pilot_runs]
+    unchanged = [
+        r.model_copy(update={"train": r.train.model_copy(update={"device": "cpu", "steps": 6})}) for r in pilot_runs
+    ]
     assert [r.model_dump(exclude={"name"}) for r in unchanged] == [r.model_dump(exclude={"name"}) for r in scale_runs]
     store = tmp_path / "pilot.db"
     for sweep in sweeps:
         run_sweep(sweep, store, progress=False)
-    script["main"](["dsf_qlstm_transition", "--scale", "smoke", "--steps", "4", "--store", str(store), "--report",
-                    "--level", "0.0"])
+    script["main"](
+        [
+            "dsf_qlstm_transition",
+            "--scale",
+            "smoke",
+            "--steps",
+            "4",
+            "--store",
+            str(store),
+            "--report",
+            "--level",
+            "0.0",
+        ]
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == len(pilot_runs) and all(line["steps"] == 4 for line in lines)
     with Store(store, readonly=True) as opened:
@@ -128,10 +141,13 @@ def test_control_difficulty_pilot_picks_the_hardest_rung_every_seed_of_the_contr
 
     def store_with(bests):  # run id → best accuracy, rung by rung and seed by seed
         by_id = {run.run_id: best for sweep, rung in zip(fuzzy, bests) for run, best in zip(expand(sweep), rung)}
-        return SimpleNamespace(run=lambda run_id: SimpleNamespace(best_metric=by_id[run_id], step=2000),
-                               metrics=lambda run_id, split: [])
+        return SimpleNamespace(
+            run=lambda run_id: SimpleNamespace(best_metric=by_id[run_id], step=2000), metrics=lambda run_id, split: []
+        )
 
-    assert script["report"](store_with([[0.95, 0.5], [0.92, 0.91], [0.99, 0.99]]), "fuzzy")["chosen"] == \
-        script["LADDERS"]["fuzzy"].rungs[1]
+    assert (
+        script["report"](store_with([[0.95, 0.5], [0.92, 0.91], [0.99, 0.99]]), "fuzzy")["chosen"]
+        == script["LADDERS"]["fuzzy"].rungs[1]
+    )
     assert script["report"](store_with([[0.5, 0.5], [0.89, 0.95], [0.8, 0.2]]), "fuzzy")["chosen"] is None
     assert len(capsys.readouterr().out.splitlines()) == 12  # one line per run

@@ -4,9 +4,9 @@ import re
 import shlex
 from pathlib import Path
 
-from tests.helpers import code_blocks
-
 import pytest
+
+from tests.helpers import code_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -44,7 +44,7 @@ def _projections(name: str, mixer, u: torch.Tensor) -> dict:
     inputs, _ = mixer.core_inputs(u, MixerState())
     found = dict(q=inputs.q, k=inputs.k, v=inputs.v, K=inputs.q.shape[-1])
     if name == "mamba2":
-        dt_raw = mixer.in_proj(u)[..., -mixer.heads:] + mixer.decay.dt_bias
+        dt_raw = mixer.in_proj(u)[..., -mixer.heads :] + mixer.decay.dt_bias
         found.update(C=inputs.q, Bk=inputs.k, x=inputs.v, dt_raw=dt_raw, A=-torch.exp(mixer.decay.a_log))
     elif name == "gla":
         found.update(g_raw=split_heads(mixer.decay.up(mixer.decay.down(u)), mixer.heads))
@@ -55,12 +55,18 @@ def _projections(name: str, mixer, u: torch.Tensor) -> dict:
     return found
 
 
-BUILT = {"mamba2": dict(d_model=32, state_dim=16, head_dim=16), "gla": dict(d_model=64), "deltanet": dict(d_model=64),
-         "mlstm": dict(d_model=64)}
+BUILT = {
+    "mamba2": dict(d_model=32, state_dim=16, head_dim=16),
+    "gla": dict(d_model=64),
+    "deltanet": dict(d_model=64),
+    "mlstm": dict(d_model=64),
+}
 
 
-@pytest.mark.parametrize("name, recipe", [("mamba2", "mamba2"), ("gla", "gla"), ("deltanet", "deltanet"),
-                                          ("mlstm", "mlstm"), ("custom", "relu")])
+@pytest.mark.parametrize(
+    "name, recipe",
+    [("mamba2", "mamba2"), ("gla", "gla"), ("deltanet", "deltanet"), ("mlstm", "mlstm"), ("custom", "relu")],
+)
 def test_each_recipe_is_the_registered_mixers_core(name, recipe):
     """float64, so that only the order of the sums differs."""
     torch.manual_seed(0)

@@ -31,8 +31,9 @@ def imported_modules(path: Path) -> set[str]:
 
 def test_no_module_of_the_tests_imports_a_test_module():
     offenders = {
-        str(path.relative_to(TESTS)): sorted(name for name in imported_modules(path)
-                                             if any(part.startswith("test_") for part in name.split(".")))
+        str(path.relative_to(TESTS)): sorted(
+            name for name in imported_modules(path) if any(part.startswith("test_") for part in name.split("."))
+        )
         for path in sorted(TESTS.rglob("*.py"))
     }
     offenders = {path: names for path, names in offenders.items() if names}

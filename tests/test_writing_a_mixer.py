@@ -39,6 +39,9 @@ def test_the_config_trains_the_mixer_named_by_its_import_path(example_mixer, tmp
 def test_the_commands_name_the_config_with_the_module_on_the_path():
     [commands] = code_blocks(WRITING_A_MIXER, "bash")
     lines = commands.strip().splitlines()
-    assert [re.match(r"PYTHONPATH=\. \.venv/bin/seqdyn (\w+)", line)[1] for line in lines] == ["sweep", "report",
-                                                                                             "inspect"]
+    assert [re.match(r"PYTHONPATH=\. \.venv/bin/seqdyn (\w+)", line)[1] for line in lines] == [
+        "sweep",
+        "report",
+        "inspect",
+    ]
     assert "--workers 2" in lines[0]

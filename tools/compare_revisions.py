@@ -100,8 +100,19 @@ def child(suite: str, seq_lens: list[int], repeats: int, names: list[str]) -> No
 
 def _run(tree: Path, args: argparse.Namespace, names: list[str]) -> dict[str, dict]:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    command = [sys.executable, __file__, "--child", "--suite", args.suite, "--seq-lens", args.seq_lens,
-               "--repeats", str(args.repeats), "--names", ",".join(names)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--suite",
+        args.suite,
+        "--seq-lens",
+        args.seq_lens,
+        "--repeats",
+        str(args.repeats),
+        "--names",
+        ",".join(names),
+    ]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return {row["cell"]: row for row in map(json.loads, out.splitlines())}
 
@@ -120,8 +131,10 @@ def _geomean(values: list[float]) -> float:
 
 def report(old: dict[str, dict], new: dict[str, dict], old_rev: str) -> str:
     """A markdown table of each cell's best times and new ÷ old, with the geometric means and extremes."""
-    lines = [f"| cell | old fwd ms | new fwd ms | new/old | old fwd+bwd ms | new fwd+bwd ms | new/old |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| cell | old fwd ms | new fwd ms | new/old | old fwd+bwd ms | new fwd+bwd ms | new/old |",
+        "|---|---|---|---|---|---|---|",
+    ]
     ratios: dict[str, list[float]] = {"forward_s": [], "train_s": []}
     for cell in new:
         if cell not in old:
@@ -134,8 +147,10 @@ def report(old: dict[str, dict], new: dict[str, dict], old_rev: str) -> str:
         lines.append("| " + " | ".join(row) + " |")
     for key, label in (("forward_s", "forward"), ("train_s", "forward + backward")):
         values = ratios[key]
-        lines.append(f"\n{label}: {len(values)} cells, new/old against {old_rev}: geomean {_geomean(values):.3f}, "
-                     f"min {min(values):.3f}, max {max(values):.3f}, above 1.05: {sum(v > 1.05 for v in values)}")
+        lines.append(
+            f"\n{label}: {len(values)} cells, new/old against {old_rev}: geomean {_geomean(values):.3f}, "
+            f"min {min(values):.3f}, max {max(values):.3f}, above 1.05: {sum(v > 1.05 for v in values)}"
+        )
     return "\n".join(lines)
 
 
@@ -160,14 +175,21 @@ def main() -> None:
         parser.error("--old: give the git revision to compare against, e.g. --old 5cdd32b")
     new_tree = Path(args.new).resolve()
     if args.suite == "mixers" and not names:
-        listing = subprocess.run([sys.executable, "-c", "from seqdyn import mixers; print(','.join(mixers.names()))"],
-                                 env={**os.environ, "PYTHONPATH": str(new_tree / "src")}, capture_output=True,
-                                 text=True, check=True)
+        listing = subprocess.run(
+            [sys.executable, "-c", "from seqdyn import mixers; print(','.join(mixers.names()))"],
+            env={**os.environ, "PYTHONPATH": str(new_tree / "src")},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         names = listing.stdout.strip().split(",")
     with tempfile.TemporaryDirectory() as tmp:
         old_tree = Path(tmp) / "old"
-        subprocess.run(["git", "-C", str(new_tree), "worktree", "add", "--detach", str(old_tree), args.old],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(new_tree), "worktree", "add", "--detach", str(old_tree), args.old],
+            check=True,
+            capture_output=True,
+        )
         try:
             best: dict[str, dict[str, dict]] = {"old": {}, "new": {}}
             for round_ in range(args.rounds):

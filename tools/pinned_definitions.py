@@ -21,21 +21,38 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (file, old text, new text, the tests to run)
 CHANGES = [
     ("src/seqdyn/core/readouts.py", "return s * s", "return s * s.abs()", ["tests/core/test_readouts.py"]),
-    ("src/seqdyn/reproduce/mad.py", "NEAR_ZERO: sum(head.near_zero_fraction for head in heads) / len(heads)",
-     "NEAR_ZERO: min(head.near_zero_fraction for head in heads)", ["tests/reproduce/test_mad.py"]),
-    ("src/seqdyn/reproduce/mad.py", "LARGE: sum(head.large_fraction for head in heads) / len(heads)",
-     "LARGE: min(head.large_fraction for head in heads)", ["tests/reproduce/test_mad.py"]),
+    (
+        "src/seqdyn/reproduce/mad.py",
+        "NEAR_ZERO: sum(head.near_zero_fraction for head in heads) / len(heads)",
+        "NEAR_ZERO: min(head.near_zero_fraction for head in heads)",
+        ["tests/reproduce/test_mad.py"],
+    ),
+    (
+        "src/seqdyn/reproduce/mad.py",
+        "LARGE: sum(head.large_fraction for head in heads) / len(heads)",
+        "LARGE: min(head.large_fraction for head in heads)",
+        ["tests/reproduce/test_mad.py"],
+    ),
     ("src/seqdyn/reproduce/dlr_atomic.py", "SOLVED = 0.9", "SOLVED = 0.6", ["tests/reproduce", "-k", "dlr"]),
     ("src/seqdyn/reproduce/dlr_atomic.py", "FAILS = 0.2", "FAILS = 0.3", ["tests/reproduce", "-k", "dlr"]),
-    ("src/seqdyn/core/problem.py", "return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype",
-     "return dtype", ["tests/core/test_operator_backends.py", "-k", "half_precision or compute_dtype"]),
+    (
+        "src/seqdyn/core/problem.py",
+        "return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype",
+        "return dtype",
+        ["tests/core/test_operator_backends.py", "-k", "half_precision or compute_dtype"],
+    ),
 ]
 
 
 def failing_tests(copy: Path, tests: list[str]) -> list[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(copy / "src"), "SEQDYN_AUTOTUNE": "memory"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *tests],
-                          cwd=copy, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *tests],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return [line.split(" ", 1)[1].split(" - ")[0] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
 
 

@@ -57,8 +57,9 @@ def timed_run(config: RunConfig, backend: str) -> dict:
     train = config.train.model_copy(update={"backend": backend})
     autotune.clear_cache()
     with tempfile.TemporaryDirectory() as folder, MeasuringClock() as clock:
-        trainer = Trainer(config.model_copy(update={"task": task, "train": train}), checkpoint_dir=folder,
-                          progress=False)
+        trainer = Trainer(
+            config.model_copy(update={"task": task, "train": train}), checkpoint_dir=folder, progress=False
+        )
         for _ in range(WARMUP_STEPS):
             trainer.train_step()
         trainer.evaluate_and_record(0.0, 0.0)
@@ -66,8 +67,12 @@ def timed_run(config: RunConfig, backend: str) -> dict:
         for _ in range(TIMED_STEPS):
             trainer.train_step()
         per_step = (time.perf_counter() - start) / TIMED_STEPS
-    return {"backends": trainer.backends, "s_per_step": per_step, "measuring_s": clock.seconds,
-            "measured_shapes": clock.calls}
+    return {
+        "backends": trainer.backends,
+        "s_per_step": per_step,
+        "measuring_s": clock.seconds,
+        "measured_shapes": clock.calls,
+    }
 
 
 def compare(name: str, scale: str, against: str) -> dict:
@@ -76,15 +81,27 @@ def compare(name: str, scale: str, against: str) -> dict:
     rows = []
     for index in sorted({0, len(runs) // 2, len(runs) - 1}):
         auto, pinned = timed_run(runs[index], "auto"), timed_run(runs[index], against)
-        rows.append({"run": index, "steps": steps[index], "auto": auto, against: pinned,
-                     "run_s_auto": steps[index] * auto["s_per_step"],
-                     f"run_s_{against}": steps[index] * pinned["s_per_step"],
-                     "measuring_share": auto["measuring_s"] / (steps[index] * auto["s_per_step"])})
+        rows.append(
+            {
+                "run": index,
+                "steps": steps[index],
+                "auto": auto,
+                against: pinned,
+                "run_s_auto": steps[index] * auto["s_per_step"],
+                f"run_s_{against}": steps[index] * pinned["s_per_step"],
+                "measuring_share": auto["measuring_s"] / (steps[index] * auto["s_per_step"]),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
-    return {"name": name, "scale": scale, "runs": len(runs), "timed": len(rows),
-            "mean_s_per_step_auto": sum(r["auto"]["s_per_step"] for r in rows) / len(rows),
-            f"mean_s_per_step_{against}": sum(r[against]["s_per_step"] for r in rows) / len(rows),
-            "max_measuring_share": max(r["measuring_share"] for r in rows)}
+    return {
+        "name": name,
+        "scale": scale,
+        "runs": len(runs),
+        "timed": len(rows),
+        "mean_s_per_step_auto": sum(r["auto"]["s_per_step"] for r in rows) / len(rows),
+        f"mean_s_per_step_{against}": sum(r[against]["s_per_step"] for r in rows) / len(rows),
+        "max_measuring_share": max(r["measuring_share"] for r in rows),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

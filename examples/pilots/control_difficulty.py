@@ -47,36 +47,68 @@ class Ladder:
 
 LADDERS = {
     # the control of coef_readout_maps / coef_kernel_maps / coef_lambda_structure: exp (softmax) in the Type 1 block
-    "fuzzy": Ladder("fuzzy_in_context_recall",
-                    ({"vocab_size": 16, "seq_len": 32, "k_motif_size": 2, "v_motif_size": 2},
-                     {"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
-                     {"vocab_size": 16, "seq_len": 16, "k_motif_size": 1, "v_motif_size": 1}),
-                    coef_readout_maps.model_entry("exp"), coef_readout_maps.SCALES["cpu"], 0.9),
+    "fuzzy": Ladder(
+        "fuzzy_in_context_recall",
+        (
+            {"vocab_size": 16, "seq_len": 32, "k_motif_size": 2, "v_motif_size": 2},
+            {"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
+            {"vocab_size": 16, "seq_len": 16, "k_motif_size": 1, "v_motif_size": 1},
+        ),
+        coef_readout_maps.model_entry("exp"),
+        coef_readout_maps.SCALES["cpu"],
+        0.9,
+    ),
     # the same control on selective copying, where it scored 0.87 and 0.91 at L = 64 (coef_readout_maps, 6db3862)
-    "selcopy": Ladder("selective_copying",
-                      ({"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
-                       {"vocab_size": 16, "seq_len": 32, "num_tokens_to_copy": 4}),
-                      coef_readout_maps.model_entry("exp"), coef_readout_maps.SCALES["cpu"], 0.9),
+    "selcopy": Ladder(
+        "selective_copying",
+        (
+            {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
+            {"vocab_size": 16, "seq_len": 32, "num_tokens_to_copy": 4},
+        ),
+        coef_readout_maps.model_entry("exp"),
+        coef_readout_maps.SCALES["cpu"],
+        0.9,
+    ),
     # the control of coef_positions / coef_unstable_lambda: exp (softmax) with learned positions and Λ = I
-    "noisy": Ladder("noisy_in_context_recall",
-                    ({"vocab_size": 32, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},
-                     {"vocab_size": 24, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2}),
-                    coef_positions.model_entry("exp", True, "none"), coef_positions.SCALES["cpu"],
-                    coef_positions.SOLVED),
+    "noisy": Ladder(
+        "noisy_in_context_recall",
+        (
+            {"vocab_size": 32, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},
+            {"vocab_size": 24, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},
+        ),
+        coef_positions.model_entry("exp", True, "none"),
+        coef_positions.SCALES["cpu"],
+        coef_positions.SOLVED,
+    ),
     # the second pilot: no fuzzy rung of the first reached 0.9 within the scale's budget (0.15/0.72 at L = 16, one
     # seed rising after a late escape), while noisy recall passed once its keys were fewer (V = 24: 4 keys): fuzzy
     # recall with fewer keys, and its easiest rung at three times the steps (noisy at twice: not needed)
-    "fuzzy_fewer_keys": Ladder("fuzzy_in_context_recall",
-                               ({"vocab_size": 12, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
-                                {"vocab_size": 8, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2}),
-                               coef_readout_maps.model_entry("exp"), coef_readout_maps.SCALES["cpu"], 0.9),
-    "fuzzy_longer": Ladder("fuzzy_in_context_recall",
-                           ({"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},),
-                           coef_readout_maps.model_entry("exp"), coef_readout_maps.SCALES["cpu"], 0.9, steps=6_000),
-    "noisy_longer": Ladder("noisy_in_context_recall",
-                           ({"vocab_size": 32, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},),
-                           coef_positions.model_entry("exp", True, "none"), coef_positions.SCALES["cpu"],
-                           coef_positions.SOLVED, steps=8_000),
+    "fuzzy_fewer_keys": Ladder(
+        "fuzzy_in_context_recall",
+        (
+            {"vocab_size": 12, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
+            {"vocab_size": 8, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},
+        ),
+        coef_readout_maps.model_entry("exp"),
+        coef_readout_maps.SCALES["cpu"],
+        0.9,
+    ),
+    "fuzzy_longer": Ladder(
+        "fuzzy_in_context_recall",
+        ({"vocab_size": 16, "seq_len": 16, "k_motif_size": 2, "v_motif_size": 2},),
+        coef_readout_maps.model_entry("exp"),
+        coef_readout_maps.SCALES["cpu"],
+        0.9,
+        steps=6_000,
+    ),
+    "noisy_longer": Ladder(
+        "noisy_in_context_recall",
+        ({"vocab_size": 32, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},),
+        coef_positions.model_entry("exp", True, "none"),
+        coef_positions.SCALES["cpu"],
+        coef_positions.SOLVED,
+        steps=8_000,
+    ),
 }
 
 
@@ -91,8 +123,15 @@ def ladder_sweeps(name: str) -> list[SweepConfig]:
     budget = replace(scale["budget"], steps=ladder.steps) if ladder.steps else scale["budget"]
     sweeps = []
     for params in ladder.rungs:
-        (sweep,) = mad_sweeps("difficulty", [ladder.control], {ladder.task: params}, ladder.seeds, budget,
-                              scale["lrs"][:1], weight_decays=scale["weight_decays"][:1])
+        (sweep,) = mad_sweeps(
+            "difficulty",
+            [ladder.control],
+            {ladder.task: params},
+            ladder.seeds,
+            budget,
+            scale["lrs"][:1],
+            weight_decays=scale["weight_decays"][:1],
+        )
         sweeps.append(sweep.model_copy(update={"name": rung_name(name, params)}))
     return sweeps
 
@@ -109,10 +148,20 @@ def report(store: Store, name: str) -> dict[str, Any]:
             record = store.run(config.run_id)
             best = record.best_metric if record else None
             seeds.append(best)
-            print(json.dumps({"ladder": name, **params, "seed": config.train.seed, "best": best,
-                              "steps": record.step if record else 0, "plateau": round(level, 3),
-                              "escape_step": escape_step(store, config.run_id, level + PLATEAU_MARGIN)
-                              if record else None}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "ladder": name,
+                        **params,
+                        "seed": config.train.seed,
+                        "best": best,
+                        "steps": record.step if record else 0,
+                        "plateau": round(level, 3),
+                        "escape_step": escape_step(store, config.run_id, level + PLATEAU_MARGIN) if record else None,
+                    }
+                ),
+                flush=True,
+            )
         if chosen is None and all(best is not None and best >= ladder.threshold for best in seeds):
             chosen = params
     return {"ladder": name, "threshold": ladder.threshold, "chosen": chosen}

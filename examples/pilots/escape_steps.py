@@ -28,8 +28,10 @@ from seqdyn.train.sweep import expand, run_sweep
 def pilot_sweeps(name: str, steps: int | None, scale: str = "cpu") -> list[SweepConfig]:
     """The ``scale``'s sweeps of reproduction ``name`` on this machine's device (and ``steps`` where given)."""
     changes = {"device": "auto", **({"steps": steps} if steps else {})}
-    return [sweep.model_copy(update={"name": f"pilot-{sweep.name}", "train": sweep.train.model_copy(update=changes)})
-            for sweep in named_sweeps(reproduce.get(name), scale)]
+    return [
+        sweep.model_copy(update={"name": f"pilot-{sweep.name}", "train": sweep.train.model_copy(update=changes)})
+        for sweep in named_sweeps(reproduce.get(name), scale)
+    ]
 
 
 def escape_step(store: Store, run_id: str, level: float) -> int | None:
@@ -45,12 +47,20 @@ def summary(store: Store, sweeps: list[SweepConfig], level: float) -> list[dict]
     for sweep in sweeps:
         for config in expand(sweep):
             record = store.run(config.run_id)
-            lines.append({"sweep": sweep.name, "mixer": config.model.mixer, "mlp": config.model.mlp,
-                          "lr": config.optimizer.lr, "seed": config.train.seed,
-                          "status": record.status if record else "missing",
-                          "best": record.best_metric if record else None, "steps": record.step if record else 0,
-                          "escape_step": escape_step(store, config.run_id, level) if record else None,
-                          "wall_s": record.wall_time if record else None})
+            lines.append(
+                {
+                    "sweep": sweep.name,
+                    "mixer": config.model.mixer,
+                    "mlp": config.model.mlp,
+                    "lr": config.optimizer.lr,
+                    "seed": config.train.seed,
+                    "status": record.status if record else "missing",
+                    "best": record.best_metric if record else None,
+                    "steps": record.step if record else 0,
+                    "escape_step": escape_step(store, config.run_id, level) if record else None,
+                    "wall_s": record.wall_time if record else None,
+                }
+            )
     return lines
 
 
@@ -68,8 +78,10 @@ def train_side_by_side(sweeps: list[SweepConfig], store: str, workers: int) -> N
     """Every sweep in its own process with its share of the workers, all at once, into one store."""
     start = time.monotonic()
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_train, args=(sweep, store, share))
-                 for sweep, share in zip(sweeps, worker_shares(sweeps, workers))]
+    processes = [
+        context.Process(target=_train, args=(sweep, store, share))
+        for sweep, share in zip(sweeps, worker_shares(sweeps, workers))
+    ]
     for process in processes:
         process.start()
     for process in processes:

@@ -37,15 +37,20 @@ def corpus(folder: Path) -> Path:
 
 
 def config(path: Path, pack: bool, steps: int, seq_len: int, batch: int):
-    return parse_config({
-        "name": f"pilot-{'packed' if pack else 'padded'}",
-        "model": {"mixer": ["gated_deltanet", "softmax_attention"], "d_model": 64, "layers": 2},
-        "task": {"name": "lm", "params": {"path": str(path), "seq_len": seq_len, "document_separator": "\n\n",
-                                          "holdout": 0.05},
-                 "train_examples": steps * batch, "test_examples": batch},
-        "optimizer": {"lr": 3e-3},
-        "train": {"steps": steps, "batch_size": batch, "pack": pack, "backend": "auto"},
-    })
+    return parse_config(
+        {
+            "name": f"pilot-{'packed' if pack else 'padded'}",
+            "model": {"mixer": ["gated_deltanet", "softmax_attention"], "d_model": 64, "layers": 2},
+            "task": {
+                "name": "lm",
+                "params": {"path": str(path), "seq_len": seq_len, "document_separator": "\n\n", "holdout": 0.05},
+                "train_examples": steps * batch,
+                "test_examples": batch,
+            },
+            "optimizer": {"lr": 3e-3},
+            "train": {"steps": steps, "batch_size": batch, "pack": pack, "backend": "auto"},
+        }
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,14 +63,21 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
         path = corpus(Path(folder))
-        trainers = {pack: Trainer(config(path, pack, args.steps, args.seq_len, args.batch),
-                                  checkpoint_dir=Path(folder) / str(pack), progress=False) for pack in (False, True)}
+        trainers = {
+            pack: Trainer(
+                config(path, pack, args.steps, args.seq_len, args.batch),
+                checkpoint_dir=Path(folder) / str(pack),
+                progress=False,
+            )
+            for pack in (False, True)
+        }
         losses = {False: [], True: []}
         seconds = {False: [], True: []}
         for _ in range(args.steps):
             for pack, trainer in trainers.items():
-                seconds[pack].append(elapsed_seconds(lambda: losses[pack].append(trainer.train_step()),
-                                                     torch.device("cpu")))
+                seconds[pack].append(
+                    elapsed_seconds(lambda: losses[pack].append(trainer.train_step()), torch.device("cpu"))
+                )
         inputs, targets = trainers[False].train_data
         real_tokens = int((targets != -100).sum()) / len(targets) * args.batch  # per step, on average
     print("| step | padded loss | packed loss |\n| ---: | ---: | ---: |")
@@ -73,11 +85,21 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {step + 1} | {losses[False][step]:.4f} | {losses[True][step]:.4f} |")
     tokens = {pack: real_tokens / statistics.median(seconds[pack][1:]) for pack in (False, True)}
     largest = max(abs(a - b) for a, b in zip(losses[False], losses[True]))
-    print("RESULT " + json.dumps({
-        "steps": args.steps, "seq_len": args.seq_len, "batch": args.batch,
-        "real_tokens_per_row": round(real_tokens / args.batch, 1),
-        "largest_loss_difference": largest, "padded_tokens_per_s": round(tokens[False]),
-        "packed_tokens_per_s": round(tokens[True]), "packed_over_padded": round(tokens[True] / tokens[False], 2)}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "steps": args.steps,
+                "seq_len": args.seq_len,
+                "batch": args.batch,
+                "real_tokens_per_row": round(real_tokens / args.batch, 1),
+                "largest_loss_difference": largest,
+                "padded_tokens_per_s": round(tokens[False]),
+                "packed_tokens_per_s": round(tokens[True]),
+                "packed_over_padded": round(tokens[True] / tokens[False], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,16 @@ def seconds_per_step(config: RunConfig) -> dict:
             trainer.train_step()
         sync()
         per_step = (time.perf_counter() - start) / TIMED_STEPS
-    return {"device": str(trainer.device), "backends": trainer.backends, "mixer": config.model.mixer,
-            "d_model": config.model.d_model, "batch": batch, "params": config.task.params,
-            "s_per_step": round(per_step, 4), "setup_s": round(setup, 2)}
+    return {
+        "device": str(trainer.device),
+        "backends": trainer.backends,
+        "mixer": config.model.mixer,
+        "d_model": config.model.d_model,
+        "batch": batch,
+        "params": config.task.params,
+        "s_per_step": round(per_step, 4),
+        "setup_s": round(setup, 2),
+    }
 
 
 def estimate(name: str, scale: str) -> dict:
@@ -57,9 +64,15 @@ def estimate(name: str, scale: str) -> dict:
         timed.append({"run": index, "steps": steps[index], **seconds_per_step(runs[index])})
         print(json.dumps(timed[-1]), flush=True)
     mean = sum(run["s_per_step"] for run in timed) / len(timed)
-    return {"name": name, "scale": scale, "runs": len(runs), "total_steps": sum(steps),
-            "devices": sorted({config.train.device for config in runs}), "timed": timed,
-            "estimate_h": round(mean * sum(steps) / 3600, 2)}
+    return {
+        "name": name,
+        "scale": scale,
+        "runs": len(runs),
+        "total_steps": sum(steps),
+        "devices": sorted({config.train.device for config in runs}),
+        "timed": timed,
+        "estimate_h": round(mean * sum(steps) / 3600, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-bench_app = typer.Typer(help="Speed and memory benchmarks (ratios measured side by side in one run).", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Speed and memory benchmarks (ratios measured side by side in one run).", no_args_is_help=True
+)
 app.add_typer(bench_app, name="bench")
 config_app = typer.Typer(help="The run and sweep configs (YAML).", no_args_is_help=True)
 app.add_typer(config_app, name="config")
@@ -65,11 +67,17 @@ _register_subcommands()
 
 
 STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
-WORKERS_OPTION = typer.Option(0, help="Local worker processes, each training one run at a time with its share of "
-                              "the cores' threads; 0 (the default): one per CPU core, 1: the runs in turn in this "
-                              "process.")
-RETRY_OPTION = typer.Option(False, "--retry-failed", help="Train again the runs that failed (a diverged loss "
-                            "excepted: the same config repeats it).")
+WORKERS_OPTION = typer.Option(
+    0,
+    help="Local worker processes, each training one run at a time with its share of "
+    "the cores' threads; 0 (the default): one per CPU core, 1: the runs in turn in this "
+    "process.",
+)
+RETRY_OPTION = typer.Option(
+    False,
+    "--retry-failed",
+    help="Train again the runs that failed (a diverged loss excepted: the same config repeats it).",
+)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -100,8 +108,10 @@ def _interrupted(error: KeyboardInterrupt) -> None:
     import os
     import sys
 
-    typer.echo(f"interrupted ({error or 'SIGINT'}): the run in progress is marked interrupted; the same command "
-               "resumes it", err=True)
+    typer.echo(
+        f"interrupted ({error or 'SIGINT'}): the run in progress is marked interrupted; the same command resumes it",
+        err=True,
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(getattr(error, "exit_status", 130))
@@ -162,8 +172,9 @@ def train(
     results = _open_store(store) if distributed is None or distributed.rank == 0 else None
     try:
         with _training_errors():
-            result = train_run(run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress,
-                               distributed=distributed)
+            result = train_run(
+                run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress, distributed=distributed
+            )
             if distributed is not None:
                 distributed.barrier()  # no rank tears the group down while rank 0 still writes
     finally:
@@ -181,8 +192,9 @@ def sweep(
     ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     retry_failed: bool = RETRY_OPTION,
-    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs it would train and those already done, "
-                                 "and train nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="List the runs it would train and those already done, and train nothing."
+    ),
 ) -> None:
     """Train every run of a sweep that is not finished yet, then print a summary."""
     from seqdyn.train.sweep import available_cores, expand, plan_sweep, run_sweep
@@ -203,8 +215,10 @@ def sweep(
     _print_summary(results)
     skipped = sum(run.action == "done" for run in planned)
     if skipped == len(planned):
-        typer.echo(f"nothing trained: all {len(planned)} runs are already done in {store} (--retry-failed trains "
-                   "the failed ones again; `seqdyn report` shows them)")
+        typer.echo(
+            f"nothing trained: all {len(planned)} runs are already done in {store} (--retry-failed trains "
+            "the failed ones again; `seqdyn report` shows them)"
+        )
     elif skipped:
         typer.echo(f"trained {len(planned) - skipped} runs; {skipped} already done in {store} were skipped")
 
@@ -245,19 +259,31 @@ def report(
 
 @app.command()
 def inspect(
-    run_id: str = typer.Argument(..., metavar="RUN_ID|MODEL_DIR", help="The run's id (first column of `seqdyn "
-                                 "report`), or a model folder: a seqdyn checkpoint or a transformers checkpoint of a "
-                                 "family `seqdyn convert` converts."),
+    run_id: str = typer.Argument(
+        ...,
+        metavar="RUN_ID|MODEL_DIR",
+        help="The run's id (first column of `seqdyn "
+        "report`), or a model folder: a seqdyn checkpoint or a transformers checkpoint of a "
+        "family `seqdyn convert` converts.",
+    ),
     store: str = STORE_OPTION,
     input: str = typer.Option("", "--input", help="Token ids [B,T] (.pt or .npy) instead of the task's test set."),
-    text: str = typer.Option("", "--text", help="A model folder: the text to measure on, read by the folder's "
-                                               "tokenizer."),
+    text: str = typer.Option(
+        "", "--text", help="A model folder: the text to measure on, read by the folder's tokenizer."
+    ),
     examples: int = typer.Option(8, help="Test sequences to run when no --input is given."),
     eps: float = typer.Option(1e-3, help="Threshold of a near-zero coefficient."),
-    plot: str = typer.Option("", "--plot", help="Write coefficient heat maps here, and the principle plot of the "
-                                                "run's sweep beside it (FILE-principle.png)."),
-    dsf: str = typer.Option("", "--dsf", help="A model folder: save each layer's DSF matrices (Lambda, B, C, D per "
-                                              "step and head) to this .pt file."),
+    plot: str = typer.Option(
+        "",
+        "--plot",
+        help="Write coefficient heat maps here, and the principle plot of the "
+        "run's sweep beside it (FILE-principle.png).",
+    ),
+    dsf: str = typer.Option(
+        "",
+        "--dsf",
+        help="A model folder: save each layer's DSF matrices (Lambda, B, C, D per step and head) to this .pt file.",
+    ),
 ) -> None:
     """Load a trained run, or a model folder, and print, per layer and head, the near-zero fraction, zero counts
     against K−1, the combination classes and the spectral bound of its coefficient dynamics (Sieber et al. 2025,
@@ -290,8 +316,12 @@ def _inspect_run(run_id: str, store: str, input: str, examples: int, eps: float,
         source = f"--input {input}" if input else "its task's test set"
         title = f"run {run_id} ({result.name}, {result.status}{metric}{backend})"
         out.print(format_table(result.rows, title=escape(title)))
-        out.print(escape(f"measured on {_described_inputs(result.inputs)} from {source}: coefficients "
-                         f"[{result.inputs.shape[0]}, H, {result.inputs.shape[1]}, {result.inputs.shape[1]}] per layer"))
+        out.print(
+            escape(
+                f"measured on {_described_inputs(result.inputs)} from {source}: coefficients "
+                f"[{result.inputs.shape[0]}, H, {result.inputs.shape[1]}, {result.inputs.shape[1]}] per layer"
+            )
+        )
         for line in table_legend(result.rows, eps):
             out.print(escape(line), style="dim")
         for layer, (name, why) in enumerate(zip(result.backends or [], result.backend_reasons or [])):
@@ -337,11 +367,16 @@ def _inspect_folder(folder: Path, input: str, text: str, eps: float, plot: str, 
     rows = inspect_model(body, inputs, eps=eps)
     out = console()
     mixers = sorted({row.mixer for row in rows})
-    out.print(format_table(rows, title=escape(f"{folder} ({', '.join(mixers)}, {model.config.num_hidden_layers} "
-                                              "layers)")))
+    out.print(
+        format_table(rows, title=escape(f"{folder} ({', '.join(mixers)}, {model.config.num_hidden_layers} layers)"))
+    )
     source = f"--text ({inputs.shape[1]} tokens)" if text else f"--input {input}"
-    out.print(escape(f"measured on {_described_inputs(inputs)} from {source}: coefficients "
-                     f"[{inputs.shape[0]}, H, {inputs.shape[1]}, {inputs.shape[1]}] per layer"))
+    out.print(
+        escape(
+            f"measured on {_described_inputs(inputs)} from {source}: coefficients "
+            f"[{inputs.shape[0]}, H, {inputs.shape[1]}, {inputs.shape[1]}] per layer"
+        )
+    )
     for line in table_legend(rows, eps):
         out.print(escape(line), style="dim")
     if plot:
@@ -387,8 +422,16 @@ def _print_summary(results) -> None:
         table.add_column(column)
     fmt = lambda v: "—" if v is None else f"{v:.4f}"  # noqa: E731
     for r in results:
-        table.add_row(r.run_id, escape(r.name), escape(r.status + (f" ({r.reason})" if r.reason else "")), str(r.step),
-                      r.metric_name, fmt(r.final_metric), fmt(r.best_metric), f"{r.wall_time:.1f}")
+        table.add_row(
+            r.run_id,
+            escape(r.name),
+            escape(r.status + (f" ({r.reason})" if r.reason else "")),
+            str(r.step),
+            r.metric_name,
+            fmt(r.final_metric),
+            fmt(r.best_metric),
+            f"{r.wall_time:.1f}",
+        )
     console().print(table)
 
 
@@ -397,18 +440,28 @@ def reproduce(
     target: str = typer.Argument(..., help="A reproduction's name, or list, all or report."),
     scale: str = typer.Option("cpu", help="smoke (a minute), cpu (at most 45 min on 2 cores) or paper (a GPU)."),
     store: str = STORE_OPTION,
-    out: str = typer.Option("reproductions", help="The folder of the results: each reproduction writes its "
-                            "results.csv, table.md, figure.png and verdict.json into a sub-folder named after it."),
+    out: str = typer.Option(
+        "reproductions",
+        help="The folder of the results: each reproduction writes its "
+        "results.csv, table.md, figure.png and verdict.json into a sub-folder named after it.",
+    ),
     workers: int = WORKERS_OPTION,
     ray: bool = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster)."),
     yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     retry_failed: bool = RETRY_OPTION,
-    data: Optional[str] = typer.Option(None, help="The local corpus of the language-model reproductions: a "
-                                       "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file."),
+    data: Optional[str] = typer.Option(
+        None,
+        help="The local corpus of the language-model reproductions: a "
+        "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file.",
+    ),
     markdown: bool = typer.Option(False, "--markdown", help="report: print the verdicts as a markdown table."),
-    brief: bool = typer.Option(False, "--brief", help="report --markdown: the README's short table (claim names, "
-                               "the deciding numbers, an inconclusive verdict's cause in a word)."),
+    brief: bool = typer.Option(
+        False,
+        "--brief",
+        help="report --markdown: the README's short table (claim names, "
+        "the deciding numbers, an inconclusive verdict's cause in a word).",
+    ),
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -427,8 +480,9 @@ def reproduce(
             commands.report(out)
         else:
             try:
-                commands.reproduce(target, scale, store, out, workers or available_cores(), ray, yes, progress,
-                                   retry_failed, data)
+                commands.reproduce(
+                    target, scale, store, out, workers or available_cores(), ray, yes, progress, retry_failed, data
+                )
             except commands.ReproductionsFailed as error:
                 _fail(str(error), 1)
 
@@ -491,8 +545,9 @@ def bench_mixers(
     selected = _name_list(names)
     for name in selected or []:
         mixers.get(name)  # unknown names fail before any work
-    run_mixer_benchmark(selected, _lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds,
-                        rounds)
+    run_mixer_benchmark(
+        selected, _lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds, rounds
+    )
 
 
 @bench_app.command("auto")
@@ -501,17 +556,19 @@ def bench_auto(
     quick: bool = typer.Option(False, help="Four small cases only (a first look, seconds)."),
     mixers: str = typer.Option("", "--mixers", help="Comma-separated mixer names: only the cases of these."),
     device: str = typer.Option("cpu", help="'cpu', 'cuda' or 'auto' (cuda when available)."),
-    repeats: int = typer.Option(3, help="Timed repetitions per backend and round after a warm-up (the fastest counts)."),
-    rounds: int = typer.Option(3, help="Passes over a cell's backends (auto first, then last, ...); each keeps its "
-                                  "best time."),
+    repeats: int = typer.Option(
+        3, help="Timed repetitions per backend and round after a warm-up (the fastest counts)."
+    ),
+    rounds: int = typer.Option(
+        3, help="Passes over a cell's backends (auto first, then last, ...); each keeps its best time."
+    ),
     markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
 ) -> None:
     """Is backend='auto' the fastest exact backend? Every mixer at its defaults and at the reproductions' shapes,
     auto beside every backend it could use (targets: within 1.2× in every cell, 1.05× in geometric mean)."""
     from seqdyn.bench.auto import run_auto_benchmark
 
-    result = run_auto_benchmark(quick, device, repeats, rounds, _name_list(mixers),
-                                str(markdown) if markdown else None)
+    result = run_auto_benchmark(quick, device, repeats, rounds, _name_list(mixers), str(markdown) if markdown else None)
     if not result["met"]:
         raise typer.Exit(1)
 
@@ -532,8 +589,9 @@ def bench_decode(
     16k, and packed against padded training throughput (needs the \\[hf] extra)."""
     from seqdyn.bench.decode import run_decode_benchmark
 
-    run_decode_benchmark(quick, device, d_model, layers, chunk, steps, _name_list(models),
-                         str(markdown) if markdown else None)
+    run_decode_benchmark(
+        quick, device, d_model, layers, chunk, steps, _name_list(models), str(markdown) if markdown else None
+    )
 
 
 @bench_app.command("hf")
@@ -543,9 +601,13 @@ def bench_hf(
     lengths: str = typer.Option("1024,4096,16384", "--lengths", help="Comma-separated prompt lengths."),
     repeats: int = typer.Option(2, min=1, help="Timed repetitions per cell after a warm-up (the fastest counts)."),
     markdown: Optional[Path] = typer.Option(None, help="Also write the table as Markdown to this file."),
-    families: str = typer.Option("", "--families", show_default=False,
-                                 help="Comma-separated families to measure (mamba, mamba2, qwen3_5_text, "
-                                      "recurrent_gemma); default: all of them."),
+    families: str = typer.Option(
+        "",
+        "--families",
+        show_default=False,
+        help="Comma-separated families to measure (mamba, mamba2, qwen3_5_text, "
+        "recurrent_gemma); default: all of them.",
+    ),
 ) -> None:
     """transformers' Mamba, Mamba-2, Qwen3.5 (Gated DeltaNet) and RecurrentGemma (RG-LRU) on their PyTorch
     fallbacks against the same models with seqdyn.hf.accelerate: prefill, forward + backward and decode, side by
@@ -553,8 +615,13 @@ def bench_hf(
     from seqdyn.bench.hf import run_hf_benchmark
 
     chosen = tuple(name.strip() for name in families.split(",") if name.strip())
-    run_hf_benchmark(quick, tuple(_lengths("--lengths", lengths)), repeats, str(markdown) if markdown else None,
-                     **({"families": chosen} if chosen else {}))
+    run_hf_benchmark(
+        quick,
+        tuple(_lengths("--lengths", lengths)),
+        repeats,
+        str(markdown) if markdown else None,
+        **({"families": chosen} if chosen else {}),
+    )
 
 
 @config_app.command("schema")
@@ -567,11 +634,18 @@ def config_schema() -> None:
 
 @app.command()
 def convert(
-    model_dir: Optional[str] = typer.Argument(None, metavar="MODEL_DIR", help="A transformers checkpoint folder "
-                                              "(config.json and its weights) of a supported family."),
+    model_dir: Optional[str] = typer.Argument(
+        None,
+        metavar="MODEL_DIR",
+        help="A transformers checkpoint folder (config.json and its weights) of a supported family.",
+    ),
     out_dir: Optional[str] = typer.Argument(None, metavar="OUT_DIR", help="A new folder for the seqdyn checkpoint."),
-    check: bool = typer.Option(False, "--check", help="Convert a tiny random model of every supported family, built "
-                               "offline, and print the largest differences from transformers."),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Convert a tiny random model of every supported family, built "
+        "offline, and print the largest differences from transformers.",
+    ),
 ) -> None:
     """Convert a transformers model (Mamba, Mamba-2, Qwen3.5, Bamba, Granite, Nemotron-H) to seqdyn: same logits.
 
@@ -593,8 +667,10 @@ def convert(
         for column in ("family", *columns):
             table.add_column(column)
         for report in reports:
-            table.add_row(report["family"], *(f"{report[key]:.1e}" if isinstance(report[key], float)
-                                              else str(report[key]) for key in columns))
+            table.add_row(
+                report["family"],
+                *(f"{report[key]:.1e}" if isinstance(report[key], float) else str(report[key]) for key in columns),
+            )
         console().print(table)
         return
     if model_dir is None or out_dir is None:
@@ -607,9 +683,14 @@ def convert(
 
 
 @app.command("mixers")
-def list_mixers(name: Optional[str] = typer.Argument(
-        None, metavar="NAME", help="A mixer, or the import path of your own (my_package.my_module:MyMixer): print "
-        "its equations and what each option means.")) -> None:
+def list_mixers(
+    name: Optional[str] = typer.Argument(
+        None,
+        metavar="NAME",
+        help="A mixer, or the import path of your own (my_package.my_module:MyMixer): print "
+        "its equations and what each option means.",
+    ),
+) -> None:
     """List the registered mixers with their options and defaults, or document one (seqdyn mixers custom)."""
     from rich.console import Console
     from rich.table import Table
@@ -622,8 +703,10 @@ def list_mixers(name: Optional[str] = typer.Argument(
         except ValueError as error:
             _fail(f"NAME: {error}")
         return
-    table = Table(title="seqdyn mixers (seqdyn.mixers.build(name, d_model, **options))",
-                  caption="seqdyn mixers NAME: its equations and what each option means")
+    table = Table(
+        title="seqdyn mixers (seqdyn.mixers.build(name, d_model, **options))",
+        caption="seqdyn mixers NAME: its equations and what each option means",
+    )
     table.add_column("name")
     table.add_column("options (defaults)")
     for name in mixers.names():

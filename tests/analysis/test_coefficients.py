@@ -27,12 +27,13 @@ def causal(rows: list[list[float]], dtype=torch.float64) -> torch.Tensor:
 def random_causal(batch=2, heads=3, length=9, seed=0) -> torch.Tensor:
     """Entries of magnitude in [0.1, 1] with random signs below and on the diagonal, zero above."""
     g = torch.Generator().manual_seed(seed)
-    values = (0.1 + 0.9 * torch.rand(batch, heads, length, length, generator=g, dtype=torch.float64))
+    values = 0.1 + 0.9 * torch.rand(batch, heads, length, length, generator=g, dtype=torch.float64)
     signs = torch.where(torch.rand(values.shape, generator=g) < 0.5, -1.0, 1.0).to(torch.float64)
     return (values * signs).tril()
 
 
 # --- near-zero and large fractions ---------------------------------------------------------------------------
+
 
 def test_near_zero_fraction_counts_the_planted_small_entries():
     A = random_causal()
@@ -88,6 +89,7 @@ def test_fractions_of_several_heads_and_examples_are_over_all_their_causal_entri
 
 # --- zero counts (Corollary 2.2) ------------------------------------------------------------------------------
 
+
 def test_zero_count_per_row_counts_exact_zeros_per_row_and_head():
     A = random_causal(batch=2, heads=2, length=6)
     A[0, 0, 5, [0, 2, 4]] = 0.0
@@ -125,9 +127,11 @@ def test_zero_counts_tie_at_the_tolerance_and_at_the_relative_round_off():
 def test_mean_zero_count_is_the_batch_mean_of_each_row_index_on_hand_built_rows():
     """Seed 001 Fig. 9: per (head, row i) the mean over the batch of the zero counts, rows without any nonzero
     entry left out: row 2 has 1, 2 and (left out) 3 zeros in the three examples, mean 1.5; row 1 has 0, 1, 1."""
-    rows = {0: [[1.0], [1.0, 1.0], [0.0, 1.0, 0.5]],
-            1: [[1.0], [0.0, 1.0], [0.0, 0.0, 1.0]],
-            2: [[1.0], [1.0, 0.0], [0.0, 0.0, 0.0]]}
+    rows = {
+        0: [[1.0], [1.0, 1.0], [0.0, 1.0, 0.5]],
+        1: [[1.0], [0.0, 1.0], [0.0, 0.0, 1.0]],
+        2: [[1.0], [1.0, 0.0], [0.0, 0.0, 0.0]],
+    }
     A = torch.cat([causal(rows[b]) for b in range(3)])
     assert analysis.zero_count_per_row(A)[:, 0].tolist() == [[0, 0, 1], [0, 1, 2], [0, 1, 3]]
     means = analysis.mean_zero_count(A)
@@ -140,8 +144,7 @@ def test_the_zero_count_of_fig9_meets_k_minus_one_exactly():
     k = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)[None, :, None]
     q = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, -1.0]], dtype=torch.float64)[None, :, None]
     A = seqdyn.coefficients(q, k, scale=1.0)
-    assert torch.equal(A[0, 0], torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, -1.0, 0.0]],
-                                             dtype=torch.float64))
+    assert torch.equal(A[0, 0], torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, -1.0, 0.0]], dtype=torch.float64))
     assert analysis.zero_count_per_row(A).tolist() == [[[0, 1, 1]]]
     assert analysis.mean_zero_count(A).max() == k.shape[-1] - 1
 
@@ -182,14 +185,17 @@ def test_mean_zero_count_averages_over_the_batch_and_leaves_zero_queries_out():
     assert torch.nan_to_num(means).sum() == 1.0
 
 
-@pytest.mark.parametrize("name, options", [
-    ("linear_attention", {"heads": 2}),
-    ("custom", {"heads": 2, "normalizer": "none"}),
-    ("gla", {}),
-    ("retnet", {}),
-    ("mamba2", {"state_dim": 4, "head_dim": 8, "a_init_range": (1.0, 2.0)}),
-    ("deltanet", {}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("linear_attention", {"heads": 2}),
+        ("custom", {"heads": 2, "normalizer": "none"}),
+        ("gla", {}),
+        ("retnet", {}),
+        ("mamba2", {"state_dim": 4, "head_dim": 8, "a_init_range": (1.0, 2.0)}),
+        ("deltanet", {}),
+    ],
+)
 def test_zero_counts_of_random_identity_readout_mixers_stay_within_k_minus_one(name, options):
     m = mixer(name, **options)
     x = inputs(length=16)
@@ -200,14 +206,17 @@ def test_zero_counts_of_random_identity_readout_mixers_stay_within_k_minus_one(n
 
 # --- combination classes (appendix A, Table 2) ----------------------------------------------------------------
 
+
 def test_each_combination_class_on_hand_built_rows():
-    A = causal([
-        [1.0],                       # convex
-        [0.3, 0.7],                  # convex
-        [0.2, 0.3, 0.1],             # conical: non-negative, sum 0.6
-        [1.5, -0.25, -0.25, 0.0],    # affine: sum 1 with negative entries
-        [0.5, -0.1, 0.2, 0.3, 0.4],  # linear
-    ])
+    A = causal(
+        [
+            [1.0],  # convex
+            [0.3, 0.7],  # convex
+            [0.2, 0.3, 0.1],  # conical: non-negative, sum 0.6
+            [1.5, -0.25, -0.25, 0.0],  # affine: sum 1 with negative entries
+            [0.5, -0.1, 0.2, 0.3, 0.4],  # linear
+        ]
+    )
     classes = analysis.combination_class(A)
     assert isinstance(classes, np.ndarray) and classes.shape == (1, 1, 5)
     assert classes[0, 0].tolist() == ["convex", "convex", "conical", "affine", "linear"]
@@ -220,11 +229,23 @@ def test_combination_classes_at_the_tolerance_boundary():
     """Appendix A's conditions up to ``tol`` (ties included): ``A_ij ≥ −tol`` and ``|Σ_j A_ij − 1| ≤ tol``; the
     tolerance is never below the round-off ``4 · max(T, 16) · eps(dtype)`` of a length-T sum."""
     tol = 1e-3
-    A = causal([[1.0], [-tol, 1.0 + tol], [0.5, 0.5 + tol, 0.0], [-2 * tol, 0.5, 0.5, 2 * tol],
-                [0.2, 0.2, 0.2, 0.2, 0.2 - 2 * tol]])
+    A = causal(
+        [
+            [1.0],
+            [-tol, 1.0 + tol],
+            [0.5, 0.5 + tol, 0.0],
+            [-2 * tol, 0.5, 0.5, 2 * tol],
+            [0.2, 0.2, 0.2, 0.2, 0.2 - 2 * tol],
+        ]
+    )
     assert analysis.combination_class(A, tol=tol)[0, 0].tolist() == ["convex", "convex", "convex", "affine", "conical"]
     assert analysis.combination_class(A, tol=tol / 2)[0, 0].tolist() == [
-        "convex", "affine", "conical", "affine", "conical"]
+        "convex",
+        "affine",
+        "conical",
+        "affine",
+        "conical",
+    ]
     assert analysis.roundoff(torch.float32) == 4 * 16 * torch.finfo(torch.float32).eps
     assert analysis.roundoff(torch.float64, terms=100) == 4 * 100 * torch.finfo(torch.float64).eps
     off = 0.9 * analysis.roundoff(torch.float32, 2)
@@ -245,8 +266,9 @@ def test_combination_class_tolerance_and_layout_over_batch_and_heads():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("name, options", [("softmax_attention", {"heads": 2}),
-                                           ("linear_attention", {"heads": 2, "feature_map": "elu1"})])
+@pytest.mark.parametrize(
+    "name, options", [("softmax_attention", {"heads": 2}), ("linear_attention", {"heads": 2, "feature_map": "elu1"})]
+)
 def test_attention_coefficients_are_convex(name, options, dtype):
     m = mixer(name, **options).to(dtype)
     A = m.coefficients(inputs(length=24).to(dtype))
@@ -272,29 +294,43 @@ def test_mamba2_coefficients_are_linear_combinations():
 
 # --- bad input ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad, message", [
-    (torch.zeros(2, 4, 4), "4 dimensions"),
-    (torch.zeros(1, 1, 3, 4), "square"),
-    (torch.ones(1, 1, 3, 3), "not causal"),
-    (torch.zeros(1, 1, 3, 3, dtype=torch.int64), "floating-point"),
-    (torch.full((1, 1, 2, 2), float("nan")).tril(), "NaN"),
-    ([[1.0]], "tensor"),
-])
-@pytest.mark.parametrize("metric", [analysis.near_zero_fraction, analysis.large_fraction,
-                                    analysis.zero_count_per_row, analysis.combination_class,
-                                    analysis.combination_class_shares])
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (torch.zeros(2, 4, 4), "4 dimensions"),
+        (torch.zeros(1, 1, 3, 4), "square"),
+        (torch.ones(1, 1, 3, 3), "not causal"),
+        (torch.zeros(1, 1, 3, 3, dtype=torch.int64), "floating-point"),
+        (torch.full((1, 1, 2, 2), float("nan")).tril(), "NaN"),
+        ([[1.0]], "tensor"),
+    ],
+)
+@pytest.mark.parametrize(
+    "metric",
+    [
+        analysis.near_zero_fraction,
+        analysis.large_fraction,
+        analysis.zero_count_per_row,
+        analysis.combination_class,
+        analysis.combination_class_shares,
+    ],
+)
 def test_bad_coefficient_tensors_raise_value_errors_naming_the_argument(metric, bad, message):
     with pytest.raises(ValueError, match=f"^A: .*{message}"):
         metric(bad)
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda A: analysis.near_zero_fraction(A, eps=0.0), "eps"),
-    (lambda A: analysis.large_fraction(A, eps=-1.0), "eps"),
-    (lambda A: analysis.zero_count_per_row(A, tol=-1e-3), "tol"),
-    (lambda A: analysis.combination_class(A, tol=float("nan")), "tol"),
-    (lambda A: analysis.near_zero_fraction(A, eps="small"), "eps"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda A: analysis.near_zero_fraction(A, eps=0.0), "eps"),
+        (lambda A: analysis.large_fraction(A, eps=-1.0), "eps"),
+        (lambda A: analysis.zero_count_per_row(A, tol=-1e-3), "tol"),
+        (lambda A: analysis.combination_class(A, tol=float("nan")), "tol"),
+        (lambda A: analysis.near_zero_fraction(A, eps="small"), "eps"),
+    ],
+)
 def test_bad_thresholds_raise_value_errors(call, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         call(torch.eye(3, dtype=torch.float64)[None, None])
@@ -310,8 +346,11 @@ def test_entries_above_the_diagonal_count_as_zero_up_to_64_units_of_round_off():
         A[0, 0, 1, 2] = limit
         assert torch.equal(analysis.check_coefficients(A), A)
         A[0, 0, 1, 2] = 1.5 * limit
-        with pytest.raises(ValueError, match=r"^A: not causal: entry \[0, 0, 1, 2\] = .* lies above the diagonal "
-                                             r"\(j > i\); coefficient matrices are zero there$"):
+        with pytest.raises(
+            ValueError,
+            match=r"^A: not causal: entry \[0, 0, 1, 2\] = .* lies above the diagonal "
+            r"\(j > i\); coefficient matrices are zero there$",
+        ):
             analysis.check_coefficients(A)
     with pytest.raises(ValueError, match=r"^A: expected a tensor of coefficients \[B, H, T, T\], got list$"):
         analysis.check_coefficients([[1.0]])
@@ -367,8 +406,12 @@ def test_row_sums_of_float32_coefficients_are_taken_in_float64():
 def test_a_sum_exactly_at_the_tolerance_is_affine_and_every_class_has_a_share():
     """``|Σ_j A_ij − 1| ≤ tol`` with a tie (2⁻¹⁰, exact in binary); shares of a matrix of convex rows only still
     list the four classes."""
-    tol = 2.0 ** -10
+    tol = 2.0**-10
     A = causal([[1.0], [0.5, 0.5 + tol], [-2 * tol, 0.5, 0.5 + 3 * tol]])
     assert analysis.combination_class(A, tol=tol)[0, 0].tolist() == ["convex", "convex", "affine"]
     assert analysis.combination_class_shares(causal([[1.0], [0.5, 0.5]])) == {
-        "convex": 1.0, "conical": 0.0, "affine": 0.0, "linear": 0.0}
+        "convex": 1.0,
+        "conical": 0.0,
+        "affine": 0.0,
+        "linear": 0.0,
+    }

@@ -20,16 +20,19 @@ class Nested:
 
 
 def test_state_bytes_walks_dataclasses_lists_tuples_and_dicts():
-    state = Nested(torch.zeros(3, dtype=torch.float32), [torch.zeros(2, 2, dtype=torch.float64),
-                                                         {"x": (torch.zeros(5, dtype=torch.int8), None)}, 7])
+    state = Nested(
+        torch.zeros(3, dtype=torch.float32),
+        [torch.zeros(2, 2, dtype=torch.float64), {"x": (torch.zeros(5, dtype=torch.int8), None)}, 7],
+    )
     assert state_bytes(state) == 3 * 4 + 4 * 8 + 5
 
 
 def model(mixer: str, **options):
     torch.manual_seed(0)
     task = tasks.build("mqar", seq_len=16, num_kv_pairs=2, vocab_size=32)
-    return build_model({"d_model": 16, "layers": 2, "mlp": "none", "positions": False, "mixer": mixer,
-                        "mixer_options": options}, task).eval()
+    return build_model(
+        {"d_model": 16, "layers": 2, "mlp": "none", "positions": False, "mixer": mixer, "mixer_options": options}, task
+    ).eval()
 
 
 def test_a_recurrent_state_stays_the_same_size_and_a_key_cache_grows():
@@ -43,8 +46,9 @@ def test_a_recurrent_state_stays_the_same_size_and_a_key_cache_grows():
     assert all(p.seconds_per_token > 0 for p in linear + softmax)
 
 
-@pytest.mark.parametrize("mixer,options", [("mamba2", {"state_dim": 4, "head_dim": 8}),
-                                           ("softmax_attention", {"heads": 2, "rotary": True})])
+@pytest.mark.parametrize(
+    "mixer,options", [("mamba2", {"state_dim": 4, "head_dim": 8}), ("softmax_attention", {"heads": 2, "rotary": True})]
+)
 def test_step_error_is_round_off_for_a_model_and_large_for_another(mixer, options):
     tokens = random_tokens(32, 24, batch=2)
     assert step_error(model(mixer, **options), tokens) < 1e-5

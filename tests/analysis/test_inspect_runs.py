@@ -23,11 +23,19 @@ from tests.train._helpers import unprivileged
 SWEEP = {
     "name": "inspect-demo",
     "model": {"d_model": 16, "layers": 2, "mlp": "none"},
-    "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
-             "train_examples": 128, "test_examples": 16},
+    "task": {
+        "name": "mqar",
+        "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
+        "train_examples": 128,
+        "test_examples": 16,
+    },
     "train": {"steps": 6, "batch_size": 16, "eval_every": 3},
-    "sweep": {"model": [{"mixer": "softmax_attention", "mixer_options": {"heads": 2}},
-                        {"mixer": "gla", "positions": False, "mixer_options": {"heads": 2}}]},
+    "sweep": {
+        "model": [
+            {"mixer": "softmax_attention", "mixer_options": {"heads": 2}},
+            {"mixer": "gla", "positions": False, "mixer_options": {"heads": 2}},
+        ]
+    },
 }
 
 
@@ -56,16 +64,19 @@ def test_inspect_run_measures_every_layer_and_head(trained):
 def test_principle_points_cover_the_sweep(trained):
     store_path, ids = trained
     points = principle_points(store_path, "inspect-demo", examples=2)
-    assert sorted(label for label, _, _ in points) == ["mixer=gla, positions=False",
-                                                       "mixer=softmax_attention, positions=True"]
+    assert sorted(label for label, _, _ in points) == [
+        "mixer=gla, positions=False",
+        "mixer=softmax_attention, positions=True",
+    ]
     assert all(0 <= fraction <= 1 and 0 <= accuracy <= 1 for _, fraction, accuracy in points)
 
 
 def test_inspect_command_prints_the_table_and_writes_figures(trained, tmp_path):
     store_path, ids = trained
     figure = tmp_path / "coefficients.png"
-    result = CliRunner().invoke(app, ["inspect", ids["gla"], "--store", str(store_path), "--examples", "2",
-                                      "--plot", str(figure)])
+    result = CliRunner().invoke(
+        app, ["inspect", ids["gla"], "--store", str(store_path), "--examples", "2", "--plot", str(figure)]
+    )
     assert result.exit_code == 0, result.output
     assert "gla" in result.output and "inspect-demo[mixer=gla" in result.output
     assert "measured on 2 token sequences of 16 steps from its task's test set" in result.output
@@ -76,8 +87,11 @@ def test_inspect_command_prints_the_table_and_writes_figures(trained, tmp_path):
 
 def test_inspect_says_why_a_zero_count_has_no_bound(trained):
     store_path, ids = trained
-    result = CliRunner().invoke(app, ["inspect", ids["softmax_attention"], "--store", str(store_path), "--examples",
-                                      "2", "--eps", "0.01"], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app,
+        ["inspect", ids["softmax_attention"], "--store", str(store_path), "--examples", "2", "--eps", "0.01"],
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     assert "(bound for φ identity only)" in result.output and "eps = 0.01 " in result.output
 
@@ -87,22 +101,26 @@ def test_inspect_command_takes_token_ids_from_a_file(trained, tmp_path):
     tokens = torch.randint(0, 32, (3, 10))
     torch.save(tokens, tmp_path / "tokens.pt")
     # the order: options first, then the run id
-    result = CliRunner().invoke(app, ["inspect", "--store", str(store_path), "--input", str(tmp_path / "tokens.pt"),
-                                      ids["softmax_attention"]])
+    result = CliRunner().invoke(
+        app, ["inspect", "--store", str(store_path), "--input", str(tmp_path / "tokens.pt"), ids["softmax_attention"]]
+    )
     assert result.exit_code == 0, result.output
     assert "measured on 3 token sequences of 10 steps from --input" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["nosuchrun"], "run id 'nosuchrun'"),
-    (["{softmax}", "--input", "{missing}"], "--input: no file"),
-    (["{softmax}", "--input", "{floats}"], "takes tokens inputs"),
-    (["{softmax}", "--input", "{large}"], "token ids must lie in [0, 32)"),
-    (["{softmax}", "--input", "{text_pt}"], "holds no numeric .pt tensor"),
-    (["{softmax}", "--input", "{noise_pt}"], "holds no numeric .pt tensor"),
-    (["{softmax}", "--input", "{text_npy}"], "holds no numeric .npy tensor"),
-    (["{softmax}", "--input", "{strings_npy}"], "holds no numeric .npy tensor"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nosuchrun"], "run id 'nosuchrun'"),
+        (["{softmax}", "--input", "{missing}"], "--input: no file"),
+        (["{softmax}", "--input", "{floats}"], "takes tokens inputs"),
+        (["{softmax}", "--input", "{large}"], "token ids must lie in [0, 32)"),
+        (["{softmax}", "--input", "{text_pt}"], "holds no numeric .pt tensor"),
+        (["{softmax}", "--input", "{noise_pt}"], "holds no numeric .pt tensor"),
+        (["{softmax}", "--input", "{text_npy}"], "holds no numeric .npy tensor"),
+        (["{softmax}", "--input", "{strings_npy}"], "holds no numeric .npy tensor"),
+    ],
+)
 def test_inspect_command_bad_input_exits_2(trained, tmp_path, args, message):
     store_path, ids = trained
     torch.save(torch.rand(2, 8), tmp_path / "floats.pt")
@@ -111,10 +129,16 @@ def test_inspect_command_bad_input_exits_2(trained, tmp_path, args, message):
     (tmp_path / "noise.pt").write_bytes(bytes(range(256)))
     (tmp_path / "text.npy").write_text("1 2 3\n")
     np.save(tmp_path / "strings.npy", np.array(["a", "b"]))
-    fill = {"softmax": ids["softmax_attention"], "missing": str(tmp_path / "missing.pt"),
-            "floats": str(tmp_path / "floats.pt"), "large": str(tmp_path / "large.pt"),
-            **{f"{stem}_{suffix}": str(tmp_path / f"{stem}.{suffix}")
-               for stem, suffix in (("text", "pt"), ("noise", "pt"), ("text", "npy"), ("strings", "npy"))}}
+    fill = {
+        "softmax": ids["softmax_attention"],
+        "missing": str(tmp_path / "missing.pt"),
+        "floats": str(tmp_path / "floats.pt"),
+        "large": str(tmp_path / "large.pt"),
+        **{
+            f"{stem}_{suffix}": str(tmp_path / f"{stem}.{suffix}")
+            for stem, suffix in (("text", "pt"), ("noise", "pt"), ("text", "npy"), ("strings", "npy"))
+        },
+    }
     before = Store(store_path, readonly=True).runs()
     result = CliRunner().invoke(app, ["inspect", *(a.format(**fill) for a in args), "--store", str(store_path)])
     assert result.exit_code == 2
@@ -139,11 +163,18 @@ def test_report_and_inspect_read_a_store_on_read_only_media(trained, tmp_path):
     before = ((media / "runs.db").read_bytes(), (media / "runs.db").stat().st_mtime_ns)
     try:
         seqdyn = [sys.executable, "-m", "seqdyn"]
-        commands = [["report", "--store", str(media / "runs.db")],
-                    ["inspect", ids["gla"], "--store", str(media / "runs.db"), "--examples", "2"]]
+        commands = [
+            ["report", "--store", str(media / "runs.db")],
+            ["inspect", ids["gla"], "--store", str(media / "runs.db"), "--examples", "2"],
+        ]
         for command in commands:
-            done = subprocess.run(unprivileged([*seqdyn, *command], media), capture_output=True, text=True,
-                                  timeout=300, env={**os.environ, "COLUMNS": "200"})
+            done = subprocess.run(
+                unprivileged([*seqdyn, *command], media),
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**os.environ, "COLUMNS": "200"},
+            )
             assert done.returncode == 0, done.stderr
             assert "inspect-demo[mixer=gla" in done.stdout
         assert ((media / "runs.db").read_bytes(), (media / "runs.db").stat().st_mtime_ns) == before

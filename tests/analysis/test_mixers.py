@@ -17,6 +17,7 @@ HALF_LINE_READOUTS = ("exp", "relu", "softplus", "sigmoid", "elu1")
 
 # --- readout near-zero sets (seed 001 Principle 2, Example 1) -------------------------------------------------
 
+
 @pytest.mark.parametrize("name", HALF_LINE_READOUTS)
 def test_near_zero_set_of_half_line_readouts_grows_with_the_window(name):
     sizes = [analysis.readout_near_zero_set(name, eps=1e-3, window=(-w, w)) for w in (5.0, 10.0, 20.0, 40.0)]
@@ -44,13 +45,16 @@ def test_closed_form_sets_agree_with_the_grid_measure_of_a_callable(name):
         assert grid == pytest.approx(exact, abs=3 * 11.0 / points)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(readout="tanh"), r"readout: .*\['elu1', 'exp', 'identity', 'relu', 'sigmoid', 'softplus', 'square'\]"),
-    (dict(readout="exp", eps=0.0), "eps: "),
-    (dict(readout="exp", window=(1.0, -1.0)), "window: "),
-    (dict(readout="exp", window=(-math.inf, 0.0)), "window: "),
-    (dict(readout=lambda s: s.sum(), window=(-1.0, 1.0)), "readout: the callable"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(readout="tanh"), r"readout: .*\['elu1', 'exp', 'identity', 'relu', 'sigmoid', 'softplus', 'square'\]"),
+        (dict(readout="exp", eps=0.0), "eps: "),
+        (dict(readout="exp", window=(1.0, -1.0)), "window: "),
+        (dict(readout="exp", window=(-math.inf, 0.0)), "window: "),
+        (dict(readout=lambda s: s.sum(), window=(-1.0, 1.0)), "readout: the callable"),
+    ],
+)
 def test_readout_near_zero_set_rejects_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         analysis.readout_near_zero_set(**kwargs)
@@ -58,18 +62,22 @@ def test_readout_near_zero_set_rejects_bad_input(kwargs, message):
 
 # --- positional information (seed 001 Lemma 3) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("name, options, expected", [
-    ("softmax_attention", {}, False),
-    ("linear_attention", {}, False),
-    ("normalized_attention", {}, False),
-    ("custom", {"short_conv": True}, False),  # a short convolution only marks the first w − 1 positions
-    ("mamba2", {"state_dim": 4, "head_dim": 8}, True),
-    ("gla", {}, True),
-    ("retnet", {}, True),
-    ("deltanet", {}, True),
-    ("custom", {"decay": "constant", "constant_decay": 0.9}, True),
-    ("s4d", {}, True),
-])
+
+@pytest.mark.parametrize(
+    "name, options, expected",
+    [
+        ("softmax_attention", {}, False),
+        ("linear_attention", {}, False),
+        ("normalized_attention", {}, False),
+        ("custom", {"short_conv": True}, False),  # a short convolution only marks the first w − 1 positions
+        ("mamba2", {"state_dim": 4, "head_dim": 8}, True),
+        ("gla", {}, True),
+        ("retnet", {}, True),
+        ("deltanet", {}, True),
+        ("custom", {"decay": "constant", "constant_decay": 0.9}, True),
+        ("s4d", {}, True),
+    ],
+)
 def test_positional_information_iff_lambda_is_not_the_identity(name, options, expected):
     assert analysis.has_positional_information(mixer(name, **options)) is expected
 
@@ -101,6 +109,7 @@ def test_positional_probe_does_not_touch_the_mixer():
 
 # --- spectra of Λ_t (seed 001 Principle 6) --------------------------------------------------------------------
 
+
 def test_spectral_bound_of_retnet_is_its_largest_decay():
     m = mixer("retnet")
     assert analysis.spectral_bound(m, inputs()) == pytest.approx(float(torch.exp(m.log_gamma).max()))
@@ -117,24 +126,32 @@ def test_spectral_radii_of_hand_built_transitions_are_their_largest_eigenvalue_m
     def rotation(r: float, theta: float) -> list[list[float]]:
         return [[r * math.cos(theta), -r * math.sin(theta)], [r * math.sin(theta), r * math.cos(theta)]]
 
-    lambdas = torch.tensor([  # [B = 2, H = 2, T = 2, 2, 2]
-        [[rotation(0.9, 1.0), rotation(0.5, 2.0)], [[[0.3, 1.0], [0.0, 0.3]], [[0.2, 0.0], [0.0, -1.2]]]],
-        [[rotation(0.95, 0.1), rotation(0.1, 0.3)], [[[-0.7, 1.0], [0.0, -0.7]], [[0.0, 0.0], [0.0, 0.0]]]],
-    ], dtype=torch.float64)
+    lambdas = torch.tensor(
+        [  # [B = 2, H = 2, T = 2, 2, 2]
+            [[rotation(0.9, 1.0), rotation(0.5, 2.0)], [[[0.3, 1.0], [0.0, 0.3]], [[0.2, 0.0], [0.0, -1.2]]]],
+            [[rotation(0.95, 0.1), rotation(0.1, 0.3)], [[[-0.7, 1.0], [0.0, -0.7]], [[0.0, 0.0], [0.0, 0.0]]]],
+        ],
+        dtype=torch.float64,
+    )
     system = DSF(lambdas, *(torch.zeros(2, 2, 2, 2, 2, dtype=torch.float64) for _ in range(3)))
     assert torch.allclose(dsf_radii(system), torch.tensor([0.95, 1.2], dtype=torch.float64), rtol=1e-12, atol=0)
-    constant = DSF(lambdas[:, :, :1].expand(2, 2, 5, 2, 2), *(x[:, :, :1].expand(2, 2, 5, 2, 2) for x in
-                                                               (system.B, system.C, system.D)))
+    constant = DSF(
+        lambdas[:, :, :1].expand(2, 2, 5, 2, 2),
+        *(x[:, :, :1].expand(2, 2, 5, 2, 2) for x in (system.B, system.C, system.D)),
+    )
     assert torch.allclose(dsf_radii(constant), torch.tensor([0.95, 0.7], dtype=torch.float64), rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("name, options", [
-    ("gla", {}),
-    ("mamba2", {"state_dim": 4, "head_dim": 8}),
-    ("deltanet", {}),  # Householder: eigenvalues of the K × K matrices
-    ("gated_deltanet", {}),
-    ("custom", {"heads": 4, "decay": "diagonal", "householder": "learned", "householder_beta": 1.5}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("gla", {}),
+        ("mamba2", {"state_dim": 4, "head_dim": 8}),
+        ("deltanet", {}),  # Householder: eigenvalues of the K × K matrices
+        ("gated_deltanet", {}),
+        ("custom", {"heads": 4, "decay": "diagonal", "householder": "learned", "householder_beta": 1.5}),
+    ],
+)
 def test_evolution_spectra_agree_with_the_dsf_transitions(name, options):
     m, x = mixer(name, **options), inputs(length=6)
     evolution = analysis.spectral_radii(m, x, source="evolution")
@@ -158,10 +175,11 @@ def test_spectral_bound_flags_identity_and_unstable_evolutions():
 
 # --- dot-product variance (seed 001 Lemma 5) ------------------------------------------------------------------
 
+
 def test_dot_product_variance_grows_linearly_in_k_without_scaling_and_is_flat_with_inverse_sqrt():
     dims = (4, 16, 64)
     plain = [analysis.dot_product_variance(K, 1.0, samples=40_000) for K in dims]
-    scaled = [analysis.dot_product_variance(K, K ** -0.5, samples=40_000) for K in dims]
+    scaled = [analysis.dot_product_variance(K, K**-0.5, samples=40_000) for K in dims]
     named = [analysis.dot_product_variance(K, "inv_sqrt", samples=40_000) for K in dims]
     for K, value in zip(dims, plain):
         assert value == pytest.approx(K, rel=0.05)
@@ -181,6 +199,7 @@ def test_dot_product_variance_is_deterministic_and_validates():
 
 # --- the finite DSF of softmax (seed 000 Lemma 1) -------------------------------------------------------------
 
+
 def test_taylor_error_decreases_with_the_degree_and_matches_the_truncated_series():
     g = torch.Generator().manual_seed(0)
     q = 0.5 * torch.randn(6, 3, generator=g, dtype=torch.float64)
@@ -190,22 +209,26 @@ def test_taylor_error_decreases_with_the_degree_and_matches_the_truncated_series
     assert errors[-1] < 1e-5
     scores = q @ k.T
     for p in (0, 2, 5):
-        series = sum(scores ** d / math.factorial(d) for d in range(p + 1))
+        series = sum(scores**d / math.factorial(d) for d in range(p + 1))
         assert errors[p] == pytest.approx(float(((scores.exp() - series).abs() / scores.exp()).max()), rel=1e-9)
 
 
-@pytest.mark.parametrize("q, k, degree, name", [
-    (torch.zeros(3), torch.zeros(2, 3), 2, "q"),
-    (torch.zeros(2, 3), torch.zeros(2, 4), 2, "k"),
-    (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), 2, "q"),
-    (torch.zeros(2, 3), torch.zeros(2, 3), -1, "degree"),
-])
+@pytest.mark.parametrize(
+    "q, k, degree, name",
+    [
+        (torch.zeros(3), torch.zeros(2, 3), 2, "q"),
+        (torch.zeros(2, 3), torch.zeros(2, 4), 2, "k"),
+        (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), 2, "q"),
+        (torch.zeros(2, 3), torch.zeros(2, 3), -1, "degree"),
+    ],
+)
 def test_taylor_error_validates_shapes(q, k, degree, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         analysis.taylor_softmax_error(q, k, degree)
 
 
 # --- state expansion (seed 000 Lemma 2) -----------------------------------------------------------------------
+
 
 def test_lemma2_larger_state_recovers_a_random_system():
     assert analysis.lemma2_demo() < 1e-12

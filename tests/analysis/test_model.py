@@ -12,8 +12,13 @@ from seqdyn.models import build_model
 from seqdyn.tasks.base import TaskSpec
 
 VOCAB, LENGTH = 20, 12
-HYBRID = dict(d_model=16, layers=3, mlp_ratio=2.0, mixer=["softmax_attention", "mamba2", "s5"],
-              mixer_options=[{"heads": 2}, {"state_dim": 4, "head_dim": 8}, {"state_dim": 4}])
+HYBRID = dict(
+    d_model=16,
+    layers=3,
+    mlp_ratio=2.0,
+    mixer=["softmax_attention", "mamba2", "s5"],
+    mixer_options=[{"heads": 2}, {"state_dim": 4, "head_dim": 8}, {"state_dim": 4}],
+)
 
 
 def spec() -> TaskSpec:
@@ -62,12 +67,13 @@ def test_metrics_are_those_of_the_mixer_on_its_own_input(model):
     assert torch.allclose(layers["layer 1 · mamba2"], expected, rtol=1e-5, atol=1e-7)
     rows = analysis.inspect_model(model, x, eps=1e-2)
     for head in range(4):
-        one = expected[:, head:head + 1]
+        one = expected[:, head : head + 1]
         assert rows[2 + head].near_zero_fraction == pytest.approx(analysis.near_zero_fraction(one, 1e-2))
         assert rows[2 + head].max_zero_count == int(analysis.zero_count_per_row(one).max())
         assert rows[2 + head].mean_zero_count == float(analysis.mean_zero_count(one).nan_to_num(nan=0.0).max())
         assert rows[2 + head].spectral_bound == pytest.approx(
-            float(analysis.spectral_radii(model.blocks[1].mixer, model.blocks[1].norm1(hidden))[head]))
+            float(analysis.spectral_radii(model.blocks[1].mixer, model.blocks[1].norm1(hidden))[head])
+        )
 
 
 def test_inspection_leaves_the_model_as_it_was(model):
@@ -80,8 +86,17 @@ def test_inspection_leaves_the_model_as_it_was(model):
 
 def test_gated_blocks_and_householder_mixers():
     torch.manual_seed(1)
-    model = build_model(dict(d_model=16, layers=2, block="gated", expand=2.0, mixer=["gated_deltanet", "gla"],
-                             mixer_options=[{"heads": 2}, {"heads": 4}]), spec())
+    model = build_model(
+        dict(
+            d_model=16,
+            layers=2,
+            block="gated",
+            expand=2.0,
+            mixer=["gated_deltanet", "gla"],
+            mixer_options=[{"heads": 2}, {"heads": 4}],
+        ),
+        spec(),
+    )
     rows = analysis.inspect_model(model, tokens())
     assert len(rows) == 2 + 4
     assert all(r.readout == "identity" and r.within_bound for r in rows)
@@ -93,22 +108,32 @@ def test_a_parallel_layer_is_inspected_part_by_part_as_one_layer():
     and DSFs are labelled by part."""
     torch.manual_seed(2)
     parts = [["mamba2", {"state_dim": 4, "head_dim": 8}], ["softmax_attention", {"heads": 2}]]
-    model = build_model(dict(d_model=16, layers=2, mixer=["parallel", "gla"],
-                             mixer_options=[{"parts": parts}, {"heads": 2}]), spec())
+    model = build_model(
+        dict(d_model=16, layers=2, mixer=["parallel", "gla"], mixer_options=[{"parts": parts}, {"heads": 2}]), spec()
+    )
     rows = analysis.inspect_model(model, tokens())
     assert [(r.layer, r.mixer) for r in rows] == [(0, "mamba2")] * 4 + [(0, "softmax_attention")] * 2 + [(1, "gla")] * 2
     maps = analysis.layer_coefficients(model, tokens())
     assert list(maps) == ["layer 0 · mamba2 (part 0)", "layer 0 · softmax_attention (part 1)", "layer 1 · gla"]
-    torch.testing.assert_close(torch.cat(list(maps.values())[:2], dim=1),
-                               model.blocks[0].mixer.coefficients(analysis.capture_mixer_inputs(model, tokens())[0].x))
+    torch.testing.assert_close(
+        torch.cat(list(maps.values())[:2], dim=1),
+        model.blocks[0].mixer.coefficients(analysis.capture_mixer_inputs(model, tokens())[0].x),
+    )
 
 
 def test_positions_per_head_follow_lemma_3():
     """A rotary attention layer tells positions apart in every head; a gated_deltanet head whose decay is switched
     off (A = 0: α = 1) still does through its Householder factor (Λ = I − βkkᵀ ≠ I), a linear-attention one does not."""
     torch.manual_seed(0)
-    model = build_model(dict(d_model=16, layers=3, mixer=["softmax_attention", "gated_deltanet", "linear_attention"],
-                             mixer_options=[{"heads": 2, "rotary": True}, {"heads": 2}, {"heads": 2}]), spec())
+    model = build_model(
+        dict(
+            d_model=16,
+            layers=3,
+            mixer=["softmax_attention", "gated_deltanet", "linear_attention"],
+            mixer_options=[{"heads": 2, "rotary": True}, {"heads": 2}, {"heads": 2}],
+        ),
+        spec(),
+    )
     with torch.no_grad():
         model.blocks[1].mixer.decay.a_log[0] = -torch.inf
     rows = analysis.inspect_model(model, tokens())

@@ -31,8 +31,9 @@ def test_coefficient_heat_maps_for_one_and_several_layers(tmp_path):
     signed = mixer("mamba2", state_dim=4, head_dim=8).coefficients(inputs(length=10))  # 4 heads, signed
     convex = mixer("softmax_attention", heads=2).coefficients(inputs(length=10))
     assert is_png(analysis.plot_coefficients(convex, tmp_path / "one.png"))
-    path = analysis.plot_coefficients({"softmax": convex, "mamba2": signed}, tmp_path / "sub" / "layers.png",
-                                      title="layers", log=False)
+    path = analysis.plot_coefficients(
+        {"softmax": convex, "mamba2": signed}, tmp_path / "sub" / "layers.png", title="layers", log=False
+    )
     assert path == tmp_path / "sub" / "layers.png" and is_png(path)
     assert is_png(analysis.plot_coefficients([convex, signed], tmp_path / "log.png", heads=[1], batch=1, log=True))
 

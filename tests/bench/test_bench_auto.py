@@ -40,19 +40,27 @@ def test_a_cell_compares_auto_with_the_fastest_backend():
 def test_a_cell_times_auto_against_its_choice_in_pairs():
     """auto / fastest = median of the paired auto / chosen ratios × chosen / fastest (best times): a slow moment of
     the machine during auto's best-of calls does not count against the choice."""
-    paired = bench.Cell(bench.Case("test", "qlstm", 8, 1, 8), "fwd", picked="chunk", paired=[1.02, 0.98, 1.5],
-                        times={"auto": 3e-3, "scan": 1e-3, "chunk": 1.1e-3})
+    paired = bench.Cell(
+        bench.Case("test", "qlstm", 8, 1, 8),
+        "fwd",
+        picked="chunk",
+        paired=[1.02, 0.98, 1.5],
+        times={"auto": 3e-3, "scan": 1e-3, "chunk": 1.1e-3},
+    )
     assert paired.choice_ratio == pytest.approx(1.1)
     assert paired.ratio == pytest.approx(1.02 * 1.1)
 
 
-@pytest.mark.parametrize("ratios, met, misses", [
-    ([1.0, 1.0, 1.2], False, 0),  # 1.2 itself is within the cell target, but the geometric mean 1.063 is not ...
-    ([1.0, 1.0, 1.0, 1.0, 1.2], True, 0),  # ... unless enough cells sit at 1.0 (mean 1.037)
-    ([1.0, 1.0, 1.0, 1.0, 1.21], False, 1),  # one cell above 1.2 misses, whatever the mean
-    ([1.06, 1.06], False, 0),  # every cell within 1.2, the mean above 1.05
-    ([1.049, 1.049], True, 0),
-])
+@pytest.mark.parametrize(
+    "ratios, met, misses",
+    [
+        ([1.0, 1.0, 1.2], False, 0),  # 1.2 itself is within the cell target, but the geometric mean 1.063 is not ...
+        ([1.0, 1.0, 1.0, 1.0, 1.2], True, 0),  # ... unless enough cells sit at 1.0 (mean 1.037)
+        ([1.0, 1.0, 1.0, 1.0, 1.21], False, 1),  # one cell above 1.2 misses, whatever the mean
+        ([1.06, 1.06], False, 0),  # every cell within 1.2, the mean above 1.05
+        ([1.049, 1.049], True, 0),
+    ],
+)
 def test_targets_at_their_thresholds(ratios, met, misses):
     result = bench.summary([cell(r) for r in ratios])
     expected_mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
@@ -75,18 +83,26 @@ def test_the_backends_auto_rules_out_are_not_timed():
     gla, s4d = mixers.build("gla", 16), mixers.build("s4d", 16)
     assert bench._timed_backends(gla, torch.randn(1, 64, 16)) == dict.fromkeys(gla.backends[1:], "")
     assert bench._timed_backends(gla, torch.randn(1, 65, 16))["recurrent"] == "a Python loop over 65 > 64 steps"
-    assert bench._timed_backends(s4d, torch.randn(1, 65, 16)) == {"fft": "", "scan": "", "recurrent":
-                                                                   "a Python loop over 65 > 64 steps"}
+    assert bench._timed_backends(s4d, torch.randn(1, 65, 16)) == {
+        "fft": "",
+        "scan": "",
+        "recurrent": "a Python loop over 65 > 64 steps",
+    }
     # S6 at d = 64: 128 channels of N = 16 states; B·H·T²·K = 16·128·512²·16 entries for its pairwise decays
     s6 = mixers.build("s6", 64)
-    assert bench._timed_backends(s6, torch.randn(16, 512, 64))["quadratic"] == f"{16 * 128 * 512**2 * 16:,} entries materialized"
+    assert (
+        bench._timed_backends(s6, torch.randn(16, 512, 64))["quadratic"]
+        == f"{16 * 128 * 512**2 * 16:,} entries materialized"
+    )
 
 
 def test_the_command_prints_the_table_and_writes_markdown(tmp_path):
     runner = CliRunner()
     path = tmp_path / "auto.md"
-    result = runner.invoke(app, ["bench", "auto", "--quick", "--mixers", "qlstm", "--repeats", "1", "--rounds", "1",
-                                 "--markdown", str(path)])
+    result = runner.invoke(
+        app,
+        ["bench", "auto", "--quick", "--mixers", "qlstm", "--repeats", "1", "--rounds", "1", "--markdown", str(path)],
+    )
     assert result.exit_code in (0, 1), result.output  # 1: a target missed (timings on a shared machine)
     assert "geometric mean of auto / fastest" in result.output
     lines = path.read_text().splitlines()

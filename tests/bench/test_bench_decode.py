@@ -15,8 +15,9 @@ def test_a_recurrent_cache_keeps_its_size_with_the_context_and_a_softmax_cache_g
     rows = {}
     for name in ("gated_deltanet", "softmax_attention"):
         model = build(name, d_model=16, layers=1, vocab=32)
-        rows[name] = [measure_decode(model, name, context, chunk=8, steps=3, device=torch.device("cpu"))
-                      for context in (16, 48)]
+        rows[name] = [
+            measure_decode(model, name, context, chunk=8, steps=3, device=torch.device("cpu")) for context in (16, 48)
+        ]
     short, long = rows["gated_deltanet"]
     assert short.cache_bytes == long.cache_bytes > 0
     short, long = rows["softmax_attention"]

@@ -13,12 +13,18 @@ from seqdyn.bench.hf import FunctionRow, HfRow, render_markdown, run_hf_benchmar
 
 def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(tmp_path):
     rows = run_hf_benchmark(quick=True, repeats=1, markdown=str(tmp_path / "hf.md"))
-    assert [(row.family, row.length) for row in rows] == [("mamba", 64), ("mamba2", 64), ("qwen3_5_text", 64),
-                                                          ("recurrent_gemma", 64)]
-    swapped = {"mamba": ["MambaMixer (layer)", "mamba_selective_scan", "causal_conv1d_fn"],
-               "mamba2": ["Mamba2Mixer (layer)", "mamba2_chunk_scan", "causal_conv1d_fn"],
-               "qwen3_5_text": ["Qwen3_5GatedDeltaNet (layer)", "torch_chunk_gated_delta_rule", "causal_conv1d_fn"],
-               "recurrent_gemma": ["_rnn_scan"]}  # (its RG-LRU layer keeps a state from call to call)
+    assert [(row.family, row.length) for row in rows] == [
+        ("mamba", 64),
+        ("mamba2", 64),
+        ("qwen3_5_text", 64),
+        ("recurrent_gemma", 64),
+    ]
+    swapped = {
+        "mamba": ["MambaMixer (layer)", "mamba_selective_scan", "causal_conv1d_fn"],
+        "mamba2": ["Mamba2Mixer (layer)", "mamba2_chunk_scan", "causal_conv1d_fn"],
+        "qwen3_5_text": ["Qwen3_5GatedDeltaNet (layer)", "torch_chunk_gated_delta_rule", "causal_conv1d_fn"],
+        "recurrent_gemma": ["_rnn_scan"],
+    }  # (its RG-LRU layer keeps a state from call to call)
     for row in rows:
         assert row.largest_difference <= 1e-5
         assert all(seconds > 0 for seconds in (*row.prefill_s, *row.forward_backward_s, *row.decode_tokens_per_s))
@@ -40,17 +46,28 @@ def test_an_unknown_family_is_refused_by_name():
 
 
 def test_ratios_read_transformers_over_seqdyn_and_decoding_the_other_way():
-    row = HfRow("mamba2", 4096, prefill_s=(3.0, 1.0), forward_backward_s=(8.0, 2.0), decode_tokens_per_s=(50.0, 55.0),
-                largest_difference=1e-7)
+    row = HfRow(
+        "mamba2",
+        4096,
+        prefill_s=(3.0, 1.0),
+        forward_backward_s=(8.0, 2.0),
+        decode_tokens_per_s=(50.0, 55.0),
+        largest_difference=1e-7,
+    )
     assert row.ratios == {"prefill": 3.0, "forward + backward": 4.0, "decode": 1.1}
-    assert "| mamba2 | 4,096 | 3.000 → 1.000 | 3.00× | 8.000 → 2.000 | 4.00× | 50.0 → 55.0 | 1.10× |" in \
-        render_markdown([row], quick=False)
+    assert (
+        "| mamba2 | 4,096 | 3.000 → 1.000 | 3.00× | 8.000 → 2.000 | 4.00× | 50.0 → 55.0 | 1.10× |"
+        in render_markdown([row], quick=False)
+    )
 
 
 def test_a_function_row_reads_the_fallback_over_seqdyn_in_its_own_table():
-    function = FunctionRow("torch_chunk_gated_delta_rule", forward_s=(0.3, 0.2), forward_backward_s=(1.0, 0.25),
-                           largest_difference=2e-7)
+    function = FunctionRow(
+        "torch_chunk_gated_delta_rule", forward_s=(0.3, 0.2), forward_backward_s=(1.0, 0.25), largest_difference=2e-7
+    )
     assert function.ratios == pytest.approx({"forward": 1.5, "forward + backward": 4.0})
     row = HfRow("qwen3_5_text", 4096, (1.0, 1.0), (2.0, 2.0), (9.0, 9.0), 1e-7, (function,))
-    assert ("| qwen3_5_text | `torch_chunk_gated_delta_rule` | 4,096 | 0.300 → 0.200 | 1.50× | 1.000 → 0.250 | "
-            "4.00× | 2.0e-07 |") in render_markdown([row], quick=False)
+    assert (
+        "| qwen3_5_text | `torch_chunk_gated_delta_rule` | 4,096 | 0.300 → 0.200 | 1.50× | 1.000 → 0.250 | "
+        "4.00× | 2.0e-07 |"
+    ) in render_markdown([row], quick=False)

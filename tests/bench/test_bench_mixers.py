@@ -21,8 +21,10 @@ def test_cells_linear_time_and_checks():
 
 def test_bench_mixers_and_mixers_commands():
     runner = CliRunner()
-    result = runner.invoke(app, ["bench", "mixers", "--names", "gla", "--seq-lens", "16", "--d-model", "16",
-                                 "--batch", "1", "--repeats", "0"])
+    result = runner.invoke(
+        app,
+        ["bench", "mixers", "--names", "gla", "--seq-lens", "16", "--d-model", "16", "--batch", "1", "--repeats", "0"],
+    )
     assert result.exit_code == 0, result.output
     assert "gla" in result.output and REFERENCE in result.output and "targets" in result.output
     listing = runner.invoke(app, ["mixers"])
@@ -39,8 +41,13 @@ def test_picked_backend_is_the_one_auto_runs_at_the_measured_length(monkeypatch,
     mixer = mixers.build("gla", 16, chunk_size=8)
     ran = []
     run_core = mixer.run_core
-    monkeypatch.setattr(mixer, "run_core", lambda inputs, backend="auto", *args, **kwargs: ran.append(str(backend))
-                        or run_core(inputs, backend, *args, **kwargs))
+    monkeypatch.setattr(
+        mixer,
+        "run_core",
+        lambda inputs, backend="auto", *args, **kwargs: (
+            ran.append(str(backend)) or run_core(inputs, backend, *args, **kwargs)
+        ),
+    )
     for length in (8, 64):
         x = torch.randn(1, length, 16)
         picked = _picked(mixer, x, "auto")  # measured here (a cold cache), timing each backend by name

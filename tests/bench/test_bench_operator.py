@@ -15,8 +15,9 @@ from seqdyn.cli import app
 
 
 def test_bench_operator_command_prints_every_backend_and_the_targets():
-    result = CliRunner().invoke(app, ["bench", "operator", "--seq-lens", "8,16", "--batch", "1", "--heads", "2",
-                                      "--dim", "4", "--repeats", "1"])
+    result = CliRunner().invoke(
+        app, ["bench", "operator", "--seq-lens", "8,16", "--batch", "1", "--heads", "2", "--dim", "4", "--repeats", "1"]
+    )
     assert result.exit_code == 0, result.output
     for word in (*BACKEND_ORDER, *KINDS, "fwd+bwd ms", "peak MB", "targets"):
         assert word in result.output
@@ -37,8 +38,7 @@ def test_report_cells_and_checks(monkeypatch):
 
 
 def test_time_budget_skips_cells_with_an_estimate():
-    report = run_benchmark([16, 1024], ["softmax"], ["quadratic"], batch=1, heads=1, dim=4, repeats=0,
-                           max_seconds=1e-9)
+    report = run_benchmark([16, 1024], ["softmax"], ["quadratic"], batch=1, heads=1, dim=4, repeats=0, max_seconds=1e-9)
     skipped = report.get("softmax", 1024, "quadratic")
     assert skipped.status == "skip" and skipped.note.startswith("est.")
     measured_16 = report.get("softmax", 16, "quadratic").train_s
@@ -49,10 +49,13 @@ def test_a_skipped_cell_is_judged_by_its_estimate_and_says_so():
     from seqdyn.bench.operator import Cell, Report
 
     def check(estimate_s):
-        cells = [Cell("gla", 4096, "chunk", train_s=0.5),
-                 Cell("gla", 4096, "quadratic", status="skip", note="est. 9 s", estimated_train_s=estimate_s)]
-        return next((check.measured, check.met) for check in target_checks(Report("cpu", cells))
-                    if "quadratic" in check.what)
+        cells = [
+            Cell("gla", 4096, "chunk", train_s=0.5),
+            Cell("gla", 4096, "quadratic", status="skip", note="est. 9 s", estimated_train_s=estimate_s),
+        ]
+        return next(
+            (check.measured, check.met) for check in target_checks(Report("cpu", cells)) if "quadratic" in check.what
+        )
 
     assert check(1000.0) == ("est. 2000× (quadratic fwd+bwd est. 1000 s)", True)
     assert check(2.0)[1] is False
@@ -83,8 +86,11 @@ def test_auto_check_judges_the_picked_computation_and_still_flags_a_bad_pick():
     from seqdyn.bench.operator import Cell, Report
 
     def report(chunk_s, auto_s, scan_s):
-        cells = [Cell("gla", 64, "chunk", train_s=chunk_s), Cell("gla", 64, "scan", train_s=scan_s),
-                 Cell("gla", 64, "auto", train_s=auto_s, picked="chunk")]
+        cells = [
+            Cell("gla", 64, "chunk", train_s=chunk_s),
+            Cell("gla", 64, "scan", train_s=scan_s),
+            Cell("gla", 64, "auto", train_s=auto_s, picked="chunk"),
+        ]
         return Report("cpu", cells)
 
     def auto_check(r):
@@ -103,8 +109,11 @@ def test_the_demo_says_which_misses_are_within_the_runs_own_timing_noise():
     from seqdyn.bench.operator import Cell, Report, checks_table, summary_line, timing_noise
 
     def cells(kind, chunk_s, scan_s, auto_s):
-        return [Cell(kind, 64, "chunk", train_s=chunk_s), Cell(kind, 64, "scan", train_s=scan_s),
-                Cell(kind, 64, "auto", train_s=auto_s, picked="chunk")]
+        return [
+            Cell(kind, 64, "chunk", train_s=chunk_s),
+            Cell(kind, 64, "scan", train_s=scan_s),
+            Cell(kind, 64, "auto", train_s=auto_s, picked="chunk"),
+        ]
 
     noisy = cells("mamba2", 1.0, 9.0, 1.5)  # the same computation timed 1.5× apart; its pick is right
     near = cells("gla", 1.5, 1.0, 1.5)  # auto 1.5× the fastest: 1.25× short of the 1.2× target
@@ -117,7 +126,8 @@ def test_the_demo_says_which_misses_are_within_the_runs_own_timing_noise():
     assert [check.missed_by for check in checks] == [None, pytest.approx(1.25), pytest.approx(2.0 / 1.2)]
     assert summary_line(checks, noise) == (
         "1 of 3 targets met; 1 of the 2 missed by less than this run's timing noise (1.50×: `auto` and the backend "
-        "it picked, the same computation, timed apart); 1 missed by more than the noise.")
+        "it picked, the same computation, timed apart); 1 missed by more than the noise."
+    )
     console = Console(record=True, width=200)
     console.print(checks_table(checks, noise=noise))
     assert console.export_text().count("no, within noise") == 1

@@ -138,8 +138,17 @@ def call(leaves: dict, options: dict, backend: str, chunk_size: int = 4, want_st
     elif "state_keys" in leaves:
         state = (leaves["state_keys"], leaves["state_values"])
     q, k, v = inputs.pop("q"), inputs.pop("k"), inputs.pop("v")
-    return seqdyn.coefficient_dynamics(q, k, v, initial_state=state, output_final_state=want_state,
-                                       backend=backend, chunk_size=chunk_size, **inputs, **options)
+    return seqdyn.coefficient_dynamics(
+        q,
+        k,
+        v,
+        initial_state=state,
+        output_final_state=want_state,
+        backend=backend,
+        chunk_size=chunk_size,
+        **inputs,
+        **options,
+    )
 
 
 def flatten(output) -> list[torch.Tensor]:

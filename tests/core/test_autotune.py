@@ -247,8 +247,11 @@ def test_a_slow_first_call_of_the_likeliest_candidate_does_not_rule_it_out(monke
 def test_a_close_call_is_timed_more_rounds_among_the_close_candidates_only(monkeypatch):
     """After ``REPEATS`` rounds ``b`` leads ``a`` by 1.1× (within ``CLOSE``): more rounds of ``a`` and ``b`` (not of
     ``c``, 2× behind) until ``CLOSE_REPEATS``; ``a``'s later fastest calls overturn the early lead."""
-    durations = {"a": [3.0, 1.1, 1.1, 1.1, 1.0, 0.8, 0.8], "b": [3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
-                 "c": [3.0, 2.0, 2.0, 2.0]}
+    durations = {
+        "a": [3.0, 1.1, 1.1, 1.1, 1.0, 0.8, 0.8],
+        "b": [3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        "c": [3.0, 2.0, 2.0, 2.0],
+    }
     calls = fake_clock(monkeypatch, durations)
     monkeypatch.setattr(autotune, "REPEATS", 3)
     monkeypatch.setattr(autotune, "CLOSE", 1.25)
@@ -311,8 +314,9 @@ def test_a_mixer_explains_its_choice_for_training_and_for_the_forward(file_cache
     assert mixer.backend_for(x).source == "cache"
 
 
-@pytest.mark.parametrize("option", [{"short_conv": False}, {"gate": False}, {"dt_floor": 1e-4}, {"gate_norm": False},
-                                    {"chunk_size": 32}])
+@pytest.mark.parametrize(
+    "option", [{"short_conv": False}, {"gate": False}, {"dt_floor": 1e-4}, {"gate_norm": False}, {"chunk_size": 32}]
+)
 def test_two_layers_that_differ_in_one_option_have_two_cache_keys(file_cache, option):
     """The key holds the class and every option a layer keeps, not its printed form: Mamba-2 layers that differ
     only in their short convolution, gate, step floor, gate norm or chunk are timed apart."""
@@ -326,8 +330,11 @@ def test_two_layers_that_differ_in_one_option_have_two_cache_keys(file_cache, op
         assert plain.backend_for(x).source == other.backend_for(x).source == "cache"
     keys = [json.loads(key) for key in the_cache_file(file_cache)[1]["choices"]]
     assert len(keys) == 2 and {key["computes"] for key in keys} == {"seqdyn.mixers.mamba2.Mamba2"}
-    assert keys[0]["options"] != keys[1]["options"] and keys[0]["shape"] == keys[1]["shape"] == {"B": 2, "T": 16,
-                                                                                                  "D": 16}
+    assert keys[0]["options"] != keys[1]["options"] and keys[0]["shape"] == keys[1]["shape"] == {
+        "B": 2,
+        "T": 16,
+        "D": 16,
+    }
 
 
 def test_the_key_is_the_same_for_layers_built_alike(file_cache):
@@ -351,8 +358,14 @@ def test_a_backend_that_raises_while_timed_is_an_error_that_names_it(monkeypatch
         autotune.measure(["a", "b"], trial, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("error", [MemoryError(), RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"),
-                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        MemoryError(),
+        RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB"),
+    ],
+)
 def test_a_backend_out_of_memory_is_dropped(monkeypatch, error):
     calls = fake_clock(monkeypatch, {"a": [1.0, 1.0, 1.0], "b": []})
 

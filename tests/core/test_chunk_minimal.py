@@ -27,8 +27,11 @@ def _inputs(seed: int, length: int, decay: str, householder: str, initial: bool,
         return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_()
 
     key_heads = 1 if shared else HEADS
-    x = dict(q=rand(BATCH, key_heads, length, KEY_DIM), k=rand(BATCH, key_heads, length, KEY_DIM),
-             v=rand(BATCH, HEADS, length, VALUE_DIM))
+    x = dict(
+        q=rand(BATCH, key_heads, length, KEY_DIM),
+        k=rand(BATCH, key_heads, length, KEY_DIM),
+        v=rand(BATCH, HEADS, length, VALUE_DIM),
+    )
     if decay == "scalar":
         x["g"] = (-torch.rand(BATCH, HEADS, length, generator=gen, dtype=torch.float64)).requires_grad_()
     elif decay == "diagonal":
@@ -86,9 +89,17 @@ def test_the_minimal_listing_matches_the_recurrent_reference(decay, householder,
     keys = x["s"].unsqueeze(-1) * x["d"] if "d" in x else x["k"]
     direction = x["d"] if "d" in x else x.get("w")
     y, final = seqdyn.coefficient_dynamics(
-        to_public(x["q"]), to_public(keys), to_public(x["v"]), log_decay=to_public(x.get("g")),
-        householder=to_public(x.get("beta")), householder_dir=to_public(direction), scale=1.0,
-        initial_state=x.get("initial"), output_final_state=True, backend="recurrent")
+        to_public(x["q"]),
+        to_public(keys),
+        to_public(x["v"]),
+        log_decay=to_public(x.get("g")),
+        householder=to_public(x.get("beta")),
+        householder_dir=to_public(direction),
+        scale=1.0,
+        initial_state=x.get("initial"),
+        output_final_state=True,
+        backend="recurrent",
+    )
     reference = (y.transpose(1, 2), final)
     assert_close(listing[0], reference[0], TOL, "outputs")
     assert_close(listing[1], reference[1], TOL, "final state")
@@ -117,8 +128,9 @@ def test_delta_rule_backward_matches_the_listing(decay, initial, shared, length)
     """:mod:`~seqdyn.core.backends.chunk.delta_rule`'s hand-written backward (keys ``k = s ⊙ d``); queries and
     directions of one head for all with ``shared``."""
     x = _inputs(3, length, decay, "keys", initial, shared)
-    out, state = delta_rule_chunks(*(_chunks(x, name, length) for name in ("q", "d", "v", "g", "beta", "s")),
-                                   x.get("initial"))
+    out, state = delta_rule_chunks(
+        *(_chunks(x, name, length) for name in ("q", "d", "v", "g", "beta", "s")), x.get("initial")
+    )
     _assert_same((unchunked(out, length), state), x, length, "delta rule")
 
 
@@ -133,7 +145,15 @@ def test_householder_chunks_backward_matches_the_listing(decay, householder, ini
     keys = x["s"].unsqueeze(-1) * x["d"] if "d" in x else x["k"]
     direction = x["d"] if "d" in x else x["w"]
     chunked_keys, chunked_direction = (to_chunks(t, -(-length // CHUNK), CHUNK) for t in (keys, direction))
-    out, state = householder_chunks(_chunks(x, "q", length), chunked_keys, _chunks(x, "v", length),
-                                    chunked_direction, _chunks(x, "g", length), _chunks(x, "beta", length),
-                                    x.get("initial"), decay == "diagonal", (BATCH, HEADS))
+    out, state = householder_chunks(
+        _chunks(x, "q", length),
+        chunked_keys,
+        _chunks(x, "v", length),
+        chunked_direction,
+        _chunks(x, "g", length),
+        _chunks(x, "beta", length),
+        x.get("initial"),
+        decay == "diagonal",
+        (BATCH, HEADS),
+    )
     _assert_same((unchunked(out, length), state), x, length, "householder")

@@ -43,14 +43,18 @@ def test_dsf_kernel_reproduces_the_operator(combo):
 
 def test_dsf_of_linear_attention_has_the_state_of_seed_000_eq_15():
     """With Λ = I and η = "sum", Λ_i^DSF = (η_{i-1}/η_i) I and B_i = (b_i/η_i)(k_i ⊗ I_V)."""
-    q, k = F.softplus(torch.randn(1, 5, 1, 2, dtype=torch.float64)), F.softplus(torch.randn(1, 5, 1, 2, dtype=torch.float64))
+    q, k = (
+        F.softplus(torch.randn(1, 5, 1, 2, dtype=torch.float64)),
+        F.softplus(torch.randn(1, 5, 1, 2, dtype=torch.float64)),
+    )
     v = torch.randn(1, 5, 1, 3, dtype=torch.float64)
     system = seqdyn.dsf(q, k, v, normalizer="sum", scale=1.0)
     eta = torch.stack([(q[0, i, 0] @ k[0, : i + 1, 0].T).sum() for i in range(5)])
     for i in range(1, 5):
         assert_close(system.Lambda[0, 0, i], (eta[i - 1] / eta[i]) * torch.eye(6, dtype=torch.float64), 1e-12, "Λ")
-    assert_close(system.B[0, 0, 2], torch.kron(k[0, 2, 0, :, None], torch.eye(3, dtype=torch.float64)) / eta[2],
-                 1e-12, "B")
+    assert_close(
+        system.B[0, 0, 2], torch.kron(k[0, 2, 0, :, None], torch.eye(3, dtype=torch.float64)) / eta[2], 1e-12, "B"
+    )
     assert_close(system.C[0, 0, 2], torch.kron(q[0, 2, 0, None, :], torch.eye(3, dtype=torch.float64)), 1e-12, "C")
 
 

@@ -19,8 +19,16 @@ TOL = 1e-10
 BACKENDS = ("quadratic", "recurrent", "chunk", "scan", "auto")
 
 
-def _inputs(seed: int, length: int, heads: int = 3, key_dim: int = 4, value_dim: int = 2, shared: bool = False,
-            rate_heads: int | None = None, unstable: bool = False):
+def _inputs(
+    seed: int,
+    length: int,
+    heads: int = 3,
+    key_dim: int = 4,
+    value_dim: int = 2,
+    shared: bool = False,
+    rate_heads: int | None = None,
+    unstable: bool = False,
+):
     """Leaves of an S6-like problem: steps Δ ≥ 0, rates A < 0 (``unstable``: some A > 0), a scale per head."""
     gen = torch.Generator().manual_seed(seed)
     rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
@@ -29,10 +37,12 @@ def _inputs(seed: int, length: int, heads: int = 3, key_dim: int = 4, value_dim:
     if unstable:
         rate[0, 0] = 0.3
     leaves = {
-        "q": rand(2, length, key_heads, key_dim), "k": rand(2, length, key_heads, key_dim),
+        "q": rand(2, length, key_heads, key_dim),
+        "k": rand(2, length, key_heads, key_dim),
         "v": rand(2, length, heads, value_dim),
         "step": torch.rand(2, length, heads, generator=gen, dtype=torch.float64) * 0.5,
-        "rate": rate, "scale": torch.rand(2, length, heads, generator=gen, dtype=torch.float64) + 0.5,
+        "rate": rate,
+        "scale": torch.rand(2, length, heads, generator=gen, dtype=torch.float64) + 0.5,
         "state": rand(2, heads, key_dim, value_dim),
     }
     return {name: x.requires_grad_() for name, x in leaves.items()}
@@ -44,9 +54,16 @@ def _run(leaves: dict, backend: str, factored: bool):
         decay = dict(log_decay=leaves["step"], decay_rate=leaves["rate"])
     else:
         decay = dict(log_decay=leaves["step"].unsqueeze(-1) * leaves["rate"])
-    y, final = seqdyn.coefficient_dynamics(leaves["q"], leaves["k"], leaves["v"], scale=leaves["scale"],
-                                           initial_state=leaves["state"], output_final_state=True,
-                                           backend=backend, **decay)
+    y, final = seqdyn.coefficient_dynamics(
+        leaves["q"],
+        leaves["k"],
+        leaves["v"],
+        scale=leaves["scale"],
+        initial_state=leaves["state"],
+        output_final_state=True,
+        backend=backend,
+        **decay,
+    )
     weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
     loss = (y * weights).sum() + final.square().sum()
     return (y, final, *torch.autograd.grad(loss, list(leaves.values())))
@@ -81,25 +98,30 @@ def test_step_coefficients_and_dsf_take_a_decay_rate():
     y = seqdyn.coefficient_dynamics(q, k, v, log_decay=formed)
     state, outputs = None, []
     for t in range(q.shape[1]):
-        y_t, state = seqdyn.coefficient_dynamics_step(q[:, t], k[:, t], v[:, t], state, log_decay=step[:, t],
-                                                      decay_rate=rate)
+        y_t, state = seqdyn.coefficient_dynamics_step(
+            q[:, t], k[:, t], v[:, t], state, log_decay=step[:, t], decay_rate=rate
+        )
         outputs.append(y_t)
     assert_close(torch.stack(outputs, dim=1), y, TOL, "step by step")
     coefficients = seqdyn.coefficients(q, k, log_decay=step, decay_rate=rate)
     assert_close(coefficients, seqdyn.coefficients(q, k, log_decay=formed), TOL, "coefficients")
     from seqdyn.core.dsf import dsf
+
     assert_close(dsf(q, k, v, log_decay=step, decay_rate=rate).apply(v), y, TOL, "DSF")
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(decay_rate=[[1.0]]), "decay_rate: expected a tensor"),
-    (dict(decay_rate=torch.zeros(3, 4, 1)), "decay_rate: expected 2 dimensions"),
-    (dict(decay_rate=torch.zeros(3, 5)), "does not match the key dimension K=4"),
-    (dict(decay_rate=torch.zeros(2, 4)), "decay_rate: 2 heads"),
-    (dict(decay_rate=torch.zeros(3, 4), log_decay=None), "needs log_decay as the steps"),
-    (dict(decay_rate=torch.zeros(3, 4), log_decay=torch.zeros(2, 6, 3, 4)), "needs log_decay as the steps"),
-    (dict(decay_rate=torch.zeros(3, 4, dtype=torch.int64)), "decay_rate: expected a floating-point tensor"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(decay_rate=[[1.0]]), "decay_rate: expected a tensor"),
+        (dict(decay_rate=torch.zeros(3, 4, 1)), "decay_rate: expected 2 dimensions"),
+        (dict(decay_rate=torch.zeros(3, 5)), "does not match the key dimension K=4"),
+        (dict(decay_rate=torch.zeros(2, 4)), "decay_rate: 2 heads"),
+        (dict(decay_rate=torch.zeros(3, 4), log_decay=None), "needs log_decay as the steps"),
+        (dict(decay_rate=torch.zeros(3, 4), log_decay=torch.zeros(2, 6, 3, 4)), "needs log_decay as the steps"),
+        (dict(decay_rate=torch.zeros(3, 4, dtype=torch.int64)), "decay_rate: expected a floating-point tensor"),
+    ],
+)
 def test_bad_decay_rates_are_named(change, message):
     q = k = torch.randn(2, 6, 3, 4)
     options = dict(log_decay=torch.rand(2, 6, 3)) | change
@@ -110,6 +132,7 @@ def test_bad_decay_rates_are_named(change, message):
 # ---------------------------------------------------------------------------------------- the torch-block scan
 def test_seqdyn_compile_0_scans_with_torch_blocks(monkeypatch):
     """Without the native kernel the scan's torch blocks form the factored decay block by block."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError("the native kernel ran although SEQDYN_COMPILE=0")
 

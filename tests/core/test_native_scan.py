@@ -26,19 +26,25 @@ from tests.core.cases import assert_close
 
 TOL = 1e-10
 
-needs_kernel = pytest.mark.skipif(isinstance(build.load("scan_kernel"), str),
-                                  reason="no C++ compiler to build the native scan")
+needs_kernel = pytest.mark.skipif(
+    isinstance(build.load("scan_kernel"), str), reason="no C++ compiler to build the native scan"
+)
 
 
-def _problem(seed: int, decay: str, shared: bool, key_dim: int, value_dim: int, length: int, heads: int = 5,
-             dtype=torch.float64):
+def _problem(
+    seed: int, decay: str, shared: bool, key_dim: int, value_dim: int, length: int, heads: int = 5, dtype=torch.float64
+):
     """Leaves of a random problem in the operator's layout ``[B, T, H, ...]`` (time-major in memory, as mixers
     give them) and the operator's keyword arguments for its decay."""
     gen = torch.Generator().manual_seed(seed)
     rand = lambda *s: torch.randn(*s, generator=gen, dtype=dtype)  # noqa: E731
     key_heads = 1 if shared else heads
-    leaves = {"q": rand(2, length, key_heads, key_dim), "k": rand(2, length, key_heads, key_dim) / key_dim**0.5,
-              "v": rand(2, length, heads, value_dim), "state": rand(2, heads, key_dim, value_dim)}
+    leaves = {
+        "q": rand(2, length, key_heads, key_dim),
+        "k": rand(2, length, key_heads, key_dim) / key_dim**0.5,
+        "v": rand(2, length, heads, value_dim),
+        "state": rand(2, heads, key_dim, value_dim),
+    }
     if decay == "scalar":
         leaves["log_decay"] = -torch.rand(2, length, heads, generator=gen, dtype=dtype)
     elif decay == "diagonal":
@@ -52,8 +58,15 @@ def _problem(seed: int, decay: str, shared: bool, key_dim: int, value_dim: int, 
 def _run(leaves: dict, backend: str):
     """Outputs, final state and the gradients of every leaf for a fixed functional of both."""
     extra = {name: leaves[name] for name in ("log_decay", "decay_rate") if name in leaves}
-    y, final = seqdyn.coefficient_dynamics(leaves["q"], leaves["k"], leaves["v"], initial_state=leaves["state"],
-                                           output_final_state=True, backend=backend, **extra)
+    y, final = seqdyn.coefficient_dynamics(
+        leaves["q"],
+        leaves["k"],
+        leaves["v"],
+        initial_state=leaves["state"],
+        output_final_state=True,
+        backend=backend,
+        **extra,
+    )
     weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
     loss = (y * weights).sum() + (final * final.detach().sin()).sum()
     return {"y": y, "final": final} | dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
@@ -93,8 +106,15 @@ def test_native_scan_random_cuts(seed, kernel_runs, monkeypatch):
     monkeypatch.setattr(scan_kernel, "GROUP", pick(1, 4))
     monkeypatch.setattr(scan_kernel.torch, "get_num_threads", lambda: pick(1, 4))
     decay = ("none", "scalar", "diagonal", "factored")[seed]
-    leaves = _problem(100 + seed, decay, shared=bool(seed % 2), key_dim=pick(1, 17), value_dim=pick(1, 3),
-                      length=pick(1, 40), heads=pick(1, 7))
+    leaves = _problem(
+        100 + seed,
+        decay,
+        shared=bool(seed % 2),
+        key_dim=pick(1, 17),
+        value_dim=pick(1, 3),
+        length=pick(1, 40),
+        heads=pick(1, 7),
+    )
     got, want = _run(leaves, "scan"), _run(leaves, "quadratic")
     assert kernel_runs
     for name in want:
@@ -115,10 +135,12 @@ def test_native_scan_float32_follows_float64(kernel_runs):
 def test_native_scan_without_gradients_and_without_initial_state(kernel_runs):
     leaves = _problem(3, "diagonal", False, 4, 2, length=20)
     with torch.no_grad():
-        y = seqdyn.coefficient_dynamics(leaves["q"], leaves["k"], leaves["v"], log_decay=leaves["log_decay"],
-                                        backend="scan")
-        exact = seqdyn.coefficient_dynamics(leaves["q"], leaves["k"], leaves["v"], log_decay=leaves["log_decay"],
-                                            backend="quadratic")
+        y = seqdyn.coefficient_dynamics(
+            leaves["q"], leaves["k"], leaves["v"], log_decay=leaves["log_decay"], backend="scan"
+        )
+        exact = seqdyn.coefficient_dynamics(
+            leaves["q"], leaves["k"], leaves["v"], log_decay=leaves["log_decay"], backend="quadratic"
+        )
     assert kernel_runs
     assert_close(y, exact, TOL, "inference")
 
@@ -247,6 +269,11 @@ def test_a_forked_child_scans_on_the_thread_torch_gives_it(tmp_path):
     its workers.  Run in a fresh interpreter, whose OpenMP pool no earlier test has resized."""
     script = tmp_path / "forked_child.py"
     script.write_text(FORKED_CHILD)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert result.returncode == 0, result.stderr[-2000:]

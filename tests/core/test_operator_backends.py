@@ -67,8 +67,12 @@ def test_every_backend_matches_quadratic(combo):
 
 
 #: rows without mass under ``"sum"`` (Σ_j α_ij = 0): the convention is coefficient 0 and output 0
-MASSLESS = [(readout, decay, householder, "sum") for readout in ("relu", "square", "identity")
-            for decay in ("none", "scalar", "diagonal") for householder in ("none", "keys")]
+MASSLESS = [
+    (readout, decay, householder, "sum")
+    for readout in ("relu", "square", "identity")
+    for decay in ("none", "scalar", "diagonal")
+    for householder in ("none", "keys")
+]
 MASSLESS += [("identity", "scalar_unstable", "none", "sum"), ("identity", "diagonal_unstable", "given", "sum")]
 
 
@@ -86,11 +90,18 @@ def test_rows_without_mass_are_zero_with_finite_gradients_on_every_backend(combo
 
 #: hard resets (``g = −∞``, decay 0) among the decays: every backend finite and equal, gradients included (0 or
 #: a rounding residue for the −∞ entries themselves, whose exact gradient is 0)
-HARD_RESETS = [("identity", decay, householder, normalizer)
-               for decay in ("scalar", "diagonal", "scalar_unstable", "diagonal_unstable")
-               for householder in ("none", "keys", "given") for normalizer in ("none", "sum")]
-HARD_RESETS += [(readout, decay, householder, "sum") for readout in ("exp", "softplus", "relu")
-                for decay in ("scalar", "diagonal") for householder in ("none", "keys")]
+HARD_RESETS = [
+    ("identity", decay, householder, normalizer)
+    for decay in ("scalar", "diagonal", "scalar_unstable", "diagonal_unstable")
+    for householder in ("none", "keys", "given")
+    for normalizer in ("none", "sum")
+]
+HARD_RESETS += [
+    (readout, decay, householder, "sum")
+    for readout in ("exp", "softplus", "relu")
+    for decay in ("scalar", "diagonal")
+    for householder in ("none", "keys")
+]
 
 
 @pytest.mark.parametrize("combo", HARD_RESETS, ids=lambda c: "-".join(c))
@@ -169,8 +180,9 @@ def test_unsupported_combinations_are_the_documented_ones():
 @pytest.mark.parametrize("backend", ["recurrent", "chunk", "scan"])
 def test_lengths_around_the_chunk_size(length, backend):
     """T = 1, T not a multiple of the chunk size, several chunks; diagonal decay and the default scale."""
-    case = random_case("identity", "diagonal", "none", "none", seed=length, length=length, chunk_size=8,
-                       with_state=True)
+    case = random_case(
+        "identity", "diagonal", "none", "none", seed=length, length=length, chunk_size=8, with_state=True
+    )
     leaves, options = build(case)
     reference = call(leaves, options, "quadratic", 8)
     output = call(leaves, options, backend, 8)
@@ -182,8 +194,14 @@ def test_heads_of_size_one_broadcast():
     """A head axis of size 1 equals the same tensor repeated over heads."""
     case = random_case("identity", "scalar", "keys", "none", seed=3, heads=3, shared=("q", "k", "gates"))
     leaves, options = build(case)
-    repeated = {n: (x.detach().expand(*x.shape[:2], 3, *x.shape[3:]).clone() if x.dim() >= 3 and x.shape[2] == 1
-                    and not n.startswith("state_") else x.detach()) for n, x in leaves.items()}
+    repeated = {
+        n: (
+            x.detach().expand(*x.shape[:2], 3, *x.shape[3:]).clone()
+            if x.dim() >= 3 and x.shape[2] == 1 and not n.startswith("state_")
+            else x.detach()
+        )
+        for n, x in leaves.items()
+    }
     for backend in ("quadratic", "chunk", "recurrent"):
         shared = call(leaves, options, backend, want_state=False)
         full = call(repeated, options, backend, want_state=False)
@@ -205,8 +223,18 @@ def test_delta_rule_with_keys_shared_over_heads_and_a_scale_per_head(decay, leng
     leaves = [x.requires_grad_() for x in (q, k, v, beta, scale, initial) + ((g,) if decay else ())]
     results = {}
     for backend in ("quadratic", "chunk"):
-        y, final = seqdyn.coefficient_dynamics(q, k, v, householder=beta, scale=scale, log_decay=g, chunk_size=8,
-                                               initial_state=initial, output_final_state=True, backend=backend)
+        y, final = seqdyn.coefficient_dynamics(
+            q,
+            k,
+            v,
+            householder=beta,
+            scale=scale,
+            log_decay=g,
+            chunk_size=8,
+            initial_state=initial,
+            output_final_state=True,
+            backend=backend,
+        )
         results[backend] = (y, final, *torch.autograd.grad(y.square().sum() + final.sin().sum(), leaves))
     for i, (got, exact) in enumerate(zip(results["chunk"], results["quadratic"])):
         assert_close(got, exact, TOL, f"chunk part {i}")
@@ -285,15 +313,19 @@ def half_precision_inputs(dtype: torch.dtype, decay: str, householder: bool) -> 
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
-@pytest.mark.parametrize(("readout", "decay", "householder", "normalizer", "backend"), [
-    ("identity", "scalar", False, "none", "chunk"),
-    ("identity", "scalar", False, "none", "recurrent"),
-    ("identity", "diagonal", True, "none", "chunk"),     # Gated DeltaNet: every gate in half precision
-    ("exp", "none", False, "sum", "quadratic"),          # softmax attention
-    ("sigmoid", "scalar", False, "none", "quadratic"),
-])
-def test_half_precision_inputs_compute_in_float32_within_one_unit_of_the_format(readout, decay, householder,
-                                                                                normalizer, backend, dtype):
+@pytest.mark.parametrize(
+    ("readout", "decay", "householder", "normalizer", "backend"),
+    [
+        ("identity", "scalar", False, "none", "chunk"),
+        ("identity", "scalar", False, "none", "recurrent"),
+        ("identity", "diagonal", True, "none", "chunk"),  # Gated DeltaNet: every gate in half precision
+        ("exp", "none", False, "sum", "quadratic"),  # softmax attention
+        ("sigmoid", "scalar", False, "none", "quadratic"),
+    ],
+)
+def test_half_precision_inputs_compute_in_float32_within_one_unit_of_the_format(
+    readout, decay, householder, normalizer, backend, dtype
+):
     """Inputs entirely in bfloat16 / float16 (queries, keys, values, decay, β): the operator lifts them to float32
     (``compute_dtype``) and rounds only its output, so every output row is within one unit of the format's
     precision (``eps``: half of it for rounding the output, half for float32's accumulation over 64 steps) of the
@@ -308,12 +340,17 @@ def test_half_precision_inputs_compute_in_float32_within_one_unit_of_the_format(
     assert (error <= torch.finfo(dtype).eps * row_scale).all(), float((error / row_scale).max())
 
 
-@pytest.mark.parametrize(("dtypes", "computed"), [
-    ((torch.bfloat16,), torch.float32), ((torch.float16, torch.float16), torch.float32),
-    ((torch.bfloat16, torch.float16), torch.float32),  # promoted to float32 either way
-    ((torch.bfloat16, None, torch.float64), torch.float64), ((torch.float32,), torch.float32),
-    ((torch.float64, torch.float32), torch.float64),
-])
+@pytest.mark.parametrize(
+    ("dtypes", "computed"),
+    [
+        ((torch.bfloat16,), torch.float32),
+        ((torch.float16, torch.float16), torch.float32),
+        ((torch.bfloat16, torch.float16), torch.float32),  # promoted to float32 either way
+        ((torch.bfloat16, None, torch.float64), torch.float64),
+        ((torch.float32,), torch.float32),
+        ((torch.float64, torch.float32), torch.float64),
+    ],
+)
 def test_compute_dtype_lifts_half_precision_to_float32_and_promotes_the_rest(dtypes, computed):
     from seqdyn.core.problem import compute_dtype
 
@@ -321,30 +358,36 @@ def test_compute_dtype_lifts_half_precision_to_float32_and_promotes_the_rest(dty
 
 
 def test_auto_picks_a_valid_backend_and_says_which():
-    for combo in [("identity", "diagonal", "keys", "sum"), ("exp", "none", "none", "sum"),
-                  ("sigmoid", "scalar", "none", "none"), ("exp", "none", "keys", "abs_max1")]:
+    for combo in [
+        ("identity", "diagonal", "keys", "sum"),
+        ("exp", "none", "none", "sum"),
+        ("sigmoid", "scalar", "none", "none"),
+        ("exp", "none", "keys", "abs_max1"),
+    ]:
         leaves, options = build(random_case(*combo, seed=2, with_state=False))
         q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
         chosen = seqdyn.select_backend(q, k, v, **leaves, **options)
-        assert REGISTRY[chosen].unsupported(
-            seqdyn.core.problem.prepare(Dynamics(q, k, v, **leaves, **options))) is None
+        assert REGISTRY[chosen].unsupported(seqdyn.core.problem.prepare(Dynamics(q, k, v, **leaves, **options))) is None
         auto = seqdyn.coefficient_dynamics(q, k, v, backend="auto", **leaves, **options)
         explicit = seqdyn.coefficient_dynamics(q, k, v, backend=chosen, **leaves, **options)
         assert torch.equal(auto, explicit)
 
 
-@pytest.mark.parametrize("shape,options,expected", [
-    ((4, 4096, 256, 1, 1), {"log_decay": "scalar"}, "scan"),  # per-channel states (qLSTM, RG-LRU)
-    ((4, 4096, 64, 16, 1), {"log_decay": "diagonal"}, "scan"),  # S6: N = 16 states, V = 1
-    ((4, 4096, 4, 64, 64), {"log_decay": "scalar"}, "chunk"),  # Mamba-2 heads
-    ((4, 4096, 4, 64, 64), {"log_decay": "diagonal"}, "chunk"),  # GLA heads
-    ((4, 4096, 4, 64, 64), {"householder": True}, "chunk"),  # DeltaNet
-    ((4, 100, 4, 16, 16), {"log_decay": "scalar"}, "quadratic"),  # short: materialized is fastest
-    ((4, 100, 4, 16, 16), {"log_decay": "diagonal"}, "chunk"),  # ... but not with pairwise diagonal decays
-    ((4, 4096, 4, 64, 64), {"readout": "exp", "normalizer": "sum"}, "chunk"),  # softmax
-    ((1, 64, 2, 8, 8), {"readout": "sigmoid"}, "quadratic"),
-    ((8, 8192, 8, 8, 8), {"readout": "sigmoid"}, "recurrent"),  # the T×T scores would not fit
-])
+@pytest.mark.parametrize(
+    "shape,options,expected",
+    [
+        ((4, 4096, 256, 1, 1), {"log_decay": "scalar"}, "scan"),  # per-channel states (qLSTM, RG-LRU)
+        ((4, 4096, 64, 16, 1), {"log_decay": "diagonal"}, "scan"),  # S6: N = 16 states, V = 1
+        ((4, 4096, 4, 64, 64), {"log_decay": "scalar"}, "chunk"),  # Mamba-2 heads
+        ((4, 4096, 4, 64, 64), {"log_decay": "diagonal"}, "chunk"),  # GLA heads
+        ((4, 4096, 4, 64, 64), {"householder": True}, "chunk"),  # DeltaNet
+        ((4, 100, 4, 16, 16), {"log_decay": "scalar"}, "quadratic"),  # short: materialized is fastest
+        ((4, 100, 4, 16, 16), {"log_decay": "diagonal"}, "chunk"),  # ... but not with pairwise diagonal decays
+        ((4, 4096, 4, 64, 64), {"readout": "exp", "normalizer": "sum"}, "chunk"),  # softmax
+        ((1, 64, 2, 8, 8), {"readout": "sigmoid"}, "quadratic"),
+        ((8, 8192, 8, 8, 8), {"readout": "sigmoid"}, "recurrent"),  # the T×T scores would not fit
+    ],
+)
 def test_auto_cost_model_decisions(shape, options, expected):
     """The choices of the cost model calibrated by ``seqdyn bench operator`` (see ``operator._auto``)."""
     batch, length, heads, key_dim, value_dim = shape
@@ -371,13 +414,17 @@ def test_scan_across_its_blocks_with_state_and_gradients(decay, blocks):
     rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64, requires_grad=True)  # noqa: E731
     q, k, v = rand(2, length, 3, 4), rand(2, length, 1, 4), rand(2, length, 3, 2)
     state = rand(2, 3, 4, 2)
-    g = {"none": None, "scalar": -torch.rand(2, length, 3, generator=gen, dtype=torch.float64),
-         "diagonal": -torch.rand(2, length, 3, 4, generator=gen, dtype=torch.float64)}[decay]
+    g = {
+        "none": None,
+        "scalar": -torch.rand(2, length, 3, generator=gen, dtype=torch.float64),
+        "diagonal": -torch.rand(2, length, 3, 4, generator=gen, dtype=torch.float64),
+    }[decay]
     leaves = [q, k, v, state] + ([g.requires_grad_()] if g is not None else [])
     results = {}
     for backend in ("quadratic", "scan"):
-        y, final = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, initial_state=state, output_final_state=True,
-                                               backend=backend)
+        y, final = seqdyn.coefficient_dynamics(
+            q, k, v, log_decay=g, initial_state=state, output_final_state=True, backend=backend
+        )
         loss = (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum() + final.square().sum()
         results[backend] = (y, final, *torch.autograd.grad(loss, leaves))
     for i, (got, exact) in enumerate(zip(results["scan"], results["quadratic"])):
@@ -403,8 +450,17 @@ def test_a_scale_per_head_on_keys_shared_over_heads_goes_on_the_values(kind, len
     assert torch.equal(problem.k, prepare(Dynamics(q, k, v)).k) and problem.scale is None  # b went on the values
     results = {}
     for backend in ("quadratic", "chunk", "scan", "recurrent"):
-        y, final = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, scale=b, output_final_state=True,
-                                               initial_state=initial, backend=backend, chunk_size=16)
+        y, final = seqdyn.coefficient_dynamics(
+            q,
+            k,
+            v,
+            log_decay=g,
+            scale=b,
+            output_final_state=True,
+            initial_state=initial,
+            backend=backend,
+            chunk_size=16,
+        )
         results[backend] = (y, final, *torch.autograd.grad(y.square().sum() + final.sum(), (q, k, v, g, b, initial)))
     for backend in ("chunk", "scan", "recurrent"):
         for i, (got, exact) in enumerate(zip(results[backend], results["quadratic"])):

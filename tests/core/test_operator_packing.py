@@ -7,10 +7,19 @@ import pytest
 import torch
 
 import seqdyn
-from seqdyn.core.backends import REGISTRY
 from seqdyn.core import operator
-from tests.core.cases import (STATE_COMBOS, _state, all_combinations, assert_close, build, call, flatten, random_case,
-                              supported)
+from seqdyn.core.backends import REGISTRY
+from tests.core.cases import (
+    STATE_COMBOS,
+    _state,
+    all_combinations,
+    assert_close,
+    build,
+    call,
+    flatten,
+    random_case,
+    supported,
+)
 
 LENGTHS = (5, 1, 9, 3)  # boundaries inside and at the edges of chunks of 4; a sequence of one step
 CU_SEQLENS = torch.tensor([0, 5, 6, 15, 18])
@@ -20,10 +29,13 @@ def _packed_case(combo, seed: int):
     """Leaves of one packed batch ``[1, 18, …]`` and initial states of the four sequences ``[4, …]``."""
     case = random_case(*combo, seed=seed, batch=1, length=sum(LENGTHS), chunk_size=4, with_state=False)
     leaves, options = build(case)
-    states = _state(random_case(*combo, seed=seed, batch=len(LENGTHS), with_state=True), torch.Generator()
-                    .manual_seed(seed), torch.float64)
+    states = _state(
+        random_case(*combo, seed=seed, batch=len(LENGTHS), with_state=True),
+        torch.Generator().manual_seed(seed),
+        torch.float64,
+    )
     if "state_keys" in states:  # a key cache per sequence (their sizes may differ): one entry each
-        states = {f"{name}_{n}": value[n:n + 1].clone() for name, value in states.items() for n in range(4)}
+        states = {f"{name}_{n}": value[n : n + 1].clone() for name, value in states.items() for n in range(4)}
     for value in states.values():
         value.requires_grad_(True)
     return case, leaves, options, states
@@ -38,27 +50,40 @@ def _initial_state(states: dict, readout: str):
 def _one_sequence(states: dict, index: int, readout: str) -> dict:
     if readout != "identity":
         return {"state_keys": states[f"state_keys_{index}"], "state_values": states[f"state_values_{index}"]}
-    return {name: value[index:index + 1] for name, value in states.items()}
+    return {name: value[index : index + 1] for name, value in states.items()}
 
 
-@pytest.mark.parametrize("combo,backend", [(c, b) for c in STATE_COMBOS for b in [*REGISTRY, "auto"]
-                                           if b == "auto" or supported(c, b)],
-                         ids=lambda x: x if isinstance(x, str) else "-".join(x))
-def test_a_packed_batch_equals_each_sequence_alone_with_states_and_gradients(combo, backend, tmp_path,
-                                                                             monkeypatch):
+@pytest.mark.parametrize(
+    "combo,backend",
+    [(c, b) for c in STATE_COMBOS for b in [*REGISTRY, "auto"] if b == "auto" or supported(c, b)],
+    ids=lambda x: x if isinstance(x, str) else "-".join(x),
+)
+def test_a_packed_batch_equals_each_sequence_alone_with_states_and_gradients(combo, backend, tmp_path, monkeypatch):
     monkeypatch.setenv("SEQDYN_AUTOTUNE_CACHE", str(tmp_path))
     readout = combo[0]
     case, leaves, options, states = _packed_case(combo, seed=11)
     inputs = dict(leaves)
     q, k, v = inputs.pop("q"), inputs.pop("k"), inputs.pop("v")
-    packed, final = seqdyn.coefficient_dynamics(q, k, v, initial_state=_initial_state(states, readout),
-                                                output_final_state=True, backend=backend, chunk_size=4,
-                                                cu_seqlens=CU_SEQLENS, **inputs, **options)
+    packed, final = seqdyn.coefficient_dynamics(
+        q,
+        k,
+        v,
+        initial_state=_initial_state(states, readout),
+        output_final_state=True,
+        backend=backend,
+        chunk_size=4,
+        cu_seqlens=CU_SEQLENS,
+        **inputs,
+        **options,
+    )
     outputs, finals = [], []
     for index, (start, end) in enumerate(zip(CU_SEQLENS.tolist(), CU_SEQLENS[1:].tolist())):
         alone = {name: value[:, start:end] for name, value in leaves.items()}
-        y, state = call(alone | _one_sequence(states, index, readout), options, "quadratic" if readout != "identity"
-                        else "recurrent")
+        y, state = call(
+            alone | _one_sequence(states, index, readout),
+            options,
+            "quadratic" if readout != "identity" else "recurrent",
+        )
         outputs.append(y)
         finals.append(state)
     expected = torch.cat(outputs, dim=1)
@@ -93,8 +118,9 @@ def test_packed_coefficients_are_block_diagonal_and_reproduce_the_outputs(readou
     across = sequence[:, None] != sequence[None, :]
     assert A[..., across].abs().max() == 0  # no coefficient crosses a boundary
     for start, end in zip(CU_SEQLENS.tolist(), CU_SEQLENS[1:].tolist()):
-        alone = seqdyn.coefficients(q[:, start:end], k[:, start:end],
-                                    **{n: x[:, start:end] for n, x in inputs.items()}, **options)
+        alone = seqdyn.coefficients(
+            q[:, start:end], k[:, start:end], **{n: x[:, start:end] for n, x in inputs.items()}, **options
+        )
         assert_close(A[..., start:end, start:end], alone, 1e-12, "block")
     y = seqdyn.coefficient_dynamics(q, k, v, cu_seqlens=CU_SEQLENS, **inputs, **options)
     assert_close(torch.einsum("bhij,bjhv->bihv", A, v.expand(-1, -1, A.shape[1], -1)), y, 1e-12, "A @ v")
@@ -159,21 +185,32 @@ def test_packed_sequences_decode_a_token_each_from_their_states(readout, normali
     step_options = dict(options, log_decay=g1 if readout == "identity" else None)
     y1, after = seqdyn.coefficient_dynamics_step(q1, k1, v1, state=states, cu_seqlens=torch.arange(5), **step_options)
     for index, (start, end) in enumerate(zip(CU_SEQLENS.tolist(), CU_SEQLENS[1:].tolist())):
-        whole = {name: torch.cat([x[:, start:end], x1[index:index + 1, None]], dim=1)
-                 for name, x, x1 in [("q", q, q1), ("k", k, k1), ("v", v, v1), ("g", g, g1)]}
-        alone = seqdyn.coefficient_dynamics(whole["q"], whole["k"], whole["v"], readout=readout,
-                                            normalizer=normalizer,
-                                            log_decay=whole["g"] if readout == "identity" else None)
+        whole = {
+            name: torch.cat([x[:, start:end], x1[index : index + 1, None]], dim=1)
+            for name, x, x1 in [("q", q, q1), ("k", k, k1), ("v", v, v1), ("g", g, g1)]
+        }
+        alone = seqdyn.coefficient_dynamics(
+            whole["q"],
+            whole["k"],
+            whole["v"],
+            readout=readout,
+            normalizer=normalizer,
+            log_decay=whole["g"] if readout == "identity" else None,
+        )
         torch.testing.assert_close(y1[index], alone[0, -1], rtol=0, atol=1e-12)
     assert isinstance(after, list) == (readout != "identity")
     with pytest.raises(ValueError, match=r"cu_seqlens: one step takes one token of each sequence"):
-        seqdyn.coefficient_dynamics_step(q1, k1, v1, state=states, cu_seqlens=torch.tensor([0, 2, 4]),
-                                         **step_options)
+        seqdyn.coefficient_dynamics_step(q1, k1, v1, state=states, cu_seqlens=torch.tensor([0, 2, 4]), **step_options)
 
 
-RESET_CASES = [(combo, backend) for combo in all_combinations() for backend in ("chunk", "scan")
-               if combo[0] == "identity" and supported(combo, backend)
-               and not (backend == "chunk" and combo[1].startswith("diagonal"))]
+RESET_CASES = [
+    (combo, backend)
+    for combo in all_combinations()
+    for backend in ("chunk", "scan")
+    if combo[0] == "identity"
+    and supported(combo, backend)
+    and not (backend == "chunk" and combo[1].startswith("diagonal"))
+]
 
 
 @pytest.mark.parametrize("combo,backend", RESET_CASES, ids=lambda x: x if isinstance(x, str) else "-".join(x))
@@ -185,12 +222,17 @@ def test_without_states_packed_sequences_run_as_one_with_resets_and_no_padding(c
     leaves, options = build(case)
     inputs = dict(leaves)
     q, k, v = inputs.pop("q"), inputs.pop("k"), inputs.pop("v")
-    expected = torch.cat([call({name: value[:, start:end] for name, value in leaves.items()}, options, "recurrent",
-                               want_state=False) for start, end in zip(CU_SEQLENS.tolist(), CU_SEQLENS[1:].tolist())],
-                         dim=1)
+    expected = torch.cat(
+        [
+            call({name: value[:, start:end] for name, value in leaves.items()}, options, "recurrent", want_state=False)
+            for start, end in zip(CU_SEQLENS.tolist(), CU_SEQLENS[1:].tolist())
+        ],
+        dim=1,
+    )
     monkeypatch.setattr(operator, "_padded", lambda *args: pytest.fail("packed sequences were padded"))
-    packed = seqdyn.coefficient_dynamics(q, k, v, backend=backend, chunk_size=4, cu_seqlens=CU_SEQLENS, **inputs,
-                                         **options)
+    packed = seqdyn.coefficient_dynamics(
+        q, k, v, backend=backend, chunk_size=4, cu_seqlens=CU_SEQLENS, **inputs, **options
+    )
     assert_close(packed, expected, 1e-10, "outputs")
     weights = torch.randn_like(expected)
     grads = torch.autograd.grad((weights * packed).sum(), list(leaves.values()), allow_unused=True)

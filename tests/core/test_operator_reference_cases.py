@@ -34,8 +34,9 @@ def run_all(q, k, v, expected, backends=ALL_BACKENDS, tol=1e-10, **options):
 
 def test_softmax_attention_equals_sdpa():
     q, k, v = randn(B, T, H, K, seed=1), randn(B, T, H, K, seed=2), randn(B, T, H, V, seed=3)
-    expected = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                              is_causal=True).transpose(1, 2)
+    expected = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+    ).transpose(1, 2)
     assert run_all(q, k, v, expected, readout="exp", normalizer="sum") == 3
 
 
@@ -116,12 +117,17 @@ def test_mlstm_stabilized_recurrence():
         ys.append(torch.einsum("bhkv,bhk->bhv", C, q[:, t]) / denominator[..., None])
         m = m_new
     expected = torch.stack(ys, dim=1)
-    assert run_all(q, k, v, expected, log_decay=f_log, scale=torch.exp(i_tilde) * K**-0.5,
-                   normalizer="abs_max1") == 4
+    assert run_all(q, k, v, expected, log_decay=f_log, scale=torch.exp(i_tilde) * K**-0.5, normalizer="abs_max1") == 4
 
 
-@pytest.mark.parametrize("readout,normalizer", list(itertools.product(
-    ["identity", "exp", "softplus", "sigmoid", "relu", "elu1", "square"], ["none", "sum", "abs_max1"])))
+@pytest.mark.parametrize(
+    "readout,normalizer",
+    list(
+        itertools.product(
+            ["identity", "exp", "softplus", "sigmoid", "relu", "elu1", "square"], ["none", "sum", "abs_max1"]
+        )
+    ),
+)
 def test_coefficients_equal_the_definition(readout, normalizer):
     """α_ij = φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) with explicit matrix products (seed 001 eq. 4), normalized by η_i."""
     t, k_dim = 7, 3
@@ -132,9 +138,11 @@ def test_coefficients_equal_the_definition(readout, normalizer):
     w = F.normalize(randn(1, t, 1, k_dim, seed=30), dim=-1)
     scale = 0.5 + torch.rand(1, t, 1, generator=torch.Generator().manual_seed(31), dtype=torch.float64)
     phi = seqdyn.READOUTS[readout]
-    lam = [torch.diag(torch.exp(g[0, s, 0])) @ (torch.eye(k_dim, dtype=torch.float64)
-                                                 - beta[0, s, 0] * torch.outer(w[0, s, 0], w[0, s, 0]))
-           for s in range(t)]
+    lam = [
+        torch.diag(torch.exp(g[0, s, 0]))
+        @ (torch.eye(k_dim, dtype=torch.float64) - beta[0, s, 0] * torch.outer(w[0, s, 0], w[0, s, 0]))
+        for s in range(t)
+    ]
     alpha = torch.zeros(t, t, dtype=torch.float64)
     for i in range(t):
         for j in range(i + 1):
@@ -145,12 +153,23 @@ def test_coefficients_equal_the_definition(readout, normalizer):
     row = alpha.sum(-1, keepdim=True)
     eta = {"none": torch.ones_like(row), "sum": row, "abs_max1": row.abs().clamp(min=1.0)}[normalizer]
     expected = alpha / eta
-    got = seqdyn.coefficients(q, k, readout=readout, log_decay=g, householder=beta, householder_dir=w,
-                              scale=scale, normalizer=normalizer)
+    got = seqdyn.coefficients(
+        q, k, readout=readout, log_decay=g, householder=beta, householder_dir=w, scale=scale, normalizer=normalizer
+    )
     assert_close(got[0, 0], expected, 1e-12, "coefficients")
     v = randn(1, t, 1, 2, seed=32)
-    out = seqdyn.coefficient_dynamics(q, k, v, readout=readout, log_decay=g, householder=beta, householder_dir=w,
-                                      scale=scale, normalizer=normalizer, backend="quadratic")
+    out = seqdyn.coefficient_dynamics(
+        q,
+        k,
+        v,
+        readout=readout,
+        log_decay=g,
+        householder=beta,
+        householder_dir=w,
+        scale=scale,
+        normalizer=normalizer,
+        backend="quadratic",
+    )
     assert_close(out[0, :, 0], expected @ v[0, :, 0], 1e-12, "outputs")
 
 
@@ -169,12 +188,19 @@ def test_mlstm_with_log_scale_survives_input_gates_beyond_the_float_range():
     q, k, v = randn(B, T, H, K, seed=36), randn(B, T, H, K, seed=37), randn(B, T, H, V, seed=38)
     i_tilde = 200 * torch.rand(B, T, H, generator=torch.Generator().manual_seed(39), dtype=torch.float64)
     f_log = F.logsigmoid(randn(B, T, H, seed=40) + 2)
-    expected = seqdyn.coefficient_dynamics(q, k, v, log_decay=f_log, scale=torch.exp(i_tilde) * K**-0.5,
-                                           normalizer="abs_max1", backend="recurrent")
+    expected = seqdyn.coefficient_dynamics(
+        q, k, v, log_decay=f_log, scale=torch.exp(i_tilde) * K**-0.5, normalizer="abs_max1", backend="recurrent"
+    )
     for backend in ALL_BACKENDS:
-        out = seqdyn.coefficient_dynamics(q.float(), k.float(), v.float(), log_decay=f_log.float(),
-                                          log_scale=(i_tilde - 0.5 * torch.log(torch.tensor(float(K)))).float(),
-                                          normalizer="abs_max1", backend=backend)
+        out = seqdyn.coefficient_dynamics(
+            q.float(),
+            k.float(),
+            v.float(),
+            log_decay=f_log.float(),
+            log_scale=(i_tilde - 0.5 * torch.log(torch.tensor(float(K)))).float(),
+            normalizer="abs_max1",
+            backend=backend,
+        )
         assert torch.isfinite(out).all()
         assert_close(out.double(), expected, 1e-4, backend)
 
@@ -186,8 +212,9 @@ def test_log_scale_equals_scale_with_gradients():
     for normalizer in ("none", "abs_max1"):
         for backend in ALL_BACKENDS:
             a = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, log_scale=ell, normalizer=normalizer, backend=backend)
-            b = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, scale=torch.exp(ell), normalizer=normalizer,
-                                            backend="quadratic")
+            b = seqdyn.coefficient_dynamics(
+                q, k, v, log_decay=g, scale=torch.exp(ell), normalizer=normalizer, backend="quadratic"
+            )
             assert_close(a, b, 1e-10, backend)
             (grad_a,) = torch.autograd.grad(a.sum(), ell)
             (grad_b,) = torch.autograd.grad(b.sum(), ell)

@@ -56,8 +56,11 @@ def _inputs(kind: str, seed: int = 0):
     return q, k, v, g
 
 
-CASES = [(kind, normalizer) for kind in ("growing_scalar", "growing_diagonal", "mixed_diagonal")
-         for normalizer in ("sum", "abs_max1", "none")]
+CASES = [
+    (kind, normalizer)
+    for kind in ("growing_scalar", "growing_diagonal", "mixed_diagonal")
+    for normalizer in ("sum", "abs_max1", "none")
+]
 CASES += [(kind, normalizer) for kind in ("strong_scalar", "strong_diagonal") for normalizer in ("none", "sum")]
 
 
@@ -65,8 +68,9 @@ CASES += [(kind, normalizer) for kind in ("strong_scalar", "strong_diagonal") fo
 @pytest.mark.parametrize("backend", ["chunk", "recurrent", "scan", "auto"])
 def test_no_overflow_where_the_exact_result_is_finite(kind, normalizer, backend):
     q, k, v, g = _inputs(kind)
-    exact = seqdyn.coefficient_dynamics(q.double(), k.double(), v.double(), log_decay=g.double(),
-                                        normalizer=normalizer, backend="chunk")
+    exact = seqdyn.coefficient_dynamics(
+        q.double(), k.double(), v.double(), log_decay=g.double(), normalizer=normalizer, backend="chunk"
+    )
     representable = exact.abs() < FLOAT32_MAX / 2
     assert representable.float().mean() > 0.05  # the case is not vacuous
     out = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, normalizer=normalizer, backend=backend)
@@ -82,12 +86,16 @@ def test_no_overflow_where_the_exact_result_is_finite(kind, normalizer, backend)
 def test_float64_chunk_reference_agrees_with_quadratic_on_a_long_growing_sequence():
     q, k, v, g = (x.double() for x in _inputs("growing_scalar"))
     n = 1024
-    a = seqdyn.coefficient_dynamics(q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n], normalizer="sum",
-                                    backend="chunk")
-    b = seqdyn.coefficient_dynamics(q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n], normalizer="sum",
-                                    backend="quadratic")
-    assert relative_to_magnitude(a, b, output_magnitude(q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n],
-                                                        normalizer="sum")).max() < 1e-9
+    a = seqdyn.coefficient_dynamics(q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n], normalizer="sum", backend="chunk")
+    b = seqdyn.coefficient_dynamics(
+        q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n], normalizer="sum", backend="quadratic"
+    )
+    assert (
+        relative_to_magnitude(
+            a, b, output_magnitude(q[:, :n], k[:, :n], v[:, :n], log_decay=g[:, :n], normalizer="sum")
+        ).max()
+        < 1e-9
+    )
 
 
 @pytest.mark.parametrize("backend", ["quadratic", "recurrent", "chunk", "scan"])
@@ -95,8 +103,12 @@ def test_float64_chunk_reference_agrees_with_quadratic_on_a_long_growing_sequenc
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_nan_and_inf_inputs_propagate_without_crashing(backend, where, value):
     gen = torch.Generator().manual_seed(1)
-    tensors = {"q": torch.randn(1, 40, 2, 4, generator=gen), "k": torch.randn(1, 40, 2, 4, generator=gen),
-               "v": torch.randn(1, 40, 2, 3, generator=gen), "log_decay": -torch.rand(1, 40, 2, 4, generator=gen)}
+    tensors = {
+        "q": torch.randn(1, 40, 2, 4, generator=gen),
+        "k": torch.randn(1, 40, 2, 4, generator=gen),
+        "v": torch.randn(1, 40, 2, 3, generator=gen),
+        "log_decay": -torch.rand(1, 40, 2, 4, generator=gen),
+    }
     tensors[where][0, 17, 1, 0] = value
     q, k, v, g = tensors["q"], tensors["k"], tensors["v"], tensors["log_decay"]
     out = seqdyn.coefficient_dynamics(q, k, v, log_decay=g, backend=backend, normalizer="sum")
@@ -134,7 +146,10 @@ def test_safe_chunk_size_keeps_every_chunk_range_inside_the_float_range(strength
     padded = F.pad(g, (0, 0, 0, -g.shape[2] % size))
     chunk_ranges = -padded.reshape(1, 2, -1, size, 4).sum(3)
     assert chunk_ranges.max() < limit
-    assert size == 64 or (-F.pad(g, (0, 0, 0, -g.shape[2] % (2 * size))).reshape(1, 2, -1, 2 * size, 4).sum(3)).max() >= limit
+    assert (
+        size == 64
+        or (-F.pad(g, (0, 0, 0, -g.shape[2] % (2 * size))).reshape(1, 2, -1, 2 * size, 4).sum(3)).max() >= limit
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -152,8 +167,9 @@ def test_decay_factors_that_would_be_subnormal_products_are_zero(dtype):
     strong = -torch.rand(1, 300, 2, generator=torch.Generator().manual_seed(0)) * 40
     q, k, v = (torch.randn(1, 300, 2, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
     out = seqdyn.coefficient_dynamics(q, k, v, log_decay=strong, backend="chunk")
-    exact = seqdyn.coefficient_dynamics(q.double(), k.double(), v.double(), log_decay=strong.double(),
-                                        backend="quadratic")
+    exact = seqdyn.coefficient_dynamics(
+        q.double(), k.double(), v.double(), log_decay=strong.double(), backend="quadratic"
+    )
     magnitude = output_magnitude(q, k, v, log_decay=strong.double())
     assert relative_to_magnitude(out, exact, magnitude).max() < 1e-6
 
@@ -172,8 +188,9 @@ def test_positive_readouts_keep_their_ratios_where_they_underflow(readout, dtype
     weights = torch.randn(2, 12, 2, 3, generator=gen, dtype=torch.float64)
     results = {}
     for name, operands in (("readout", (q, k, v)), ("softmax", tuple(x.double() for x in (q, k, v)))):
-        y = seqdyn.coefficient_dynamics(*operands, readout="exp" if name == "softmax" else readout, scale=1.0,
-                                        normalizer="sum", backend=backend)
+        y = seqdyn.coefficient_dynamics(
+            *operands, readout="exp" if name == "softmax" else readout, scale=1.0, normalizer="sum", backend=backend
+        )
         results[name] = (y, *torch.autograd.grad((y * weights.to(y.dtype)).sum(), (q, k, v)))
     softmax = dict(readout="exp", scale=1.0, normalizer="sum")
     tol = 1e-4 if dtype == torch.float32 else 1e-10
@@ -199,12 +216,20 @@ def test_float32_chunk_with_diagonal_decay_and_householder_factor_survives_stron
     results = {}
     for dtype in (torch.float32, torch.float64):
         leaves = [x.to(dtype).requires_grad_() for x in (q, k, v, g, beta)]
-        y = seqdyn.coefficient_dynamics(*leaves[:3], log_decay=leaves[3], householder=leaves[4], backend="chunk",
-                                        chunk_size=8, **{n: x.to(dtype) for n, x in given.items()})
+        y = seqdyn.coefficient_dynamics(
+            *leaves[:3],
+            log_decay=leaves[3],
+            householder=leaves[4],
+            backend="chunk",
+            chunk_size=8,
+            **{n: x.to(dtype) for n, x in given.items()},
+        )
         results[dtype] = (y, *torch.autograd.grad((y * weights.to(dtype)).sum(), leaves))
     options = dict(householder_dir=given["householder_dir"]) if given else {}
-    magnitudes = [output_magnitude(q, k, v, log_decay=g, householder=beta, **options),
-                  *map(sequence_scale, results[torch.float64][1:])]
+    magnitudes = [
+        output_magnitude(q, k, v, log_decay=g, householder=beta, **options),
+        *map(sequence_scale, results[torch.float64][1:]),
+    ]
     for i, (got, exact, magnitude) in enumerate(zip(results[torch.float32], results[torch.float64], magnitudes)):
         assert torch.isfinite(got).all(), f"part {i}"
         assert relative_to_magnitude(got, exact, magnitude).max() <= 1e-4, f"part {i}"

@@ -22,8 +22,11 @@ def _as_leaves(state, readout: str, normalizer: str) -> dict:
     return {"state_S": state}
 
 
-@pytest.mark.parametrize("combo,backend", [(c, b) for c in STATE_COMBOS for b in REGISTRY if supported(c, b)],
-                         ids=lambda x: x if isinstance(x, str) else "-".join(x))
+@pytest.mark.parametrize(
+    "combo,backend",
+    [(c, b) for c in STATE_COMBOS for b in REGISTRY if supported(c, b)],
+    ids=lambda x: x if isinstance(x, str) else "-".join(x),
+)
 def test_two_halves_with_state_passing_equal_the_whole(combo, backend):
     case = random_case(*combo, seed=7, length=13, with_state=True, chunk_size=4)
     leaves, options = build(case)
@@ -45,8 +48,9 @@ def test_single_step_function_equals_recurrent(combo):
     outputs = []
     for t in range(case.length):
         token = {n: x[:, t] for n, x in leaves.items()}
-        y, state = seqdyn.coefficient_dynamics_step(token.pop("q"), token.pop("k"), token.pop("v"), state,
-                                                    **token, **options)
+        y, state = seqdyn.coefficient_dynamics_step(
+            token.pop("q"), token.pop("k"), token.pop("v"), state, **token, **options
+        )
         outputs.append(y)
     assert_close(torch.stack(outputs, dim=1), whole, 1e-12, "step outputs")
     for got, want in zip(flatten(state), flatten(whole_state)):
@@ -66,9 +70,8 @@ def test_nonlinear_state_is_a_growing_cache_of_transformed_keys():
     _, (keys, values) = call(leaves, options, "recurrent")
     assert keys.shape[2] == values.shape[2] == 6
     g = leaves["log_decay"].detach()[0, :, 0]
-    scale = leaves["scale"].detach()[0, :, 0] if "scale" in leaves else (
-        options.get("scale") or case.key_dim**-0.5)
+    scale = leaves["scale"].detach()[0, :, 0] if "scale" in leaves else (options.get("scale") or case.key_dim**-0.5)
     k = leaves["k"].detach()[0, :, 0]
     for j in range(6):
-        expected = torch.exp(g[j + 1:].sum()) * (scale[j] if torch.is_tensor(scale) else scale) * k[j]
+        expected = torch.exp(g[j + 1 :].sum()) * (scale[j] if torch.is_tensor(scale) else scale) * k[j]
         assert_close(keys[0, 0, j], expected, 1e-12, f"cached key {j}")

@@ -25,16 +25,21 @@ BAD = [
     ("time mismatch", good(v=torch.randn(B, T + 1, H, V)), ["v", "sequence length 7", "6"]),
     ("head mismatch", good(k=torch.randn(B, T, 2, K)), ["k", "2 heads", "3 or 1"]),
     ("key dim mismatch", good(k=torch.randn(B, T, H, K + 1)), ["k", "key dimension 5", "4"]),
-    ("empty sequence", good(q=torch.randn(B, 0, H, K), k=torch.randn(B, 0, H, K), v=torch.randn(B, 0, H, V)),
-     ["T=0"]),
+    ("empty sequence", good(q=torch.randn(B, 0, H, K), k=torch.randn(B, 0, H, K), v=torch.randn(B, 0, H, V)), ["T=0"]),
     ("log_decay rank", good(log_decay=torch.randn(B, T)), ["log_decay", "[B, T, H]", "[B, T, H, K]"]),
     ("log_decay K", good(log_decay=torch.randn(B, T, H, K + 2)), ["log_decay", "last dimension 6", "K=4"]),
     ("log_decay heads", good(log_decay=torch.randn(B, T, 2)), ["log_decay", "2 heads"]),
     ("householder rank", good(householder=torch.rand(B, T, H, K)), ["householder", "[B, T, H]"]),
-    ("direction without householder", good(householder_dir=torch.randn(B, T, H, K)),
-     ["householder_dir", "without householder"]),
-    ("direction shape", good(householder=torch.rand(B, T, H), householder_dir=torch.randn(B, T, H, K + 1)),
-     ["householder_dir", "last dimension"]),
+    (
+        "direction without householder",
+        good(householder_dir=torch.randn(B, T, H, K)),
+        ["householder_dir", "without householder"],
+    ),
+    (
+        "direction shape",
+        good(householder=torch.rand(B, T, H), householder_dir=torch.randn(B, T, H, K + 1)),
+        ["householder_dir", "last dimension"],
+    ),
     ("scale type", good(scale="big"), ["scale", "float", "[B, T, H]", "str"]),
     ("scale shape", good(scale=torch.rand(B, T + 1, H)), ["scale", "sequence length"]),
     ("scale integer tensor", good(scale=torch.tensor(2)), ["scale", "floating-point"]),
@@ -42,20 +47,32 @@ BAD = [
     ("normalizer name", good(normalizer="softmax"), ["normalizer", "'softmax'", "abs_max1", "sum"]),
     ("normalizer shape", good(normalizer=torch.rand(B, T)), ["normalizer", "[B, T, H]"]),
     ("backend name", good(backend="flash"), ["backend", "'flash'", "chunk", "scan", "auto"]),
-    ("scan with householder", good(backend="scan", householder=torch.rand(B, T, H)),
-     ["backend='scan' cannot compute", "householder", "'quadratic'", "'recurrent'", "'chunk'"]),
-    ("scan with exp", good(backend="scan", readout="exp", normalizer="sum"),
-     ["backend='scan' cannot compute", "readout='exp'", "'chunk'"]),
-    ("chunk with relu", good(backend="chunk", readout="relu"),
-     ["backend='chunk' cannot compute", "'relu'", "'quadratic'", "'recurrent'"]),
+    (
+        "scan with householder",
+        good(backend="scan", householder=torch.rand(B, T, H)),
+        ["backend='scan' cannot compute", "householder", "'quadratic'", "'recurrent'", "'chunk'"],
+    ),
+    (
+        "scan with exp",
+        good(backend="scan", readout="exp", normalizer="sum"),
+        ["backend='scan' cannot compute", "readout='exp'", "'chunk'"],
+    ),
+    (
+        "chunk with relu",
+        good(backend="chunk", readout="relu"),
+        ["backend='chunk' cannot compute", "'relu'", "'quadratic'", "'recurrent'"],
+    ),
     ("chunk with exp and none", good(backend="chunk", readout="exp"), ["backend='chunk' cannot compute"]),
     ("chunk size", good(chunk_size=0), ["chunk_size", "positive integer", "0"]),
     ("state format", good(normalizer="sum", initial_state=torch.zeros(B, H, K, V)), ["initial_state", "(S", "z"]),
     ("state shape", good(initial_state=torch.zeros(B, H, V, K)), ["initial_state", "[B, H, K, V]", "[2, 3, 5, 4]"]),
     ("state integer", good(initial_state=torch.zeros(B, H, K, V, dtype=torch.int32)), ["initial_state", "floating"]),
     ("cache format", good(readout="exp", initial_state=torch.zeros(B, H, K, V)), ["initial_state", "key cache"]),
-    ("cache key width", good(readout="exp", initial_state=(torch.zeros(B, H, 3, K + 1), torch.zeros(B, H, 3, V))),
-     ["initial_state", "K=4"]),
+    (
+        "cache key width",
+        good(readout="exp", initial_state=(torch.zeros(B, H, 3, K + 1), torch.zeros(B, H, 3, V))),
+        ["initial_state", "K=4"],
+    ),
 ]
 
 
@@ -86,9 +103,14 @@ def test_coefficients_validate_like_the_operator():
 
 
 def test_mixed_precision_promotes_and_returns_the_dtype_of_v():
-    out = seqdyn.coefficient_dynamics(torch.randn(B, T, H, K, dtype=torch.float64), torch.randn(B, T, H, K),
-                                      torch.randn(B, T, H, V))
+    out = seqdyn.coefficient_dynamics(
+        torch.randn(B, T, H, K, dtype=torch.float64), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    )
     assert out.dtype == torch.float32
-    _, state = seqdyn.coefficient_dynamics(torch.randn(B, T, H, K, dtype=torch.float64), torch.randn(B, T, H, K),
-                                           torch.randn(B, T, H, V), output_final_state=True)
+    _, state = seqdyn.coefficient_dynamics(
+        torch.randn(B, T, H, K, dtype=torch.float64),
+        torch.randn(B, T, H, K),
+        torch.randn(B, T, H, V),
+        output_final_state=True,
+    )
     assert state.dtype == torch.float64

@@ -11,8 +11,15 @@ import mpmath
 import pytest
 import torch
 
-from seqdyn.core.readouts import (LOG_READOUTS, NORMALIZERS, READOUTS, Readout, normalize, normalized_coefficients,
-                                  resolve_readout)
+from seqdyn.core.readouts import (
+    LOG_READOUTS,
+    NORMALIZERS,
+    READOUTS,
+    Readout,
+    normalize,
+    normalized_coefficients,
+    resolve_readout,
+)
 
 mpmath.mp.dps = 500  # enough digits for log(1 + e^s) at s = −1000 (e^{−1000} ≈ 10^{−435})
 
@@ -29,8 +36,30 @@ FORMULAS = {
 POSITIVE = ("exp", "softplus", "sigmoid", "elu1")  # the readouts with a log form
 
 #: scores from far below float64's exponent range to large positive ones, both sides of every switch of a formula
-SCORES = [-1000.0, -745.5, -700.0, -60.0, -40.5, -40.0, -39.5, -20.0, -3.0, -1.0, -0.25, -1e-3, 0.0, 1e-3, 0.25,
-          1.0, 3.0, 20.0, 39.5, 40.5, 60.0, 300.0]
+SCORES = [
+    -1000.0,
+    -745.5,
+    -700.0,
+    -60.0,
+    -40.5,
+    -40.0,
+    -39.5,
+    -20.0,
+    -3.0,
+    -1.0,
+    -0.25,
+    -1e-3,
+    0.0,
+    1e-3,
+    0.25,
+    1.0,
+    3.0,
+    20.0,
+    39.5,
+    40.5,
+    60.0,
+    300.0,
+]
 
 
 def exact(values) -> torch.Tensor:
@@ -51,8 +80,9 @@ def assert_matches(got: torch.Tensor, want: torch.Tensor, rtol: float = 1e-13) -
 def phi_values(name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """φ of :data:`SCORES` by the library and by the formula, over the scores where φ(s) fits in float64."""
     scores = [s for s in SCORES if abs(FORMULAS[name](mpmath.mpf(s))) < 1e300]
-    return READOUTS[name](torch.tensor(scores, dtype=torch.float64)), exact(FORMULAS[name](mpmath.mpf(s))
-                                                                            for s in scores)
+    return READOUTS[name](torch.tensor(scores, dtype=torch.float64)), exact(
+        FORMULAS[name](mpmath.mpf(s)) for s in scores
+    )
 
 
 @pytest.mark.parametrize("name", sorted(FORMULAS))
@@ -67,8 +97,9 @@ def test_square_is_even_and_relu_zero_on_the_negative_half_line():
     s = torch.tensor([-3.0, -0.5, 0.5, 3.0], dtype=torch.float64)
     assert torch.equal(READOUTS["square"](s), torch.tensor([9.0, 0.25, 0.25, 9.0], dtype=torch.float64))
     assert torch.equal(READOUTS["relu"](s), torch.tensor([0.0, 0.0, 0.5, 3.0], dtype=torch.float64))
-    assert torch.equal(READOUTS["elu1"](torch.tensor([0.0, 2.0], dtype=torch.float64)),
-                       torch.tensor([1.0, 3.0], dtype=torch.float64))
+    assert torch.equal(
+        READOUTS["elu1"](torch.tensor([0.0, 2.0], dtype=torch.float64)), torch.tensor([1.0, 3.0], dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("name", POSITIVE)
@@ -98,12 +129,15 @@ def test_a_library_function_resolves_to_its_name_and_a_user_callable_is_nonlinea
         assert resolve_readout(fn) == Readout(name, fn)
 
     def cube(s):
-        return s ** 3
+        return s**3
 
     custom = resolve_readout(cube)
     assert custom.name == "callable:cube" and custom.fn is cube and not custom.linear and custom.log_fn is None
-    with pytest.raises(ValueError, match=r"readout: got 'tanh'; allowed: one of \['elu1', 'exp', 'identity', 'relu', "
-                                         r"'sigmoid', 'softplus', 'square'\] or a callable"):
+    with pytest.raises(
+        ValueError,
+        match=r"readout: got 'tanh'; allowed: one of \['elu1', 'exp', 'identity', 'relu', "
+        r"'sigmoid', 'softplus', 'square'\] or a callable",
+    ):
         resolve_readout("tanh")
     with pytest.raises(ValueError, match="readout: got 3"):
         resolve_readout(3)
@@ -116,6 +150,7 @@ def test_a_library_function_resolves_to_its_name_and_a_user_callable_is_nonlinea
 
 
 # --- coefficients A_ij = φ(s_ij) / η_i (seed 001 eqs. 2 and 4) ----------------------------------------------------
+
 
 def score_rows(shift: float) -> torch.Tensor:
     """Two rows ``[2, 4]`` of scores around ``shift`` (one row entirely far below −40 when ``shift`` is −1000)."""
@@ -153,8 +188,10 @@ def test_normalized_coefficients_are_phi_over_eta(name, normalizer, shift):
 def test_rows_without_mass_have_zero_coefficients_and_finite_gradients():
     """``"sum"`` rows whose φ sums to 0 (relu at negative scores, square at 0) give 0, not 0/0."""
     scores = torch.tensor([[-1.0, -2.0, 3.0, -0.5], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
-    assert torch.equal(normalized_coefficients(scores, CAUSAL, resolve_readout("relu"), "sum")[0].detach(),
-                       torch.zeros(4, dtype=torch.float64))
+    assert torch.equal(
+        normalized_coefficients(scores, CAUSAL, resolve_readout("relu"), "sum")[0].detach(),
+        torch.zeros(4, dtype=torch.float64),
+    )
     for name in ("relu", "square"):
         got = normalized_coefficients(scores, CAUSAL, resolve_readout(name), "sum")
         assert torch.equal(got.detach(), hand_coefficients(scores.detach(), name, "sum"))
@@ -188,8 +225,12 @@ def test_each_row_is_stabilized_by_its_own_maximum():
     scores = torch.stack([score_rows(0.0)[1], score_rows(-1000.0)[1]])
     for name in ("exp", "softplus", "sigmoid"):
         got = normalized_coefficients(scores, None, resolve_readout(name), "sum")
-        want = torch.stack([exact(FORMULAS[name](mpmath.mpf(s)) / sum(FORMULAS[name](mpmath.mpf(t)) for t in row)
-                                  for s in row) for row in scores.tolist()])
+        want = torch.stack(
+            [
+                exact(FORMULAS[name](mpmath.mpf(s)) / sum(FORMULAS[name](mpmath.mpf(t)) for t in row) for s in row)
+                for row in scores.tolist()
+            ]
+        )
         assert_matches(got, want, rtol=1e-12)
     for name in ("identity", "square"):  # readouts without a log form, unmasked
         got = normalized_coefficients(scores[:1], None, resolve_readout(name), "none")

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from seqdyn import mixers
-from seqdyn.models import build_model
 from seqdyn.core.rows import count_rows, repeat_rows, select_rows, tensors
+from seqdyn.models import build_model
 from tests.models.helpers import config, inputs, spec
 
 ORDER = torch.tensor([2, 0, 2, 1])  # reordered, one row twice, as beam search does
@@ -28,15 +28,15 @@ def test_a_mixers_selected_rows_continue_as_those_rows_do(name):
 
 def test_a_models_repeated_rows_continue_as_the_repeated_inputs():
     torch.manual_seed(0)
-    model = build_model(config(mixer=["gated_deltanet", "softmax_attention"], block="gated", short_conv=True),
-                        spec(input_len=12)).double()
+    model = build_model(
+        config(mixer=["gated_deltanet", "softmax_attention"], block="gated", short_conv=True), spec(input_len=12)
+    ).double()
     tokens = inputs(spec(input_len=12), batch=2)
     _, state = model(tokens[:, :7], return_state=True)
     twice = repeat_rows(state, 2, batch=2)
     assert count_rows(twice) == 4
     after = model(tokens.repeat_interleave(2, dim=0)[:, 7:], state=twice)
-    torch.testing.assert_close(after, model(tokens[:, 7:], state=state).repeat_interleave(2, dim=0),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(after, model(tokens[:, 7:], state=state).repeat_interleave(2, dim=0), rtol=0, atol=1e-12)
 
 
 def test_bad_rows_are_named():

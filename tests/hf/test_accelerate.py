@@ -36,10 +36,23 @@ def transformers_model(model_class: str, config_class: str, dtype: torch.dtype, 
 SMALL = dict(vocab_size=48, hidden_size=16, intermediate_size=24)
 #: the Mamba-2 hybrid that seqdyn refuses to convert yet, whose Mamba-2 layers it accelerates all the same
 UNCONVERTED = {
-    "zamba2": ("Zamba2ForCausalLM", "Zamba2Config", dict(
-        SMALL, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"], num_attention_heads=2,
-        num_key_value_heads=2, attention_head_dim=16, mamba_d_state=4, mamba_headdim=4, n_mamba_heads=8,
-        mamba_ngroups=2, chunk_size=8)),
+    "zamba2": (
+        "Zamba2ForCausalLM",
+        "Zamba2Config",
+        dict(
+            SMALL,
+            num_hidden_layers=2,
+            layers_block_type=["mamba", "hybrid"],
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            attention_head_dim=16,
+            mamba_d_state=4,
+            mamba_headdim=4,
+            n_mamba_heads=8,
+            mamba_ngroups=2,
+            chunk_size=8,
+        ),
+    ),
 }
 
 
@@ -57,11 +70,20 @@ def module_of(family: str) -> str:
 #: family → (the fallbacks swapped in its transformers module, the layers that call each)
 SSD, DELTA = ("mamba2_chunk_scan", "causal_conv1d_fn"), ("torch_chunk_gated_delta_rule", "causal_conv1d_fn")
 S6 = ("mamba_selective_scan", "causal_conv1d_fn")
-SWAPPED = {"mamba": (S6, 2), "falcon_mamba": (S6, 2),
-           "mamba2": (SSD, 2), "bamba": (SSD, 2), "granitemoehybrid": (SSD, 2), "nemotron_h": (SSD, 3),
-           "zamba2": (SSD, 2), "falcon_h1": (SSD, 2),
-           "qwen3_5_text": (DELTA, 2), "qwen3_5_moe_text": (DELTA, 2), "qwen3_next": (DELTA, 2),
-           "olmo_hybrid": (DELTA, 2)}
+SWAPPED = {
+    "mamba": (S6, 2),
+    "falcon_mamba": (S6, 2),
+    "mamba2": (SSD, 2),
+    "bamba": (SSD, 2),
+    "granitemoehybrid": (SSD, 2),
+    "nemotron_h": (SSD, 3),
+    "zamba2": (SSD, 2),
+    "falcon_h1": (SSD, 2),
+    "qwen3_5_text": (DELTA, 2),
+    "qwen3_5_moe_text": (DELTA, 2),
+    "qwen3_next": (DELTA, 2),
+    "olmo_hybrid": (DELTA, 2),
+}
 
 
 @pytest.mark.parametrize("family", SWAPPED)
@@ -76,8 +98,11 @@ def test_accelerated_models_give_transformers_logits_through_seqdyns_operator(fa
         calls = []
         for name in names:
             counted = acc.ACCELERATED[module][name]
-            monkeypatch.setitem(acc.ACCELERATED[module], name, lambda *args, counted=counted, name=name, **kwargs:
-                                calls.append(name) or counted(*args, **kwargs))
+            monkeypatch.setitem(
+                acc.ACCELERATED[module],
+                name,
+                lambda *args, counted=counted, name=name, **kwargs: calls.append(name) or counted(*args, **kwargs),
+            )
         got = acc.accelerate(model)(inputs).logits
     assert sorted(calls) == sorted(names * layers)  # each once per layer
     assert (got - expected).abs().max() <= tolerance * expected.abs().max()
@@ -100,8 +125,11 @@ def test_recurrent_gemma_runs_its_rg_lru_scan_on_seqdyns_operator(dtype, toleran
     """``RecurrentGemmaRglru._rnn_scan`` is a method: swapped on each RG-LRU layer of this model (2 of 3 layers)."""
     model, inputs, calls = build("recurrent_gemma", dtype), ids(150), []
     counted = acc.ACCELERATED_METHODS["RecurrentGemmaRglru"]["_rnn_scan"]
-    monkeypatch.setitem(acc.ACCELERATED_METHODS["RecurrentGemmaRglru"], "_rnn_scan",
-                        lambda *args, **kwargs: calls.append(1) or counted(*args, **kwargs))
+    monkeypatch.setitem(
+        acc.ACCELERATED_METHODS["RecurrentGemmaRglru"],
+        "_rnn_scan",
+        lambda *args, **kwargs: calls.append(1) or counted(*args, **kwargs),
+    )
     with torch.no_grad():
         expected = model(inputs).logits
         got = acc.accelerate(model)(inputs).logits
@@ -123,18 +151,26 @@ def test_linear_rnn_scan_equals_recurrent_gemmas_loop_with_resets_a_state_and_gr
     for ours, theirs in zip(got, expected):
         torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
     upstream = torch.randn(2, 9, 5, generator=generator, dtype=torch.float64)
-    for ours, theirs in zip(torch.autograd.grad(got[0], (x, gate), upstream),
-                            torch.autograd.grad(expected[0], (x, gate), upstream)):
+    for ours, theirs in zip(
+        torch.autograd.grad(got[0], (x, gate), upstream), torch.autograd.grad(expected[0], (x, gate), upstream)
+    ):
         torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h",
-                                    "recurrent_gemma"])
+@pytest.mark.parametrize(
+    "family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h", "recurrent_gemma"]
+)
 def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""
     prompt = ids(24, batch=1)
-    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False, pad_token_id=0,
-                    output_logits=True, return_dict_in_generate=True)
+    settings = dict(
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=24,
+        do_sample=False,
+        pad_token_id=0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     expected = build(family, torch.float64).generate(prompt, **settings)
     got = acc.accelerate(build(family, torch.float64)).generate(prompt, **settings)
     assert torch.equal(got.sequences, expected.sequences)
@@ -151,16 +187,23 @@ def test_packed_sequences_by_seq_idx_are_each_computed_alone():
     def draw(*shape):
         return torch.randn(*shape, generator=generator, dtype=torch.float64)
 
-    x, dt, B, C = draw(1, total, heads, head_dim), draw(1, total, heads), draw(1, total, groups, state), \
-        draw(1, total, groups, state)
+    x, dt, B, C = (
+        draw(1, total, heads, head_dim),
+        draw(1, total, heads),
+        draw(1, total, groups, state),
+        draw(1, total, groups, state),
+    )
     A, D, bias = -draw(heads).exp(), draw(heads), draw(heads)
     seq_idx = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))[None]
     packed = acc.ssd_chunk_scan(x, dt, A, B, C, 4, D=D, dt_bias=bias, dt_softplus=True, seq_idx=seq_idx)
     alone, start = [], 0
     for length in lengths:
         part = slice(start, start + length)
-        alone.append(acc.ssd_chunk_scan(x[:, part], dt[:, part], A, B[:, part], C[:, part], 4, D=D, dt_bias=bias,
-                                        dt_softplus=True))
+        alone.append(
+            acc.ssd_chunk_scan(
+                x[:, part], dt[:, part], A, B[:, part], C[:, part], 4, D=D, dt_bias=bias, dt_softplus=True
+            )
+        )
         start += length
     torch.testing.assert_close(packed, torch.cat(alone, dim=1), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="seq_idx: packed sequences run from zero states"):
@@ -183,8 +226,19 @@ def test_ssd_chunk_scan_equals_transformers_fallback_with_gradients(groups):
     inputs = (x, dt, B, C, A, D, bias, state)
     results = []
     for scan in (mamba2_chunk_scan, acc.ssd_chunk_scan):
-        out, final = scan(x, dt, -A.exp(), B, C, 4, D=D, dt_bias=bias, dt_softplus=True, initial_states=state,
-                          return_final_states=True)
+        out, final = scan(
+            x,
+            dt,
+            -A.exp(),
+            B,
+            C,
+            4,
+            D=D,
+            dt_bias=bias,
+            dt_softplus=True,
+            initial_states=state,
+            return_final_states=True,
+        )
         results.append((out.double(), final.double(), torch.autograd.grad((out.sum() + final.sum()), inputs)))
     (theirs, theirs_final, theirs_grads), (ours, ours_final, ours_grads) = results
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)  # (the fallback computes in float32)
@@ -207,15 +261,33 @@ def test_packed_sequences_by_cu_seqlens_are_each_computed_alone_from_their_own_s
     g, beta = -draw(1, total, heads).exp(), torch.sigmoid(draw(1, total, heads))
     states = draw(len(lengths), heads, key_dim, value_dim)
     offsets = torch.tensor([0, 5, 14, 17], dtype=torch.int32)
-    packed, finals = acc.gated_delta_rule(q, k, v, g, beta, 4, initial_state=states, output_final_state=True,
-                                          use_qk_l2norm_in_kernel=True, cu_seqlens=offsets)
+    packed, finals = acc.gated_delta_rule(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        4,
+        initial_state=states,
+        output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+        cu_seqlens=offsets,
+    )
     for index, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
         part = slice(int(start), int(end))
-        alone, final = acc.gated_delta_rule(q[:, part], k[:, part], v[:, part], g[:, part], beta[:, part], 4,
-                                            initial_state=states[index:index + 1], output_final_state=True,
-                                            use_qk_l2norm_in_kernel=True)
+        alone, final = acc.gated_delta_rule(
+            q[:, part],
+            k[:, part],
+            v[:, part],
+            g[:, part],
+            beta[:, part],
+            4,
+            initial_state=states[index : index + 1],
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+        )
         torch.testing.assert_close(packed[:, part], alone, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(finals[index:index + 1], final, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(finals[index : index + 1], final, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("activation", ["silu", None])
@@ -248,10 +320,13 @@ def test_causal_conv1d_of_packed_sequences_reads_each_sequence_alone(packing):
     weight, bias = torch.randn(5, 4, generator=generator, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
     offsets = torch.tensor([0, 2, 9, 12], dtype=torch.int32)
     seq_idx = torch.repeat_interleave(torch.arange(3), offsets.diff())[None]
-    packed = acc.causal_conv1d(x, weight, bias, "silu",
-                               **({"seq_idx": seq_idx} if packing == "seq_idx" else {"cu_seq_lens_q": offsets}))
-    alone = torch.cat([causal_conv1d_fn(x[:, :, start:end], weight, bias, "silu")
-                       for start, end in zip(offsets[:-1], offsets[1:])], dim=-1)
+    packed = acc.causal_conv1d(
+        x, weight, bias, "silu", **({"seq_idx": seq_idx} if packing == "seq_idx" else {"cu_seq_lens_q": offsets})
+    )
+    alone = torch.cat(
+        [causal_conv1d_fn(x[:, :, start:end], weight, bias, "silu") for start, end in zip(offsets[:-1], offsets[1:])],
+        dim=-1,
+    )
     torch.testing.assert_close(packed, alone, rtol=1e-12, atol=1e-12)
     assert not torch.allclose(causal_conv1d_fn(x, weight, bias, "silu"), alone)  # what the fallback would give
 
@@ -272,10 +347,12 @@ def test_gated_delta_rule_equals_transformers_recurrent_form():
 
     q, k, v = draw(2, 11, 1, 4), draw(2, 11, 1, 4), draw(2, 11, 2, 3)
     g, beta, state = -draw(2, 11, 2).exp(), torch.sigmoid(draw(2, 11, 2)), draw(2, 2, 4, 3)
-    expected = torch_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
-                                                use_qk_l2norm_in_kernel=True)
-    got = acc.gated_delta_rule(q, k, v, g, beta, 4, initial_state=state, output_final_state=True,
-                               use_qk_l2norm_in_kernel=True)
+    expected = torch_recurrent_gated_delta_rule(
+        q, k, v, g, beta, initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True
+    )
+    got = acc.gated_delta_rule(
+        q, k, v, g, beta, 4, initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True
+    )
     for ours, theirs in zip(got, expected):
         torch.testing.assert_close(ours, theirs.double(), rtol=1e-6, atol=1e-6)
 
@@ -300,8 +377,12 @@ def test_a_prompt_prefilled_in_two_pieces_gives_the_logits_of_one_forward(family
 
 def recurrent_states(cache, row: int) -> list[torch.Tensor]:
     """Every convolution and recurrent state of a transformers cache, of one row of the batch."""
-    return [state[row] for layer in range(len(cache.layers)) if type(cache.layers[layer]).__name__.startswith("Linear")
-            for state in (cache.get_conv_state(layer), cache.layers[layer].recurrent_states[0])]
+    return [
+        state[row]
+        for layer in range(len(cache.layers))
+        if type(cache.layers[layer]).__name__.startswith("Linear")
+        for state in (cache.get_conv_state(layer), cache.layers[layer].recurrent_states[0])
+    ]
 
 
 @pytest.mark.parametrize("family", ["mamba", "mamba2", "qwen3_5_text"])
@@ -357,8 +438,11 @@ def test_an_accelerated_and_a_plain_model_of_one_family_run_at_once_each_with_it
     module, runs = acc.ACCELERATED[module_of(family)], 6
     callers = set()
     for name, function in list(module.items()):
-        monkeypatch.setitem(module, name, lambda *args, function=function, **kwargs:
-                            callers.add(threading.get_ident()) or function(*args, **kwargs))
+        monkeypatch.setitem(
+            module,
+            name,
+            lambda *args, function=function, **kwargs: callers.add(threading.get_ident()) or function(*args, **kwargs),
+        )
     plain, accelerated, inputs = build(family), acc.accelerate(build(family)), ids(80)
     with torch.no_grad():
         alone = {"plain": plain(inputs).logits, "accelerated": accelerated(inputs).logits}

@@ -13,8 +13,13 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from seqdyn.hf.convert import (TINY_CONFIGS, UnsupportedModel, check_conversion, from_transformers,  # noqa: E402
-                                tiny_model)
+from seqdyn.hf.convert import (
+    TINY_CONFIGS,
+    UnsupportedModel,
+    check_conversion,
+    from_transformers,  # noqa: E402
+    tiny_model,
+)
 
 VOCAB = 48
 
@@ -79,41 +84,62 @@ def test_the_head_is_tied_or_not_as_in_transformers(family, tied):
         assert (ours(inputs).logits.float() - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    ({"use_bias": True}, "use_bias=True"),
-    ({"use_conv_bias": False}, "use_conv_bias=False"),
-    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"use_bias": True}, "use_bias=True"),
+        ({"use_conv_bias": False}, "use_conv_bias=False"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ],
+)
 def test_mamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^mamba: config option {named.replace('(', '.').replace(')', '.')}"):
         from_transformers(tiny_mamba(**change))
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    ({"use_bias": True}, "use_bias=True"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"use_bias": True}, "use_bias=True"),
+    ],
+)
 def test_mamba2_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^mamba2: config option {re.escape(named)} cannot be converted"):
         from_transformers(tiny_mamba2(**change))
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-    ({"rms_norm_eps": 1e-5}, "rms_norm_eps=1e-05"),
-    ({"attention_bias": True}, "attention_bias=True"),
-    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0, "partial_rotary_factor": 0.5}},
-     "rope_parameters.rope_type='linear'"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        ({"rms_norm_eps": 1e-5}, "rms_norm_eps=1e-05"),
+        ({"attention_bias": True}, "attention_bias=True"),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "linear",
+                    "rope_theta": 1e4,
+                    "factor": 2.0,
+                    "partial_rotary_factor": 0.5,
+                }
+            },
+            "rope_parameters.rope_type='linear'",
+        ),
+    ],
+)
 def test_qwen3_5_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^qwen3_5_text: config option {re.escape(named)} cannot be converted"):
         from_transformers(tiny_model("qwen3_5_text", **change))
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
-    ({"mamba_conv_bias": False}, "mamba_conv_bias=False"),
-    ({"mlp_bias": True}, "mlp_bias=True"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
+        ({"mamba_conv_bias": False}, "mamba_conv_bias=False"),
+        ({"mlp_bias": True}, "mlp_bias=True"),
+    ],
+)
 def test_bamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^bamba: config option {re.escape(named)} cannot be converted"):
         from_transformers(tiny_model("bamba", **change))
@@ -129,8 +155,9 @@ def logits_agree(theirs: torch.nn.Module, length: int = 12, tolerance: float = F
     assert (got - expected).abs().max() <= tolerance * expected.abs().max()
 
 
-@pytest.mark.parametrize(("family", "change"), [("mamba2", {"layer_norm_epsilon": 1e-3}),
-                                                ("bamba", {"rms_norm_eps": 1e-3})])
+@pytest.mark.parametrize(
+    ("family", "change"), [("mamba2", {"layer_norm_epsilon": 1e-3}), ("bamba", {"rms_norm_eps": 1e-3})]
+)
 def test_the_gated_norm_keeps_the_checkpoint_eps(family, change):
     """mamba2's ``norm_eps``: an ε other than mamba_ssm's 1e-5 (large, to show) converts exactly."""
     model = tiny_model(family, torch.float64, **change)
@@ -138,8 +165,9 @@ def test_the_gated_norm_keeps_the_checkpoint_eps(family, change):
     logits_agree(model)
 
 
-@pytest.mark.parametrize(("family", "limit"), [("mamba2", (0.01, 0.05)), ("bamba", (1.0, 1.3)),
-                                               ("granitemoehybrid", (1.0, 1.3))])
+@pytest.mark.parametrize(
+    ("family", "limit"), [("mamba2", (0.01, 0.05)), ("bamba", (1.0, 1.3)), ("granitemoehybrid", (1.0, 1.3))]
+)
 def test_a_limit_on_the_step_converts_to_mamba2s_clamp(family, limit):
     """``time_step_limit`` → ``dt_floor`` / ``dt_ceiling``, each limit inside the spread of the tiny model's Δ so
     that both clamps bite; over a prompt transformers clamps as well (it does not when it decodes a token: there the
@@ -150,12 +178,15 @@ def test_a_limit_on_the_step_converts_to_mamba2s_clamp(family, limit):
     logits_agree(model)
 
 
-@pytest.mark.parametrize("change", [
-    {"num_local_experts": 0},
-    {"position_embedding_type": None},
-    {"tie_word_embeddings": False},
-    {"embedding_multiplier": 1.0, "logits_scaling": 1.0},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"num_local_experts": 0},
+        {"position_embedding_type": None},
+        {"tie_word_embeddings": False},
+        {"embedding_multiplier": 1.0, "logits_scaling": 1.0},
+    ],
+)
 def test_granite_dense_without_positions_untied_or_unscaled_converts_exactly(change):
     """Granite 4.0's variants: dense (its shared MLP alone, H-Micro), attention without positions (the released
     models), an untied head, no μP scaling of the embedding or logits (the head then stays tied)."""
@@ -167,11 +198,14 @@ def test_granite_dense_without_positions_untied_or_unscaled_converts_exactly(cha
     logits_agree(model)
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    ({"position_embedding_type": "alibi"}, "position_embedding_type='alibi'"),
-    ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
-    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"position_embedding_type": "alibi"}, "position_embedding_type='alibi'"),
+        ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ],
+)
 def test_granite_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^granitemoehybrid: config option {re.escape(named)} cannot be"):
         from_transformers(tiny_model("granitemoehybrid", **change))
@@ -186,13 +220,16 @@ def test_nemotron_h_layers_become_blocks_of_a_mixer_and_the_mlp_after_it():
     assert not ours.seqdyn.blocks[2].mixer.rotary and ours.seqdyn.blocks[0].mixer.decay.floor == 0.001
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    ({"layers_block_type": ["mlp", "linear_attention"], "num_hidden_layers": 2}, "layers_block_type[0]='mlp'"),
-    ({"layers_block_type": ["linear_attention", "moe"], "num_hidden_layers": 2}, "layers_block_type[1]='moe'"),
-    ({"mlp_hidden_act": "silu"}, "mlp_hidden_act='silu'"),
-    ({"use_bias": True}, "use_bias=True"),
-    ({"mamba_num_heads": 6}, "mamba_num_heads=6"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"layers_block_type": ["mlp", "linear_attention"], "num_hidden_layers": 2}, "layers_block_type[0]='mlp'"),
+        ({"layers_block_type": ["linear_attention", "moe"], "num_hidden_layers": 2}, "layers_block_type[1]='moe'"),
+        ({"mlp_hidden_act": "silu"}, "mlp_hidden_act='silu'"),
+        ({"use_bias": True}, "use_bias=True"),
+        ({"mamba_num_heads": 6}, "mamba_num_heads=6"),
+    ],
+)
 def test_nemotron_h_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^nemotron_h: config option {re.escape(named)} cannot be converted"):
         from_transformers(tiny_model("nemotron_h", **change))
@@ -215,11 +252,14 @@ def test_olmo_hybrid_without_positions_or_negative_eigenvalues_converts_exactly(
     logits_agree(model, tolerance=1e-5)
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    ({"rms_norm_eps": 1e-5}, "rms_norm_eps=1e-05"),
-    ({"attention_bias": True}, "attention_bias=True"),
-    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"rms_norm_eps": 1e-5}, "rms_norm_eps=1e-05"),
+        ({"attention_bias": True}, "attention_bias=True"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ],
+)
 def test_olmo_hybrid_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=f"^olmo_hybrid: config option {re.escape(named)} cannot be converted"):
         from_transformers(tiny_model("olmo_hybrid", **change))
@@ -248,9 +288,12 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
-    with pytest.raises(UnsupportedModel, match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-                                               r"supported: bamba, falcon_h1, falcon_mamba, granitemoehybrid, mamba, mamba2, nemotron_h, "
-                                               r"olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma$"):
+    with pytest.raises(
+        UnsupportedModel,
+        match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
+        r"supported: bamba, falcon_h1, falcon_mamba, granitemoehybrid, mamba, mamba2, nemotron_h, "
+        r"olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma$",
+    ):
         from_transformers(model)
 
 
@@ -274,8 +317,9 @@ def test_convert_writes_a_seqdyn_checkpoint_that_loads_and_gives_transformers_lo
         assert (loaded(inputs).logits - expected).abs().max() <= 1e-5 * expected.abs().max()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mamba", "seqdyn"]  # no partial folder left
     torch.save(inputs, tmp_path / "ids.pt")
-    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "seqdyn"), "--input", str(tmp_path / "ids.pt")],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app, ["inspect", str(tmp_path / "seqdyn"), "--input", str(tmp_path / "ids.pt")], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0 and "(s6, 2 layers)" in result.output, result.output
 
 
@@ -317,10 +361,13 @@ def _save_word_tokenizer(folder) -> None:
     PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0").save_pretrained(folder)
 
 
-@pytest.mark.parametrize(("family", "changes", "title"), [
-    ("mamba", {"hidden_size": 8}, "(s6, 2 layers)"),
-    ("qwen3_5_text", {}, "(gated_deltanet, softmax_attention, 4 layers)"),
-])
+@pytest.mark.parametrize(
+    ("family", "changes", "title"),
+    [
+        ("mamba", {"hidden_size": 8}, "(s6, 2 layers)"),
+        ("qwen3_5_text", {}, "(gated_deltanet, softmax_attention, 4 layers)"),
+    ],
+)
 def test_inspect_opens_a_transformers_checkpoint_as_coefficient_dynamics(family, changes, title, tmp_path):
     """`seqdyn inspect MODEL_DIR --text ...`: per layer and head of the converted model, the coefficient table
     measured on the text through the folder's tokenizer, and the heat maps with --plot — for S6 (a head per
@@ -334,13 +381,17 @@ def test_inspect_opens_a_transformers_checkpoint_as_coefficient_dynamics(family,
     theirs.save_pretrained(tmp_path / "model")
     _save_word_tokenizer(tmp_path / "model")
     text = " ".join(f"w{i % VOCAB}" for i in range(5, 65, 3))  # 20 words
-    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "model"), "--text", text, "--plot",
-                                      str(tmp_path / "maps.png")], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app,
+        ["inspect", str(tmp_path / "model"), "--text", text, "--plot", str(tmp_path / "maps.png")],
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     model = from_transformers(theirs).seqdyn
     expected = inspect_model(model, torch.tensor([[i % VOCAB for i in range(5, 65, 3)]]))
-    heads = [getattr(block.mixer, "inner", None) if family == "mamba" else block.mixer.heads
-             for block in model.blocks]  # S6: one head per channel
+    heads = [
+        getattr(block.mixer, "inner", None) if family == "mamba" else block.mixer.heads for block in model.blocks
+    ]  # S6: one head per channel
     assert len(expected) == sum(heads)
     assert title in result.output and "from --text (20 tokens)" in result.output
     assert (tmp_path / "maps.png").stat().st_size > 0
@@ -362,8 +413,11 @@ def test_inspect_saves_each_layers_dsf_matrices_and_names_the_ones_too_large(tmp
     theirs.save_pretrained(tmp_path / "model")
     ids = tokens(9)[:1]
     torch.save(ids, tmp_path / "ids.pt")
-    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "model"), "--input", str(tmp_path / "ids.pt"),
-                                      "--dsf", str(tmp_path / "dsf.pt")], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app,
+        ["inspect", str(tmp_path / "model"), "--input", str(tmp_path / "ids.pt"), "--dsf", str(tmp_path / "dsf.pt")],
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     saved = torch.load(tmp_path / "dsf.pt")
     model = from_transformers(theirs).seqdyn
@@ -410,17 +464,26 @@ def test_convert_check_prints_every_family_with_its_differences():
 def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
     from transformers import xLSTMConfig, xLSTMForCausalLM
 
-    model = xLSTMForCausalLM(xLSTMConfig(vocab_size=VOCAB, hidden_size=16, embedding_dim=16, num_hidden_layers=1,
-                                         num_blocks=1, num_heads=2))
-    with pytest.raises(UnsupportedModel, match=r"^model: family 'xlstm' \(xLSTMForCausalLM\) has "
-                                               r"no seqdyn converter yet \(it needs the mLSTM normalizer .*\); "
-                                               r"supported: bamba, .*, recurrent_gemma$"):
+    model = xLSTMForCausalLM(
+        xLSTMConfig(vocab_size=VOCAB, hidden_size=16, embedding_dim=16, num_hidden_layers=1, num_blocks=1, num_heads=2)
+    )
+    with pytest.raises(
+        UnsupportedModel,
+        match=r"^model: family 'xlstm' \(xLSTMForCausalLM\) has "
+        r"no seqdyn converter yet \(it needs the mLSTM normalizer .*\); "
+        r"supported: bamba, .*, recurrent_gemma$",
+    ):
         from_transformers(model)
 
 
-@pytest.mark.parametrize("change", [dict(mamba_rms_norm=True, mamba_norm_before_gate=False),
-                                    dict(tie_word_embeddings=True, embedding_multiplier=1.0, lm_head_multiplier=1.0)],
-                         ids=["gated-norm", "tied-unscaled"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(mamba_rms_norm=True, mamba_norm_before_gate=False),
+        dict(tie_word_embeddings=True, embedding_multiplier=1.0, lm_head_multiplier=1.0),
+    ],
+    ids=["gated-norm", "tied-unscaled"],
+)
 def test_falcon_h1_with_the_gated_norm_or_a_tied_unscaled_head_converts_exactly(change):
     theirs = TINY["falcon_h1"](torch.float64, **change)
     ours = from_transformers(theirs)
@@ -432,9 +495,14 @@ def test_falcon_h1_with_the_gated_norm_or_a_tied_unscaled_head_converts_exactly(
         assert (ours(inputs).logits - expected).abs().max() <= FLOAT32_ROUNDING * expected.abs().max()
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    (dict(mamba_rms_norm=True, mamba_norm_before_gate=True), "mamba_norm_before_gate=True"),
-    (dict(mlp_bias=True), "mlp_bias=True"), (dict(hidden_act="gelu"), "hidden_act='gelu'")])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(mamba_rms_norm=True, mamba_norm_before_gate=True), "mamba_norm_before_gate=True"),
+        (dict(mlp_bias=True), "mlp_bias=True"),
+        (dict(hidden_act="gelu"), "hidden_act='gelu'"),
+    ],
+)
 def test_falcon_h1_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=rf"^falcon_h1: config option {re.escape(named)} cannot be converted"):
         from_transformers(TINY["falcon_h1"](**change))

@@ -8,11 +8,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from seqdyn.hf import SeqdynCache, SeqdynConfig, SeqdynForCausalLM, SeqdynModel  # noqa: E402  (registers the Auto classes)
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: E402
 
 import seqdyn.mixers  # noqa: E402
 from seqdyn.core.rows import tensors  # noqa: E402
+from seqdyn.hf import SeqdynCache, SeqdynConfig, SeqdynForCausalLM, SeqdynModel  # noqa: E402  (registers the Auto classes)
 
 VOCAB = 40
 #: one of each kind of state: a recurrent state with short convolutions, a key–value cache with rotary positions
@@ -29,8 +29,15 @@ MODELS = {
 def tiny(kind: str = "hybrid", **fields) -> SeqdynForCausalLM:
     """A float64 model whose greedy tokens vary (a large init_std spreads the logits)."""
     torch.manual_seed(0)
-    config = SeqdynConfig(vocab_size=VOCAB, d_model=16, layers=2, mlp_ratio=2.0, init_std=0.3,
-                          max_position_embeddings=64, **{**MODELS[kind], **fields})
+    config = SeqdynConfig(
+        vocab_size=VOCAB,
+        d_model=16,
+        layers=2,
+        mlp_ratio=2.0,
+        init_std=0.3,
+        max_position_embeddings=64,
+        **{**MODELS[kind], **fields},
+    )
     return AutoModelForCausalLM.from_config(config).double().eval()
 
 
@@ -44,13 +51,14 @@ def left_padded(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.zeros(len(rows), longest, dtype=torch.long)
     mask = torch.zeros(len(rows), longest, dtype=torch.long)
     for index, row in enumerate(rows):
-        ids[index, longest - row.shape[1]:], mask[index, longest - row.shape[1]:] = row[0], 1
+        ids[index, longest - row.shape[1] :], mask[index, longest - row.shape[1] :] = row[0], 1
     return ids, mask
 
 
 def greedy(model, ids, **kwargs):
-    out = model.generate(ids, max_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True,
-                         **kwargs)
+    out = model.generate(
+        ids, max_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True, **kwargs
+    )
     return out.sequences, torch.stack(out.logits, dim=1)
 
 
@@ -65,12 +73,15 @@ def test_the_config_takes_the_model_fields_and_the_auto_classes_know_it(tmp_path
     assert type(AutoModel.from_config(again)) is SeqdynModel
 
 
-@pytest.mark.parametrize("fields, words", [
-    (dict(d_modl=16), "unknown"),  # not a model field: transformers keeps it; the model fields are checked
-    (dict(mixer="mamba3"), "mamba3"),
-    (dict(mixer="mamba2", mixer_options={"head_dims": 4}), "did you mean 'head_dim'"),
-    (dict(layers=0), "layers"),
-])
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(d_modl=16), "unknown"),  # not a model field: transformers keeps it; the model fields are checked
+        (dict(mixer="mamba3"), "mamba3"),
+        (dict(mixer="mamba2", mixer_options={"head_dims": 4}), "did you mean 'head_dim'"),
+        (dict(layers=0), "layers"),
+    ],
+)
 def test_a_bad_config_is_one_line_naming_the_field(fields, words):
     if "d_modl" in fields:
         assert not hasattr(SeqdynConfig(vocab_size=VOCAB, **fields), "d_model")
@@ -143,7 +154,7 @@ def test_a_left_padded_batch_generates_what_each_prompt_generates_alone(kind):
     tokens, logits = greedy(model, ids, attention_mask=mask)
     for index, row in enumerate(rows):
         alone_tokens, alone_logits = greedy(model, row)
-        assert torch.equal(tokens[index, ids.shape[1]:], alone_tokens[0, row.shape[1]:])
+        assert torch.equal(tokens[index, ids.shape[1] :], alone_tokens[0, row.shape[1] :])
         torch.testing.assert_close(logits[index], alone_logits[0], rtol=1e-6, atol=1e-6)
     uncached, _ = greedy(model, ids, attention_mask=mask, use_cache=False)
     assert torch.equal(tokens, uncached)
@@ -160,9 +171,10 @@ def test_a_padded_prefill_leaves_each_row_the_state_of_its_tokens_alone():
         following = model(step, attention_mask=torch.cat([mask, torch.ones_like(step)], dim=1), cache=padded.cache)
         for index, row in enumerate(rows):
             alone = model(row)
-            torch.testing.assert_close(padded.logits[index, -row.shape[1]:], alone.logits[0], rtol=0, atol=1e-10)
-            torch.testing.assert_close(following.logits[index], model(step[:1], cache=alone.cache).logits[0],
-                                       rtol=0, atol=1e-10)
+            torch.testing.assert_close(padded.logits[index, -row.shape[1] :], alone.logits[0], rtol=0, atol=1e-10)
+            torch.testing.assert_close(
+                following.logits[index], model(step[:1], cache=alone.cache).logits[0], rtol=0, atol=1e-10
+            )
 
 
 @pytest.mark.parametrize("kind", ["hybrid", "gated_deltanet"])
@@ -176,7 +188,7 @@ def test_beam_search_reorders_the_cache(kind):
     padded_ids, mask = left_padded(rows)
     padded = model.generate(padded_ids, attention_mask=mask, max_new_tokens=6, num_beams=3, do_sample=False)
     alone = model.generate(rows[1], max_new_tokens=6, num_beams=3, do_sample=False)
-    assert torch.equal(padded[1, padded_ids.shape[1]:], alone[0, rows[1].shape[1]:])
+    assert torch.equal(padded[1, padded_ids.shape[1] :], alone[0, rows[1].shape[1] :])
 
 
 def test_sampling_draws_the_same_tokens_with_and_without_the_cache():
@@ -186,8 +198,17 @@ def test_sampling_draws_the_same_tokens_with_and_without_the_cache():
     drawn = []
     for use_cache in (True, False):
         torch.manual_seed(3)
-        drawn.append(model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=True, top_k=10,
-                                    num_return_sequences=2, use_cache=use_cache))
+        drawn.append(
+            model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=6,
+                do_sample=True,
+                top_k=10,
+                num_return_sequences=2,
+                use_cache=use_cache,
+            )
+        )
     assert drawn[0].shape == (4, 11) and torch.equal(*drawn)
 
 
@@ -203,14 +224,17 @@ def test_a_recurrent_models_cache_stays_the_same_size_while_a_softmax_cache_grow
 
 
 # --- bad input ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("call, words", [
-    (lambda m, ids: m(inputs_embeds=torch.zeros(1, 3, 16, dtype=torch.float64)), "inputs_embeds"),
-    (lambda m, ids: m(ids[0]), "input_ids: expected token ids"),
-    (lambda m, ids: m(ids, attention_mask=torch.ones(1, 2)), "attention_mask: expected"),
-    (lambda m, ids: m(ids, attention_mask=torch.full_like(ids, 2)), "0 \\(padding\\) or 1"),
-    (lambda m, ids: m(ids, cache=transformers.DynamicCache()), "cache: expected the SeqdynCache"),
-    (lambda m, ids: m(ids, attention_mask=torch.zeros_like(ids)), "every step of every row is padding"),
-])
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda m, ids: m(inputs_embeds=torch.zeros(1, 3, 16, dtype=torch.float64)), "inputs_embeds"),
+        (lambda m, ids: m(ids[0]), "input_ids: expected token ids"),
+        (lambda m, ids: m(ids, attention_mask=torch.ones(1, 2)), "attention_mask: expected"),
+        (lambda m, ids: m(ids, attention_mask=torch.full_like(ids, 2)), "0 \\(padding\\) or 1"),
+        (lambda m, ids: m(ids, cache=transformers.DynamicCache()), "cache: expected the SeqdynCache"),
+        (lambda m, ids: m(ids, attention_mask=torch.zeros_like(ids)), "every step of every row is padding"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_argument(call, words):
     model = tiny("gated_deltanet")
     (ids,) = prompts(4)

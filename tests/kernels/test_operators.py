@@ -86,8 +86,11 @@ def test_the_scan_operators_fake_implementations_match_the_kernel(decay, shared)
         fakes = [None if x is None else mode.from_tensor(x) for x in (q, k, v, g, rate, initial, real[2], *grads)]
         fake = scan_kernel.scan_op(*fakes[:6], shared, shared, True)
         fake_backward = scan_kernel.scan_backward_op(*fakes[:5], *fakes[6:], shared, shared)
-    for name, got, want in zip(("y", "final", "saved", "∂q", "∂k", "∂v", "∂g", "∂rate", "∂S0"),
-                               (*fake, *fake_backward), (*real, *real_backward)):
+    for name, got, want in zip(
+        ("y", "final", "saved", "∂q", "∂k", "∂v", "∂g", "∂rate", "∂S0"),
+        (*fake, *fake_backward),
+        (*real, *real_backward),
+    ):
         _assert_like(got, want, name)
 
 
@@ -97,8 +100,9 @@ def test_opcheck_accepts_the_registrations():
     for decay in ("none", "factored"):
         q, k, v, g, rate, initial = _scan_inputs(decay, False)
         cut = scan_kernel.plan(*q.shape[:2], q.shape[-1], v.shape[-1], q.element_size())
-        torch.library.opcheck(torch.ops.seqdyn.scan.default,
-                              (q, k, v, g, rate, initial, False, False, True, cut.group, cut.interval))
+        torch.library.opcheck(
+            torch.ops.seqdyn.scan.default, (q, k, v, g, rate, initial, False, False, True, cut.group, cut.interval)
+        )
 
 
 @_needs("scan_kernel")
@@ -143,9 +147,16 @@ def test_the_operator_refuses_mismatched_tensors(wrong):
         k = k[:, :, :-1]
     else:
         v = v.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, last axis strided
-    with pytest.raises(RuntimeError, match={"dtype": "share one dtype", "g_dims": "g must be",
-                                            "initial": "initial must be", "k_length": "k must be",
-                                            "v_stride": "v needs a unit stride"}[wrong]):
+    with pytest.raises(
+        RuntimeError,
+        match={
+            "dtype": "share one dtype",
+            "g_dims": "g must be",
+            "initial": "initial must be",
+            "k_length": "k must be",
+            "v_stride": "v needs a unit stride",
+        }[wrong],
+    ):
         torch.ops.seqdyn.scan(q, k, v, g, rate, initial, False, False, False, 1, 4)
 
 

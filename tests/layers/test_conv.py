@@ -11,14 +11,28 @@ from seqdyn.layers import ShortConv
 
 def _reference(conv: ShortConv, x, state):
     padded = torch.cat([state, x], dim=1).transpose(1, 2)
-    out = F.conv1d(padded, conv.weight.unsqueeze(1).to(x.dtype), None if conv.bias is None else conv.bias.to(x.dtype),
-                   groups=x.shape[-1]).transpose(1, 2)
+    out = F.conv1d(
+        padded,
+        conv.weight.unsqueeze(1).to(x.dtype),
+        None if conv.bias is None else conv.bias.to(x.dtype),
+        groups=x.shape[-1],
+    ).transpose(1, 2)
     return F.silu(out) if conv.activation else out
 
 
-@pytest.mark.parametrize("width,bias,activation,length,with_state", [
-    (4, True, True, 11, True), (1, False, False, 11, True), (3, True, False, 11, True), (4, True, True, 600, True),
-    (4, True, True, 2, True), (4, True, True, 130, False), (2, False, True, 1, False), (4, True, False, 64, True)])
+@pytest.mark.parametrize(
+    "width,bias,activation,length,with_state",
+    [
+        (4, True, True, 11, True),
+        (1, False, False, 11, True),
+        (3, True, False, 11, True),
+        (4, True, True, 600, True),
+        (4, True, True, 2, True),
+        (4, True, True, 130, False),
+        (2, False, True, 1, False),
+        (4, True, False, 64, True),
+    ],
+)
 def test_short_conv_equals_a_causal_depthwise_conv1d_with_gradients(width, bias, activation, length, with_state):
     """Outputs, the returned state and every gradient (the new state's included), with and without a state, for
     lengths shorter than the window and longer (several slices of the weight gradient's sum)."""
@@ -38,8 +52,9 @@ def test_short_conv_equals_a_causal_depthwise_conv1d_with_gradients(width, bias,
     upstream = torch.randn(y.shape, generator=gen, dtype=torch.float64)
     state_weights = torch.randn(new_state.shape, generator=gen, dtype=torch.float64)
     got = torch.autograd.grad((y * upstream).sum() + (new_state * state_weights).sum(), parameters)
-    exact = torch.autograd.grad((reference * upstream).sum() + (torch.cat([start, x], dim=1)[:, length:]
-                                                                 * state_weights).sum(), parameters)
+    exact = torch.autograd.grad(
+        (reference * upstream).sum() + (torch.cat([start, x], dim=1)[:, length:] * state_weights).sum(), parameters
+    )
     for got_grad, exact_grad in zip(got, exact):
         torch.testing.assert_close(got_grad, exact_grad, rtol=0, atol=1e-12)
 
@@ -51,8 +66,9 @@ def test_short_conv_backward_passes_gradcheck_on_a_strided_input():
     wide = torch.randn(2, 9, 7, generator=gen, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(3, generator=gen, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, w, b: _DepthwiseCorrelation.apply(x[..., 2:5], w, b),
-                                    (wide, weight, bias))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: _DepthwiseCorrelation.apply(x[..., 2:5], w, b), (wide, weight, bias)
+    )
 
 
 def test_short_conv_in_pieces_equals_the_whole_sequence():

@@ -16,8 +16,13 @@ def moe_listing(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
     """``y = Σ_{e ∈ T(x)} p̃_e E_e(x) + σ(w_sᵀx) E_s(x)`` per token: ``p = softmax(W_r x)``, ``T(x)`` the top k of
     ``p``, ``p̃_e = p_e / Σ_{T(x)} p`` (or ``p_e`` without renormalization), ``E(x) = W_down (SiLU(W_g x) ⊙ W_u x)``."""
     p = torch.softmax(x @ moe.router.weight.T, dim=-1)  # [B, T, E]
-    every = torch.stack([F.silu(x @ moe.gate_up[e, :HIDDEN].T) * (x @ moe.gate_up[e, HIDDEN:].T) @ moe.down[e].T
-                         for e in range(EXPERTS)], dim=-2)  # [B, T, E, D]
+    every = torch.stack(
+        [
+            F.silu(x @ moe.gate_up[e, :HIDDEN].T) * (x @ moe.gate_up[e, HIDDEN:].T) @ moe.down[e].T
+            for e in range(EXPERTS)
+        ],
+        dim=-2,
+    )  # [B, T, E, D]
     top = torch.zeros_like(p).scatter(-1, p.topk(moe.top_k, dim=-1).indices, 1.0)
     weights = p * top
     if moe.normalize:
@@ -30,12 +35,18 @@ def moe_listing(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-@pytest.mark.parametrize(("top_k", "normalize", "shared_ratio", "shared_gate"),
-                         [(2, True, 0.75, True), (2, True, 0.75, False), (1, False, 0.0, True), (5, True, 0.0, True)])
+@pytest.mark.parametrize(
+    ("top_k", "normalize", "shared_ratio", "shared_gate"),
+    [(2, True, 0.75, True), (2, True, 0.75, False), (1, False, 0.0, True), (5, True, 0.0, True)],
+)
 def test_mixture_of_experts_matches_its_listing_with_gradients(top_k, normalize, shared_ratio, shared_gate):
     torch.manual_seed(0)
-    moe = build_mlp("moe", D, HIDDEN / D, dict(experts=EXPERTS, top_k=top_k, normalize=normalize,
-                                               shared_ratio=shared_ratio, shared_gate=shared_gate)).double()
+    moe = build_mlp(
+        "moe",
+        D,
+        HIDDEN / D,
+        dict(experts=EXPERTS, top_k=top_k, normalize=normalize, shared_ratio=shared_ratio, shared_gate=shared_gate),
+    ).double()
     with torch.no_grad():
         for parameter in moe.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
@@ -99,8 +110,15 @@ def test_a_per_layer_list_of_mlps_builds_each_and_must_name_every_layer():
     from seqdyn.tasks.base import TaskSpec
 
     config = ModelConfig(layers=3, d_model=8, mixer_options={"heads": 2}, mlp=["swiglu", "none", "relu2"])
-    spec = TaskSpec(input_kind="tokens", input_size=11, input_len=6, head="lm", output_size=11, output_len=6,
-                    primary_metric="accuracy")
+    spec = TaskSpec(
+        input_kind="tokens",
+        input_size=11,
+        input_len=6,
+        head="lm",
+        output_size=11,
+        output_len=6,
+        primary_metric="accuracy",
+    )
     model = build_model(config, spec)
     assert [block.mlp.kind if block.mlp is not None else None for block in model.blocks] == ["swiglu", None, "relu2"]
     with pytest.raises(ValidationError, match="mlp: a per-layer list must have one entry per layer"):

@@ -23,8 +23,9 @@ def test_rms_norm_and_its_gradients_equal_the_formula():
     upstream = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
     y, exact = norm(x), _reference(x, norm.weight, norm.eps)
     torch.testing.assert_close(y, exact, rtol=0, atol=1e-13)
-    for got, want in zip(torch.autograd.grad(y, (x, norm.weight), upstream),
-                         torch.autograd.grad(exact, (x, norm.weight), upstream)):
+    for got, want in zip(
+        torch.autograd.grad(y, (x, norm.weight), upstream), torch.autograd.grad(exact, (x, norm.weight), upstream)
+    ):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
@@ -76,8 +77,9 @@ def test_gated_rms_norm_with_a_frozen_weight_and_strided_input():
     exact = _reference(x * torch.nn.functional.silu(gate), norm.weight, norm.eps)
     torch.testing.assert_close(y, exact, rtol=0, atol=1e-13)
     upstream = torch.randn(y.shape, generator=gen, dtype=torch.float64)
-    for got, want in zip(torch.autograd.grad(y, (wide, gate), upstream), torch.autograd.grad(exact, (wide, gate),
-                                                                                              upstream)):
+    for got, want in zip(
+        torch.autograd.grad(y, (wide, gate), upstream), torch.autograd.grad(exact, (wide, gate), upstream)
+    ):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 

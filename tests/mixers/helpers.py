@@ -24,8 +24,12 @@ SMALL = {
     "ttt_linear": dict(heads=2),
     "custom": dict(heads=2, decay="scalar", householder="keys", normalizer="abs_max1"),
     "s6": dict(state_dim=4),
-    "parallel": dict(parts=[["mamba2", dict(state_dim=4, head_dim=8, chunk_size=4)],
-                            ["softmax_attention", dict(heads=2, rotary=True)]]),
+    "parallel": dict(
+        parts=[
+            ["mamba2", dict(state_dim=4, head_dim=8, chunk_size=4)],
+            ["softmax_attention", dict(heads=2, rotary=True)],
+        ]
+    ),
 }
 
 NAMES = mixers.names()

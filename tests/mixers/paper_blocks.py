@@ -32,4 +32,4 @@ def short_conv(x: Tensor, conv) -> Tensor:
     width, length = conv.weight.shape[1], x.shape[1]
     padded = torch.cat([x.new_zeros(x.shape[0], width - 1, x.shape[2]), x], dim=1)
     bias = 0.0 if conv.bias is None else conv.bias
-    return silu(sum(conv.weight[:, s] * padded[:, s:s + length] for s in range(width)) + bias)
+    return silu(sum(conv.weight[:, s] * padded[:, s : s + length] for s in range(width)) + bias)

@@ -27,8 +27,10 @@ def delta_rule_layer(mixer, x, log_alpha=None):
     projected = x @ mixer.qkv.weight.T  # W_Q, W_K, W_V stacked
     q, k, v = short_conv(projected, mixer.convs["qkv"]).split(mixer.widths, dim=-1)
     q, k = (t.view(batch, length, mixer.key_heads, -1) for t in (q, k))
-    q, k = ((t / t.norm(dim=-1, keepdim=True)) if eps is None else t / (t.pow(2).sum(-1, keepdim=True) + eps).sqrt()
-            for t in (q, k))
+    q, k = (
+        (t / t.norm(dim=-1, keepdim=True)) if eps is None else t / (t.pow(2).sum(-1, keepdim=True) + eps).sqrt()
+        for t in (q, k)
+    )
     group = torch.arange(heads) // (heads // mixer.key_heads)  # the query/key head of each value head
     q, k, v = q[:, :, group] / q.shape[-1] ** 0.5, k[:, :, group], v.view(batch, length, heads, -1)
     beta = torch.sigmoid(x @ mixer.beta.weight.T)[..., None]  # [B, T, H, 1]
@@ -36,8 +38,12 @@ def delta_rule_layer(mixer, x, log_alpha=None):
     alpha = torch.ones_like(beta) if log_alpha is None else torch.exp(log_alpha)[..., None]
 
     def transition(t, state):  # α_t (I − β_t k_t k_tᵀ) applied to a state [B, H, K, ·]
-        return alpha[:, t, :, :, None] * (state - beta[:, t, :, :, None] * k[:, t, :, :, None]
-                                          * torch.einsum("bhk,bhk...->bh...", k[:, t], state)[:, :, None])
+        return alpha[:, t, :, :, None] * (
+            state
+            - beta[:, t, :, :, None]
+            * k[:, t, :, :, None]
+            * torch.einsum("bhk,bhk...->bh...", k[:, t], state)[:, :, None]
+        )
 
     S, outputs = x.new_zeros(batch, heads, k.shape[-1], v.shape[-1]), []
     for t in range(length):
@@ -50,4 +56,4 @@ def delta_rule_layer(mixer, x, log_alpha=None):
         for i in range(j, length):
             impulse = impulse if i == j else transition(i, impulse)
             A[:, :, i, j] = torch.einsum("bhk,bhk->bh", q[:, i], impulse[..., 0])
-    return y, (S / k.shape[-1] ** 0.5, projected[:, length - mixer.convs['qkv'].width + 1:]), A
+    return y, (S / k.shape[-1] ** 0.5, projected[:, length - mixer.convs["qkv"].width + 1 :]), A

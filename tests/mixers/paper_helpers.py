@@ -66,8 +66,9 @@ def coefficient_matrix(mixer: mixers.Mixer, x: Tensor) -> Tensor:
 PARTS = ("output", "state", "coefficients")
 
 
-def compare_with_paper(part: str, mixer: mixers.Mixer, x: Tensor, listing, state_of=lambda state: state.core,
-                       tol: float = 1e-10) -> None:
+def compare_with_paper(
+    part: str, mixer: mixers.Mixer, x: Tensor, listing, state_of=lambda state: state.core, tol: float = 1e-10
+) -> None:
     """Compare ``mixer`` on ``x`` with ``listing(mixer, x) -> (y [B, T, D], state, A [B, H, T, T])``, the layer
     written from its paper: ``part`` ``"output"`` (forward, and the outputs of stepping), ``"state"`` (the final
     state of stepping, read by ``state_of``, against the listing's, tensor by tensor) or ``"coefficients"``."""
@@ -109,8 +110,9 @@ def rope_by_complex_numbers(x, positions):
     ``[T]``."""
     half = x.shape[-1] // 2
     theta = 10000.0 ** (-2 * torch.arange(half, dtype=torch.float64) / x.shape[-1])
-    phase = torch.polar(torch.ones(len(positions), half, dtype=torch.float64),
-                        positions[:, None].double() * theta[None, :])  # [T, d/2]
+    phase = torch.polar(
+        torch.ones(len(positions), half, dtype=torch.float64), positions[:, None].double() * theta[None, :]
+    )  # [T, d/2]
     z = torch.complex(x[..., :half], x[..., half:]) * phase
     return torch.cat([z.real, z.imag], dim=-1)
 

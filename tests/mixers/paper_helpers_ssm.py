@@ -17,14 +17,14 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool) -> T
     ``W`` ``[C, w]``."""
     width, length = weight.shape[1], x.shape[1]
     padded = F.pad(x, (0, 0, width - 1, 0))
-    y = sum(weight[:, s] * padded[:, s:s + length] for s in range(width))
+    y = sum(weight[:, s] * padded[:, s : s + length] for s in range(width))
     y = y if bias is None else y + bias
     return F.silu(y) if silu else y
 
 
 def last_inputs(x: Tensor, count: int) -> Tensor:
     """The last ``count`` rows of ``x`` ``[B, T, C]`` (zeros before the sequence): a short convolution's state."""
-    return F.pad(x, (0, 0, count, 0))[:, x.shape[1]:]
+    return F.pad(x, (0, 0, count, 0))[:, x.shape[1] :]
 
 
 def toeplitz(kernel: Tensor) -> Tensor:
@@ -111,9 +111,9 @@ def as_is(state: Tensor) -> Tensor:
 def mamba2_block(m, u):
     """``mamba_ssm.Mamba2`` with ``ngroups`` = G: ``(out, (S_T [B, H, N, P], conv state), α [B, H, T, T])``::
 
-        z, xBC, Δ = W_in u;   x, B, C = SiLU(conv(xBC));   Δ = clamp(softplus(Δ + b_Δ));   A_h = −exp(A_log_h)
-        S_t = exp(Δ_t A_h) S_{t−1} + Δ_t B_t^g x_tᵀ;   y_t = S_tᵀ C_t^g + D_h x_t    (g: the group of head h)
-        out = W_out RMSNorm(y ⊙ SiLU(z)),   RMSNorm(g) = g / √(mean(g²) + ε) ⊙ w   (the mean within each group)
+    z, xBC, Δ = W_in u;   x, B, C = SiLU(conv(xBC));   Δ = clamp(softplus(Δ + b_Δ));   A_h = −exp(A_log_h)
+    S_t = exp(Δ_t A_h) S_{t−1} + Δ_t B_t^g x_tᵀ;   y_t = S_tᵀ C_t^g + D_h x_t    (g: the group of head h)
+    out = W_out RMSNorm(y ⊙ SiLU(z)),   RMSNorm(g) = g / √(mean(g²) + ε) ⊙ w   (the mean within each group)
     """
     inner, n, heads, groups = m.inner, m.state_dim, m.heads, m.groups
     z, xbc, dt = (u @ m.in_proj.weight.T).split([inner if m.gate else 0, inner + 2 * groups * n, heads], dim=-1)

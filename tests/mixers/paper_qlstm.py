@@ -28,10 +28,10 @@ def qlstm_gates(m, x, log_forget=sigmoid_forget):
 def qlstm_layer(m, x, log_forget=sigmoid_forget):
     """The qLSTM layer: ``(out, (x_T, conv state), α [B, I, T, T])``::
 
-        ū_t = tanh(W_u ũ_t),  f_t = σ(W_f ũ_t),  i_t = σ(W_i ũ_t),  o_t = σ(W_o ũ_t),  ũ = conv(x)   (8)
-        x_t = f_t ⊙ x_{t−1} + i_t ⊙ ū_t,   y_t = o_t ⊙ tanh(x_t)                                     (5)
-        dsf_form: ū_t = W_u ũ_t and y_t = o_t ⊙ x_t                                                   (19)
-        out = W_out (y ⊙ GeLU(W_g x)) + b_out
+    ū_t = tanh(W_u ũ_t),  f_t = σ(W_f ũ_t),  i_t = σ(W_i ũ_t),  o_t = σ(W_o ũ_t),  ũ = conv(x)   (8)
+    x_t = f_t ⊙ x_{t−1} + i_t ⊙ ū_t,   y_t = o_t ⊙ tanh(x_t)                                     (5)
+    dsf_form: ū_t = W_u ũ_t and y_t = o_t ⊙ x_t                                                   (19)
+    out = W_out (y ⊙ GeLU(W_g x)) + b_out
     """
     log_f, i, o, pre_u = qlstm_gates(m, x, log_forget)
     f, u_bar = torch.exp(log_f), pre_u if m.dsf_form else torch.tanh(pre_u)

@@ -8,16 +8,28 @@ def s6_parameters(d, n=4, expand=2, rank=1, conv=True, gate=True, width=4):
     """Mamba's S6 block: in (and gate) projection, short convolution, x → (Δ low-rank, B, C), Δ up-projection,
     A, D and the out projection."""
     inner = expand * d
-    return (d * inner * (2 if gate else 1) + (inner * width + inner if conv else 0) + inner * (rank + 2 * n)
-            + (rank * inner + inner) + inner * n + inner + inner * d)
+    return (
+        d * inner * (2 if gate else 1)
+        + (inner * width + inner if conv else 0)
+        + inner * (rank + 2 * n)
+        + (rank * inner + inner)
+        + inner * n
+        + inner
+        + inner * d
+    )
 
 
 def qlstm_parameters(d, expand=1, conv=False, gate=False, width=4, s6=False):
     """Languini's qLSTM layer: short convolution, the four gates (f, i, o, u), GeLU gate, out projection; qlstm_s6
     adds its power ``a``."""
     inner = expand * d
-    return ((d * width + d if conv else 0) + (d * 4 * inner + 4 * inner) + (d * inner + inner if gate else 0)
-            + (inner * d + d) + (1 if s6 else 0))
+    return (
+        (d * width + d if conv else 0)
+        + (d * 4 * inner + 4 * inner)
+        + (d * inner + inner if gate else 0)
+        + (inner * d + d)
+        + (1 if s6 else 0)
+    )
 
 
 def rglru_parameters(d, expand=1, blocks=1, conv=True, gate=True, width=4):
@@ -25,8 +37,7 @@ def rglru_parameters(d, expand=1, blocks=1, conv=True, gate=True, width=4):
     input gates, Λ, out projection."""
     w = int(expand * d)
     projections = 2 if gate else 1
-    return ((d * w + w) * projections + (w * width + w if conv else 0) + 2 * (w * w // blocks + w) + w
-            + (w * d + d))
+    return (d * w + w) * projections + (w * width + w if conv else 0) + 2 * (w * w // blocks + w) + w + (w * d + d)
 
 
 def glu_parameters(d):

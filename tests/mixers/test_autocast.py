@@ -77,9 +77,18 @@ def test_a_few_steps_under_autocast_have_finite_losses_and_gradients_near_float3
         x = torch.randn(2, LENGTH, D, generator=torch.Generator().manual_seed(step + 1))
 
 
-@pytest.mark.parametrize(("label", "backend"), [("gated_deltanet", "chunk"), ("gla", "chunk"), ("mamba2", "chunk"),
-                                              ("s6", "scan"), ("rglru", "chunk"), ("lru", "fft"),
-                                              ("custom_diagonal_learned", "chunk")])
+@pytest.mark.parametrize(
+    ("label", "backend"),
+    [
+        ("gated_deltanet", "chunk"),
+        ("gla", "chunk"),
+        ("mamba2", "chunk"),
+        ("s6", "scan"),
+        ("rglru", "chunk"),
+        ("lru", "fft"),
+        ("custom_diagonal_learned", "chunk"),
+    ],
+)
 def test_a_backward_called_inside_the_autocast_region_gives_the_same_gradients(label, backend):
     """The hand-written backwards run with autocast off, as their forwards did (torch's own backwards ignore it)."""
     results = []
@@ -108,7 +117,6 @@ def test_every_hand_written_autograd_function_follows_autocast():
     assert len(functions) >= 11  # the native kernels are operators, their autocast checked in tests/kernels
     missing = [f"{f.__module__}.{f.__qualname__}" for f in functions if not getattr(f, "follows_autocast", False)]
     assert not missing, f"decorate with seqdyn.core.precision.float32_under_autocast: {missing}"
-
 
 
 def test_hand_written_functions_run_on_the_meta_device_where_autocast_does_not_exist():

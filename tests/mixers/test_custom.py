@@ -13,8 +13,17 @@ from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, 
 D = 16
 CONFIGS = {  # the shared suite's delta-rule configuration; a gated exp readout over elu+1 features
     "delta_rule": dict(heads=2, decay="scalar", householder="keys", normalizer="abs_max1"),
-    "gated_exp": dict(heads=2, readout="exp", feature_map="elu1", decay="diagonal", decay_param="gla",
-                      scale="input", normalizer="sum", short_conv=True, output_gate=True),
+    "gated_exp": dict(
+        heads=2,
+        readout="exp",
+        feature_map="elu1",
+        decay="diagonal",
+        decay_param="gla",
+        scale="input",
+        normalizer="sum",
+        short_conv=True,
+        output_gate=True,
+    ),
 }
 
 
@@ -28,6 +37,7 @@ def custom_layer(options):
     per key channel (GLA); w = k/‖k‖ and β = σ(w_βᵀu + b_β) for ``householder="keys"``; b = K^-½ or σ(w_bᵀu + b_b).
     Returns ``(y, state, A)``: the state is ``(S, z) = Σ_j x_T^(j) (v_jᵀ, 1)`` for φ = identity, else the cache
     ``(x_T^(j), v_j)`` of every key, followed by the short convolution's last w − 1 inputs where there is one."""
+
     def layer(mixer, x):
         batch, length, _ = x.shape
         heads = options["heads"]
@@ -46,14 +56,17 @@ def custom_layer(options):
         keys = options.get("householder") == "keys"
         k = k / k.norm(dim=-1, keepdim=True) if keys else k
         beta = torch.sigmoid(x @ mixer.beta.weight.T + mixer.beta.bias) if keys else x.new_zeros(batch, length, heads)
-        b = torch.sigmoid(x @ mixer.scale_gate.weight.T + mixer.scale_gate.bias)[..., None] \
-            if options.get("scale") == "input" else k.shape[-1] ** -0.5
+        b = (
+            torch.sigmoid(x @ mixer.scale_gate.weight.T + mixer.scale_gate.bias)[..., None]
+            if options.get("scale") == "input"
+            else k.shape[-1] ** -0.5
+        )
         cache, scores = x.new_zeros(batch, heads, 0, k.shape[-1]), x.new_zeros(batch, heads, length, length)
         for i in range(length):  # cache [B, H, j ≤ i, K] holds x_i^(j)
             along = (cache * k[:, i, :, None]).sum(-1, keepdim=True)  # w_iᵀ x_{i-1}^(j), w = k
             reflected = cache - beta[:, i, :, None, None] * k[:, i, :, None] * along
             cache = torch.cat([torch.exp(log_d[:, i, :, None]) * reflected, (b * k)[:, i, :, None]], dim=2)
-            scores[:, :, i, :i + 1] = torch.einsum("bhk,bhjk->bhj", q[:, i], cache)
+            scores[:, :, i, : i + 1] = torch.einsum("bhk,bhjk->bhj", q[:, i], cache)
         causal = torch.ones(length, length, dtype=torch.bool).tril()
         alpha = (torch.exp(scores) if options.get("readout") == "exp" else scores).masked_fill(~causal, 0.0)
         total = alpha.sum(-1, keepdim=True)
@@ -61,8 +74,9 @@ def custom_layer(options):
         y = head_output(mixer.output, torch.einsum("bhij,bjhv->bihv", A, v), x, gated=options.get("output_gate", False))
         values = v.transpose(1, 2)
         state = (cache, values) if options.get("readout") == "exp" else (cache.transpose(-1, -2) @ values, cache.sum(2))
-        conv = (projected[:, length - mixer.convs["qk"].width + 1:],) if options.get("short_conv") else ()
+        conv = (projected[:, length - mixer.convs["qk"].width + 1 :],) if options.get("short_conv") else ()
         return y, state + conv, A
+
     return layer
 
 
@@ -70,8 +84,13 @@ def custom_layer(options):
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_custom_matches_its_paper(config, part):
     mixer = double_mixer("custom", D, **CONFIGS[config])
-    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), custom_layer(CONFIGS[config]),
-                       state_of=lambda state: (*state.core, *state.conv.values()))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, 9, D, seed=1),
+        custom_layer(CONFIGS[config]),
+        state_of=lambda state: (*state.core, *state.conv.values()),
+    )
 
 
 @pytest.mark.parametrize("readout", ["exp", "relu", "identity"])
@@ -80,8 +99,9 @@ def test_the_state_normalizer_is_the_score_sum_of_mlstms_normalization_state(rea
     A_ij = φ(s_ij) / η_i with s_ij = λ^{i−j} K^-½ q_iᵀk_j; for the identity readout the same as "abs_max1"; no
     step()."""
     lam, heads, length = 1.05, 2, 9
-    mixer = double_mixer("custom", D, heads=heads, readout=readout, decay="constant", constant_decay=lam,
-                         normalizer="state")
+    mixer = double_mixer(
+        "custom", D, heads=heads, readout=readout, decay="constant", constant_decay=lam, normalizer="state"
+    )
     x = inputs(2, length, D, seed=3)
     q, k = ((x @ w.T).view(2, length, heads, -1).transpose(1, 2) for w in mixer.qk.weight.chunk(2, dim=0))
     i = torch.arange(length, dtype=torch.float64)
@@ -92,8 +112,9 @@ def test_the_state_normalizer_is_the_score_sum_of_mlstms_normalization_state(rea
     eta = scores.sum(-1, keepdim=True).abs().clamp(min=1.0)
     torch.testing.assert_close(mixer.coefficients(x), alpha / eta, rtol=1e-9, atol=1e-12)
     if readout == "identity":
-        same = double_mixer("custom", D, heads=heads, readout=readout, decay="constant", constant_decay=lam,
-                            normalizer="abs_max1")
+        same = double_mixer(
+            "custom", D, heads=heads, readout=readout, decay="constant", constant_decay=lam, normalizer="abs_max1"
+        )
         same.load_state_dict(mixer.state_dict())
         torch.testing.assert_close(same(x), mixer(x), rtol=1e-9, atol=1e-12)
     with pytest.raises(ValueError, match="^normalizer: 'state'"):

@@ -15,8 +15,15 @@ import torch.nn.functional as F
 from seqdyn import mixers
 from seqdyn.reproduce.dlr_long_range import TABLE8_DLR_R_RANGE
 from seqdyn.reproduce.protocols.atomic import TABLE7_DLR
-from tests.mixers.paper_helpers import (PARTS, assert_close, coefficient_matrix, compare_with_paper, double_mixer,
-                                        inputs, step_through)
+from tests.mixers.paper_helpers import (
+    PARTS,
+    assert_close,
+    coefficient_matrix,
+    compare_with_paper,
+    double_mixer,
+    inputs,
+    step_through,
+)
 from tests.mixers.paper_helpers_ssm import as_is, complex_parameter, lti_coefficients
 
 D = 4
@@ -24,7 +31,7 @@ D = 4
 
 def eigenvalues(m, direction: int = 0):
     """λ = exp(−(logΛ)_re² + i·(logΛ)_im) ``[N]`` (002 §2.3), shared by the H channels."""
-    return torch.exp(torch.complex(-m.log_re[direction] ** 2, m.log_im[direction]))
+    return torch.exp(torch.complex(-(m.log_re[direction] ** 2), m.log_im[direction]))
 
 
 def dlr_output(m, y, u):
@@ -35,7 +42,7 @@ def dlr_output(m, y, u):
 def dlr_layer(m, u):
     """Per channel h (state x ``[B, H, N]``)::
 
-        x_k = diag(λ) x_{k−1} + 1·u_k,   y_k = Re⟨w_h, x_k⟩ = Σ_{j≤k} Re(K_j) u_{k−j},   K_j = Σ_n w_{h,n} λ_n^j
+    x_k = diag(λ) x_{k−1} + 1·u_k,   y_k = Re⟨w_h, x_k⟩ = Σ_{j≤k} Re(K_j) u_{k−j},   K_j = Σ_n w_{h,n} λ_n^j
     """
     lam, w = eigenvalues(m), complex_parameter(m.W[0])  # [N], [H, N]
     x = torch.zeros(u.shape[0], *w.shape, dtype=w.dtype)
@@ -70,8 +77,9 @@ def test_dlr_is_the_diagonal_linear_rnn_layer(part):
     compare_with_paper(part, mixer, x, dlr_layer, state_of=as_is)
 
 
-@pytest.mark.parametrize("options", [dict(prod=True), dict(bidirectional=True), dict(prod=True, bidirectional=True)],
-                         ids=str)
+@pytest.mark.parametrize(
+    "options", [dict(prod=True), dict(bidirectional=True), dict(prod=True, bidirectional=True)], ids=str
+)
 def test_dlr_prod_and_bidirectional_are_the_kernels_of_section_2_1_and_eq_6(options):
     mixer, x = double_mixer("dlr", D, state_dim=4, **options), inputs(2, 9, D, seed=2)
     expected, alpha = dense_dlr_layer(mixer, x)
@@ -93,8 +101,12 @@ def test_bidirectional_dlr_is_not_causal_and_says_so():
     assert A.triu(1).abs().sum() > 0
     assert_close(torch.einsum("bhij,bjhv->bihv", A, values), core, "A·v")
     assert_close(A[:, :, :-1, 1:].diagonal(dim1=-2, dim2=-1), A[:, :, :1, 1:2].expand(-1, -1, 8, 1)[..., 0], "Toeplitz")
-    for call in (lambda: mixer.init_state(2), lambda: mixer.step(x[:, 0], None), lambda: mixer.dsf(x),
-                 lambda: mixer.state_size(9)):
+    for call in (
+        lambda: mixer.init_state(2),
+        lambda: mixer.step(x[:, 0], None),
+        lambda: mixer.dsf(x),
+        lambda: mixer.state_size(9),
+    ):
         with pytest.raises(ValueError, match="bidirectional: a bidirectional DLR is not causal"):
             call()
 
@@ -109,7 +121,7 @@ def test_dlr_init_follows_section_2_3():
     e_r = 2 * mixer.log_re.double() ** 2
     assert e_r.min() >= 0.0005 * (1 - 1e-5) and e_r.max() <= 0.5 * (1 + 1e-5)
     assert e_r.log().std() > 0.25 * (math.log(0.5) - math.log(0.0005))  # spread over the log range
-    modulus = torch.exp(-mixer.log_re.double() ** 2)
+    modulus = torch.exp(-(mixer.log_re.double() ** 2))
     assert modulus.min() >= math.exp(-0.25) - 1e-6 and modulus.max() <= 1
     assert abs(float(mixer.W.detach().std()) * N - 1) < 0.05
     assert mixer.head.proj.bias is None and mixer.head.skip == "identity" and mixer.head.activation == "gelu"
@@ -134,7 +146,7 @@ def test_dlr_init_takes_the_tables_dt_range():
 def real_dlr_layer(m, u):
     """DLR-ℝ (002 §3.3): λ = exp(−(logΛ)_re²) ∈ (0, 1]^N and w ∈ ℝ^{H×N}; the real recurrence
     x_k = λ ⊙ x_{k−1} + u_k, y_k = ⟨w_h, x_k⟩, then the same layer around it."""
-    lam, w = torch.exp(-m.log_re[0] ** 2), m.W[0]  # [N], [H, N]
+    lam, w = torch.exp(-(m.log_re[0] ** 2)), m.W[0]  # [N], [H, N]
     x = torch.zeros(u.shape[0], *w.shape, dtype=w.dtype)
     ys = []
     for k in range(u.shape[1]):

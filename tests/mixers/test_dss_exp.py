@@ -12,8 +12,14 @@ import pytest
 import torch
 
 from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import (as_is, build64, complex_parameter, continuous_eigenvalues, glu_layer,
-                                            lti_coefficients)
+from tests.mixers.paper_helpers_ssm import (
+    as_is,
+    build64,
+    complex_parameter,
+    continuous_eigenvalues,
+    glu_layer,
+    lti_coefficients,
+)
 
 D = 4
 CONFIGS = [dict(state_dim=5), dict(state_dim=3, init="inv")]
@@ -22,8 +28,8 @@ CONFIGS = [dict(state_dim=5), dict(state_dim=3, init="inv")]
 def dss_layer(m, u):
     """Per channel h with Λ ∈ ℂ^N shared by the channels, Δ_h and w_h ∈ ℂ^N per channel (state x ``[B, H, N]``)::
 
-        x_k = diag(exp(Δ_h Λ)) x_{k−1} + 1·u_k,   y_k = Re⟨w_h ⊙ (exp(Δ_h Λ) − 1)/Λ, x_k⟩
-        K_j = Re(Σ_n w_n (exp(ΔΛ_n) − 1)/Λ_n · exp(jΔΛ_n));   out = GLU(W GELU(y + D ⊙ u) + b)
+    x_k = diag(exp(Δ_h Λ)) x_{k−1} + 1·u_k,   y_k = Re⟨w_h ⊙ (exp(Δ_h Λ) − 1)/Λ, x_k⟩
+    K_j = Re(Σ_n w_n (exp(ΔΛ_n) − 1)/Λ_n · exp(jΔΛ_n));   out = GLU(W GELU(y + D ⊙ u) + b)
     """
     lam = continuous_eigenvalues(m)  # [N], Re Λ < 0
     step = torch.exp(m.log_dt)[:, None]  # [H, 1]

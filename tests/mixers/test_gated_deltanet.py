@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.mixers.paper_delta_rule import CONV, D, HEADS, delta_rule_layer
+from tests.mixers.paper_delta_rule import CONV, HEADS, D, delta_rule_layer
 from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, inputs
 
 
@@ -22,8 +22,13 @@ def gated_deltanet_layer(mixer, x):
 @pytest.mark.parametrize("part", PARTS)
 def test_gated_deltanet_matches_its_paper(part):
     mixer = double_mixer("gated_deltanet", D, heads=HEADS, conv_size=CONV)
-    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), gated_deltanet_layer,
-                       state_of=lambda state: (state.core, state.conv["qkv"]))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, 9, D, seed=1),
+        gated_deltanet_layer,
+        state_of=lambda state: (state.core, state.conv["qkv"]),
+    )
 
 
 #: Qwen3.5's Gated DeltaNet (transformers' ``Qwen3_5GatedDeltaNet``): 4 value heads sharing 2 query/key heads of width
@@ -34,8 +39,13 @@ QWEN3_5 = dict(heads=4, key_heads=2, key_dim=6, expand_v=2.0, qk_norm_eps=1e-6, 
 @pytest.mark.parametrize("part", PARTS)
 def test_gated_deltanet_with_grouped_value_heads_matches_qwen3_5(part):
     mixer = double_mixer("gated_deltanet", D, conv_size=CONV, **QWEN3_5)
-    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), gated_deltanet_layer,
-                       state_of=lambda state: (state.core, state.conv["qkv"]))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, 9, D, seed=1),
+        gated_deltanet_layer,
+        state_of=lambda state: (state.core, state.conv["qkv"]),
+    )
 
 
 #: OLMo-hybrid's (transformers' ``OlmoHybridGatedDeltaNet``): Qwen3.5's with β ∈ (0, 2) and the output norm's own ε
@@ -47,8 +57,13 @@ OLMO_HYBRID = dict(QWEN3_5, negative_eigenvalues=True, output_norm_eps=0.5)
 def test_gated_deltanet_with_negative_eigenvalues_matches_olmo_hybrid(part):
     mixer = double_mixer("gated_deltanet", D, conv_size=CONV, **OLMO_HYBRID)
     assert mixer.output.norm.eps == 0.5
-    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), gated_deltanet_layer,
-                       state_of=lambda state: (state.core, state.conv["qkv"]))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, 9, D, seed=1),
+        gated_deltanet_layer,
+        state_of=lambda state: (state.core, state.conv["qkv"]),
+    )
 
 
 def test_grouped_value_heads_share_their_query_and_key():
@@ -64,10 +79,13 @@ def test_grouped_value_heads_share_their_query_and_key():
     assert not torch.allclose(A[:, 0], A[:, 2]), "value heads of different key heads agree"
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    (dict(heads=4, key_heads=3), "key_heads: 3 does not divide heads=4"),
-    (dict(heads=4, key_dim=0), "key_dim: expected a positive integer"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(heads=4, key_heads=3), "key_heads: 3 does not divide heads=4"),
+        (dict(heads=4, key_dim=0), "key_dim: expected a positive integer"),
+    ],
+)
 def test_grouped_options_are_checked(options, message):
     from seqdyn import mixers
 
@@ -79,8 +97,13 @@ def test_grouped_options_are_checked(options, message):
 def test_gated_deltanet_with_negative_eigenvalues_matches_grazzi_et_al(part):
     """β_t = 2σ(·) (Grazzi et al. 2025, §4): the Householder factor's eigenvalue along k_t, 1 − β_t, may be negative."""
     mixer = double_mixer("gated_deltanet", D, heads=HEADS, conv_size=CONV, negative_eigenvalues=True)
-    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), gated_deltanet_layer,
-                       state_of=lambda state: (state.core, state.conv["qkv"]))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, 9, D, seed=1),
+        gated_deltanet_layer,
+        state_of=lambda state: (state.core, state.conv["qkv"]),
+    )
 
 
 def test_negative_eigenvalues_reach_below_zero():

@@ -37,7 +37,7 @@ def gla_layer(mixer, x, conv=False):
     cumulative = log_alpha.cumsum(1)  # Σ_{t≤i} log α_t  [B, T, H, K]
     decay = torch.exp(cumulative[:, :, None] - cumulative[:, None, :])  # [B, i, j, H, K]
     A = torch.einsum("bihc,bijhc,bjhc->bhij", q, decay, k).tril()
-    conv_states = tuple(raw[name][:, length - CONV + 1:] for name in "qkv") if conv else ()
+    conv_states = tuple(raw[name][:, length - CONV + 1 :] for name in "qkv") if conv else ()
     return y, (S, *conv_states), A
 
 
@@ -45,5 +45,10 @@ def gla_layer(mixer, x, conv=False):
 @pytest.mark.parametrize("conv", [False, True])
 def test_gla_matches_its_paper(conv, part):
     mixer = double_mixer("gla", D, heads=HEADS, gate_low_rank=4, short_conv=conv, conv_size=CONV)
-    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), lambda mixer, x: gla_layer(mixer, x, conv),
-                       state_of=lambda state: (state.core, *state.conv.values()))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, 9, D, seed=1),
+        lambda mixer, x: gla_layer(mixer, x, conv),
+        state_of=lambda state: (state.core, *state.conv.values()),
+    )

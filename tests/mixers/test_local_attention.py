@@ -66,8 +66,11 @@ def test_two_part_attention_passes_gradcheck():
     q, k_before, v_before, k_own, v_own = inputs
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     joint = torch.nn.functional.scaled_dot_product_attention(
-        q, torch.cat([k_before, k_own], 2), torch.cat([v_before, v_own], 2),
-        attn_mask=torch.cat([torch.ones_like(causal), causal], 1))
+        q,
+        torch.cat([k_before, k_own], 2),
+        torch.cat([v_before, v_own], 2),
+        attn_mask=torch.cat([torch.ones_like(causal), causal], 1),
+    )
     torch.testing.assert_close(_TwoPartAttention.apply(*inputs), joint, rtol=0, atol=1e-12)
 
 
@@ -99,8 +102,9 @@ def _roformer(x):
     times ``e^{i t θ_m}``, ``θ_m = 10000^(−2m/d)``."""
     half = x.shape[-1] // 2
     theta = 10000.0 ** (-2 * torch.arange(half, dtype=F64) / x.shape[-1])
-    turned = torch.complex(x[..., :half], x[..., half:]) * torch.polar(torch.ones((), dtype=F64), torch.arange(
-        x.shape[2], dtype=F64)[:, None] * theta)
+    turned = torch.complex(x[..., :half], x[..., half:]) * torch.polar(
+        torch.ones((), dtype=F64), torch.arange(x.shape[2], dtype=F64)[:, None] * theta
+    )
     return torch.cat([turned.real, turned.imag], dim=-1)
 
 
@@ -109,8 +113,13 @@ def _roformer(x):
 @pytest.mark.parametrize("rotary", [False, True])
 def test_local_attention_matches_its_paper(part, length, rotary):
     mixer = double_mixer("local_attention", 16, heads=2, window=4, rotary=rotary)
-    compare_with_paper(part, mixer, inputs(2, length, 16, seed=1), local_attention_layer,
-                       state_of=lambda cache: (cache.keys, cache.values, torch.tensor(cache.position)))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, length, 16, seed=1),
+        local_attention_layer,
+        state_of=lambda cache: (cache.keys, cache.values, torch.tensor(cache.position)),
+    )
 
 
 def sliding_window_layer(mixer, x):
@@ -126,17 +135,26 @@ def sliding_window_layer(mixer, x):
     heads, groups, dim, rot = mixer.heads, mixer.heads // mixer.kv_heads, mixer.head_dim, mixer.rotary_dims
     w_q, w_k, w_v = mixer.qkv.weight.split(mixer.widths, dim=0)
     b_q, b_k, b_v = mixer.qkv.bias.split(mixer.widths, dim=0)
-    q, k, v = ((x @ w.T + b).view(batch, length, -1, dim).transpose(1, 2)
-               for w, b in ((w_q, b_q), (w_k, b_k), (w_v, b_v)))
+    q, k, v = (
+        (x @ w.T + b).view(batch, length, -1, dim).transpose(1, 2) for w, b in ((w_q, b_q), (w_k, b_k), (w_v, b_v))
+    )
     k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
     half = rot // 2
     theta = mixer.rotary_base ** (-2 * torch.arange(half, dtype=F64) / rot)
     turn = torch.polar(torch.ones((), dtype=F64), torch.arange(length, dtype=F64)[:, None] * theta)
-    q, k = (torch.cat([torch.view_as_real(torch.complex(t[..., :half], t[..., half:rot]) * turn).movedim(-1, -2)
-                       .flatten(-2), t[..., rot:]], dim=-1) for t in (q, k))
+    q, k = (
+        torch.cat(
+            [
+                torch.view_as_real(torch.complex(t[..., :half], t[..., half:rot]) * turn).movedim(-1, -2).flatten(-2),
+                t[..., rot:],
+            ],
+            dim=-1,
+        )
+        for t in (q, k)
+    )
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
     band = (j <= i) & (j > i - mixer.window)
-    A = torch.softmax((q @ k.transpose(-1, -2) / dim ** 0.5).masked_fill(~band, float("-inf")), dim=-1)
+    A = torch.softmax((q @ k.transpose(-1, -2) / dim**0.5).masked_fill(~band, float("-inf")), dim=-1)
     y = (A @ v).transpose(1, 2).reshape(batch, length, heads * dim) @ mixer.out.weight.T + mixer.out.bias
     first = max(0, length + 1 - mixer.window)
     return y, (k[:, :, first:], v[:, :, first:], torch.tensor(length)), A
@@ -145,10 +163,26 @@ def sliding_window_layer(mixer, x):
 @pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("length", [3, 11])  # within the window; past it, the last chunk partial
 def test_sliding_window_attention_matches_its_paper(part, length):
-    mixer = double_mixer("local_attention", 16, heads=4, kv_heads=2, head_dim=8, window=4, sliding=True,
-                         rotary=True, rotary_fraction=0.5, rotary_base=50.0, bias=True)
-    compare_with_paper(part, mixer, inputs(2, length, 16, seed=2), sliding_window_layer,
-                       state_of=lambda cache: (cache.keys, cache.values, torch.tensor(cache.position)))
+    mixer = double_mixer(
+        "local_attention",
+        16,
+        heads=4,
+        kv_heads=2,
+        head_dim=8,
+        window=4,
+        sliding=True,
+        rotary=True,
+        rotary_fraction=0.5,
+        rotary_base=50.0,
+        bias=True,
+    )
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, length, 16, seed=2),
+        sliding_window_layer,
+        state_of=lambda cache: (cache.keys, cache.values, torch.tensor(cache.position)),
+    )
 
 
 def test_sliding_window_state_is_the_last_window_of_keys():

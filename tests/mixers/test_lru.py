@@ -21,8 +21,8 @@ CONFIGS = [dict(state_dim=5), dict(state_dim=3, r_min=0.5, r_max=0.99, max_phase
 def lru_layer(m, u):
     """``(y, x_T [B, N], the matrix kernel [B, 1, T, T, D, D])``, inputs and outputs the D channels::
 
-        λ = exp(−exp(ν_log) + i·exp(θ_log)),   γ = exp(γ_log)
-        x_k = λ ⊙ x_{k−1} + γ ⊙ (B u_k),   y_k = Re(C x_k) + D ⊙ u_k,   K_j = Re(C diag(λ^j γ) B)
+    λ = exp(−exp(ν_log) + i·exp(θ_log)),   γ = exp(γ_log)
+    x_k = λ ⊙ x_{k−1} + γ ⊙ (B u_k),   y_k = Re(C x_k) + D ⊙ u_k,   K_j = Re(C diag(λ^j γ) B)
     """
     lam = torch.exp(torch.complex(-torch.exp(m.nu_log), torch.exp(m.theta_log)))
     gamma = torch.exp(m.gamma_log)
@@ -58,11 +58,11 @@ def test_lru_ring_init_and_gamma_normalization():
     modulus, phase = torch.exp(log_lam.real).detach(), log_lam.imag.detach()
     assert modulus.min() >= r_min - 1e-6 and modulus.max() <= r_max + 1e-6
     assert phase.min() >= 0 and phase.max() <= max_phase + 1e-6
-    assert abs(float((modulus ** 2).mean()) - (r_min ** 2 + r_max ** 2) / 2) < 0.02
+    assert abs(float((modulus**2).mean()) - (r_min**2 + r_max**2) / 2) < 0.02
     assert abs(float(phase.mean()) - max_phase / 2) < 0.03
-    assert_close(torch.exp(mixer.gamma_log), torch.sqrt(1 - modulus ** 2), "γ", tol=1e-6)
+    assert_close(torch.exp(mixer.gamma_log), torch.sqrt(1 - modulus**2), "γ", tol=1e-6)
     default = mixers.build("lru", 4, state_dim=2000)
     modulus = torch.exp(-torch.exp(default.nu_log.detach().double()))
-    assert modulus.max() < 1 and abs(float((modulus ** 2).mean()) - 0.5) < 0.03
+    assert modulus.max() < 1 and abs(float((modulus**2).mean()) - 0.5) < 0.03
     assert abs(float(default.B.detach().std()) * math.sqrt(2 * 4) - 1) < 0.05
     assert abs(float(default.C.detach().std()) * math.sqrt(2000) - 1) < 0.05

@@ -122,8 +122,7 @@ def test_coefficients_and_dsf_reproduce_the_core(name, options):
     close(torch.einsum("bhij,bjhv->bihv", A, values), core, "A·v")
 
 
-@pytest.mark.parametrize(("name", "options", "formula"), LTI_PARAMETERS,
-                         ids=[f"{n}-{o}" for n, o, _ in LTI_PARAMETERS])
+@pytest.mark.parametrize(("name", "options", "formula"), LTI_PARAMETERS, ids=[f"{n}-{o}" for n, o, _ in LTI_PARAMETERS])
 def test_parameter_count_matches_the_formula(name, options, formula):
     mixer = mixers.build(name, 16, **options)
     assert sum(p.numel() for p in mixer.parameters()) == formula(16)
@@ -197,8 +196,6 @@ def test_nplr_form_reconstructs_hippo_legs():
     close(rebuilt, A.to(torch.complex128), "V (Λ − pp*) V*")
     close(torch.cat([b, b.conj()]), V.conj().T @ B.to(torch.complex128), "b = V* B")
     assert torch.all(lam.real == -0.5) and torch.all(lam.imag > 0)
-
-
 
 
 @pytest.mark.parametrize("name", ["s4d", "lru"])

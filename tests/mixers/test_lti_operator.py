@@ -40,7 +40,7 @@ def stable_log_lam(*shape, seed: int) -> torch.Tensor:
 def direct_kernel(log_lam: torch.Tensor, w: torch.Tensor, length: int) -> torch.Tensor:
     """Seed 002 eq. 4 before the cast: K_k = Σ_n w_n λ_n^k, as a plain sum over n and k."""
     lam = torch.exp(log_lam)
-    return torch.stack([(w * lam ** k).sum(-1) for k in range(length)], dim=-1)
+    return torch.stack([(w * lam**k).sum(-1) for k in range(length)], dim=-1)
 
 
 def run_all(system, u, state, weights, leaves):
@@ -125,7 +125,7 @@ def test_mimo_backends_agree_with_the_matrix_kernel(shape, with_state):
     compare(results, "recurrent", "mimo")
     if not with_state:  # y_k = Σ_j K_{k-j} u_j with K_j = Re(C diag(λ^j) B)
         lam = torch.exp(log_lam)
-        K = torch.stack([(C * lam ** j) @ B for j in range(length)]).real
+        K = torch.stack([(C * lam**j) @ B for j in range(length)]).real
         close(system().kernel(length), K, "matrix kernel")
         expected = torch.stack([sum(K[k - j] @ u[:, j].T for j in range(k + 1)).T for k in range(length)], dim=1)
         close(results["fft"][0], expected, "fft vs matrix kernel")
@@ -141,8 +141,11 @@ def test_dense_backends_agree_with_the_kernel(shape, with_state):
     b = torch.randn(channels, states, generator=generator(seed + 1), dtype=F64, requires_grad=True)
     c = torch.randn(channels, states, generator=generator(seed + 2), dtype=F64, requires_grad=True)
     u = torch.randn(batch, length, channels, generator=generator(seed + 3), dtype=F64, requires_grad=True)
-    state = (torch.randn(batch, channels, states, generator=generator(seed + 4), dtype=F64).requires_grad_()
-             if with_state else None)
+    state = (
+        torch.randn(batch, channels, states, generator=generator(seed + 4), dtype=F64).requires_grad_()
+        if with_state
+        else None
+    )
     weights = torch.randn(batch, length, channels, generator=generator(seed + 5), dtype=F64)
     system = lambda: lti.DenseSISO(A, b, c)  # noqa: E731
     results = run_all(system, u, state, weights, [A, b, c, u] + ([state] if with_state else []))
@@ -163,11 +166,16 @@ def test_dlr_prod_kernel_and_its_realizations_follow_appendix_a2():
         return (wm * wn)[:, None] * (lm * ln)[:, None] ** k
 
     expansion = sum(
-        -0.25j * (term(w[:, m], w[:, n], lam[:, m], lam[:, n])
-                  - term(w[:, m], w[:, n].conj(), lam[:, m], lam[:, n].conj())
-                  + term(w[:, m].conj(), w[:, n], lam[:, m].conj(), lam[:, n])
-                  - term(w[:, m].conj(), w[:, n].conj(), lam[:, m].conj(), lam[:, n].conj()))
-        for m in range(4) for n in range(4))
+        -0.25j
+        * (
+            term(w[:, m], w[:, n], lam[:, m], lam[:, n])
+            - term(w[:, m], w[:, n].conj(), lam[:, m], lam[:, n].conj())
+            + term(w[:, m].conj(), w[:, n], lam[:, m].conj(), lam[:, n])
+            - term(w[:, m].conj(), w[:, n].conj(), lam[:, m].conj(), lam[:, n].conj())
+        )
+        for m in range(4)
+        for n in range(4)
+    )
     close(expansion.imag, torch.zeros_like(expansion.imag), "the 4N² expansion is real")
     close(expansion.real, K.real * K.imag, "§A.2 expansion")
     close(lti.kernel(log_lam, w, length, prod=True), K.real * K.imag, "prod kernel")
@@ -196,9 +204,14 @@ def test_bidirectional_dlr_is_the_toeplitz_product_of_eq_6(length):
     Kf, Kb = forward.kernel(length), backward.kernel(length)
     # eq. 6: y_k = Σ_{j≤k} K→_{k-j} u_j + Σ_{j>k} K←_{j-(k+1)} u_j
     zero = torch.zeros_like(u[:, 0])
-    expected = torch.stack([sum((Kf[:, k - j] * u[:, j] for j in range(k + 1)), zero)
-                            + sum((Kb[:, j - k - 1] * u[:, j] for j in range(k + 1, length)), zero)
-                            for k in range(length)], dim=1)
+    expected = torch.stack(
+        [
+            sum((Kf[:, k - j] * u[:, j] for j in range(k + 1)), zero)
+            + sum((Kb[:, j - k - 1] * u[:, j] for j in range(k + 1, length)), zero)
+            for k in range(length)
+        ],
+        dim=1,
+    )
     close(torch.einsum("hij,bjh->bih", lti.toeplitz(Kf, Kb), u), expected, "Toeplitz")
     for backend in BACKENDS:
         close(lti.bidirectional(forward, backward, u, backend), expected, backend)
@@ -250,8 +263,11 @@ def test_dsf_realizations_reproduce_the_operator():
     close(dsf.simulate(u.unsqueeze(2))[:, :, 0], mimo(u, "recurrent"), "mimo")
 
     raw = torch.randn(3, 4, 4, generator=generator(8), dtype=F64)
-    dense = lti.DenseSISO(0.5 * raw / torch.linalg.matrix_norm(raw, ord=2)[:, None, None],
-                          torch.randn(3, 4, dtype=F64), torch.randn(3, 4, dtype=F64))
+    dense = lti.DenseSISO(
+        0.5 * raw / torch.linalg.matrix_norm(raw, ord=2)[:, None, None],
+        torch.randn(3, 4, dtype=F64),
+        torch.randn(3, 4, dtype=F64),
+    )
     close(dense.dsf(2, 5).apply(u.unsqueeze(-1))[..., 0], dense(u, "recurrent"), "dense")
 
 

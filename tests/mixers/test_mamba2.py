@@ -11,10 +11,13 @@ from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, 
 from tests.mixers.paper_helpers_ssm import core_and_convs, mamba2_block
 
 D = 8
-CONFIGS = [dict(state_dim=4, head_dim=4), dict(state_dim=3, head_dim=8, short_conv=False, gate=False),
-           dict(state_dim=3, head_dim=2, groups=2, norm_eps=0.5), dict(state_dim=4, head_dim=4, dt_floor=0.01,
-                                                                         dt_ceiling=0.05),  # both clamps bite
-           dict(state_dim=4, head_dim=4, expand=1.5, gate_norm=False)]  # Falcon-H1's: 12 channels, no norm
+CONFIGS = [
+    dict(state_dim=4, head_dim=4),
+    dict(state_dim=3, head_dim=8, short_conv=False, gate=False),
+    dict(state_dim=3, head_dim=2, groups=2, norm_eps=0.5),
+    dict(state_dim=4, head_dim=4, dt_floor=0.01, dt_ceiling=0.05),  # both clamps bite
+    dict(state_dim=4, head_dim=4, expand=1.5, gate_norm=False),
+]  # Falcon-H1's: 12 channels, no norm
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)

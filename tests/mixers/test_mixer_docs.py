@@ -33,8 +33,8 @@ def test_the_args_of_every_mixer_name_only_its_options(name):
 
 
 def test_allowed_values_come_from_literal_annotations():
-    from seqdyn.mixers._docs import allowed_values
     from seqdyn.layers.params import type_name
+    from seqdyn.mixers._docs import allowed_values
 
     assert allowed_values(Literal["a", "b"]) == ("a", "b")
     assert allowed_values(Literal["a", "b"] | None) == ("a", "b", None)
@@ -48,7 +48,7 @@ def test_seqdyn_mixers_custom_prints_equations_options_values_and_meanings():
     assert result.exit_code == 0, result.output
     text = result.output
     assert "α_ij = φ(ψ(q_i)ᵀ x_i^(j))" in text  # the equations: the module docstring
-    decay = text[text.index("\n  decay: "):text.index("\n  decay_param: ")]
+    decay = text[text.index("\n  decay: ") : text.index("\n  decay_param: ")]
     assert '"none", "constant", "scalar", "diagonal"' in decay and 'default "none"' in decay
     assert "one gate per key channel" in decay  # what the value diagonal means
     assert "not documented" not in text
@@ -62,5 +62,6 @@ def test_seqdyn_mixers_lists_every_mixer_and_a_bad_name_is_one_line():
     bad = runner.invoke(app, ["mixers", "mamba3"])
     assert bad.exit_code == 2
     [line] = bad.stderr.strip().splitlines()
-    assert line.startswith(f"error: NAME: mixer: unknown name 'mamba3' (did you mean 'mamba2'?); known mixers: "
-                           f"{', '.join(mixers.names())}")
+    assert line.startswith(
+        f"error: NAME: mixer: unknown name 'mamba3' (did you mean 'mamba2'?); known mixers: {', '.join(mixers.names())}"
+    )

@@ -8,15 +8,35 @@ import pytest
 import torch
 
 from seqdyn import mixers
-from seqdyn.mixers import checks
 from seqdyn.analysis.decoding import state_tensors
-from tests.mixers.helpers import D, NAMES, small
+from seqdyn.mixers import checks
+from tests.mixers.helpers import NAMES, D, small
 from tests.mixers.parameter_counts import LTI_PARAMETERS, qlstm_parameters, rglru_parameters, s6_parameters
 
 DESIGN_NAMES = {
-    "softmax_attention", "linear_attention", "normalized_attention", "taylor_attention", "gla", "retnet", "mamba2",
-    "s6", "deltanet", "gated_deltanet", "mlstm", "ttt_linear", "qlstm", "qlstm_s6", "rglru", "dlr", "dss_exp", "s4d",
-    "s4", "s5", "lru", "local_attention", "custom",
+    "softmax_attention",
+    "linear_attention",
+    "normalized_attention",
+    "taylor_attention",
+    "gla",
+    "retnet",
+    "mamba2",
+    "s6",
+    "deltanet",
+    "gated_deltanet",
+    "mlstm",
+    "ttt_linear",
+    "qlstm",
+    "qlstm_s6",
+    "rglru",
+    "dlr",
+    "dss_exp",
+    "s4d",
+    "s4",
+    "s5",
+    "lru",
+    "local_attention",
+    "custom",
 }
 
 
@@ -121,11 +141,13 @@ PARAMETERS = {
     "taylor_attention": lambda d: d * 2 * (2 * 2) + d * d + d * d,
     "gla": lambda d: 2 * d * (d // 2) + d * d + (d * 4 + 4 * (d // 2) + d // 2) + _head_output(d, d, 2, True),
     "retnet": lambda d: 2 * d * d + d * 2 * d + _head_output(d, 2 * d, 2, True),
-    "mamba2": lambda d: (d * (2 * d + 2 * d + 2 * 4 + (2 * d) // 8) + (2 * d + 2 * 4) * 5
-                         + 3 * ((2 * d) // 8) + 2 * d + 2 * d * d),
+    "mamba2": lambda d: (
+        d * (2 * d + 2 * d + 2 * 4 + (2 * d) // 8) + (2 * d + 2 * 4) * 5 + 3 * ((2 * d) // 8) + 2 * d + 2 * d * d
+    ),
     "deltanet": lambda d: 3 * d * d + d * 2 + 3 * d * 5 + _head_output(d, d, 2, False),
-    "gated_deltanet": lambda d: (2 * d * d + d * 2 * d + d * 2 + (d + d + 2 * d) * 5 + (d * 2 + 2 + 2)
-                                 + _head_output(d, 2 * d, 2, True)),
+    "gated_deltanet": lambda d: (
+        2 * d * d + d * 2 * d + d * 2 + (d + d + 2 * d) * 5 + (d * 2 + 2 + 2) + _head_output(d, 2 * d, 2, True)
+    ),
     "mlstm": lambda d: 3 * d * d + 2 * (d * 2 + 2) + (d * d + d) + d // 2 + d * d,
     "ttt_linear": lambda d: 3 * d * d + _head_output(d, d, 2, False),
     "custom": lambda d: 2 * d * d + d * d + (d * 2 + 2 + 2) + (d * 2 + 2) + _head_output(d, d, 2, False),

@@ -46,8 +46,11 @@ def mlstm_layer(mixer, x):
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     gates = torch.exp(log_f_sum[..., :, None] - log_f_sum[..., None, :] + i_tilde.transpose(1, 2)[..., None, :])
     alpha = torch.einsum("bihk,bjhk->bhij", q, k) * gates.masked_fill(~causal, 0.0)
-    return y, (C * torch.exp(m)[..., None, None], n * torch.exp(m)[..., None]), \
-        alpha / alpha.sum(-1, keepdim=True).abs().clamp(min=1.0)
+    return (
+        y,
+        (C * torch.exp(m)[..., None, None], n * torch.exp(m)[..., None]),
+        alpha / alpha.sum(-1, keepdim=True).abs().clamp(min=1.0),
+    )
 
 
 @pytest.mark.parametrize("part", PARTS)

@@ -9,10 +9,14 @@ import torch
 from seqdyn import mixers
 
 CU_SEQLENS = torch.tensor([0, 5, 6, 15, 18])  # lengths 5, 1, 9, 3
-MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1],
-                     [0, 0, 1, 1, 1, 1, 1],  # left padding
-                     [1, 1, 1, 1, 0, 0, 0],  # right padding
-                     [0, 1, 1, 1, 1, 1, 0]])  # both sides
+MASK = torch.tensor(
+    [
+        [1, 1, 1, 1, 1, 1, 1],
+        [0, 0, 1, 1, 1, 1, 1],  # left padding
+        [1, 1, 1, 1, 0, 0, 0],  # right padding
+        [0, 1, 1, 1, 1, 1, 0],
+    ]
+)  # both sides
 
 
 def built(name: str, **options):
@@ -31,13 +35,16 @@ def test_a_packed_batch_equals_each_sequence_alone(name):
 
 # what reads positions or neighbours: rotary angles and short convolutions restart at each sequence; a window of 2,
 # shorter than the sequences (the default, 1024, is longer than all of them)
-@pytest.mark.parametrize(("name", "options"), [
-    ("softmax_attention", dict(rotary=True, heads=2)),
-    ("local_attention", dict(window=2)),
-    ("local_attention", dict(window=2, rotary=True, heads=2)),
-    ("mamba2", dict(conv_size=4)),
-    ("gated_deltanet", dict(conv_size=3)),
-])
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("softmax_attention", dict(rotary=True, heads=2)),
+        ("local_attention", dict(window=2)),
+        ("local_attention", dict(window=2, rotary=True, heads=2)),
+        ("mamba2", dict(conv_size=4)),
+        ("gated_deltanet", dict(conv_size=3)),
+    ],
+)
 def test_options_that_read_positions_stay_inside_each_sequence(name, options):
     assert_packed_equals_alone(built(name, **options))
 
@@ -65,8 +72,8 @@ def test_a_padded_batch_equals_each_sequence_alone_and_zeros_the_padding(name):
     assert padded[MASK == 0].abs().max() == 0
     for row in range(4):
         tokens = MASK[row].nonzero().flatten()
-        alone = mixer(x[row:row + 1, tokens])
-        torch.testing.assert_close(padded[row:row + 1, tokens], alone, rtol=0, atol=1e-12)
+        alone = mixer(x[row : row + 1, tokens])
+        torch.testing.assert_close(padded[row : row + 1, tokens], alone, rtol=0, atol=1e-12)
     # no gradient reaches a padded input: it is not read (an FFT convolution's round-off aside)
     (grad,) = torch.autograd.grad(padded.square().sum(), [x])
     assert grad[MASK == 0].abs().max() <= 1e-12 * grad.abs().max()

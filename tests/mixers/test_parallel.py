@@ -13,8 +13,10 @@ from tests.mixers.paper_helpers import PARTS, compare_with_paper, double_mixer, 
 from tests.mixers.paper_helpers_ssm import core_and_convs, mamba2_block
 
 D = 16
-FALCON_H1 = [["mamba2", {"state_dim": 4, "head_dim": 8, "chunk_size": 4}],
-             ["softmax_attention", {"heads": 2, "rotary": True}]]
+FALCON_H1 = [
+    ["mamba2", {"state_dim": 4, "head_dim": 8, "chunk_size": 4}],
+    ["softmax_attention", {"heads": 2, "rotary": True}],
+]
 
 
 def falcon_h1_mixer_layer(m, u):
@@ -29,8 +31,13 @@ def falcon_h1_mixer_layer(m, u):
 @pytest.mark.parametrize("part", PARTS)
 def test_parallel_is_falcon_h1s_attention_beside_mamba2(part):
     mixer = double_mixer("parallel", D, parts=FALCON_H1)
-    compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), falcon_h1_mixer_layer,
-                       state_of=lambda states: (*core_and_convs(states[0]), *states[1].core))
+    compare_with_paper(
+        part,
+        mixer,
+        inputs(2, 9, D, seed=1),
+        falcon_h1_mixer_layer,
+        state_of=lambda states: (*core_and_convs(states[0]), *states[1].core),
+    )
 
 
 def test_parallel_packs_each_part_and_checks_its_parts():

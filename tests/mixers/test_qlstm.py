@@ -13,8 +13,12 @@ from tests.mixers.paper_helpers import PARTS
 from tests.mixers.paper_qlstm import check_dsf_form, compare_with_qlstm, sigmoid_forget
 
 #: the last is seed 000 Fig. 3's block (expansion 2, convolution before the gates, GELU gate branch, no tanh)
-CONFIGS = [dict(), dict(dsf_form=True), dict(expand=2, short_conv=True, gate=True),
-           dict(expand=2, short_conv=True, gate=True, dsf_form=True)]
+CONFIGS = [
+    dict(),
+    dict(dsf_form=True),
+    dict(expand=2, short_conv=True, gate=True),
+    dict(expand=2, short_conv=True, gate=True, dsf_form=True),
+]
 
 
 @pytest.mark.parametrize("options", CONFIGS, ids=str)

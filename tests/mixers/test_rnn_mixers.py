@@ -178,4 +178,3 @@ BAD_OPTIONS = [
 def test_bad_options_raise_value_errors_naming_the_option(name, options, option):
     with pytest.raises(ValueError, match=rf"^{option}\b"):
         mixers.build(name, D, **options)
-

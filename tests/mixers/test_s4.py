@@ -20,9 +20,9 @@ CONFIGS = [dict(state_dim=4), dict(state_dim=6, n_ssm=2)]
 def s4_layer(m, u):
     """Per channel h, with the NPLR parameters of copy h mod n_ssm (S4's ``(v t)`` channel layout)::
 
-        A = diag(Λ, Λ̄) − [p; p̄][p; p̄]*,   B = [b; b̄],   C = [c; c̄]      (N complex states, conjugate-closed)
-        Ā = exp(ΔA),   B̄ = A⁻¹(Ā − I) B                                   (ZOH, seed 004)
-        z_k = Ā z_{k−1} + B̄ u_k,   y_k = Re(C z_k),   K_j = Re(C Ā^j B̄);   out = GLU(W GELU(y + D ⊙ u) + b)
+    A = diag(Λ, Λ̄) − [p; p̄][p; p̄]*,   B = [b; b̄],   C = [c; c̄]      (N complex states, conjugate-closed)
+    Ā = exp(ΔA),   B̄ = A⁻¹(Ā − I) B                                   (ZOH, seed 004)
+    z_k = Ā z_{k−1} + B̄ u_k,   y_k = Re(C z_k),   K_j = Re(C Ā^j B̄);   out = GLU(W GELU(y + D ⊙ u) + b)
     """
     copy = torch.arange(m.d_model) % m.n_ssm
     lam = torch.complex(-torch.exp(m.log_neg_re), m.im)[copy]  # [H, N/2]

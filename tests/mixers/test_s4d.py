@@ -11,8 +11,14 @@ import pytest
 import torch
 
 from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, double_mixer, inputs
-from tests.mixers.paper_helpers_ssm import (as_is, build64, complex_parameter, continuous_eigenvalues, glu_layer,
-                                            lti_coefficients)
+from tests.mixers.paper_helpers_ssm import (
+    as_is,
+    build64,
+    complex_parameter,
+    continuous_eigenvalues,
+    glu_layer,
+    lti_coefficients,
+)
 
 D = 4
 CONFIGS = [dict(state_dim=6), dict(state_dim=4, init="inv")]
@@ -21,9 +27,9 @@ CONFIGS = [dict(state_dim=6), dict(state_dim=4, init="inv")]
 def s4d_layer(m, u):
     """Per channel h, N/2 complex modes of a real N-state system (state x ``[B, H, N/2]``)::
 
-        Ā = exp(ΔA),  B̄ = (exp(ΔA) − 1)/A · B                       (ZOH: B̄ = (ΔA)⁻¹(exp(ΔA) − I)·ΔB)
-        x_k = Ā ⊙ x_{k−1} + B̄ u_k,   y_k = 2 Re(Σ_n C_n x_{k,n}),   K_j = 2 Re(Σ_n C_n B̄_n Ā_n^j)
-        out = GLU(W GELU(y + D ⊙ u) + b)
+    Ā = exp(ΔA),  B̄ = (exp(ΔA) − 1)/A · B                       (ZOH: B̄ = (ΔA)⁻¹(exp(ΔA) − I)·ΔB)
+    x_k = Ā ⊙ x_{k−1} + B̄ u_k,   y_k = 2 Re(Σ_n C_n x_{k,n}),   K_j = 2 Re(Σ_n C_n B̄_n Ā_n^j)
+    out = GLU(W GELU(y + D ⊙ u) + b)
     """
     A = continuous_eigenvalues(m)  # Re A < 0
     step = torch.exp(m.log_dt)[:, None]

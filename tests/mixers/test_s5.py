@@ -21,9 +21,9 @@ CONFIGS = [dict(state_dim=6), dict(state_dim=8, blocks=2, clip_eigs=True)]
 def s5_layer(m, u):
     """``(out, x̃_T [B, P/2], the matrix kernel [B, 1, T, T, D, D])``, inputs and outputs the D channels::
 
-        λ̄ = exp(ΛΔ),   B̄ = (λ̄ − 1)/Λ ⊙ B̃                 (ZOH per state; clip_eigs: Re Λ ≤ −1e-4)
-        x̃_k = λ̄ ⊙ x̃_{k−1} + B̄ u_k,   y_k = 2 Re(C̃ x̃_k),   K_j = 2 Re(C̃ diag(λ̄^j) B̄)
-        g = GELU(y + D ⊙ u);   out = g ⊙ σ(W g + b)
+    λ̄ = exp(ΛΔ),   B̄ = (λ̄ − 1)/Λ ⊙ B̃                 (ZOH per state; clip_eigs: Re Λ ≤ −1e-4)
+    x̃_k = λ̄ ⊙ x̃_{k−1} + B̄ u_k,   y_k = 2 Re(C̃ x̃_k),   K_j = 2 Re(C̃ diag(λ̄^j) B̄)
+    g = GELU(y + D ⊙ u);   out = g ⊙ σ(W g + b)
     """
     real = m.lambda_re.clamp(max=-1e-4) if m.clip_eigs else m.lambda_re
     lam = torch.complex(real, m.lambda_im)

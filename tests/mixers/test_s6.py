@@ -16,15 +16,18 @@ from tests.mixers.paper_helpers import PARTS, assert_close, compare_with_paper, 
 from tests.mixers.paper_helpers_ssm import causal_conv, conv_states, core_and_convs, decay_products
 
 D = 4
-CONFIGS = [dict(state_dim=4), dict(state_dim=3, short_conv=False, gate=False, dt_rank=3, expand=1),
-           dict(state_dim=4, dt_rank=2, bcdt_rms_eps=1e-6)]
+CONFIGS = [
+    dict(state_dim=4),
+    dict(state_dim=3, short_conv=False, gate=False, dt_rank=3, expand=1),
+    dict(state_dim=4, dt_rank=2, bcdt_rms_eps=1e-6),
+]
 
 
 def mamba_inputs(m, u):
     """Mamba-1 up to the scan: ``x, z = W_in u``; ``x = SiLU(conv(x))``; ``Δ, B, C = W_x x``;
     ``Δ = softplus(W_Δ Δ + b_Δ)``; ``A = −exp(A_log)``.  Returns (x, z, Δ [B,T,I], A [I,N], B, C, conv input)."""
     projected = u @ m.in_proj.weight.T
-    x, z = projected[..., :m.inner], projected[..., m.inner:]
+    x, z = projected[..., : m.inner], projected[..., m.inner :]
     conv_in = x
     if "x" in m.convs:
         x = causal_conv(x, m.convs["x"].weight, m.convs["x"].bias, silu=True)
@@ -38,7 +41,7 @@ def mamba_inputs(m, u):
 def mamba_block(m, u):
     """The Mamba block (seed 000 eq. 4), ZOH for A and Euler for B (Gu & Dao §3.5); ``(out, (h_T, conv state), α)``::
 
-        h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,   y_t = C_t · h_t + D ⊙ x_t,   out = W_out (y ⊙ SiLU(z))
+    h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,   y_t = C_t · h_t + D ⊙ x_t,   out = W_out (y ⊙ SiLU(z))
     """
     x, z, delta, A, B, C, conv_in = mamba_inputs(m, u)
     h = u.new_zeros(u.shape[0], m.inner, m.state_dim)

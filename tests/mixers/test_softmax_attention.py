@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.mixers.paper_helpers import (PARTS, compare_with_paper, double_mixer, inputs, rope_by_complex_numbers,
-                                        rotary_attention_layer, softmax_attention_layer)
+from tests.mixers.paper_helpers import (
+    PARTS,
+    compare_with_paper,
+    double_mixer,
+    inputs,
+    rope_by_complex_numbers,
+    rotary_attention_layer,
+    softmax_attention_layer,
+)
 
 D, HEADS = 16, 2
 
@@ -69,11 +76,11 @@ def gated_attention_layer(mixer, x):
     v = (x @ w_v.T).view(batch, length, kv_heads, dim).transpose(1, 2)
     group = torch.arange(heads) // (heads // kv_heads)  # the key–value head of each query head
     k, v = k[:, group], v[:, group]  # [B, H, T, K]
-    scores = q @ k.transpose(-1, -2) / dim ** 0.5
+    scores = q @ k.transpose(-1, -2) / dim**0.5
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     A = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
     gated = (A @ v).transpose(1, 2).reshape(batch, length, -1) * torch.sigmoid(x @ mixer.gate.weight.T)
-    return gated @ mixer.out.weight.T, (k / dim ** 0.5, v), A
+    return gated @ mixer.out.weight.T, (k / dim**0.5, v), A
 
 
 GATED = dict(heads=4, kv_heads=2, head_dim=8, qk_norm=True, rotary=True, rotary_fraction=0.5, output_gate=True)
@@ -98,12 +105,15 @@ def test_partial_rotary_leaves_the_other_channels_alone():
     torch.testing.assert_close(turned[..., :4], rotary(x[..., :4], 3), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    (dict(heads=4, kv_heads=3), "kv_heads: 3 does not divide heads=4"),
-    (dict(heads=4, head_dim=6, rotary=True, rotary_fraction=0.25), "rotated head dimension 1 .* even"),
-    (dict(heads=2, rotary_fraction=1.5), "rotary_fraction: expected a fraction"),
-    (dict(heads=2, head_dim=0), "head_dim: expected a positive integer"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(heads=4, kv_heads=3), "kv_heads: 3 does not divide heads=4"),
+        (dict(heads=4, head_dim=6, rotary=True, rotary_fraction=0.25), "rotated head dimension 1 .* even"),
+        (dict(heads=2, rotary_fraction=1.5), "rotary_fraction: expected a fraction"),
+        (dict(heads=2, head_dim=0), "head_dim: expected a positive integer"),
+    ],
+)
 def test_attention_options_are_checked(options, message):
     from seqdyn import mixers
 

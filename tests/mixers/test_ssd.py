@@ -18,14 +18,14 @@ D = 4
 def bare_ssd(m, u):
     """Per channel c, with one scalar a (seed 000 eq. 4 with A = aI)::
 
-        r_t = w_r · u_t,   Δ_t^c = softplus(w_Δ^c r_t + b_Δ^c),   (B_t, C_t) = W_BC u_t
-        h_t^c = exp(Δ_t^c a) h_{t−1}^c + Δ_t^c B_t u_t^c,   y_t^c = C_t · h_t^c + D^c u_t^c,   out = W_out y
+    r_t = w_r · u_t,   Δ_t^c = softplus(w_Δ^c r_t + b_Δ^c),   (B_t, C_t) = W_BC u_t
+    h_t^c = exp(Δ_t^c a) h_{t−1}^c + Δ_t^c B_t u_t^c,   y_t^c = C_t · h_t^c + D^c u_t^c,   out = W_out y
     """
     a = -torch.exp(m.a_log)
     assert a.ndim == 0, "one scalar A"
     N = m.state_dim
     projected = u @ m.x_proj.weight.T  # [B, T, 1 + 2N]: no input projection, x = u
-    r, B, C = projected[..., :1], projected[..., 1:1 + N], projected[..., 1 + N:]
+    r, B, C = projected[..., :1], projected[..., 1 : 1 + N], projected[..., 1 + N :]
     delta = F.softplus(r * m.dt_proj.weight[:, 0] + m.dt_proj.bias)  # [B, T, D]: one step per token, per channel
     h = u.new_zeros(u.shape[0], D, N)
     ys = []

@@ -33,7 +33,7 @@ def test_prefill_in_chunks_then_steps_equals_one_forward(name, backend, tmp_path
     torch.testing.assert_close(whole, mixer(x), rtol=0, atol=1e-11)
     state, outputs, start = None, [], 0
     for size in CHUNKS:
-        y, state = mixer(x[:, start:start + size], backend, state=state, return_state=True)
+        y, state = mixer(x[:, start : start + size], backend, state=state, return_state=True)
         outputs.append(y)
         start += size
     for position in range(start, 13):
@@ -68,12 +68,13 @@ def test_a_padded_prefill_leaves_each_row_the_state_of_its_tokens_alone(name):
     after, _ = mixer(following, state=states, return_state=True)  # a list of states: each row from its own
     assert isinstance(states, list) and len(states) == 3
     for row in range(3):
-        tokens = x[row:row + 1, MASK[row].bool()]
+        tokens = x[row : row + 1, MASK[row].bool()]
         _, alone = mixer(tokens, return_state=True)
-        torch.testing.assert_close(after[row:row + 1], mixer(following[row:row + 1], state=alone),
-                                   rtol=0, atol=1e-12)
-        whole = mixer(torch.cat([tokens, following[row:row + 1]], dim=1))
-        torch.testing.assert_close(after[row:row + 1], whole[:, -4:], rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            after[row : row + 1], mixer(following[row : row + 1], state=alone), rtol=0, atol=1e-12
+        )
+        whole = mixer(torch.cat([tokens, following[row : row + 1]], dim=1))
+        torch.testing.assert_close(after[row : row + 1], whole[:, -4:], rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["gla", "softmax_attention", "s4d"])
@@ -87,12 +88,11 @@ def test_packed_sequences_return_and_take_a_state_each(name):
     continued = mixer(more, cu_seqlens=torch.tensor([0, 2, 3, 6]), state=states)
     for index, (start, end, more_start, more_end) in enumerate([(0, 4, 0, 2), (4, 5, 2, 3), (5, 9, 3, 6)]):
         whole = mixer(torch.cat([x[:, start:end], more[:, more_start:more_end]], dim=1))
-        torch.testing.assert_close(continued[:, more_start:more_end], whole[:, end - start:], rtol=0, atol=1e-12)
+        torch.testing.assert_close(continued[:, more_start:more_end], whole[:, end - start :], rtol=0, atol=1e-12)
 
 
 def test_a_list_of_states_of_the_wrong_length_is_one_error():
     mixer = built("gla")
-    _, states = mixer(torch.randn(2, 4, 16, dtype=torch.float64), attention_mask=torch.ones(2, 4),
-                      return_state=True)
+    _, states = mixer(torch.randn(2, 4, 16, dtype=torch.float64), attention_mask=torch.ones(2, 4), return_state=True)
     with pytest.raises(ValueError, match=r"^state: a list of one state per sequence needs 3, got 2"):
         mixer(torch.randn(3, 4, 16, dtype=torch.float64), state=states)

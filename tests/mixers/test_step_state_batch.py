@@ -8,7 +8,7 @@ import torch
 
 from seqdyn import mixers, tasks
 from seqdyn.models import build_model
-from tests.mixers.helpers import D, NAMES, small
+from tests.mixers.helpers import NAMES, D, small
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -27,7 +27,7 @@ def ttt_linear_layer(mixer, x):
             with torch.enable_grad():
                 weight = W.detach().requires_grad_(True)
                 loss = 0.5 * (torch.einsum("bhkv,bhk->bhv", weight, k[:, :, t]) - v[:, :, t]).pow(2).sum()
-                gradient, = torch.autograd.grad(loss, weight)
+                (gradient,) = torch.autograd.grad(loss, weight)
             W = W - INNER_LR * gradient
             outputs.append(torch.einsum("bhkv,bhk->bhv", W, q[:, :, t]) / q.shape[-1] ** 0.5)
         return torch.stack(outputs, dim=2), W  # [B, H, T, V]

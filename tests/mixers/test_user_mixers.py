@@ -32,12 +32,18 @@ def test_a_mixer_named_by_its_import_path_builds_documents_itself_and_validates_
         parse_config(tiny(**{"model.mixer": example_mixer, "model.mixer_options": {"head": 4}}))
 
 
-@pytest.mark.parametrize("path, message", [
-    ("absent_module:Mixer", r"cannot import 'absent_module:Mixer': No module named 'absent_module'.*PYTHONPATH"),
-    ("my_mixer:Absent", r"cannot import 'my_mixer:Absent': module 'my_mixer' has no 'Absent'"),
-    ("my_mixer:torch", r"'my_mixer:torch' is not a Mixer class"),
-    ("my_mixer.DecayedAttention", r"unknown name 'my_mixer.DecayedAttention'.*did you mean my_mixer:DecayedAttention"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("absent_module:Mixer", r"cannot import 'absent_module:Mixer': No module named 'absent_module'.*PYTHONPATH"),
+        ("my_mixer:Absent", r"cannot import 'my_mixer:Absent': module 'my_mixer' has no 'Absent'"),
+        ("my_mixer:torch", r"'my_mixer:torch' is not a Mixer class"),
+        (
+            "my_mixer.DecayedAttention",
+            r"unknown name 'my_mixer.DecayedAttention'.*did you mean my_mixer:DecayedAttention",
+        ),
+    ],
+)
 def test_a_wrong_import_path_is_one_line_naming_it(example_mixer, path, message):
     with pytest.raises(ValueError, match=message):
         mixers.build(path, 16)

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import torch
 
-from seqdyn.tasks.base import TaskSpec
 from seqdyn.models.config import ModelConfig
+from seqdyn.tasks.base import TaskSpec
 
 VOCAB, LENGTH, CHANNELS = 24, 12, 5
 
 
-def spec(head: str = "lm", input_kind: str = "tokens", output_size: int | None = None, output_len: int | None = None,
-         input_len: int = LENGTH, vocab: int = VOCAB) -> TaskSpec:
+def spec(
+    head: str = "lm",
+    input_kind: str = "tokens",
+    output_size: int | None = None,
+    output_len: int | None = None,
+    input_len: int = LENGTH,
+    vocab: int = VOCAB,
+) -> TaskSpec:
     """A task spec without a task: every head kind on token or channel inputs."""
     size = vocab if input_kind == "tokens" else CHANNELS
     out = output_size if output_size is not None else (vocab if head in ("lm", "autoencoder") else 3)

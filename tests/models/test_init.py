@@ -20,13 +20,22 @@ LAYERS, D = 4, 64
 #: LTI mixers are another engineer's work in progress (their output head is checked there)
 LTI = {"dlr", "dss_exp", "s4d", "s4", "s5", "lru"}
 SMALL = {
-    "softmax_attention": {"heads": 2}, "linear_attention": {"heads": 2, "state_dim": 4},
-    "normalized_attention": {"heads": 2, "state_dim": 4}, "taylor_attention": {"heads": 2, "state_dim": 2},
-    "local_attention": {"heads": 2, "window": 4}, "gla": {"heads": 2, "gate_low_rank": 4}, "retnet": {"heads": 2},
-    "mamba2": {"state_dim": 4, "head_dim": 8}, "deltanet": {"heads": 2}, "gated_deltanet": {"heads": 2},
-    "mlstm": {"heads": 2}, "ttt_linear": {"heads": 2}, "s6": {"state_dim": 4},
+    "softmax_attention": {"heads": 2},
+    "linear_attention": {"heads": 2, "state_dim": 4},
+    "normalized_attention": {"heads": 2, "state_dim": 4},
+    "taylor_attention": {"heads": 2, "state_dim": 2},
+    "local_attention": {"heads": 2, "window": 4},
+    "gla": {"heads": 2, "gate_low_rank": 4},
+    "retnet": {"heads": 2},
+    "mamba2": {"state_dim": 4, "head_dim": 8},
+    "deltanet": {"heads": 2},
+    "gated_deltanet": {"heads": 2},
+    "mlstm": {"heads": 2},
+    "ttt_linear": {"heads": 2},
+    "s6": {"state_dim": 4},
     "custom": {"heads": 2, "decay": "scalar", "householder": "keys", "normalizer": "abs_max1"},
-    "qlstm": {"gate": True, "short_conv": True}, "qlstm_s6": {"gate": True},
+    "qlstm": {"gate": True, "short_conv": True},
+    "qlstm_s6": {"gate": True},
 }
 
 
@@ -60,8 +69,14 @@ def test_init_std_is_configurable():
 
 @torch.no_grad()
 def test_paper_inits_survive():
-    model = build_model(config(layers=3, mixer=["mlstm", "mamba2", "s6"],
-                               mixer_options=[{"heads": 4}, {"state_dim": 4, "head_dim": 8}, {"state_dim": 4}]), spec())
+    model = build_model(
+        config(
+            layers=3,
+            mixer=["mlstm", "mamba2", "s6"],
+            mixer_options=[{"heads": 4}, {"state_dim": 4, "head_dim": 8}, {"state_dim": 4}],
+        ),
+        spec(),
+    )
     mlstm, mamba2, s6 = (block.mixer for block in model.blocks)
     torch.testing.assert_close(mlstm.forget_gate.bias, torch.linspace(3.0, 6.0, 4))
     assert float(mlstm.forget_gate.weight.abs().max()) == 0
@@ -96,8 +111,14 @@ def test_what_each_mixer_keeps():
     assert kept("mamba2") == {"decay.dt_bias", "decay.a_log", "skip"}
     assert kept("gated_deltanet") == {"decay.dt_bias", "decay.a_log"}
     assert kept("qlstm") == {"gates.bias"} and kept("qlstm_s6") == {"gates.bias", "a_log"}
-    assert kept("rglru") == {"a_param", "a_gate.weight", "a_gate.bias", "input_gate.weight", "input_gate.bias",
-                             "convs.u.weight"}
+    assert kept("rglru") == {
+        "a_param",
+        "a_gate.weight",
+        "a_gate.bias",
+        "input_gate.weight",
+        "input_gate.bias",
+        "convs.u.weight",
+    }
     assert kept("mlstm") == {"forget_gate.weight", "forget_gate.bias", "input_gate.weight", "input_gate.bias"}
     assert kept("custom", decay="scalar") == {"decay.dt_bias", "decay.a_log"}
     assert kept("custom", decay="scalar", decay_param="gla") == set()

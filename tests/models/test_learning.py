@@ -19,8 +19,9 @@ MAX_STEPS, BATCH, EVAL_EVERY = 400, 64, 50
 def test_tiny_mqar_is_learned():
     task = tasks.build("mqar", vocab_size=32, seq_len=16, num_kv_pairs=2)
     torch.manual_seed(0)
-    model = build_model({"d_model": 32, "layers": 2, "mixer": "softmax_attention", "mlp": "none",
-                         "init_std": 0.1}, task.spec)
+    model = build_model(
+        {"d_model": 32, "layers": 2, "mixer": "softmax_attention", "mlp": "none", "init_std": 0.1}, task.spec
+    )
     x, y = task.generate(4096, seed=0, split="train")
     x_test, y_test = task.generate(500, seed=0, split="test")
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)

@@ -11,8 +11,11 @@ from seqdyn.models import build_model, count_parameters
 from seqdyn.tasks.base import HEADS
 from tests.models.helpers import CHANNELS, LENGTH, VOCAB, config, inputs, spec
 
-HYBRID = dict(layers=3, mixer=["softmax_attention", "mamba2", "gated_deltanet"],
-              mixer_options=[{"heads": 2}, {"state_dim": 4, "head_dim": 8}, {"heads": 2}])
+HYBRID = dict(
+    layers=3,
+    mixer=["softmax_attention", "mamba2", "gated_deltanet"],
+    mixer_options=[{"heads": 2}, {"state_dim": 4, "head_dim": 8}, {"heads": 2}],
+)
 
 
 @pytest.mark.parametrize("block", ["transformer", "gated"])
@@ -29,8 +32,14 @@ def test_output_shape_of_every_head_and_block(head, input_kind, block):
 
 
 @pytest.mark.parametrize("block", ["transformer", "gated"])
-@pytest.mark.parametrize("options", [dict(mlp="swiglu", norm="rmsnorm"), dict(mlp="none", positions=False),
-                                     dict(expand=2.0, short_conv=True, conv_size=3)])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(mlp="swiglu", norm="rmsnorm"),
+        dict(mlp="none", positions=False),
+        dict(expand=2.0, short_conv=True, conv_size=3),
+    ],
+)
 def test_hybrid_stacks_have_one_mixer_per_layer(block, options):
     model = build_model(config(block=block, **HYBRID, **options), spec())
     assert [type(b.mixer).name for b in model.blocks] == HYBRID["mixer"]
@@ -59,8 +68,11 @@ def test_lm_head_is_tied_to_the_embedding():
 
 @pytest.mark.parametrize("case", ["untied", "channels", "other_size"])
 def test_lm_head_has_its_own_weight_where_tying_does_not_apply(case):
-    task_spec = {"untied": spec(), "channels": spec("lm", "channels", output_size=VOCAB),
-                 "other_size": spec(output_size=VOCAB + 1)}[case]
+    task_spec = {
+        "untied": spec(),
+        "channels": spec("lm", "channels", output_size=VOCAB),
+        "other_size": spec(output_size=VOCAB + 1),
+    }[case]
     model = build_model(config(tie_embeddings=case != "untied"), task_spec)
     assert not model.tied and model.head.weight is not model.embedding.weight
     assert model.head.weight.shape == (task_spec.output_size, 16)
@@ -114,21 +126,45 @@ def _blocks(model, x):
 # --- streaming ---------------------------------------------------------------------------------------------
 STREAMING = {
     "softmax_attention": config(mixer="softmax_attention", mixer_options={"heads": 2}, positions=True),
-    "mamba2": config(block="gated", short_conv=True, positions=False, mixer="mamba2",
-                     mixer_options={"state_dim": 4, "head_dim": 8, "chunk_size": 4}),
+    "mamba2": config(
+        block="gated",
+        short_conv=True,
+        positions=False,
+        mixer="mamba2",
+        mixer_options={"state_dim": 4, "head_dim": 8, "chunk_size": 4},
+    ),
     "hybrid": config(block="gated", expand=2.0, short_conv=True, mlp="swiglu", norm="rmsnorm", **HYBRID),
     # seed 002's attention block: post-norm, rotary positions instead of learned ones
-    "post_norm_rotary": config(norm_position="post", positions=False, mixer="softmax_attention",
-                               mixer_options={"heads": 2, "rotary": True}),
-    "post_norm_gated": config(block="gated", norm_position="post", short_conv=True, positions=False,
-                              mixer="gated_deltanet", mixer_options={"heads": 2}),
+    "post_norm_rotary": config(
+        norm_position="post", positions=False, mixer="softmax_attention", mixer_options={"heads": 2, "rotary": True}
+    ),
+    "post_norm_gated": config(
+        block="gated",
+        norm_position="post",
+        short_conv=True,
+        positions=False,
+        mixer="gated_deltanet",
+        mixer_options={"heads": 2},
+    ),
     # OLMo-hybrid: pre-norm Gated DeltaNet layers, output-norm attention layers, a final norm
-    "output_norm_hybrid": config(norm_position=["pre", "output"], layers=2, positions=False, norm="rmsnorm",
-                                 mixer=["gated_deltanet", "softmax_attention"],
-                                 mixer_options=[{"heads": 2}, {"heads": 2, "rotary": True}]),
+    "output_norm_hybrid": config(
+        norm_position=["pre", "output"],
+        layers=2,
+        positions=False,
+        norm="rmsnorm",
+        mixer=["gated_deltanet", "softmax_attention"],
+        mixer_options=[{"heads": 2}, {"heads": 2, "rotary": True}],
+    ),
     # Qwen3-Next's MLP: a mixture of SwiGLU experts with a shared expert
-    "experts": config(positions=False, mlp="moe", mlp_ratio=0.5, norm="rmsnorm", mixer="gated_deltanet",
-                      mixer_options={"heads": 2}, moe={"experts": 4, "top_k": 2, "shared_ratio": 0.5}),
+    "experts": config(
+        positions=False,
+        mlp="moe",
+        mlp_ratio=0.5,
+        norm="rmsnorm",
+        mixer="gated_deltanet",
+        mixer_options={"heads": 2},
+        moe={"experts": 4, "top_k": 2, "shared_ratio": 0.5},
+    ),
 }
 
 
@@ -181,10 +217,31 @@ def test_parameter_count_of_a_transformer():
 
 def test_parameter_count_of_a_gated_stack():
     d, inner, width, hidden = 16, 32, 3, 32
-    model = build_model(config(block="gated", expand=2.0, short_conv=True, conv_size=width, norm="rmsnorm",
-                               mlp="swiglu", positions=False, tie_embeddings=False), spec())
-    layer = (d + 2 * d * inner + inner * width + inner + 4 * inner * inner + inner + inner * d  # norm … W_out
-             + d + d * 2 * hidden + hidden * d)  # norm, SwiGLU without biases
+    model = build_model(
+        config(
+            block="gated",
+            expand=2.0,
+            short_conv=True,
+            conv_size=width,
+            norm="rmsnorm",
+            mlp="swiglu",
+            positions=False,
+            tie_embeddings=False,
+        ),
+        spec(),
+    )
+    layer = (
+        d
+        + 2 * d * inner
+        + inner * width
+        + inner
+        + 4 * inner * inner
+        + inner
+        + inner * d  # norm … W_out
+        + d
+        + d * 2 * hidden
+        + hidden * d
+    )  # norm, SwiGLU without biases
     assert count_parameters(model) == VOCAB * d + 2 * layer + d + VOCAB * d  # untied head
 
 
@@ -223,8 +280,9 @@ def test_post_norm_blocks_normalize_after_each_residual_sum(block):
     """norm_position="post": every block output is LayerNorm(x + branch) (zero mean, unit variance per position),
     the model has no final norm, and the pre-norm model of the same weights computes something else."""
     torch.manual_seed(0)
-    post = build_model(config(block=block, norm_position="post", mixer="gated_deltanet",
-                              mixer_options={"heads": 2}), spec())
+    post = build_model(
+        config(block=block, norm_position="post", mixer="gated_deltanet", mixer_options={"heads": 2}), spec()
+    )
     pre = build_model(config(block=block, mixer="gated_deltanet", mixer_options={"heads": 2}), spec())
     missing = pre.load_state_dict(post.state_dict(), strict=False).missing_keys
     assert missing == ["norm.weight", "norm.bias"]  # only the final norm, which post-norm models have not
@@ -284,8 +342,11 @@ def test_a_bidirectional_model_cannot_stream_and_keeps_old_run_ids():
     model = build_model(config(mixer="linear_attention", bidirectional=True), spec())
     with pytest.raises(ValueError, match="^model.bidirectional: "):
         model.init_state(1)
-    run = {"name": "r", "model": {"mixer": "linear_attention"},
-           "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32}}}
+    run = {
+        "name": "r",
+        "model": {"mixer": "linear_attention"},
+        "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32}},
+    }
     same = {**run, "model": {"mixer": "linear_attention", "bidirectional": False}}
     other = {**run, "model": {"mixer": "linear_attention", "bidirectional": True}}
     ids = [RunConfig.model_validate(data).run_id for data in (run, same, other)]

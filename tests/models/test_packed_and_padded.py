@@ -22,8 +22,9 @@ def test_a_packed_model_equals_each_sequence_alone():
     model = hybrid()
     tokens = inputs(spec(input_len=18), batch=1, length=18)
     packed = model(tokens, cu_seqlens=CU_SEQLENS)
-    alone = torch.cat([model(tokens[:, start:end]) for start, end in zip(CU_SEQLENS[:-1].tolist(),
-                                                                            CU_SEQLENS[1:].tolist())], dim=1)
+    alone = torch.cat(
+        [model(tokens[:, start:end]) for start, end in zip(CU_SEQLENS[:-1].tolist(), CU_SEQLENS[1:].tolist())], dim=1
+    )
     torch.testing.assert_close(packed, alone, rtol=0, atol=1e-12)
 
 
@@ -34,14 +35,17 @@ def test_a_left_and_right_padded_model_batch_equals_each_sequence_alone():
     padded = model(tokens, attention_mask=mask)
     for row in range(3):
         kept = mask[row].bool()
-        torch.testing.assert_close(padded[row, kept], model(tokens[row:row + 1, kept])[0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(padded[row, kept], model(tokens[row : row + 1, kept])[0], rtol=0, atol=1e-12)
         assert padded[row, ~kept].abs().max() == 0 if (~kept).any() else True
 
 
-@pytest.mark.parametrize(("build", "words"), [
-    (lambda: build_model(config(bidirectional=True), spec()), "model.bidirectional reads the whole sequence"),
-    (lambda: build_model(config(), spec(head="autoencoder")), "the autoencoder head reads the whole sequence"),
-])
+@pytest.mark.parametrize(
+    ("build", "words"),
+    [
+        (lambda: build_model(config(bidirectional=True), spec()), "model.bidirectional reads the whole sequence"),
+        (lambda: build_model(config(), spec(head="autoencoder")), "the autoencoder head reads the whole sequence"),
+    ],
+)
 def test_models_that_read_the_whole_sequence_refuse_packing(build, words):
     model = build()
     with pytest.raises(ValueError, match=words):
@@ -81,8 +85,8 @@ def test_a_padded_prefill_gives_each_row_its_own_state_and_positions():
     _, states = model(tokens, attention_mask=mask, return_state=True)
     continued = model(more, state=states)
     for row in range(3):
-        alone = torch.cat([tokens[row:row + 1, mask[row].bool()], more[row:row + 1]], dim=1)
-        torch.testing.assert_close(continued[row:row + 1], model(alone)[:, -4:], rtol=0, atol=1e-11)
+        alone = torch.cat([tokens[row : row + 1, mask[row].bool()], more[row : row + 1]], dim=1)
+        torch.testing.assert_close(continued[row : row + 1], model(alone)[:, -4:], rtol=0, atol=1e-11)
         assert states[row].position == int(mask[row].sum())
 
 

@@ -17,8 +17,9 @@ from tests.models.helpers import config, inputs, spec
 
 def _model(positions: bool, mixer: str = "softmax_attention", layers: int = 2):
     torch.manual_seed(0)
-    return build_model(config(positions=positions, mixer=mixer, layers=layers, mixer_options={"heads": 2}),
-                       spec()).double()
+    return build_model(
+        config(positions=positions, mixer=mixer, layers=layers, mixer_options={"heads": 2}), spec()
+    ).double()
 
 
 def _repeat_first(x: torch.Tensor) -> torch.Tensor:
@@ -35,9 +36,10 @@ def test_equal_tokens_at_the_first_two_positions(positions):
     assert same is (not positions)
 
 
-@pytest.mark.parametrize("positions, mixer, invariant", [(False, "softmax_attention", True),
-                                                         (True, "softmax_attention", False),
-                                                         (False, "retnet", False)])
+@pytest.mark.parametrize(
+    "positions, mixer, invariant",
+    [(False, "softmax_attention", True), (True, "softmax_attention", False), (False, "retnet", False)],
+)
 def test_last_output_and_the_order_of_the_prefix(positions, mixer, invariant):
     model = _model(positions, mixer, layers=1)
     x = inputs(spec(), batch=2)

@@ -16,8 +16,17 @@ def row(best: float | None, status: str = "finished", reason: str | None = None,
     """One run's row: dotted keys given with ``__`` for ``.`` (``model__mixer="s6"``)."""
     values = {key.replace("__", "."): value for key, value in keys.items()}
     name = ", ".join(f"{key}={value}" for key, value in values.items())
-    return {"name": name, "run_id": str(abs(hash(name)))[:12], "status": status, "reason": reason, "best": best,
-            "final": best, "steps": 10, "wall_time": 1.0, **values}
+    return {
+        "name": name,
+        "run_id": str(abs(hash(name)))[:12],
+        "status": status,
+        "reason": reason,
+        "best": best,
+        "final": best,
+        "steps": 10,
+        "wall_time": 1.0,
+        **values,
+    }
 
 
 def entry_keys(entry: dict[str, Any]) -> dict[str, Any]:
@@ -43,9 +52,13 @@ def _update(options: dict[str, Any], changes: dict[str, Any] | None) -> None:
             options[name] = value
 
 
-def runs_by_key(configs, train: dict | None = None, mixer_options: dict | None = None,
-                key=("model.mixer", "optimizer.lr", "train.seed"),
-                task_params: dict | None = None) -> dict[tuple, dict[str, Any]]:
+def runs_by_key(
+    configs,
+    train: dict | None = None,
+    mixer_options: dict | None = None,
+    key=("model.mixer", "optimizer.lr", "train.seed"),
+    task_params: dict | None = None,
+) -> dict[tuple, dict[str, Any]]:
     """Canonical run configs (their names left out) by the dotted ``key`` paths, with ``train``, ``mixer_options``
     and ``task_params`` updated (a value ``None``: left out): what a pilot should equal once its deliberate changes are
     undone."""

@@ -8,22 +8,39 @@ import math
 import pytest
 
 from seqdyn.reproduce.base import Results
-from seqdyn.reproduce.claims import (FAILED, HELD, INCONCLUSIVE, Claim, Control, Outcome, Plateau, Score, at_least,
-                                     at_most, control_value, every, reaches, within)
+from seqdyn.reproduce.claims import (
+    FAILED,
+    HELD,
+    INCONCLUSIVE,
+    Claim,
+    Control,
+    Outcome,
+    Plateau,
+    Score,
+    at_least,
+    at_most,
+    control_value,
+    every,
+    reaches,
+    within,
+)
 
 
 def score(*values: float, missing: tuple[str, ...] = (), label: str = "a") -> Score:
     return Score(label, values, missing)
 
 
-@pytest.mark.parametrize(("a", "b", "margin", "verdict"), [
-    ((0.9, 0.92), (0.5, 0.52), 0.05, HELD),           # 0.40 above the margin, spread 0.02
-    ((0.5, 0.52), (0.9, 0.92), 0.05, FAILED),          # 0.45 below
-    ((0.60, 0.70), (0.52, 0.60), 0.05, INCONCLUSIVE),  # difference 0.09: 0.04 above the margin, spread 0.10
-    ((0.51, 0.59), (0.55, 0.57), 0.05, INCONCLUSIVE),  # 0.06 below the margin, inside the spread 0.08
-    ((0.75,), (0.65,), 0.05, HELD),                    # one seed: no spread, the numbers alone decide
-    ((0.7,), (0.66,), 0.05, FAILED),
-])
+@pytest.mark.parametrize(
+    ("a", "b", "margin", "verdict"),
+    [
+        ((0.9, 0.92), (0.5, 0.52), 0.05, HELD),  # 0.40 above the margin, spread 0.02
+        ((0.5, 0.52), (0.9, 0.92), 0.05, FAILED),  # 0.45 below
+        ((0.60, 0.70), (0.52, 0.60), 0.05, INCONCLUSIVE),  # difference 0.09: 0.04 above the margin, spread 0.10
+        ((0.51, 0.59), (0.55, 0.57), 0.05, INCONCLUSIVE),  # 0.06 below the margin, inside the spread 0.08
+        ((0.75,), (0.65,), 0.05, HELD),  # one seed: no spread, the numbers alone decide
+        ((0.7,), (0.66,), 0.05, FAILED),
+    ],
+)
 def test_at_least(a, b, margin, verdict):
     outcome = at_least(score(*a, label="a"), score(*b, label="b"), margin)
     assert outcome.verdict == verdict, outcome
@@ -31,11 +48,14 @@ def test_at_least(a, b, margin, verdict):
     assert (outcome.reason != "") == (verdict == INCONCLUSIVE)
 
 
-@pytest.mark.parametrize(("a", "b", "verdict"), [
-    ((0.80, 0.82), (0.78, 0.80), HELD),
-    ((0.90, 0.92), (0.50, 0.52), FAILED),
-    ((0.90, 0.70), (0.70, 0.72), INCONCLUSIVE),  # |0.09| > 0.05 by 0.04, inside the spread 0.20
-])
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        ((0.80, 0.82), (0.78, 0.80), HELD),
+        ((0.90, 0.92), (0.50, 0.52), FAILED),
+        ((0.90, 0.70), (0.70, 0.72), INCONCLUSIVE),  # |0.09| > 0.05 by 0.04, inside the spread 0.20
+    ],
+)
 def test_within(a, b, verdict):
     assert within(score(*a), score(*b, label="b"), 0.05).verdict == verdict
 
@@ -88,8 +108,9 @@ def test_an_unknown_verdict_is_refused():
         Outcome("maybe")
 
 
-@pytest.mark.parametrize(("verdict", "cause"), [(INCONCLUSIVE, None), (INCONCLUSIVE, "luck"), (HELD, "seeds"),
-                                                (FAILED, "budget")])
+@pytest.mark.parametrize(
+    ("verdict", "cause"), [(INCONCLUSIVE, None), (INCONCLUSIVE, "luck"), (HELD, "seeds"), (FAILED, "budget")]
+)
 def test_only_an_inconclusive_verdict_has_a_cause_and_it_is_one_of_the_causes(verdict, cause):
     with pytest.raises(ValueError, match="cause: an inconclusive verdict takes one of control, budget, ceiling"):
         Outcome(verdict, {}, "why", cause=cause)
@@ -107,24 +128,26 @@ def test_each_comparison_sets_the_cause_that_left_it_open_and_every_keeps_the_fi
     assert [at_least(score(0.5), score(0.25, label="b")).cause, every({"t1": Outcome(FAILED)}).cause] == [None, None]
 
 
-
 # --- at the threshold: each comparison just above, at and just below its margin, inside and outside the spread --
-@pytest.mark.parametrize(("a", "b", "margin", "verdict"), [
-    ((0.76,), (0.5,), 0.25, HELD),                   # one seed: 0.26 ≥ 0.25
-    ((0.75,), (0.5,), 0.25, HELD),                   # a tie holds (≥; the three numbers are exact in binary)
-    ((0.74,), (0.5,), 0.25, FAILED),                 # 0.24 < 0.25
-    ((0.5,), (0.5,), 0.0, HELD),                     # equal, no margin
-    ((0.49,), (0.5,), 0.0, FAILED),
-    ((0.46,), (0.5,), -0.05, HELD),                  # a negative margin: a ≥ b − 0.05
-    ((0.44,), (0.5,), -0.05, FAILED),
-    ((0.81, 0.79), (0.5, 0.5), 0.25, HELD),          # 0.30 clears 0.25 by 0.05, more than the spread 0.02
-    ((0.775, 0.755), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.265 clears it by 0.015, inside the spread
-    ((0.745, 0.725), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.235 misses it by 0.015, inside the spread
-    ((0.71, 0.69), (0.5, 0.5), 0.25, FAILED),        # 0.20 misses it by 0.05, more than the spread
-    ((0.8, 0.8), (0.6, 0.4), 0.25, INCONCLUSIVE),    # the spread is the larger of the two settings' (0.2)
-    ((0.75, 0.5), (0.25, 0.25), 0.125, INCONCLUSIVE),  # clears the margin by exactly the spread 0.25: not more
-    ((0.5, 0.25), (0.25, 0.25), 0.375, INCONCLUSIVE),  # misses it by exactly the spread 0.25: not more
-])
+@pytest.mark.parametrize(
+    ("a", "b", "margin", "verdict"),
+    [
+        ((0.76,), (0.5,), 0.25, HELD),  # one seed: 0.26 ≥ 0.25
+        ((0.75,), (0.5,), 0.25, HELD),  # a tie holds (≥; the three numbers are exact in binary)
+        ((0.74,), (0.5,), 0.25, FAILED),  # 0.24 < 0.25
+        ((0.5,), (0.5,), 0.0, HELD),  # equal, no margin
+        ((0.49,), (0.5,), 0.0, FAILED),
+        ((0.46,), (0.5,), -0.05, HELD),  # a negative margin: a ≥ b − 0.05
+        ((0.44,), (0.5,), -0.05, FAILED),
+        ((0.81, 0.79), (0.5, 0.5), 0.25, HELD),  # 0.30 clears 0.25 by 0.05, more than the spread 0.02
+        ((0.775, 0.755), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.265 clears it by 0.015, inside the spread
+        ((0.745, 0.725), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.235 misses it by 0.015, inside the spread
+        ((0.71, 0.69), (0.5, 0.5), 0.25, FAILED),  # 0.20 misses it by 0.05, more than the spread
+        ((0.8, 0.8), (0.6, 0.4), 0.25, INCONCLUSIVE),  # the spread is the larger of the two settings' (0.2)
+        ((0.75, 0.5), (0.25, 0.25), 0.125, INCONCLUSIVE),  # clears the margin by exactly the spread 0.25: not more
+        ((0.5, 0.25), (0.25, 0.25), 0.375, INCONCLUSIVE),  # misses it by exactly the spread 0.25: not more
+    ],
+)
 def test_at_least_at_its_margin_and_the_seed_spread(a, b, margin, verdict):
     """``a ≥ b + margin``: held when the difference clears the margin by more than the spread (a tie holds with
     one seed), did not hold when it misses the margin by more than the spread, else inconclusive."""
@@ -133,19 +156,23 @@ def test_at_least_at_its_margin_and_the_seed_spread(a, b, margin, verdict):
     assert outcome.numbers["margin"] == margin
     assert outcome.numbers["seed spread"] == pytest.approx(max(max(a) - min(a), max(b) - min(b)))
     assert outcome.numbers["a"] == pytest.approx(sum(a) / len(a)) and outcome.numbers["b"] == pytest.approx(
-        sum(b) / len(b))
+        sum(b) / len(b)
+    )
 
 
-@pytest.mark.parametrize(("a", "b", "verdict"), [
-    ((0.5,), (0.5,), HELD),
-    ((0.54,), (0.5,), HELD),                # |0.04| ≤ 0.05
-    ((0.46,), (0.5,), HELD),
-    ((0.75,), (0.5,), FAILED),
-    ((0.56,), (0.5,), FAILED),              # 0.06 > 0.05, no spread
-    ((0.44,), (0.5,), FAILED),              # either sign
-    ((0.57, 0.55), (0.5, 0.5), INCONCLUSIVE),  # 0.06 exceeds 0.05 by 0.01, inside the spread 0.02
-    ((0.59, 0.57), (0.5, 0.5), FAILED),     # 0.08 exceeds it by 0.03, more than the spread
-])
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        ((0.5,), (0.5,), HELD),
+        ((0.54,), (0.5,), HELD),  # |0.04| ≤ 0.05
+        ((0.46,), (0.5,), HELD),
+        ((0.75,), (0.5,), FAILED),
+        ((0.56,), (0.5,), FAILED),  # 0.06 > 0.05, no spread
+        ((0.44,), (0.5,), FAILED),  # either sign
+        ((0.57, 0.55), (0.5, 0.5), INCONCLUSIVE),  # 0.06 exceeds 0.05 by 0.01, inside the spread 0.02
+        ((0.59, 0.57), (0.5, 0.5), FAILED),  # 0.08 exceeds it by 0.03, more than the spread
+    ],
+)
 def test_within_at_its_tolerance_and_the_seed_spread(a, b, verdict):
     """``|a − b| ≤ tolerance`` (0.05) holds; a larger difference fails only beyond the spread."""
     outcome = within(score(*a), score(*b, label="b"), 0.05)
@@ -163,21 +190,28 @@ def test_within_ties_and_missing_runs():
     assert at_least(score(0.5), score(0.5, label="b")).verdict == HELD  # the default margin is 0
 
 
-@pytest.mark.parametrize(("values", "reached", "stayed"), [
-    ((0.75,), HELD, HELD),              # a tie reaches 0.75 and stays at it (exact in binary)
-    ((0.76, 0.8), HELD, FAILED),
-    ((0.74, 0.7), FAILED, HELD),
-    ((0.74, 0.76), INCONCLUSIVE, INCONCLUSIVE),
-    ((0.7, 0.75), INCONCLUSIVE, HELD),  # one seed reaches only by the tie
-])
+@pytest.mark.parametrize(
+    ("values", "reached", "stayed"),
+    [
+        ((0.75,), HELD, HELD),  # a tie reaches 0.75 and stays at it (exact in binary)
+        ((0.76, 0.8), HELD, FAILED),
+        ((0.74, 0.7), FAILED, HELD),
+        ((0.74, 0.76), INCONCLUSIVE, INCONCLUSIVE),
+        ((0.7, 0.75), INCONCLUSIVE, HELD),  # one seed reaches only by the tie
+    ],
+)
 def test_reaches_and_at_most_at_the_threshold(values, reached, stayed):
     """``reaches``: every seed ≥ 0.75; ``at_most``: every seed ≤ 0.75 (a tie is on both sides); the numbers name
     the lowest and highest seed and the threshold."""
     reach, stay = reaches(score(*values), 0.75), at_most(score(*values), 0.75)
     assert (reach.verdict, stay.verdict) == (reached, stayed)
     for outcome in (reach, stay):
-        assert outcome.numbers == {"a": pytest.approx(sum(values) / len(values)), "lowest seed": min(values),
-                                   "highest seed": max(values), "threshold": 0.75}
+        assert outcome.numbers == {
+            "a": pytest.approx(sum(values) / len(values)),
+            "lowest seed": min(values),
+            "highest seed": max(values),
+            "threshold": 0.75,
+        }
 
 
 def test_a_score_of_no_seed_has_no_mean_and_no_spread():
@@ -215,8 +249,7 @@ def test_each_reason_names_the_numbers_that_left_a_claim_open():
 def _claim_with_control(control_values: tuple[float, ...], test_verdict: str):
     from seqdyn.reproduce.claims import Claim, Control
 
-    control = Control("the control learns the task", lambda results: score(*control_values, label="softmax + PE"),
-                      0.9)
+    control = Control("the control learns the task", lambda results: score(*control_values, label="softmax + PE"), 0.9)
     return Claim("c", "a ≥ b", "quote", lambda results: Outcome(test_verdict, {"a": 0.3}), control=control)
 
 
@@ -225,8 +258,13 @@ def test_a_claim_whose_control_fails_is_inconclusive_naming_the_control(test_ver
     outcome = _claim_with_control((0.49, 0.51), test_verdict).decide(None)
     assert outcome.verdict == INCONCLUSIVE and outcome.numbers == {"a": 0.3} and outcome.cause == "control"
     assert outcome.reason == "control softmax + PE 0.5 < 0.9 (the control learns the task)"
-    assert outcome.control == {"description": "the control learns the task", "setting": "softmax + PE",
-                               "value": 0.5, "threshold": 0.9, "passed": False}
+    assert outcome.control == {
+        "description": "the control learns the task",
+        "setting": "softmax + PE",
+        "value": 0.5,
+        "threshold": 0.9,
+        "passed": False,
+    }
     half = _claim_with_control((0.95, 0.5), test_verdict).decide(None)  # one seed of two: not a working control
     assert half.verdict == INCONCLUSIVE and half.control["passed"] is False
 
@@ -239,8 +277,9 @@ def test_a_control_failed_by_one_seed_names_that_seed_not_only_the_mean():
     assert outcome.reason == "control softmax + PE 0.92, weakest seed 0.89 < 0.9 (the control learns the task)"
     assert outcome.control["weakest_seed"] == 0.89 and outcome.control["value"] == pytest.approx(0.92)
     assert "weakest_seed" not in _claim_with_control((0.49, 0.51), HELD).decide(None).control  # the mean fails
-    perplexity = Control("below the unigram model", lambda results: results, 1.0, level=lambda results: 28.0,
-                         higher_is_better=False)
+    perplexity = Control(
+        "below the unigram model", lambda results: results, 1.0, level=lambda results: 28.0, higher_is_better=False
+    )
     checked = perplexity.check(score(20.0, 29.0, label="softmax"))  # mean 24.5 ≤ 27, one seed 29 above it
     assert checked["passed"] is False and checked["weakest_seed"] == 29.0
     assert control_value(checked) == "24.5, weakest seed 29"
@@ -272,8 +311,13 @@ def test_a_control_counted_from_a_measured_level_beats_it_by_its_margin():
     """``level``: the threshold is the measured level (a constant answer's 0.12) plus the control's margin."""
     control = Control("beats the constant answer", lambda results: results, 0.05, level=lambda results: 0.12)
     assert control.check(score(0.18, 0.2, label="x")) == {
-        "description": "beats the constant answer", "setting": "x", "value": pytest.approx(0.19),
-        "threshold": pytest.approx(0.17), "level": 0.12, "passed": True}
+        "description": "beats the constant answer",
+        "setting": "x",
+        "value": pytest.approx(0.19),
+        "threshold": pytest.approx(0.17),
+        "level": 0.12,
+        "passed": True,
+    }
     assert control.check(score(0.16, 0.9, label="x"))["passed"] is False  # one seed short of 0.17
     unmeasured = Control("beats it", lambda results: results, 0.05, level=lambda results: None)
     assert unmeasured.check(score(0.9, label="x"))["passed"] is False
@@ -281,8 +325,13 @@ def test_a_control_counted_from_a_measured_level_beats_it_by_its_margin():
 
 def test_a_lower_is_better_control_stays_at_or_below_its_level():
     """Perplexity: the control must stay at or below the level less its margin; a failed one says ">"."""
-    control = Control("below the unigram model", lambda results: results["ctl"], 1.0, level=lambda results: 28.0,
-                      higher_is_better=False)
+    control = Control(
+        "below the unigram model",
+        lambda results: results["ctl"],
+        1.0,
+        level=lambda results: 28.0,
+        higher_is_better=False,
+    )
     assert control.check({"ctl": score(6.3, 6.4, label="softmax")})["passed"]
     assert control.check({"ctl": score(26.0, 27.5, label="softmax")})["passed"] is False  # 27.5 > 27
     claim = Claim("c", "a ≤ b", "quote", lambda results: Outcome(HELD), control=control)
@@ -292,15 +341,18 @@ def test_a_lower_is_better_control_stays_at_or_below_its_level():
 
 def _claim_with_plateau(test, level: float = 0.25, margin: float = 0.05, control=None):
     """A claim comparing models "a" and "b" of hand-made results ``{label: Score}``, with MQAR's plateau."""
-    plateau = Plateau("copying a value from the context", margin,
-                      lambda results: [(results["a"], level), (results["b"], level)])
+    plateau = Plateau(
+        "copying a value from the context", margin, lambda results: [(results["a"], level), (results["b"], level)]
+    )
     return Claim("c", "a ≥ b", "quote", test, control=control, plateau=plateau)
 
 
 def test_a_model_that_never_left_the_plateau_cannot_make_a_claim_fail():
     claim = _claim_with_plateau(lambda results: at_least(results["a"], results["b"], 0.05))
-    stuck = {"a": Score("a", (0.25, 0.27), stops=("seed 0: step 4,000, 0.25", "seed 1: step 4,000, 0.27")),
-             "b": score(0.9, 0.95, label="b")}
+    stuck = {
+        "a": Score("a", (0.25, 0.27), stops=("seed 0: step 4,000, 0.25", "seed 1: step 4,000, 0.27")),
+        "b": score(0.9, 0.95, label="b"),
+    }
     outcome = claim.decide(stuck)
     assert outcome.verdict == INCONCLUSIVE
     assert outcome.reason.startswith("budget: a best seed 0.27 within 0.05 of the plateau 0.25")
@@ -326,8 +378,9 @@ def test_a_claim_the_seeds_left_undecided_also_names_a_model_on_the_plateau():
 def test_a_failed_control_outranks_the_plateau_rule():
     control = Control("softmax with positions", lambda results: results["control"], 0.9)
     claim = _claim_with_plateau(lambda results: at_least(results["a"], results["b"], 0.05), control=control)
-    outcome = claim.decide({"a": score(0.25, label="a"), "b": score(0.9, label="b"), "control": score(0.5,
-                                                                                                        label="ctl")})
+    outcome = claim.decide(
+        {"a": score(0.25, label="a"), "b": score(0.9, label="b"), "control": score(0.5, label="ctl")}
+    )
     assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control ctl 0.5 < 0.9")
     assert outcome.cause == "control"
 
@@ -339,8 +392,10 @@ def test_lower_is_better_plateaus_count_from_above():
 
 
 def test_a_score_says_where_each_seeds_best_run_stopped():
-    rows = [{"name": f"r{i}", "status": "finished", "best": best, "steps": steps, "train.seed": seed}
-            for i, (seed, best, steps) in enumerate([(0, 0.25, 4000), (0, 0.31, 3500), (1, 0.26, 4000)])]
+    rows = [
+        {"name": f"r{i}", "status": "finished", "best": best, "steps": steps, "train.seed": seed}
+        for i, (seed, best, steps) in enumerate([(0, 0.25, 4000), (0, 0.31, 3500), (1, 0.26, 4000)])
+    ]
     result = Results("cpu", tuple(rows)).score("mqar", rows)
     assert result.values == (0.31, 0.26)
     assert result.stops == ("seed 0: step 3,500, 0.31", "seed 1: step 4,000, 0.26")

@@ -29,14 +29,22 @@ def table(accuracy: dict[str, list[float]], control: tuple[float, float] = (0.95
     rows = []
     for task in fig.TASKS:
         for seed, value in enumerate(control):
-            rows.append(row(value, task__name=task, optimizer__weight_decay=0.1, train__seed=seed,
-                            **entry_keys(CONTROL_ENTRY)))
+            rows.append(
+                row(value, task__name=task, optimizer__weight_decay=0.1, train__seed=seed, **entry_keys(CONTROL_ENTRY))
+            )
         for variant in fig.VARIANTS:
             second = variant.parameterization in ("Mamba-2", "β = 2")
             for seed, value in enumerate(accuracy[variant.structure]):
                 for wd, lower in ((0.1, 0.0), (0.0, 0.2)):
-                    rows.append(row(value - lower - (0.1 if second else 0.0), task__name=task,
-                                    optimizer__weight_decay=wd, train__seed=seed, **options(variant)))
+                    rows.append(
+                        row(
+                            value - lower - (0.1 if second else 0.0),
+                            task__name=task,
+                            optimizer__weight_decay=wd,
+                            train__seed=seed,
+                            **options(variant),
+                        )
+                    )
     return results(rows)
 
 
@@ -45,60 +53,98 @@ def verdicts(data) -> list[str]:
 
 
 def test_the_papers_picture_holds():
-    rising = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
-              "Householder, learned w": [0.9, 0.92]}
+    rising = {
+        "scalar": [0.4, 0.42],
+        "diagonal": [0.6, 0.61],
+        "Householder, w = k": [0.8, 0.8],
+        "Householder, learned w": [0.9, 0.92],
+    }
     assert verdicts(table(rising)) == [HELD, HELD]
 
 
 def test_the_opposite_fails():
-    falling = {"scalar": [0.9, 0.92], "diagonal": [0.6, 0.61], "Householder, w = k": [0.5, 0.5],
-               "Householder, learned w": [0.4, 0.41]}
+    falling = {
+        "scalar": [0.9, 0.92],
+        "diagonal": [0.6, 0.61],
+        "Householder, w = k": [0.5, 0.5],
+        "Householder, learned w": [0.4, 0.41],
+    }
     assert verdicts(table(falling)) == [FAILED, FAILED]
 
 
 def test_a_control_that_did_not_learn_leaves_both_claims_inconclusive():
-    rising = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
-              "Householder, learned w": [0.9, 0.92]}
+    rising = {
+        "scalar": [0.4, 0.42],
+        "diagonal": [0.6, 0.61],
+        "Householder, w = k": [0.8, 0.8],
+        "Householder, learned w": [0.9, 0.92],
+    }
     for claim in fig.CLAIMS:
         outcome = claim.decide(table(rising, control=(0.95, 0.5)))
-        assert outcome.verdict == INCONCLUSIVE and "control softmax on fuzzy_in_context_recall 0.725 < 0.9" in \
-            outcome.reason
+        assert (
+            outcome.verdict == INCONCLUSIVE
+            and "control softmax on fuzzy_in_context_recall 0.725 < 0.9" in outcome.reason
+        )
 
 
 def test_the_control_has_its_row_in_the_table():
-    rising = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
-              "Householder, learned w": [0.9, 0.92]}
+    rising = {
+        "scalar": [0.4, 0.42],
+        "diagonal": [0.6, 0.61],
+        "Householder, w = k": [0.8, 0.8],
+        "Householder, learned w": [0.9, 0.92],
+    }
     assert "| softmax (control) | Type 1 block | 96.0 ± 1.0 | 96.0 ± 1.0 |" in fig.REPRODUCTION.table(table(rising))
 
 
 def test_overlapping_seeds_are_inconclusive():
-    overlapping = {"scalar": [0.4, 0.9], "diagonal": [0.5, 0.8], "Householder, w = k": [0.6, 0.6],
-                   "Householder, learned w": [0.5, 0.95]}
+    overlapping = {
+        "scalar": [0.4, 0.9],
+        "diagonal": [0.5, 0.8],
+        "Householder, w = k": [0.6, 0.6],
+        "Householder, learned w": [0.5, 0.95],
+    }
     assert verdicts(table(overlapping)) == [INCONCLUSIVE, INCONCLUSIVE]
 
 
-RISING = {"scalar": [0.4, 0.42], "diagonal": [0.6, 0.61], "Householder, w = k": [0.8, 0.8],
-          "Householder, learned w": [0.9, 0.92]}
+RISING = {
+    "scalar": [0.4, 0.42],
+    "diagonal": [0.6, 0.61],
+    "Householder, w = k": [0.8, 0.8],
+    "Householder, learned w": [0.9, 0.92],
+}
 
 
 LOW_W_K = {"Householder, w = k": [0.5, 0.5]}
 
 
-@pytest.mark.parametrize(("claim", "changed", "verdict"), [
-    # "performance increases as more transformations are allowed": the best Householder variant ≥ scalar + 0.05
-    ("Householder > scalar", {"scalar": [0.6, 0.6], **LOW_W_K, "Householder, learned w": [0.66, 0.66]}, HELD),
-    ("Householder > scalar", {"scalar": [0.6, 0.6], **LOW_W_K, "Householder, learned w": [0.64, 0.64]}, FAILED),
-    ("Householder > scalar", {"scalar": [0.6, 0.6], **LOW_W_K, "Householder, learned w": [0.68, 0.62]},
-     INCONCLUSIVE),
-    # the best of each structure: w = k counts as much as a learned w
-    ("Householder > scalar", {"scalar": [0.6, 0.6], "Householder, w = k": [0.66, 0.66],
-                              "Householder, learned w": [0.3, 0.3]}, HELD),
-    ("Householder > scalar", {"scalar": [0.6, 0.6], "Householder, w = k": [0.64, 0.64],
-                              "Householder, learned w": [0.3, 0.3]}, FAILED),
-    # diagonal ≥ scalar, no margin
-    ("diagonal ≥ scalar", {"scalar": [0.6, 0.6], "diagonal": [0.61, 0.61]}, HELD),
-    ("diagonal ≥ scalar", {"scalar": [0.6, 0.6], "diagonal": [0.59, 0.59]}, FAILED),
-])
+@pytest.mark.parametrize(
+    ("claim", "changed", "verdict"),
+    [
+        # "performance increases as more transformations are allowed": the best Householder variant ≥ scalar + 0.05
+        ("Householder > scalar", {"scalar": [0.6, 0.6], **LOW_W_K, "Householder, learned w": [0.66, 0.66]}, HELD),
+        ("Householder > scalar", {"scalar": [0.6, 0.6], **LOW_W_K, "Householder, learned w": [0.64, 0.64]}, FAILED),
+        (
+            "Householder > scalar",
+            {"scalar": [0.6, 0.6], **LOW_W_K, "Householder, learned w": [0.68, 0.62]},
+            INCONCLUSIVE,
+        ),
+        # the best of each structure: w = k counts as much as a learned w
+        (
+            "Householder > scalar",
+            {"scalar": [0.6, 0.6], "Householder, w = k": [0.66, 0.66], "Householder, learned w": [0.3, 0.3]},
+            HELD,
+        ),
+        (
+            "Householder > scalar",
+            {"scalar": [0.6, 0.6], "Householder, w = k": [0.64, 0.64], "Householder, learned w": [0.3, 0.3]},
+            FAILED,
+        ),
+        # diagonal ≥ scalar, no margin
+        ("diagonal ≥ scalar", {"scalar": [0.6, 0.6], "diagonal": [0.61, 0.61]}, HELD),
+        ("diagonal ≥ scalar", {"scalar": [0.6, 0.6], "diagonal": [0.59, 0.59]}, FAILED),
+    ],
+)
 def test_coef_lambda_structure_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Principle 4's claims one structure past the margin 0.05 or the order (the paper's picture elsewhere)."""
     assert_verdict(fig.CLAIMS, claim, table({**RISING, **changed}), verdict)

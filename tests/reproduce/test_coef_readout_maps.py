@@ -25,14 +25,19 @@ def test_coef_readout_maps_a_near_zero_set_is_thin_below_one_percent_of_the_wind
     """The thin/large split at its threshold (1 % of the score window [−10, 10]); and the shares themselves by hand:
     |x| < 10⁻³ for the identity, |x| < √10⁻³ for the square, x < ln 10⁻³ for exp."""
     assert fig.near_zero_share("identity") == pytest.approx(2e-3 / 20, rel=0.05)
-    assert fig.near_zero_share("square") == pytest.approx(2 * 1e-3 ** 0.5 / 20, rel=0.05)
+    assert fig.near_zero_share("square") == pytest.approx(2 * 1e-3**0.5 / 20, rel=0.05)
     assert fig.near_zero_share("exp") == pytest.approx((10 + math.log(1e-3)) / 20, rel=0.05)
     monkeypatch.setattr(fig, "readout_near_zero_set", lambda readout: share * 20)
     assert fig.is_thin("any") is thin
 
 
-def table(thin: list[float], large: list[float], thin_zeros: list[float], large_zeros: list[float],
-          control: list[float] | None = None):
+def table(
+    thin: list[float],
+    large: list[float],
+    thin_zeros: list[float],
+    large_zeros: list[float],
+    control: list[float] | None = None,
+):
     """Per task, readout and seed two runs over the weight-decay grid: the better one (wd 0.1) carries the given
     accuracy and near-zero fraction, the other (wd 0) half the accuracy and no measurement.  The exp readout, a
     large set and the control, scores ``control`` where given."""
@@ -43,8 +48,9 @@ def table(thin: list[float], large: list[float], thin_zeros: list[float], large_
             if readout == "exp" and control is not None:
                 values = control
             for seed, (value, zero) in enumerate(zip(values, zeros)):
-                keys = dict(task__name=task, **entry_keys(fig.model_entry(readout)), optimizer__lr=1e-3,
-                            train__seed=seed)
+                keys = dict(
+                    task__name=task, **entry_keys(fig.model_entry(readout)), optimizer__lr=1e-3, train__seed=seed
+                )
                 rows.append(row(value, optimizer__weight_decay=0.1, **keys) | {NEAR_ZERO: zero})
                 rows.append(row(value / 2, optimizer__weight_decay=0.0, **keys))
     return results(rows)
@@ -59,8 +65,10 @@ def test_the_papers_picture_holds():
 
 
 def test_the_opposite_fails():
-    assert verdicts(table([0.9, 0.92], [0.4, 0.41], [0.7, 0.72], [0.05, 0.06], control=[0.95, 0.96])) == [FAILED,
-                                                                                                        FAILED]
+    assert verdicts(table([0.9, 0.92], [0.4, 0.41], [0.7, 0.72], [0.05, 0.06], control=[0.95, 0.96])) == [
+        FAILED,
+        FAILED,
+    ]
 
 
 def test_a_control_below_its_threshold_leaves_both_claims_inconclusive():
@@ -78,25 +86,33 @@ def test_overlapping_seeds_are_inconclusive():
 
 def test_a_best_run_without_its_measurement_leaves_the_first_claim_open():
     data = table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72])
-    data = results([{k: v for k, v in r.items() if k != NEAR_ZERO} if r.get("model.mixer_options.readout") == "exp"
-                    else r for r in data.rows])
+    data = results(
+        [
+            {k: v for k, v in r.items() if k != NEAR_ZERO} if r.get("model.mixer_options.readout") == "exp" else r
+            for r in data.rows
+        ]
+    )
     outcome = fig.CLAIMS[0].decide(data)
     assert outcome.verdict == INCONCLUSIVE and "not measured" in outcome.reason
 
 
-@pytest.mark.parametrize(("claim", "thin", "large", "thin_zeros", "large_zeros", "verdict"), [
-    # "more coefficients are set close to zero": the large sets' near-zero fraction ≥ the thin ones', no margin
-    ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.51, 0.51], HELD),
-    ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.5, 0.5], HELD),  # a tie
-    ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.49, 0.49], FAILED),
-    # "this increases performance": the large sets ≥ the thin ones + 0.05
-    # (the exp readout, a large set, is also the control: it must reach 0.9)
-    ("near-zero set → accuracy", [0.9, 0.9], [0.96, 0.96], [0.05, 0.05], [0.7, 0.7], HELD),
-    ("near-zero set → accuracy", [0.9, 0.9], [0.94, 0.94], [0.05, 0.05], [0.7, 0.7], FAILED),
-    ("near-zero set → accuracy", [0.9, 0.9], [0.98, 0.94], [0.05, 0.05], [0.7, 0.7], INCONCLUSIVE),
-])
-def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(claim, thin, large, thin_zeros, large_zeros,
-                                                                        verdict):
+@pytest.mark.parametrize(
+    ("claim", "thin", "large", "thin_zeros", "large_zeros", "verdict"),
+    [
+        # "more coefficients are set close to zero": the large sets' near-zero fraction ≥ the thin ones', no margin
+        ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.51, 0.51], HELD),
+        ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.5, 0.5], HELD),  # a tie
+        ("near-zero set → near-zero coefficients", [0.4, 0.4], [0.9, 0.9], [0.5, 0.5], [0.49, 0.49], FAILED),
+        # "this increases performance": the large sets ≥ the thin ones + 0.05
+        # (the exp readout, a large set, is also the control: it must reach 0.9)
+        ("near-zero set → accuracy", [0.9, 0.9], [0.96, 0.96], [0.05, 0.05], [0.7, 0.7], HELD),
+        ("near-zero set → accuracy", [0.9, 0.9], [0.94, 0.94], [0.05, 0.05], [0.7, 0.7], FAILED),
+        ("near-zero set → accuracy", [0.9, 0.9], [0.98, 0.94], [0.05, 0.05], [0.7, 0.7], INCONCLUSIVE),
+    ],
+)
+def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(
+    claim, thin, large, thin_zeros, large_zeros, verdict
+):
     """Figs. 1 / 6's claims one group past the order of the near-zero fractions or the accuracy margin 0.05."""
     assert_verdict(fig.CLAIMS, claim, table(thin, large, thin_zeros, large_zeros), verdict)
 

@@ -22,10 +22,19 @@ def table(adhering: list[float], not_adhering: list[float], control_learns: bool
             base = (0.95 if control_learns else 0.85) - min(offsets) if is_control else 0.5
             for seed, offset in enumerate(offsets):
                 for wd, lower in ((0.1, 0.0), (0.0, 0.3)):
-                    rows.append(row(base + offset - lower, model__mixer_options__readout=readout,
-                                    model__mixer_options__decay=decay, model__mixer_options__decay_param=parameterization,
-                                    model__mixer_options__scale=scale, model__mixer_options__heads=4,
-                                    task__name=fig.TASK, optimizer__weight_decay=wd, train__seed=seed))
+                    rows.append(
+                        row(
+                            base + offset - lower,
+                            model__mixer_options__readout=readout,
+                            model__mixer_options__decay=decay,
+                            model__mixer_options__decay_param=parameterization,
+                            model__mixer_options__scale=scale,
+                            model__mixer_options__heads=4,
+                            task__name=fig.TASK,
+                            optimizer__weight_decay=wd,
+                            train__seed=seed,
+                        )
+                    )
     return results(rows)
 
 
@@ -53,8 +62,12 @@ def test_a_control_short_of_its_threshold_decides_nothing():
 
 def test_ranges_that_differ_by_cell_are_inconclusive():
     data = table([0.0, 0.02, 0.01], [0.0, 0.4, -0.2])
-    rows = [r | {"best": 0.5} if r["model.mixer_options.readout"] == "exp" and r["model.mixer_options.scale"] == "one"
-            else r for r in data.rows]  # one non-adhering cell without any seed spread
+    rows = [
+        r | {"best": 0.5}
+        if r["model.mixer_options.readout"] == "exp" and r["model.mixer_options.scale"] == "one"
+        else r
+        for r in data.rows
+    ]  # one non-adhering cell without any seed spread
     assert fig.CLAIMS[0].decide(results(rows)).verdict == INCONCLUSIVE
 
 

@@ -17,18 +17,36 @@ PARAMS = {f"task__params__{key}": value for key, value in fig.SCALES["cpu"]["tas
 def table(accuracy: dict[tuple[str, str], list[float]], control: float = 0.99):
     """``accuracy[(readout group, normalizer)]`` per seed, group "exp" or "linear"; a worse run per cell too; the
     control (softmax attention, Λ = I) at ``control`` on every seed."""
-    rows = [row(control, model__mixer_options__readout="exp", model__mixer_options__normalizer="sum",
-                model__mixer_options__decay="none", task__name=fig.TASK, optimizer__weight_decay=0.1, train__seed=seed,
-                **PARAMS) for seed in range(2)]
+    rows = [
+        row(
+            control,
+            model__mixer_options__readout="exp",
+            model__mixer_options__normalizer="sum",
+            model__mixer_options__decay="none",
+            task__name=fig.TASK,
+            optimizer__weight_decay=0.1,
+            train__seed=seed,
+            **PARAMS,
+        )
+        for seed in range(2)
+    ]
     for readout in fig.READOUTS:
         group = "exp" if readout == "exp" else "linear"
         for normalizer in fig.NORMALIZERS:
             for seed, value in enumerate(accuracy[(group, normalizer)]):
                 for wd, lower in ((0.1, 0.0), (0.0, 0.05)):
-                    rows.append(row(value - lower, model__mixer_options__readout=readout,
-                                    model__mixer_options__normalizer=normalizer, task__name=fig.TASK,
-                                    model__mixer_options__decay="constant",
-                                    optimizer__weight_decay=wd, train__seed=seed, **PARAMS))
+                    rows.append(
+                        row(
+                            value - lower,
+                            model__mixer_options__readout=readout,
+                            model__mixer_options__normalizer=normalizer,
+                            task__name=fig.TASK,
+                            model__mixer_options__decay="constant",
+                            optimizer__weight_decay=wd,
+                            train__seed=seed,
+                            **PARAMS,
+                        )
+                    )
     return results(rows)
 
 
@@ -37,21 +55,45 @@ def verdicts(data) -> list[str]:
 
 
 def test_the_papers_picture_holds():
-    data = table({("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.13],
-                  ("linear", "none"): [0.7, 0.75], ("exp", "state"): [0.13, 0.12], ("linear", "state"): [0.99, 0.97]})
+    data = table(
+        {
+            ("exp", "sum"): [0.99, 1.0],
+            ("linear", "sum"): [0.98, 0.99],
+            ("exp", "none"): [0.12, 0.13],
+            ("linear", "none"): [0.7, 0.75],
+            ("exp", "state"): [0.13, 0.12],
+            ("linear", "state"): [0.99, 0.97],
+        }
+    )
     assert verdicts(data) == [HELD, HELD, HELD]
 
 
 def test_the_opposite_fails():
     # (above the setting's plateau, 0.53 + 0.05, where they fail: failures a longer budget would not undo)
-    data = table({("exp", "sum"): [0.7, 0.65], ("linear", "sum"): [0.7, 0.65], ("exp", "none"): [0.9, 0.95],
-                  ("linear", "none"): [0.65, 0.66], ("exp", "state"): [0.95, 0.97], ("linear", "state"): [0.7, 0.65]})
+    data = table(
+        {
+            ("exp", "sum"): [0.7, 0.65],
+            ("linear", "sum"): [0.7, 0.65],
+            ("exp", "none"): [0.9, 0.95],
+            ("linear", "none"): [0.65, 0.66],
+            ("exp", "state"): [0.95, 0.97],
+            ("linear", "state"): [0.7, 0.65],
+        }
+    )
     assert verdicts(data) == [FAILED, FAILED, FAILED]
 
 
 def test_seeds_on_both_sides_are_inconclusive():
-    data = table({("exp", "sum"): [0.99, 0.5], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.5],
-                  ("linear", "none"): [0.4, 0.9], ("exp", "state"): [0.13, 0.6], ("linear", "state"): [0.99, 0.97]})
+    data = table(
+        {
+            ("exp", "sum"): [0.99, 0.5],
+            ("linear", "sum"): [0.98, 0.99],
+            ("exp", "none"): [0.12, 0.5],
+            ("linear", "none"): [0.4, 0.9],
+            ("exp", "state"): [0.13, 0.6],
+            ("linear", "state"): [0.99, 0.97],
+        }
+    )
     assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
 
 
@@ -67,12 +109,21 @@ def test_every_scale_trains_its_own_lengths_lambda():
     for scale in ("smoke", "cpu", "paper"):
         (sweep,) = fig.REPRODUCTION.sweeps(scale)
         lam = fig.unstable_lambda(sweep.task.params["seq_len"])
-        assert {entry["mixer_options"]["constant_decay"] for entry in sweep.sweep["model"]
-                if entry["mixer_options"]["decay"] == "constant"} == {lam}  # the control has Λ = I
+        assert {
+            entry["mixer_options"]["constant_decay"]
+            for entry in sweep.sweep["model"]
+            if entry["mixer_options"]["decay"] == "constant"
+        } == {lam}  # the control has Λ = I
 
 
-PAPERLIKE = {("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.13],
-             ("linear", "none"): [0.8, 0.85], ("exp", "state"): [0.13, 0.12], ("linear", "state"): [0.99, 0.97]}
+PAPERLIKE = {
+    ("exp", "sum"): [0.99, 1.0],
+    ("linear", "sum"): [0.98, 0.99],
+    ("exp", "none"): [0.12, 0.13],
+    ("linear", "none"): [0.8, 0.85],
+    ("exp", "state"): [0.13, 0.12],
+    ("linear", "state"): [0.99, 0.97],
+}
 #: "fails to learn anything": at most the task's plateau + 0.05, the plateau measured on the cpu setting's examples
 LEVEL = mad.plateau_level(fig.TASK, **fig.SCALES["cpu"]["tasks"][fig.TASK]) + mad.PLATEAU_MARGIN
 FAILED_EXP = [LEVEL - 0.01] * 2
@@ -83,22 +134,28 @@ def test_fails_is_measured_against_the_plateau_of_the_setting_the_rows_carry():
     assert 0.5 < LEVEL < 0.65  # 4 keys in 16 tokens: a copied context value is often right
 
 
-@pytest.mark.parametrize(("claim", "changed", "verdict"), [
-    # "perfect accuracy": every seed ≥ 0.9
-    ("η = Σα trains", {("linear", "sum"): [0.91, 0.91]}, HELD),
-    ("η = Σα trains", {("exp", "sum"): [0.9, 0.9]}, HELD),
-    ("η = Σα trains", {("linear", "sum"): [0.89, 0.89]}, FAILED),
-    # "fails to learn anything": exp within 0.05 of the plateau; "good performance": the linear readouts ≥ exp + 0.2
-    ("η = 1: exp fails", {("exp", "none"): FAILED_EXP, ("linear", "none"): [LEVEL + 0.2, LEVEL + 0.2]}, HELD),
-    ("η = 1: exp fails", {("exp", "none"): [LEVEL + 0.01] * 2}, FAILED),
-    ("η = 1: exp fails", {("exp", "none"): FAILED_EXP, ("linear", "none"): [LEVEL + 0.18, LEVEL + 0.18]}, FAILED),
-    ("η = 1: exp fails", {("exp", "none"): FAILED_EXP, ("linear", "none"): [LEVEL + 0.22, LEVEL + 0.16]},
-     INCONCLUSIVE),
-    ("linear η: only exp fails", {("exp", "state"): FAILED_EXP, ("linear", "state"): [0.91, 0.91]}, HELD),
-    ("linear η: only exp fails", {("exp", "state"): [LEVEL + 0.01] * 2}, FAILED),
-    ("linear η: only exp fails", {("linear", "state"): [0.89, 0.89]}, FAILED),
-    ("linear η: only exp fails", {("linear", "state"): [0.89, 0.91]}, INCONCLUSIVE),
-])
+@pytest.mark.parametrize(
+    ("claim", "changed", "verdict"),
+    [
+        # "perfect accuracy": every seed ≥ 0.9
+        ("η = Σα trains", {("linear", "sum"): [0.91, 0.91]}, HELD),
+        ("η = Σα trains", {("exp", "sum"): [0.9, 0.9]}, HELD),
+        ("η = Σα trains", {("linear", "sum"): [0.89, 0.89]}, FAILED),
+        # "fails to learn anything": exp within 0.05 of the plateau; "good performance": the linear readouts ≥ exp + 0.2
+        ("η = 1: exp fails", {("exp", "none"): FAILED_EXP, ("linear", "none"): [LEVEL + 0.2, LEVEL + 0.2]}, HELD),
+        ("η = 1: exp fails", {("exp", "none"): [LEVEL + 0.01] * 2}, FAILED),
+        ("η = 1: exp fails", {("exp", "none"): FAILED_EXP, ("linear", "none"): [LEVEL + 0.18, LEVEL + 0.18]}, FAILED),
+        (
+            "η = 1: exp fails",
+            {("exp", "none"): FAILED_EXP, ("linear", "none"): [LEVEL + 0.22, LEVEL + 0.16]},
+            INCONCLUSIVE,
+        ),
+        ("linear η: only exp fails", {("exp", "state"): FAILED_EXP, ("linear", "state"): [0.91, 0.91]}, HELD),
+        ("linear η: only exp fails", {("exp", "state"): [LEVEL + 0.01] * 2}, FAILED),
+        ("linear η: only exp fails", {("linear", "state"): [0.89, 0.89]}, FAILED),
+        ("linear η: only exp fails", {("linear", "state"): [0.89, 0.91]}, INCONCLUSIVE),
+    ],
+)
 def test_coef_unstable_lambda_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Fig. 11's claims one cell past the thresholds 0.9 and the plateau + 0.05 or the margin 0.2 (the paper's
     picture elsewhere)."""
@@ -107,8 +164,14 @@ def test_coef_unstable_lambda_claims_just_above_and_below_their_thresholds(claim
 
 def test_a_control_below_the_line_leaves_every_claim_inconclusive():
     """Softmax attention with Λ = I at 0.5 (the cpu budget's pilot): nothing learns the task there."""
-    paperlike = {("exp", "sum"): [0.99, 1.0], ("linear", "sum"): [0.98, 0.99], ("exp", "none"): [0.12, 0.13],
-                 ("linear", "none"): [0.7, 0.75], ("exp", "state"): [0.13, 0.12], ("linear", "state"): [0.99, 0.97]}
+    paperlike = {
+        ("exp", "sum"): [0.99, 1.0],
+        ("linear", "sum"): [0.98, 0.99],
+        ("exp", "none"): [0.12, 0.13],
+        ("linear", "none"): [0.7, 0.75],
+        ("exp", "state"): [0.13, 0.12],
+        ("linear", "state"): [0.99, 0.97],
+    }
     outcomes = [claim.decide(table(paperlike, control=0.5)) for claim in fig.CLAIMS]
     assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * 3
     assert all(outcome.reason.startswith("control softmax attention, Λ = I 0.5 < 0.9") for outcome in outcomes)

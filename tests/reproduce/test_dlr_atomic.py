@@ -12,8 +12,10 @@ from seqdyn.reproduce.protocols.atomic import MODELS, PAPER_R2, TASKS, r2_table
 from tests.reproduce.helpers import assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
 
 #: the paper's Table 1, seeds 0 and 1 a little apart
-PAPER = {task: {model: (value, max(0.0, value - 0.01)) for model, value in models.items()}
-         for task, models in PAPER_R2.items()}
+PAPER = {
+    task: {model: (value, max(0.0, value - 0.01)) for model, value in models.items()}
+    for task, models in PAPER_R2.items()
+}
 
 
 #: the single layers of Table 1 and the deeper models that stand as controls
@@ -26,9 +28,20 @@ def table(r2: dict[str, dict[str, tuple[float, ...]]], models=ALL_MODELS):
     for task, by_model in r2.items():
         for key in [key for key in models if key in by_model]:
             model = MODELS[key]
-            rows += [named(row(value, model__mixer=model.mixer, model__layers=model.layers, task__name=task,
-                               optimizer__lr=model.lr, train__seed=seed), key)
-                     for seed, value in enumerate(by_model[key])]
+            rows += [
+                named(
+                    row(
+                        value,
+                        model__mixer=model.mixer,
+                        model__layers=model.layers,
+                        task__name=task,
+                        optimizer__lr=model.lr,
+                        train__seed=seed,
+                    ),
+                    key,
+                )
+                for seed, value in enumerate(by_model[key])
+            ]
     return results(rows)
 
 
@@ -48,23 +61,34 @@ NO_LEARNER = "SSMs fail CONTEXTSHIFT"
 def test_the_papers_table_holds_every_claim_but_the_one_without_a_learner():
     got = {claim.name: claim.decide(table(PAPER)) for claim in table1.CLAIMS}
     assert {name: outcome.verdict for name, outcome in got.items() if name != NO_LEARNER} == {
-        claim.name: HELD for claim in table1.CLAIMS if claim.name != NO_LEARNER}
+        claim.name: HELD for claim in table1.CLAIMS if claim.name != NO_LEARNER
+    }
     assert got[NO_LEARNER].verdict == INCONCLUSIVE
     assert got[NO_LEARNER].reason.startswith("control ATTENTION, 2 layers 0.035 < 0.9")
 
 
 def with_learners(r2: dict, value: float = 1.0) -> dict:
     """``r2`` with every control's learner at ``value`` on its task."""
-    return {task: {**models, **({table1.LEARNERS[task]: (value, value)} if task in table1.LEARNERS else {})}
-            for task, models in r2.items()}
+    return {
+        task: {**models, **({table1.LEARNERS[task]: (value, value)} if task in table1.LEARNERS else {})}
+        for task, models in r2.items()
+    }
 
 
 def test_the_opposite_fails_every_claim():
     """The paper's table turned over, with each model a claim needs to learn off the plateau (R² 0.5)."""
-    opposite = {task: {model: tuple(1.0 - v for v in values) for model, values in models.items()}
-                for task, models in PAPER.items()}
-    for task, model in (("shift", "dlr"), ("cumsum", "dlr"), ("cumsum", "dss_exp"), ("select_fixed", "dlr"),
-                        ("cummax", "attention"), ("mips", "attention")):
+    opposite = {
+        task: {model: tuple(1.0 - v for v in values) for model, values in models.items()}
+        for task, models in PAPER.items()
+    }
+    for task, model in (
+        ("shift", "dlr"),
+        ("cumsum", "dlr"),
+        ("cumsum", "dss_exp"),
+        ("select_fixed", "dlr"),
+        ("cummax", "attention"),
+        ("mips", "attention"),
+    ):
         opposite[task][model] = (0.5, 0.5)
     # the controls of the comparisons learn (DLR on SHIFT, ATTENTION on CUMSUM); DSS-EXP far above DLR's 0.5 on
     # CUMSUM: "DLR ≥ DSS-EXP" fails; DSS-EXP off the plateau on SHIFT
@@ -73,8 +97,10 @@ def test_the_opposite_fails_every_claim():
     assert verdicts(table(with_learners(opposite))) == [FAILED] * len(table1.CLAIMS)
 
 
-@pytest.mark.parametrize(("claim", "task", "model"), [("DLR ≥ DSS-EXP", "shift", "dlr"),
-                                                      ("attention beats SSMs on CUMMAX, MIPS", "cumsum", "attention")])
+@pytest.mark.parametrize(
+    ("claim", "task", "model"),
+    [("DLR ≥ DSS-EXP", "shift", "dlr"), ("attention beats SSMs on CUMMAX, MIPS", "cumsum", "attention")],
+)
 def test_a_comparison_whose_layer_does_not_train_decides_nothing(claim, task, model):
     """The paper's table, but the control of the comparison — its layer on a task Table 1 says it solves — short of
     R² 0.9 on one seed."""
@@ -82,12 +108,18 @@ def test_a_comparison_whose_layer_does_not_train_decides_nothing(claim, task, mo
     data[task][model] = (0.97, 0.85)
     outcome = next(c for c in table1.CLAIMS if c.name == claim).decide(table(data))
     assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith(
-        f"control {MODELS[model].label} 0.91, weakest seed 0.85 < 0.9")
+        f"control {MODELS[model].label} 0.91, weakest seed 0.85 < 0.9"
+    )
 
 
-@pytest.mark.parametrize(("claim", "task", "model"), [("DLR solves SELECT-FIXED", "select_fixed", "dlr"),
-                                                      ("SSMs solve SHIFT, CUMSUM", "cumsum", "dss_exp"),
-                                                      ("attention beats SSMs on CUMMAX, MIPS", "mips", "attention")])
+@pytest.mark.parametrize(
+    ("claim", "task", "model"),
+    [
+        ("DLR solves SELECT-FIXED", "select_fixed", "dlr"),
+        ("SSMs solve SHIFT, CUMSUM", "cumsum", "dss_exp"),
+        ("attention beats SSMs on CUMMAX, MIPS", "mips", "attention"),
+    ],
+)
 def test_a_model_that_never_left_r2_0_leaves_its_claim_inconclusive_for_the_budget(claim, task, model):
     """A claim that a model learns a task, where it stayed within 0.05 of the best constant prediction (R² 0):
     the budget, not the model, is what the run shows."""
@@ -101,19 +133,22 @@ def test_a_model_that_never_left_r2_0_leaves_its_claim_inconclusive_for_the_budg
 
 def test_seeds_on_both_sides_are_inconclusive():
     split = {task: {model: values for model, values in models.items()} for task, models in PAPER.items()}
-    split["shift"]["dlr"] = (0.95, 0.5)        # one seed solves SHIFT, one does not
+    split["shift"]["dlr"] = (0.95, 0.5)  # one seed solves SHIFT, one does not
     for task in table1.CONTEXT_DEPENDENT:
-        split[task]["dlr"] = (0.1, 0.4)        # one seed stays below 0.2, one does not
+        split[task]["dlr"] = (0.1, 0.4)  # one seed stays below 0.2, one does not
     split["select_fixed"]["dlr"] = (0.95, 0.3)
-    split["mips"]["attention"] = (0.9, 0.05)   # ATTENTION's margin over DLR inside its seed spread
-    split["cummax"]["dss_exp"] = (0.9, 0.1)    # DLR against DSS-EXP inside DSS-EXP's seed spread
+    split["mips"]["attention"] = (0.9, 0.05)  # ATTENTION's margin over DLR inside its seed spread
+    split["cummax"]["dss_exp"] = (0.9, 0.1)  # DLR against DSS-EXP inside DSS-EXP's seed spread
     assert verdicts(table(with_learners(split))) == [INCONCLUSIVE] * len(table1.CLAIMS)
 
 
 def test_a_claim_about_what_ssms_cannot_do_needs_a_model_that_can():
     """REVERSE: DLR with 6 layers; SELECT and CONTEXTSHIFT: ATTENTION with 2 layers, each at R² 0.9 on every seed."""
-    for task, claim in (("reverse", "SSMs fail REVERSE"), ("select", "SSMs fail SELECT"),
-                        ("context_shift", "SSMs fail CONTEXTSHIFT")):
+    for task, claim in (
+        ("reverse", "SSMs fail REVERSE"),
+        ("select", "SSMs fail SELECT"),
+        ("context_shift", "SSMs fail CONTEXTSHIFT"),
+    ):
         learner = table1.LEARNERS[task]
         assert_verdict(table1.CLAIMS, claim, table(with_learners(PAPER, 0.9)), HELD)
         unlearnt = with_learners(PAPER, 0.9)
@@ -124,31 +159,53 @@ def test_a_claim_about_what_ssms_cannot_do_needs_a_model_that_can():
 
 def test_a_missing_run_is_inconclusive_and_named():
     data = table({task: PAPER[task] for task in TASKS if task != "cumsum"})
-    rows = list(data.rows) + [named(row(None, status="failed", reason="killed", model__mixer="dlr", model__layers=1,
-                                        task__name="cumsum", optimizer__lr=1e-4, train__seed=0), "dlr")]
+    rows = list(data.rows) + [
+        named(
+            row(
+                None,
+                status="failed",
+                reason="killed",
+                model__mixer="dlr",
+                model__layers=1,
+                task__name="cumsum",
+                optimizer__lr=1e-4,
+                train__seed=0,
+            ),
+            "dlr",
+        )
+    ]
     outcome = table1.CLAIMS[0].decide(results(rows))
     assert outcome.verdict == INCONCLUSIVE and "killed" in outcome.reason
 
 
 def test_the_reduced_reproduction_decides_on_dlr_and_attention_and_their_controls():
-    data = table(with_learners({task: PAPER[task] for task in dlr_context.TASKS}),
-                 models=(*dlr_context.MODELS, "dlr_6", "attention_2"))
+    data = table(
+        with_learners({task: PAPER[task] for task in dlr_context.TASKS}),
+        models=(*dlr_context.MODELS, "dlr_6", "attention_2"),
+    )
     assert verdicts(data, dlr_context.CLAIMS) == [HELD] * len(dlr_context.CLAIMS)
     assert [claim.name for claim in dlr_context.CLAIMS] == [
-        "SSMs solve SHIFT, CUMSUM", "SSMs fail REVERSE", "SSMs fail CONTEXTSHIFT",
-        "attention beats SSMs on CUMMAX, MIPS"]
+        "SSMs solve SHIFT, CUMSUM",
+        "SSMs fail REVERSE",
+        "SSMs fail CONTEXTSHIFT",
+        "attention beats SSMs on CUMMAX, MIPS",
+    ]
     assert all("DSS-EXP" not in claim.statement for claim in dlr_context.CLAIMS)  # it trains DLR alone
     assert [claim.statement for claim in dlr_context.CLAIMS] == [
-        "the DLR layer reaches R² ≥ 0.9 on SHIFT and CUMSUM", "the DLR layer stays at R² ≤ 0.2 on REVERSE",
-        "the DLR layer stays at R² ≤ 0.2 on CONTEXTSHIFT", "ATTENTION ≥ DLR + 0.2 on CUMMAX and MIPS"]
+        "the DLR layer reaches R² ≥ 0.9 on SHIFT and CUMSUM",
+        "the DLR layer stays at R² ≤ 0.2 on REVERSE",
+        "the DLR layer stays at R² ≤ 0.2 on CONTEXTSHIFT",
+        "ATTENTION ≥ DLR + 0.2 on CUMMAX and MIPS",
+    ]
     by_name = {claim.name: claim for claim in table1.CLAIMS}  # the same sentences, numbers and controls
     for claim in dlr_context.CLAIMS:
         assert (claim.quote, claim.paper_value) == (by_name[claim.name].quote, by_name[claim.name].paper_value)
         assert (claim.control is None) == (by_name[claim.name].control is None)
     assert by_name["SSMs fail SELECT"].statement == "SSM layers (DLR, DSS-EXP) stay at R² ≤ 0.2 on SELECT"
     runs = [config for sweep in dlr_context.REPRODUCTION.sweeps("cpu") for config in sweep.expand()]
-    assert {(config.model.mixer, config.model.layers, config.task.name) for config in runs
-            if config.model.layers > 1} == {("dlr", 6, "reverse"), ("softmax_attention", 2, "context_shift")}
+    assert {
+        (config.model.mixer, config.model.layers, config.task.name) for config in runs if config.model.layers > 1
+    } == {("dlr", 6, "reverse"), ("softmax_attention", 2, "context_shift")}
 
 
 #: each claim of Table 1 one cell away from its threshold (seed 002's words: "highly effective", "perfect
@@ -176,16 +233,22 @@ THRESHOLD_CASES = [
 
 
 #: the two reproductions that decide Table 1's claims, with the tasks and models each trains
-TABLE1_REPRODUCTIONS = {"dlr_atomic": (table1, TASKS, ("dlr", "dss_exp", "attention")),
-                        "dlr_context": (dlr_context, dlr_context.TASKS, dlr_context.MODELS)}
+TABLE1_REPRODUCTIONS = {
+    "dlr_atomic": (table1, TASKS, ("dlr", "dss_exp", "attention")),
+    "dlr_context": (dlr_context, dlr_context.TASKS, dlr_context.MODELS),
+}
 
 
-@pytest.mark.parametrize(("reproduction", "claim", "cells", "verdict"), [
-    pytest.param(name, *case, id=f"{name}-{case[0]}-{case[2]}-{index}")
-    for name, (module, _, _) in TABLE1_REPRODUCTIONS.items()
-    for index, case in enumerate(THRESHOLD_CASES) if case[0] in {claim.name for claim in module.CLAIMS}])
-def test_dlr_atomic_and_dlr_context_claims_just_above_and_below_their_thresholds(reproduction, claim, cells,
-                                                                                   verdict):
+@pytest.mark.parametrize(
+    ("reproduction", "claim", "cells", "verdict"),
+    [
+        pytest.param(name, *case, id=f"{name}-{case[0]}-{case[2]}-{index}")
+        for name, (module, _, _) in TABLE1_REPRODUCTIONS.items()
+        for index, case in enumerate(THRESHOLD_CASES)
+        if case[0] in {claim.name for claim in module.CLAIMS}
+    ],
+)
+def test_dlr_atomic_and_dlr_context_claims_just_above_and_below_their_thresholds(reproduction, claim, cells, verdict):
     """``make main``'s verdicts (``dlr_context``, a reduction of ``dlr_atomic``): one cell of the paper's table
     moved just past a claim's threshold or margin flips that claim, and seeds on both sides leave it open."""
     module, tasks, models = TABLE1_REPRODUCTIONS[reproduction]
@@ -219,25 +282,48 @@ def test_the_scales_train_every_task_with_the_papers_learning_rates(scale):
 def shift_table(r2: dict[str, dict[int, tuple[float, ...]]]):
     from seqdyn.reproduce import dlr_shift_length as table2
 
-    return results([{**row(value, task__name="shift", task__params__seq_len=length, train__seed=seed,
-                           model__mixer_options__state_dim=32 if key == "dlr_small_n" else 256),
-                     "name": f"dlr_shift_length/cpu/table2-{key}[L={length}, seed={seed}]"}
-                    for key, by_length in r2.items() for length, values in by_length.items()
-                    for seed, value in enumerate(values)]), table2
+    return results(
+        [
+            {
+                **row(
+                    value,
+                    task__name="shift",
+                    task__params__seq_len=length,
+                    train__seed=seed,
+                    model__mixer_options__state_dim=32 if key == "dlr_small_n" else 256,
+                ),
+                "name": f"dlr_shift_length/cpu/table2-{key}[L={length}, seed={seed}]",
+            }
+            for key, by_length in r2.items()
+            for length, values in by_length.items()
+            for seed, value in enumerate(values)
+        ]
+    ), table2
 
 
 def test_table2_claims_hold_fail_and_stay_open():
-    paperlike = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 1024: (0.85, 0.85), 4096: (0.8, 0.85)},
-                 "dlr_prod": {256: (1.0, 1.0), 4096: (1.0, 0.99)},
-                 "dlr_small_n": {256: (0.9, 0.9), 1024: (0.3, 0.3), 4096: (0.3, 0.3)},
-                 "dss_exp": {256: (0.99, 0.99), 4096: (0.7, 0.7)}}
+    paperlike = {
+        "dlr_real": {256: (0.2, 0.25)},
+        "dlr": {256: (0.99, 0.98), 1024: (0.85, 0.85), 4096: (0.8, 0.85)},
+        "dlr_prod": {256: (1.0, 1.0), 4096: (1.0, 0.99)},
+        "dlr_small_n": {256: (0.9, 0.9), 1024: (0.3, 0.3), 4096: (0.3, 0.3)},
+        "dss_exp": {256: (0.99, 0.99), 4096: (0.7, 0.7)},
+    }
     data, table2 = shift_table(paperlike)
     assert verdicts(data, table2.CLAIMS) == [HELD] * 3
-    opposite = {**paperlike, "dlr_real": {256: (0.95, 0.97)}, "dlr_prod": {4096: (0.5, 0.5)},
-                "dlr_small_n": {1024: (0.95, 0.95)}}
+    opposite = {
+        **paperlike,
+        "dlr_real": {256: (0.95, 0.97)},
+        "dlr_prod": {4096: (0.5, 0.5)},
+        "dlr_small_n": {1024: (0.95, 0.95)},
+    }
     assert verdicts(shift_table(opposite)[0], table2.CLAIMS) == [FAILED] * 3
-    spread = {**paperlike, "dlr_real": {256: (0.2, 0.7)}, "dlr_prod": {4096: (1.0, 0.6)},
-              "dlr_small_n": {1024: (0.3, 0.9)}}
+    spread = {
+        **paperlike,
+        "dlr_real": {256: (0.2, 0.7)},
+        "dlr_prod": {4096: (1.0, 0.6)},
+        "dlr_small_n": {1024: (0.3, 0.9)},
+    }
     assert verdicts(shift_table(spread)[0], table2.CLAIMS) == [INCONCLUSIVE] * 3
     text = table2.REPRODUCTION.table(data)
     assert "| DLR-ℝ | 0.23 ± 0.02 (0.23) |  |  |" in text
@@ -250,9 +336,14 @@ def test_table2_paper_scale_is_the_papers_protocol():
     runs = [config for sweep in table2.REPRODUCTION.sweeps("paper") for config in sweep.expand()]
     by_label = {}
     for config in runs:
-        by_label.setdefault((config.model.mixer_options.get("prod", False), config.model.mixer_options.get("real", False),
-                             config.model.mixer_options.get("state_dim")), set()).add(
-            (config.task.params["seq_len"], config.optimizer.lr, config.train.batch_size, config.model.d_model))
+        by_label.setdefault(
+            (
+                config.model.mixer_options.get("prod", False),
+                config.model.mixer_options.get("real", False),
+                config.model.mixer_options.get("state_dim"),
+            ),
+            set(),
+        ).add((config.task.params["seq_len"], config.optimizer.lr, config.train.batch_size, config.model.d_model))
     assert by_label[(False, True, 4096)] == {(256, 1e-5, 4, 32)}
     assert {length for length, *_ in by_label[(True, False, 4096)]} == {2**14, 2**16, 2**18, 2**20}
     assert {lr for _, lr, *_ in by_label[(False, False, 512)]} == {1e-5}
@@ -265,12 +356,18 @@ def assert_select_fixed_pilot(pilot_file: str, mixer_options: dict | None = None
     cpu runs by (mixer, task, lr, seed)."""
     pilot, cpu = pilot_and_scale_runs(pilot_file, table1.REPRODUCTION)
     key = ("model.mixer", "task.name", "optimizer.lr", "train.seed")
-    expected = {k: run for k, run in runs_by_key(cpu, key=key, mixer_options=mixer_options).items()
-                if k[:2] == ("dlr", "select_fixed")}
+    expected = {
+        k: run
+        for k, run in runs_by_key(cpu, key=key, mixer_options=mixer_options).items()
+        if k[:2] == ("dlr", "select_fixed")
+    }
     undone = runs_by_key(pilot, train=dict(steps=1_500, eval_every=250), key=key)
     assert {k: run for k, run in undone.items() if k[2] == 1e-4} == expected and len(expected) == 2
-    higher = {k[:2] + (1e-4,) + k[3:]: {**run, "optimizer": {**run["optimizer"], "lr": 1e-4}}
-              for k, run in undone.items() if k[2] == 1e-3}
+    higher = {
+        k[:2] + (1e-4,) + k[3:]: {**run, "optimizer": {**run["optimizer"], "lr": 1e-4}}
+        for k, run in undone.items()
+        if k[2] == 1e-3
+    }
     assert higher == expected
     return expected
 
@@ -287,37 +384,56 @@ def test_select_fixed_table7_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
     assert all(run["model"]["mixer_options"]["r_range"] == [1e-5, 1e-5] for run in expected.values())
 
 
-SHIFT_PAPERLIKE = {"dlr_real": {256: (0.2, 0.25)}, "dlr": {256: (0.99, 0.98), 1024: (0.8, 0.8), 4096: (0.8, 0.85)},
-                   "dlr_prod": {256: (1.0, 1.0), 4096: (1.0, 0.99)},
-                   "dlr_small_n": {256: (0.9, 0.9), 1024: (0.3, 0.3), 4096: (0.3, 0.3)},
-                   "dss_exp": {256: (0.99, 0.99), 4096: (0.7, 0.7)}}
+SHIFT_PAPERLIKE = {
+    "dlr_real": {256: (0.2, 0.25)},
+    "dlr": {256: (0.99, 0.98), 1024: (0.8, 0.8), 4096: (0.8, 0.85)},
+    "dlr_prod": {256: (1.0, 1.0), 4096: (1.0, 0.99)},
+    "dlr_small_n": {256: (0.9, 0.9), 1024: (0.3, 0.3), 4096: (0.3, 0.3)},
+    "dss_exp": {256: (0.99, 0.99), 4096: (0.7, 0.7)},
+}
 
 
-@pytest.mark.parametrize(("claim", "changed", "verdict"), [
-    # "failed on SHIFT": DLR-ℝ ≤ 0.5 at the shortest length, where the control, DLR, reaches 0.9
-    ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.49, 0.49)}}, HELD),
-    ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.51, 0.51)}}, FAILED),
-    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.89, 0.89), 4096: (0.8, 0.85)}}, INCONCLUSIVE),
-    ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.91, 0.91), 4096: (0.8, 0.85)}}, HELD),
-    # "significantly": 0.1 at the longest length
-    ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.91, 0.91)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, HELD),
-    ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.89, 0.89)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, FAILED),
-    # "reduced performance": 0.1 where N/L = 1/4 (L = 1024 for N = 256), whatever the longest length shows
-    ("small N degrades", {"dlr_small_n": {1024: (0.69, 0.69), 4096: (0.8, 0.8)}}, HELD),
-    ("small N degrades", {"dlr_small_n": {1024: (0.71, 0.71), 4096: (0.3, 0.3)}}, FAILED),
-])
+@pytest.mark.parametrize(
+    ("claim", "changed", "verdict"),
+    [
+        # "failed on SHIFT": DLR-ℝ ≤ 0.5 at the shortest length, where the control, DLR, reaches 0.9
+        ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.49, 0.49)}}, HELD),
+        ("DLR-ℝ fails SHIFT", {"dlr_real": {256: (0.51, 0.51)}}, FAILED),
+        ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.89, 0.89), 4096: (0.8, 0.85)}}, INCONCLUSIVE),
+        ("DLR-ℝ fails SHIFT", {"dlr": {256: (0.91, 0.91), 4096: (0.8, 0.85)}}, HELD),
+        # "significantly": 0.1 at the longest length
+        ("DLR-prod beats DLR", {"dlr_prod": {4096: (0.91, 0.91)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}}, HELD),
+        (
+            "DLR-prod beats DLR",
+            {"dlr_prod": {4096: (0.89, 0.89)}, "dlr": {256: (0.99, 0.98), 4096: (0.8, 0.8)}},
+            FAILED,
+        ),
+        # "reduced performance": 0.1 where N/L = 1/4 (L = 1024 for N = 256), whatever the longest length shows
+        ("small N degrades", {"dlr_small_n": {1024: (0.69, 0.69), 4096: (0.8, 0.8)}}, HELD),
+        ("small N degrades", {"dlr_small_n": {1024: (0.71, 0.71), 4096: (0.3, 0.3)}}, FAILED),
+    ],
+)
 def test_dlr_shift_length_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Table 2's claims one cell past R² 0.5 / 0.9 or the margin 0.1 (the paper-like picture elsewhere)."""
     data, table2 = shift_table({**SHIFT_PAPERLIKE, **changed})
     assert_verdict(table2.CLAIMS, claim, data, verdict)
 
 
-@pytest.mark.parametrize(("claim", "changed", "reason"), [
-    ("DLR-prod beats DLR", {"dlr_prod": {256: (1.0, 1.0), 4096: (0.01, 0.02)}}, "budget: DLR-prod best seed"),
-    ("small N degrades", {"dlr": {256: (0.99, 0.98), 1024: (0.02, 0.03), 4096: (0.8, 0.85)}},
-     "budget: DLR best seed"),
-] + [(claim, {"dlr": {256: (0.03, 0.04), 4096: (0.8, 0.85)}}, "control DLR 0.035 < 0.9")
-     for claim in ("DLR-ℝ fails SHIFT", "DLR-prod beats DLR", "small N degrades")])
+@pytest.mark.parametrize(
+    ("claim", "changed", "reason"),
+    [
+        ("DLR-prod beats DLR", {"dlr_prod": {256: (1.0, 1.0), 4096: (0.01, 0.02)}}, "budget: DLR-prod best seed"),
+        (
+            "small N degrades",
+            {"dlr": {256: (0.99, 0.98), 1024: (0.02, 0.03), 4096: (0.8, 0.85)}},
+            "budget: DLR best seed",
+        ),
+    ]
+    + [
+        (claim, {"dlr": {256: (0.03, 0.04), 4096: (0.8, 0.85)}}, "control DLR 0.035 < 0.9")
+        for claim in ("DLR-ℝ fails SHIFT", "DLR-prod beats DLR", "small N degrades")
+    ],
+)
 def test_dlr_shift_length_claims_need_the_model_that_must_learn_off_r2_0(claim, changed, reason):
     """Each claim's control (DLR solves SHIFT at the shortest length) and the plateau of the model it needs to
     learn."""

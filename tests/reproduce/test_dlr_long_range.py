@@ -9,17 +9,20 @@ from seqdyn.reproduce import dlr_long_range as table3
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from tests.reproduce.helpers import assert_verdict, results, row
 
-
 #: the lengths of the hand-made runs (the controls' level, the constant answer, is measured at them: 0.119 on
 #: ListOps, a macro F1 of 0.328 on Pathfinder)
 LENGTHS = {table3.LISTOPS: 64, table3.PATHFINDER: 4096}
 
 
 def table(values: dict[str, dict[str, list[float]]]):
-    return results([row(value, task__name=task, task__params__seq_len=LENGTHS[task], model__mixer=model,
-                        train__seed=seed)
-                    for task, per_model in values.items() for model, per_seed in per_model.items()
-                    for seed, value in enumerate(per_seed)])
+    return results(
+        [
+            row(value, task__name=task, task__params__seq_len=LENGTHS[task], model__mixer=model, train__seed=seed)
+            for task, per_model in values.items()
+            for model, per_seed in per_model.items()
+            for seed, value in enumerate(per_seed)
+        ]
+    )
 
 
 def verdicts(data) -> list[str]:
@@ -27,20 +30,32 @@ def verdicts(data) -> list[str]:
 
 
 def test_the_papers_table_holds():
-    data = table({table3.LISTOPS: {"local_attention": [0.94, 0.93], "dss_exp": [0.838, 0.83], "dlr": [0.857, 0.86]},
-                  table3.PATHFINDER: {"local_attention": [0.952, 0.95], "dss_exp": [0.944, 0.94], "dlr": [0.968, 0.97]}})
+    data = table(
+        {
+            table3.LISTOPS: {"local_attention": [0.94, 0.93], "dss_exp": [0.838, 0.83], "dlr": [0.857, 0.86]},
+            table3.PATHFINDER: {"local_attention": [0.952, 0.95], "dss_exp": [0.944, 0.94], "dlr": [0.968, 0.97]},
+        }
+    )
     assert verdicts(data) == [HELD, HELD, HELD]
 
 
 def test_the_opposite_fails():
-    data = table({table3.LISTOPS: {"local_attention": [0.5, 0.5], "dss_exp": [0.9, 0.9], "dlr": [0.7, 0.7]},
-                  table3.PATHFINDER: {"local_attention": [0.9, 0.9], "dss_exp": [0.9, 0.9], "dlr": [0.5, 0.5]}})
+    data = table(
+        {
+            table3.LISTOPS: {"local_attention": [0.5, 0.5], "dss_exp": [0.9, 0.9], "dlr": [0.7, 0.7]},
+            table3.PATHFINDER: {"local_attention": [0.9, 0.9], "dss_exp": [0.9, 0.9], "dlr": [0.5, 0.5]},
+        }
+    )
     assert verdicts(data) == [FAILED, FAILED, FAILED]
 
 
 def test_seeds_on_both_sides_are_inconclusive():
-    data = table({table3.LISTOPS: {"local_attention": [0.9, 0.5], "dss_exp": [0.6, 0.7], "dlr": [0.5, 0.8]},
-                  table3.PATHFINDER: {"local_attention": [0.6, 0.7], "dss_exp": [0.6, 0.7], "dlr": [0.5, 0.9]}})
+    data = table(
+        {
+            table3.LISTOPS: {"local_attention": [0.9, 0.5], "dss_exp": [0.6, 0.7], "dlr": [0.5, 0.8]},
+            table3.PATHFINDER: {"local_attention": [0.6, 0.7], "dss_exp": [0.6, 0.7], "dlr": [0.5, 0.9]},
+        }
+    )
     assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
 
 
@@ -64,19 +79,24 @@ def test_the_cpu_sweeps_run_every_model_with_two_seeds_on_both_tasks():
         assert {run.model.mixer for run in runs} == set(table3.MODELS)
 
 
-TABLE3 = {table3.LISTOPS: {"local_attention": [0.94, 0.94], "dss_exp": [0.84, 0.84], "dlr": [0.86, 0.86]},
-          table3.PATHFINDER: {"local_attention": [0.95, 0.95], "dss_exp": [0.94, 0.94], "dlr": [0.97, 0.97]}}
+TABLE3 = {
+    table3.LISTOPS: {"local_attention": [0.94, 0.94], "dss_exp": [0.84, 0.84], "dlr": [0.86, 0.86]},
+    table3.PATHFINDER: {"local_attention": [0.95, 0.95], "dss_exp": [0.94, 0.94], "dlr": [0.97, 0.97]},
+}
 
 
-@pytest.mark.parametrize(("claim", "task", "changed", "verdict"), [
-    ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.85, 0.85]}, HELD),
-    ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.84, 0.84]}, HELD),  # a tie holds
-    ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.83, 0.83]}, FAILED),
-    ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.87, 0.87]}, HELD),
-    ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.85, 0.85]}, FAILED),
-    ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.96, 0.96]}, HELD),
-    ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.94, 0.94]}, FAILED),
-])
+@pytest.mark.parametrize(
+    ("claim", "task", "changed", "verdict"),
+    [
+        ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.85, 0.85]}, HELD),
+        ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.84, 0.84]}, HELD),  # a tie holds
+        ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.83, 0.83]}, FAILED),
+        ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.87, 0.87]}, HELD),
+        ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.85, 0.85]}, FAILED),
+        ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.96, 0.96]}, HELD),
+        ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.94, 0.94]}, FAILED),
+    ],
+)
 def test_dlr_long_range_claims_just_above_and_below_their_order(claim, task, changed, verdict):
     """Table 3's claims, no margin: one model a point either side of the one it is compared with."""
     values = {name: {**per_model, **(changed if name == task else {})} for name, per_model in TABLE3.items()}
@@ -108,8 +128,13 @@ def test_local_attention_on_the_listops_plateau_fails_the_control(scores, verdic
     data = table({table3.LISTOPS: {"local_attention": scores, "dss_exp": [0.6, 0.6], "dlr": [0.7, 0.7]}})
     for claim in table3.CLAIMS[:2]:
         outcome = claim.decide(data)
-        assert outcome.verdict == (verdict if claim.name == "ListOps: local attention > SSMs" else
-                                   INCONCLUSIVE if verdict == INCONCLUSIVE else HELD)
+        assert outcome.verdict == (
+            verdict
+            if claim.name == "ListOps: local attention > SSMs"
+            else INCONCLUSIVE
+            if verdict == INCONCLUSIVE
+            else HELD
+        )
         assert outcome.control["passed"] is (verdict == FAILED)
         assert outcome.control["threshold"] == pytest.approx(outcome.control["level"] + 0.05)
         if verdict == INCONCLUSIVE:

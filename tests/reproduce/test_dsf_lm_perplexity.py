@@ -16,7 +16,6 @@ from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
 from seqdyn.reproduce.runner import regenerate_command
 from tests.reproduce.helpers import assert_verdict, results, row
 
-
 #: the task parameters of the hand-made runs: bytes of the corpus :func:`uniform_corpus` writes
 CORPUS: dict[str, object] = {}
 #: its alphabet: 64 characters, each one byte, drawn uniformly
@@ -35,10 +34,16 @@ def uniform_corpus(tmp_path_factory):
 
 def perplexities(softmax: list[float], normalized: list[float], linear: list[float]):
     """Two learning rates per model and seed: the given perplexity and a worse one, on the uniform corpus."""
-    rows = [row(value + worse, model__mixer=mixer, optimizer__lr=lr, train__seed=seed, **CORPUS)
-            for mixer, values in (("softmax_attention", softmax), ("normalized_attention", normalized),
-                                  ("linear_attention", linear))
-            for seed, value in enumerate(values) for lr, worse in ((3e-3, 0.0), (1e-2, 5.0))]
+    rows = [
+        row(value + worse, model__mixer=mixer, optimizer__lr=lr, train__seed=seed, **CORPUS)
+        for mixer, values in (
+            ("softmax_attention", softmax),
+            ("normalized_attention", normalized),
+            ("linear_attention", linear),
+        )
+        for seed, value in enumerate(values)
+        for lr, worse in ((3e-3, 0.0), (1e-2, 5.0))
+    ]
     return results(rows)
 
 
@@ -85,14 +90,29 @@ def test_a_directory_or_a_file_is_the_corpus(tmp_path):
     assert table1.corpus_params(tmp_path) == {"data_dir": str(tmp_path)}
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ([], "--data: dsf_lm_perplexity at --scale cpu trains on a local corpus"),
-    (["--data", "/no/such/corpus"], "--data /no/such/corpus: no such file or directory"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([], "--data: dsf_lm_perplexity at --scale cpu trains on a local corpus"),
+        (["--data", "/no/such/corpus"], "--data /no/such/corpus: no such file or directory"),
+    ],
+)
 def test_a_missing_or_bad_corpus_is_one_line_and_exit_code_2(arguments, message, tmp_path):
     store = tmp_path / "runs.db"
-    result = CliRunner().invoke(app, ["reproduce", "dsf_lm_perplexity", "--scale", "cpu", "--store", str(store),
-                                      "--out", str(tmp_path / "out"), *arguments])
+    result = CliRunner().invoke(
+        app,
+        [
+            "reproduce",
+            "dsf_lm_perplexity",
+            "--scale",
+            "cpu",
+            "--store",
+            str(store),
+            "--out",
+            str(tmp_path / "out"),
+            *arguments,
+        ],
+    )
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1
     assert not store.exists() and not (tmp_path / "out").exists()
@@ -116,26 +136,30 @@ def test_the_cpu_scale_trains_bytes_of_the_given_file_for_1000_steps_with_two_se
 def test_the_regenerate_command_names_the_corpus_the_runs_read():
     lm = table1.REPRODUCTION
     on_file = results([row(6.0, task__params__path="data/shakespeare.txt", train__seed=seed) for seed in (0, 1)])
-    assert regenerate_command(lm, on_file) == ("seqdyn reproduce dsf_lm_perplexity --scale cpu "
-                                               "--data data/shakespeare.txt")
+    assert regenerate_command(lm, on_file) == (
+        "seqdyn reproduce dsf_lm_perplexity --scale cpu --data data/shakespeare.txt"
+    )
     two = results([row(6.0, task__params__path="a.txt"), row(6.0, task__params__data_dir="wiki")])
     assert regenerate_command(lm, two).endswith("--data PATH")
     assert regenerate_command(lm, results([row(6.0)], scale="smoke")).endswith("--scale smoke")
     assert regenerate_command(dlr_long_range.REPRODUCTION, on_file).endswith("--scale cpu")
 
 
-@pytest.mark.parametrize(("claim", "softmax", "normalized", "linear", "verdict"), [
-    # perplexity, lower is better: softmax ≤ normalized ≤ linear, margins 0
-    ("softmax < normalized", 20.0, 20.25, 40.0, HELD),
-    ("softmax < normalized", 20.0, 20.0, 40.0, HELD),        # a tie holds
-    ("softmax < normalized", 20.25, 20.0, 40.0, FAILED),
-    ("normalized < linear", 20.0, 34.0, 34.25, HELD),
-    ("normalized < linear", 20.0, 34.25, 34.0, FAILED),
-    # "close 25 % of the perplexity gap": (40 − 34.75) / (40 − 20) = 0.2625, (40 − 35.25) / 20 = 0.2375
-    ("a quarter of the gap", 20.0, 34.75, 40.0, HELD),
-    ("a quarter of the gap", 20.0, 35.0, 40.0, HELD),         # exactly 0.25
-    ("a quarter of the gap", 20.0, 35.25, 40.0, FAILED),
-])
+@pytest.mark.parametrize(
+    ("claim", "softmax", "normalized", "linear", "verdict"),
+    [
+        # perplexity, lower is better: softmax ≤ normalized ≤ linear, margins 0
+        ("softmax < normalized", 20.0, 20.25, 40.0, HELD),
+        ("softmax < normalized", 20.0, 20.0, 40.0, HELD),  # a tie holds
+        ("softmax < normalized", 20.25, 20.0, 40.0, FAILED),
+        ("normalized < linear", 20.0, 34.0, 34.25, HELD),
+        ("normalized < linear", 20.0, 34.25, 34.0, FAILED),
+        # "close 25 % of the perplexity gap": (40 − 34.75) / (40 − 20) = 0.2625, (40 − 35.25) / 20 = 0.2375
+        ("a quarter of the gap", 20.0, 34.75, 40.0, HELD),
+        ("a quarter of the gap", 20.0, 35.0, 40.0, HELD),  # exactly 0.25
+        ("a quarter of the gap", 20.0, 35.25, 40.0, FAILED),
+    ],
+)
 def test_dsf_lm_perplexity_claims_just_above_and_below_their_thresholds(claim, softmax, normalized, linear, verdict):
     """Seed 000 Table 1's claims one perplexity past the order or the share 25 % (one seed, no spread)."""
     data = perplexities([softmax], [normalized], [linear])

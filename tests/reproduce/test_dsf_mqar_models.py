@@ -21,17 +21,30 @@ def table(accuracy: dict[str, list[float]], tasks=TASKS, lrs=(1e-3, 1e-2), drop:
             for seed, value in enumerate(per_seed):
                 for lr in lrs:
                     failed = drop == mixer and (seq_len, pairs) == tasks[0] and seed == 0 and lr == lrs[0]
-                    rows.append(row(None if failed else value if lr == lrs[-1] else value / 2,
-                                    status="failed" if failed else "finished",
-                                    reason="out of memory" if failed else None,
-                                    model__mixer=mixer, model__d_model=64, model__mixer_options__state_dim=32,
-                                    task__params__seq_len=seq_len, task__params__num_kv_pairs=pairs,
-                                    optimizer__lr=lr, train__seed=seed))
+                    rows.append(
+                        row(
+                            None if failed else value if lr == lrs[-1] else value / 2,
+                            status="failed" if failed else "finished",
+                            reason="out of memory" if failed else None,
+                            model__mixer=mixer,
+                            model__d_model=64,
+                            model__mixer_options__state_dim=32,
+                            task__params__seq_len=seq_len,
+                            task__params__num_kv_pairs=pairs,
+                            optimizer__lr=lr,
+                            train__seed=seed,
+                        )
+                    )
     return results(rows)
 
 
-PAPER_LIKE = {"softmax_attention": [1.0, 0.995], "linear_attention": [0.40, 0.42], "normalized_attention": [0.80, 0.82],
-              "s6": [0.79, 0.83], "ssd": [0.85, 0.86]}
+PAPER_LIKE = {
+    "softmax_attention": [1.0, 0.995],
+    "linear_attention": [0.40, 0.42],
+    "normalized_attention": [0.80, 0.82],
+    "s6": [0.79, 0.83],
+    "ssd": [0.85, 0.86],
+}
 
 
 def verdicts(data) -> dict[str, str]:
@@ -43,8 +56,13 @@ def test_every_claim_holds_on_the_papers_picture():
 
 
 def test_every_comparison_fails_on_the_opposite_picture_unless_the_control_failed():
-    opposite = {"softmax_attention": [1.0, 0.995], "linear_attention": [0.9, 0.91], "normalized_attention": [0.5, 0.5],
-                "s6": [0.95, 0.96], "ssd": [0.4, 0.41]}
+    opposite = {
+        "softmax_attention": [1.0, 0.995],
+        "linear_attention": [0.9, 0.91],
+        "normalized_attention": [0.5, 0.5],
+        "s6": [0.95, 0.96],
+        "ssd": [0.4, 0.41],
+    }
     assert verdicts(table(opposite)) == {**{claim.name: FAILED for claim in fig.CLAIMS}, "softmax ≈ 100 %": HELD}
     unsolved = verdicts(table({**opposite, "softmax_attention": [0.6, 0.62]}))
     assert unsolved.pop("softmax ≈ 100 %") == FAILED
@@ -52,8 +70,13 @@ def test_every_comparison_fails_on_the_opposite_picture_unless_the_control_faile
 
 
 def test_claims_inside_the_seed_spread_are_inconclusive():
-    spread = {"softmax_attention": [1.0, 0.5], "linear_attention": [0.40, 0.70], "normalized_attention": [0.50, 0.75],
-              "s6": [0.40, 0.99], "ssd": [0.40, 0.80]}
+    spread = {
+        "softmax_attention": [1.0, 0.5],
+        "linear_attention": [0.40, 0.70],
+        "normalized_attention": [0.50, 0.75],
+        "s6": [0.40, 0.99],
+        "ssd": [0.40, 0.80],
+    }
     assert set(verdicts(table(spread)).values()) == {INCONCLUSIVE}
 
 
@@ -66,8 +89,12 @@ def test_a_failed_run_leaves_its_claims_inconclusive():
 
 def test_the_paper_scale_is_the_papers_protocol():
     sweeps = fig.REPRODUCTION.sweeps("paper")
-    assert [(s.task.params["seq_len"], s.task.params["num_kv_pairs"]) for s in sweeps] == [(64, 4), (128, 8),
-                                                                                           (256, 16), (512, 64)]
+    assert [(s.task.params["seq_len"], s.task.params["num_kv_pairs"]) for s in sweeps] == [
+        (64, 4),
+        (128, 8),
+        (256, 16),
+        (512, 64),
+    ]
     runs = [run for sweep in sweeps for run in sweep.expand()]
     # softmax: 4 widths; the four others: 4 widths × 4 state sizes; each at 4 learning rates, on 4 tasks
     assert len(runs) == 4 * 4 * (4 + 4 * 16)
@@ -85,36 +112,51 @@ def test_the_escape_table_names_where_each_seed_left_the_plateau():
     """Per model and seed, the best run's first evaluation above the plateau (0.25 with 4 pairs) + 0.05."""
     from seqdyn.reproduce.protocols.zoology import escape_table
 
-    rows = [row(best, model__mixer=mixer, model__d_model=64, model__mixer_options__state_dim=32,
-                task__params__seq_len=64, task__params__num_kv_pairs=4, optimizer__lr=lr, train__seed=seed,
-                steps=curve[-1][0], curve=curve)
-            for mixer, seed, lr, best, curve in [
-                ("ssd", 0, 1e-3, 0.99, ((250, 0.25), (500, 0.31), (750, 0.99))),
-                ("ssd", 0, 1e-2, 0.26, ((250, 0.25), (500, 0.26))),
-                ("ssd", 1, 1e-3, 0.30, ((250, 0.25), (500, 0.30), (1000, 0.29)))]]
+    rows = [
+        row(
+            best,
+            model__mixer=mixer,
+            model__d_model=64,
+            model__mixer_options__state_dim=32,
+            task__params__seq_len=64,
+            task__params__num_kv_pairs=4,
+            optimizer__lr=lr,
+            train__seed=seed,
+            steps=curve[-1][0],
+            curve=curve,
+        )
+        for mixer, seed, lr, best, curve in [
+            ("ssd", 0, 1e-3, 0.99, ((250, 0.25), (500, 0.31), (750, 0.99))),
+            ("ssd", 0, 1e-2, 0.26, ((250, 0.25), (500, 0.26))),
+            ("ssd", 1, 1e-3, 0.30, ((250, 0.25), (500, 0.30), (1000, 0.29))),
+        ]
+    ]
     lines = escape_table(results(rows), {"ssd": "SSD"}).splitlines()
     assert lines[0] == "| task | model | seed 0 | seed 1 |"
     assert lines[2] == "| L=64, KV=4 | SSD | left at step 500 (0.99) | not by step 1,000 (0.30) |"
 
 
-@pytest.mark.parametrize(("claim", "changed", "verdict"), [
-    # "outperforms": normalized ≥ linear + 0.05 on every task
-    ("normalized > linear", {"normalized_attention": [0.8, 0.8], "linear_attention": [0.74, 0.74]}, HELD),
-    ("normalized > linear", {"normalized_attention": [0.8, 0.8], "linear_attention": [0.76, 0.76]}, FAILED),
-    ("normalized > linear", {"normalized_attention": [0.82, 0.78], "linear_attention": [0.74, 0.74]}, INCONCLUSIVE),
-    # "on par": |normalized − S6| ≤ 0.05
-    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.84, 0.84]}, HELD),
-    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.76, 0.76]}, HELD),
-    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.86, 0.86]}, FAILED),
-    ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.74, 0.74]}, FAILED),
-    # "slightly outperforms": SSD ≥ S6, no margin
-    ("SSD ≥ S6", {"ssd": [0.8, 0.8], "s6": [0.79, 0.79]}, HELD),
-    ("SSD ≥ S6", {"ssd": [0.8, 0.8], "s6": [0.81, 0.81]}, FAILED),
-    # Zoology's early stop: every seed ≥ 0.99
-    ("softmax ≈ 100 %", {"softmax_attention": [0.99, 0.99]}, HELD),
-    ("softmax ≈ 100 %", {"softmax_attention": [0.989, 0.989]}, FAILED),
-    ("softmax ≈ 100 %", {"softmax_attention": [0.989, 0.991]}, INCONCLUSIVE),
-])
+@pytest.mark.parametrize(
+    ("claim", "changed", "verdict"),
+    [
+        # "outperforms": normalized ≥ linear + 0.05 on every task
+        ("normalized > linear", {"normalized_attention": [0.8, 0.8], "linear_attention": [0.74, 0.74]}, HELD),
+        ("normalized > linear", {"normalized_attention": [0.8, 0.8], "linear_attention": [0.76, 0.76]}, FAILED),
+        ("normalized > linear", {"normalized_attention": [0.82, 0.78], "linear_attention": [0.74, 0.74]}, INCONCLUSIVE),
+        # "on par": |normalized − S6| ≤ 0.05
+        ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.84, 0.84]}, HELD),
+        ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.76, 0.76]}, HELD),
+        ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.86, 0.86]}, FAILED),
+        ("normalized ≈ S6", {"normalized_attention": [0.8, 0.8], "s6": [0.74, 0.74]}, FAILED),
+        # "slightly outperforms": SSD ≥ S6, no margin
+        ("SSD ≥ S6", {"ssd": [0.8, 0.8], "s6": [0.79, 0.79]}, HELD),
+        ("SSD ≥ S6", {"ssd": [0.8, 0.8], "s6": [0.81, 0.81]}, FAILED),
+        # Zoology's early stop: every seed ≥ 0.99
+        ("softmax ≈ 100 %", {"softmax_attention": [0.99, 0.99]}, HELD),
+        ("softmax ≈ 100 %", {"softmax_attention": [0.989, 0.989]}, FAILED),
+        ("softmax ≈ 100 %", {"softmax_attention": [0.989, 0.991]}, INCONCLUSIVE),
+    ],
+)
 def test_dsf_mqar_models_claims_just_above_and_below_their_thresholds(claim, changed, verdict):
     """Seed 000 Fig. 2 / Fig. 5's claims one mixer past the margin 0.05, the tolerance 0.05, SSD's order or the
     early stop 0.99 (the paper's picture elsewhere)."""
@@ -124,16 +166,23 @@ def test_dsf_mqar_models_claims_just_above_and_below_their_thresholds(claim, cha
 def test_a_model_that_never_left_the_plateau_makes_a_failed_claim_inconclusive_for_its_budget():
     """The cpu run of 6db3862: normalized attention 0.26–0.27 on {64, 4}, where copying a value from the context
     scores 1/4, against linear attention 0.99 and 0.74: not a comparison yet."""
-    published = {"softmax_attention": [1.0, 1.0], "linear_attention": [0.99, 0.74], "normalized_attention": [0.26, 0.27],
-                 "s6": [0.87, 0.26], "ssd": [0.25, 0.26]}
+    published = {
+        "softmax_attention": [1.0, 1.0],
+        "linear_attention": [0.99, 0.74],
+        "normalized_attention": [0.26, 0.27],
+        "s6": [0.87, 0.26],
+        "ssd": [0.25, 0.26],
+    }
     data = table(published, tasks=((64, 4),))
     outcome = {claim.name: claim.decide(data) for claim in fig.CLAIMS}
     assert outcome["normalized > linear"].verdict == INCONCLUSIVE
-    assert outcome["normalized > linear"].reason.startswith("budget: normalized best seed 0.27 within 0.05 of the "
-                                                            "plateau 0.25")
+    assert outcome["normalized > linear"].reason.startswith(
+        "budget: normalized best seed 0.27 within 0.05 of the plateau 0.25"
+    )
     assert "seed 1: step" in outcome["normalized > linear"].reason
     assert outcome["SSD ≥ S6"].verdict != FAILED
     # the same failure from a model that left the plateau stands
     left = dict(published, normalized_attention=[0.45, 0.47])
-    assert {claim.name: claim.decide(table(left, tasks=((64, 4),))).verdict
-            for claim in fig.CLAIMS}["normalized > linear"] == FAILED
+    assert {claim.name: claim.decide(table(left, tasks=((64, 4),))).verdict for claim in fig.CLAIMS}[
+        "normalized > linear"
+    ] == FAILED

@@ -12,26 +12,41 @@ from tests.reproduce.helpers import assert_verdict, results, row
 
 def table(qlstm: list[float], s6: list[float], softmax: float = 1.0):
     """Both variants per seed on two tasks and widths, and softmax attention (the control) at ``softmax``."""
-    rows = [row(value, model__mixer=mixer, model__d_model=d, task__params__seq_len=seq_len,
-                task__params__num_kv_pairs=pairs, optimizer__lr=1e-3, train__seed=seed)
-            for mixer, values in (("qlstm", qlstm), ("qlstm_s6", s6), ("softmax_attention", [softmax] * len(qlstm)))
-            for seq_len, pairs in ((64, 4), (128, 8)) for d in (64, 128) for seed, value in enumerate(values)]
+    rows = [
+        row(
+            value,
+            model__mixer=mixer,
+            model__d_model=d,
+            task__params__seq_len=seq_len,
+            task__params__num_kv_pairs=pairs,
+            optimizer__lr=1e-3,
+            train__seed=seed,
+        )
+        for mixer, values in (("qlstm", qlstm), ("qlstm_s6", s6), ("softmax_attention", [softmax] * len(qlstm)))
+        for seq_len, pairs in ((64, 4), (128, 8))
+        for d in (64, 128)
+        for seed, value in enumerate(values)
+    ]
     return results(rows)
 
 
-@pytest.mark.parametrize(("qlstm", "s6", "verdict"), [
-    ([0.5, 0.52], [0.8, 0.81], HELD),
-    ([0.8, 0.81], [0.5, 0.52], FAILED),
-    ([0.5, 0.9], [0.6, 0.7], INCONCLUSIVE),
-])
+@pytest.mark.parametrize(
+    ("qlstm", "s6", "verdict"),
+    [
+        ([0.5, 0.52], [0.8, 0.81], HELD),
+        ([0.8, 0.81], [0.5, 0.52], FAILED),
+        ([0.5, 0.9], [0.6, 0.7], INCONCLUSIVE),
+    ],
+)
 def test_the_s6_transition_claim(qlstm, s6, verdict):
     assert fig.CLAIMS[0].decide(table(qlstm, s6)).verdict == verdict
 
 
-@pytest.mark.parametrize(("qlstm", "s6", "verdict"), [
-    ([0.5], [0.51], HELD), ([0.5], [0.5], HELD), ([0.5], [0.49], FAILED)])
+@pytest.mark.parametrize(
+    ("qlstm", "s6", "verdict"), [([0.5], [0.51], HELD), ([0.5], [0.5], HELD), ([0.5], [0.49], FAILED)]
+)
 def test_dsf_qlstm_transition_claim_just_above_and_below_its_order(qlstm, s6, verdict):
-    """"qLSTM with the S6 transition > qLSTM", no margin: one point either side (one seed), a tie holds."""
+    """ "qLSTM with the S6 transition > qLSTM", no margin: one point either side (one seed), a tie holds."""
     assert_verdict(fig.CLAIMS, "S6 transition > qLSTM's", table(qlstm, s6), verdict)
 
 
@@ -54,8 +69,12 @@ def test_the_softmax_control_shares_its_runs_with_dsf_mqar_models(scale):
     from seqdyn.reproduce.runner import named_sweeps
 
     def softmax_ids(reproduction) -> set[str]:
-        return {run.run_id for sweep in named_sweeps(reproduction, scale) for run in sweep.expand()
-                if run.model.mixer == "softmax_attention"}
+        return {
+            run.run_id
+            for sweep in named_sweeps(reproduction, scale)
+            for run in sweep.expand()
+            if run.model.mixer == "softmax_attention"
+        }
 
     control = softmax_ids(fig.REPRODUCTION)
     assert control and control <= softmax_ids(dsf_mqar_models.REPRODUCTION)

@@ -15,12 +15,30 @@ def table(softmax: list[float], linear: dict[int, list[float]]):
     rows = []
     for lr in (1e-3, 1e-2):
         factor = 1.0 if lr == 1e-2 else 0.5
-        rows += [row(value * factor, model__mixer="softmax_attention", task__params__seq_len=64,
-                     task__params__num_kv_pairs=8, optimizer__lr=lr, train__seed=seed)
-                 for seed, value in enumerate(softmax)]
-        rows += [row(value * factor, model__mixer="linear_attention", model__mixer_options__state_dim=n,
-                     task__params__seq_len=64, task__params__num_kv_pairs=8, optimizer__lr=lr, train__seed=seed)
-                 for n, values in linear.items() for seed, value in enumerate(values)]
+        rows += [
+            row(
+                value * factor,
+                model__mixer="softmax_attention",
+                task__params__seq_len=64,
+                task__params__num_kv_pairs=8,
+                optimizer__lr=lr,
+                train__seed=seed,
+            )
+            for seed, value in enumerate(softmax)
+        ]
+        rows += [
+            row(
+                value * factor,
+                model__mixer="linear_attention",
+                model__mixer_options__state_dim=n,
+                task__params__seq_len=64,
+                task__params__num_kv_pairs=8,
+                optimizer__lr=lr,
+                train__seed=seed,
+            )
+            for n, values in linear.items()
+            for seed, value in enumerate(values)
+        ]
     return results(rows)
 
 
@@ -39,7 +57,10 @@ def test_the_opposite_fails():
 def test_a_softmax_that_did_not_solve_the_task_leaves_the_comparisons_inconclusive():
     """Softmax attention is the control: below Zoology's 0.99 the linear-attention claims decide nothing."""
     assert verdicts(table([0.6, 0.61], {4: [0.9, 0.91], 16: [0.5, 0.5], 64: [0.2, 0.21]})) == [
-        INCONCLUSIVE, INCONCLUSIVE, FAILED]
+        INCONCLUSIVE,
+        INCONCLUSIVE,
+        FAILED,
+    ]
 
 
 def test_linear_attention_on_the_plateau_leaves_the_comparisons_inconclusive_for_the_budget():
@@ -78,25 +99,27 @@ def test_small_n_pilot_is_the_cpu_scale_at_n_4_and_16_but_its_feature_map():
     pilot, cpu = pilot_and_scale_runs("linear_attention_relu_small_n.yaml", fig.REPRODUCTION)
     key = ("model.mixer", "model.mixer_options.state_dim", "train.seed")
     relu = runs_by_key(cpu, mixer_options={"feature_map": "relu"}, key=key, task_params=FILLERS_THEN)
-    expected = {k: run for k, run in relu.items() if k[0] == "linear_attention" and k[1] in (4, 16)
-                and k[2] < 2}
+    expected = {k: run for k, run in relu.items() if k[0] == "linear_attention" and k[1] in (4, 16) and k[2] < 2}
     assert {c.model.mixer_options["feature_map"] for c in pilot} == {"relu"}
     assert runs_by_key(pilot, key=key) == expected and len(expected) == 4
 
 
-@pytest.mark.parametrize(("claim", "softmax", "linear", "verdict"), [
-    # "the larger n, the more expressivity": the largest n ≥ the smallest, no margin
-    ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.51, 0.51]}, HELD),
-    ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.5, 0.5]}, HELD),  # a tie holds
-    ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.49, 0.49]}, FAILED),
-    # "converges to softmax": within 0.05 at the largest n
-    ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.96, 0.96]}, HELD),
-    ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.94, 0.94]}, FAILED),
-    ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.95, 0.93]}, INCONCLUSIVE),
-    # Zoology's early stop: every seed ≥ 0.99
-    ("softmax ≈ 100 %", [0.99, 0.99], {4: [0.5, 0.5], 64: [0.96, 0.96]}, HELD),
-    ("softmax ≈ 100 %", [0.989, 0.989], {4: [0.5, 0.5], 64: [0.96, 0.96]}, FAILED),
-])
+@pytest.mark.parametrize(
+    ("claim", "softmax", "linear", "verdict"),
+    [
+        # "the larger n, the more expressivity": the largest n ≥ the smallest, no margin
+        ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.51, 0.51]}, HELD),
+        ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.5, 0.5]}, HELD),  # a tie holds
+        ("linear rises with n", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.49, 0.49]}, FAILED),
+        # "converges to softmax": within 0.05 at the largest n
+        ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.96, 0.96]}, HELD),
+        ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.94, 0.94]}, FAILED),
+        ("linear → softmax", [1.0, 1.0], {4: [0.5, 0.5], 64: [0.95, 0.93]}, INCONCLUSIVE),
+        # Zoology's early stop: every seed ≥ 0.99
+        ("softmax ≈ 100 %", [0.99, 0.99], {4: [0.5, 0.5], 64: [0.96, 0.96]}, HELD),
+        ("softmax ≈ 100 %", [0.989, 0.989], {4: [0.5, 0.5], 64: [0.96, 0.96]}, FAILED),
+    ],
+)
 def test_dsf_state_expansion_claims_just_above_and_below_their_thresholds(claim, softmax, linear, verdict):
     """Seed 000 Fig. 1's claims one setting past the order, the tolerance 0.05 or the early stop 0.99."""
     assert_verdict(fig.CLAIMS, claim, table(softmax, linear), verdict)

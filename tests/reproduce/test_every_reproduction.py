@@ -33,8 +33,11 @@ def test_smoke_writes_every_output_with_one_verdict_per_claim(name, tmp_path):
     for claim, recorded in zip(reproduction.claims, verdict["claims"]):  # each control recorded and listed
         assert bool(recorded["control"]) is (claim.control is not None)
         if claim.control is not None:
-            line = next(line for line in table.splitlines() if line.startswith(f"- *{claim.name}*: "
-                                                                                f"{claim.control.description} — "))
+            line = next(
+                line
+                for line in table.splitlines()
+                if line.startswith(f"- *{claim.name}*: {claim.control.description} — ")
+            )
             assert ("(the measured level " in line) is (recorded["control"].get("level") is not None)
     assert (written.folder / "figure.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -25,8 +25,12 @@ def computed() -> Results:
 
 
 def _with(results: Results, lemma: str, value: float, setting: str | None = None) -> Results:
-    rows = tuple({**row, "check.value": value} if row["check.lemma"] == lemma
-                 and setting in (None, row["check.setting"]) else row for row in results.rows)
+    rows = tuple(
+        {**row, "check.value": value}
+        if row["check.lemma"] == lemma and setting in (None, row["check.setting"])
+        else row
+        for row in results.rows
+    )
     return dataclasses.replace(results, rows=rows)
 
 
@@ -45,12 +49,20 @@ def test_every_claim_holds_on_the_smoke_computation(computed):
 CLAIM_OF = dict(zip(lc.LEMMAS, (claim.name for claim in lc.CLAIMS)))
 
 
-@pytest.mark.parametrize(("lemma", "value", "setting"), [
-    ("taylor", 0.05, None),  # every degree as large: above 1e-2 and not falling
-    ("taylor", 0.02, "p = 5"),  # p = 10's error (smoke: about 4e-3) is then not a tenth of p = 5's
-    ("s6", 1e-6, None), ("state", 1e-9, "s6"), ("positions", 1e-9, "Λ = I"), ("positions", 1e-8, "Λ diagonal"),
-    ("variance", 1.06, "K = 4, b = 2.0"), ("convex", 1e-9, "sigmoid"), ("dlr", 1e-8, None),
-])
+@pytest.mark.parametrize(
+    ("lemma", "value", "setting"),
+    [
+        ("taylor", 0.05, None),  # every degree as large: above 1e-2 and not falling
+        ("taylor", 0.02, "p = 5"),  # p = 10's error (smoke: about 4e-3) is then not a tenth of p = 5's
+        ("s6", 1e-6, None),
+        ("state", 1e-9, "s6"),
+        ("positions", 1e-9, "Λ = I"),
+        ("positions", 1e-8, "Λ diagonal"),
+        ("variance", 1.06, "K = 4, b = 2.0"),
+        ("convex", 1e-9, "sigmoid"),
+        ("dlr", 1e-8, None),
+    ],
+)
 def test_each_claim_fails_where_its_number_misses_the_threshold_and_only_that_claim(computed, lemma, value, setting):
     verdicts = _verdicts(_with(computed, lemma, value, setting))
     assert verdicts.pop(CLAIM_OF[lemma]) == FAILED
@@ -65,7 +77,8 @@ def test_a_claim_without_its_computation_is_inconclusive(computed, lemma):
 def test_taylor_attention_approaches_softmax_and_a_broken_feature_map_does_not():
     assert lc.taylor_coefficient_error(10, seed=0) <= lc.TAYLOR_ERROR
     assert lc.taylor_coefficient_error(10, seed=0, features=taylor) == pytest.approx(
-        lc.taylor_coefficient_error(10, seed=0), abs=1e-12)
+        lc.taylor_coefficient_error(10, seed=0), abs=1e-12
+    )
     assert lc.taylor_coefficient_error(10, seed=0, features=lambda x, p: 3 * taylor(x, p)) <= lc.TAYLOR_ERROR  # η
     without_constant = lambda x, p: torch.cat([2 * taylor(x, p)[..., :1], taylor(x, p)[..., 1:]], dim=-1)  # noqa: E731
     assert lc.taylor_coefficient_error(10, seed=0, features=without_constant) > 10 * lc.TAYLOR_ERROR
@@ -82,8 +95,12 @@ def test_eq22_needs_a_scalar_a_and_its_own_exponent():
 
 
 def test_lemma2_fails_when_the_larger_system_reads_its_extra_states():
-    system = DSF(*(torch.randn(*shape, dtype=torch.float64) * 0.3 for shape in
-                   ((1, 1, 6, 3, 3), (1, 1, 6, 3, 2), (1, 1, 6, 2, 3), (1, 1, 6, 2, 2))))
+    system = DSF(
+        *(
+            torch.randn(*shape, dtype=torch.float64) * 0.3
+            for shape in ((1, 1, 6, 3, 3), (1, 1, 6, 3, 2), (1, 1, 6, 2, 3), (1, 1, 6, 2, 2))
+        )
+    )
     u = torch.randn(1, 6, 1, 2, dtype=torch.float64)
     larger = lc.expand_state(system, 4, seed=0)
     assert lc.recovery_error(system, larger, u) <= lc.IDENTITY_ROUNDOFF
@@ -104,7 +121,7 @@ def test_lemma3_spread_is_zero_for_an_identity_lambda_given_as_a_decay():
 
 def test_lemma5_ratio_is_one_for_unit_variances_and_four_for_variance_two():
     assert abs(lc.dot_product_variance_ratio(8, 0.5, 100_000, seed=0) - 1) <= lc.VARIANCE_TOLERANCE
-    assert lc.dot_product_variance_ratio(8, 0.5, 100_000, seed=0, std=2 ** 0.5) == pytest.approx(4, rel=0.1)
+    assert lc.dot_product_variance_ratio(8, 0.5, 100_000, seed=0, std=2**0.5) == pytest.approx(4, rel=0.1)
 
 
 def test_corollary61_fails_for_a_signed_readout():

@@ -9,23 +9,45 @@ import pytest
 
 from seqdyn.analysis.model import HeadReport
 from seqdyn.reproduce import get
-from seqdyn.reproduce.protocols.mad import (LARGE, MAX_ZEROS, NEAR_ZERO, PAPER_MIN_LR, TRANSFORMER_BLOCK, ZERO_BOUND,
-                                            Budget, best_runs, mad_score, mad_sweeps, measure_coefficients,
-                                            measured_score)
+from seqdyn.reproduce.protocols.mad import (
+    LARGE,
+    MAX_ZEROS,
+    NEAR_ZERO,
+    PAPER_MIN_LR,
+    TRANSFORMER_BLOCK,
+    ZERO_BOUND,
+    Budget,
+    best_runs,
+    mad_score,
+    mad_sweeps,
+    measure_coefficients,
+    measured_score,
+)
 from seqdyn.reproduce.runner import run
 from tests.reproduce.helpers import results, row
 
 
 def test_one_sweep_per_task_over_models_lrs_weight_decays_and_seeds():
     models = [{**TRANSFORMER_BLOCK, "mixer": "softmax_attention"}, {**TRANSFORMER_BLOCK, "mixer": "linear_attention"}]
-    tasks = {"memorization": {"vocab_size": 64, "seq_len": 16}, "selective_copying": {"seq_len": 32, "num_tokens_to_copy": 4}}
-    sweeps = mad_sweeps("part", models, tasks, lrs=(1e-4, 1e-3), weight_decays=(0.0, 0.1), seeds=(0, 1, 2),
-                        budget=Budget(epochs=None, steps=10, width=32))
+    tasks = {
+        "memorization": {"vocab_size": 64, "seq_len": 16},
+        "selective_copying": {"seq_len": 32, "num_tokens_to_copy": 4},
+    }
+    sweeps = mad_sweeps(
+        "part",
+        models,
+        tasks,
+        lrs=(1e-4, 1e-3),
+        weight_decays=(0.0, 0.1),
+        seeds=(0, 1, 2),
+        budget=Budget(epochs=None, steps=10, width=32),
+    )
     assert [sweep.name for sweep in sweeps] == ["part-memorization", "part-selective_copying"]
     runs = sweeps[1].expand()
     assert len(runs) == 2 * 2 * 2 * 3
-    assert {(c.optimizer.lr, c.optimizer.weight_decay) for c in runs} == {(a, b) for a in (1e-4, 1e-3)
-                                                                           for b in (0.0, 0.1)}
+    assert {(c.optimizer.lr, c.optimizer.weight_decay) for c in runs} == {
+        (a, b) for a in (1e-4, 1e-3) for b in (0.0, 0.1)
+    }
     config = runs[0]
     assert config.task.name == "selective_copying" and config.task.params["seq_len"] == 32
     assert config.schedule.min_lr == PAPER_MIN_LR and config.train.early_stop.threshold == 0.999
@@ -34,10 +56,20 @@ def test_one_sweep_per_task_over_models_lrs_weight_decays_and_seeds():
 
 def grid(values: dict[tuple[str, int], list[float]]):
     """Two weight decays per (task, seq_len) setting and seed: the given accuracy and a worse one."""
-    return results([row(value - worse, task__name=task, task__params__seq_len=length, optimizer__weight_decay=wd,
-                        train__seed=seed)
-                    for (task, length), per_seed in values.items() for seed, value in enumerate(per_seed)
-                    for wd, worse in ((0.0, 0.3), (0.1, 0.0))])
+    return results(
+        [
+            row(
+                value - worse,
+                task__name=task,
+                task__params__seq_len=length,
+                optimizer__weight_decay=wd,
+                train__seed=seed,
+            )
+            for (task, length), per_seed in values.items()
+            for seed, value in enumerate(per_seed)
+            for wd, worse in ((0.0, 0.3), (0.1, 0.0))
+        ]
+    )
 
 
 def test_the_mad_score_averages_the_best_of_the_grid_over_a_tasks_settings():
@@ -66,13 +98,29 @@ def test_the_best_runs_of_a_reproduction_carry_their_coefficient_measurements(tm
     assert all(0.0 <= float(r[NEAR_ZERO]) <= 1.0 for r in rows)
 
 
-def head(layer: int, near_zero: float | None, large: float | None, mean_zeros: float | None = None,
-         zero_bound: int | None = None) -> HeadReport:
+def head(
+    layer: int,
+    near_zero: float | None,
+    large: float | None,
+    mean_zeros: float | None = None,
+    zero_bound: int | None = None,
+) -> HeadReport:
     """One head's report with the fractions and Fig. 9's count given by hand."""
-    return HeadReport(layer=layer, module=f"blocks.{layer}.mixer", mixer="custom", head=0, key_dim=None,
-                      readout="identity" if zero_bound is not None else "exp", near_zero_fraction=near_zero,
-                      large_fraction=large, max_zero_count=None, mean_zero_count=mean_zeros, zero_bound=zero_bound,
-                      class_shares=None, spectral_bound=None)
+    return HeadReport(
+        layer=layer,
+        module=f"blocks.{layer}.mixer",
+        mixer="custom",
+        head=0,
+        key_dim=None,
+        readout="identity" if zero_bound is not None else "exp",
+        near_zero_fraction=near_zero,
+        large_fraction=large,
+        max_zero_count=None,
+        mean_zero_count=mean_zeros,
+        zero_bound=zero_bound,
+        class_shares=None,
+        spectral_bound=None,
+    )
 
 
 def measured(monkeypatch, heads: list[HeadReport]) -> dict:
@@ -86,9 +134,11 @@ def measured(monkeypatch, heads: list[HeadReport]) -> dict:
             return "inputs", None
 
     monkeypatch.setattr(seqdyn.train.checkpoint, "load_trained", lambda store, run_id: (None, Task(), "model"))
-    monkeypatch.setattr(seqdyn.analysis.model, "inspect_model",
-                        lambda model, inputs, spectral: heads if (model, inputs, spectral) == ("model", "inputs",
-                                                                                               False) else [])
+    monkeypatch.setattr(
+        seqdyn.analysis.model,
+        "inspect_model",
+        lambda model, inputs, spectral: heads if (model, inputs, spectral) == ("model", "inputs", False) else [],
+    )
     return measure_coefficients(store=None, row={"run_id": "r"})
 
 
@@ -97,8 +147,12 @@ def test_measure_coefficients_averages_the_fractions_over_layers_and_heads(monke
     0.1, 0.4 and 0.7 is 0.4 (the minimum would be 0.1), of 0.9, 0.5 and 0.2 is 1.6 / 3; a head without scalar
     coefficients (None) is left out; Fig. 9's count is the largest of the identity heads' and the bound the
     smallest K − 1."""
-    heads = [head(0, 0.1, 0.9, mean_zeros=2.5, zero_bound=7), head(0, None, None), head(1, 0.4, 0.5),
-             head(1, 0.7, 0.2, mean_zeros=1.0, zero_bound=3)]
+    heads = [
+        head(0, 0.1, 0.9, mean_zeros=2.5, zero_bound=7),
+        head(0, None, None),
+        head(1, 0.4, 0.5),
+        head(1, 0.7, 0.2, mean_zeros=1.0, zero_bound=3),
+    ]
     values = measured(monkeypatch, heads)
     assert values[NEAR_ZERO] == pytest.approx((0.1 + 0.4 + 0.7) / 3, rel=1e-15)
     assert values[LARGE] == pytest.approx((0.9 + 0.5 + 0.2) / 3, rel=1e-15)
@@ -121,8 +175,9 @@ def test_the_plateau_is_the_better_of_a_constant_answer_and_copying_from_the_con
     assert 0.1 < plateau_level("selective_copying", vocab_size=16, seq_len=64, num_tokens_to_copy=8) < 0.25
     fuzzy = plateau_level("fuzzy_in_context_recall", vocab_size=16, seq_len=64, k_motif_size=3, v_motif_size=3)
     assert 0.1 < fuzzy < 0.3
-    assert plateau_level("fuzzy_in_context_recall", seed=1, vocab_size=16, seq_len=64, k_motif_size=3,
-                         v_motif_size=3) == pytest.approx(fuzzy, abs=0.02)  # a property of the task, not the draw
+    assert plateau_level(
+        "fuzzy_in_context_recall", seed=1, vocab_size=16, seq_len=64, k_motif_size=3, v_motif_size=3
+    ) == pytest.approx(fuzzy, abs=0.02)  # a property of the task, not the draw
 
 
 def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_every_task():
@@ -139,8 +194,9 @@ def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_ev
     assert not mad.is_control(other[0]) and mad.is_control(control_rows("memorization", [0.9])[0])
     passing = results(control_rows("fuzzy_in_context_recall", [0.95, 0.96]) + control_rows("memorization", [1, 1]))
     assert mad.MAD_CONTROL.check(passing)["passed"]
-    failing = results(control_rows("fuzzy_in_context_recall", [0.95, 0.96])
-                      + control_rows("selective_copying", [0.99, 0.85]) + other)
+    failing = results(
+        control_rows("fuzzy_in_context_recall", [0.95, 0.96]) + control_rows("selective_copying", [0.99, 0.85]) + other
+    )
     checked = mad.MAD_CONTROL.check(failing)
     assert not checked["passed"] and checked["setting"] == "softmax on selective_copying"
 

@@ -11,9 +11,11 @@ import pytest
 from seqdyn import mixers
 from seqdyn.reproduce.protocols import atomic, base, mad, zoology
 
-PROTOCOLS = {"zoology": (zoology, zoology.mqar_sweeps, zoology.MQARModel),
-             "mad": (mad, mad.mad_sweeps, mad.MADModel),
-             "atomic": (atomic, atomic.atomic_sweeps, atomic.AtomicModel)}
+PROTOCOLS = {
+    "zoology": (zoology, zoology.mqar_sweeps, zoology.MQARModel),
+    "mad": (mad, mad.mad_sweeps, mad.MADModel),
+    "atomic": (atomic, atomic.atomic_sweeps, atomic.AtomicModel),
+}
 
 
 @pytest.mark.parametrize("name", list(PROTOCOLS))
@@ -35,21 +37,30 @@ def test_no_protocol_shadows_the_mixers_base_class():
 
 
 def test_a_budget_writes_steps_else_epochs_and_its_evaluation_interval():
-    assert zoology.SMOKE.train_options(16, backend="auto") == {"batch_size": 16, "backend": "auto", "steps": 6,
-                                                               "eval_every": 3}
+    assert zoology.SMOKE.train_options(16, backend="auto") == {
+        "batch_size": 16,
+        "backend": "auto",
+        "steps": 6,
+        "eval_every": 3,
+    }
     assert mad.Budget().train_options(128) == {"batch_size": 128, "epochs": 200}
 
 
 def test_the_learning_rates_default_to_the_papers_and_may_be_given():
-    (paper,) = zoology.mqar_sweeps("p", ("linear_attention",), ((16, 2),), (0,), zoology.SMOKE, widths=(16,),
-                                   states=(8,))
+    (paper,) = zoology.mqar_sweeps(
+        "p", ("linear_attention",), ((16, 2),), (0,), zoology.SMOKE, widths=(16,), states=(8,)
+    )
     assert sorted({run.optimizer.lr for run in paper.expand()}) == sorted(zoology.PAPER_LRS)
     (own,) = atomic.atomic_sweeps("p", ("dlr",), ("shift",), (0,), atomic.SMOKE)
     assert {run.optimizer.lr for run in own.expand()} == {atomic.MODELS["dlr"].lr} == {atomic.PAPER_LRS[0]}
     (given,) = atomic.atomic_sweeps("p", ("dlr",), ("shift",), (0,), atomic.SMOKE, (1e-2, 1e-3))
     assert sorted(run.optimizer.lr for run in given.expand()) == [1e-3, 1e-2]
     model = mad.MADModel(mixer="linear_attention", options={"heads": 2}, block=mad.GATED_BLOCK)
-    (entry, as_dict) = (mad.mad_sweeps("p", models, {"memorization": {"vocab_size": 16, "seq_len": 8}}, (0,),
-                                       mad.SMOKE, weight_decays=(0.0,)) for models in ([model], [model.entry()]))
+    (entry, as_dict) = (
+        mad.mad_sweeps(
+            "p", models, {"memorization": {"vocab_size": 16, "seq_len": 8}}, (0,), mad.SMOKE, weight_decays=(0.0,)
+        )
+        for models in ([model], [model.entry()])
+    )
     assert [run.run_id for run in entry[0].expand()] == [run.run_id for run in as_dict[0].expand()]
     assert {run.optimizer.lr for run in entry[0].expand()} == set(mad.PAPER_LRS)

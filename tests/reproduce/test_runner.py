@@ -44,7 +44,7 @@ def test_a_killed_reproduction_resumes_without_repeating_a_finished_run(tmp_path
 
     monkeypatch.setattr(sweep_module, "train_or_record_failure", counting)
     written = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
-    again = trained[len(first):]
+    again = trained[len(first) :]
     assert len(first) == 2 and not set(first) & set(again)
     assert len(first) + len(again) == 5
     statuses = {record.status for record in Store(tmp_path / "runs.db").runs()}
@@ -66,8 +66,9 @@ def test_a_store_with_another_config_under_the_same_name_is_refused_untouched(ta
     for config in other.expand():
         store.add_run(config.run_id, config.name, config.canonical(), sweep.name)
     before = [(r.id, r.status) for r in store.runs()]
-    result = CliRunner().invoke(app, ["reproduce", target, "--scale", "smoke", "--store", str(store_path),
-                                      "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        app, ["reproduce", target, "--scale", "smoke", "--store", str(store_path), "--out", str(tmp_path / "out")]
+    )
     assert result.exit_code == 2
     assert "holds 5 run(s) of another config" in result.output
     assert [(r.id, r.status) for r in Store(store_path).runs()] == before
@@ -87,21 +88,26 @@ def test_list_shows_every_reproduction_module():
     from seqdyn.reproduce.commands import _scale_time
 
     assert _scale_time(reproduce.get("dsf_qlstm_transition"), "paper") == "about 27 h on one H200 (estimated)"
-    assert [name for name in sorted(modules)
-            if _scale_time(reproduce.get(name), "paper") == "not measured"] == ["dsf_lm_perplexity"]
+    assert [name for name in sorted(modules) if _scale_time(reproduce.get(name), "paper") == "not measured"] == [
+        "dsf_lm_perplexity"
+    ]
     assert "estimated on one H200 from timed training steps" in result.output
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    (["no_such_thing"], "unknown reproduction 'no_such_thing'; known: coef_kernel_maps, coef_lambda_structure"),
-    (["dsf_mqar_models", "--scale", "huge"], "--scale: expected one of smoke, cpu, paper, got 'huge'"),
-    (["dsf_mqar_models", "--scale", "paper"], "add --yes to start anyway"),
-    (["report"], "no reproduction has written a verdict.json there yet"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["no_such_thing"], "unknown reproduction 'no_such_thing'; known: coef_kernel_maps, coef_lambda_structure"),
+        (["dsf_mqar_models", "--scale", "huge"], "--scale: expected one of smoke, cpu, paper, got 'huge'"),
+        (["dsf_mqar_models", "--scale", "paper"], "add --yes to start anyway"),
+        (["report"], "no reproduction has written a verdict.json there yet"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(arguments, message, tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    result = CliRunner().invoke(app, ["reproduce", *arguments, "--store", str(tmp_path / "runs.db"),
-                                      "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        app, ["reproduce", *arguments, "--store", str(tmp_path / "runs.db"), "--out", str(tmp_path / "out")]
+    )
     assert result.exit_code == 2
     assert message in result.output
     assert not (tmp_path / "runs.db").exists()
@@ -119,9 +125,16 @@ def test_report_prints_the_verdicts_written(tmp_path):
 def test_the_ours_cell_shows_what_was_measured_not_the_thresholds():
     from seqdyn.reproduce.runner import ours_text
 
-    numbers = {"DLR SHIFT: DLR": 0.995, "DLR SHIFT: lowest seed": 0.99, "DLR SHIFT: threshold": 0.9,
-               "MIPS: ATTENTION": 0.8, "MIPS: DLR": 0.01, "MIPS: difference": 0.79, "MIPS: seed spread": 0.02,
-               "MIPS: margin": 0.2}
+    numbers = {
+        "DLR SHIFT: DLR": 0.995,
+        "DLR SHIFT: lowest seed": 0.99,
+        "DLR SHIFT: threshold": 0.9,
+        "MIPS: ATTENTION": 0.8,
+        "MIPS: DLR": 0.01,
+        "MIPS: difference": 0.79,
+        "MIPS: seed spread": 0.02,
+        "MIPS: margin": 0.2,
+    }
     assert ours_text(numbers) == "DLR SHIFT 0.995, MIPS: ATTENTION 0.8, MIPS: DLR 0.01, MIPS: seed spread 0.02"
 
 
@@ -150,24 +163,32 @@ def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_i
     from seqdyn.reproduce.runner import brief_numbers, claim_cause
 
     run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
-    result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown",
-                                      "--brief"])
+    result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown", "--brief"])
     assert result.exit_code == 0 and result.output == report_markdown(tmp_path / "out", brief=True)
     # one reproduction: its scale, date and commit are said once above the table, not on its row
     verdict = json.loads((tmp_path / "out" / REPRODUCTION.name / "verdict.json").read_text())
-    assert result.output.startswith(f"All at scale smoke, date {verdict['date']}, commit {verdict['commit']}.\n\n"
-                                    "| reproduction (wall time) | claim |")
+    assert result.output.startswith(
+        f"All at scale smoke, date {verdict['date']}, commit {verdict['commit']}.\n\n"
+        "| reproduction (wall time) | claim |"
+    )
     assert result.output.count("smoke") == 1
     rows = [line for line in result.output.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [row.replace("\\|", "¦").split(" | ")[1] for row in rows] == [claim.name for claim in REPRODUCTION.claims]
-    assert brief_numbers({"SHIFT: DLR": 0.997, "SHIFT: DSS-EXP": 0.998, "SHIFT: difference": 0.001,
-                          "CUMSUM: DLR": 1.0}) == "SHIFT: DLR 0.997 vs DSS-EXP 0.998"
+    assert (
+        brief_numbers({"SHIFT: DLR": 0.997, "SHIFT: DSS-EXP": 0.998, "SHIFT: difference": 0.001, "CUMSUM: DLR": 1.0})
+        == "SHIFT: DLR 0.997 vs DSS-EXP 0.998"
+    )
     assert brief_numbers({"DLR": 0.5, "lowest seed": 0.4, "S6": 0.25}) == "DLR 0.5, S6 0.25"
     # a verdict.json written before claims recorded their cause: the cause its reason says
-    assert [claim_cause({"verdict": "inconclusive", "reason": reason})
-            for reason in ("control softmax on x 0.49 < 0.9 (...)", "budget: S6 best seed 0.26 ...",
-                           "L=64: the difference -0.2 is within the seed spread 0.7 of the margin",
-                           "S6: seed 2 (failed)")] == ["control", "budget", "seeds", None]
+    assert [
+        claim_cause({"verdict": "inconclusive", "reason": reason})
+        for reason in (
+            "control softmax on x 0.49 < 0.9 (...)",
+            "budget: S6 best seed 0.26 ...",
+            "L=64: the difference -0.2 is within the seed spread 0.7 of the margin",
+            "S6: seed 2 (failed)",
+        )
+    ] == ["control", "budget", "seeds", None]
     assert claim_cause({"verdict": "held", "reason": ""}) is None
     assert claim_cause({"verdict": "inconclusive", "reason": "budget: S6", "cause": "seeds"}) == "seeds"
 
@@ -178,8 +199,16 @@ def test_the_brief_report_reads_a_verdict_json_written_before_claims_recorded_th
     verdict = json.loads(path.read_text())
     assert all("cause" in claim for claim in verdict["claims"])
     brief = report_markdown(tmp_path / "out", brief=True)
-    path.write_text(json.dumps(verdict | {"claims": [{key: value for key, value in claim.items() if key != "cause"}
-                                                     for claim in verdict["claims"]]}))
+    path.write_text(
+        json.dumps(
+            verdict
+            | {
+                "claims": [
+                    {key: value for key, value in claim.items() if key != "cause"} for claim in verdict["claims"]
+                ]
+            }
+        )
+    )
     assert report_markdown(tmp_path / "out", brief=True) == brief
 
 
@@ -206,9 +235,23 @@ def test_all_goes_on_past_a_reproduction_that_fails_and_names_it_at_the_end(tmp_
 
     monkeypatch.setattr(commands, "names", lambda: ["dlr_context", REPRODUCTION.name])
     monkeypatch.setattr(dlr_context.REPRODUCTION, "plot", broken)
-    result = CliRunner().invoke(app, ["reproduce", "all", "--scale", "smoke", "--store", str(tmp_path / "runs.db"),
-                                      "--out", str(tmp_path / "out"), "--workers", "1", "--no-progress"],
-                                env={"COLUMNS": "300"})
+    result = CliRunner().invoke(
+        app,
+        [
+            "reproduce",
+            "all",
+            "--scale",
+            "smoke",
+            "--store",
+            str(tmp_path / "runs.db"),
+            "--out",
+            str(tmp_path / "out"),
+            "--workers",
+            "1",
+            "--no-progress",
+        ],
+        env={"COLUMNS": "300"},
+    )
     assert result.exit_code == 1
     smoke = dlr_context.REPRODUCTION.wall_time["smoke"] + REPRODUCTION.wall_time["smoke"]
     assert f"2 reproductions at --scale smoke; 2 of them measured here, in {smoke:.0f} s together" in result.output
@@ -236,8 +279,10 @@ def test_the_paper_estimate_of_a_corpus_reproduction_builds_its_sweeps_on_the_gi
     assert calls == [("cpu", "corpus.txt"), ("paper", "corpus.txt")]
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(None, "not measured"), (100, "100 s"), (1_974, "33 min"),
-                                               (7_199, "120 min"), (22_435, "6 h 14 min")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "not measured"), (100, "100 s"), (1_974, "33 min"), (7_199, "120 min"), (22_435, "6 h 14 min")],
+)
 def test_durations_read_in_seconds_minutes_or_hours(seconds, text):
     from seqdyn.reproduce.commands import _duration
 
@@ -248,8 +293,9 @@ def test_outputs_rewritten_from_finished_runs_keep_the_wall_time_of_their_traini
     """Run again over a store that holds every run finished, a reproduction rewrites its outputs (a changed
     figure, say) and keeps the wall time of the call that trained them, unless the folder held other runs."""
     first = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
-    (first.folder / "verdict.json").write_text(json.dumps({**json.loads((first.folder / "verdict.json").read_text()),
-                                                           "elapsed_s": 1234.5}))
+    (first.folder / "verdict.json").write_text(
+        json.dumps({**json.loads((first.folder / "verdict.json").read_text()), "elapsed_s": 1234.5})
+    )
     again = run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
     assert again.elapsed_s == 1234.5
     assert json.loads((again.folder / "verdict.json").read_text())["elapsed_s"] == 1234.5
@@ -258,7 +304,8 @@ def test_outputs_rewritten_from_finished_runs_keep_the_wall_time_of_their_traini
 
 
 def test_the_runner_writes_each_scales_wall_time_beside_the_verdict_and_a_published_one_is_what_list_shows(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from seqdyn.reproduce import base
     from seqdyn.reproduce.runner import record_timing
 
@@ -267,8 +314,11 @@ def test_the_runner_writes_each_scales_wall_time_beside_the_verdict_and_a_publis
     verdict = json.loads((first.folder / "verdict.json").read_text())
     assert timing["reproduction"] == REPRODUCTION.name and list(timing["scales"]) == ["smoke"]
     smoke = timing["scales"]["smoke"]
-    assert (smoke["seconds"], smoke["date"], smoke["commit"]) == (verdict["elapsed_s"], verdict["date"],
-                                                                  verdict["commit"])
+    assert (smoke["seconds"], smoke["date"], smoke["commit"]) == (
+        verdict["elapsed_s"],
+        verdict["date"],
+        verdict["commit"],
+    )
     assert (smoke["workers"], smoke["runs_before"]) == (1, 0)
     # the outputs rewritten from finished runs keep the call that trained them; another scale is added beside
     record_timing(first.folder, "smoke", 1234.5, 0, 2)
@@ -292,5 +342,7 @@ def test_every_published_reproduction_has_its_measured_wall_times_beside_its_ver
     for name in reproduce.names():
         timing = json.loads((PUBLISHED / name / "timing.json").read_text())
         assert timing["reproduction"] == name and reproduce.get(name).wall_time["cpu"] is not None
-        assert all(set(entry) == {"seconds", "date", "commit", "workers", "runs_before", "note"}
-                   for entry in timing["scales"].values())
+        assert all(
+            set(entry) == {"seconds", "date", "commit", "workers", "runs_before", "note"}
+            for entry in timing["scales"].values()
+        )

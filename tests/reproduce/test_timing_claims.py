@@ -14,10 +14,23 @@ LENGTHS = (512, 1024, 2048, 4096, 8192)
 
 def timings(softmax_power: float, ssd_power: float, lengths=LENGTHS, fixed: float = 0.0) -> Results:
     """Rows of both layers with time = fixed + (L / 512)^power milliseconds."""
-    rows = [{"name": f"{layer} {length}", "run_id": f"{layer}/{length}", "status": "finished", "reason": None,
-             "best": None, "final": None, "steps": 0, "wall_time": 0.0, "timing.layer": layer,
-             "timing.length": length, "timing.seconds": 1e-3 * (fixed + (length / 512) ** power)}
-            for layer, power in (("softmax", softmax_power), ("ssd", ssd_power)) for length in lengths]
+    rows = [
+        {
+            "name": f"{layer} {length}",
+            "run_id": f"{layer}/{length}",
+            "status": "finished",
+            "reason": None,
+            "best": None,
+            "final": None,
+            "steps": 0,
+            "wall_time": 0.0,
+            "timing.layer": layer,
+            "timing.length": length,
+            "timing.seconds": 1e-3 * (fixed + (length / 512) ** power),
+        }
+        for layer, power in (("softmax", softmax_power), ("ssd", ssd_power))
+        for length in lengths
+    ]
     return Results("cpu", tuple(rows))
 
 
@@ -27,14 +40,17 @@ def verdicts(data: Results) -> list[str]:
 
 
 def test_the_slope_is_the_exponent_of_a_power_law():
-    assert tc.log_slope([(length, 3.0 * length ** 1.7) for length in LENGTHS]) == pytest.approx(1.7)
+    assert tc.log_slope([(length, 3.0 * length**1.7) for length in LENGTHS]) == pytest.approx(1.7)
 
 
-@pytest.mark.parametrize(("softmax", "ssd", "expected"), [
-    (2.0, 1.0, [HELD, HELD]),
-    (1.51, 1.19, [HELD, HELD]),
-    (1.49, 1.21, [FAILED, FAILED]),
-])
+@pytest.mark.parametrize(
+    ("softmax", "ssd", "expected"),
+    [
+        (2.0, 1.0, [HELD, HELD]),
+        (1.51, 1.19, [HELD, HELD]),
+        (1.49, 1.21, [FAILED, FAILED]),
+    ],
+)
 def test_the_claims_just_above_and_below_their_slopes(softmax, ssd, expected):
     assert verdicts(timings(softmax, ssd)) == expected
 
@@ -57,20 +73,36 @@ def test_the_table_gives_each_length_and_the_ratio():
 
 def test_the_layers_compute_attention_as_attention_and_ssd_with_its_chunked_algorithm():
     assert {key: (mixer, backend) for key, (_, mixer, _, backend) in tc.LAYERS.items()} == {
-        "softmax": ("softmax_attention", "chunk"), "ssd": ("mamba2", "chunk")}
+        "softmax": ("softmax_attention", "chunk"),
+        "ssd": ("mamba2", "chunk"),
+    }
 
 
 def with_steps(data: Results, attention_s: float, dlr_s: float) -> Results:
     """``data`` with Table 1's two step timings."""
-    rows = [{"name": f"{layer} step", "run_id": f"{layer}_step/4096", "status": "finished", "reason": None,
-             "best": None, "final": None, "steps": 0, "wall_time": 0.0, "timing.layer": f"{layer}_step",
-             "timing.length": 4096, "timing.seconds": seconds}
-            for layer, seconds in (("attention", attention_s), ("dlr", dlr_s))]
+    rows = [
+        {
+            "name": f"{layer} step",
+            "run_id": f"{layer}_step/4096",
+            "status": "finished",
+            "reason": None,
+            "best": None,
+            "final": None,
+            "steps": 0,
+            "wall_time": 0.0,
+            "timing.layer": f"{layer}_step",
+            "timing.length": 4096,
+            "timing.seconds": seconds,
+        }
+        for layer, seconds in (("attention", attention_s), ("dlr", dlr_s))
+    ]
     return Results(data.scale, data.rows + tuple(rows))
 
 
-@pytest.mark.parametrize(("attention_s", "dlr_s", "verdict"), [(6.3, 1.0, HELD), (6.0, 1.0, HELD),
-                                                               (5.9, 1.0, FAILED), (None, 1.0, INCONCLUSIVE)])
+@pytest.mark.parametrize(
+    ("attention_s", "dlr_s", "verdict"),
+    [(6.3, 1.0, HELD), (6.0, 1.0, HELD), (5.9, 1.0, FAILED), (None, 1.0, INCONCLUSIVE)],
+)
 def test_attention_six_times_slower_than_dlr_per_step(attention_s, dlr_s, verdict):
     """Table 1 (bottom): "more than 6× slower" at L = 4096, the ratio of the two layers' step times."""
     data = timings(2.0, 1.0)

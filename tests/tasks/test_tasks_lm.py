@@ -158,7 +158,7 @@ def test_documents_are_the_text_between_separators_right_padded(documents_file):
         length = int((targets[row] != -100).sum())
         document = bytes(inputs[row, :length].tolist()) + bytes([int(targets[row, length - 1])])
         assert document.decode()[:65] in [d[:65] for d in docs]  # a whole document (its first 65 tokens)
-        assert torch.equal(inputs[row, 1:length], targets[row, :length - 1])
+        assert torch.equal(inputs[row, 1:length], targets[row, : length - 1])
         assert (inputs[row, length:] == 0).all() and (targets[row, length:] == -100).all()
     assert "next token" in task.render(inputs, targets) and "\\x00" not in task.render(inputs, targets)
 

@@ -137,7 +137,11 @@ def _mad_lab_fuzzy_recall(rng, vocab_size, seq_len, kmax, vmax, train):
         keys.append(key)
     if probe_key not in value_of:
         return None
-    return [vocab_size - 1] * (seq_len + 1 - len(seq) - probe_len) + seq + list(probe_key + probe_value), keys, probe_key
+    return (
+        [vocab_size - 1] * (seq_len + 1 - len(seq) - probe_len) + seq + list(probe_key + probe_value),
+        keys,
+        probe_key,
+    )
 
 
 def _merge_bins(table, enough):

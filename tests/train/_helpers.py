@@ -15,8 +15,12 @@ import pytest
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.store import Store
 
-MQAR = {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 64},
-        "train_examples": 64, "test_examples": 16}
+MQAR = {
+    "name": "mqar",
+    "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 64},
+    "train_examples": 64,
+    "test_examples": 16,
+}
 
 
 def tiny(**changes) -> dict:
@@ -25,8 +29,12 @@ def tiny(**changes) -> dict:
     config = {
         "name": "tiny",
         "model": {"mixer": "softmax_attention", "d_model": 32, "layers": 2, "mlp": "none", "init_std": 0.1},
-        "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
-                 "train_examples": 4096, "test_examples": 256},
+        "task": {
+            "name": "mqar",
+            "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
+            "train_examples": 4096,
+            "test_examples": 256,
+        },
         "optimizer": {"lr": 3e-3, "weight_decay": 0.1},
         "schedule": {"kind": "constant"},
         "train": {"steps": 400, "batch_size": 64, "eval_every": 50, "early_stop": {"threshold": 0.95}},
@@ -48,16 +56,25 @@ def sweep_configs(
     return SweepConfig.model_validate(data).expand()
 
 
-def add_finished(store: Store, config: RunConfig, final: float, *, sweep: str | None = "demo",
-                 metric: str = "accuracy", status: str = "finished", steps: int = 20) -> str:
+def add_finished(
+    store: Store,
+    config: RunConfig,
+    final: float,
+    *,
+    sweep: str | None = "demo",
+    metric: str = "accuracy",
+    status: str = "finished",
+    steps: int = 20,
+) -> str:
     """Add ``config`` as a run that evaluated twice and ended with ``final``; returns its id."""
     run_id = config.run_id
     store.add_run(run_id, config.name, config.canonical(), sweep=sweep)
     assert store.claim(run_id, "tester")
     store.log_metrics(run_id, steps // 2, 0.5, "test", {metric: final / 2, "loss": 2.0}, 1.0)
     store.log_metrics(run_id, steps, 1.0, "test", {metric: final, "loss": 1.0}, 2.0)
-    store.finish(run_id, "tester", status, step=steps, final_metric=final, best_metric=final,
-                 metric_name=metric, wall_time=2.5)
+    store.finish(
+        run_id, "tester", status, step=steps, final_metric=final, best_metric=final, metric_name=metric, wall_time=2.5
+    )
     return run_id
 
 
@@ -74,8 +91,16 @@ def worker(path: str, owner: str, run_ids: list[str], configs: list[dict], barri
             store.log_metrics(run_id, step, step / steps, "test", {"accuracy": step / steps, "loss": 1 / step}, 0.1)
             store.log_metrics(run_id, step, step / steps, "train", {"loss": 1 / step}, 0.1)
             store.heartbeat(run_id, owner)
-        store.finish(run_id, owner, "finished", step=steps, final_metric=1.0, best_metric=1.0,
-                     metric_name="accuracy", wall_time=0.1)
+        store.finish(
+            run_id,
+            owner,
+            "finished",
+            step=steps,
+            final_metric=1.0,
+            best_metric=1.0,
+            metric_name="accuracy",
+            wall_time=0.1,
+        )
     store.close()
 
 
@@ -87,8 +112,9 @@ def unprivileged(command: list[str], locked: Path) -> list[str]:
         return command
     setpriv = shutil.which("setpriv")
     prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner"] if setpriv else []
-    probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(locked / 'probe')!r}, 'w')"],
-                           capture_output=True)
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", f"open({str(locked / 'probe')!r}, 'w')"], capture_output=True
+    )
     if not prefix or probe.returncode == 0:
         (locked / "probe").unlink(missing_ok=True)
         pytest.skip("running as root without a way to drop the capabilities that ignore file permissions")

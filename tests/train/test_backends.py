@@ -21,17 +21,24 @@ def linear_attention_run(seq_len: int, **train) -> dict:
     return {
         "name": f"la-{seq_len}",
         "model": {"mixer": "linear_attention", "d_model": 16, "layers": 2, "mlp": "none"},
-        "task": {"name": "mqar", "params": {"seq_len": seq_len, "num_kv_pairs": 2, "vocab_size": seq_len + 16},
-                 "train_examples": 32, "test_examples": 8},
+        "task": {
+            "name": "mqar",
+            "params": {"seq_len": seq_len, "num_kv_pairs": 2, "vocab_size": seq_len + 16},
+            "train_examples": 32,
+            "test_examples": 8,
+        },
         "train": {"steps": 2, "batch_size": 8, "eval_every": 2, **train},
     }
 
 
-@pytest.mark.parametrize("seq_len, train, expected", [
-    (16, {}, "quadratic"),  # T <= 2·chunk: the cost model materializes
-    (256, {}, "chunk"),
-    (16, {"backend": "chunk"}, "chunk"),
-])
+@pytest.mark.parametrize(
+    "seq_len, train, expected",
+    [
+        (16, {}, "quadratic"),  # T <= 2·chunk: the cost model materializes
+        (256, {}, "chunk"),
+        (16, {"backend": "chunk"}, "chunk"),
+    ],
+)
 def test_a_run_records_the_backend_each_layer_computed_with(tmp_path, monkeypatch, seq_len, train, expected):
     monkeypatch.setenv("SEQDYN_AUTOTUNE", "0")  # the cost model: a choice known in advance
     config = parse_config(linear_attention_run(seq_len, **train))
@@ -61,8 +68,7 @@ def test_report_and_inspect_show_the_recorded_backend(tmp_path, monkeypatch):
     store_path = tmp_path / "s.db"
     with Store(store_path) as store:
         for seq_len in (16, 256):
-            train_run(parse_config(linear_attention_run(seq_len)), store, checkpoint_dir=tmp_path / "c",
-                      progress=False)
+            train_run(parse_config(linear_attention_run(seq_len)), store, checkpoint_dir=tmp_path / "c", progress=False)
         store.add_run("unrun", "unrun", parse_config(linear_attention_run(32)).canonical())
         run_id = store.runs()[0].id
     runner = CliRunner()
@@ -81,8 +87,9 @@ def test_a_store_of_schema_2_is_read_read_only_and_migrated_when_opened_to_write
     connection = sqlite3.connect(path)
     connection.executescript(_SCHEMA + ";".join(_MIGRATIONS[2]) + "; PRAGMA user_version = 2;")
     config = json.dumps(parse_config(linear_attention_run(16)).canonical())
-    connection.execute("INSERT INTO runs (id, name, config, created, threads) VALUES ('r1', 'old', ?, 1.0, 2)",
-                       (config,))
+    connection.execute(
+        "INSERT INTO runs (id, name, config, created, threads) VALUES ('r1', 'old', ?, 1.0, 2)", (config,)
+    )
     connection.commit()
     connection.close()
     with Store(path, readonly=True) as store:

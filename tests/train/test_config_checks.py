@@ -23,9 +23,17 @@ from seqdyn.train.store import Store
 from seqdyn.train.sweep import run_sweep
 from tests.train._helpers import tiny
 
-
-SMALL = {"name": "small", "model.d_model": 16, "model.layers": 1, "task.train_examples": 64, "task.test_examples": 16,
-         "train.steps": 8, "train.batch_size": 16, "train.eval_every": 2, "train.early_stop": {}}
+SMALL = {
+    "name": "small",
+    "model.d_model": 16,
+    "model.layers": 1,
+    "task.train_examples": 64,
+    "task.test_examples": 16,
+    "train.steps": 8,
+    "train.batch_size": 16,
+    "train.eval_every": 2,
+    "train.early_stop": {},
+}
 
 
 def small(**changes) -> dict:
@@ -39,8 +47,10 @@ def run_cli(*args: str):
 
 def fingerprint(store_path: Path) -> dict[str, str]:
     """SHA-256 of the store and its SQLite side files."""
-    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(store_path.parent.glob(store_path.name + "*"))}
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(store_path.parent.glob(store_path.name + "*"))
+    }
 
 
 @pytest.fixture
@@ -61,14 +71,24 @@ BAD = {  # case: (changes to the small run, machine, words of the one-line error
     "a GPU the machine lacks": ({"train.device": "cuda:3"}, ONE_GPU, "train.device: 'cuda:3' asked for"),
     "unknown backend": ({"train.backend": "flash"}, {}, "train.backend: softmax_attention (layer 0) computes with"),
     "backend the mixer refuses": ({"train.backend": "scan"}, {}, "got 'scan'"),
-    "zero heads": ({"model.mixer_options": {"heads": 0}}, {}, "model.mixer_options (layer 0, softmax_attention): heads"),
+    "zero heads": (
+        {"model.mixer_options": {"heads": 0}},
+        {},
+        "model.mixer_options (layer 0, softmax_attention): heads",
+    ),
     "heads not dividing": ({"model.mixer_options": {"heads": 3}}, {}, "heads: 3 does not divide"),
     "infinite lr": ({"optimizer.lr": float("inf")}, {}, "optimizer.lr: expected a finite number, got inf"),
     "NaN threshold": ({"train.early_stop": {"threshold": float("nan")}}, {}, "train.early_stop.threshold: expected a"),
-    "infinite mixer option": ({"model.mixer": "custom", "model.mixer_options": {"constant_decay": float("-inf")}}, {},
-                              "model.mixer_options.constant_decay: expected a finite number"),
-    "metric the task lacks": ({"train.early_stop": {"metric": "perplexity", "threshold": 2.0}}, {},
-                              "train.early_stop.metric: task mqar reports accuracy, loss; got 'perplexity'"),
+    "infinite mixer option": (
+        {"model.mixer": "custom", "model.mixer_options": {"constant_decay": float("-inf")}},
+        {},
+        "model.mixer_options.constant_decay: expected a finite number",
+    ),
+    "metric the task lacks": (
+        {"train.early_stop": {"metric": "perplexity", "threshold": 2.0}},
+        {},
+        "train.early_stop.metric: task mqar reports accuracy, loss; got 'perplexity'",
+    ),
 }
 
 
@@ -136,9 +156,18 @@ def test_every_run_of_a_sweep_is_checked_before_the_first_starts(tmp_path, store
     for target, replacement in BAD[case][1].items():
         monkeypatch.setattr(target, replacement)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    config.write_text(yaml.safe_dump({**good, "sweep": {"model": [good["model"], bad["model"]],
-                                                        "train": [good["train"], bad["train"]],
-                                                        "optimizer": [bad.get("optimizer", {"lr": 1e-3})]}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                **good,
+                "sweep": {
+                    "model": [good["model"], bad["model"]],
+                    "train": [good["train"], bad["train"]],
+                    "optimizer": [bad.get("optimizer", {"lr": 1e-3})],
+                },
+            }
+        )
+    )
     before = fingerprint(store_path)
     result = run_cli("sweep", str(config), "--store", str(store_path), "--ray")  # Ray never starts
     assert result.exit_code == 2, result.output
@@ -160,8 +189,10 @@ MISSPELLED = {
     "trian": ("trian: unknown field (did you mean 'train'?)", {}),
     "train.batch_sise": ("train.batch_sise: unknown field (did you mean 'batch_size'?)", {}),
     "optimizer.LR": ("optimizer.LR: unknown field (did you mean 'lr'?)", {}),
-    "model.mixer_options.state_dm": ("mamba2 has no option(s) ['state_dm'] (did you mean 'state_dim'?)",
-                                     {"model.mixer": "mamba2"}),
+    "model.mixer_options.state_dm": (
+        "mamba2 has no option(s) ['state_dm'] (did you mean 'state_dim'?)",
+        {"model.mixer": "mamba2"},
+    ),
     "task.params.seq_ln": ("mqar: unknown parameter(s) seq_ln (did you mean 'seq_len'?)", {}),
     "colour": ("colour: unknown field; fields here:", {}),  # nothing alike: no suggestion
 }
@@ -176,10 +207,13 @@ def test_a_misspelled_field_gets_the_closest_name_of_its_section(field):
     assert "did you mean" not in str(raised.value) or field != "colour"
 
 
-@pytest.mark.parametrize(("changes", "words"), [
-    ({"model.mixer": "gated_deltanett"}, "unknown name 'gated_deltanett' (did you mean 'gated_deltanet'?)"),
-    ({"task.name": "mqr"}, "unknown task 'mqr' (did you mean 'mqar'?)"),
-])
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"model.mixer": "gated_deltanett"}, "unknown name 'gated_deltanett' (did you mean 'gated_deltanet'?)"),
+        ({"task.name": "mqr"}, "unknown task 'mqr' (did you mean 'mqar'?)"),
+    ],
+)
 def test_a_misspelled_mixer_or_task_name_gets_the_closest_known_name(changes, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
         parse_config(small(**changes))
@@ -200,8 +234,9 @@ def _foreign_checkpoint(tmp_path: Path, run_id: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow),
-                                     pytest.param("ray", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "workers", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param("ray", marks=pytest.mark.slow)]
+)
 def test_a_run_that_fails_while_training_is_recorded_and_the_sweep_goes_on(tmp_path, workers, monkeypatch):
     if workers == "ray" and not os.environ.get("CI"):  # CI installs the ray extra
         pytest.importorskip("ray", reason="install the 'ray' extra to run the Ray path")
@@ -214,16 +249,19 @@ def test_a_run_that_fails_while_training_is_recorded_and_the_sweep_goes_on(tmp_p
         store.add_run(broken.run_id, broken.name, broken.canonical(), sweep.name)
         store.set_checkpoint(broken.run_id, _foreign_checkpoint(tmp_path, broken.run_id), 2)
     try:
-        results = run_sweep(sweep, store_path, workers=1 if workers == "ray" else workers, use_ray=workers == "ray",
-                            progress=False)
+        results = run_sweep(
+            sweep, store_path, workers=1 if workers == "ray" else workers, use_ray=workers == "ray", progress=False
+        )
     finally:
         if workers == "ray":
             import ray
 
             ray.shutdown()
     assert [r.status for r in results] == ["failed", "finished", "finished"]
-    assert results[0].reason.startswith("ValueError: checkpoint ") and "does not match the config's model" in \
-        results[0].reason
+    assert (
+        results[0].reason.startswith("ValueError: checkpoint ")
+        and "does not match the config's model" in results[0].reason
+    )
     records = {r.id: r for r in Store(store_path, readonly=True).runs()}
     assert records[broken.run_id].status == "failed" and records[broken.run_id].reason == results[0].reason
     assert all(records[run.run_id].status == "finished" for run in rest)

@@ -17,7 +17,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
 def test_docs_config_is_current():
     assert DOCS.read_text(encoding="utf-8") == config_reference(), (
-        "docs/config.md is not current: regenerate it with `seqdyn config schema > docs/config.md`")
+        "docs/config.md is not current: regenerate it with `seqdyn config schema > docs/config.md`"
+    )
 
 
 def test_cli_prints_the_reference():
@@ -38,13 +39,17 @@ def test_every_field_of_every_section_is_listed():
     assert {f"train.{name}" for name in TrainConfig.model_fields} - {"train.early_stop"} <= set(paths)
     assert {"name", "sweep", "train.early_stop.metric", "model.moe.top_k", "schedule.kind", "task.name"} <= set(paths)
     assert {section.path for section in config_sections()} == {"", "train.early_stop", "model.moe"} | {
-        name for name, info in RunConfig.model_fields.items() if name not in ("name",)}
+        name for name, info in RunConfig.model_fields.items() if name not in ("name",)
+    }
 
 
 def test_rows_give_type_default_and_allowed_values():
     rows = {row.path: row for section in config_sections() for row in section.rows}
     assert (rows["schedule.kind"].type, rows["schedule.kind"].default, rows["schedule.kind"].allowed) == (
-        "str", '`"cosine"`', "`cosine`, `constant`")
+        "str",
+        '`"cosine"`',
+        "`cosine`, `constant`",
+    )
     assert (rows["schedule.warmup"].allowed, rows["train.steps"].type) == ("≥ 0, < 1", "int or null")
     assert (rows["task.name"].default, rows["optimizer.betas"].default) == ("required", "`[0.9, 0.999]`")
 

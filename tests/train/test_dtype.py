@@ -22,10 +22,19 @@ def hybrid(dtype: str, steps: int = 4, eval_every: int = 2) -> dict:
     chunked = {"heads": 2, "chunk_size": 8}
     return {
         "name": dtype,
-        "model": {"mixer": ["gated_deltanet", "gla", "lru"], "mixer_options": [chunked, chunked, {}], "layers": 3,
-                  "d_model": 32, "mlp": "none"},
-        "task": {"name": "mqar", "params": {"seq_len": 32, "num_kv_pairs": 2, "vocab_size": 64},
-                 "train_examples": 64, "test_examples": 16},
+        "model": {
+            "mixer": ["gated_deltanet", "gla", "lru"],
+            "mixer_options": [chunked, chunked, {}],
+            "layers": 3,
+            "d_model": 32,
+            "mlp": "none",
+        },
+        "task": {
+            "name": "mqar",
+            "params": {"seq_len": 32, "num_kv_pairs": 2, "vocab_size": 64},
+            "train_examples": 64,
+            "test_examples": 16,
+        },
         "train": {"steps": steps, "batch_size": 16, "eval_every": eval_every, "dtype": dtype},
     }
 

@@ -31,8 +31,12 @@ def tiny(**train) -> dict:
     return {
         "name": "tiny",
         "model": {"mixer": "softmax_attention", "d_model": 16, "layers": 1, "mlp": "none"},
-        "task": {"name": "mqar", "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
-                 "train_examples": 256, "test_examples": 32},
+        "task": {
+            "name": "mqar",
+            "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
+            "train_examples": 256,
+            "test_examples": 32,
+        },
         "train": {"steps": 20, "batch_size": 16, "eval_every": 5, **train},
     }
 
@@ -67,7 +71,8 @@ def damage(path: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["truncated", "empty", "bit flipped"])
 @pytest.mark.parametrize("previous", ["intact", "missing"])
 def test_a_damaged_checkpoint_is_named_and_the_run_restarts_from_the_previous_one_or_step_0(
-        tmp_path, monkeypatch, caplog, how, previous):
+    tmp_path, monkeypatch, caplog, how, previous
+):
     config = parse_config(tiny())
     with Store(tmp_path / "whole.db") as whole:
         assert train_run(config, whole, checkpoint_dir=tmp_path / "whole", progress=False).status == "finished"
@@ -135,8 +140,11 @@ def test_checkpoint_every_is_honoured_between_evaluations_and_resumes_exactly(tm
     config = parse_config(tiny(eval_every=10, checkpoint_every=7))
     saved = []
     save = loop.save_checkpoint
-    monkeypatch.setattr(loop, "save_checkpoint", lambda path, model, opt, meta: saved.append(meta["step"])
-                        or save(path, model, opt, meta))
+    monkeypatch.setattr(
+        loop,
+        "save_checkpoint",
+        lambda path, model, opt, meta: saved.append(meta["step"]) or save(path, model, opt, meta),
+    )
     with Store(tmp_path / "whole.db") as whole:
         train_run(config, whole, checkpoint_dir=tmp_path / "whole", progress=False)
         expected = metrics(whole)
@@ -174,10 +182,14 @@ def _sweep(tmp_path: Path, *options: str, **environment) -> Iterator[tuple[subpr
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump(tiny(steps=100_000, eval_every=50) | {"sweep": {"optimizer.lr": [1e-3, 2e-3]}}))
     store = tmp_path / "s.db"
-    process = subprocess.Popen([sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(store),
-                                "--no-progress", *options], env=_environment(**environment),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=_default_stop_signals)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(store), "--no-progress", *options],
+        env=_environment(**environment),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_stop_signals,
+    )
     try:
         yield process, store
     finally:
@@ -195,8 +207,9 @@ def _wait_running(process: subprocess.Popen, store: Path, count: int, timeout: f
             assert process.poll() is None, process.communicate()
             try:
                 connection = connection or sqlite3.connect(f"{store.as_uri()}?mode=ro", uri=True)
-                running = connection.execute("SELECT id, owner, threads FROM runs "
-                                             "WHERE status = 'running' AND step > 0").fetchall()
+                running = connection.execute(
+                    "SELECT id, owner, threads FROM runs WHERE status = 'running' AND step > 0"
+                ).fetchall()
             except sqlite3.Error:  # not created yet
                 running = []
             if len(running) == count:
@@ -321,8 +334,26 @@ def test_torchrun_with_two_processes_exits_0_every_time(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(tiny(steps=6, eval_every=3)))
     for launch in range(6):
-        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                                 "--master_port", str(29641 + launch), "-m", "seqdyn", "train", str(config),
-                                 "--store", str(tmp_path / f"{launch}.db"), "--no-progress"],
-                                capture_output=True, text=True, env=_environment(), timeout=600)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                "2",
+                "--master_port",
+                str(29641 + launch),
+                "-m",
+                "seqdyn",
+                "train",
+                str(config),
+                "--store",
+                str(tmp_path / f"{launch}.db"),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            env=_environment(),
+            timeout=600,
+        )
         assert result.returncode == 0, (launch, result.stderr[-3000:])

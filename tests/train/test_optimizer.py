@@ -12,16 +12,33 @@ from seqdyn.models import build_model
 from seqdyn.train.config import RunConfig
 from seqdyn.train.loop import build_optimizer
 
-SSM_MIXERS = ("dlr", "dss_exp", "s4", "s4d", "s5", "lru", "s6", "ssd", "mamba2", "gated_deltanet", "qlstm_s6", "rglru",
-              "parallel")  # (its default parts: mamba2 beside attention)
+SSM_MIXERS = (
+    "dlr",
+    "dss_exp",
+    "s4",
+    "s4d",
+    "s5",
+    "lru",
+    "s6",
+    "ssd",
+    "mamba2",
+    "gated_deltanet",
+    "qlstm_s6",
+    "rglru",
+    "parallel",
+)  # (its default parts: mamba2 beside attention)
 
 
 def config(**optimizer) -> RunConfig:
-    return RunConfig.model_validate({
-        "name": "t", "model": {"mixer": "dlr", "mixer_options": {"state_dim": 8}, "d_model": 8, "layers": 2,
-                               "positions": False},
-        "task": {"name": "shift", "params": {"seq_len": 16}, "train_examples": 4, "test_examples": 4},
-        "optimizer": {"lr": 1e-3, "weight_decay": 0.1, **optimizer}, "train": {"steps": 1}})
+    return RunConfig.model_validate(
+        {
+            "name": "t",
+            "model": {"mixer": "dlr", "mixer_options": {"state_dim": 8}, "d_model": 8, "layers": 2, "positions": False},
+            "task": {"name": "shift", "params": {"seq_len": 16}, "train_examples": 4, "test_examples": 4},
+            "optimizer": {"lr": 1e-3, "weight_decay": 0.1, **optimizer},
+            "train": {"steps": 1},
+        }
+    )
 
 
 def groups_of(run: RunConfig):
@@ -53,8 +70,12 @@ def test_ssm_parameters_take_their_own_learning_rate_and_weight_decay():
 def test_the_schedule_scales_each_group_from_its_own_peak(tmp_path):
     from seqdyn.train.loop import Trainer
 
-    run = config(ssm_lr=1e-5).model_copy(update={"schedule": config().schedule.model_copy(update={"warmup": 0.5}),
-                                                 "train": config().train.model_copy(update={"steps": 4})})
+    run = config(ssm_lr=1e-5).model_copy(
+        update={
+            "schedule": config().schedule.model_copy(update={"warmup": 0.5}),
+            "train": config().train.model_copy(update={"steps": 4}),
+        }
+    )
     trainer = Trainer(run, checkpoint_dir=tmp_path)
     trainer.train_step()
     lrs = sorted({g["lr"] for g in trainer.optimizer.param_groups})

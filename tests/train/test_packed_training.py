@@ -22,14 +22,25 @@ def corpus(tmp_path):
 
 
 def run_config(corpus, pack: bool, mixer="gated_deltanet"):
-    return parse_config({
-        "name": "docs",
-        "model": {"mixer": [mixer, "softmax_attention"], "d_model": 16, "layers": 2, "block": "gated",
-                  "short_conv": True},
-        "task": {"name": "lm", "params": {"path": str(corpus), "seq_len": 48, "document_separator": "\n\n"},
-                 "train_examples": 64, "test_examples": 16},
-        "train": {"steps": 6, "batch_size": 8, "pack": pack, "backend": "quadratic"},
-    })
+    return parse_config(
+        {
+            "name": "docs",
+            "model": {
+                "mixer": [mixer, "softmax_attention"],
+                "d_model": 16,
+                "layers": 2,
+                "block": "gated",
+                "short_conv": True,
+            },
+            "task": {
+                "name": "lm",
+                "params": {"path": str(corpus), "seq_len": 48, "document_separator": "\n\n"},
+                "train_examples": 64,
+                "test_examples": 16,
+            },
+            "train": {"steps": 6, "batch_size": 8, "pack": pack, "backend": "quadratic"},
+        }
+    )
 
 
 def test_packing_keeps_every_real_token_in_order():
@@ -51,6 +62,7 @@ def test_a_packed_run_computes_the_losses_of_the_padded_run(corpus, tmp_path):
 
 def test_pack_needs_documents(corpus):
     with pytest.raises(ConfigError, match="train.pack: packs documents"):
-        parse_config({"task": {"name": "mqar", "train_examples": 8, "test_examples": 8},
-                      "train": {"steps": 1, "pack": True}})
+        parse_config(
+            {"task": {"name": "mqar", "train_examples": 8, "test_examples": 8}, "train": {"steps": 1, "pack": True}}
+        )
     assert run_config(corpus, True).run_id != run_config(corpus, False).run_id

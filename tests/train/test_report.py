@@ -21,10 +21,14 @@ WIDTHS = [16, 32]
 LRS = [1e-3, 3e-3]
 # final accuracy per (mixer, width, lr): the best lr differs between cells
 FINALS = {
-    ("softmax_attention", 16, 1e-3): 0.40, ("softmax_attention", 16, 3e-3): 0.60,
-    ("softmax_attention", 32, 1e-3): 0.90, ("softmax_attention", 32, 3e-3): 0.70,
-    ("mamba2", 16, 1e-3): 0.20, ("mamba2", 16, 3e-3): 0.10,
-    ("mamba2", 32, 1e-3): 0.30, ("mamba2", 32, 3e-3): 0.80,
+    ("softmax_attention", 16, 1e-3): 0.40,
+    ("softmax_attention", 16, 3e-3): 0.60,
+    ("softmax_attention", 32, 1e-3): 0.90,
+    ("softmax_attention", 32, 3e-3): 0.70,
+    ("mamba2", 16, 1e-3): 0.20,
+    ("mamba2", 16, 3e-3): 0.10,
+    ("mamba2", 32, 1e-3): 0.30,
+    ("mamba2", 32, 3e-3): 0.80,
 }
 
 
@@ -100,7 +104,11 @@ def test_best_over_lr_takes_the_highest_accuracy(grid_store):
         cell = [FINALS[(row["model.mixer"], row["model.d_model"], lr)] for lr in LRS]
         assert row["final"] == max(cell)
     assert {(r["model.mixer"], r["model.d_model"], r["optimizer.lr"]) for r in best} == {
-        ("softmax_attention", 16, 3e-3), ("softmax_attention", 32, 1e-3), ("mamba2", 16, 1e-3), ("mamba2", 32, 3e-3)}
+        ("softmax_attention", 16, 3e-3),
+        ("softmax_attention", 32, 1e-3),
+        ("mamba2", 16, 1e-3),
+        ("mamba2", 32, 3e-3),
+    }
 
 
 def test_best_over_respects_lower_is_better(tmp_path, corpus):
@@ -126,7 +134,9 @@ def test_best_over_keeps_combinations_without_a_metric(tmp_path):
             store.add_run(config.run_id, config.name, config.canonical(), sweep="demo")
         best = best_over(run_rows(store))
     assert [(r["model.mixer"], r["optimizer.lr"], r["final"]) for r in best] == [
-        ("softmax_attention", 1e-3, 0.5), ("mamba2", 1e-3, None)]
+        ("softmax_attention", 1e-3, 0.5),
+        ("mamba2", 1e-3, None),
+    ]
 
 
 # --- rendering -------------------------------------------------------------------------------------------------
@@ -139,8 +149,19 @@ def test_render_formats(grid_store):
 
     parsed = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
     assert [r["run_id"] for r in parsed] == [r["run_id"] for r in rows]
-    assert list(parsed[0]) == ["run_id", "name", "status", "model.d_model", "model.mixer", "optimizer.lr",
-                               "metric", "final", "best", "steps", "wall_time"]
+    assert list(parsed[0]) == [
+        "run_id",
+        "name",
+        "status",
+        "model.d_model",
+        "model.mixer",
+        "optimizer.lr",
+        "metric",
+        "final",
+        "best",
+        "steps",
+        "wall_time",
+    ]
     assert float(parsed[0]["final"]) == rows[0]["final"]
 
     loaded = json.loads(render(rows, "json"))
@@ -163,8 +184,12 @@ def test_plot_grid_cells_are_the_best_over_lr(grid_store, tmp_path):
 
 
 def test_grid_facets_and_options_that_follow_the_mixer(tmp_path):
-    axes = {"model": [{"mixer": "softmax_attention"}, {"mixer": "mamba2", "mixer_options": {"state_dim": 16}}],
-            "model.d_model": WIDTHS, "task.params.num_kv_pairs": [2, 4], "optimizer.lr": LRS}
+    axes = {
+        "model": [{"mixer": "softmax_attention"}, {"mixer": "mamba2", "mixer_options": {"state_dim": 16}}],
+        "model.d_model": WIDTHS,
+        "task.params.num_kv_pairs": [2, 4],
+        "optimizer.lr": LRS,
+    }
     with Store(tmp_path / "s.db") as store:
         for n, config in enumerate(sweep_configs(axes)):
             add_finished(store, config, n / 16)
@@ -180,8 +205,10 @@ def test_plot_curves_and_the_choice_of_figure(grid_store, tmp_path):
     curves = plot_curves(grid_store, path)
     assert path.stat().st_size > 1000
     assert len(curves) == 8 and all(c.steps == [10, 20] and c.split == "test" for c in curves)
-    assert curves[0].values == [FINALS[_key(sweep_configs({"model.mixer": MIXERS, "model.d_model": WIDTHS,
-                                                                 "optimizer.lr": LRS})[0])] / 2, 0.4]
+    assert curves[0].values == [
+        FINALS[_key(sweep_configs({"model.mixer": MIXERS, "model.d_model": WIDTHS, "optimizer.lr": LRS})[0])] / 2,
+        0.4,
+    ]
     assert plot(grid_store, tmp_path / "auto.png") == "grid"
     with Store(tmp_path / "lr.db") as store:
         for config in sweep_configs({"optimizer.lr": LRS}):
@@ -200,7 +227,8 @@ def test_report_command_outputs(grid_store, tmp_path):
     assert len(rows) == 8 and sum(r["best_over_lr"] == "True" for r in rows) == 4
     loaded = json.loads(report_command(path, "json", None))
     assert len(loaded) == 8 and {r["run_id"] for r in loaded if r["best_over_lr"]} == {
-        r["run_id"] for r in best_over(run_rows(grid_store))}
+        r["run_id"] for r in best_over(run_rows(grid_store))
+    }
     figure = tmp_path / "fig.png"
     assert report_command(path, "table", str(figure)).endswith(f"wrote the grid figure to {figure}\n")
     assert figure.stat().st_size > 1000
@@ -234,20 +262,25 @@ def test_import_is_light():
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-
 def test_run_labels_name_what_varies_besides_seeds_and_excluded_keys():
     from seqdyn.train.report import LR_KEY, run_labels
 
     def config(readout, seed, lr, state_dim=None):
         options = {"readout": readout} | ({"state_dim": state_dim} if state_dim else {})
-        return {"name": f"run-{readout}-{seed}", "model": {"mixer": "custom", "mixer_options": options},
-                "train": {"seed": seed}, "optimizer": {"lr": lr}}
+        return {
+            "name": f"run-{readout}-{seed}",
+            "model": {"mixer": "custom", "mixer_options": options},
+            "train": {"seed": seed},
+            "optimizer": {"lr": lr},
+        }
 
     configs = [config("relu", 0, 1e-3), config("exp", 1, 1e-2, state_dim=8)]
     assert run_labels(configs, exclude=[LR_KEY]) == ["readout=relu", "readout=exp, state_dim=8"]
     assert run_labels(configs) == ["readout=relu, lr=0.001", "readout=exp, state_dim=8, lr=0.01"]  # key order
     same = [config("relu", 0, 1e-3), config("relu", 1, 1e-3)]
     assert run_labels(same) == ["custom", "custom"]  # seeds only: the mixer's name
-    both = [{"model": {"mixer": "a", "x": {"d": 1}}, "task": {"d": 2}}, {"model": {"mixer": "a", "x": {"d": 3}},
-                                                                         "task": {"d": 4}}]
+    both = [
+        {"model": {"mixer": "a", "x": {"d": 1}}, "task": {"d": 2}},
+        {"model": {"mixer": "a", "x": {"d": 3}}, "task": {"d": 4}},
+    ]
     assert run_labels(both) == ["model.x.d=1, task.d=2", "model.x.d=3, task.d=4"]  # two keys end in d

@@ -199,11 +199,17 @@ def _store_of_schema_4(path: Path) -> None:
     failed for another reason and one that finished."""
     connection = sqlite3.connect(path)
     connection.executescript(SCHEMA_4)
-    rows = (("r1", "failed", "non-finite loss (nan) at step 12"), ("r2", "failed", "ValueError: a bug"),
-            ("r3", "finished", None))
+    rows = (
+        ("r1", "failed", "non-finite loss (nan) at step 12"),
+        ("r2", "failed", "ValueError: a bug"),
+        ("r3", "finished", None),
+    )
     for run_id, status, reason in rows:
-        connection.execute("INSERT INTO runs (id, name, sweep, config, status, reason, created, best_metric) "
-                           "VALUES (?, ?, 'demo', '{}', ?, ?, 1.0, 0.5)", (run_id, f"run-{run_id}", status, reason))
+        connection.execute(
+            "INSERT INTO runs (id, name, sweep, config, status, reason, created, best_metric) "
+            "VALUES (?, ?, 'demo', '{}', ?, ?, 1.0, 0.5)",
+            (run_id, f"run-{run_id}", status, reason),
+        )
         connection.execute("INSERT INTO metrics VALUES (?, 10, NULL, 'test', 'accuracy', 0.5, 1.0)", (run_id,))
     connection.commit()
     connection.close()
@@ -220,7 +226,10 @@ def test_a_store_of_schema_4_reads_its_diverged_runs_as_diverged_and_migrates_th
     with Store(path) as store:
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert store.conn.execute("SELECT id, status FROM runs ORDER BY rowid").fetchall() == [
-            ("r1", "diverged"), ("r2", "failed"), ("r3", "finished")]
+            ("r1", "diverged"),
+            ("r2", "failed"),
+            ("r3", "finished"),
+        ]
         assert store.run("r1").reason == "non-finite loss (nan) at step 12" and store.run("r1").best_metric == 0.5
         assert [row.run_id for row in store.metrics()] == ["r1", "r2", "r3"]  # the copy of runs kept every metric
         assert store.integrity_check() == "ok"
@@ -248,7 +257,11 @@ def test_log_metrics_rows(store, configs):
     rows = store.metrics(run_id)
     assert all(isinstance(r, MetricRow) for r in rows)
     assert [(r.step, r.split, r.name) for r in rows] == [
-        (10, "test", "accuracy"), (10, "test", "loss"), (10, "train", "loss"), (20, "test", "accuracy")]
+        (10, "test", "accuracy"),
+        (10, "test", "loss"),
+        (10, "train", "loss"),
+        (20, "test", "accuracy"),
+    ]
     assert math.isnan(rows[2].value) and rows[3].value == 0.75 and rows[3].wall_time == 3.1
     assert [r.name for r in store.metrics(split="test")] == ["accuracy", "loss", "accuracy"]
     assert (store.run(run_id).step, store.run(run_id).epoch) == (20, 1)
@@ -346,16 +359,19 @@ def test_a_store_on_read_only_media_is_read_or_refused_in_one_line(tmp_path, con
             path.chmod(0o444)
         folder.chmod(0o555)
     try:
-        command = unprivileged([sys.executable, "-c", _READ_EACH, str(clean / "runs.db"), str(dirty / "runs.db")],
-                               clean)
+        command = unprivileged(
+            [sys.executable, "-c", _READ_EACH, str(clean / "runs.db"), str(dirty / "runs.db")], clean
+        )
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     finally:
         for folder in (clean, dirty):
             folder.chmod(0o755)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "1", f"results store {dirty / 'runs.db'}: runs.db-wal holds writes that SQLite reads only with a -shm file "
-             "beside it, and the folder is read-only; copy the store's files to a writable one"]
+        "1",
+        f"results store {dirty / 'runs.db'}: runs.db-wal holds writes that SQLite reads only with a -shm file "
+        "beside it, and the folder is read-only; copy the store's files to a writable one",
+    ]
     assert _listing(clean) == ["runs.db"] and _listing(dirty) == ["runs.db", "runs.db-wal"]
 
 
@@ -368,8 +384,9 @@ def test_store_pickles_to_another_process(store, configs):
 
 # --- two processes ---------------------------------------------------------------------------------------------
 def test_two_processes_share_one_store(tmp_path):
-    configs = sweep_configs({"model.mixer": ["softmax_attention", "mamba2", "linear_attention"],
-                             "optimizer.lr": [1e-4, 3e-4, 1e-3, 3e-3]})
+    configs = sweep_configs(
+        {"model.mixer": ["softmax_attention", "mamba2", "linear_attention"], "optimizer.lr": [1e-4, 3e-4, 1e-3, 3e-3]}
+    )
     ids, data = [c.run_id for c in configs], [c.canonical() for c in configs]
     path, steps = str(tmp_path / "race.db"), 8
     context = multiprocessing.get_context("spawn")
@@ -396,8 +413,10 @@ def test_two_processes_share_one_store(tmp_path):
 def _sqlite_in_another_process(path: Path, sql: str) -> list:
     """Run ``sql`` in a fresh process with a plain SQLite connection (as the ``sqlite3`` shell or a report would:
     open, read, close) and return its rows."""
-    script = (f"import json, sqlite3; c = sqlite3.connect({str(path)!r}); "
-              f"print(json.dumps(c.execute({sql!r}).fetchall())); c.close()")
+    script = (
+        f"import json, sqlite3; c = sqlite3.connect({str(path)!r}); "
+        f"print(json.dumps(c.execute({sql!r}).fetchall())); c.close()"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
 
@@ -422,14 +441,26 @@ def test_a_second_store_in_one_process_keeps_the_wal_alive(tmp_path, configs):
 def test_a_sweep_keeps_every_run_while_other_processes_read(tmp_path):
     """Issue 18.1 as a user met it: ``seqdyn sweep`` opens the store, then ``run_sweep`` opens it again; a report
     between two runs must not cost the runs after it (they stayed "running" at their first step)."""
-    sweep = SweepConfig.model_validate({"name": "demo", "task": MQAR, "model": {"layers": 1, "d_model": 16},
-                                        "train": {"steps": 4, "eval_every": 2},
-                                        "sweep": {"optimizer.lr": [1e-3, 1e-2]}})
+    sweep = SweepConfig.model_validate(
+        {
+            "name": "demo",
+            "task": MQAR,
+            "model": {"layers": 1, "d_model": 16},
+            "train": {"steps": 4, "eval_every": 2},
+            "sweep": {"optimizer.lr": [1e-3, 1e-2]},
+        }
+    )
     path = tmp_path / "runs.db"
     opened = Store(path)
     finished = []
-    run_sweep(sweep, path, progress=False, on_result=lambda result: finished.append(
-        _sqlite_in_another_process(path, "SELECT COUNT(*) FROM runs WHERE status = 'finished'")[0][0]))
+    run_sweep(
+        sweep,
+        path,
+        progress=False,
+        on_result=lambda result: finished.append(
+            _sqlite_in_another_process(path, "SELECT COUNT(*) FROM runs WHERE status = 'finished'")[0][0]
+        ),
+    )
     assert finished == [1, 2]
     assert _sqlite_in_another_process(path, "SELECT status, step FROM runs") == [["finished", 4]] * 2
     opened.close()
@@ -538,7 +569,11 @@ def test_export_csv_round_trips(store, configs, tmp_path):
     assert len(exported) == len(stored)
     for row, metric in zip(exported, stored):
         assert (row["run_id"], int(row["step"]), row["split"], row["name"]) == (
-            metric.run_id, metric.step, metric.split, metric.name)
+            metric.run_id,
+            metric.step,
+            metric.split,
+            metric.name,
+        )
         value = float(row["value"])
         assert value == metric.value or (math.isnan(value) and math.isnan(metric.value))
 
@@ -587,13 +622,22 @@ def test_retry_failed_trains_failed_runs_again_but_not_diverged_ones(tmp_path):
     ``retry_failed``; one whose loss diverged keeps its result (the same config would diverge again)."""
     from seqdyn.train.config import SweepConfig
 
-    sweep = SweepConfig.model_validate({"name": "demo", "task": MQAR, "model": {"layers": 1, "d_model": 8},
-                                        "train": {"steps": 2}, "sweep": {"optimizer.lr": [1e-3, 2e-3]}})
+    sweep = SweepConfig.model_validate(
+        {
+            "name": "demo",
+            "task": MQAR,
+            "model": {"layers": 1, "d_model": 8},
+            "train": {"steps": 2},
+            "sweep": {"optimizer.lr": [1e-3, 2e-3]},
+        }
+    )
     accident, diverged = sweep.expand()
     path = tmp_path / "runs.db"
     store = Store(path)
-    for config, status, reason in ((accident, "failed", "ValueError: a bug"),
-                                   (diverged, "diverged", "non-finite loss (nan) at step 1")):
+    for config, status, reason in (
+        (accident, "failed", "ValueError: a bug"),
+        (diverged, "diverged", "non-finite loss (nan) at step 1"),
+    ):
         store.add_run(config.run_id, config.name, config.canonical(), sweep="demo")
         assert store.claim(config.run_id, "tester")
         store.finish(config.run_id, "tester", status, step=1, reason=reason)

@@ -11,8 +11,10 @@ from seqdyn.train.config import parse_config
 from seqdyn.train.store import Store
 from tests.train._helpers import add_finished, tiny
 
-SWEEP = tiny(sweep={"optimizer.lr": [1e-3, 2e-3, 3e-3]}, **{"train.steps": 4, "task.train_examples": 64,
-                                                             "task.test_examples": 16})
+SWEEP = tiny(
+    sweep={"optimizer.lr": [1e-3, 2e-3, 3e-3]},
+    **{"train.steps": 4, "task.train_examples": 64, "task.test_examples": 16},
+)
 
 
 def write_sweep(tmp_path):

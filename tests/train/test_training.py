@@ -29,8 +29,9 @@ def write(path: Path, data: dict) -> Path:
 
 def cli(*args, env=None, **kwargs) -> subprocess.CompletedProcess:
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "seqdyn", *args], capture_output=True, text=True, env=environment,
-                          timeout=600, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "seqdyn", *args], capture_output=True, text=True, env=environment, timeout=600, **kwargs
+    )
 
 
 def test_a_tiny_mqar_model_learns(tmp_path):
@@ -40,9 +41,15 @@ def test_a_tiny_mqar_model_learns(tmp_path):
 
 
 def test_sweep_expansion_gives_stable_distinct_ids(tmp_path):
-    data = tiny(sweep={"model": [{"mixer": "softmax_attention"}, {"mixer": "mamba2", "positions": False,
-                                                                  "mixer_options": {"head_dim": 16}}],
-                       "optimizer.lr": [1e-3, 3e-3]})
+    data = tiny(
+        sweep={
+            "model": [
+                {"mixer": "softmax_attention"},
+                {"mixer": "mamba2", "positions": False, "mixer_options": {"head_dim": 16}},
+            ],
+            "optimizer.lr": [1e-3, 3e-3],
+        }
+    )
     runs = parse_config(data).expand()
     assert len(runs) == 4 and len({r.run_id for r in runs}) == 4
     assert [r.model.mixer for r in runs] == ["softmax_attention"] * 2 + ["mamba2"] * 2
@@ -52,17 +59,29 @@ def test_sweep_expansion_gives_stable_distinct_ids(tmp_path):
     assert renamed.run_id == runs[0].run_id  # the id is the config, not the name
     changed = RunConfig.model_validate(runs[0].canonical() | {"optimizer": {"lr": 5e-3}})
     assert changed.run_id != runs[0].run_id
-    script = "from seqdyn.train.config import load_config; import sys; print(load_config(sys.argv[1]).expand()[0].run_id)"
-    other = subprocess.run([sys.executable, "-c", script, str(tmp_path / "sweep.yaml")], capture_output=True,
-                           text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src"), PYTHONHASHSEED="123"))
+    script = (
+        "from seqdyn.train.config import load_config; import sys; print(load_config(sys.argv[1]).expand()[0].run_id)"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "sweep.yaml")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src"), PYTHONHASHSEED="123"),
+    )
     assert other.stdout.strip() == runs[0].run_id  # no dependence on Python's hash seed
 
 
 def test_sweep_run_names_include_the_mixer_options_that_vary():
-    data = tiny(name="d-001-pe", sweep={"model": [
-        {"mixer": "custom", "positions": False, "mixer_options": {"readout": readout, "normalizer": normalizer}}
-        for readout in ("exp", "relu") for normalizer in ("sum", "none")
-    ]})
+    data = tiny(
+        name="d-001-pe",
+        sweep={
+            "model": [
+                {"mixer": "custom", "positions": False, "mixer_options": {"readout": readout, "normalizer": normalizer}}
+                for readout in ("exp", "relu")
+                for normalizer in ("sum", "none")
+            ]
+        },
+    )
     names = [run.name for run in parse_config(data).expand()]
     assert len(set(names)) == 4, names
     assert names[1] == "d-001-pe[mixer=custom, positions=False, readout=exp, normalizer=none]"
@@ -92,14 +111,20 @@ def _wait_for_checkpoint(store_path: Path, process: subprocess.Popen, timeout: f
 
 
 def test_a_killed_run_resumes_to_identical_metrics(tmp_path):
-    config = write(tmp_path / "run.yaml", tiny(**{"train.early_stop": {"threshold": None}, "train.steps": 300,
-                                                  "train.eval_every": 30}))
+    config = write(
+        tmp_path / "run.yaml",
+        tiny(**{"train.early_stop": {"threshold": None}, "train.steps": 300, "train.eval_every": 30}),
+    )
     reference = cli("train", str(config), "--store", str(tmp_path / "whole.db"), "--no-progress")
     assert reference.returncode == 0, reference.stderr
     store_path = tmp_path / "killed.db"
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    process = subprocess.Popen([sys.executable, "-m", "seqdyn", "train", str(config), "--store", str(store_path),
-                                "--no-progress"], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seqdyn", "train", str(config), "--store", str(store_path), "--no-progress"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     checkpoint = _wait_for_checkpoint(store_path, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -115,15 +140,28 @@ def test_a_killed_run_resumes_to_identical_metrics(tmp_path):
 
 
 def test_two_concurrent_sweeps_on_one_store_train_each_run_once(tmp_path):
-    data = tiny(sweep={"optimizer.lr": [1e-3, 2e-3, 3e-3, 4e-3]}, **{"train.steps": 40, "train.eval_every": 20,
-                                                                     "task.train_examples": 512})
+    data = tiny(
+        sweep={"optimizer.lr": [1e-3, 2e-3, 3e-3, 4e-3]},
+        **{"train.steps": 40, "train.eval_every": 20, "task.train_examples": 512},
+    )
     config = write(tmp_path / "sweep.yaml", data)
     store_path = tmp_path / "shared.db"
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(store_path), "--no-progress",
-               "--workers", "1"]  # two sweeps of one process each
-    processes = [subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                 for _ in range(2)]
+    command = [
+        sys.executable,
+        "-m",
+        "seqdyn",
+        "sweep",
+        str(config),
+        "--store",
+        str(store_path),
+        "--no-progress",
+        "--workers",
+        "1",
+    ]  # two sweeps of one process each
+    processes = [
+        subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=600) for p in processes]
     assert all(p.returncode == 0 for p in processes), outputs
     store = Store(store_path, readonly=True)
@@ -192,30 +230,62 @@ def test_unwritable_store_and_mismatched_checkpoint_are_errors(tmp_path):
 def test_sweep_with_ray_on_a_local_instance_with_two_workers(tmp_path):
     if not os.environ.get("CI"):  # CI installs the ray extra (make test), so there a missing ray fails
         pytest.importorskip("ray", reason="install the 'ray' extra to run the Ray path")
-    data = tiny(sweep={"optimizer.lr": [1e-3, 3e-3]}, **{"train.steps": 30, "train.eval_every": 15,
-                                                         "task.train_examples": 256})
+    data = tiny(
+        sweep={"optimizer.lr": [1e-3, 3e-3]}, **{"train.steps": 30, "train.eval_every": 15, "task.train_examples": 256}
+    )
     config = write(tmp_path / "sweep.yaml", data)
     store_path = tmp_path / "ray.db"
-    result = cli("sweep", str(config), "--store", str(store_path), "--ray", "--no-progress",
-                 env={"RAY_ADDRESS": "", "SEQDYN_RAY_NUM_CPUS": "2"})
+    result = cli(
+        "sweep",
+        str(config),
+        "--store",
+        str(store_path),
+        "--ray",
+        "--no-progress",
+        env={"RAY_ADDRESS": "", "SEQDYN_RAY_NUM_CPUS": "2"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     runs = Store(store_path, readonly=True).runs()
     assert len(runs) == 2 and all(r.status == "finished" for r in runs)
 
 
 def test_ddp_with_two_cpu_processes_matches_one_process(tmp_path):
-    config = write(tmp_path / "run.yaml", tiny(**{"train.steps": 12, "train.eval_every": 3,
-                                                  "train.early_stop": {"threshold": None}}))
+    config = write(
+        tmp_path / "run.yaml",
+        tiny(**{"train.steps": 12, "train.eval_every": 3, "train.early_stop": {"threshold": None}}),
+    )
     single = cli("train", str(config), "--store", str(tmp_path / "one.db"), "--no-progress")
     assert single.returncode == 0, single.stderr
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    launch = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_port", "29531", "-m", "seqdyn", "train", str(config), "--store",
-                             str(tmp_path / "two.db"), "--no-progress"], capture_output=True, text=True,
-                            env=environment, timeout=600)
+    launch = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29531",
+            "-m",
+            "seqdyn",
+            "train",
+            str(config),
+            "--store",
+            str(tmp_path / "two.db"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
     assert launch.returncode == 0, launch.stderr[-3000:]
-    one = {m.step: m.value for m in Store(tmp_path / "one.db", readonly=True).metrics(split="train") if m.name == "loss"}
-    two = {m.step: m.value for m in Store(tmp_path / "two.db", readonly=True).metrics(split="train") if m.name == "loss"}
+    one = {
+        m.step: m.value for m in Store(tmp_path / "one.db", readonly=True).metrics(split="train") if m.name == "loss"
+    }
+    two = {
+        m.step: m.value for m in Store(tmp_path / "two.db", readonly=True).metrics(split="train") if m.name == "loss"
+    }
     assert one.keys() == two.keys() == {3, 6, 9, 12}
     for step in one:
         assert abs(one[step] - two[step]) < 1e-4 * max(1.0, abs(one[step])), (step, one[step], two[step])

@@ -28,8 +28,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def few_steps(mixer: str, **changes) -> dict:
     """The tiny MQAR run with ``mixer``, for four steps: it runs, it need not learn."""
-    return tiny(**{"model.mixer": mixer, "model.positions": False, "train.steps": 4, "train.eval_every": 2,
-                   "task.train_examples": 256, "task.test_examples": 32, **changes})
+    return tiny(
+        **{
+            "model.mixer": mixer,
+            "model.positions": False,
+            "train.steps": 4,
+            "train.eval_every": 2,
+            "task.train_examples": 256,
+            "task.test_examples": 32,
+            **changes,
+        }
+    )
 
 
 def test_a_mixer_by_import_path_trains_reports_inspects_and_steps(example_mixer, tmp_path):
@@ -61,12 +70,15 @@ def test_a_run_whose_mixer_no_longer_imports_is_one_line_in_inspect_and_report(e
     assert inspect.exit_code == 2
     assert inspect.stderr.strip().splitlines() == [
         f"error: run {result.run_id}: model: mixer: cannot import 'my_mixer:DecayedAttention': No module named "
-        "'my_mixer' (is its folder on sys.path? e.g. PYTHONPATH=.)"]
+        "'my_mixer' (is its folder on sys.path? e.g. PYTHONPATH=.)"
+    ]
     report = CliRunner().invoke(app, ["report", "--store", str(store)])
     assert report.exit_code == 0 and result.run_id in report.output
     notes = [line for line in report.output.splitlines() if line.startswith("note:")]
-    assert notes == [f"note: run {result.run_id}: mixer: cannot import 'my_mixer:DecayedAttention': No module named "
-                     "'my_mixer' (is its folder on sys.path? e.g. PYTHONPATH=.); `seqdyn inspect` cannot load it"]
+    assert notes == [
+        f"note: run {result.run_id}: mixer: cannot import 'my_mixer:DecayedAttention': No module named "
+        "'my_mixer' (is its folder on sys.path? e.g. PYTHONPATH=.); `seqdyn inspect` cannot load it"
+    ]
     as_csv = CliRunner().invoke(app, ["report", "--store", str(store), "--format", "csv"])
     assert as_csv.exit_code == 0 and "note:" not in as_csv.stdout and as_csv.stderr.startswith("note: run")
 
@@ -86,9 +98,25 @@ def test_a_sweep_with_two_workers_imports_the_mixer_by_its_path(example_mixer, t
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump(few_steps(example_mixer, sweep={"optimizer.lr": [1e-3, 3e-3]})))
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]))
-    done = subprocess.run([sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(tmp_path / "runs.db"),
-                           "--workers", "2", "--no-progress"], capture_output=True, text=True, env=environment,
-                          cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seqdyn",
+            "sweep",
+            str(config),
+            "--store",
+            str(tmp_path / "runs.db"),
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     with Store(tmp_path / "runs.db", readonly=True) as store:
         assert [record.status for record in store.runs()] == ["finished", "finished"]
@@ -99,11 +127,30 @@ def test_a_ray_sweep_imports_the_mixer_by_its_path(example_mixer, tmp_path):
     pytest.importorskip("ray", reason="install the 'ray' extra to run the Ray path")
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump(few_steps(example_mixer, sweep={"optimizer.lr": [1e-3, 3e-3]})))
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]), RAY_ADDRESS="",
-                       SEQDYN_RAY_NUM_CPUS="2")
-    done = subprocess.run([sys.executable, "-m", "seqdyn", "sweep", str(config), "--store", str(tmp_path / "runs.db"),
-                           "--ray", "--no-progress"], capture_output=True, text=True, env=environment, cwd=tmp_path,
-                          timeout=600)
+    environment = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]),
+        RAY_ADDRESS="",
+        SEQDYN_RAY_NUM_CPUS="2",
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seqdyn",
+            "sweep",
+            str(config),
+            "--store",
+            str(tmp_path / "runs.db"),
+            "--ray",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     with Store(tmp_path / "runs.db", readonly=True) as store:
         assert [record.status for record in store.runs()] == ["finished", "finished"]

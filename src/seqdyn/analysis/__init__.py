@@ -13,24 +13,73 @@ matplotlib is imported only when a figure is drawn).
 
 from importlib import import_module
 
-from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, NEAR_ZERO_EPS, check_coefficients, combination_class,
-                                          combination_class_shares, large_fraction, mean_zero_count,
-                                          near_zero_fraction, near_zero_ratio, roundoff, zero_count_per_row)
-from seqdyn.analysis.mixers import (dot_product_variance, expand_state, has_positional_information,
-                                    larger_state_recovers, lemma2_demo, readout_near_zero_set, spectral_bound,
-                                    spectral_radii, taylor_softmax_error)
-from seqdyn.analysis.model import (HeadReport, MixerCall, capture_mixer_inputs, format_table, inspect_model,
-                                   layer_coefficients, layer_dsfs, table_legend)
+from seqdyn.analysis.coefficients import (
+    COMBINATION_CLASSES,
+    NEAR_ZERO_EPS,
+    check_coefficients,
+    combination_class,
+    combination_class_shares,
+    large_fraction,
+    mean_zero_count,
+    near_zero_fraction,
+    near_zero_ratio,
+    roundoff,
+    zero_count_per_row,
+)
+from seqdyn.analysis.mixers import (
+    dot_product_variance,
+    expand_state,
+    has_positional_information,
+    larger_state_recovers,
+    lemma2_demo,
+    readout_near_zero_set,
+    spectral_bound,
+    spectral_radii,
+    taylor_softmax_error,
+)
+from seqdyn.analysis.model import (
+    HeadReport,
+    MixerCall,
+    capture_mixer_inputs,
+    format_table,
+    inspect_model,
+    layer_coefficients,
+    layer_dsfs,
+    table_legend,
+)
 
 _PLOTS = ("plot_accuracy_grid", "plot_coefficients", "plot_principle")
 
 __all__ = [
-    "COMBINATION_CLASSES", "NEAR_ZERO_EPS", "HeadReport", "MixerCall", "capture_mixer_inputs", "check_coefficients",
-    "combination_class", "combination_class_shares", "dot_product_variance", "expand_state", "format_table",
-    "has_positional_information", "inspect_model", "large_fraction", "larger_state_recovers", "layer_coefficients",
+    "COMBINATION_CLASSES",
+    "NEAR_ZERO_EPS",
+    "HeadReport",
+    "MixerCall",
+    "capture_mixer_inputs",
+    "check_coefficients",
+    "combination_class",
+    "combination_class_shares",
+    "dot_product_variance",
+    "expand_state",
+    "format_table",
+    "has_positional_information",
+    "inspect_model",
+    "large_fraction",
+    "larger_state_recovers",
+    "layer_coefficients",
     "layer_dsfs",
-    "lemma2_demo", "mean_zero_count", "near_zero_fraction", "near_zero_ratio", "readout_near_zero_set", "roundoff",
-    "spectral_bound", "spectral_radii", "table_legend", "taylor_softmax_error", "zero_count_per_row", *_PLOTS,
+    "lemma2_demo",
+    "mean_zero_count",
+    "near_zero_fraction",
+    "near_zero_ratio",
+    "readout_near_zero_set",
+    "roundoff",
+    "spectral_bound",
+    "spectral_radii",
+    "table_legend",
+    "taylor_softmax_error",
+    "zero_count_per_row",
+    *_PLOTS,
 ]
 
 

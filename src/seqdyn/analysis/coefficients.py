@@ -81,8 +81,10 @@ def check_coefficients(A: object, name: str = "A") -> Tensor:
     limit = ZERO_ULPS * torch.finfo(A.dtype).eps * max(1.0, float(A.abs().max()))
     if float(upper.max()) > limit:
         index = tuple(int(i) for i in np.unravel_index(int(upper.argmax()), tuple(A.shape)))
-        raise ValueError(f"{name}: not causal: entry {list(index)} = {float(A[index]):.3g} lies above the diagonal "
-                         "(j > i); coefficient matrices are zero there")
+        raise ValueError(
+            f"{name}: not causal: entry {list(index)} = {float(A[index]):.3g} lies above the diagonal "
+            "(j > i); coefficient matrices are zero there"
+        )
     return A
 
 

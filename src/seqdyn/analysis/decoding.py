@@ -59,16 +59,19 @@ def decode_profile(model: nn.Module, tokens: Tensor, lengths: Sequence[int], win
     (ascending, ≤ T) record the state's bytes and the mean wall time per token of the last ``window`` steps."""
     lengths = sorted(lengths)
     if not lengths or lengths[-1] > tokens.shape[1] or lengths[0] < window:
-        raise ValueError(f"lengths: expected context lengths between window={window} and the {tokens.shape[1]} "
-                         f"tokens given, got {list(lengths)}")
+        raise ValueError(
+            f"lengths: expected context lengths between window={window} and the {tokens.shape[1]} "
+            f"tokens given, got {list(lengths)}"
+        )
     state, points, started = model.init_state(tokens.shape[0]), [], 0.0
     for t in range(lengths[-1]):
         if t + window in lengths:
             started = time.perf_counter()
         _, state = model.step(tokens[:, t], state)
         if t + 1 in lengths:
-            points.append(DecodePoint(t + 1, state_bytes(state) // tokens.shape[0],
-                                      (time.perf_counter() - started) / window))
+            points.append(
+                DecodePoint(t + 1, state_bytes(state) // tokens.shape[0], (time.perf_counter() - started) / window)
+            )
     return points
 
 

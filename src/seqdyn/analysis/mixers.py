@@ -1,11 +1,11 @@
 """Metrics on readout maps and mixers, and numerical checks of the seeds' lemmas.
 
-    readout_near_zero_set(φ, eps, window)  measure of {x ∈ window : |φ(x)| < eps}      (001 Principle 2, Example 1)
-    has_positional_information(mixer)      identical tokens, different coefficients ⇔ Λ ≠ I      (001 Lemma 3)
-    spectral_radii / spectral_bound        largest |eigenvalue| of Λ_t                             (001 Principle 6)
-    dot_product_variance(K, scale)         Var(q ᵀ b k) for q, k ~ N(0, I_K)                       (001 Lemma 5)
-    taylor_softmax_error(q, k, p)          error of the degree-p finite DSF of softmax             (000 Lemma 1)
-    larger_state_recovers / lemma2_demo    a larger state recovers a smaller system exactly        (000 Lemma 2)
+readout_near_zero_set(φ, eps, window)  measure of {x ∈ window : |φ(x)| < eps}      (001 Principle 2, Example 1)
+has_positional_information(mixer)      identical tokens, different coefficients ⇔ Λ ≠ I      (001 Lemma 3)
+spectral_radii / spectral_bound        largest |eigenvalue| of Λ_t                             (001 Principle 6)
+dot_product_variance(K, scale)         Var(q ᵀ b k) for q, k ~ N(0, I_K)                       (001 Lemma 5)
+taylor_softmax_error(q, k, p)          error of the degree-p finite DSF of softmax             (000 Lemma 1)
+larger_state_recovers / lemma2_demo    a larger state recovers a smaller system exactly        (000 Lemma 2)
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ DEFAULT_WINDOW = (-10.0, 10.0)
 
 # --- readout maps (seed 001 Principle 2, Example 1) ----------------------------------------------------------
 
+
 def _near_zero_intervals(name: str, eps: float) -> list[tuple[float, float]]:
     """The open set ``{x : |φ(x)| < eps}`` of a named readout as intervals (every named φ is monotone or even)."""
     inf = math.inf
@@ -55,21 +56,25 @@ def _near_zero_intervals(name: str, eps: float) -> list[tuple[float, float]]:
         return [(-eps, eps)]
     if name == "square":
         return [(-math.sqrt(eps), math.sqrt(eps))]
-    if name == "exp":                                   # e^x < eps
+    if name == "exp":  # e^x < eps
         return [(-inf, math.log(eps))]
-    if name == "relu":                                  # max(x, 0) < eps
+    if name == "relu":  # max(x, 0) < eps
         return [(-inf, eps)]
-    if name == "softplus":                              # log(1 + e^x) < eps
+    if name == "softplus":  # log(1 + e^x) < eps
         return [(-inf, math.log(math.expm1(eps)))] if eps < 700 else [(-inf, eps)]
-    if name == "sigmoid":                               # 1 / (1 + e^-x) < eps
+    if name == "sigmoid":  # 1 / (1 + e^-x) < eps
         return [(-inf, inf)] if eps >= 1 else [(-inf, math.log(eps) - math.log1p(-eps))]
-    if name == "elu1":                                  # elu(x) + 1 < eps: e^x < eps (x < 0), x + 1 < eps (x ≥ 0)
+    if name == "elu1":  # elu(x) + 1 < eps: e^x < eps (x < 0), x + 1 < eps (x ≥ 0)
         return [(-inf, math.log(eps) if eps <= 1 else eps - 1)]
     raise ValueError(f"readout: no closed form for {name!r}")
 
 
-def readout_near_zero_set(readout: ReadoutLike, eps: float = NEAR_ZERO_EPS,
-                          window: tuple[float, float] = DEFAULT_WINDOW, points: int = 1_000_000) -> float:
+def readout_near_zero_set(
+    readout: ReadoutLike,
+    eps: float = NEAR_ZERO_EPS,
+    window: tuple[float, float] = DEFAULT_WINDOW,
+    points: int = 1_000_000,
+) -> float:
     """Lebesgue measure of the near-zero set ``{x ∈ window : |φ(x)| < eps}`` (seed 001 Principle 2, Example 1).
 
     ``readout`` is a name of ``seqdyn.READOUTS`` — measured exactly from the closed-form set — or a callable
@@ -96,12 +101,15 @@ def readout_near_zero_set(readout: ReadoutLike, eps: float = NEAR_ZERO_EPS,
     grid = lo + width * (torch.arange(points, dtype=torch.float64) + 0.5)
     values = readout(grid)
     if not isinstance(values, Tensor) or values.shape != grid.shape:
-        raise ValueError(f"readout: the callable must map a float64 tensor [n] of scores to a tensor [n], got "
-                         f"{type(values).__name__ if not isinstance(values, Tensor) else list(values.shape)}")
+        raise ValueError(
+            f"readout: the callable must map a float64 tensor [n] of scores to a tensor [n], got "
+            f"{type(values).__name__ if not isinstance(values, Tensor) else list(values.shape)}"
+        )
     return float((values.abs() < eps).sum()) * width
 
 
 # --- positional information (seed 001 Lemma 3) --------------------------------------------------------------
+
 
 def _warmup(mixer: torch.nn.Module) -> int:
     """Positions a short convolution inside ``mixer`` needs before a repeated token looks the same (w − 1)."""
@@ -128,15 +136,17 @@ def _has_scalar_coefficients(mixer: Any) -> bool:
     return bool(getattr(mixer, "scalar_coefficients", True))
 
 
-def has_positional_information(mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6,
-                               method: str = "auto") -> bool:
+def has_positional_information(
+    mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6, method: str = "auto"
+) -> bool:
     """Whether identical inputs at different positions get different coefficients in any head (seed 001
     Definition 1, Lemma 3): :func:`positional_heads`, any of them."""
     return bool(positional_heads(mixer, length, seed, rtol, method).any())
 
 
-def positional_heads(mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6,
-                     method: str = "auto") -> Tensor:
+def positional_heads(
+    mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6, method: str = "auto"
+) -> Tensor:
     """Per head ``[H]`` (one entry for a system without heads): whether identical inputs at different positions get
     different coefficients (seed 001 Definition 1, Lemma 3).
 
@@ -159,8 +169,10 @@ def positional_heads(mixer: torch.nn.Module, length: int = 16, seed: int = 0, rt
     _check_mixer(mixer)
     if isinstance(length, bool) or not isinstance(length, int) or length < 2:
         raise ValueError(f"length: expected an integer ≥ 2, got {length!r}")
-    no_coefficients = ValueError(f"mixer: {getattr(mixer, 'name', type(mixer).__name__)} has no scalar "
-                                 "coefficients per head (a MIMO system); use method='dsf' or 'auto'")
+    no_coefficients = ValueError(
+        f"mixer: {getattr(mixer, 'name', type(mixer).__name__)} has no scalar "
+        "coefficients per head (a MIMO system); use method='dsf' or 'auto'"
+    )
     if method == "coefficients" and not _has_scalar_coefficients(mixer):
         raise no_coefficients
     probe = copy.deepcopy(mixer).double().eval()
@@ -187,6 +199,7 @@ def positional_heads(mixer: torch.nn.Module, length: int = 16, seed: int = 0, rt
 
 
 # --- spectra of the evolution matrices (seed 001 Principle 6) -----------------------------------------------
+
 
 def evolution_radii(mixer: Any, x: Tensor) -> Tensor:
     """Largest |eigenvalue| of the coefficient dynamics' Λ_t per head, max over batch and time: ``[H]``."""
@@ -261,6 +274,7 @@ def spectral_bound(mixer: torch.nn.Module, x: Tensor, source: str = "auto") -> f
 
 # --- scaling (seed 001 Lemma 5, Principle 5) ----------------------------------------------------------------
 
+
 def dot_product_variance(K: int, scale: float | str = 1.0, samples: int = 100_000, seed: int = 0) -> float:
     """Empirical variance of ``scale · qᵀk`` for independent ``q, k ~ N(0, I_K)`` (seed 001 Lemma 5).
 
@@ -273,7 +287,7 @@ def dot_product_variance(K: int, scale: float | str = 1.0, samples: int = 100_00
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
         raise ValueError(f"samples: expected an integer ≥ 2, got {samples!r}")
     if scale == "inv_sqrt":
-        factor = K ** -0.5
+        factor = K**-0.5
     elif isinstance(scale, numbers.Real) and not isinstance(scale, bool) and math.isfinite(scale):
         factor = float(scale)
     else:
@@ -291,6 +305,7 @@ def dot_product_variance(K: int, scale: float | str = 1.0, samples: int = 100_00
 
 # --- finite DSF of softmax (seed 000 Lemma 1) ---------------------------------------------------------------
 
+
 def taylor_softmax_error(q: Tensor, k: Tensor, degree: int) -> float:
     """``max_ij |exp(q_iᵀk_j) − φ_p(q_i)ᵀφ_p(k_j)| / exp(q_iᵀk_j)`` (seed 000 Lemma 1, appendix C).
 
@@ -302,8 +317,10 @@ def taylor_softmax_error(q: Tensor, k: Tensor, degree: int) -> float:
 
     for name, x in (("q", q), ("k", k)):
         if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise ValueError(f"{name}: expected a floating-point tensor [N, K], got "
-                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+            raise ValueError(
+                f"{name}: expected a floating-point tensor [N, K], got "
+                f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}"
+            )
         if x.dim() != 2 or x.shape[0] < 1 or x.shape[1] < 1:
             raise ValueError(f"{name}: expected a non-empty [N, K] tensor, got shape {list(x.shape)}")
     if q.shape[1] != k.shape[1]:
@@ -317,6 +334,7 @@ def taylor_softmax_error(q: Tensor, k: Tensor, degree: int) -> float:
 
 
 # --- state expansion (seed 000 Lemma 2, appendix H) ---------------------------------------------------------
+
 
 def expand_state(system: DSF, extra_states: int, seed: int = 0) -> DSF:
     """The larger system of seed 000 appendix H that reproduces ``system`` with ``extra_states`` more states::
@@ -340,9 +358,10 @@ def expand_state(system: DSF, extra_states: int, seed: int = 0) -> DSF:
     size = state_dim + extra_states
     lam = torch.zeros(batch, heads, length, size, size, **like)
     lam[..., :state_dim, :state_dim] = system.Lambda
-    lam[..., state_dim:, :state_dim] = draw(batch, heads, length, extra_states, state_dim, std=state_dim ** -0.5)
-    lam[..., state_dim:, state_dim:] = draw(batch, heads, length, extra_states, extra_states,
-                                            std=0.5 * max(extra_states, 1) ** -0.5)
+    lam[..., state_dim:, :state_dim] = draw(batch, heads, length, extra_states, state_dim, std=state_dim**-0.5)
+    lam[..., state_dim:, state_dim:] = draw(
+        batch, heads, length, extra_states, extra_states, std=0.5 * max(extra_states, 1) ** -0.5
+    )
     inputs = torch.cat([system.B, draw(batch, heads, length, extra_states, value_dim, std=1.0)], dim=-2)
     outputs = torch.cat([system.C, torch.zeros(batch, heads, length, value_dim, extra_states, **like)], dim=-1)
     return DSF(Lambda=lam, B=inputs, C=outputs, D=system.D.clone())
@@ -356,21 +375,34 @@ def larger_state_recovers(system: DSF, extra_states: int, u: Tensor | None = Non
     system of dimension N.
     """
     larger = expand_state(system, extra_states, seed)
-    if u is not None and (not isinstance(u, Tensor) or tuple(u.shape) != (system.B.shape[0], system.B.shape[2],
-                                                                           system.B.shape[1], system.B.shape[-1])):
+    if u is not None and (
+        not isinstance(u, Tensor)
+        or tuple(u.shape) != (system.B.shape[0], system.B.shape[2], system.B.shape[1], system.B.shape[-1])
+    ):
         batch, heads, length, _, value_dim = system.B.shape
-        raise ValueError(f"u: expected inputs [B, T, H, V] = {[batch, length, heads, value_dim]}, got "
-                         f"{list(u.shape) if isinstance(u, Tensor) else type(u).__name__}")
+        raise ValueError(
+            f"u: expected inputs [B, T, H, V] = {[batch, length, heads, value_dim]}, got "
+            f"{list(u.shape) if isinstance(u, Tensor) else type(u).__name__}"
+        )
     if u is None:
         batch, heads, length, _, value_dim = system.B.shape
-        u = torch.randn(batch, length, heads, value_dim, generator=torch.Generator().manual_seed(seed + 1),
-                        dtype=torch.float64).to(system.B)
+        u = torch.randn(
+            batch, length, heads, value_dim, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64
+        ).to(system.B)
     with torch.no_grad():
         return float((system.simulate(u) - larger.simulate(u)).abs().max())
 
 
-def lemma2_demo(state_dim: int = 4, extra_states: int = 4, value_dim: int = 2, length: int = 16, batch: int = 2,
-                heads: int = 2, seed: int = 0, dtype: torch.dtype = torch.float64) -> float:
+def lemma2_demo(
+    state_dim: int = 4,
+    extra_states: int = 4,
+    value_dim: int = 2,
+    length: int = 16,
+    batch: int = 2,
+    heads: int = 2,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> float:
     """Seed 000 Lemma 2 on a random time-varying system: the output error of :func:`larger_state_recovers`.
 
     The small system has random ``Λ_i`` (spectral radius about ½), ``B_i``, ``C_i``, ``D_i`` of ``state_dim``
@@ -381,7 +413,10 @@ def lemma2_demo(state_dim: int = 4, extra_states: int = 4, value_dim: int = 2, l
     def draw(*shape: int, std: float = 1.0) -> Tensor:
         return (std * torch.randn(*shape, generator=generator, dtype=torch.float64)).to(dtype)
 
-    system = DSF(Lambda=draw(batch, heads, length, state_dim, state_dim, std=0.5 * state_dim ** -0.5),
-                 B=draw(batch, heads, length, state_dim, value_dim), C=draw(batch, heads, length, value_dim, state_dim),
-                 D=draw(batch, heads, length, value_dim, value_dim))
+    system = DSF(
+        Lambda=draw(batch, heads, length, state_dim, state_dim, std=0.5 * state_dim**-0.5),
+        B=draw(batch, heads, length, state_dim, value_dim),
+        C=draw(batch, heads, length, value_dim, state_dim),
+        D=draw(batch, heads, length, value_dim, value_dim),
+    )
     return larger_state_recovers(system, extra_states, seed=seed + 1)

@@ -19,13 +19,29 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from seqdyn.analysis.coefficients import (COMBINATION_CLASSES, COMBINATION_TOL, NEAR_ZERO_EPS,
-                                          combination_class_shares, large_fraction, mean_zero_count,
-                                          near_zero_fraction, zero_count_per_row)
+from seqdyn.analysis.coefficients import (
+    COMBINATION_CLASSES,
+    COMBINATION_TOL,
+    NEAR_ZERO_EPS,
+    combination_class_shares,
+    large_fraction,
+    mean_zero_count,
+    near_zero_fraction,
+    zero_count_per_row,
+)
 from seqdyn.analysis.mixers import dsf_radii, evolution_radii, is_lti, positional_heads
 
-__all__ = ["DSF_MAX_ENTRIES", "HeadReport", "MixerCall", "capture_mixer_inputs", "format_table", "inspect_model",
-           "layer_coefficients", "layer_dsfs", "table_legend"]
+__all__ = [
+    "DSF_MAX_ENTRIES",
+    "HeadReport",
+    "MixerCall",
+    "capture_mixer_inputs",
+    "format_table",
+    "inspect_model",
+    "layer_coefficients",
+    "layer_dsfs",
+    "table_legend",
+]
 
 #: the most entries of Λ ``[B, H, T, N, N]`` that :func:`layer_dsfs` forms for one layer (256 MiB in float32)
 DSF_MAX_ENTRIES = 2**26
@@ -100,8 +116,11 @@ def _top_level_mixers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
     found: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
-        if (isinstance(module, Mixer) and not module.composite
-                and not any(name.startswith(outer + ".") for outer, _ in found)):
+        if (
+            isinstance(module, Mixer)
+            and not module.composite
+            and not any(name.startswith(outer + ".") for outer, _ in found)
+        ):
             found.append((name, module))
     return found
 
@@ -133,6 +152,7 @@ def capture_mixer_inputs(model: nn.Module, inputs: Tensor) -> list[MixerCall]:
         def record(module: nn.Module, args: tuple) -> None:
             if index not in captured and args:
                 captured[index] = args[0].detach()
+
         return record
 
     handles = [module.register_forward_pre_hook(hook(index)) for index, (_, module) in enumerate(mixers)]
@@ -143,8 +163,11 @@ def capture_mixer_inputs(model: nn.Module, inputs: Tensor) -> list[MixerCall]:
         for handle in handles:
             handle.remove()
     owners = list(dict.fromkeys(_owner_and_part(name)[0] for name, _ in mixers))  # a composite's parts: one layer
-    return [MixerCall(owners.index(_owner_and_part(name)[0]), name, module, captured[index])
-            for index, (name, module) in enumerate(mixers) if index in captured]
+    return [
+        MixerCall(owners.index(_owner_and_part(name)[0]), name, module, captured[index])
+        for index, (name, module) in enumerate(mixers)
+        if index in captured
+    ]
 
 
 def _owner_and_part(name: str) -> tuple[str, str | None]:
@@ -177,8 +200,9 @@ def layer_coefficients(model: nn.Module, inputs: Tensor) -> dict[str, Tensor]:
     return out
 
 
-def layer_dsfs(model: nn.Module, inputs: Tensor, max_entries: int = DSF_MAX_ENTRIES
-               ) -> tuple[dict[str, Any], dict[str, str]]:
+def layer_dsfs(
+    model: nn.Module, inputs: Tensor, max_entries: int = DSF_MAX_ENTRIES
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The DSF matrices (seed 000 eq. 12: ``h_i = Λ_i h_{i−1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i``) of every
     layer's mixer on the activations it receives for ``inputs``: ``{label: DSF}``, and ``{label: why}`` for the
     layers left out because their Λ would hold more than ``max_entries`` numbers — a Gated DeltaNet head with
@@ -221,8 +245,14 @@ def _structure(call: MixerCall, spectral: bool) -> tuple[str, int, Tensor | None
         return "identity", system.B.shape[-2] // system.B.shape[-1], dsf_radii(system)
 
 
-def inspect_model(model: nn.Module, inputs: Tensor, eps: float = NEAR_ZERO_EPS, zero_tol: float | None = None,
-                  class_tol: float = COMBINATION_TOL, spectral: bool = True) -> list[HeadReport]:
+def inspect_model(
+    model: nn.Module,
+    inputs: Tensor,
+    eps: float = NEAR_ZERO_EPS,
+    zero_tol: float | None = None,
+    class_tol: float = COMBINATION_TOL,
+    spectral: bool = True,
+) -> list[HeadReport]:
     """Measure every head of every layer of ``model`` on ``inputs`` (what ``model(inputs)`` accepts).
 
     For each layer's mixer, on the activations it receives: the near-zero and large fractions at ``eps``, the
@@ -232,12 +262,16 @@ def inspect_model(model: nn.Module, inputs: Tensor, eps: float = NEAR_ZERO_EPS, 
     Returns one :class:`HeadReport` per (layer, head), in layer then head order.
     """
     with _evaluating(model):
-        return [row for call in capture_mixer_inputs(model, inputs)
-                for row in _head_reports(call, eps, zero_tol, class_tol, spectral)]
+        return [
+            row
+            for call in capture_mixer_inputs(model, inputs)
+            for row in _head_reports(call, eps, zero_tol, class_tol, spectral)
+        ]
 
 
-def _head_reports(call: MixerCall, eps: float, zero_tol: float | None, class_tol: float,
-                  spectral: bool) -> list[HeadReport]:
+def _head_reports(
+    call: MixerCall, eps: float, zero_tol: float | None, class_tol: float, spectral: bool
+) -> list[HeadReport]:
     """The rows of one layer (see :func:`inspect_model`)."""
     rows: list[HeadReport] = []
     A = _coefficients(call)
@@ -245,26 +279,34 @@ def _head_reports(call: MixerCall, eps: float, zero_tol: float | None, class_tol
     heads = A.shape[1] if A is not None else radii.shape[0]
     if radii is not None:
         if radii.shape[0] not in (1, heads):
-            raise ValueError(f"model: layer {call.layer} ({call.mixer.name}) has {heads} coefficient heads but "
-                             f"{radii.shape[0]} evolution heads")
+            raise ValueError(
+                f"model: layer {call.layer} ({call.mixer.name}) has {heads} coefficient heads but "
+                f"{radii.shape[0]} evolution heads"
+            )
         radii = radii.expand(heads)
     positional = positional_heads(call.mixer).expand(heads)
     zeros = zero_count_per_row(A, zero_tol) if A is not None else None
     mean_zeros = mean_zero_count(A, zero_tol).nan_to_num(nan=0.0) if A is not None else None  # [H, T]
     for head in range(heads):
-        one = A[:, head:head + 1] if A is not None else None
-        rows.append(HeadReport(
-            layer=call.layer, module=call.module, mixer=call.mixer.name, head=head, key_dim=int(key_dim),
-            readout=readout,
-            near_zero_fraction=None if one is None else near_zero_fraction(one, eps),
-            large_fraction=None if one is None else large_fraction(one, eps),
-            max_zero_count=None if zeros is None else int(zeros[:, head].max()),
-            mean_zero_count=None if mean_zeros is None else float(mean_zeros[head].max()),
-            zero_bound=int(key_dim) - 1 if readout == "identity" and one is not None else None,
-            class_shares=None if one is None else combination_class_shares(one, class_tol),
-            spectral_bound=float(radii[head]) if spectral and radii is not None else None,
-            positional=bool(positional[head]),
-        ))
+        one = A[:, head : head + 1] if A is not None else None
+        rows.append(
+            HeadReport(
+                layer=call.layer,
+                module=call.module,
+                mixer=call.mixer.name,
+                head=head,
+                key_dim=int(key_dim),
+                readout=readout,
+                near_zero_fraction=None if one is None else near_zero_fraction(one, eps),
+                large_fraction=None if one is None else large_fraction(one, eps),
+                max_zero_count=None if zeros is None else int(zeros[:, head].max()),
+                mean_zero_count=None if mean_zeros is None else float(mean_zeros[head].max()),
+                zero_bound=int(key_dim) - 1 if readout == "identity" and one is not None else None,
+                class_shares=None if one is None else combination_class_shares(one, class_tol),
+                spectral_bound=float(radii[head]) if spectral and radii is not None else None,
+                positional=bool(positional[head]),
+            )
+        )
     return rows
 
 
@@ -279,17 +321,37 @@ COLUMNS = (
     ("head", "right", None),
     ("K", "right", "the head's key (state) dimension"),
     ("φ", "left", "the readout φ of the coefficient dynamics (identity: linear attention and SSMs; exp: softmax)"),
-    ("near-zero", "right", "share of the causal coefficients α_ij (j ≤ i) with |α_ij| < {eps} (Sieber et al. 2025, "
-                           "Principle 2); the rest are large"),
-    ("max zeros / K−1", "right", "the most exactly-zero coefficients in one row, against the bound K − 1 that an "
-                                 "identity readout cannot exceed with a nonzero query (Corollary 2.2)"),
-    ("rows by class", "left", "share of the rows i that are convex (α ≥ 0, Σα = 1: a weighted mean, as softmax), "
-                              "conical (α ≥ 0 only), affine (Σα = 1 only) or linear (neither) (appendix A, Table 2)"),
-    ("max |eig Λ|", "right", "largest |eigenvalue| of the state transition Λ_t over the batch and the steps: "
-                             "below 1 the state forgets, at 1 it keeps (Principle 6)"),
-    ("positions", "left", "whether one token repeated gets different coefficients at different positions, so "
-                          "that the layer tells positions apart without position embeddings (Definition 1; "
-                          "Lemma 3: Λ ≠ I, or rotary embeddings inside the mixer)"),
+    (
+        "near-zero",
+        "right",
+        "share of the causal coefficients α_ij (j ≤ i) with |α_ij| < {eps} (Sieber et al. 2025, "
+        "Principle 2); the rest are large",
+    ),
+    (
+        "max zeros / K−1",
+        "right",
+        "the most exactly-zero coefficients in one row, against the bound K − 1 that an "
+        "identity readout cannot exceed with a nonzero query (Corollary 2.2)",
+    ),
+    (
+        "rows by class",
+        "left",
+        "share of the rows i that are convex (α ≥ 0, Σα = 1: a weighted mean, as softmax), "
+        "conical (α ≥ 0 only), affine (Σα = 1 only) or linear (neither) (appendix A, Table 2)",
+    ),
+    (
+        "max |eig Λ|",
+        "right",
+        "largest |eigenvalue| of the state transition Λ_t over the batch and the steps: "
+        "below 1 the state forgets, at 1 it keeps (Principle 6)",
+    ),
+    (
+        "positions",
+        "left",
+        "whether one token repeated gets different coefficients at different positions, so "
+        "that the layer tells positions apart without position embeddings (Definition 1; "
+        "Lemma 3: Λ ≠ I, or rotary embeddings inside the mixer)",
+    ),
 )
 
 #: why a cell is empty
@@ -312,8 +374,9 @@ def _zeros_cell(row: HeadReport) -> str:
 def _classes_cell(row: HeadReport) -> str:
     if row.class_shares is None:
         return "—"
-    return ", ".join(f"{name} {100 * row.class_shares[name]:.0f}%" for name in COMBINATION_CLASSES
-                     if row.class_shares[name] > 0)
+    return ", ".join(
+        f"{name} {100 * row.class_shares[name]:.0f}%" for name in COMBINATION_CLASSES if row.class_shares[name] > 0
+    )
 
 
 def format_table(rows: list[HeadReport], title: str | None = "Coefficient analysis") -> Any:
@@ -326,9 +389,18 @@ def format_table(rows: list[HeadReport], title: str | None = "Coefficient analys
     for column, justify, _ in COLUMNS:
         table.add_column(column, justify=justify)
     for row in rows:
-        table.add_row(str(row.layer), row.mixer, str(row.head), "—" if row.key_dim is None else str(row.key_dim),
-                      row.readout or "—", _number(row.near_zero_fraction), _zeros_cell(row), _classes_cell(row),
-                      _number(row.spectral_bound, 4), _yes_no(row.positional))
+        table.add_row(
+            str(row.layer),
+            row.mixer,
+            str(row.head),
+            "—" if row.key_dim is None else str(row.key_dim),
+            row.readout or "—",
+            _number(row.near_zero_fraction),
+            _zeros_cell(row),
+            _classes_cell(row),
+            _number(row.spectral_bound, 4),
+            _yes_no(row.positional),
+        )
     return table
 
 

@@ -45,15 +45,22 @@ def _layers(A: Tensor | Sequence[Tensor] | Mapping[str, Tensor]) -> list[tuple[s
     elif isinstance(A, Sequence) and not isinstance(A, (str, bytes)):
         items = [(f"layer {index}", value) for index, value in enumerate(A)]
     else:
-        raise ValueError(f"A: expected a tensor [B, H, T, T], a list of them or a mapping label → tensor, "
-                         f"got {type(A).__name__}")
+        raise ValueError(
+            f"A: expected a tensor [B, H, T, T], a list of them or a mapping label → tensor, got {type(A).__name__}"
+        )
     if not items:
         raise ValueError("A: no coefficient tensors to plot")
     return [(str(label), check_coefficients(value, f"A[{label!r}]")) for label, value in items]
 
 
-def plot_coefficients(A: Tensor | Sequence[Tensor] | Mapping[str, Tensor], path: str | Path, batch: int = 0,
-                      heads: Sequence[int] | None = None, log: bool = False, title: str | None = None) -> Path:
+def plot_coefficients(
+    A: Tensor | Sequence[Tensor] | Mapping[str, Tensor],
+    path: str | Path,
+    batch: int = 0,
+    heads: Sequence[int] | None = None,
+    log: bool = False,
+    title: str | None = None,
+) -> Path:
     """Heat maps of coefficient matrices ("attention matrices" of any mixer), one row per layer, one panel per head.
 
     ``A``: one tensor ``[B, H, T, T]`` (one layer), a list of them (layers 0, 1, …) or a mapping label → tensor
@@ -106,8 +113,9 @@ def _check_points(points: Sequence[tuple[str, float, float]]) -> list[tuple[str,
             label, x, y = point
             x, y = float(x), float(y)
         except (TypeError, ValueError):
-            raise ValueError(f"points[{index}]: expected (label, near_zero_fraction, accuracy), "
-                             f"got {point!r}") from None
+            raise ValueError(
+                f"points[{index}]: expected (label, near_zero_fraction, accuracy), got {point!r}"
+            ) from None
         if not (math.isfinite(x) and math.isfinite(y)):
             raise ValueError(f"points[{index}]: expected finite numbers, got {point!r}")
         checked.append((str(label), x, y))
@@ -116,9 +124,14 @@ def _check_points(points: Sequence[tuple[str, float, float]]) -> list[tuple[str,
     return checked
 
 
-def plot_principle(points: Sequence[tuple[str, float, float]] | Mapping[str, Sequence[tuple[str, float, float]]],
-                   path: str | Path, xlabel: str = "fraction of near-zero coefficients", ylabel: str = "accuracy",
-                   title: str | None = None, log_x: bool = False) -> Path:
+def plot_principle(
+    points: Sequence[tuple[str, float, float]] | Mapping[str, Sequence[tuple[str, float, float]]],
+    path: str | Path,
+    xlabel: str = "fraction of near-zero coefficients",
+    ylabel: str = "accuracy",
+    title: str | None = None,
+    log_x: bool = False,
+) -> Path:
     """Accuracy against the near-zero fraction across runs (seed 001 Fig. 1; Fig. 7 with ``log_x`` and ratios).
 
     ``points``: ``(label, near_zero_fraction, accuracy)`` per run, e.g. the readout map as label; runs with the
@@ -157,17 +170,25 @@ def plot_principle(points: Sequence[tuple[str, float, float]] | Mapping[str, Seq
     return _save(figure, path)
 
 
-def plot_accuracy_grid(values: Any, row_labels: Sequence[Any], column_labels: Sequence[Any], path: str | Path,
-                       row_name: str = "state expansion n", column_name: str = "model size d",
-                       title: str | None = None, percent: bool = True) -> Path:
+def plot_accuracy_grid(
+    values: Any,
+    row_labels: Sequence[Any],
+    column_labels: Sequence[Any],
+    path: str | Path,
+    row_name: str = "state expansion n",
+    column_name: str = "model size d",
+    title: str | None = None,
+    percent: bool = True,
+) -> Path:
     """A grid of accuracies with the value in each cell (seed 000 Fig. 5 style: rows n, columns d).
 
     ``values`` ``[rows, columns]`` (array-like; NaN cells stay blank) in [0, 1]; ``percent`` prints them in %.
     """
     grid = np.asarray(values, dtype=np.float64)
     if grid.ndim != 2 or grid.shape != (len(row_labels), len(column_labels)):
-        raise ValueError(f"values: expected shape [{len(row_labels)}, {len(column_labels)}] (rows × columns), "
-                         f"got {list(grid.shape)}")
+        raise ValueError(
+            f"values: expected shape [{len(row_labels)}, {len(column_labels)}] (rows × columns), got {list(grid.shape)}"
+        )
     figure = _figure(max(3.6, 1.0 + 0.9 * grid.shape[1]), 1.0 + 0.7 * grid.shape[0])  # wide enough for a title
     axis = figure.subplots()
     axis.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
@@ -183,8 +204,14 @@ def plot_accuracy_grid(values: Any, row_labels: Sequence[Any], column_labels: Se
     return _save(figure, path)
 
 
-def plot_bars(panels: Mapping[str, Mapping[str, Sequence[tuple[Any, float, float]]]], path: str | Path,
-              xlabel: str, ylabel: str = "accuracy", title: str | None = None, percent: bool = True) -> Path:
+def plot_bars(
+    panels: Mapping[str, Mapping[str, Sequence[tuple[Any, float, float]]]],
+    path: str | Path,
+    xlabel: str,
+    ylabel: str = "accuracy",
+    title: str | None = None,
+    percent: bool = True,
+) -> Path:
     """Grouped bars with error bars, one panel per key of ``panels`` (seed 000 Figs. 1–3 style: accuracy per model
     size or state expansion, one bar per model).
 
@@ -216,10 +243,15 @@ def plot_bars(panels: Mapping[str, Mapping[str, Sequence[tuple[Any, float, float
     return _save(figure, path)
 
 
-
-def plot_curves(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]], path: str | Path, xlabel: str,
-                ylabels: Mapping[str, str] | None = None, logx: bool = True, logy: bool = True,
-                title: str | None = None) -> Path:
+def plot_curves(
+    panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]],
+    path: str | Path,
+    xlabel: str,
+    ylabels: Mapping[str, str] | None = None,
+    logx: bool = True,
+    logy: bool = True,
+    title: str | None = None,
+) -> Path:
     """Lines with markers, one panel per key of ``panels`` (e.g. state bytes and time per token against the
     context length, one line per model): ``panels[panel][series]`` is a list of ``(x, y)``; ``ylabels[panel]``
     labels a panel's y axis (default: the panel's name); log axes by default."""

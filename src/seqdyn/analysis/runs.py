@@ -1,7 +1,7 @@
 """The analysis of trained runs in a results store (``seqdyn inspect``; seed 001 §5 and Fig. 1 on trained models).
 
-    report = inspect_run("seqdyn.db", "3f2a9c01d4e7")        # per layer and head, on a batch of its test set
-    points = principle_points("seqdyn.db", sweep="mqar-main")  # (mixer, near-zero fraction, best accuracy) per run
+report = inspect_run("seqdyn.db", "3f2a9c01d4e7")        # per layer and head, on a batch of its test set
+points = principle_points("seqdyn.db", sweep="mqar-main")  # (mixer, near-zero fraction, best accuracy) per run
 """
 
 from __future__ import annotations
@@ -51,10 +51,14 @@ def load_inputs(path: str | os.PathLike) -> Tensor:
         tensor = _read_tensor(path)
     except Exception as error:  # whatever a file that is not a tensor makes numpy's or torch's reader raise
         writer = "numpy.save(path, array)" if path.suffix == ".npy" else "torch.save(tensor, path)"
-        raise ValueError(f"--input: {path} holds no numeric {path.suffix} tensor ({type(error).__name__}); "
-                         f"write token ids with {writer}") from None
+        raise ValueError(
+            f"--input: {path} holds no numeric {path.suffix} tensor ({type(error).__name__}); "
+            f"write token ids with {writer}"
+        ) from None
     if not isinstance(tensor, Tensor) or tensor.dim() not in (1, 2, 3):
-        raise ValueError(f"--input: expected [B, T] token ids or [B, T, C] channels, got {getattr(tensor, 'shape', type(tensor))}")
+        raise ValueError(
+            f"--input: expected [B, T] token ids or [B, T, C] channels, got {getattr(tensor, 'shape', type(tensor))}"
+        )
     return tensor.unsqueeze(0) if tensor.dim() == 1 else tensor
 
 
@@ -72,8 +76,10 @@ def _check_inputs(inputs: Tensor, task) -> Tensor:
     if inputs.dtype.is_floating_point == tokens:
         raise ValueError(f"--input: this run's task {task.name!r} takes {spec.input_kind} inputs, got {inputs.dtype}")
     if inputs.dim() != (2 if tokens else 3):
-        raise ValueError(f"--input: task {task.name!r} takes {'[B, T]' if tokens else '[B, T, C]'} inputs, "
-                         f"got shape {tuple(inputs.shape)}")
+        raise ValueError(
+            f"--input: task {task.name!r} takes {'[B, T]' if tokens else '[B, T, C]'} inputs, "
+            f"got shape {tuple(inputs.shape)}"
+        )
     if tokens:
         inputs = inputs.long()
         if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= spec.input_size):
@@ -81,8 +87,9 @@ def _check_inputs(inputs: Tensor, task) -> Tensor:
     return inputs
 
 
-def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int = 8,
-                eps: float = NEAR_ZERO_EPS) -> RunInspection:
+def inspect_run(
+    store, run_id: str, inputs: Tensor | None = None, examples: int = 8, eps: float = NEAR_ZERO_EPS
+) -> RunInspection:
     """Load run ``run_id`` from ``store`` (a :class:`~seqdyn.train.store.Store` or a path) at its last checkpoint
     and measure every layer and head (:func:`~seqdyn.analysis.inspect_model`) on ``inputs``, by default the first
     ``examples`` sequences of its task's test set.  Unknown run ids raise ``ValueError``."""
@@ -96,13 +103,23 @@ def inspect_run(store, run_id: str, inputs: Tensor | None = None, examples: int 
         inputs = task.generate(examples, config.task.seed, "test")[0]
     inputs = _check_inputs(inputs, task)
     record = store.run(run_id)
-    return RunInspection(run_id, record.name, record.status, record.metric_name, record.best_metric, inputs,
-                         inspect_model(model, inputs, eps=eps), layer_coefficients(model, inputs), record.backends,
-                         record.backend_reasons)
+    return RunInspection(
+        run_id,
+        record.name,
+        record.status,
+        record.metric_name,
+        record.best_metric,
+        inputs,
+        inspect_model(model, inputs, eps=eps),
+        layer_coefficients(model, inputs),
+        record.backends,
+        record.backend_reasons,
+    )
 
 
-def principle_points(store, sweep: str | None = None, examples: int = 8,
-                     eps: float = NEAR_ZERO_EPS) -> list[tuple[str, float, float]]:
+def principle_points(
+    store, sweep: str | None = None, examples: int = 8, eps: float = NEAR_ZERO_EPS
+) -> list[tuple[str, float, float]]:
     """``(label, mean near-zero fraction, best metric)`` for every run with a checkpoint (of ``sweep``, if given),
     the points of seed 001 Fig. 1 (accuracy against the fraction of near-zero coefficients).  A run's label is what
     varies across these runs besides the learning rate and seeds (:func:`seqdyn.train.report.run_labels`), e.g.

@@ -65,8 +65,18 @@ def _defaults(lengths=(64, 512)) -> list[Case]:
 #: the shapes the reproductions train (their configs in ``seqdyn.reproduce``), beside the mixers' defaults
 REPRODUCTION_CASES = [
     # MQAR (zoology's cpu budget: batch 64, d 64–128, L 64–256)
-    *(Case("MQAR", name, 128, 64, 256) for name in ("linear_attention", "mamba2", "gated_deltanet", "s6", "gla",
-                                                     "normalized_attention", "taylor_attention")),
+    *(
+        Case("MQAR", name, 128, 64, 256)
+        for name in (
+            "linear_attention",
+            "mamba2",
+            "gated_deltanet",
+            "s6",
+            "gla",
+            "normalized_attention",
+            "taylor_attention",
+        )
+    ),
     Case("MQAR", "mamba2", 64, 64, 64, (("head_dim", 1),)),
     Case("MQAR", "qlstm", 64, 64, 64),
     Case("MQAR", "qlstm_s6", 64, 64, 64),
@@ -90,8 +100,12 @@ REPRODUCTION_CASES = [
 def cases(quick: bool = False) -> list[Case]:
     """The benchmark's cases; ``quick``: a few of them, small (for tests and a first look)."""
     if quick:
-        return [Case("quick", "qlstm", 16, 2, 32), Case("quick", "linear_attention", 16, 2, 32),
-                Case("quick", "softmax_attention", 16, 2, 32), Case("quick", "s4d", 16, 2, 32)]
+        return [
+            Case("quick", "qlstm", 16, 2, 32),
+            Case("quick", "linear_attention", 16, 2, 32),
+            Case("quick", "softmax_attention", 16, 2, 32),
+            Case("quick", "s4d", 16, 2, 32),
+        ]
     return _defaults() + REPRODUCTION_CASES
 
 
@@ -118,7 +132,9 @@ class Cell:
     def choice_ratio(self) -> float | None:
         """The chosen backend's best time over the fastest's: what the choice costs."""
         fastest = self.fastest
-        return None if fastest is None or self.picked not in self.times else self.times[self.picked] / self.times[fastest]
+        return (
+            None if fastest is None or self.picked not in self.times else self.times[self.picked] / self.times[fastest]
+        )
 
     @property
     def ratio(self) -> float | None:
@@ -140,14 +156,17 @@ def _build(case: Case, device: torch.device) -> mixers.Mixer:
 def _runner(mixer: mixers.Mixer, x: torch.Tensor, mode: str):
     """The call one cell times for a backend: forward alone, or forward + backward."""
     if mode == "fwd":
+
         def run(backend: str) -> None:
             with torch.no_grad():
                 mixer(x, backend=backend)
     else:
+
         def run(backend: str) -> None:
             mixer.zero_grad(set_to_none=True)
             x.grad = None
             mixer(x, backend=backend).square().mean().backward()
+
     return run
 
 
@@ -168,8 +187,7 @@ def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
     return {name: reasons.get(name, "") for name in mixer.backends if name != "auto"}
 
 
-def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 3,
-                 modes=MODES) -> list[Cell]:
+def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 3, modes=MODES) -> list[Cell]:
     """Every mode of one case: each backend beside ``auto``, ``rounds`` passes of ``repeats`` calls, the fastest
     call counting; ``auto`` alternates call by call with the backend it chose (``Cell.paired``; at least ``PAIRED_SECONDS`` of
     pairs a round).  A backend whose
@@ -215,8 +233,9 @@ def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int
     return cells
 
 
-def run_benchmark(selected: list[Case], device: str = "cpu", repeats: int = 3, rounds: int = 3, modes=MODES,
-                  progress=None) -> list[Cell]:
+def run_benchmark(
+    selected: list[Case], device: str = "cpu", repeats: int = 3, rounds: int = 3, modes=MODES, progress=None
+) -> list[Cell]:
     """Measure every case on one torch thread; ``progress(case)`` after each."""
     device = resolve_device(device)
     cells = []
@@ -238,11 +257,16 @@ def summary(cells: list[Cell]) -> dict:
     misses = [cell for cell in cells if cell.ratio is not None and cell.ratio > CELL_TARGET]
     mean = geometric_mean(ratios)
     chosen = [cell.choice_ratio for cell in cells if cell.ratio is not None and cell.choice_ratio is not None]
-    return {"cells": len(ratios), "misses": misses, "geomean": mean, "worst": max(ratios, default=None),
-            "met": bool(ratios) and not misses and mean is not None and mean <= MEAN_TARGET,
-            # a miss where auto computed with the fastest backend is auto's own cost per call (timed in pairs with it)
-            "same_backend_misses": [cell for cell in misses if cell.picked == cell.fastest],
-            "worst_choice": max(chosen, default=None)}
+    return {
+        "cells": len(ratios),
+        "misses": misses,
+        "geomean": mean,
+        "worst": max(ratios, default=None),
+        "met": bool(ratios) and not misses and mean is not None and mean <= MEAN_TARGET,
+        # a miss where auto computed with the fastest backend is auto's own cost per call (timed in pairs with it)
+        "same_backend_misses": [cell for cell in misses if cell.picked == cell.fastest],
+        "worst_choice": max(chosen, default=None),
+    }
 
 
 def _ms(seconds: float | None) -> str:
@@ -255,45 +279,87 @@ def _paired(cell: Cell) -> str:
 
 def markdown_table(cells: list[Cell]) -> str:
     """The cells as a Markdown table (``docs/benchmarks.md``)."""
-    lines = ["| group | mixer | d | B | T | mode | auto picks | auto ms | fastest | its ms | auto / chosen, paired "
-             "| auto / fastest |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| group | mixer | d | B | T | mode | auto picks | auto ms | fastest | its ms | auto / chosen, paired "
+        "| auto / fastest |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for cell in cells:
         case, fastest = cell.case, cell.fastest
         ratio = "error: " + cell.error if cell.error else f"{cell.ratio:.2f}×" if cell.ratio else "—"
-        lines.append(f"| {case.group} | {case.label} | {case.d_model} | {case.batch} | {case.length} | {cell.mode} "
-                     f"| {cell.picked} | {_ms(cell.times.get('auto'))} | {fastest or '—'} "
-                     f"| {_ms(cell.times.get(fastest))} | {_paired(cell)} | {ratio} |")
+        lines.append(
+            f"| {case.group} | {case.label} | {case.d_model} | {case.batch} | {case.length} | {cell.mode} "
+            f"| {cell.picked} | {_ms(cell.times.get('auto'))} | {fastest or '—'} "
+            f"| {_ms(cell.times.get(fastest))} | {_paired(cell)} | {ratio} |"
+        )
     return "\n".join(lines)
 
 
 def results_table(cells: list[Cell], device: str):
     from rich.table import Table
 
-    table = Table(title=f"backend='auto' against the fastest backend on {device} (one thread; ms, best of rounds; "
-                  "auto / fastest = paired auto / chosen × chosen / fastest)")
-    for column in ("group", "mixer", "d", "B", "T", "mode", "auto picks", "auto ms", "fastest", "its ms",
-                   "auto / chosen, paired", "auto / fastest", "choose ms"):
-        table.add_column(column, justify="left" if column in ("group", "mixer", "mode", "auto picks", "fastest")
-                         else "right")
+    table = Table(
+        title=f"backend='auto' against the fastest backend on {device} (one thread; ms, best of rounds; "
+        "auto / fastest = paired auto / chosen × chosen / fastest)"
+    )
+    for column in (
+        "group",
+        "mixer",
+        "d",
+        "B",
+        "T",
+        "mode",
+        "auto picks",
+        "auto ms",
+        "fastest",
+        "its ms",
+        "auto / chosen, paired",
+        "auto / fastest",
+        "choose ms",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("group", "mixer", "mode", "auto picks", "fastest") else "right"
+        )
     for cell in cells:
         case, fastest, ratio = cell.case, cell.fastest, cell.ratio
-        shown = f"[red]{cell.error}[/red]" if cell.error else "—" if ratio is None else (
-            f"[red]{ratio:.2f}×[/red]" if ratio > CELL_TARGET else f"{ratio:.2f}×")
-        table.add_row(case.group, case.label, str(case.d_model), str(case.batch), str(case.length), cell.mode,
-                      cell.picked, _ms(cell.times.get("auto")), fastest or "—", _ms(cell.times.get(fastest)),
-                      _paired(cell), shown,
-                      _ms(cell.choose_s))
+        shown = (
+            f"[red]{cell.error}[/red]"
+            if cell.error
+            else "—"
+            if ratio is None
+            else (f"[red]{ratio:.2f}×[/red]" if ratio > CELL_TARGET else f"{ratio:.2f}×")
+        )
+        table.add_row(
+            case.group,
+            case.label,
+            str(case.d_model),
+            str(case.batch),
+            str(case.length),
+            cell.mode,
+            cell.picked,
+            _ms(cell.times.get("auto")),
+            fastest or "—",
+            _ms(cell.times.get(fastest)),
+            _paired(cell),
+            shown,
+            _ms(cell.choose_s),
+        )
     return table
 
 
-def run_auto_benchmark(quick: bool = False, device: str = "cpu", repeats: int = 3, rounds: int = 3,
-                       names: list[str] | None = None, markdown: str | None = None) -> dict:
+def run_auto_benchmark(
+    quick: bool = False,
+    device: str = "cpu",
+    repeats: int = 3,
+    rounds: int = 3,
+    names: list[str] | None = None,
+    markdown: str | None = None,
+) -> dict:
     """Run with a progress bar, print the table, the cells that miss and the targets; returns the summary."""
     from pathlib import Path
 
-
-    from seqdyn.train.progress import console as make_console, progress_bar
+    from seqdyn.train.progress import console as make_console
+    from seqdyn.train.progress import progress_bar
 
     selected = [case for case in cases(quick) if not names or case.mixer in names]
     if not selected:
@@ -301,25 +367,34 @@ def run_auto_benchmark(quick: bool = False, device: str = "cpu", repeats: int = 
     console = make_console()
     with progress_bar(console=console) as bar:
         task = bar.add_task("benchmarking auto", total=len(selected))
-        cells = run_benchmark(selected, device, repeats, rounds,
-                              progress=lambda case: bar.update(task, advance=1, description=case.label))
+        cells = run_benchmark(
+            selected, device, repeats, rounds, progress=lambda case: bar.update(task, advance=1, description=case.label)
+        )
     dev = resolve_device(device)
     console.print(results_table(cells, str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev)))
     result = summary(cells)
     for cell in result["misses"]:
-        console.print(f"[red]miss[/red] {cell.case.group} {cell.case.label} T={cell.case.length} {cell.mode}: auto "
-                      f"picks {cell.picked} ({cell.times.get('auto', 0) * 1e3:.1f} ms), {cell.fastest} takes "
-                      f"{cell.times[cell.fastest] * 1e3:.1f} ms: {cell.ratio:.2f}×" + (f" — {cell.why}" if cell.why else ""))
+        console.print(
+            f"[red]miss[/red] {cell.case.group} {cell.case.label} T={cell.case.length} {cell.mode}: auto "
+            f"picks {cell.picked} ({cell.times.get('auto', 0) * 1e3:.1f} ms), {cell.fastest} takes "
+            f"{cell.times[cell.fastest] * 1e3:.1f} ms: {cell.ratio:.2f}×" + (f" — {cell.why}" if cell.why else "")
+        )
     mean = result["geomean"]
     if result["misses"]:
-        console.print(f"{len(result['same_backend_misses'])} of the {len(result['misses'])} misses computed with the "
-                      "fastest backend itself: what auto adds to a call, timed in pairs with that backend")
+        console.print(
+            f"{len(result['same_backend_misses'])} of the {len(result['misses'])} misses computed with the "
+            "fastest backend itself: what auto adds to a call, timed in pairs with that backend"
+        )
     if result["worst_choice"] is not None:
-        console.print(f"the backend auto chose, timed by name, is within {result['worst_choice']:.2f}× of the fastest "
-                      "in every cell")
-    console.print(f"{result['cells']} cells: geometric mean of auto / fastest {mean:.3f}× (target ≤ {MEAN_TARGET}×), "
-                  f"worst {result['worst']:.2f}×, {len(result['misses'])} cells above {CELL_TARGET}× — targets "
-                  + ("[green]met[/green]" if result["met"] else "[red]not met[/red]"))
+        console.print(
+            f"the backend auto chose, timed by name, is within {result['worst_choice']:.2f}× of the fastest "
+            "in every cell"
+        )
+    console.print(
+        f"{result['cells']} cells: geometric mean of auto / fastest {mean:.3f}× (target ≤ {MEAN_TARGET}×), "
+        f"worst {result['worst']:.2f}×, {len(result['misses'])} cells above {CELL_TARGET}× — targets "
+        + ("[green]met[/green]" if result["met"] else "[red]not met[/red]")
+    )
     if markdown:
         Path(markdown).write_text(markdown_table(cells) + "\n")
         console.print(f"table written to {markdown}")

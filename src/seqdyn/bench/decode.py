@@ -81,7 +81,7 @@ def measure_decode(model, name: str, context: int, chunk: int, steps: int, devic
     def chunked():
         cache = None
         for start in range(0, context, chunk):
-            cache = model(prompt[:, start:start + chunk], cache=cache).cache
+            cache = model(prompt[:, start : start + chunk], cache=cache).cache
         return cache
 
     model(prompt)
@@ -91,6 +91,7 @@ def measure_decode(model, name: str, context: int, chunk: int, steps: int, devic
     cache = chunked()
     token = prompt[:, -1:]
     with PeakMemory(device) as peak:
+
         def decode():
             nonlocal token
             for _ in range(steps):
@@ -102,8 +103,9 @@ def measure_decode(model, name: str, context: int, chunk: int, steps: int, devic
     return DecodeRow(name, context, prefill_s, chunked_prefill_s, steps / decode_s, cache_bytes, peak.peak_bytes)
 
 
-def measure_packing(model, documents: int, shortest: int, longest: int, repeats: int,
-                    device: torch.device) -> PackingRow:
+def measure_packing(
+    model, documents: int, shortest: int, longest: int, repeats: int, device: torch.device
+) -> PackingRow:
     """Packed against padded forward + backward of ``documents`` random documents of ``shortest``–``longest``
     tokens (lengths drawn with seed 0): padded, the batch of right-padded documents that unpacked training computes
     (every step, padding included; the loss skips the padding), packed, the same documents end to end
@@ -131,13 +133,26 @@ def measure_packing(model, documents: int, shortest: int, longest: int, repeats:
     packed_step(), padded_step()  # warm-up
     pairs = [(elapsed_seconds(packed_step, device), elapsed_seconds(padded_step, device)) for _ in range(repeats)]
     real = sum(lengths)
-    return PackingRow(documents, real, documents * max(lengths), real / statistics.median(p for p, _ in pairs),
-                      real / statistics.median(q for _, q in pairs), lengths)
+    return PackingRow(
+        documents,
+        real,
+        documents * max(lengths),
+        real / statistics.median(p for p, _ in pairs),
+        real / statistics.median(q for _, q in pairs),
+        lengths,
+    )
 
 
-def run_decode_benchmark(quick: bool = False, device: str = "cpu", d_model: int = 64, layers: int = 2,
-                         chunk: int = 512, steps: int = 32, models: list[str] | None = None,
-                         markdown: str | None = None) -> tuple[list[DecodeRow], list[PackingRow]]:
+def run_decode_benchmark(
+    quick: bool = False,
+    device: str = "cpu",
+    d_model: int = 64,
+    layers: int = 2,
+    chunk: int = 512,
+    steps: int = 32,
+    models: list[str] | None = None,
+    markdown: str | None = None,
+) -> tuple[list[DecodeRow], list[PackingRow]]:
     """Every :data:`MODELS` entry (or ``models``) at every context length, then packing; prints the tables."""
     from rich.console import Console
 
@@ -155,10 +170,13 @@ def run_decode_benchmark(quick: bool = False, device: str = "cpu", d_model: int 
             for context in contexts:
                 rows.append(measure_decode(model, name, context, chunk, steps, where))
                 console.print(_decode_line(rows[-1]))
-            packing.append(measure_packing(model, 16 if quick else 32, 16 if quick else 64,
-                                           128 if quick else 1024, 3, where))
-            console.print(f"{name}: packed {packing[-1].packed_tokens_per_s:,.0f} tokens/s, padded "
-                          f"{packing[-1].padded_tokens_per_s:,.0f} tokens/s ({packing[-1].ratio:.2f}×)")
+            packing.append(
+                measure_packing(model, 16 if quick else 32, 16 if quick else 64, 128 if quick else 1024, 3, where)
+            )
+            console.print(
+                f"{name}: packed {packing[-1].packed_tokens_per_s:,.0f} tokens/s, padded "
+                f"{packing[-1].padded_tokens_per_s:,.0f} tokens/s ({packing[-1].ratio:.2f}×)"
+            )
     text = render_markdown(rows, packing, models or list(MODELS), d_model, layers, chunk, steps)
     console.print(text)
     if markdown:
@@ -168,24 +186,44 @@ def run_decode_benchmark(quick: bool = False, device: str = "cpu", d_model: int 
 
 
 def _decode_line(row: DecodeRow) -> str:
-    return (f"{row.model} T={row.context}: prefill {row.prefill_s:.3f} s, in chunks {row.chunked_prefill_s:.3f} s, "
-            f"decode {row.decode_tokens_per_s:,.1f} tokens/s, cache {row.cache_bytes / 2**20:.2f} MiB")
+    return (
+        f"{row.model} T={row.context}: prefill {row.prefill_s:.3f} s, in chunks {row.chunked_prefill_s:.3f} s, "
+        f"decode {row.decode_tokens_per_s:,.1f} tokens/s, cache {row.cache_bytes / 2**20:.2f} MiB"
+    )
 
 
-def render_markdown(rows: list[DecodeRow], packing: list[PackingRow], models: list[str], d_model: int, layers: int,
-                    chunk: int, steps: int) -> str:
-    lines = [f"Decode (d_model {d_model}, {layers} layers, float32, one thread; prefill chunks of {chunk}; "
-             f"{steps} decoded tokens):", "",
-             "| model | context | prefill s | in chunks s | decode tokens/s | cache MiB | decode peak MiB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+def render_markdown(
+    rows: list[DecodeRow],
+    packing: list[PackingRow],
+    models: list[str],
+    d_model: int,
+    layers: int,
+    chunk: int,
+    steps: int,
+) -> str:
+    lines = [
+        f"Decode (d_model {d_model}, {layers} layers, float32, one thread; prefill chunks of {chunk}; "
+        f"{steps} decoded tokens):",
+        "",
+        "| model | context | prefill s | in chunks s | decode tokens/s | cache MiB | decode peak MiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         peak = "—" if row.decode_peak_bytes is None else f"{row.decode_peak_bytes / 2**20:.1f}"
-        lines.append(f"| {row.model} | {row.context:,} | {row.prefill_s:.3f} | {row.chunked_prefill_s:.3f} | "
-                     f"{row.decode_tokens_per_s:,.1f} | {row.cache_bytes / 2**20:.2f} | {peak} |")
-    lines += ["", "Packed against padded training (forward + backward, real tokens per second):", "",
-              "| model | documents | real tokens | padded tokens | packed tokens/s | padded tokens/s | packed / padded |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines.append(
+            f"| {row.model} | {row.context:,} | {row.prefill_s:.3f} | {row.chunked_prefill_s:.3f} | "
+            f"{row.decode_tokens_per_s:,.1f} | {row.cache_bytes / 2**20:.2f} | {peak} |"
+        )
+    lines += [
+        "",
+        "Packed against padded training (forward + backward, real tokens per second):",
+        "",
+        "| model | documents | real tokens | padded tokens | packed tokens/s | padded tokens/s | packed / padded |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, row in zip(models, packing):
-        lines.append(f"| {name} | {row.documents} | {row.real_tokens:,} | {row.padded_tokens:,} | "
-                     f"{row.packed_tokens_per_s:,.0f} | {row.padded_tokens_per_s:,.0f} | {row.ratio:.2f}× |")
+        lines.append(
+            f"| {name} | {row.documents} | {row.real_tokens:,} | {row.padded_tokens:,} | "
+            f"{row.packed_tokens_per_s:,.0f} | {row.padded_tokens_per_s:,.0f} | {row.ratio:.2f}× |"
+        )
     return "\n".join(lines) + "\n"

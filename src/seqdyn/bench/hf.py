@@ -32,36 +32,92 @@ from seqdyn.bench.measure import one_thread, time_call
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "mamba": dict(hidden_size=256, state_size=16, expand=2, num_hidden_layers=2, vocab_size=1024, time_step_rank=16),
-    "mamba2": dict(hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2,
-                   num_hidden_layers=2, vocab_size=1024, chunk_size=256),
-    "qwen3_5_text": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                         layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=4,
-                         linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024),
-    "recurrent_gemma": dict(hidden_size=256, lru_width=256, intermediate_size=768, num_hidden_layers=3,
-                            block_types=["recurrent", "recurrent", "attention"], num_attention_heads=4,
-                            num_key_value_heads=1, attention_window_size=2048, attention_bias=False,
-                            logits_soft_cap=30.0, vocab_size=1024),
+    "mamba2": dict(
+        hidden_size=256,
+        num_heads=8,
+        head_dim=64,
+        state_size=64,
+        n_groups=1,
+        expand=2,
+        num_hidden_layers=2,
+        vocab_size=1024,
+        chunk_size=256,
+    ),
+    "qwen3_5_text": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=1024,
+    ),
+    "recurrent_gemma": dict(
+        hidden_size=256,
+        lru_width=256,
+        intermediate_size=768,
+        num_hidden_layers=3,
+        block_types=["recurrent", "recurrent", "attention"],
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        attention_window_size=2048,
+        attention_bias=False,
+        logits_soft_cap=30.0,
+        vocab_size=1024,
+    ),
 }
 #: how the table names each benchmarked model
-MODEL_WORDS = {"mamba": "Mamba, 2 layers, width 256, 512 channels of state 16",
-               "mamba2": "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64",
-               "qwen3_5_text": "Qwen3.5, 3 Gated DeltaNet layers (8 value heads of 64, 4 key heads of 64) and 1 gated "
-                               "attention layer, width 256",
-               "recurrent_gemma": "RecurrentGemma, 2 RG-LRU blocks of 256 channels and 1 local attention layer, "
-                                  "width 256"}
+MODEL_WORDS = {
+    "mamba": "Mamba, 2 layers, width 256, 512 channels of state 16",
+    "mamba2": "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64",
+    "qwen3_5_text": "Qwen3.5, 3 Gated DeltaNet layers (8 value heads of 64, 4 key heads of 64) and 1 gated "
+    "attention layer, width 256",
+    "recurrent_gemma": "RecurrentGemma, 2 RG-LRU blocks of 256 channels and 1 local attention layer, width 256",
+}
 LENGTHS = (1024, 4096, 16384)
 #: toy versions of :data:`FAMILIES` for ``--quick``
 QUICK: dict[str, dict[str, Any]] = {
     "mamba": dict(hidden_size=32, state_size=4, expand=2, num_hidden_layers=1, vocab_size=64, time_step_rank=4),
-    "mamba2": dict(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2, num_hidden_layers=1,
-                   vocab_size=64, chunk_size=16),
-    "qwen3_5_text": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         layer_types=["linear_attention", "full_attention"], linear_num_key_heads=1,
-                         linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=64),
-    "recurrent_gemma": dict(hidden_size=32, lru_width=32, intermediate_size=64, num_hidden_layers=2,
-                            num_attention_heads=2, num_key_value_heads=1, attention_window_size=16, vocab_size=64),
+    "mamba2": dict(
+        hidden_size=32,
+        num_heads=4,
+        head_dim=16,
+        state_size=8,
+        n_groups=1,
+        expand=2,
+        num_hidden_layers=1,
+        vocab_size=64,
+        chunk_size=16,
+    ),
+    "qwen3_5_text": dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        linear_num_key_heads=1,
+        linear_num_value_heads=2,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=64,
+    ),
+    "recurrent_gemma": dict(
+        hidden_size=32,
+        lru_width=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        attention_window_size=16,
+        vocab_size=64,
+    ),
 }
 
 
@@ -78,8 +134,10 @@ class FunctionRow:
     @property
     def ratios(self) -> dict[str, float]:
         """the fallback's time over seqdyn's (> 1: seqdyn is faster)."""
-        return {"forward": self.forward_s[0] / self.forward_s[1],
-                "forward + backward": self.forward_backward_s[0] / self.forward_backward_s[1]}
+        return {
+            "forward": self.forward_s[0] / self.forward_s[1],
+            "forward + backward": self.forward_backward_s[0] / self.forward_backward_s[1],
+        }
 
 
 @dataclass
@@ -98,14 +156,21 @@ class HfRow:
     def ratios(self) -> dict[str, float]:
         """transformers over seqdyn: > 1 where the accelerated model is faster (decoding: seqdyn's rate over
         transformers')."""
-        return {"prefill": self.prefill_s[0] / self.prefill_s[1],
-                "forward + backward": self.forward_backward_s[0] / self.forward_backward_s[1],
-                "decode": self.decode_tokens_per_s[1] / self.decode_tokens_per_s[0]}
+        return {
+            "prefill": self.prefill_s[0] / self.prefill_s[1],
+            "forward + backward": self.forward_backward_s[0] / self.forward_backward_s[1],
+            "decode": self.decode_tokens_per_s[1] / self.decode_tokens_per_s[0],
+        }
 
 
 def _decode_rate(model: torch.nn.Module, prompt: torch.Tensor, tokens: int) -> float:
-    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=tokens, min_new_tokens=tokens,
-                    do_sample=False, pad_token_id=0)
+    settings = dict(
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=tokens,
+        min_new_tokens=tokens,
+        do_sample=False,
+        pad_token_id=0,
+    )
     with torch.no_grad():
         model.generate(prompt, **{**settings, "max_new_tokens": 2, "min_new_tokens": 2})  # warm-up
         start = time.perf_counter()
@@ -133,19 +198,21 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
         def step():
             model.zero_grad(set_to_none=True)
             model(inputs, use_cache=False).logits.float().mean().backward()
+
         return step
 
     with torch.no_grad():
         prefill_s = tuple(time_call(prefill(model), cpu, repeats).best_s for model in (plain, fast))
     backward_s = tuple(time_call(train_step(model), cpu, repeats).best_s for model in (plain, fast))
-    prompt = inputs[:, :min(length, 256)]
+    prompt = inputs[:, : min(length, 256)]
     decode = tuple(_decode_rate(model, prompt, decode_tokens) for model in (plain, fast))
     functions = tuple(_measure_function(*call, repeats) for call in _first_calls(plain, fast, inputs))
     return HfRow(family, length, prefill_s, backward_s, decode, difference, functions)
 
 
-def _first_calls(plain: torch.nn.Module, fast: torch.nn.Module,
-                 inputs: torch.Tensor) -> list[tuple[str, Any, Any, tuple, dict]]:
+def _first_calls(
+    plain: torch.nn.Module, fast: torch.nn.Module, inputs: torch.Tensor
+) -> list[tuple[str, Any, Any, tuple, dict]]:
     """``(name, transformers' version, seqdyn's, args, kwargs)`` with the arguments of the first call in one forward
     of ``inputs`` through ``plain``: first its first accelerated layer against the same layer of ``fast`` (none where
     the layers keep a state between calls — RecurrentGemma's RG-LRU: a second call would continue the first one's),
@@ -154,23 +221,34 @@ def _first_calls(plain: torch.nn.Module, fast: torch.nn.Module,
 
     swaps, calls = swapped_functions(plain), {}
     originals = [getattr(owner, name) for owner, name, _ in swaps]
-    layers = [name for name, layer in fast.named_modules() if getattr(layer, "_seqdyn_accelerated", False)
-              and type(layer).__name__ not in ACCELERATED_METHODS]
+    layers = [
+        name
+        for name, layer in fast.named_modules()
+        if getattr(layer, "_seqdyn_accelerated", False) and type(layer).__name__ not in ACCELERATED_METHODS
+    ]
     layer_name = f"{type(plain.get_submodule(layers[0])).__name__} (layer)" if layers else None
     recording = _recording(plain, calls, {name: original for (_, name, _), original in zip(swaps, originals)})
     if layers:
         recording.get_submodule(layers[0]).register_forward_pre_hook(
-            lambda _, args, kwargs: calls.setdefault(layer_name, (args, kwargs)) and None, with_kwargs=True)
+            lambda _, args, kwargs: calls.setdefault(layer_name, (args, kwargs)) and None, with_kwargs=True
+        )
     with torch.no_grad():
         recording(inputs, use_cache=False)
-    layer_call = [(layer_name, plain.get_submodule(layers[0]), fast.get_submodule(layers[0]), *calls[layer_name])
-                  ] if layers else []
-    return layer_call + [(name, original, function, *calls[name])
-                         for (_, name, function), original in zip(swaps, originals) if name in calls]
+    layer_call = (
+        [(layer_name, plain.get_submodule(layers[0]), fast.get_submodule(layers[0]), *calls[layer_name])]
+        if layers
+        else []
+    )
+    return layer_call + [
+        (name, original, function, *calls[name])
+        for (_, name, function), original in zip(swaps, originals)
+        if name in calls
+    ]
 
 
-def _recording(plain: torch.nn.Module, calls: dict[str, tuple[tuple, dict]],
-               originals: dict[str, Any]) -> torch.nn.Module:
+def _recording(
+    plain: torch.nn.Module, calls: dict[str, tuple[tuple, dict]], originals: dict[str, Any]
+) -> torch.nn.Module:
     """A copy of ``plain`` whose accelerated layers call transformers' fallbacks ``originals`` through a recorder of
     the first call's arguments of each into ``calls`` (in that copy's layers only, as :func:`~seqdyn.hf.accelerate`
     swaps)."""
@@ -180,6 +258,7 @@ def _recording(plain: torch.nn.Module, calls: dict[str, tuple[tuple, dict]],
         def record(*args, **kwargs):
             calls.setdefault(name, (args, kwargs))
             return original(*args, **kwargs)
+
         return record
 
     recording = copy.deepcopy(plain)
@@ -193,8 +272,9 @@ def _recording(plain: torch.nn.Module, calls: dict[str, tuple[tuple, dict]],
     return recording
 
 
-def _measure_function(name: str, original: Any, replacement: Any, args: tuple, kwargs: dict,
-                      repeats: int) -> FunctionRow:
+def _measure_function(
+    name: str, original: Any, replacement: Any, args: tuple, kwargs: dict, repeats: int
+) -> FunctionRow:
     """Both functions on the same arguments: forward, forward + backward (of the first output's sum), and the
     largest difference of their first outputs relative to the fallback's largest."""
     cpu = torch.device("cpu")
@@ -208,6 +288,7 @@ def _measure_function(name: str, original: Any, replacement: Any, args: tuple, k
             if grad:
                 first.float().sum().backward()
             return first
+
         return run
 
     with torch.no_grad():
@@ -225,8 +306,13 @@ def _leaf(x: Any, grad: bool) -> Any:
     return x
 
 
-def run_hf_benchmark(quick: bool = False, lengths: tuple[int, ...] = LENGTHS, repeats: int = 2,
-                     markdown: str | None = None, families: tuple[str, ...] = tuple(FAMILIES)) -> list[HfRow]:
+def run_hf_benchmark(
+    quick: bool = False,
+    lengths: tuple[int, ...] = LENGTHS,
+    repeats: int = 2,
+    markdown: str | None = None,
+    families: tuple[str, ...] = tuple(FAMILIES),
+) -> list[HfRow]:
     """Each of ``families`` (of :data:`FAMILIES`) at every length (``quick``: a toy model at 64 tokens), one thread;
     prints and returns the rows."""
     from rich.console import Console
@@ -237,7 +323,7 @@ def run_hf_benchmark(quick: bool = False, lengths: tuple[int, ...] = LENGTHS, re
     console, rows = Console(width=140), []
     with one_thread():
         for family in families:
-            for length in ((64,) if quick else lengths):
+            for length in (64,) if quick else lengths:
                 fields = (QUICK if quick else FAMILIES)[family]
                 rows.append(measure(family, length, fields, repeats, 4 if quick else 32))
                 console.print(_line(rows[-1]))
@@ -255,18 +341,25 @@ def _line(row: HfRow) -> str:
 
 
 def render_markdown(rows: list[HfRow], quick: bool) -> str:
-    models = "toy models" if quick else "; ".join(MODEL_WORDS[family] for family in dict.fromkeys(r.family for r in rows))
-    lines = [f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({models}; float32, one thread; "
-             "ratio = transformers / seqdyn, decode = seqdyn / transformers tokens per second):", "",
-             "| family | tokens | prefill s | ratio | forward + backward s | ratio | decode tokens/s | ratio | "
-             "largest difference |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    models = (
+        "toy models" if quick else "; ".join(MODEL_WORDS[family] for family in dict.fromkeys(r.family for r in rows))
+    )
+    lines = [
+        f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({models}; float32, one thread; "
+        "ratio = transformers / seqdyn, decode = seqdyn / transformers tokens per second):",
+        "",
+        "| family | tokens | prefill s | ratio | forward + backward s | ratio | decode tokens/s | ratio | "
+        "largest difference |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         ratios = row.ratios
-        lines.append(f"| {row.family} | {row.length:,} | {row.prefill_s[0]:.3f} → {row.prefill_s[1]:.3f} | "
-                     f"{ratios['prefill']:.2f}× | {row.forward_backward_s[0]:.3f} → {row.forward_backward_s[1]:.3f} | "
-                     f"{ratios['forward + backward']:.2f}× | {row.decode_tokens_per_s[0]:,.1f} → "
-                     f"{row.decode_tokens_per_s[1]:,.1f} | {ratios['decode']:.2f}× | {row.largest_difference:.1e} |")
+        lines.append(
+            f"| {row.family} | {row.length:,} | {row.prefill_s[0]:.3f} → {row.prefill_s[1]:.3f} | "
+            f"{ratios['prefill']:.2f}× | {row.forward_backward_s[0]:.3f} → {row.forward_backward_s[1]:.3f} | "
+            f"{ratios['forward + backward']:.2f}× | {row.decode_tokens_per_s[0]:,.1f} → "
+            f"{row.decode_tokens_per_s[1]:,.1f} | {ratios['decode']:.2f}× | {row.largest_difference:.1e} |"
+        )
     if any(row.functions for row in rows):
         lines += _function_table(rows)
     return "\n".join(lines) + "\n"
@@ -274,20 +367,26 @@ def render_markdown(rows: list[HfRow], quick: bool) -> str:
 
 def _part(name: str) -> str:
     """A function's name as code, a layer's (``"Mamba2Mixer (layer)"``) as its class in code and the word."""
-    return f"`{name[:-len(' (layer)')]}` (layer)" if name.endswith(" (layer)") else f"`{name}`"
+    return f"`{name[: -len(' (layer)')]}` (layer)" if name.endswith(" (layer)") else f"`{name}`"
 
 
 def _function_table(rows: list[HfRow]) -> list[str]:
-    lines = ["", "The first accelerated layer alone, then each swapped function alone — transformers' fallback against "
-             "seqdyn's, on the arguments that layer receives in the model (forward + backward: into every "
-             "floating-point argument and the layer's weights):", "",
-             "| family | part | tokens | forward s | ratio | forward + backward s | ratio | largest difference |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "",
+        "The first accelerated layer alone, then each swapped function alone — transformers' fallback against "
+        "seqdyn's, on the arguments that layer receives in the model (forward + backward: into every "
+        "floating-point argument and the layer's weights):",
+        "",
+        "| family | part | tokens | forward s | ratio | forward + backward s | ratio | largest difference |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         for function in row.functions:
             ratios = function.ratios
-            lines.append(f"| {row.family} | {_part(function.function)} | {row.length:,} | {function.forward_s[0]:.3f} → "
-                         f"{function.forward_s[1]:.3f} | {ratios['forward']:.2f}× | "
-                         f"{function.forward_backward_s[0]:.3f} → {function.forward_backward_s[1]:.3f} | "
-                         f"{ratios['forward + backward']:.2f}× | {function.largest_difference:.1e} |")
+            lines.append(
+                f"| {row.family} | {_part(function.function)} | {row.length:,} | {function.forward_s[0]:.3f} → "
+                f"{function.forward_s[1]:.3f} | {ratios['forward']:.2f}× | "
+                f"{function.forward_backward_s[0]:.3f} → {function.forward_backward_s[1]:.3f} | "
+                f"{ratios['forward + backward']:.2f}× | {function.largest_difference:.1e} |"
+            )
     return lines

@@ -83,8 +83,11 @@ def track_allocations(exact: bool) -> bool:
         return False
     if exact:
         libc.malloc_trim(0)
-        return bool(libc.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and libc.mallopt(_M_MMAP_THRESHOLD, 1 << 16)
-                    and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 16))
+        return bool(
+            libc.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
+            and libc.mallopt(_M_MMAP_THRESHOLD, 1 << 16)
+            and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 16)
+        )
     return bool(libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
 
 
@@ -134,8 +137,9 @@ class Timing:
     runs: int
 
 
-def time_call(fn: Callable[[], object], device: torch.device, repeats: int, slow_s: float = 2.0,
-              very_slow_s: float = 30.0) -> Timing:
+def time_call(
+    fn: Callable[[], object], device: torch.device, repeats: int, slow_s: float = 2.0, very_slow_s: float = 30.0
+) -> Timing:
     """Best (minimum) wall time of ``fn`` over ``repeats`` runs after one warm-up — the minimum is the estimate
     least disturbed by other work on the machine.  A warm-up slower than ``slow_s`` is followed by a single
     timed run (long cells are not worth repeating, but a warm-up alone overstates them), one slower than
@@ -185,8 +189,13 @@ class Measurement:
     peak_mb: float | None
 
 
-def measure_step(forward: Callable[[], object], train_step: Callable[[], object], device: torch.device,
-                 repeats: int, peak_memory: bool = True) -> Measurement:
+def measure_step(
+    forward: Callable[[], object],
+    train_step: Callable[[], object],
+    device: torch.device,
+    repeats: int,
+    peak_memory: bool = True,
+) -> Measurement:
     """Best forward time (run it under ``no_grad``), best forward+backward time, and the peak memory of one
     forward+backward (unless ``peak_memory=False``) — the three numbers every benchmark table reports."""
     track_allocations(exact=False)

@@ -47,8 +47,16 @@ def _picked(mixer: mixers.Mixer, x: torch.Tensor, backend: str) -> str:
     return mixer.backend_for(x, backend)
 
 
-def _measure(mixer: mixers.Mixer, backend: str, length: int, batch: int, d_model: int, device: torch.device,
-             repeats: int, again: MixerCell | None = None) -> MixerCell:
+def _measure(
+    mixer: mixers.Mixer,
+    backend: str,
+    length: int,
+    batch: int,
+    d_model: int,
+    device: torch.device,
+    repeats: int,
+    again: MixerCell | None = None,
+) -> MixerCell:
     """Time one cell; ``again``: the cell of an earlier round, which keeps the better times and its peak memory."""
     x = torch.randn(batch, length, d_model, device=device, requires_grad=True)
 
@@ -75,8 +83,17 @@ def _backends_of(mixer: mixers.Mixer) -> list[str]:
     return ["auto", "fft", "recurrent"] if "fft" in mixer.backends else ["auto"]
 
 
-def run_benchmark(names=None, seq_lens=(1024, 4096), d_model=256, batch=4, device="auto", repeats=2,
-                  max_seconds=120.0, progress=None, rounds=1) -> tuple[list[MixerCell], dict[str, bool]]:
+def run_benchmark(
+    names=None,
+    seq_lens=(1024, 4096),
+    d_model=256,
+    batch=4,
+    device="auto",
+    repeats=2,
+    max_seconds=120.0,
+    progress=None,
+    rounds=1,
+) -> tuple[list[MixerCell], dict[str, bool]]:
     """Measure every (mixer, T, backend) cell, in ``rounds`` passes over all of them (each cell keeps its best
     times; skipped and failed cells are not retried); returns the cells and which mixers are linear-time."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -101,8 +118,13 @@ def run_benchmark(names=None, seq_lens=(1024, 4096), d_model=256, batch=4, devic
                     est_s = (prev.forward_s + 2 * prev.train_s) * growth
                     est_mb = (prev.peak_mb or 0.0) * length / prev.length
                     if est_s > max_seconds or (memory and est_mb * 2**20 > 0.6 * memory):
-                        cell = MixerCell(name, length, backend, status="skip",
-                                         note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB")
+                        cell = MixerCell(
+                            name,
+                            length,
+                            backend,
+                            status="skip",
+                            note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB",
+                        )
                 if cell is None:
                     try:
                         cell = _measure(mixer, backend, length, batch, d_model, device, repeats)
@@ -143,8 +165,13 @@ def target_checks(cells: list[MixerCell], linear: dict[str, bool]) -> list[tuple
                 ratio = recurrent.train_s / fft.train_s
                 checks.append((f"{name}: fft ≥ 5× faster than recurrent at T={top}", f"{ratio:.1f}×", ratio >= 5))
             else:
-                checks.append((f"{name}: fft ≥ 5× faster than recurrent at T={top}",
-                               f"recurrent {recurrent.status} ({recurrent.note})", None))
+                checks.append(
+                    (
+                        f"{name}: fft ≥ 5× faster than recurrent at T={top}",
+                        f"recurrent {recurrent.status} ({recurrent.note})",
+                        None,
+                    )
+                )
     return checks
 
 
@@ -157,24 +184,28 @@ def results_table(cells: list[MixerCell], device: str):
     for column in ("mixer", "T", "backend", "fwd ms", "fwd+bwd ms", "peak MB", f"÷ {REFERENCE}"):
         table.add_column(column, justify="left" if column in ("mixer", "backend") else "right")
     for cell in cells:
-        name = cell.backend + (f" → {cell.picked}" if cell.backend == "auto" and cell.picked not in (None, "auto") else "")
+        name = cell.backend + (
+            f" → {cell.picked}" if cell.backend == "auto" and cell.picked not in (None, "auto") else ""
+        )
         if cell.status != "ok":
             table.add_row(cell.name, str(cell.length), name, cell.status, cell.note, "", "")
             continue
         reference = _get(cells, REFERENCE, cell.length, "auto")
         ratio = f"{cell.train_s / reference.train_s:.2f}×" if reference and reference.train_s else ""
         peak = "n/a" if cell.peak_mb is None else f"{cell.peak_mb:.0f}"
-        table.add_row(cell.name, str(cell.length), name, format_ms(cell.forward_s), format_ms(cell.train_s), peak,
-                      ratio)
+        table.add_row(
+            cell.name, str(cell.length), name, format_ms(cell.forward_s), format_ms(cell.train_s), peak, ratio
+        )
     return table
 
 
-def run_mixer_benchmark(names=None, seq_lens=(1024, 4096), d_model=256, batch=4, device="auto", repeats=2,
-                        max_seconds=120.0, rounds=2):
+def run_mixer_benchmark(
+    names=None, seq_lens=(1024, 4096), d_model=256, batch=4, device="auto", repeats=2, max_seconds=120.0, rounds=2
+):
     """Run with a progress bar, print the table and the target checks."""
-    from seqdyn.train.progress import console as make_console, progress_bar
-
     from seqdyn.bench.operator import checks_table
+    from seqdyn.train.progress import console as make_console
+    from seqdyn.train.progress import progress_bar
 
     console = make_console()
     names = list(names or mixers.names())

@@ -22,8 +22,16 @@ KINDS = ("gla", "mamba2", "deltanet", "softmax")
 BACKEND_ORDER = ("quadratic", "recurrent", "chunk", "scan", "auto")
 
 
-def make_arguments(kind: str, batch: int, heads: int, length: int, dim: int, device: torch.device,
-                   dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[tuple, dict]:
+def make_arguments(
+    kind: str,
+    batch: int,
+    heads: int,
+    length: int,
+    dim: int,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> tuple[tuple, dict]:
     """Random operator arguments of one mixer type; returns ``(q, k, v), keywords``, leaves requiring grad."""
     if kind not in KINDS:
         raise ValueError(f"kind: got {kind!r}; allowed: {list(KINDS)}")
@@ -82,8 +90,9 @@ class Report:
         return next((c for c in self.cells if (c.kind, c.length, c.backend) == (kind, length, backend)), None)
 
 
-def _measure_cell(kind: str, length: int, backend: str, batch: int, heads: int, dim: int,
-                  device: torch.device, repeats: int) -> Cell:
+def _measure_cell(
+    kind: str, length: int, backend: str, batch: int, heads: int, dim: int, device: torch.device, repeats: int
+) -> Cell:
     args, options = make_arguments(kind, batch, heads, length, dim, device)
     leaves = [x for x in (*args, *options.values()) if isinstance(x, torch.Tensor)]
     cell = Cell(kind, length, backend)
@@ -107,8 +116,9 @@ def _measure_cell(kind: str, length: int, backend: str, batch: int, heads: int, 
     return cell
 
 
-def run_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3,
-                  max_seconds=120.0, progress=None) -> Report:
+def run_benchmark(
+    seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3, max_seconds=120.0, progress=None
+) -> Report:
     """Measure every (kind, T, backend) cell; cells estimated to exceed ``max_seconds`` or the free memory are
     skipped (their estimate is noted).  ``progress(cell)`` is called after each cell."""
     device = resolve_device(device)
@@ -127,13 +137,20 @@ def run_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="a
                 prev = last.get(backend)
                 cell = None
                 if prev is not None and prev.train_s is not None:
-                    growth = (length / prev.length) ** _cost_exponent(kind, backend if backend != "auto" else prev.picked)
+                    growth = (length / prev.length) ** _cost_exponent(
+                        kind, backend if backend != "auto" else prev.picked
+                    )
                     est_s = (prev.forward_s + 2 * prev.train_s) * growth
                     est_mb = (prev.peak_mb or 0.0) * growth ** (2 / 3 if growth > 16 else 1)
                     if est_s > max_seconds or (memory and est_mb * 2**20 > 0.75 * memory):
-                        cell = Cell(kind, length, backend, status="skip",
-                                    note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB",
-                                    estimated_train_s=prev.train_s * growth)
+                        cell = Cell(
+                            kind,
+                            length,
+                            backend,
+                            status="skip",
+                            note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB",
+                            estimated_train_s=prev.train_s * growth,
+                        )
                 if cell is None:
                     cell = _measure_cell(kind, length, backend, batch, heads, dim, device, repeats)
                     if cell.status == "ok":
@@ -166,8 +183,9 @@ def results_table(report: Report):
             table.add_row(cell.kind, str(cell.length), name, cell.status, cell.note, "", "")
             continue
         peak = "n/a" if cell.peak_mb is None else f"{cell.peak_mb:.0f}"
-        table.add_row(cell.kind, str(cell.length), name, format_ms(cell.forward_s), format_ms(cell.train_s), peak,
-                      ratio)
+        table.add_row(
+            cell.kind, str(cell.length), name, format_ms(cell.forward_s), format_ms(cell.train_s), peak, ratio
+        )
     return table
 
 
@@ -203,33 +221,64 @@ def target_checks(report: Report) -> list[Check]:
                 estimate = cell.estimated_train_s
                 measured = f"{other} {cell.status} ({cell.note})"
                 if estimate is None:
-                    checks.append(Check(f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}", measured,
-                                        None))
+                    checks.append(
+                        Check(f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}", measured, None)
+                    )
                 else:
                     speedup = estimate / chunk.train_s
-                    checks.append(_check(f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}",
-                                         f"est. {speedup:.0f}× ({other} fwd+bwd est. {estimate:.0f} s)", speedup,
-                                         factor, at_least=True))
+                    checks.append(
+                        _check(
+                            f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}",
+                            f"est. {speedup:.0f}× ({other} fwd+bwd est. {estimate:.0f} s)",
+                            speedup,
+                            factor,
+                            at_least=True,
+                        )
+                    )
                 continue
             speedup = cell.train_s / chunk.train_s
-            checks.append(_check(f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}", f"{speedup:.1f}×",
-                                 speedup, factor, at_least=True))
+            checks.append(
+                _check(
+                    f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}",
+                    f"{speedup:.1f}×",
+                    speedup,
+                    factor,
+                    at_least=True,
+                )
+            )
         peaks = [(t, report.get(kind, t, "chunk")) for t in lengths]
         peaks = [(t, c.peak_mb) for t, c in peaks if c is not None and c.peak_mb]
         if len(peaks) >= 2:
             (t0, m0), (t1, m1) = peaks[-2], peaks[-1]
             growth = m1 / m0
-            checks.append(_check(f"{kind}: chunk peak memory linear in T ({t0}→{t1}: ×{t1 / t0:.0f})",
-                                 f"×{growth:.1f}", growth, 1.5 * t1 / t0, at_least=False))
+            checks.append(
+                _check(
+                    f"{kind}: chunk peak memory linear in T ({t0}→{t1}: ×{t1 / t0:.0f})",
+                    f"×{growth:.1f}",
+                    growth,
+                    1.5 * t1 / t0,
+                    at_least=False,
+                )
+            )
         for t in lengths:
             auto = report.get(kind, t, "auto")
-            valid = [c.train_s for c in report.cells if c.kind == kind and c.length == t
-                     and c.backend not in ("auto",) and c.train_s is not None]
+            valid = [
+                c.train_s
+                for c in report.cells
+                if c.kind == kind and c.length == t and c.backend not in ("auto",) and c.train_s is not None
+            ]
             if auto is None or auto.train_s is None or not valid:
                 continue
             ratio = _picked_time(report, auto) / min(valid)
-            checks.append(_check(f"{kind}: auto ({auto.picked}) ≤ 1.2× the fastest at T={t}", f"{ratio:.2f}×", ratio,
-                                 1.2, at_least=False))
+            checks.append(
+                _check(
+                    f"{kind}: auto ({auto.picked}) ≤ 1.2× the fastest at T={t}",
+                    f"{ratio:.2f}×",
+                    ratio,
+                    1.2,
+                    at_least=False,
+                )
+            )
     return checks
 
 
@@ -284,17 +333,23 @@ def summary_line(checks, noise: float | None) -> str:
     if not missed:
         return line + "."
     within = sum(_within_noise(check, noise) for check in missed)
-    line += (f"; {within} of the {len(missed)} missed by less than this run's timing noise "
-             f"({noise:.2f}×: `auto` and the backend it picked, the same computation, timed apart)" if noise else "")
+    line += (
+        f"; {within} of the {len(missed)} missed by less than this run's timing noise "
+        f"({noise:.2f}×: `auto` and the backend it picked, the same computation, timed apart)"
+        if noise
+        else ""
+    )
     if within == len(missed):
         return line + ": the machine's noise, not the code — a rerun misses a different few."
     return line + f"; {len(missed) - within} missed by more than the noise."
 
 
-def run_operator_benchmark(seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3,
-                           max_seconds=120.0) -> Report:
+def run_operator_benchmark(
+    seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3, max_seconds=120.0
+) -> Report:
     """Run the benchmark with a progress bar and print the results and the target checks."""
-    from seqdyn.train.progress import console as make_console, progress_bar
+    from seqdyn.train.progress import console as make_console
+    from seqdyn.train.progress import progress_bar
 
     console = make_console()
     total = len(seq_lens) * len(kinds) * len(backends)
@@ -330,8 +385,9 @@ def agreement(length: int = 200, dim: int = 16, seed: int = 0) -> list[tuple[str
 
 def run_demo(quick: bool = False) -> None:
     """``seqdyn demo``: agreement of every backend with the reference, then the benchmark table."""
-    from seqdyn.train.progress import console as make_console
     from rich.table import Table
+
+    from seqdyn.train.progress import console as make_console
 
     console = make_console()
     console.rule("seqdyn: one operator, every backend")

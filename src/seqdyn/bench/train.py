@@ -55,15 +55,24 @@ def bench_config(mixer: str, device: torch.device, d_model: int, seq_len: int, b
     from seqdyn.train.config import RunConfig
 
     gpu = device.type == "cuda"
-    return RunConfig.model_validate({
-        "name": f"bench-{mixer}",
-        "model": {"mixer": mixer, "d_model": d_model, "layers": 2},
-        "task": {"name": "mqar", "params": {"seq_len": seq_len, "num_kv_pairs": seq_len // 8,
-                                            "vocab_size": 8192},
-                 "train_examples": batch * (steps + 2), "test_examples": batch},
-        "train": {"steps": 10**6, "batch_size": batch, "device": str(device),
-                  "dtype": "bfloat16" if gpu else "float32"},
-    })
+    return RunConfig.model_validate(
+        {
+            "name": f"bench-{mixer}",
+            "model": {"mixer": mixer, "d_model": d_model, "layers": 2},
+            "task": {
+                "name": "mqar",
+                "params": {"seq_len": seq_len, "num_kv_pairs": seq_len // 8, "vocab_size": 8192},
+                "train_examples": batch * (steps + 2),
+                "test_examples": batch,
+            },
+            "train": {
+                "steps": 10**6,
+                "batch_size": batch,
+                "device": str(device),
+                "dtype": "bfloat16" if gpu else "float32",
+            },
+        }
+    )
 
 
 def _interleaved_ms(first, second, repeats: int, device: torch.device) -> tuple[float, float]:
@@ -91,8 +100,16 @@ def _bare_step(trainer, model: torch.nn.Module, inputs: torch.Tensor, targets: t
     return step
 
 
-def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch: int, steps: int,
-            log_every: int = 10, compile_step: bool = False) -> TrainCell:
+def measure(
+    mixer: str,
+    device: torch.device,
+    d_model: int,
+    seq_len: int,
+    batch: int,
+    steps: int,
+    log_every: int = 10,
+    compile_step: bool = False,
+) -> TrainCell:
     """Bare and harness step times of one mixer (a warm-up step each first); with ``compile_step`` also the bare
     step compiled, against the eager one."""
     from seqdyn.train.loop import Trainer
@@ -127,12 +144,20 @@ def measure(mixer: str, device: torch.device, d_model: int, seq_len: int, batch:
         finally:
             bar.close()
             store.close()
-    return TrainCell(mixer, batch * seq_len / (harness_ms / 1000), bare_ms, harness_ms,
-                     compiled_ms=compiled_ms, compile_s=compile_s, eager_ms=eager_ms)
+    return TrainCell(
+        mixer,
+        batch * seq_len / (harness_ms / 1000),
+        bare_ms,
+        harness_ms,
+        compiled_ms=compiled_ms,
+        compile_s=compile_s,
+        eager_ms=eager_ms,
+    )
 
 
-def run(names=None, device: str = "auto", steps: int = 7, progress=None, compile_step: bool = False,
-        **sizes: int) -> tuple[list[TrainCell], dict]:
+def run(
+    names=None, device: str = "auto", steps: int = 7, progress=None, compile_step: bool = False, **sizes: int
+) -> tuple[list[TrainCell], dict]:
     """Measure every named mixer (default: all); ``sizes`` overrides ``d_model``, ``seq_len`` or ``batch``."""
     device_ = resolve_device(device)
     gpu = device_.type == "cuda"
@@ -144,8 +169,9 @@ def run(names=None, device: str = "auto", steps: int = 7, progress=None, compile
     cells = []
     for name in names or mixers.names():
         try:
-            cell = measure(name, device_, setup["d_model"], setup["seq_len"], setup["batch"], steps,
-                           compile_step=compile_step)
+            cell = measure(
+                name, device_, setup["d_model"], setup["seq_len"], setup["batch"], steps, compile_step=compile_step
+            )
         except (RuntimeError, ValueError) as error:  # e.g. out of memory or an option a width can't take
             cell = TrainCell(name, status="error", note=str(error).splitlines()[0][:80])
         cells.append(cell)
@@ -159,8 +185,8 @@ def main(names: str = "", device: str = "auto", steps: int = 7, compile_step: bo
     bare step under torch.compile, against the eager one."""
     from rich.table import Table
 
-    from seqdyn.train.progress import console, progress_bar
     from seqdyn.bench.operator import checks_table
+    from seqdyn.train.progress import console, progress_bar
 
     selected = [n for n in names.split(",") if n] or None
     for name in selected or []:
@@ -168,10 +194,13 @@ def main(names: str = "", device: str = "auto", steps: int = 7, compile_step: bo
     out = console()
     with progress_bar(console=out) as bar:
         task = bar.add_task("training steps", total=len(selected or mixers.names()))
-        cells, setup = run(selected, device, steps, lambda cell: bar.update(task, advance=1, description=cell.mixer),
-                           compile_step)
-    title = (f"training throughput on {resolve_device(device)}: 2 layers, d={setup['d_model']}, MQAR L={setup['seq_len']},"
-             f" batch {setup['batch']}")
+        cells, setup = run(
+            selected, device, steps, lambda cell: bar.update(task, advance=1, description=cell.mixer), compile_step
+        )
+    title = (
+        f"training throughput on {resolve_device(device)}: 2 layers, d={setup['d_model']}, MQAR L={setup['seq_len']},"
+        f" batch {setup['batch']}"
+    )
     table = Table(title=title)
     columns = ["mixer", "tokens/s", "bare step ms", "harness step ms", "harness overhead"]
     columns += ["eager step ms", "compiled step ms", "eager / compiled", "compile s"] if compile_step else []
@@ -181,14 +210,26 @@ def main(names: str = "", device: str = "auto", steps: int = 7, compile_step: bo
         if cell.status != "ok":
             table.add_row(cell.mixer, cell.status, cell.note, *[""] * (len(columns) - 3))
             continue
-        compiled = ([f"{cell.eager_ms:.1f}", f"{cell.compiled_ms:.1f}", f"{cell.compile_ratio:.2f}×",
-                     f"{cell.compile_s:.1f}"]
-                    if compile_step else [])
-        table.add_row(cell.mixer, f"{cell.tokens_per_s:,.0f}", f"{cell.bare_ms:.1f}", f"{cell.harness_ms:.1f}",
-                      f"{100 * cell.overhead:.1f} %", *compiled)
+        compiled = (
+            [f"{cell.eager_ms:.1f}", f"{cell.compiled_ms:.1f}", f"{cell.compile_ratio:.2f}×", f"{cell.compile_s:.1f}"]
+            if compile_step
+            else []
+        )
+        table.add_row(
+            cell.mixer,
+            f"{cell.tokens_per_s:,.0f}",
+            f"{cell.bare_ms:.1f}",
+            f"{cell.harness_ms:.1f}",
+            f"{100 * cell.overhead:.1f} %",
+            *compiled,
+        )
     out.print(table)
     ok = [c for c in cells if c.overhead is not None]
     if ok:
         median = sorted(c.overhead for c in ok)[len(ok) // 2]
-        out.print(checks_table([("median harness overhead < 5 % of the step time", f"{100 * median:.1f} %",
-                                 median < 0.05)], "targets (issue 'training')"))
+        out.print(
+            checks_table(
+                [("median harness overhead < 5 % of the step time", f"{100 * median:.1f} %", median < 0.05)],
+                "targets (issue 'training')",
+            )
+        )

@@ -39,8 +39,19 @@ from typing import Any
 
 import torch
 
-__all__ = ["BackendChoice", "BackendFailed", "BackendKey", "cache_path", "choose", "clear_cache", "elapsed_seconds",
-           "fingerprint", "is_out_of_memory", "setting", "tuning_enabled"]
+__all__ = [
+    "BackendChoice",
+    "BackendFailed",
+    "BackendKey",
+    "cache_path",
+    "choose",
+    "clear_cache",
+    "elapsed_seconds",
+    "fingerprint",
+    "is_out_of_memory",
+    "setting",
+    "tuning_enabled",
+]
 
 #: timed rounds over the candidates after their warm-up (the fastest call counts)
 REPEATS = 3
@@ -84,8 +95,17 @@ class BackendKey:
 
 @functools.lru_cache(maxsize=4096)
 def _key_text(key: BackendKey) -> str:
-    return json.dumps({"computes": key.computes, "options": dict(key.options), "shape": dict(key.shape),
-                       "dtype": key.dtype, "mode": key.mode}, sort_keys=True, default=str)
+    return json.dumps(
+        {
+            "computes": key.computes,
+            "options": dict(key.options),
+            "shape": dict(key.shape),
+            "dtype": key.dtype,
+            "mode": key.mode,
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
 def module_options(module: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
@@ -97,9 +117,11 @@ def module_options(module: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
     for prefix, sub in module.named_modules():
         at = f"{prefix}." if prefix else ""
         options.append((f"{at}class", f"{type(sub).__module__}.{type(sub).__qualname__}"))
-        options.extend((f"{at}{name}", tuple(value) if isinstance(value, list) else value)
-                       for name, value in vars(sub).items()
-                       if not name.startswith("_") and name != "training" and _plain(value))
+        options.extend(
+            (f"{at}{name}", tuple(value) if isinstance(value, list) else value)
+            for name, value in vars(sub).items()
+            if not name.startswith("_") and name != "training" and _plain(value)
+        )
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         options.append((f"{name}:tensor", f"{list(tensor.shape)} {tensor.dtype}"))
     return tuple(options)
@@ -207,9 +229,15 @@ def fingerprint(device: torch.device) -> dict[str, Any]:
     """What a cached choice depends on besides the problem: the machine, the device, torch and its threads."""
     from seqdyn.kernels import build
 
-    return {"version": CACHE_VERSION, "torch": torch.__version__, "device": device.type,
-            "device_name": _device_name(device), "threads": torch.get_num_threads(),
-            "machine": platform.machine(), "native_kernels": build.mode()}
+    return {
+        "version": CACHE_VERSION,
+        "torch": torch.__version__,
+        "device": device.type,
+        "device_name": _device_name(device),
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "native_kernels": build.mode(),
+    }
 
 
 def cache_dir() -> Path | None:
@@ -264,8 +292,11 @@ def _read(path: Path, expected: dict[str, Any]) -> dict[str, dict]:
         return {}
     if not isinstance(data, dict) or data.get("fingerprint") != expected or not isinstance(data.get("choices"), dict):
         return {}
-    return {key: entry for key, entry in data["choices"].items()
-            if isinstance(entry, dict) and isinstance(entry.get("backend"), str)}
+    return {
+        key: entry
+        for key, entry in data["choices"].items()
+        if isinstance(entry, dict) and isinstance(entry.get("backend"), str)
+    }
 
 
 def _write(path: Path, device: torch.device, entries: dict[str, dict]) -> None:
@@ -274,8 +305,9 @@ def _write(path: Path, device: torch.device, entries: dict[str, dict]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         merged = {**_read(path, fingerprint(device)), **entries}
         temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({"fingerprint": fingerprint(device), "choices": merged}, indent=1,
-                                        sort_keys=True))
+        temporary.write_text(
+            json.dumps({"fingerprint": fingerprint(device), "choices": merged}, indent=1, sort_keys=True)
+        )
         os.replace(temporary, path)
     except OSError:  # a read-only home: the choice stays in memory
         pass
@@ -328,8 +360,10 @@ def measure(candidates: Sequence[str], trial: Callable[[str], None], device: tor
         except Exception as error:
             if is_out_of_memory(error):
                 continue
-            raise BackendFailed(f"backend {name!r} raised while 'auto' timed it ({type(error).__name__}: {error}); "
-                                f"call it with backend={name!r} to see the error alone") from error
+            raise BackendFailed(
+                f"backend {name!r} raised while 'auto' timed it ({type(error).__name__}: {error}); "
+                f"call it with backend={name!r} to see the error alone"
+            ) from error
         fastest = min(times.values(), default=math.inf)
         times[name] = warm if warm > HOPELESS_WARMUP * fastest else elapsed_seconds(lambda: trial(name), device)
     for timed_round in range(2, max(REPEATS, CLOSE_REPEATS) + 1):
@@ -347,8 +381,14 @@ def _described(times_ms: dict[str, float]) -> str:
     return " < ".join(f"{name} {ms:.3g} ms" for name, ms in times_ms.items())
 
 
-def choose(key: BackendKey, device: torch.device, plan: Callable[[], tuple[list[str], str, str]],
-           trial: Callable[[str], None], shape: str, valid: Callable[[str], bool]) -> BackendChoice:
+def choose(
+    key: BackendKey,
+    device: torch.device,
+    plan: Callable[[], tuple[list[str], str, str]],
+    trial: Callable[[str], None],
+    shape: str,
+    valid: Callable[[str], bool],
+) -> BackendChoice:
     """The backend for the problem of shape ``key``: cached, else measured (and cached), else the cost model's.
 
     Args:
@@ -368,8 +408,9 @@ def choose(key: BackendKey, device: torch.device, plan: Callable[[], tuple[list[
     where = str(path) if path is not None else "this process's memory"
     if entry is not None:
         times = dict(sorted(entry.get("times_ms", {}).items(), key=lambda item: item[1]))
-        return BackendChoice(entry["backend"], f"cached in {where}: measured {_described(times)} for {shape}",
-                             "cache", times)
+        return BackendChoice(
+            entry["backend"], f"cached in {where}: measured {_described(times)} for {shape}", "cache", times
+        )
     candidates, modelled, reason = plan()
     if len(candidates) == 1:
         return BackendChoice(candidates[0], f"the only candidate for {shape}: {reason}", "only")
@@ -383,5 +424,4 @@ def choose(key: BackendKey, device: torch.device, plan: Callable[[], tuple[list[
     entries[key] = {"backend": winner, "times_ms": times}
     if path is not None:
         _write(path, device, {key: entries[key]})
-    return BackendChoice(winner, f"measured now, cached in {where}: {_described(times)} for {shape}", "measured",
-                         times)
+    return BackendChoice(winner, f"measured now, cached in {where}: {_described(times)} for {shape}", "measured", times)

@@ -24,9 +24,21 @@ from seqdyn.core.backends import REGISTRY
 from seqdyn.core.packing import Packing
 from seqdyn.core.problem import Problem, shared_over_heads
 
-__all__ = ["BACKENDS", "QUADRATIC_AUTO_LIMIT", "Timing", "able", "backend_for", "fixed_plan", "plan",
-           "problem_signature", "quadratic_entries", "ruled_out", "timed_choice", "too_large_to_time",
-           "without_ruled_out"]
+__all__ = [
+    "BACKENDS",
+    "QUADRATIC_AUTO_LIMIT",
+    "Timing",
+    "able",
+    "backend_for",
+    "fixed_plan",
+    "plan",
+    "problem_signature",
+    "quadratic_entries",
+    "ruled_out",
+    "timed_choice",
+    "too_large_to_time",
+    "without_ruled_out",
+]
 
 #: The backend names accepted by ``backend=``; ``"auto"`` picks the fastest valid one.
 BACKENDS = ("quadratic", "recurrent", "chunk", "scan", "auto")
@@ -40,8 +52,7 @@ QUADRATIC_AUTO_LIMIT = 1 << 26
 Compute = Callable[[Problem, Any, bool], tuple[Tensor, Any]]
 
 
-def backend_for(problem: Problem, backend: Any, compute: Compute, want_state: bool = False,
-                train: bool | None = None):
+def backend_for(problem: Problem, backend: Any, compute: Compute, want_state: bool = False, train: bool | None = None):
     """``(backend module, BackendChoice)`` for ``backend`` (a name, or ``"auto"``: :func:`_auto_choice`, whose
     trials run ``compute``)."""
     if not isinstance(backend, str) or backend not in BACKENDS:
@@ -53,8 +64,9 @@ def backend_for(problem: Problem, backend: Any, compute: Compute, want_state: bo
     module = REGISTRY[backend]
     reason = module.unsupported(problem)
     if reason is not None:
-        raise ValueError(f"backend={backend!r} cannot compute {problem.describe()}: {reason}. Backends that can: "
-                         f"{able(problem)}")
+        raise ValueError(
+            f"backend={backend!r} cannot compute {problem.describe()}: {reason}. Backends that can: {able(problem)}"
+        )
     return module, BackendChoice.asked(backend)
 
 
@@ -73,9 +85,14 @@ def _auto_choice(problem: Problem, compute: Compute, want_state: bool, train: bo
     """What ``"auto"`` computes with: the fastest of the candidate backends, measured once per problem shape and
     cached (:func:`seqdyn.core.autotune.choose`), the cost model (:func:`modelled`) deciding where nothing may be
     timed."""
-    return autotune.choose(_shape_key(problem, want_state, train), problem.q.device, lambda: plan(problem),
-                           lambda name: _trial(problem, compute, name, want_state, train), _shape_words(problem, train),
-                           lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None)
+    return autotune.choose(
+        _shape_key(problem, want_state, train),
+        problem.q.device,
+        lambda: plan(problem),
+        lambda name: _trial(problem, compute, name, want_state, train),
+        _shape_words(problem, train),
+        lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None,
+    )
 
 
 def plan(problem: Problem) -> tuple[list[str], str, str]:
@@ -114,8 +131,11 @@ def too_large_to_time(length: int, materialized: dict[str, int]) -> dict[str, st
     backend that materializes more than ``QUADRATIC_AUTO_LIMIT`` entries (``materialized``: backend -> entries) is
     not timed, nor ``recurrent``, a Python loop over the steps, beyond ``RECURRENT_CANDIDATE_MAX`` steps; the
     reason for each."""
-    reasons = {name: f"{entries:,} entries materialized" for name, entries in materialized.items()
-               if entries > QUADRATIC_AUTO_LIMIT}
+    reasons = {
+        name: f"{entries:,} entries materialized"
+        for name, entries in materialized.items()
+        if entries > QUADRATIC_AUTO_LIMIT
+    }
     if length > RECURRENT_CANDIDATE_MAX:
         reasons["recurrent"] = f"a Python loop over {length} > {RECURRENT_CANDIDATE_MAX} steps"
     return reasons
@@ -128,19 +148,33 @@ def _records_gradients(problem: Problem) -> bool:
 
 def _tensors(problem: Problem) -> list[Tensor]:
     state = problem.initial_state
-    parts = [problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction, problem.scale,
-             problem.log_scale, problem.decay_rate, problem.normalizer,
-             *(state if isinstance(state, tuple) else (state,))]
+    parts = [
+        problem.q,
+        problem.k,
+        problem.v,
+        problem.log_decay,
+        problem.beta,
+        problem.direction,
+        problem.scale,
+        problem.log_scale,
+        problem.decay_rate,
+        problem.normalizer,
+        *(state if isinstance(state, tuple) else (state,)),
+    ]
     return [x for x in parts if isinstance(x, Tensor)]
 
 
 def _shape_key(problem: Problem, want_state: bool, train: bool) -> BackendKey:
     """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`."""
     batch, _, length, _, _ = problem.shape
-    options = (*problem_signature(problem).items(), ("state in", problem.initial_state is not None),
-               ("state out", want_state))
-    return BackendKey("operator", options, (("B", batch), ("T", length)), str(problem.q.dtype),
-                      "train" if train else "forward")
+    options = (
+        *problem_signature(problem).items(),
+        ("state in", problem.initial_state is not None),
+        ("state out", want_state),
+    )
+    return BackendKey(
+        "operator", options, (("B", batch), ("T", length)), str(problem.q.dtype), "train" if train else "forward"
+    )
 
 
 def problem_signature(problem: Problem) -> dict[str, Any]:
@@ -148,19 +182,37 @@ def problem_signature(problem: Problem) -> dict[str, Any]:
     widths, the combination, dtypes, the chunk and which arguments are shared over heads."""
     _, heads, _, key_dim, value_dim = problem.shape
     scale = problem.scale
-    scale_kind = ("none" if scale is None else "number" if not isinstance(scale, Tensor)
-                  else "shared" if shared_over_heads(scale) else "per-head")
+    scale_kind = (
+        "none"
+        if scale is None
+        else "number"
+        if not isinstance(scale, Tensor)
+        else "shared"
+        if shared_over_heads(scale)
+        else "per-head"
+    )
     sharing = lambda x: "shared" if shared_over_heads(x) else "per-head"  # noqa: E731
-    return {"H": heads, "K": key_dim, "V": value_dim, "combination": problem.describe(),
-            "dtypes": f"{problem.q.dtype} -> {problem.out_dtype}", "chunk": problem.chunk_size, "q": sharing(problem.q),
-            "k": sharing(problem.k), "scale": scale_kind, "log_scale": problem.log_scale is not None,
-            "factored": problem.decay_rate is not None}
+    return {
+        "H": heads,
+        "K": key_dim,
+        "V": value_dim,
+        "combination": problem.describe(),
+        "dtypes": f"{problem.q.dtype} -> {problem.out_dtype}",
+        "chunk": problem.chunk_size,
+        "q": sharing(problem.q),
+        "k": sharing(problem.k),
+        "scale": scale_kind,
+        "log_scale": problem.log_scale is not None,
+        "factored": problem.decay_rate is not None,
+    }
 
 
 def _shape_words(problem: Problem, train: bool) -> str:
     batch, heads, length, key_dim, value_dim = problem.shape
-    return (f"{'forward + backward' if train else 'forward'} of B={batch}, H={heads}, T={length}, K={key_dim}, "
-            f"V={value_dim}, {problem.describe()}")
+    return (
+        f"{'forward + backward' if train else 'forward'} of B={batch}, H={heads}, T={length}, K={key_dim}, "
+        f"V={value_dim}, {problem.describe()}"
+    )
 
 
 def _trial(problem: Problem, compute: Compute, name: str, want_state: bool, train: bool) -> None:
@@ -177,8 +229,19 @@ def _trial(problem: Problem, compute: Compute, name: str, want_state: bool, trai
             copies[id(x)] = x.detach().requires_grad_(train and x.is_floating_point())
         return copies[id(x)]
 
-    fields = ("q", "k", "v", "log_decay", "beta", "direction", "normalizer", "initial_state", "scale", "log_scale",
-              "decay_rate")
+    fields = (
+        "q",
+        "k",
+        "v",
+        "log_decay",
+        "beta",
+        "direction",
+        "normalizer",
+        "initial_state",
+        "scale",
+        "log_scale",
+        "decay_rate",
+    )
     copy = problem.replaced(**{field: detached(getattr(problem, field)) for field in fields})
     with torch.enable_grad() if train else torch.no_grad():
         out, state = compute(copy, REGISTRY[name], want_state)
@@ -202,8 +265,11 @@ def modelled(problem: Problem) -> tuple[str, str]:
     scan_able = REGISTRY["scan"].unsupported(problem) is None
     if problem.readout.linear:
         scan_cost = SCAN_COST_FACTOR * key_dim * value_dim
-        if scan_able and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim and (
-                problem.diagonal or length > 2 * problem.chunk_size or key_dim * value_dim <= 4):
+        if (
+            scan_able
+            and scan_cost < chunk * (key_dim + value_dim) + key_dim * value_dim
+            and (problem.diagonal or length > 2 * problem.chunk_size or key_dim * value_dim <= 4)
+        ):
             return "scan", f"a scan of {key_dim}×{value_dim} states costs less than chunks of {chunk} steps"
         if not problem.diagonal and length <= 2 * problem.chunk_size:
             return "quadratic", f"T={length} ≤ 2·chunk without a diagonal decay: materialized scores are cheapest"
@@ -212,8 +278,6 @@ def modelled(problem: Problem) -> tuple[str, str]:
     if batch * heads * length * length <= QUADRATIC_AUTO_LIMIT:
         return "quadratic", f"no chunked form; B·H·T² = {batch * heads * length * length:,} scores fit"
     return "recurrent", f"no chunked form and B·H·T² = {batch * heads * length * length:,} scores would not fit"
-
-
 
 
 # ------------------------------------------------------------------------------------ a module's whole call, timed
@@ -239,10 +303,12 @@ class Timing:
     about: str = ""
 
 
-def fixed_plan(candidates: list[str], modelled: str, reason: str,
-               ruled: Callable[[], dict[str, str]]) -> Callable[[], tuple[list[str], str, str]]:
+def fixed_plan(
+    candidates: list[str], modelled: str, reason: str, ruled: Callable[[], dict[str, str]]
+) -> Callable[[], tuple[list[str], str, str]]:
     """The :attr:`Timing.plan` of a fixed list of ``candidates``, less those ``ruled()`` rules out (unless nothing
     else is left), the reason naming them."""
+
     def chosen_plan() -> tuple[list[str], str, str]:
         reasons = {name: why for name, why in ruled().items() if name in candidates}
         timed = without_ruled_out(candidates, reasons)
@@ -268,9 +334,13 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
     else:
         count, longest = packing.size_class
         sizes, said = (("packed N", count), ("packed L", longest)), f"packed N ≤ {count} sequences of L ≤ {longest}"
-    key = BackendKey(f"{type(module).__module__}.{type(module).__qualname__}",
-                     _kept_options(module) + tuple(timing.options.items()), (*sizes, ("D", channels)),
-                     str(x.dtype), "train" if train else "forward")
+    key = BackendKey(
+        f"{type(module).__module__}.{type(module).__qualname__}",
+        _kept_options(module) + tuple(timing.options.items()),
+        (*sizes, ("D", channels)),
+        str(x.dtype),
+        "train" if train else "forward",
+    )
     words = f"{'forward + backward' if train else 'forward'} of {module.name}, {said}, D={channels}{timing.about}"
 
     def trial(name: str) -> None:
@@ -280,8 +350,9 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
             if train:
                 torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
 
-    return autotune.choose(key, x.device, timing.plan, trial, words,
-                           lambda name: name != "auto" and name in module.backends)
+    return autotune.choose(
+        key, x.device, timing.plan, trial, words, lambda name: name != "auto" and name in module.backends
+    )
 
 
 def _kept_options(module: torch.nn.Module) -> tuple[tuple[str, Any], ...]:

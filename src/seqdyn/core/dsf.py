@@ -89,9 +89,19 @@ def dsf(
     fixes the value width V (the values are the DSF's inputs).  For small sizes: Λ is ``[N, N]`` with
     ``N = K·V``.  η for ``"sum"``/``"abs_max1"`` is computed from the coefficients, which depend on q, k and Λ only.
     """
-    dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
-                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
-                           decay_rate=decay_rate)
+    dynamics = as_dynamics(
+        q,
+        k,
+        v,
+        readout=readout,
+        log_decay=log_decay,
+        householder=householder,
+        householder_dir=householder_dir,
+        scale=scale,
+        normalizer=normalizer,
+        log_scale=log_scale,
+        decay_rate=decay_rate,
+    )
     problem = prepare(dynamics).folded()
     if not problem.readout.linear:
         raise ValueError(
@@ -102,11 +112,18 @@ def dsf(
     eta = _eta(problem)
     eta_before = torch.cat([torch.ones_like(eta[:, :, :1]), eta[:, :, :-1]], dim=2)
     eye_v = torch.eye(value_dim, dtype=problem.q.dtype, device=problem.q.device)
-    transitions = torch.stack([
-        evolution_matrix(*(None if x is None else x[:, :, t] for x in (problem.log_decay, problem.beta, problem.direction)),
-                         problem.diagonal, key_dim, problem.q)
-        for t in range(length)
-    ], dim=2)
+    transitions = torch.stack(
+        [
+            evolution_matrix(
+                *(None if x is None else x[:, :, t] for x in (problem.log_decay, problem.beta, problem.direction)),
+                problem.diagonal,
+                key_dim,
+                problem.q,
+            )
+            for t in range(length)
+        ],
+        dim=2,
+    )
     state_dim = key_dim * value_dim
     lam = torch.einsum("bhtij,ac->bhtiajc", transitions, eye_v).reshape(batch, heads, length, state_dim, state_dim)
     inputs = torch.einsum("bhtk,ac->bhtkac", problem.k, eye_v).reshape(batch, heads, length, state_dim, value_dim)
@@ -144,7 +161,8 @@ def from_coefficients(coefficients: Tensor, value_dim: int) -> DSF:
     outputs = torch.einsum("bhtj,ac->bhtajc", coefficients, eye_v).reshape(batch, heads, length, value_dim, state_dim)
     return DSF(
         Lambda=torch.eye(state_dim, dtype=coefficients.dtype, device=coefficients.device).expand(
-            batch, heads, length, state_dim, state_dim),
+            batch, heads, length, state_dim, state_dim
+        ),
         B=inputs.expand(batch, heads, length, state_dim, value_dim),
         C=outputs,
         D=coefficients.new_zeros(batch, heads, length, value_dim, value_dim),

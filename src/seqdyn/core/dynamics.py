@@ -97,10 +97,13 @@ def as_dynamics(q: Tensor | Dynamics, k: Tensor | None, v: Tensor | None, **opti
     (then neither k, v nor an option may be given beside it)."""
     if not isinstance(q, Dynamics):
         return Dynamics(q, k, v, **options)
-    beside = [name for name, value in (("k", k), ("v", v), *options.items()) if value is not OPTIONS.get(name)
-              and not (isinstance(value, str) and value == OPTIONS.get(name))]  # a default, or a name equal to it
+    beside = [
+        name
+        for name, value in (("k", k), ("v", v), *options.items())
+        if value is not OPTIONS.get(name) and not (isinstance(value, str) and value == OPTIONS.get(name))
+    ]  # a default, or a name equal to it
     if beside:
-        raise ValueError(f"{', '.join(beside)}: given beside a Dynamics, which holds them; set them in it "
-                         "(Dynamics.replace) instead")
+        raise ValueError(
+            f"{', '.join(beside)}: given beside a Dynamics, which holds them; set them in it (Dynamics.replace) instead"
+        )
     return q
-

@@ -304,8 +304,12 @@ def _time_invariant_dsf(transition: Tensor, inputs: Tensor, outputs: Tensor, bat
     def repeat(x: Tensor) -> Tensor:
         return x.unsqueeze(1).expand(heads, length, *x.shape[1:]).unsqueeze(0).expand(batch, -1, -1, -1, -1)
 
-    return DSF(Lambda=repeat(transition), B=repeat(inputs), C=repeat(outputs),
-               D=inputs.new_zeros(batch, heads, length, outputs.shape[-2], width))
+    return DSF(
+        Lambda=repeat(transition),
+        B=repeat(inputs),
+        C=repeat(outputs),
+        D=inputs.new_zeros(batch, heads, length, outputs.shape[-2], width),
+    )
 
 
 def _check_state(state: Tensor | None, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor | None:
@@ -370,8 +374,9 @@ class DiagonalSISO:
         """Real floats of the streaming state (a complex state counts twice)."""
         return 2 * self.realization().c.numel()
 
-    def __call__(self, u: Tensor, backend: str = "auto", initial_state: Tensor | None = None,
-                 output_final_state: bool = False):
+    def __call__(
+        self, u: Tensor, backend: str = "auto", initial_state: Tensor | None = None, output_final_state: bool = False
+    ):
         """``u`` ``[B, T, H]`` -> ``y`` ``[B, T, H]`` (and the final state ``[B, H, N]`` if asked)."""
         _check_input(u, self.channels)
         backend = check_backend(backend)
@@ -409,9 +414,13 @@ class DiagonalSISO:
     def dsf(self, batch: int, length: int) -> DSF:
         """A real DSF realization: 2×2 rotation-scaling blocks per complex state, ``N_real = 2N`` per channel."""
         system = self.realization()
-        return _time_invariant_dsf(_realify(torch.diag_embed(torch.exp(system.log_lam).expand_as(system.c))),
-                                   _realify_input(system.b.unsqueeze(-1)), _realify_output(system.c.unsqueeze(-2)),
-                                   batch, length)
+        return _time_invariant_dsf(
+            _realify(torch.diag_embed(torch.exp(system.log_lam).expand_as(system.c))),
+            _realify_input(system.b.unsqueeze(-1)),
+            _realify_output(system.c.unsqueeze(-2)),
+            batch,
+            length,
+        )
 
 
 @dataclass
@@ -457,8 +466,9 @@ class DenseSISO:
     def state_floats(self) -> int:
         return self.c.numel()
 
-    def __call__(self, u: Tensor, backend: str = "auto", initial_state: Tensor | None = None,
-                 output_final_state: bool = False):
+    def __call__(
+        self, u: Tensor, backend: str = "auto", initial_state: Tensor | None = None, output_final_state: bool = False
+    ):
         """``u`` ``[B, T, H]`` -> ``y`` ``[B, T, H]`` (and the final state ``[B, H, N]`` if asked)."""
         _check_input(u, self.channels)
         backend = check_backend(backend)
@@ -548,8 +558,9 @@ class DiagonalMIMO:
         powers = _exp_table(self.log_lam, length).T  # [T, N]
         return torch.einsum("on,tn,ni->toi", self.C, powers, self.B).real
 
-    def __call__(self, u: Tensor, backend: str = "auto", initial_state: Tensor | None = None,
-                 output_final_state: bool = False):
+    def __call__(
+        self, u: Tensor, backend: str = "auto", initial_state: Tensor | None = None, output_final_state: bool = False
+    ):
         """``u`` ``[B, T, Din]`` -> ``y`` ``[B, T, Dout]`` (and the final state ``[B, N]`` if asked)."""
         _check_input(u, self.B.shape[1])
         backend = check_backend(backend)
@@ -582,9 +593,13 @@ class DiagonalMIMO:
 
     def dsf(self, batch: int, length: int) -> DSF:
         """A real DSF with one head (H = 1, V = D): 2×2 rotation-scaling blocks, ``N_real = 2N``."""
-        return _time_invariant_dsf(_realify(torch.diag_embed(torch.exp(self.log_lam))).unsqueeze(0),
-                                   _realify_input(self.B).unsqueeze(0), _realify_output(self.C).unsqueeze(0),
-                                   batch, length)
+        return _time_invariant_dsf(
+            _realify(torch.diag_embed(torch.exp(self.log_lam))).unsqueeze(0),
+            _realify_input(self.B).unsqueeze(0),
+            _realify_output(self.C).unsqueeze(0),
+            batch,
+            length,
+        )
 
 
 def bidirectional(forward: DiagonalSISO, backward: DiagonalSISO, u: Tensor, backend: str = "auto") -> Tensor:

@@ -39,6 +39,7 @@ __all__ = [
     "select_backend",
 ]
 
+
 def coefficient_dynamics(
     q: Tensor | Dynamics,
     k: Tensor | None = None,
@@ -80,9 +81,19 @@ def coefficient_dynamics(
     Raises:
         ValueError: naming the argument, what was given and what is allowed.
     """
-    dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
-                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
-                           decay_rate=decay_rate)
+    dynamics = as_dynamics(
+        q,
+        k,
+        v,
+        readout=readout,
+        log_decay=log_decay,
+        householder=householder,
+        householder_dir=householder_dir,
+        scale=scale,
+        normalizer=normalizer,
+        log_scale=log_scale,
+        decay_rate=decay_rate,
+    )
     if cu_seqlens is not None:
         return _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
     return _outputs(dynamics, initial_state, output_final_state, backend, chunk_size)
@@ -98,14 +109,27 @@ def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, b
 
 #: the fields of a description that have a time axis (``[B, T, …]`` where they are tensors) and the value of a
 #: padded step, an identity step of the dynamics (nothing written: k = v = 0; Λ = I: g = 0, β = 0; η = 1)
-TIMED_FIELDS = {"q": 0.0, "k": 0.0, "v": 0.0, "log_decay": 0.0, "householder": 0.0, "householder_dir": 0.0,
-                "scale": 1.0, "normalizer": 1.0, "log_scale": 0.0}
+TIMED_FIELDS = {
+    "q": 0.0,
+    "k": 0.0,
+    "v": 0.0,
+    "log_decay": 0.0,
+    "householder": 0.0,
+    "householder_dir": 0.0,
+    "scale": 1.0,
+    "normalizer": 1.0,
+    "log_scale": 0.0,
+}
 
 
 def _timed(dynamics: Dynamics) -> dict[str, Tensor]:
     """The fields of ``dynamics`` that are tensors with a time axis."""
-    return {name: value for name in TIMED_FIELDS if isinstance(value := getattr(dynamics, name), Tensor)
-            and value.dim() >= 3 - (name in ("log_decay", "householder", "scale", "normalizer", "log_scale"))}
+    return {
+        name: value
+        for name in TIMED_FIELDS
+        if isinstance(value := getattr(dynamics, name), Tensor)
+        and value.dim() >= 3 - (name in ("log_decay", "householder", "scale", "normalizer", "log_scale"))
+    }
 
 
 def _packing(dynamics: Dynamics, cu_seqlens: Any) -> Packing:
@@ -114,15 +138,17 @@ def _packing(dynamics: Dynamics, cu_seqlens: Any) -> Packing:
     packing = Packing.of(cu_seqlens, length, batch, dynamics.q.device)
     for name, value in _timed(dynamics).items():
         if tuple(value.shape[:2]) != (1, length):
-            raise ValueError(f"{name}: a packed batch is [1, T, …] with T = {length} (that of q); got shape "
-                             f"{list(value.shape)}")
+            raise ValueError(
+                f"{name}: a packed batch is [1, T, …] with T = {length} (that of q); got shape {list(value.shape)}"
+            )
     return packing
 
 
 def _padded(dynamics: Dynamics, packing: Packing) -> Dynamics:
     """The packed sequences side by side, ``[N, L, …]``, each right-padded with identity steps."""
-    return dynamics.replace(**{name: packing.side_by_side(value, TIMED_FIELDS[name])
-                               for name, value in _timed(dynamics).items()})
+    return dynamics.replace(
+        **{name: packing.side_by_side(value, TIMED_FIELDS[name]) for name, value in _timed(dynamics).items()}
+    )
 
 
 def _reset_at_starts(dynamics: Dynamics, packing: Packing) -> Dynamics:
@@ -146,12 +172,22 @@ def _resets_suffice(dynamics: Dynamics, initial_state: Any, output_final_state: 
     """Whether :func:`_reset_at_starts` computes the packed batch: the identity readout, no state in or out (a
     state per sequence needs the sequences side by side), and no factored decay (``Δ ⊗ A`` cannot be −∞ but by
     forming ``g``)."""
-    return (resolve_readout(dynamics.readout).linear and initial_state is None and not output_final_state
-            and dynamics.decay_rate is None)
+    return (
+        resolve_readout(dynamics.readout).linear
+        and initial_state is None
+        and not output_final_state
+        and dynamics.decay_rate is None
+    )
 
 
-def _packed_outputs(dynamics: Dynamics, cu_seqlens: Any, initial_state: Any, output_final_state: bool,
-                    backend: str, chunk_size: int | None):
+def _packed_outputs(
+    dynamics: Dynamics,
+    cu_seqlens: Any,
+    initial_state: Any,
+    output_final_state: bool,
+    backend: str,
+    chunk_size: int | None,
+):
     """:func:`coefficient_dynamics` of a packed batch: with the identity readout and no state, one sequence with
     hard resets at the starts (:func:`_reset_at_starts`); otherwise the sequences as a padded batch ``[N, L, …]``
     in one call (padded steps are identity steps, so outputs and linear states are each sequence's own); a key
@@ -167,10 +203,13 @@ def _packed_outputs(dynamics: Dynamics, cu_seqlens: Any, initial_state: Any, out
         result = _outputs(_padded(dynamics, packing), initial_state, output_final_state, backend, chunk_size)
         y, state = result if output_final_state else (result, None)
         return (packing.in_place(y), state) if output_final_state else packing.in_place(y)
-    if initial_state is not None and (not isinstance(initial_state, (list, tuple)) or
-                                      len(initial_state) != packing.count):
-        raise ValueError(f"initial_state: with cu_seqlens and the {resolve_readout(dynamics.readout).name} readout, "
-                         f"a list of {packing.count} key caches (one per sequence, None for an empty one)")
+    if initial_state is not None and (
+        not isinstance(initial_state, (list, tuple)) or len(initial_state) != packing.count
+    ):
+        raise ValueError(
+            f"initial_state: with cu_seqlens and the {resolve_readout(dynamics.readout).name} readout, "
+            f"a list of {packing.count} key caches (one per sequence, None for an empty one)"
+        )
     outputs, finals = [], []
     for index, (start, end) in enumerate(zip(packing.offsets, packing.offsets[1:])):
         one = dynamics.replace(**{name: value[:, start:end] for name, value in _timed(dynamics).items()})
@@ -190,8 +229,14 @@ def _computed(problem: Problem, module, want_state: bool):
     return out.transpose(1, 2).to(problem.out_dtype, memory_format=torch.contiguous_format), state
 
 
-def select_backend(q: Tensor | Dynamics, k: Tensor | None = None, v: Tensor | None = None, backend: str = "auto",
-                   train: bool | None = None, **options: Any) -> BackendChoice:
+def select_backend(
+    q: Tensor | Dynamics,
+    k: Tensor | None = None,
+    v: Tensor | None = None,
+    backend: str = "auto",
+    train: bool | None = None,
+    **options: Any,
+) -> BackendChoice:
     """The backend ``coefficient_dynamics`` would use for these arguments (what ``"auto"`` chooses), and why.
 
     Takes the same arguments as :func:`coefficient_dynamics`; raises the same ``ValueError`` for a backend that
@@ -210,8 +255,11 @@ def select_backend(q: Tensor | Dynamics, k: Tensor | None = None, v: Tensor | No
     dynamics = as_dynamics(q, k, v, **options)
     if cu_seqlens is not None:
         packing = _packing(dynamics, cu_seqlens)
-        dynamics = (_reset_at_starts(dynamics, packing) if _resets_suffice(dynamics, beside.get("initial_state"),
-                                                                           want_state) else _padded(dynamics, packing))
+        dynamics = (
+            _reset_at_starts(dynamics, packing)
+            if _resets_suffice(dynamics, beside.get("initial_state"), want_state)
+            else _padded(dynamics, packing)
+        )
     problem = prepare(dynamics, **beside)
     return choice.backend_for(problem, backend, _computed, want_state, train)[1]
 
@@ -258,21 +306,34 @@ def coefficient_dynamics_step(
     rows), and ``state`` as ``coefficient_dynamics(…, cu_seqlens=…)`` returns it — ``[N, …]``, or a list of ``N``
     key caches of different lengths, each sequence stepping from its own (the returned state is such a list too).
     """
-    dynamics = as_dynamics(q, k, v, readout=readout, log_decay=log_decay, householder=householder,
-                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
-                           decay_rate=decay_rate)
+    dynamics = as_dynamics(
+        q,
+        k,
+        v,
+        readout=readout,
+        log_decay=log_decay,
+        householder=householder,
+        householder_dir=householder_dir,
+        scale=scale,
+        normalizer=normalizer,
+        log_scale=log_scale,
+        decay_rate=decay_rate,
+    )
     steps = _one_step_as_sequence(dynamics)
     if cu_seqlens is not None:
         rows = steps.q.shape[0]
         offsets = list(Packing.of(cu_seqlens, rows, 1, steps.q.device).offsets)
         if offsets != list(range(rows + 1)):
-            raise ValueError(f"cu_seqlens: one step takes one token of each sequence, [0, 1, …, {rows}] for the {rows} "
-                             f"rows; got {offsets}")
+            raise ValueError(
+                f"cu_seqlens: one step takes one token of each sequence, [0, 1, …, {rows}] for the {rows} "
+                f"rows; got {offsets}"
+            )
     if isinstance(state, list):
         if len(state) != steps.q.shape[0]:
             raise ValueError(f"state: a list of one state per sequence needs {steps.q.shape[0]}, got {len(state)}")
-        outputs, states = zip(*(_outputs(_row(steps, row), part, True, "recurrent", None)
-                                for row, part in enumerate(state)))
+        outputs, states = zip(
+            *(_outputs(_row(steps, row), part, True, "recurrent", None) for row, part in enumerate(state))
+        )
         return torch.cat(outputs)[:, 0], list(states)
     y, new_state = _outputs(steps, state, True, "recurrent", None)
     return y[:, 0], new_state
@@ -280,8 +341,13 @@ def coefficient_dynamics_step(
 
 def _row(dynamics: Dynamics, row: int) -> Dynamics:
     """Row ``row`` of a batch of operator arguments (those with a batch axis: :data:`STEP_LAYOUTS`)."""
-    return dynamics.replace(**{name: getattr(dynamics, name)[row:row + 1] for name in STEP_LAYOUTS
-                               if isinstance(getattr(dynamics, name), Tensor) and getattr(dynamics, name).dim() > 0})
+    return dynamics.replace(
+        **{
+            name: getattr(dynamics, name)[row : row + 1]
+            for name in STEP_LAYOUTS
+            if isinstance(getattr(dynamics, name), Tensor) and getattr(dynamics, name).dim() > 0
+        }
+    )
 
 
 def _one_step_as_sequence(dynamics: Dynamics) -> Dynamics:
@@ -325,13 +391,22 @@ def coefficients(
     """
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
-    dynamics = as_dynamics(q, k, None, readout=readout, log_decay=log_decay, householder=householder,
-                           householder_dir=householder_dir, scale=scale, normalizer=normalizer, log_scale=log_scale,
-                           decay_rate=decay_rate).replace(v=None)
+    dynamics = as_dynamics(
+        q,
+        k,
+        None,
+        readout=readout,
+        log_decay=log_decay,
+        householder=householder,
+        householder_dir=householder_dir,
+        scale=scale,
+        normalizer=normalizer,
+        log_scale=log_scale,
+        decay_rate=decay_rate,
+    ).replace(v=None)
     if cu_seqlens is not None:
         packing = _packing(dynamics, cu_seqlens)
-        return packing.block_diagonal(coefficients(_padded(dynamics, packing), backend=backend,
-                                                   chunk_size=chunk_size))
+        return packing.block_diagonal(coefficients(_padded(dynamics, packing), backend=backend, chunk_size=chunk_size))
     problem = prepare(dynamics, chunk_size=chunk_size)
     if backend in ("quadratic", "auto"):
         return _coefficient_matrix(problem)
@@ -347,15 +422,17 @@ def _coefficient_matrix(problem: Problem) -> Tensor:
     if not problem.readout.linear:
         valid = causal_mask(problem.shape[2], problem.shape[2], problem.q.device)
         problem = problem.folded()
-        return normalized_coefficients(quadratic_backend.coefficient_scores(problem), valid, problem.readout,
-                                       problem.normalizer)
+        return normalized_coefficients(
+            quadratic_backend.coefficient_scores(problem), valid, problem.readout, problem.normalizer
+        )
     problem, row_scale, _ = _stabilized(problem)
     scores = quadratic_backend.coefficient_scores(problem)
     return _normalized(scores, scores.sum(-1), problem.normalizer, row_scale)
 
 
-def auto_plan(dynamics: Dynamics, chunk_size: int | None = None,
-              cu_seqlens: Tensor | Packing | None = None) -> tuple[list[str], str, str]:
+def auto_plan(
+    dynamics: Dynamics, chunk_size: int | None = None, cu_seqlens: Tensor | Packing | None = None
+) -> tuple[list[str], str, str]:
     """``(candidates, modelled, reason)`` of ``auto`` for these operator arguments (:func:`~seqdyn.core.choice.plan`):
     what a mixer
     that times its whole call with each backend (:meth:`~seqdyn.mixers.base.CoefficientMixer.backend_for`)
@@ -425,8 +502,11 @@ def _stabilized(problem: Problem):
             cumulative = torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device)
         else:
             cumulative = cumulative_log_decay(g)
-        impulse = torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device) \
-            if ell is None else ell.detach().to(torch.float64)
+        impulse = (
+            torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device)
+            if ell is None
+            else ell.detach().to(torch.float64)
+        )
         lifted = impulse.unsqueeze(-1) if cumulative.dim() == 4 else impulse
         log_scale = cumulative + torch.clamp((lifted - cumulative).cummax(dim=2).values, min=0.0)
         if problem.diagonal and problem.householder:  # the Householder factor only commutes with scalars

@@ -35,21 +35,39 @@ from torch import Tensor
 
 from seqdyn.core.rows import count_rows, select_rows
 
-__all__ = ["Alignment", "Packing", "Padding", "Sequences", "check_cu_seqlens", "from_state", "pack_documents",
-           "sequences_of"]
+__all__ = [
+    "Alignment",
+    "Packing",
+    "Padding",
+    "Sequences",
+    "check_cu_seqlens",
+    "from_state",
+    "pack_documents",
+    "sequences_of",
+]
 
 
 def check_cu_seqlens(cu_seqlens: object, length: int, batch: int, name: str = "cu_seqlens") -> list[int]:
     """The offsets of a packed batch as a list, checked against its time ``length`` and ``batch`` size."""
-    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64) \
-            or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        got = (f"{cu_seqlens.dtype} of shape {list(cu_seqlens.shape)}" if isinstance(cu_seqlens, Tensor)
-               else type(cu_seqlens).__name__)
-        raise ValueError(f"{name}: expected an int32 or int64 tensor of offsets [N + 1] (N ≥ 1 sequences), e.g. "
-                         f"torch.tensor([0, 5, 12]); got {got}")
+    if (
+        not isinstance(cu_seqlens, Tensor)
+        or cu_seqlens.dtype not in (torch.int32, torch.int64)
+        or cu_seqlens.dim() != 1
+        or cu_seqlens.numel() < 2
+    ):
+        got = (
+            f"{cu_seqlens.dtype} of shape {list(cu_seqlens.shape)}"
+            if isinstance(cu_seqlens, Tensor)
+            else type(cu_seqlens).__name__
+        )
+        raise ValueError(
+            f"{name}: expected an int32 or int64 tensor of offsets [N + 1] (N ≥ 1 sequences), e.g. "
+            f"torch.tensor([0, 5, 12]); got {got}"
+        )
     if batch != 1:
-        raise ValueError(f"{name}: a packed batch has batch size 1 (the sequences concatenated along time); got "
-                         f"batch size {batch}")
+        raise ValueError(
+            f"{name}: a packed batch has batch size 1 (the sequences concatenated along time); got batch size {batch}"
+        )
     offsets = [int(value) for value in cu_seqlens.tolist()]
     if offsets[0] != 0:
         raise ValueError(f"{name}: must start at 0, got {offsets[0]}")
@@ -89,8 +107,9 @@ class Packing:
     def of_lengths(cls, offsets: list[int], device: torch.device) -> Packing:
         """The packing of offsets already known to be valid (increasing from 0)."""
         lengths = [end - start for start, end in zip(offsets, offsets[1:])]
-        sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device),
-                                           torch.tensor(lengths, device=device))
+        sequence = torch.repeat_interleave(
+            torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device)
+        )
         starts = torch.tensor(offsets[:-1], device=device)
         position = torch.arange(offsets[-1], device=device) - starts[sequence]
         return cls(tuple(offsets), tuple(lengths), sequence, position, torch.tensor(offsets, device=device))
@@ -98,14 +117,17 @@ class Packing:
     def fitted(self, length: int, batch: int, device: torch.device) -> Packing:
         """This packing for a ``[batch, length, …]`` input on ``device``: the shape checked, the tensors moved."""
         if batch != 1:
-            raise ValueError(f"cu_seqlens: a packed batch has batch size 1 (the sequences concatenated along time); "
-                             f"got batch size {batch}")
+            raise ValueError(
+                f"cu_seqlens: a packed batch has batch size 1 (the sequences concatenated along time); "
+                f"got batch size {batch}"
+            )
         if self.offsets[-1] != length:
             raise ValueError(f"cu_seqlens: must end at the packed length T = {length}, got {self.offsets[-1]}")
         if self.position.device == torch.device(device):
             return self
-        return Packing(self.offsets, self.lengths, *(t.to(device) for t in (self.sequence, self.position,
-                                                                             self.cu_seqlens)))
+        return Packing(
+            self.offsets, self.lengths, *(t.to(device) for t in (self.sequence, self.position, self.cu_seqlens))
+        )
 
     @property
     def count(self) -> int:
@@ -166,11 +188,16 @@ def _size_class(size: int) -> int:
 def check_attention_mask(attention_mask: object, batch: int, length: int, name: str = "attention_mask") -> Tensor:
     """The mask as a bool tensor ``[B, T]``, checked: 0/1 (or bool) values, and each row's tokens contiguous (left or
     right padding)."""
-    if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2 or tuple(attention_mask.shape) != (
-            batch, length) or attention_mask.is_complex():
+    if (
+        not isinstance(attention_mask, Tensor)
+        or attention_mask.dim() != 2
+        or tuple(attention_mask.shape) != (batch, length)
+        or attention_mask.is_complex()
+    ):
         got = list(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
-        raise ValueError(f"{name}: expected a tensor [B, T] = [{batch}, {length}] of 1 (token) and 0 (padding); "
-                         f"got {got}")
+        raise ValueError(
+            f"{name}: expected a tensor [B, T] = [{batch}, {length}] of 1 (token) and 0 (padding); got {got}"
+        )
     if attention_mask.dtype != torch.bool:
         if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
             raise ValueError(f"{name}: values must be 0 (padding) or 1 (token)")
@@ -179,8 +206,10 @@ def check_attention_mask(attention_mask: object, batch: int, length: int, name: 
     inner = changes - (~attention_mask[:, 0]).long() - (~attention_mask[:, -1]).long()  # changes beside the edges
     if bool((inner > 0).any()) or bool((changes > 2).any()):
         row = int(torch.nonzero((inner > 0) | (changes > 2))[0, 0])
-        raise ValueError(f"{name}: row {row} has padding between tokens; only left or right padding is supported "
-                         "(pack such sequences with cu_seqlens instead)")
+        raise ValueError(
+            f"{name}: row {row} has padding between tokens; only left or right padding is supported "
+            "(pack such sequences with cu_seqlens instead)"
+        )
     return attention_mask
 
 
@@ -226,8 +255,9 @@ class Padding:
     def of(cls, attention_mask: object, batch: int, length: int, device: torch.device) -> Padding:
         if isinstance(attention_mask, Padding):
             if tuple(attention_mask.mask.shape) != (batch, length):
-                raise ValueError(f"attention_mask: expected [B, T] = [{batch}, {length}], got "
-                                 f"{list(attention_mask.mask.shape)}")
+                raise ValueError(
+                    f"attention_mask: expected [B, T] = [{batch}, {length}], got {list(attention_mask.mask.shape)}"
+                )
             return attention_mask
         return cls(check_attention_mask(attention_mask, batch, length).to(device))
 
@@ -282,8 +312,14 @@ def sequences_of(x: Tensor, cu_seqlens: object = None, attention_mask: object = 
     return None
 
 
-def from_state(run: Callable[[Tensor, object], tuple[Tensor, object]], x: Tensor, state: object, return_state: bool,
-               cu_seqlens: object = None, attention_mask: object = None):
+def from_state(
+    run: Callable[[Tensor, object], tuple[Tensor, object]],
+    x: Tensor,
+    state: object,
+    return_state: bool,
+    cu_seqlens: object = None,
+    attention_mask: object = None,
+):
     """``run(x, state)`` → ``(y, next state)``, returned whole with ``return_state``, else ``y`` alone: a mixer's or
     a model's forward from a state.
 
@@ -315,7 +351,7 @@ def _sequences(x: Tensor, cu_seqlens: object, attention_mask: object) -> tuple[l
         offsets = sequences.offsets
         return [x[:, start:end] for start, end in zip(offsets, offsets[1:])], lambda ys: torch.cat(ys, dim=1)
     if sequences is None:
-        return [x[row:row + 1] for row in range(x.shape[0])], lambda ys: torch.cat(ys, dim=0)
+        return [x[row : row + 1] for row in range(x.shape[0])], lambda ys: torch.cat(ys, dim=0)
     mask = sequences.mask
 
     def place(ys: list[Tensor | None]) -> Tensor:
@@ -326,7 +362,7 @@ def _sequences(x: Tensor, cu_seqlens: object, attention_mask: object) -> tuple[l
                 out[row, mask[row]] = y[0]
         return out
 
-    return [x[row:row + 1, mask[row]] for row in range(x.shape[0])], place
+    return [x[row : row + 1, mask[row]] for row in range(x.shape[0])], place
 
 
 def _per_sequence(state: object, count: int) -> list[object]:
@@ -340,8 +376,10 @@ def _per_sequence(state: object, count: int) -> list[object]:
         return state
     rows = count_rows(state)  # None: a state that holds no tensor yet (init_state's), the same for every row
     if rows is not None and rows != count:
-        raise ValueError(f"state: a batched state of {rows} rows for {count} sequences; give one per sequence (a "
-                         "list) or a state of as many rows")
+        raise ValueError(
+            f"state: a batched state of {rows} rows for {count} sequences; give one per sequence (a "
+            "list) or a state of as many rows"
+        )
     return [select_rows(state, torch.tensor([row if rows else 0])) for row in range(count)]
 
 

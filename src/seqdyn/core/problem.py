@@ -226,9 +226,17 @@ def _per_head(dynamics: Dynamics) -> dict[str, Tensor]:
     """The tensors laid out ``[B, T, H|1, ...]``, in the order their sizes are checked."""
     scale = dynamics.scale if isinstance(dynamics.scale, Tensor) and dynamics.scale.dim() == 3 else None
     normalizer = dynamics.normalizer if isinstance(dynamics.normalizer, Tensor) else None
-    per_head = {"q": dynamics.q, "k": dynamics.k, "v": dynamics.v, "log_decay": dynamics.log_decay,
-                "householder": dynamics.householder, "householder_dir": dynamics.householder_dir, "scale": scale,
-                "log_scale": dynamics.log_scale, "normalizer": normalizer}
+    per_head = {
+        "q": dynamics.q,
+        "k": dynamics.k,
+        "v": dynamics.v,
+        "log_decay": dynamics.log_decay,
+        "householder": dynamics.householder,
+        "householder_dir": dynamics.householder_dir,
+        "scale": scale,
+        "log_scale": dynamics.log_scale,
+        "normalizer": normalizer,
+    }
     return {name: x for name, x in per_head.items() if x is not None}
 
 
@@ -241,8 +249,9 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def prepare(dynamics: Dynamics, *, initial_state: Any = None, chunk_size: int | None = None,
-            factored: bool = False) -> Problem:
+def prepare(
+    dynamics: Dynamics, *, initial_state: Any = None, chunk_size: int | None = None, factored: bool = False
+) -> Problem:
     """Validate ``dynamics`` (one check per argument, each naming it in its error) and return the canonical
     :class:`Problem`, head-major, with the state ``initial_state`` checked against it.
 
@@ -284,20 +293,36 @@ def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size:
         scale = scale.to(sizes.device).expand(sizes.batch, sizes.length, 1)
     scale_tensor = scale if isinstance(scale, Tensor) else None
     normalizer = dynamics.normalizer if isinstance(dynamics.normalizer, Tensor) else None
-    dtype = compute_dtype(dynamics.q, dynamics.k, dynamics.v, dynamics.log_decay, dynamics.decay_rate,
-                          dynamics.householder, dynamics.householder_dir, scale_tensor, dynamics.log_scale, normalizer)
+    dtype = compute_dtype(
+        dynamics.q,
+        dynamics.k,
+        dynamics.v,
+        dynamics.log_decay,
+        dynamics.decay_rate,
+        dynamics.householder,
+        dynamics.householder_dir,
+        scale_tensor,
+        dynamics.log_scale,
+        normalizer,
+    )
     if dynamics.log_scale is None and scale_tensor is None:
-        scale = sizes.key_dim ** -0.5 if scale is None else float(scale)
+        scale = sizes.key_dim**-0.5 if scale is None else float(scale)
     k = sizes.head_major(dynamics.k, dtype)
     key_is_direction = dynamics.householder is not None and dynamics.householder_dir is None
     direction = k if key_is_direction else sizes.head_major(dynamics.householder_dir, dtype)  # DeltaNet: w = k
     rate = dynamics.decay_rate
     return Problem(
-        q=sizes.head_major(dynamics.q, dtype), k=k, v=sizes.head_major(dynamics.v, dtype),
-        log_decay=sizes.head_major(dynamics.log_decay, dtype), beta=sizes.head_major(dynamics.householder, dtype),
-        direction=direction, readout=readout,
+        q=sizes.head_major(dynamics.q, dtype),
+        k=k,
+        v=sizes.head_major(dynamics.v, dtype),
+        log_decay=sizes.head_major(dynamics.log_decay, dtype),
+        beta=sizes.head_major(dynamics.householder, dtype),
+        direction=direction,
+        readout=readout,
         normalizer=dynamics.normalizer if normalizer is None else sizes.head_major(normalizer, dtype),
-        initial_state=None, chunk_size=chunk_size, out_dtype=dynamics.q.dtype if dynamics.v is None else dynamics.v.dtype,
+        initial_state=None,
+        chunk_size=chunk_size,
+        out_dtype=dynamics.q.dtype if dynamics.v is None else dynamics.v.dtype,
         scale=sizes.head_major(scale_tensor, dtype) if scale_tensor is not None else scale,
         log_scale=sizes.head_major(dynamics.log_scale, dtype),
         decay_rate=None if rate is None else rate.to(dtype).expand(sizes.heads, sizes.key_dim),
@@ -372,13 +397,19 @@ def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Non
         return
     _check_tensor("decay_rate", rate, 2, "A as [H, K] (per head and key channel)")
     if log_decay is None or log_decay.dim() != 3:
-        raise ValueError("decay_rate: the factored decay g = log_decay ⊗ decay_rate needs log_decay as the steps "
-                         "Δ [B, T, H]; pass a scalar log_decay, or drop decay_rate and pass g as [B, T, H, K]")
+        raise ValueError(
+            "decay_rate: the factored decay g = log_decay ⊗ decay_rate needs log_decay as the steps "
+            "Δ [B, T, H]; pass a scalar log_decay, or drop decay_rate and pass g as [B, T, H, K]"
+        )
     if rate.shape[1] != sizes.key_dim:
-        raise ValueError(f"decay_rate: last dimension {rate.shape[1]} does not match the key dimension K={sizes.key_dim}")
+        raise ValueError(
+            f"decay_rate: last dimension {rate.shape[1]} does not match the key dimension K={sizes.key_dim}"
+        )
     if rate.shape[0] not in (1, sizes.heads):
-        raise ValueError(f"decay_rate: {rate.shape[0]} heads, but the other inputs have {sizes.heads}; "
-                         f"give A as [{sizes.heads}, {sizes.key_dim}] or [1, {sizes.key_dim}]")
+        raise ValueError(
+            f"decay_rate: {rate.shape[0]} heads, but the other inputs have {sizes.heads}; "
+            f"give A as [{sizes.heads}, {sizes.key_dim}] or [1, {sizes.key_dim}]"
+        )
     if rate.device != sizes.device:
         raise ValueError(f"decay_rate: on device {rate.device}, but q is on {sizes.device}; move it with .to()")
 
@@ -414,12 +445,20 @@ def check_state(name: str, state: Any, problem: Problem, dtype: torch.dtype) -> 
             raise ValueError(f"{name}: on device {part.device}, but q is on {problem.q.device}")
     if shapes is None:
         keys, values = parts
-        ok = (keys.dim() == 4 and values.dim() == 4 and keys.shape[:2] == (batch, heads) and keys.shape[3] == key_dim
-              and values.shape[:3] == keys.shape[:3] and (value_dim == 0 or values.shape[3] == value_dim))
+        ok = (
+            keys.dim() == 4
+            and values.dim() == 4
+            and keys.shape[:2] == (batch, heads)
+            and keys.shape[3] == key_dim
+            and values.shape[:3] == keys.shape[:3]
+            and (value_dim == 0 or values.shape[3] == value_dim)
+        )
     else:
         ok = all(tuple(p.shape) == s for p, s in zip(parts, shapes))
     if not ok:
         got = ", ".join(_shape(p) for p in parts)
-        raise ValueError(f"{name}: expected {expected} with B={batch}, H={heads}, K={key_dim}, V={value_dim}; got {got}")
+        raise ValueError(
+            f"{name}: expected {expected} with B={batch}, H={heads}, K={key_dim}, V={value_dim}; got {got}"
+        )
     parts = tuple(p.to(dtype) for p in parts)
     return parts[0] if len(parts) == 1 else parts

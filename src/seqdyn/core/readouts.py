@@ -115,8 +115,9 @@ def resolve_readout(readout: ReadoutLike) -> Readout:
     )
 
 
-def normalize(num: Tensor, den: Tensor, normalizer: NormalizerLike, log_scale: Tensor | None = None, *,
-              may_lack_mass: bool = True) -> Tensor:
+def normalize(
+    num: Tensor, den: Tensor, normalizer: NormalizerLike, log_scale: Tensor | None = None, *, may_lack_mass: bool = True
+) -> Tensor:
     """Apply η to a row quantity given up to a per-row factor: returns ``e^c · num / η`` (DESIGN §2).
 
     ``num`` ``[..., X]`` and ``den`` ``[...]`` are ``e^{-c} Σ_j α_ij x_j`` and ``e^{-c} Σ_j α_ij`` for a per-row

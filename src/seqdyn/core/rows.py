@@ -49,10 +49,16 @@ def _map_rows(state: Any, rows: Callable[[Tensor], Tensor], batch: int) -> Any:
     if isinstance(state, Tensor):
         return rows(state)
     if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        return dataclasses.replace(state, **{
-            f.name: batch if f.name == "batch" and isinstance(getattr(state, f.name), int)
-            else _map_rows(getattr(state, f.name), rows, batch)
-            for f in dataclasses.fields(state) if f.init})
+        return dataclasses.replace(
+            state,
+            **{
+                f.name: batch
+                if f.name == "batch" and isinstance(getattr(state, f.name), int)
+                else _map_rows(getattr(state, f.name), rows, batch)
+                for f in dataclasses.fields(state)
+                if f.init
+            },
+        )
     if isinstance(state, tuple):
         parts = [_map_rows(part, rows, batch) for part in state]
         return type(state)(*parts) if hasattr(state, "_fields") else tuple(parts)

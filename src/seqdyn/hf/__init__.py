@@ -35,8 +35,17 @@ from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.convert import from_transformers
 from seqdyn.hf.modeling import SeqdynForCausalLM, SeqdynModel, SeqdynPreTrainedModel
 
-__all__ = ["SeqdynCache", "SeqdynConfig", "SeqdynForCausalLM", "SeqdynLayerState", "SeqdynModel",
-           "SeqdynPreTrainedModel", "accelerate", "from_transformers", "transformers"]
+__all__ = [
+    "SeqdynCache",
+    "SeqdynConfig",
+    "SeqdynForCausalLM",
+    "SeqdynLayerState",
+    "SeqdynModel",
+    "SeqdynPreTrainedModel",
+    "accelerate",
+    "from_transformers",
+    "transformers",
+]
 
 AutoConfig.register(SeqdynConfig.model_type, SeqdynConfig, exist_ok=True)
 AutoModel.register(SeqdynConfig, SeqdynModel, exist_ok=True)

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from seqdyn.models.model import ModelState
 from seqdyn.core.rows import count_rows, select_rows
+from seqdyn.models.model import ModelState
 
 __all__ = ["SeqdynCache", "SeqdynLayerState"]
 
@@ -114,8 +114,10 @@ class SeqdynCache(Cache):
         batched = self.model_state()
         self.positions = [None if batched is None else batched.position] * batch
         for index, layer in enumerate(self.layers):
-            layer.rows = [None if batched is None else select_rows(batched.blocks[index], torch.tensor([row]))
-                          for row in range(batch)]
+            layer.rows = [
+                None if batched is None else select_rows(batched.blocks[index], torch.tensor([row]))
+                for row in range(batch)
+            ]
             layer.state = None
 
     # --- transformers' view ------------------------------------------------------------------------------------

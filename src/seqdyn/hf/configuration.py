@@ -44,8 +44,11 @@ class SeqdynConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs: Any):
-        given = {ALIASES.get(name, name): kwargs.pop(name) for name in list(kwargs)
-                 if ALIASES.get(name, name) in ModelConfig.model_fields}
+        given = {
+            ALIASES.get(name, name): kwargs.pop(name)
+            for name in list(kwargs)
+            if ALIASES.get(name, name) in ModelConfig.model_fields
+        }
         fields = {"positions": False, **(self.model or {}), **given}
         try:
             checked = ModelConfig.model_validate(fields)
@@ -65,9 +68,16 @@ class SeqdynConfig(PreTrainedConfig):
     @property
     def task_spec(self) -> TaskSpec:
         """Next-token prediction over the vocabulary: what :func:`seqdyn.models.build_model` builds an lm for."""
-        return TaskSpec(input_kind="tokens", input_size=self.vocab_size, input_len=self.max_position_embeddings,
-                        head="lm", output_size=self.vocab_size, output_len=self.max_position_embeddings,
-                        primary_metric="loss", higher_is_better=False)
+        return TaskSpec(
+            input_kind="tokens",
+            input_size=self.vocab_size,
+            input_len=self.max_position_embeddings,
+            head="lm",
+            output_size=self.vocab_size,
+            output_len=self.max_position_embeddings,
+            primary_metric="loss",
+            higher_is_better=False,
+        )
 
     @property
     def hidden_size(self) -> int:

@@ -45,11 +45,20 @@ class SeqdynPreTrainedModel(PreTrainedModel):
         return self.seqdyn.embedding
 
     def set_input_embeddings(self, embedding: torch.nn.Embedding) -> None:
-        raise NotImplementedError("set_input_embeddings: the lm head is tied to the embedding and the vocabulary "
-                                  "sized by the config; build a SeqdynConfig with the new vocab_size instead")
+        raise NotImplementedError(
+            "set_input_embeddings: the lm head is tied to the embedding and the vocabulary "
+            "sized by the config; build a SeqdynConfig with the new vocab_size instead"
+        )
 
-    def _run(self, input_ids: Tensor | None, attention_mask: Tensor | None, cache: SeqdynCache | None,
-             use_cache: bool, head: bool, inputs_embeds: Tensor | None) -> tuple[Tensor, SeqdynCache | None]:
+    def _run(
+        self,
+        input_ids: Tensor | None,
+        attention_mask: Tensor | None,
+        cache: SeqdynCache | None,
+        use_cache: bool,
+        head: bool,
+        inputs_embeds: Tensor | None,
+    ) -> tuple[Tensor, SeqdynCache | None]:
         """``(outputs [B, t, ·], cache)`` of the tokens ``input_ids`` ``[B, t]`` that follow ``cache``.
 
         ``attention_mask`` ``[B, seen + t]`` (or ``[B, t]``), 1 = token, 0 = padding: each row is the sequence of
@@ -76,8 +85,13 @@ class SeqdynPreTrainedModel(PreTrainedModel):
         """A padded batch: every row's tokens from that row's own state (:func:`seqdyn.core.packing.from_state`)."""
         batch = input_ids.shape[0]
         cache.split_rows(batch)
-        outputs, states = self.seqdyn(input_ids, attention_mask=mask, head=head, return_state=True,
-                                      state=[cache.row_state(row) for row in range(batch)])
+        outputs, states = self.seqdyn(
+            input_ids,
+            attention_mask=mask,
+            head=head,
+            return_state=True,
+            state=[cache.row_state(row) for row in range(batch)],
+        )
         for row, state in enumerate(states):
             if state is not None:
                 cache.store_row(row, state)
@@ -88,9 +102,16 @@ class SeqdynPreTrainedModel(PreTrainedModel):
 class SeqdynModel(SeqdynPreTrainedModel):
     """The body: ``last_hidden_state`` ``[B, T, D]`` is the final norm's output (the lm head's input)."""
 
-    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                cache: SeqdynCache | None = None, use_cache: bool | None = None, inputs_embeds: Tensor | None = None,
-                return_dict: bool | None = None, **kwargs) -> BaseModelOutputWithPast | tuple:
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        cache: SeqdynCache | None = None,
+        use_cache: bool | None = None,
+        inputs_embeds: Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast | tuple:
         use_cache = self.config.use_cache if use_cache is None else use_cache
         hidden, cache = self._run(input_ids, attention_mask, cache, use_cache, False, inputs_embeds)
         output = BaseModelOutputWithPast(last_hidden_state=hidden, cache=cache)
@@ -100,10 +121,18 @@ class SeqdynModel(SeqdynPreTrainedModel):
 class SeqdynForCausalLM(SeqdynPreTrainedModel, GenerationMixin):
     """Next-token logits ``[B, T, vocab_size]``; ``labels`` (the inputs, shifted inside) give the loss."""
 
-    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                cache: SeqdynCache | None = None, use_cache: bool | None = None, labels: Tensor | None = None,
-                inputs_embeds: Tensor | None = None, logits_to_keep: int | Tensor = 0,
-                return_dict: bool | None = None, **kwargs) -> CausalLMOutputWithPast | tuple:
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        cache: SeqdynCache | None = None,
+        use_cache: bool | None = None,
+        labels: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        logits_to_keep: int | Tensor = 0,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast | tuple:
         use_cache = (self.config.use_cache and labels is None) if use_cache is None else use_cache
         logits, cache = self._run(input_ids, attention_mask, cache, use_cache, True, inputs_embeds)
         if isinstance(logits_to_keep, int):
@@ -121,12 +150,18 @@ def _step_mask(attention_mask: Tensor | None, input_ids: Tensor) -> Tensor | Non
     """The part of ``attention_mask`` for this call's tokens as bool ``[B, t]``; ``None`` where it masks nothing."""
     if attention_mask is None:
         return None
-    if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2 \
-            or attention_mask.shape[0] != input_ids.shape[0] or attention_mask.shape[1] < input_ids.shape[1]:
+    if (
+        not isinstance(attention_mask, Tensor)
+        or attention_mask.dim() != 2
+        or attention_mask.shape[0] != input_ids.shape[0]
+        or attention_mask.shape[1] < input_ids.shape[1]
+    ):
         got = list(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
-        raise ValueError(f"attention_mask: expected [batch, tokens so far] with batch {input_ids.shape[0]} and at "
-                         f"least {input_ids.shape[1]} tokens (1 = token, 0 = padding), got {got}")
+        raise ValueError(
+            f"attention_mask: expected [batch, tokens so far] with batch {input_ids.shape[0]} and at "
+            f"least {input_ids.shape[1]} tokens (1 = token, 0 = padding), got {got}"
+        )
     if ((attention_mask != 0) & (attention_mask != 1)).any():
         raise ValueError("attention_mask: values must be 0 (padding) or 1 (token)")
-    mask = attention_mask[:, -input_ids.shape[1]:].bool()
+    mask = attention_mask[:, -input_ids.shape[1] :].bool()
     return None if bool(mask.all()) else mask

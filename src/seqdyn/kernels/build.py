@@ -30,8 +30,17 @@ from torch import Tensor
 
 #: flags for every machine; :func:`machine_flags` adds the CPU's own vector instructions, :func:`torch_flags`
 #: the running torch's headers and libraries
-FLAGS = ("-O3", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp",
-         "-fPIC", "-shared", "-std=c++20")
+FLAGS = (
+    "-O3",
+    "-fno-math-errno",
+    "-fassociative-math",
+    "-fno-signed-zeros",
+    "-fno-trapping-math",
+    "-fopenmp",
+    "-fPIC",
+    "-shared",
+    "-std=c++20",
+)
 #: the header every kernel source includes (shipped beside it into the build)
 HEADER = "native_math.h"
 MODES = ("off", "auto", "require")
@@ -82,8 +91,14 @@ def torch_flags() -> tuple[str, ...]:
     ``c10``, ``torch_cpu`` and OpenMP runtime this process has already loaded)."""
     root = Path(torch.__file__).parent
     abi = int(torch.compiled_with_cxx11_abi())
-    return (f"-I{root / 'include'}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-L{root / 'lib'}", "-lc10",
-            "-ltorch_cpu", f"-Wl,-rpath,{root / 'lib'}")
+    return (
+        f"-I{root / 'include'}",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-L{root / 'lib'}",
+        "-lc10",
+        "-ltorch_cpu",
+        f"-Wl,-rpath,{root / 'lib'}",
+    )
 
 
 def _compile(compiler: str, source: str, header: str, name: str, flags: tuple[str, ...]) -> Path:
@@ -99,8 +114,12 @@ def _compile(compiler: str, source: str, header: str, name: str, flags: tuple[st
         source_file, built = Path(tmp) / f"{name}.cpp", Path(tmp) / target.name
         source_file.write_text(source)
         (Path(tmp) / HEADER).write_text(header)
-        subprocess.run([compiler, *flags, "-o", str(built), str(source_file), *torch_flags()], capture_output=True,
-                       text=True, check=True)
+        subprocess.run(
+            [compiler, *flags, "-o", str(built), str(source_file), *torch_flags()],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         os.replace(built, target)  # atomic: a concurrent process sees no half-written library
     return target
 
@@ -177,5 +196,8 @@ def available(name: str, *tensors: Tensor | None) -> bool:
     """Whether kernel ``name`` can take these tensors: CPU, float32 or float64, one dtype, and the kernel built."""
     present = [x for x in tensors if x is not None]
     dtype = present[0].dtype
-    return (dtype in DTYPES and all(x.device.type == "cpu" and x.dtype == dtype for x in present)
-            and library(name) is not None)
+    return (
+        dtype in DTYPES
+        and all(x.device.type == "cpu" and x.dtype == dtype for x in present)
+        and library(name) is not None
+    )

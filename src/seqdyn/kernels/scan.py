@@ -27,16 +27,23 @@ BLOCK_BYTES = 1 << 17
 GROUP, GROUP_ELEMENTS = 16, 4096
 
 
-def available(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None,
-              initial: Tensor | None) -> bool:
+def available(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None, initial: Tensor | None) -> bool:
     """Whether the kernel takes this problem: CPU, float32 or float64, one dtype, the kernel built, and states of
     more than one element per head (``K·V > 1``; for scalar states, as in qLSTM and RG-LRU, torch's blocks are
     faster: see ``docs/kernels.md``)."""
     return q.shape[-1] * v.shape[-1] > 1 and build.available(NAME, q, k, v, g, rate, initial)
 
 
-def scan(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None, initial: Tensor | None,
-         shared_q: bool, shared_k: bool) -> tuple[Tensor, Tensor]:
+def scan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None,
+    rate: Tensor | None,
+    initial: Tensor | None,
+    shared_q: bool,
+    shared_k: bool,
+) -> tuple[Tensor, Tensor]:
     """``(y, S_T)`` by the kernel: head-major ``q, k`` ``[B, H, T, K]``, ``v`` ``[B, H, T, V]``, ``g``
     ``[B, H, T, K]`` (diagonal) or ``[B, H, T]`` (scalar, or ``Δ`` with ``rate`` ``[H|1, K]``) or ``None``,
     ``initial`` broadcasting to ``[B, H, K, V]`` or ``None``; any strides (``y`` comes out time-major in memory,
@@ -52,8 +59,17 @@ def scan(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None,
     return y, final
 
 
-def scan_op(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None, initial: Tensor | None,
-            shared_q: bool, shared_k: bool, keep: bool) -> tuple[Tensor, Tensor, Tensor]:
+def scan_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None,
+    rate: Tensor | None,
+    initial: Tensor | None,
+    shared_q: bool,
+    shared_k: bool,
+    keep: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
     """``(y, S_T, saved)`` by the operator ``seqdyn::scan`` (inputs as :func:`scan` makes them: unit stride along
     the last axis, ``initial`` ``[B, H, K, V]`` contiguous); ``saved`` the states every ``interval`` steps where
     ``keep``, else empty."""
@@ -61,15 +77,36 @@ def scan_op(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | No
     return torch.ops.seqdyn.scan(q, k, v, g, rate, initial, shared_q, shared_k, keep, cut.group, cut.interval)
 
 
-def scan_backward_op(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None, saved: Tensor,
-                     grad_y: Tensor, grad_final: Tensor, shared_q: bool,
-                     shared_k: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def scan_backward_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor | None,
+    rate: Tensor | None,
+    saved: Tensor,
+    grad_y: Tensor,
+    grad_final: Tensor,
+    shared_q: bool,
+    shared_k: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """``(∂q, ∂k, ∂v, ∂g, ∂rate, ∂S_0)`` by the operator ``seqdyn::scan_backward``, the adjoint from the states
     ``saved`` by :func:`scan_op` (``∂g``, ``∂rate`` empty where ``g``, ``rate`` are ``None``; a shared q's or k's
     gradient ``[B, 1, T, K]``, ``∂rate`` summed over the batch)."""
     cut = plan(*q.shape[:2], q.shape[-1], v.shape[-1], q.element_size())
-    return torch.ops.seqdyn.scan_backward(q, k, v, g, rate, saved, _unit_last(grad_y), grad_final.contiguous(),
-                                          shared_q, shared_k, cut.group, cut.interval)
+    return torch.ops.seqdyn.scan_backward(
+        q,
+        k,
+        v,
+        g,
+        rate,
+        saved,
+        _unit_last(grad_y),
+        grad_final.contiguous(),
+        shared_q,
+        shared_k,
+        cut.group,
+        cut.interval,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ operators
@@ -101,8 +138,10 @@ def _fake_scan(q, k, v, g, rate, initial, shared_q, shared_k, keep, group, inter
 def _fake_scan_backward(q, k, v, g, rate, saved, grad_y, grad_final, shared_q, shared_k, group, interval):
     """The shapes, strides and dtypes of ``seqdyn::scan_backward``'s gradients."""
     batch, heads, length, key_dim = q.shape
-    grad_q, grad_k = (q.new_empty(batch, 1, length, key_dim) if one else torch.empty_like(x)
-                      for x, one in ((q, shared_q), (k, shared_k)))
+    grad_q, grad_k = (
+        q.new_empty(batch, 1, length, key_dim) if one else torch.empty_like(x)
+        for x, one in ((q, shared_q), (k, shared_k))
+    )
     grad_g = q.new_empty(0) if g is None else torch.empty_like(g)
     grad_rate = q.new_empty(0) if rate is None else q.new_empty(heads, key_dim)
     return grad_q, grad_k, torch.empty_like(v), grad_g, grad_rate, q.new_empty(batch, heads, key_dim, v.shape[-1])
@@ -122,12 +161,24 @@ def _backward(ctx, grad_y: Tensor | None, grad_final: Tensor | None, _grad_saved
     grad_y = q.new_zeros(batch, heads, length, v.shape[-1]) if grad_y is None else grad_y
     grad_final = q.new_zeros(batch, heads, key_dim, v.shape[-1]) if grad_final is None else grad_final
     grad_q, grad_k, grad_v, grad_g, grad_rate, grad_initial = scan_backward_op(
-        q, k, v, g, rate, saved, grad_y, grad_final, *ctx.shared)
-    grad_q, grad_k = ((grad / heads).expand(x.shape) if one else grad
-                      for grad, x, one in zip((grad_q, grad_k), (q, k), ctx.shared))
-    return (grad_q, grad_k, grad_v, None if g is None else grad_g,
-            None if rate is None else grad_rate.sum_to_size(rate.shape),
-            grad_initial if ctx.has_initial else None, None, None, None, None, None)
+        q, k, v, g, rate, saved, grad_y, grad_final, *ctx.shared
+    )
+    grad_q, grad_k = (
+        (grad / heads).expand(x.shape) if one else grad for grad, x, one in zip((grad_q, grad_k), (q, k), ctx.shared)
+    )
+    return (
+        grad_q,
+        grad_k,
+        grad_v,
+        None if g is None else grad_g,
+        None if rate is None else grad_rate.sum_to_size(rate.shape),
+        grad_initial if ctx.has_initial else None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def _register() -> None:

@@ -9,7 +9,21 @@ from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_widt
 from seqdyn.layers.rotary import rotary
 
 __all__ = [
-    "GLADecay", "GatedRMSNorm", "HeadOutput", "MLP", "MambaDecay", "RMSNorm", "ShortConv", "build_mlp",
-    "check_positive", "init_dt_bias", "inverse_softplus", "is_kept", "keep_init", "l2_normalize", "rms_norm",
-    "rotary", "scaled_width",
+    "GLADecay",
+    "GatedRMSNorm",
+    "HeadOutput",
+    "MLP",
+    "MambaDecay",
+    "RMSNorm",
+    "ShortConv",
+    "build_mlp",
+    "check_positive",
+    "init_dt_bias",
+    "inverse_softplus",
+    "is_kept",
+    "keep_init",
+    "l2_normalize",
+    "rms_norm",
+    "rotary",
+    "scaled_width",
 ]

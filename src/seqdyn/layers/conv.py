@@ -24,42 +24,47 @@ class ShortConv(nn.Module):
         self.channels, self.width, self.activation = channels, width, activation
         self.weight = nn.Parameter(torch.empty(channels, width))
         self.bias = nn.Parameter(torch.zeros(channels)) if bias else None
-        nn.init.uniform_(self.weight, -width**-0.5, width**-0.5)
+        nn.init.uniform_(self.weight, -(width**-0.5), width**-0.5)
 
     def init_state(self, batch: int, like: Tensor | None = None) -> Tensor:
         dtype = self.weight.dtype if like is None else like.dtype
         return torch.zeros(batch, self.width - 1, self.channels, dtype=dtype, device=self.weight.device)
 
-    def forward(self, x: Tensor, state: Tensor | None = None,
-                positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, state: Tensor | None = None, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """``(y, state)``; ``positions`` ``[T]``: packed sequences from their starts (no state; each step's position
         in its sequence), so that no output reads a step of the sequence before."""
         if positions is not None:
             return self._packed(x, positions), None
         expected = [x.shape[0], self.width - 1, self.channels]
         if state is not None and list(state.shape) != expected:
-            raise ValueError(f"state: expected the short convolution's last inputs [B, w − 1, C] = {expected}, got "
-                             f"{list(state.shape)}; start a state for this batch with init_state({x.shape[0]})")
+            raise ValueError(
+                f"state: expected the short convolution's last inputs [B, w − 1, C] = {expected}, got "
+                f"{list(state.shape)}; start a state for this batch with init_state({x.shape[0]})"
+            )
         state = self.init_state(x.shape[0], x) if state is None else state.to(x.dtype)
         weight = self.weight.to(x.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         y = _DepthwiseCorrelation.apply(torch.cat([state, x], dim=1), weight, bias)
         if self.activation:
             y = F.silu(y)
-        recent = torch.cat([state, x[:, max(0, x.shape[1] - (self.width - 1)):]], dim=1)
-        return y, recent[:, recent.shape[1] - (self.width - 1):]
+        recent = torch.cat([state, x[:, max(0, x.shape[1] - (self.width - 1)) :]], dim=1)
+        return y, recent[:, recent.shape[1] - (self.width - 1) :]
 
     def _packed(self, x: Tensor, positions: Tensor) -> Tensor:
-        y = causal_depthwise_conv(x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype),
-                                  positions)
+        y = causal_depthwise_conv(
+            x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype), positions
+        )
         return F.silu(y) if self.activation else y
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, width={self.width}, activation={self.activation}"
 
 
-def causal_depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor | None = None,
-                          positions: Tensor | None = None) -> Tensor:
+def causal_depthwise_conv(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, positions: Tensor | None = None
+) -> Tensor:
     """``y_t = b + Σ_{l<w} W[:, w−1−l] ⊙ x_{t−l}`` of ``x`` ``[B, T, C]`` with kernel ``weight`` ``[C, w]``, zeros
     before the start; ``positions`` ``[T]``: packed sequences (each step's position in its own sequence, ``l ≤ p_t``
     only), so that no output reads a step of the sequence before."""
@@ -118,7 +123,7 @@ def _tap_products(grad_y: Tensor, padded: Tensor, width: int) -> Tensor:
     """``∂W[:, s] = Σ_{b,t} ∂y_t ⊙ x_{t+s}`` ``[C, w]``, summed slice by slice of time (~3× faster than whole)."""
     grad_weight = grad_y.new_zeros(grad_y.shape[-1], width)
     for start in range(0, grad_y.shape[1], TAP_SLICE):
-        piece = grad_y[:, start:start + TAP_SLICE]
+        piece = grad_y[:, start : start + TAP_SLICE]
         for s in range(width):
-            grad_weight[:, s] += (piece * padded[:, start + s:start + s + piece.shape[1]]).sum((0, 1))
+            grad_weight[:, s] += (piece * padded[:, start + s : start + s + piece.shape[1]]).sum((0, 1))
     return grad_weight

@@ -38,9 +38,17 @@ class MambaDecay(nn.Module):
     pre-activation ``W_Δ u_t`` from the caller (Mamba-2 computes it inside its fused input projection).
     """
 
-    def __init__(self, d_model: int, heads: int, dt_min: float = 0.001, dt_max: float = 0.1,
-                 a_init_range: tuple[float, float] = (1.0, 16.0), project: bool = True, floor: float = 0.0,
-                 ceiling: float | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        a_init_range: tuple[float, float] = (1.0, 16.0),
+        project: bool = True,
+        floor: float = 0.0,
+        ceiling: float | None = None,
+    ):
         super().__init__()
         if not 0 < a_init_range[0] <= a_init_range[1]:
             raise ValueError(f"a_init_range: expected 0 < low <= high, got {a_init_range}")

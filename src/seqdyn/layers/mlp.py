@@ -67,8 +67,16 @@ class MixtureOfExperts(nn.Module):
     ``gate_up`` ``[E, 2·hidden, D]`` (the SiLU gate's rows, then the up projection's) and ``down`` ``[E, D, hidden]``;
     the router's softmax runs in float32 at least."""
 
-    def __init__(self, d_model: int, hidden: int, experts: int = 8, top_k: int = 2, normalize: bool = True,
-                 shared_hidden: int = 0, shared_gate: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        hidden: int,
+        experts: int = 8,
+        top_k: int = 2,
+        normalize: bool = True,
+        shared_hidden: int = 0,
+        shared_gate: bool = True,
+    ):
         super().__init__()
         if not 0 < top_k <= experts:
             raise ValueError(f"moe.top_k: expected 1 ≤ top_k ≤ experts={experts}, got {top_k}")

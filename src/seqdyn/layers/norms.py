@@ -112,8 +112,9 @@ class HeadOutput(nn.Module):
     ``gate=False`` drops the gate.  ``o`` is ``[B, T, H, V]`` and ``u`` the block input ``[B, T, D]``.
     """
 
-    def __init__(self, d_model: int, heads: int, head_dim: int, gate: bool = True, bias: bool = False,
-                 norm_eps: float = 1e-6):
+    def __init__(
+        self, d_model: int, heads: int, head_dim: int, gate: bool = True, bias: bool = False, norm_eps: float = 1e-6
+    ):
         super().__init__()
         self.norm = RMSNorm(head_dim, norm_eps)
         self.gate = nn.Linear(d_model, heads * head_dim, bias=bias) if gate else None

@@ -27,12 +27,17 @@ def rotary(x: Tensor, offset: int | Tensor = 0, base: float = ROPE_BASE, dims: i
         return torch.cat([rotary(x[..., :dims], offset, base), x[..., dims:]], dim=-1)
     dim = x.shape[-1]
     if dim % 2:
-        raise ValueError(f"rotary: the rotated head dimension must be even to rotate channel pairs, got {dim}; "
-                         f"choose heads (or the rotary fraction) so that it is even")
+        raise ValueError(
+            f"rotary: the rotated head dimension must be even to rotate channel pairs, got {dim}; "
+            f"choose heads (or the rotary fraction) so that it is even"
+        )
     half = dim // 2
     theta = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / dim)  # [d/2]
-    positions = (offset.to(torch.float64) if isinstance(offset, Tensor)
-                 else torch.arange(offset, offset + x.shape[1], dtype=torch.float64, device=x.device))
+    positions = (
+        offset.to(torch.float64)
+        if isinstance(offset, Tensor)
+        else torch.arange(offset, offset + x.shape[1], dtype=torch.float64, device=x.device)
+    )
     angles = positions[:, None] * theta[None, :]  # [T, d/2]
     cos, sin = (f(angles).to(x.dtype)[:, None, :] for f in (torch.cos, torch.sin))  # [T, 1, d/2]: over heads
     first, second = x[..., :half], x[..., half:]

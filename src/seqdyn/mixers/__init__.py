@@ -20,28 +20,49 @@ import pkgutil
 from functools import lru_cache
 from typing import Any
 
+from seqdyn.core.names import did_you_mean
 from seqdyn.mixers._docs import MixerDoc, OptionDoc
 from seqdyn.mixers._docs import describe as describe_class
-from seqdyn.core.names import did_you_mean
 from seqdyn.mixers._lti import LTIMixer
 from seqdyn.mixers.base import CoefficientMixer, Mixer, MixerState
 from seqdyn.mixers.checks import CheckReport, check
 
-__all__ = ["CheckReport", "CoefficientMixer", "LTIMixer", "Mixer", "MixerDoc", "MixerState", "OptionDoc", "build",
-           "check", "describe", "get", "is_import_path", "known_here_only", "names", "options", "register"]
+__all__ = [
+    "CheckReport",
+    "CoefficientMixer",
+    "LTIMixer",
+    "Mixer",
+    "MixerDoc",
+    "MixerState",
+    "OptionDoc",
+    "build",
+    "check",
+    "describe",
+    "get",
+    "is_import_path",
+    "known_here_only",
+    "names",
+    "options",
+    "register",
+]
 
 _NOT_MIXERS = {"base", "checks"}
 #: the mixers registered from code in this process (:func:`register`), by name
 _REGISTERED: dict[str, type[Mixer]] = {}
 #: what the errors say of a name that another process cannot see
-IN_THIS_PROCESS_ONLY = ("a name added by seqdyn.mixers.register is known only in the process that registered it, "
-                        "not in sweep workers or later commands: use its import path there")
+IN_THIS_PROCESS_ONLY = (
+    "a name added by seqdyn.mixers.register is known only in the process that registered it, "
+    "not in sweep workers or later commands: use its import path there"
+)
 
 
 @lru_cache(maxsize=None)
 def _module_names() -> tuple[str, ...]:
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                        if not m.name.startswith("_") and m.name not in _NOT_MIXERS))
+    return tuple(
+        sorted(
+            m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and m.name not in _NOT_MIXERS
+        )
+    )
 
 
 def names() -> list[str]:
@@ -70,8 +91,10 @@ def get(name: str) -> type[Mixer]:
     if name not in _module_names():
         module, _, attribute = name.rpartition(".")
         hint = f" (did you mean {module}:{attribute}?)" if module else ""
-        raise ValueError(f"mixer: unknown name {name!r}{did_you_mean(name, names())}; known mixers: "
-                         f"{', '.join(names())}, or an import path module:Class{hint}; {IN_THIS_PROCESS_ONLY}")
+        raise ValueError(
+            f"mixer: unknown name {name!r}{did_you_mean(name, names())}; known mixers: "
+            f"{', '.join(names())}, or an import path module:Class{hint}; {IN_THIS_PROCESS_ONLY}"
+        )
     return importlib.import_module(f"seqdyn.mixers.{name}").MIXER
 
 
@@ -83,8 +106,9 @@ def _imported(path: str) -> type[Mixer]:
     try:
         found: Any = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"mixer: cannot import {path!r}: {error} (is its folder on sys.path? e.g. PYTHONPATH=.)") \
-            from None
+        raise ValueError(
+            f"mixer: cannot import {path!r}: {error} (is its folder on sys.path? e.g. PYTHONPATH=.)"
+        ) from None
     for part in attribute.split("."):
         if not hasattr(found, part):
             raise ValueError(f"mixer: cannot import {path!r}: module {module_name!r} has no {attribute!r}")
@@ -108,15 +132,21 @@ def register(cls: type[Mixer] | None = None, *, name: str | None = None):
     cls = _checked_class(cls, getattr(cls, "__qualname__", repr(cls)))
     name = name or cls.name
     if not isinstance(name, str) or not name or is_import_path(name):
-        raise ValueError(f"register: {cls.__qualname__} needs a name without ':'; set `name = \"my_mixer\"` on the "
-                         f"class or call register({cls.__qualname__}, name=\"my_mixer\"), got {name!r}")
+        raise ValueError(
+            f"register: {cls.__qualname__} needs a name without ':'; set `name = \"my_mixer\"` on the "
+            f'class or call register({cls.__qualname__}, name="my_mixer"), got {name!r}'
+        )
     if name in _module_names():
-        raise ValueError(f"register: {name!r} is a built-in mixer (seqdyn/mixers/{name}.py); register "
-                         f"{cls.__qualname__} under another name: register({cls.__qualname__}, name=...)")
+        raise ValueError(
+            f"register: {name!r} is a built-in mixer (seqdyn/mixers/{name}.py); register "
+            f"{cls.__qualname__} under another name: register({cls.__qualname__}, name=...)"
+        )
     held = _REGISTERED.get(name)
     if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"register: {name!r} is already {held.__module__}.{held.__qualname__}; register "
-                         f"{cls.__qualname__} under another name")
+        raise ValueError(
+            f"register: {name!r} is already {held.__module__}.{held.__qualname__}; register "
+            f"{cls.__qualname__} under another name"
+        )
     _REGISTERED[name] = cls  # the same class defined again (a notebook cell run twice) replaces the old one
     return cls
 
@@ -124,8 +154,11 @@ def register(cls: type[Mixer] | None = None, *, name: str | None = None):
 def options(name: str) -> dict[str, Any]:
     """The options of mixer ``name`` with their defaults (``d_model`` excluded)."""
     signature = inspect.signature(get(name).__init__)
-    return {p.name: p.default for p in list(signature.parameters.values())[2:]
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {
+        p.name: p.default
+        for p in list(signature.parameters.values())[2:]
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
 
 
 def describe(name: str) -> MixerDoc:
@@ -140,6 +173,8 @@ def build(name: str, d_model: int, **opts: Any) -> Mixer:
     allowed = options(name)
     unknown = sorted(set(opts) - set(allowed))
     if unknown:
-        raise ValueError(f"{name}: unknown option(s) {unknown}{did_you_mean(unknown, allowed)}; allowed: "
-                         + ", ".join(f"{k}={v!r}" for k, v in allowed.items()))
+        raise ValueError(
+            f"{name}: unknown option(s) {unknown}{did_you_mean(unknown, allowed)}; allowed: "
+            + ", ".join(f"{k}={v!r}" for k, v in allowed.items())
+        )
     return cls(d_model, **opts)

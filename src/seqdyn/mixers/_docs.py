@@ -56,12 +56,22 @@ class MixerDoc:
 
     def text(self, width: int = 100) -> str:
         """The documentation as plain text, lines at most ``width`` characters (the equations as written)."""
-        lines = [*textwrap.wrap(f"{self.name}: {self.summary}", width), "", self.equations, "",
-                 f"Options (seqdyn.mixers.build({self.name!r}, d_model, **options), or mixer_options in a config):"]
+        lines = [
+            *textwrap.wrap(f"{self.name}: {self.summary}", width),
+            "",
+            self.equations,
+            "",
+            f"Options (seqdyn.mixers.build({self.name!r}, d_model, **options), or mixer_options in a config):",
+        ]
         for option in self.options:
             lines.append(f"  {option.name}: {option_kind(option)}")
-            lines += textwrap.wrap(option.meaning or "(not documented)", width, initial_indent=" " * 6,
-                                   subsequent_indent=" " * 6, break_on_hyphens=False)
+            lines += textwrap.wrap(
+                option.meaning or "(not documented)",
+                width,
+                initial_indent=" " * 6,
+                subsequent_indent=" " * 6,
+                break_on_hyphens=False,
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -77,9 +87,17 @@ def describe(name: str, cls: type) -> MixerDoc:
     meanings = option_meanings(cls)
     hints = typing.get_type_hints(cls.__init__, vars(sys.modules[cls.__module__]))
     parameters = list(inspect.signature(cls.__init__).parameters.values())[2:]  # self, d_model
-    options = tuple(OptionDoc(p.name, type_name(hints.get(p.name, Any)), allowed_values(hints.get(p.name, Any)),
-                              p.default, meanings.get(p.name, ""))
-                    for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    options = tuple(
+        OptionDoc(
+            p.name,
+            type_name(hints.get(p.name, Any)),
+            allowed_values(hints.get(p.name, Any)),
+            p.default,
+            meanings.get(p.name, ""),
+        )
+        for p in parameters
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
     equations = inspect.cleandoc(sys.modules[cls.__module__].__doc__ or "")
     return MixerDoc(name, summary, equations, options)
 
@@ -119,8 +137,11 @@ def split_docstring(docstring: str) -> tuple[str, dict[str, str]]:
 def allowed_values(annotation: Any) -> tuple[Any, ...]:
     """The values of a ``Literal`` annotation, ``None`` too for ``Literal[...] | None``; ``()`` for any other
     annotation, ``Literal["auto"] | int`` included (its meaning says what the number is)."""
-    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (
-        annotation,)
+    members = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
     literals = [arg for arg in members if typing.get_origin(arg) is typing.Literal]
     if not literals or any(arg not in literals and arg is not type(None) for arg in members):
         return ()

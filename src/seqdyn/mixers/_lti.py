@@ -42,8 +42,10 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name}: expected a finite number, got {value!r}")
     if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"{name}: got {value}; allowed: [{low if low is not None else '-inf'}, "
-                         f"{high if high is not None else 'inf'}]")
+        raise ValueError(
+            f"{name}: got {value}; allowed: [{low if low is not None else '-inf'}, "
+            f"{high if high is not None else 'inf'}]"
+        )
     return float(value)
 
 
@@ -98,8 +100,8 @@ def hippo_legs_nplr(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     P = torch.sqrt(torch.arange(n, dtype=torch.float64) + 0.5)
     skew = A + P[:, None] * P[None, :] + 0.5 * torch.eye(n, dtype=torch.float64)
     omega, vectors = torch.linalg.eigh(-1j * skew.to(torch.complex128))  # ascending: −ω_max … ω_max
-    half = vectors[:, n // 2:]
-    lam = torch.complex(torch.full((n // 2,), -0.5, dtype=torch.float64), omega[n // 2:])
+    half = vectors[:, n // 2 :]
+    lam = torch.complex(torch.full((n // 2,), -0.5, dtype=torch.float64), omega[n // 2 :])
     return lam, half.conj().T @ P.to(torch.complex128), half.conj().T @ B.to(torch.complex128), half
 
 
@@ -221,8 +223,9 @@ class LTIMixer(Mixer):
             return too_large_to_time(u.shape[1], {"scan": states})
 
         plan = fixed_plan(["fft", "scan", "recurrent"], "fft", "the FFT convolution: O(T log T) per channel", ruled)
-        return Timing(run, plan, ruled, {"state in": state is not None, "state out": output_final_state},
-                      " (its core alone)")
+        return Timing(
+            run, plan, ruled, {"state in": state is not None, "state out": output_final_state}, " (its core alone)"
+        )
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The LTI core's output and the values it convolves, ``[B, T, H, V]`` each."""
@@ -243,8 +246,10 @@ class LTIMixer(Mixer):
         expected = system.init_state(x_t.shape[0])
         if not isinstance(state, Tensor) or state.shape != expected.shape or state.dtype != expected.dtype:
             got = f"{state.dtype} {list(state.shape)}" if isinstance(state, Tensor) else type(state).__name__
-            raise ValueError(f"state: expected {self.name}.init_state(batch), a {expected.dtype} tensor "
-                             f"{list(expected.shape)}, got {got}")
+            raise ValueError(
+                f"state: expected {self.name}.init_state(batch), a {expected.dtype} tensor "
+                f"{list(expected.shape)}, got {got}"
+            )
         u = x_t.unsqueeze(1)
         y, state = system(u, "recurrent", state, output_final_state=True)
         return self.head(y, u)[:, 0], state

@@ -59,8 +59,10 @@ class MixerState:
 def check_state_batch(mixer: str, state_batch: int | None, batch: int) -> None:
     """A streaming state serves the batch size it was started with (``init_state(batch)``) and no other."""
     if state_batch is not None and state_batch != batch:
-        raise ValueError(f"state: streams a batch of {state_batch}, but x_t has {batch} rows; start a state for "
-                         f"this batch with {mixer}.init_state({batch})")
+        raise ValueError(
+            f"state: streams a batch of {state_batch}, but x_t has {batch} rows; start a state for "
+            f"this batch with {mixer}.init_state({batch})"
+        )
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
@@ -107,8 +109,16 @@ class Mixer(nn.Module, ABC):
         if "name" not in vars(cls):  # a mixer of your own, or a subclass of a built-in one, is not its base
             cls.name = cls.__name__
 
-    def __call__(self, x: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | Packing | None = None,
-                 attention_mask: Tensor | Padding | None = None, state: Any = None, return_state: bool = False):
+    def __call__(
+        self,
+        x: Tensor,
+        backend: str = "auto",
+        *,
+        cu_seqlens: Tensor | Packing | None = None,
+        attention_mask: Tensor | Padding | None = None,
+        state: Any = None,
+        return_state: bool = False,
+    ):
         """``[B, T, D] -> [B, T, D]``: the mixer's public entry point.
 
         ``cu_seqlens`` (int offsets ``[N + 1]``, ``x`` ``[1, T, D]``: packed sequences) or ``attention_mask``
@@ -122,8 +132,9 @@ class Mixer(nn.Module, ABC):
         (:meth:`forward_with_state`)."""
         self.chose(backend)
         if state is not None or return_state:
-            return from_state(lambda u, s: self.forward_with_state(u, s, backend), x, state, return_state, cu_seqlens,
-                              attention_mask)
+            return from_state(
+                lambda u, s: self.forward_with_state(u, s, backend), x, state, return_state, cu_seqlens, attention_mask
+            )
         sequences = sequences_of(x, cu_seqlens, attention_mask)
         if sequences is None:
             return super().__call__(x, backend)
@@ -139,8 +150,10 @@ class Mixer(nn.Module, ABC):
     def check_input(self, x: Tensor, what: str = "x", with_time: bool = True) -> Tensor:
         layout = "[B, T, D]" if with_time else "[B, D]"
         if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise ValueError(f"{what}: expected a floating-point tensor {layout}, got "
-                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+            raise ValueError(
+                f"{what}: expected a floating-point tensor {layout}, got "
+                f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}"
+            )
         if x.dim() != (3 if with_time else 2) or x.shape[-1] != self.d_model:
             raise ValueError(f"{what}: expected {layout} with D={self.d_model} for {self.name}, got {list(x.shape)}")
         if with_time and x.shape[1] < 1:
@@ -234,8 +247,11 @@ class Mixer(nn.Module, ABC):
         """The parameters of the state space itself — its transition Λ and step Δ (and for an LTI layer also its
         B, C, W) — which an optimizer may give their own learning rate and weight decay (S4's convention; seed
         002 §2.3: "weight decay is not applied to DLR parameters").  A mixer without a state space has none."""
-        return [p for name, p in self.named_parameters()
-                if any(name == suffix or name.endswith("." + suffix) for suffix in self.ssm_parameter_names)]
+        return [
+            p
+            for name, p in self.named_parameters()
+            if any(name == suffix or name.endswith("." + suffix) for suffix in self.ssm_parameter_names)
+        ]
 
     def coefficients(self, x: Tensor) -> Tensor:
         """Normalized coefficients ``[B, H, T, T]`` of the mixing core."""
@@ -284,11 +300,23 @@ class CoefficientMixer(Mixer):
         y, state.conv[key] = self.convs[key](x, state.conv.get(key))
         return y
 
-    def run_core(self, inputs: Dynamics, backend: str = "auto", initial_state: Any = None,
-                 output_final_state: bool = False, cu_seqlens: Packing | None = None):
+    def run_core(
+        self,
+        inputs: Dynamics,
+        backend: str = "auto",
+        initial_state: Any = None,
+        output_final_state: bool = False,
+        cu_seqlens: Packing | None = None,
+    ):
         """``coefficient_dynamics`` on the mixer's own inputs."""
-        return coefficient_dynamics(inputs, initial_state=initial_state, output_final_state=output_final_state,
-                                    backend=backend, chunk_size=self.chunk_size, cu_seqlens=cu_seqlens)
+        return coefficient_dynamics(
+            inputs,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            backend=backend,
+            chunk_size=self.chunk_size,
+            cu_seqlens=cu_seqlens,
+        )
 
     def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
         """``[B, T, D] -> [B, T, D]``; packed sequences and the tokens of a padded batch are computed packed end to
@@ -350,8 +378,9 @@ class CoefficientMixer(Mixer):
         y, state = self._from_state(x_t.unsqueeze(1), state, "recurrent")
         return y[:, 0], state
 
-    def forward_with_state(self, x: Tensor, state: MixerState | None = None,
-                           backend: str = "auto") -> tuple[Tensor, MixerState]:
+    def forward_with_state(
+        self, x: Tensor, state: MixerState | None = None, backend: str = "auto"
+    ) -> tuple[Tensor, MixerState]:
         """The operator from the state's core (its ``initial_state``), the short convolutions from their inputs so
         far, positions from the state's: in parallel, with any backend."""
         self.check_input(x)
@@ -359,7 +388,9 @@ class CoefficientMixer(Mixer):
 
     def _from_state(self, x: Tensor, state: MixerState, backend: str) -> tuple[Tensor, MixerState]:
         if not isinstance(state, MixerState):
-            raise ValueError(f"state: expected the MixerState of {self.name}.init_state(batch), got {type(state).__name__}")
+            raise ValueError(
+                f"state: expected the MixerState of {self.name}.init_state(batch), got {type(state).__name__}"
+            )
         check_state_batch(self.name, state.batch, x.shape[0])
         state = MixerState(state.core, dict(state.conv), x.shape[0], state.position)
         inputs, extras = self.core_inputs(x, state)
@@ -383,8 +414,9 @@ class CoefficientMixer(Mixer):
         """The operator's arguments for a one-token input, which fix heads, dimensions and the combination."""
         parameter = next(self.parameters())
         with torch.no_grad():
-            inputs, _ = self.core_inputs(torch.zeros(1, 1, self.d_model, dtype=parameter.dtype,
-                                                     device=parameter.device), MixerState())
+            inputs, _ = self.core_inputs(
+                torch.zeros(1, 1, self.d_model, dtype=parameter.dtype, device=parameter.device), MixerState()
+            )
         return inputs
 
     @property
@@ -393,8 +425,9 @@ class CoefficientMixer(Mixer):
         if getattr(self, "_backends", None) is None:
             inputs = self._probe()
             problem = prepare(inputs)
-            self._backends = ("auto",) + tuple(name for name, module in REGISTRY.items()
-                                               if module.unsupported(problem) is None)
+            self._backends = ("auto",) + tuple(
+                name for name, module in REGISTRY.items() if module.unsupported(problem) is None
+            )
         return self._backends
 
     def dsf(self, x: Tensor) -> DSF:

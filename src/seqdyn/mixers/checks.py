@@ -43,8 +43,9 @@ class CheckReport:
         return "\n".join(lines) + "\n"
 
 
-def inputs(d_model: int, length: int = 11, batch: int = 2, seed: int = 1, dtype=torch.float64,
-           device: Any = None) -> Tensor:
+def inputs(
+    d_model: int, length: int = 11, batch: int = 2, seed: int = 1, dtype=torch.float64, device: Any = None
+) -> Tensor:
     """The inputs of the checks: ``[batch, length, d_model]`` standard normal, fixed by ``seed``."""
     x = torch.randn(batch, length, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype)
     return x.to(device)
@@ -62,8 +63,9 @@ def assert_close(actual: Tensor, expected: Tensor, what: str, tol: float = 1e-10
 def backends_agree(mixer: Mixer, x: Tensor, tol: float = 1e-10) -> str:
     """Every backend of ``mixer`` gives the output and gradients of its ``reference_backend`` on ``x``."""
     backends = [b for b in mixer.backends if b != "auto"]
-    assert mixer.reference_backend in backends, \
+    assert mixer.reference_backend in backends, (
         f"{mixer.name}: reference_backend {mixer.reference_backend!r} is not among its backends {backends}"
+    )
     results = {}
     for backend in backends:
         x_grad = x.detach().clone().requires_grad_(True)
@@ -103,9 +105,10 @@ def coefficients_reproduce_core(mixer: Mixer, x: Tensor, tol: float = 1e-10) -> 
         raise NotApplicable("no scalar coefficients per head (a MIMO system)")
     core, values = _core(mixer, x)
     A = mixer.coefficients(x)
-    assert A.shape == (x.shape[0], core.shape[2], x.shape[1], x.shape[1]), \
-        f"{mixer.name} coefficients: shape {list(A.shape)}, expected [B, H, T, T] = " \
+    assert A.shape == (x.shape[0], core.shape[2], x.shape[1], x.shape[1]), (
+        f"{mixer.name} coefficients: shape {list(A.shape)}, expected [B, H, T, T] = "
         f"{[x.shape[0], core.shape[2], x.shape[1], x.shape[1]]}"
+    )
     assert torch.all(A.triu(1) == 0), f"{mixer.name} coefficients: not causal (entries above the diagonal)"
     error = assert_close(torch.einsum("bhij,bjhv->bihv", A, values), core, f"{mixer.name} A·v", tol)
     return f"A @ v against the core, error {error:.1e}"
@@ -133,8 +136,9 @@ CHECKS: dict[str, tuple[Callable[[Mixer, Tensor, float], str], int]] = {
 }
 
 
-def check(mixer: Mixer | type[Mixer] | str, d_model: int = 16, *, tol: float = 1e-10, seed: int = 0,
-          **options: Any) -> CheckReport:
+def check(
+    mixer: Mixer | type[Mixer] | str, d_model: int = 16, *, tol: float = 1e-10, seed: int = 0, **options: Any
+) -> CheckReport:
     """Run every check of this module on ``mixer`` — a :class:`Mixer` (a float64 copy is checked), a class (built
     as ``cls(d_model, **options)`` with ``torch.manual_seed(seed)``) or a name or import path — and return what
     each compared; raise ``AssertionError`` naming every check that failed, with its error."""
@@ -149,8 +153,10 @@ def check(mixer: Mixer | type[Mixer] | str, d_model: int = 16, *, tol: float = 1
         except AssertionError as error:
             failed[name] = str(error)
     if failed:
-        raise AssertionError(f"{mixer.name}: {len(failed)} of {len(CHECKS)} checks failed: "
-                             + "; ".join(f"{name} — {why}" for name, why in failed.items()))
+        raise AssertionError(
+            f"{mixer.name}: {len(failed)} of {len(CHECKS)} checks failed: "
+            + "; ".join(f"{name} — {why}" for name, why in failed.items())
+        )
     return CheckReport(mixer.name, passed, skipped)
 
 

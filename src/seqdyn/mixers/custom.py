@@ -21,10 +21,9 @@ from torch import Tensor, nn
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.readouts import READOUTS
 from seqdyn.features import FEATURE_MAPS, FeatureMap
-from seqdyn.layers.gates import GLADecay, MambaDecay
-from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_heads,
-                                check_positive, split_heads)
 from seqdyn.layers import HeadOutput, ShortConv
+from seqdyn.layers.gates import GLADecay, MambaDecay
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, check_positive, split_heads
 
 Decay = Literal["none", "constant", "scalar", "diagonal"]
 DecayParam = Literal["gla", "mamba2"]
@@ -85,12 +84,26 @@ class Custom(CoefficientMixer):
 
     name = "custom"
 
-    def __init__(self, d_model: int, heads: int = 1, key_dim: int | None = None, value_dim: int | None = None,
-                 readout: Readout = "identity", feature_map: FeatureMap | None = None, decay: Decay = "none",
-                 decay_param: DecayParam = "mamba2", constant_decay: float = 0.99, householder: Householder = "none",
-                 householder_beta: Literal["input"] | float = "input", scale: Scale = "inv_sqrt",
-                 normalizer: Normalizer = "none",
-                 short_conv: bool = False, conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 1,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        readout: Readout = "identity",
+        feature_map: FeatureMap | None = None,
+        decay: Decay = "none",
+        decay_param: DecayParam = "mamba2",
+        constant_decay: float = 0.99,
+        householder: Householder = "none",
+        householder_beta: Literal["input"] | float = "input",
+        scale: Scale = "inv_sqrt",
+        normalizer: Normalizer = "none",
+        short_conv: bool = False,
+        conv_size: int = 4,
+        output_gate: bool = False,
+        chunk_size: int = 64,
+    ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)
         self.key_dim = check_positive("key_dim", d_model // heads if key_dim is None else key_dim)
@@ -103,8 +116,10 @@ class Custom(CoefficientMixer):
         self.scale_kind = check_choice("scale", scale, SCALES)
         self.normalizer_kind = check_choice("normalizer", normalizer, NORMALIZERS)
         if scale == "delta" and not (decay in ("scalar", "diagonal") and decay_param == "mamba2"):
-            raise ValueError("scale: 'delta' couples b to the Mamba-2 step Δ; it needs decay='scalar' or 'diagonal' "
-                             "with decay_param='mamba2'")
+            raise ValueError(
+                "scale: 'delta' couples b to the Mamba-2 step Δ; it needs decay='scalar' or 'diagonal' "
+                "with decay_param='mamba2'"
+            )
         if decay == "constant" and not constant_decay > 0:
             raise ValueError(f"constant_decay: expected λ > 0, got {constant_decay}")
         if householder != "none" and not (householder_beta == "input" or isinstance(householder_beta, (int, float))):
@@ -172,14 +187,25 @@ class Custom(CoefficientMixer):
             else:
                 direction = torch.nn.functional.normalize(self.direction, dim=-1).to(x.dtype)
                 householder["householder_dir"] = direction.expand(*x.shape[:2], self.heads, self.key_dim)
-            householder["householder"] = (torch.sigmoid(self.beta(x)) if self.beta is not None
-                                          else x.new_full((*x.shape[:2], self.heads), float(self.householder_beta)))
+            householder["householder"] = (
+                torch.sigmoid(self.beta(x))
+                if self.beta is not None
+                else x.new_full((*x.shape[:2], self.heads), float(self.householder_beta))
+            )
         scale = self._scale(x, step)
         normalizer = torch.exp(self.eta(x)) if self.normalizer_kind == "learned" else self.normalizer_kind
         if self.normalizer_kind == "state":
             normalizer = self._state_normalizer(q, k, log_decay, scale, householder)
-        inputs = Dynamics(q, k, split_heads(self.v(x), self.heads), readout=self.readout, log_decay=log_decay,
-                          scale=scale, normalizer=normalizer, **householder)
+        inputs = Dynamics(
+            q,
+            k,
+            split_heads(self.v(x), self.heads),
+            readout=self.readout,
+            log_decay=log_decay,
+            scale=scale,
+            normalizer=normalizer,
+            **householder,
+        )
         return inputs, x
 
     def _state_normalizer(self, q: Tensor, k: Tensor, log_decay: Tensor | None, scale, householder: dict) -> Tensor:
@@ -188,31 +214,37 @@ class Custom(CoefficientMixer):
         ones = q.new_ones(*q.shape[:3], 1)
         if q.is_meta:  # configs probe their models on the meta device: only the shape is wanted
             return ones[..., 0]
-        sums = self.run_core(Dynamics(q, k, ones, readout="identity", log_decay=log_decay, scale=scale,
-                                      normalizer="none", **householder))
+        sums = self.run_core(
+            Dynamics(q, k, ones, readout="identity", log_decay=log_decay, scale=scale, normalizer="none", **householder)
+        )
         return sums[..., 0].abs().clamp(min=1.0)
 
     def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
         self._check_streams("step()")
         return super().step(x_t, state)
 
-    def forward_with_state(self, x: Tensor, state: MixerState | None = None,
-                           backend: str = "auto") -> tuple[Tensor, MixerState]:
+    def forward_with_state(
+        self, x: Tensor, state: MixerState | None = None, backend: str = "auto"
+    ) -> tuple[Tensor, MixerState]:
         self._check_streams("run from a state")
         return super().forward_with_state(x, state, backend)
 
     def _check_streams(self, what: str) -> None:
         if self.normalizer_kind == "state":
-            raise ValueError(f"normalizer: 'state' is computed over the whole sequence here; custom with it cannot "
-                             f"{what} — use normalizer='abs_max1' (the same η for the identity readout) to stream")
+            raise ValueError(
+                f"normalizer: 'state' is computed over the whole sequence here; custom with it cannot "
+                f"{what} — use normalizer='abs_max1' (the same η for the identity readout) to stream"
+            )
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, heads={self.heads}, key_dim={self.key_dim}, readout={self.readout!r}, "
-                f"decay={self.decay_kind!r}/{self.decay_param!r}, householder={self.householder_kind!r}, "
-                f"scale={self.scale_kind!r}, normalizer={self.normalizer_kind!r}")
+        return (
+            f"d_model={self.d_model}, heads={self.heads}, key_dim={self.key_dim}, readout={self.readout!r}, "
+            f"decay={self.decay_kind!r}/{self.decay_param!r}, householder={self.householder_kind!r}, "
+            f"scale={self.scale_kind!r}, normalizer={self.normalizer_kind!r}"
+        )
 
 
 MIXER = Custom

@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput, ShortConv
 from seqdyn.layers.norms import l2_normalize
 from seqdyn.layers.params import check_positive, check_positive_eps
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, scaled_width, split_heads
 
 
 class DeltaNet(CoefficientMixer):
@@ -51,10 +51,22 @@ class DeltaNet(CoefficientMixer):
 
     name = "deltanet"
 
-    def __init__(self, d_model: int, heads: int = 4, expand_v: float = 1.0, short_conv: bool = True,
-                 conv_size: int = 4, output_gate: bool = False, chunk_size: int = 64, key_heads: int | None = None,
-                 key_dim: int | None = None, qk_norm_eps: float | None = None, conv_bias: bool = True,
-                 negative_eigenvalues: bool = False, output_norm_eps: float = 1e-6):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 4,
+        expand_v: float = 1.0,
+        short_conv: bool = True,
+        conv_size: int = 4,
+        output_gate: bool = False,
+        chunk_size: int = 64,
+        key_heads: int | None = None,
+        key_dim: int | None = None,
+        qk_norm_eps: float | None = None,
+        conv_bias: bool = True,
+        negative_eigenvalues: bool = False,
+        output_norm_eps: float = 1e-6,
+    ):
         super().__init__(d_model, chunk_size)
         self.negative_eigenvalues = check_choice("negative_eigenvalues", negative_eigenvalues, (False, True))
         self.heads = check_heads(heads, d_model) if key_dim is None else check_positive("heads", heads)
@@ -71,8 +83,13 @@ class DeltaNet(CoefficientMixer):
         self.beta = nn.Linear(d_model, heads, bias=False)
         if short_conv:  # the three convolutions of q, k and v as one over their stacked channels
             self.convs["qkv"] = ShortConv(sum(self.widths), conv_size, bias=conv_bias)
-        self.output = HeadOutput(d_model, heads, self.value_width // heads, gate=output_gate,
-                                 norm_eps=check_positive_eps("output_norm_eps", output_norm_eps))
+        self.output = HeadOutput(
+            d_model,
+            heads,
+            self.value_width // heads,
+            gate=output_gate,
+            norm_eps=check_positive_eps("output_norm_eps", output_norm_eps),
+        )
 
     def log_decay(self, u: Tensor) -> Tensor | None:
         """The decay multiplying the Householder factor: none for DeltaNet."""
@@ -89,8 +106,14 @@ class DeltaNet(CoefficientMixer):
         if self.key_heads != self.heads:  # [B, T, H_k, K] -> [B, T, H, K]: each serves consecutive value heads
             q, k = (t.repeat_interleave(self.heads // self.key_heads, dim=2) for t in (q, k))
         beta = torch.sigmoid(self.beta(x)) * (2.0 if self.negative_eigenvalues else 1.0)
-        inputs = Dynamics(q, k, split_heads(v, self.heads), householder=beta, scale=beta * q.shape[-1] ** -0.5,
-                          log_decay=self.log_decay(x))
+        inputs = Dynamics(
+            q,
+            k,
+            split_heads(v, self.heads),
+            householder=beta,
+            scale=beta * q.shape[-1] ** -0.5,
+            log_decay=self.log_decay(x),
+        )
         return inputs, x
 
     def _normalize(self, x: Tensor) -> Tensor:

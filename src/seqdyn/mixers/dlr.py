@@ -29,8 +29,18 @@ from torch import Tensor, nn
 
 from seqdyn.core import lti
 from seqdyn.core.dsf import DSF
-from seqdyn.mixers._lti import (ACTIVATIONS, Activation, LTIMixer, OUTPUTS, Output, OutputHead, as_complex,
-                                check_number, complex_normal, log_uniform)
+from seqdyn.mixers._lti import (
+    ACTIVATIONS,
+    OUTPUTS,
+    Activation,
+    LTIMixer,
+    Output,
+    OutputHead,
+    as_complex,
+    check_number,
+    complex_normal,
+    log_uniform,
+)
 from seqdyn.mixers.base import check_choice, check_positive
 
 
@@ -53,16 +63,26 @@ class DLR(LTIMixer):
 
     name = "dlr"
 
-    def __init__(self, d_model: int, state_dim: int = 64, prod: bool = False, bidirectional: bool = False,
-                 residual: bool = True, activation: Activation = "gelu", output: Output = "linear",
-                 r_range: tuple[float, float] = (0.0005, 0.5), real: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 64,
+        prod: bool = False,
+        bidirectional: bool = False,
+        residual: bool = True,
+        activation: Activation = "gelu",
+        output: Output = "linear",
+        r_range: tuple[float, float] = (0.0005, 0.5),
+        real: bool = False,
+    ):
         super().__init__(d_model)
         self.state_dim = check_positive("state_dim", state_dim)
         self.prod = check_choice("prod", prod, (False, True))
         self.real = check_choice("real", real, (False, True))
         if real and prod:
-            raise ValueError("real: DLR-prod's kernel Re(K)·Im(K) is 0 for a real DLR; use real=True or prod=True, "
-                             "not both")
+            raise ValueError(
+                "real: DLR-prod's kernel Re(K)·Im(K) is 0 for a real DLR; use real=True or prod=True, not both"
+            )
         self.bidirectional = check_choice("bidirectional", bidirectional, (False, True))
         check_choice("residual", residual, (False, True))
         check_choice("activation", activation, ACTIVATIONS)
@@ -91,14 +111,16 @@ class DLR(LTIMixer):
 
     def direction(self, index: int) -> lti.DiagonalSISO:
         """The DLR of direction ``index`` (0: left to right; 1: right to left when bidirectional)."""
-        log_lam = torch.complex(-self.log_re[index] ** 2, self.log_im[index])
+        log_lam = torch.complex(-(self.log_re[index] ** 2), self.log_im[index])
         W = torch.complex(self.W[index], torch.zeros_like(self.W[index])) if self.real else as_complex(self.W[index])
         return lti.DiagonalSISO(log_lam, None, W, prod=self.prod)
 
     def system(self) -> lti.DiagonalSISO:
         if self.bidirectional:
-            raise ValueError("bidirectional: a bidirectional DLR is not causal, so it has no recurrent state, "
-                             "streaming step or causal DSF; build it with bidirectional=False for those")
+            raise ValueError(
+                "bidirectional: a bidirectional DLR is not causal, so it has no recurrent state, "
+                "streaming step or causal DSF; build it with bidirectional=False for those"
+            )
         return self.direction(0)
 
     def run_core(self, u: Tensor, backend: str, state: Tensor | None = None, output_final_state: bool = False):
@@ -120,8 +142,10 @@ class DLR(LTIMixer):
         return super().dsf(x)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, state_dim={self.state_dim}, prod={self.prod}, "
-                f"bidirectional={self.bidirectional}, real={self.real}")
+        return (
+            f"d_model={self.d_model}, state_dim={self.state_dim}, prod={self.prod}, "
+            f"bidirectional={self.bidirectional}, real={self.real}"
+        )
 
 
 MIXER = DLR

@@ -21,8 +21,17 @@ import torch
 from torch import nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, check_dt, complex_normal,
-                                log_uniform, s4d_init)
+from seqdyn.mixers._lti import (
+    Activation,
+    LTIMixer,
+    Output,
+    OutputHead,
+    as_complex,
+    check_dt,
+    complex_normal,
+    log_uniform,
+    s4d_init,
+)
 from seqdyn.mixers.base import check_choice, check_positive
 
 Init = Literal["lin2pi", "lin", "inv"]
@@ -40,8 +49,17 @@ class DSSExp(LTIMixer):
 
     name = "dss_exp"
 
-    def __init__(self, d_model: int, state_dim: int = 64, init: Init = "lin2pi", dt_min: float = 0.001,
-                 dt_max: float = 0.1, skip: bool = True, activation: Activation = "gelu", output: Output = "glu"):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 64,
+        init: Init = "lin2pi",
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        skip: bool = True,
+        activation: Activation = "gelu",
+        output: Output = "glu",
+    ):
         super().__init__(d_model)
         self.state_dim = check_positive("state_dim", state_dim)
         self.init = check_choice("init", init, INITS)

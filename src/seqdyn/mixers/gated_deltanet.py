@@ -30,13 +30,40 @@ class GatedDeltaNet(DeltaNet):
     name = "gated_deltanet"
     ssm_parameter_names = ("dt_bias", "a_log")  # the decay's Δ and A (Mamba-2's)
 
-    def __init__(self, d_model: int, heads: int = 4, expand_v: float = 2.0, short_conv: bool = True,
-                 conv_size: int = 4, output_gate: bool = True, dt_min: float = 0.001, dt_max: float = 0.1,
-                 a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64, key_heads: int | None = None,
-                 key_dim: int | None = None, qk_norm_eps: float | None = None, conv_bias: bool = True,
-                 negative_eigenvalues: bool = False, output_norm_eps: float = 1e-6):
-        super().__init__(d_model, heads, expand_v, short_conv, conv_size, output_gate, chunk_size, key_heads, key_dim,
-                         qk_norm_eps, conv_bias, negative_eigenvalues, output_norm_eps)
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 4,
+        expand_v: float = 2.0,
+        short_conv: bool = True,
+        conv_size: int = 4,
+        output_gate: bool = True,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        a_init_range: tuple[float, float] = (1.0, 16.0),
+        chunk_size: int = 64,
+        key_heads: int | None = None,
+        key_dim: int | None = None,
+        qk_norm_eps: float | None = None,
+        conv_bias: bool = True,
+        negative_eigenvalues: bool = False,
+        output_norm_eps: float = 1e-6,
+    ):
+        super().__init__(
+            d_model,
+            heads,
+            expand_v,
+            short_conv,
+            conv_size,
+            output_gate,
+            chunk_size,
+            key_heads,
+            key_dim,
+            qk_norm_eps,
+            conv_bias,
+            negative_eigenvalues,
+            output_norm_eps,
+        )
         self.decay = MambaDecay(d_model, heads, dt_min, dt_max, a_init_range)
 
     def log_decay(self, u: Tensor) -> Tensor:

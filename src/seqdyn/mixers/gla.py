@@ -14,9 +14,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
+from seqdyn.layers import HeadOutput, ShortConv
 from seqdyn.layers.gates import GLADecay
 from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
-from seqdyn.layers import HeadOutput, ShortConv
 
 
 class GLA(CoefficientMixer):
@@ -37,9 +37,19 @@ class GLA(CoefficientMixer):
 
     name = "gla"
 
-    def __init__(self, d_model: int, heads: int = 4, expand_k: float = 0.5, expand_v: float = 1.0,
-                 gate_low_rank: int = 16, gate_normalizer: float = 16.0, output_gate: bool = True,
-                 short_conv: bool = False, conv_size: int = 4, chunk_size: int = 64):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 4,
+        expand_k: float = 0.5,
+        expand_v: float = 1.0,
+        gate_low_rank: int = 16,
+        gate_normalizer: float = 16.0,
+        output_gate: bool = True,
+        short_conv: bool = False,
+        conv_size: int = 4,
+        chunk_size: int = 64,
+    ):
         super().__init__(d_model, chunk_size)
         self.key_width = scaled_width("expand_k", d_model, expand_k)
         self.value_width = scaled_width("expand_v", d_model, expand_v)
@@ -60,8 +70,9 @@ class GLA(CoefficientMixer):
             q, k, v = (self.convolve(key, t, state) for key, t in (("q", q), ("k", k), ("v", v)))
         log_decay = self.decay(x)
         heads = self.heads
-        return Dynamics(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads),
-                        log_decay=split_heads(log_decay, heads)), x
+        return Dynamics(
+            split_heads(q, heads), split_heads(k, heads), split_heads(v, heads), log_decay=split_heads(log_decay, heads)
+        ), x
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         return self.output(core, extras)

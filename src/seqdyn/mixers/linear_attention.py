@@ -33,8 +33,15 @@ class LinearAttention(CoefficientMixer):
 
     name = "linear_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, state_dim: int | None = None, feature_map: FeatureMap = "elu1",
-                 bias: bool = False, chunk_size: int = 64):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 1,
+        state_dim: int | None = None,
+        feature_map: FeatureMap = "elu1",
+        bias: bool = False,
+        chunk_size: int = 64,
+    ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)
         self.state_dim = check_positive("state_dim", d_model // heads if state_dim is None else state_dim)
@@ -52,7 +59,9 @@ class LinearAttention(CoefficientMixer):
         return self.out(core.flatten(2))
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, heads={self.heads}, state_dim={self.state_dim}, feature_map={self.feature_name!r}"
+        return (
+            f"d_model={self.d_model}, heads={self.heads}, state_dim={self.state_dim}, feature_map={self.feature_name!r}"
+        )
 
 
 MIXER = LinearAttention

@@ -29,8 +29,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.nn.attention.bias import causal_lower_right
 
-from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.core.choice import Timing, fixed_plan, too_large_to_time
+from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.core.packing import Packing, Sequences
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.layers.rotary import ROPE_BASE, rotary
@@ -49,8 +49,9 @@ class WindowCache:
     batch: int | None = None
 
 
-def band_mask(length: int, window: int, device, offset: int = 0, keys: int | None = None,
-              sliding: bool = False) -> Tensor:
+def band_mask(
+    length: int, window: int, device, offset: int = 0, keys: int | None = None, sliding: bool = False
+) -> Tensor:
     """``[T, S]`` mask of the pairs a query ``offset + i`` may read from key ``j``: own or previous chunk, ``j ≤ i``
     (``sliding``: ``i − window < j ≤ i``)."""
     keys = length + offset if keys is None else keys
@@ -83,11 +84,29 @@ class LocalAttention(SoftmaxAttention):
 
     name = "local_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, window: int = 1024, bias: bool = False, rotary: bool = False,
-                 sliding: bool = False, kv_heads: int | None = None, head_dim: int | None = None,
-                 rotary_fraction: float = 1.0, rotary_base: float = ROPE_BASE):
-        super().__init__(d_model, heads, bias, rotary, kv_heads=kv_heads, head_dim=head_dim,
-                         rotary_fraction=rotary_fraction, rotary_base=rotary_base)
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 1,
+        window: int = 1024,
+        bias: bool = False,
+        rotary: bool = False,
+        sliding: bool = False,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        rotary_fraction: float = 1.0,
+        rotary_base: float = ROPE_BASE,
+    ):
+        super().__init__(
+            d_model,
+            heads,
+            bias,
+            rotary,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            rotary_fraction=rotary_fraction,
+            rotary_base=rotary_base,
+        )
         self.window = check_positive("window", window)
         self.sliding = check_choice("sliding", sliding, (False, True))
 
@@ -127,12 +146,14 @@ class LocalAttention(SoftmaxAttention):
         if chunks == 1:
             return first[:, :, :length]
         if _TwoPartAttention.available(q) and not self.sliding:
-            later = _TwoPartAttention.apply(*(t.flatten(1, 2) for t in (q[:, :, 1:], k[:, :, :-1], v[:, :, :-1],
-                                                                        k[:, :, 1:], v[:, :, 1:])))
+            later = _TwoPartAttention.apply(
+                *(t.flatten(1, 2) for t in (q[:, :, 1:], k[:, :, :-1], v[:, :, :-1], k[:, :, 1:], v[:, :, 1:]))
+            )
         else:
             pairs = lambda t: torch.cat([t[:, :, :-1], t[:, :, 1:]], dim=3).flatten(1, 2)  # [B, H·(N−1), 2C, ·]  # noqa: E731
-            later = F.scaled_dot_product_attention(q[:, :, 1:].flatten(1, 2), pairs(k), pairs(v),
-                                                   attn_mask=self._pair_mask(size, q.device))
+            later = F.scaled_dot_product_attention(
+                q[:, :, 1:].flatten(1, 2), pairs(k), pairs(v), attn_mask=self._pair_mask(size, q.device)
+            )
         out = torch.cat([first.unsqueeze(2), later.unflatten(1, (heads, chunks - 1))], dim=2)  # [B, H, N, C, ·]
         return out.flatten(2, 3)[:, :, :length]
 
@@ -145,9 +166,14 @@ class LocalAttention(SoftmaxAttention):
     def auto_timing(self, x: Tensor, packing: Packing | None = None) -> Timing:
         """``chunk``, ``quadratic`` (and ``recurrent`` for T ≤ 64), timed on the masked softmax alone."""
         ruled = lambda: too_large_to_time(x.shape[1], {})  # noqa: E731
-        return Timing(lambda inputs, name: self._core(inputs, name)[0],
-                      fixed_plan(["chunk", "quadratic", "recurrent"], "chunk", "fused attention over chunks of the window",
-                                 ruled), ruled, about=" (its core alone)")
+        return Timing(
+            lambda inputs, name: self._core(inputs, name)[0],
+            fixed_plan(
+                ["chunk", "quadratic", "recurrent"], "chunk", "fused attention over chunks of the window", ruled
+            ),
+            ruled,
+            about=" (its core alone)",
+        )
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The masked softmax's output ``[B, T, H, V]`` and its values ``[B, T, H, V]``."""
@@ -195,7 +221,7 @@ class LocalAttention(SoftmaxAttention):
     def _stream(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         cache, outputs = WindowCache(), []
         for t in range(q.shape[2]):
-            out, cache = self._attend(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache)
+            out, cache = self._attend(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], cache)
             outputs.append(out)
         return torch.cat(outputs, dim=2)
 

@@ -40,15 +40,24 @@ class LRU(LTIMixer):
     name = "lru"
     scalar_coefficients = False
 
-    def __init__(self, d_model: int, state_dim: int = 64, r_min: float = 0.0, r_max: float = 1.0,
-                 max_phase: float = 2 * math.pi, skip: bool = True, activation: Activation = "none",
-                 output: Output = "none"):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 64,
+        r_min: float = 0.0,
+        r_max: float = 1.0,
+        max_phase: float = 2 * math.pi,
+        skip: bool = True,
+        activation: Activation = "none",
+        output: Output = "none",
+    ):
         super().__init__(d_model)
         self.state_dim = check_positive("state_dim", state_dim)
         r_min, r_max = check_number("r_min", r_min, 0.0, 1.0), check_number("r_max", r_max, 0.0, 1.0)
         if not (r_min <= r_max and r_min < 1):
-            raise ValueError(f"r_min, r_max: need 0 ≤ r_min ≤ r_max ≤ 1 and r_min < 1, "
-                             f"got r_min={r_min}, r_max={r_max}")
+            raise ValueError(
+                f"r_min, r_max: need 0 ≤ r_min ≤ r_max ≤ 1 and r_min < 1, got r_min={r_min}, r_max={r_max}"
+            )
         self.r_min, self.r_max = r_min, r_max
         self.max_phase = check_number("max_phase", max_phase, 0.0)
         if self.max_phase <= 0:
@@ -58,7 +67,7 @@ class LRU(LTIMixer):
         tiny = torch.finfo(torch.float64).tiny
         u1 = torch.rand(state_dim, dtype=torch.float64).clamp(min=tiny)
         u2 = torch.rand(state_dim, dtype=torch.float64).clamp(min=tiny)
-        modulus_sq = u1 * (r_max ** 2 - r_min ** 2) + r_min ** 2
+        modulus_sq = u1 * (r_max**2 - r_min**2) + r_min**2
         self.nu_log = nn.Parameter(torch.log(-0.5 * torch.log(modulus_sq)).to(real_dtype))
         self.theta_log = nn.Parameter(torch.log(max_phase * u2).to(real_dtype))
         self.gamma_log = nn.Parameter(torch.log(torch.sqrt(1 - modulus_sq)).to(real_dtype))

@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.layers.gates import MambaDecay
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_positive, keep_init
 from seqdyn.layers import GatedRMSNorm, ShortConv
+from seqdyn.layers.gates import MambaDecay
 from seqdyn.layers.params import check_positive_eps, scaled_width
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_positive, keep_init
 
 
 class Mamba2(CoefficientMixer):
@@ -59,17 +59,33 @@ class Mamba2(CoefficientMixer):
     name = "mamba2"
     ssm_parameter_names = ("dt_bias", "a_log")  # Δ and A
 
-    def __init__(self, d_model: int, state_dim: int = 64, expand: float = 2, head_dim: int | None = None,
-                 short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
-                 dt_max: float = 0.1, a_init_range: tuple[float, float] = (1.0, 16.0), chunk_size: int = 64,
-                 groups: int = 1, norm_eps: float = 1e-5, dt_floor: float = 0.0, dt_ceiling: float | None = None,
-                 gate_norm: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 64,
+        expand: float = 2,
+        head_dim: int | None = None,
+        short_conv: bool = True,
+        conv_size: int = 4,
+        gate: bool = True,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        a_init_range: tuple[float, float] = (1.0, 16.0),
+        chunk_size: int = 64,
+        groups: int = 1,
+        norm_eps: float = 1e-5,
+        dt_floor: float = 0.0,
+        dt_ceiling: float | None = None,
+        gate_norm: bool = True,
+    ):
         super().__init__(d_model, chunk_size)
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = scaled_width("expand", d_model, expand)
         self.head_dim = _default_head_dim(self.inner) if head_dim is None else check_positive("head_dim", head_dim)
         if self.inner % self.head_dim:
-            raise ValueError(f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset")
+            raise ValueError(
+                f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset"
+            )
         self.heads = self.inner // self.head_dim
         self.groups = check_positive("groups", groups)
         if self.heads % groups:
@@ -79,8 +95,9 @@ class Mamba2(CoefficientMixer):
         self.in_proj = nn.Linear(d_model, (self.inner if gate else 0) + conv_channels + self.heads, bias=False)
         if short_conv:
             self.convs["xbc"] = ShortConv(conv_channels, conv_size)
-        self.decay = MambaDecay(d_model, self.heads, dt_min, dt_max, a_init_range, project=False, floor=dt_floor,
-                                ceiling=dt_ceiling)
+        self.decay = MambaDecay(
+            d_model, self.heads, dt_min, dt_max, a_init_range, project=False, floor=dt_floor, ceiling=dt_ceiling
+        )
         self.skip = nn.Parameter(torch.ones(self.heads))  # D
         keep_init(self.skip)  # Δ bias and A: MambaDecay keeps them
         check_choice("gate_norm", gate_norm, (True, False))
@@ -113,7 +130,9 @@ class Mamba2(CoefficientMixer):
 
     def extra_repr(self) -> str:
         groups = f", groups={self.groups}" if self.groups > 1 else ""
-        return f"d_model={self.d_model}, heads={self.heads}, head_dim={self.head_dim}, state_dim={self.state_dim}{groups}"
+        return (
+            f"d_model={self.d_model}, heads={self.heads}, head_dim={self.head_dim}, state_dim={self.state_dim}{groups}"
+        )
 
 
 def _default_head_dim(inner: int, preferred: int = 64) -> int:

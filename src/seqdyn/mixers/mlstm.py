@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, keep_init, split_heads
 from seqdyn.layers import RMSNorm
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, keep_init, split_heads
 
 
 class MLSTM(CoefficientMixer):
@@ -51,8 +51,9 @@ class MLSTM(CoefficientMixer):
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
         log_scale = self.input_gate(x) - 0.5 * math.log(q.shape[-1])
-        inputs = Dynamics(q, k, v, log_decay=F.logsigmoid(self.forget_gate(x)), log_scale=log_scale,
-                          normalizer="abs_max1")
+        inputs = Dynamics(
+            q, k, v, log_decay=F.logsigmoid(self.forget_gate(x)), log_scale=log_scale, normalizer="abs_max1"
+        )
         return inputs, torch.sigmoid(self.output_gate(x))
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:

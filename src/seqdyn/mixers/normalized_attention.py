@@ -28,8 +28,9 @@ class NormalizedAttention(CoefficientMixer):
 
     name = "normalized_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, state_dim: int | None = None, bias: bool = False,
-                 chunk_size: int = 64):
+    def __init__(
+        self, d_model: int, heads: int = 1, state_dim: int | None = None, bias: bool = False, chunk_size: int = 64
+    ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)
         self.state_dim = check_positive("state_dim", d_model // heads if state_dim is None else state_dim)
@@ -40,8 +41,7 @@ class NormalizedAttention(CoefficientMixer):
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
         q, k = (split_heads(t, self.heads) for t in self.qk(x).chunk(2, dim=-1))
-        return Dynamics(q, k, split_heads(self.v(x), self.heads), scale=1.0,
-                        normalizer=torch.exp(self.eta(x))), None
+        return Dynamics(q, k, split_heads(self.v(x), self.heads), scale=1.0, normalizer=torch.exp(self.eta(x))), None
 
     def core_output(self, core: Tensor, extras: None) -> Tensor:
         return self.out(core.flatten(2))

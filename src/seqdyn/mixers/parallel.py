@@ -44,10 +44,14 @@ class Parallel(Mixer):
         super().__init__(d_model)
         from seqdyn import mixers
 
-        if (not isinstance(parts, (list, tuple)) or len(parts) < 2
-                or not all(isinstance(part, (list, tuple)) and len(part) == 2 for part in parts)):
-            raise ValueError(f"parts: expected two or more (mixer name, options) pairs, e.g. {list(DEFAULT_PARTS)}, "
-                             f"got {parts!r}")
+        if (
+            not isinstance(parts, (list, tuple))
+            or len(parts) < 2
+            or not all(isinstance(part, (list, tuple)) and len(part) == 2 for part in parts)
+        ):
+            raise ValueError(
+                f"parts: expected two or more (mixer name, options) pairs, e.g. {list(DEFAULT_PARTS)}, got {parts!r}"
+            )
         self.parts = nn.ModuleList(mixers.build(name, d_model, **dict(options)) for name, options in parts)
         self.part_names = [part.name for part in self.parts]
         shared = [name for name in self.parts[0].backends if all(name in part.backends for part in self.parts)]
@@ -84,8 +88,7 @@ class Parallel(Mixer):
         """Each part's state, in order (a tuple: a list of states is one per sequence)."""
         return tuple(part.init_state(batch) for part in self.parts)
 
-    def forward_with_state(self, x: Tensor, state: Any = None, backend: str = "auto"
-                           ) -> tuple[Tensor, tuple[Any, ...]]:
+    def forward_with_state(self, x: Tensor, state: Any = None, backend: str = "auto") -> tuple[Tensor, tuple[Any, ...]]:
         self.check_input(x)
         self.check_backend(backend)
         states = self.init_state(x.shape[0]) if state is None else self._checked(state)
@@ -111,8 +114,7 @@ class Parallel(Mixer):
         return torch.cat([part.coefficients(x) for part in self.parts], dim=1)
 
     def dsf(self, x: Tensor) -> DSF:
-        raise ValueError("parallel: each part has its own DSF, in terms of its own values; use "
-                         "mixer.parts[i].dsf(x)")
+        raise ValueError("parallel: each part has its own DSF, in terms of its own values; use mixer.parts[i].dsf(x)")
 
     def output_projection(self) -> None:
         """None: the output is the sum of the parts' projections (:meth:`output_projections`)."""

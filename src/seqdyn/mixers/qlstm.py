@@ -31,9 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_positive, keep_init,
-                                scaled_width)
 from seqdyn.layers import ShortConv
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_positive, keep_init, scaled_width
 
 #: standard deviation of every weight at initialization (Languini)
 WEIGHT_STD = 0.02
@@ -56,8 +55,16 @@ class QLSTM(CoefficientMixer):
     #: bias of the forget-gate pre-activation at initialization
     forget_bias = 1.0
 
-    def __init__(self, d_model: int, expand: float = 1, dsf_form: bool = False, short_conv: bool = False,
-                 conv_size: int = 4, gate: bool = False, chunk_size: int = 64):
+    def __init__(
+        self,
+        d_model: int,
+        expand: float = 1,
+        dsf_form: bool = False,
+        short_conv: bool = False,
+        conv_size: int = 4,
+        gate: bool = False,
+        chunk_size: int = 64,
+    ):
         super().__init__(d_model, chunk_size)
         self.inner = scaled_width("expand", d_model, expand)
         self.dsf_form = check_choice("dsf_form", dsf_form, (True, False))
@@ -90,8 +97,13 @@ class QLSTM(CoefficientMixer):
         o = torch.sigmoid(output)
         ones = x.new_ones(*x.shape[:2], 1, 1)
         values = update if self.dsf_form else torch.tanh(update)
-        inputs = Dynamics(q=o.unsqueeze(-1) if self.dsf_form else ones, k=ones, v=values.unsqueeze(-1),
-                          log_decay=self.log_forget(forget), scale=torch.sigmoid(input_))
+        inputs = Dynamics(
+            q=o.unsqueeze(-1) if self.dsf_form else ones,
+            k=ones,
+            v=values.unsqueeze(-1),
+            log_decay=self.log_forget(forget),
+            scale=torch.sigmoid(input_),
+        )
         return inputs, (o, F.gelu(self.gate(x)) if self.gate is not None else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:

@@ -31,8 +31,16 @@ class QLSTMS6(QLSTM):
     ssm_parameter_names = ("a_log",)  # the S6 transition's A
     forget_bias = -1.0
 
-    def __init__(self, d_model: int, expand: float = 1, dsf_form: bool = False, short_conv: bool = False,
-                 conv_size: int = 4, gate: bool = False, chunk_size: int = 64):
+    def __init__(
+        self,
+        d_model: int,
+        expand: float = 1,
+        dsf_form: bool = False,
+        short_conv: bool = False,
+        conv_size: int = 4,
+        gate: bool = False,
+        chunk_size: int = 64,
+    ):
         super().__init__(d_model, expand, dsf_form, short_conv, conv_size, gate, chunk_size)
         self.a_log = nn.Parameter(torch.zeros(()))  # a = 1
         keep_init(self.a_log)

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
 from seqdyn.layers import HeadOutput
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
 
 
 def retention_log_decays(heads: int) -> Tensor:
@@ -38,8 +38,9 @@ class RetNet(CoefficientMixer):
 
     name = "retnet"
 
-    def __init__(self, d_model: int, heads: int = 4, expand_v: float = 2.0, output_gate: bool = True,
-                 chunk_size: int = 64):
+    def __init__(
+        self, d_model: int, heads: int = 4, expand_v: float = 2.0, output_gate: bool = True, chunk_size: int = 64
+    ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)
         self.value_width = scaled_width("expand_v", d_model, expand_v)

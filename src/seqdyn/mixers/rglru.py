@@ -34,10 +34,9 @@ from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.precision import float32_under_autocast
-from seqdyn.layers.gates import inverse_softplus
-from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_positive, keep_init,
-                                scaled_width)
 from seqdyn.layers import ShortConv
+from seqdyn.layers.gates import inverse_softplus
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_positive, keep_init, scaled_width
 
 #: largest derivative of √x let through (RecurrentGemma's ``_MAX_SQRT_GRADIENT``)
 MAX_SQRT_GRADIENT = 1000.0
@@ -96,9 +95,18 @@ class RGLRU(CoefficientMixer):
     name = "rglru"
     ssm_parameter_names = ("a_param",)  # Λ
 
-    def __init__(self, d_model: int, expand: float = 1, c: float = 8.0, gate_blocks: int = 1,
-                 short_conv: bool = True, conv_size: int = 4, gate: bool = True, chunk_size: int = 64,
-                 reset: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        expand: float = 1,
+        c: float = 8.0,
+        gate_blocks: int = 1,
+        short_conv: bool = True,
+        conv_size: int = 4,
+        gate: bool = True,
+        chunk_size: int = 64,
+        reset: bool = False,
+    ):
         super().__init__(d_model, chunk_size)
         self.width = scaled_width("expand", d_model, expand)
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
@@ -119,8 +127,12 @@ class RGLRU(CoefficientMixer):
         self.input_gate = BlockDiagonalLinear(self.width, gate_blocks)  # W_x: i_t
         self.a_param = nn.Parameter(init_recurrence(self.width, self.c))  # Λ
         self.out_proj = nn.Linear(self.width, d_model)
-        keep_init(self.a_param, *self.a_gate.parameters(), *self.input_gate.parameters(),
-                  *(conv.weight for conv in self.convs.values()))
+        keep_init(
+            self.a_param,
+            *self.a_gate.parameters(),
+            *self.input_gate.parameters(),
+            *(conv.weight for conv in self.convs.values()),
+        )
 
     def log_base_decay(self) -> Tensor:
         """``−c·softplus(Λ)`` ``[W]``: the log decay at ``r_t = 1`` (``log a_t = r_t ·`` this)."""
@@ -135,8 +147,9 @@ class RGLRU(CoefficientMixer):
         if self.reset:
             multiplier = torch.where(self._first_tokens(x.shape[1], state, x.device), 1.0, multiplier)
         ones = x.new_ones(*x.shape[:2], 1, 1)
-        inputs = Dynamics(q=ones, k=ones, v=u.unsqueeze(-1), log_decay=log_a,
-                          scale=multiplier * torch.sigmoid(self.input_gate(u)))
+        inputs = Dynamics(
+            q=ones, k=ones, v=u.unsqueeze(-1), log_decay=log_a, scale=multiplier * torch.sigmoid(self.input_gate(u))
+        )
         return inputs, F.gelu(g, approximate="tanh") if self.gate else None
 
     @staticmethod

@@ -29,8 +29,19 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, as_pair, check_dt, check_even,
-                                complex_normal, hippo_legs_nplr, log_uniform)
+from seqdyn.mixers._lti import (
+    Activation,
+    LTIMixer,
+    Output,
+    OutputHead,
+    as_complex,
+    as_pair,
+    check_dt,
+    check_even,
+    complex_normal,
+    hippo_legs_nplr,
+    log_uniform,
+)
 from seqdyn.mixers.base import check_choice, check_heads
 
 
@@ -45,8 +56,17 @@ class S4(LTIMixer):
 
     name = "s4"
 
-    def __init__(self, d_model: int, state_dim: int = 64, n_ssm: int | None = None, dt_min: float = 0.001,
-                 dt_max: float = 0.1, skip: bool = True, activation: Activation = "gelu", output: Output = "glu"):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 64,
+        n_ssm: int | None = None,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        skip: bool = True,
+        activation: Activation = "gelu",
+        output: Output = "glu",
+    ):
         super().__init__(d_model)
         self.state_dim = check_even("state_dim", state_dim)
         if n_ssm is not None:

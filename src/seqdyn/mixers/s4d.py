@@ -21,8 +21,18 @@ import torch
 from torch import nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, check_dt, check_even,
-                                complex_normal, log_uniform, s4d_init)
+from seqdyn.mixers._lti import (
+    Activation,
+    LTIMixer,
+    Output,
+    OutputHead,
+    as_complex,
+    check_dt,
+    check_even,
+    complex_normal,
+    log_uniform,
+    s4d_init,
+)
 from seqdyn.mixers.base import check_choice
 
 Init = Literal["lin", "inv"]
@@ -39,8 +49,17 @@ class S4D(LTIMixer):
 
     name = "s4d"
 
-    def __init__(self, d_model: int, state_dim: int = 64, init: Init = "lin", dt_min: float = 0.001,
-                 dt_max: float = 0.1, skip: bool = True, activation: Activation = "gelu", output: Output = "glu"):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 64,
+        init: Init = "lin",
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        skip: bool = True,
+        activation: Activation = "gelu",
+        output: Output = "glu",
+    ):
         super().__init__(d_model)
         self.state_dim = check_even("state_dim", state_dim)
         self.init = check_choice("init", init, INITS)

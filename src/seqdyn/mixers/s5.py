@@ -24,8 +24,18 @@ import torch
 from torch import nn
 
 from seqdyn.core import lti
-from seqdyn.mixers._lti import (Activation, LTIMixer, Output, OutputHead, as_complex, as_pair, check_dt, check_even,
-                                hippo_legs_nplr, log_uniform)
+from seqdyn.mixers._lti import (
+    Activation,
+    LTIMixer,
+    Output,
+    OutputHead,
+    as_complex,
+    as_pair,
+    check_dt,
+    check_even,
+    hippo_legs_nplr,
+    log_uniform,
+)
 from seqdyn.mixers.base import check_choice, check_positive
 
 
@@ -41,9 +51,18 @@ class S5(LTIMixer):
     name = "s5"
     scalar_coefficients = False
 
-    def __init__(self, d_model: int, state_dim: int = 64, blocks: int = 1, dt_min: float = 0.001,
-                 dt_max: float = 0.1, clip_eigs: bool = False, skip: bool = True, activation: Activation = "gelu",
-                 output: Output = "half_glu"):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 64,
+        blocks: int = 1,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        clip_eigs: bool = False,
+        skip: bool = True,
+        activation: Activation = "gelu",
+        output: Output = "half_glu",
+    ):
         super().__init__(d_model)
         self.state_dim = check_even("state_dim", state_dim)
         self.blocks = check_positive("blocks", blocks)
@@ -57,8 +76,9 @@ class S5(LTIMixer):
         lam = lam.repeat(blocks)
         V = torch.block_diag(*[vectors] * blocks)  # [P, P/2]
         B = torch.randn(state_dim, d_model, dtype=torch.float64) / math.sqrt(d_model)
-        C = torch.complex(torch.randn(d_model, state_dim, dtype=torch.float64),
-                          torch.randn(d_model, state_dim, dtype=torch.float64))
+        C = torch.complex(
+            torch.randn(d_model, state_dim, dtype=torch.float64), torch.randn(d_model, state_dim, dtype=torch.float64)
+        )
         self.lambda_re = nn.Parameter(lam.real.to(real_dtype))
         self.lambda_im = nn.Parameter(lam.imag.to(real_dtype))
         self.B = nn.Parameter(as_pair(V.conj().T @ B.to(torch.complex128)))  # [P/2, D, 2]

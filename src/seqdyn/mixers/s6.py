@@ -38,10 +38,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.layers.gates import init_dt_bias
-from seqdyn.mixers.base import (CoefficientMixer, MixerState, check_choice, check_positive, keep_init,
-                                scaled_width)
 from seqdyn.layers import ShortConv
+from seqdyn.layers.gates import init_dt_bias
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_positive, keep_init, scaled_width
 
 
 def s4d_real(channels: int, state_dim: int) -> Tensor:
@@ -82,10 +81,22 @@ class S6(CoefficientMixer):
     name = "s6"
     ssm_parameter_names = ("dt_proj.weight", "dt_proj.bias", "a_log")  # Δ and A
 
-    def __init__(self, d_model: int, state_dim: int = 16, expand: float = 2, dt_rank: int | Literal["auto"] = "auto",
-                 short_conv: bool = True, conv_size: int = 4, gate: bool = True, dt_min: float = 0.001,
-                 dt_max: float = 0.1, input_projection: bool = True, scalar_decay: bool = False,
-                 chunk_size: int = 64, bcdt_rms_eps: float | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int = 16,
+        expand: float = 2,
+        dt_rank: int | Literal["auto"] = "auto",
+        short_conv: bool = True,
+        conv_size: int = 4,
+        gate: bool = True,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        input_projection: bool = True,
+        scalar_decay: bool = False,
+        chunk_size: int = 64,
+        bcdt_rms_eps: float | None = None,
+    ):
         super().__init__(d_model, chunk_size)
         if bcdt_rms_eps is not None and not bcdt_rms_eps > 0:
             raise ValueError(f"bcdt_rms_eps: expected an ε > 0 or None, got {bcdt_rms_eps!r}")
@@ -98,11 +109,14 @@ class S6(CoefficientMixer):
         check_choice("short_conv", short_conv, (True, False))
         check_positive("conv_size", conv_size)
         if not check_choice("input_projection", input_projection, (True, False)) and (gate or self.inner != d_model):
-            raise ValueError("input_projection: False takes x = u, which leaves no gate z and no room for an "
-                             f"expanded width (gate={gate}, expand={expand}); set gate=False and expand=1, or keep "
-                             "the projection")
-        self.in_proj = (nn.Linear(d_model, self.inner * (2 if gate else 1), bias=False) if input_projection
-                        else nn.Identity())
+            raise ValueError(
+                "input_projection: False takes x = u, which leaves no gate z and no room for an "
+                f"expanded width (gate={gate}, expand={expand}); set gate=False and expand=1, or keep "
+                "the projection"
+            )
+        self.in_proj = (
+            nn.Linear(d_model, self.inner * (2 if gate else 1), bias=False) if input_projection else nn.Identity()
+        )
         if short_conv:
             self.convs["x"] = ShortConv(self.inner, conv_size)  # with SiLU
         self.x_proj = nn.Linear(self.inner, self.dt_rank + 2 * state_dim, bias=False)
@@ -111,7 +125,7 @@ class S6(CoefficientMixer):
         self.skip = nn.Parameter(torch.ones(self.inner))  # D
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
         with torch.no_grad():
-            nn.init.uniform_(self.dt_proj.weight, -self.dt_rank**-0.5, self.dt_rank**-0.5)
+            nn.init.uniform_(self.dt_proj.weight, -(self.dt_rank**-0.5), self.dt_rank**-0.5)
             self.dt_proj.bias.copy_(init_dt_bias(self.inner, dt_min, dt_max))
         keep_init(self.dt_proj.weight, self.dt_proj.bias, self.a_log, self.skip)
 
@@ -141,8 +155,10 @@ class S6(CoefficientMixer):
         return self.out_proj(y * F.silu(z) if self.gate else y)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, inner={self.inner}, state_dim={self.state_dim}, dt_rank={self.dt_rank}, "
-                f"gate={self.gate}" + (", scalar_decay=True" if self.scalar_decay else ""))
+        return (
+            f"d_model={self.d_model}, inner={self.inner}, state_dim={self.state_dim}, dt_rank={self.dt_rank}, "
+            f"gate={self.gate}" + (", scalar_decay=True" if self.scalar_decay else "")
+        )
 
 
 MIXER = S6

@@ -51,10 +51,21 @@ class SoftmaxAttention(CoefficientMixer):
 
     name = "softmax_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, bias: bool = False, rotary: bool = False,
-                 chunk_size: int = 64, kv_heads: int | None = None, head_dim: int | None = None,
-                 qk_norm: bool = False, rotary_fraction: float = 1.0, rotary_base: float = ROPE_BASE,
-                 output_gate: bool = False, qk_norm_scope: str = "head"):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 1,
+        bias: bool = False,
+        rotary: bool = False,
+        chunk_size: int = 64,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qk_norm: bool = False,
+        rotary_fraction: float = 1.0,
+        rotary_base: float = ROPE_BASE,
+        output_gate: bool = False,
+        qk_norm_scope: str = "head",
+    ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model) if head_dim is None else check_positive("heads", heads)
         self.head_dim = d_model // heads if head_dim is None else check_positive("head_dim", head_dim)
@@ -78,9 +89,11 @@ class SoftmaxAttention(CoefficientMixer):
             raise ValueError(f"rotary_fraction: expected a fraction in (0, 1], got {fraction}")
         dims = int(self.head_dim * fraction)
         if self.rotary and (dims == 0 or dims % 2):
-            raise ValueError(f"rotary: rotary embeddings rotate channel pairs, so the rotated head dimension "
-                             f"{dims} (head dimension {self.head_dim} × rotary_fraction {fraction}) must be even and "
-                             f"positive; choose another heads, head_dim or rotary_fraction")
+            raise ValueError(
+                f"rotary: rotary embeddings rotate channel pairs, so the rotated head dimension "
+                f"{dims} (head dimension {self.head_dim} × rotary_fraction {fraction}) must be even and "
+                f"positive; choose another heads, head_dim or rotary_fraction"
+            )
         return dims
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:

@@ -30,10 +30,22 @@ class SSD(S6):
 
     name = "ssd"
 
-    def __init__(self, d_model: int, state_dim: int = 16, dt_min: float = 0.001, dt_max: float = 0.1,
-                 chunk_size: int = 64):
-        super().__init__(d_model, state_dim, expand=1, dt_rank=1, short_conv=False, gate=False, dt_min=dt_min,
-                         dt_max=dt_max, input_projection=False, scalar_decay=True, chunk_size=chunk_size)
+    def __init__(
+        self, d_model: int, state_dim: int = 16, dt_min: float = 0.001, dt_max: float = 0.1, chunk_size: int = 64
+    ):
+        super().__init__(
+            d_model,
+            state_dim,
+            expand=1,
+            dt_rank=1,
+            short_conv=False,
+            gate=False,
+            dt_min=dt_min,
+            dt_max=dt_max,
+            input_projection=False,
+            scalar_decay=True,
+            chunk_size=chunk_size,
+        )
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, state_dim={self.state_dim}"

@@ -32,8 +32,15 @@ class TaylorAttention(CoefficientMixer):
 
     name = "taylor_attention"
 
-    def __init__(self, d_model: int, heads: int = 1, state_dim: int = 16, degree: int = 2, bias: bool = False,
-                 chunk_size: int = 64):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int = 1,
+        state_dim: int = 16,
+        degree: int = 2,
+        bias: bool = False,
+        chunk_size: int = 64,
+    ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model)
         self.state_dim = check_positive("state_dim", state_dim)

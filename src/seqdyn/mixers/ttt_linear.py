@@ -14,9 +14,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, split_heads
 from seqdyn.layers import HeadOutput
 from seqdyn.layers.norms import l2_normalize
+from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, split_heads
 
 
 class TTTLinear(CoefficientMixer):

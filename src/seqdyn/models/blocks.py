@@ -54,8 +54,10 @@ def make_norm(kind: str, dim: int, eps: float | None = None) -> nn.Module:
 
 
 #: why a bidirectional model has no streaming state
-NO_STEP = ("model.bidirectional: a bidirectional model reads the whole sequence both ways; it cannot be run "
-           "position by position (init_state / step)")
+NO_STEP = (
+    "model.bidirectional: a bidirectional model reads the whole sequence both ways; it cannot be run "
+    "position by position (init_state / step)"
+)
 
 
 class Bidirectional(nn.Module):
@@ -85,8 +87,11 @@ class Bidirectional(nn.Module):
         return self.forward_mixer.last_backend
 
     def output_projections(self) -> list[nn.Linear]:
-        return [out for out in (self.forward_mixer.output_projection(), self.backward_mixer.output_projection())
-                if out is not None]
+        return [
+            out
+            for out in (self.forward_mixer.output_projection(), self.backward_mixer.output_projection())
+            if out is not None
+        ]
 
     def init_state(self, batch: int) -> Any:
         raise ValueError(NO_STEP)
@@ -107,8 +112,16 @@ def mixer_projections(mixer: Mixer | Bidirectional) -> list[nn.Linear]:
 class _Block(nn.Module):
     """What both blocks share: where the norms sit, and the optional MLP sub-block ``x + MLP(norm₂ x)``."""
 
-    def _init_mlp(self, d_model: int, norm: str, mlp: str, mlp_ratio: float, norm_position: str,
-                  norm_eps: float | None = None, moe: dict[str, Any] | None = None) -> None:
+    def _init_mlp(
+        self,
+        d_model: int,
+        norm: str,
+        mlp: str,
+        mlp_ratio: float,
+        norm_position: str,
+        norm_eps: float | None = None,
+        moe: dict[str, Any] | None = None,
+    ) -> None:
         if norm_position not in NORM_POSITIONS:
             raise ValueError(f"norm_position: expected one of {list(NORM_POSITIONS)}, got {norm_position!r}")
         self.norm_position = norm_position
@@ -140,13 +153,22 @@ class _Block(nn.Module):
 class TransformerBlock(_Block):
     """Type 1: ``x + mixer(norm x)`` then ``x + MLP(norm x)``; the mixer runs at the model width."""
 
-    def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
-                 mlp_ratio: float = 4.0, norm_position: str = "pre", norm_eps: float | None = None,
-                 moe: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        mixer: Mixer,
+        norm: str = "layernorm",
+        mlp: str = "gelu",
+        mlp_ratio: float = 4.0,
+        norm_position: str = "pre",
+        norm_eps: float | None = None,
+        moe: dict[str, Any] | None = None,
+    ):
         super().__init__()
         if mixer.d_model != d_model:
-            raise ValueError(f"mixer: a transformer block needs a mixer of width d_model={d_model}, "
-                             f"got {mixer.d_model}")
+            raise ValueError(
+                f"mixer: a transformer block needs a mixer of width d_model={d_model}, got {mixer.d_model}"
+            )
         self.norm1 = make_norm(norm, d_model, norm_eps)
         self.mixer = mixer
         self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
@@ -198,9 +220,19 @@ class GatedBlock(_Block):
     """Type 2: in- and gate projections to the mixer's width, short conv + SiLU, mixer, RMSNorm ⊙ SiLU(gate),
     out-projection, residual; then the MLP sub-block.  The inner width is the mixer's ``d_model``."""
 
-    def __init__(self, d_model: int, mixer: Mixer, norm: str = "layernorm", mlp: str = "gelu",
-                 mlp_ratio: float = 4.0, short_conv: bool = False, conv_size: int = 4, norm_position: str = "pre",
-                 norm_eps: float | None = None, moe: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        mixer: Mixer,
+        norm: str = "layernorm",
+        mlp: str = "gelu",
+        mlp_ratio: float = 4.0,
+        short_conv: bool = False,
+        conv_size: int = 4,
+        norm_position: str = "pre",
+        norm_eps: float | None = None,
+        moe: dict[str, Any] | None = None,
+    ):
         super().__init__()
         inner = mixer.d_model
         self.norm1 = make_norm(norm, d_model, norm_eps)
@@ -212,8 +244,9 @@ class GatedBlock(_Block):
         self.out_proj = nn.Linear(inner, d_model, bias=False)
         self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
 
-    def _mixer_input(self, u: Tensor, conv_state: Tensor | None,
-                     packing: Packing | None = None) -> tuple[Tensor, Tensor | None]:
+    def _mixer_input(
+        self, u: Tensor, conv_state: Tensor | None, packing: Packing | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         a = self.in_proj(u)
         if self.conv is None:
             return F.silu(a), None
@@ -227,6 +260,7 @@ class GatedBlock(_Block):
     def forward(self, x: Tensor, backend: str = "auto", packing: Packing | None = None) -> Tensor:
         """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``packing`` (the short convolution restarts at each
         sequence's start; the mixer keeps them apart)."""
+
         def branch(u: Tensor) -> Tensor:
             a, _ = self._mixer_input(u, None, packing)
             return self._output(self._mix(a, backend, packing), u)

@@ -26,10 +26,15 @@ class MixtureOfExperts(Strict):
     experts: int = Field(8, gt=0, description="number of experts E")
     top_k: int = Field(2, gt=0, description="experts per token (at most experts)")
     normalize: bool = Field(True, description="the chosen experts' router probabilities renormalized to sum to 1")
-    shared_ratio: float = Field(0.0, ge=0, description="hidden width of a shared SwiGLU expert every token passes "
-                                "through, gated by σ(w_sᵀ x), in multiples of d_model; 0: none")
-    shared_gate: bool = Field(True, description="the shared expert gated by σ(w_sᵀ x) (Qwen3-Next); false: added "
-                              "as it is (Granite 4.0)")
+    shared_ratio: float = Field(
+        0.0,
+        ge=0,
+        description="hidden width of a shared SwiGLU expert every token passes "
+        "through, gated by σ(w_sᵀ x), in multiples of d_model; 0: none",
+    )
+    shared_gate: bool = Field(
+        True, description="the shared expert gated by σ(w_sᵀ x) (Qwen3-Next); false: added as it is (Granite 4.0)"
+    )
 
     @model_validator(mode="after")
     def _check_top_k(self) -> MixtureOfExperts:
@@ -42,51 +47,79 @@ class ModelConfig(Strict):
     """The network around the mixers (DESIGN §7): blocks, widths, positions, MLP, norms and head tying."""
 
     block: Literal["transformer", "gated"] = Field(
-        "transformer", description="the residual block around each mixer: transformer (x + mixer(norm x), then "
+        "transformer",
+        description="the residual block around each mixer: transformer (x + mixer(norm x), then "
         "x + MLP(norm x)) or gated (Mamba / Gated DeltaNet style: the mixer at width expand·d_model between an "
-        "input and a gate projection, its RMS-normed output times SiLU(gate), projected back; then the MLP)")
+        "input and a gate projection, its RMS-normed output times SiLU(gate), projected back; then the MLP)",
+    )
     mixer: Union[str, list[str]] = Field(
-        "softmax_attention", description="a mixer name (`seqdyn mixers` lists them), the import path of a mixer "
+        "softmax_attention",
+        description="a mixer name (`seqdyn mixers` lists them), the import path of a mixer "
         "of your own (my_package.my_module:MyMixer, importable from sys.path in every process: "
-        "docs/writing-a-mixer.md), or one of these per layer (a hybrid stack)")
+        "docs/writing-a-mixer.md), or one of these per layer (a hybrid stack)",
+    )
     mixer_options: Union[dict[str, Any], list[dict[str, Any]]] = Field(
-        default_factory=dict, description="the mixer's options (`seqdyn mixers` lists them with their defaults; "
-                                          "`seqdyn mixers NAME` says what each means), or one mapping per layer")
+        default_factory=dict,
+        description="the mixer's options (`seqdyn mixers` lists them with their defaults; "
+        "`seqdyn mixers NAME` says what each means), or one mapping per layer",
+    )
     d_model: int = Field(64, gt=0, description="model width D: the embedding and the residual stream")
     layers: int = Field(2, gt=0, description="number of blocks")
-    positions: bool = Field(True, description="add learned position embeddings, one per position up to the "
-                                               "task's input length")
-    bidirectional: bool = Field(False, description="each block runs a second mixer of the same kind on the "
-                                "reversed sequence and adds its output: a non-causal model (seed 002's "
-                                "Pathfinder-Segmentation), which cannot step()")
+    positions: bool = Field(
+        True, description="add learned position embeddings, one per position up to the task's input length"
+    )
+    bidirectional: bool = Field(
+        False,
+        description="each block runs a second mixer of the same kind on the "
+        "reversed sequence and adds its output: a non-causal model (seed 002's "
+        "Pathfinder-Segmentation), which cannot step()",
+    )
     mlp: Union[MLPKind, list[MLPKind]] = Field(
-        "gelu", description="the MLP after the mixer in every block (relu2: W₂ ReLU(W₁x)², Primer's, without "
-                            "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; moe: a mixture of SwiGLU experts, see moe; none: no MLP sub-block), or one of "
-                            "these per layer")
-    mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP (of each expert): "
-                                                     "round(mlp_ratio · d_model)")
+        "gelu",
+        description="the MLP after the mixer in every block (relu2: W₂ ReLU(W₁x)², Primer's, without "
+        "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; moe: a mixture of SwiGLU experts, see moe; none: no MLP sub-block), or one of "
+        "these per layer",
+    )
+    mlp_ratio: float = Field(
+        4.0, gt=0, description="hidden width of the MLP (of each expert): round(mlp_ratio · d_model)"
+    )
     moe: MixtureOfExperts = Field(default_factory=MixtureOfExperts, description="the experts of mlp: moe")
     norm: Literal["layernorm", "rmsnorm"] = Field(
-        "layernorm", description="the norm of the blocks, the final norm and the head: LayerNorm (with bias) or "
-                                 "RMSNorm")
+        "layernorm", description="the norm of the blocks, the final norm and the head: LayerNorm (with bias) or RMSNorm"
+    )
     norm_eps: Optional[float] = Field(
-        None, gt=0, description="the ε of every norm of the blocks and the final norm; None: each norm's own "
-                                "(LayerNorm 1e-5, RMSNorm 1e-6). A converted transformers model keeps its own")
+        None,
+        gt=0,
+        description="the ε of every norm of the blocks and the final norm; None: each norm's own "
+        "(LayerNorm 1e-5, RMSNorm 1e-6). A converted transformers model keeps its own",
+    )
     norm_position: Union[NormPosition, list[NormPosition]] = Field(
-        "pre", description="where each block's norms sit: pre (x + f(norm x), GPT-2), post (norm(x + f(x)), "
-                           "Vaswani et al.; seed 002's blocks; a model of post blocks alone has no final norm) or "
-                           "output (x + norm(f(x)), OLMo 2's), or one of these per layer")
+        "pre",
+        description="where each block's norms sit: pre (x + f(norm x), GPT-2), post (norm(x + f(x)), "
+        "Vaswani et al.; seed 002's blocks; a model of post blocks alone has no final norm) or "
+        "output (x + norm(f(x)), OLMo 2's), or one of these per layer",
+    )
     expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")
     short_conv: bool = Field(False, description="gated block: short causal convolution before the mixer")
     conv_size: int = Field(4, gt=0, description="taps of the gated block's short convolution (with short_conv)")
-    tie_embeddings: bool = Field(True, description="the language-model head shares the token embedding's weight "
-                                                   "(when the inputs are tokens and both vocabularies are equal)")
+    tie_embeddings: bool = Field(
+        True,
+        description="the language-model head shares the token embedding's weight "
+        "(when the inputs are tokens and both vocabularies are equal)",
+    )
     logit_softcap: Optional[float] = Field(
-        None, gt=0, description="the lm head's logits z become c·tanh(z / c) with this c (Gemma 2, Griffin / "
-                                "RecurrentGemma: 30); None: unbounded logits")
-    init_std: float = Field(0.02, gt=0, description="every Linear and Embedding weight ~ N(0, init_std²), Linear "
-                            "biases 0; the residual projections ~ N(0, (init_std / √(2·layers))²); parameters a "
-                            "mixer initializes itself (Mamba's Δ, ...) keep their initialization")
+        None,
+        gt=0,
+        description="the lm head's logits z become c·tanh(z / c) with this c (Gemma 2, Griffin / "
+        "RecurrentGemma: 30); None: unbounded logits",
+    )
+    init_std: float = Field(
+        0.02,
+        gt=0,
+        description="every Linear and Embedding weight ~ N(0, init_std²), Linear "
+        "biases 0; the residual projections ~ N(0, (init_std / √(2·layers))²); parameters a "
+        "mixer initializes itself (Mamba's Δ, ...) keep their initialization",
+    )
 
     def layer_mixers(self) -> list[tuple[str, dict[str, Any]]]:
         """``(mixer name, options)`` of every layer; a hybrid stack lists one mixer per layer."""
@@ -108,17 +141,25 @@ class ModelConfig(Strict):
     def _check_mixers(self) -> ModelConfig:
         from seqdyn import mixers
 
-        for field, value in (("mixer", self.mixer), ("mixer_options", self.mixer_options), ("mlp", self.mlp),
-                             ("norm_position", self.norm_position)):
+        for field, value in (
+            ("mixer", self.mixer),
+            ("mixer_options", self.mixer_options),
+            ("mlp", self.mlp),
+            ("norm_position", self.norm_position),
+        ):
             if isinstance(value, list) and len(value) != self.layers:
-                raise ValueError(f"{field}: a per-layer list must have one entry per layer ({self.layers}), got {len(value)}")
+                raise ValueError(
+                    f"{field}: a per-layer list must have one entry per layer ({self.layers}), got {len(value)}"
+                )
         for name, options in self.layer_mixers():
             mixers.get(name)  # an unknown name, or an import path that does not import, is named
             unknown = sorted(set(options) - set(mixers.options(name)))
             if unknown:
                 allowed = sorted(mixers.options(name))
-                raise ValueError(f"mixer_options: {name} has no option(s) {unknown}{did_you_mean(unknown, allowed)}; "
-                                 f"allowed: {allowed}")
+                raise ValueError(
+                    f"mixer_options: {name} has no option(s) {unknown}{did_you_mean(unknown, allowed)}; "
+                    f"allowed: {allowed}"
+                )
         return self
 
 

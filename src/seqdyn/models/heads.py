@@ -54,8 +54,9 @@ class LinearHead(Head):
 
     token_wise = True
 
-    def __init__(self, d_model: int, out: int, bias: bool = True, tied: nn.Embedding | None = None,
-                 softcap: float | None = None):
+    def __init__(
+        self, d_model: int, out: int, bias: bool = True, tied: nn.Embedding | None = None, softcap: float | None = None
+    ):
         super().__init__()
         self.softcap = softcap
         if tied is not None and tuple(tied.weight.shape) != (out, d_model):
@@ -124,15 +125,23 @@ class AutoEncoderHead(Head):
     def __init__(self, d_model: int, out: int, length: int, norm: str = "rmsnorm"):
         super().__init__()
         self.register_buffer("positions", sinusoidal_positions(length, d_model), persistent=False)
-        self.decoder = nn.Sequential(make_norm(norm, d_model), nn.Linear(d_model, d_model), nn.GELU(),
-                                     make_norm(norm, d_model), nn.Linear(d_model, d_model), nn.GELU())
+        self.decoder = nn.Sequential(
+            make_norm(norm, d_model),
+            nn.Linear(d_model, d_model),
+            nn.GELU(),
+            make_norm(norm, d_model),
+            nn.Linear(d_model, d_model),
+            nn.GELU(),
+        )
         self.unembed = nn.Sequential(make_norm(norm, d_model), nn.Linear(d_model, out))
 
     def forward(self, h: Tensor) -> Tensor:
         length = h.shape[1]
         if length > self.positions.shape[0]:
-            raise ValueError(f"inputs: {length} positions, but the auto-encoder head decodes at most "
-                             f"{self.positions.shape[0]} (spec.input_len)")
+            raise ValueError(
+                f"inputs: {length} positions, but the auto-encoder head decodes at most "
+                f"{self.positions.shape[0]} (spec.input_len)"
+            )
         codes = h[:, -1:] + self.positions[:length].to(h.dtype)  # [n, T, D]
         return self.unembed(self.decoder(codes))
 
@@ -140,12 +149,20 @@ class AutoEncoderHead(Head):
         raise ValueError("head: the autoencoder head decodes from the last position and cannot stream; use forward")
 
 
-def build_head(kind: str, d_model: int, out: int, length: int, norm: str = "layernorm",
-               tied: nn.Embedding | None = None, softcap: float | None = None) -> Head:
+def build_head(
+    kind: str,
+    d_model: int,
+    out: int,
+    length: int,
+    norm: str = "layernorm",
+    tied: nn.Embedding | None = None,
+    softcap: float | None = None,
+) -> Head:
     """The head of ``kind`` (one of :data:`HEAD_KINDS`); ``tied`` and ``softcap`` only apply to ``lm``."""
     if softcap is not None and kind != "lm":
-        raise ValueError(f"model.logit_softcap: caps the logits of the lm head, not of a {kind} head; leave it "
-                         f"unset (None)")
+        raise ValueError(
+            f"model.logit_softcap: caps the logits of the lm head, not of a {kind} head; leave it unset (None)"
+        )
     if kind == "lm":
         return LinearHead(d_model, out, bias=False, tied=tied, softcap=softcap)
     if kind in ("regression", "tagging"):

@@ -59,21 +59,37 @@ class SequenceModel(nn.Module):
         tokens = spec.input_kind == "tokens"
         self.embedding = nn.Embedding(spec.input_size, d) if tokens else nn.Linear(spec.input_size, d)
         self.positions = nn.Embedding(spec.input_len, d) if config.positions else None
-        self.blocks = nn.ModuleList(_build_block(config, index, name, options)
-                                    for index, (name, options) in enumerate(config.layer_mixers()))
+        self.blocks = nn.ModuleList(
+            _build_block(config, index, name, options) for index, (name, options) in enumerate(config.layer_mixers())
+        )
         # post-norm blocks end on a norm already
         post = set(config.layer_norm_positions()) == {"post"}
         self.norm = nn.Identity() if post else make_norm(config.norm, d, config.norm_eps)
         tie = config.tie_embeddings and spec.head == "lm" and tokens and spec.input_size == spec.output_size
-        self.head: Head = build_head(spec.head, d, spec.output_size, spec.input_len, config.norm,
-                                     tied=self.embedding if tie else None, softcap=config.logit_softcap)
+        self.head: Head = build_head(
+            spec.head,
+            d,
+            spec.output_size,
+            spec.input_len,
+            config.norm,
+            tied=self.embedding if tie else None,
+            softcap=config.logit_softcap,
+        )
         self.tied = tie
         init_weights(self)
 
     # --- full sequences --------------------------------------------------------------------------------------
-    def forward(self, inputs: Tensor, backend: str = "auto", *, cu_seqlens: Tensor | None = None,
-                attention_mask: Tensor | None = None, state: ModelState | None = None, return_state: bool = False,
-                head: bool = True):
+    def forward(
+        self,
+        inputs: Tensor,
+        backend: str = "auto",
+        *,
+        cu_seqlens: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        state: ModelState | None = None,
+        return_state: bool = False,
+        head: bool = True,
+    ):
         """``inputs`` (tokens ``[n, T]`` or channels ``[n, T, C_in]``) -> ``[n, T, output_size]``; ``head=False``:
         the head's input ``[n, T, D]`` (the final norm's output, the hidden states).
 
@@ -87,24 +103,33 @@ class SequenceModel(nn.Module):
         one forward over the whole sequence.
         """
         if state is not None or return_state:
-            return from_state(lambda u, s: self._forward_with_state(u, s, backend, head), inputs, state, return_state,
-                              cu_seqlens, attention_mask)
+            return from_state(
+                lambda u, s: self._forward_with_state(u, s, backend, head),
+                inputs,
+                state,
+                return_state,
+                cu_seqlens,
+                attention_mask,
+            )
         sequences = sequences_of(inputs, cu_seqlens, attention_mask)
         if sequences is None:
             return self._forward(inputs, backend, head)
         if self.config.bidirectional or not self.head.streams:
             what = "model.bidirectional" if self.config.bidirectional else f"the {self.spec.head} head"
-            raise ValueError(f"cu_seqlens/attention_mask: {what} reads the whole sequence, so padding or a packed "
-                             "neighbour would change it; run such sequences one by one (or as a batch of equal "
-                             "length)")
+            raise ValueError(
+                f"cu_seqlens/attention_mask: {what} reads the whole sequence, so padding or a packed "
+                "neighbour would change it; run such sequences one by one (or as a batch of equal "
+                "length)"
+            )
         if not self.head.token_wise:
             return sequences.in_place(self._forward(sequences.side_by_side(inputs), backend, head))
         if isinstance(sequences, Padding) and sequences.whole:
             return self._forward(inputs, backend, head)
         return sequences.unpacked(self._forward_packed(sequences.packed(inputs), sequences.tokens, backend, head))
 
-    def _forward_with_state(self, inputs: Tensor, state: ModelState | None, backend: str,
-                            head: bool = True) -> tuple[Tensor, ModelState]:
+    def _forward_with_state(
+        self, inputs: Tensor, state: ModelState | None, backend: str, head: bool = True
+    ) -> tuple[Tensor, ModelState]:
         self._check_inputs(inputs, with_time=True)
         state = self.init_state(inputs.shape[0]) if state is None else state
         if not isinstance(state, ModelState):
@@ -113,9 +138,11 @@ class SequenceModel(nn.Module):
         end = state.position + inputs.shape[1]
         if self.positions is not None:
             if end > self.spec.input_len:
-                raise ValueError(f"state: positions {state.position} … {end - 1} run past the learned positions "
-                                 f"(input_len={self.spec.input_len})")
-            x = x + self.positions.weight[state.position:end]
+                raise ValueError(
+                    f"state: positions {state.position} … {end - 1} run past the learned positions "
+                    f"(input_len={self.spec.input_len})"
+                )
+            x = x + self.positions.weight[state.position : end]
         block_states = []
         for block, block_state in zip(self.blocks, state.blocks):
             x, block_state = block.forward_with_state(x, block_state, backend)
@@ -169,8 +196,9 @@ class SequenceModel(nn.Module):
         x = self._input_map(inputs_t)
         if self.positions is not None:
             if state.position >= self.spec.input_len:
-                raise ValueError(f"state: position {state.position} is past the learned positions "
-                                 f"(input_len={self.spec.input_len})")
+                raise ValueError(
+                    f"state: position {state.position} is past the learned positions (input_len={self.spec.input_len})"
+                )
             x = x + self.positions.weight[state.position]
         block_states = []
         for block, block_state in zip(self.blocks, state.blocks):
@@ -199,8 +227,11 @@ class SequenceModel(nn.Module):
         if not tokens and inputs.shape[-1] != self.spec.input_size:
             raise ValueError(f"{what}: expected C={self.spec.input_size} channels, got {inputs.shape[-1]}")
         length = inputs.shape[1] if length is None and with_time else length
-        if with_time and not 1 <= length <= self.spec.input_len and (
-                self.positions is not None or self.spec.head == "autoencoder"):
+        if (
+            with_time
+            and not 1 <= length <= self.spec.input_len
+            and (self.positions is not None or self.spec.head == "autoencoder")
+        ):
             raise ValueError(f"{what}: {length} positions; this model takes 1 … {self.spec.input_len}")
 
     def extra_repr(self) -> str:
@@ -227,8 +258,14 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
             mixer = Bidirectional(mixer, mixers.build(name, width, **options))
     except ValueError as error:
         raise ValueError(f"mixer_options (layer {index}, {name}): {error}") from None
-    common = dict(norm=config.norm, mlp=config.layer_mlps()[index], mlp_ratio=config.mlp_ratio,
-                  norm_position=config.layer_norm_positions()[index], norm_eps=config.norm_eps, moe=config.moe.model_dump())
+    common = dict(
+        norm=config.norm,
+        mlp=config.layer_mlps()[index],
+        mlp_ratio=config.mlp_ratio,
+        norm_position=config.layer_norm_positions()[index],
+        norm_eps=config.norm_eps,
+        moe=config.moe.model_dump(),
+    )
     if config.block == "transformer":
         return TransformerBlock(d, mixer, **common)
     if config.block == "gated":
@@ -280,8 +317,7 @@ def count_parameters(model: nn.Module, embeddings: bool = True, trainable_only: 
     skip: set[int] = set()
     if not embeddings and isinstance(model, SequenceModel):
         skip = {id(p) for part in (model.embedding, model.positions) if part is not None for p in part.parameters()}
-    return sum(p.numel() for p in model.parameters()
-               if id(p) not in skip and (p.requires_grad or not trainable_only))
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip and (p.requires_grad or not trainable_only))
 
 
 def build_model(config: ModelConfig | Mapping[str, Any], spec: TaskSpec | Task) -> SequenceModel:

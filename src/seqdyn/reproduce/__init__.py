@@ -41,8 +41,9 @@ FRAMEWORK = frozenset({"base", "claims", "commands", "protocols", "runner"})
 
 @lru_cache(maxsize=None)
 def _module_names() -> tuple[str, ...]:
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                        if not m.name.startswith("_") and m.name not in FRAMEWORK))
+    return tuple(
+        sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and m.name not in FRAMEWORK)
+    )
 
 
 def names() -> list[str]:

@@ -77,8 +77,9 @@ class Results:
                 seen.append(row.get(key))
         return seen
 
-    def score(self, label: str, rows: Iterable[dict[str, Any]], cells: Sequence[str] = (),
-              higher_is_better: bool = True) -> Score:
+    def score(
+        self, label: str, rows: Iterable[dict[str, Any]], cells: Sequence[str] = (), higher_is_better: bool = True
+    ) -> Score:
         """Per seed: the best result over the rows of each cell (rows that agree on the keys ``cells``; what is
         left to vary is the learning-rate grid), averaged over the cells.  Runs without a result (failed for
         another reason than divergence, unfinished, not run) are named as missing."""
@@ -194,8 +195,17 @@ class Computation(Reproduction):
 def computed_row(name: str, run_id: str, wall_time: float, values: dict[str, Any]) -> dict[str, Any]:
     """One computation of a :class:`Computation` as a result row: a finished run's keys (so ``results.csv`` and the
     provenance read it) and its own ``values`` (dotted keys)."""
-    return {"name": name, "run_id": run_id, "status": "finished", "reason": None, "best": None, "final": None,
-            "steps": 0, "wall_time": wall_time, **values}
+    return {
+        "name": name,
+        "run_id": run_id,
+        "status": "finished",
+        "reason": None,
+        "best": None,
+        "final": None,
+        "steps": 0,
+        "wall_time": wall_time,
+        **values,
+    }
 
 
 def sweep_name(reproduction: Reproduction, scale: str, sweep: SweepConfig) -> str:

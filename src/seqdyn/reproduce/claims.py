@@ -85,10 +85,13 @@ class Outcome:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict: expected one of {', '.join(VERDICTS)}, got {self.verdict!r}")
-        if (self.cause is None) != (self.verdict != INCONCLUSIVE) or (self.cause is not None
-                                                                      and self.cause not in CAUSES):
-            raise ValueError(f"cause: an inconclusive verdict takes one of {', '.join(CAUSES)} and no other verdict "
-                             f"takes one, got {self.cause!r} for {self.verdict!r}")
+        if (self.cause is None) != (self.verdict != INCONCLUSIVE) or (
+            self.cause is not None and self.cause not in CAUSES
+        ):
+            raise ValueError(
+                f"cause: an inconclusive verdict takes one of {', '.join(CAUSES)} and no other verdict "
+                f"takes one, got {self.cause!r} for {self.verdict!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -112,14 +115,24 @@ class Control:
         score = self.score(results)
         level = None if self.level is None else self.level(results)
         if self.level is not None and level is None:
-            return {"description": self.description, "setting": score.label, "value": None,
-                    "threshold": self.threshold, "level": None, "passed": False}
+            return {
+                "description": self.description,
+                "setting": score.label,
+                "value": None,
+                "threshold": self.threshold,
+                "level": None,
+                "passed": False,
+            }
         sign = 1.0 if self.higher_is_better else -1.0
         threshold = self.threshold if level is None else level + sign * self.threshold
         outcome = reaches(score, threshold) if self.higher_is_better else at_most(score, threshold)
-        checked = {"description": self.description, "setting": score.label,
-                   "value": score.mean if score.values else None, "threshold": threshold,
-                   "passed": outcome.verdict == HELD}
+        checked = {
+            "description": self.description,
+            "setting": score.label,
+            "value": score.mean if score.values else None,
+            "threshold": threshold,
+            "passed": outcome.verdict == HELD,
+        }
         if not checked["passed"] and score.values and sign * (score.mean - threshold) >= 0:
             # the mean is on the right side: a seed is not, and that seed is what failed the control
             checked["weakest_seed"] = min(score.values) if self.higher_is_better else max(score.values)
@@ -169,10 +182,10 @@ class Plateau:
             best = max(score.values) if self.higher_is_better else min(score.values)
             if (best <= level + self.margin) if self.higher_is_better else (best >= level - self.margin):
                 stops = f" [{'; '.join(score.stops)}]" if score.stops else ""
-                found.append(f"{score.label} best seed {best:.3g} within {self.margin:g} of the plateau "
-                             f"{level:.3g}{stops}")
+                found.append(
+                    f"{score.label} best seed {best:.3g} within {self.margin:g} of the plateau {level:.3g}{stops}"
+                )
         return found
-
 
 
 @dataclass(frozen=True)
@@ -197,9 +210,14 @@ class Claim:
         outcome = self.test(results)
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
-            return Outcome(INCONCLUSIVE, outcome.numbers, f"control {checked['setting']} {control_value(checked)} "
-                           f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})", checked,
-                           CONTROL)
+            return Outcome(
+                INCONCLUSIVE,
+                outcome.numbers,
+                f"control {checked['setting']} {control_value(checked)} "
+                f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})",
+                checked,
+                CONTROL,
+            )
         undecided = outcome.verdict in (FAILED, INCONCLUSIVE)
         stuck = self.plateau.stuck(results) if self.plateau is not None and undecided else []
         if stuck:
@@ -212,8 +230,9 @@ class Claim:
 
 def _incomplete(scores: Sequence[Score]) -> Outcome | None:
     """*Inconclusive* when a score lacks a run, naming what is missing; None when every score is complete."""
-    missing = [f"{score.label}: {', '.join(score.missing) or 'no finished run'}" for score in scores
-               if not score.complete]
+    missing = [
+        f"{score.label}: {', '.join(score.missing) or 'no finished run'}" for score in scores if not score.complete
+    ]
     if not missing:
         return None
     numbers = {score.label: score.mean for score in scores if score.values}
@@ -237,13 +256,19 @@ def at_least(a: Score, b: Score, margin: float = 0.0, ceiling: float | None = No
     if difference - margin > spread or (spread == 0 and difference >= margin):
         return Outcome(HELD, numbers)
     if ceiling is not None and min(a.mean, b.mean) >= ceiling - PLATEAU_MARGIN:
-        reason = (f"at the ceiling: {a.label} {a.mean:.3g} and {b.label} {b.mean:.3g} both within {PLATEAU_MARGIN:g} "
-                  f"of the best score {ceiling:g}")
+        reason = (
+            f"at the ceiling: {a.label} {a.mean:.3g} and {b.label} {b.mean:.3g} both within {PLATEAU_MARGIN:g} "
+            f"of the best score {ceiling:g}"
+        )
         return Outcome(INCONCLUSIVE, numbers, reason, cause=CEILING)
     if margin - difference > spread:
         return Outcome(FAILED, numbers)
-    return Outcome(INCONCLUSIVE, numbers, f"the difference {difference:+.3f} is within the seed spread {spread:.3f} "
-                                          f"of the margin {margin:+.3f}", cause=SEEDS)
+    return Outcome(
+        INCONCLUSIVE,
+        numbers,
+        f"the difference {difference:+.3f} is within the seed spread {spread:.3f} of the margin {margin:+.3f}",
+        cause=SEEDS,
+    )
 
 
 def within(a: Score, b: Score, tolerance: float) -> Outcome:
@@ -257,8 +282,13 @@ def within(a: Score, b: Score, tolerance: float) -> Outcome:
         return Outcome(HELD, numbers)
     if abs(difference) - tolerance > spread:
         return Outcome(FAILED, numbers)
-    return Outcome(INCONCLUSIVE, numbers, f"|difference| {abs(difference):.3f} exceeds the tolerance {tolerance:.3f} "
-                                          f"by less than the seed spread {spread:.3f}", cause=SEEDS)
+    return Outcome(
+        INCONCLUSIVE,
+        numbers,
+        f"|difference| {abs(difference):.3f} exceeds the tolerance {tolerance:.3f} "
+        f"by less than the seed spread {spread:.3f}",
+        cause=SEEDS,
+    )
 
 
 def reaches(score: Score, threshold: float) -> Outcome:
@@ -276,8 +306,12 @@ def _every_seed(score: Score, threshold: float, verb: str, passes: Callable[[flo
     incomplete = _incomplete((score,))
     if incomplete is not None:
         return incomplete
-    numbers = {score.label: score.mean, "lowest seed": min(score.values), "highest seed": max(score.values),
-               "threshold": threshold}
+    numbers = {
+        score.label: score.mean,
+        "lowest seed": min(score.values),
+        "highest seed": max(score.values),
+        "threshold": threshold,
+    }
     passed = [passes(value) for value in score.values]
     if all(passed):
         return Outcome(HELD, numbers)
@@ -299,6 +333,7 @@ def every(outcomes: dict[str, Outcome]) -> Outcome:
     open_ = {key: outcome for key, outcome in outcomes.items() if outcome.verdict == INCONCLUSIVE}
     if open_:
         cause = min((outcome.cause for outcome in open_.values()), key=CAUSES.index)
-        return Outcome(INCONCLUSIVE, numbers, "; ".join(f"{key}: {outcome.reason}" for key, outcome in open_.items()),
-                       cause=cause)
+        return Outcome(
+            INCONCLUSIVE, numbers, "; ".join(f"{key}: {outcome.reason}" for key, outcome in open_.items()), cause=cause
+        )
     return Outcome(HELD, numbers)

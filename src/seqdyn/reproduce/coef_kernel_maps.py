@@ -30,17 +30,38 @@ from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, at_most, every
 from seqdyn.reproduce.coef_readout_maps import SCALES as READOUT_SCALES
-from seqdyn.reproduce.protocols.mad import (CONTROL_OPTIONS, MAD_CONTROL, MAX_ZEROS, NEAR_ZERO, PAPER_PROTOCOL,
-                                            SMOKE_REDUCTION, TRANSFORMER_BLOCK, ZERO_BOUND, best_runs, left_out_words,
-                                            mad_plateau, mad_score, mad_sweeps, measure_best_runs, measured_score,
-                                            principle_panels, tasks_of)
+from seqdyn.reproduce.protocols.mad import (
+    CONTROL_OPTIONS,
+    MAD_CONTROL,
+    MAX_ZEROS,
+    NEAR_ZERO,
+    PAPER_PROTOCOL,
+    SMOKE_REDUCTION,
+    TRANSFORMER_BLOCK,
+    ZERO_BOUND,
+    best_runs,
+    left_out_words,
+    mad_plateau,
+    mad_score,
+    mad_sweeps,
+    measure_best_runs,
+    measured_score,
+    principle_panels,
+    tasks_of,
+)
 from seqdyn.train.config import SweepConfig
 
 FEATURE = "model.mixer_options.feature_map"
 READOUT = "model.mixer_options.readout"
 #: (label, readout φ, feature map ψ): the two baselines, then the kernel approximations
-MODELS = (("softmax", "exp", None), ("linear", "identity", None), ("ψ = elu + 1", "identity", "elu1"),
-          ("ψ = ReLU", "identity", "relu"), ("ψ = softplus", "identity", "softplus"), ("ψ = exp", "identity", "exp"))
+MODELS = (
+    ("softmax", "exp", None),
+    ("linear", "identity", None),
+    ("ψ = elu + 1", "identity", "elu1"),
+    ("ψ = ReLU", "identity", "relu"),
+    ("ψ = softplus", "identity", "softplus"),
+    ("ψ = exp", "identity", "exp"),
+)
 KERNELS = tuple(label for label, _, feature in MODELS if feature is not None)
 #: "deteriorating performance": the kernel approximations below softmax by at least 5 points
 MARGIN = 0.05
@@ -48,7 +69,8 @@ TASKS = ("fuzzy_in_context_recall", "selective_copying")
 #: the sizes of ``coef_readout_maps`` (Fig. 8 is "equivalent to Figure 1"), on its first two tasks
 SCALES: dict[str, dict[str, Any]] = {
     scale: {**sizes, "tasks": {task: sizes["tasks"][task] for task in TASKS if task in sizes["tasks"]}}
-    for scale, sizes in READOUT_SCALES.items()}
+    for scale, sizes in READOUT_SCALES.items()
+}
 
 
 def model_entry(readout: str, feature: str | None) -> dict[str, Any]:
@@ -60,8 +82,9 @@ def model_entry(readout: str, feature: str | None) -> dict[str, Any]:
 
 
 def label_of(row: dict[str, Any]) -> str:
-    return next(label for label, readout, feature in MODELS
-                if row.get(READOUT) == readout and row.get(FEATURE) == feature)
+    return next(
+        label for label, readout, feature in MODELS if row.get(READOUT) == readout and row.get(FEATURE) == feature
+    )
 
 
 def _rows(results: Results, task: str, labels: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -77,22 +100,41 @@ def _near_zero(results: Results, task: str, labels: tuple[str, ...], name: str) 
 
 
 def _kernels_below_softmax(results: Results) -> Outcome:
-    return every({task: at_least(_accuracy(results, task, ("softmax",), "softmax"),
-                                 _accuracy(results, task, KERNELS, "kernel approximations"), MARGIN,
-                                 ceiling=BEST_SCORE)
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task: at_least(
+                _accuracy(results, task, ("softmax",), "softmax"),
+                _accuracy(results, task, KERNELS, "kernel approximations"),
+                MARGIN,
+                ceiling=BEST_SCORE,
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 def _kernels_suppress_less_than_softmax(results: Results) -> Outcome:
-    return every({task: at_least(_near_zero(results, task, ("softmax",), "near-zero fraction, softmax"),
-                                 _near_zero(results, task, KERNELS, "near-zero fraction, kernels"))
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task: at_least(
+                _near_zero(results, task, ("softmax",), "near-zero fraction, softmax"),
+                _near_zero(results, task, KERNELS, "near-zero fraction, kernels"),
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 def _kernels_suppress_more_than_identity(results: Results) -> Outcome:
-    return every({task: at_least(_near_zero(results, task, KERNELS, "near-zero fraction, kernels"),
-                                 _near_zero(results, task, ("linear",), "near-zero fraction, identity"))
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task: at_least(
+                _near_zero(results, task, KERNELS, "near-zero fraction, kernels"),
+                _near_zero(results, task, ("linear",), "near-zero fraction, identity"),
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 def excess_zeros(results: Results) -> Score:
@@ -101,8 +143,11 @@ def excess_zeros(results: Results) -> Score:
     (≤ 0: the bound holds everywhere).  The kernel approximations are left out: Corollary 2.2 asks for linearly
     independent keys, and features such as ReLU(k) vanish, zeroing coefficients whatever the query."""
     by_seed: dict[Any, list[float]] = {}
-    measured = [row for row in best_runs(results.rows, ("task.name", READOUT, FEATURE))
-                if row.get(READOUT) == "identity" and row.get(FEATURE) is None]  # φ(qᵀk) = qᵀk on q, k themselves
+    measured = [
+        row
+        for row in best_runs(results.rows, ("task.name", READOUT, FEATURE))
+        if row.get(READOUT) == "identity" and row.get(FEATURE) is None
+    ]  # φ(qᵀk) = qᵀk on q, k themselves
     for row in measured:
         if row.get(MAX_ZEROS) is not None:
             by_seed.setdefault(row.get("train.seed"), []).append(float(row[MAX_ZEROS] - row[ZERO_BOUND]))
@@ -115,22 +160,43 @@ def _zero_bound_holds(results: Results) -> Outcome:
 
 
 CLAIMS = (
-    Claim("kernels < softmax", f"on every task, the kernel approximations score ≤ softmax − {MARGIN} (mean over the "
-          "four maps; best over the lr × weight-decay grid)",
-          "the kernel approximations set a smaller fraction of coefficients in the near-zero set [...] thus "
-          "deteriorating performance on both tasks", _kernels_below_softmax, control=MAD_CONTROL,
-          plateau=mad_plateau(lambda results, task: [_accuracy(results, task, ("softmax",), "softmax"),
-                                                     _accuracy(results, task, KERNELS, "kernel approximations")])),
-    Claim("kernels suppress less than softmax", "on every task, the kernel approximations' near-zero fraction ≤ "
-          "softmax's", "the kernel approximations set a smaller fraction of coefficients in the near-zero set",
-          _kernels_suppress_less_than_softmax, control=MAD_CONTROL),
-    Claim("kernels suppress more than identity", "on every task, the kernel approximations' near-zero fraction ≥ "
-          "the identity readout's", "most kernel approximations are more efficient at setting coefficients close "
-          "to zero than the identity readout map", _kernels_suppress_more_than_identity, control=MAD_CONTROL),
-    Claim("zeros per row ≤ K − 1", "in trained linear attention (identity readout, no feature map), no row index "
-          "has more than K − 1 zero coefficients on average over a batch (Corollary 2.2; zero queries left out)",
-          "The figure shows that the allowed number of zero coefficients is never "
-          "exceeded", _zero_bound_holds),
+    Claim(
+        "kernels < softmax",
+        f"on every task, the kernel approximations score ≤ softmax − {MARGIN} (mean over the "
+        "four maps; best over the lr × weight-decay grid)",
+        "the kernel approximations set a smaller fraction of coefficients in the near-zero set [...] thus "
+        "deteriorating performance on both tasks",
+        _kernels_below_softmax,
+        control=MAD_CONTROL,
+        plateau=mad_plateau(
+            lambda results, task: [
+                _accuracy(results, task, ("softmax",), "softmax"),
+                _accuracy(results, task, KERNELS, "kernel approximations"),
+            ]
+        ),
+    ),
+    Claim(
+        "kernels suppress less than softmax",
+        "on every task, the kernel approximations' near-zero fraction ≤ softmax's",
+        "the kernel approximations set a smaller fraction of coefficients in the near-zero set",
+        _kernels_suppress_less_than_softmax,
+        control=MAD_CONTROL,
+    ),
+    Claim(
+        "kernels suppress more than identity",
+        "on every task, the kernel approximations' near-zero fraction ≥ the identity readout's",
+        "most kernel approximations are more efficient at setting coefficients close "
+        "to zero than the identity readout map",
+        _kernels_suppress_more_than_identity,
+        control=MAD_CONTROL,
+    ),
+    Claim(
+        "zeros per row ≤ K − 1",
+        "in trained linear attention (identity readout, no feature map), no row index "
+        "has more than K − 1 zero coefficients on average over a batch (Corollary 2.2; zero queries left out)",
+        "The figure shows that the allowed number of zero coefficients is never exceeded",
+        _zero_bound_holds,
+    ),
 )
 
 
@@ -138,24 +204,25 @@ class KernelMaps(Reproduction):
     name = "coef_kernel_maps"
     paper = "seed 001 (coefficient dynamics)"
     figure = "Fig. 8 / Fig. 9"
-    summary = ("Softmax, linear attention and four kernel approximations ψ(q)ᵀψ(k) of exp (Λ = I, b = K^-½, "
-               "η = max(|Σα|, 1)) on MAD's fuzzy in-context recall and selective copying: accuracy (best over the "
-               "lr × weight-decay grid, mean over seeds ± half the seed range), the fraction of coefficients below "
-               "10⁻³, and the mean number of zero coefficients of a row against K − 1.")
+    summary = (
+        "Softmax, linear attention and four kernel approximations ψ(q)ᵀψ(k) of exp (Λ = I, b = K^-½, "
+        "η = max(|Σα|, 1)) on MAD's fuzzy in-context recall and selective copying: accuracy (best over the "
+        "lr × weight-decay grid, mean over seeds ± half the seed range), the fraction of coefficients below "
+        "10⁻³, and the mean number of zero coefficients of a row against K − 1."
+    )
     claims = CLAIMS
     reductions = {
         "paper": PAPER_PROTOCOL + "; Type 1 blocks with learned positions; both tasks at MAD's settings.",
         "cpu": "The sizes of coef_readout_maps' cpu scale on its tasks among Fig. 8's two: selective copying at L = "
-               "32 with 4 tokens to copy (the setting its control's difficulty pilot chose, mad.CPU_TASKS); width 64 "
-               "(4 heads of 16, so K − 1 = 15); 2,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and "
-               "weight decay 0.1 only; three seeds; softmax and linear attention are coef_readout_maps' exp and identity "
-               "runs (shared in a store). " + left_out_words(*TASKS),
+        "32 with 4 tokens to copy (the setting its control's difficulty pilot chose, mad.CPU_TASKS); width 64 "
+        "(4 heads of 16, so K − 1 = 15); 2,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and "
+        "weight decay 0.1 only; three seeds; softmax and linear attention are coef_readout_maps' exp and identity "
+        "runs (shared in a store). " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS],
-                          **SCALES[scale])
+        return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS], **SCALES[scale])
 
     def measure(self, results: Results, store_path: str | Path) -> Results:
         return measure_best_runs(results, store_path, ("task.name", READOUT, FEATURE))
@@ -172,18 +239,26 @@ class KernelMaps(Reproduction):
                 cells.append(score_cell(_near_zero(results, task, (label,), label), percent))
             lines.append("| " + " | ".join(cells) + " |")
         excess = excess_zeros(results)
-        bound = ("" if not excess.values else
-                 f"\n\nFig. 9's count (the batch's mean zero coefficients of a row index, largest over layers, heads "
-                 f"and rows) of linear attention, minus the bound K − 1: {max(excess.values):+.2f} "
-                 f"(Corollary 2.2 allows ≤ 0).")
-        return ("\n".join(lines) + bound + "\n\nThe near-zero % is the share of causal coefficients below 10⁻³ in the "
-                "best run of each seed (mean over layers and heads, 16 test inputs). The paper prints Figs. 8 and 9 "
-                "only as figures.")
+        bound = (
+            ""
+            if not excess.values
+            else f"\n\nFig. 9's count (the batch's mean zero coefficients of a row index, largest over layers, heads "
+            f"and rows) of linear attention, minus the bound K − 1: {max(excess.values):+.2f} "
+            f"(Corollary 2.2 allows ≤ 0)."
+        )
+        return (
+            "\n".join(lines) + bound + "\n\nThe near-zero % is the share of causal coefficients below 10⁻³ in the "
+            "best run of each seed (mean over layers and heads, 16 test inputs). The paper prints Figs. 8 and 9 "
+            "only as figures."
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         """Fig. 8's panels: per task, accuracy against the near-zero fraction of each model's best runs."""
-        return plot_principle(principle_panels(results, (READOUT, FEATURE), label_of), path,
-                              title="seed 001 Fig. 8: kernel approximations of exp")
+        return plot_principle(
+            principle_panels(results, (READOUT, FEATURE), label_of),
+            path,
+            title="seed 001 Fig. 8: kernel approximations of exp",
+        )
 
 
 REPRODUCTION = KernelMaps()

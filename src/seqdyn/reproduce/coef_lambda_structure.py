@@ -24,10 +24,28 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every
-from seqdyn.reproduce.protocols.mad import (CONTROL_ENTRY, GATED_BLOCK, MAD_CONTROL, PAPER_LRS, PAPER_PROTOCOL,
-                                            PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE, SMOKE_REDUCTION, SMOKE_TASKS,
-                                            Budget, control_score, cpu_tasks, is_control, left_out_words, mad_plateau,
-                                            mad_score, mad_sweeps, pick, tasks_of)
+from seqdyn.reproduce.protocols.mad import (
+    CONTROL_ENTRY,
+    GATED_BLOCK,
+    MAD_CONTROL,
+    PAPER_LRS,
+    PAPER_PROTOCOL,
+    PAPER_TASKS,
+    PAPER_WEIGHT_DECAYS,
+    SMOKE,
+    SMOKE_REDUCTION,
+    SMOKE_TASKS,
+    Budget,
+    control_score,
+    cpu_tasks,
+    is_control,
+    left_out_words,
+    mad_plateau,
+    mad_score,
+    mad_sweeps,
+    pick,
+    tasks_of,
+)
 from seqdyn.train.config import SweepConfig
 
 OPTIONS = "model.mixer_options."
@@ -63,21 +81,36 @@ HEADS = 4
 TASKS = ("fuzzy_in_context_recall", "selective_copying")
 
 SCALES: dict[str, dict[str, Any]] = {
-    "paper": dict(tasks=pick(PAPER_TASKS, *TASKS), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
-                  budget=Budget()),
-    "cpu": dict(tasks=cpu_tasks(*TASKS), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
-                budget=Budget(epochs=None, steps=1_500, train_examples=12_800, test_examples=256, batch_size=32,
-                              eval_every=250, width=64)),
-    "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,),
-                  budget=SMOKE),
+    "paper": dict(
+        tasks=pick(PAPER_TASKS, *TASKS), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,), budget=Budget()
+    ),
+    "cpu": dict(
+        tasks=cpu_tasks(*TASKS),
+        lrs=(1e-3,),
+        weight_decays=(0.1,),
+        seeds=(0, 1, 2),
+        budget=Budget(
+            epochs=None, steps=1_500, train_examples=12_800, test_examples=256, batch_size=32, eval_every=250, width=64
+        ),
+    ),
+    "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE),
 }
 
 
 def model_entry(variant: Variant, heads: int = HEADS) -> dict[str, Any]:
     """The ``model`` sweep-axis entry of one variant: a Type 2 block around the ``custom`` mixer."""
-    return {**GATED_BLOCK, "mixer": "custom",
-            "mixer_options": {"readout": "identity", "heads": heads, "scale": "inv_sqrt", "normalizer": "none",
-                              "short_conv": True, **variant.options}}
+    return {
+        **GATED_BLOCK,
+        "mixer": "custom",
+        "mixer_options": {
+            "readout": "identity",
+            "heads": heads,
+            "scale": "inv_sqrt",
+            "normalizer": "none",
+            "short_conv": True,
+            **variant.options,
+        },
+    }
 
 
 def variant_of(row: dict[str, Any]) -> Variant:
@@ -90,15 +123,24 @@ def variant_of(row: dict[str, Any]) -> Variant:
 
 def _score(results: Results, task: str, structure: str, parameterization: str | None = None) -> Score:
     """A structure's MAD score on a task: its best parameterization (or ``parameterization``) per seed."""
-    return _best_of(results, task, (structure,), structure + (f" ({parameterization})" if parameterization else ""),
-                    parameterization)
+    return _best_of(
+        results,
+        task,
+        (structure,),
+        structure + (f" ({parameterization})" if parameterization else ""),
+        parameterization,
+    )
 
 
-def _best_of(results: Results, task: str, structures: tuple[str, ...], label: str,
-             parameterization: str | None = None) -> Score:
+def _best_of(
+    results: Results, task: str, structures: tuple[str, ...], label: str, parameterization: str | None = None
+) -> Score:
     """The best run per seed over the variants of ``structures`` (over ``parameterization`` alone where given)."""
-    rows = [row for row in _compared(results.select(task__name=task)) if variant_of(row).structure in structures
-            and parameterization in (None, variant_of(row).parameterization)]
+    rows = [
+        row
+        for row in _compared(results.select(task__name=task))
+        if variant_of(row).structure in structures and parameterization in (None, variant_of(row).parameterization)
+    ]
     return mad_score(results, label, rows)
 
 
@@ -120,30 +162,48 @@ def _householder_beats_scalar(results: Results) -> Outcome:
     """The best Householder variant ≥ the best scalar one + ``MARGIN`` on every task."""
     if not any(structure in HOUSEHOLDER for structure in _structures(results)):
         return every({})
-    return every({task: at_least(_best_of(results, task, HOUSEHOLDER, "Householder"),
-                                 _score(results, task, "scalar"), MARGIN, ceiling=BEST_SCORE)
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task: at_least(
+                _best_of(results, task, HOUSEHOLDER, "Householder"),
+                _score(results, task, "scalar"),
+                MARGIN,
+                ceiling=BEST_SCORE,
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 def _diagonal_at_least_scalar(results: Results) -> Outcome:
-    return every({task: at_least(_score(results, task, "diagonal"), _score(results, task, "scalar"),
-                                 ceiling=BEST_SCORE)
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task: at_least(_score(results, task, "diagonal"), _score(results, task, "scalar"), ceiling=BEST_SCORE)
+            for task in tasks_of(results)
+        }
+    )
 
 
 CLAIMS = (
-    Claim("Householder > scalar",
-          f"on every task, a Householder Λ ≥ a scalar Λ + {MARGIN} (the best variant of each: w = k or learned, "
-          "each β; GLA or Mamba-2)",
-          "On both tasks, the performance generally increases as more transformations are allowed in Λ_i",
-          _householder_beats_scalar, control=MAD_CONTROL,
-          plateau=mad_plateau(lambda results, task: [_best_of(results, task, HOUSEHOLDER, "Householder"),
-                                                     _score(results, task, "scalar")])),
-    Claim("diagonal ≥ scalar", "on every task, a diagonal Λ ≥ a scalar Λ (best parameterization of each)",
-          "the performance generally increases as more transformations are allowed in Λ_i",
-          _diagonal_at_least_scalar, control=MAD_CONTROL,
-          plateau=mad_plateau(lambda results, task: [_score(results, task, "diagonal"),
-                                                     _score(results, task, "scalar")])),
+    Claim(
+        "Householder > scalar",
+        f"on every task, a Householder Λ ≥ a scalar Λ + {MARGIN} (the best variant of each: w = k or learned, "
+        "each β; GLA or Mamba-2)",
+        "On both tasks, the performance generally increases as more transformations are allowed in Λ_i",
+        _householder_beats_scalar,
+        control=MAD_CONTROL,
+        plateau=mad_plateau(
+            lambda results, task: [_best_of(results, task, HOUSEHOLDER, "Householder"), _score(results, task, "scalar")]
+        ),
+    ),
+    Claim(
+        "diagonal ≥ scalar",
+        "on every task, a diagonal Λ ≥ a scalar Λ (best parameterization of each)",
+        "the performance generally increases as more transformations are allowed in Λ_i",
+        _diagonal_at_least_scalar,
+        control=MAD_CONTROL,
+        plateau=mad_plateau(lambda results, task: [_score(results, task, "diagonal"), _score(results, task, "scalar")]),
+    ),
 )
 
 
@@ -151,36 +211,43 @@ class LambdaStructure(Reproduction):
     name = "coef_lambda_structure"
     paper = "seed 001 (coefficient dynamics)"
     figure = "Principle 4 (§5)"
-    summary = ("Four structures of the evolution matrices Λ — scalar, diagonal, Householder with w = k, Householder "
-               "with a learned w — each in two parameterizations, with the identity readout on MAD's fuzzy in-context "
-               "recall and selective copying: accuracy (best over the lr × weight-decay grid, mean over seeds ± half "
-               "the seed range).")
+    summary = (
+        "Four structures of the evolution matrices Λ — scalar, diagonal, Householder with w = k, Householder "
+        "with a learned w — each in two parameterizations, with the identity readout on MAD's fuzzy in-context "
+        "recall and selective copying: accuracy (best over the lr × weight-decay grid, mean over seeds ± half "
+        "the seed range)."
+    )
     claims = CLAIMS
     reductions = {
         "paper": PAPER_PROTOCOL + "; Type 2 blocks; both tasks at MAD's settings.",
         "cpu": "Selective copying at L = 32 with 4 tokens to copy (MAD: 256 and 16: the setting of the MAD "
-               "control's difficulty pilot, mad.CPU_TASKS); width 64 (4 heads of 16); 1,500 steps of batch 32 over "
-               "12,800 examples (256 test) instead of 200 epochs of batch 128; lr 1e-3 and weight decay 0.1 only; three "
-               "seeds; softmax in the Type 1 block beside the variants as the control. From a pilot (2026-11-26, one "
-               "thread, 100 steps at L = 64): 0.062-0.070 s per step for the scalar and diagonal Λ, 0.087-0.089 for "
-               "the Householder ones; after 100 steps the Householder Λ with β = σ(Wu) already copied 0.37 of the "
-               "tokens where the others copied 0.07-0.08. " + left_out_words(*TASKS),
+        "control's difficulty pilot, mad.CPU_TASKS); width 64 (4 heads of 16); 1,500 steps of batch 32 over "
+        "12,800 examples (256 test) instead of 200 epochs of batch 128; lr 1e-3 and weight decay 0.1 only; three "
+        "seeds; softmax in the Type 1 block beside the variants as the control. From a pilot (2026-11-26, one "
+        "thread, 100 steps at L = 64): 0.062-0.070 s per step for the scalar and diagonal Λ, 0.087-0.089 for "
+        "the Householder ones; after 100 steps the Householder Λ with β = σ(Wu) already copied 0.37 of the "
+        "tokens where the others copied 0.07-0.08. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         # softmax attention in the Type 1 block beside the variants, at their budget: the control (mad.MAD_CONTROL)
-        return (mad_sweeps("structure", [model_entry(variant) for variant in VARIANTS], **SCALES[scale])
-                + mad_sweeps("control", [CONTROL_ENTRY], **SCALES[scale]))
+        return mad_sweeps("structure", [model_entry(variant) for variant in VARIANTS], **SCALES[scale]) + mad_sweeps(
+            "control", [CONTROL_ENTRY], **SCALES[scale]
+        )
 
     def table(self, results: Results) -> str:
         """One row per (structure, parameterization), one column per task; then each structure's best."""
         tasks = tasks_of(results)
-        lines = ["| Λ | parameterization | " + " | ".join(f"{task} %" for task in tasks) + " |",
-                 "|" + "---|" * (2 + len(tasks))]
+        lines = [
+            "| Λ | parameterization | " + " | ".join(f"{task} %" for task in tasks) + " |",
+            "|" + "---|" * (2 + len(tasks)),
+        ]
         for variant in VARIANTS:
-            cells = [score_cell(_score(results, task, variant.structure, variant.parameterization), percent)
-                     for task in tasks]
+            cells = [
+                score_cell(_score(results, task, variant.structure, variant.parameterization), percent)
+                for task in tasks
+            ]
             lines.append(f"| {variant.structure} | {variant.parameterization} | " + " | ".join(cells) + " |")
         for structure in _structures(results):
             cells = [score_cell(_score(results, task, structure), percent) for task in tasks]

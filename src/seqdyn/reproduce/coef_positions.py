@@ -23,9 +23,22 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Control, Outcome, Score, at_least, at_most, every, reaches
-from seqdyn.reproduce.protocols.mad import (CPU_TASKS, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                            SMOKE, SMOKE_REDUCTION, SMOKE_TASKS, TRANSFORMER_BLOCK, Budget, mad_plateau,
-                                            mad_score, mad_sweeps, pick)
+from seqdyn.reproduce.protocols.mad import (
+    CPU_TASKS,
+    PAPER_LRS,
+    PAPER_PROTOCOL,
+    PAPER_TASKS,
+    PAPER_WEIGHT_DECAYS,
+    SMOKE,
+    SMOKE_REDUCTION,
+    SMOKE_TASKS,
+    TRANSFORMER_BLOCK,
+    Budget,
+    mad_plateau,
+    mad_score,
+    mad_sweeps,
+    pick,
+)
 from seqdyn.train.config import SweepConfig
 
 READOUTS = ("exp", "identity", "relu", "sigmoid")
@@ -41,13 +54,20 @@ MARGIN = 0.05
 TASK = "noisy_in_context_recall"
 
 SCALES: dict[str, dict[str, Any]] = {
-    "paper": dict(tasks=pick(PAPER_TASKS, TASK), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
-                  budget=Budget()),
+    "paper": dict(
+        tasks=pick(PAPER_TASKS, TASK), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,), budget=Budget()
+    ),
     # the task's setting from the difficulty pilot of the control alone (mad.CPU_TASKS): the custom mixer takes
     # 0.026-0.04 s per step of batch 32 at L = 16, so the 24 runs of 4,000 steps take about 30 min on 2 workers
-    "cpu": dict(tasks=pick(CPU_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
-                budget=Budget(epochs=None, steps=4_000, train_examples=12_800, test_examples=256, batch_size=32,
-                              eval_every=500, width=64)),
+    "cpu": dict(
+        tasks=pick(CPU_TASKS, TASK),
+        lrs=(1e-3,),
+        weight_decays=(0.1,),
+        seeds=(0, 1, 2),
+        budget=Budget(
+            epochs=None, steps=4_000, train_examples=12_800, test_examples=256, batch_size=32, eval_every=500, width=64
+        ),
+    ),
     "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE),
 }
 
@@ -68,8 +88,9 @@ def model_entry(readout: str, positions: bool, decay: str, seq_len: int = LAMBDA
 
 def _score(results: Results, readout: str, setting: str) -> Score:
     _, positions, decay = next(s for s in SETTINGS if s[0] == setting)
-    rows = results.select(model__mixer_options__readout=readout, model__mixer_options__decay=decay,
-                          model__positions=positions)
+    rows = results.select(
+        model__mixer_options__readout=readout, model__mixer_options__decay=decay, model__positions=positions
+    )
     return mad_score(results, f"{LABELS[readout]}, {setting}", rows)
 
 
@@ -78,14 +99,24 @@ def _readouts(results: Results) -> list[str]:
 
 
 def _both_solve(results: Results) -> Outcome:
-    return every({f"{LABELS[r]}, {setting}": reaches(_score(results, r, setting), SOLVED)
-                  for r in _readouts(results) for setting in ("PE, Λ = I", "no PE, Λ = λI")})
+    return every(
+        {
+            f"{LABELS[r]}, {setting}": reaches(_score(results, r, setting), SOLVED)
+            for r in _readouts(results)
+            for setting in ("PE, Λ = I", "no PE, Λ = λI")
+        }
+    )
 
 
 def _lambda_replaces_positions(results: Results) -> Outcome:
-    return every({LABELS[r]: at_least(_score(results, r, "no PE, Λ = λI"), _score(results, r, "no PE, Λ = I"), MARGIN,
-                                      ceiling=BEST_SCORE)
-                  for r in _readouts(results)})
+    return every(
+        {
+            LABELS[r]: at_least(
+                _score(results, r, "no PE, Λ = λI"), _score(results, r, "no PE, Λ = I"), MARGIN, ceiling=BEST_SCORE
+            )
+            for r in _readouts(results)
+        }
+    )
 
 
 def _identity_without_positions_fails(results: Results) -> Outcome:
@@ -94,22 +125,44 @@ def _identity_without_positions_fails(results: Results) -> Outcome:
 
 #: the task must be learnable at this scale before any readout's failure means something: softmax attention with
 #: learned positions, the transformer every readout is compared with
-CONTROL = Control(f"softmax attention with learned positions (Λ = I) reaches {SOLVED}",
-                  lambda results: _score(results, "exp", "PE, Λ = I"), SOLVED)
+CONTROL = Control(
+    f"softmax attention with learned positions (Λ = I) reaches {SOLVED}",
+    lambda results: _score(results, "exp", "PE, Λ = I"),
+    SOLVED,
+)
 
 CLAIMS = (
-    Claim("PE and λI both solve",
-          f"every readout reaches {SOLVED} with positions (Λ = I) and with Λ = λI (no positions)",
-          "noisy in-context recall is solved by both PE and Λ_i = λI for all readout maps", _both_solve,
-          control=CONTROL, plateau=mad_plateau(lambda results, task: [
-              _score(results, r, setting) for r in _readouts(results) for setting in ("PE, Λ = I", "no PE, Λ = λI")])),
-    Claim("λI replaces PE", f"without positions, Λ = λI ≥ Λ = I + {MARGIN} for every readout",
-          "We show that Λ_i can replace positional embeddings (PE) for the simplest choice of Λ_i",
-          _lambda_replaces_positions, control=CONTROL, plateau=mad_plateau(lambda results, task: [
-              _score(results, r, setting) for r in _readouts(results) for setting in ("no PE, Λ = λI", "no PE, Λ = I")])),
-    Claim("no positions, Λ = I fails", f"without positions and with Λ = I, no readout reaches {SOLVED}",
-          "For Λ_i = I without PE, only [one readout] achieves non-random performance but does not perform perfectly.",
-          _identity_without_positions_fails, control=CONTROL),
+    Claim(
+        "PE and λI both solve",
+        f"every readout reaches {SOLVED} with positions (Λ = I) and with Λ = λI (no positions)",
+        "noisy in-context recall is solved by both PE and Λ_i = λI for all readout maps",
+        _both_solve,
+        control=CONTROL,
+        plateau=mad_plateau(
+            lambda results, task: [
+                _score(results, r, setting) for r in _readouts(results) for setting in ("PE, Λ = I", "no PE, Λ = λI")
+            ]
+        ),
+    ),
+    Claim(
+        "λI replaces PE",
+        f"without positions, Λ = λI ≥ Λ = I + {MARGIN} for every readout",
+        "We show that Λ_i can replace positional embeddings (PE) for the simplest choice of Λ_i",
+        _lambda_replaces_positions,
+        control=CONTROL,
+        plateau=mad_plateau(
+            lambda results, task: [
+                _score(results, r, setting) for r in _readouts(results) for setting in ("no PE, Λ = λI", "no PE, Λ = I")
+            ]
+        ),
+    ),
+    Claim(
+        "no positions, Λ = I fails",
+        f"without positions and with Λ = I, no readout reaches {SOLVED}",
+        "For Λ_i = I without PE, only [one readout] achieves non-random performance but does not perform perfectly.",
+        _identity_without_positions_fails,
+        control=CONTROL,
+    ),
 )
 
 
@@ -117,32 +170,37 @@ class Positions(Reproduction):
     name = "coef_positions"
     paper = "seed 001 (coefficient dynamics)"
     figure = "Fig. 2"
-    summary = ("Four readout maps on MAD's noisy in-context recall with learned positions and Λ = I, without "
-               "positions and Λ = λI (λ^(L−1) ≈ 0.28), and without either: accuracy (best over the lr × weight-decay grid, "
-               "mean over seeds ± half the seed range).")
+    summary = (
+        "Four readout maps on MAD's noisy in-context recall with learned positions and Λ = I, without "
+        "positions and Λ = λI (λ^(L−1) ≈ 0.28), and without either: accuracy (best over the lr × weight-decay grid, "
+        "mean over seeds ± half the seed range)."
+    )
     claims = CLAIMS
     reductions = {
         "paper": PAPER_PROTOCOL + "; Type 1 blocks; noisy in-context recall at MAD's settings.",
         "cpu": "Noisy in-context recall at L = 16 with 4 keys (V = 24 with 16 noise tokens; MAD: L = 128, V = 32); "
-               "width 64 (4 heads of 16); 4,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and weight "
-               "decay 0.1 only; three seeds. The setting is the hardest rung of a pilot of the control alone (softmax "
-               "with positions, examples/pilots/control_difficulty.py, 2026-11-27) where it reached 0.9 on both "
-               "seeds at this budget: 0.935 / 0.903 here, 0.76 / 0.45 at V = 32 and L = 16, 0.49 at L = 32 (the run "
-               "at 6db3862). Its plateau (a constant answer or a value copied from the context) is 0.53. λ = 0.918, "
-               "so that λ^(L−1) ≈ 0.28 as 0.99^127 at MAD's length.",
+        "width 64 (4 heads of 16); 4,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and weight "
+        "decay 0.1 only; three seeds. The setting is the hardest rung of a pilot of the control alone (softmax "
+        "with positions, examples/pilots/control_difficulty.py, 2026-11-27) where it reached 0.9 on both "
+        "seeds at this budget: 0.935 / 0.903 here, 0.76 / 0.45 at V = 32 and L = 16, 0.49 at L = 32 (the run "
+        "at 6db3862). Its plateau (a constant answer or a value copied from the context) is 0.53. λ = 0.918, "
+        "so that λ^(L−1) ≈ 0.28 as 0.99^127 at MAD's length.",
         "smoke": SMOKE_REDUCTION,
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         seq_len = SCALES[scale]["tasks"][TASK].get("seq_len", LAMBDA_LENGTH)
-        entries = [model_entry(readout, positions, decay, seq_len) for readout in READOUTS
-                   for _, positions, decay in SETTINGS]
+        entries = [
+            model_entry(readout, positions, decay, seq_len) for readout in READOUTS for _, positions, decay in SETTINGS
+        ]
         return mad_sweeps("positions", entries, **SCALES[scale])
 
     def table(self, results: Results) -> str:
         """One row per readout, one column per setting."""
-        lines = ["| φ | " + " | ".join(f"{label} %" for label, _, _ in SETTINGS) + " |",
-                 "|" + "---|" * (1 + len(SETTINGS))]
+        lines = [
+            "| φ | " + " | ".join(f"{label} %" for label, _, _ in SETTINGS) + " |",
+            "|" + "---|" * (1 + len(SETTINGS)),
+        ]
         for readout in _readouts(results):
             cells = [score_cell(_score(results, readout, label), percent) for label, _, _ in SETTINGS]
             lines.append(f"| {LABELS[readout]} | " + " | ".join(cells) + " |")
@@ -158,8 +216,12 @@ class Positions(Reproduction):
                 if score.values:
                     bars.append((LABELS[readout], score.mean, score.spread / 2))
             series[label] = bars
-        return plot_bars({"noisy in-context recall": series}, path, xlabel="readout map φ",
-                         title="seed 001 Fig. 2: Λ = λI in place of positions")
+        return plot_bars(
+            {"noisy in-context recall": series},
+            path,
+            xlabel="readout map φ",
+            title="seed 001 Fig. 2: Λ = λI in place of positions",
+        )
 
 
 REPRODUCTION = Positions()

@@ -26,18 +26,44 @@ from seqdyn.analysis.mixers import DEFAULT_WINDOW, readout_near_zero_set
 from seqdyn.analysis.plots import plot_principle
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every
-from seqdyn.reproduce.protocols.mad import (CONTROL_OPTIONS, MAD_CONTROL, NEAR_ZERO, PAPER_LRS, PAPER_PROTOCOL,
-                                            PAPER_TASKS, PAPER_WEIGHT_DECAYS, SMOKE, SMOKE_REDUCTION, SMOKE_TASKS,
-                                            TRANSFORMER_BLOCK, Budget, cpu_tasks, left_out_words, mad_plateau,
-                                            mad_score, mad_sweeps, measure_best_runs, measured_score, pick,
-                                            principle_panels, tasks_of)
+from seqdyn.reproduce.protocols.mad import (
+    CONTROL_OPTIONS,
+    MAD_CONTROL,
+    NEAR_ZERO,
+    PAPER_LRS,
+    PAPER_PROTOCOL,
+    PAPER_TASKS,
+    PAPER_WEIGHT_DECAYS,
+    SMOKE,
+    SMOKE_REDUCTION,
+    SMOKE_TASKS,
+    TRANSFORMER_BLOCK,
+    Budget,
+    cpu_tasks,
+    left_out_words,
+    mad_plateau,
+    mad_score,
+    mad_sweeps,
+    measure_best_runs,
+    measured_score,
+    pick,
+    principle_panels,
+    tasks_of,
+)
 from seqdyn.train.config import SweepConfig
 
 READOUT = "model.mixer_options.readout"
 #: the readouts, thinnest near-zero set first
 ORDER = ("identity", "square", "relu", "softplus", "sigmoid", "elu1", "exp")
-LABELS = {"identity": "identity", "square": "x²", "relu": "ReLU", "softplus": "softplus", "sigmoid": "sigmoid",
-          "elu1": "elu + 1", "exp": "exp (softmax)"}
+LABELS = {
+    "identity": "identity",
+    "square": "x²",
+    "relu": "ReLU",
+    "softplus": "softplus",
+    "sigmoid": "sigmoid",
+    "elu1": "elu + 1",
+    "exp": "exp (softmax)",
+}
 #: a near-zero set is *thin* below this share of the score window (Principle 2.1: measure zero, or O(ε))
 THIN_SHARE = 0.01
 #: "this increases performance": the large-set readouts above the thin ones by at least 5 points of accuracy
@@ -51,14 +77,19 @@ TASKS = ("fuzzy_in_context_recall", "selective_copying", "memorization")
 ACCURACY_TASKS = TASKS[:2]
 
 SCALES: dict[str, dict[str, Any]] = {
-    "paper": dict(tasks=pick(PAPER_TASKS, *TASKS), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,),
-                  budget=Budget()),
-    "cpu": dict(tasks=cpu_tasks(*TASKS),
-                lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
-                budget=Budget(epochs=None, steps=2_000, train_examples=12_800, test_examples=256, batch_size=32,
-                              eval_every=250, width=64)),
-    "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS[:2]), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,),
-                  budget=SMOKE),
+    "paper": dict(
+        tasks=pick(PAPER_TASKS, *TASKS), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0,), budget=Budget()
+    ),
+    "cpu": dict(
+        tasks=cpu_tasks(*TASKS),
+        lrs=(1e-3,),
+        weight_decays=(0.1,),
+        seeds=(0, 1, 2),
+        budget=Budget(
+            epochs=None, steps=2_000, train_examples=12_800, test_examples=256, batch_size=32, eval_every=250, width=64
+        ),
+    ),
+    "smoke": dict(tasks=pick(SMOKE_TASKS, *TASKS[:2]), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0,), budget=SMOKE),
 }
 
 
@@ -74,8 +105,11 @@ def is_thin(readout: str) -> bool:
 def model_entry(readout: str, heads: int = HEADS) -> dict[str, Any]:
     """The ``model`` sweep-axis entry of one readout: a Type 1 block around the ``custom`` mixer (the exp one is
     the MAD comparisons' control, ``mad.CONTROL_ENTRY``)."""
-    return {**TRANSFORMER_BLOCK, "mixer": "custom", "mixer_options": {**CONTROL_OPTIONS, "readout": readout,
-                                                                      "heads": heads}}
+    return {
+        **TRANSFORMER_BLOCK,
+        "mixer": "custom",
+        "mixer_options": {**CONTROL_OPTIONS, "readout": readout, "heads": heads},
+    }
 
 
 def _rows(results: Results, task: str, readouts: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -97,32 +131,61 @@ def _near_zero(results: Results, task: str, readouts: tuple[str, ...], label: st
 
 def _large_sets_suppress_more(results: Results) -> Outcome:
     thin, large = _groups()
-    return every({task: at_least(_near_zero(results, task, large, "near-zero fraction, large sets"),
-                                 _near_zero(results, task, thin, "near-zero fraction, thin sets"), NEAR_ZERO_MARGIN)
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task: at_least(
+                _near_zero(results, task, large, "near-zero fraction, large sets"),
+                _near_zero(results, task, thin, "near-zero fraction, thin sets"),
+                NEAR_ZERO_MARGIN,
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 def _large_sets_perform_better(results: Results) -> Outcome:
     thin, large = _groups()
-    return every({task: at_least(_accuracy(results, task, large, "accuracy, large sets"),
-                                 _accuracy(results, task, thin, "accuracy, thin sets"), ACCURACY_MARGIN,
-                                 ceiling=BEST_SCORE)
-                  for task in tasks_of(results) if task in ACCURACY_TASKS})
+    return every(
+        {
+            task: at_least(
+                _accuracy(results, task, large, "accuracy, large sets"),
+                _accuracy(results, task, thin, "accuracy, thin sets"),
+                ACCURACY_MARGIN,
+                ceiling=BEST_SCORE,
+            )
+            for task in tasks_of(results)
+            if task in ACCURACY_TASKS
+        }
+    )
 
 
 CLAIMS = (
-    Claim("near-zero set → near-zero coefficients",
-          "on every task, the readouts with a large near-zero set (relu, softplus, sigmoid, elu + 1, exp) set a "
-          "larger fraction of their coefficients near zero than those with a thin one (identity, x²)",
-          "The results show, that more coefficients are set close to zero as the near-zero set of the readout map "
-          "grows.", _large_sets_suppress_more, control=MAD_CONTROL),
-    Claim("near-zero set → accuracy",
-          f"on fuzzy recall and selective copying, the readouts with a large near-zero set score ≥ those with a thin "
-          f"one + {ACCURACY_MARGIN} (best over the lr × weight-decay grid, mean over the readouts of each group)",
-          "For both tasks this increases performance.", _large_sets_perform_better, control=MAD_CONTROL,
-          plateau=mad_plateau(lambda results, task: [
-              _accuracy(results, task, _groups()[1], "accuracy, large sets"),
-              _accuracy(results, task, _groups()[0], "accuracy, thin sets")] if task in ACCURACY_TASKS else [])),
+    Claim(
+        "near-zero set → near-zero coefficients",
+        "on every task, the readouts with a large near-zero set (relu, softplus, sigmoid, elu + 1, exp) set a "
+        "larger fraction of their coefficients near zero than those with a thin one (identity, x²)",
+        "The results show, that more coefficients are set close to zero as the near-zero set of the readout map grows.",
+        _large_sets_suppress_more,
+        control=MAD_CONTROL,
+    ),
+    Claim(
+        "near-zero set → accuracy",
+        f"on fuzzy recall and selective copying, the readouts with a large near-zero set score ≥ those with a thin "
+        f"one + {ACCURACY_MARGIN} (best over the lr × weight-decay grid, mean over the readouts of each group)",
+        "For both tasks this increases performance.",
+        _large_sets_perform_better,
+        control=MAD_CONTROL,
+        plateau=mad_plateau(
+            lambda results, task: (
+                [
+                    _accuracy(results, task, _groups()[1], "accuracy, large sets"),
+                    _accuracy(results, task, _groups()[0], "accuracy, thin sets"),
+                ]
+                if task in ACCURACY_TASKS
+                else []
+            )
+        ),
+    ),
 )
 
 
@@ -130,20 +193,22 @@ class ReadoutMaps(Reproduction):
     name = "coef_readout_maps"
     paper = "seed 001 (coefficient dynamics)"
     figure = "Fig. 1 / Fig. 6"
-    summary = ("Seven readout maps φ in one coefficient-dynamics mixer (Λ = I, b = K^-½, η = max(|Σα|, 1)) on MAD's "
-               "fuzzy in-context recall, selective copying and memorization: accuracy (best over the lr × weight-"
-               "decay grid, mean over seeds ± half the seed range) against the fraction of coefficients below 10⁻³ "
-               "and the measure of φ's near-zero set.")
+    summary = (
+        "Seven readout maps φ in one coefficient-dynamics mixer (Λ = I, b = K^-½, η = max(|Σα|, 1)) on MAD's "
+        "fuzzy in-context recall, selective copying and memorization: accuracy (best over the lr × weight-"
+        "decay grid, mean over seeds ± half the seed range) against the fraction of coefficients below 10⁻³ "
+        "and the measure of φ's near-zero set."
+    )
     claims = CLAIMS
     reductions = {
         "paper": PAPER_PROTOCOL + "; Type 1 blocks with learned positions; the three tasks at MAD's settings.",
         "cpu": "Selective copying at L = 32 with 4 tokens to copy (MAD: 256 and 16), the hardest setting where "
-               "the control, exp (softmax) in this block, reached 0.9 on both seeds at this budget in its difficulty "
-               "pilot (0.989 / 0.999; at L = 64 with 8 tokens: 0.872 / 0.914); memorization at MAD's settings; width "
-               "64 (4 heads of 16); 2,000 steps of batch 32 over 12,800 examples (256 test) instead of 200 epochs of "
-               "batch 128; lr 1e-3 and weight decay 0.1 only; three seeds. The accuracy claim is Fig. 1's, on "
-               "fuzzy recall and selective copying ('for both tasks'); the near-zero claim adds Fig. 6's "
-               "memorization. " + left_out_words(*TASKS),
+        "the control, exp (softmax) in this block, reached 0.9 on both seeds at this budget in its difficulty "
+        "pilot (0.989 / 0.999; at L = 64 with 8 tokens: 0.872 / 0.914); memorization at MAD's settings; width "
+        "64 (4 heads of 16); 2,000 steps of batch 32 over 12,800 examples (256 test) instead of 200 epochs of "
+        "batch 128; lr 1e-3 and weight decay 0.1 only; three seeds. The accuracy claim is Fig. 1's, on "
+        "fuzzy recall and selective copying ('for both tasks'); the near-zero claim adds Fig. 6's "
+        "memorization. " + left_out_words(*TASKS),
         "smoke": SMOKE_REDUCTION,
     }
 
@@ -156,8 +221,11 @@ class ReadoutMaps(Reproduction):
     def table(self, results: Results) -> str:
         """Per readout: its near-zero set, then per task the accuracy and the near-zero fraction of its best run."""
         tasks = tasks_of(results)
-        header = ["φ", "near-zero set (share of [−10, 10])",
-                  *(f"{task}: {what}" for task in tasks for what in ("accuracy %", "near-zero %"))]
+        header = [
+            "φ",
+            "near-zero set (share of [−10, 10])",
+            *(f"{task}: {what}" for task in tasks for what in ("accuracy %", "near-zero %")),
+        ]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for readout in ORDER:
             cells = [LABELS[readout], f"{near_zero_share(readout):.4f}" + (" (thin)" if is_thin(readout) else "")]
@@ -165,9 +233,11 @@ class ReadoutMaps(Reproduction):
                 cells.append(score_cell(_accuracy(results, task, (readout,), LABELS[readout]), percent))
                 cells.append(score_cell(_near_zero(results, task, (readout,), LABELS[readout]), percent))
             lines.append("| " + " | ".join(cells) + " |")
-        return ("\n".join(lines) + "\n\nThe near-zero % is the share of causal coefficients below 10⁻³ in the best "
-                "run of each seed (mean over layers and heads, 16 test inputs). The paper prints Figs. 1 and 6 only "
-                "as figures.")
+        return (
+            "\n".join(lines) + "\n\nThe near-zero % is the share of causal coefficients below 10⁻³ in the best "
+            "run of each seed (mean over layers and heads, 16 test inputs). The paper prints Figs. 1 and 6 only "
+            "as figures."
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         """Fig. 1's panels: per task, accuracy against the near-zero fraction of each readout's best runs."""

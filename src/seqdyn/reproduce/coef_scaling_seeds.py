@@ -24,19 +24,39 @@ from typing import Any
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent
 from seqdyn.reproduce.claims import Claim, Control, Outcome, Score, at_least, weakest
-from seqdyn.reproduce.protocols.mad import (GATED_BLOCK, PAPER_LRS, PAPER_PROTOCOL, PAPER_TASKS, PAPER_WEIGHT_DECAYS,
-                                            SMOKE, SMOKE_REDUCTION, SMOKE_TASKS, SOLVED, TRANSFORMER_BLOCK, Budget,
-                                            best_runs, mad_sweeps, pick)
+from seqdyn.reproduce.protocols.mad import (
+    GATED_BLOCK,
+    PAPER_LRS,
+    PAPER_PROTOCOL,
+    PAPER_TASKS,
+    PAPER_WEIGHT_DECAYS,
+    SMOKE,
+    SMOKE_REDUCTION,
+    SMOKE_TASKS,
+    SOLVED,
+    TRANSFORMER_BLOCK,
+    Budget,
+    best_runs,
+    mad_sweeps,
+    pick,
+)
 from seqdyn.train.config import SweepConfig
 
 OPTIONS = "model.mixer_options."
 #: (label, readout, decay, decay parameterization): the four combinations of φ and Λ
-COMBINATIONS = (("exp, Λ = I", "exp", "none", "mamba2"), ("identity, Λ = I", "identity", "none", "mamba2"),
-                ("identity, Mamba-2 Λ", "identity", "scalar", "mamba2"),
-                ("identity, σ-gated Λ", "identity", "scalar", "gla"))
+COMBINATIONS = (
+    ("exp, Λ = I", "exp", "none", "mamba2"),
+    ("identity, Λ = I", "identity", "none", "mamba2"),
+    ("identity, Mamba-2 Λ", "identity", "scalar", "mamba2"),
+    ("identity, σ-gated Λ", "identity", "scalar", "gla"),
+)
 #: the scalings b: (name of the custom mixer's ``scale``, label, adheres to Principle 5)
-SCALINGS = (("inv_sqrt", "b = K^-½", True), ("input_inv_sqrt", "b = σ(Wu) K^-½", True), ("one", "b = 1", False),
-            ("input", "b = σ(Wu)", False))
+SCALINGS = (
+    ("inv_sqrt", "b = K^-½", True),
+    ("input_inv_sqrt", "b = σ(Wu) K^-½", True),
+    ("one", "b = 1", False),
+    ("input", "b = σ(Wu)", False),
+)
 TASK = "fuzzy_in_context_recall"
 
 #: fuzzy recall as the cpu scale runs it: L = 32 with motifs of at most 2 tokens, where a 2,400-step budget leaves
@@ -46,34 +66,68 @@ CPU_FUZZY = {"vocab_size": 16, "seq_len": 32, "k_motif_size": 2, "v_motif_size":
 
 SCALES: dict[str, dict[str, Any]] = {
     # heads 8, 4, 2 at width 128: effective head dimensions K = 16, 32, 64
-    "paper": dict(tasks=pick(PAPER_TASKS, TASK), lrs=PAPER_LRS, weight_decays=PAPER_WEIGHT_DECAYS, seeds=(0, 1, 2),
-                  budget=Budget(), heads=(8, 4, 2), exp_block=TRANSFORMER_BLOCK),
+    "paper": dict(
+        tasks=pick(PAPER_TASKS, TASK),
+        lrs=PAPER_LRS,
+        weight_decays=PAPER_WEIGHT_DECAYS,
+        seeds=(0, 1, 2),
+        budget=Budget(),
+        heads=(8, 4, 2),
+        exp_block=TRANSFORMER_BLOCK,
+    ),
     # exp in the Type 2 block: in Type 1 (positions, no short convolution) it stayed at chance in the pilot (0.13
     # after 3,000 steps, b = K^-½), while in Type 2 it left chance (0.24 with b = K^-½, 0.78 with b = 1, 2,500
     # steps); the identity with Mamba-2's Λ reached 0.34 after 3,000
-    "cpu": dict(tasks={TASK: CPU_FUZZY}, lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2),
-                budget=Budget(epochs=None, steps=2_400, train_examples=12_800, test_examples=256, batch_size=32,
-                              eval_every=300, width=64), heads=(4,), exp_block=GATED_BLOCK),
-    "smoke": dict(tasks=pick(SMOKE_TASKS, TASK), lrs=(1e-3,), weight_decays=(0.0,), seeds=(0, 1),
-                  budget=SMOKE, heads=(2,), exp_block=TRANSFORMER_BLOCK),
+    "cpu": dict(
+        tasks={TASK: CPU_FUZZY},
+        lrs=(1e-3,),
+        weight_decays=(0.1,),
+        seeds=(0, 1, 2),
+        budget=Budget(
+            epochs=None, steps=2_400, train_examples=12_800, test_examples=256, batch_size=32, eval_every=300, width=64
+        ),
+        heads=(4,),
+        exp_block=GATED_BLOCK,
+    ),
+    "smoke": dict(
+        tasks=pick(SMOKE_TASKS, TASK),
+        lrs=(1e-3,),
+        weight_decays=(0.0,),
+        seeds=(0, 1),
+        budget=SMOKE,
+        heads=(2,),
+        exp_block=TRANSFORMER_BLOCK,
+    ),
 }
 
 
-def model_entry(combination: tuple[str, str, str, str], scale: str, heads: int,
-                exp_block: dict[str, Any] = TRANSFORMER_BLOCK) -> dict[str, Any]:
+def model_entry(
+    combination: tuple[str, str, str, str], scale: str, heads: int, exp_block: dict[str, Any] = TRANSFORMER_BLOCK
+) -> dict[str, Any]:
     """The ``model`` sweep-axis entry of one combination with the scaling ``scale``: the identity readout in the
     Type 2 block, exp in ``exp_block``; the short convolution wherever the block is Type 2."""
     _, readout, decay, parameterization = combination
     block = exp_block if readout == "exp" else GATED_BLOCK
-    options = {"readout": readout, "heads": heads, "decay": decay, "decay_param": parameterization, "scale": scale,
-               "normalizer": "abs_max1", "short_conv": block == GATED_BLOCK}
+    options = {
+        "readout": readout,
+        "heads": heads,
+        "decay": decay,
+        "decay_param": parameterization,
+        "scale": scale,
+        "normalizer": "abs_max1",
+        "short_conv": block == GATED_BLOCK,
+    }
     return {**block, "mixer": "custom", "mixer_options": options}
 
 
 def _combination(row: dict[str, Any]) -> str:
-    return next(label for label, readout, decay, parameterization in COMBINATIONS
-                if row.get(OPTIONS + "readout") == readout and row.get(OPTIONS + "decay") == decay
-                and row.get(OPTIONS + "decay_param") == parameterization)
+    return next(
+        label
+        for label, readout, decay, parameterization in COMBINATIONS
+        if row.get(OPTIONS + "readout") == readout
+        and row.get(OPTIONS + "decay") == decay
+        and row.get(OPTIONS + "decay_param") == parameterization
+    )
 
 
 def _cells(results: Results) -> list[tuple[str, int]]:
@@ -83,8 +137,11 @@ def _cells(results: Results) -> list[tuple[str, int]]:
 
 def seed_bests(results: Results, cell: tuple[str, int], scale: str) -> tuple[dict[Any, float], bool]:
     """One scaling's accuracy per seed (best over the grid) in one cell, and whether every seed has one."""
-    rows = [row for row in results.select(model__mixer_options__scale=scale, model__mixer_options__heads=cell[1])
-            if _combination(row) == cell[0]]
+    rows = [
+        row
+        for row in results.select(model__mixer_options__scale=scale, model__mixer_options__heads=cell[1])
+        if _combination(row) == cell[0]
+    ]
     best = {row.get("train.seed"): row["best"] for row in best_runs(rows, ())}
     return dict(sorted(best.items())), bool(best) and len(best) == len({row.get("train.seed") for row in rows})
 
@@ -124,17 +181,22 @@ def _softmax_score(results: Results) -> Score:
 
 
 #: the positive control: softmax attention with the standard scaling learns the task at the scale's budget
-SOFTMAX_LEARNS = Control(f"softmax attention (exp, Λ = I, b = K^-½) reaches {SOLVED} on every seed", _softmax_score,
-                         SOLVED)
+SOFTMAX_LEARNS = Control(
+    f"softmax attention (exp, Λ = I, b = K^-½) reaches {SOLVED} on every seed", _softmax_score, SOLVED
+)
 
 
 CLAIMS = (
-    Claim("Principle 5: less seed variance", "the accuracy's range over seeds is larger for the scalings that do not "
-          "adhere to Principle 5 (b = 1, σ(Wu)) than for those that do (K^-½, σ(Wu) K^-½), on average over the "
-          "combinations of φ and Λ (undecided while that difference is within the spread of the ranges)",
-          "for scaling factors not adhering to the principle, the performance depends on the random seed [...] for "
-          "scaling factors adhering to the principle, the performance remains largely constant across seeds",
-          _adhering_vary_less, control=SOFTMAX_LEARNS),
+    Claim(
+        "Principle 5: less seed variance",
+        "the accuracy's range over seeds is larger for the scalings that do not "
+        "adhere to Principle 5 (b = 1, σ(Wu)) than for those that do (K^-½, σ(Wu) K^-½), on average over the "
+        "combinations of φ and Λ (undecided while that difference is within the spread of the ranges)",
+        "for scaling factors not adhering to the principle, the performance depends on the random seed [...] for "
+        "scaling factors adhering to the principle, the performance remains largely constant across seeds",
+        _adhering_vary_less,
+        control=SOFTMAX_LEARNS,
+    ),
 )
 
 
@@ -142,26 +204,32 @@ class ScalingSeeds(Reproduction):
     name = "coef_scaling_seeds"
     paper = "seed 001 (coefficient dynamics)"
     figure = "Fig. 10"
-    summary = ("Four scalings b of the keys on four combinations of readout φ and evolution Λ on MAD's fuzzy "
-               "in-context recall, three seeds each: accuracy per seed, and its range over seeds, for the scalings "
-               "that adhere to Principle 5 and those that do not.")
+    summary = (
+        "Four scalings b of the keys on four combinations of readout φ and evolution Λ on MAD's fuzzy "
+        "in-context recall, three seeds each: accuracy per seed, and its range over seeds, for the scalings "
+        "that adhere to Principle 5 and those that do not."
+    )
     claims = CLAIMS
     reductions = {
         "paper": PAPER_PROTOCOL + "; fuzzy in-context recall at MAD's settings; 8, 4 and 2 heads (head dimensions "
-                 "16, 32, 64); three seeds.",
+        "16, 32, 64); three seeds.",
         "cpu": "Fuzzy recall at L = 32 with keys and values of at most 2 tokens (MAD: L = 128, 3 tokens; at L = 64 "
-               "and 3 tokens no model left chance within 2,000 steps here); every combination in the Type 2 block "
-               "with its short convolution (exp in Type 1 stayed at chance in a 3,000-step pilot); width 64 with 4 "
-               "heads (one head dimension, 16); 2,400 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 "
-               "and weight decay 0.1 only; three seeds (48 runs).",
+        "and 3 tokens no model left chance within 2,000 steps here); every combination in the Type 2 block "
+        "with its short convolution (exp in Type 1 stayed at chance in a 3,000-step pilot); width 64 with 4 "
+        "heads (one head dimension, 16); 2,400 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 "
+        "and weight decay 0.1 only; three seeds (48 runs).",
         "smoke": SMOKE_REDUCTION,
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         sizes = dict(SCALES[scale])
         heads, exp_block = sizes.pop("heads"), sizes.pop("exp_block")
-        entries = [model_entry(combination, name, count, exp_block) for combination in COMBINATIONS
-                   for name, _, _ in SCALINGS for count in heads]
+        entries = [
+            model_entry(combination, name, count, exp_block)
+            for combination in COMBINATIONS
+            for name, _, _ in SCALINGS
+            for count in heads
+        ]
         return mad_sweeps("scaling", entries, **sizes)
 
     def table(self, results: Results) -> str:
@@ -171,8 +239,10 @@ class ScalingSeeds(Reproduction):
             for scale, label, adheres in SCALINGS:
                 accuracies = ", ".join(percent(value) for value in seed_bests(results, cell, scale)[0].values())
                 spread = seed_range(results, cell, scale)
-                lines.append(f"| {cell[0]} | {cell[1]} | {label} | {'yes' if adheres else 'no'} | {accuracies} | "
-                             f"{'' if spread is None else percent(spread)} |")
+                lines.append(
+                    f"| {cell[0]} | {cell[1]} | {label} | {'yes' if adheres else 'no'} | {accuracies} | "
+                    f"{'' if spread is None else percent(spread)} |"
+                )
         return "\n".join(lines) + "\n\nThe paper prints Fig. 10 only as a figure."
 
     def plot(self, results: Results, path: Path) -> Path:

@@ -44,12 +44,18 @@ def list_table() -> None:
         table.add_column(column, max_width=72 if column == "claims" else None)  # the long claims wrap, not the names
     for name in names():
         reproduction = get(name)
-        table.add_row(name, f"{reproduction.paper}\n{reproduction.figure}",
-                      "\n".join(claim.statement for claim in reproduction.claims),
-                      *(_scale_time(reproduction, scale) for scale in SCALES))
+        table.add_row(
+            name,
+            f"{reproduction.paper}\n{reproduction.figure}",
+            "\n".join(claim.statement for claim in reproduction.claims),
+            *(_scale_time(reproduction, scale) for scale in SCALES),
+        )
     console().print(table)
-    console().print("smoke and cpu: measured on the project's 2-core CPU machine; paper: estimated on one H200 from "
-                    "timed training steps (examples/pilots/paper_step_times.py)", style="dim")
+    console().print(
+        "smoke and cpu: measured on the project's 2-core CPU machine; paper: estimated on one H200 from "
+        "timed training steps (examples/pilots/paper_step_times.py)",
+        style="dim",
+    )
 
 
 def _scale_time(reproduction: Reproduction, scale: str) -> str:
@@ -65,7 +71,7 @@ def _work(config: RunConfig) -> float:
     train = config.train
     steps = train.steps or -(-config.task.train_examples // train.batch_size) * (train.epochs or 1)
     length = config.task.params.get("seq_len", 64)
-    return float(steps) * train.batch_size * length * config.model.d_model ** 2 * config.model.layers
+    return float(steps) * train.batch_size * length * config.model.d_model**2 * config.model.layers
 
 
 def estimate_seconds(reproduction: Reproduction, scale: str, data: str | None = None) -> float | None:
@@ -76,8 +82,10 @@ def estimate_seconds(reproduction: Reproduction, scale: str, data: str | None = 
     base = reproduction.wall_time.get("cpu")
     if measured is not None or base is None:
         return measured
-    work = {s: sum(_work(run) for sweep in named_sweeps(reproduction, s, data) for run in expand(sweep))
-            for s in ("cpu", scale)}
+    work = {
+        s: sum(_work(run) for sweep in named_sweeps(reproduction, s, data) for run in expand(sweep))
+        for s in ("cpu", scale)
+    }
     return base * work[scale] / work["cpu"]
 
 
@@ -91,12 +99,24 @@ def check_device(reproductions: list[Reproduction], scale: str, yes: bool, data:
     estimates = [estimate_seconds(reproduction, scale, data) for reproduction in reproductions]
     known = [seconds for seconds in estimates if seconds is not None]
     hours = f"about {sum(known) / 3600:,.0f} hours" if known else "an unmeasured time (days, at the papers' sizes)"
-    raise ValueError(f"--scale paper: this machine has no GPU; the paper's sizes would take {hours} on its CPU. "
-                     f"Run on a GPU or a Ray cluster (--ray), or add --yes to start anyway")
+    raise ValueError(
+        f"--scale paper: this machine has no GPU; the paper's sizes would take {hours} on its CPU. "
+        f"Run on a GPU or a Ray cluster (--ray), or add --yes to start anyway"
+    )
 
 
-def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_ray: bool, yes: bool,
-              progress: bool = True, retry_failed: bool = False, data: str | None = None) -> None:
+def reproduce(
+    target: str,
+    scale: str,
+    store: str,
+    out: str,
+    workers: int,
+    use_ray: bool,
+    yes: bool,
+    progress: bool = True,
+    retry_failed: bool = False,
+    data: str | None = None,
+) -> None:
     """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts.  ``all`` without
     ``data`` leaves out (and names) the reproductions that need a corpus; one such reproduction alone is an error."""
     check_scale(scale)
@@ -116,36 +136,55 @@ def reproduce(target: str, scale: str, store: str, out: str, workers: int, use_r
             check_store(held, sweeps)
     if target == "all":
         measured = [r.wall_time.get(scale) for r in reproductions if r.wall_time.get(scale) is not None]
-        console().print(f"{len(reproductions)} reproductions at --scale {scale}; {len(measured)} of them measured "
-                        f"here, in {_duration(sum(measured))} together (on 2 cores; a store's finished runs skipped)")
+        console().print(
+            f"{len(reproductions)} reproductions at --scale {scale}; {len(measured)} of them measured "
+            f"here, in {_duration(sum(measured))} together (on 2 cores; a store's finished runs skipped)"
+        )
     failed = []
     for reproduction in reproductions:
         try:
-            written = run(reproduction, scale, store, out, workers=workers, use_ray=use_ray, progress=progress,
-                          retry_failed=retry_failed, data=data)
+            written = run(
+                reproduction,
+                scale,
+                store,
+                out,
+                workers=workers,
+                use_ray=use_ray,
+                progress=progress,
+                retry_failed=retry_failed,
+                data=data,
+            )
         except OSError:  # the machine's (a full disk): every reproduction after it would fail the same way
             raise
         except Exception as error:  # a bug in one reproduction stops neither ``all`` nor the hours of the others
             if target != "all":
                 raise
             console().print_exception()
-            console().print(f"[red]{reproduction.name} failed[/red] ({type(error).__name__}: {error}); the other "
-                            "reproductions go on")
+            console().print(
+                f"[red]{reproduction.name} failed[/red] ({type(error).__name__}: {error}); the other "
+                "reproductions go on"
+            )
             failed.append(reproduction.name)
             continue
-        console().print(f"{reproduction.name} ({_wall_time(written.elapsed_s, written.runs_before)}): "
-                        f"{written.folder}/{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}")
+        console().print(
+            f"{reproduction.name} ({_wall_time(written.elapsed_s, written.runs_before)}): "
+            f"{written.folder}/{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}"
+        )
         report(out, only=reproduction.name)
     if failed:
-        raise ReproductionsFailed(f"{len(failed)} of {len(reproductions)} reproductions failed: {', '.join(failed)} "
-                                  f"(tracebacks above); the runs they finished stay in --store {store}")
+        raise ReproductionsFailed(
+            f"{len(failed)} of {len(reproductions)} reproductions failed: {', '.join(failed)} "
+            f"(tracebacks above); the runs they finished stay in --store {store}"
+        )
 
 
 def _rows(out: str | Path, only: str | None = None) -> list[dict]:
     rows = [row for row in verdict_rows(out) if only is None or row["reproduction"] == only]
     if not rows:
-        raise ValueError(f"--out {out}: no reproduction has written a verdict.json there yet "
-                         f"(run `seqdyn reproduce NAME --out {out}`)")
+        raise ValueError(
+            f"--out {out}: no reproduction has written a verdict.json there yet "
+            f"(run `seqdyn reproduce NAME --out {out}`)"
+        )
     return rows
 
 
@@ -159,23 +198,33 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
     ``out``'s :data:`EVIDENCE` where there is one.  ``brief``: the README's table — each claim by its short name,
     the first two numbers that decided it, the verdict with an inconclusive one's cause
     (:data:`~seqdyn.reproduce.claims.CAUSES`)."""
+
     def cell(text: object) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     command = f"seqdyn reproduce report --out {Path(out).as_posix()} --markdown" + (" --brief" if brief else "")
     evidence = Path(out) / EVIDENCE
-    lines = [] if brief else [f"# Verdicts of the reproductions in {Path(out).as_posix()}/", "",
-                              f"Generated by `{command}` from each folder's",
-                              "`verdict.json`; each folder's `table.md` has the runs behind them."
-                              + (f" The evidence after the table is `{EVIDENCE}`, written by hand."
-                                 if evidence.is_file() else ""), ""]
+    lines = (
+        []
+        if brief
+        else [
+            f"# Verdicts of the reproductions in {Path(out).as_posix()}/",
+            "",
+            f"Generated by `{command}` from each folder's",
+            "`verdict.json`; each folder's `table.md` has the runs behind them."
+            + (f" The evidence after the table is `{EVIDENCE}`, written by hand." if evidence.is_file() else ""),
+            "",
+        ]
+    )
     rows = _rows(out)
     shared = _shared_provenance(rows) if brief else {}
     if shared:
         lines += ["All at " + ", ".join(f"{key} {value}" for key, value in shared.items()) + ".", ""]
     kept = [key for key in ("scale", "date", "commit") if key not in shared]
-    lines += [f"| reproduction ({', '.join([*kept, 'wall time'])}) | claim | paper | ours | verdict |",
-              "|---|---|---|---|---|"]
+    lines += [
+        f"| reproduction ({', '.join([*kept, 'wall time'])}) | claim | paper | ours | verdict |",
+        "|---|---|---|---|---|",
+    ]
     shown = None
     for row in rows:
         first = row["reproduction"] != shown
@@ -184,11 +233,17 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
         name = f"`{shown}` ({', '.join([*(str(row[key]) for key in kept), wall_time])})" if first else ""
         reason = row["reason"] or ""
         if brief:
-            cells = (name, row["name"], row["paper"] or "—", brief_numbers(row["numbers"]),
-                     row["verdict"] + (f" ({row['cause']})" if row["cause"] else ""))
+            cells = (
+                name,
+                row["name"],
+                row["paper"] or "—",
+                brief_numbers(row["numbers"]),
+                row["verdict"] + (f" ({row['cause']})" if row["cause"] else ""),
+            )
         else:
-            verdict = reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason
-                                                                                         else "")
+            verdict = (
+                reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason else "")
+            )
             cells = (name, row["claim"], row["paper"] or "—", row["ours"], verdict)
         lines.append("| " + " | ".join(cell(text) for text in cells) + " |")
     if evidence.is_file() and not brief:
@@ -199,8 +254,9 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
 def _shared_provenance(rows: list[dict]) -> dict[str, str]:
     """The scale, date and commit that every reproduction's verdicts share (one ``reproduce all``, say), to be said
     once above the brief table instead of on each row."""
-    return {key: str(rows[0][key]) for key in ("scale", "date", "commit")
-            if rows and len({row[key] for row in rows}) == 1}
+    return {
+        key: str(rows[0][key]) for key in ("scale", "date", "commit") if rows and len({row[key] for row in rows}) == 1
+    }
 
 
 def report(out: str | Path, only: str | None = None) -> None:
@@ -214,6 +270,12 @@ def report(out: str | Path, only: str | None = None) -> None:
     for row in rows:
         style = VERDICT_STYLES[row["verdict"]]
         verdict = f"[{style}]{row['verdict']}[/{style}]" + (f"\n{row['reason']}" if row["reason"] else "")
-        table.add_row(f"{row['reproduction']}\n{row['date']} {row['commit']}", row["scale"], row["claim"],
-                      row["paper"] or "—", row["ours"], verdict)
+        table.add_row(
+            f"{row['reproduction']}\n{row['date']} {row['commit']}",
+            row["scale"],
+            row["claim"],
+            row["paper"] or "—",
+            row["ours"],
+            verdict,
+        )
     console().print(table)

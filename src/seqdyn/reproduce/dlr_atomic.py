@@ -15,8 +15,19 @@ from pathlib import Path
 
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Control, Outcome, at_least, at_most, every, reaches
-from seqdyn.reproduce.protocols.atomic import (MODELS, PAPER_R2, SMOKE, TASK_LABELS, TASKS, Budget, atomic_sweeps,
-                                               plot_r2_grid, present, r2_plateau, r2_table)
+from seqdyn.reproduce.protocols.atomic import (
+    MODELS,
+    PAPER_R2,
+    SMOKE,
+    TASK_LABELS,
+    TASKS,
+    Budget,
+    atomic_sweeps,
+    plot_r2_grid,
+    present,
+    r2_plateau,
+    r2_table,
+)
 from seqdyn.reproduce.protocols.atomic import score as r2
 from seqdyn.train.config import SweepConfig
 
@@ -38,10 +49,14 @@ LEARNERS = {"reverse": "dlr_6", "select": "attention_2", "context_shift": "atten
 
 SCALES = {
     "paper": dict(tasks=TASKS, seeds=(0,), budget=Budget()),
-    "cpu": dict(tasks=TASKS, seeds=(0, 1), budget=Budget(seq_len=256, width=64, state_dim=256, steps=1500,
-                                                         test_examples=256, eval_every=250)),
-    "smoke": dict(tasks=("shift", "reverse", "select_fixed", "select", "context_shift", "mips"), seeds=(0,),
-                  budget=SMOKE),
+    "cpu": dict(
+        tasks=TASKS,
+        seeds=(0, 1),
+        budget=Budget(seq_len=256, width=64, state_dim=256, steps=1500, test_examples=256, eval_every=250),
+    ),
+    "smoke": dict(
+        tasks=("shift", "reverse", "select_fixed", "select", "context_shift", "mips"), seeds=(0,), budget=SMOKE
+    ),
 }
 
 
@@ -55,31 +70,48 @@ def _ssms(results: Results) -> list[str]:
 
 
 def _ssms_solve(results: Results) -> Outcome:
-    return every({f"{MODELS[model].label} {TASK_LABELS[task]}": reaches(r2(results, model, task), SOLVED)
-                  for model in _ssms(results) for task in _tasks(results, ("shift", "cumsum"))})
+    return every(
+        {
+            f"{MODELS[model].label} {TASK_LABELS[task]}": reaches(r2(results, model, task), SOLVED)
+            for model in _ssms(results)
+            for task in _tasks(results, ("shift", "cumsum"))
+        }
+    )
 
 
 def _ssms_fail(task: str):
     def test(results: Results) -> Outcome:
         if task not in present(results)[0]:
             return every({})
-        return every({f"{MODELS[model].label} {TASK_LABELS[task]}": at_most(r2(results, model, task), FAILS)
-                      for model in _ssms(results)})
+        return every(
+            {
+                f"{MODELS[model].label} {TASK_LABELS[task]}": at_most(r2(results, model, task), FAILS)
+                for model in _ssms(results)
+            }
+        )
+
     return test
 
 
 def learner_control(task: str) -> Control:
     """The positive control of "SSMs fail ``task``": the model of :data:`LEARNERS` reaches R² ≥ ``SOLVED`` on it."""
     learner = LEARNERS[task]
-    return Control(f"{MODELS[learner].label} on {TASK_LABELS[task]} reaches R² {SOLVED} (Table 1: "
-                   f"{PAPER_R2[task][learner]:g})", lambda results: r2(results, learner, task), SOLVED)
+    return Control(
+        f"{MODELS[learner].label} on {TASK_LABELS[task]} reaches R² {SOLVED} (Table 1: {PAPER_R2[task][learner]:g})",
+        lambda results: r2(results, learner, task),
+        SOLVED,
+    )
 
 
 def trains_control(model: str, task: str) -> Control:
     """The positive control of a comparison of trained layers: ``model`` (one layer) reaches R² ≥ ``SOLVED`` on
     ``task``, which Table 1 says it solves — the layer trains at the scale's budget."""
-    return Control(f"{MODELS[model].label}, one layer, on {TASK_LABELS[task]} reaches R² {SOLVED} (Table 1: "
-                   f"{PAPER_R2[task][model]:g})", lambda results: r2(results, model, task), SOLVED)
+    return Control(
+        f"{MODELS[model].label}, one layer, on {TASK_LABELS[task]} reaches R² {SOLVED} (Table 1: "
+        f"{PAPER_R2[task][model]:g})",
+        lambda results: r2(results, model, task),
+        SOLVED,
+    )
 
 
 def learner_sweeps(part: str, tasks: Sequence[str], seeds: Sequence[int], budget: Budget) -> list[SweepConfig]:
@@ -88,31 +120,46 @@ def learner_sweeps(part: str, tasks: Sequence[str], seeds: Sequence[int], budget
     for task in tasks:
         if task in LEARNERS:
             by_learner.setdefault(LEARNERS[task], []).append(task)
-    return [sweep for learner, its_tasks in by_learner.items()
-            for sweep in atomic_sweeps(part, (learner,), its_tasks, seeds, budget)]
+    return [
+        sweep
+        for learner, its_tasks in by_learner.items()
+        for sweep in atomic_sweeps(part, (learner,), its_tasks, seeds, budget)
+    ]
 
 
 def _dlr_solves_select_fixed(results: Results) -> Outcome:
-    return every({TASK_LABELS[task]: reaches(r2(results, "dlr", task), SOLVED)
-                  for task in _tasks(results, ("select_fixed",))})
+    return every(
+        {TASK_LABELS[task]: reaches(r2(results, "dlr", task), SOLVED) for task in _tasks(results, ("select_fixed",))}
+    )
 
 
 def _dlr_as_good_as_dss(results: Results) -> Outcome:
-    return every({TASK_LABELS[task]: at_least(r2(results, "dlr", task), r2(results, "dss_exp", task), AS_GOOD,
-                                              ceiling=BEST_SCORE)
-                  for task in present(results)[0]})
+    return every(
+        {
+            TASK_LABELS[task]: at_least(
+                r2(results, "dlr", task), r2(results, "dss_exp", task), AS_GOOD, ceiling=BEST_SCORE
+            )
+            for task in present(results)[0]
+        }
+    )
 
 
 def _attention_more_expressive(results: Results) -> Outcome:
-    return every({TASK_LABELS[task]: at_least(r2(results, "attention", task), r2(results, "dlr", task),
-                                              MORE_EXPRESSIVE, ceiling=BEST_SCORE)
-                  for task in _tasks(results, ("cummax", "mips"))})
+    return every(
+        {
+            TASK_LABELS[task]: at_least(
+                r2(results, "attention", task), r2(results, "dlr", task), MORE_EXPRESSIVE, ceiling=BEST_SCORE
+            )
+            for task in _tasks(results, ("cummax", "mips"))
+        }
+    )
 
 
 def _learning(models: Callable[[Results], Sequence[str]], tasks: tuple[str, ...]):
     """The scores a claim needs to have left the plateau: each of ``models(results)`` on each of ``tasks``."""
-    return r2_plateau(lambda results: [r2(results, model, task) for model in models(results)
-                                       for task in _tasks(results, tasks)])
+    return r2_plateau(
+        lambda results: [r2(results, model, task) for model in models(results) for task in _tasks(results, tasks)]
+    )
 
 
 #: the layers Table 1's claims about SSMs are said of
@@ -130,32 +177,46 @@ def _verb(plural: bool, plural_form: str, singular_form: str) -> str:
 
 
 def ssms_solve_claim(label: str = SSM_LAYERS, plural: bool = True) -> Claim:
-    """"SSM layers are highly effective on SHIFT and CUMSUM", said of ``label`` (``plural``: several layers): every
+    """ "SSM layers are highly effective on SHIFT and CUMSUM", said of ``label`` (``plural``: several layers): every
     SSM layer the results hold reaches R² ≥ ``SOLVED`` on both."""
-    return Claim("SSMs solve SHIFT, CUMSUM",
-                 f"{label} {_verb(plural, 'reach', 'reaches')} R² ≥ {SOLVED} on SHIFT and CUMSUM",
-                 "SSM layers (DLR, DSS_EXP) are highly effective on tasks like SHIFT and CUMSUM that can be described "
-                 "via a small number of convolutional kernels", _ssms_solve, paper_value="DLR 1, 1; DSS-EXP .99, 1",
-                 plateau=_learning(_ssms, ("shift", "cumsum")))
+    return Claim(
+        "SSMs solve SHIFT, CUMSUM",
+        f"{label} {_verb(plural, 'reach', 'reaches')} R² ≥ {SOLVED} on SHIFT and CUMSUM",
+        "SSM layers (DLR, DSS_EXP) are highly effective on tasks like SHIFT and CUMSUM that can be described "
+        "via a small number of convolutional kernels",
+        _ssms_solve,
+        paper_value="DLR 1, 1; DSS-EXP .99, 1",
+        plateau=_learning(_ssms, ("shift", "cumsum")),
+    )
 
 
 def ssms_fail_claim(task: str, label: str = SSM_LAYERS, plural: bool = True) -> Claim:
-    """"SSMs fail ``task``", said of ``label``: every SSM layer the results hold stays at R² ≤ ``FAILS`` on it, where
+    """ "SSMs fail ``task``", said of ``label``: every SSM layer the results hold stays at R² ≤ ``FAILS`` on it, where
     the task's learner (:data:`LEARNERS`) learns it."""
     quote, paper_value = FAIL_QUOTES[task]
-    return Claim(f"SSMs fail {TASK_LABELS[task]}",
-                 f"{label} {_verb(plural, 'stay', 'stays')} at R² ≤ {FAILS} on {TASK_LABELS[task]}", quote,
-                 _ssms_fail(task), paper_value=paper_value, control=learner_control(task))
+    return Claim(
+        f"SSMs fail {TASK_LABELS[task]}",
+        f"{label} {_verb(plural, 'stay', 'stays')} at R² ≤ {FAILS} on {TASK_LABELS[task]}",
+        quote,
+        _ssms_fail(task),
+        paper_value=paper_value,
+        control=learner_control(task),
+    )
 
 
 def attention_beats_claim(label: str = "DLR") -> Claim:
-    """"A single ATTENTION layer is more expressive than a single SSM layer on CUMMAX and MIPS", said of the DLR layer
+    """ "A single ATTENTION layer is more expressive than a single SSM layer on CUMMAX and MIPS", said of the DLR layer
     (``label``): ATTENTION at least ``MORE_EXPRESSIVE`` above it on both."""
-    return Claim("attention beats SSMs on CUMMAX, MIPS", f"ATTENTION ≥ {label} + {MORE_EXPRESSIVE} on CUMMAX and MIPS",
-                 "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more expressive than a "
-                 "single SSM layer", _attention_more_expressive, paper_value="1 vs .52; .90 vs 0",
-                 control=trains_control("attention", "cumsum"),
-                 plateau=_learning(lambda results: ["attention"], ("cummax", "mips")))
+    return Claim(
+        "attention beats SSMs on CUMMAX, MIPS",
+        f"ATTENTION ≥ {label} + {MORE_EXPRESSIVE} on CUMMAX and MIPS",
+        "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more expressive than a "
+        "single SSM layer",
+        _attention_more_expressive,
+        paper_value="1 vs .52; .90 vs 0",
+        control=trains_control("attention", "cumsum"),
+        plateau=_learning(lambda results: ["attention"], ("cummax", "mips")),
+    )
 
 
 CLAIMS = (
@@ -163,13 +224,22 @@ CLAIMS = (
     ssms_fail_claim("reverse"),
     ssms_fail_claim("select"),
     ssms_fail_claim("context_shift"),
-    Claim("DLR solves SELECT-FIXED", f"DLR reaches R² ≥ {SOLVED} on SELECT-FIXED",
-          "the perfect performance of DLR on SELECT-FIXED in which the value of the shifts does not change with the "
-          "inputs", _dlr_solves_select_fixed, paper_value=".97",
-          plateau=_learning(lambda results: ["dlr"], ("select_fixed",))),
-    Claim("DLR ≥ DSS-EXP", f"DLR ≥ DSS-EXP {AS_GOOD:+} on every task",
-          "in all experiments DLR performs as good as or better than DSS_EXP", _dlr_as_good_as_dss,
-          control=trains_control("dlr", "shift")),
+    Claim(
+        "DLR solves SELECT-FIXED",
+        f"DLR reaches R² ≥ {SOLVED} on SELECT-FIXED",
+        "the perfect performance of DLR on SELECT-FIXED in which the value of the shifts does not change with the "
+        "inputs",
+        _dlr_solves_select_fixed,
+        paper_value=".97",
+        plateau=_learning(lambda results: ["dlr"], ("select_fixed",)),
+    ),
+    Claim(
+        "DLR ≥ DSS-EXP",
+        f"DLR ≥ DSS-EXP {AS_GOOD:+} on every task",
+        "in all experiments DLR performs as good as or better than DSS_EXP",
+        _dlr_as_good_as_dss,
+        control=trains_control("dlr", "shift"),
+    ),
     attention_beats_claim(),
 )
 
@@ -178,33 +248,36 @@ class AtomicTable1(Reproduction):
     name = "dlr_atomic"
     paper = "seed 002 (DLR)"
     figure = "Table 1"
-    summary = ("Single DLR, DSS-EXP and ATTENTION layers on the eleven atomic tasks: R² (best evaluation, mean over "
-               "seeds ± half the seed range), the paper's in parentheses.")
+    summary = (
+        "Single DLR, DSS-EXP and ATTENTION layers on the eleven atomic tasks: R² (best evaluation, mean over "
+        "seeds ± half the seed range), the paper's in parentheses."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "The paper's Table 1 (single layers) and Table 7: L = 2^12, H = 128, N = 4096, batch 16, 40K steps, "
-                 "constant learning rate 1e-4 (DLR) or 1e-3 (DSS-EXP, ATTENTION), weight decay 0, post-norm "
-                 "LayerNorm, one seed.",
+        "constant learning rate 1e-4 (DLR) or 1e-3 (DSS-EXP, ATTENTION), weight decay 0, post-norm "
+        "LayerNorm, one seed.",
         "cpu": "L = 2^8 instead of 2^12 with the state size N = L as in the paper (N = 256), width H = 64 instead of "
-               "128, 1,500 steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds, so "
-               "that the seed spread decides what is inconclusive. Measured first at L = 256 (one seed, 1,000 "
-               "steps): DLR reached R² 0.995 on SHIFT and 0.997 on CUMSUM and stayed at 0.02 on REVERSE, ATTENTION "
-               "reached 0.99 on CUMMAX and 0.83 on MIPS; but DLR on SELECT-FIXED was at 0.04 after 3,000 steps "
-               "(0.39 with a ten times larger learning rate), so SELECT-FIXED needs far more steps than this scale "
-               "has. Our R² is the best evaluation on 256 fresh test examples, where the paper averages over its "
-               "evaluation batches. The claims that SSMs fail REVERSE, SELECT and CONTEXTSHIFT each have a control "
-               "from Table 1's deeper columns on that task alone (DLR with 6 layers on REVERSE, ATTENTION with 2 "
-               "layers on SELECT and CONTEXTSHIFT), on the same budget.",
+        "128, 1,500 steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds, so "
+        "that the seed spread decides what is inconclusive. Measured first at L = 256 (one seed, 1,000 "
+        "steps): DLR reached R² 0.995 on SHIFT and 0.997 on CUMSUM and stayed at 0.02 on REVERSE, ATTENTION "
+        "reached 0.99 on CUMMAX and 0.83 on MIPS; but DLR on SELECT-FIXED was at 0.04 after 3,000 steps "
+        "(0.39 with a ten times larger learning rate), so SELECT-FIXED needs far more steps than this scale "
+        "has. Our R² is the best evaluation on 256 fresh test examples, where the paper averages over its "
+        "evaluation batches. The claims that SSMs fail REVERSE, SELECT and CONTEXTSHIFT each have a control "
+        "from Table 1's deeper columns on that task alone (DLR with 6 layers on REVERSE, ATTENTION with 2 "
+        "layers on SELECT and CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on six tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        return (atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale])
-                + learner_sweeps("control", **SCALES[scale]))
+        return atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale]) + learner_sweeps("control", **SCALES[scale])
 
     def table(self, results: Results) -> str:
-        return (r2_table(results) + "\n\nR² per task; the paper's Table 1 (L = 2^12) in parentheses. Inputs of "
-                "REVERSE and SORT are 2L long.")
+        return (
+            r2_table(results) + "\n\nR² per task; the paper's Table 1 (L = 2^12) in parentheses. Inputs of "
+            "REVERSE and SORT are 2L long."
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         return plot_r2_grid(results, path, "seed 002 Table 1: R² of single layers")

@@ -23,13 +23,20 @@ MODELS = ("dlr", "attention")
 #: the one SSM layer this reproduction trains, as its claims name it
 DLR_LAYER = "the DLR layer"
 #: Table 1's claims on these tasks, said of that layer
-CLAIMS = (ssms_solve_claim(DLR_LAYER, plural=False), ssms_fail_claim("reverse", DLR_LAYER, plural=False),
-          ssms_fail_claim("context_shift", DLR_LAYER, plural=False), attention_beats_claim("DLR"))
+CLAIMS = (
+    ssms_solve_claim(DLR_LAYER, plural=False),
+    ssms_fail_claim("reverse", DLR_LAYER, plural=False),
+    ssms_fail_claim("context_shift", DLR_LAYER, plural=False),
+    attention_beats_claim("DLR"),
+)
 
 SCALES = {
     "paper": dict(tasks=TASKS, seeds=(0,), budget=Budget()),
-    "cpu": dict(tasks=TASKS, seeds=(0, 1), budget=Budget(seq_len=256, width=64, state_dim=256, steps=1000,
-                                                         test_examples=256, eval_every=250)),
+    "cpu": dict(
+        tasks=TASKS,
+        seeds=(0, 1),
+        budget=Budget(seq_len=256, width=64, state_dim=256, steps=1000, test_examples=256, eval_every=250),
+    ),
     "smoke": dict(tasks=("shift", "reverse", "context_shift", "mips"), seeds=(0,), budget=SMOKE),
 }
 
@@ -38,21 +45,23 @@ class ContextDependence(Reproduction):
     name = "dlr_context"
     paper = "seed 002 (DLR)"
     figure = "§3.3"
-    summary = ("One DLR layer against one ATTENTION layer on tasks a fixed convolution kernel solves (SHIFT, "
-               "CUMSUM) and on tasks it cannot (REVERSE, CONTEXTSHIFT, CUMMAX, MIPS): R² (best evaluation, mean "
-               "over seeds ± half the seed range), the paper's Table 1 in parentheses.")
+    summary = (
+        "One DLR layer against one ATTENTION layer on tasks a fixed convolution kernel solves (SHIFT, "
+        "CUMSUM) and on tasks it cannot (REVERSE, CONTEXTSHIFT, CUMMAX, MIPS): R² (best evaluation, mean "
+        "over seeds ± half the seed range), the paper's Table 1 in parentheses."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "The paper's Table 1 setup (Table 7) for these six tasks and two models: L = 2^12, H = 128, "
-                 "N = 4096, batch 16, 40K steps, constant learning rate 1e-4 (DLR) or 1e-3 (ATTENTION), weight "
-                 "decay 0, post-norm LayerNorm, one seed.",
+        "N = 4096, batch 16, 40K steps, constant learning rate 1e-4 (DLR) or 1e-3 (ATTENTION), weight "
+        "decay 0, post-norm LayerNorm, one seed.",
         "cpu": "Six of Table 1's eleven tasks and two of its models, so that it runs in minutes: L = 2^8 instead of "
-               "2^12 with the state size N = L as in the paper (N = 256), width H = 64 instead of 128, 1,000 "
-               "steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds, so that the "
-               "seed spread decides what is inconclusive. Our R² is the best evaluation on 256 fresh test "
-               "examples, where the paper averages over its evaluation batches. The claims that the DLR layer fails "
-               "REVERSE and CONTEXTSHIFT each have a control from Table 1's deeper columns on that task alone (DLR "
-               "with 6 layers on REVERSE, ATTENTION with 2 layers on CONTEXTSHIFT), on the same budget.",
+        "2^12 with the state size N = L as in the paper (N = 256), width H = 64 instead of 128, 1,000 "
+        "steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds, so that the "
+        "seed spread decides what is inconclusive. Our R² is the best evaluation on 256 fresh test "
+        "examples, where the paper averages over its evaluation batches. The claims that the DLR layer fails "
+        "REVERSE and CONTEXTSHIFT each have a control from Table 1's deeper columns on that task alone (DLR "
+        "with 6 layers on REVERSE, ATTENTION with 2 layers on CONTEXTSHIFT), on the same budget.",
         "smoke": "The whole pipeline on four tasks at L = 16, H = 16, N = 8, 4 steps: no verdict to trust.",
     }
 

@@ -26,8 +26,7 @@ import torch
 
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results, percent, score_cell
-from seqdyn.reproduce.claims import (BEST_SCORE, PLATEAU_MARGIN, Claim, Control, Outcome, Plateau, Score, at_least,
-                                     every)
+from seqdyn.reproduce.claims import BEST_SCORE, PLATEAU_MARGIN, Claim, Control, Outcome, Plateau, Score, at_least, every
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
 from seqdyn.train.config import SweepConfig
@@ -35,8 +34,10 @@ from seqdyn.train.config import SweepConfig
 LISTOPS, PATHFINDER = "listops_subtrees", "pathfinder_segmentation"
 MODELS = {"dlr": "DLR", "dss_exp": "DSS-EXP", "local_attention": "LOCALATTENTION"}
 #: Table 3: token-wise accuracy (ListOps-SubTrees) and macro F1 (Pathfinder-Segmentation-128), in %
-PAPER = {LISTOPS: {"local_attention": 94.0, "dss_exp": 83.8, "dlr": 85.7},
-         PATHFINDER: {"local_attention": 95.2, "dss_exp": 94.4, "dlr": 96.8}}
+PAPER = {
+    LISTOPS: {"local_attention": 94.0, "dss_exp": 83.8, "dlr": 85.7},
+    PATHFINDER: {"local_attention": 95.2, "dss_exp": 94.4, "dlr": 96.8},
+}
 
 
 @dataclass(frozen=True)
@@ -59,16 +60,22 @@ class Setup:
 
 
 SCALES: dict[str, dict[str, Setup]] = {
-    "paper": {LISTOPS: Setup(2**13, 6, 128, 1024, 1024, 32, 300_000, 8e-4, 0.01, 2_048, 10_000),
-              PATHFINDER: Setup(2**14, 5, 128, 1024, 4096, 16, 150_000, 1e-4, 0.0, 2_048, 10_000)},
+    "paper": {
+        LISTOPS: Setup(2**13, 6, 128, 1024, 1024, 32, 300_000, 8e-4, 0.01, 2_048, 10_000),
+        PATHFINDER: Setup(2**14, 5, 128, 1024, 4096, 16, 150_000, 1e-4, 0.0, 2_048, 10_000),
+    },
     # pilot (1 thread, 2026-11-26): ListOps at L = 512 costs 0.35-0.40 s per step for each model; after 600 steps
     # DLR 0.55, DSS-EXP 0.36, local attention 0.36 (still rising). Pathfinder at L = 4,096: DLR 0.46 s per step
     # (macro F1 0.70 after 300 steps); local attention 2.6 s per step with chunks of 256, 4.9 with 512 and about
     # 10 with the paper's quarter of L (1,024)
-    "cpu": {LISTOPS: Setup(512, 4, 64, 64, 64, 16, 800, 8e-4, 0.01, 256, 100, seeds=(0, 1)),
-            PATHFINDER: Setup(4096, 4, 32, 64, 256, 4, 300, 1e-3, 0.0, 64, 100, seeds=(0, 1))},
-    "smoke": {LISTOPS: Setup(64, 1, 16, 8, 16, 4, 4, 1e-3, 0.0, 8, 2),
-              PATHFINDER: Setup(4096, 1, 16, 8, 1024, 2, 2, 1e-3, 0.0, 4, 2)},
+    "cpu": {
+        LISTOPS: Setup(512, 4, 64, 64, 64, 16, 800, 8e-4, 0.01, 256, 100, seeds=(0, 1)),
+        PATHFINDER: Setup(4096, 4, 32, 64, 256, 4, 300, 1e-3, 0.0, 64, 100, seeds=(0, 1)),
+    },
+    "smoke": {
+        LISTOPS: Setup(64, 1, 16, 8, 16, 4, 4, 1e-3, 0.0, 8, 2),
+        PATHFINDER: Setup(4096, 1, 16, 8, 1024, 2, 2, 1e-3, 0.0, 4, 2),
+    },
 }
 
 
@@ -78,25 +85,41 @@ TABLE8_DLR_R_RANGE = [1e-4, 1e-1]
 
 def model_entry(model: str, setup: Setup, bidirectional: bool) -> dict[str, Any]:
     """The ``model`` sweep-axis entry of one model of Table 3."""
-    options = {"dlr": {"state_dim": setup.state_dim, "r_range": TABLE8_DLR_R_RANGE},
-               "dss_exp": {"state_dim": setup.state_dim, "init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-1},
-               "local_attention": {"heads": 4, "window": setup.window, "rotary": True}}[model]
+    options = {
+        "dlr": {"state_dim": setup.state_dim, "r_range": TABLE8_DLR_R_RANGE},
+        "dss_exp": {"state_dim": setup.state_dim, "init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-1},
+        "local_attention": {"heads": 4, "window": setup.window, "rotary": True},
+    }[model]
     return {"mixer": model, "mixer_options": options, "positions": False, "bidirectional": bidirectional}
 
 
 def sweeps_of(scale: str) -> list[SweepConfig]:
     sweeps = []
     for task, setup in SCALES[scale].items():
-        data = {"name": f"long-{task}",
-                "model": {"block": "transformer", "layers": setup.layers, "d_model": setup.width, "mlp": "swiglu",
-                          "norm": "layernorm", "norm_position": "post"},
-                "task": {"name": task, "params": {"seq_len": setup.seq_len},
-                         "train_examples": setup.steps * setup.batch_size, "test_examples": setup.test_examples},
-                "optimizer": {"lr": setup.lr, "weight_decay": setup.weight_decay},
-                "schedule": {"kind": "cosine", "warmup": 0.1},
-                "train": {"steps": setup.steps, "batch_size": setup.batch_size, "eval_every": setup.eval_every},
-                "sweep": {"model": [model_entry(model, setup, task == PATHFINDER) for model in MODELS],
-                          "train.seed": list(setup.seeds)}}
+        data = {
+            "name": f"long-{task}",
+            "model": {
+                "block": "transformer",
+                "layers": setup.layers,
+                "d_model": setup.width,
+                "mlp": "swiglu",
+                "norm": "layernorm",
+                "norm_position": "post",
+            },
+            "task": {
+                "name": task,
+                "params": {"seq_len": setup.seq_len},
+                "train_examples": setup.steps * setup.batch_size,
+                "test_examples": setup.test_examples,
+            },
+            "optimizer": {"lr": setup.lr, "weight_decay": setup.weight_decay},
+            "schedule": {"kind": "cosine", "warmup": 0.1},
+            "train": {"steps": setup.steps, "batch_size": setup.batch_size, "eval_every": setup.eval_every},
+            "sweep": {
+                "model": [model_entry(model, setup, task == PATHFINDER) for model in MODELS],
+                "train.seed": list(setup.seeds),
+            },
+        }
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps
 
@@ -110,19 +133,31 @@ def _listops_dlr_beats_dss(results: Results) -> Outcome:
 
 
 def _listops_attention_beats_ssms(results: Results) -> Outcome:
-    return every({MODELS[ssm]: at_least(_score(results, LISTOPS, "local_attention"), _score(results, LISTOPS, ssm),
-                                        ceiling=BEST_SCORE)
-                  for ssm in ("dlr", "dss_exp")})
+    return every(
+        {
+            MODELS[ssm]: at_least(
+                _score(results, LISTOPS, "local_attention"), _score(results, LISTOPS, ssm), ceiling=BEST_SCORE
+            )
+            for ssm in ("dlr", "dss_exp")
+        }
+    )
 
 
 def _pathfinder_dlr_beats_baselines(results: Results) -> Outcome:
-    return every({MODELS[other]: at_least(_score(results, PATHFINDER, "dlr"), _score(results, PATHFINDER, other),
-                                          ceiling=BEST_SCORE)
-                  for other in ("local_attention", "dss_exp")})
+    return every(
+        {
+            MODELS[other]: at_least(
+                _score(results, PATHFINDER, "dlr"), _score(results, PATHFINDER, other), ceiling=BEST_SCORE
+            )
+            for other in ("local_attention", "dss_exp")
+        }
+    )
 
 
-PLATEAU_WORDS = ("the task's plateau: the best constant answer — the commonest label at every tagged position — "
-                 "scored as a model is, on the task's test examples")
+PLATEAU_WORDS = (
+    "the task's plateau: the best constant answer — the commonest label at every tagged position — "
+    "scored as a model is, on the task's test examples"
+)
 #: the metric each task's claims compare
 METRIC = {LISTOPS: "accuracy", PATHFINDER: "macro_f1"}
 
@@ -149,6 +184,7 @@ def _constant_level(results: Results, task: str) -> float | None:
 
 def _plateau(task: str, models: tuple[str, ...]) -> Plateau:
     """The plateau rule of a claim on ``task`` that needs ``models`` to have learnt it."""
+
     def compared(results: Results) -> list[tuple[Score, float]]:
         level = _constant_level(results, task)
         return [] if level is None else [(_score(results, task, model), level) for model in models]
@@ -163,22 +199,43 @@ def _control(task: str) -> Control:
     """A claim's positive control on ``task``: Table 3's best model on it beats the constant answer by the plateau
     margin on every seed — the task is learnt at the scale's budget."""
     best = max(PAPER[task], key=PAPER[task].get)
-    return Control(f"{MODELS[best]}, Table 3's best on {TASK_LABELS[task]} ({PAPER[task][best]:g}), beats the "
-                   f"constant answer by {PLATEAU_MARGIN}", lambda results: _score(results, task, best),
-                   PLATEAU_MARGIN, level=lambda results: _constant_level(results, task))
+    return Control(
+        f"{MODELS[best]}, Table 3's best on {TASK_LABELS[task]} ({PAPER[task][best]:g}), beats the "
+        f"constant answer by {PLATEAU_MARGIN}",
+        lambda results: _score(results, task, best),
+        PLATEAU_MARGIN,
+        level=lambda results: _constant_level(results, task),
+    )
 
 
 CLAIMS = (
-    Claim("ListOps: DLR ≥ DSS-EXP", "ListOps-SubTrees: DLR's accuracy ≥ DSS-EXP's",
-          "the performance of DLR is again slightly better than DSS-EXP", _listops_dlr_beats_dss,
-          paper_value="85.7 vs 83.8", control=_control(LISTOPS), plateau=_plateau(LISTOPS, ("dlr",))),
-    Claim("ListOps: local attention > SSMs", "ListOps-SubTrees: local attention's accuracy ≥ DLR's and DSS-EXP's",
-          "although LOCALATTENTION is 8× slower than SSMS, in terms of performance it outperforms SSMS",
-          _listops_attention_beats_ssms, paper_value="94.0 vs 85.7, 83.8", control=_control(LISTOPS),
-          plateau=_plateau(LISTOPS, ("local_attention",))),
-    Claim("Pathfinder: DLR > baselines", "Pathfinder-Segmentation: DLR's macro F1 ≥ local attention's and DSS-EXP's",
-          "DLR not only outperforms the baselines", _pathfinder_dlr_beats_baselines,
-          paper_value="96.8 vs 95.2, 94.4", control=_control(PATHFINDER), plateau=_plateau(PATHFINDER, ("dlr",))),
+    Claim(
+        "ListOps: DLR ≥ DSS-EXP",
+        "ListOps-SubTrees: DLR's accuracy ≥ DSS-EXP's",
+        "the performance of DLR is again slightly better than DSS-EXP",
+        _listops_dlr_beats_dss,
+        paper_value="85.7 vs 83.8",
+        control=_control(LISTOPS),
+        plateau=_plateau(LISTOPS, ("dlr",)),
+    ),
+    Claim(
+        "ListOps: local attention > SSMs",
+        "ListOps-SubTrees: local attention's accuracy ≥ DLR's and DSS-EXP's",
+        "although LOCALATTENTION is 8× slower than SSMS, in terms of performance it outperforms SSMS",
+        _listops_attention_beats_ssms,
+        paper_value="94.0 vs 85.7, 83.8",
+        control=_control(LISTOPS),
+        plateau=_plateau(LISTOPS, ("local_attention",)),
+    ),
+    Claim(
+        "Pathfinder: DLR > baselines",
+        "Pathfinder-Segmentation: DLR's macro F1 ≥ local attention's and DSS-EXP's",
+        "DLR not only outperforms the baselines",
+        _pathfinder_dlr_beats_baselines,
+        paper_value="96.8 vs 95.2, 94.4",
+        control=_control(PATHFINDER),
+        plateau=_plateau(PATHFINDER, ("dlr",)),
+    ),
 )
 
 
@@ -186,23 +243,25 @@ class LongRange(Reproduction):
     name = "dlr_long_range"
     paper = "seed 002 (DLR)"
     figure = "Table 3"
-    summary = ("Multi-layer DLR, DSS-EXP and local attention on ListOps-SubTrees (token-wise accuracy) and "
-               "Pathfinder-Segmentation (macro F1; bidirectional models), best evaluation, mean over seeds ± half the "
-               "seed range.")
+    summary = (
+        "Multi-layer DLR, DSS-EXP and local attention on ListOps-SubTrees (token-wise accuracy) and "
+        "Pathfinder-Segmentation (macro F1; bidirectional models), best evaluation, mean over seeds ± half the "
+        "seed range."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "Table 8's settings for every model (module docstring): ListOps-SubTrees at L = 8,192, 6 post-norm "
-                 "layers, H = 128, N = 1,024, chunks of 1,024, batch 32, 300K steps, lr 8e-4, weight decay 0.01; "
-                 "Pathfinder-Segmentation-128 (L = 16,384), 5 layers, chunks of 4,096, batch 16, 150K steps, lr "
-                 "1e-4, no weight decay; cosine schedule after a 10 % warm-up; one seed.",
+        "layers, H = 128, N = 1,024, chunks of 1,024, batch 32, 300K steps, lr 8e-4, weight decay 0.01; "
+        "Pathfinder-Segmentation-128 (L = 16,384), 5 layers, chunks of 4,096, batch 16, 150K steps, lr "
+        "1e-4, no weight decay; cosine schedule after a 10 % warm-up; one seed.",
         "cpu": "ListOps-SubTrees at L = 512 (expressions of 437-512 tokens), 4 layers, H = 64, N = 64, chunks of 64 "
-               "(the paper's L/8), batch 16, 800 steps; Pathfinder-Segmentation at 64 × 64 (L = 4,096: the generator "
-               "cannot place a 14-dash main path, nor one of 3 to 10 dashes, in a 32 × 32 image), 4 layers, H = 32, "
-               "N = 64, batch 4, 300 steps, lr 1e-3 (the paper's 1e-4 is for 150K steps), chunks of 256 (L/16; "
-               "the paper's L/4 would cost about 10 s per step here, 20× DLR); two seeds (12 runs). These budgets "
-               "are far below the paper's 300K and 150K steps: a verdict says which model learns faster here.",
+        "(the paper's L/8), batch 16, 800 steps; Pathfinder-Segmentation at 64 × 64 (L = 4,096: the generator "
+        "cannot place a 14-dash main path, nor one of 3 to 10 dashes, in a 32 × 32 image), 4 layers, H = 32, "
+        "N = 64, batch 4, 300 steps, lr 1e-3 (the paper's 1e-4 is for 150K steps), chunks of 256 (L/16; "
+        "the paper's L/4 would cost about 10 s per step here, 20× DLR); two seeds (12 runs). These budgets "
+        "are far below the paper's 300K and 150K steps: a verdict says which model learns faster here.",
         "smoke": "The whole pipeline on toy ListOps (L = 64) and a 64 × 64 Pathfinder image (1 layer, d = 16, 2-4 "
-                 "steps): no verdict to trust.",
+        "steps): no verdict to trust.",
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
@@ -210,14 +269,20 @@ class LongRange(Reproduction):
 
     def table(self, results: Results) -> str:
         """Table 3's layout: one row per model, ours beside the paper's for each task."""
-        lines = ["| model | ListOps-SubTrees accuracy % | paper | Pathfinder-Segmentation macro F1 % | paper |",
-                 "|---|---|---|---|---|"]
+        lines = [
+            "| model | ListOps-SubTrees accuracy % | paper | Pathfinder-Segmentation macro F1 % | paper |",
+            "|---|---|---|---|---|",
+        ]
         for model, label in MODELS.items():
-            cells = [f"{score_cell(_score(results, task, model), percent)} | {PAPER[task][model]}"
-                     for task in (LISTOPS, PATHFINDER)]
+            cells = [
+                f"{score_cell(_score(results, task, model), percent)} | {PAPER[task][model]}"
+                for task in (LISTOPS, PATHFINDER)
+            ]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        return "\n".join(lines) + ("\n\nThe paper's Pathfinder column is Pathfinder-Segmentation-128 (a 128 × 128 "
-                                   "image); ours is the scale's image size.")
+        return "\n".join(lines) + (
+            "\n\nThe paper's Pathfinder column is Pathfinder-Segmentation-128 (a 128 × 128 "
+            "image); ours is the scale's image size."
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         panels = {}

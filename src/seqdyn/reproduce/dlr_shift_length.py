@@ -38,18 +38,24 @@ CPU_LENGTHS = (256, 1024, 4096)
 
 SCALES = {
     # DLR-ℝ is run at 2^8 only, as the paper does; its lr is DLR's
-    "paper": dict(budget=Budget(width=32, state_dim=4096, batch_size=4, steps=86_000, test_examples=256,
-                                eval_every=2_000),
-                  lengths={**dict.fromkeys(ORDER[:4], PAPER_LENGTHS), "dlr_real": (2**8,)}, seeds=(0,)),
+    "paper": dict(
+        budget=Budget(width=32, state_dim=4096, batch_size=4, steps=86_000, test_examples=256, eval_every=2_000),
+        lengths={**dict.fromkeys(ORDER[:4], PAPER_LENGTHS), "dlr_real": (2**8,)},
+        seeds=(0,),
+    ),
     # fixed from a pilot (one thread beside a two-worker run): 0.02 / 0.06 / 0.27 s per step for DLR at L = 256 /
     # 1024 / 4096 (DSS-EXP 0.05 / 0.12 / 0.46), about 35 min for the 26 runs; DLR's R² after 600 steps 0.95 /
     # 0.65 / 0.31, still rising
-    "cpu": dict(budget=Budget(width=32, state_dim=256, batch_size=16, steps=1_200, test_examples=256,
-                              eval_every=300),
-                lengths={**dict.fromkeys(ORDER[:4], CPU_LENGTHS), "dlr_real": (256,)}, seeds=(0, 1)),
-    "smoke": dict(budget=Budget(seq_len=16, width=8, state_dim=8, batch_size=4, steps=4, test_examples=8,
-                                eval_every=2),
-                  lengths={**dict.fromkeys(ORDER[:4], (16, 32)), "dlr_real": (16,)}, seeds=(0,)),
+    "cpu": dict(
+        budget=Budget(width=32, state_dim=256, batch_size=16, steps=1_200, test_examples=256, eval_every=300),
+        lengths={**dict.fromkeys(ORDER[:4], CPU_LENGTHS), "dlr_real": (256,)},
+        seeds=(0, 1),
+    ),
+    "smoke": dict(
+        budget=Budget(seq_len=16, width=8, state_dim=8, batch_size=4, steps=4, test_examples=8, eval_every=2),
+        lengths={**dict.fromkeys(ORDER[:4], (16, 32)), "dlr_real": (16,)},
+        seeds=(0,),
+    ),
 }
 #: Table 2's learning rates (§A.6): 1e-5 for every DLR version, 1e-3 for DSS-EXP
 PAPER_LRS = {"dss_exp": 1e-3, "dlr": 1e-5, "dlr_prod": 1e-5, "dlr_small_n": 1e-5, "dlr_real": 1e-5}
@@ -80,16 +86,25 @@ def _dlr_at_shortest(results: Results) -> Score:
 
 
 #: the positive control: the complex DLR layer solves SHIFT where the inputs are shortest
-DLR_SOLVES_SHORT = Control(f"DLR on SHIFT at the shortest length reaches R² {SOLVED} (the paper: \"excellent "
-                           "performance on this task on 16K-long sequences\")", _dlr_at_shortest, SOLVED)
+DLR_SOLVES_SHORT = Control(
+    f'DLR on SHIFT at the shortest length reaches R² {SOLVED} (the paper: "excellent '
+    'performance on this task on 16K-long sequences")',
+    _dlr_at_shortest,
+    SOLVED,
+)
 
 
 def _at_longest(results: Results, better: str, worse: str) -> Outcome:
     longest = max(_lengths(results, better), default=None)
     if longest is None:
         return every({})
-    return every({f"L={longest}": at_least(_score(results, better, longest), _score(results, worse, longest),
-                                           SIGNIFICANT, ceiling=BEST_SCORE)})
+    return every(
+        {
+            f"L={longest}": at_least(
+                _score(results, better, longest), _score(results, worse, longest), SIGNIFICANT, ceiling=BEST_SCORE
+            )
+        }
+    )
 
 
 #: Table 2's "reduced performance" of an eighth of the state is read at N/L = 1/4 (N = 4096 at L = 2^14: .83 vs .30)
@@ -99,9 +114,15 @@ STATE = "model.mixer_options.state_dim"
 
 def _quarter_state_lengths(results: Results) -> list[int]:
     """The lengths at which DLR's N/L is the paper's 1/4."""
-    return [length for length in _lengths(results, "dlr")
-            if any(row.get(STATE) == length * SMALL_N_RATIO for row in results.rows
-                   if model_of(row) == "dlr" and row.get(LENGTH) == length)]
+    return [
+        length
+        for length in _lengths(results, "dlr")
+        if any(
+            row.get(STATE) == length * SMALL_N_RATIO
+            for row in results.rows
+            if model_of(row) == "dlr" and row.get(LENGTH) == length
+        )
+    ]
 
 
 def _small_n_degrades(results: Results) -> Outcome:
@@ -109,10 +130,14 @@ def _small_n_degrades(results: Results) -> Outcome:
     lengths = _quarter_state_lengths(results)
     if not lengths:
         return every({})
-    return every({f"L={length} (N/L = 1/4)": at_least(_score(results, "dlr", length),
-                                                       _score(results, "dlr_small_n", length), SIGNIFICANT,
-                                                       ceiling=BEST_SCORE)
-                  for length in lengths})
+    return every(
+        {
+            f"L={length} (N/L = 1/4)": at_least(
+                _score(results, "dlr", length), _score(results, "dlr_small_n", length), SIGNIFICANT, ceiling=BEST_SCORE
+            )
+            for length in lengths
+        }
+    )
 
 
 def _learning(model: str, lengths: Callable[[Results], list[int]]) -> Plateau:
@@ -126,17 +151,32 @@ def _extreme(model: str, pick: Callable[[list[int]], int]) -> Callable[[Results]
 
 
 CLAIMS = (
-    Claim("DLR-ℝ fails SHIFT", f"DLR-ℝ stays at R² ≤ {FAILS} on SHIFT at the shortest length (where the control, "
-          f"DLR, reaches ≥ {SOLVED})", "as shown in Table 2, [DLR-ℝ] failed on SHIFT with lengths as short as 256",
-          _real_fails, paper_value=".23 at 2^8", control=DLR_SOLVES_SHORT),
-    Claim("DLR-prod beats DLR", f"DLR-prod ≥ DLR + {SIGNIFICANT} at the longest length",
-          "we found that the DLR-prod version of DLR (§2.1) performs significantly better",
-          lambda results: _at_longest(results, "dlr_prod", "dlr"), paper_value="1 vs .83 at 2^14",
-          control=DLR_SOLVES_SHORT, plateau=_learning("dlr_prod", _extreme("dlr_prod", max))),
-    Claim("small N degrades", f"DLR with N ≥ DLR with N/8 + {SIGNIFICANT} where N/L = 1/4 (the paper's 2^14)",
-          "an inadequately small N leads to a reduced performance", _small_n_degrades,
-          paper_value=".83 vs .30 at 2^14", control=DLR_SOLVES_SHORT,
-          plateau=_learning("dlr", _quarter_state_lengths)),
+    Claim(
+        "DLR-ℝ fails SHIFT",
+        f"DLR-ℝ stays at R² ≤ {FAILS} on SHIFT at the shortest length (where the control, DLR, reaches ≥ {SOLVED})",
+        "as shown in Table 2, [DLR-ℝ] failed on SHIFT with lengths as short as 256",
+        _real_fails,
+        paper_value=".23 at 2^8",
+        control=DLR_SOLVES_SHORT,
+    ),
+    Claim(
+        "DLR-prod beats DLR",
+        f"DLR-prod ≥ DLR + {SIGNIFICANT} at the longest length",
+        "we found that the DLR-prod version of DLR (§2.1) performs significantly better",
+        lambda results: _at_longest(results, "dlr_prod", "dlr"),
+        paper_value="1 vs .83 at 2^14",
+        control=DLR_SOLVES_SHORT,
+        plateau=_learning("dlr_prod", _extreme("dlr_prod", max)),
+    ),
+    Claim(
+        "small N degrades",
+        f"DLR with N ≥ DLR with N/8 + {SIGNIFICANT} where N/L = 1/4 (the paper's 2^14)",
+        "an inadequately small N leads to a reduced performance",
+        _small_n_degrades,
+        paper_value=".83 vs .30 at 2^14",
+        control=DLR_SOLVES_SHORT,
+        plateau=_learning("dlr", _quarter_state_lengths),
+    ),
 )
 
 
@@ -144,18 +184,20 @@ class ShiftLength(Reproduction):
     name = "dlr_shift_length"
     paper = "seed 002 (DLR)"
     figure = "Table 2"
-    summary = ("One layer on SHIFT at growing input length L: DSS-EXP, DLR, DLR-prod, DLR with an eighth of the "
-               "state and real-valued DLR (DLR-ℝ): R² (best evaluation, mean over seeds ± half the seed range), the "
-               "paper's in parentheses where it has the length.")
+    summary = (
+        "One layer on SHIFT at growing input length L: DSS-EXP, DLR, DLR-prod, DLR with an eighth of the "
+        "state and real-valued DLR (DLR-ℝ): R² (best evaluation, mean over seeds ± half the seed range), the "
+        "paper's in parentheses where it has the length."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "The paper's Table 2 (§A.6): L ∈ {2^14, 2^16, 2^18, 2^20} (DLR-ℝ at 2^8), H = 32, N = 4096 (N = 512 "
-                 "for the small state), batch 4, 86K steps, constant learning rate 1e-5 (DLR versions) and 1e-3 "
-                 "(DSS-EXP), one seed. Not run yet.",
+        "for the small state), batch 4, 86K steps, constant learning rate 1e-5 (DLR versions) and 1e-3 "
+        "(DSS-EXP), one seed. Not run yet.",
         "cpu": "L ∈ {256, 1024, 4096} instead of 2^14…2^20 with N = 256 (N/L from 1 to 1/16, where the paper's is "
-               "1/4 to 1/256) and N/8 = 32 for the small state; H = 32; 1,200 steps of batch 16 instead of 86K of "
-               "batch 4, at Table 1's learning rates (1e-4 DLR versions, 1e-3 DSS-EXP) instead of Table 2's 1e-5 for "
-               "DLR, which learns nothing in so few steps; two seeds.",
+        "1/4 to 1/256) and N/8 = 32 for the small state; H = 32; 1,200 steps of batch 16 instead of 86K of "
+        "batch 4, at Table 1's learning rates (1e-4 DLR versions, 1e-3 DSS-EXP) instead of Table 2's 1e-5 for "
+        "DLR, which learns nothing in so few steps; two seeds.",
         "smoke": "The whole pipeline at L = 16 and 32, H = 8, N = 8, 4 steps: no verdict to trust.",
     }
 
@@ -164,8 +206,10 @@ class ShiftLength(Reproduction):
         if scale != "paper":
             return sweeps
         # Table 2's own learning rates (the cpu scale keeps Table 1's)
-        return [sweep.model_copy(update={"optimizer": sweep.optimizer.model_copy(update={"lr": PAPER_LRS[key]})})
-                for sweep, key in zip(sweeps, ORDER)]
+        return [
+            sweep.model_copy(update={"optimizer": sweep.optimizer.model_copy(update={"lr": PAPER_LRS[key]})})
+            for sweep, key in zip(sweeps, ORDER)
+        ]
 
     def table(self, results: Results) -> str:
         lengths = sorted({row[LENGTH] for row in results.rows})
@@ -183,8 +227,14 @@ class ShiftLength(Reproduction):
         for model in [key for key in ORDER if _lengths(results, key)]:
             means = [(length, _score(results, model, length).mean) for length in _lengths(results, model)]
             curves[MODELS[model].label] = [(length, mean) for length, mean in means if not math.isnan(mean)]
-        return plot_curves({"SHIFT": curves}, path, "input length L", {"SHIFT": "R²"}, logy=False,
-                           title="seed 002 Table 2: one layer on SHIFT")
+        return plot_curves(
+            {"SHIFT": curves},
+            path,
+            "input length L",
+            {"SHIFT": "R²"},
+            logy=False,
+            title="seed 002 Table 2: one layer on SHIFT",
+        )
 
 
 REPRODUCTION = ShiftLength()

@@ -33,19 +33,57 @@ GAP_CLOSED = 0.25
 PAPER_LRS = (3e-4, 1e-3, 3e-3, 1e-2)
 
 SCALES: dict[str, dict[str, Any]] = {
-    "paper": dict(width=512, heads=8, layers=6, seq_len=1024, tokenizer="gpt2", batch_size=128, epochs=50,
-                  steps=None, train_examples=100_000, test_examples=512, lrs=PAPER_LRS, seeds=(0,)),
+    "paper": dict(
+        width=512,
+        heads=8,
+        layers=6,
+        seq_len=1024,
+        tokenizer="gpt2",
+        batch_size=128,
+        epochs=50,
+        steps=None,
+        train_examples=100_000,
+        test_examples=512,
+        lrs=PAPER_LRS,
+        seeds=(0,),
+    ),
     # pilot (1 thread, beside a two-worker run, on data/shakespeare.txt): about 0.7 s per step for each of the three
     # (0.45 alone), so 2,000 steps would take the six runs about 50 minutes on two workers
-    "cpu": dict(width=128, heads=4, layers=4, seq_len=256, tokenizer="bytes", batch_size=16, epochs=None,
-                steps=1_000, train_examples=16_000, test_examples=128, lrs=(3e-3,), seeds=(0, 1)),
-    "smoke": dict(width=16, heads=2, layers=1, seq_len=32, tokenizer="bytes", batch_size=4, epochs=None, steps=4,
-                  train_examples=16, test_examples=8, lrs=(3e-3,), seeds=(0,)),
+    "cpu": dict(
+        width=128,
+        heads=4,
+        layers=4,
+        seq_len=256,
+        tokenizer="bytes",
+        batch_size=16,
+        epochs=None,
+        steps=1_000,
+        train_examples=16_000,
+        test_examples=128,
+        lrs=(3e-3,),
+        seeds=(0, 1),
+    ),
+    "smoke": dict(
+        width=16,
+        heads=2,
+        layers=1,
+        seq_len=32,
+        tokenizer="bytes",
+        batch_size=4,
+        epochs=None,
+        steps=4,
+        train_examples=16,
+        test_examples=8,
+        lrs=(3e-3,),
+        seeds=(0,),
+    ),
 }
 #: ``--data`` in words, for the error that asks for it
-DATA_HELP = (f"a local corpus: a WikiText-103 directory holding {', '.join(WIKITEXT_FILES.values())}, or one text "
-             "file (split 90/5/5 into train, valid and test), such as the one `make corpus` builds: "
-             "data/shakespeare.txt")
+DATA_HELP = (
+    f"a local corpus: a WikiText-103 directory holding {', '.join(WIKITEXT_FILES.values())}, or one text "
+    "file (split 90/5/5 into train, valid and test), such as the one `make corpus` builds: "
+    "data/shakespeare.txt"
+)
 
 
 def corpus_params(data: str | Path) -> dict[str, str]:
@@ -77,8 +115,10 @@ def _gap_closed(results: Results) -> Score:
     no gap (softmax attention not below linear attention)."""
     softmax, normalized, linear = (_score(results, mixer) for mixer in MODELS)
     missing = softmax.missing + normalized.missing + linear.missing
-    shares = tuple((lin - norm) / (lin - soft) if lin > soft else 0.0
-                   for soft, norm, lin in zip(softmax.values, normalized.values, linear.values))
+    shares = tuple(
+        (lin - norm) / (lin - soft) if lin > soft else 0.0
+        for soft, norm, lin in zip(softmax.values, normalized.values, linear.values)
+    )
     return Score("share of the gap closed", shares, missing)
 
 
@@ -97,17 +137,29 @@ def unigram_perplexity(params: tuple[tuple[str, Any], ...]) -> float:
 
 def _constant_level(results: Results) -> float | None:
     """The unigram perplexity of the corpus the results trained on (None where no run names one)."""
-    settings = {tuple(sorted((key.removeprefix(PARAMS), value) for key, value in row.items()
-                             if key.startswith(PARAMS) and value is not None)) for row in results.rows}
+    settings = {
+        tuple(
+            sorted(
+                (key.removeprefix(PARAMS), value)
+                for key, value in row.items()
+                if key.startswith(PARAMS) and value is not None
+            )
+        )
+        for row in results.rows
+    }
     return unigram_perplexity(settings.pop()) if len(settings) == 1 else None
 
 
 #: the positive control of every claim: softmax attention, the paper's best, predicts the held-out text better than
 #: the best constant predictor (the training split's token frequencies) — the models learn at the scale's budget
-SOFTMAX_LEARNS = Control("softmax attention's perplexity is below the best constant predictor's (the training "
-                         "split's token frequencies on the test split)",
-                         functools.partial(_score, mixer="softmax_attention"), 0.0, level=_constant_level,
-                         higher_is_better=False)
+SOFTMAX_LEARNS = Control(
+    "softmax attention's perplexity is below the best constant predictor's (the training "
+    "split's token frequencies on the test split)",
+    functools.partial(_score, mixer="softmax_attention"),
+    0.0,
+    level=_constant_level,
+    higher_is_better=False,
+)
 
 
 def _softmax_below_normalized(results: Results) -> Outcome:
@@ -123,15 +175,30 @@ def _closes_a_quarter(results: Results) -> Outcome:
 
 
 CLAIMS = (
-    Claim("softmax < normalized", "perplexity: softmax attention ≤ normalized attention",
-          "the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap "
-          "between linear attention and softmax attention", _softmax_below_normalized, control=SOFTMAX_LEARNS),
-    Claim("normalized < linear", "perplexity: normalized attention ≤ linear attention",
-          "the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap "
-          "between linear attention and softmax attention", _normalized_below_linear, control=SOFTMAX_LEARNS),
-    Claim("a quarter of the gap", f"normalized attention closes ≥ {GAP_CLOSED:.0%} of the linear–softmax gap",
-          "better normalization can close 25% of the perplexity gap between linear attention and softmax attention",
-          _closes_a_quarter, paper_value="25 %", control=SOFTMAX_LEARNS),
+    Claim(
+        "softmax < normalized",
+        "perplexity: softmax attention ≤ normalized attention",
+        "the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap "
+        "between linear attention and softmax attention",
+        _softmax_below_normalized,
+        control=SOFTMAX_LEARNS,
+    ),
+    Claim(
+        "normalized < linear",
+        "perplexity: normalized attention ≤ linear attention",
+        "the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap "
+        "between linear attention and softmax attention",
+        _normalized_below_linear,
+        control=SOFTMAX_LEARNS,
+    ),
+    Claim(
+        "a quarter of the gap",
+        f"normalized attention closes ≥ {GAP_CLOSED:.0%} of the linear–softmax gap",
+        "better normalization can close 25% of the perplexity gap between linear attention and softmax attention",
+        _closes_a_quarter,
+        paper_value="25 %",
+        control=SOFTMAX_LEARNS,
+    ),
 )
 
 
@@ -139,25 +206,27 @@ class LmPerplexity(Reproduction):
     name = "dsf_lm_perplexity"
     paper = "seed 000 (DSF)"
     figure = "Table 1"
-    summary = ("Softmax, normalized and linear attention in one GPT-style language model on a local corpus (--data): "
-               "held-out perplexity per attention function (best over the learning rates, mean over seeds ± half "
-               "the seed range).")
+    summary = (
+        "Softmax, normalized and linear attention in one GPT-style language model on a local corpus (--data): "
+        "held-out perplexity per attention function (best over the learning rates, mean over seeds ± half "
+        "the seed range)."
+    )
     claims = CLAIMS
     corpus = True
     data_help = DATA_HELP
     higher_is_better = False
     reductions = {
         "paper": "The paper's protocol (appendix I.2) on a local WikiText-103 (--data DIR): Pythia-70M's shape "
-                 "(width 512, 8 heads, 6 layers, GELU MLPs, learned positions), context 1024, GPT-2 BPE tokens, "
-                 "batch 128, 50 epochs of 100,000 windows, AdamW β = (0.9, 0.95), weight decay 0.1, clipping 1, "
-                 "10 % warm-up then cosine, lr ∈ {3e-4, 1e-3, 3e-3, 1e-2}, one seed. Perplexity on 512 held-out "
-                 "windows (the paper reports training perplexity).",
+        "(width 512, 8 heads, 6 layers, GELU MLPs, learned positions), context 1024, GPT-2 BPE tokens, "
+        "batch 128, 50 epochs of 100,000 windows, AdamW β = (0.9, 0.95), weight decay 0.1, clipping 1, "
+        "10 % warm-up then cosine, lr ∈ {3e-4, 1e-3, 3e-3, 1e-2}, one seed. Perplexity on 512 held-out "
+        "windows (the paper reports training perplexity).",
         "cpu": "A local corpus (--data; `make corpus` builds data/shakespeare.txt, 5.0 MB, whose 90 % training "
-               "split is 4.5 MB) in UTF-8 bytes; width 128, 4 heads, 4 layers, context 256; 1,000 steps of batch 16 "
-               "(16,000 random windows, about 0.9 epoch of that split); lr 3e-3 (the paper's best for all three); "
-               "two seeds; perplexity per byte on 128 held-out windows.",
+        "split is 4.5 MB) in UTF-8 bytes; width 128, 4 heads, 4 layers, context 256; 1,000 steps of batch 16 "
+        "(16,000 random windows, about 0.9 epoch of that split); lr 3e-3 (the paper's best for all three); "
+        "two seeds; perplexity per byte on 128 held-out windows.",
         "smoke": "The whole pipeline on this library's own lm task source as the corpus (context 32, d = 16, 4 "
-                 "steps): no verdict to trust.",
+        "steps): no verdict to trust.",
     }
 
     def sweeps(self, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
@@ -165,26 +234,42 @@ class LmPerplexity(Reproduction):
         source = corpus_params(smoke_corpus() if data is None else data)
         train = {"batch_size": size["batch_size"]}
         train.update({"steps": size["steps"]} if size["steps"] else {"epochs": size["epochs"]})
-        config = {"name": "lm",
-                  "model": {"block": "transformer", "layers": size["layers"], "d_model": size["width"], "mlp": "gelu",
-                            "norm": "layernorm", "positions": True},
-                  "task": {"name": "lm", "params": {"seq_len": size["seq_len"], "tokenizer": size["tokenizer"],
-                                                    **source},
-                           "train_examples": size["train_examples"], "test_examples": size["test_examples"]},
-                  "optimizer": {"weight_decay": 0.1, "betas": (0.9, 0.95), "grad_clip": 1.0},
-                  "schedule": {"kind": "cosine", "warmup": 0.1},
-                  "train": train,
-                  "sweep": {"model": [{"mixer": mixer, "mixer_options": {"heads": size["heads"]}} for mixer in MODELS],
-                            "optimizer.lr": list(size["lrs"]), "train.seed": list(size["seeds"])}}
+        config = {
+            "name": "lm",
+            "model": {
+                "block": "transformer",
+                "layers": size["layers"],
+                "d_model": size["width"],
+                "mlp": "gelu",
+                "norm": "layernorm",
+                "positions": True,
+            },
+            "task": {
+                "name": "lm",
+                "params": {"seq_len": size["seq_len"], "tokenizer": size["tokenizer"], **source},
+                "train_examples": size["train_examples"],
+                "test_examples": size["test_examples"],
+            },
+            "optimizer": {"weight_decay": 0.1, "betas": (0.9, 0.95), "grad_clip": 1.0},
+            "schedule": {"kind": "cosine", "warmup": 0.1},
+            "train": train,
+            "sweep": {
+                "model": [{"mixer": mixer, "mixer_options": {"heads": size["heads"]}} for mixer in MODELS],
+                "optimizer.lr": list(size["lrs"]),
+                "train.seed": list(size["seeds"]),
+            },
+        }
         return [SweepConfig.model_validate(config)]
 
     def table(self, results: Results) -> str:
         """Table 1's layout: one column per attention function, and the share of the gap closed."""
         cells = [score_cell(_score(results, mixer), lambda value: f"{value:.2f}") for mixer in MODELS]
         gap = score_cell(_gap_closed(results), lambda value: f"{100 * value:.0f} %")
-        return ("| | " + " | ".join(MODELS.values()) + " | gap closed by normalized |\n|---|---|---|---|---|\n"
-                f"| perplexity (ours) | " + " | ".join(cells) + f" | {gap} |\n"
-                "| training perplexity (paper) | lost from the text copy | | | 25 % |")
+        return (
+            "| | " + " | ".join(MODELS.values()) + " | gap closed by normalized |\n|---|---|---|---|---|\n"
+            "| perplexity (ours) | " + " | ".join(cells) + f" | {gap} |\n"
+            "| training perplexity (paper) | lost from the text copy | | | 25 % |"
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         series = {}
@@ -192,8 +277,14 @@ class LmPerplexity(Reproduction):
             score = _score(results, mixer)
             if score.values:
                 series[label] = [("perplexity", score.mean, score.spread / 2)]
-        return plot_bars({"held-out perplexity": series or {"none": []}}, path, xlabel="", ylabel="perplexity",
-                         percent=False, title="seed 000 Table 1: attention normalizations as language models")
+        return plot_bars(
+            {"held-out perplexity": series or {"none": []}},
+            path,
+            xlabel="",
+            ylabel="perplexity",
+            percent=False,
+            title="seed 000 Table 1: attention normalizations as language models",
+        )
 
 
 REPRODUCTION = LmPerplexity()

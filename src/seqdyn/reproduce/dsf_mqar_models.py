@@ -16,15 +16,41 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Plateau, Score, at_least, every, within
-from seqdyn.reproduce.protocols.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TASKS,
-                                                PAPER_TRAIN, PAPER_WIDTHS, SMOKE, SMOKE_GRID, SOFTMAX_CONTROL, STATE,
-                                                TASK_KEYS, Budget, bar_panels, compared_plateau, cpu_budget,
-                                                escape_table, escape_words, grid_table, mqar_sweeps, rows_of,
-                                                softmax_solves, task_label, tasks_of)
+from seqdyn.reproduce.protocols.zoology import (
+    CPU_MODEL_REASON,
+    EARLY_STOP,
+    PAPER_LRS,
+    PAPER_STATES,
+    PAPER_TASKS,
+    PAPER_TRAIN,
+    PAPER_WIDTHS,
+    SMOKE,
+    SMOKE_GRID,
+    SOFTMAX_CONTROL,
+    STATE,
+    TASK_KEYS,
+    Budget,
+    bar_panels,
+    compared_plateau,
+    cpu_budget,
+    escape_table,
+    escape_words,
+    grid_table,
+    mqar_sweeps,
+    rows_of,
+    softmax_solves,
+    task_label,
+    tasks_of,
+)
 from seqdyn.train.config import SweepConfig
 
-MODELS = {"softmax_attention": "softmax", "linear_attention": "linear", "normalized_attention": "normalized",
-          "s6": "S6", "ssd": "SSD"}
+MODELS = {
+    "softmax_attention": "softmax",
+    "linear_attention": "linear",
+    "normalized_attention": "normalized",
+    "s6": "S6",
+    "ssd": "SSD",
+}
 ORDER = ("softmax_attention", "linear_attention", "normalized_attention", "s6", "ssd")
 CELL_KEYS = ("model.d_model", STATE)
 #: "outperforms": normalized attention above linear attention by at least 5 points of accuracy on every task
@@ -33,10 +59,17 @@ NORMALIZED_MARGIN = 0.05
 ON_PAR = 0.05
 
 SCALES = {
-    "paper": dict(tasks=PAPER_TASKS, widths=PAPER_WIDTHS, states=PAPER_STATES, lrs=PAPER_LRS, seeds=(0,),
-                  budget=Budget()),
-    "cpu": dict(tasks=((64, 4),), widths=(64,), states=(32,), lrs=(PAPER_LRS[2],), seeds=(0, 1, 2),
-                budget=cpu_budget(5000, train_examples=PAPER_TRAIN)),
+    "paper": dict(
+        tasks=PAPER_TASKS, widths=PAPER_WIDTHS, states=PAPER_STATES, lrs=PAPER_LRS, seeds=(0,), budget=Budget()
+    ),
+    "cpu": dict(
+        tasks=((64, 4),),
+        widths=(64,),
+        states=(32,),
+        lrs=(PAPER_LRS[2],),
+        seeds=(0, 1, 2),
+        budget=cpu_budget(5000, train_examples=PAPER_TRAIN),
+    ),
     "smoke": dict(SMOKE_GRID, budget=SMOKE, states=(8,)),
 }
 
@@ -48,10 +81,17 @@ def _score(results: Results, mixer: str, task: tuple[int, int] | None = None) ->
 
 
 def _normalized_beats_linear(results: Results) -> Outcome:
-    return every({task_label(task): at_least(_score(results, "normalized_attention", task),
-                                             _score(results, "linear_attention", task), NORMALIZED_MARGIN,
-                                             ceiling=BEST_SCORE)
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task_label(task): at_least(
+                _score(results, "normalized_attention", task),
+                _score(results, "linear_attention", task),
+                NORMALIZED_MARGIN,
+                ceiling=BEST_SCORE,
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 def _normalized_on_par_with_s6(results: Results) -> Outcome:
@@ -62,25 +102,43 @@ def _ssd_at_least_s6(results: Results) -> Outcome:
     return at_least(_score(results, "ssd"), _score(results, "s6"), 0.0, ceiling=BEST_SCORE)
 
 
-
 def _plateau(*mixers: str, per_task: bool) -> Plateau:
     return compared_plateau(_score, *mixers, per_task=per_task)
 
 
 CLAIMS = (
-    Claim("normalized > linear",
-          f"normalized attention ≥ linear attention + {NORMALIZED_MARGIN} on every task",
-          "While Figure 2 shows that normalized attention outperforms standard linear attention, Figure 5 shows an "
-          "even more significant performance gap.", _normalized_beats_linear,
-          control=SOFTMAX_CONTROL, plateau=_plateau("normalized_attention", "linear_attention", per_task=True)),
-    Claim("normalized ≈ S6", f"|normalized attention − S6| ≤ {ON_PAR}, averaged over the tasks",
-          "normalized attention performs on par with S6", _normalized_on_par_with_s6,
-          control=SOFTMAX_CONTROL, plateau=_plateau("normalized_attention", "s6", per_task=False)),
-    Claim("SSD ≥ S6", "SSD ≥ S6, averaged over the tasks", "we note that SSD slightly outperforms S6",
-          _ssd_at_least_s6, control=SOFTMAX_CONTROL, plateau=_plateau("ssd", "s6", per_task=False)),
-    Claim("softmax ≈ 100 %", f"softmax attention ≥ {EARLY_STOP} on every task (Zoology's early stop)",
-          "softmax attention, which achieves perfect accuracy throughout (Fig. 1)", softmax_solves,
-          paper_value="100 %"),
+    Claim(
+        "normalized > linear",
+        f"normalized attention ≥ linear attention + {NORMALIZED_MARGIN} on every task",
+        "While Figure 2 shows that normalized attention outperforms standard linear attention, Figure 5 shows an "
+        "even more significant performance gap.",
+        _normalized_beats_linear,
+        control=SOFTMAX_CONTROL,
+        plateau=_plateau("normalized_attention", "linear_attention", per_task=True),
+    ),
+    Claim(
+        "normalized ≈ S6",
+        f"|normalized attention − S6| ≤ {ON_PAR}, averaged over the tasks",
+        "normalized attention performs on par with S6",
+        _normalized_on_par_with_s6,
+        control=SOFTMAX_CONTROL,
+        plateau=_plateau("normalized_attention", "s6", per_task=False),
+    ),
+    Claim(
+        "SSD ≥ S6",
+        "SSD ≥ S6, averaged over the tasks",
+        "we note that SSD slightly outperforms S6",
+        _ssd_at_least_s6,
+        control=SOFTMAX_CONTROL,
+        plateau=_plateau("ssd", "s6", per_task=False),
+    ),
+    Claim(
+        "softmax ≈ 100 %",
+        f"softmax attention ≥ {EARLY_STOP} on every task (Zoology's early stop)",
+        "softmax attention, which achieves perfect accuracy throughout (Fig. 1)",
+        softmax_solves,
+        paper_value="100 %",
+    ),
 )
 
 
@@ -88,23 +146,25 @@ class MqarModels(Reproduction):
     name = "dsf_mqar_models"
     paper = "seed 000 (DSF)"
     figure = "Fig. 2 / Fig. 5"
-    summary = ("Softmax, linear and normalized attention, S6 and SSD on MQAR: accuracy (best over the learning-rate "
-               "grid, mean over seeds ± half the seed range) per task, model size d and state expansion n.")
+    summary = (
+        "Softmax, linear and normalized attention, S6 and SSD on MQAR: accuracy (best over the learning-rate "
+        "grid, mean over seeds ± half the seed range) per task, model size d and state expansion n."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "The paper's protocol (appendix I.1): four tasks, d ∈ {64, 128, 256, 512}, n ∈ {32, 64, 128, 256}, "
-                 "lr ∈ logspace(−4, −2, 4), 64 epochs of 100,000 examples, 3,000 test examples, vocabulary 8,192, "
-                 "batch 512/256/128/64 by L, one seed; fillers stay 0 (random_non_queries: False, as every MQAR "
-                 "config of the authors).",
+        "lr ∈ logspace(−4, −2, 4), 64 epochs of 100,000 examples, 3,000 test examples, vocabulary 8,192, "
+        "batch 512/256/128/64 by L, one seed; fillers stay 0 (random_non_queries: False, as every MQAR "
+        "config of the authors).",
         "cpu": "One task, {64, 4}, at d = 64, n = 32; 5,000 steps of batch 64 over the paper's 100,000 examples "
-               "(1,000 test) and a vocabulary of 256 instead of 8,192; fillers 0 as the authors' configs; the "
-               "authors' blocks (SSD: the bare S6 block with dt_rank 1 and one scalar A; normalized attention with "
-               "its MLP); three seeds, since leaving the plateau is a matter of the seed. One learning rate of the "
-               "paper's grid, 2.15e-3, chosen on a pilot of this scale's runs at its two largest rates on an H200 "
-               "(`python examples/pilots/escape_steps.py dsf_mqar_models --steps 5000`, c33c722): at 0.01 none of "
-               "the 12 runs of linear and normalized attention, S6 and SSD left the plateau, at 2.15e-3 7 of 12 "
-               "did; softmax attention solved the task at both. A first attempt found that budgets below a few "
-               "thousand steps decide nothing (issue 20). And " + CPU_MODEL_REASON + ".",
+        "(1,000 test) and a vocabulary of 256 instead of 8,192; fillers 0 as the authors' configs; the "
+        "authors' blocks (SSD: the bare S6 block with dt_rank 1 and one scalar A; normalized attention with "
+        "its MLP); three seeds, since leaving the plateau is a matter of the seed. One learning rate of the "
+        "paper's grid, 2.15e-3, chosen on a pilot of this scale's runs at its two largest rates on an H200 "
+        "(`python examples/pilots/escape_steps.py dsf_mqar_models --steps 5000`, c33c722): at 0.01 none of "
+        "the 12 runs of linear and normalized attention, S6 and SSD left the plateau, at 2.15e-3 7 of 12 "
+        "did; softmax attention solved the task at both. A first attempt found that budgets below a few "
+        "thousand steps decide nothing (issue 20). And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
 
@@ -113,14 +173,22 @@ class MqarModels(Reproduction):
 
     def table(self, results: Results) -> str:
         """Fig. 5's grid: one row per (task, model, n), one column per model size d."""
-        return (grid_table(results, MODELS, "model.d_model", "d", row_key=STATE)
-                + "\n\nAccuracy in %. The paper prints Fig. 5 only as a figure; it gives no numbers in its text.\n\n"
-                + escape_words(results) + "\n\n" + escape_table(results, MODELS))
+        return (
+            grid_table(results, MODELS, "model.d_model", "d", row_key=STATE)
+            + "\n\nAccuracy in %. The paper prints Fig. 5 only as a figure; it gives no numbers in its text.\n\n"
+            + escape_words(results)
+            + "\n\n"
+            + escape_table(results, MODELS)
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         """Fig. 2's bars per task: accuracy per model size d, one bar per model (best over n and lr)."""
-        return plot_bars(bar_panels(results, MODELS, "model.d_model"), path, xlabel="model size d",
-                         title="seed 000 Fig. 2/5: MQAR accuracy")
+        return plot_bars(
+            bar_panels(results, MODELS, "model.d_model"),
+            path,
+            xlabel="model size d",
+            title="seed 000 Fig. 2/5: MQAR accuracy",
+        )
 
 
 REPRODUCTION = MqarModels()

@@ -15,10 +15,29 @@ from pathlib import Path
 from seqdyn.analysis.plots import plot_bars
 from seqdyn.reproduce.base import Reproduction, Results
 from seqdyn.reproduce.claims import BEST_SCORE, Claim, Outcome, Score, at_least, every, within
-from seqdyn.reproduce.protocols.zoology import (CPU_MODEL_REASON, EARLY_STOP, PAPER_LRS, PAPER_STATES, PAPER_TRAIN,
-                                                SMOKE, SMOKE_GRID, SOFTMAX_CONTROL, STATE, Budget, bar_panels,
-                                                compared_plateau, cpu_budget, escape_table, escape_words, grid_table,
-                                                mqar_sweeps, rows_of, softmax_solves, task_label, tasks_of)
+from seqdyn.reproduce.protocols.zoology import (
+    CPU_MODEL_REASON,
+    EARLY_STOP,
+    PAPER_LRS,
+    PAPER_STATES,
+    PAPER_TRAIN,
+    SMOKE,
+    SMOKE_GRID,
+    SOFTMAX_CONTROL,
+    STATE,
+    Budget,
+    bar_panels,
+    compared_plateau,
+    cpu_budget,
+    escape_table,
+    escape_words,
+    grid_table,
+    mqar_sweeps,
+    rows_of,
+    softmax_solves,
+    task_label,
+    tasks_of,
+)
 from seqdyn.train.config import SweepConfig
 
 MODELS = {"softmax_attention": "softmax", "linear_attention": "linear"}
@@ -26,10 +45,17 @@ MODELS = {"softmax_attention": "softmax", "linear_attention": "linear"}
 CONVERGED = 0.05
 
 SCALES = {
-    "paper": dict(tasks=((256, 16), (512, 64)), widths=(512,), states=PAPER_STATES, lrs=PAPER_LRS, seeds=(0,),
-                  budget=Budget()),
-    "cpu": dict(tasks=((64, 8),), widths=(64,), states=(4, 16, 64), lrs=(PAPER_LRS[2],), seeds=(0, 1, 2),
-                budget=cpu_budget(12_000, train_examples=PAPER_TRAIN)),
+    "paper": dict(
+        tasks=((256, 16), (512, 64)), widths=(512,), states=PAPER_STATES, lrs=PAPER_LRS, seeds=(0,), budget=Budget()
+    ),
+    "cpu": dict(
+        tasks=((64, 8),),
+        widths=(64,),
+        states=(4, 16, 64),
+        lrs=(PAPER_LRS[2],),
+        seeds=(0, 1, 2),
+        budget=cpu_budget(12_000, train_examples=PAPER_TRAIN),
+    ),
     "smoke": dict(SMOKE_GRID, budget=SMOKE, states=(2, 8)),
 }
 
@@ -50,29 +76,54 @@ def _linear_at(results: Results, index: int, task: tuple[int, int]) -> Score:
 
 def _rises_with_n(results: Results) -> Outcome:
     smallest, largest = _states(results)[0], _states(results)[-1]
-    return every({task_label(task): at_least(_linear(results, task, largest), _linear(results, task, smallest),
-                                                      ceiling=BEST_SCORE)
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task_label(task): at_least(
+                _linear(results, task, largest), _linear(results, task, smallest), ceiling=BEST_SCORE
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 def _converges_to_softmax(results: Results) -> Outcome:
     largest = _states(results)[-1]
-    return every({task_label(task): within(_linear(results, task, largest),
-                                           results.score("softmax", rows_of(results, "softmax_attention", task)),
-                                           CONVERGED)
-                  for task in tasks_of(results)})
-
+    return every(
+        {
+            task_label(task): within(
+                _linear(results, task, largest),
+                results.score("softmax", rows_of(results, "softmax_attention", task)),
+                CONVERGED,
+            )
+            for task in tasks_of(results)
+        }
+    )
 
 
 CLAIMS = (
-    Claim("linear rises with n", "linear attention at the largest n > at the smallest n, on every task",
-          "the larger the state expansion n, the more expressivity the architecture has", _rises_with_n,
-          control=SOFTMAX_CONTROL, plateau=compared_plateau(_linear_at, 0, -1, per_task=True)),
-    Claim("linear → softmax", f"linear attention at the largest n within {CONVERGED} of softmax attention, on every "
-          "task", "with larger state expansion linear attention converges to the performance of softmax attention",
-          _converges_to_softmax, control=SOFTMAX_CONTROL, plateau=compared_plateau(_linear_at, -1, per_task=True)),
-    Claim("softmax ≈ 100 %", f"softmax attention ≥ {EARLY_STOP} on every task (Zoology's early stop)",
-          "softmax attention, which achieves perfect accuracy throughout", softmax_solves, paper_value="100 %"),
+    Claim(
+        "linear rises with n",
+        "linear attention at the largest n > at the smallest n, on every task",
+        "the larger the state expansion n, the more expressivity the architecture has",
+        _rises_with_n,
+        control=SOFTMAX_CONTROL,
+        plateau=compared_plateau(_linear_at, 0, -1, per_task=True),
+    ),
+    Claim(
+        "linear → softmax",
+        f"linear attention at the largest n within {CONVERGED} of softmax attention, on every task",
+        "with larger state expansion linear attention converges to the performance of softmax attention",
+        _converges_to_softmax,
+        control=SOFTMAX_CONTROL,
+        plateau=compared_plateau(_linear_at, -1, per_task=True),
+    ),
+    Claim(
+        "softmax ≈ 100 %",
+        f"softmax attention ≥ {EARLY_STOP} on every task (Zoology's early stop)",
+        "softmax attention, which achieves perfect accuracy throughout",
+        softmax_solves,
+        paper_value="100 %",
+    ),
 )
 
 
@@ -80,25 +131,27 @@ class StateExpansion(Reproduction):
     name = "dsf_state_expansion"
     paper = "seed 000 (DSF)"
     figure = "Fig. 1"
-    summary = ("Linear attention against softmax attention on MQAR as the state expansion n (the feature size of "
-               "linear attention) grows: accuracy, best over the learning-rate grid, mean over seeds ± half the "
-               "seed range.")
+    summary = (
+        "Linear attention against softmax attention on MQAR as the state expansion n (the feature size of "
+        "linear attention) grows: accuracy, best over the learning-rate grid, mean over seeds ± half the "
+        "seed range."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "The paper's Fig. 1: tasks {256, 16} and {512, 64} at d = 512, n ∈ {32, 64, 128, 256}, lr ∈ "
-                 "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, batch 128 and "
-                 "64, one seed.",
+        "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, batch 128 and "
+        "64, one seed.",
         "cpu": "One task, {64, 8}, at d = 64 with n ∈ {4, 16, 64} (eight pairs against states of 4 to 64 features, "
-               "where the paper has 16 and 64 pairs against n = 32…256 at d = 512); one learning rate of the "
-               "paper's grid, 2.15e-3; 12,000 steps of batch 64 over the paper's 100,000 examples (1,000 test), "
-               "vocabulary 256, fillers 0 (the DSF configs' random_non_queries: False); three seeds, since MQAR "
-               "models leave the plateau on some seeds and not others, with the step at which each left it. "
-               "Chosen from a first cpu run (2026-11-25, 3,000 steps, lr 2.15e-3 and "
-               "1e-2, 20,000 examples): at lr 1e-2 no n left the 0.15 plateau, and at 2.15e-3 n = 16 was still "
-               "climbing at the last step while n = 64 had not left the plateau, so the steps went up fourfold "
-               "and lr 1e-2 went. And " + CPU_MODEL_REASON + ".",
+        "where the paper has 16 and 64 pairs against n = 32…256 at d = 512); one learning rate of the "
+        "paper's grid, 2.15e-3; 12,000 steps of batch 64 over the paper's 100,000 examples (1,000 test), "
+        "vocabulary 256, fillers 0 (the DSF configs' random_non_queries: False); three seeds, since MQAR "
+        "models leave the plateau on some seeds and not others, with the step at which each left it. "
+        "Chosen from a first cpu run (2026-11-25, 3,000 steps, lr 2.15e-3 and "
+        "1e-2, 20,000 examples): at lr 1e-2 no n left the 0.15 plateau, and at 2.15e-3 n = 16 was still "
+        "climbing at the last step while n = 64 had not left the plateau, so the steps went up fourfold "
+        "and lr 1e-2 went. And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, n ∈ {2, 8}, 6 steps): no verdict to "
-                 "trust.",
+        "trust.",
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
@@ -106,14 +159,22 @@ class StateExpansion(Reproduction):
 
     def table(self, results: Results) -> str:
         """Fig. 1 as a table: one row per (task, model), one column per state expansion n."""
-        return (grid_table(results, MODELS, STATE, "n")
-                + "\n\nAccuracy in %. The paper prints Fig. 1 only as a figure; its text says softmax attention "
-                  "\"achieves perfect accuracy throughout\".\n\n" + escape_words(results) + "\n\n"
-                + escape_table(results, MODELS))
+        return (
+            grid_table(results, MODELS, STATE, "n")
+            + "\n\nAccuracy in %. The paper prints Fig. 1 only as a figure; its text says softmax attention "
+            '"achieves perfect accuracy throughout".\n\n'
+            + escape_words(results)
+            + "\n\n"
+            + escape_table(results, MODELS)
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
-        return plot_bars(bar_panels(results, MODELS, STATE), path, xlabel="state expansion n",
-                         title="seed 000 Fig. 1: linear vs softmax attention")
+        return plot_bars(
+            bar_panels(results, MODELS, STATE),
+            path,
+            xlabel="state expansion n",
+            title="seed 000 Fig. 1: linear vs softmax attention",
+        )
 
 
 REPRODUCTION = StateExpansion()

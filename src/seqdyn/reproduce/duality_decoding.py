@@ -52,26 +52,45 @@ class Scale:
 
 
 SCALES = {
-    "paper": Scale(seq_len=512, d_model=256, steps=5_000, lengths=(1024, 4096, 16_384, 65_536), window=256,
-                   compare=2048, vocab_size=8192),
-    "cpu": Scale(seq_len=64, d_model=64, steps=400, lengths=(256, 1024, 4096), window=64, compare=256,
-                 vocab_size=128),
+    "paper": Scale(
+        seq_len=512,
+        d_model=256,
+        steps=5_000,
+        lengths=(1024, 4096, 16_384, 65_536),
+        window=256,
+        compare=2048,
+        vocab_size=8192,
+    ),
+    "cpu": Scale(seq_len=64, d_model=64, steps=400, lengths=(256, 1024, 4096), window=64, compare=256, vocab_size=128),
     "smoke": Scale(seq_len=16, d_model=16, steps=4, lengths=(16, 32, 64), window=8, compare=16),
 }
 
 
 def _sweep(scale: Scale) -> SweepConfig:
     entries = [{"mixer": name, "mixer_options": options} for name, (_, options) in MODELS.items()]
-    return SweepConfig.model_validate({
-        "name": "decode",
-        "model": {"block": "transformer", "layers": 2, "d_model": scale.d_model, "mlp": "none", "positions": False,
-                  "init_std": 0.1},
-        "task": {"name": "mqar", "params": {"seq_len": scale.seq_len, "num_kv_pairs": 4,
-                                           "vocab_size": scale.vocab_size},
-                 "train_examples": scale.steps * 64, "test_examples": 256},
-        "optimizer": {"lr": 3e-3, "weight_decay": 0.1}, "schedule": {"kind": "constant"},
-        "train": {"steps": scale.steps, "batch_size": 64, "eval_every": max(1, scale.steps // 4)},
-        "sweep": {"model": entries}})
+    return SweepConfig.model_validate(
+        {
+            "name": "decode",
+            "model": {
+                "block": "transformer",
+                "layers": 2,
+                "d_model": scale.d_model,
+                "mlp": "none",
+                "positions": False,
+                "init_std": 0.1,
+            },
+            "task": {
+                "name": "mqar",
+                "params": {"seq_len": scale.seq_len, "num_kv_pairs": 4, "vocab_size": scale.vocab_size},
+                "train_examples": scale.steps * 64,
+                "test_examples": 256,
+            },
+            "optimizer": {"lr": 3e-3, "weight_decay": 0.1},
+            "schedule": {"kind": "constant"},
+            "train": {"steps": scale.steps, "batch_size": 64, "eval_every": max(1, scale.steps // 4)},
+            "sweep": {"model": entries},
+        }
+    )
 
 
 def measure_run(store, row: dict[str, Any], scale: Scale) -> dict[str, Any]:
@@ -86,8 +105,11 @@ def measure_run(store, row: dict[str, Any], scale: Scale) -> dict[str, Any]:
     points = decode_profile(model, context, scale.lengths, scale.window)
     measured = {f"{STATE}.{p.length}": p.state_bytes for p in points}
     measured |= {f"{TIME}.{p.length}": 1000 * p.seconds_per_token for p in points}
-    measured |= {f"{PEAK}.{length}": peak for length in scale.lengths
-                 if (peak := decoding_peak_bytes(model, context[:, :length])) is not None}
+    measured |= {
+        f"{PEAK}.{length}": peak
+        for length in scale.lengths
+        if (peak := decoding_peak_bytes(model, context[:, :length])) is not None
+    }
     measured[ERROR] = step_error(model, random_tokens(vocab, scale.compare, batch=2, seed=1))
     return measured
 
@@ -145,15 +167,27 @@ def _forms_agree(results: Results) -> Outcome:
 
 
 CLAIMS = (
-    Claim("recurrent state is fixed-size", f"state bytes at the longest context ÷ at the shortest ≤ {FIXED_SIZE} "
-          "for linear attention, Mamba-2 and Gated DeltaNet",
-          "a fixed-size hidden-state update (fast O(1)-memory inference)", _recurrent_fixed, paper_value="O(1)"),
-    Claim("attention's state grows with the context", f"softmax attention's state grows ≥ {LINEAR_GROWTH} × as "
-          "fast as the context", "Transformers compute all pairwise token interactions, incurring O(N²) time and "
-          "memory", _softmax_grows, paper_value="O(N) per token"),
-    Claim("the two forms agree", f"token-by-token outputs within {ROUNDOFF:g} (relative) of the parallel forward, "
-          "every model", "A linear recurrence is simultaneously a convolution [...] and a fixed-size hidden-state "
-          "update", _forms_agree),
+    Claim(
+        "recurrent state is fixed-size",
+        f"state bytes at the longest context ÷ at the shortest ≤ {FIXED_SIZE} "
+        "for linear attention, Mamba-2 and Gated DeltaNet",
+        "a fixed-size hidden-state update (fast O(1)-memory inference)",
+        _recurrent_fixed,
+        paper_value="O(1)",
+    ),
+    Claim(
+        "attention's state grows with the context",
+        f"softmax attention's state grows ≥ {LINEAR_GROWTH} × as fast as the context",
+        "Transformers compute all pairwise token interactions, incurring O(N²) time and memory",
+        _softmax_grows,
+        paper_value="O(N) per token",
+    ),
+    Claim(
+        "the two forms agree",
+        f"token-by-token outputs within {ROUNDOFF:g} (relative) of the parallel forward, every model",
+        "A linear recurrence is simultaneously a convolution [...] and a fixed-size hidden-state update",
+        _forms_agree,
+    ),
 )
 
 
@@ -161,16 +195,18 @@ class Decoding(Reproduction):
     name = "duality_decoding"
     paper = "seeds 003/004"
     figure = "recurrent inference"
-    summary = ("Four models trained on MQAR, then decoded token by token with step(): the bytes of the streaming "
-               "state per sequence, the wall time per token and the peak memory decoding adds, at growing context "
-               "lengths, and the largest relative difference between the token-by-token and the parallel outputs.")
+    summary = (
+        "Four models trained on MQAR, then decoded token by token with step(): the bytes of the streaming "
+        "state per sequence, the wall time per token and the peak memory decoding adds, at growing context "
+        "lengths, and the largest relative difference between the token-by-token and the parallel outputs."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "Seeds 003/004 run no experiment of their own: this scale decodes to 65,536 tokens models of "
-                 "width 256 trained on MQAR L = 512 for 5,000 steps (a GPU: softmax attention's step is O(context)).",
+        "width 256 trained on MQAR L = 512 for 5,000 steps (a GPU: softmax attention's step is O(context)).",
         "cpu": "Models of width 64, two layers, trained 400 steps on MQAR (L = 64, 4 pairs, vocabulary 128), decoded "
-               "to 4,096 tokens on one thread; times are wall time on this machine (the mean of the last 64 "
-               "steps before each length), so only their trend means something.",
+        "to 4,096 tokens on one thread; times are wall time on this machine (the mean of the last 64 "
+        "steps before each length), so only their trend means something.",
         "smoke": "Width 16, 4 training steps, decoded to 64 tokens: no verdict to trust.",
     }
 
@@ -190,8 +226,14 @@ class Decoding(Reproduction):
 
     def table(self, results: Results) -> str:
         lengths = _context_lengths(results)
-        header = ["model", "MQAR accuracy", *(f"state KiB at {n}" for n in lengths),
-                  *(f"ms/token at {n}" for n in lengths), *(f"peak KiB at {n}" for n in lengths), "step vs forward"]
+        header = [
+            "model",
+            "MQAR accuracy",
+            *(f"state KiB at {n}" for n in lengths),
+            *(f"ms/token at {n}" for n in lengths),
+            *(f"peak KiB at {n}" for n in lengths),
+            "step vs forward",
+        ]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for row in results.rows:
             cells = [MODELS[row["model.mixer"]][0], "" if row.get("best") is None else f"{row['best']:.3f}"]
@@ -200,12 +242,14 @@ class Decoding(Reproduction):
             cells += [_number(row.get(f"{PEAK}.{n}"), 1 / 1024, "{:.0f}") for n in lengths]
             cells.append(_number(row.get(ERROR), 1, "{:.1e}"))
             lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines) + ("\n\nState: bytes of every tensor the model's streaming state holds, per "
-                                   "sequence (all layers). Time: one sequence, one thread. Peak: the most memory "
-                                   "the process added while decoding one sequence from the start to that length "
-                                   "(its resident set sampled every 0.5 ms; a pass of its own, untimed), so it "
-                                   "counts the state, the step's temporaries and the copies torch makes as a "
-                                   "cache grows, in whole pages.")
+        return "\n".join(lines) + (
+            "\n\nState: bytes of every tensor the model's streaming state holds, per "
+            "sequence (all layers). Time: one sequence, one thread. Peak: the most memory "
+            "the process added while decoding one sequence from the start to that length "
+            "(its resident set sampled every 0.5 ms; a pass of its own, untimed), so it "
+            "counts the state, the step's temporaries and the copies torch makes as a "
+            "cache grows, in whole pages."
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         from seqdyn.analysis.plots import plot_curves
@@ -219,10 +263,13 @@ class Decoding(Reproduction):
                 if points:
                     panels[panel][MODELS[row["model.mixer"]][0]] = points
         panels = {name: series for name, series in panels.items() if series} or {"state": {"no run measured": [(1, 1)]}}
-        return plot_curves(panels, path, "context length (tokens)",
-                           {"state": "streaming state (KiB per sequence)", "time": "ms per token",
-                            "peak": "peak memory added (KiB)"},
-                           title="seeds 003/004: decoding token by token")
+        return plot_curves(
+            panels,
+            path,
+            "context length (tokens)",
+            {"state": "streaming state (KiB per sequence)", "time": "ms per token", "peak": "peak memory added (KiB)"},
+            title="seeds 003/004: decoding token by token",
+        )
 
 
 def _number(value: float | None, factor: float, form: str) -> str:

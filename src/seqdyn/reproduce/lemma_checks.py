@@ -64,8 +64,11 @@ class Scale:
     samples: int
 
 
-SCALES = {"smoke": Scale(draws=1, samples=50_000), "cpu": Scale(draws=8, samples=400_000),
-          "paper": Scale(draws=64, samples=4_000_000)}
+SCALES = {
+    "smoke": Scale(draws=1, samples=50_000),
+    "cpu": Scale(draws=8, samples=400_000),
+    "paper": Scale(draws=64, samples=4_000_000),
+}
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -85,8 +88,15 @@ def _mixer(name: str, d_model: int, seed: int, **options: Any) -> torch.nn.Modul
 
 # --- seed 000 Lemma 1 -------------------------------------------------------------------------------------------
 
-def taylor_coefficient_error(degree: int, seed: int, length: int = 32, d_model: int = 16, state_dim: int = 2,
-                             features: Callable[[Tensor, int], Tensor] | None = None) -> float:
+
+def taylor_coefficient_error(
+    degree: int,
+    seed: int,
+    length: int = 32,
+    d_model: int = 16,
+    state_dim: int = 2,
+    features: Callable[[Tensor, int], Tensor] | None = None,
+) -> float:
     """``max_ij |A^(p)_ij − softmax_ij(qᵀk/√n)|`` (seed 000 Lemma 1, eq. 17; Taylor features eq. 24).
 
     ``A^(p)`` are the coefficients of the ``taylor_attention`` mixer of degree p; the softmax coefficients come from
@@ -97,14 +107,14 @@ def taylor_coefficient_error(degree: int, seed: int, length: int = 32, d_model: 
     mixer = _mixer("taylor_attention", d_model, seed, state_dim=state_dim, degree=degree)
     generator = _generator(seed)
     with torch.no_grad():
-        mixer.qk.weight.copy_(_normal(generator, *mixer.qk.weight.shape, std=d_model ** -0.5))
+        mixer.qk.weight.copy_(_normal(generator, *mixer.qk.weight.shape, std=d_model**-0.5))
         x = _normal(generator, 1, length, d_model)
         q, k = (t.unflatten(-1, (1, state_dim)) for t in mixer.qk(x).chunk(2, dim=-1))
-        softmax = seqdyn.coefficients(q, k, readout="exp", normalizer="sum", scale=state_dim ** -0.5)
+        softmax = seqdyn.coefficients(q, k, readout="exp", normalizer="sum", scale=state_dim**-0.5)
         if features is None:
             taylor = mixer.coefficients(x)
         else:
-            lifted = [features(t * state_dim ** -0.25, degree) for t in (q, k)]
+            lifted = [features(t * state_dim**-0.25, degree) for t in (q, k)]
             taylor = seqdyn.coefficients(*lifted, scale=1.0, normalizer="sum")
     return float((taylor - softmax).abs().max())
 
@@ -115,6 +125,7 @@ def taylor_errors(draws: int, **options: Any) -> dict[int, float]:
 
 
 # --- seed 000 eq. 22 --------------------------------------------------------------------------------------------
+
 
 def scalar_a_s6(seed: int, a: float, d_model: int = 8, state_dim: int = 4) -> torch.nn.Module:
     """The bare S6 block (seed 000 §4.2: no convolution, no gate) with the scalar A = −a·I of eq. 22."""
@@ -183,19 +194,31 @@ POSITION_READOUTS = (("identity", "none"), ("exp", "sum"), ("sigmoid", "none"))
 EVOLUTIONS: dict[str, Callable[[torch.Generator, int, int, int], dict[str, Tensor]]] = {
     "Λ = I": lambda g, length, heads, dim: {},
     "Λ = λI": lambda g, length, heads, dim: {
-        "log_decay": torch.log(0.5 + 0.45 * torch.rand(1, 1, heads, generator=g, dtype=F64)).expand(1, length, heads)},
+        "log_decay": torch.log(0.5 + 0.45 * torch.rand(1, 1, heads, generator=g, dtype=F64)).expand(1, length, heads)
+    },
     "Λ diagonal": lambda g, length, heads, dim: {
-        "log_decay": torch.log(0.5 + 0.45 * torch.rand(1, 1, heads, dim, generator=g, dtype=F64))
-        .expand(1, length, heads, dim)},
+        "log_decay": torch.log(0.5 + 0.45 * torch.rand(1, 1, heads, dim, generator=g, dtype=F64)).expand(
+            1, length, heads, dim
+        )
+    },
     "Λ Householder": lambda g, length, heads, dim: {
         "householder": (0.2 + 0.6 * torch.rand(1, 1, heads, generator=g, dtype=F64)).expand(1, length, heads),
-        "householder_dir": torch.nn.functional.normalize(_normal(g, 1, 1, heads, dim), dim=-1)
-        .expand(1, length, heads, dim)},
+        "householder_dir": torch.nn.functional.normalize(_normal(g, 1, 1, heads, dim), dim=-1).expand(
+            1, length, heads, dim
+        ),
+    },
 }
 
 
-def positional_spread(evolution: dict[str, Tensor], readout: str, normalizer: str, seed: int, length: int = 16,
-                      heads: int = 2, dim: int = 4) -> float:
+def positional_spread(
+    evolution: dict[str, Tensor],
+    readout: str,
+    normalizer: str,
+    seed: int,
+    length: int = 16,
+    heads: int = 2,
+    dim: int = 4,
+) -> float:
     """``max_i (max_{j≤i} A_ij − min_{j≤i} A_ij) / max_{j≤i} |A_ij|`` for a repeated token (seed 001 Definition 1).
 
     Every position holds the same query and key, so the coefficients ``α_ij = φ(qᵀ Λ^{i−j} b k)`` (seed 001 eq. 4)
@@ -214,20 +237,25 @@ def positional_spreads(draws: int) -> dict[str, float]:
     """Per Λ setting: the largest spread over readouts and draws when Λ = I, the smallest when Λ ≠ I."""
     spreads = {}
     for name, evolution in EVOLUTIONS.items():
-        values = [positional_spread(evolution(_generator(seed + 1000), 16, 2, 4), readout, normalizer, seed)
-                  for seed in range(draws) for readout, normalizer in POSITION_READOUTS]
+        values = [
+            positional_spread(evolution(_generator(seed + 1000), 16, 2, 4), readout, normalizer, seed)
+            for seed in range(draws)
+            for readout, normalizer in POSITION_READOUTS
+        ]
         spreads[name] = max(values) if name == "Λ = I" else min(values)
     return spreads
 
 
 # --- seed 001 Lemma 5 -------------------------------------------------------------------------------------------
 
+
 def scale_value(scale: float | str, width: int) -> float:
-    return width ** -0.5 if scale == "inv_sqrt" else float(scale)
+    return width**-0.5 if scale == "inv_sqrt" else float(scale)
 
 
-def dot_product_variance_ratio(width: int, scale: float, samples: int, seed: int, std: float = 1.0,
-                               block: int = 1 << 18) -> float:
+def dot_product_variance_ratio(
+    width: int, scale: float, samples: int, seed: int, std: float = 1.0, block: int = 1 << 18
+) -> float:
     """``Var(α) / (b² K)`` for ``α = qᵀ b k``, q, k with independent N(0, std²) entries (seed 001 Lemma 5).
 
     α is the operator's coefficient of a one-token sequence (seed 001 eq. 4 with Λ = I): ``seqdyn.coefficients``
@@ -239,19 +267,23 @@ def dot_product_variance_ratio(width: int, scale: float, samples: int, seed: int
         count = min(block, samples - start)
         q, k = (_normal(generator, count, 1, 1, width, std=std) for _ in range(2))
         values.append(seqdyn.coefficients(q, k, scale=scale).flatten())
-    return float(torch.cat(values).var() / (scale ** 2 * width))
+    return float(torch.cat(values).var() / (scale**2 * width))
 
 
 def variance_ratios(samples: int) -> dict[tuple[int, str], float]:
     """:func:`dot_product_variance_ratio` for every K of :data:`VARIANCE_WIDTHS` and b of :data:`VARIANCE_SCALES`."""
-    return {(width, str(scale)): dot_product_variance_ratio(width, scale_value(scale, width), samples, seed)
-            for seed, (width, scale) in enumerate((w, s) for w in VARIANCE_WIDTHS for s in VARIANCE_SCALES)}
+    return {
+        (width, str(scale)): dot_product_variance_ratio(width, scale_value(scale, width), samples, seed)
+        for seed, (width, scale) in enumerate((w, s) for w in VARIANCE_WIDTHS for s in VARIANCE_SCALES)
+    }
 
 
 # --- seed 001 Corollary 6.1 -------------------------------------------------------------------------------------
 
-def convexity_violation(readout: str, seed: int, length: int = 32, heads: int = 2, dim: int = 8,
-                        value_dim: int = 3) -> float:
+
+def convexity_violation(
+    readout: str, seed: int, length: int = 32, heads: int = 2, dim: int = 8, value_dim: int = 3
+) -> float:
     """The largest departure from a convex combination with η_i = Σ_j α_ij (seed 001 eq. 2, Corollary 6.1).
 
     The largest of: a negative coefficient ``−min A_ij``; a row sum's distance to 1, ``|Σ_j A_ij − 1|``; an output
@@ -268,8 +300,12 @@ def convexity_violation(readout: str, seed: int, length: int = 32, heads: int = 
     running_max = torch.cummax(v, dim=1).values
     running_min = torch.cummin(v, dim=1).values
     causal = torch.ones(length, length, dtype=torch.bool).tril()
-    return max(float(-A.masked_fill(~causal, 0).min()), float((A.sum(-1) - 1).abs().max()),
-               float((y - running_max).max()), float((running_min - y).max()))
+    return max(
+        float(-A.masked_fill(~causal, 0).min()),
+        float((A.sum(-1) - 1).abs().max()),
+        float((y - running_max).max()),
+        float((running_min - y).max()),
+    )
 
 
 def convexity_violations(draws: int) -> dict[str, float]:
@@ -277,6 +313,7 @@ def convexity_violations(draws: int) -> dict[str, float]:
 
 
 # --- seed 002 Proposition 1 -------------------------------------------------------------------------------------
+
 
 def random_linear_rnn(seed: int, state_dim: int = 8, radius: float = 0.95) -> tuple[Tensor, Tensor, Tensor]:
     """``A`` ``[N, N]`` (complex Gaussian, spectral radius ``radius``), ``B`` ``[N]``, ``C`` ``[N]`` of seed 002 eq. 7."""
@@ -316,8 +353,13 @@ def dlr_outputs(lam: Tensor, w: Tensor, u: Tensor) -> Tensor:
         return mixer.system()(u[None, :, None], backend="fft")[0, :, 0]
 
 
-def dlr_mismatch(A: Tensor, B: Tensor, C: Tensor, u: Tensor,
-                 parameters: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]] = dlr_parameters) -> float:
+def dlr_mismatch(
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    u: Tensor,
+    parameters: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]] = dlr_parameters,
+) -> float:
     """``max_k |y_k^DLR − Re y_k^RNN| / max_k |Re y_k^RNN|`` (the DLR casts to ℝ by the real part, seed 002 §2.1)."""
     expected = linear_rnn(A, B, C, u.to(A.dtype)).real
     return float((dlr_outputs(*parameters(A, B, C), u) - expected).abs().max() / expected.abs().max())
@@ -335,16 +377,24 @@ def dlr_mismatches(draws: int, length: int = 64) -> float:
 # --- rows, claims, table, figure --------------------------------------------------------------------------------
 
 LEMMAS = {
-    "taylor": "seed 000 Lemma 1", "s6": "seed 000 eq. 22", "state": "seed 000 Lemma 2",
-    "positions": "seed 001 Lemma 3", "variance": "seed 001 Lemma 5", "convex": "seed 001 Corollary 6.1",
+    "taylor": "seed 000 Lemma 1",
+    "s6": "seed 000 eq. 22",
+    "state": "seed 000 Lemma 2",
+    "positions": "seed 001 Lemma 3",
+    "variance": "seed 001 Lemma 5",
+    "convex": "seed 001 Corollary 6.1",
     "dlr": "seed 002 Proposition 1",
 }
 
 
 def _row(lemma: str, setting: str, value: float, seconds: float, x: float | None = None) -> dict[str, Any]:
     """One computation as a result row."""
-    return computed_row(f"{LEMMAS[lemma]}: {setting}", f"{lemma}/{setting}", round(seconds, 3),
-                        {"check.lemma": lemma, "check.setting": setting, "check.x": x, "check.value": value})
+    return computed_row(
+        f"{LEMMAS[lemma]}: {setting}",
+        f"{lemma}/{setting}",
+        round(seconds, 3),
+        {"check.lemma": lemma, "check.setting": setting, "check.x": x, "check.value": value},
+    )
 
 
 def _timed(compute: Callable[[], Any]) -> tuple[Any, float]:
@@ -366,9 +416,16 @@ def compute_rows(scale: Scale) -> list[dict[str, Any]]:
     spreads, seconds = _timed(lambda: positional_spreads(scale.draws))
     rows += [_row("positions", name, spread, seconds / len(spreads)) for name, spread in spreads.items()]
     ratios, seconds = _timed(lambda: variance_ratios(scale.samples))
-    rows += [_row("variance", f"K = {width}, b = {b}", ratio, seconds / len(ratios),
-                  scale_value(float(b) if b != "inv_sqrt" else b, width) ** 2 * width)
-             for (width, b), ratio in ratios.items()]
+    rows += [
+        _row(
+            "variance",
+            f"K = {width}, b = {b}",
+            ratio,
+            seconds / len(ratios),
+            scale_value(float(b) if b != "inv_sqrt" else b, width) ** 2 * width,
+        )
+        for (width, b), ratio in ratios.items()
+    ]
     violations, seconds = _timed(lambda: convexity_violations(scale.draws))
     rows += [_row("convex", readout, value, seconds / len(violations)) for readout, value in violations.items()]
     mismatch, seconds = _timed(lambda: dlr_mismatches(scale.draws))
@@ -390,8 +447,7 @@ def _score(results: Results, lemma: str, setting: str | None = None) -> Score:
 
 def _each_at_most(lemma: str, settings: Iterable[str], threshold: float) -> Callable[[Results], Outcome]:
     """The claim that every setting of ``lemma`` computes a number ≤ ``threshold``."""
-    return lambda results: every({setting: at_most(_score(results, lemma, setting), threshold)
-                                  for setting in settings})
+    return lambda results: every({setting: at_most(_score(results, lemma, setting), threshold) for setting in settings})
 
 
 def _taylor_vanishes(results: Results) -> Outcome:
@@ -399,9 +455,9 @@ def _taylor_vanishes(results: Results) -> Outcome:
     at_top, at_half = _score(results, "taylor", f"p = {top}"), _score(results, "taylor", f"p = {half}")
     parts = {f"p = {top}": at_most(at_top, TAYLOR_ERROR)}
     if at_half.values:
-        parts[f"p = {top} / p = {half}"] = at_most(Score(f"p = {top} / p = {half}",
-                                                      (at_top.mean / at_half.mean,) if at_top.values else ()),
-                                                TAYLOR_FALL)
+        parts[f"p = {top} / p = {half}"] = at_most(
+            Score(f"p = {top} / p = {half}", (at_top.mean / at_half.mean,) if at_top.values else ()), TAYLOR_FALL
+        )
     return every(parts)
 
 
@@ -414,55 +470,72 @@ def _positions_iff(results: Results) -> Outcome:
 def _variance_fits(results: Results) -> Outcome:
     deviations = tuple(abs(ratio - 1) for ratio in _values(results, "variance").values())
     label = "max |Var / b²K − 1|"
-    return at_most(Score(label, (max(deviations),) if deviations else (), () if deviations else (f"{label}: none",)),
-                   VARIANCE_TOLERANCE)
+    return at_most(
+        Score(label, (max(deviations),) if deviations else (), () if deviations else (f"{label}: none",)),
+        VARIANCE_TOLERANCE,
+    )
 
 
 CLAIMS = (
-    Claim("Lemma 1: Taylor → softmax",
-          f"taylor_attention's coefficients approach softmax's: the largest coefficient error at p = "
-          f"{TAYLOR_DEGREES[-1]} is ≤ {TAYLOR_ERROR:g} and ≤ {TAYLOR_FALL:g} × the error at p = "
-          f"{TAYLOR_DEGREES[-1] // 2} (n = 2, unit-variance q, k, L = 32)",
-          "This insight gives further motivation to approximations of the softmax function by using, e.g., a Taylor "
-          "series approximation [...] to render the feature vector finite-dimensional. Lemma 1. Softmax attention "
-          "(2) can be expressed by separable attention (13) with φ(q_i)ᵀψ(k_j) = φ(q_i)ᵀφ(k_j) = e^{q_iᵀk_j}",
-          _taylor_vanishes),
-    Claim("eq. 22: S6 transition = σ_rev^a",
-          f"with A = −a·I, s6's DSF transition equals diag(σ_rev(W̄_Δ u_i)^a) ⊗ I_n to ≤ {IDENTITY_ROUNDOFF:g}",
-          "the state transition matrix Λ_i in S6 (18) can be rewritten when assuming A = a·I_nd as "
-          "Λ_i = diag(σ_rev(W_Δ u_i)^a) ⊗ I_n. (22)",
-          lambda results: at_most(_score(results, "s6"), IDENTITY_ROUNDOFF)),
-    Claim("Lemma 2: a larger state recovers",
-          f"a mixer's DSF embedded in 5 more states (appendix H) gives the same outputs: relative error ≤ "
-          f"{IDENTITY_ROUNDOFF:g} (linear attention, S6)",
-          "Lemma 2. For two dynamical systems (11) with hidden state dimensions N and N̄ with N ≤ N̄, the dynamical "
-          "system of state dimension N̄ can always recover the dynamical system with state dimension N.",
-          _each_at_most("state", STATE_MIXERS, IDENTITY_ROUNDOFF)),
-    Claim("Lemma 3: positions iff Λ ≠ I",
-          f"a repeated token's coefficient rows spread by ≤ {NO_POSITION:g} with Λ = I and by ≥ {POSITION:g} with "
-          f"Λ = λI, diagonal or Householder Λ (identity, exp with η = Σα, sigmoid readouts)",
-          "Definition 1 (Positional Information). [α_ij] in (4) are said to have positional information, if for two "
-          "identical inputs [u_j = u_k], the resulting coefficients are not identical [...]. Lemma 3. The "
-          "coefficients in (4) have positional information if and only if [Λ_i ≠ I].",
-          _positions_iff),
-    Claim("Lemma 5: Var(qᵀbk) = b²K",
-          f"for q, k with unit-variance entries the Monte Carlo Var(qᵀ b k) is within {VARIANCE_TOLERANCE:.0%} of "
-          f"b²K for K ∈ {{{', '.join(map(str, VARIANCE_WIDTHS))}}}, b ∈ {{0.5, 1, 2, K^-½}}",
-          "Assuming [isotropic q and k], both [covariances] are positive semi-definite and the variance of the dot "
-          "product scales as [b²K].",
-          _variance_fits, paper_value="b² K"),
-    Claim("Corollary 6.1: convex combinations",
-          f"with η_i = Σ_j α_ij and a positive readout (exp, softplus, sigmoid, elu+1, x²) the coefficients are ≥ 0 "
-          f"and sum to 1, and every output lies in its values' range, to ≤ {CONVEX_ROUNDOFF:g}",
-          "Choosing [η_i = Σ_j α_ij] in (2) constrains the normalized coefficients to [[0, 1]] and imposes "
-          "[Σ_j α_ij / η_i = 1].",
-          _each_at_most("convex", POSITIVE_READOUTS, CONVEX_ROUNDOFF)),
-    Claim("Proposition 1: DLR = linear RNN",
-          f"the dlr mixer with Λ = eig(A), w = (CV) ⊙ (V⁻¹B) matches a random diagonalizable linear RNN (8 complex "
-          f"states, L = 64): relative error ≤ {DLR_ROUNDOFF:g}",
-          "Proposition 1. In Equation 7, let A ∈ ℂ^{N×N} be diagonalizable over ℂ as V diag(Λ) V⁻¹. Then, ∃ w ∈ ℂ^N "
-          "such that DLR parameterized by Λ, w (Equation 1) computes the same map as Equation 7.",
-          lambda results: at_most(_score(results, "dlr"), DLR_ROUNDOFF)),
+    Claim(
+        "Lemma 1: Taylor → softmax",
+        f"taylor_attention's coefficients approach softmax's: the largest coefficient error at p = "
+        f"{TAYLOR_DEGREES[-1]} is ≤ {TAYLOR_ERROR:g} and ≤ {TAYLOR_FALL:g} × the error at p = "
+        f"{TAYLOR_DEGREES[-1] // 2} (n = 2, unit-variance q, k, L = 32)",
+        "This insight gives further motivation to approximations of the softmax function by using, e.g., a Taylor "
+        "series approximation [...] to render the feature vector finite-dimensional. Lemma 1. Softmax attention "
+        "(2) can be expressed by separable attention (13) with φ(q_i)ᵀψ(k_j) = φ(q_i)ᵀφ(k_j) = e^{q_iᵀk_j}",
+        _taylor_vanishes,
+    ),
+    Claim(
+        "eq. 22: S6 transition = σ_rev^a",
+        f"with A = −a·I, s6's DSF transition equals diag(σ_rev(W̄_Δ u_i)^a) ⊗ I_n to ≤ {IDENTITY_ROUNDOFF:g}",
+        "the state transition matrix Λ_i in S6 (18) can be rewritten when assuming A = a·I_nd as "
+        "Λ_i = diag(σ_rev(W_Δ u_i)^a) ⊗ I_n. (22)",
+        lambda results: at_most(_score(results, "s6"), IDENTITY_ROUNDOFF),
+    ),
+    Claim(
+        "Lemma 2: a larger state recovers",
+        f"a mixer's DSF embedded in 5 more states (appendix H) gives the same outputs: relative error ≤ "
+        f"{IDENTITY_ROUNDOFF:g} (linear attention, S6)",
+        "Lemma 2. For two dynamical systems (11) with hidden state dimensions N and N̄ with N ≤ N̄, the dynamical "
+        "system of state dimension N̄ can always recover the dynamical system with state dimension N.",
+        _each_at_most("state", STATE_MIXERS, IDENTITY_ROUNDOFF),
+    ),
+    Claim(
+        "Lemma 3: positions iff Λ ≠ I",
+        f"a repeated token's coefficient rows spread by ≤ {NO_POSITION:g} with Λ = I and by ≥ {POSITION:g} with "
+        f"Λ = λI, diagonal or Householder Λ (identity, exp with η = Σα, sigmoid readouts)",
+        "Definition 1 (Positional Information). [α_ij] in (4) are said to have positional information, if for two "
+        "identical inputs [u_j = u_k], the resulting coefficients are not identical [...]. Lemma 3. The "
+        "coefficients in (4) have positional information if and only if [Λ_i ≠ I].",
+        _positions_iff,
+    ),
+    Claim(
+        "Lemma 5: Var(qᵀbk) = b²K",
+        f"for q, k with unit-variance entries the Monte Carlo Var(qᵀ b k) is within {VARIANCE_TOLERANCE:.0%} of "
+        f"b²K for K ∈ {{{', '.join(map(str, VARIANCE_WIDTHS))}}}, b ∈ {{0.5, 1, 2, K^-½}}",
+        "Assuming [isotropic q and k], both [covariances] are positive semi-definite and the variance of the dot "
+        "product scales as [b²K].",
+        _variance_fits,
+        paper_value="b² K",
+    ),
+    Claim(
+        "Corollary 6.1: convex combinations",
+        f"with η_i = Σ_j α_ij and a positive readout (exp, softplus, sigmoid, elu+1, x²) the coefficients are ≥ 0 "
+        f"and sum to 1, and every output lies in its values' range, to ≤ {CONVEX_ROUNDOFF:g}",
+        "Choosing [η_i = Σ_j α_ij] in (2) constrains the normalized coefficients to [[0, 1]] and imposes "
+        "[Σ_j α_ij / η_i = 1].",
+        _each_at_most("convex", POSITIVE_READOUTS, CONVEX_ROUNDOFF),
+    ),
+    Claim(
+        "Proposition 1: DLR = linear RNN",
+        f"the dlr mixer with Λ = eig(A), w = (CV) ⊙ (V⁻¹B) matches a random diagonalizable linear RNN (8 complex "
+        f"states, L = 64): relative error ≤ {DLR_ROUNDOFF:g}",
+        "Proposition 1. In Equation 7, let A ∈ ℂ^{N×N} be diagonalizable over ℂ as V diag(Λ) V⁻¹. Then, ∃ w ∈ ℂ^N "
+        "such that DLR parameterized by Λ, w (Equation 1) computes the same map as Equation 7.",
+        lambda results: at_most(_score(results, "dlr"), DLR_ROUNDOFF),
+    ),
 )
 
 #: the table's rows: lemma → (what was computed, the threshold in words)
@@ -492,13 +565,15 @@ class LemmaChecks(Computation):
     name = "lemma_checks"
     paper = "seeds 000/001/002"
     figure = "lemmas, eq. 22, Prop. 1"
-    summary = ("The papers' mathematical statements checked numerically in float64 on seqdyn's operator and mixers, "
-               "without training: each number is the worst over random draws.")
+    summary = (
+        "The papers' mathematical statements checked numerically in float64 on seqdyn's operator and mixers, "
+        "without training: each number is the worst over random draws."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "No training: the statements are mathematics. 64 random draws per check (Taylor attention, S6 "
-                 "blocks, DSFs, repeated tokens, convex combinations, linear RNNs) and 4,000,000 Monte Carlo samples "
-                 "per (K, b) for Lemma 5.",
+        "blocks, DSFs, repeated tokens, convex combinations, linear RNNs) and 4,000,000 Monte Carlo samples "
+        "per (K, b) for Lemma 5.",
         "cpu": "No training: 8 random draws per check and 400,000 Monte Carlo samples per (K, b) for Lemma 5.",
         "smoke": "No training: one random draw per check and 50,000 Monte Carlo samples per (K, b) for Lemma 5.",
     }
@@ -508,10 +583,14 @@ class LemmaChecks(Computation):
 
     def table(self, results: Results) -> str:
         lines = ["| statement | what we computed | ours | threshold |", "|---|---|---|---|"]
-        lines += [f"| {LEMMAS[lemma]} | {computed} | {_ours(results, lemma)} | {threshold} |"
-                  for lemma, (computed, threshold) in COMPUTED.items()]
-        return "\n".join(lines) + ("\n\nEvery number is the worst over the scale's random draws, in float64; "
-                                   "`results.csv` has one row per setting.")
+        lines += [
+            f"| {LEMMAS[lemma]} | {computed} | {_ours(results, lemma)} | {threshold} |"
+            for lemma, (computed, threshold) in COMPUTED.items()
+        ]
+        return "\n".join(lines) + (
+            "\n\nEvery number is the worst over the scale's random draws, in float64; "
+            "`results.csv` has one row per setting."
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         import matplotlib
@@ -520,8 +599,11 @@ class LemmaChecks(Computation):
         import matplotlib.pyplot as plt
 
         taylor = [(row["check.x"], row["check.value"]) for row in results.rows if row["check.lemma"] == "taylor"]
-        variance = [(row["check.x"], row["check.value"] * row["check.x"]) for row in results.rows
-                    if row["check.lemma"] == "variance"]
+        variance = [
+            (row["check.x"], row["check.value"] * row["check.x"])
+            for row in results.rows
+            if row["check.lemma"] == "variance"
+        ]
         figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
         left.semilogy(*zip(*taylor), marker="o")
         left.axhline(TAYLOR_ERROR, color="gray", linestyle="--", label=f"threshold {TAYLOR_ERROR:g}")

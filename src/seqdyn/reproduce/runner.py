@@ -28,8 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seqdyn.reproduce.base import (RESULT_STATUSES, TIMING, Reproduction, Results, check_scale, read_timing,
-                                  sweep_name)
+from seqdyn.reproduce.base import RESULT_STATUSES, TIMING, Reproduction, Results, check_scale, read_timing, sweep_name
 from seqdyn.reproduce.claims import INCONCLUSIVE, Cause, Outcome, control_value
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
@@ -61,16 +60,22 @@ def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None
     if not reproduction.corpus:
         sweeps = reproduction.sweeps(scale)
     elif data is None and scale != "smoke":
-        raise ValueError(f"--data: {reproduction.name} at --scale {scale} trains on {reproduction.data_help}; give "
-                         f"its path with --data PATH")
+        raise ValueError(
+            f"--data: {reproduction.name} at --scale {scale} trains on {reproduction.data_help}; give "
+            f"its path with --data PATH"
+        )
     else:
         sweeps = reproduction.sweeps(scale, data)
     parts = [sweep.name for sweep in sweeps]
     if len(set(parts)) != len(parts):
         raise ValueError(f"{reproduction.name}: its sweeps need distinct names, got {parts}")
     device = {"device": "auto"} if scale == "paper" else {}
-    return [sweep.model_copy(update={"name": sweep_name(reproduction, scale, sweep),
-                                     "train": sweep.train.model_copy(update=device)}) for sweep in sweeps]
+    return [
+        sweep.model_copy(
+            update={"name": sweep_name(reproduction, scale, sweep), "train": sweep.train.model_copy(update=device)}
+        )
+        for sweep in sweeps
+    ]
 
 
 def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
@@ -80,14 +85,24 @@ def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
         expected = {run.run_id for run in expand(sweep)}
         stray = [record for record in store.runs(sweep=sweep.name) if record.id not in expected]
         if stray:
-            raise ValueError(f"--store {store.path}: sweep {sweep.name!r} holds {len(stray)} run(s) of another "
-                             f"config (e.g. {stray[0].name!r}, id {stray[0].id}); give another --store, or remove "
-                             f"those runs to redo them")
+            raise ValueError(
+                f"--store {store.path}: sweep {sweep.name!r} holds {len(stray)} run(s) of another "
+                f"config (e.g. {stray[0].name!r}, id {stray[0].id}); give another --store, or remove "
+                f"those runs to redo them"
+            )
 
 
-def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str | Path = "reproductions",
-        workers: int = 1, use_ray: bool = False, progress: bool = True, retry_failed: bool = False,
-        data: str | Path | None = None) -> Written:
+def run(
+    reproduction: Reproduction,
+    scale: str,
+    store_path: str | Path,
+    out: str | Path = "reproductions",
+    workers: int = 1,
+    use_ray: bool = False,
+    progress: bool = True,
+    retry_failed: bool = False,
+    data: str | Path | None = None,
+) -> Written:
     """Train what is missing of the reproduction at ``scale`` (on the corpus ``data``, where it needs one) into the
     store (and, with ``retry_failed``, what failed for another reason than divergence), then write ``OUT/NAME/``."""
     start = time.monotonic()
@@ -96,8 +111,11 @@ def run(reproduction: Reproduction, scale: str, store_path: str | Path, out: str
     check_store(store, sweeps)
     rows = collect(store, sweeps, scale).rows
     runs_before = sum(row["status"] in RESULT_STATUSES for row in rows)
-    left = [row for row in rows
-            if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))]
+    left = [
+        row
+        for row in rows
+        if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))
+    ]
     for sweep in sweeps:
         run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
     results = reproduction.measure(collect(store, sweeps, scale), store_path)
@@ -117,9 +135,14 @@ def record_timing(folder: Path, scale: str, elapsed_s: float, runs_before: int, 
     train) into ``folder``'s :data:`~seqdyn.reproduce.base.TIMING`, keeping the other scales' and the GPU
     estimate."""
     timing = read_timing(folder) or {"reproduction": folder.name}
-    timing.setdefault("scales", {})[scale] = {"seconds": round(elapsed_s, 1), "date": datetime.date.today().isoformat(),
-                                              "commit": _commit(), "workers": workers, "runs_before": runs_before,
-                                              "note": ""}
+    timing.setdefault("scales", {})[scale] = {
+        "seconds": round(elapsed_s, 1),
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "workers": workers,
+        "runs_before": runs_before,
+        "note": "",
+    }
     (folder / TIMING).write_text(json.dumps(timing, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -150,10 +173,17 @@ def collect(store: Store, sweeps: list[SweepConfig], scale: str) -> Results:
 def _row(store: Store, config: RunConfig) -> dict[str, Any]:
     record = store.run(config.run_id)
     row = flatten({key: value for key, value in config.canonical().items() if key != "name"})
-    row.update(run_id=config.run_id, name=config.name, status=record.status if record else "missing",
-               reason=record.reason if record else None, best=record.best_metric if record else None,
-               final=record.final_metric if record else None, steps=record.step if record else 0,
-               wall_time=record.wall_time if record else None, curve=_curve(store, record))
+    row.update(
+        run_id=config.run_id,
+        name=config.name,
+        status=record.status if record else "missing",
+        reason=record.reason if record else None,
+        best=record.best_metric if record else None,
+        final=record.final_metric if record else None,
+        steps=record.step if record else 0,
+        wall_time=record.wall_time if record else None,
+        curve=_curve(store, record),
+    )
     return row
 
 
@@ -162,8 +192,9 @@ def _curve(store: Store, record) -> tuple[tuple[int, float], ...]:
     the watched metric is recorded then)."""
     if record is None or not record.metric_name:
         return ()
-    return tuple((row.step, row.value) for row in store.metrics(record.id, split="test")
-                 if row.name == record.metric_name)
+    return tuple(
+        (row.step, row.value) for row in store.metrics(record.id, split="test") if row.name == record.metric_name
+    )
 
 
 def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: float, runs_before: int = 0) -> Written:
@@ -177,11 +208,23 @@ def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: fl
     reproduction.plot(results, folder / "figure.png")
     provenance = _provenance(results, elapsed_s, runs_before)
     (folder / "table.md").write_text(_table_md(reproduction, results, outcomes, provenance))
-    verdict = {"reproduction": reproduction.name, "paper": reproduction.paper, "figure": reproduction.figure,
-               "scale": results.scale, **provenance,
-               "claims": [{"name": claim.name, "statement": claim.statement, "quote": claim.quote,
-                           "paper_value": claim.paper_value, **asdict(outcomes[claim.name])}
-                          for claim in reproduction.claims]}
+    verdict = {
+        "reproduction": reproduction.name,
+        "paper": reproduction.paper,
+        "figure": reproduction.figure,
+        "scale": results.scale,
+        **provenance,
+        "claims": [
+            {
+                "name": claim.name,
+                "statement": claim.statement,
+                "quote": claim.quote,
+                "paper_value": claim.paper_value,
+                **asdict(outcomes[claim.name]),
+            }
+            for claim in reproduction.claims
+        ],
+    }
     (folder / "verdict.json").write_text(json.dumps(verdict, indent=2, default=_json_number) + "\n")
     return Written(folder, outcomes, elapsed_s, runs_before)
 
@@ -200,16 +243,27 @@ def _provenance(results: Results, elapsed_s: float, runs_before: int) -> dict[st
     how many runs held a result before it began."""
     run_time = sum(row["wall_time"] or 0.0 for row in results.rows)
     done = sum(row["status"] in DONE for row in results.rows)
-    return {"date": datetime.date.today().isoformat(), "commit": _commit(), "runs": len(results.rows),
-            "runs_done": done, "run_time_s": round(run_time, 1), "elapsed_s": round(elapsed_s, 1),
-            "runs_before": runs_before}
+    return {
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "runs": len(results.rows),
+        "runs_done": done,
+        "run_time_s": round(run_time, 1),
+        "elapsed_s": round(elapsed_s, 1),
+        "runs_before": runs_before,
+    }
 
 
 def _commit() -> str:
     """The short hash of the checkout this seqdyn runs from ("unknown" outside a git checkout)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -224,30 +278,54 @@ def _write_csv(path: Path, results: Results) -> None:
         writer.writerows(results.rows)
 
 
-def _table_md(reproduction: Reproduction, results: Results, outcomes: dict[str, Outcome],
-              provenance: dict[str, Any]) -> str:
-    lines = [f"# {reproduction.name}: {reproduction.paper}, {reproduction.figure}", "", reproduction.summary, "",
-             f"Scale `{results.scale}`: {_work_text(reproduction, provenance)}, {provenance['date']}, commit "
-             f"{provenance['commit']}." + _resumed_text(provenance), "", "## Results", "", reproduction.table(results), "", "## Claims", "",
-             "| claim | paper | ours | verdict |", "|---|---|---|---|"]
+def _table_md(
+    reproduction: Reproduction, results: Results, outcomes: dict[str, Outcome], provenance: dict[str, Any]
+) -> str:
+    lines = [
+        f"# {reproduction.name}: {reproduction.paper}, {reproduction.figure}",
+        "",
+        reproduction.summary,
+        "",
+        f"Scale `{results.scale}`: {_work_text(reproduction, provenance)}, {provenance['date']}, commit "
+        f"{provenance['commit']}." + _resumed_text(provenance),
+        "",
+        "## Results",
+        "",
+        reproduction.table(results),
+        "",
+        "## Claims",
+        "",
+        "| claim | paper | ours | verdict |",
+        "|---|---|---|---|",
+    ]
     for claim in reproduction.claims:
         outcome = outcomes[claim.name]
         ours = ours_text(outcome.numbers)
         verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "")
         cells = (claim.statement, claim.paper_value or "—", ours, f"**{verdict}**")
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    controls = [(claim.name, outcomes[claim.name].control) for claim in reproduction.claims
-                if outcomes[claim.name].control]
+    controls = [
+        (claim.name, outcomes[claim.name].control) for claim in reproduction.claims if outcomes[claim.name].control
+    ]
     if controls:
         lines += ["", "Controls (checked before each claim; a control that fails leaves its claim inconclusive):", ""]
-        lines += [f"- *{name}*: {control['description']} — {control['setting']} {control_value(control)} against "
-                  f"{control['threshold']:.3g}{_level_words(control)}: "
-                  f"**{'passed' if control['passed'] else 'failed'}**"
-                  for name, control in controls]
+        lines += [
+            f"- *{name}*: {control['description']} — {control['setting']} {control_value(control)} against "
+            f"{control['threshold']:.3g}{_level_words(control)}: "
+            f"**{'passed' if control['passed'] else 'failed'}**"
+            for name, control in controls
+        ]
     lines += ["", "What the paper says:", ""]
     lines += [f"- *{claim.name}*: “{claim.quote}”" for claim in reproduction.claims]
-    lines += ["", f"## Scale `{results.scale}`", "", reproduction.reductions.get(results.scale, ""), "",
-              f"Regenerate: `{regenerate_command(reproduction, results)}`.", ""]
+    lines += [
+        "",
+        f"## Scale `{results.scale}`",
+        "",
+        reproduction.reductions.get(results.scale, ""),
+        "",
+        f"Regenerate: `{regenerate_command(reproduction, results)}`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -261,8 +339,10 @@ def _resumed_text(provenance: dict[str, Any]) -> str:
     before = provenance["runs_before"]
     if not before:
         return ""
-    return (f" {before} of the runs held results from an earlier call; the wall time of the call that trained the "
-            f"rest, {provenance['elapsed_s']:.0f} s, leaves them out.")
+    return (
+        f" {before} of the runs held results from an earlier call; the wall time of the call that trained the "
+        f"rest, {provenance['elapsed_s']:.0f} s, leaves them out."
+    )
 
 
 def regenerate_command(reproduction: Reproduction, results: Results) -> str:
@@ -308,9 +388,15 @@ def brief_numbers(numbers: dict[str, float]) -> str:
 
 #: what an *inconclusive* reason says (``re.search``) for each cause, in a ``verdict.json`` written before claims
 #: recorded their ``cause``
-_LEGACY_CAUSES = ((r"^control ", "control"), (r"^budget: ", "budget"), ("at the ceiling", "ceiling"),
-                  ("seed spread", "seeds"), (r"\d+ of \d+ seeds ", "seeds"), ("missing", "missing"),
-                  ("no finished run", "missing"))
+_LEGACY_CAUSES = (
+    (r"^control ", "control"),
+    (r"^budget: ", "budget"),
+    ("at the ceiling", "ceiling"),
+    ("seed spread", "seeds"),
+    (r"\d+ of \d+ seeds ", "seeds"),
+    ("missing", "missing"),
+    ("no finished run", "missing"),
+)
 
 
 def claim_cause(claim: dict[str, Any]) -> Cause | None:
@@ -331,12 +417,22 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
     for path in sorted(Path(out).glob("*/verdict.json")):
         verdict = json.loads(path.read_text())
         for claim in verdict["claims"]:
-            rows.append({"reproduction": verdict["reproduction"], "scale": verdict["scale"],
-                         "name": claim["name"], "claim": claim["statement"], "paper": claim["paper_value"],
-                         "numbers": claim["numbers"],
-                         "ours": ours_text(claim["numbers"]),
-                         "verdict": claim["verdict"], "reason": claim["reason"], "cause": claim_cause(claim),
-                         "date": verdict["date"],
-                         "commit": verdict["commit"], "elapsed_s": verdict["elapsed_s"],
-                         "runs_before": verdict.get("runs_before", 0)})
+            rows.append(
+                {
+                    "reproduction": verdict["reproduction"],
+                    "scale": verdict["scale"],
+                    "name": claim["name"],
+                    "claim": claim["statement"],
+                    "paper": claim["paper_value"],
+                    "numbers": claim["numbers"],
+                    "ours": ours_text(claim["numbers"]),
+                    "verdict": claim["verdict"],
+                    "reason": claim["reason"],
+                    "cause": claim_cause(claim),
+                    "date": verdict["date"],
+                    "commit": verdict["commit"],
+                    "elapsed_s": verdict["elapsed_s"],
+                    "runs_before": verdict.get("runs_before", 0),
+                }
+            )
     return rows

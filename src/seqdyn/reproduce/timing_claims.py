@@ -63,9 +63,11 @@ class Scale:
     step_state: int = 4096
 
 
-SCALES = {"smoke": Scale(lengths=(64, 128, 256), width=32, repeats=1, step_length=64, step_width=16, step_state=16),
-          "cpu": Scale(lengths=(512, 1024, 2048, 4096, 8192), width=256, repeats=3),
-          "paper": Scale(lengths=(512, 1024, 2048, 4096, 8192, 16384), width=256, repeats=3)}
+SCALES = {
+    "smoke": Scale(lengths=(64, 128, 256), width=32, repeats=1, step_length=64, step_width=16, step_state=16),
+    "cpu": Scale(lengths=(512, 1024, 2048, 4096, 8192), width=256, repeats=3),
+    "paper": Scale(lengths=(512, 1024, 2048, 4096, 8192, 16384), width=256, repeats=3),
+}
 
 
 def forward_seconds(layer: str, length: int, width: int, repeats: int) -> float:
@@ -102,8 +104,12 @@ def step_seconds(model: str, length: int, width: int, state: int, repeats: int) 
 
 
 def _row(layer: str, length: int, seconds: float, label: str) -> dict[str, Any]:
-    return computed_row(f"{label}: L = {length}", f"{layer}/{length}", round(seconds, 6),
-                        {"timing.layer": layer, "timing.length": length, "timing.seconds": seconds})
+    return computed_row(
+        f"{label}: L = {length}",
+        f"{layer}/{length}",
+        round(seconds, 6),
+        {"timing.layer": layer, "timing.length": length, "timing.seconds": seconds},
+    )
 
 
 def compute_rows(scale: Scale) -> list[dict[str, Any]]:
@@ -116,8 +122,9 @@ def compute_rows(scale: Scale) -> list[dict[str, Any]]:
     with one_thread():
         for layer in LAYERS:
             for length in scale.lengths:
-                rows.append(_row(layer, length, forward_seconds(layer, length, scale.width, scale.repeats),
-                                 LAYERS[layer][0]))
+                rows.append(
+                    _row(layer, length, forward_seconds(layer, length, scale.width, scale.repeats), LAYERS[layer][0])
+                )
         for model in STEP_LAYERS:
             seconds = step_seconds(model, scale.step_length, scale.step_width, scale.step_state, scale.repeats)
             rows.append(_row(f"{model}_step", scale.step_length, seconds, f"{MODELS[model].label} training step"))
@@ -126,16 +133,16 @@ def compute_rows(scale: Scale) -> list[dict[str, Any]]:
 
 def times(results: Results, layer: str) -> list[tuple[int, float]]:
     """``(L, seconds)`` of ``layer``, shortest first."""
-    return sorted((row["timing.length"], row["timing.seconds"]) for row in results.rows
-                  if row.get("timing.layer") == layer)
+    return sorted(
+        (row["timing.length"], row["timing.seconds"]) for row in results.rows if row.get("timing.layer") == layer
+    )
 
 
 def log_slope(points: list[tuple[int, float]]) -> float:
     """The least-squares slope of log seconds against log L (the exponent of a power law through the points)."""
     xs, ys = [math.log(length) for length, _ in points], [math.log(seconds) for _, seconds in points]
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    return (sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
-            / sum((x - mean_x) ** 2 for x in xs))
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
 
 
 def slope(results: Results, layer: str) -> Score:
@@ -165,15 +172,28 @@ def step_ratio(results: Results) -> Score:
 
 
 CLAIMS = (
-    Claim("attention time quadratic in L", f"softmax attention's forward time grows as L^s with s ≥ "
-          f"{QUADRATIC_SLOPE} over the {FITTED} longest lengths", "a non-recurrent implementation has quadratic "
-          "complexity", _softmax_quadratic, paper_value="L² (Fig. 5)"),
-    Claim("SSD time linear in L", f"SSD's forward time grows as L^s with s ≤ {LINEAR_SLOPE} over the {FITTED} "
-          "longest lengths", "With respect to sequence length, a recurrent implementation has linear complexity",
-          _ssd_linear, paper_value="L (Fig. 5)"),
-    Claim("ATTENTION 6× slower than DLR", f"one ATTENTION layer's training step takes ≥ {STEP_RATIO:g} × one DLR "
-          "layer's at Table 1's L = 4096, H = 128, N = 4096", "already for lengths as short as 4096, it is more than "
-          "6× slower", lambda results: reaches(step_ratio(results), STEP_RATIO), paper_value="6.3× (Table 1)"),
+    Claim(
+        "attention time quadratic in L",
+        f"softmax attention's forward time grows as L^s with s ≥ {QUADRATIC_SLOPE} over the {FITTED} longest lengths",
+        "a non-recurrent implementation has quadratic complexity",
+        _softmax_quadratic,
+        paper_value="L² (Fig. 5)",
+    ),
+    Claim(
+        "SSD time linear in L",
+        f"SSD's forward time grows as L^s with s ≤ {LINEAR_SLOPE} over the {FITTED} longest lengths",
+        "With respect to sequence length, a recurrent implementation has linear complexity",
+        _ssd_linear,
+        paper_value="L (Fig. 5)",
+    ),
+    Claim(
+        "ATTENTION 6× slower than DLR",
+        f"one ATTENTION layer's training step takes ≥ {STEP_RATIO:g} × one DLR "
+        "layer's at Table 1's L = 4096, H = 128, N = 4096",
+        "already for lengths as short as 4096, it is more than 6× slower",
+        lambda results: reaches(step_ratio(results), STEP_RATIO),
+        paper_value="6.3× (Table 1)",
+    ),
 )
 
 
@@ -181,20 +201,22 @@ class TimingClaims(Computation):
     name = "timing_claims"
     paper = "seeds 001/002"
     figure = "Fig. 5; seed 002 Table 1"
-    summary = ("Forward time of one softmax attention layer (fused attention) and one SSD layer (Mamba-2, chunked) "
-               "against the length L, and the time per training step of seed 002's single ATTENTION and DLR layers, "
-               "measured on this machine without training.")
+    summary = (
+        "Forward time of one softmax attention layer (fused attention) and one SSD layer (Mamba-2, chunked) "
+        "against the length L, and the time per training step of seed 002's single ATTENTION and DLR layers, "
+        "measured on this machine without training."
+    )
     claims = CLAIMS
     reductions = {
         "paper": "The paper plots FlashAttention-2 and SSD on a GPU from the mamba repository's benchmark; here both "
-                 "are timed on this machine's CPU (one thread) at L = 2^9 … 2^14, width 256 (4 heads of 64; SSD "
-                 "with state 64, expansion 2), batch 1, forward.",
+        "are timed on this machine's CPU (one thread) at L = 2^9 … 2^14, width 256 (4 heads of 64; SSD "
+        "with state 64, expansion 2), batch 1, forward.",
         "cpu": "L = 2^9 … 2^13 on one CPU thread, width 256 (4 heads of 64; SSD with state 64, expansion 2), "
-               "batch 1, forward, the fastest of 3 calls after a warm-up; the ratio of the two layers' times, not "
-               "their values, is what carries over from the paper's GPU. Table 1's step at its own sizes (L = 4096, "
-               "H = 128, N = 4096) on one CPU thread, where the paper timed a GPU.",
+        "batch 1, forward, the fastest of 3 calls after a warm-up; the ratio of the two layers' times, not "
+        "their values, is what carries over from the paper's GPU. Table 1's step at its own sizes (L = 4096, "
+        "H = 128, N = 4096) on one CPU thread, where the paper timed a GPU.",
         "smoke": "L = 64, 128, 256 at width 32 and Table 1's step at L = 64, H = 16, N = 16, one call each: no "
-                 "verdict to trust (fixed costs dominate).",
+        "verdict to trust (fixed costs dominate).",
     }
 
     def compute(self, scale: str) -> list[dict[str, Any]]:
@@ -211,11 +233,16 @@ class TimingClaims(Computation):
         step_text = ""
         if all(steps.values()):
             ratio = step_ratio(results).values[0]
-            step_text = (f"\n\nTable 1's step (L = {steps['dlr'][0][0]}): ATTENTION "
-                         f"{_ms(steps['attention'][0][1])} ms, DLR {_ms(steps['dlr'][0][1])} ms per training step, "
-                         f"ratio {ratio:.2f} (paper: 6.3 on a GPU).")
-        return ("\n".join(lines) + "\n\nForward time of one layer, batch 1, one CPU thread; the fastest of the calls."
-                + step_text)
+            step_text = (
+                f"\n\nTable 1's step (L = {steps['dlr'][0][0]}): ATTENTION "
+                f"{_ms(steps['attention'][0][1])} ms, DLR {_ms(steps['dlr'][0][1])} ms per training step, "
+                f"ratio {ratio:.2f} (paper: 6.3 on a GPU)."
+            )
+        return (
+            "\n".join(lines)
+            + "\n\nForward time of one layer, batch 1, one CPU thread; the fastest of the calls."
+            + step_text
+        )
 
     def plot(self, results: Results, path: Path) -> Path:
         import matplotlib

@@ -154,8 +154,10 @@ class Task(ABC):
         unknown = sorted(set(params) - set(self.PARAMS))
         if unknown:
             allowed = ", ".join(sorted(self.PARAMS)) or "(none)"
-            raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}"
-                             f"{did_you_mean(unknown, self.PARAMS)}; allowed: {allowed}")
+            raise ValueError(
+                f"{self.name}: unknown parameter(s) {', '.join(unknown)}"
+                f"{did_you_mean(unknown, self.PARAMS)}; allowed: {allowed}"
+            )
         resolved = {key: spec.check(self.name, key, params.get(key, spec.default)) for key, spec in self.PARAMS.items()}
         self.params: dict[str, Any] = resolved
         for key, value in resolved.items():

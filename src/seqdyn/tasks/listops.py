@@ -47,8 +47,9 @@ class ListOpsSubTrees(Task):
     head_kind = "tagging"
     PARAMS = {
         "seq_len": Param(8192, int, "maximum expression length; sequences are padded to it", low=4),
-        "min_len": Param(None, int, "minimum expression length; None: the paper's 7000/8192 of seq_len", low=4,
-                         optional=True),
+        "min_len": Param(
+            None, int, "minimum expression length; None: the paper's 7000/8192 of seq_len", low=4, optional=True
+        ),
         "max_args": Param(10, int, "maximum arguments of an operator (LRA: 10)", low=4),
         "max_depth": Param(10, int, "maximum nesting of operators (LRA: 10)", low=1),
     }

@@ -68,8 +68,13 @@ class LanguageModeling(Task):
         "data_dir": Param(None, str, "a local WikiText-103 directory (wiki.{train,valid,test}.tokens)", optional=True),
         "tokenizer": Param("bytes", str, "'bytes' or 'gpt2' (tiktoken)", choices=("bytes", "gpt2")),
         "holdout": Param(0.05, float, "fraction of a single file for valid and for test", low=0.0, below=0.5),
-        "document_separator": Param(None, str, "cut the text into documents at this separator (e.g. '\\n\\n'); "
-                                    "an example is then one whole document, right-padded", optional=True),
+        "document_separator": Param(
+            None,
+            str,
+            "cut the text into documents at this separator (e.g. '\\n\\n'); "
+            "an example is then one whole document, right-padded",
+            optional=True,
+        ),
     }
 
     def _check(self) -> None:
@@ -119,9 +124,7 @@ class LanguageModeling(Task):
         if self.data_dir is not None:
             return self._tokenize_file(Path(self.data_dir) / WIKITEXT_FILES[split])
         if self.path is None:
-            self._fail(
-                f"no corpus: give path= (a text file) or data_dir= (a WikiText-103 copy), or set {WIKITEXT_ENV}"
-            )
+            self._fail(f"no corpus: give path= (a text file) or data_dir= (a WikiText-103 copy), or set {WIKITEXT_ENV}")
         tokens = self._tokenize_file(Path(self.path))
         cut_valid = int(round(len(tokens) * (1 - 2 * self.holdout)))
         cut_test = int(round(len(tokens) * (1 - self.holdout)))
@@ -140,14 +143,18 @@ class LanguageModeling(Task):
         if split not in self._documents:
             stream = self.stream(split)
             if self._encoding is None:
-                pieces = [np.frombuffer(piece, dtype=np.uint8)
-                          for piece in stream.tobytes().split(self.document_separator.encode("utf-8"))]
+                pieces = [
+                    np.frombuffer(piece, dtype=np.uint8)
+                    for piece in stream.tobytes().split(self.document_separator.encode("utf-8"))
+                ]
             else:
                 pieces = [self.encode(piece) for piece in self.decode(stream).split(self.document_separator)]
             self._documents[split] = [piece for piece in pieces if len(piece) >= 2]
             if not self._documents[split]:
-                self._fail(f"the {split} split has no document of two tokens or more between separators "
-                           f"{self.document_separator!r}")
+                self._fail(
+                    f"the {split} split has no document of two tokens or more between separators "
+                    f"{self.document_separator!r}"
+                )
         return self._documents[split]
 
     # --- data -----------------------------------------------------------------------------------------

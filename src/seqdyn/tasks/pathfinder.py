@@ -106,8 +106,10 @@ class PathfinderSegmentation(Task):
             todo = todo[~ok]
             if todo.size == 0:
                 return
-        raise RuntimeError(f"{self.name}: could not place both main paths in {_SCENE_TRIES} scenes of "
-                           f"{_MAIN_TRIES} tries each; reduce num_dashes")
+        raise RuntimeError(
+            f"{self.name}: could not place both main paths in {_SCENE_TRIES} scenes of "
+            f"{_MAIN_TRIES} tries each; reduce num_dashes"
+        )
 
     def _draw_scenes(self, rng: np.random.Generator, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Draw one scene per image; returns which scenes have both main paths (the others are to be discarded)."""

@@ -176,14 +176,16 @@ def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     tensors["rng.torch"] = torch.get_rng_state()
     meta = dict(meta, param_groups=[{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]])
     try:
-        return write_durably(path, lambda temporary: save_file(tensors, str(temporary),
-                                                               metadata={"seqdyn": json.dumps(meta)}))
+        return write_durably(
+            path, lambda temporary: save_file(tensors, str(temporary), metadata={"seqdyn": json.dumps(meta)})
+        )
     except OSError as error:  # a full disk: the partial file is gone, the last good checkpoint stays
         raise OSError(error.errno, f"cannot write the checkpoint ({error.strerror or error})", str(path)) from None
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    run_id: str) -> dict[str, Any]:
+def load_checkpoint(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, run_id: str
+) -> dict[str, Any]:
     """Restore model, optimizer and RNG from :func:`save_checkpoint`; returns the metadata.  A checkpoint of
     another run or another architecture raises ``ValueError``."""
     from safetensors import safe_open
@@ -202,19 +204,22 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
             state["state"].setdefault(int(index), {})[name] = value
     groups = optimizer.state_dict()["param_groups"]
     # keys a checkpoint of an older version lacks (base_lr) come from the optimizer as built now
-    state["param_groups"] = [{**group, **saved, "params": group["params"]}
-                             for saved, group in zip(meta["param_groups"], groups)]
+    state["param_groups"] = [
+        {**group, **saved, "params": group["params"]} for saved, group in zip(meta["param_groups"], groups)
+    ]
     optimizer.load_state_dict(state)
     torch.set_rng_state(tensors["rng.torch"])
     return meta
 
 
 def _load_weights(path: Path, model: torch.nn.Module, tensors: dict[str, Tensor]) -> None:
-    weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    weights = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(weights)
     except RuntimeError as error:
-        raise ValueError(f"checkpoint {path}: does not match the config's model ({str(error).splitlines()[0]})") from None
+        raise ValueError(
+            f"checkpoint {path}: does not match the config's model ({str(error).splitlines()[0]})"
+        ) from None
 
 
 def load_trained(store, run_id: str):
@@ -234,7 +239,9 @@ def load_trained(store, run_id: str):
     if record.checkpoint and not path.exists():  # the store and its checkpoint folder moved together
         path = checkpoint_dir_for(store.path) / path.name
     if not record.checkpoint or not path.exists():
-        raise ValueError(f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})")
+        raise ValueError(
+            f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})"
+        )
     problem = checkpoint_problem(path, record.checkpoint_sha256)
     if problem is not None:
         raise ValueError(f"run {run_id}: checkpoint {path}: {problem}; train the run again to rewrite it")

@@ -38,11 +38,17 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from seqdyn.core.names import did_you_mean
 from seqdyn.models.config import MixtureOfExperts, ModelConfig, Strict, describe_errors
 
-
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given
-ADDED_FIELDS = (("model", "norm_position", "pre"), ("optimizer", "ssm_lr", None), ("optimizer", "ssm_weight_decay", None),
-                ("model", "bidirectional", False), ("train", "pack", False), ("model", "norm_eps", None),
-                ("model", "moe", MixtureOfExperts().model_dump()), ("model", "logit_softcap", None))
+ADDED_FIELDS = (
+    ("model", "norm_position", "pre"),
+    ("optimizer", "ssm_lr", None),
+    ("optimizer", "ssm_weight_decay", None),
+    ("model", "bidirectional", False),
+    ("train", "pack", False),
+    ("model", "norm_eps", None),
+    ("model", "moe", MixtureOfExperts().model_dump()),
+    ("model", "logit_softcap", None),
+)
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
@@ -63,8 +69,10 @@ class TaskConfig(Strict):
     """The task (DESIGN §6), its parameters and data sizes; train and test data come from disjoint seeds."""
 
     name: str = Field(description="a task name (`seqdyn tasks list` lists them)")
-    params: dict[str, Any] = Field(default_factory=dict, description="the task's parameters, e.g. seq_len "
-                                   "(`seqdyn tasks list` lists them with their defaults)")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the task's parameters, e.g. seq_len (`seqdyn tasks list` lists them with their defaults)",
+    )
     train_examples: int = Field(100_000, gt=0, description="training examples generated: one epoch")
     test_examples: int = Field(3_000, gt=0, description="test examples generated; every evaluation runs them all")
     seed: int = Field(0, description="seed of the generated data (train and test examples from disjoint streams)")
@@ -74,8 +82,10 @@ class TaskConfig(Strict):
         from seqdyn import tasks
 
         if self.name not in tasks.names():
-            raise ValueError(f"name: unknown task {self.name!r}{did_you_mean(self.name, tasks.names())}; "
-                             f"known tasks: {', '.join(tasks.names())}")
+            raise ValueError(
+                f"name: unknown task {self.name!r}{did_you_mean(self.name, tasks.names())}; "
+                f"known tasks: {', '.join(tasks.names())}"
+            )
         tasks.build(self.name, **self.params)  # parameter errors name the parameter
         return self
 
@@ -84,18 +94,28 @@ class OptimizerConfig(Strict):
     """AdamW with decoupled weight decay on matrices, and gradient-norm clipping."""
 
     lr: float = Field(1e-3, gt=0, description="peak learning rate (the schedule scales it)")
-    ssm_lr: Union[float, None] = Field(None, gt=0, description="peak learning rate of the mixers' state-space "
-                                       "parameters (Λ, Δ; all of an LTI layer's B, C, W: `Mixer.ssm_parameters`), "
-                                       "S4's convention; null: lr")
-    ssm_weight_decay: Union[float, None] = Field(None, ge=0, description="weight decay of the state-space "
-                                                 "parameters (seed 002: 0, 'weight decay is not applied to DLR "
-                                                 "parameters'); null: as the other parameters")
-    weight_decay: float = Field(0.1, ge=0, description="AdamW's decoupled weight decay, on matrices only (not on "
-                                                       "biases, norms or 1-D gate parameters)")
+    ssm_lr: Union[float, None] = Field(
+        None,
+        gt=0,
+        description="peak learning rate of the mixers' state-space "
+        "parameters (Λ, Δ; all of an LTI layer's B, C, W: `Mixer.ssm_parameters`), "
+        "S4's convention; null: lr",
+    )
+    ssm_weight_decay: Union[float, None] = Field(
+        None,
+        ge=0,
+        description="weight decay of the state-space "
+        "parameters (seed 002: 0, 'weight decay is not applied to DLR "
+        "parameters'); null: as the other parameters",
+    )
+    weight_decay: float = Field(
+        0.1,
+        ge=0,
+        description="AdamW's decoupled weight decay, on matrices only (not on biases, norms or 1-D gate parameters)",
+    )
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's (β₁, β₂), each in [0, 1)")
     eps: float = Field(1e-8, gt=0, description="AdamW's ε")
-    grad_clip: Union[float, None] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no "
-                                                                 "clipping")
+    grad_clip: Union[float, None] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
 
     @field_validator("betas")
     @classmethod
@@ -109,48 +129,74 @@ class ScheduleConfig(Strict):
     """Learning-rate schedule: cosine decay to ``min_lr`` (or constant) after a linear warm-up fraction."""
 
     kind: Literal["cosine", "constant"] = Field(
-        "cosine", description="after the warm-up: cosine decay from lr to min_lr at the last step, or lr constant")
-    warmup: float = Field(0.0, ge=0, lt=1, description="fraction of the training steps over which the learning "
-                                                       "rate rises linearly to lr")
+        "cosine", description="after the warm-up: cosine decay from lr to min_lr at the last step, or lr constant"
+    )
+    warmup: float = Field(
+        0.0, ge=0, lt=1, description="fraction of the training steps over which the learning rate rises linearly to lr"
+    )
     min_lr: float = Field(0.0, ge=0, description="the learning rate the cosine decay ends at")
 
 
 class EarlyStopConfig(Strict):
     """Stop when the test metric reaches ``threshold`` (Zoology: MQAR accuracy 0.99); ``None`` never stops."""
 
-    metric: Union[str, None] = Field(None, description="the test metric watched (for the best value and early "
-                                                       "stopping); default: the task's primary metric")
-    threshold: Union[float, None] = Field(None, description="stop once the watched metric reaches this (≥ where "
-                                          "higher is better, else ≤); null: never stop early")
+    metric: Union[str, None] = Field(
+        None,
+        description="the test metric watched (for the best value and early "
+        "stopping); default: the task's primary metric",
+    )
+    threshold: Union[float, None] = Field(
+        None,
+        description="stop once the watched metric reaches this (≥ where "
+        "higher is better, else ≤); null: never stop early",
+    )
 
 
 class TrainConfig(Strict):
     """Length of training, batching, evaluation, checkpoints, seed, device and precision."""
 
-    epochs: Union[int, None] = Field(None, gt=0, description="length in passes over task.train_examples; give "
-                                     "exactly one of epochs and steps (a run without a train section: 1 epoch)")
-    steps: Union[int, None] = Field(None, gt=0, description="length in optimizer steps; give exactly one of "
-                                                            "epochs and steps")
+    epochs: Union[int, None] = Field(
+        None,
+        gt=0,
+        description="length in passes over task.train_examples; give "
+        "exactly one of epochs and steps (a run without a train section: 1 epoch)",
+    )
+    steps: Union[int, None] = Field(
+        None, gt=0, description="length in optimizer steps; give exactly one of epochs and steps"
+    )
     batch_size: int = Field(64, gt=0, description="examples per training step and per evaluation batch")
-    eval_every: Union[int, None] = Field(None, gt=0, description="steps between evaluations on the test examples "
-                                         "(and after the last step); default: each epoch, or a tenth of the steps "
-                                         "with steps")
-    checkpoint_every: Union[int, None] = Field(None, gt=0, description="steps between checkpoints; default: each evaluation")
+    eval_every: Union[int, None] = Field(
+        None,
+        gt=0,
+        description="steps between evaluations on the test examples "
+        "(and after the last step); default: each epoch, or a tenth of the steps "
+        "with steps",
+    )
+    checkpoint_every: Union[int, None] = Field(
+        None, gt=0, description="steps between checkpoints; default: each evaluation"
+    )
     early_stop: EarlyStopConfig = Field(default_factory=EarlyStopConfig)
-    seed: int = Field(0, description="seed of the model's initialization and of the order of the training "
-                                     "batches")
+    seed: int = Field(0, description="seed of the model's initialization and of the order of the training batches")
     device: str = Field("cpu", description="cpu, cuda, cuda:N or auto (cuda when available)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="precision of the forward pass: float32; bfloat16 or float16 under torch.autocast "
+        "float32",
+        description="precision of the forward pass: float32; bfloat16 or float16 under torch.autocast "
         "(weights and optimizer stay float32); float16 also scales the loss (torch.amp.GradScaler, its state kept "
-        "in the checkpoint), skipping a step whose gradients overflow")
-    backend: str = Field("auto", description="the backend every mixer computes with: auto (each picks the "
-                         "fastest exact one, measured once per shape on this machine and recorded with the run, "
-                         "with why) or one that every layer's mixer accepts (quadratic, chunk, scan, fft, ...)")
-    pack: bool = Field(False, description="language modelling on documents (the lm task with "
-                       "document_separator): each batch's documents packed end to end in one row (cu_seqlens) "
-                       "instead of right-padded rows — no padding computed, no document reads another, the same "
-                       "loss per real token")
+        "in the checkpoint), skipping a step whose gradients overflow",
+    )
+    backend: str = Field(
+        "auto",
+        description="the backend every mixer computes with: auto (each picks the "
+        "fastest exact one, measured once per shape on this machine and recorded with the run, "
+        "with why) or one that every layer's mixer accepts (quadratic, chunk, scan, fft, ...)",
+    )
+    pack: bool = Field(
+        False,
+        description="language modelling on documents (the lm task with "
+        "document_separator): each batch's documents packed end to end in one row (cu_seqlens) "
+        "instead of right-padded rows — no padding computed, no document reads another, the same "
+        "loss per real token",
+    )
 
     @model_validator(mode="after")
     def _length(self) -> TrainConfig:
@@ -164,18 +210,20 @@ class TrainConfig(Strict):
 class LoggersConfig(Strict):
     """Optional loggers, off by default (the results store always records everything)."""
 
-    wandb: bool = Field(False, description="log every evaluation's metrics to Weights & Biases (the wandb "
-                                           "package)")
-    tensorboard: bool = Field(False, description="write every evaluation's metrics as TensorBoard events, under "
-                                                 "logs/RUN_ID beside the checkpoints")
+    wandb: bool = Field(False, description="log every evaluation's metrics to Weights & Biases (the wandb package)")
+    tensorboard: bool = Field(
+        False,
+        description="write every evaluation's metrics as TensorBoard events, under logs/RUN_ID beside the checkpoints",
+    )
     project: str = Field("seqdyn", description="the Weights & Biases project")
 
 
 class RunConfig(Strict):
     """One training run."""
 
-    name: str = Field("run", description="the run's name (a sweep appends the values of its axes); not part of "
-                                         "the run id")
+    name: str = Field(
+        "run", description="the run's name (a sweep appends the values of its axes); not part of the run id"
+    )
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -206,12 +254,15 @@ class RunConfig(Strict):
         if metric is not None and metric not in reported:
             raise ValueError(f"train.early_stop.metric: task {task.name} reports {', '.join(reported)}; got {metric!r}")
         if self.train.pack and getattr(task, "document_separator", None) is None:
-            raise ValueError("train.pack: packs documents — the lm task with task.params.document_separator (e.g. "
-                             f"'\\n\\n'); task {task.name} has none")
+            raise ValueError(
+                "train.pack: packs documents — the lm task with task.params.document_separator (e.g. "
+                f"'\\n\\n'); task {task.name} has none"
+            )
         for layer, (mixer, backends) in enumerate(_layer_backends(self.model.model_dump_json(), task.spec)):
             if self.train.backend not in backends:
-                raise ValueError(f"train.backend: {mixer} (layer {layer}) computes with {list(backends)}, "
-                                 f"got {self.train.backend!r}")
+                raise ValueError(
+                    f"train.backend: {mixer} (layer {layer}) computes with {list(backends)}, got {self.train.backend!r}"
+                )
         return self
 
     def canonical(self) -> dict[str, Any]:
@@ -230,9 +281,12 @@ class RunConfig(Strict):
 class SweepConfig(RunConfig):
     """A run config plus grid axes: dotted path -> list of values (mappings merge into the base)."""
 
-    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="grid axes: dotted path → list of "
-                                        "values; every combination is a run; a mapping replaces the keys it names "
-                                        "at its path")
+    sweep: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="grid axes: dotted path → list of "
+        "values; every combination is a run; a mapping replaces the keys it names "
+        "at its path",
+    )
 
     @field_validator("sweep")
     @classmethod
@@ -327,7 +381,9 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig | SweepConfig
             return sweep
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(f"{source}: {describe_errors(error, SweepConfig if 'sweep' in data else RunConfig)}") from None
+        raise ConfigError(
+            f"{source}: {describe_errors(error, SweepConfig if 'sweep' in data else RunConfig)}"
+        ) from None
     except ValueError as error:
         raise ConfigError(f"{source}: {error}") from None
 
@@ -342,8 +398,10 @@ def load_config(path: str | Path) -> RunConfig | SweepConfig:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = raw[:error.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line}: byte 0x{raw[error.start]:02x} is not UTF-8; save the file as UTF-8") from None
+        line = raw[: error.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: line {line}: byte 0x{raw[error.start]:02x} is not UTF-8; save the file as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -72,10 +72,19 @@ def config_reference() -> str:
     parts = [INTRO]
     for section in config_sections():
         title = f"`{section.path}`" if section.path else "top level"
-        lines = [f"## {title}", "", section.summary, "",
-                 "| field | type | default | allowed | description |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| `{row.path}` | {_cell(row.type)} | {_cell(row.default)} | {_cell(row.allowed)} | "
-                  f"{_cell(row.description)} |" for row in section.rows]
+        lines = [
+            f"## {title}",
+            "",
+            section.summary,
+            "",
+            "| field | type | default | allowed | description |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| `{row.path}` | {_cell(row.type)} | {_cell(row.default)} | {_cell(row.allowed)} | "
+            f"{_cell(row.description)} |"
+            for row in section.rows
+        ]
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 
@@ -109,8 +118,12 @@ def _allowed(info: FieldInfo) -> str:
     if typing.get_origin(info.annotation) is typing.Literal:
         choices = [info.annotation]
     values = [f"`{value}`" for choice in choices for value in typing.get_args(choice)]
-    bounds = [f"{symbol} {getattr(item, name)}" for item in info.metadata
-              for name, symbol in BOUNDS if getattr(item, name, None) is not None]
+    bounds = [
+        f"{symbol} {getattr(item, name)}"
+        for item in info.metadata
+        for name, symbol in BOUNDS
+        if getattr(item, name, None) is not None
+    ]
     return ", ".join(values + bounds)
 
 

@@ -52,9 +52,11 @@ class Distributed:
     def shard(self, indices: Tensor) -> Tensor:
         """This rank's share of a global batch (``len(indices)`` must be divisible by the world size)."""
         if len(indices) % self.world:
-            raise ValueError(f"train.batch_size: a global batch of {len(indices)} does not split into "
-                             f"{self.world} equal shards; use a multiple of {self.world}")
-        return indices[self.rank::self.world]
+            raise ValueError(
+                f"train.batch_size: a global batch of {len(indices)} does not split into "
+                f"{self.world} equal shards; use a multiple of {self.world}"
+            )
+        return indices[self.rank :: self.world]
 
     def mean(self, value: Tensor) -> float:
         """The mean of a scalar over all ranks."""

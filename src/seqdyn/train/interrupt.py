@@ -55,7 +55,9 @@ def signals_interrupt() -> Iterator[None]:
     A signal that was ignored when the block began (a job started with ``nohup``) stays ignored; nested blocks
     and threads other than the main thread leave the handlers as they are."""
     current = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-    if threading.current_thread() is not threading.main_thread() or any(isinstance(h, _Raise) for h in current.values()):
+    if threading.current_thread() is not threading.main_thread() or any(
+        isinstance(h, _Raise) for h in current.values()
+    ):
         yield
         return
     handler = _Raise()
@@ -86,8 +88,7 @@ def exit_with_parent(parent_pid: int, interval: float = 0.5) -> None:
     """
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    threading.Thread(target=_watch_parent, args=(parent_pid, interval), name="seqdyn-parent-watch",
-                     daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent_pid, interval), name="seqdyn-parent-watch", daemon=True).start()
 
 
 def _watch_parent(parent_pid: int, interval: float) -> None:

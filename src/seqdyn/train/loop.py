@@ -50,8 +50,6 @@ from seqdyn.train.store import DIVERGED, DIVERGED_REASON, FINAL_STATUSES
 EXACT_EVAL_ELEMENTS = 1 << 25
 
 
-
-
 class Diverged(RuntimeError):
     """The loss became NaN or infinite."""
 
@@ -92,14 +90,15 @@ class Plan:
         per_epoch = -(-config.task.train_examples // train.batch_size)
         total = train.steps if train.steps is not None else train.epochs * per_epoch
         eval_every = train.eval_every or (per_epoch if train.epochs is not None else max(1, total // 10))
-        return cls(config.task.train_examples, train.batch_size, total, eval_every,
-                   train.checkpoint_every or eval_every)
+        return cls(
+            config.task.train_examples, train.batch_size, total, eval_every, train.checkpoint_every or eval_every
+        )
 
     def batch(self, step: int, seed: int) -> Tensor:
         """The example indices of training step ``step``: epoch ``step // steps_per_epoch`` of a seeded shuffle."""
         epoch, position = divmod(step, self.steps_per_epoch)
         order = torch.randperm(self.examples, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-        return order[position * self.batch_size:(position + 1) * self.batch_size]
+        return order[position * self.batch_size : (position + 1) * self.batch_size]
 
 
 def learning_rate_factor(config: RunConfig, total_steps: int) -> Callable[[int], float]:
@@ -134,17 +133,27 @@ def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Ad
     groups = _decay_groups([p for p in trainable if id(p) not in ssm], opt.lr, opt.weight_decay, 0.0)
     if ssm:
         decay = opt.ssm_weight_decay
-        groups += [group for group in _decay_groups([p for p in trainable if id(p) in ssm], opt.ssm_lr or opt.lr,
-                                                    opt.weight_decay if decay is None else decay,
-                                                    0.0 if decay is None else decay) if group["params"]]
+        groups += [
+            group
+            for group in _decay_groups(
+                [p for p in trainable if id(p) in ssm],
+                opt.ssm_lr or opt.lr,
+                opt.weight_decay if decay is None else decay,
+                0.0 if decay is None else decay,
+            )
+            if group["params"]
+        ]
     return torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps)
 
 
-def _decay_groups(params: list[torch.nn.Parameter], lr: float, matrix_decay: float,
-                  vector_decay: float) -> list[dict[str, Any]]:
+def _decay_groups(
+    params: list[torch.nn.Parameter], lr: float, matrix_decay: float, vector_decay: float
+) -> list[dict[str, Any]]:
     """The matrices and the other parameters of ``params`` as two AdamW groups at peak learning rate ``lr``."""
-    return [{"params": [p for p in params if (p.dim() >= 2) == matrices], "weight_decay": decay, "lr": lr,
-             "base_lr": lr} for matrices, decay in ((True, matrix_decay), (False, vector_decay))]
+    return [
+        {"params": [p for p in params if (p.dim() >= 2) == matrices], "weight_decay": decay, "lr": lr, "base_lr": lr}
+        for matrices, decay in ((True, matrix_decay), (False, vector_decay))
+    ]
 
 
 def resolve_device(name: str, field: str = "train.device") -> torch.device:
@@ -158,14 +167,24 @@ def resolve_device(name: str, field: str = "train.device") -> torch.device:
         raise ValueError(f"{field}: {name!r} asked for, but no CUDA device is available; use 'cpu' or 'auto'")
     device = torch.device(name)
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"{field}: {name!r} asked for, but this machine has {torch.cuda.device_count()} "
-                         f"CUDA device(s); use 'cuda' or one of them")
+        raise ValueError(
+            f"{field}: {name!r} asked for, but this machine has {torch.cuda.device_count()} "
+            f"CUDA device(s); use 'cuda' or one of them"
+        )
     return device
 
 
 # ------------------------------------------------------------------------------------------------- evaluation
-def evaluate(model: torch.nn.Module, task, inputs: Tensor, targets: Tensor, batch_size: int, device: torch.device,
-             backend: str, autocast: Callable[[], Any]) -> dict[str, float]:
+def evaluate(
+    model: torch.nn.Module,
+    task,
+    inputs: Tensor,
+    targets: Tensor,
+    batch_size: int,
+    device: torch.device,
+    backend: str,
+    autocast: Callable[[], Any],
+) -> dict[str, float]:
     """The task's metrics on the test set, in batches; exact (one call on all outputs) when they fit in memory,
     otherwise batch metrics weighted by their labelled positions."""
     model.eval()
@@ -173,13 +192,13 @@ def evaluate(model: torch.nn.Module, task, inputs: Tensor, targets: Tensor, batc
     exact = inputs.shape[0] * task.spec.input_len * task.spec.output_size <= EXACT_EVAL_ELEMENTS
     with torch.no_grad():
         for start in range(0, inputs.shape[0], batch_size):
-            batch = inputs[start:start + batch_size].to(device)
+            batch = inputs[start : start + batch_size].to(device)
             with autocast():
                 out = model(batch, backend=backend).float()
             if exact:
                 outputs.append(out.cpu())
                 continue
-            target = targets[start:start + batch_size]
+            target = targets[start : start + batch_size]
             weight = float((target != task.spec.ignore_index).sum()) if target.dtype == torch.int64 else target.numel()
             for name, value in task.metrics(out, target.to(device)).items():
                 weighted[name] = weighted.get(name, 0.0) + weight * value
@@ -218,8 +237,9 @@ class _Loggers:
                 import wandb
             except ImportError:
                 raise ValueError("loggers.wandb: install the 'wandb' package or turn it off") from None
-            wb_run = wandb.init(project=config.loggers.project, name=config.name, id=run_id, resume="allow",
-                                config=config.canonical())
+            wb_run = wandb.init(
+                project=config.loggers.project, name=config.name, id=run_id, resume="allow", config=config.canonical()
+            )
             self.writers.append(lambda m, s: wb_run.log(m, step=s))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -230,8 +250,16 @@ class _Loggers:
 class Trainer:
     """The state of one run between steps; :meth:`run` trains it to the end."""
 
-    def __init__(self, config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None,
-                 owner: str | None = None, progress: bool = True, distributed=None):
+    def __init__(
+        self,
+        config: RunConfig,
+        store=None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        owner: str | None = None,
+        progress: bool = True,
+        distributed=None,
+    ):
         from seqdyn import tasks
         from seqdyn.models import build_model
 
@@ -336,8 +364,15 @@ class Trainer:
 
     def evaluate_and_record(self, train_loss: float, wall: float) -> bool:
         """Test metrics and store rows; returns whether the early-stop threshold was reached."""
-        self.final = evaluate(self.model, self.task, *self.test_data, self.plan.batch_size, self.device,
-                              self.config.train.backend, self.autocast)
+        self.final = evaluate(
+            self.model,
+            self.task,
+            *self.test_data,
+            self.plan.batch_size,
+            self.device,
+            self.config.train.backend,
+            self.autocast,
+        )
         value = self.final.get(self.watched, float("nan"))
         if _better(value, self.best, self.higher):
             self.best = value
@@ -345,8 +380,9 @@ class Trainer:
         if not self.lead:
             return stop
         train_metrics = {"loss": train_loss, "lr": self.optimizer.param_groups[0]["lr"]}
-        _record(self.store, self.loggers, self.run_id, self.owner, self.step, self.plan, train_metrics, self.final,
-                wall)
+        _record(
+            self.store, self.loggers, self.run_id, self.owner, self.step, self.plan, train_metrics, self.final, wall
+        )
         return stop
 
     def checkpoint(self, wall: float) -> None:
@@ -370,8 +406,9 @@ class Trainer:
                 bar.advance(self.losses[-1])
                 stop, last = False, self.step == self.plan.total_steps
                 if self.step % self.plan.eval_every == 0 or last:
-                    stop = self.evaluate_and_record(sum(self.losses) / len(self.losses),
-                                                    self.elapsed + time.perf_counter() - begun)
+                    stop = self.evaluate_and_record(
+                        sum(self.losses) / len(self.losses), self.elapsed + time.perf_counter() - begun
+                    )
                     bar.show(self.watched, self.final.get(self.watched, float("nan")))
                     self.losses = []
                 if self.step % self.plan.checkpoint_every == 0 or stop or last:
@@ -387,8 +424,16 @@ class Trainer:
 
 
 @signals_interrupt()
-def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | None = None, owner: str | None = None,
-              progress: bool = True, sweep: str | None = None, distributed=None) -> RunResult:
+def train_run(
+    config: RunConfig,
+    store=None,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    owner: str | None = None,
+    progress: bool = True,
+    sweep: str | None = None,
+    distributed=None,
+) -> RunResult:
     """Train ``config`` to the end (or early stop, or failure), resuming from its checkpoint in ``store``.
 
     The run is claimed in the store first, so concurrent sweeps never train it twice; a run whose owner died
@@ -404,8 +449,9 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
         record = store.run(run_id)
         if record.status in FINAL_STATUSES:
             return _skipped(config, record)
-    trainer = Trainer(config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress,
-                      distributed=distributed)
+    trainer = Trainer(
+        config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress, distributed=distributed
+    )
     trainer.resume(*recorded_checkpoint(record))
     if store is not None and lead:
         if not store.claim(run_id, owner, stale_after=stale_after(record)):
@@ -423,16 +469,44 @@ def train_run(config: RunConfig, store=None, *, checkpoint_dir: str | Path | Non
         raise
     final_value = trainer.final.get(trainer.watched) if trainer.final else None
     if store is not None and lead:
-        store.finish(run_id, owner, status, step=trainer.step, reason=reason, final_metric=final_value,
-                     best_metric=trainer.best, metric_name=trainer.watched, wall_time=trainer.elapsed)
-    return RunResult(run_id, config.name, status, trainer.step, trainer.watched, final_value, trainer.best,
-                     trainer.final, trainer.elapsed, reason)
+        store.finish(
+            run_id,
+            owner,
+            status,
+            step=trainer.step,
+            reason=reason,
+            final_metric=final_value,
+            best_metric=trainer.best,
+            metric_name=trainer.watched,
+            wall_time=trainer.elapsed,
+        )
+    return RunResult(
+        run_id,
+        config.name,
+        status,
+        trainer.step,
+        trainer.watched,
+        final_value,
+        trainer.best,
+        trainer.final,
+        trainer.elapsed,
+        reason,
+    )
 
 
 def _skipped(config: RunConfig, record) -> RunResult:
-    return RunResult(record.id, config.name, "skipped", record.step or 0, record.metric_name or "",
-                     record.final_metric, record.best_metric, {}, record.wall_time or 0.0,
-                     f"already {record.status}" + (f" by {record.owner}" if record.status == "running" else ""))
+    return RunResult(
+        record.id,
+        config.name,
+        "skipped",
+        record.step or 0,
+        record.metric_name or "",
+        record.final_metric,
+        record.best_metric,
+        {},
+        record.wall_time or 0.0,
+        f"already {record.status}" + (f" by {record.owner}" if record.status == "running" else ""),
+    )
 
 
 def _record(store, loggers, run_id, owner, step, plan, train_metrics, test_metrics, wall) -> None:
@@ -442,5 +516,7 @@ def _record(store, loggers, run_id, owner, step, plan, train_metrics, test_metri
         store.log_metrics(run_id, step, epoch, "test", test_metrics, wall)
         store.heartbeat(run_id, owner)
     if loggers is not None:
-        loggers.log({f"train/{k}": v for k, v in train_metrics.items()}
-                    | {f"test/{k}": v for k, v in test_metrics.items()}, step)
+        loggers.log(
+            {f"train/{k}": v for k, v in train_metrics.items()} | {f"test/{k}": v for k, v in test_metrics.items()},
+            step,
+        )

@@ -38,8 +38,13 @@ class RunProgress:
         from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
-        self.bar = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+        self.bar = progress_bar(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+        )
         self.task = self.bar.add_task(escape(name[:60]), total=total, completed=start, info="")
         self.bar.start()
         self.metric = ""

@@ -111,8 +111,9 @@ def run_labels(configs: list[dict[str, Any]], exclude: Iterable[str] = ()) -> li
     for config, values in zip(configs, flat):
         mixer = (config.get("model") or {}).get("mixer", "?")
         fallback = mixer if isinstance(mixer, str) else "+".join(map(str, mixer))
-        labels.append(", ".join(f"{names[key]}={_label(values[key])}" for key in keys if values.get(key) is not None)
-                      or fallback)
+        labels.append(
+            ", ".join(f"{names[key]}={_label(values[key])}" for key in keys if values.get(key) is not None) or fallback
+        )
     return labels
 
 
@@ -316,7 +317,10 @@ class Curve:
 
 
 def grid_data(
-    store: Store, row_key: str = "model.mixer", col_key: str = "model.d_model", sweep: str | None = None,
+    store: Store,
+    row_key: str = "model.mixer",
+    col_key: str = "model.d_model",
+    sweep: str | None = None,
     key: str = LR_KEY,
 ) -> list[GridPanel]:
     """The panels :func:`plot_grid` draws: best over ``key`` per (row value, column value) cell, one panel per
@@ -324,8 +328,11 @@ def grid_data(
     as a mixer's own options, stay out of the facets)."""
     rows = _all_key_rows(store, sweep, (row_key, col_key))
     best = best_over(rows, key)
-    facet_keys = [k for k in hyper_keys(rows) if k not in (row_key, col_key, key)
-                  and not _follows(rows, k, row_key) and not _follows(rows, k, col_key)]
+    facet_keys = [
+        k
+        for k in hyper_keys(rows)
+        if k not in (row_key, col_key, key) and not _follows(rows, k, row_key) and not _follows(rows, k, col_key)
+    ]
     panels: dict[tuple, list[dict[str, Any]]] = {}
     for row in best:
         panels.setdefault(tuple(_hashable(row.get(k)) for k in facet_keys), []).append(row)
@@ -357,8 +364,9 @@ def _follows(rows: list[dict[str, Any]], key: str, by: str) -> bool:
     return True
 
 
-def _panel(group: list[dict[str, Any]], facet_keys: list[str], row_key: str, col_key: str,
-           all_rows: list[dict[str, Any]]) -> GridPanel:
+def _panel(
+    group: list[dict[str, Any]], facet_keys: list[str], row_key: str, col_key: str, all_rows: list[dict[str, Any]]
+) -> GridPanel:
     row_values = _ordered(r[row_key] for r in all_rows)
     col_values = _ordered(r[col_key] for r in all_rows)
     values = [[math.nan] * len(col_values) for _ in row_values]
@@ -372,8 +380,9 @@ def _panel(group: list[dict[str, Any]], facet_keys: list[str], row_key: str, col
     facet = {k: group[0].get(k) for k in facet_keys}
     metric = next((r["metric"] for r in group if r.get("metric")), None)
     title = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in facet.items())
-    return GridPanel(facet, row_key, col_key, row_values, col_values, values, run_ids, metric,
-                     higher_is_better(group[0]), title)
+    return GridPanel(
+        facet, row_key, col_key, row_values, col_values, values, run_ids, metric, higher_is_better(group[0]), title
+    )
 
 
 def _ordered(values: Iterable[Any]) -> list[Any]:
@@ -388,7 +397,10 @@ def _ordered(values: Iterable[Any]) -> list[Any]:
 
 
 def plot_grid(
-    store: Store, path: str | os.PathLike, row_key: str = "model.mixer", col_key: str = "model.d_model",
+    store: Store,
+    path: str | os.PathLike,
+    row_key: str = "model.mixer",
+    col_key: str = "model.d_model",
     sweep: str | None = None,
 ) -> list[GridPanel]:
     """Draw the accuracy grid of seed 000 Fig. 5 (rows × columns, best over lr per cell, values in the cells;
@@ -522,8 +534,12 @@ def _figure(panels: int, width: float, height: float) -> tuple[Any, list[Any]]:
 
 
 # --- the command ------------------------------------------------------------------------------------------------
-def report_command(store_path: str | os.PathLike, format: str = "table", plot_path: str | os.PathLike | None = None,
-                   sweep: str | None = None) -> str:
+def report_command(
+    store_path: str | os.PathLike,
+    format: str = "table",
+    plot_path: str | os.PathLike | None = None,
+    sweep: str | None = None,
+) -> str:
     """What ``seqdyn report`` prints: the run rows in ``format`` and, when the learning rate varies, the best
     over it (a second table; a ``best_over_lr`` column in CSV and JSON). With ``plot_path`` the figure is drawn
     too (a line saying so ends the table output). Bad input raises a one-line ValueError. A run whose mixer can

@@ -66,6 +66,7 @@ def _status_check(statuses: Iterable[str]) -> str:
     quoted = ", ".join(f"'{status}'" for status in statuses)
     return f"CHECK (status IN ({quoted}))"
 
+
 BUSY_TIMEOUT_S = 60.0
 
 _SCHEMA = f"""
@@ -330,8 +331,9 @@ class Store:
         """Put a ``failed`` run back as ``pending`` (its reason cleared, its history and checkpoint kept), so that a
         sweep trains it again; False if it is not failed."""
         with self._write() as conn:
-            cursor = conn.execute("UPDATE runs SET status = 'pending', reason = NULL WHERE id = ? AND status = 'failed'",
-                                  (run_id,))
+            cursor = conn.execute(
+                "UPDATE runs SET status = 'pending', reason = NULL WHERE id = ? AND status = 'failed'", (run_id,)
+            )
             return cursor.rowcount == 1
 
     def finish(
@@ -359,8 +361,18 @@ class Store:
                 """UPDATE runs SET status = ?, step = ?, reason = ?, final_metric = ?, best_metric = ?,
                           metric_name = COALESCE(?, metric_name), wall_time = ?, finished = ?, heartbeat = NULL
                    WHERE id = ? AND owner = ? AND status = 'running'""",
-                (status, step, reason, _real(final_metric), _real(best_metric), metric_name, wall_time,
-                 self.clock(), run_id, owner),
+                (
+                    status,
+                    step,
+                    reason,
+                    _real(final_metric),
+                    _real(best_metric),
+                    metric_name,
+                    wall_time,
+                    self.clock(),
+                    run_id,
+                    owner,
+                ),
             )
             if cursor.rowcount == 0:
                 self._require(conn, run_id)
@@ -381,9 +393,14 @@ class Store:
         if reasons is not None and len(reasons) != len(backends):
             raise ValueError(f"reasons: one per layer's backend ({len(backends)}), got {len(reasons)}")
         with self._write() as conn:
-            conn.execute("UPDATE runs SET backends = ?, backend_reasons = ? WHERE id = ?",
-                         (json.dumps([str(name) for name in backends]),
-                          None if reasons is None else json.dumps(list(reasons)), run_id))
+            conn.execute(
+                "UPDATE runs SET backends = ?, backend_reasons = ? WHERE id = ?",
+                (
+                    json.dumps([str(name) for name in backends]),
+                    None if reasons is None else json.dumps(list(reasons)),
+                    run_id,
+                ),
+            )
             self._require(conn, run_id)
 
     def set_threads(self, run_id: str, threads: int) -> None:
@@ -614,8 +631,10 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
         conn.close()
         wal = path.with_name(path.name + "-wal")
         if wal.exists() and wal.stat().st_size > 0:  # immutable would ignore the writes it holds
-            raise ValueError(f"results store {path}: {wal.name} holds writes that SQLite reads only with a -shm "
-                             f"file beside it, and the folder is read-only; copy the store's files to a writable one")
+            raise ValueError(
+                f"results store {path}: {wal.name} holds writes that SQLite reads only with a -shm "
+                f"file beside it, and the folder is read-only; copy the store's files to a writable one"
+            )
         conn = _sqlite_connect(path, f"{uri}?mode=ro&immutable=1", uri=True)
     with _closing_on_error(conn, path):
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -637,8 +656,7 @@ def _on_read_only_media(conn: sqlite3.Connection) -> bool:
 
 def _sqlite_connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
     try:
-        return sqlite3.connect(target, uri=uri, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                               check_same_thread=False)
+        return sqlite3.connect(target, uri=uri, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as error:
         raise ValueError(f"results store {path}: cannot open ({error})") from None
 
@@ -662,6 +680,7 @@ def _check_path(path: Path, readonly: bool) -> None:
     """Raise ValueError (naming the path and the reason) unless ``path`` can hold a store; opens nothing (closing
     a descriptor of the file would drop this process's SQLite locks on it), so the file's header is left for
     SQLite to check."""
+
     def fail(reason: str) -> None:
         raise ValueError(f"results store {path}: {reason}")
 

@@ -21,21 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import signal
+import sqlite3
 import time
-from dataclasses import dataclass
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from multiprocessing import active_children, get_context
 from pathlib import Path
 
 import torch
 
 from seqdyn import mixers
+from seqdyn.train.checkpoint import checkpoint_dir_for
 from seqdyn.train.config import RunConfig, SweepConfig, validated_run
 from seqdyn.train.interrupt import Interrupted, exit_on_signals, exit_with_parent, signals_interrupt
-from seqdyn.train.checkpoint import checkpoint_dir_for
 from seqdyn.train.loop import RunResult, resolve_device, train_run
 from seqdyn.train.ownership import default_owner
 from seqdyn.train.store import FINAL_STATUSES
@@ -47,8 +47,9 @@ def expand(config: RunConfig | SweepConfig) -> list[RunConfig]:
     return config.expand() if isinstance(config, SweepConfig) else [config]
 
 
-def check_before_start(runs: list[RunConfig], checkpoint_dir: str | Path, *, use_ray: bool = False,
-                       workers: int = 1) -> None:
+def check_before_start(
+    runs: list[RunConfig], checkpoint_dir: str | Path, *, use_ray: bool = False, workers: int = 1
+) -> None:
     """What a config cannot say about itself, checked before the store is touched: every run's device exists
     on this machine (unless Ray places the runs on a cluster, ``RAY_ADDRESS``), the checkpoint folder can be
     made, and where other processes train (``workers > 1``, Ray) no mixer is a name only this process knows
@@ -64,17 +65,21 @@ def check_before_start(runs: list[RunConfig], checkpoint_dir: str | Path, *, use
     folder = Path(checkpoint_dir)
     existing = next(path for path in (folder, *folder.parents) if path.exists())
     if not existing.is_dir():
-        raise ValueError(f"checkpoint folder {folder}: {existing} is a file, not a folder; move it away or "
-                         f"choose another store (checkpoints live beside it)")
+        raise ValueError(
+            f"checkpoint folder {folder}: {existing} is a file, not a folder; move it away or "
+            f"choose another store (checkpoints live beside it)"
+        )
 
 
 def _check_portable_mixers(runs: list[RunConfig]) -> None:
     for run in runs:
         for name, _ in run.model.layer_mixers():
             if mixers.known_here_only(name):
-                raise ValueError(f"run {run.name!r}: model.mixer: {name!r} was registered in this process "
-                                 "(seqdyn.mixers.register), which worker processes do not see; name it by its "
-                                 "import path (mixer: my_package.my_module:MyMixer) or train with one worker")
+                raise ValueError(
+                    f"run {run.name!r}: model.mixer: {name!r} was registered in this process "
+                    "(seqdyn.mixers.register), which worker processes do not see; name it by its "
+                    "import path (mixer: my_package.my_module:MyMixer) or train with one worker"
+                )
 
 
 def register(runs: list[RunConfig], sweep: str, store) -> None:
@@ -104,8 +109,9 @@ def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, th
 
     torch.set_num_threads(threads)
     config = validated_run(config_data, f"run {config_data.get('name')!r}")
-    return train_or_record_failure(config, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False,
-                                   sweep=sweep)
+    return train_or_record_failure(
+        config, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False, sweep=sweep
+    )
 
 
 @dataclass(frozen=True)
@@ -147,9 +153,17 @@ def _retried(record) -> bool:
 
 
 @signals_interrupt()
-def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, workers: int = 1, use_ray: bool = False,
-              checkpoint_dir: str | Path | None = None, progress: bool = True, on_result=None,
-              retry_failed: bool = False) -> list[RunResult]:
+def run_sweep(
+    config: RunConfig | SweepConfig,
+    store_path: str | Path,
+    *,
+    workers: int = 1,
+    use_ray: bool = False,
+    checkpoint_dir: str | Path | None = None,
+    progress: bool = True,
+    on_result=None,
+    retry_failed: bool = False,
+) -> list[RunResult]:
     """Train every run of ``config`` that is not done; returns one result per run of the sweep (in order).
     ``retry_failed``: train again the runs that failed for another reason than a diverged loss (which the same
     config would repeat)."""
@@ -174,8 +188,9 @@ def run_sweep(config: RunConfig | SweepConfig, store_path: str | Path, *, worker
         results = _run_processes(todo, str(store_path), str(checkpoint_dir), config.name, workers, on_result)
     else:
         for run in todo:
-            results[run.run_id] = train_or_record_failure(run, store, checkpoint_dir=checkpoint_dir,
-                                                          progress=progress, sweep=config.name)
+            results[run.run_id] = train_or_record_failure(
+                run, store, checkpoint_dir=checkpoint_dir, progress=progress, sweep=config.name
+            )
             if on_result is not None:
                 on_result(results[run.run_id])
     return [results.get(run.run_id) or _from_record(store.run(run.run_id)) for run in runs]
@@ -227,12 +242,15 @@ def _run_processes(todo, store_path, checkpoint_dir, sweep, workers, on_result) 
     threads = worker_threads(workers)
     results, futures = {}, []
     started_before = set(active_children())
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker,
-                               initargs=(os.getpid(), threads))
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(os.getpid(), threads)
+    )
     try:
         with worker_environment(threads):
-            futures += [pool.submit(_train_in_local_worker, run.canonical(), store_path, checkpoint_dir,
-                                    threads, sweep) for run in todo]
+            futures += [
+                pool.submit(_train_in_local_worker, run.canonical(), store_path, checkpoint_dir, threads, sweep)
+                for run in todo
+            ]
             for future in as_completed(futures):
                 result = future.result()
                 results[result.run_id] = result
@@ -269,8 +287,12 @@ def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, Ru
         raise ValueError("--ray: install the 'ray' extra (pip install 'seqdyn[ray]')") from None
     address = os.environ.get("RAY_ADDRESS") or None
     cpus = os.environ.get("SEQDYN_RAY_NUM_CPUS")  # size of a local instance (tests, laptops)
-    ray.init(address=address, num_cpus=int(cpus) if cpus and not address else None, ignore_reinit_error=True,
-             log_to_driver=False)
+    ray.init(
+        address=address,
+        num_cpus=int(cpus) if cpus and not address else None,
+        ignore_reinit_error=True,
+        log_to_driver=False,
+    )
     gpus = 1 if torch.cuda.is_available() or (address and ray.cluster_resources().get("GPU", 0) > 0) else 0
     remote = ray.remote(num_cpus=1, num_gpus=gpus)(_train_in_worker)
     refs = [remote.remote(run.canonical(), store_path, checkpoint_dir, 1, sweep) for run in todo]
@@ -289,5 +311,15 @@ def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, Ru
 
 
 def _from_record(record) -> RunResult:
-    return RunResult(record.id, record.name, record.status, record.step or 0, record.metric_name or "",
-                     record.final_metric, record.best_metric, {}, record.wall_time or 0.0, record.reason)
+    return RunResult(
+        record.id,
+        record.name,
+        record.status,
+        record.step or 0,
+        record.metric_name or "",
+        record.final_metric,
+        record.best_metric,
+        {},
+        record.wall_time or 0.0,
+        record.reason,
+    )

@@ -63,8 +63,9 @@ def scores(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, 
     return coupled - a_e @ torch.linalg.solve_triangular(unit_lower, m_k, upper=False, unitriangular=True)
 
 
-def outputs(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, beta: Tensor | None,
-            direction: Tensor | None) -> Tensor:
+def outputs(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None
+) -> Tensor:
     """``y = s v`` for the identity readout; with a Householder factor ``y = A_k V − A_e (I + M_e)^{-1} (M_k V)``
     solves for V right-hand sides only, so the cost stays ``O(T²(K+V))``."""
     coupled, householder = _grams(q, k, log_decay, beta, direction)
@@ -87,8 +88,11 @@ def _extend(problem: Problem, prefix_keys: Tensor | None, prefix_values: Tensor 
     def extended(x: Tensor | None, before_part: Tensor | None = None, after_part: Tensor | None = None):
         if x is None:
             return None
-        parts = [before_part if before_part is not None else x.new_zeros(batch, heads, before, *x.shape[3:]), x,
-                 after_part if after_part is not None else x.new_zeros(batch, heads, after, *x.shape[3:])]
+        parts = [
+            before_part if before_part is not None else x.new_zeros(batch, heads, before, *x.shape[3:]),
+            x,
+            after_part if after_part is not None else x.new_zeros(batch, heads, after, *x.shape[3:]),
+        ]
         return torch.cat(parts, dim=2)
 
     eye = torch.eye(key_dim, dtype=q.dtype, device=q.device).expand(batch, heads, key_dim, key_dim)
@@ -117,7 +121,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor | None]:
     if state is None:
         state = problem.v.new_zeros(batch, heads, key_dim, value_dim)
     out = outputs(*_extend(problem, eye, state, final_queries=True))
-    return out[:, :, key_dim:key_dim + length], out[:, :, key_dim + length:]
+    return out[:, :, key_dim : key_dim + length], out[:, :, key_dim + length :]
 
 
 def nonlinear(problem: Problem, want_state: bool):
@@ -127,14 +131,14 @@ def nonlinear(problem: Problem, want_state: bool):
     prefix = 0 if cache is None else cache[0].shape[2]
     q, k, v, g, beta, direction = _extend(problem, *(cache or (None, None)), final_queries=want_state)
     s = scores(q, k, g, beta, direction)
-    rows = s[:, :, prefix:prefix + length, :prefix + length]
+    rows = s[:, :, prefix : prefix + length, : prefix + length]
     valid = causal_mask(length, prefix + length, s.device, offset=prefix)
     coefficients = normalized_coefficients(rows, valid, problem.readout, problem.normalizer)
-    out = coefficients @ v[:, :, :prefix + length]
+    out = coefficients @ v[:, :, : prefix + length]
     if not want_state:
         return out, None
-    keys = s[:, :, prefix + length:, :prefix + length].transpose(-1, -2)
-    return out, (keys, v[:, :, :prefix + length])
+    keys = s[:, :, prefix + length :, : prefix + length].transpose(-1, -2)
+    return out, (keys, v[:, :, : prefix + length])
 
 
 def coefficient_scores(problem: Problem) -> Tensor:

@@ -48,7 +48,8 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
         state = problem.v.new_zeros(batch, heads, key_dim, value_dim)
     outputs = []
     for query, key, value, log_decay, beta, direction in steps_of(
-            problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction):
+        problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction
+    ):
         state = state_step(state, key, value, log_decay, beta, direction, problem.diagonal)
         outputs.append(torch.einsum("bhk,bhkv->bhv", query, state))
     return torch.stack(outputs, dim=2), state
@@ -63,8 +64,9 @@ def nonlinear(problem: Problem, want_state: bool):
     prefix = cache[0].shape[2]
     values = torch.cat([cache[1], problem.v], dim=2)
     normalizer = problem.normalizer
-    row_normalizers = ([row.unsqueeze(2) for row in normalizer.unbind(2)] if isinstance(normalizer, Tensor)
-                       else [normalizer] * length)
+    row_normalizers = (
+        [row.unsqueeze(2) for row in normalizer.unbind(2)] if isinstance(normalizer, Tensor) else [normalizer] * length
+    )
     static = problem.log_decay is None and problem.beta is None
     if static:  # Λ = I: the cache never changes, so every step reads a prefix of one key tensor
         keys = torch.cat([cache[0], problem.k], dim=2).transpose(-1, -2)

@@ -51,8 +51,9 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     problem = problem.with_scale_applied()
     g, rate = problem.log_decay, problem.decay_rate
     if scan_kernel.available(problem.q, problem.k, problem.v, g, rate, problem.initial_state):
-        return scan_kernel.scan(problem.q, problem.k, problem.v, g, rate, problem.initial_state,
-                                _one_head(problem.q), _one_head(problem.k))
+        return scan_kernel.scan(
+            problem.q, problem.k, problem.v, g, rate, problem.initial_state, _one_head(problem.q), _one_head(problem.k)
+        )
     if g is not None:  # [B, H, T, K|1, 1], broadcasting against the states [B, H, T, K, V]
         g = g.unsqueeze(-1) if problem.diagonal and rate is None else g[..., None, None]
     return BlockScan.apply(problem.q, problem.k, problem.v, g, rate, problem.initial_state)
@@ -71,15 +72,16 @@ def block_decays(step: Tensor | None, rate: Tensor | None) -> Tensor | None:
 TIME, KEY, VALUE = 0, -2, -1
 
 
-def recur(impulses: Tensor, decays: Tensor | None, entering: Tensor, reverse: bool = False,
-          carried: list | None = None) -> Tensor:
+def recur(
+    impulses: Tensor, decays: Tensor | None, entering: Tensor, reverse: bool = False, carried: list | None = None
+) -> Tensor:
     """``S_j = a_j ⊙ S_{j-1} + X_j`` along the time axis of a block from ``S_{-1}`` = ``entering`` (``a = 1`` when
     ``decays`` is ``None``), overwriting ``impulses`` (a fresh tensor) step by step; ``reverse``: the adjoint
     ``G_j = a_{j+1} ⊙ G_{j+1} + X_j`` from ``a_L ⊙ G_L`` = ``entering``.  ``carried`` collects the terms
     ``a_j ⊙ S_{j-1}`` (forward)."""
     length = impulses.shape[TIME]
     previous = entering
-    for j in (range(length - 1, -1, -1) if reverse else range(length)):
+    for j in range(length - 1, -1, -1) if reverse else range(length):
         impulse = impulses[j]
         if decays is None or (reverse and j == length - 1):
             previous = impulse.add_(previous)
@@ -100,8 +102,16 @@ def scan_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Tenso
     return (q * states).sum(KEY), states[-1]
 
 
-def adjoint_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Tensor | None, entering: Tensor,
-                  grad_y: Tensor, grad_leaving: Tensor):
+def adjoint_block(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    step: Tensor | None,
+    rate: Tensor | None,
+    entering: Tensor,
+    grad_y: Tensor,
+    grad_leaving: Tensor,
+):
     """Gradients of one block (see :class:`BlockScan`; inputs as in :func:`scan_block`), recomputing its states
     from ``entering``; ``grad_y`` like the outputs, ``grad_leaving`` = ``∂S`` of the block's last state from after
     it.  Returns ``(∂q, ∂k, ∂v, ∂step, ∂rate, ∂S_{-1})``, each summed to its input's shape."""
@@ -129,8 +139,7 @@ def adjoint_block(q: Tensor, k: Tensor, v: Tensor, step: Tensor | None, rate: Te
 def _one_head(x: Tensor | None) -> bool:
     """Whether ``x`` ``[B, H, ...]`` is one head expanded over all (stride 0) and can be scanned as one: its
     gradient is then returned split evenly over the heads, which only a view (not a leaf) may receive."""
-    return (x is not None and x.shape[1] > 1 and shared_over_heads(x)
-            and (x.grad_fn is not None or not x.requires_grad))
+    return x is not None and x.shape[1] > 1 and shared_over_heads(x) and (x.grad_fn is not None or not x.requires_grad)
 
 
 def _arranged(x: Tensor | None, one_head: bool, kind: str) -> Tensor | None:
@@ -177,8 +186,7 @@ class BlockScan(torch.autograd.Function):
     ``rate`` ``[H, K]``), heads shared by all (expanded) scanned once, blocks of :data:`BLOCK` steps."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None,
-                initial: Tensor | None):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, rate: Tensor | None, initial: Tensor | None):
         inputs = (q, k, v, g)
         one_head = [_one_head(x) for x in inputs]
         arranged = [_arranged(x, shared, kind) for x, shared, kind in zip(inputs, one_head, _KINDS)]
@@ -188,7 +196,7 @@ class BlockScan(torch.autograd.Function):
         entering, outputs = [], []
         for start, length in _blocks(q.shape[2], BLOCK):
             entering.append(state)
-            block = [None if x is None else x[start:start + length] for x in arranged]
+            block = [None if x is None else x[start : start + length] for x in arranged]
             y, state = scan_block(*block, rate, state)
             outputs.append(y)
         ctx.one_head = one_head
@@ -205,17 +213,20 @@ class BlockScan(torch.autograd.Function):
         grads = [None if x is None else torch.empty_like(x) for x in (q, k, v, g)]
         grad_rate = None
         for (start, length), state in reversed(list(zip(_blocks(grad_y.shape[0], BLOCK), entering))):
-            block = [None if x is None else x[start:start + length] for x in (q, k, v, g)]
-            *block_grads, rate_part, flowing = adjoint_block(*block, rate, state, grad_y[start:start + length],
-                                                             flowing)
+            block = [None if x is None else x[start : start + length] for x in (q, k, v, g)]
+            *block_grads, rate_part, flowing = adjoint_block(
+                *block, rate, state, grad_y[start : start + length], flowing
+            )
             for full, part in zip(grads, block_grads):
                 if full is not None:
-                    full[start:start + length].copy_(part)
+                    full[start : start + length].copy_(part)
             if rate_part is not None:
                 grad_rate = rate_part if grad_rate is None else grad_rate + rate_part
         *shapes, initial_shape = ctx.shapes
-        grad_q, grad_k, grad_v, grad_g = (_restored(grad, shape, shared, kind) for grad, shape, shared, kind
-                                          in zip(grads, shapes, ctx.one_head, _KINDS))
+        grad_q, grad_k, grad_v, grad_g = (
+            _restored(grad, shape, shared, kind)
+            for grad, shape, shared, kind in zip(grads, shapes, ctx.one_head, _KINDS)
+        )
         grad_initial = None if initial_shape is None else flowing.sum_to_size(initial_shape)
         grad_rate = None if grad_rate is None else grad_rate.squeeze(-1)
         return grad_q, grad_k, grad_v, grad_g, grad_rate, grad_initial

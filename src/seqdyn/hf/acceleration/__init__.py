@@ -12,11 +12,36 @@ layers only, leaving every weight, every other model and every function of trans
 
 from __future__ import annotations
 
-from seqdyn.hf.acceleration.functions import (CHUNK_SIZE, DELTA_RULE_CHUNK_SIZE, causal_conv1d, gated_delta_rule,
-                                              linear_rnn_scan, selective_scan, ssd_chunk_scan)
-from seqdyn.hf.acceleration.swap import (ACCELERATED, ACCELERATED_LAYERS, ACCELERATED_METHODS, accelerate,
-                                         rebound_forward, swapped_functions)
+from seqdyn.hf.acceleration.functions import (
+    CHUNK_SIZE,
+    DELTA_RULE_CHUNK_SIZE,
+    causal_conv1d,
+    gated_delta_rule,
+    linear_rnn_scan,
+    selective_scan,
+    ssd_chunk_scan,
+)
+from seqdyn.hf.acceleration.swap import (
+    ACCELERATED,
+    ACCELERATED_LAYERS,
+    ACCELERATED_METHODS,
+    accelerate,
+    rebound_forward,
+    swapped_functions,
+)
 
-__all__ = ["ACCELERATED", "ACCELERATED_LAYERS", "ACCELERATED_METHODS", "CHUNK_SIZE", "DELTA_RULE_CHUNK_SIZE",
-           "accelerate", "causal_conv1d", "gated_delta_rule", "linear_rnn_scan", "rebound_forward", "selective_scan",
-           "ssd_chunk_scan", "swapped_functions"]
+__all__ = [
+    "ACCELERATED",
+    "ACCELERATED_LAYERS",
+    "ACCELERATED_METHODS",
+    "CHUNK_SIZE",
+    "DELTA_RULE_CHUNK_SIZE",
+    "accelerate",
+    "causal_conv1d",
+    "gated_delta_rule",
+    "linear_rnn_scan",
+    "rebound_forward",
+    "selective_scan",
+    "ssd_chunk_scan",
+    "swapped_functions",
+]

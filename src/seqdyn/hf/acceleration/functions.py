@@ -35,8 +35,15 @@ from seqdyn.hf.acceleration.prompt import current_prompt, real_steps
 from seqdyn.layers.conv import causal_depthwise_conv
 from seqdyn.layers.norms import l2_normalize
 
-__all__ = ["CHUNK_SIZE", "DELTA_RULE_CHUNK_SIZE", "causal_conv1d", "gated_delta_rule", "linear_rnn_scan",
-           "selective_scan", "ssd_chunk_scan"]
+__all__ = [
+    "CHUNK_SIZE",
+    "DELTA_RULE_CHUNK_SIZE",
+    "causal_conv1d",
+    "gated_delta_rule",
+    "linear_rnn_scan",
+    "selective_scan",
+    "ssd_chunk_scan",
+]
 
 #: the chunk of seqdyn's ``chunk`` backend for the SSD scan, whatever the model asks for (Mamba-2 checkpoints: 256):
 #: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on
@@ -48,11 +55,23 @@ CHUNK_SIZE = 64
 DELTA_RULE_CHUNK_SIZE = 32
 
 
-def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,  # noqa: N803
-                   D: Tensor | None = None, dt_bias: Tensor | None = None,  # noqa: N803
-                   initial_states: Tensor | None = None, dt_softplus: bool = False,
-                   dt_limit: tuple[float, float] = (0.0, float("inf")), return_final_states: bool = False,
-                   z: Tensor | None = None, seq_idx: Tensor | None = None, **_: Any):
+def ssd_chunk_scan(
+    hidden_states: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,  # noqa: N803
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,  # noqa: N803
+    initial_states: Tensor | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+    return_final_states: bool = False,
+    z: Tensor | None = None,
+    seq_idx: Tensor | None = None,
+    **_: Any,
+):
     """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (transformers' ``mamba2_chunk_scan``) by seqdyn's operator::
 
         Δ = clamp(softplus(dt + dt_bias)),   S_t = exp(Δ_t A_h) S_{t−1} + Δ_t x_t B_tᵀ,   y_t = S_t C_t + D_h x_t
@@ -80,8 +99,9 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
         output = coefficient_dynamics(queries, keys, hidden_states, cu_seqlens=_cu_seqlens(seq_idx), **options)
         final = None
     else:
-        output, final = coefficient_dynamics(queries, keys, hidden_states, initial_state=state,
-                                             output_final_state=True, **options)
+        output, final = coefficient_dynamics(
+            queries, keys, hidden_states, initial_state=state, output_final_state=True, **options
+        )
     if D is not None:
         output = output + (D[:, None] if D.dim() == 1 else D) * hidden_states
     if z is not None:
@@ -90,9 +110,19 @@ def ssd_chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     return (output, final.transpose(-1, -2)) if return_final_states else output
 
 
-def selective_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,  # noqa: N803
-                   D: Tensor | None = None, z: Tensor | None = None, delta_bias: Tensor | None = None,  # noqa: N803
-                   delta_softplus: bool = False, return_last_state: bool = False, **_: Any):
+def selective_scan(
+    hidden_states: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,  # noqa: N803
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,  # noqa: N803
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    **_: Any,
+):
     """``mamba_ssm``'s ``selective_scan_fn`` (transformers' ``mamba_selective_scan``) by seqdyn's operator (Gu & Dao
     2023, Algorithm 2)::
 
@@ -116,9 +146,16 @@ def selective_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     previous = None if prompt is None else prompt.previous_state  # [b, d, N]: a prompt's earlier piece
     continued = previous is not None and previous.shape == (dt.shape[0], *A.shape)
     initial = previous.to(step.dtype).unsqueeze(-1) if continued else None  # [b, d, N, 1]
-    output, state = coefficient_dynamics(queries.to(step.dtype), keys.to(step.dtype), values.to(step.dtype),
-                                         log_decay=step.unsqueeze(-1) * A.to(step.dtype), scale=step, backend="scan",
-                                         initial_state=initial, output_final_state=True)
+    output, state = coefficient_dynamics(
+        queries.to(step.dtype),
+        keys.to(step.dtype),
+        values.to(step.dtype),
+        log_decay=step.unsqueeze(-1) * A.to(step.dtype),
+        scale=step,
+        backend="scan",
+        initial_state=initial,
+        output_final_state=True,
+    )
     output = output.squeeze(-1).transpose(1, 2).to(hidden_states.dtype)  # [b, l, d, 1] → [b, d, l]
     if D is not None:
         output = output + hidden_states * D[:, None]
@@ -127,9 +164,19 @@ def selective_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
     return (output, state.squeeze(-1)) if return_last_state else output
 
 
-def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, chunk_size: int = 64,
-                     initial_state: Tensor | None = None, output_final_state: bool = False,
-                     use_qk_l2norm_in_kernel: bool = False, cu_seqlens: Tensor | None = None, **_: Any):
+def gated_delta_rule(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    chunk_size: int = 64,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    cu_seqlens: Tensor | None = None,
+    **_: Any,
+):
     """flash-linear-attention's ``chunk_gated_delta_rule`` (transformers' ``torch_chunk_gated_delta_rule``) by seqdyn's
     operator (Yang et al. 2025, eq. 10)::
 
@@ -149,19 +196,35 @@ def gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta:
         query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
     heads = value.shape[2]
     # [b, h, l, ·] in memory, handed over as [b, l, h, ·] views: the operator's head-major layout without a copy
-    queries, keys = (t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2)
-                     for t in (query * query.shape[-1] ** -0.5, key))
+    queries, keys = (
+        t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2)
+        for t in (query * query.shape[-1] ** -0.5, key)
+    )
     value = value.transpose(1, 2).contiguous().transpose(1, 2)
     state = None if initial_state is None else initial_state.to(work)
-    output, final = coefficient_dynamics(queries, keys, value, log_decay=g, householder=beta, scale=beta,
-                                         initial_state=state, output_final_state=True, backend="chunk",
-                                         chunk_size=min(chunk_size, DELTA_RULE_CHUNK_SIZE), cu_seqlens=cu_seqlens)
+    output, final = coefficient_dynamics(
+        queries,
+        keys,
+        value,
+        log_decay=g,
+        householder=beta,
+        scale=beta,
+        initial_state=state,
+        output_final_state=True,
+        backend="chunk",
+        chunk_size=min(chunk_size, DELTA_RULE_CHUNK_SIZE),
+        cu_seqlens=cu_seqlens,
+    )
     return output.to(dtype), (final if output_final_state else None)
 
 
-def linear_rnn_scan(hidden_states: Tensor, recurrent_gate: Tensor, reset: Tensor,
-                    recurrent_states: Tensor | None = None, acc_dtype: torch.dtype = torch.float32
-                    ) -> tuple[Tensor, Tensor]:
+def linear_rnn_scan(
+    hidden_states: Tensor,
+    recurrent_gate: Tensor,
+    reset: Tensor,
+    recurrent_states: Tensor | None = None,
+    acc_dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor]:
     """RecurrentGemma's ``_rnn_scan`` (Griffin eq. 4's linear recurrence after its gates) by seqdyn's operator::
 
         h_t = a_t ⊙ h_{t−1} + x_t,   a_t = 0 where ``reset``
@@ -173,13 +236,28 @@ def linear_rnn_scan(hidden_states: Tensor, recurrent_gate: Tensor, reset: Tensor
     log_gate = torch.log(recurrent_gate.to(work)).masked_fill(reset, float("-inf"))
     ones = hidden_states.new_ones(*hidden_states.shape[:2], 1, 1, dtype=work)  # [b, l, 1, 1]: q = k = 1, shared
     state = None if recurrent_states is None else recurrent_states.to(work)[..., None, None]  # [b, w, 1, 1]
-    output, final = coefficient_dynamics(ones, ones, hidden_states.to(work).unsqueeze(-1), log_decay=log_gate,
-                                         scale=1.0, initial_state=state, output_final_state=True, backend="scan")
+    output, final = coefficient_dynamics(
+        ones,
+        ones,
+        hidden_states.to(work).unsqueeze(-1),
+        log_decay=log_gate,
+        scale=1.0,
+        initial_state=state,
+        output_final_state=True,
+        backend="scan",
+    )
     return output.squeeze(-1).to(hidden_states.dtype), final[..., 0, 0]
 
 
-def causal_conv1d(hidden_states: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None,
-                  seq_idx: Tensor | None = None, cu_seq_lens_q: Tensor | None = None, **_: Any) -> Tensor:
+def causal_conv1d(
+    hidden_states: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    activation: str | None = None,
+    seq_idx: Tensor | None = None,
+    cu_seq_lens_q: Tensor | None = None,
+    **_: Any,
+) -> Tensor:
     """The ``causal_conv1d`` package's ``causal_conv1d_fn`` (transformers' fallback of that name) by seqdyn's short
     convolution (:func:`~seqdyn.layers.conv.causal_depthwise_conv`)::
 

@@ -24,42 +24,67 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from seqdyn.hf.acceleration.functions import (causal_conv1d, gated_delta_rule, linear_rnn_scan, selective_scan,
-                                              ssd_chunk_scan)
+from seqdyn.hf.acceleration.functions import (
+    causal_conv1d,
+    gated_delta_rule,
+    linear_rnn_scan,
+    selective_scan,
+    ssd_chunk_scan,
+)
 from seqdyn.hf.acceleration.prompt import keep_real_conv_state, prompt_of, running
 
-__all__ = ["ACCELERATED", "ACCELERATED_LAYERS", "ACCELERATED_METHODS", "accelerate", "rebound_forward",
-           "swapped_functions"]
+__all__ = [
+    "ACCELERATED",
+    "ACCELERATED_LAYERS",
+    "ACCELERATED_METHODS",
+    "accelerate",
+    "rebound_forward",
+    "swapped_functions",
+]
 
 #: transformers module → {its fallback's name: seqdyn's function}: what :func:`accelerate` swaps, per family
 ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
-    **{f"transformers.models.{name}.modeling_{name}": {"mamba_selective_scan": selective_scan,
-                                                        "causal_conv1d_fn": causal_conv1d}
-       for name in ("mamba", "falcon_mamba")},
-    **{f"transformers.models.{name}.modeling_{name}": {"mamba2_chunk_scan": ssd_chunk_scan,
-                                                        "causal_conv1d_fn": causal_conv1d}
-       for name in ("mamba2", "bamba", "granitemoehybrid", "nemotron_h", "zamba2", "falcon_h1")},
-    **{f"transformers.models.{name}.modeling_{name}": {"torch_chunk_gated_delta_rule": gated_delta_rule,
-                                                        "causal_conv1d_fn": causal_conv1d}
-       for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")},
+    **{
+        f"transformers.models.{name}.modeling_{name}": {
+            "mamba_selective_scan": selective_scan,
+            "causal_conv1d_fn": causal_conv1d,
+        }
+        for name in ("mamba", "falcon_mamba")
+    },
+    **{
+        f"transformers.models.{name}.modeling_{name}": {
+            "mamba2_chunk_scan": ssd_chunk_scan,
+            "causal_conv1d_fn": causal_conv1d,
+        }
+        for name in ("mamba2", "bamba", "granitemoehybrid", "nemotron_h", "zamba2", "falcon_h1")
+    },
+    **{
+        f"transformers.models.{name}.modeling_{name}": {
+            "torch_chunk_gated_delta_rule": gated_delta_rule,
+            "causal_conv1d_fn": causal_conv1d,
+        }
+        for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")
+    },
 }
 #: transformers layer class → {its method that runs a fallback: seqdyn's function}, swapped on each such layer
 ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {
     "RecurrentGemmaRglru": {"_rnn_scan": linear_rnn_scan},
 }
 #: the transformers layer classes whose forward calls the functions of :data:`ACCELERATED`, with their module
-ACCELERATED_LAYERS = {"MambaMixer": "transformers.models.mamba.modeling_mamba",
-                      "FalconMambaMixer": "transformers.models.falcon_mamba.modeling_falcon_mamba",
-                      "Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
-                      "BambaMixer": "transformers.models.bamba.modeling_bamba",
-                      "GraniteMoeHybridMambaLayer": "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
-                      "NemotronHMamba2Mixer": "transformers.models.nemotron_h.modeling_nemotron_h",
-                      "Zamba2MambaMixer": "transformers.models.zamba2.modeling_zamba2",
-                      "FalconH1Mixer": "transformers.models.falcon_h1.modeling_falcon_h1",
-                      "Qwen3_5GatedDeltaNet": "transformers.models.qwen3_5.modeling_qwen3_5",
-                      "Qwen3_5MoeGatedDeltaNet": "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-                      "Qwen3NextGatedDeltaNet": "transformers.models.qwen3_next.modeling_qwen3_next",
-                      "OlmoHybridGatedDeltaNet": "transformers.models.olmo_hybrid.modeling_olmo_hybrid"}
+ACCELERATED_LAYERS = {
+    "MambaMixer": "transformers.models.mamba.modeling_mamba",
+    "FalconMambaMixer": "transformers.models.falcon_mamba.modeling_falcon_mamba",
+    "Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
+    "BambaMixer": "transformers.models.bamba.modeling_bamba",
+    "GraniteMoeHybridMambaLayer": "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
+    "NemotronHMamba2Mixer": "transformers.models.nemotron_h.modeling_nemotron_h",
+    "Zamba2MambaMixer": "transformers.models.zamba2.modeling_zamba2",
+    "FalconH1Mixer": "transformers.models.falcon_h1.modeling_falcon_h1",
+    "Qwen3_5GatedDeltaNet": "transformers.models.qwen3_5.modeling_qwen3_5",
+    "Qwen3_5MoeGatedDeltaNet": "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
+    "Qwen3NextGatedDeltaNet": "transformers.models.qwen3_next.modeling_qwen3_next",
+    "OlmoHybridGatedDeltaNet": "transformers.models.olmo_hybrid.modeling_olmo_hybrid",
+}
 
 
 def accelerate(model: nn.Module) -> nn.Module:
@@ -81,8 +106,10 @@ def accelerate(model: nn.Module) -> nn.Module:
             setattr(layer, name, types.MethodType(_accelerated_method(getattr(type(layer), name), function), layer))
         layer._seqdyn_accelerated = True
     if not found:
-        raise ValueError(f"model: {type(model).__name__} has no layer seqdyn accelerates (supported: "
-                         f"{', '.join([*ACCELERATED_LAYERS, *ACCELERATED_METHODS])})")
+        raise ValueError(
+            f"model: {type(model).__name__} has no layer seqdyn accelerates (supported: "
+            f"{', '.join([*ACCELERATED_LAYERS, *ACCELERATED_METHODS])})"
+        )
     return model
 
 
@@ -101,21 +128,29 @@ def swapped_functions(model: nn.Module) -> list[tuple[Any, str, Callable[..., An
     return list(swaps.values())
 
 
-def rebound_forward(layer: nn.Module, functions: Mapping[str, Callable[..., Any]],
-                    around: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]] | None = None
-                    ) -> Callable[..., Any]:
+def rebound_forward(
+    layer: nn.Module,
+    functions: Mapping[str, Callable[..., Any]],
+    around: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]] | None = None,
+) -> Callable[..., Any]:
     """The forward of ``layer``'s class, bound to ``layer``, in which each global name of ``functions`` (a function of
     the class's module that the forward calls) is that function: a copy of the undecorated forward with globals of
     its own (the module's, those names replaced), inside copies of the class's decorators.  ``around(swapped,
     original)``, where given, runs in place of that copy (``original``: the undecorated forward as transformers
     wrote it).  Assign it to ``layer.forward``; the class, its module and every other layer stay as they are (the
     copy reads the module's other globals as they are now)."""
+
     def swap(original: Callable[..., Any]) -> Callable[..., Any]:
         unknown = [name for name in functions if name not in original.__globals__]
         if unknown:
             raise ValueError(f"functions: {unknown} are not globals of {original.__module__}")
-        swapped = types.FunctionType(original.__code__, {**original.__globals__, **functions}, original.__name__,
-                                     original.__defaults__, original.__closure__)
+        swapped = types.FunctionType(
+            original.__code__,
+            {**original.__globals__, **functions},
+            original.__name__,
+            original.__defaults__,
+            original.__closure__,
+        )
         swapped.__kwdefaults__ = original.__kwdefaults__
         functools.update_wrapper(swapped, original)
         return swapped if around is None else around(swapped, original)
@@ -123,8 +158,9 @@ def rebound_forward(layer: nn.Module, functions: Mapping[str, Callable[..., Any]
     return types.MethodType(_rewrapped(type(layer).forward, swap), layer)
 
 
-def _rewrapped(function: Callable[..., Any], replace: Callable[[Callable[..., Any]], Callable[..., Any]]
-               ) -> Callable[..., Any]:
+def _rewrapped(
+    function: Callable[..., Any], replace: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> Callable[..., Any]:
     """``function`` with the innermost of the functions its decorators wrap (followed by ``__wrapped__``) replaced by
     ``replace(innermost)``: each decorator's wrapper copied, the closure cell that held the function it wraps now
     holding the replaced one."""
@@ -134,12 +170,15 @@ def _rewrapped(function: Callable[..., Any], replace: Callable[[Callable[..., An
     cells = function.__closure__ or ()
     held = [index for index, cell in enumerate(cells) if _holds(cell, inner)]
     if len(held) != 1:
-        raise TypeError(f"{function.__qualname__}: its decorator does not keep the function it wraps in one closure "
-                        "cell, so its forward cannot be copied with other functions")
+        raise TypeError(
+            f"{function.__qualname__}: its decorator does not keep the function it wraps in one closure "
+            "cell, so its forward cannot be copied with other functions"
+        )
     replaced = _rewrapped(inner, replace)
     closure = tuple(types.CellType(replaced) if index == held[0] else cell for index, cell in enumerate(cells))
-    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__, function.__defaults__,
-                              closure)
+    copy = types.FunctionType(
+        function.__code__, function.__globals__, function.__name__, function.__defaults__, closure
+    )
     copy.__kwdefaults__ = function.__kwdefaults__
     copy.__dict__.update(function.__dict__)
     copy.__qualname__, copy.__wrapped__ = function.__qualname__, replaced
@@ -177,6 +216,7 @@ def _with_prompt(swapped: Callable[..., Any], original: Callable[..., Any]) -> C
 def _accelerated_method(method: Callable[..., Any], function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` in place of the class's ``method`` (to be bound to a layer), except for one decoded token (the
     step update)."""
+
     @functools.wraps(method)
     def accelerated(self: nn.Module, hidden_states: Tensor, *args: Any, **kwargs: Any) -> Any:
         if hidden_states.shape[1] == 1:

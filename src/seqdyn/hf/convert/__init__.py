@@ -32,17 +32,53 @@ import importlib
 
 from seqdyn.hf.convert.checkpoints import TOKENIZER_FILES, WEIGHT_FILES, convert_checkpoint, load_model, tokenize
 from seqdyn.hf.convert.checks import check_conversion, tiny_model
-from seqdyn.hf.convert.registry import (NOT_YET, SUPPORTED, TEXT_MODEL_OF, TINY_CONFIGS, Conversion, TinyModel,
-                                        UnsupportedModel, from_transformers, register)
+from seqdyn.hf.convert.registry import (
+    NOT_YET,
+    SUPPORTED,
+    TEXT_MODEL_OF,
+    TINY_CONFIGS,
+    Conversion,
+    TinyModel,
+    UnsupportedModel,
+    from_transformers,
+    register,
+)
 
-__all__ = ["FAMILY_MODULES", "NOT_YET", "SUPPORTED", "TEXT_MODEL_OF", "TINY_CONFIGS", "TOKENIZER_FILES",
-           "WEIGHT_FILES", "Conversion", "TinyModel", "UnsupportedModel", "check_conversion", "convert_checkpoint",
-           "from_transformers", "load_model", "register", "tiny_model", "tokenize"]
+__all__ = [
+    "FAMILY_MODULES",
+    "NOT_YET",
+    "SUPPORTED",
+    "TEXT_MODEL_OF",
+    "TINY_CONFIGS",
+    "TOKENIZER_FILES",
+    "WEIGHT_FILES",
+    "Conversion",
+    "TinyModel",
+    "UnsupportedModel",
+    "check_conversion",
+    "convert_checkpoint",
+    "from_transformers",
+    "load_model",
+    "register",
+    "tiny_model",
+    "tokenize",
+]
 
 #: the modules of this package that each register a family, in the order ``seqdyn convert --check`` lists them
-FAMILY_MODULES = ("mamba", "falcon_mamba", "mamba2", "qwen3_5", "qwen3_next", "qwen3_5_moe", "bamba",
-                  "granitemoehybrid", "nemotron_h", "olmo_hybrid", "recurrent_gemma", "falcon_h1")
-
+FAMILY_MODULES = (
+    "mamba",
+    "falcon_mamba",
+    "mamba2",
+    "qwen3_5",
+    "qwen3_next",
+    "qwen3_5_moe",
+    "bamba",
+    "granitemoehybrid",
+    "nemotron_h",
+    "olmo_hybrid",
+    "recurrent_gemma",
+    "falcon_h1",
+)
 
 
 def _register_families() -> None:

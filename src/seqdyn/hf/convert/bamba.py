@@ -10,8 +10,16 @@ from typing import Any
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.common import (DecoderLayout, attention_heads, check_default_rope, copy_decoder_stack, dt_limit,
-                                      hybrid_config, plain_attention_weights, rotary_options)
+from seqdyn.hf.convert.common import (
+    DecoderLayout,
+    attention_heads,
+    check_default_rope,
+    copy_decoder_stack,
+    dt_limit,
+    hybrid_config,
+    plain_attention_weights,
+    rotary_options,
+)
 from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
 from seqdyn.hf.convert.registry import TinyModel, refuse, refuse_any, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
@@ -20,9 +28,15 @@ from seqdyn.hf.modeling import SeqdynForCausalLM
 def check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> None:
     """What the Mamba-2 hybrids (Bamba, Granite 4.0, Falcon-H1) may not set: biases where seqdyn has none (or none
     where it has one), another activation."""
-    refuse_any(config, [("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
-                        ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
-                        ("attention_bias", True, "seqdyn converts attention without projection biases here"), *extra])
+    refuse_any(
+        config,
+        [
+            ("mamba_proj_bias", True, "seqdyn's mamba2 projections have no bias"),
+            ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
+            ("attention_bias", True, "seqdyn converts attention without projection biases here"),
+            *extra,
+        ],
+    )
     if config.hidden_act != "silu":
         raise refuse(config.model_type, "hidden_act", config.hidden_act, "seqdyn's SwiGLU and mamba2 use SiLU")
 
@@ -30,12 +44,20 @@ def check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> No
 def hybrid_mixers(config: Any, attention: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Per layer of ``layers_block_type``: mamba2 of the ``mamba_*`` fields (its gated RMSNorm with the checkpoint's
     ε) or softmax attention with grouped key–value heads and the options ``attention``."""
-    mamba2 = {"state_dim": config.mamba_d_state, "expand": config.mamba_expand, "head_dim": config.mamba_d_head,
-              "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv, "norm_eps": config.rms_norm_eps,
-              **dt_limit(config.time_step_limit)}
+    mamba2 = {
+        "state_dim": config.mamba_d_state,
+        "expand": config.mamba_expand,
+        "head_dim": config.mamba_d_head,
+        "groups": config.mamba_n_groups,
+        "conv_size": config.mamba_d_conv,
+        "norm_eps": config.rms_norm_eps,
+        **dt_limit(config.time_step_limit),
+    }
     attention = {**attention_heads(config), **attention}
-    return [("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
-            for kind in config.layers_block_type]
+    return [
+        ("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
+        for kind in config.layers_block_type
+    ]
 
 
 def _bamba_config(config: Any) -> SeqdynConfig:
@@ -47,14 +69,36 @@ def _bamba_config(config: Any) -> SeqdynConfig:
 
 
 def _bamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    layout = DecoderLayout(("input_layernorm", "pre_ff_layernorm"), "feed_forward",
-                           {"linear_attention": ("mamba", mamba2_mixer_weights),
-                            "full_attention": ("self_attn", plain_attention_weights)}, "final_layernorm")
+    layout = DecoderLayout(
+        ("input_layernorm", "pre_ff_layernorm"),
+        "feed_forward",
+        {"linear_attention": ("mamba", mamba2_mixer_weights), "full_attention": ("self_attn", plain_attention_weights)},
+        "final_layernorm",
+    )
     copy_decoder_stack(source, target, layout)
 
 
-register("bamba", _bamba_config, _bamba_weights,
-         TinyModel("BambaForCausalLM", "BambaConfig",
-                   dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4, num_attention_heads=2,
-                        num_key_value_heads=1, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_n_groups=2,
-                        mamba_d_state=4, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)))
+register(
+    "bamba",
+    _bamba_config,
+    _bamba_weights,
+    TinyModel(
+        "BambaForCausalLM",
+        "BambaConfig",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            intermediate_size=40,
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            attn_layer_indices=[1, 3],
+            mamba_n_heads=8,
+            mamba_n_groups=2,
+            mamba_d_state=4,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_chunk_size=8,
+        ),
+    ),
+)

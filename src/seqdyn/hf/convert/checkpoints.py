@@ -17,7 +17,6 @@ from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.convert.registry import SUPPORTED, TEXT_MODEL_OF, UnsupportedModel, from_transformers, missing
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
-
 #: the files a saved transformers tokenizer has one of
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -53,8 +52,10 @@ def checkpoint_family(source: Path) -> str | None:
     from transformers import AutoConfig
 
     if not (source / "config.json").is_file():
-        raise UnsupportedModel(f"MODEL_DIR: {source / 'config.json'} not found (a transformers checkpoint folder has "
-                               "config.json and its weights)")
+        raise UnsupportedModel(
+            f"MODEL_DIR: {source / 'config.json'} not found (a transformers checkpoint folder has "
+            "config.json and its weights)"
+        )
     if not any(next(source.glob(pattern), None) for pattern in WEIGHT_FILES):
         raise UnsupportedModel(f"MODEL_DIR: {source} has no weights ({' or '.join(WEIGHT_FILES)})")
     family = getattr(AutoConfig.from_pretrained(source), "model_type", None)
@@ -78,14 +79,17 @@ def tokenize(model_dir: str | Path, text: str) -> torch.Tensor:
     from transformers import AutoTokenizer
 
     if not any((Path(model_dir) / name).is_file() for name in TOKENIZER_FILES):
-        raise UnsupportedModel(f"--text: {model_dir} has no tokenizer to read the text with "
-                               f"({' or '.join(TOKENIZER_FILES)}); give token ids with --input instead")
+        raise UnsupportedModel(
+            f"--text: {model_dir} has no tokenizer to read the text with "
+            f"({' or '.join(TOKENIZER_FILES)}); give token ids with --input instead"
+        )
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, TypeError):
-        raise UnsupportedModel(f"--text: {model_dir} has no tokenizer to read the text with; give token ids with "
-                               "--input instead") from None
+        raise UnsupportedModel(
+            f"--text: {model_dir} has no tokenizer to read the text with; give token ids with --input instead"
+        ) from None
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     if ids.numel() == 0:
         raise UnsupportedModel("--text: the text has no tokens")
@@ -98,21 +102,27 @@ def load_transformers(source: Path, family: str | None) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     if family not in SUPPORTED:
-        raise UnsupportedModel(f"MODEL_DIR: family {family!r} ({source / 'config.json'}) has no seqdyn converter"
-                               f"{missing(family)}; supported: {', '.join(sorted(SUPPORTED))}")
+        raise UnsupportedModel(
+            f"MODEL_DIR: family {family!r} ({source / 'config.json'}) has no seqdyn converter"
+            f"{missing(family)}; supported: {', '.join(sorted(SUPPORTED))}"
+        )
     try:  # mismatched weights come back in the loading info, which names them (transformers' own error does not)
         with quiet_transformers():
-            model, info = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True,
-                                                               ignore_mismatched_sizes=True)
+            model, info = AutoModelForCausalLM.from_pretrained(
+                source, output_loading_info=True, ignore_mismatched_sizes=True
+            )
     except (RuntimeError, ValueError, OSError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UnsupportedModel(f"MODEL_DIR: the weights in {source} do not load into its config ({first})") from None
-    wrong = {kind: sorted(str(key[0] if isinstance(key, tuple) else key) for key in info.get(kind, ()))
-             for kind in ("mismatched_keys", "missing_keys", "unexpected_keys")}
+    wrong = {
+        kind: sorted(str(key[0] if isinstance(key, tuple) else key) for key in info.get(kind, ()))
+        for kind in ("mismatched_keys", "missing_keys", "unexpected_keys")
+    }
     wrong = {kind.removesuffix("_keys"): keys for kind, keys in wrong.items() if keys}
     if wrong:
-        said = "; ".join(f"{kind}: {', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}"
-                         for kind, keys in wrong.items())
+        said = "; ".join(
+            f"{kind}: {', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}" for kind, keys in wrong.items()
+        )
         raise UnsupportedModel(f"MODEL_DIR: the weights in {source} do not load into its config ({said})")
     return model
 

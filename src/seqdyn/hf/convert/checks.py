@@ -35,8 +35,9 @@ def check_conversion(family: str, length: int = 40, new_tokens: int = 32) -> dic
     """The largest differences between ``family``'s tiny model and its conversion, relative to the largest logit:
     a whole forward in float32 and in float64, and the logits of ``new_tokens`` greedy tokens (float64) after a
     prompt the seqdyn model prefills in chunks; whether the generated tokens agree."""
-    inputs = torch.randint(0, TINY_CONFIGS[family][2]["vocab_size"], (2, length),
-                           generator=torch.Generator().manual_seed(1))
+    inputs = torch.randint(
+        0, TINY_CONFIGS[family][2]["vocab_size"], (2, length), generator=torch.Generator().manual_seed(1)
+    )
     report: dict[str, Any] = {"family": family, "class": TINY_CONFIGS[family][0]}
     for dtype, name in ((torch.float32, "forward float32"), (torch.float64, "forward float64")):
         theirs = tiny_model(family, dtype)
@@ -45,14 +46,19 @@ def check_conversion(family: str, length: int = 40, new_tokens: int = 32) -> dic
             expected = theirs(inputs).logits.double()
             report[name] = float((ours(inputs).logits.double() - expected).abs().max() / expected.abs().max())
     prompt, mask = inputs[:1, :24], torch.ones_like(inputs[:1, :24])
-    settings = dict(max_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True,
-                    pad_token_id=0, attention_mask=mask)
+    settings = dict(
+        max_new_tokens=new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+        attention_mask=mask,
+    )
     with quiet_transformers():
         expected, got = theirs.generate(prompt, **settings), ours.generate(prompt, **settings)
     steps = min(len(expected.logits), len(got.logits))  # a different end-of-sequence token may stop one early
     theirs_logits, ours_logits = (torch.stack(out.logits[:steps]).double() for out in (expected, got))
-    report[f"decode {new_tokens} tokens"] = float((ours_logits - theirs_logits).abs().max()
-                                                  / theirs_logits.abs().max())
+    report[f"decode {new_tokens} tokens"] = float((ours_logits - theirs_logits).abs().max() / theirs_logits.abs().max())
     report["same tokens"] = bool(torch.equal(got.sequences, expected.sequences))
     with torch.no_grad():
         whole, cache, chunks = theirs(prompt).logits.double(), None, []

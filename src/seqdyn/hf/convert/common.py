@@ -21,8 +21,9 @@ from seqdyn.hf.modeling import SeqdynForCausalLM
 def copy_weight(target: torch.Tensor, source: torch.Tensor, name: str) -> None:
     """``target ← source`` (reshaped to the target's shape where only the layout differs)."""
     if target.numel() != source.numel():
-        raise UnsupportedModel(f"weights: {name} has shape {tuple(source.shape)}, the converted model expects "
-                               f"{tuple(target.shape)}")
+        raise UnsupportedModel(
+            f"weights: {name} has shape {tuple(source.shape)}, the converted model expects {tuple(target.shape)}"
+        )
     target.copy_(source.reshape(target.shape))
 
 
@@ -53,8 +54,11 @@ def copy_centered(target: torch.Tensor, source: torch.Tensor, name: str) -> None
 
 def copy_swiglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     """A SwiGLU of ``gate_proj``, ``up_proj`` and ``down_proj`` into seqdyn's MLP (``fc1`` = [gate | up])."""
-    copy_weight(ours.fc1.weight, torch.cat([theirs.gate_proj.weight, theirs.up_proj.weight]),
-                f"{prefix}.gate_proj/up_proj.weight")
+    copy_weight(
+        ours.fc1.weight,
+        torch.cat([theirs.gate_proj.weight, theirs.up_proj.weight]),
+        f"{prefix}.gate_proj/up_proj.weight",
+    )
     copy_weight(ours.fc2.weight, theirs.down_proj.weight, f"{prefix}.down_proj.weight")
 
 
@@ -91,8 +95,11 @@ def copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: Dec
         for ours, theirs in zip((block.norm1, block.norm2), norms):
             norm_copy(ours.weight, getattr(layer, theirs).weight, f"{prefix}.{theirs}.weight")
         attribute, mixer_weights = layout.mixers[kind]  # "": the mixer's parts are the layer's
-        mixer_weights(f"{prefix}.{attribute}" if attribute else prefix, getattr(layer, attribute) if attribute
-                      else layer, block.mixer)
+        mixer_weights(
+            f"{prefix}.{attribute}" if attribute else prefix,
+            getattr(layer, attribute) if attribute else layer,
+            block.mixer,
+        )
         mlp = getattr(layer, layout.mlp) if layout.mlp else layer  # "": the MLP's parts are the layer's
         layout.mlp_weights(f"{prefix}.{layout.mlp}" if layout.mlp else prefix, mlp, block.mlp)
     norm_copy(model.norm.weight, getattr(backbone, layout.final_norm).weight, f"model.{layout.final_norm}.weight")
@@ -100,19 +107,28 @@ def copy_decoder_stack(source: nn.Module, target: SeqdynForCausalLM, layout: Dec
         copy_weight(model.head.weight, source.lm_head.weight, "lm_head.weight")
 
 
-def hybrid_config(config: Any, mixers: list[tuple[str, dict[str, Any]]], tie: bool | None = None,
-                  **fields: Any) -> SeqdynConfig:
+def hybrid_config(
+    config: Any, mixers: list[tuple[str, dict[str, Any]]], tie: bool | None = None, **fields: Any
+) -> SeqdynConfig:
     """A hybrid decoder: pre-norm RMSNorm blocks, each with its layer's mixer (name, options) and a SwiGLU MLP of the
     checkpoint's width, final RMSNorm, lm head (tied as the checkpoint's, or ``tie``), with the checkpoint's ε and
     special tokens; ``fields`` set other model fields (another MLP, norm positions)."""
     if "mlp" not in fields:
         fields.update(mlp="swiglu", mlp_ratio=config.intermediate_size / config.hidden_size)
-    return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
-                        mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
-                        norm="rmsnorm", norm_eps=config.rms_norm_eps,
-                        tie_embeddings=config.tie_word_embeddings if tie is None else tie,
-                        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
-                        eos_token_id=config.eos_token_id, **fields)
+    return SeqdynConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.hidden_size,
+        layers=config.num_hidden_layers,
+        mixer=[name for name, _ in mixers],
+        mixer_options=[options for _, options in mixers],
+        norm="rmsnorm",
+        norm_eps=config.rms_norm_eps,
+        tie_embeddings=config.tie_word_embeddings if tie is None else tie,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        **fields,
+    )
 
 
 def check_default_rope(config: Any) -> None:
@@ -120,16 +136,20 @@ def check_default_rope(config: Any) -> None:
     by."""
     rope_type = (config.rope_parameters or {}).get("rope_type", "default")
     if rope_type != "default":
-        raise refuse(config.model_type, "rope_parameters.rope_type", rope_type, "seqdyn rotates by the default "
-                     "RoPE frequencies")
+        raise refuse(
+            config.model_type, "rope_parameters.rope_type", rope_type, "seqdyn rotates by the default RoPE frequencies"
+        )
 
 
 def rotary_options(config: Any) -> dict[str, Any]:
     """softmax_attention's rotary options from the checkpoint's ``rope_parameters``: rotary embeddings on the
     ``partial_rotary_factor`` of each head, at base ``rope_theta``."""
     rope = config.rope_parameters or {}
-    return {"rotary": True, "rotary_fraction": float(rope.get("partial_rotary_factor", 1.0)),
-            "rotary_base": float(rope.get("rope_theta", 10_000.0))}
+    return {
+        "rotary": True,
+        "rotary_fraction": float(rope.get("partial_rotary_factor", 1.0)),
+        "rotary_base": float(rope.get("rope_theta", 10_000.0)),
+    }
 
 
 def rotary_or_none(config: Any, rope: bool) -> dict[str, Any]:
@@ -150,5 +170,7 @@ def dt_limit(limit: tuple[float, float]) -> dict[str, Any]:
     """mamba2's clamp of Δ from a checkpoint's ``time_step_limit`` (which transformers, as ``mamba_ssm``, applies
     over a prompt but not when it decodes a token; seqdyn applies it in both)."""
     low, high = limit
-    return {**({"dt_floor": float(low)} if low > 0 else {}),
-            **({"dt_ceiling": float(high)} if high != float("inf") else {})}
+    return {
+        **({"dt_floor": float(low)} if low > 0 else {}),
+        **({"dt_ceiling": float(high)} if high != float("inf") else {}),
+    }

@@ -10,8 +10,16 @@ from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.convert.bamba import check_mamba2_hybrid_options
-from seqdyn.hf.convert.common import (DecoderLayout, attention_heads, check_default_rope, copy_decoder_stack, dt_limit,
-                                      hybrid_config, plain_attention_weights, rotary_options)
+from seqdyn.hf.convert.common import (
+    DecoderLayout,
+    attention_heads,
+    check_default_rope,
+    copy_decoder_stack,
+    dt_limit,
+    hybrid_config,
+    plain_attention_weights,
+    rotary_options,
+)
 from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
 from seqdyn.hf.convert.registry import TinyModel, refuse, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
@@ -22,22 +30,34 @@ def _falcon_h1_config(config: Any) -> SeqdynConfig:
     groups of B and C, the gated norm or, as the released models, none) beside rotary softmax attention (grouped
     key–value heads), and a SwiGLU MLP; the μP multipliers become weights (:func:`_fold_falcon_h1`), so a tied head
     becomes its own copy where the embedding or the logits are scaled."""
-    check_mamba2_hybrid_options(config, ("projectors_bias", True, "seqdyn's mamba2 out-projection has no bias"),
-                                ("mlp_bias", True, "seqdyn's SwiGLU has no biases"))
+    check_mamba2_hybrid_options(
+        config,
+        ("projectors_bias", True, "seqdyn's mamba2 out-projection has no bias"),
+        ("mlp_bias", True, "seqdyn's SwiGLU has no biases"),
+    )
     if config.mamba_rms_norm and config.mamba_norm_before_gate:
-        raise refuse(config.model_type, "mamba_norm_before_gate", True, "seqdyn's gated norm normalizes y ⊙ SiLU(z), "
-                     "after the gate")
+        raise refuse(
+            config.model_type,
+            "mamba_norm_before_gate",
+            True,
+            "seqdyn's gated norm normalizes y ⊙ SiLU(z), after the gate",
+        )
     check_default_rope(config)
     inner = config.mamba_d_ssm or config.mamba_expand * config.hidden_size
-    mamba2 = {"state_dim": config.mamba_d_state, "expand": inner / config.hidden_size,
-              "head_dim": config.mamba_d_head, "groups": config.mamba_n_groups, "conv_size": config.mamba_d_conv,
-              "gate_norm": bool(config.mamba_rms_norm), "norm_eps": config.rms_norm_eps,
-              **dt_limit(config.time_step_limit)}
+    mamba2 = {
+        "state_dim": config.mamba_d_state,
+        "expand": inner / config.hidden_size,
+        "head_dim": config.mamba_d_head,
+        "groups": config.mamba_n_groups,
+        "conv_size": config.mamba_d_conv,
+        "gate_norm": bool(config.mamba_rms_norm),
+        "norm_eps": config.rms_norm_eps,
+        **dt_limit(config.time_step_limit),
+    }
     attention = {**attention_heads(config), **rotary_options(config)}
     parallel = ("parallel", {"parts": [["mamba2", mamba2], ["softmax_attention", attention]]})
     scaled = (config.embedding_multiplier, config.lm_head_multiplier) != (1, 1)
-    return hybrid_config(config, [parallel] * config.num_hidden_layers,
-                         tie=config.tie_word_embeddings and not scaled)
+    return hybrid_config(config, [parallel] * config.num_hidden_layers, tie=config.tie_word_embeddings and not scaled)
 
 
 def _falcon_h1_mixer_weights(prefix: str, layer: nn.Module, ours: nn.Module) -> None:
@@ -60,28 +80,58 @@ def _fold_falcon_h1(source: nn.Module, target: SeqdynForCausalLM) -> None:
     gate_multiplier, down_multiplier = config.mlp_multipliers
     for layer, block in zip(source.model.layers, model.blocks):
         ssm, attention = block.mixer.parts
-        ssm.in_proj.weight.mul_(layer.mamba.mup_vector.reshape(-1, 1).to(ssm.in_proj.weight.dtype)
-                                * config.ssm_in_multiplier)
+        ssm.in_proj.weight.mul_(
+            layer.mamba.mup_vector.reshape(-1, 1).to(ssm.in_proj.weight.dtype) * config.ssm_in_multiplier
+        )
         ssm.out_proj.weight.mul_(config.ssm_out_multiplier)
         attention.qkv.weight.mul_(config.attention_in_multiplier)
         attention.qkv.weight.split(attention.widths)[1].mul_(config.key_multiplier)  # the key rows
         attention.out.weight.mul_(config.attention_out_multiplier)
-        block.mlp.fc1.weight[:block.mlp.hidden].mul_(gate_multiplier)
+        block.mlp.fc1.weight[: block.mlp.hidden].mul_(gate_multiplier)
         block.mlp.fc2.weight.mul_(down_multiplier)
 
 
 def _falcon_h1_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    layout = DecoderLayout(("input_layernorm", "pre_ff_layernorm"), "feed_forward",
-                           {"hybrid": ("", _falcon_h1_mixer_weights)}, "final_layernorm")
+    layout = DecoderLayout(
+        ("input_layernorm", "pre_ff_layernorm"),
+        "feed_forward",
+        {"hybrid": ("", _falcon_h1_mixer_weights)},
+        "final_layernorm",
+    )
     copy_decoder_stack(source, target, layout)
     _fold_falcon_h1(source, target)
 
 
-register("falcon_h1", _falcon_h1_config, _falcon_h1_weights,
-         TinyModel("FalconH1ForCausalLM", "FalconH1Config",
-                   dict(vocab_size=48, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
-                        num_key_value_heads=1, head_dim=8, mamba_d_ssm=24, mamba_n_heads=6, mamba_d_head=4,
-                        mamba_n_groups=2, mamba_d_state=4, mamba_chunk_size=8, embedding_multiplier=2.0,
-                        lm_head_multiplier=0.5, mlp_multipliers=[1.5, 0.7], key_multiplier=0.8,
-                        attention_in_multiplier=1.2, attention_out_multiplier=0.9, ssm_in_multiplier=0.6,
-                        ssm_out_multiplier=1.4, ssm_multipliers=[1.1, 0.9, 1.3, 0.7, 1.2])))
+register(
+    "falcon_h1",
+    _falcon_h1_config,
+    _falcon_h1_weights,
+    TinyModel(
+        "FalconH1ForCausalLM",
+        "FalconH1Config",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            intermediate_size=24,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+            mamba_d_ssm=24,
+            mamba_n_heads=6,
+            mamba_d_head=4,
+            mamba_n_groups=2,
+            mamba_d_state=4,
+            mamba_chunk_size=8,
+            embedding_multiplier=2.0,
+            lm_head_multiplier=0.5,
+            mlp_multipliers=[1.5, 0.7],
+            key_multiplier=0.8,
+            attention_in_multiplier=1.2,
+            attention_out_multiplier=0.9,
+            ssm_in_multiplier=0.6,
+            ssm_out_multiplier=1.4,
+            ssm_multipliers=[1.1, 0.9, 1.3, 0.7, 1.2],
+        ),
+    ),
+)

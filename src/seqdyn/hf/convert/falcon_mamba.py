@@ -17,7 +17,15 @@ def _falcon_mamba_config(config: Any) -> SeqdynConfig:
     return s6_config(config, bcdt_rms_eps=config.mixer_rms_eps)
 
 
-register("falcon_mamba", _falcon_mamba_config, mamba_weights,
-         TinyModel("FalconMambaForCausalLM", "FalconMambaConfig",
-                   dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
-                        time_step_rank=2)))
+register(
+    "falcon_mamba",
+    _falcon_mamba_config,
+    mamba_weights,
+    TinyModel(
+        "FalconMambaForCausalLM",
+        "FalconMambaConfig",
+        dict(
+            vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4, time_step_rank=2
+        ),
+    ),
+)

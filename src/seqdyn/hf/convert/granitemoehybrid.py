@@ -10,8 +10,14 @@ from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.convert.bamba import check_mamba2_hybrid_options, hybrid_mixers
-from seqdyn.hf.convert.common import (DecoderLayout, copy_decoder_stack, copy_weight, hybrid_config,
-                                      plain_attention_weights, rotary_or_none)
+from seqdyn.hf.convert.common import (
+    DecoderLayout,
+    copy_decoder_stack,
+    copy_weight,
+    hybrid_config,
+    plain_attention_weights,
+    rotary_or_none,
+)
 from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
 from seqdyn.hf.convert.registry import TinyModel, refuse, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
@@ -24,14 +30,20 @@ def _granite_config(config: Any) -> SeqdynConfig:
     check_mamba2_hybrid_options(config)
     position = config.position_embedding_type
     if position not in (None, "nope", "rope"):
-        raise refuse(config.model_type, "position_embedding_type", position, "seqdyn's attention has RoPE or no "
-                     "positions")
+        raise refuse(
+            config.model_type, "position_embedding_type", position, "seqdyn's attention has RoPE or no positions"
+        )
     mixers = hybrid_mixers(config, rotary_or_none(config, position == "rope"))
     shared_ratio = config.shared_intermediate_size / config.hidden_size
     mlp: dict[str, Any] = {"mlp": "swiglu", "mlp_ratio": shared_ratio}
     if config.num_local_experts:
-        moe = {"experts": config.num_local_experts, "top_k": config.num_experts_per_tok, "normalize": True,
-               "shared_ratio": shared_ratio, "shared_gate": False}
+        moe = {
+            "experts": config.num_local_experts,
+            "top_k": config.num_experts_per_tok,
+            "normalize": True,
+            "shared_ratio": shared_ratio,
+            "shared_gate": False,
+        }
         mlp = {"mlp": "moe", "mlp_ratio": config.intermediate_size / config.hidden_size, "moe": moe}
     scaled = (config.embedding_multiplier, config.logits_scaling) != (1, 1)
     return hybrid_config(config, mixers, tie=config.tie_word_embeddings and not scaled, **mlp)
@@ -66,25 +78,53 @@ def _fold_granite(config: Any, target: SeqdynForCausalLM) -> None:
             weight.mul_(config.residual_multiplier)
         mixer = block.mixer
         if mixer.name == "softmax_attention":
-            mixer.qkv.weight[:mixer.widths[0]].mul_(config.attention_multiplier * mixer.head_dim ** 0.5)
+            mixer.qkv.weight[: mixer.widths[0]].mul_(config.attention_multiplier * mixer.head_dim**0.5)
 
 
 def _granite_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    layout = DecoderLayout(("input_layernorm", "post_attention_layernorm"), "",
-                           {"linear_attention": ("mamba", mamba2_mixer_weights),
-                            "full_attention": ("self_attn", plain_attention_weights)}, "norm",
-                           mlp_weights=_granite_mlp_weights)
+    layout = DecoderLayout(
+        ("input_layernorm", "post_attention_layernorm"),
+        "",
+        {"linear_attention": ("mamba", mamba2_mixer_weights), "full_attention": ("self_attn", plain_attention_weights)},
+        "norm",
+        mlp_weights=_granite_mlp_weights,
+    )
     copy_decoder_stack(source, target, layout)
     _fold_granite(source.config, target)
 
 
-register("granitemoehybrid", _granite_config, _granite_weights,
-         TinyModel("GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
-                   dict(vocab_size=48, hidden_size=16, intermediate_size=8, shared_intermediate_size=24,
-                        num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
-                        layer_types=["linear_attention", "full_attention"] * 2, num_local_experts=4,
-                        num_experts_per_tok=2,
-                        mamba_n_heads=8, mamba_n_groups=2, mamba_d_state=4, mamba_d_conv=4, mamba_expand=2,
-                        mamba_chunk_size=8, position_embedding_type="rope", tie_word_embeddings=True,
-                        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
-                        logits_scaling=2.5, rms_norm_eps=1e-5, experts_implementation="eager")))
+register(
+    "granitemoehybrid",
+    _granite_config,
+    _granite_weights,
+    TinyModel(
+        "GraniteMoeHybridForCausalLM",
+        "GraniteMoeHybridConfig",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            intermediate_size=8,
+            shared_intermediate_size=24,
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            layer_types=["linear_attention", "full_attention"] * 2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            mamba_n_heads=8,
+            mamba_n_groups=2,
+            mamba_d_state=4,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_chunk_size=8,
+            position_embedding_type="rope",
+            tie_word_embeddings=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.2,
+            logits_scaling=2.5,
+            rms_norm_eps=1e-5,
+            experts_implementation="eager",
+        ),
+    ),
+)

@@ -28,15 +28,25 @@ def check_mamba_options(family: str, config: Any) -> None:
 def rmsnorm_stack(config: Any, mixer: str, options: dict[str, Any]) -> SeqdynConfig:
     """The Mamba families' model around a mixer: embedding, pre-norm RMSNorm blocks without MLP, final RMSNorm,
     lm head (tied or not), with the checkpoint's ε and special tokens."""
-    return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=config.num_hidden_layers,
-                        mixer=mixer, mixer_options=options, mlp="none", norm="rmsnorm",
-                        norm_eps=config.layer_norm_epsilon, tie_embeddings=config.tie_word_embeddings,
-                        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
-                        eos_token_id=config.eos_token_id)
+    return SeqdynConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.hidden_size,
+        layers=config.num_hidden_layers,
+        mixer=mixer,
+        mixer_options=options,
+        mlp="none",
+        norm="rmsnorm",
+        norm_eps=config.layer_norm_epsilon,
+        tie_embeddings=config.tie_word_embeddings,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
 
 
-def copy_rmsnorm_stack(source: nn.Module, target: SeqdynForCausalLM,
-                       mixer_weights: Callable[[str, nn.Module, nn.Module], None]) -> None:
+def copy_rmsnorm_stack(
+    source: nn.Module, target: SeqdynForCausalLM, mixer_weights: Callable[[str, nn.Module, nn.Module], None]
+) -> None:
     """The weights around the mixers (``backbone.embeddings``, each layer's ``norm``, ``norm_f``, ``lm_head``),
     and each layer's mixer by ``mixer_weights(prefix, theirs, ours)``."""
     backbone, model = source.backbone, target.seqdyn
@@ -56,8 +66,13 @@ def s6_config(config: Any, **options: Any) -> SeqdynConfig:
     check_mamba_options(family, config)
     if config.intermediate_size != config.expand * config.hidden_size:
         raise refuse(family, "intermediate_size", config.intermediate_size, "seqdyn's s6 width is expand·d_model")
-    options = {"state_dim": config.state_size, "expand": config.expand, "dt_rank": int(config.time_step_rank),
-               "conv_size": config.conv_kernel, **options}
+    options = {
+        "state_dim": config.state_size,
+        "expand": config.expand,
+        "dt_rank": int(config.time_step_rank),
+        "conv_size": config.conv_kernel,
+        **options,
+    }
     return rmsnorm_stack(config, "s6", options)
 
 
@@ -71,7 +86,15 @@ def mamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
     copy_rmsnorm_stack(source, target, mixer_weights)
 
 
-register("mamba", s6_config, mamba_weights,
-         TinyModel("MambaForCausalLM", "MambaConfig",
-                   dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
-                        time_step_rank=2)))
+register(
+    "mamba",
+    s6_config,
+    mamba_weights,
+    TinyModel(
+        "MambaForCausalLM",
+        "MambaConfig",
+        dict(
+            vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4, time_step_rank=2
+        ),
+    ),
+)

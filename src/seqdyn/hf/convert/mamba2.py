@@ -21,11 +21,18 @@ def _mamba2_config(config: Any) -> SeqdynConfig:
     blocks, no MLP."""
     check_mamba_options("mamba2", config)
     if config.num_heads * config.head_dim != config.expand * config.hidden_size:
-        raise refuse("mamba2", "num_heads", config.num_heads, "seqdyn's mamba2 width num_heads·head_dim is "
-                     "expand·hidden_size")
-    options = {"state_dim": config.state_size, "expand": config.expand, "head_dim": config.head_dim,
-               "groups": config.n_groups, "conv_size": config.conv_kernel, "norm_eps": config.layer_norm_epsilon,
-               **dt_limit(config.time_step_limit)}
+        raise refuse(
+            "mamba2", "num_heads", config.num_heads, "seqdyn's mamba2 width num_heads·head_dim is expand·hidden_size"
+        )
+    options = {
+        "state_dim": config.state_size,
+        "expand": config.expand,
+        "head_dim": config.head_dim,
+        "groups": config.n_groups,
+        "conv_size": config.conv_kernel,
+        "norm_eps": config.layer_norm_epsilon,
+        **dt_limit(config.time_step_limit),
+    }
     return rmsnorm_stack(config, "mamba2", options)
 
 
@@ -44,7 +51,24 @@ def _mamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
     copy_rmsnorm_stack(source, target, mamba2_mixer_weights)
 
 
-register("mamba2", _mamba2_config, _mamba2_weights,
-         TinyModel("Mamba2ForCausalLM", "Mamba2Config",
-                   dict(vocab_size=48, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, head_dim=4,
-                        num_heads=8, n_groups=2, conv_kernel=4, chunk_size=8)))
+register(
+    "mamba2",
+    _mamba2_config,
+    _mamba2_weights,
+    TinyModel(
+        "Mamba2ForCausalLM",
+        "Mamba2Config",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            state_size=4,
+            num_hidden_layers=2,
+            expand=2,
+            head_dim=4,
+            num_heads=8,
+            n_groups=2,
+            conv_kernel=4,
+            chunk_size=8,
+        ),
+    ),
+)

@@ -14,7 +14,6 @@ from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
 from seqdyn.hf.convert.registry import TinyModel, refuse, refuse_any, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
-
 _NEMOTRON_MIXERS = ("linear_attention", "full_attention")
 
 
@@ -24,8 +23,11 @@ def _nemotron_blocks(config: Any) -> list[tuple[int, int | None]]:
     kinds, blocks, index = list(config.layers_block_type), [], 0
     while index < len(kinds):
         if kinds[index] not in _NEMOTRON_MIXERS:
-            why = ("seqdyn's experts are SwiGLU with a softmax router" if kinds[index] == "moe" else
-                   "a seqdyn block is a mixer and the MLP after it, and this MLP follows no mixer")
+            why = (
+                "seqdyn's experts are SwiGLU with a softmax router"
+                if kinds[index] == "moe"
+                else "a seqdyn block is a mixer and the MLP after it, and this MLP follows no mixer"
+            )
             raise refuse(config.model_type, f"layers_block_type[{index}]", kinds[index], why)
         has_mlp = index + 1 < len(kinds) and kinds[index + 1] == "mlp"
         blocks.append((index, index + 1 if has_mlp else None))
@@ -35,38 +37,62 @@ def _nemotron_blocks(config: Any) -> list[tuple[int, int | None]]:
 
 def _check_nemotron_options(config: Any) -> None:
     family = config.model_type
-    refuse_any(config, [("use_bias", True, "seqdyn's mamba2 projections have no bias"),
-                        ("use_conv_bias", False, "seqdyn's short convolution has a bias"),
-                        ("mlp_bias", True, "seqdyn's squared-ReLU MLP has no biases")])
+    refuse_any(
+        config,
+        [
+            ("use_bias", True, "seqdyn's mamba2 projections have no bias"),
+            ("use_conv_bias", False, "seqdyn's short convolution has a bias"),
+            ("mlp_bias", True, "seqdyn's squared-ReLU MLP has no biases"),
+        ],
+    )
     for option, value in (("mamba_hidden_act", "silu"), ("mlp_hidden_act", "relu2")):
         if getattr(config, option) != value:
             raise refuse(family, option, getattr(config, option), f"seqdyn's block uses {value} there")
     inner = config.mamba_num_heads * config.mamba_head_dim
     if inner % config.hidden_size:
-        raise refuse(family, "mamba_num_heads", config.mamba_num_heads, "seqdyn's mamba2 width "
-                     "mamba_num_heads·mamba_head_dim is a whole multiple of hidden_size")
+        raise refuse(
+            family,
+            "mamba_num_heads",
+            config.mamba_num_heads,
+            "seqdyn's mamba2 width mamba_num_heads·mamba_head_dim is a whole multiple of hidden_size",
+        )
 
 
 def _nemotron_config(config: Any) -> SeqdynConfig:
     """``NemotronHConfig`` → one block per Mamba-2 or attention layer (no positions, grouped key–value heads), with
     the squared-ReLU MLP layer after it as its MLP; Δ clamped from below at ``time_step_min`` as the layer does."""
     _check_nemotron_options(config)
-    mamba2 = {"state_dim": config.ssm_state_size, "expand": config.mamba_num_heads * config.mamba_head_dim
-              // config.hidden_size, "head_dim": config.mamba_head_dim, "groups": config.n_groups,
-              "conv_size": config.conv_kernel, "norm_eps": config.layer_norm_epsilon,
-              **dt_limit((config.time_step_min, float("inf")))}
+    mamba2 = {
+        "state_dim": config.ssm_state_size,
+        "expand": config.mamba_num_heads * config.mamba_head_dim // config.hidden_size,
+        "head_dim": config.mamba_head_dim,
+        "groups": config.n_groups,
+        "conv_size": config.conv_kernel,
+        "norm_eps": config.layer_norm_epsilon,
+        **dt_limit((config.time_step_min, float("inf"))),
+    }
     attention = {**attention_heads(config), "rotary": False}
     blocks = _nemotron_blocks(config)
     kinds = config.layers_block_type
-    mixers = [("mamba2", mamba2) if kinds[mixer] == "linear_attention" else ("softmax_attention", attention)
-              for mixer, _ in blocks]
-    return SeqdynConfig(vocab_size=config.vocab_size, d_model=config.hidden_size, layers=len(blocks),
-                        mixer=[name for name, _ in mixers], mixer_options=[options for _, options in mixers],
-                        mlp=["none" if mlp is None else "relu2" for _, mlp in blocks],
-                        mlp_ratio=config.intermediate_size / config.hidden_size, norm="rmsnorm",
-                        norm_eps=config.layer_norm_epsilon, tie_embeddings=config.tie_word_embeddings,
-                        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
-                        eos_token_id=config.eos_token_id)
+    mixers = [
+        ("mamba2", mamba2) if kinds[mixer] == "linear_attention" else ("softmax_attention", attention)
+        for mixer, _ in blocks
+    ]
+    return SeqdynConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.hidden_size,
+        layers=len(blocks),
+        mixer=[name for name, _ in mixers],
+        mixer_options=[options for _, options in mixers],
+        mlp=["none" if mlp is None else "relu2" for _, mlp in blocks],
+        mlp_ratio=config.intermediate_size / config.hidden_size,
+        norm="rmsnorm",
+        norm_eps=config.layer_norm_epsilon,
+        tie_embeddings=config.tie_word_embeddings,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
 
 
 def _nemotron_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
@@ -87,10 +113,35 @@ def _nemotron_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
         copy_weight(model.head.weight, source.lm_head.weight, "lm_head.weight")
 
 
-register("nemotron_h", _nemotron_config, _nemotron_weights,
-         TinyModel("NemotronHForCausalLM", "NemotronHConfig",
-                   dict(vocab_size=48, hidden_size=16, intermediate_size=24, num_hidden_layers=6,
-                        layers_block_type=["linear_attention", "mlp", "linear_attention", "full_attention", "mlp",
-                                           "linear_attention"], num_attention_heads=2, num_key_value_heads=1,
-                        head_dim=8, mamba_num_heads=8, mamba_head_dim=4, ssm_state_size=4, n_groups=2, chunk_size=8,
-                        conv_kernel=4)))
+register(
+    "nemotron_h",
+    _nemotron_config,
+    _nemotron_weights,
+    TinyModel(
+        "NemotronHForCausalLM",
+        "NemotronHConfig",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            intermediate_size=24,
+            num_hidden_layers=6,
+            layers_block_type=[
+                "linear_attention",
+                "mlp",
+                "linear_attention",
+                "full_attention",
+                "mlp",
+                "linear_attention",
+            ],
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+            mamba_num_heads=8,
+            mamba_head_dim=4,
+            ssm_state_size=4,
+            n_groups=2,
+            chunk_size=8,
+            conv_kernel=4,
+        ),
+    ),
+)

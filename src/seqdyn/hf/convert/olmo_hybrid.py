@@ -10,8 +10,16 @@ import torch
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.common import (DecoderLayout, attention_heads, copy_decoder_stack, copy_pairs, copy_weight,
-                                      hybrid_config, plain_attention_weights, rotary_or_none)
+from seqdyn.hf.convert.common import (
+    DecoderLayout,
+    attention_heads,
+    copy_decoder_stack,
+    copy_pairs,
+    copy_weight,
+    hybrid_config,
+    plain_attention_weights,
+    rotary_or_none,
+)
 from seqdyn.hf.convert.qwen3_5 import DELTA_DECAY, check_delta_hybrid_options, delta_options
 from seqdyn.hf.convert.registry import TinyModel, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
@@ -23,12 +31,21 @@ def _olmo_hybrid_config(config: Any) -> SeqdynConfig:
     over the whole projections, RoPE or, as the released checkpoints, no positions); SwiGLU MLPs, a final norm."""
     check_delta_hybrid_options(config)
     rope = config.rope_parameters is not None and config.rope_parameters.get("rope_theta") is not None
-    delta = {**delta_options(config), "negative_eigenvalues": bool(config.linear_allow_neg_eigval),
-             "output_norm_eps": 1e-5}
-    attention = {**attention_heads(config), "qk_norm": True, "qk_norm_scope": "projection",
-                 **rotary_or_none(config, rope)}
-    mixers = [("gated_deltanet", delta) if kind == "linear_attention" else ("softmax_attention", attention)
-              for kind in config.layer_types]
+    delta = {
+        **delta_options(config),
+        "negative_eigenvalues": bool(config.linear_allow_neg_eigval),
+        "output_norm_eps": 1e-5,
+    }
+    attention = {
+        **attention_heads(config),
+        "qk_norm": True,
+        "qk_norm_scope": "projection",
+        **rotary_or_none(config, rope),
+    }
+    mixers = [
+        ("gated_deltanet", delta) if kind == "linear_attention" else ("softmax_attention", attention)
+        for kind in config.layer_types
+    ]
     positions = ["pre" if kind == "linear_attention" else "output" for kind in config.layer_types]
     return hybrid_config(config, mixers, norm_position=positions)
 
@@ -37,9 +54,19 @@ def _olmo_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None
     """Separate ``q_proj``, ``k_proj``, ``v_proj``, the gate ``g_proj``, β's ``b_proj``, the decay's ``a_proj``."""
     stacked = torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight])
     copy_weight(ours.qkv.weight, stacked, f"{prefix}.q_proj/k_proj/v_proj.weight")
-    copy_pairs(prefix, theirs, ours, (("output.gate.weight", "g_proj.weight"), ("beta.weight", "b_proj.weight"),
-                                      ("decay.proj.weight", "a_proj.weight"), *DELTA_DECAY,
-                                      ("output.norm.weight", "o_norm.weight"), ("output.out.weight", "o_proj.weight")))
+    copy_pairs(
+        prefix,
+        theirs,
+        ours,
+        (
+            ("output.gate.weight", "g_proj.weight"),
+            ("beta.weight", "b_proj.weight"),
+            ("decay.proj.weight", "a_proj.weight"),
+            *DELTA_DECAY,
+            ("output.norm.weight", "o_norm.weight"),
+            ("output.out.weight", "o_proj.weight"),
+        ),
+    )
 
 
 def _olmo_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
@@ -49,18 +76,44 @@ def _olmo_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> 
 
 
 def _olmo_hybrid_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    layout = DecoderLayout({"linear_attention": ("input_layernorm", "post_attention_layernorm"),
-                            "full_attention": ("post_attention_layernorm", "post_feedforward_layernorm")}, "mlp",
-                           {"linear_attention": ("linear_attn", _olmo_delta_weights),
-                            "full_attention": ("self_attn", _olmo_attention_weights)}, "norm")
+    layout = DecoderLayout(
+        {
+            "linear_attention": ("input_layernorm", "post_attention_layernorm"),
+            "full_attention": ("post_attention_layernorm", "post_feedforward_layernorm"),
+        },
+        "mlp",
+        {
+            "linear_attention": ("linear_attn", _olmo_delta_weights),
+            "full_attention": ("self_attn", _olmo_attention_weights),
+        },
+        "norm",
+    )
     copy_decoder_stack(source, target, layout)
 
 
-register("olmo_hybrid", _olmo_hybrid_config, _olmo_hybrid_weights,
-         TinyModel("OlmoHybridForCausalLM", "OlmoHybridConfig",
-                   dict(vocab_size=48, hidden_size=16, intermediate_size=40, num_hidden_layers=4,
-                        num_attention_heads=4, num_key_value_heads=2, linear_num_key_heads=2,
-                        linear_num_value_heads=4, linear_key_head_dim=6, linear_value_head_dim=8,
-                        linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"] * 2,
-                        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0}, pad_token_id=0,
-                        eos_token_id=1)))
+register(
+    "olmo_hybrid",
+    _olmo_hybrid_config,
+    _olmo_hybrid_weights,
+    TinyModel(
+        "OlmoHybridForCausalLM",
+        "OlmoHybridConfig",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            intermediate_size=40,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=6,
+            linear_value_head_dim=8,
+            linear_conv_kernel_dim=4,
+            layer_types=["linear_attention", "full_attention"] * 2,
+            rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+            pad_token_id=0,
+            eos_token_id=1,
+        ),
+    ),
+)

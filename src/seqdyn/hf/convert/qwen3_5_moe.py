@@ -19,13 +19,33 @@ def _qwen3_5_moe_config(config: Any) -> SeqdynConfig:
     return hybrid_config(config, qwen3_5_mixers(config), **experts(config, True))
 
 
-register("qwen3_5_moe_text", _qwen3_5_moe_config, qwen_weights(qwen3_5_delta_weights, copy_experts),
-         TinyModel("Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig",
-                   dict(vocab_size=48, hidden_size=16, num_hidden_layers=4, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
-                        linear_key_head_dim=6, linear_value_head_dim=8, linear_conv_kernel_dim=4,
-                        layer_types=["linear_attention", "full_attention"] * 2, num_experts=4,
-                        num_experts_per_tok=2, moe_intermediate_size=8, shared_expert_intermediate_size=12,
-                        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
-                                         "partial_rotary_factor": 0.5}, experts_implementation="eager")),
-         vision_language="qwen3_5_moe")
+register(
+    "qwen3_5_moe_text",
+    _qwen3_5_moe_config,
+    qwen_weights(qwen3_5_delta_weights, copy_experts),
+    TinyModel(
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeTextConfig",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=6,
+            linear_value_head_dim=8,
+            linear_conv_kernel_dim=4,
+            layer_types=["linear_attention", "full_attention"] * 2,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=8,
+            shared_expert_intermediate_size=12,
+            rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.5},
+            experts_implementation="eager",
+        ),
+    ),
+    vision_language="qwen3_5_moe",
+)

@@ -21,17 +21,24 @@ def _qwen3_next_config(config: Any) -> SeqdynConfig:
     family = config.model_type
     check_qwen3_5_options(config)
     if config.num_experts == 0 or config.decoder_sparse_step != 1 or config.mlp_only_layers:
-        raise refuse(family, "decoder_sparse_step / mlp_only_layers / num_experts",
-                     (config.decoder_sparse_step, config.mlp_only_layers, config.num_experts),
-                     "seqdyn's model has one kind of MLP in every layer: experts in all of them")
+        raise refuse(
+            family,
+            "decoder_sparse_step / mlp_only_layers / num_experts",
+            (config.decoder_sparse_step, config.mlp_only_layers, config.num_experts),
+            "seqdyn's model has one kind of MLP in every layer: experts in all of them",
+        )
     return hybrid_config(config, qwen3_5_mixers(config), **experts(config, config.norm_topk_prob))
 
 
 def experts(config: Any, normalize: bool) -> dict[str, Any]:
     """The model fields of the Qwen mixture of experts: ``num_experts`` SwiGLU experts of ``moe_intermediate_size``,
     the top ``num_experts_per_tok`` per token, a shared expert of ``shared_expert_intermediate_size``."""
-    moe = {"experts": config.num_experts, "top_k": config.num_experts_per_tok, "normalize": normalize,
-           "shared_ratio": config.shared_expert_intermediate_size / config.hidden_size}
+    moe = {
+        "experts": config.num_experts,
+        "top_k": config.num_experts_per_tok,
+        "normalize": normalize,
+        "shared_ratio": config.shared_expert_intermediate_size / config.hidden_size,
+    }
     return {"mlp": "moe", "mlp_ratio": config.moe_intermediate_size / config.hidden_size, "moe": moe}
 
 
@@ -41,10 +48,12 @@ def _qwen3_next_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -
     key_heads, key_dim, group = ours.key_heads, ours.key_dim, ours.heads // ours.key_heads
     grouped_values = group * ours.value_width // ours.heads
     q, k, v, z = theirs.in_proj_qkvz.weight.unflatten(0, (key_heads, -1)).split(
-        [key_dim, key_dim, grouped_values, grouped_values], dim=1)
+        [key_dim, key_dim, grouped_values, grouped_values], dim=1
+    )
     b, a = theirs.in_proj_ba.weight.unflatten(0, (key_heads, -1)).split([group, group], dim=1)
-    copy_weight(ours.qkv.weight, torch.cat([t.flatten(0, 1) for t in (q, k, v)]),
-                f"{prefix}.in_proj_qkvz.weight (q, k, v)")
+    copy_weight(
+        ours.qkv.weight, torch.cat([t.flatten(0, 1) for t in (q, k, v)]), f"{prefix}.in_proj_qkvz.weight (q, k, v)"
+    )
     copy_weight(ours.output.gate.weight, z.flatten(0, 1), f"{prefix}.in_proj_qkvz.weight (z)")
     copy_weight(ours.beta.weight, b.flatten(0, 1), f"{prefix}.in_proj_ba.weight (b)")
     copy_weight(ours.decay.proj.weight, a.flatten(0, 1), f"{prefix}.in_proj_ba.weight (a)")
@@ -61,11 +70,33 @@ def copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     copy_weight(ours.shared_gate.weight, theirs.shared_expert_gate.weight, f"{prefix}.shared_expert_gate.weight")
 
 
-register("qwen3_next", _qwen3_next_config, qwen_weights(_qwen3_next_delta_weights, copy_experts),
-         TinyModel("Qwen3NextForCausalLM", "Qwen3NextConfig",
-                   dict(vocab_size=48, hidden_size=16, num_hidden_layers=4, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
-                        linear_key_head_dim=6, linear_value_head_dim=8, linear_conv_kernel_dim=4,
-                        layer_types=["linear_attention", "full_attention"] * 2, num_experts=4, num_experts_per_tok=2,
-                        moe_intermediate_size=8, shared_expert_intermediate_size=12, intermediate_size=40,
-                        partial_rotary_factor=0.5, experts_implementation="eager")))
+register(
+    "qwen3_next",
+    _qwen3_next_config,
+    qwen_weights(_qwen3_next_delta_weights, copy_experts),
+    TinyModel(
+        "Qwen3NextForCausalLM",
+        "Qwen3NextConfig",
+        dict(
+            vocab_size=48,
+            hidden_size=16,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=6,
+            linear_value_head_dim=8,
+            linear_conv_kernel_dim=4,
+            layer_types=["linear_attention", "full_attention"] * 2,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=8,
+            shared_expert_intermediate_size=12,
+            intermediate_size=40,
+            partial_rotary_factor=0.5,
+            experts_implementation="eager",
+        ),
+    ),
+)

@@ -19,8 +19,20 @@ from torch import nn
 from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
-__all__ = ["NOT_YET", "SUPPORTED", "TEXT_MODEL_OF", "TINY_CONFIGS", "Conversion", "TinyModel", "UnsupportedModel",
-           "from_transformers", "missing", "refuse", "refuse_any", "register"]
+__all__ = [
+    "NOT_YET",
+    "SUPPORTED",
+    "TEXT_MODEL_OF",
+    "TINY_CONFIGS",
+    "Conversion",
+    "TinyModel",
+    "UnsupportedModel",
+    "from_transformers",
+    "missing",
+    "refuse",
+    "refuse_any",
+    "register",
+]
 
 
 class UnsupportedModel(ValueError):
@@ -51,9 +63,13 @@ TINY_CONFIGS: dict[str, TinyModel] = {}
 TEXT_MODEL_OF: dict[str, str] = {}
 
 
-def register(family: str, config: Callable[[Any], SeqdynConfig],
-             weights: Callable[[nn.Module, SeqdynForCausalLM], None], tiny: TinyModel,
-             vision_language: str | None = None) -> None:
+def register(
+    family: str,
+    config: Callable[[Any], SeqdynConfig],
+    weights: Callable[[nn.Module, SeqdynForCausalLM], None],
+    tiny: TinyModel,
+    vision_language: str | None = None,
+) -> None:
     """``family`` converted by ``config`` and ``weights``, checked on ``tiny``; ``vision_language``: the
     ``model_type`` of the vision–language checkpoints whose text model is of this family."""
     SUPPORTED[family] = Conversion(config, weights)
@@ -69,8 +85,10 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
     config = getattr(model, "config", None)
     family = getattr(config, "model_type", None)
     if family not in SUPPORTED:
-        raise UnsupportedModel(f"model: family {family!r} ({type(model).__name__}) has no seqdyn converter"
-                               f"{missing(family)}; supported: {', '.join(sorted(SUPPORTED))}")
+        raise UnsupportedModel(
+            f"model: family {family!r} ({type(model).__name__}) has no seqdyn converter"
+            f"{missing(family)}; supported: {', '.join(sorted(SUPPORTED))}"
+        )
     make_config, copy_weights = SUPPORTED[family]
     converted = SeqdynForCausalLM(make_config(config))
     dtype = next(model.parameters()).dtype
@@ -83,12 +101,12 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
 #: the families of the roadmap not converted yet, with what seqdyn lacks for each
 NOT_YET: dict[str, str] = {
     "kimi_linear": "KDA: a channel-wise decay applied before the delta rule's Householder factor, where seqdyn's "
-                   "operator applies Λ = D(I − βkkᵀ); latent attention with its own key and value widths; a grouped "
-                   "sigmoid router",
+    "operator applies Λ = D(I − βkkᵀ); latent attention with its own key and value widths; a grouped "
+    "sigmoid router",
     "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε of the xLSTM large models, whose ε depends on the "
-             "kernel's chunking of the stabilizer m; per-head LayerNorm weights; soft-capped gates",
+    "kernel's chunking of the stabilizer m; per-head LayerNorm weights; soft-capped gates",
     "zamba2": "a shared attention block on [hidden state, embeddings] whose output enters only the next Mamba-2 "
-              "layer's input, not the residual stream, with LoRA adapters per use",
+    "layer's input, not the residual stream, with LoRA adapters per use",
 }
 
 

@@ -29,11 +29,32 @@ from seqdyn.reproduce.protocols import base
 from seqdyn.train.config import SweepConfig
 
 #: Table 1's tasks, in the paper's order (rows)
-TASKS = ("shift", "cumsum", "cummax", "select_fixed", "solve_fixed", "reverse", "solve", "select", "sort",
-         "context_shift", "mips")
-TASK_LABELS = {"shift": "SHIFT", "cumsum": "CUMSUM", "cummax": "CUMMAX", "select_fixed": "SELECT-FIXED",
-               "solve_fixed": "SOLVE-FIXED", "reverse": "REVERSE", "solve": "SOLVE", "select": "SELECT",
-               "sort": "SORT", "context_shift": "CONTEXTSHIFT", "mips": "MIPS"}
+TASKS = (
+    "shift",
+    "cumsum",
+    "cummax",
+    "select_fixed",
+    "solve_fixed",
+    "reverse",
+    "solve",
+    "select",
+    "sort",
+    "context_shift",
+    "mips",
+)
+TASK_LABELS = {
+    "shift": "SHIFT",
+    "cumsum": "CUMSUM",
+    "cummax": "CUMMAX",
+    "select_fixed": "SELECT-FIXED",
+    "solve_fixed": "SOLVE-FIXED",
+    "reverse": "REVERSE",
+    "solve": "SOLVE",
+    "select": "SELECT",
+    "sort": "SORT",
+    "context_shift": "CONTEXTSHIFT",
+    "mips": "MIPS",
+}
 PAPER_LENGTH, PAPER_WIDTH, PAPER_STATE, PAPER_BATCH, PAPER_STEPS = 4096, 128, 4096, 16, 40_000
 
 
@@ -65,13 +86,21 @@ ATTENTION = {"heads": 4, "rotary": True}
 
 MODELS = {
     "dlr": AtomicModel(label="DLR", mixer="dlr", options=TABLE7_DLR, lr=DLR_LR),
-    "dss_exp": AtomicModel(label="DSS-EXP", mixer="dss_exp", options={"init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-2},
-                           lr=OTHER_LR),
-    "attention": AtomicModel(label="ATTENTION", mixer="softmax_attention", options=ATTENTION, lr=OTHER_LR,
-                             has_state=False),
+    "dss_exp": AtomicModel(
+        label="DSS-EXP", mixer="dss_exp", options={"init": "lin2pi", "dt_min": 1e-4, "dt_max": 1e-2}, lr=OTHER_LR
+    ),
+    "attention": AtomicModel(
+        label="ATTENTION", mixer="softmax_attention", options=ATTENTION, lr=OTHER_LR, has_state=False
+    ),
     "dlr_6": AtomicModel(label="DLR, 6 layers", mixer="dlr", options=TABLE7_DLR, lr=DLR_LR, layers=6),
-    "attention_2": AtomicModel(label="ATTENTION, 2 layers", mixer="softmax_attention", options=ATTENTION, lr=OTHER_LR,
-                               layers=2, has_state=False),
+    "attention_2": AtomicModel(
+        label="ATTENTION, 2 layers",
+        mixer="softmax_attention",
+        options=ATTENTION,
+        lr=OTHER_LR,
+        layers=2,
+        has_state=False,
+    ),
     # Table 2's variants of the single DLR layer
     "dlr_prod": AtomicModel(label="DLR-prod", mixer="dlr", options={**TABLE7_DLR, "prod": True}, lr=DLR_LR),
     "dlr_small_n": AtomicModel(label="DLR, N/8", mixer="dlr", options=TABLE7_DLR, lr=DLR_LR, state_scale=1 / 8),
@@ -113,9 +142,16 @@ class Budget(base.Budget):
 SMOKE = Budget(seq_len=16, width=16, state_dim=8, batch_size=4, steps=4, test_examples=8, eval_every=2)
 
 
-def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds: Sequence[int], budget: Budget,
-                  lrs: Sequence[float] | None = None, *,
-                  lengths: Mapping[str, Sequence[int]] | None = None) -> list[SweepConfig]:
+def atomic_sweeps(
+    part: str,
+    models: Sequence[str],
+    tasks: Sequence[str],
+    seeds: Sequence[int],
+    budget: Budget,
+    lrs: Sequence[float] | None = None,
+    *,
+    lengths: Mapping[str, Sequence[int]] | None = None,
+) -> list[SweepConfig]:
     """One sweep per model (a key of :data:`MODELS`) named ``PART-MODEL``: every task at length ``budget.seq_len``
     (or at each of the model's ``lengths``), every seed, at the model's own learning rate (or over ``lrs``); a fresh
     batch every step (``steps × batch`` training examples)."""
@@ -127,15 +163,30 @@ def atomic_sweeps(part: str, models: Sequence[str], tasks: Sequence[str], seeds:
             axes["task.params.seq_len"] = list(lengths[key])
         if lrs is not None:
             axes["optimizer.lr"] = list(lrs)
-        data = {"name": f"{part}-{key}",
-                "model": {"block": "transformer", "layers": model.layers, "d_model": budget.width, "mlp": "none",
-                          "positions": False, "norm": "layernorm", "norm_position": "post", "mixer": model.mixer,
-                          "mixer_options": model.mixer_options(budget.state_dim)},
-                "task": {"name": tasks[0], "params": {"seq_len": budget.seq_len},
-                         "train_examples": budget.steps * budget.batch_size, "test_examples": budget.test_examples},
-                "optimizer": {"lr": model.lr, "weight_decay": 0.0}, "schedule": {"kind": "constant"},
-                "train": budget.train_options(budget.batch_size),
-                "sweep": axes}
+        data = {
+            "name": f"{part}-{key}",
+            "model": {
+                "block": "transformer",
+                "layers": model.layers,
+                "d_model": budget.width,
+                "mlp": "none",
+                "positions": False,
+                "norm": "layernorm",
+                "norm_position": "post",
+                "mixer": model.mixer,
+                "mixer_options": model.mixer_options(budget.state_dim),
+            },
+            "task": {
+                "name": tasks[0],
+                "params": {"seq_len": budget.seq_len},
+                "train_examples": budget.steps * budget.batch_size,
+                "test_examples": budget.test_examples,
+            },
+            "optimizer": {"lr": model.lr, "weight_decay": 0.0},
+            "schedule": {"kind": "constant"},
+            "train": budget.train_options(budget.batch_size),
+            "sweep": axes,
+        }
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps
 
@@ -197,5 +248,13 @@ def plot_r2_grid(results: Results, path: Path, title: str) -> Path:
 
     tasks, models = present(results)
     grid = [[score(results, key, task).mean for key in models] for task in tasks]  # NaN where nothing ran
-    return plot_accuracy_grid(grid, [TASK_LABELS[task] for task in tasks], [MODELS[key].label for key in models],
-                              path, row_name="task", column_name="model", title=title, percent=False)
+    return plot_accuracy_grid(
+        grid,
+        [TASK_LABELS[task] for task in tasks],
+        [MODELS[key].label for key in models],
+        path,
+        row_name="task",
+        column_name="model",
+        title=title,
+        percent=False,
+    )

@@ -61,6 +61,13 @@ class SweepBuilder(Protocol):
     of ``seeds`` within ``budget``, over the learning rates ``lrs`` (None: the protocol's own — the paper's grid, or
     each model's rate); a protocol's further axes (widths, weight decays, lengths) are keyword-only arguments."""
 
-    def __call__(self, part: str, models: Sequence[Any], tasks: Sequence[Any] | Mapping[str, Any],
-                 seeds: Sequence[int], budget: Budget, lrs: Sequence[float] | None = None,
-                 **axes: Any) -> list[SweepConfig]: ...
+    def __call__(
+        self,
+        part: str,
+        models: Sequence[Any],
+        tasks: Sequence[Any] | Mapping[str, Any],
+        seeds: Sequence[int],
+        budget: Budget,
+        lrs: Sequence[float] | None = None,
+        **axes: Any,
+    ) -> list[SweepConfig]: ...

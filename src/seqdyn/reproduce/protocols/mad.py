@@ -43,6 +43,7 @@ TRANSFORMER_BLOCK: dict[str, Any] = {"block": "transformer", "positions": True}
 #: mixer, no positions (the short convolution of its keys and queries is the mixer's ``short_conv``)
 GATED_BLOCK: dict[str, Any] = {"block": "gated", "positions": False}
 
+
 @dataclass(frozen=True, kw_only=True)
 class MADModel(base.Model):
     """A model of seed 001 as it ran it: the mixer and its options in a block design (:data:`TRANSFORMER_BLOCK` or
@@ -78,11 +79,11 @@ CPU_TASKS: dict[str, dict[str, Any]] = {
 #: the MAD tasks the ``cpu`` scales leave out, and why: no rung of the control's difficulty pilot passed
 CPU_LEFT_OUT: dict[str, str] = {
     "fuzzy_in_context_recall": "fuzzy recall is left out: in the difficulty pilot of the control alone (softmax, "
-                               "2,000 steps, two seeds; examples/pilots/control_difficulty.py, 2026-11-27) no setting "
-                               "reached 0.9 — V = 16 with motifs of 2 at L = 32: 0.13 / 0.15, at L = 16: 0.15 / 0.71 (0.17 / "
-                               "0.75 at 6,000 steps); motifs of 1 at L = 16: 0.43 / 0.44; V = 12 and 8 at L = 16: 0.19 "
-                               "/ 0.20, 0.30 / 0.27 "
-                               "(MAD's L = 64 with motifs of 3 left every model at chance, 0.13-0.16, at 6db3862)",
+    "2,000 steps, two seeds; examples/pilots/control_difficulty.py, 2026-11-27) no setting "
+    "reached 0.9 — V = 16 with motifs of 2 at L = 32: 0.13 / 0.15, at L = 16: 0.15 / 0.71 (0.17 / "
+    "0.75 at 6,000 steps); motifs of 1 at L = 16: 0.43 / 0.44; V = 12 and 8 at L = 16: 0.19 "
+    "/ 0.20, 0.30 / 0.27 "
+    "(MAD's L = 64 with motifs of 3 left every model at chance, 0.13-0.16, at 6db3862)",
 }
 
 
@@ -97,8 +98,9 @@ def cpu_tasks(*names: str) -> dict[str, dict[str, Any]]:
 
 def left_out_words(*names: str) -> str:
     """Why the ``cpu`` scale leaves out those of the tasks ``names`` it leaves out ("" where none)."""
-    return " ".join(CPU_LEFT_OUT[name][0].upper() + CPU_LEFT_OUT[name][1:] + "." for name in names
-                    if name in CPU_LEFT_OUT)
+    return " ".join(
+        CPU_LEFT_OUT[name][0].upper() + CPU_LEFT_OUT[name][1:] + "." for name in names if name in CPU_LEFT_OUT
+    )
 
 
 #: the same tasks in toy sizes: a smoke scale's whole pipeline in seconds
@@ -131,20 +133,30 @@ class Budget(base.Budget):
 
 
 #: how the ``paper`` scales train, in words for their ``reductions``
-PAPER_PROTOCOL = ("MAD's protocol (seed 001 appendix E; DESIGN §8): 12,800 training and 1,280 test examples, batch "
-                  "128, 200 epochs, lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine to 1e-6, early stop "
-                  "at 99.9 %; two blocks of width 128 with SwiGLU MLPs, 4 heads (seed 001's layer counts, widths and "
-                  "heads are lost from its text copy: MAD's are taken); one seed")
+PAPER_PROTOCOL = (
+    "MAD's protocol (seed 001 appendix E; DESIGN §8): 12,800 training and 1,280 test examples, batch "
+    "128, 200 epochs, lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine to 1e-6, early stop "
+    "at 99.9 %; two blocks of width 128 with SwiGLU MLPs, 4 heads (seed 001's layer counts, widths and "
+    "heads are lost from its text copy: MAD's are taken); one seed"
+)
 SMOKE_REDUCTION = "The whole pipeline on toy tasks (L = 16, d = 16, 4 steps): no verdict to trust."
 
 #: the ``smoke`` budget of every seed 001 reproduction
-SMOKE = Budget(epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8,
-                      eval_every=2, width=16, layers=1)
+SMOKE = Budget(
+    epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8, eval_every=2, width=16, layers=1
+)
 
 
-def mad_sweeps(part: str, models: Sequence[MADModel | dict[str, Any]], tasks: Mapping[str, Mapping[str, Any]],
-               seeds: Sequence[int], budget: Budget, lrs: Sequence[float] | None = None, *,
-               weight_decays: Sequence[float] = PAPER_WEIGHT_DECAYS) -> list[SweepConfig]:
+def mad_sweeps(
+    part: str,
+    models: Sequence[MADModel | dict[str, Any]],
+    tasks: Mapping[str, Mapping[str, Any]],
+    seeds: Sequence[int],
+    budget: Budget,
+    lrs: Sequence[float] | None = None,
+    *,
+    weight_decays: Sequence[float] = PAPER_WEIGHT_DECAYS,
+) -> list[SweepConfig]:
     """One sweep per MAD task named ``PART-TASK`` (``tasks``: name → its parameters): the ``models`` (each a
     :class:`MADModel` or its ``model`` sweep-axis entry: a block design, a mixer and its options) × ``lrs`` (None: the
     paper's) × ``weight_decays`` × ``seeds``."""
@@ -152,16 +164,25 @@ def mad_sweeps(part: str, models: Sequence[MADModel | dict[str, Any]], tasks: Ma
     sweeps = []
     for task, params in tasks.items():
         train = budget.train_options(budget.batch_size, early_stop={"threshold": EARLY_STOP})
-        data = {"name": f"{part}-{task}",
-                "model": {"layers": budget.layers, "d_model": budget.width, "mlp": budget.mlp, "norm": "layernorm"},
-                "task": {"name": task, "params": dict(params), "train_examples": budget.train_examples,
-                         "test_examples": budget.test_examples},
-                "optimizer": {"weight_decay": weight_decays[0]},
-                "schedule": {"kind": "cosine", "min_lr": PAPER_MIN_LR},
-                "train": train,
-                "sweep": {"model": [model.entry() if isinstance(model, MADModel) else dict(model) for model in models],
-                          "optimizer.lr": list(lrs),
-                          "optimizer.weight_decay": list(weight_decays), "train.seed": list(seeds)}}
+        data = {
+            "name": f"{part}-{task}",
+            "model": {"layers": budget.layers, "d_model": budget.width, "mlp": budget.mlp, "norm": "layernorm"},
+            "task": {
+                "name": task,
+                "params": dict(params),
+                "train_examples": budget.train_examples,
+                "test_examples": budget.test_examples,
+            },
+            "optimizer": {"weight_decay": weight_decays[0]},
+            "schedule": {"kind": "cosine", "min_lr": PAPER_MIN_LR},
+            "train": train,
+            "sweep": {
+                "model": [model.entry() if isinstance(model, MADModel) else dict(model) for model in models],
+                "optimizer.lr": list(lrs),
+                "optimizer.weight_decay": list(weight_decays),
+                "train.seed": list(seeds),
+            },
+        }
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps
 
@@ -176,8 +197,10 @@ def tasks_of(results: Results) -> list[str]:
 
 
 #: what a MAD task's plateau is, in words
-PLATEAU_WORDS = ("the MAD task's plateau: the better of a constant answer and a token copied from the context so far, "
-                 "measured on its test examples")
+PLATEAU_WORDS = (
+    "the MAD task's plateau: the better of a constant answer and a token copied from the context so far, "
+    "measured on its test examples"
+)
 
 
 def plateau_level(task_name: str, examples: int = 256, seed: int = 0, **params: Any) -> float:
@@ -205,9 +228,16 @@ def plateau_level(task_name: str, examples: int = 256, seed: int = 0, **params: 
 
 def task_plateau(results: Results, task: str) -> float:
     """:func:`plateau_level` of ``task`` with the parameters its runs used (averaged over its settings)."""
-    settings = {tuple(sorted((key.removeprefix("task.params."), value) for key, value in row.items()
-                             if key.startswith("task.params.") and value is not None))
-                for row in results.select(task__name=task)}
+    settings = {
+        tuple(
+            sorted(
+                (key.removeprefix("task.params."), value)
+                for key, value in row.items()
+                if key.startswith("task.params.") and value is not None
+            )
+        )
+        for row in results.select(task__name=task)
+    }
     levels = [plateau_level(task, **dict(setting)) for setting in settings]
     return sum(levels) / len(levels)
 
@@ -217,37 +247,54 @@ SOLVED = 0.9
 #: the positive control of the MAD comparisons: softmax attention as the ``custom`` mixer computes it (the exp
 #: readout, Λ = I, b = K^-½, η = max(|Σα|, 1)) in the Type 1 block with learned positions — ``coef_readout_maps``'
 #: exp model, so a store shares its runs between the reproductions that train it at the same budget
-CONTROL_OPTIONS: dict[str, Any] = {"readout": "exp", "heads": 4, "decay": "none", "scale": "inv_sqrt",
-                                   "normalizer": "abs_max1"}
+CONTROL_OPTIONS: dict[str, Any] = {
+    "readout": "exp",
+    "heads": 4,
+    "decay": "none",
+    "scale": "inv_sqrt",
+    "normalizer": "abs_max1",
+}
 CONTROL = MADModel(label="softmax", mixer="custom", options=CONTROL_OPTIONS, block=TRANSFORMER_BLOCK)
 CONTROL_ENTRY: dict[str, Any] = CONTROL.entry()
 
 
 def is_control(row: dict[str, Any]) -> bool:
     """Whether ``row`` trained :data:`CONTROL_ENTRY` (its mixer with exactly the control's options)."""
-    options = {key.removeprefix("model.mixer_options."): value for key, value in row.items()
-               if key.startswith("model.mixer_options.") and value is not None}
-    return (row.get("model.mixer") == "custom" and bool(row.get("model.positions"))
-            and row.get("model.block") == "transformer" and options == CONTROL_OPTIONS)
+    options = {
+        key.removeprefix("model.mixer_options."): value
+        for key, value in row.items()
+        if key.startswith("model.mixer_options.") and value is not None
+    }
+    return (
+        row.get("model.mixer") == "custom"
+        and bool(row.get("model.positions"))
+        and row.get("model.block") == "transformer"
+        and options == CONTROL_OPTIONS
+    )
 
 
 def control_score(results: Results, task: str) -> Score:
     """The control's MAD score on ``task``."""
-    return mad_score(results, f"softmax on {task}", [row for row in results.select(task__name=task)
-                                                     if is_control(row)])
+    return mad_score(results, f"softmax on {task}", [row for row in results.select(task__name=task) if is_control(row)])
 
 
 #: every MAD comparison's control: the claim's tasks must be learnable at the scale's budget and settings
-MAD_CONTROL = Control(f"softmax attention (exp readout, Type 1 block with positions) reaches {SOLVED} on every task "
-                      "of the claim", lambda results: weakest([control_score(results, task)
-                                                               for task in tasks_of(results)]), SOLVED)
+MAD_CONTROL = Control(
+    f"softmax attention (exp readout, Type 1 block with positions) reaches {SOLVED} on every task of the claim",
+    lambda results: weakest([control_score(results, task) for task in tasks_of(results)]),
+    SOLVED,
+)
 
 
 def mad_plateau(compared: Callable[[Results, str], Sequence[Score]]) -> Plateau:
     """MAD's plateau rule for a claim comparing, on each task, the scores ``compared(results, task)``."""
-    return Plateau(PLATEAU_WORDS, PLATEAU_MARGIN,
-                   lambda results: [(score, task_plateau(results, task)) for task in tasks_of(results)
-                                    for score in compared(results, task)])
+    return Plateau(
+        PLATEAU_WORDS,
+        PLATEAU_MARGIN,
+        lambda results: [
+            (score, task_plateau(results, task)) for task in tasks_of(results) for score in compared(results, task)
+        ],
+    )
 
 
 def setting_keys(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
@@ -310,7 +357,8 @@ def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASUR
     heads = [head for head in inspect_model(model, inputs, spectral=False) if head.near_zero_fraction is not None]
     measured: dict[str, Any] = {
         NEAR_ZERO: sum(head.near_zero_fraction for head in heads) / len(heads) if heads else None,
-        LARGE: sum(head.large_fraction for head in heads) / len(heads) if heads else None}
+        LARGE: sum(head.large_fraction for head in heads) / len(heads) if heads else None,
+    }
     bounded = [head for head in heads if head.zero_bound is not None]
     if bounded:
         measured[MAX_ZEROS] = max(head.mean_zero_count for head in bounded)
@@ -327,8 +375,9 @@ def measure_best_runs(results: Results, store_path: str | Path, cells: Sequence[
     store = Store(store_path)
     best = {row["run_id"] for row in best_runs(results.rows, cells)}
     with one_thread():
-        rows = tuple({**row, **(measure_coefficients(store, row) if row["run_id"] in best else {})}
-                     for row in results.rows)
+        rows = tuple(
+            {**row, **(measure_coefficients(store, row) if row["run_id"] in best else {})} for row in results.rows
+        )
     return replace(results, rows=rows)
 
 
@@ -337,8 +386,11 @@ def principle_panels(results: Results, cells: Sequence[str], label: Any) -> dict
     near-zero fraction, accuracy)`` of every measured best run; a placeholder panel where none is measured yet."""
     panels = {}
     for task in tasks_of(results):
-        points = [(label(row), row[NEAR_ZERO], row["best"])
-                  for row in best_runs(results.select(task__name=task), cells) if row.get(NEAR_ZERO) is not None]
+        points = [
+            (label(row), row[NEAR_ZERO], row["best"])
+            for row in best_runs(results.select(task__name=task), cells)
+            if row.get(NEAR_ZERO) is not None
+        ]
         if points:
             panels[task.replace("_", " ")] = points
     return panels or {"no measured run yet": [("none", 0.0, 0.0)]}

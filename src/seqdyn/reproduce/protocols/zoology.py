@@ -57,9 +57,16 @@ class MQARModel(base.Model):
         not apply)."""
         sizes = states if self.expands else states[:1]
         mlp = {"mlp": self.mlp} if self.mlp else {}
-        return [{"mixer": self.mixer, "positions": self.positions, "d_model": width, **mlp,
-                 "mixer_options": {**self.options, **({"state_dim": n} if self.expands else {})}}
-                for n in sizes]
+        return [
+            {
+                "mixer": self.mixer,
+                "positions": self.positions,
+                "d_model": width,
+                **mlp,
+                "mixer_options": {**self.options, **({"state_dim": n} if self.expands else {})},
+            }
+            for n in sizes
+        ]
 
 
 #: seed 000 Fig. 3's qLSTM block (appendix I.1 and the authors' code, built on Hippogriff): width expansion 2, a
@@ -106,17 +113,28 @@ def cpu_budget(steps: int, train_examples: int = 20_000) -> Budget:
     """The ``cpu`` budget of the MQAR reproductions: ``steps`` of batch 64 over ``train_examples`` (1,000 test), a
     vocabulary of 256, an evaluation every 250 steps, blocks without MLPs and weights drawn with std 0.1 — see
     :data:`CPU_MODEL_REASON`."""
-    return Budget(epochs=None, steps=steps, train_examples=train_examples, test_examples=1_000, vocab_size=256,
-                  batch_size=64, eval_every=250, mlp="none", init_std=0.1)
+    return Budget(
+        epochs=None,
+        steps=steps,
+        train_examples=train_examples,
+        test_examples=1_000,
+        vocab_size=256,
+        batch_size=64,
+        eval_every=250,
+        mlp="none",
+        init_std=0.1,
+    )
 
 
 #: why the ``cpu`` scales leave out the MLPs and draw larger initial weights (measured 2026-11-25, MQAR L = 64,
 #: d = 64, batch 64, lr 0.01, 1,500 steps at most: ``seqdyn sweep examples/pilots/mqar_cpu_model.yaml``)
-CPU_MODEL_REASON = ("the blocks have no MLPs and their weights are drawn with std 0.1 instead of Zoology's 0.02: "
-                    "with the paper's GELU MLPs and std 0.02, softmax attention itself stayed on the plateau for "
-                    "1,500 steps (best 0.26 with 4 pairs, 0.15 with 8), and with either change alone too (0.14 "
-                    "and 0.15 with 8 pairs), while with both it solved 4 and 8 pairs by step 500 (0.999 and "
-                    "0.996), each step taking about half the time")
+CPU_MODEL_REASON = (
+    "the blocks have no MLPs and their weights are drawn with std 0.1 instead of Zoology's 0.02: "
+    "with the paper's GELU MLPs and std 0.02, softmax attention itself stayed on the plateau for "
+    "1,500 steps (best 0.26 with 4 pairs, 0.15 with 8), and with either change alone too (0.14 "
+    "and 0.15 with 8 pairs), while with both it solved 4 and 8 pairs by step 500 (0.999 and "
+    "0.996), each step taking about half the time"
+)
 
 
 #: the DSF authors' MQAR configs all set ``random_non_queries: False`` (fillers stay 0; Zoology's default, True,
@@ -124,27 +142,55 @@ CPU_MODEL_REASON = ("the blocks have no MLPs and their weights are drawn with st
 RANDOM_NON_QUERIES = False
 
 
-def mqar_sweeps(part: str, models: Sequence[str], tasks: Sequence[tuple[int, int]], seeds: Sequence[int],
-                budget: Budget, lrs: Sequence[float] | None = None, *, widths: Sequence[int] = PAPER_WIDTHS,
-                states: Sequence[int] = PAPER_STATES, backend: str = "auto") -> list[SweepConfig]:
+def mqar_sweeps(
+    part: str,
+    models: Sequence[str],
+    tasks: Sequence[tuple[int, int]],
+    seeds: Sequence[int],
+    budget: Budget,
+    lrs: Sequence[float] | None = None,
+    *,
+    widths: Sequence[int] = PAPER_WIDTHS,
+    states: Sequence[int] = PAPER_STATES,
+    backend: str = "auto",
+) -> list[SweepConfig]:
     """One sweep per MQAR task ``(L, P)`` named ``PART-L{L}-P{P}``: the mixers ``models`` (keys of :data:`MIXERS`)
     × ``widths`` × ``states`` × ``lrs`` (None: the paper's) × ``seeds``, every layer computing with ``backend``."""
     sweeps = []
     for seq_len, pairs in tasks:
         entries = [entry for name in models for width in widths for entry in MIXERS[name].entries(states, width)]
-        train = budget.train_options(budget.batch_size or paper_batch_size(seq_len),
-                                     early_stop={"threshold": EARLY_STOP}, backend=backend)
-        data = {"name": f"{part}-L{seq_len}-P{pairs}",
-                "model": {"block": "transformer", "layers": 2, "mlp": budget.mlp, "norm": "layernorm",
-                          "init_std": budget.init_std},
-                "task": {"name": "mqar", "params": {"seq_len": seq_len, "num_kv_pairs": pairs,
-                                                   "vocab_size": budget.vocab_size,
-                                                   "random_non_queries": RANDOM_NON_QUERIES},
-                         "train_examples": budget.train_examples, "test_examples": budget.test_examples},
-                "optimizer": {"weight_decay": 0.1}, "schedule": {"kind": "cosine", "warmup": 0.1},
-                "train": train,
-                "sweep": {"model": entries, "optimizer.lr": list(PAPER_LRS if lrs is None else lrs),
-                          "train.seed": list(seeds)}}
+        train = budget.train_options(
+            budget.batch_size or paper_batch_size(seq_len), early_stop={"threshold": EARLY_STOP}, backend=backend
+        )
+        data = {
+            "name": f"{part}-L{seq_len}-P{pairs}",
+            "model": {
+                "block": "transformer",
+                "layers": 2,
+                "mlp": budget.mlp,
+                "norm": "layernorm",
+                "init_std": budget.init_std,
+            },
+            "task": {
+                "name": "mqar",
+                "params": {
+                    "seq_len": seq_len,
+                    "num_kv_pairs": pairs,
+                    "vocab_size": budget.vocab_size,
+                    "random_non_queries": RANDOM_NON_QUERIES,
+                },
+                "train_examples": budget.train_examples,
+                "test_examples": budget.test_examples,
+            },
+            "optimizer": {"weight_decay": 0.1},
+            "schedule": {"kind": "cosine", "warmup": 0.1},
+            "train": train,
+            "sweep": {
+                "model": entries,
+                "optimizer.lr": list(PAPER_LRS if lrs is None else lrs),
+                "train.seed": list(seeds),
+            },
+        }
         sweeps.append(SweepConfig.model_validate(data))
     return sweeps
 
@@ -186,7 +232,7 @@ def context_copy_level(seq_len: int, num_kv_pairs: int, examples: int = 500, see
     inputs, targets = task.generate(examples, seed, "test")
     per_example = []
     for tokens, answers in zip(inputs.tolist(), targets.tolist()):
-        values = set(tokens[1:task.context_len:2])  # the context is k1 v1 k2 v2 …
+        values = set(tokens[1 : task.context_len : 2])  # the context is k1 v1 k2 v2 …
         chances = [1 / len(values) if answer in values else 0.0 for answer in answers if answer != IGNORE_INDEX]
         per_example.append(sum(chances) / len(chances))
     return sum(per_example) / len(per_example)
@@ -196,10 +242,13 @@ def plateau_level(results: Results, task: tuple[int, int] | None = None) -> floa
     """:func:`context_copy_level` of the task of ``results`` (of every task, averaged, where ``task`` is None), with
     the vocabulary and fillers its runs used."""
     levels = []
-    for each in ([task] if task is not None else tasks_of(results)):
+    for each in [task] if task is not None else tasks_of(results):
         row = next(row for row in results.rows if task_of(row) == each)
-        params = {name: row[f"task.params.{name}"] for name in ("vocab_size", "random_non_queries")
-                  if row.get(f"task.params.{name}") is not None}
+        params = {
+            name: row[f"task.params.{name}"]
+            for name in ("vocab_size", "random_non_queries")
+            if row.get(f"task.params.{name}") is not None
+        }
         levels.append(context_copy_level(*each, **params))
     return sum(levels) / len(levels)
 
@@ -227,8 +276,11 @@ def escape_table(results: Results, models: dict[str, str]) -> str:
                     continue
                 best = max(runs, key=result_value)
                 step = escape_step(best, level)
-                cells.append(f"left at step {step:,} ({best['best']:.2f})" if step is not None
-                             else f"not by step {int(best['steps']):,} ({best['best']:.2f})")
+                cells.append(
+                    f"left at step {step:,} ({best['best']:.2f})"
+                    if step is not None
+                    else f"not by step {int(best['steps']):,} ({best['best']:.2f})"
+                )
             lines.append("| " + " | ".join([task_label(task), label, *cells]) + " |")
     return "\n".join(lines)
 
@@ -236,56 +288,73 @@ def escape_table(results: Results, models: dict[str, str]) -> str:
 def escape_words(results: Results) -> str:
     """What :func:`escape_table` shows, in a sentence under it."""
     levels = ", ".join(f"{task_label(task)}: {plateau_level(results, task):.3f}" for task in tasks_of(results))
-    return (f"Where each seed's best run left MQAR's plateau (a value copied from the context; {levels}) by more "
-            f"than {PLATEAU_MARGIN} of accuracy: the first such evaluation, else the step it stopped at.")
+    return (
+        f"Where each seed's best run left MQAR's plateau (a value copied from the context; {levels}) by more "
+        f"than {PLATEAU_MARGIN} of accuracy: the first such evaluation, else the step it stopped at."
+    )
 
 
 #: the positive control of every MQAR comparison: softmax attention solves the same task (seed 000 Fig. 1: "perfect
 #: accuracy throughout") on every seed, so that a model below it is below a model that learnt the task
-SOFTMAX_CONTROL = Control(f"softmax attention on the same task reaches Zoology's early stop {EARLY_STOP} on every "
-                          "seed", lambda results: results.score("softmax attention",
-                                                                rows_of(results, "softmax_attention"),
-                                                                cells=TASK_KEYS),
-                          EARLY_STOP)
+SOFTMAX_CONTROL = Control(
+    f"softmax attention on the same task reaches Zoology's early stop {EARLY_STOP} on every seed",
+    lambda results: results.score("softmax attention", rows_of(results, "softmax_attention"), cells=TASK_KEYS),
+    EARLY_STOP,
+)
 
 
 def compared_plateau(score: Callable[..., Score], *mixers: Any, per_task: bool) -> Plateau:
     """MQAR's plateau for the compared ``mixers`` (``score(results, mixer, task)`` their scores; a mixer may be
     any key ``score`` takes, e.g. the index of a state size): on each task (``per_task``) or averaged over the
     tasks, as the claim compares them."""
+
     def compared(results: Results) -> list[tuple[Score, float]]:
         if not per_task:
             return [(score(results, mixer), plateau_level(results)) for mixer in mixers]
-        return [(score(results, mixer, task), plateau_level(results, task))
-                for task in tasks_of(results) for mixer in mixers]
+        return [
+            (score(results, mixer, task), plateau_level(results, task))
+            for task in tasks_of(results)
+            for mixer in mixers
+        ]
 
     return Plateau(PLATEAU_WORDS, PLATEAU_MARGIN, compared)
 
 
 def softmax_solves(results: Results) -> Outcome:
     """Softmax attention reaches Zoology's early-stop accuracy on every seed of every task."""
-    return every({task_label(task): reaches(results.score("softmax", rows_of(results, "softmax_attention", task)),
-                                            EARLY_STOP)
-                  for task in tasks_of(results)})
+    return every(
+        {
+            task_label(task): reaches(results.score("softmax", rows_of(results, "softmax_attention", task)), EARLY_STOP)
+            for task in tasks_of(results)
+        }
+    )
 
 
-def grid_table(results: Results, models: dict[str, str], column: str, column_label: str,
-               row_key: str | None = None, row_label: str = "n") -> str:
+def grid_table(
+    results: Results,
+    models: dict[str, str],
+    column: str,
+    column_label: str,
+    row_key: str | None = None,
+    row_label: str = "n",
+) -> str:
     """A markdown table of accuracy (%): one row per (task, model[, ``row_key`` value]), one column per value of
     ``column``; each cell the mean over seeds of the best over the learning rates (± half the seed range).  A model
     without ``column`` (softmax attention has no state size) shows its one value in every column."""
     columns = [value for value in results.values(column) if value is not None]
-    header = ["task", "model", *([row_label] if row_key else []),
-              *(f"{column_label} = {value}" for value in columns)]
+    header = ["task", "model", *([row_label] if row_key else []), *(f"{column_label} = {value}" for value in columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for task in tasks_of(results):
         for mixer, label in models.items():
             rows = rows_of(results, mixer, task)
-            for key in (dict.fromkeys(row.get(row_key) for row in rows) if row_key else [None]):
+            for key in dict.fromkeys(row.get(row_key) for row in rows) if row_key else [None]:
                 chosen = [row for row in rows if row_key is None or row.get(row_key) == key]
-                cells = [score_cell(results.score(label, [row for row in chosen if row.get(column) in (value, None)]),
-                                    percent)
-                         for value in columns]
+                cells = [
+                    score_cell(
+                        results.score(label, [row for row in chosen if row.get(column) in (value, None)]), percent
+                    )
+                    for value in columns
+                ]
                 lead = [task_label(task), label, *([str(key or "—")] if row_key else [])]
                 lines.append("| " + " | ".join(lead + cells) + " |")
     return "\n".join(lines)

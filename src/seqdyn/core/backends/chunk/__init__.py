@@ -34,16 +34,17 @@ from seqdyn.core.problem import Problem
 
 NAME = "chunk"
 
-__all__ = ["NAME", "SOFTMAX_KEY_BLOCK", "SOFTMAX_QUERY_BLOCK", "linear", "nonlinear", "safe_chunk_size",
-           "unsupported"]
+__all__ = ["NAME", "SOFTMAX_KEY_BLOCK", "SOFTMAX_QUERY_BLOCK", "linear", "nonlinear", "safe_chunk_size", "unsupported"]
 
 
 def unsupported(problem: Problem) -> str | None:
     if problem.readout.linear:
         return None
     if not (problem.readout.is_exp and problem.normalizer_kind == "sum"):
-        return (f"readout={problem.readout.name!r} with normalizer={problem.normalizer_kind!r} has no chunked form; "
-                "chunk computes readout='identity' (any normalizer) and readout='exp' with normalizer='sum'")
+        return (
+            f"readout={problem.readout.name!r} with normalizer={problem.normalizer_kind!r} has no chunked form; "
+            "chunk computes readout='identity' (any normalizer) and readout='exp' with normalizer='sum'"
+        )
     if problem.householder:
         return "householder with readout='exp' has no chunked form; chunk's softmax supports no/scalar/diagonal decay"
     return None
@@ -73,6 +74,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     elif delta_rule:
         out, state = delta_rule_chunks(q, direction, v, g, beta, chunked(key_scale), problem.initial_state)
     else:
-        out, state = householder_chunks(q, dense(chunked(problem.k)), v, direction, g, beta, problem.initial_state,
-                                        problem.diagonal, (batch, heads))
+        out, state = householder_chunks(
+            q, dense(chunked(problem.k)), v, direction, g, beta, problem.initial_state, problem.diagonal, (batch, heads)
+        )
     return unchunked(out, length), state

@@ -16,8 +16,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.evolution import (HARD_RESET, bounded_log_decay, causal_mask, cumulative_log_decay,
-                                   subnormal_cutoff)
+from seqdyn.core.evolution import HARD_RESET, bounded_log_decay, causal_mask, cumulative_log_decay, subnormal_cutoff
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import shared_over_heads
 
@@ -200,13 +199,15 @@ class OppositeDecays(torch.autograd.Function):
             grad_exponent = torch.addcmul(grad_grown * grown, grad_shrunk, shrunk, value=-1).sum_to_size(exponent_shape)
         else:  # q and k broadcast differently: reduce each term over its own broadcast axes
             grad_exponent = (grad_grown * grown).sum_to_size(exponent_shape) - (grad_shrunk * shrunk).sum_to_size(
-                exponent_shape)
+                exponent_shape
+            )
         return grad_q, grad_k, grad_exponent
 
 
 # ---------------------------------------------------------------------------------------- states between chunks
-def pass_states(increments: Tensor, transitions: Tensor, initial: Tensor | None, shape: tuple[int, ...],
-                matrix: bool = False):
+def pass_states(
+    increments: Tensor, transitions: Tensor, initial: Tensor | None, shape: tuple[int, ...], matrix: bool = False
+):
     """``E_{n+1} = P_n E_n + ΔS_n`` from ``E_0`` (``initial`` or zero), with ``P_n`` a decay multiplying
     elementwise (``e^{Γ_n}``, broadcast against ``[K, V]``) or, with ``matrix``, a ``[K, K]`` transition: the
     entering states stacked ``[B, H, N, K, V]`` and the final state.  Chunks are taken by ``unbind``, not by
@@ -223,8 +224,11 @@ def pass_states(increments: Tensor, transitions: Tensor, initial: Tensor | None,
 def pass_state_gradients(grad_entering: Tensor, transitions: Tensor, grad_final: Tensor | None):
     """The reverse of :func:`pass_states` for an elementwise decay: ``∂ΔS_n = ∂E_{n+1}`` and
     ``∂E_n = ∂_direct E_n + P_n ⊙ ∂E_{n+1}``; returns ``(∂ΔS [B, H, N, K, V], ∂E_0)``."""
-    grad_after = torch.zeros_like(grad_entering[:, :, 0]) if grad_final is None else grad_final.expand_as(
-        grad_entering[:, :, 0]).clone()
+    grad_after = (
+        torch.zeros_like(grad_entering[:, :, 0])
+        if grad_final is None
+        else grad_final.expand_as(grad_entering[:, :, 0]).clone()
+    )
     grad_increments = torch.empty_like(grad_entering)
     for n in range(grad_entering.shape[2] - 1, -1, -1):
         grad_increments[:, :, n] = grad_after

@@ -17,14 +17,19 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.backends.chunk.chunking import (decay_matrix, diagonal_factors, pass_state_gradients, pass_states,
-                                                 suffix_sums, sum_after)
+from seqdyn.core.backends.chunk.chunking import (
+    decay_matrix,
+    diagonal_factors,
+    pass_state_gradients,
+    pass_states,
+    suffix_sums,
+    sum_after,
+)
 from seqdyn.core.evolution import decay_factor
 from seqdyn.core.precision import float32_under_autocast
 
 
-def decayed_chunks(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None,
-                   initial: Tensor | None) -> tuple[Tensor, Tensor]:
+def decayed_chunks(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None) -> tuple[Tensor, Tensor]:
     """``(Y [B, H, N, C, V], S_T [B, H, K, V])`` of chunked ``q``, ``k`` ``[B, H, N, C, K]``, ``v``
     ``[B, H, N, C, V]``, ``g`` ``[B, H, N, C]``, ``[B, H, N, C, K]`` or ``None`` (batch and heads of size 1
     broadcast) from the state ``initial`` ``[B, H, K, V]`` (or zero)."""
@@ -54,8 +59,7 @@ class _DecayedChunks(torch.autograd.Function):
         chunk_decay = decay_factor(total.squeeze(3)).unsqueeze(-1)  # e^{Γ} [B, H, N, K|1, 1]
         if not diagonal:
             chunk_decay = chunk_decay.unsqueeze(-1)
-        shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (k.shape[-1],
-                                                                                             v.shape[-1])
+        shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (k.shape[-1], v.shape[-1])
         entering, state = pass_states(keys.transpose(-1, -2) @ v, chunk_decay, initial, shape)
         out = coefficients @ v + queries @ entering
         ctx.save_for_backward(q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra)
@@ -67,8 +71,9 @@ class _DecayedChunks(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
         q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra = ctx.saved_tensors
         grad_out = grad_out.contiguous()
-        grad_increments, grad_initial = pass_state_gradients(queries.transpose(-1, -2) @ grad_out, chunk_decay,
-                                                             grad_state)
+        grad_increments, grad_initial = pass_state_gradients(
+            queries.transpose(-1, -2) @ grad_out, chunk_decay, grad_state
+        )
         grad_queries = grad_out @ entering.transpose(-1, -2)
         grad_keys = v @ grad_increments.transpose(-1, -2)
         grad_v = keys @ grad_increments + coefficients.transpose(-1, -2) @ grad_out
@@ -87,16 +92,26 @@ class _DecayedChunks(torch.autograd.Function):
             # terms reduced to the input's heads one by one: the gram's gradient is already summed over heads
             grad_q = (grad_gram @ k).sum_to_size(q.shape) + (grad_queries * query_factor).sum_to_size(q.shape)
             grad_k = (grad_gram.transpose(-1, -2) @ q).sum_to_size(k.shape) + (grad_keys * key_factor).sum_to_size(
-                k.shape)
+                k.shape
+            )
             if ctx.has_decay:
                 grad_segments = grad_coefficients * coefficients  # ∂σ[i, j] with σ = γ_i − γ_j
-                grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) + (grad_queries * queries).sum(-1)
-                              - (grad_keys * keys).sum(-1))
+                grad_gamma = (
+                    grad_segments.sum(-1)
+                    - grad_segments.sum(-2)
+                    + (grad_queries * queries).sum(-1)
+                    - (grad_keys * keys).sum(-1)
+                )
         grad_g = None
         if ctx.has_decay:  # Γ enters e^{Γ − γ} of the keys and e^{Γ} of the state
             grad_total = (grad_keys * keys).sum(3) + (grad_increments * chunk_decay * entering).sum(-1)
             grad_gamma[:, :, :, -1] += grad_total if ctx.diagonal else grad_total.sum(-1)
             grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
-        return (grad_q.sum_to_size(q.shape), grad_k.sum_to_size(k.shape), grad_v.sum_to_size(v.shape), grad_g,
-                grad_initial)
+        return (
+            grad_q.sum_to_size(q.shape),
+            grad_k.sum_to_size(k.shape),
+            grad_v.sum_to_size(v.shape),
+            grad_g,
+            grad_initial,
+        )

@@ -27,16 +27,18 @@ from seqdyn.core.evolution import decay_factor
 from seqdyn.core.precision import float32_under_autocast
 
 
-def delta_rule_chunks(q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, s: Tensor,
-                      initial: Tensor | None) -> tuple[Tensor, Tensor]:
+def delta_rule_chunks(
+    q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, s: Tensor, initial: Tensor | None
+) -> tuple[Tensor, Tensor]:
     """``(Y [B, H, N, C, V], S_T [B, H, K, V])`` of chunked ``q``, ``d`` ``[B, H, N, C, K]``, ``v``
     ``[B, H, N, C, V]`` and ``g`` (or ``None``), β, ``s`` ``[B, H, N, C]`` (batch and heads of size 1 broadcast)
     from the state ``initial`` ``[B, H, K, V]`` (or zero)."""
     return _DeltaRuleChunks.apply(q, d, v, g, beta, s, initial)
 
 
-def _delta_rule_states(u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, initial: Tensor | None,
-                       key_dim: int) -> tuple[Tensor, Tensor]:
+def _delta_rule_states(
+    u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, initial: Tensor | None, key_dim: int
+) -> tuple[Tensor, Tensor]:
     """The chunks' sequential part, ``V'_n = U_n − W_n S_n`` and ``S_{n+1} = e^{Γ_n} S_n + D̂_nᵀ V'_n`` from
     ``S_0`` (``initial`` or zero).  Returns ``[S_n; V'_n]`` stacked ``[B, H, N, K + C, V]`` (the right operand
     of the output ``Y = [Q̃, A] [S; V']``) and the final state; every input has the full batch and heads."""
@@ -57,8 +59,9 @@ def _delta_rule_states(u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor
     return right, final.view(batch, heads, key_dim, value_dim)
 
 
-def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor,
-                                grad_final: Tensor | None, key_dim: int) -> tuple[Tensor, Tensor, Tensor]:
+def _delta_rule_state_gradients(
+    direct: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, grad_final: Tensor | None, key_dim: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """The reverse of :func:`_delta_rule_states`, given the direct gradients ``[∂S_n; ∂V'_n]`` of the output:
     ``∂V'_n = ∂_direct V'_n + D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n + e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.
     Returns ``(∂S_{n+1} [B, H, N, K, V], ∂V' [B, H, N, C, V], ∂S_0)``."""
@@ -79,18 +82,23 @@ def _delta_rule_state_gradients(direct: Tensor, w: Tensor, to_end: Tensor, chunk
         grad_next, earlier = after[:, n], (after[:, n - 1] if n > 0 else grad_initial)  # ∂S_{n+1}, where ∂S_n goes
         torch.baddbmm(direct_corrected[:, n], to_end[:, n], grad_next, out=corrected[:, n])  # ∂V'_n
         torch.addcmul(direct_states[:, n], decays[:, n], grad_next, out=earlier).baddbmm_(
-            w[:, n].transpose(-1, -2), corrected[:, n], alpha=-1)  # ∂S_n
+            w[:, n].transpose(-1, -2), corrected[:, n], alpha=-1
+        )  # ∂S_n
     return grad_after, grad_corrected, grad_initial.view(batch, heads, key_dim, value_dim)
 
 
-def _through_grams(grad_coefficients: Tensor, products: Tensor, decay: Tensor, beta: Tensor, grams: Tensor,
-                   stacked: Tensor) -> tuple[Tensor, Tensor]:
+def _through_grams(
+    grad_coefficients: Tensor, products: Tensor, decay: Tensor, beta: Tensor, grams: Tensor, stacked: Tensor
+) -> tuple[Tensor, Tensor]:
     """The backward of the grams ``[A; N] = ([Q; D] Dᵀ) ⊙ L``, given ``∂A`` and ``∂(βN) = −tril₋₁(products)``:
     with ``G = [∂A ⊙ L; ∂N ⊙ L]`` (``∂N ⊙ L = −β tril₋₁(products) ⊙ L``) returns ``G D`` ``[B, H, N, 2C, K]``
     (``∂Q`` and a term of ``∂D``) and ``Gᵀ [Q; D]`` (the other term of ``∂D``)."""
     size = grams.shape[-1]
-    grad_grams = torch.empty(torch.broadcast_shapes(grams.shape, products.shape[:3] + grams.shape[3:]),
-                             dtype=grams.dtype, device=grams.device)  # [B, H, N, 2, C, C]
+    grad_grams = torch.empty(
+        torch.broadcast_shapes(grams.shape, products.shape[:3] + grams.shape[3:]),
+        dtype=grams.dtype,
+        device=grams.device,
+    )  # [B, H, N, 2, C, C]
     grad_of_queries, grad_of_keys = grad_grams.unbind(-3)
     torch.mul(grad_coefficients, decay, out=grad_of_queries)
     torch.mul(products, decay, out=grad_of_keys).mul_(-beta.unsqueeze(-1))
@@ -106,14 +114,17 @@ class _DeltaRuleChunks(torch.autograd.Function):
     ``∂g`` goes through ``γ = cumsum(g)``."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, s: Tensor,
-                initial: Tensor | None):
+    def forward(
+        ctx, q: Tensor, d: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, s: Tensor, initial: Tensor | None
+    ):
         has_decay = g is not None
         if g is None:
             g = q.new_zeros(1, 1, *q.shape[2:4])
         size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
-        full = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2],
-                                      s.shape[:2]) + d.shape[2:3]  # B, H, N
+        full = (
+            torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2], s.shape[:2])
+            + d.shape[2:3]
+        )  # B, H, N
         gamma = g.cumsum(dim=3)
         decay = decay_matrix(g)  # L
         query_factor = decay_factor(gamma).unsqueeze(-1)  # F
@@ -134,13 +145,31 @@ class _DeltaRuleChunks(torch.autograd.Function):
         solved = (inverse @ rhs).expand(*full, *rhs.shape[3:])  # [U, W] = T [s ⊙ V, β F ⊙ D]
         to_end = (d * end_factor).expand(*full, size, key_dim)  # D̂
         chunk_decay = decay_factor(gamma[:, :, :, -1]).unsqueeze(-1).unsqueeze(-1).expand(*full, 1, 1)  # e^{Γ}
-        right, state = _delta_rule_states(solved[..., :value_dim], solved[..., value_dim:], to_end, chunk_decay,
-                                          initial, key_dim)  # [S; V'] [B, H, N, K + C, V]
-        left = torch.cat([(q * query_factor).expand(*full, size, key_dim),
-                          coefficients.expand(*full, size, size)], dim=-1)  # [Q̃, A] [B, H, N, C, K + C]
+        right, state = _delta_rule_states(
+            solved[..., :value_dim], solved[..., value_dim:], to_end, chunk_decay, initial, key_dim
+        )  # [S; V'] [B, H, N, K + C, V]
+        left = torch.cat(
+            [(q * query_factor).expand(*full, size, key_dim), coefficients.expand(*full, size, size)], dim=-1
+        )  # [Q̃, A] [B, H, N, C, K + C]
         out = left @ right
-        ctx.save_for_backward(stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse,
-                              solved, left, right, to_end, chunk_decay)
+        ctx.save_for_backward(
+            stacked,
+            v,
+            g,
+            beta,
+            s,
+            initial,
+            decay,
+            query_factor,
+            end_factor,
+            grams,
+            inverse,
+            solved,
+            left,
+            right,
+            to_end,
+            chunk_decay,
+        )
         ctx.shapes = q.shape, d.shape
         ctx.has_decay = has_decay and ctx.needs_input_grad[3]
         return out, state
@@ -148,15 +177,32 @@ class _DeltaRuleChunks(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        (stacked, v, g, beta, s, initial, decay, query_factor, end_factor, grams, inverse, solved, left, right,
-         to_end, chunk_decay) = ctx.saved_tensors
+        (
+            stacked,
+            v,
+            g,
+            beta,
+            s,
+            initial,
+            decay,
+            query_factor,
+            end_factor,
+            grams,
+            inverse,
+            solved,
+            left,
+            right,
+            to_end,
+            chunk_decay,
+        ) = ctx.saved_tensors
         q_shape, d_shape = ctx.shapes
         size, key_dim, value_dim = stacked.shape[-2] // 2, stacked.shape[-1], v.shape[-1]
         q, d = stacked[..., :size, :], stacked[..., size:, :]
         coefficients, overlaps = grams.unbind(-3)
         grad_out = grad_out.contiguous()
         grad_after, grad_corrected, grad_initial = _delta_rule_state_gradients(
-            left.transpose(-1, -2) @ grad_out, solved[..., value_dim:], to_end, chunk_decay, grad_state, key_dim)
+            left.transpose(-1, -2) @ grad_out, solved[..., value_dim:], to_end, chunk_decay, grad_state, key_dim
+        )
         grad_left = grad_out @ right.transpose(-1, -2)  # [∂Q̃, ∂A]
         grad_query_in, grad_coefficients = grad_left.split([key_dim, size], dim=-1)
         entering, corrected = right.split([key_dim, size], dim=-2)
@@ -174,19 +220,32 @@ class _DeltaRuleChunks(torch.autograd.Function):
         grad_beta = from_keys - overlap_rows
         through_keys, through_stacked = _through_grams(grad_coefficients, products, decay, beta, grams, stacked)
         grad_q = through_keys[..., :size, :].sum_to_size(q_shape) + (grad_query_in * query_factor).sum_to_size(q_shape)
-        grad_d = ((through_keys[..., size:, :] + through_stacked).sum_to_size(d_shape)
-                  + ((beta.unsqueeze(-1) * query_factor) * grad_scaled_keys + grad_to_end * end_factor).sum_to_size(
-                      d_shape))
+        grad_d = (through_keys[..., size:, :] + through_stacked).sum_to_size(d_shape) + (
+            (beta.unsqueeze(-1) * query_factor) * grad_scaled_keys + grad_to_end * end_factor
+        ).sum_to_size(d_shape)
         grad_g = None
         if ctx.has_decay:  # every decay is a difference of γ's: L[t, j] = e^{γ_t − γ_j}, F_t = e^{γ_t}, e^{Γ − γ_t}
             grad_segments = grad_coefficients * coefficients  # ∂σ[t, j] through A
             from_end = (grad_to_end * to_end).sum(-1)  # ∂(Γ − γ_t)
-            grad_gamma = (grad_segments.sum(-1) - grad_segments.sum(-2) - beta * overlap_rows
-                          + weighted_overlaps.mul_(beta.unsqueeze(-1)).sum(-2)
-                          + (grad_query_in * q * query_factor).sum(-1) + beta * from_keys - from_end)
+            grad_gamma = (
+                grad_segments.sum(-1)
+                - grad_segments.sum(-2)
+                - beta * overlap_rows
+                + weighted_overlaps.mul_(beta.unsqueeze(-1)).sum(-2)
+                + (grad_query_in * q * query_factor).sum(-1)
+                + beta * from_keys
+                - from_end
+            )
             carried = (grad_after * entering).sum((-2, -1)) * chunk_decay.squeeze(-1).squeeze(-1)  # ∂Γ through e^{Γ}
             grad_gamma[..., -1] += from_end.sum(-1) + carried
             grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
-        return (grad_q, grad_d, grad_v.sum_to_size(v.shape), grad_g, grad_beta.sum_to_size(beta.shape),
-                grad_s.sum_to_size(s.shape), grad_initial)
+        return (
+            grad_q,
+            grad_d,
+            grad_v.sum_to_size(v.shape),
+            grad_g,
+            grad_beta.sum_to_size(beta.shape),
+            grad_s.sum_to_size(s.shape),
+            grad_initial,
+        )

@@ -23,8 +23,17 @@ from seqdyn.core.backends.chunk.triangular import unit_lower_solve
 from seqdyn.core.evolution import bounded_log_decay, causal_mask, decay_factor, pairwise_gram
 
 
-def householder_chunks(q: Tensor, k: Tensor, v: Tensor, direction: Tensor, g: Tensor | None, beta: Tensor,
-                       initial: Tensor | None, diagonal: bool, batch_heads: tuple[int, int]) -> tuple[Tensor, Tensor]:
+def householder_chunks(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    direction: Tensor,
+    g: Tensor | None,
+    beta: Tensor,
+    initial: Tensor | None,
+    diagonal: bool,
+    batch_heads: tuple[int, int],
+) -> tuple[Tensor, Tensor]:
     """``(Y [B, H, N, C, V], S_T [B, H, K, V])`` of chunked ``q``, ``k``, ``direction`` ``[B, H, N, C, K]``, ``v``
     ``[B, H, N, C, V]``, ``g`` ``[B, H, N, C]``, ``[B, H, N, C, K]`` (``diagonal``) or ``None`` and β
     ``[B, H, N, C]`` from the state ``initial`` ``[B, H, K, V]`` (or zero); ``batch_heads`` is ``(B, H)``, inputs
@@ -73,8 +82,9 @@ def _chunk_decay(total: Tensor | None, diagonal: bool, like: Tensor) -> Tensor:
     return torch.diag_embed(factors)  # [B, H, N, K, K]
 
 
-def _decayed_terms(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor | None, total: Tensor | None,
-                   diagonal: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _decayed_terms(
+    q: Tensor, k: Tensor, v: Tensor, gamma: Tensor | None, total: Tensor | None, diagonal: bool
+) -> tuple[Tensor, Tensor, Tensor]:
     """The terms without the Householder factor, with autograd: ``(A_k V, Q̃, K̃ᵀ V)`` of every chunk."""
     if diagonal:
         gram, query_in, keys_to_end, _ = diagonal_factors(q, k, gamma, total.unsqueeze(3), differentiable=True)

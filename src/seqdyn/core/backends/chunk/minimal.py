@@ -15,9 +15,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None = None, beta: Tensor | None = None,
-            direction: Tensor | None = None, initial_state: Tensor | None = None,
-            chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+def chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor | None = None,
+    beta: Tensor | None = None,
+    direction: Tensor | None = None,
+    initial_state: Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor]:
     """``(y [B, H, T, V], S_T [B, H, K, V])`` from ``q``, ``k`` ``[B, H, T, K]``, ``v`` ``[B, H, T, V]``, ``log_decay``
     ``g`` ``[B, H, T]`` or ``[B, H, T, K]``, β ``[B, H, T]``, ``direction`` w ``[B, H, T, K]`` (default ``k``,
     DeltaNet) and ``S_0`` ``[B, H, K, V]`` (default 0)."""
@@ -30,8 +37,10 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None = None, be
 
     # 0. Chunks of C steps, the last one padded with steps that keep the state (k = 0, g = 0, β = 0).
     pad = -length % chunk_size
-    q, k, v, g, w = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, chunk_size))  # [B, H, N, C, ·]
-                     for x in (q, k, v, g, w))
+    q, k, v, g, w = (
+        F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, chunk_size))  # [B, H, N, C, ·]
+        for x in (q, k, v, g, w)
+    )
     beta = F.pad(beta, (0, pad)).unflatten(2, (-1, chunk_size)).unsqueeze(-1)  # [B, H, N, C, 1]
 
     # 1. The decays inside each chunk and the intra-chunk coefficients A[t,j] = q_tᵀ diag(e^{γ_t − γ_j}) k_j, j ≤ t.
@@ -53,11 +62,15 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None = None, be
     q_in, k_out, e_out = q * torch.exp(gamma), k * torch.exp(total - gamma), e * torch.exp(total - before)
     outputs = []
     for n in range(q.shape[2]):
-        u = torch.linalg.solve_triangular(unit_lower[:, :, n], w_in[:, :, n] @ state + m_k[:, :, n] @ v[:, :, n],
-                                          upper=False, unitriangular=True)  # [B, H, C, V]
+        u = torch.linalg.solve_triangular(
+            unit_lower[:, :, n], w_in[:, :, n] @ state + m_k[:, :, n] @ v[:, :, n], upper=False, unitriangular=True
+        )  # [B, H, C, V]
         outputs.append(a_k[:, :, n] @ v[:, :, n] + q_in[:, :, n] @ state - a_e[:, :, n] @ u)
-        state = (torch.exp(total[:, :, n]).transpose(-1, -2) * state + k_out[:, :, n].transpose(-1, -2) @ v[:, :, n]
-                 - e_out[:, :, n].transpose(-1, -2) @ u)
+        state = (
+            torch.exp(total[:, :, n]).transpose(-1, -2) * state
+            + k_out[:, :, n].transpose(-1, -2) @ v[:, :, n]
+            - e_out[:, :, n].transpose(-1, -2) @ u
+        )
     return torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :length], state  # [B, H, T, V]
 
 

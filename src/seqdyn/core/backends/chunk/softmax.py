@@ -32,14 +32,19 @@ def nonlinear(problem: Problem, want_state: bool):
     query_log = key_log = None
     if problem.log_decay is not None:  # cached keys sit at time -1, where G = 0
         query_log = cumulative_log_decay(problem.log_decay)  # G [B, H, T(, K)]
-        key_log = torch.cat([query_log.new_zeros(batch, heads, prefix, *query_log.shape[3:]), query_log],
-                            dim=2)  # [B, H, P + T(, K)]
+        key_log = torch.cat(
+            [query_log.new_zeros(batch, heads, prefix, *query_log.shape[3:]), query_log], dim=2
+        )  # [B, H, P + T(, K)]
     pieces = []
     for start in range(0, length, SOFTMAX_QUERY_BLOCK):
         stop = min(length, start + SOFTMAX_QUERY_BLOCK)
-        args = (problem.q[:, :, start:stop], keys[:, :, :prefix + stop], values[:, :, :prefix + stop],
-                None if query_log is None else query_log[:, :, start:stop],
-                None if key_log is None else key_log[:, :, :prefix + stop])
+        args = (
+            problem.q[:, :, start:stop],
+            keys[:, :, : prefix + stop],
+            values[:, :, : prefix + stop],
+            None if query_log is None else query_log[:, :, start:stop],
+            None if key_log is None else key_log[:, :, : prefix + stop],
+        )
         if torch.is_grad_enabled():
             pieces.append(checkpoint(_softmax_block, *args, prefix + start, use_reentrant=False))
         else:
@@ -53,8 +58,9 @@ def nonlinear(problem: Problem, want_state: bool):
     return out, (keys, values)
 
 
-def _softmax_block(q: Tensor, keys: Tensor, values: Tensor, query_log: Tensor | None, key_log: Tensor | None,
-                   first: int) -> Tensor:
+def _softmax_block(
+    q: Tensor, keys: Tensor, values: Tensor, query_log: Tensor | None, key_log: Tensor | None, first: int
+) -> Tensor:
     """Online softmax of one query block (positions ``first + i``) over key blocks ``[0, first + rows)``."""
     rows = q.shape[2]
     row_max = q.new_full((*q.shape[:3],), float("-inf"))
@@ -63,8 +69,9 @@ def _softmax_block(q: Tensor, keys: Tensor, values: Tensor, query_log: Tensor | 
     for start in range(0, keys.shape[2], SOFTMAX_KEY_BLOCK):
         stop = min(keys.shape[2], start + SOFTMAX_KEY_BLOCK)
         valid = causal_mask(rows, stop - start, q.device, offset=first - start)
-        scores = pairwise_gram(q, keys[:, :, start:stop], query_log,
-                               None if key_log is None else key_log[:, :, start:stop], valid)
+        scores = pairwise_gram(
+            q, keys[:, :, start:stop], query_log, None if key_log is None else key_log[:, :, start:stop], valid
+        )
         scores = scores.masked_fill(~valid, float("-inf"))
         new_max = torch.maximum(row_max, scores.detach().amax(-1))
         safe_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))

@@ -31,8 +31,10 @@ def unit_lower_inverse(strict_lower: Tensor) -> Tensor:
     inverse.diagonal(dim1=-2, dim2=-1).fill_(1.0)
     block = 1
     while block < padded:
-        pairs = inverse.as_strided((inverse.shape[0], padded // (2 * block), 2 * block, 2 * block),
-                                   (padded * padded, 2 * block * (padded + 1), padded, 1))  # [M, P/2b, 2b, 2b]
+        pairs = inverse.as_strided(
+            (inverse.shape[0], padded // (2 * block), 2 * block, 2 * block),
+            (padded * padded, 2 * block * (padded + 1), padded, 1),
+        )  # [M, P/2b, 2b, 2b]
         below = pairs[..., block:, :block]
         below.copy_(pairs[..., block:, block:] @ (below @ pairs[..., :block, :block])).neg_()
         block *= 2
