@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,8 @@ import seqdyn.reproduce
 from seqdyn import reproduce
 from seqdyn.cli import app
 from seqdyn.reproduce import dsf_mqar_models
-from seqdyn.reproduce.commands import report_markdown
-from seqdyn.reproduce.runner import named_sweeps, run
+from seqdyn.reproduce.commands import VERDICT_STYLES, report_markdown
+from seqdyn.reproduce.runner import named_sweeps, run, verdict_rows
 from seqdyn.train import sweep as sweep_module
 from seqdyn.train.store import Store
 
@@ -212,11 +213,20 @@ def test_the_brief_report_reads_a_verdict_json_written_before_claims_recorded_th
     assert report_markdown(tmp_path / "out", brief=True) == brief
 
 
-def test_the_readme_shows_the_brief_verdict_table_of_docs_reproductions(monkeypatch):
-    """README.md's Reproductions section is `seqdyn reproduce report --out docs/reproductions --markdown --brief`."""
+def test_the_readme_links_the_verdicts_of_docs_reproductions_and_says_them_right(monkeypatch):
+    """README.md's Reproductions section links docs/reproductions/README.md instead of copying its table; its counts
+    are those of the verdicts committed there, and every claim it names as held is held there."""
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
-    assert report_markdown("docs/reproductions", brief=True) in (root / "README.md").read_text()
+    readme = (root / "README.md").read_text()
+    assert "(docs/reproductions/README.md)" in readme and "| reproduction (" not in readme
+    claims = verdict_rows("docs/reproductions")
+    counts = {verdict: sum(claim["verdict"] == verdict for claim in claims) for verdict in VERDICT_STYLES}
+    said = re.search(r"(\d+) claims: (\d+) held, (\d+) did not hold, (\d+) inconclusive", readme)
+    assert said and [int(n) for n in said.groups()] == [len(claims), *counts.values()]
+    held = {(claim["reproduction"], claim["name"]) for claim in claims if claim["verdict"] == "held"}
+    named = re.findall(r"^- `(\w+)` — (.+?) \(", readme[readme.index("Among what held") :], flags=re.M)
+    assert len(named) >= 5 and set(named) <= held, set(named) - held
 
 
 def test_docs_reproductions_readme_is_the_markdown_report_of_its_verdicts(monkeypatch):
