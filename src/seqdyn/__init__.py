@@ -2,10 +2,10 @@
 
 Attention, linear attention, state space models and gated RNNs compute the same thing: a linear combination of
 past values whose coefficients are the outputs of linear dynamics driven by impulses (the keys).  Everything in
-seqdyn reduces to one operator, :func:`coefficient_dynamics`; see ``DESIGN.md`` §2.
+seqdyn reduces to one operator, :func:`coefficient_dynamics` (Sieber et al. 2025).
 
-Sub-packages (``layers``, ``mixers``, ``models``, ``tasks``, ``train``, ``analysis``, ``bench``, ``features``) are imported on first use so that
-``import seqdyn`` stays light.
+Sub-packages (``layers``, ``mixers``, ``models``, ``tasks``, ``train``, ``analysis``, ``bench``, ``features``) are
+imported on first use so that ``import seqdyn`` stays light.
 """
 
 from importlib import import_module

@@ -44,7 +44,8 @@ class DSF:
     D: Tensor
 
     def kernel(self) -> Tensor:
-        """``Φ`` ``[B, H, T, T, V, V]``: block ``(i, j)`` is ``C_i Λ_i ⋯ Λ_{j+1} B_j`` (+ ``D_i`` if i = j), 0 if j > i."""
+        """``Φ`` ``[B, H, T, T, V, V]``: block ``(i, j)`` is ``C_i Λ_i ⋯ Λ_{j+1} B_j`` (+ ``D_i`` if i = j), 0 if
+        j > i."""
         batch, heads, length, state_dim, width = self.B.shape
         blocks = self.B.new_zeros(batch, heads, length, length, width, width)
         carried = self.B.new_zeros(batch, heads, length, state_dim, width)  # Λ_i ⋯ Λ_{j+1} B_j for every j ≤ i
@@ -108,11 +109,13 @@ def dsf(
             f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "
             "seqdyn.features.taylor(q, p) and taylor(k, p) for a degree-p approximation of softmax"
         )
-    batch, heads, length, key_dim, value_dim = problem.shape
-    eta = _eta(problem)
-    eta_before = torch.cat([torch.ones_like(eta[:, :, :1]), eta[:, :, :-1]], dim=2)
-    eye_v = torch.eye(value_dim, dtype=problem.q.dtype, device=problem.q.device)
-    transitions = torch.stack(
+    return _realization(problem, _transitions(problem), _eta(problem))
+
+
+def _transitions(problem) -> Tensor:
+    """The evolution matrices Λ_i ``[B, H, T, K, K]`` of a prepared problem, one per step."""
+    key_dim, length = problem.shape[3], problem.shape[2]
+    return torch.stack(
         [
             evolution_matrix(
                 *(None if x is None else x[:, :, t] for x in (problem.log_decay, problem.beta, problem.direction)),
@@ -124,6 +127,15 @@ def dsf(
         ],
         dim=2,
     )
+
+
+def _realization(problem, transitions: Tensor, eta: Tensor) -> DSF:
+    """The DSF of a folded problem (``b`` in its keys) with evolution matrices ``transitions`` ``[B, H, T, K, K]``
+    and normalizer η ``[B, H, T]``, on the state ``h = vec(S)/η``: ``Λ_i^DSF = (η_{i-1}/η_i) (Λ_i ⊗ I_V)``,
+    ``B_i = (b_i k_i ⊗ I_V)/η_i``, ``C_i = q_iᵀ ⊗ I_V``, ``D_i = 0``."""
+    batch, heads, length, key_dim, value_dim = problem.shape
+    eta_before = torch.cat([torch.ones_like(eta[:, :, :1]), eta[:, :, :-1]], dim=2)
+    eye_v = torch.eye(value_dim, dtype=problem.q.dtype, device=problem.q.device)
     state_dim = key_dim * value_dim
     lam = torch.einsum("bhtij,ac->bhtiajc", transitions, eye_v).reshape(batch, heads, length, state_dim, state_dim)
     inputs = torch.einsum("bhtk,ac->bhtkac", problem.k, eye_v).reshape(batch, heads, length, state_dim, value_dim)

@@ -22,7 +22,7 @@ from seqdyn.core import choice
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.choice import BACKENDS
-from seqdyn.core.dynamics import Dynamics, as_dynamics
+from seqdyn.core.dynamics import OPTIONS, Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
 from seqdyn.core.packing import Packing
 from seqdyn.core.problem import Problem, prepare
@@ -70,8 +70,9 @@ def coefficient_dynamics(
         backend: ``"quadratic"``, ``"recurrent"``, ``"chunk"``, ``"scan"`` or ``"auto"``.
         chunk_size: chunk length C of the ``chunk`` backend (default 64).
         cu_seqlens: int offsets ``[N + 1]`` of ``N`` sequences packed along time in a batch of one, or their
-            :class:`~seqdyn.core.packing.Packing` (checked once where it was made): each is computed alone, no coefficient crosses a boundary; states are per
-            sequence — ``initial_state`` and the final state ``[N, …]``, or for a key cache a list of ``N``.
+            :class:`~seqdyn.core.packing.Packing` (checked once where it was made): each is computed alone, no
+            coefficient crosses a boundary; states are per sequence — ``initial_state`` and the final state
+            ``[N, …]``, or for a key cache a list of ``N``.
             Without states, the identity readout runs the ``T`` packed steps as one sequence with a hard reset at
             each start (``chunk``: scalar or no decay; ``scan``), nothing computed for padding.
 
@@ -81,22 +82,18 @@ def coefficient_dynamics(
     Raises:
         ValueError: naming the argument, what was given and what is allowed.
     """
-    dynamics = as_dynamics(
-        q,
-        k,
-        v,
-        readout=readout,
-        log_decay=log_decay,
-        householder=householder,
-        householder_dir=householder_dir,
-        scale=scale,
-        normalizer=normalizer,
-        log_scale=log_scale,
-        decay_rate=decay_rate,
-    )
+    dynamics = _dynamics_of(locals())
     if cu_seqlens is not None:
         return _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
     return _outputs(dynamics, initial_state, output_final_state, backend, chunk_size)
+
+
+def _dynamics_of(arguments: dict[str, Any]) -> Dynamics:
+    """The :class:`Dynamics` of a public function's ``arguments`` (its ``locals()`` before it binds another name):
+    ``q``, ``k``, ``v`` (``None`` where it takes none) and the keywords named as the fields of a description, or
+    ``q`` itself when it is a ``Dynamics`` given alone."""
+    options = {name: arguments[name] for name in OPTIONS}
+    return as_dynamics(arguments["q"], arguments["k"], arguments.get("v"), **options)
 
 
 def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, backend: str, chunk_size: int | None):
@@ -306,19 +303,7 @@ def coefficient_dynamics_step(
     rows), and ``state`` as ``coefficient_dynamics(…, cu_seqlens=…)`` returns it — ``[N, …]``, or a list of ``N``
     key caches of different lengths, each sequence stepping from its own (the returned state is such a list too).
     """
-    dynamics = as_dynamics(
-        q,
-        k,
-        v,
-        readout=readout,
-        log_decay=log_decay,
-        householder=householder,
-        householder_dir=householder_dir,
-        scale=scale,
-        normalizer=normalizer,
-        log_scale=log_scale,
-        decay_rate=decay_rate,
-    )
+    dynamics = _dynamics_of(locals())
     steps = _one_step_as_sequence(dynamics)
     if cu_seqlens is not None:
         rows = steps.q.shape[0]
@@ -391,19 +376,7 @@ def coefficients(
     """
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
-    dynamics = as_dynamics(
-        q,
-        k,
-        None,
-        readout=readout,
-        log_decay=log_decay,
-        householder=householder,
-        householder_dir=householder_dir,
-        scale=scale,
-        normalizer=normalizer,
-        log_scale=log_scale,
-        decay_rate=decay_rate,
-    ).replace(v=None)
+    dynamics = _dynamics_of(locals()).replace(v=None)
     if cu_seqlens is not None:
         packing = _packing(dynamics, cu_seqlens)
         return packing.block_diagonal(coefficients(_padded(dynamics, packing), backend=backend, chunk_size=chunk_size))
@@ -477,6 +450,23 @@ def _stable_factors(step: Tensor, rate: Tensor) -> bool:
     return bool(step.detach().amin() >= 0) and bool(rate.detach().amax() <= 0)
 
 
+def _log_decays_and_scales(problem: Problem) -> tuple[Tensor, Tensor]:
+    """``(G, ℓ)`` in float64: the cumulative log decays ``G_t = Σ_{s≤t} g_s`` ``[B, H, T]`` or ``[B, H, T, K]`` and
+    the log scales ``ℓ_t`` of the impulses ``[B, H, T]``, each 0 where the problem has none."""
+    batch, heads, length, _, _ = problem.shape
+    g, ell = problem.log_decay, problem.log_scale
+    if g is None:
+        cumulative = torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device)
+    else:
+        cumulative = cumulative_log_decay(g)
+    impulse = (
+        torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device)
+        if ell is None
+        else ell.detach().to(torch.float64)
+    )
+    return cumulative, impulse
+
+
 def _stabilized(problem: Problem):
     """Rescale an identity-readout problem so every factor is ``≤ 1``: unstable decays (``g > 0``) and scales in log
     space (``log_scale``, e.g. mLSTM's input gate ``exp(ĩ)``).
@@ -496,17 +486,8 @@ def _stabilized(problem: Problem):
     g, ell = problem.log_decay, problem.log_scale
     if ell is None and (g is None or not bool(g.detach().amax() > 0)):  # one read (amax: no copy of a strided g)
         return problem, None, None
-    batch, heads, length, _, _ = problem.shape
     with torch.no_grad():
-        if g is None:
-            cumulative = torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device)
-        else:
-            cumulative = cumulative_log_decay(g)
-        impulse = (
-            torch.zeros(batch, heads, length, dtype=torch.float64, device=problem.q.device)
-            if ell is None
-            else ell.detach().to(torch.float64)
-        )
+        cumulative, impulse = _log_decays_and_scales(problem)
         lifted = impulse.unsqueeze(-1) if cumulative.dim() == 4 else impulse
         log_scale = cumulative + torch.clamp((lifted - cumulative).cummax(dim=2).values, min=0.0)
         if problem.diagonal and problem.householder:  # the Householder factor only commutes with scalars

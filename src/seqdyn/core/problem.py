@@ -209,7 +209,8 @@ class _Sizes:
             raise ValueError(f"{name}: sequence length {x.shape[1]} does not match q's {self.length}")
         if x.shape[2] not in (1, self.heads):
             raise ValueError(
-                f"{name}: {x.shape[2]} heads, but {heads_of} have {self.heads}; use {self.heads} or 1 (shared by all heads)"
+                f"{name}: {x.shape[2]} heads, but {heads_of} have {self.heads}; use {self.heads} or 1 "
+                "(shared by all heads)"
             )
         if key_dim and x.shape[3] != self.key_dim:
             raise ValueError(f"{name}: last dimension {x.shape[3]} does not match the key dimension K={self.key_dim}")

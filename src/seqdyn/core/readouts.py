@@ -20,8 +20,9 @@ from torch import Tensor
 
 
 def elu1(s: Tensor) -> Tensor:
-    """``elu(s) + 1`` (Katharopoulos et al. 2020; seed 000 eq. 16): ``s + 1`` above 0 and ``e^s`` below, formed as ``relu(s) + e^{min(s, 0)}`` so that ``e^s``
-    keeps its digits where ``(e^s − 1) + 1`` would cancel them (to 0 below s ≈ −37 in float64)."""
+    """``elu(s) + 1`` (Katharopoulos et al. 2020; Sieber et al. 2024, eq. 16): ``s + 1`` above 0 and ``e^s`` below,
+    formed as ``relu(s) + e^{min(s, 0)}`` so that ``e^s`` keeps its digits where ``(e^s − 1) + 1`` would cancel them
+    (to 0 below s ≈ −37 in float64)."""
     return F.relu(s) + torch.exp(s.clamp(max=0.0))
 
 

@@ -107,7 +107,7 @@ class _DepthwiseCorrelation(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_y: Tensor):
         padded, weight = ctx.saved_tensors
-        width, length = weight.shape[1], grad_y.shape[1]
+        width = weight.shape[1]
         grad_y = grad_y.contiguous()
         grad_padded = _correlate(F.pad(grad_y, (0, 0, width - 1, width - 1)), weight.flip(1), None).contiguous()
         grad_weight = _tap_products(grad_y, padded, width)

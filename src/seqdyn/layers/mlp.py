@@ -1,5 +1,6 @@
-"""The position-wise MLP of a block: GELU (GPT-2, Zoology), SwiGLU (Shazeer 2020; seed 001 appendix E), GeGLU
-with biases (Griffin / RecurrentGemma), squared ReLU (Primer), or a mixture of SwiGLU experts (Shazeer et al. 2017; with the shared expert of Qwen-MoE / Qwen3-Next)."""
+"""The position-wise MLP of a block: GELU (GPT-2, Zoology), SwiGLU (Shazeer 2020; Sieber et al. 2025, appendix E),
+GeGLU with biases (Griffin / RecurrentGemma), squared ReLU (Primer), or a mixture of SwiGLU experts (Shazeer et al.
+2017; with the shared expert of Qwen-MoE / Qwen3-Next)."""
 
 from __future__ import annotations
 

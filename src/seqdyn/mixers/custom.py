@@ -35,6 +35,27 @@ DECAYS, DECAY_PARAMS, HOUSEHOLDERS = get_args(Decay), get_args(DecayParam), get_
 SCALES, NORMALIZERS = get_args(Scale), get_args(Normalizer)
 
 
+def _check_combination(
+    decay: Decay,
+    decay_param: DecayParam,
+    constant_decay: float,
+    householder: Householder,
+    householder_beta: object,
+    scale: Scale,
+) -> None:
+    """Raise ``ValueError`` for options of :class:`Custom` that are valid alone but not together: scale delta
+    without Mamba-2's step, a constant decay λ ≤ 0, a Householder β that is neither ``"input"`` nor a number."""
+    if scale == "delta" and not (decay in ("scalar", "diagonal") and decay_param == "mamba2"):
+        raise ValueError(
+            "scale: 'delta' couples b to the Mamba-2 step Δ; it needs decay='scalar' or 'diagonal' "
+            "with decay_param='mamba2'"
+        )
+    if decay == "constant" and not constant_decay > 0:
+        raise ValueError(f"constant_decay: expected λ > 0, got {constant_decay}")
+    if householder != "none" and not (householder_beta == "input" or isinstance(householder_beta, (int, float))):
+        raise ValueError(f"householder_beta: expected 'input' or a number, got {householder_beta!r}")
+
+
 class Custom(CoefficientMixer):
     """The operator with every knob an option: seed 001's ablations as configs (GLA, Mamba-2, DeltaNet, mLSTM,
     normalized attention, ReLU or softmax readouts, ... by choosing values; docs/recipes.md has the recipes).
@@ -115,15 +136,7 @@ class Custom(CoefficientMixer):
         self.householder_kind = check_choice("householder", householder, HOUSEHOLDERS)
         self.scale_kind = check_choice("scale", scale, SCALES)
         self.normalizer_kind = check_choice("normalizer", normalizer, NORMALIZERS)
-        if scale == "delta" and not (decay in ("scalar", "diagonal") and decay_param == "mamba2"):
-            raise ValueError(
-                "scale: 'delta' couples b to the Mamba-2 step Δ; it needs decay='scalar' or 'diagonal' "
-                "with decay_param='mamba2'"
-            )
-        if decay == "constant" and not constant_decay > 0:
-            raise ValueError(f"constant_decay: expected λ > 0, got {constant_decay}")
-        if householder != "none" and not (householder_beta == "input" or isinstance(householder_beta, (int, float))):
-            raise ValueError(f"householder_beta: expected 'input' or a number, got {householder_beta!r}")
+        _check_combination(decay, decay_param, constant_decay, householder, householder_beta, scale)
 
         key_width, value_width = heads * self.key_dim, heads * self.value_dim
         self.qk = nn.Linear(d_model, 2 * key_width, bias=False)

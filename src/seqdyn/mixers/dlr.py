@@ -1,18 +1,19 @@
-"""DLR — diagonal linear RNN (Gupta et al., seed 002 §2).
+"""DLR — diagonal linear RNN (Gupta et al. 2022, §2; the sections and equations below are that paper's).
 
-Per channel h, with λ and w complex (002 eqs. 1-4; the formulas restored in DESIGN §4)::
+Per channel h, with λ and w complex (eqs. 1-4)::
 
     x_k = diag(λ) x_{k-1} + 1·u_k,      y_k = Re⟨w_h, x_k⟩ = Σ_{j≤k} K_j u_{k-j},   K_j = Re(Σ_n w_{h,n} λ_n^j)
-    λ = exp(−(logΛ)_re² + i·(logΛ)_im)                                                  (002 §2.3)
+    λ = exp(−(logΛ)_re² + i·(logΛ)_im)                                                  (§2.3)
 
-computed by FFT convolution with the materialized kernel (002 §A.1).  ``real=True`` is DLR-ℝ (002 §3.3, "Restricting
-DLR parameters to reals"): Λ = exp(−(logΛ)_re²) ∈ (0, 1]^N and w ∈ ℝ^{H×N}, the phases fixed at 0.  ``prod=True`` is DLR-prod: the kernel
-``Re(K̃_j)·Im(K̃_j)``, itself a DLR of N(N+1)/2 states (002 §A.2).  ``bidirectional=True`` sums a second,
-independent DLR run right to left (002 eqs. 5-6) — the mixer is then not causal: ``coefficients`` returns the full
-(non-causal) Toeplitz matrix, and ``step``, ``init_state``, ``state_size`` and ``dsf`` raise ``ValueError``.
+computed by FFT convolution with the materialized kernel (§A.1).  ``real=True`` is DLR-ℝ (§3.3, "Restricting
+DLR parameters to reals"): Λ = exp(−(logΛ)_re²) ∈ (0, 1]^N and w ∈ ℝ^{H×N}, the phases fixed at 0.
+``prod=True`` is DLR-prod: the kernel ``Re(K̃_j)·Im(K̃_j)``, itself a DLR of N(N+1)/2 states (§A.2).
+``bidirectional=True`` sums a second, independent DLR run right to left (eqs. 5-6) — the mixer is then not causal:
+``coefficients`` returns the full (non-causal) Toeplitz matrix, and ``step``, ``init_state``, ``state_size`` and
+``dsf`` raise ``ValueError``.
 
-Layer (002 §2.3): ``y = W_out GELU(DLR(u) + u)`` — the residual from u, GELU, a position-wise linear map (no bias).
-Parameters (logΛ)_re, (logΛ)_im ∈ ℝ^N are shared by the H channels, W ∈ ℂ^{H×N}.  Init (002 §2.3):
+Layer (§2.3): ``y = W_out GELU(DLR(u) + u)`` — the residual from u, GELU, a position-wise linear map (no bias).
+Parameters (logΛ)_re, (logΛ)_im ∈ ℝ^N are shared by the H channels, W ∈ ℂ^{H×N}.  Init (§2.3):
 (logΛ)_im = 2πn/N; (logΛ)_re = (e^r/2)^½ with r ~ U(log r_range[0], log r_range[1]) = U(log .0005, log .5), so
 |λ| = exp(−e^r/2) ∈ [0.78, 0.9997]; Re W, Im W ~ N(0, N⁻²).
 

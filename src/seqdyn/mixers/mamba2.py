@@ -84,7 +84,8 @@ class Mamba2(CoefficientMixer):
         self.head_dim = _default_head_dim(self.inner) if head_dim is None else check_positive("head_dim", head_dim)
         if self.inner % self.head_dim:
             raise ValueError(
-                f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave head_dim unset"
+                f"head_dim: {self.head_dim} does not divide expand·d_model={self.inner}; give a divisor of it or leave "
+                "head_dim unset"
             )
         self.heads = self.inner // self.head_dim
         self.groups = check_positive("groups", groups)

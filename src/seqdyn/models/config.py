@@ -77,8 +77,8 @@ class ModelConfig(Strict):
     mlp: Union[MLPKind, list[MLPKind]] = Field(
         "gelu",
         description="the MLP after the mixer in every block (relu2: W₂ ReLU(W₁x)², Primer's, without "
-        "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; moe: a mixture of SwiGLU experts, see moe; none: no MLP sub-block), or one of "
-        "these per layer",
+        "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; moe: a mixture of SwiGLU experts, "
+        "see moe; none: no MLP sub-block), or one of these per layer",
     )
     mlp_ratio: float = Field(
         4.0, gt=0, description="hidden width of the MLP (of each expert): round(mlp_ratio · d_model)"

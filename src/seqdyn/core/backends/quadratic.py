@@ -27,7 +27,8 @@ def unsupported(problem: Problem) -> str | None:
 
 
 def _grams(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None):
-    """The decayed Gram matrices ``A_k`` and, with a Householder factor, ``A_e``, ``M_k``, ``M_e`` (see :func:`scores`)."""
+    """The decayed Gram matrices ``A_k`` and, with a Householder factor, ``A_e``, ``M_k``, ``M_e`` (see
+    :func:`scores`)."""
     length, device = q.shape[-2], q.device
     inclusive = causal_mask(length, length, device)
     cumulative = None if log_decay is None else cumulative_log_decay(log_decay)

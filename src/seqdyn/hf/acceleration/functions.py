@@ -80,14 +80,7 @@ def ssd_chunk_scan(
     of heads), ``initial_states`` and the final state ``[b, h, p, n]``; ``z``: the output gated by SiLU(z);
     ``seq_idx`` ``[1, l]``: packed sequences (each starts from a zero state)."""
     heads, groups = hidden_states.shape[2], B.shape[2]
-    if dt_bias is not None:
-        dt = dt + dt_bias.to(dt.dtype)
-    if dt_softplus:
-        dt = F.softplus(dt)
-    dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
-    real = real_steps(*dt.shape[:2])
-    if real is not None:  # a padded step is no step: Δ = 0
-        dt = dt * real.unsqueeze(-1)
+    dt = _steps(dt, dt_bias, dt_softplus, dt_limit)
     keys, queries = B, C  # [b, l, 1, n]: one group, shared by every head (its gram C Bᵀ formed once per chunk)
     if groups > 1:  # [b, l, g, n] → [b, l, h, n]: each group's for its heads
         keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))
@@ -108,6 +101,21 @@ def ssd_chunk_scan(
         output = output * F.silu(z)
     output = output.contiguous()  # (Falcon-H1 views it)
     return (output, final.transpose(-1, -2)) if return_final_states else output
+
+
+def _steps(dt: Tensor, bias: Tensor | None, softplus: bool, limit: tuple[float, float] | None = None) -> Tensor:
+    """The steps ``Δ = clamp(softplus(dt + bias))`` ``[b, l, c]`` of ``dt`` ``[b, l, c]`` (c channels or heads; the
+    bias ``[c]``, the softplus and the clamp to ``limit`` where given), 0 at the padded steps of the prompt."""
+    if bias is not None:
+        dt = dt + bias.to(dt.dtype)
+    if softplus:
+        dt = F.softplus(dt)
+    if limit is not None:
+        dt = dt.clamp(min=limit[0], max=limit[1])
+    real = real_steps(*dt.shape[:2])
+    if real is not None:  # a padded step is no step: Δ = 0
+        dt = dt * real.unsqueeze(-1)
+    return dt
 
 
 def selective_scan(
@@ -132,14 +140,7 @@ def selective_scan(
     ``B``, ``C`` ``[b, N, l]`` (shared by every channel); the last state ``[b, d, N]``; ``z``: y gated by SiLU(z).
     The operator's channels are its heads (K = N, V = 1), keys and queries shared by all of them, on the ``scan``
     backend (an associative scan over the steps)."""
-    if delta_bias is not None:
-        dt = dt + delta_bias.to(dt.dtype)[:, None]
-    if delta_softplus:
-        dt = F.softplus(dt)
-    real = real_steps(dt.shape[0], dt.shape[2])
-    if real is not None:  # a padded step is no step: Δ = 0
-        dt = dt * real.unsqueeze(1)
-    step = dt.transpose(1, 2)  # [b, l, d]
+    step = _steps(dt.transpose(1, 2), delta_bias, delta_softplus)  # [b, l, d]
     queries, keys = (t.transpose(1, 2).unsqueeze(2) for t in (C, B))  # [b, l, 1, N]
     values = hidden_states.transpose(1, 2).unsqueeze(-1)  # [b, l, d, 1]
     prompt = current_prompt()
@@ -194,13 +195,7 @@ def gated_delta_rule(
         g, beta = g.masked_fill(~real.unsqueeze(-1), 0.0), beta.masked_fill(~real.unsqueeze(-1), 0.0)
     if use_qk_l2norm_in_kernel:
         query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
-    heads = value.shape[2]
-    # [b, h, l, ·] in memory, handed over as [b, l, h, ·] views: the operator's head-major layout without a copy
-    queries, keys = (
-        t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2)
-        for t in (query * query.shape[-1] ** -0.5, key)
-    )
-    value = value.transpose(1, 2).contiguous().transpose(1, 2)
+    queries, keys, value = _head_major(query * query.shape[-1] ** -0.5, key, value)
     state = None if initial_state is None else initial_state.to(work)
     output, final = coefficient_dynamics(
         queries,
@@ -216,6 +211,17 @@ def gated_delta_rule(
         cu_seqlens=cu_seqlens,
     )
     return output.to(dtype), (final if output_final_state else None)
+
+
+def _head_major(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``query``, ``key`` ``[b, l, h_k, K]`` repeated to the h heads of ``value`` ``[b, l, h, V]`` (each serves h / h_k
+    consecutive heads), the three ``[b, h, l, ·]`` in memory, handed over as ``[b, l, h, ·]`` views: the operator's
+    head-major layout without a copy."""
+    heads = value.shape[2]
+    queries, keys = (
+        t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2) for t in (query, key)
+    )
+    return queries, keys, value.transpose(1, 2).contiguous().transpose(1, 2)
 
 
 def linear_rnn_scan(

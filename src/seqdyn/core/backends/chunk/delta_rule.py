@@ -87,6 +87,29 @@ def _delta_rule_state_gradients(
     return grad_after, grad_corrected, grad_initial.view(batch, heads, key_dim, value_dim)
 
 
+def _decay_factors(g: Tensor, full: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The decays of each chunk from its log decays ``g`` ``[B, H, N, C]``, with ``γ = cumsum(g)``: the decay
+    matrix ``L`` ``[B, H, N, C, C]``, ``F = e^{γ}`` and ``e^{Γ − γ}`` ``[B, H, N, C, 1]``, and ``e^{Γ}``
+    ``[B, H, N, 1, 1]`` expanded to the batch, heads and chunks ``full``."""
+    gamma = g.cumsum(dim=3)
+    decay = decay_matrix(g)  # L
+    query_factor = decay_factor(gamma).unsqueeze(-1)  # F
+    end_factor = decay_factor(sum_after(g)).unsqueeze(-1)  # e^{Γ − γ}
+    chunk_decay = decay_factor(gamma[:, :, :, -1]).unsqueeze(-1).unsqueeze(-1).expand(*full, 1, 1)  # e^{Γ}
+    return decay, query_factor, end_factor, chunk_decay
+
+
+def _through_ut_transform(
+    grad_corrected: Tensor, entering: Tensor, inverse: Tensor, solved: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The backward of ``V' = U − W S`` and of the UT transform ``[U, W] = T R``, given ``∂V'`` and the entering
+    states ``S``: with ``∂[U, W] = [∂V', −∂V' Sᵀ]`` returns ``∂R = Tᵀ ∂[U, W]`` ``[B, H, N, C, V + K]`` (``R = [s ⊙ V,
+    β F ⊙ D]``) and ``∂R [U, W]ᵀ`` ``[B, H, N, C, C]``, whose ``−tril₋₁`` is ``∂(βN)``."""
+    grad_solved = torch.cat([grad_corrected, -(grad_corrected @ entering.transpose(-1, -2))], dim=-1)
+    grad_rhs = inverse.transpose(-1, -2) @ grad_solved
+    return grad_rhs, grad_rhs @ solved.transpose(-1, -2)
+
+
 def _through_grams(
     grad_coefficients: Tensor, products: Tensor, decay: Tensor, beta: Tensor, grams: Tensor, stacked: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -125,10 +148,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
             torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2], s.shape[:2])
             + d.shape[2:3]
         )  # B, H, N
-        gamma = g.cumsum(dim=3)
-        decay = decay_matrix(g)  # L
-        query_factor = decay_factor(gamma).unsqueeze(-1)  # F
-        end_factor = decay_factor(sum_after(g)).unsqueeze(-1)  # e^{Γ − γ}
+        factors = _decay_factors(g, full)
+        decay, query_factor, end_factor, chunk_decay = factors
         pair = torch.broadcast_shapes(q.shape, d.shape)
         stacked = torch.cat([q.expand(pair), d.expand(pair)], dim=-2)  # [Q; D] [B, H, N, 2C, K]
         # [A; N] = ([Q; D] Dᵀ) ⊙ L, unflattened [B, H, N, 2C, C] -> [B, H, N, 2, C, C]
@@ -144,7 +165,6 @@ class _DeltaRuleChunks(torch.autograd.Function):
         torch.mul(scaled_keys.expand(*rows, 1), d.expand(*rows, key_dim), out=rhs[..., value_dim:])
         solved = (inverse @ rhs).expand(*full, *rhs.shape[3:])  # [U, W] = T [s ⊙ V, β F ⊙ D]
         to_end = (d * end_factor).expand(*full, size, key_dim)  # D̂
-        chunk_decay = decay_factor(gamma[:, :, :, -1]).unsqueeze(-1).unsqueeze(-1).expand(*full, 1, 1)  # e^{Γ}
         right, state = _delta_rule_states(
             solved[..., :value_dim], solved[..., value_dim:], to_end, chunk_decay, initial, key_dim
         )  # [S; V'] [B, H, N, K + C, V]
@@ -152,24 +172,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
             [(q * query_factor).expand(*full, size, key_dim), coefficients.expand(*full, size, size)], dim=-1
         )  # [Q̃, A] [B, H, N, C, K + C]
         out = left @ right
-        ctx.save_for_backward(
-            stacked,
-            v,
-            g,
-            beta,
-            s,
-            initial,
-            decay,
-            query_factor,
-            end_factor,
-            grams,
-            inverse,
-            solved,
-            left,
-            right,
-            to_end,
-            chunk_decay,
-        )
+        ctx.save_for_backward(stacked, v, g, beta, s, initial, grams, inverse, solved, left, right, to_end, *factors)
         ctx.shapes = q.shape, d.shape
         ctx.has_decay = has_decay and ctx.needs_input_grad[3]
         return out, state
@@ -177,24 +180,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        (
-            stacked,
-            v,
-            g,
-            beta,
-            s,
-            initial,
-            decay,
-            query_factor,
-            end_factor,
-            grams,
-            inverse,
-            solved,
-            left,
-            right,
-            to_end,
-            chunk_decay,
-        ) = ctx.saved_tensors
+        stacked, v, g, beta, s, initial, grams, inverse, solved, left, right, to_end, *factors = ctx.saved_tensors
+        decay, query_factor, end_factor, chunk_decay = factors
         q_shape, d_shape = ctx.shapes
         size, key_dim, value_dim = stacked.shape[-2] // 2, stacked.shape[-1], v.shape[-1]
         q, d = stacked[..., :size, :], stacked[..., size:, :]
@@ -207,17 +194,15 @@ class _DeltaRuleChunks(torch.autograd.Function):
         grad_query_in, grad_coefficients = grad_left.split([key_dim, size], dim=-1)
         entering, corrected = right.split([key_dim, size], dim=-2)
         grad_to_end = corrected @ grad_after.transpose(-1, -2)  # ∂D̂ = V' ∂S_nextᵀ
-        # ∂[U, W] [B, H, N, C, V + K]
-        grad_solved = torch.cat([grad_corrected, -(grad_corrected @ entering.transpose(-1, -2))], dim=-1)
-        grad_rhs = inverse.transpose(-1, -2) @ grad_solved
-        products = grad_rhs @ solved.transpose(-1, -2)  # ∂(βN) = −tril₋₁(products)
+        # ∂R of the UT transform's right side R = [s ⊙ V, β F ⊙ D], and ∂(βN) = −tril₋₁(products)
+        grad_rhs, products = _through_ut_transform(grad_corrected, entering, inverse, solved)
         grad_values, grad_scaled_keys = grad_rhs.split([value_dim, key_dim], dim=-1)
-        grad_v = s.unsqueeze(-1) * grad_values
-        grad_s = (v * grad_values).sum(-1)
+        grad_v = (s.unsqueeze(-1) * grad_values).sum_to_size(v.shape)
+        grad_s = (v * grad_values).sum(-1).sum_to_size(s.shape)
         from_keys = (d * grad_scaled_keys).sum(-1) * query_factor.squeeze(-1)  # ∂β of β F ⊙ D
         weighted_overlaps = products * overlaps  # −∂(βN) ⊙ N: N is strictly lower, so is this
         overlap_rows = weighted_overlaps.sum(-1)
-        grad_beta = from_keys - overlap_rows
+        grad_beta = (from_keys - overlap_rows).sum_to_size(beta.shape)
         through_keys, through_stacked = _through_grams(grad_coefficients, products, decay, beta, grams, stacked)
         grad_q = through_keys[..., :size, :].sum_to_size(q_shape) + (grad_query_in * query_factor).sum_to_size(q_shape)
         grad_d = (through_keys[..., size:, :] + through_stacked).sum_to_size(d_shape) + (
@@ -240,12 +225,4 @@ class _DeltaRuleChunks(torch.autograd.Function):
             grad_gamma[..., -1] += from_end.sum(-1) + carried
             grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
         grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
-        return (
-            grad_q,
-            grad_d,
-            grad_v.sum_to_size(v.shape),
-            grad_g,
-            grad_beta.sum_to_size(beta.shape),
-            grad_s.sum_to_size(s.shape),
-            grad_initial,
-        )
+        return grad_q, grad_d, grad_v, grad_g, grad_beta, grad_s, grad_initial

@@ -29,19 +29,10 @@ def chunked(
     ``g`` ``[B, H, T]`` or ``[B, H, T, K]``, β ``[B, H, T]``, ``direction`` w ``[B, H, T, K]`` (default ``k``,
     DeltaNet) and ``S_0`` ``[B, H, K, V]`` (default 0)."""
     batch, heads, length, key_dim = q.shape
-    g = q.new_zeros(batch, heads, length, key_dim) if log_decay is None else log_decay
-    g = g.unsqueeze(-1).expand(-1, -1, -1, key_dim) if g.dim() == 3 else g  # [B, H, T, K]
-    w = k if direction is None else direction
-    beta = q.new_zeros(batch, heads, length) if beta is None else beta
     state = q.new_zeros(batch, heads, key_dim, v.shape[-1]) if initial_state is None else initial_state
 
     # 0. Chunks of C steps, the last one padded with steps that keep the state (k = 0, g = 0, β = 0).
-    pad = -length % chunk_size
-    q, k, v, g, w = (
-        F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, chunk_size))  # [B, H, N, C, ·]
-        for x in (q, k, v, g, w)
-    )
-    beta = F.pad(beta, (0, pad)).unflatten(2, (-1, chunk_size)).unsqueeze(-1)  # [B, H, N, C, 1]
+    q, k, v, g, w, beta = _chunks(q, k, v, log_decay, beta, direction, chunk_size)
 
     # 1. The decays inside each chunk and the intra-chunk coefficients A[t,j] = q_tᵀ diag(e^{γ_t − γ_j}) k_j, j ≤ t.
     gamma = g.cumsum(dim=3)  # γ_t [B, H, N, C, K]
@@ -72,6 +63,32 @@ def chunked(
             - e_out[:, :, n].transpose(-1, -2) @ u
         )
     return torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :length], state  # [B, H, T, V]
+
+
+def _chunks(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor | None,
+    beta: Tensor | None,
+    direction: Tensor | None,
+    chunk_size: int,
+) -> tuple[Tensor, ...]:
+    """Step 0 of :func:`chunked`: ``q``, ``k``, ``v``, ``g`` (per key channel), ``w`` ``[B, H, N, C, ·]`` and β
+    ``[B, H, N, C, 1]`` in chunks of C steps, the defaults filled in (no decay: g = 0; β = 0; w = k) and the last
+    chunk padded with steps that keep the state (k = 0, g = 0, β = 0)."""
+    batch, heads, length, key_dim = q.shape
+    g = q.new_zeros(batch, heads, length, key_dim) if log_decay is None else log_decay
+    g = g.unsqueeze(-1).expand(-1, -1, -1, key_dim) if g.dim() == 3 else g  # [B, H, T, K]
+    w = k if direction is None else direction
+    beta = q.new_zeros(batch, heads, length) if beta is None else beta
+    pad = -length % chunk_size
+    q, k, v, g, w = (
+        F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, chunk_size))  # [B, H, N, C, ·]
+        for x in (q, k, v, g, w)
+    )
+    beta = F.pad(beta, (0, pad)).unflatten(2, (-1, chunk_size)).unsqueeze(-1)  # [B, H, N, C, 1]
+    return q, k, v, g, w, beta
 
 
 def _gram(a: Tensor, b: Tensor, la: Tensor, lb: Tensor, strict: bool = False) -> Tensor:
