@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from seqdyn.bench.tasks import main as bench_main
 from seqdyn.bench.tasks import run as bench_run
+from seqdyn.cli.bench import bench_tasks as bench_main
 
 
 def test_bench_on_tiny_counts():

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 import seqdyn.reproduce
 from seqdyn import reproduce
 from seqdyn.cli import app
+from seqdyn.cli.reproductions import VERDICT_STYLES, report_markdown
 from seqdyn.reproduce import dsf_mqar_models
-from seqdyn.reproduce.commands import VERDICT_STYLES, report_markdown
 from seqdyn.reproduce.runner import named_sweeps, run, verdict_rows
 from seqdyn.train import sweep as sweep_module
 from seqdyn.train.store import Store
@@ -86,7 +86,7 @@ def test_list_shows_every_reproduction_module():
         assert name in result.output
         assert reproduce.get(name).figure in result.output
     # the paper scale: the GPU estimate where one exists, and "not measured" only where none does
-    from seqdyn.reproduce.commands import _scale_time
+    from seqdyn.cli.reproductions import _scale_time
 
     assert _scale_time(reproduce.get("dsf_qlstm_transition"), "paper") == "about 27 h on one H200 (estimated)"
     assert [name for name in sorted(modules) if _scale_time(reproduce.get(name), "paper") == "not measured"] == [
@@ -238,7 +238,8 @@ def test_docs_reproductions_readme_is_the_markdown_report_of_its_verdicts(monkey
 
 
 def test_all_goes_on_past_a_reproduction_that_fails_and_names_it_at_the_end(tmp_path, monkeypatch):
-    from seqdyn.reproduce import commands, dlr_context
+    from seqdyn.cli import reproductions as commands
+    from seqdyn.reproduce import dlr_context
 
     def broken(results, path):
         raise RuntimeError("a bug in its figure")
@@ -274,7 +275,7 @@ def test_all_goes_on_past_a_reproduction_that_fails_and_names_it_at_the_end(tmp_
 def test_the_paper_estimate_of_a_corpus_reproduction_builds_its_sweeps_on_the_given_data(monkeypatch):
     """Without a GPU, ``--scale paper`` says how long it would take; for the language model that arithmetic needs
     the sweeps on ``--data`` (before, it asked for --data that had been given)."""
-    from seqdyn.reproduce import commands
+    from seqdyn.cli import reproductions as commands
 
     lm = reproduce.get("dsf_lm_perplexity")
     smoke = named_sweeps(lm, "smoke")
@@ -294,7 +295,7 @@ def test_the_paper_estimate_of_a_corpus_reproduction_builds_its_sweeps_on_the_gi
     [(None, "not measured"), (100, "100 s"), (1_974, "33 min"), (7_199, "120 min"), (22_435, "6 h 14 min")],
 )
 def test_durations_read_in_seconds_minutes_or_hours(seconds, text):
-    from seqdyn.reproduce.commands import _duration
+    from seqdyn.cli.reproductions import _duration
 
     assert _duration(seconds) == text
 

@@ -3,8 +3,8 @@
 import pytest
 from typer.testing import CliRunner
 
+from seqdyn.cli.tasks import app
 from seqdyn.tasks import names
-from seqdyn.tasks.cli import app
 
 runner = CliRunner()
 

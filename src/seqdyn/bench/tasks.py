@@ -1,4 +1,4 @@
-"""``seqdyn bench tasks``: how fast the task generators are on one CPU core (issue 4).
+"""How fast the task generators are on one CPU core (``seqdyn bench tasks`` prints it).
 
 Times, with torch limited to one thread (these generators use numpy's element-wise kernels, which run on one
 core, and no BLAS): 100,000 MQAR examples at L = 512 with 64 pairs
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-import typer
 
 
 @dataclass
@@ -51,27 +49,3 @@ def run(scale: float = 1.0, skip_512: bool = False, seed: int = 0) -> list[dict]
             met = None if target is None else seconds < target
             rows.append({"case": case.label, "count": count, "seconds": seconds, "target_s": target, "met": met})
     return rows
-
-
-def main(
-    scale: float = typer.Option(1.0, min=1e-6, help="Multiply every count (and its target) by this, e.g. 0.01."),
-    skip_512: bool = typer.Option(False, "--skip-512", help="Leave out Pathfinder-Segmentation at M=512."),
-    seed: int = typer.Option(0, help="Data seed."),
-) -> None:
-    """Time the task generators on one CPU core and print a table against the issue's targets."""
-    from rich.console import Console
-    from rich.table import Table
-
-    rows = run(scale=scale, skip_512=skip_512, seed=seed)
-    table = Table(title="seqdyn bench tasks (one CPU thread)")
-    for column in ("case", "examples", "seconds", "target", "met"):
-        table.add_column(column, justify="left" if column == "case" else "right")
-    for row in rows:
-        target = "—" if row["target_s"] is None else f"< {row['target_s']:.3g} s"
-        met = "—" if row["met"] is None else ("[green]yes[/green]" if row["met"] else "[red]no[/red]")
-        table.add_row(row["case"], f"{row['count']:,}", f"{row['seconds']:.2f}", target, met)
-    Console(width=120).print(table)
-
-
-if __name__ == "__main__":
-    typer.run(main)

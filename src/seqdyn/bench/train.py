@@ -1,4 +1,5 @@
-"""``seqdyn bench train``: training throughput per mixer and the overhead of the training harness.
+"""Training throughput per mixer and the overhead of the training harness (``seqdyn bench train``
+prints them).
 
 For every mixer, a 2-layer model on MQAR (CPU: d = 128, L = 256; GPU: d = 512, L = 512, batch 64, bfloat16):
 
@@ -9,7 +10,7 @@ For every mixer, a 2-layer model on MQAR (CPU: d = 128, L = 256; GPU: d = 512, L
 The two are timed alternately, step by step, and their medians compared.  Tokens per second are those of the
 harness; the overhead is ``1 − bare / harness`` (target < 5 %).  With ``--compile-step`` the bare step is also timed
 with the model under ``torch.compile`` (its first call, the compilation, timed apart), alternately with the eager
-one: whether compiling the training step pays (issue 32, item 7), as the ratio eager / compiled.
+one: whether compiling the training step pays, as the ratio eager / compiled.
 """
 
 from __future__ import annotations
@@ -178,58 +179,3 @@ def run(
         if progress is not None:
             progress(cell)
     return cells, setup
-
-
-def main(names: str = "", device: str = "auto", steps: int = 7, compile_step: bool = False) -> None:
-    """Training tokens per second per mixer and the harness overhead (issue 'training'); --compile-step: also the
-    bare step under torch.compile, against the eager one."""
-    from rich.table import Table
-
-    from seqdyn.bench.operator import checks_table
-    from seqdyn.train.progress import console, progress_bar
-
-    selected = [n for n in names.split(",") if n] or None
-    for name in selected or []:
-        mixers.get(name)
-    out = console()
-    with progress_bar(console=out) as bar:
-        task = bar.add_task("training steps", total=len(selected or mixers.names()))
-        cells, setup = run(
-            selected, device, steps, lambda cell: bar.update(task, advance=1, description=cell.mixer), compile_step
-        )
-    title = (
-        f"training throughput on {resolve_device(device)}: 2 layers, d={setup['d_model']}, MQAR L={setup['seq_len']},"
-        f" batch {setup['batch']}"
-    )
-    table = Table(title=title)
-    columns = ["mixer", "tokens/s", "bare step ms", "harness step ms", "harness overhead"]
-    columns += ["eager step ms", "compiled step ms", "eager / compiled", "compile s"] if compile_step else []
-    for column in columns:
-        table.add_column(column, justify="left" if column == "mixer" else "right")
-    for cell in cells:
-        if cell.status != "ok":
-            table.add_row(cell.mixer, cell.status, cell.note, *[""] * (len(columns) - 3))
-            continue
-        compiled = (
-            [f"{cell.eager_ms:.1f}", f"{cell.compiled_ms:.1f}", f"{cell.compile_ratio:.2f}×", f"{cell.compile_s:.1f}"]
-            if compile_step
-            else []
-        )
-        table.add_row(
-            cell.mixer,
-            f"{cell.tokens_per_s:,.0f}",
-            f"{cell.bare_ms:.1f}",
-            f"{cell.harness_ms:.1f}",
-            f"{100 * cell.overhead:.1f} %",
-            *compiled,
-        )
-    out.print(table)
-    ok = [c for c in cells if c.overhead is not None]
-    if ok:
-        median = sorted(c.overhead for c in ok)[len(ok) // 2]
-        out.print(
-            checks_table(
-                [("median harness overhead < 5 % of the step time", f"{100 * median:.1f} %", median < 0.05)],
-                "targets (issue 'training')",
-            )
-        )

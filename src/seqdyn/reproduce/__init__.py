@@ -1,4 +1,4 @@
-"""The source documents' experiments, one module each, as one command with a verdict (DESIGN §9).
+"""The source documents' experiments, one module each, as one command with a verdict.
 
     seqdyn reproduce list                          every reproduction, its paper and figure, claims and scales
     seqdyn reproduce dsf_mqar_models --scale cpu   its runs (resumable), then reproductions/dsf_mqar_models/
@@ -36,7 +36,7 @@ from seqdyn.reproduce.base import SCALES, Reproduction, Results
 __all__ = ["FRAMEWORK", "SCALES", "Reproduction", "Results", "get", "names"]
 
 #: the modules that are not reproductions
-FRAMEWORK = frozenset({"base", "claims", "commands", "protocols", "runner"})
+FRAMEWORK = frozenset({"base", "claims", "protocols", "runner"})
 
 
 @lru_cache(maxsize=None)

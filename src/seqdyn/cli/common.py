@@ -1,0 +1,93 @@
+"""What the commands share: one-line errors and exit codes, the options several commands take, and the parsing of
+comma-separated lists of names and lengths."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import typer
+
+STORE_OPTION = typer.Option("seqdyn.db", "--store", help="The results store (an SQLite file).")
+WORKERS_OPTION = typer.Option(
+    0,
+    help="Local worker processes, each training one run at a time with its share of "
+    "the cores' threads; 0 (the default): one per CPU core, 1: the runs in turn in this "
+    "process.",
+)
+RETRY_OPTION = typer.Option(
+    False,
+    "--retry-failed",
+    help="Train again the runs that failed (a diverged loss excepted: the same config repeats it).",
+)
+RAY_OPTION = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster).")
+
+
+def fail(message: str, code: int = 2) -> None:
+    """A one-line error on stderr and exit code ``code``: 2 for bad input, 1 for an error of the machine."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def one_line_errors(command):
+    """``command`` with its ``ValueError`` (bad names, an absent device) as a one-line error, exit code 2."""
+
+    @functools.wraps(command)
+    def wrapped(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ValueError as error:
+            fail(str(error))
+
+    return wrapped
+
+
+def name_list(text: str) -> list[str] | None:
+    """A comma-separated option as its names; ``None`` (every one) where it names none."""
+    return [name for name in text.split(",") if name] or None
+
+
+def lengths(option: str, text: str) -> list[int]:
+    """Comma-separated positive integers (sequence lengths)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        fail(f"{option}: expected comma-separated positive integers such as 256,1024; got {text!r}")
+    return values
+
+
+def _fail_resumable(error: OSError) -> None:
+    """An error of the machine during a run (a full disk): one line; the run is left to resume."""
+    where = f"{error.filename}: " if error.filename else ""
+    fail(f"{where}{error.strerror or error}; the run can resume: run the same command again once that is fixed", 1)
+
+
+def _interrupted(error: KeyboardInterrupt) -> None:
+    """Ctrl-C or SIGTERM: the run in progress is released as interrupted; say so in one line and exit at once
+    with 128 + the signal (130 for Ctrl-C), skipping the seconds that tearing down torch can take."""
+    import os
+    import sys
+
+    typer.echo(
+        f"interrupted ({error or 'SIGINT'}): the run in progress is marked interrupted; the same command resumes it",
+        err=True,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(getattr(error, "exit_status", 130))
+
+
+@contextlib.contextmanager
+def training_errors():
+    """What stops a training command, each in one line: bad input (exit 2), Ctrl-C or SIGTERM (the run is left
+    to resume; 128 + the signal), an error of the machine (a full disk: exit 1, resumable)."""
+    try:
+        yield
+    except ValueError as error:
+        fail(str(error))
+    except KeyboardInterrupt as error:
+        _interrupted(error)
+    except OSError as error:
+        _fail_resumable(error)

@@ -1,0 +1,63 @@
+"""``seqdyn reproduce``: the source documents' experiments — list them, run one or all, report their verdicts.
+
+The command and its options; what each target prints and runs is in :mod:`seqdyn.cli.reproductions`, imported
+when the command runs."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from seqdyn.cli.common import RAY_OPTION, RETRY_OPTION, STORE_OPTION, WORKERS_OPTION, fail, training_errors
+
+
+def reproduce(
+    target: str = typer.Argument(..., help="A reproduction's name, or list, all or report."),
+    scale: str = typer.Option("cpu", help="smoke (a minute), cpu (at most 45 min on 2 cores) or paper (a GPU)."),
+    store: str = STORE_OPTION,
+    out: str = typer.Option(
+        "reproductions",
+        help="The folder of the results: each reproduction writes its "
+        "results.csv, table.md, figure.png and verdict.json into a sub-folder named after it.",
+    ),
+    workers: int = WORKERS_OPTION,
+    ray: bool = RAY_OPTION,
+    yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+    retry_failed: bool = RETRY_OPTION,
+    data: Optional[str] = typer.Option(
+        None,
+        help="The local corpus of the language-model reproductions: a "
+        "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file.",
+    ),
+    markdown: bool = typer.Option(False, "--markdown", help="report: print the verdicts as a markdown table."),
+    brief: bool = typer.Option(
+        False,
+        "--brief",
+        help="report --markdown: the README's short table (claim names, "
+        "the deciding numbers, an inconclusive verdict's cause in a word).",
+    ),
+) -> None:
+    """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
+
+    A reproduction runs its sweeps into the store (started again, it skips finished runs), decides each claim
+    (held, did not hold or inconclusive) and writes its table, figure and verdict under --out.
+    """
+    from seqdyn.cli import reproductions
+    from seqdyn.train.sweep import available_cores
+
+    with training_errors():
+        if target == "list":
+            reproductions.list_table()
+        elif target == "report" and markdown:
+            typer.echo(reproductions.report_markdown(out, brief), nl=False)
+        elif target == "report":
+            reproductions.report(out)
+        else:
+            try:
+                reproductions.reproduce(
+                    target, scale, store, out, workers or available_cores(), ray, yes, progress, retry_failed, data
+                )
+            except reproductions.ReproductionsFailed as error:
+                fail(str(error), 1)
