@@ -43,7 +43,8 @@ def test_paper_step_times_estimates_from_timed_steps(capsys):
 
 
 def test_auto_overhead_times_auto_and_the_pinned_backend(capsys):
-    """examples/pilots/auto_overhead.py: what auto's measuring costs runs of a reproduction, against a pinned backend."""
+    """examples/pilots/auto_overhead.py: what auto's measuring costs runs of a reproduction, against a pinned
+    backend."""
     import json
     import runpy
 

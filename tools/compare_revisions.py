@@ -4,8 +4,9 @@
 
 The old revision is checked out into a temporary git worktree; the new one is this checkout (``--new PATH`` for
 another).  Each round runs one process per revision, alternating which goes first, and each process times every
-cell on one thread (``OMP_NUM_THREADS=1``), freed memory kept for reuse as ``seqdyn bench`` keeps it, in CPU seconds of the process (``time.process_time``), which another
-job on a shared machine disturbs far less than wall time; a cell keeps its best time over repeats and rounds.
+cell on one thread (``OMP_NUM_THREADS=1``), freed memory kept for reuse as ``seqdyn bench`` keeps it, in CPU
+seconds of the process (``time.process_time``), which another job on a shared machine disturbs far less than wall
+time; a cell keeps its best time over repeats and rounds.
 Cells: ``operator`` the ``chunk``, ``scan`` and ``auto`` backends of ``coefficient_dynamics`` for the argument
 types of ``seqdyn bench operator`` (B = 4, H = 4, K = V = 64); ``mixers`` every mixer of the new revision with
 backend ``auto`` (B = 4, D = 256), as ``seqdyn bench mixers`` runs them.  Both use only what both revisions have

@@ -7,9 +7,9 @@ the budget — and only then are the compared models run.  The threshold is the 
 not moved after the pilot.
 
 Each ladder names the reproduction whose cpu budget, learning rate, weight decay and control it borrows.  The script
-trains the rungs in turn (their seeds side by side) into ``--store`` (resumable: finished runs are skipped), then prints one JSON
-line per run (best test accuracy, steps, first evaluation above the task's plateau + 0.05) and per ladder the rung it
-chooses.
+trains the rungs in turn (their seeds side by side) into ``--store`` (resumable: finished runs are skipped), then
+prints one JSON line per run (best test accuracy, steps, first evaluation above the task's plateau + 0.05) and per
+ladder the rung it chooses.
 
 Run: python examples/pilots/control_difficulty.py fuzzy noisy --store difficulty.db --workers 2
 """

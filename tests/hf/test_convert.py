@@ -13,11 +13,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from seqdyn.hf.convert import (
+from seqdyn.hf.convert import (  # noqa: E402  (after the importorskip: the module skips without transformers)
     TINY_CONFIGS,
     UnsupportedModel,
     check_conversion,
-    from_transformers,  # noqa: E402
+    from_transformers,
     tiny_model,
 )
 
@@ -43,7 +43,8 @@ def tokens(length: int, seed: int = 1) -> torch.Tensor:
 
 
 #: transformers' Mamba models return float32 logits whatever their dtype, Mamba-2 runs its gated RMSNorm in float32
-#: and RecurrentGemma its RMSNorms and its RG-LRU's scan: in float64 the two models agree to a few float32 roundings (8 ε₃₂ ≈ 1e-6 of the largest logit)
+#: and RecurrentGemma its RMSNorms and its RG-LRU's scan: in float64 the two models agree to a few float32 roundings
+#: (8 ε₃₂ ≈ 1e-6 of the largest logit)
 FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 
 

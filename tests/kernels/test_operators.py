@@ -1,7 +1,7 @@
 """The native kernel as ``torch.library`` operators (``seqdyn::scan`` and ``seqdyn::scan_backward``): their fake
-(meta) implementations give the shapes, strides and dtypes the kernel gives, ``torch.library.opcheck`` accepts their registrations, ``torch.compile`` runs through
-them, each passes gradcheck in float64 and runs in float32 under autocast (as the hand-written autograd functions
-do, see tests/mixers/test_autocast.py)."""
+(meta) implementations give the shapes, strides and dtypes the kernel gives, ``torch.library.opcheck`` accepts
+their registrations, ``torch.compile`` runs through them, each passes gradcheck in float64 and runs in float32
+under autocast (as the hand-written autograd functions do, see tests/mixers/test_autocast.py)."""
 
 from __future__ import annotations
 

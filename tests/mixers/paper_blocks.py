@@ -27,8 +27,8 @@ def head_output(output, o: Tensor, u: Tensor, gated: bool = True) -> Tensor:
 
 
 def short_conv(x: Tensor, conv) -> Tensor:
-    """``SiLU(b + Σ_{s<w} W[:, s] ⊙ x_{t−w+1+s})`` per channel (b = 0 without a bias), zero before the start — the short causal
-    convolution of Mamba, GLA and DeltaNet, from the weights of a ``seqdyn.layers.ShortConv`` ``conv``."""
+    """``SiLU(b + Σ_{s<w} W[:, s] ⊙ x_{t−w+1+s})`` per channel (b = 0 without a bias), zero before the start — the
+    short causal convolution of Mamba, GLA and DeltaNet, from the weights of a ``seqdyn.layers.ShortConv`` ``conv``."""
     width, length = conv.weight.shape[1], x.shape[1]
     padded = torch.cat([x.new_zeros(x.shape[0], width - 1, x.shape[2]), x], dim=1)
     bias = 0.0 if conv.bias is None else conv.bias

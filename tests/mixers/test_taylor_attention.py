@@ -22,14 +22,13 @@ def taylor_attention_layer(mixer, x):
     batch, length, _ = x.shape
     w_q, w_k = mixer.qk.weight.chunk(2, dim=0)
     q, k = ((x @ w.T).view(batch, length, HEADS, N) / N**0.25 for w in (w_q, w_k))
-    features = lambda t: torch.cat(
-        [
-            torch.ones_like(t[..., :1]),
-            t,  # noqa: E731
-            (t[..., :, None] * t[..., None, :]).flatten(-2) / math.sqrt(2),
-        ],
-        dim=-1,
-    )
+
+    def features(t: torch.Tensor) -> torch.Tensor:
+        """``φ(t) = [1, t, t⊗t/√2]`` over the last dimension."""
+        return torch.cat(
+            [torch.ones_like(t[..., :1]), t, (t[..., :, None] * t[..., None, :]).flatten(-2) / math.sqrt(2)], dim=-1
+        )
+
     fq, fk = features(q), features(k)
     v = (x @ mixer.v.weight.T).view(batch, length, HEADS, -1)
     S, z, outputs = x.new_zeros(batch, HEADS, fk.shape[-1], v.shape[-1]), x.new_zeros(batch, HEADS, fk.shape[-1]), []

@@ -115,8 +115,9 @@ def test_fuzzy_recall_motifs_and_targets(split):
 
 
 def _mad_lab_fuzzy_recall(rng, vocab_size, seq_len, kmax, vmax, train):
-    """One example of mad-lab's multi-query fuzzy recall as a plain loop (``rng``: a ``random.Random``): ``(full sequence of L + 1 tokens, context
-    keys, probe key)``, or None when the probe key never reaches the context (mad-lab keeps those)."""
+    """One example of mad-lab's multi-query fuzzy recall as a plain loop (``rng``: a ``random.Random``): ``(full
+    sequence of L + 1 tokens, context keys, probe key)``, or None when the probe key never reaches the context
+    (mad-lab keeps those)."""
     num_keys = (vocab_size - 1) // 2
 
     def motif(low, high, most, fixed=False):

@@ -187,10 +187,21 @@ def positional_heads(
                 if method == "coefficients":
                     raise no_coefficients from None
         if A is None:
-            transitions = probe.dsf(x).Lambda
-            eye = torch.eye(transitions.shape[-1], dtype=transitions.dtype, device=transitions.device)
-            scale = max(1.0, float(transitions.abs().max()))
-            return torch.tensor([float((transitions[:, :, warmup:] - eye).abs().max()) > rtol * scale])
+            return _transitions_differ_from_identity(probe.dsf(x).Lambda, warmup, rtol)
+    return _rows_vary(A, rtol)
+
+
+def _transitions_differ_from_identity(transitions: Tensor, warmup: int, rtol: float) -> Tensor:
+    """``[1]``: whether any DSF transition Λ_t after the first ``warmup`` positions differs from I by more than
+    ``rtol`` times max(1, largest |entry| of all the transitions)."""
+    eye = torch.eye(transitions.shape[-1], dtype=transitions.dtype, device=transitions.device)
+    scale = max(1.0, float(transitions.abs().max()))
+    return torch.tensor([float((transitions[:, :, warmup:] - eye).abs().max()) > rtol * scale])
+
+
+def _rows_vary(A: Tensor, rtol: float) -> Tensor:
+    """Per head ``[H]``: whether the causal entries ``A[i, :i+1]`` of some row of some sequence differ (max − min)
+    by more than ``rtol`` times the row's largest |entry|."""
     causal = torch.ones(A.shape[-1], A.shape[-1], dtype=torch.bool, device=A.device).tril()
     high = A.masked_fill(~causal, -math.inf).amax(dim=-1)
     low = A.masked_fill(~causal, math.inf).amin(dim=-1)

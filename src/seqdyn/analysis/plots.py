@@ -53,6 +53,22 @@ def _layers(A: Tensor | Sequence[Tensor] | Mapping[str, Tensor]) -> list[tuple[s
     return [(str(label), check_coefficients(value, f"A[{label!r}]")) for label, value in items]
 
 
+def _heat_map(matrix: np.ndarray, log: bool) -> tuple[np.ndarray, dict[str, Any]]:
+    """The data and imshow style of one coefficient matrix ``[T, T]``: the matrix with the entries above the diagonal
+    masked, or ``log10 |A_ij|`` (magma) when ``log``; a diverging map centred at 0 (RdBu_r, ±max |A_ij|) when a causal
+    entry is negative, else viridis from 0."""
+    upper = np.triu(np.ones_like(matrix, dtype=bool), k=1)
+    if log:
+        data = np.log10(np.maximum(np.abs(matrix), np.finfo(np.float64).tiny))
+        style = dict(cmap="magma")
+    elif (matrix[~upper] < 0).any():
+        bound = float(np.abs(matrix[~upper]).max()) or 1.0
+        data, style = matrix, dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
+    else:
+        data, style = matrix, dict(cmap="viridis", vmin=0.0)
+    return np.ma.masked_array(data, mask=upper), style
+
+
 def plot_coefficients(
     A: Tensor | Sequence[Tensor] | Mapping[str, Tensor],
     path: str | Path,
@@ -85,17 +101,8 @@ def plot_coefficients(
                 axis.set_axis_off()
                 continue
             head = chosen[column]
-            matrix = value[batch, head].detach().to("cpu", torch.float64).numpy()
-            upper = np.triu(np.ones_like(matrix, dtype=bool), k=1)
-            if log:
-                data = np.log10(np.maximum(np.abs(matrix), np.finfo(np.float64).tiny))
-                style = dict(cmap="magma")
-            elif (matrix[~upper] < 0).any():
-                bound = float(np.abs(matrix[~upper]).max()) or 1.0
-                data, style = matrix, dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
-            else:
-                data, style = matrix, dict(cmap="viridis", vmin=0.0)
-            image = axis.imshow(np.ma.masked_array(data, mask=upper), interpolation="nearest", **style)
+            data, style = _heat_map(value[batch, head].detach().to("cpu", torch.float64).numpy(), log)
+            image = axis.imshow(data, interpolation="nearest", **style)
             figure.colorbar(image, ax=axis, shrink=0.8).ax.tick_params(labelsize=6)
             axis.set_title(f"{label + ' · ' if label else ''}head {head}", fontsize=8)
             axis.set_xlabel("j (key position)", fontsize=7)

@@ -189,10 +189,10 @@ def _timed_backends(mixer: mixers.Mixer, x: torch.Tensor) -> dict[str, str]:
 
 def measure_case(case: Case, device: torch.device, repeats: int = 3, rounds: int = 3, modes=MODES) -> list[Cell]:
     """Every mode of one case: each backend beside ``auto``, ``rounds`` passes of ``repeats`` calls, the fastest
-    call counting; ``auto`` alternates call by call with the backend it chose (``Cell.paired``; at least ``PAIRED_SECONDS`` of
-    pairs a round).  A backend whose
-    first call is ``HOPELESS`` × slower than the best so far is not called again (it cannot be the fastest; its one
-    time is kept).  Rounds go through the backends in turn forwards and backwards: no place favours one."""
+    call counting; ``auto`` alternates call by call with the backend it chose (``Cell.paired``; at least
+    ``PAIRED_SECONDS`` of pairs a round).  A backend whose first call is ``HOPELESS`` × slower than the best so far
+    is not called again (it cannot be the fastest; its one time is kept).  Rounds go through the backends in turn
+    forwards and backwards: no place favours one."""
     mixer = _build(case, device)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(case.batch, case.length, case.d_model, generator=gen).to(device).requires_grad_(True)
@@ -347,6 +347,34 @@ def results_table(cells: list[Cell], device: str):
     return table
 
 
+def _print_verdict(console, result: dict) -> None:
+    """Print what :func:`summary` found: one line per cell above ``CELL_TARGET`` (with why, when known), how many of
+    those misses ran the fastest backend itself, how far the chosen backend timed by name is from the fastest, and
+    the geometric mean and worst ratio against the targets."""
+    for cell in result["misses"]:
+        console.print(
+            f"[red]miss[/red] {cell.case.group} {cell.case.label} T={cell.case.length} {cell.mode}: auto "
+            f"picks {cell.picked} ({cell.times.get('auto', 0) * 1e3:.1f} ms), {cell.fastest} takes "
+            f"{cell.times[cell.fastest] * 1e3:.1f} ms: {cell.ratio:.2f}×" + (f" — {cell.why}" if cell.why else "")
+        )
+    mean = result["geomean"]
+    if result["misses"]:
+        console.print(
+            f"{len(result['same_backend_misses'])} of the {len(result['misses'])} misses computed with the "
+            "fastest backend itself: what auto adds to a call, timed in pairs with that backend"
+        )
+    if result["worst_choice"] is not None:
+        console.print(
+            f"the backend auto chose, timed by name, is within {result['worst_choice']:.2f}× of the fastest "
+            "in every cell"
+        )
+    console.print(
+        f"{result['cells']} cells: geometric mean of auto / fastest {mean:.3f}× (target ≤ {MEAN_TARGET}×), "
+        f"worst {result['worst']:.2f}×, {len(result['misses'])} cells above {CELL_TARGET}× — targets "
+        + ("[green]met[/green]" if result["met"] else "[red]not met[/red]")
+    )
+
+
 def run_auto_benchmark(
     quick: bool = False,
     device: str = "cpu",
@@ -373,28 +401,7 @@ def run_auto_benchmark(
     dev = resolve_device(device)
     console.print(results_table(cells, str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev)))
     result = summary(cells)
-    for cell in result["misses"]:
-        console.print(
-            f"[red]miss[/red] {cell.case.group} {cell.case.label} T={cell.case.length} {cell.mode}: auto "
-            f"picks {cell.picked} ({cell.times.get('auto', 0) * 1e3:.1f} ms), {cell.fastest} takes "
-            f"{cell.times[cell.fastest] * 1e3:.1f} ms: {cell.ratio:.2f}×" + (f" — {cell.why}" if cell.why else "")
-        )
-    mean = result["geomean"]
-    if result["misses"]:
-        console.print(
-            f"{len(result['same_backend_misses'])} of the {len(result['misses'])} misses computed with the "
-            "fastest backend itself: what auto adds to a call, timed in pairs with that backend"
-        )
-    if result["worst_choice"] is not None:
-        console.print(
-            f"the backend auto chose, timed by name, is within {result['worst_choice']:.2f}× of the fastest "
-            "in every cell"
-        )
-    console.print(
-        f"{result['cells']} cells: geometric mean of auto / fastest {mean:.3f}× (target ≤ {MEAN_TARGET}×), "
-        f"worst {result['worst']:.2f}×, {len(result['misses'])} cells above {CELL_TARGET}× — targets "
-        + ("[green]met[/green]" if result["met"] else "[red]not met[/red]")
-    )
+    _print_verdict(console, result)
     if markdown:
         Path(markdown).write_text(markdown_table(cells) + "\n")
         console.print(f"table written to {markdown}")

@@ -83,6 +83,29 @@ def _backends_of(mixer: mixers.Mixer) -> list[str]:
     return ["auto", "fft", "recurrent"] if "fft" in mixer.backends else ["auto"]
 
 
+def _skip_if_too_costly(
+    name: str,
+    length: int,
+    backend: str,
+    prev: MixerCell | None,
+    is_linear: bool,
+    max_seconds: float,
+    memory: int | None,
+) -> MixerCell | None:
+    """A skipped cell when the estimate from the cell ``prev`` measured at a shorter length exceeds a limit: the time
+    of one forward and two training steps (scaled linearly in T for a linear-time mixer, quadratically otherwise)
+    above ``max_seconds``, or the peak memory (scaled linearly) above 60 % of ``memory``; ``None`` to measure it."""
+    if prev is None:
+        return None
+    growth = (length / prev.length) ** (1 if is_linear else 2)
+    est_s = (prev.forward_s + 2 * prev.train_s) * growth
+    est_mb = (prev.peak_mb or 0.0) * length / prev.length
+    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.6 * memory):
+        note = f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB"
+        return MixerCell(name, length, backend, status="skip", note=note)
+    return None
+
+
 def run_benchmark(
     names=None,
     seq_lens=(1024, 4096),
@@ -111,20 +134,7 @@ def run_benchmark(
         last: dict[str, MixerCell] = {}
         for length in sorted(seq_lens):
             for backend in _backends_of(mixer):
-                prev = last.get(backend)
-                cell = None
-                if prev is not None:
-                    growth = (length / prev.length) ** (1 if linear[name] else 2)
-                    est_s = (prev.forward_s + 2 * prev.train_s) * growth
-                    est_mb = (prev.peak_mb or 0.0) * length / prev.length
-                    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.6 * memory):
-                        cell = MixerCell(
-                            name,
-                            length,
-                            backend,
-                            status="skip",
-                            note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB",
-                        )
+                cell = _skip_if_too_costly(name, length, backend, last.get(backend), linear[name], max_seconds, memory)
                 if cell is None:
                     try:
                         cell = _measure(mixer, backend, length, batch, d_model, device, repeats)

@@ -206,79 +206,73 @@ def _check(what: str, measured: str, value: float, target: float, at_least: bool
 
 
 def target_checks(report: Report) -> list[Check]:
-    """The issue's targets at the largest T — ``met`` is ``None`` where a cell was not measured."""
+    """The targets, per argument kind: at the largest T the chunk backend ≥ 10× faster than recurrent and ≥ 5×
+    faster than quadratic (forward+backward), the chunk backend's peak memory linear in T between the two largest
+    T, and ``auto`` within 1.2× of the fastest backend at every T — ``met`` is ``None`` where a cell was not
+    measured."""
     checks = []
     lengths = sorted({c.length for c in report.cells})
     top = lengths[-1]
     for kind in dict.fromkeys(c.kind for c in report.cells):
-        chunk = report.get(kind, top, "chunk")
-        for other, factor in (("recurrent", 10.0), ("quadratic", 5.0)):
-            cell = report.get(kind, top, other)
-            if chunk is None or chunk.train_s is None or cell is None:
-                continue
-            if cell.train_s is None:
-                # a cell skipped for its time can still be judged by its extrapolated fwd+bwd time, said as such
-                estimate = cell.estimated_train_s
-                measured = f"{other} {cell.status} ({cell.note})"
-                if estimate is None:
-                    checks.append(
-                        Check(f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}", measured, None)
-                    )
-                else:
-                    speedup = estimate / chunk.train_s
-                    checks.append(
-                        _check(
-                            f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}",
-                            f"est. {speedup:.0f}× ({other} fwd+bwd est. {estimate:.0f} s)",
-                            speedup,
-                            factor,
-                            at_least=True,
-                        )
-                    )
-                continue
+        checks.extend(_speedup_checks(report, kind, top))
+        checks.extend(_memory_check(report, kind, lengths))
+        checks.extend(_auto_checks(report, kind, lengths))
+    return checks
+
+
+def _speedup_checks(report: Report, kind: str, top: int) -> list[Check]:
+    """Whether the chunk backend's forward+backward at T = ``top`` is ≥ 10× faster than recurrent and ≥ 5× faster
+    than quadratic; a cell skipped for its time is judged by its extrapolated time, said as such (``met`` is
+    ``None`` when it has none)."""
+    checks = []
+    chunk = report.get(kind, top, "chunk")
+    for other, factor in (("recurrent", 10.0), ("quadratic", 5.0)):
+        cell = report.get(kind, top, other)
+        if chunk is None or chunk.train_s is None or cell is None:
+            continue
+        what = f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}"
+        if cell.train_s is not None:
             speedup = cell.train_s / chunk.train_s
-            checks.append(
-                _check(
-                    f"{kind}: chunk ≥ {factor:.0f}× faster than {other} at T={top}",
-                    f"{speedup:.1f}×",
-                    speedup,
-                    factor,
-                    at_least=True,
-                )
-            )
-        peaks = [(t, report.get(kind, t, "chunk")) for t in lengths]
-        peaks = [(t, c.peak_mb) for t, c in peaks if c is not None and c.peak_mb]
-        if len(peaks) >= 2:
-            (t0, m0), (t1, m1) = peaks[-2], peaks[-1]
-            growth = m1 / m0
-            checks.append(
-                _check(
-                    f"{kind}: chunk peak memory linear in T ({t0}→{t1}: ×{t1 / t0:.0f})",
-                    f"×{growth:.1f}",
-                    growth,
-                    1.5 * t1 / t0,
-                    at_least=False,
-                )
-            )
-        for t in lengths:
-            auto = report.get(kind, t, "auto")
-            valid = [
-                c.train_s
-                for c in report.cells
-                if c.kind == kind and c.length == t and c.backend not in ("auto",) and c.train_s is not None
-            ]
-            if auto is None or auto.train_s is None or not valid:
-                continue
-            ratio = _picked_time(report, auto) / min(valid)
-            checks.append(
-                _check(
-                    f"{kind}: auto ({auto.picked}) ≤ 1.2× the fastest at T={t}",
-                    f"{ratio:.2f}×",
-                    ratio,
-                    1.2,
-                    at_least=False,
-                )
-            )
+            checks.append(_check(what, f"{speedup:.1f}×", speedup, factor, at_least=True))
+        elif cell.estimated_train_s is None:
+            checks.append(Check(what, f"{other} {cell.status} ({cell.note})", None))
+        else:
+            estimate = cell.estimated_train_s
+            speedup = estimate / chunk.train_s
+            measured = f"est. {speedup:.0f}× ({other} fwd+bwd est. {estimate:.0f} s)"
+            checks.append(_check(what, measured, speedup, factor, at_least=True))
+    return checks
+
+
+def _memory_check(report: Report, kind: str, lengths: list[int]) -> list[Check]:
+    """Whether the chunk backend's peak memory grows at most 1.5× as fast as T between the two largest lengths with
+    a peak measured (no check when fewer than two have one)."""
+    peaks = [(t, report.get(kind, t, "chunk")) for t in lengths]
+    peaks = [(t, c.peak_mb) for t, c in peaks if c is not None and c.peak_mb]
+    if len(peaks) < 2:
+        return []
+    (t0, m0), (t1, m1) = peaks[-2], peaks[-1]
+    growth = m1 / m0
+    what = f"{kind}: chunk peak memory linear in T ({t0}→{t1}: ×{t1 / t0:.0f})"
+    return [_check(what, f"×{growth:.1f}", growth, 1.5 * t1 / t0, at_least=False)]
+
+
+def _auto_checks(report: Report, kind: str, lengths: list[int]) -> list[Check]:
+    """Whether, at each T, the time of the backend ``auto`` picked is within 1.2× of the fastest backend measured
+    by name (T where ``auto`` or every backend went unmeasured are left out)."""
+    checks = []
+    for t in lengths:
+        auto = report.get(kind, t, "auto")
+        valid = [
+            c.train_s
+            for c in report.cells
+            if c.kind == kind and c.length == t and c.backend not in ("auto",) and c.train_s is not None
+        ]
+        if auto is None or auto.train_s is None or not valid:
+            continue
+        ratio = _picked_time(report, auto) / min(valid)
+        what = f"{kind}: auto ({auto.picked}) ≤ 1.2× the fastest at T={t}"
+        checks.append(_check(what, f"{ratio:.2f}×", ratio, 1.2, at_least=False))
     return checks
 
 

@@ -101,6 +101,20 @@ def _bare_step(trainer, model: torch.nn.Module, inputs: torch.Tensor, targets: t
     return step
 
 
+def _harness_step(trainer, store, run_id: str, bar, log_every: int):
+    """One training step as the harness runs it: ``trainer.train_step()``, the progress bar advanced with its loss,
+    and every ``log_every`` steps the loss logged to ``store`` and a heartbeat for the run ``run_id``."""
+
+    def harness() -> None:
+        loss = trainer.train_step()
+        bar.advance(loss)
+        if trainer.step % log_every == 0:
+            store.log_metrics(run_id, trainer.step, 0.0, "train", {"loss": loss}, 0.0)
+            store.heartbeat(run_id, "bench")
+
+    return harness
+
+
 def measure(
     mixer: str,
     device: torch.device,
@@ -126,14 +140,7 @@ def measure(
         inputs, targets = (t[:batch].to(trainer.device) for t in trainer.train_data)
         bare = _bare_step(trainer, trainer.model, inputs, targets)
         bar = RunProgress(True, config.name, 10**6, 0)
-
-        def harness() -> None:
-            loss = trainer.train_step()
-            bar.advance(loss)
-            if trainer.step % log_every == 0:
-                store.log_metrics(config.run_id, trainer.step, 0.0, "train", {"loss": loss}, 0.0)
-                store.heartbeat(config.run_id, "bench")
-
+        harness = _harness_step(trainer, store, config.run_id, bar, log_every)
         try:
             bare(), harness()
             bare_ms, harness_ms = _interleaved_ms(bare, harness, steps, device)

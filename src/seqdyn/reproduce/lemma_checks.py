@@ -316,7 +316,8 @@ def convexity_violations(draws: int) -> dict[str, float]:
 
 
 def random_linear_rnn(seed: int, state_dim: int = 8, radius: float = 0.95) -> tuple[Tensor, Tensor, Tensor]:
-    """``A`` ``[N, N]`` (complex Gaussian, spectral radius ``radius``), ``B`` ``[N]``, ``C`` ``[N]`` of seed 002 eq. 7."""
+    """``A`` ``[N, N]`` (complex Gaussian, spectral radius ``radius``), ``B`` ``[N]``, ``C`` ``[N]`` of the linear RNN
+    of Gupta et al. 2022 (eq. 7)."""
     generator = _generator(seed)
 
     def complex_normal(*shape: int) -> Tensor:
@@ -328,7 +329,8 @@ def random_linear_rnn(seed: int, state_dim: int = 8, radius: float = 0.95) -> tu
 
 
 def linear_rnn(A: Tensor, B: Tensor, C: Tensor, u: Tensor) -> Tensor:
-    """``x_k = A x_{k−1} + B u_k``, ``y_k = C x_k`` (seed 002 eq. 7), step by step from ``x_{−1} = 0``: ``u`` ``[T]`` → ``y``."""
+    """``x_k = A x_{k−1} + B u_k``, ``y_k = C x_k`` (Gupta et al. 2022, eq. 7), step by step from ``x_{−1} = 0``:
+    ``u`` ``[T]`` → ``y``."""
     x, outputs = torch.zeros_like(B), []
     for u_k in u:
         x = A @ x + B * u_k

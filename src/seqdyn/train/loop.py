@@ -467,8 +467,15 @@ def train_run(
         if store is not None and lead:
             store.release(run_id, owner)  # interrupted: the next sweep resumes it from its checkpoint
         raise
-    final_value = trainer.final.get(trainer.watched) if trainer.final else None
-    if store is not None and lead:
+    return _finish(config, trainer, status, reason, store if lead else None, owner)
+
+
+def _finish(config: RunConfig, trainer: Trainer, status: str, reason: str | None, store, owner: str) -> RunResult:
+    """The :class:`RunResult` of ``trainer``'s run of ``config`` ending with ``status`` (and ``reason``), the
+    watched metric's final value taken from ``trainer.final``; also recorded as finished by ``owner`` in ``store``
+    unless it is ``None``."""
+    run_id, final_value = config.run_id, trainer.final.get(trainer.watched) if trainer.final else None
+    if store is not None:
         store.finish(
             run_id,
             owner,

@@ -5,8 +5,9 @@ y ∈ R^{L'×D'} we take the output o ∈ R^{L×d} of the model and linearly pro
 rightmost L' positions as the prediction. All experiments use post-norm Layer Normalization. Model dimension
 H = 128 and weight decay of optimizer was 0. For SSMs, state size N = 4096. [...] Constant learning rate schedule
 was used. In DSS_EXP, log Λ is initialized as (−.5 + 2πin)_{0≤n≤N−1}" (§A.6), with Table 7's learning rates,
-DLR initialization (dt-min = dt-max = 1e-5), batch 16 and 40K steps at L = 2^12; "All models trained on atomic tasks are unidirectional and are trained for
-an equal number of steps with MSE loss, using a fresh batch sampled for every training and evaluation step"; the
+DLR initialization (dt-min = dt-max = 1e-5), batch 16 and 40K steps at L = 2^12; "All models trained on atomic
+tasks are unidirectional and are trained for an equal number of steps with MSE loss, using a fresh batch sampled
+for every training and evaluation step"; the
 ATTENTION block replaces "the DLR contextualization in the DLR layer with a 4-head attention layer and rotary
 positional embeddings" (§3.3).
 

@@ -142,6 +142,22 @@ CPU_MODEL_REASON = (
 RANDOM_NON_QUERIES = False
 
 
+def _mqar_task(seq_len: int, pairs: int, budget: Budget) -> dict[str, Any]:
+    """The ``task`` section of an MQAR sweep: sequences of length ``seq_len`` with ``pairs`` key-value pairs, the
+    budget's vocabulary and numbers of train and test examples, fillers as :data:`RANDOM_NON_QUERIES` says."""
+    return {
+        "name": "mqar",
+        "params": {
+            "seq_len": seq_len,
+            "num_kv_pairs": pairs,
+            "vocab_size": budget.vocab_size,
+            "random_non_queries": RANDOM_NON_QUERIES,
+        },
+        "train_examples": budget.train_examples,
+        "test_examples": budget.test_examples,
+    }
+
+
 def mqar_sweeps(
     part: str,
     models: Sequence[str],
@@ -171,17 +187,7 @@ def mqar_sweeps(
                 "norm": "layernorm",
                 "init_std": budget.init_std,
             },
-            "task": {
-                "name": "mqar",
-                "params": {
-                    "seq_len": seq_len,
-                    "num_kv_pairs": pairs,
-                    "vocab_size": budget.vocab_size,
-                    "random_non_queries": RANDOM_NON_QUERIES,
-                },
-                "train_examples": budget.train_examples,
-                "test_examples": budget.test_examples,
-            },
+            "task": _mqar_task(seq_len, pairs, budget),
             "optimizer": {"weight_decay": 0.1},
             "schedule": {"kind": "cosine", "warmup": 0.1},
             "train": train,
