@@ -1,5 +1,5 @@
-"""`seqdyn bench` with bad names, lengths or devices: a one-line error and exit code 2, before any measurement
-(issue 18, item 10)."""
+"""`seqdyn bench` with bad names, lengths or devices: a one-line error and exit code 2, before any measurement;
+every bench command that takes names or lengths."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ BAD = [  # (arguments, words of the one-line error)
     (["operator", "--seq-lens", "16", "--device", "tpu"], "--device: expected 'cpu', 'cuda', 'cuda:N' or 'auto'"),
     (["train", "--names", "mamba3"], "mixer: unknown name 'mamba3'"),
     (["train", "--names", "s6", "--device", "cuda"], "--device: 'cuda' asked for, but no CUDA"),
+    (["hf", "--lengths", "64,x"], "--lengths: expected comma-separated positive integers"),
+    (["auto", "--mixers", "mamba3"], "mamba3"),
 ]
 
 

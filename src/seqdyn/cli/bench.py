@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from seqdyn.cli.common import lengths, name_list, one_line_errors
+from seqdyn.cli.common import name_list, one_line_errors, parse_lengths
 
 app = typer.Typer(help="Speed and memory benchmarks (ratios measured side by side in one run).", no_args_is_help=True)
 
@@ -120,7 +120,7 @@ def bench_operator(
     from seqdyn.bench.operator import run_operator_benchmark
 
     run_operator_benchmark(
-        seq_lens=lengths("--seq-lens", seq_lens),
+        seq_lens=parse_lengths("--seq-lens", seq_lens),
         kinds=kinds.split(","),
         backends=backends.split(","),
         batch=batch,
@@ -151,7 +151,9 @@ def bench_mixers(
     selected = name_list(names)
     for name in selected or []:
         mixers.get(name)  # unknown names fail before any work
-    run_mixer_benchmark(selected, lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds, rounds)
+    run_mixer_benchmark(
+        selected, parse_lengths("--seq-lens", seq_lens), d_model, batch, device, repeats, max_seconds, rounds
+    )
 
 
 @app.command("auto")
@@ -221,7 +223,7 @@ def bench_hf(
     chosen = tuple(name.strip() for name in families.split(",") if name.strip())
     run_hf_benchmark(
         quick,
-        tuple(lengths("--lengths", lengths)),
+        tuple(parse_lengths("--lengths", lengths)),
         repeats,
         str(markdown) if markdown else None,
         **({"families": chosen} if chosen else {}),

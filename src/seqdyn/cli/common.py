@@ -47,7 +47,7 @@ def name_list(text: str) -> list[str] | None:
     return [name for name in text.split(",") if name] or None
 
 
-def lengths(option: str, text: str) -> list[int]:
+def parse_lengths(option: str, text: str) -> list[int]:
     """Comma-separated positive integers (sequence lengths)."""
     try:
         values = [int(part) for part in text.split(",")]
