@@ -89,8 +89,10 @@ class BackendKey:
     mode: str = "forward"
 
     def text(self) -> str:
-        """The key as canonical JSON (sorted keys): the cache file's key, equal for equal keys."""
-        return _key_text(self)
+        """The key as canonical JSON (sorted keys): the cache file's key, equal for equal keys (made once per key)."""
+        if "_text" not in self.__dict__:
+            object.__setattr__(self, "_text", _key_text(self))
+        return self.__dict__["_text"]
 
 
 @functools.lru_cache(maxsize=4096)

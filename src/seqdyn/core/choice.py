@@ -326,21 +326,14 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
     it keeps (:func:`~seqdyn.core.autotune.module_options`), ``timing.options``, the sizes, the dtype and the mode.
     ``packing``: ``x`` holds packed sequences, whose count and longest length are cached by size class, so that
     batches of documents of other lengths do not each time the backends."""
-    parameters = [p for p in module.parameters() if p.requires_grad]
-    train = torch.is_grad_enabled() and (x.requires_grad or bool(parameters))
+    train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in module.parameters()))
     batch, length, channels = x.shape
     if packing is None:
         sizes, said = (("B", batch), ("T", length)), f"B={batch}, T={length}"
     else:
         count, longest = packing.size_class
         sizes, said = (("packed N", count), ("packed L", longest)), f"packed N ≤ {count} sequences of L ≤ {longest}"
-    key = BackendKey(
-        f"{type(module).__module__}.{type(module).__qualname__}",
-        _kept_options(module) + tuple(timing.options.items()),
-        (*sizes, ("D", channels)),
-        str(x.dtype),
-        "train" if train else "forward",
-    )
+    key = _module_key(module, timing, (*sizes, ("D", channels)), str(x.dtype), "train" if train else "forward")
     words = f"{'forward + backward' if train else 'forward'} of {module.name}, {said}, D={channels}{timing.about}"
 
     def trial(name: str) -> None:
@@ -348,11 +341,26 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
             inputs = x.detach().requires_grad_(train)
             y = timing.run(inputs, name)
             if train:
+                parameters = [p for p in module.parameters() if p.requires_grad]
                 torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
 
     return autotune.choose(
         key, x.device, timing.plan, trial, words, lambda name: name != "auto" and name in module.backends
     )
+
+
+def _module_key(
+    module: torch.nn.Module, timing: Timing, sizes: tuple[tuple[str, int], ...], dtype: str, mode: str
+) -> BackendKey:
+    """The :class:`~seqdyn.core.autotune.BackendKey` of ``module`` at these sizes, made once per layer and call shape
+    (a cached choice is then a dict lookup: its text is made once too)."""
+    extra = tuple(timing.options.items())
+    memo = module.__dict__.setdefault("_backend_keys", {})
+    seen = (sizes, dtype, mode, extra, next(module.parameters(), torch.empty(0)).dtype)
+    if seen not in memo:
+        name = f"{type(module).__module__}.{type(module).__qualname__}"
+        memo[seen] = BackendKey(name, _kept_options(module) + extra, sizes, dtype, mode)
+    return memo[seen]
 
 
 def _kept_options(module: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
