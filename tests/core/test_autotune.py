@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import seqdyn
-from seqdyn.core import autotune
+from seqdyn.core import autotune, choice
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.operator import auto_plan
 from seqdyn.mixers.base import MixerState
@@ -69,6 +69,35 @@ def test_a_cached_shape_is_decided_without_timing_and_the_call_reads_the_same_ch
     assert (str(again), again.source, again.times_ms) == (str(first), "cache", first.times_ms)
     out = seqdyn.coefficient_dynamics(*args, **options)
     assert torch.equal(out, seqdyn.coefficient_dynamics(*args, **options, backend=str(first)))
+
+
+def test_a_cached_choice_is_read_without_making_its_key_or_its_explanation_again(file_cache, monkeypatch):
+    """The operator keeps its keys by what they depend on and the cache keeps the choice a hit gave: the next call
+    of that shape builds neither (until the cache is cleared)."""
+    args, options = operator_inputs()
+    seqdyn.select_backend(*args, **options)
+    hit = seqdyn.select_backend(*args, **options)
+    assert hit.source == "cache"
+
+    def made_again(*_):
+        raise AssertionError("a cached choice made its key or explanation again")
+
+    monkeypatch.setattr(choice, "problem_signature", made_again)
+    monkeypatch.setattr(autotune, "_described", made_again)
+    assert seqdyn.select_backend(*args, **options) is hit
+    monkeypatch.undo()
+    autotune.clear_cache()
+    assert seqdyn.select_backend(*args, **options) is not hit
+
+
+def test_a_layer_keeps_a_bounded_number_of_keys(file_cache, monkeypatch):
+    """Padded batches of many shapes each have a key; a layer keeps at most ``MODULE_KEYS_KEPT`` of them."""
+    monkeypatch.setattr(choice, "MODULE_KEYS_KEPT", 2)
+    layer = seqdyn.mixers.build("mamba2", 8, head_dim=4, state_dim=4)
+    with torch.no_grad():
+        for length in (3, 4, 5, 6, 7):
+            layer.backend_for(torch.randn(1, length, 8))
+            assert 1 <= len(layer.__dict__["_backend_keys"]) <= 2
 
 
 def test_the_choice_is_what_the_cache_says_deterministically(file_cache, monkeypatch):

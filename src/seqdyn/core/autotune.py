@@ -89,25 +89,18 @@ class BackendKey:
     mode: str = "forward"
 
     def text(self) -> str:
-        """The key as canonical JSON (sorted keys): the cache file's key, equal for equal keys (made once per key)."""
+        """The key as canonical JSON (sorted keys): the cache file's key, equal for equal keys (made once per key
+        object; the operator and the mixers keep their keys, so a cached choice makes none)."""
         if "_text" not in self.__dict__:
-            object.__setattr__(self, "_text", _key_text(self))
+            described = {
+                "computes": self.computes,
+                "options": dict(self.options),
+                "shape": dict(self.shape),
+                "dtype": self.dtype,
+                "mode": self.mode,
+            }
+            object.__setattr__(self, "_text", json.dumps(described, sort_keys=True, default=str))
         return self.__dict__["_text"]
-
-
-@functools.lru_cache(maxsize=4096)
-def _key_text(key: BackendKey) -> str:
-    return json.dumps(
-        {
-            "computes": key.computes,
-            "options": dict(key.options),
-            "shape": dict(key.shape),
-            "dtype": key.dtype,
-            "mode": key.mode,
-        },
-        sort_keys=True,
-        default=str,
-    )
 
 
 def module_options(module: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
@@ -318,6 +311,7 @@ def _write(path: Path, device: torch.device, entries: dict[str, dict]) -> None:
 def clear_cache(device: torch.device | None = None, files: bool = False) -> None:
     """Forget the choices held in memory (every device, or ``device``'s); ``files=True`` also deletes the file."""
     _SETTINGS_SEEN.clear()
+    _HITS.clear()
     if device is None:
         _CACHES.clear()
         return
@@ -383,12 +377,18 @@ def _described(times_ms: dict[str, float]) -> str:
     return " < ".join(f"{name} {ms:.3g} ms" for name, ms in times_ms.items())
 
 
+#: (the choices' dict, key text) -> the choice a cached entry gave: a cache hit is two dict lookups
+_HITS: dict[tuple[int, str], BackendChoice] = {}
+#: at most this many remembered hits (a padded batch has a key per shape)
+HITS_KEPT = 4096
+
+
 def choose(
     key: BackendKey,
     device: torch.device,
     plan: Callable[[], tuple[list[str], str, str]],
     trial: Callable[[str], None],
-    shape: str,
+    shape: Callable[[], str],
     valid: Callable[[str], bool],
 ) -> BackendChoice:
     """The backend for the problem of shape ``key``: cached, else measured (and cached), else the cost model's.
@@ -398,21 +398,28 @@ def choose(
         plan: ``() -> (candidates, modelled, reason)``, called on a cache miss only: the backends that can compute
             the problem and may be fastest (the likeliest first), the cost model's choice and why.
         trial: runs the problem once with a backend (forward, or forward and backward).
-        shape: the problem in words, for the explanation.
+        shape: ``() -> the problem in words``, for the explanation (called where one is made).
         valid: whether a backend can compute the problem (a cached name that cannot — a file edited by hand — is
             a cache miss).
     """
     entries, path = _entries(device)
     key = key.text()
+    hit = _HITS.get((id(entries), key))
+    if hit is not None:
+        return hit
     entry = entries.get(key)
     if entry is not None and not valid(entry["backend"]):
         entry = None
     where = str(path) if path is not None else "this process's memory"
+    shape = shape()
     if entry is not None:
         times = dict(sorted(entry.get("times_ms", {}).items(), key=lambda item: item[1]))
-        return BackendChoice(
+        if len(_HITS) >= HITS_KEPT:
+            _HITS.clear()
+        _HITS[id(entries), key] = hit = BackendChoice(
             entry["backend"], f"cached in {where}: measured {_described(times)} for {shape}", "cache", times
         )
+        return hit
     candidates, modelled, reason = plan()
     if len(candidates) == 1:
         return BackendChoice(candidates[0], f"the only candidate for {shape}: {reason}", "only")

@@ -90,7 +90,7 @@ def _auto_choice(problem: Problem, compute: Compute, want_state: bool, train: bo
         problem.q.device,
         lambda: plan(problem),
         lambda name: _trial(problem, compute, name, want_state, train),
-        _shape_words(problem, train),
+        lambda: _shape_words(problem, train),
         lambda name: name in REGISTRY and REGISTRY[name].unsupported(problem) is None,
     )
 
@@ -164,33 +164,59 @@ def _tensors(problem: Problem) -> list[Tensor]:
     return [x for x in parts if isinstance(x, Tensor)]
 
 
+#: the operator's cache keys made so far, by what they depend on (a cached choice then makes no key)
+_OPERATOR_KEYS: dict[tuple, BackendKey] = {}
+#: at most this many kept keys (a padded batch has a key per shape)
+OPERATOR_KEYS_KEPT = 4096
+
+
 def _shape_key(problem: Problem, want_state: bool, train: bool) -> BackendKey:
-    """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`."""
-    batch, _, length, _, _ = problem.shape
-    options = (
-        *problem_signature(problem).items(),
-        ("state in", problem.initial_state is not None),
-        ("state out", want_state),
+    """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`: made once
+    per combination of what :func:`problem_signature` reads, the state passed in or out and the mode."""
+    seen = (
+        problem.shape,
+        problem.describe(),
+        problem.q.dtype,
+        problem.out_dtype,
+        problem.chunk_size,
+        shared_over_heads(problem.q),
+        shared_over_heads(problem.k),
+        _scale_kind(problem.scale),
+        problem.log_scale is not None,
+        problem.decay_rate is not None,
+        problem.initial_state is not None,
+        want_state,
+        train,
     )
-    return BackendKey(
-        "operator", options, (("B", batch), ("T", length)), str(problem.q.dtype), "train" if train else "forward"
-    )
+    key = _OPERATOR_KEYS.get(seen)
+    if key is None:
+        if len(_OPERATOR_KEYS) >= OPERATOR_KEYS_KEPT:
+            _OPERATOR_KEYS.clear()
+        batch, _, length, _, _ = problem.shape
+        options = (
+            *problem_signature(problem).items(),
+            ("state in", problem.initial_state is not None),
+            ("state out", want_state),
+        )
+        mode = "train" if train else "forward"
+        key = _OPERATOR_KEYS[seen] = BackendKey(
+            "operator", options, (("B", batch), ("T", length)), str(problem.q.dtype), mode
+        )
+    return key
+
+
+def _scale_kind(scale: Tensor | float | None) -> str:
+    if scale is None:
+        return "none"
+    if not isinstance(scale, Tensor):
+        return "number"
+    return "shared" if shared_over_heads(scale) else "per-head"
 
 
 def problem_signature(problem: Problem) -> dict[str, Any]:
     """What a backend's speed depends on besides the batch, the length and the state passed in or out: heads,
     widths, the combination, dtypes, the chunk and which arguments are shared over heads."""
     _, heads, _, key_dim, value_dim = problem.shape
-    scale = problem.scale
-    scale_kind = (
-        "none"
-        if scale is None
-        else "number"
-        if not isinstance(scale, Tensor)
-        else "shared"
-        if shared_over_heads(scale)
-        else "per-head"
-    )
     sharing = lambda x: "shared" if shared_over_heads(x) else "per-head"  # noqa: E731
     return {
         "H": heads,
@@ -201,7 +227,7 @@ def problem_signature(problem: Problem) -> dict[str, Any]:
         "chunk": problem.chunk_size,
         "q": sharing(problem.q),
         "k": sharing(problem.k),
-        "scale": scale_kind,
+        "scale": _scale_kind(problem.scale),
         "log_scale": problem.log_scale is not None,
         "factored": problem.decay_rate is not None,
     }
@@ -334,7 +360,8 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
         count, longest = packing.size_class
         sizes, said = (("packed N", count), ("packed L", longest)), f"packed N ≤ {count} sequences of L ≤ {longest}"
     key = _module_key(module, timing, (*sizes, ("D", channels)), str(x.dtype), "train" if train else "forward")
-    words = f"{'forward + backward' if train else 'forward'} of {module.name}, {said}, D={channels}{timing.about}"
+    mode = "forward + backward" if train else "forward"
+    words = f"of {module.name}, {said}, D={channels}{timing.about}"
 
     def trial(name: str) -> None:
         with torch.enable_grad() if train else torch.no_grad():
@@ -345,8 +372,17 @@ def timed_choice(module: torch.nn.Module, x: Tensor, timing: Timing, packing: Pa
                 torch.autograd.grad(y.real.sum(), [inputs, *parameters], allow_unused=True)
 
     return autotune.choose(
-        key, x.device, timing.plan, trial, words, lambda name: name != "auto" and name in module.backends
+        key,
+        x.device,
+        timing.plan,
+        trial,
+        lambda: f"{mode} {words}",
+        lambda name: name != "auto" and name in module.backends,
     )
+
+
+#: at most this many keys kept per layer (padded batches of many shapes each have one)
+MODULE_KEYS_KEPT = 256
 
 
 def _module_key(
@@ -358,6 +394,8 @@ def _module_key(
     memo = module.__dict__.setdefault("_backend_keys", {})
     seen = (sizes, dtype, mode, extra, next(module.parameters(), torch.empty(0)).dtype)
     if seen not in memo:
+        if len(memo) >= MODULE_KEYS_KEPT:
+            memo.clear()
         name = f"{type(module).__module__}.{type(module).__qualname__}"
         memo[seen] = BackendKey(name, _kept_options(module) + extra, sizes, dtype, mode)
     return memo[seen]
