@@ -229,7 +229,7 @@ def test_without_states_packed_sequences_run_as_one_with_resets_and_no_padding(c
         ],
         dim=1,
     )
-    monkeypatch.setattr(operator, "_padded", lambda *args: pytest.fail("packed sequences were padded"))
+    monkeypatch.setattr(operator, "dynamics_side_by_side", lambda *args: pytest.fail("packed sequences were padded"))
     packed = seqdyn.coefficient_dynamics(
         q, k, v, backend=backend, chunk_size=4, cu_seqlens=CU_SEQLENS, **inputs, **options
     )

@@ -383,6 +383,23 @@ _HITS: dict[tuple[int, str], BackendChoice] = {}
 HITS_KEPT = 4096
 
 
+def _cached_choice(
+    entries: dict[str, dict], key: str, path: Path | None, valid: Callable[[str], bool], shape: Callable[[], str]
+) -> BackendChoice | None:
+    """The choice the cache holds for ``key`` (remembered in ``_HITS``), or None where it holds none that is valid."""
+    entry = entries.get(key)
+    if entry is None or not valid(entry["backend"]):
+        return None
+    where = str(path) if path is not None else "this process's memory"
+    times = dict(sorted(entry.get("times_ms", {}).items(), key=lambda item: item[1]))
+    if len(_HITS) >= HITS_KEPT:
+        _HITS.clear()
+    _HITS[id(entries), key] = hit = BackendChoice(
+        entry["backend"], f"cached in {where}: measured {_described(times)} for {shape()}", "cache", times
+    )
+    return hit
+
+
 def choose(
     key: BackendKey,
     device: torch.device,
@@ -404,22 +421,11 @@ def choose(
     """
     entries, path = _entries(device)
     key = key.text()
-    hit = _HITS.get((id(entries), key))
+    hit = _HITS.get((id(entries), key)) or _cached_choice(entries, key, path, valid, shape)
     if hit is not None:
         return hit
-    entry = entries.get(key)
-    if entry is not None and not valid(entry["backend"]):
-        entry = None
     where = str(path) if path is not None else "this process's memory"
     shape = shape()
-    if entry is not None:
-        times = dict(sorted(entry.get("times_ms", {}).items(), key=lambda item: item[1]))
-        if len(_HITS) >= HITS_KEPT:
-            _HITS.clear()
-        _HITS[id(entries), key] = hit = BackendChoice(
-            entry["backend"], f"cached in {where}: measured {_described(times)} for {shape}", "cache", times
-        )
-        return hit
     candidates, modelled, reason = plan()
     if len(candidates) == 1:
         return BackendChoice(candidates[0], f"the only candidate for {shape}: {reason}", "only")

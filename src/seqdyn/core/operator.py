@@ -24,7 +24,7 @@ from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.choice import BACKENDS
 from seqdyn.core.dynamics import OPTIONS, Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
-from seqdyn.core.packing import Packing
+from seqdyn.core.packing import Packing, dynamics_side_by_side, packing_of, reset_at_starts, timed_fields
 from seqdyn.core.problem import Problem, prepare
 from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients, resolve_readout
 
@@ -104,69 +104,14 @@ def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, b
     return (out, state) if output_final_state else out
 
 
-#: the fields of a description that have a time axis (``[B, T, …]`` where they are tensors) and the value of a
-#: padded step, an identity step of the dynamics (nothing written: k = v = 0; Λ = I: g = 0, β = 0; η = 1)
-TIMED_FIELDS = {
-    "q": 0.0,
-    "k": 0.0,
-    "v": 0.0,
-    "log_decay": 0.0,
-    "householder": 0.0,
-    "householder_dir": 0.0,
-    "scale": 1.0,
-    "normalizer": 1.0,
-    "log_scale": 0.0,
-}
-
-
-def _timed(dynamics: Dynamics) -> dict[str, Tensor]:
-    """The fields of ``dynamics`` that are tensors with a time axis."""
-    return {
-        name: value
-        for name in TIMED_FIELDS
-        if isinstance(value := getattr(dynamics, name), Tensor)
-        and value.dim() >= 3 - (name in ("log_decay", "householder", "scale", "normalizer", "log_scale"))
-    }
-
-
-def _packing(dynamics: Dynamics, cu_seqlens: Any) -> Packing:
-    """The packing of ``dynamics`` by ``cu_seqlens``, every timed field checked to be ``[1, T, …]``."""
-    batch, length = dynamics.q.shape[:2] if dynamics.q.dim() >= 2 else (None, None)
-    packing = Packing.of(cu_seqlens, length, batch, dynamics.q.device)
-    for name, value in _timed(dynamics).items():
-        if tuple(value.shape[:2]) != (1, length):
-            raise ValueError(
-                f"{name}: a packed batch is [1, T, …] with T = {length} (that of q); got shape {list(value.shape)}"
-            )
-    return packing
-
-
-def _padded(dynamics: Dynamics, packing: Packing) -> Dynamics:
-    """The packed sequences side by side, ``[N, L, …]``, each right-padded with identity steps."""
-    return dynamics.replace(
-        **{name: packing.side_by_side(value, TIMED_FIELDS[name]) for name, value in _timed(dynamics).items()}
-    )
-
-
-def _reset_at_starts(dynamics: Dynamics, packing: Packing) -> Dynamics:
-    """The packed sequences as one sequence with a hard reset (``g = −∞``, Λ = 0) at every sequence's first step:
-    no state reaches a later sequence, so with the identity readout (φ(0) = 0) no coefficient crosses a boundary
-    and the outputs are each sequence's own — computed on the ``T`` packed steps, without padding."""
-    g = dynamics.log_decay
-    if g is None:  # Λ = I: a scalar decay shared by all heads, 0 but at the starts
-        g = dynamics.q.new_zeros(1, packing.position.numel(), 1)
-    starts = packing.starts.reshape(1, -1, *(1,) * (g.dim() - 2))  # [1, T, 1…]
-    return dynamics.replace(log_decay=torch.where(starts, g.new_full((), float("-inf")), g))
-
-
-#: the backends that compute packed sequences as one with resets (:func:`_reset_at_starts`) in ``O(T)``; ``quadratic``
+#: the backends that compute packed sequences as one with resets (:func:`reset_at_starts`) in ``O(T)``; ``quadratic``
 #: and ``recurrent`` take them side by side (``O(N·L²)``, ``L`` steps), as does ``chunk`` for diagonal decays,
 #: whose chunks a reset's range of log decays would cut to single steps (:func:`~.chunking.safe_chunk_size`)
 RESETS_SERVE = ("chunk", "scan")
 
 
 def _resets_suffice(dynamics: Dynamics, initial_state: Any, output_final_state: bool) -> bool:
-    """Whether :func:`_reset_at_starts` computes the packed batch: the identity readout, no state in or out (a
+    """Whether :func:`reset_at_starts` computes the packed batch: the identity readout, no state in or out (a
     state per sequence needs the sequences side by side), and no factored decay (``Δ ⊗ A`` cannot be −∞ but by
     forming ``g``)."""
     return (
@@ -186,18 +131,20 @@ def _packed_outputs(
     chunk_size: int | None,
 ):
     """:func:`coefficient_dynamics` of a packed batch: with the identity readout and no state, one sequence with
-    hard resets at the starts (:func:`_reset_at_starts`); otherwise the sequences as a padded batch ``[N, L, …]``
+    hard resets at the starts (:func:`reset_at_starts`); otherwise the sequences as a padded batch ``[N, L, …]``
     in one call (padded steps are identity steps, so outputs and linear states are each sequence's own); a key
     cache, whose size is each sequence's length, one sequence at a time."""
-    packing = _packing(dynamics, cu_seqlens)
+    packing = packing_of(dynamics, cu_seqlens)
     if _resets_suffice(dynamics, initial_state, output_final_state) and backend in ("auto", *RESETS_SERVE):
-        problem = prepare(_reset_at_starts(dynamics, packing), chunk_size=chunk_size, factored=True)
+        problem = prepare(reset_at_starts(dynamics, packing), chunk_size=chunk_size, factored=True)
         module, _ = choice.backend_for(problem, backend, _computed, False)
         if module.NAME in RESETS_SERVE and not (module.NAME == "chunk" and problem.diagonal):
             return _computed(problem, module, False)[0]
         backend = module.NAME  # what auto chose (select_backend's answer), on the sequences side by side
     if resolve_readout(dynamics.readout).linear or (initial_state is None and not output_final_state):
-        result = _outputs(_padded(dynamics, packing), initial_state, output_final_state, backend, chunk_size)
+        result = _outputs(
+            dynamics_side_by_side(dynamics, packing), initial_state, output_final_state, backend, chunk_size
+        )
         y, state = result if output_final_state else (result, None)
         return (packing.in_place(y), state) if output_final_state else packing.in_place(y)
     if initial_state is not None and (
@@ -209,7 +156,7 @@ def _packed_outputs(
         )
     outputs, finals = [], []
     for index, (start, end) in enumerate(zip(packing.offsets, packing.offsets[1:])):
-        one = dynamics.replace(**{name: value[:, start:end] for name, value in _timed(dynamics).items()})
+        one = dynamics.replace(**{name: value[:, start:end] for name, value in timed_fields(dynamics).items()})
         state = None if initial_state is None else initial_state[index]
         y, final = _outputs(one, state, True, backend, chunk_size)
         outputs.append(y)
@@ -251,11 +198,11 @@ def select_backend(
     cu_seqlens = options.pop("cu_seqlens", None)
     dynamics = as_dynamics(q, k, v, **options)
     if cu_seqlens is not None:
-        packing = _packing(dynamics, cu_seqlens)
+        packing = packing_of(dynamics, cu_seqlens)
         dynamics = (
-            _reset_at_starts(dynamics, packing)
+            reset_at_starts(dynamics, packing)
             if _resets_suffice(dynamics, beside.get("initial_state"), want_state)
-            else _padded(dynamics, packing)
+            else dynamics_side_by_side(dynamics, packing)
         )
     problem = prepare(dynamics, **beside)
     return choice.backend_for(problem, backend, _computed, want_state, train)[1]
@@ -378,8 +325,10 @@ def coefficients(
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
     dynamics = _dynamics_of(locals()).replace(v=None)
     if cu_seqlens is not None:
-        packing = _packing(dynamics, cu_seqlens)
-        return packing.block_diagonal(coefficients(_padded(dynamics, packing), backend=backend, chunk_size=chunk_size))
+        packing = packing_of(dynamics, cu_seqlens)
+        return packing.block_diagonal(
+            coefficients(dynamics_side_by_side(dynamics, packing), backend=backend, chunk_size=chunk_size)
+        )
     problem = prepare(dynamics, chunk_size=chunk_size)
     if backend in ("quadratic", "auto"):
         return _coefficient_matrix(problem)
@@ -411,7 +360,7 @@ def auto_plan(
     that times its whole call with each backend (:meth:`~seqdyn.mixers.base.CoefficientMixer.backend_for`)
     chooses among; with ``cu_seqlens``, for the packed sequences side by side, as they are computed."""
     if cu_seqlens is not None:
-        dynamics = _padded(dynamics, _packing(dynamics, cu_seqlens))
+        dynamics = dynamics_side_by_side(dynamics, packing_of(dynamics, cu_seqlens))
     return choice.plan(prepare(dynamics, chunk_size=chunk_size))
 
 

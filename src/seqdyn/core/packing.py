@@ -29,21 +29,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from seqdyn.core.rows import count_rows, select_rows
 
+if TYPE_CHECKING:
+    from seqdyn.core.dynamics import Dynamics
+
 __all__ = [
     "Alignment",
     "Packing",
     "Padding",
     "Sequences",
+    "TIMED_FIELDS",
     "check_cu_seqlens",
+    "dynamics_side_by_side",
     "from_state",
     "pack_documents",
+    "packing_of",
+    "reset_at_starts",
     "sequences_of",
+    "timed_fields",
 ]
 
 
@@ -391,3 +400,58 @@ def pack_documents(inputs: Tensor, targets: Tensor, ignore_index: int = -100) ->
     lengths = lengths[lengths > 0]
     cu_seqlens = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
     return inputs[real][None], targets[real][None], cu_seqlens
+
+
+#: the fields of a description that have a time axis (``[B, T, …]`` where they are tensors) and the value of a
+#: padded step, an identity step of the dynamics (nothing written: k = v = 0; Λ = I: g = 0, β = 0; η = 1)
+TIMED_FIELDS = {
+    "q": 0.0,
+    "k": 0.0,
+    "v": 0.0,
+    "log_decay": 0.0,
+    "householder": 0.0,
+    "householder_dir": 0.0,
+    "scale": 1.0,
+    "normalizer": 1.0,
+    "log_scale": 0.0,
+}
+
+
+def timed_fields(dynamics: Dynamics) -> dict[str, Tensor]:
+    """The fields of ``dynamics`` that are tensors with a time axis."""
+    return {
+        name: value
+        for name in TIMED_FIELDS
+        if isinstance(value := getattr(dynamics, name), Tensor)
+        and value.dim() >= 3 - (name in ("log_decay", "householder", "scale", "normalizer", "log_scale"))
+    }
+
+
+def packing_of(dynamics: Dynamics, cu_seqlens: Any) -> Packing:
+    """The packing of ``dynamics`` by ``cu_seqlens``, every timed field checked to be ``[1, T, …]``."""
+    batch, length = dynamics.q.shape[:2] if dynamics.q.dim() >= 2 else (None, None)
+    packing = Packing.of(cu_seqlens, length, batch, dynamics.q.device)
+    for name, value in timed_fields(dynamics).items():
+        if tuple(value.shape[:2]) != (1, length):
+            raise ValueError(
+                f"{name}: a packed batch is [1, T, …] with T = {length} (that of q); got shape {list(value.shape)}"
+            )
+    return packing
+
+
+def dynamics_side_by_side(dynamics: Dynamics, packing: Packing) -> Dynamics:
+    """The packed sequences of ``dynamics`` side by side, ``[N, L, …]``, each right-padded with identity steps."""
+    return dynamics.replace(
+        **{name: packing.side_by_side(value, TIMED_FIELDS[name]) for name, value in timed_fields(dynamics).items()}
+    )
+
+
+def reset_at_starts(dynamics: Dynamics, packing: Packing) -> Dynamics:
+    """The packed sequences as one sequence with a hard reset (``g = −∞``, Λ = 0) at every sequence's first step:
+    no state reaches a later sequence, so with the identity readout (φ(0) = 0) no coefficient crosses a boundary
+    and the outputs are each sequence's own — computed on the ``T`` packed steps, without padding."""
+    g = dynamics.log_decay
+    if g is None:  # Λ = I: a scalar decay shared by all heads, 0 but at the starts
+        g = dynamics.q.new_zeros(1, packing.position.numel(), 1)
+    starts = packing.starts.reshape(1, -1, *(1,) * (g.dim() - 2))  # [1, T, 1…]
+    return dynamics.replace(log_decay=torch.where(starts, g.new_full((), float("-inf")), g))
