@@ -1,11 +1,14 @@
-"""The comparisons every claim is built from: held, did not hold, and inconclusive inside the seed spread or with
-runs missing."""
+"""The comparisons every claim is built from, on a 95 % confidence interval over seeds (Welch's for a difference,
+Student's for a mean): held, did not hold, and inconclusive where the interval straddles the line or runs are
+missing; and the safety rules :meth:`Claim.decide` applies to every verdict."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
+from scipy import stats
 
 from seqdyn.reproduce.base import Results
 from seqdyn.reproduce.claims import (
@@ -20,55 +23,187 @@ from seqdyn.reproduce.claims import (
     at_least,
     at_most,
     control_value,
+    difference_interval,
     every,
+    mean_interval,
     reaches,
+    still_improving,
+    t_quantile,
     within,
 )
 
 
-def score(*values: float, missing: tuple[str, ...] = (), label: str = "a") -> Score:
-    return Score(label, values, missing)
+def score(*values: float, missing: tuple[str, ...] = (), label: str = "a", exact: bool = False) -> Score:
+    return Score(label, values, missing, exact=exact)
+
+
+def exact(value: float, label: str = "a") -> Score:
+    return Score(label, (value,), exact=True)
+
+
+# --- the intervals, against scipy's own Welch test and Student's formula -----------------------------------------
+@pytest.mark.parametrize(
+    ("a", "b"), [((0.8, 0.82, 0.79), (0.5, 0.52)), ((0.1, 0.4, 0.3, 0.2), (0.35, 0.3, 0.5)), ((1.0, 3.0), (2.0, 2.5))]
+)
+def test_the_difference_interval_is_welchs(a, b):
+    interval = difference_interval(score(*a), score(*b, label="b"))
+    reference = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert (interval.low, interval.high) == pytest.approx((reference.low, reference.high), rel=1e-12)
+
+
+def test_the_mean_interval_is_students_and_an_exact_score_is_a_point():
+    values = (0.9, 0.95, 0.97, 0.91)
+    interval = mean_interval(score(*values))
+    reference = stats.t.interval(0.95, len(values) - 1, loc=sum(values) / 4, scale=stats.sem(values))
+    assert (interval.low, interval.high) == pytest.approx(reference, rel=1e-12)
+    assert (mean_interval(exact(0.3)).low, mean_interval(exact(0.3)).high) == (0.3, 0.3)
+    assert mean_interval(score(0.5, 0.5)).half == 0.0  # identical seeds: no spread to widen it
+    assert t_quantile(1) == pytest.approx(12.706, abs=1e-3) and t_quantile(math.inf) == pytest.approx(1.960, abs=1e-3)
+
+
+# --- each rule just inside and just outside its line -----------------------------------------------------------
+def _half(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    return difference_interval(score(*a), score(*b, label="b")).half
+
+
+A, B = (0.80, 0.84, 0.82), (0.50, 0.52)  # difference 0.31
+
+
+@pytest.mark.parametrize(
+    ("offset", "verdict"),
+    [(-0.001, HELD), (+0.001, INCONCLUSIVE)],  # the margin just below / above the interval's low end
+)
+def test_at_least_holds_when_the_interval_clears_the_margin(offset, verdict):
+    margin = 0.31 - _half(A, B) + offset
+    assert at_least(score(*A), score(*B, label="b"), margin).verdict == verdict
+
+
+@pytest.mark.parametrize(("offset", "verdict"), [(+0.001, FAILED), (-0.001, INCONCLUSIVE)])
+def test_at_least_fails_when_the_interval_lies_below_the_margin(offset, verdict):
+    margin = 0.31 + _half(A, B) + offset
+    outcome = at_least(score(*A), score(*B, label="b"), margin)
+    assert outcome.verdict == verdict and outcome.numbers["margin"] == margin
+    assert outcome.numbers["difference"] == pytest.approx(0.31)
+
+
+@pytest.mark.parametrize(
+    ("tolerance_offset", "verdict"),
+    [(+0.001, HELD), (-0.001, INCONCLUSIVE)],  # |interval| just inside / outside ±tolerance
+)
+def test_within_holds_when_the_interval_lies_inside_the_tolerance(tolerance_offset, verdict):
+    a, b = (0.52, 0.54, 0.53), (0.50, 0.51)  # difference 0.025
+    tolerance = 0.025 + _half(a, b) + tolerance_offset
+    assert within(score(*a), score(*b, label="b"), tolerance).verdict == verdict
+
+
+@pytest.mark.parametrize(("tolerance_offset", "verdict"), [(-0.001, FAILED), (+0.001, INCONCLUSIVE)])
+def test_within_fails_when_the_interval_lies_outside_the_tolerance(tolerance_offset, verdict):
+    tolerance = 0.31 - _half(A, B) + tolerance_offset
+    assert within(score(*B, label="b"), score(*A), tolerance).verdict == verdict  # either sign
+
+
+@pytest.mark.parametrize(
+    ("offset", "reached", "stayed"), [(-0.001, HELD, FAILED), (+0.001, INCONCLUSIVE, INCONCLUSIVE)]
+)
+def test_reaches_and_at_most_on_the_interval_of_the_mean(offset, reached, stayed):
+    values = (0.80, 0.84, 0.82)
+    threshold = 0.82 - mean_interval(score(*values)).half + offset
+    reach, stay = reaches(score(*values), threshold), at_most(score(*values), threshold)
+    assert (reach.verdict, stay.verdict) == (reached, stayed)
+    assert reach.numbers["lowest seed"] == 0.80 and reach.numbers["highest seed"] == 0.84
+    high = 0.82 + mean_interval(score(*values)).half
+    assert at_most(score(*values), high + 0.001).verdict == HELD
+    assert reaches(score(*values), high + 0.001).verdict == FAILED
 
 
 @pytest.mark.parametrize(
     ("a", "b", "margin", "verdict"),
     [
-        ((0.9, 0.92), (0.5, 0.52), 0.05, HELD),  # 0.40 above the margin, spread 0.02
-        ((0.5, 0.52), (0.9, 0.92), 0.05, FAILED),  # 0.45 below
-        ((0.60, 0.70), (0.52, 0.60), 0.05, INCONCLUSIVE),  # difference 0.09: 0.04 above the margin, spread 0.10
-        ((0.51, 0.59), (0.55, 0.57), 0.05, INCONCLUSIVE),  # 0.06 below the margin, inside the spread 0.08
-        ((0.75,), (0.65,), 0.05, HELD),  # one seed: no spread, the numbers alone decide
-        ((0.7,), (0.66,), 0.05, FAILED),
+        (0.75, 0.5, 0.25, HELD),  # a tie holds (≥; exact in binary)
+        (0.74, 0.5, 0.25, FAILED),
+        (0.46, 0.5, -0.05, HELD),  # a negative margin: a ≥ b − 0.05
+        (0.44, 0.5, -0.05, FAILED),
     ],
 )
-def test_at_least(a, b, margin, verdict):
-    outcome = at_least(score(*a, label="a"), score(*b, label="b"), margin)
-    assert outcome.verdict == verdict, outcome
-    assert outcome.numbers["difference"] == pytest.approx(sum(a) / len(a) - sum(b) / len(b))
-    assert (outcome.reason != "") == (verdict == INCONCLUSIVE)
+def test_exact_scores_decide_on_their_values(a, b, margin, verdict):
+    assert at_least(exact(a), exact(b, "b"), margin).verdict == verdict
+    assert within(exact(0.75), exact(0.5, "b"), 0.25).verdict == HELD
+    assert within(exact(0.76), exact(0.5, "b"), 0.25).verdict == FAILED
+    assert reaches(exact(0.75), 0.75).verdict == at_most(exact(0.75), 0.75).verdict == HELD
 
 
-@pytest.mark.parametrize(
-    ("a", "b", "verdict"),
-    [
-        ((0.80, 0.82), (0.78, 0.80), HELD),
-        ((0.90, 0.92), (0.50, 0.52), FAILED),
-        ((0.90, 0.70), (0.70, 0.72), INCONCLUSIVE),  # |0.09| > 0.05 by 0.04, inside the spread 0.20
-    ],
-)
-def test_within(a, b, verdict):
-    assert within(score(*a), score(*b, label="b"), 0.05).verdict == verdict
+def test_identical_seeds_decide_on_their_values():
+    assert at_least(score(1.0, 1.0), score(0.5, 0.5, label="b"), 0.25).verdict == HELD
+    assert reaches(score(0.5, 0.5), 0.5).verdict == HELD
 
 
-def test_reaches_needs_every_seed():
-    assert reaches(score(0.995, 1.0), 0.99).verdict == HELD
-    assert reaches(score(0.5, 0.6), 0.99).verdict == FAILED
-    split = reaches(score(0.995, 0.6), 0.99)
-    assert split.verdict == INCONCLUSIVE and split.reason == "1 of 2 seeds reach 0.99"
-    assert split.cause == "seeds"
-    assert every({"ReLU": split}).cause == "seeds"
+def test_adding_seeds_from_the_same_distribution_settles_what_the_range_rule_could_not():
+    """A real difference of 0.10 (seed noise 0.05): two seeds leave it open; twenty decide it under the interval
+    rule, where the old rule (the difference must clear the larger seed range) stays open — the range grows with
+    the seeds."""
+    rng = random.Random(7)
+    draws_a = [rng.gauss(0.60, 0.05) for _ in range(20)]
+    draws_b = [rng.gauss(0.50, 0.05) for _ in range(20)]
+    two = at_least(score(*draws_a[:2]), score(*draws_b[:2], label="b"))
+    twenty = at_least(score(*draws_a), score(*draws_b, label="b"))
+    assert two.verdict == INCONCLUSIVE and two.cause == "seeds"
+    assert twenty.verdict == HELD and twenty.seeds == {"a": 20, "b": 20}
+    spread = max(max(draws_a) - min(draws_a), max(draws_b) - min(draws_b))
+    assert twenty.numbers["difference"] <= spread  # the range rule: inconclusive at twenty seeds
 
 
+# --- what a rule cannot compute is inconclusive, never held --------------------------------------------------------
+def test_one_seed_of_a_trained_setting_is_inconclusive_seeds():
+    outcome = at_least(score(0.9), score(0.1, 0.12, label="b"), 0.05)
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "seeds"
+    assert outcome.reason == "one seed of a: the rule needs two"
+    assert reaches(score(0.99), 0.5).cause == "seeds"
+
+
+def test_a_non_finite_value_is_inconclusive():
+    outcome = at_least(score(math.nan, 0.9), score(0.1, 0.12, label="b"), 0.05)
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "missing" and "non-finite" in outcome.reason
+    assert reaches(score(math.inf, 1.0), 0.5).verdict == INCONCLUSIVE
+
+
+def test_a_missing_run_makes_a_claim_inconclusive_and_names_it():
+    outcome = at_least(score(0.9, missing=("run-7 (failed: out of memory)",)), score(0.1, label="b"), 0.05)
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "missing"
+    assert "run-7 (failed: out of memory)" in outcome.reason
+    assert within(score(), score(0.5, label="b"), 0.1).verdict == INCONCLUSIVE  # no run at all
+    outcome = at_least(score(0.5, missing=("run-1 (failed)", "run-2 (killed)")), score(label="b"), 0.1)
+    assert outcome.reason == "runs missing or failed (a: run-1 (failed), run-2 (killed); b: no finished run)"
+    assert outcome.numbers == {"a": 0.5}
+
+
+def test_each_reason_names_the_interval_that_left_a_claim_open():
+    a, b = score(0.75, 0.25), score(0.25, 0.3, label="b")
+    half = difference_interval(a, b).half
+    outcome = at_least(a, b, 0.25)
+    assert (
+        outcome.reason == f"the difference +0.225 ± {half:.3g} (95%, Welch, 2 and 2 seeds) includes the margin +0.250"
+    )
+    assert outcome.numbers == {
+        "a": 0.5,
+        "b": 0.275,
+        "difference": pytest.approx(0.225),
+        "interval half-width": half,
+        "margin": 0.25,
+    }
+    assert "is not inside nor outside the tolerance ±0.125" in within(a, b, 0.125).reason
+    assert "does not reach 0.5" in reaches(score(0.25, 0.75, 1.0), 0.5).reason
+    assert "does not stay at or below 0.5" in at_most(score(0.25, 0.75, 1.0), 0.5).reason
+
+
+def test_a_score_of_no_seed_has_no_mean_and_no_spread():
+    empty = score()
+    assert math.isnan(empty.mean) and math.isnan(empty.spread) and not empty.complete
+    assert score(0.25, 0.75).mean == 0.5 and score(0.25, 0.75).spread == 0.5 and score(0.25, 0.75).complete
+    assert not score(0.5, missing=("run x",)).complete
+    assert math.isnan(score(0.5).standard_error) and exact(0.5).standard_error == 0.0
+
+
+# --- every, causes, outcomes ---------------------------------------------------------------------------------------
 def test_every_of_nothing_is_inconclusive():
     outcome = every({})
     assert outcome.verdict == INCONCLUSIVE and outcome.reason == "no results to decide on" and outcome.numbers == {}
@@ -77,34 +212,22 @@ def test_every_of_nothing_is_inconclusive():
     assert held.verdict == HELD and held.numbers == {"t1: x": 1.0, "t2: y": 2.0}
 
 
-def test_at_most_needs_every_seed_below():
-    assert at_most(score(0.01, 0.2), 0.2).verdict == HELD
-    assert at_most(score(0.5, 0.9), 0.2).verdict == FAILED
-    outcome = at_most(score(0.1, 0.3), 0.2)
-    assert outcome.verdict == INCONCLUSIVE and "1 of 2 seeds" in outcome.reason and outcome.cause == "seeds"
-    assert outcome.numbers["highest seed"] == 0.3
-    assert at_most(Score("x", (0.1,), ("run a (failed)",)), 0.2).verdict == INCONCLUSIVE
-
-
-def test_a_missing_run_makes_a_claim_inconclusive_and_names_it():
-    outcome = at_least(score(0.9, missing=("run-7 (failed: out of memory)",)), score(0.1, label="b"), 0.05)
-    assert outcome.verdict == INCONCLUSIVE
-    assert "run-7 (failed: out of memory)" in outcome.reason
-    assert within(score(), score(0.5, label="b"), 0.1).verdict == INCONCLUSIVE  # no run at all
-
-
 def test_every_fails_on_one_failure_and_is_inconclusive_on_one_open_part():
-    held, failed = Outcome(HELD, {"x": 1.0}), Outcome(FAILED, {"x": 0.0})
-    open_ = Outcome(INCONCLUSIVE, {"x": 0.5}, "inside the spread", cause="seeds")
+    held, failed = Outcome(HELD, {"x": 1.0}), Outcome(FAILED, {"x": 0.0, "y": 2.0})
+    open_ = Outcome(INCONCLUSIVE, {"x": 0.5}, "inside the interval", cause="seeds")
     assert every({"t1": held, "t2": held}).verdict == HELD
     assert every({"t1": held, "t2": failed, "t3": open_}).verdict == FAILED
     outcome = every({"t1": held, "t2": open_})
-    assert outcome.verdict == INCONCLUSIVE and "t2: inside the spread" in outcome.reason
+    assert outcome.verdict == INCONCLUSIVE and "t2: inside the interval" in outcome.reason
     assert outcome.numbers == {"t1: x": 1.0, "t2: x": 0.5}
+    assert every({"t1": failed, "t2": held, "t3": failed}).reason == "did not hold on t1, t3"
+    assert every({"t1": open_, "t2": open_}).reason == "t1: inside the interval; t2: inside the interval"
+    parts = {"t1": reaches(score(0.9, 0.91), 0.5), "t2": reaches(score(0.8, 0.82, 0.81, label="b"), 0.5)}
+    assert every(parts).seeds == {"a": 2, "b": 3}
 
 
 def test_an_unknown_verdict_is_refused():
-    with pytest.raises(ValueError, match="verdict: expected one of held"):
+    with pytest.raises(ValueError, match=r"^verdict: expected one of held, did not hold, inconclusive, got 'maybe'$"):
         Outcome("maybe")
 
 
@@ -118,132 +241,104 @@ def test_only_an_inconclusive_verdict_has_a_cause_and_it_is_one_of_the_causes(ve
 
 def test_each_comparison_sets_the_cause_that_left_it_open_and_every_keeps_the_first_cause():
     missing = at_least(score(0.5, missing=("run-1 (failed)",)), score(0.2, label="b"), 0.1)
-    spread = at_least(score(0.75, 0.25), score(0.25, label="b"), 0.25)
-    ceiling = at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05, ceiling=1.0)
-    assert [missing.cause, spread.cause, ceiling.cause] == ["missing", "seeds", "ceiling"]
-    assert within(score(0.75, 0.25), score(0.25, label="b"), 0.125).cause == "seeds"
-    assert every({"t1": missing, "t2": spread}).cause == "seeds"
-    assert every({"t1": missing, "t2": spread, "t3": ceiling}).cause == "ceiling"
+    seeds = at_least(score(0.75, 0.25), score(0.25, 0.3, label="b"), 0.25)
+    ceiling = at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.0, ceiling=1.0)
+    assert [missing.cause, seeds.cause, ceiling.cause] == ["missing", "seeds", "ceiling"]
+    assert every({"t1": missing, "t2": seeds}).cause == "seeds"
+    assert every({"t1": missing, "t2": seeds, "t3": ceiling}).cause == "ceiling"
     assert every({"t1": missing, "t2": Outcome(HELD)}).cause == "missing"
-    assert [at_least(score(0.5), score(0.25, label="b")).cause, every({"t1": Outcome(FAILED)}).cause] == [None, None]
+    assert at_least(exact(0.5), exact(0.25, "b")).cause is None and every({"t1": Outcome(FAILED)}).cause is None
 
 
-# --- at the threshold: each comparison just above, at and just below its margin, inside and outside the spread --
-@pytest.mark.parametrize(
-    ("a", "b", "margin", "verdict"),
-    [
-        ((0.76,), (0.5,), 0.25, HELD),  # one seed: 0.26 ≥ 0.25
-        ((0.75,), (0.5,), 0.25, HELD),  # a tie holds (≥; the three numbers are exact in binary)
-        ((0.74,), (0.5,), 0.25, FAILED),  # 0.24 < 0.25
-        ((0.5,), (0.5,), 0.0, HELD),  # equal, no margin
-        ((0.49,), (0.5,), 0.0, FAILED),
-        ((0.46,), (0.5,), -0.05, HELD),  # a negative margin: a ≥ b − 0.05
-        ((0.44,), (0.5,), -0.05, FAILED),
-        ((0.81, 0.79), (0.5, 0.5), 0.25, HELD),  # 0.30 clears 0.25 by 0.05, more than the spread 0.02
-        ((0.775, 0.755), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.265 clears it by 0.015, inside the spread
-        ((0.745, 0.725), (0.5, 0.5), 0.25, INCONCLUSIVE),  # 0.235 misses it by 0.015, inside the spread
-        ((0.71, 0.69), (0.5, 0.5), 0.25, FAILED),  # 0.20 misses it by 0.05, more than the spread
-        ((0.8, 0.8), (0.6, 0.4), 0.25, INCONCLUSIVE),  # the spread is the larger of the two settings' (0.2)
-        ((0.75, 0.5), (0.25, 0.25), 0.125, INCONCLUSIVE),  # clears the margin by exactly the spread 0.25: not more
-        ((0.5, 0.25), (0.25, 0.25), 0.375, INCONCLUSIVE),  # misses it by exactly the spread 0.25: not more
-    ],
-)
-def test_at_least_at_its_margin_and_the_seed_spread(a, b, margin, verdict):
-    """``a ≥ b + margin``: held when the difference clears the margin by more than the spread (a tie holds with
-    one seed), did not hold when it misses the margin by more than the spread, else inconclusive."""
-    outcome = at_least(score(*a, label="a"), score(*b, label="b"), margin)
-    assert outcome.verdict == verdict, outcome
-    assert outcome.numbers["margin"] == margin
-    assert outcome.numbers["seed spread"] == pytest.approx(max(max(a) - min(a), max(b) - min(b)))
-    assert outcome.numbers["a"] == pytest.approx(sum(a) / len(a)) and outcome.numbers["b"] == pytest.approx(
-        sum(b) / len(b)
-    )
+def test_the_record_of_an_outcome_names_the_seeds_that_decided_it():
+    outcome = at_least(score(0.9, 0.92, 0.91), score(0.5, 0.52, label="b"), 0.1)
+    assert outcome.record() == {
+        "verdict": HELD,
+        "numbers": outcome.numbers,
+        "reason": "",
+        "control": {},
+        "cause": None,
+        "seeds": {"a": 3, "b": 2},
+    }
 
 
-@pytest.mark.parametrize(
-    ("a", "b", "verdict"),
-    [
-        ((0.5,), (0.5,), HELD),
-        ((0.54,), (0.5,), HELD),  # |0.04| ≤ 0.05
-        ((0.46,), (0.5,), HELD),
-        ((0.75,), (0.5,), FAILED),
-        ((0.56,), (0.5,), FAILED),  # 0.06 > 0.05, no spread
-        ((0.44,), (0.5,), FAILED),  # either sign
-        ((0.57, 0.55), (0.5, 0.5), INCONCLUSIVE),  # 0.06 exceeds 0.05 by 0.01, inside the spread 0.02
-        ((0.59, 0.57), (0.5, 0.5), FAILED),  # 0.08 exceeds it by 0.03, more than the spread
-    ],
-)
-def test_within_at_its_tolerance_and_the_seed_spread(a, b, verdict):
-    """``|a − b| ≤ tolerance`` (0.05) holds; a larger difference fails only beyond the spread."""
-    outcome = within(score(*a), score(*b, label="b"), 0.05)
-    assert outcome.verdict == verdict, outcome
-    assert outcome.numbers["tolerance"] == 0.05
+# --- the ceiling: any comparison there, held or not, is inconclusive ---------------------------------------------
+def test_a_comparison_at_the_ceiling_is_inconclusive_whatever_it_says():
+    """Both within 0.05 of the best score 1: the task does not separate them; below that band it decides."""
+    top = at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05, ceiling=1.0)
+    assert top.verdict == INCONCLUSIVE and top.cause == "ceiling"
+    assert top.reason == "at the ceiling: a 1 and b 0.996 both within 0.05 of the best score 1"
+    assert at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05).verdict == FAILED  # no ceiling given
+    held_at_top = at_least(score(0.999, 1.0), score(0.96, 0.961, label="b"), 0.0)
+    assert held_at_top.verdict == HELD
+    assert at_least(score(0.999, 1.0), score(0.96, 0.961, label="b"), 0.0, ceiling=1.0).cause == "ceiling"
+    assert at_least(score(0.999, 1.0), score(0.90, 0.91, label="b"), 0.0, ceiling=1.0).verdict == HELD
 
 
-def test_within_ties_and_missing_runs():
-    """Exact binary numbers: a difference equal to the tolerance holds; one exceeding it by exactly the spread stays
-    open; a missing run leaves it open even where the numbers agree."""
-    assert within(score(0.75), score(0.5, label="b"), 0.25).verdict == HELD
-    assert within(score(0.75, 0.5), score(0.25, 0.25, label="b"), 0.125).verdict == INCONCLUSIVE
-    outcome = within(score(0.5, missing=("run-3 (failed)",)), score(0.5, label="b"), 0.125)
-    assert outcome.verdict == INCONCLUSIVE and "run-3 (failed)" in outcome.reason
-    assert at_least(score(0.5), score(0.5, label="b")).verdict == HELD  # the default margin is 0
+def test_a_within_claim_at_the_ceiling_is_never_held():
+    agree = (score(0.99, 0.995), score(0.992, 0.994, label="b"))
+    assert within(*agree, 0.05).verdict == HELD
+    outcome = within(*agree, 0.05, ceiling=1.0)
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "ceiling"
+    assert every({"selective_copying": outcome}).cause == "ceiling"
 
 
-@pytest.mark.parametrize(
-    ("values", "reached", "stayed"),
-    [
-        ((0.75,), HELD, HELD),  # a tie reaches 0.75 and stays at it (exact in binary)
-        ((0.76, 0.8), HELD, FAILED),
-        ((0.74, 0.7), FAILED, HELD),
-        ((0.74, 0.76), INCONCLUSIVE, INCONCLUSIVE),
-        ((0.7, 0.75), INCONCLUSIVE, HELD),  # one seed reaches only by the tie
-    ],
-)
-def test_reaches_and_at_most_at_the_threshold(values, reached, stayed):
-    """``reaches``: every seed ≥ 0.75; ``at_most``: every seed ≤ 0.75 (a tie is on both sides); the numbers name
-    the lowest and highest seed and the threshold."""
-    reach, stay = reaches(score(*values), 0.75), at_most(score(*values), 0.75)
-    assert (reach.verdict, stay.verdict) == (reached, stayed)
-    for outcome in (reach, stay):
-        assert outcome.numbers == {
-            "a": pytest.approx(sum(values) / len(values)),
-            "lowest seed": min(values),
-            "highest seed": max(values),
-            "threshold": 0.75,
-        }
+# --- the convergence rule --------------------------------------------------------------------------------------
+def curve(values, start=100, every_=100):
+    return tuple((start + i * every_, value) for i, value in enumerate(values))
 
 
-def test_a_score_of_no_seed_has_no_mean_and_no_spread():
-    empty = score()
-    assert math.isnan(empty.mean) and math.isnan(empty.spread) and not empty.complete
-    assert score(0.25, 0.75).mean == 0.5 and score(0.25, 0.75).spread == 0.5 and score(0.25, 0.75).complete
-    assert not score(0.5, missing=("run x",)).complete
+def learning(values_per_seed, label="a", higher_is_better=True):
+    curves = tuple(curve(values) for values in values_per_seed)
+    best = tuple((max if higher_is_better else min)(values) for values in values_per_seed)
+    return Score(label, best, curves=curves, higher_is_better=higher_is_better)
 
 
-def test_each_reason_names_the_numbers_that_left_a_claim_open():
-    """The reasons ``verdict.json`` prints, word for word: the runs missing per setting, the difference against the
-    margin or tolerance and the spread, the seeds on the right side, the parts that did not hold or stayed open."""
-    outcome = at_least(score(0.5, missing=("run-1 (failed)", "run-2 (killed)")), score(label="b"), 0.1)
-    assert outcome.reason == "runs missing or failed (a: run-1 (failed), run-2 (killed); b: no finished run)"
-    assert outcome.numbers == {"a": 0.5}
-    outcome = at_least(score(0.75, 0.25), score(0.25, label="b"), 0.25)
-    assert outcome.reason == "the difference +0.250 is within the seed spread 0.500 of the margin +0.250"
-    assert outcome.numbers == {"a": 0.5, "b": 0.25, "difference": 0.25, "seed spread": 0.5, "margin": 0.25}
-    outcome = within(score(0.75, 0.25), score(0.25, label="b"), 0.125)
-    assert outcome.reason == "|difference| 0.250 exceeds the tolerance 0.125 by less than the seed spread 0.500"
-    assert outcome.numbers == {"a": 0.5, "b": 0.25, "difference": 0.25, "seed spread": 0.5, "tolerance": 0.125}
-    assert reaches(score(0.25, 0.75, 1.0), 0.5).reason == "2 of 3 seeds reach 0.5"
-    assert at_most(score(0.25, 0.75, 1.0), 0.5).reason == "1 of 3 seeds stay at or below 0.5"
-    held, failed = Outcome(HELD, {"x": 1.0}), Outcome(FAILED, {"x": 0.0, "y": 2.0})
-    opened = Outcome(INCONCLUSIVE, {}, "inside the spread", cause="seeds")
-    outcome = every({"t1": failed, "t2": held, "t3": failed})
-    assert outcome.reason == "did not hold on t1, t3"
-    assert outcome.numbers == {"t1: x": 0.0, "t1: y": 2.0, "t2: x": 1.0, "t3: x": 0.0, "t3: y": 2.0}
-    assert every({"t1": opened, "t2": opened}).reason == "t1: inside the spread; t2: inside the spread"
-    assert every({"t1": held}).reason == "" and at_least(score(0.5), score(0.25, label="b")).reason == ""
-    with pytest.raises(ValueError, match=r"^verdict: expected one of held, did not hold, inconclusive, got 'maybe'$"):
-        Outcome("maybe")
+def test_a_model_still_rising_at_its_last_evaluations_has_not_converged():
+    rising = learning([(0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7), (0.3, 0.42, 0.49, 0.56, 0.61, 0.66, 0.69)])
+    (found,) = still_improving(rising)
+    assert found.startswith("a gained 0.2") and "last 5 evaluations (steps 300–700)" in found
+
+
+def test_a_flat_noisy_or_tiny_rise_has_converged():
+    noisy = learning([(0.5, 0.9, 0.88, 0.91, 0.89, 0.9, 0.905)])  # the last five move with noise, not a trend
+    assert still_improving(noisy) == []
+    tiny = learning([(0.5, 0.9, 0.901, 0.902, 0.903, 0.904, 0.905)])  # significant but 0.004 < 0.01 over the window
+    assert still_improving(tiny) == []
+    short = learning([(0.1, 0.2, 0.3)])  # three evaluations: too few to test
+    assert still_improving(short) == []
+    stopped = Score("a", (0.99,), curves=((),))  # stopped early at its target: no curve to test
+    assert still_improving(stopped) == []
+
+
+def test_just_significant_and_just_not():
+    """The slope's t statistic against the one-sided 95 % quantile with three degrees of freedom (2.353)."""
+    base = (0.50, 0.52, 0.54, 0.56, 0.58)  # slope 0.0002 per step, gain 0.08 over the window
+
+    def with_noise(amount):
+        return learning([(0.1, 0.2, *(v + n for v, n in zip(base, (0, amount, -2 * amount, amount, 0))))])
+
+    # residuals (0, a, −2a, a, 0): Σr² = 6a², slope SE = √(6a²/3 / 10⁵) → t = 0.0002 / SE
+    critical = stats.t.ppf(0.95, 3)
+    boundary = 0.0002 / critical / math.sqrt(2 / 1e5)
+    assert still_improving(with_noise(boundary * 0.99)) != []
+    assert still_improving(with_noise(boundary * 1.01)) == []
+
+
+def test_a_falling_perplexity_is_still_improving():
+    falling = learning([(400, 300, 250, 220, 200, 185, 172)], higher_is_better=False)
+    assert still_improving(falling) != []
+    assert still_improving(learning([(400, 300, 250, 220, 200, 185, 172)], higher_is_better=True)) == []
+
+
+def test_a_score_keeps_the_curve_of_each_seeds_best_run_unless_it_stopped_early():
+    rows = [
+        {"name": "r0", "status": "finished", "best": 0.6, "steps": 700, "train.seed": 0, "curve": curve((0.5, 0.6))},
+        {"name": "r1", "status": "stopped_early", "best": 0.99, "steps": 300, "train.seed": 1, "curve": curve((0.99,))},
+    ]
+    result = Results("cpu", tuple(rows)).score("mqar", rows)
+    assert result.curves == (curve((0.5, 0.6)), ())
+    assert result.higher_is_better
 
 
 def _claim_with_control(control_values: tuple[float, ...], test_verdict: str):
@@ -269,12 +364,13 @@ def test_a_claim_whose_control_fails_is_inconclusive_naming_the_control(test_ver
     assert half.verdict == INCONCLUSIVE and half.control["passed"] is False
 
 
-def test_a_control_failed_by_one_seed_names_that_seed_not_only_the_mean():
-    """Mean 0.92 ≥ 0.9 but a seed at 0.89: the reason and the record say which seed fell short (a reason reading
-    "0.92 < 0.9" would contradict itself)."""
+def test_a_control_its_seeds_leave_open_makes_the_claim_inconclusive_seeds_naming_its_weakest_seed():
+    """Mean 0.92 ≥ 0.9 but the interval of the mean reaches below 0.9 (a seed at 0.89): more seeds decide it — the
+    claim is *inconclusive (seeds)*, and the record says which seed fell short."""
     outcome = _claim_with_control((0.95, 0.89, 0.92), HELD).decide(None)
-    assert outcome.verdict == INCONCLUSIVE
-    assert outcome.reason == "control softmax + PE 0.92, weakest seed 0.89 < 0.9 (the control learns the task)"
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "seeds"
+    assert outcome.reason.startswith("control softmax + PE undecided: the mean +0.92 ± 0.0745 (95%, Student, 3 seeds)")
+    assert outcome.reason.endswith("(the control learns the task)")
     assert outcome.control["weakest_seed"] == 0.89 and outcome.control["value"] == pytest.approx(0.92)
     assert "weakest_seed" not in _claim_with_control((0.49, 0.51), HELD).decide(None).control  # the mean fails
     perplexity = Control(
@@ -287,8 +383,9 @@ def test_a_control_failed_by_one_seed_names_that_seed_not_only_the_mean():
 
 @pytest.mark.parametrize("test_verdict", [HELD, FAILED])
 def test_a_claim_whose_control_passes_keeps_its_verdict_and_records_the_control(test_verdict):
-    outcome = _claim_with_control((0.95, 0.97), test_verdict).decide(None)
-    assert outcome.verdict == test_verdict and outcome.control["passed"] and outcome.control["value"] == 0.96
+    outcome = _claim_with_control((0.95, 0.97, 0.96), test_verdict).decide(None)
+    assert outcome.verdict == test_verdict and outcome.control["passed"]
+    assert outcome.control["value"] == pytest.approx(0.96)
 
 
 def test_a_control_without_runs_makes_the_claim_inconclusive():
@@ -296,24 +393,13 @@ def test_a_control_without_runs_makes_the_claim_inconclusive():
     assert outcome.verdict == INCONCLUSIVE and "control softmax + PE no result < 0.9" in outcome.reason
 
 
-def test_a_comparison_at_the_ceiling_that_did_not_hold_is_inconclusive():
-    """Both within 0.05 of the best score 1: the task does not separate them; below that band it decides."""
-    top = at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05, ceiling=1.0)
-    assert top.verdict == INCONCLUSIVE
-    assert top.reason == "at the ceiling: a 1 and b 0.996 both within 0.05 of the best score 1"
-    assert at_least(score(0.999, 1.0), score(0.995, 0.997, label="b"), 0.05).verdict == FAILED  # no ceiling given
-    assert at_least(score(0.94, 0.94), score(0.99, 0.99, label="b"), 0.0, ceiling=1.0).verdict == FAILED
-    assert at_least(score(0.999, 1.0), score(0.96, 0.96, label="b"), 0.0, ceiling=1.0).verdict == HELD
-    assert top.cause == "ceiling" and every({"selective_copying": top}).cause == "ceiling"
-
-
 def test_a_control_counted_from_a_measured_level_beats_it_by_its_margin():
     """``level``: the threshold is the measured level (a constant answer's 0.12) plus the control's margin."""
     control = Control("beats the constant answer", lambda results: results, 0.05, level=lambda results: 0.12)
-    assert control.check(score(0.18, 0.2, label="x")) == {
+    assert control.check(score(0.19, 0.2, 0.21, label="x")) == {
         "description": "beats the constant answer",
         "setting": "x",
-        "value": pytest.approx(0.19),
+        "value": pytest.approx(0.2),
         "threshold": pytest.approx(0.17),
         "level": 0.12,
         "passed": True,
@@ -335,8 +421,8 @@ def test_a_lower_is_better_control_stays_at_or_below_its_level():
     assert control.check({"ctl": score(6.3, 6.4, label="softmax")})["passed"]
     assert control.check({"ctl": score(26.0, 27.5, label="softmax")})["passed"] is False  # 27.5 > 27
     claim = Claim("c", "a ≤ b", "quote", lambda results: Outcome(HELD), control=control)
-    outcome = claim.decide({"ctl": score(29.0, 30.0, label="softmax")})
-    assert outcome.verdict == INCONCLUSIVE and outcome.reason == "control softmax 29.5 > 27 (below the unigram model)"
+    outcome = claim.decide({"ctl": score(29.0, 29.2, 29.4, label="softmax")})
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason == "control softmax 29.2 > 27 (below the unigram model)"
 
 
 def _claim_with_plateau(test, level: float = 0.25, margin: float = 0.05, control=None):
@@ -361,16 +447,19 @@ def test_a_model_that_never_left_the_plateau_cannot_make_a_claim_fail():
     # one seed that left the plateau (0.31 > 0.25 + 0.05): the comparison decides
     left = {"a": score(0.25, 0.31, label="a"), "b": score(0.9, 0.95, label="b")}
     assert claim.decide(left).verdict == FAILED
-    # a claim that held stands whatever the plateau (the control guards against empty successes)
+    # a claim that held on a model that never left the plateau is open too: it held on the budget
     held = {"a": score(0.9, 0.95, label="a"), "b": score(0.25, 0.26, label="b")}
-    assert claim.decide(held).verdict == HELD
+    outcome = claim.decide(held)
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "budget" and "b best seed 0.26" in outcome.reason
+    learned = {"a": score(0.9, 0.95, label="a"), "b": score(0.5, 0.52, label="b")}
+    assert claim.decide(learned).verdict == HELD
 
 
 def test_a_claim_the_seeds_left_undecided_also_names_a_model_on_the_plateau():
     claim = _claim_with_plateau(lambda results: at_least(results["a"], results["b"]))
     outcome = claim.decide({"a": score(0.25, 0.27, label="a"), "b": score(0.24, 0.30, label="b")})
     assert outcome.verdict == INCONCLUSIVE
-    assert outcome.reason.startswith("the difference -0.010 is within the seed spread") and outcome.cause == "seeds"
+    assert outcome.reason.startswith("the difference -0.01 ± ") and outcome.cause == "seeds"
     assert "; and budget: a best seed 0.27 within 0.05 of the plateau 0.25" in outcome.reason
     assert "b best seed 0.3 within 0.05" in outcome.reason
 
@@ -379,7 +468,7 @@ def test_a_failed_control_outranks_the_plateau_rule():
     control = Control("softmax with positions", lambda results: results["control"], 0.9)
     claim = _claim_with_plateau(lambda results: at_least(results["a"], results["b"], 0.05), control=control)
     outcome = claim.decide(
-        {"a": score(0.25, label="a"), "b": score(0.9, label="b"), "control": score(0.5, label="ctl")}
+        {"a": score(0.25, label="a"), "b": score(0.9, label="b"), "control": score(0.5, 0.5, label="ctl")}
     )
     assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control ctl 0.5 < 0.9")
     assert outcome.cause == "control"
@@ -412,3 +501,20 @@ def test_the_weakest_score_is_the_one_with_the_lowest_seed_and_an_incomplete_one
     assert weakest([steady, Score("d", ())]).label == "d"
     with pytest.raises(ValueError, match="scores"):
         weakest([])
+
+
+def test_a_held_claim_on_a_model_still_improving_is_inconclusive_budget():
+    """The convergence rule applies to every verdict: "a ≥ b" held, but b still rises at its last evaluations."""
+    claim = Claim("c", "a ≥ b", "quote", lambda results: at_least(results["a"], results["b"], 0.05))
+    b_rising = learning([(0.2, 0.3, 0.4, 0.5, 0.55, 0.6), (0.2, 0.31, 0.41, 0.49, 0.56, 0.61)], label="b")
+    a_flat = learning([(0.5, 0.9, 0.91, 0.9, 0.91, 0.9), (0.5, 0.9, 0.9, 0.91, 0.9, 0.91)])
+    outcome = claim.decide({"a": a_flat, "b": b_rising})
+    assert at_least(a_flat, b_rising, 0.05).verdict == HELD
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "budget"
+    assert (
+        outcome.reason.startswith("budget: b gained") and "(still improving at its last evaluations)" in outcome.reason
+    )
+    b_flat = learning([(0.2, 0.5, 0.6, 0.61, 0.6, 0.61), (0.2, 0.5, 0.61, 0.6, 0.61, 0.6)], label="b")
+    assert claim.decide({"a": a_flat, "b": b_flat}).verdict == HELD
+    failed = Claim("c", "b ≥ a", "quote", lambda results: at_least(results["b"], results["a"], 0.05))
+    assert failed.decide({"a": a_flat, "b": b_rising}).cause == "budget"  # and to a claim that did not hold

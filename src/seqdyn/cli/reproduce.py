@@ -11,33 +11,44 @@ import typer
 
 from seqdyn.cli.common import RAY_OPTION, RETRY_OPTION, STORE_OPTION, WORKERS_OPTION, fail, training_errors
 
+OUT_OPTION = typer.Option(
+    "reproductions",
+    help="The folder of the results: each reproduction writes its "
+    "results.csv, table.md, figure.png and verdict.json into a sub-folder named after it.",
+)
+DATA_OPTION = typer.Option(
+    None,
+    help="The local corpus of the language-model reproductions: a "
+    "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file.",
+)
+MAX_SEEDS_OPTION = typer.Option(
+    None,
+    "--max-seeds",
+    help="The most seeds per setting: a claim its seeds leave open gets one more seed at a time until it is "
+    "decided or this many are run (default: as many as the reproduction's measured time leaves of its budget).",
+)
+BRIEF_OPTION = typer.Option(
+    False,
+    "--brief",
+    help="report --markdown: the README's short table (claim names, "
+    "the deciding numbers, an inconclusive verdict's cause in a word).",
+)
+
 
 def reproduce(
     target: str = typer.Argument(..., help="A reproduction's name, or list, all or report."),
     scale: str = typer.Option("cpu", help="smoke (a minute), cpu (at most 45 min on 2 cores) or paper (a GPU)."),
     store: str = STORE_OPTION,
-    out: str = typer.Option(
-        "reproductions",
-        help="The folder of the results: each reproduction writes its "
-        "results.csv, table.md, figure.png and verdict.json into a sub-folder named after it.",
-    ),
+    out: str = OUT_OPTION,
     workers: int = WORKERS_OPTION,
     ray: bool = RAY_OPTION,
     yes: bool = typer.Option(False, "--yes", help="Start --scale paper on a machine without a GPU anyway."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     retry_failed: bool = RETRY_OPTION,
-    data: Optional[str] = typer.Option(
-        None,
-        help="The local corpus of the language-model reproductions: a "
-        "WikiText-103 directory (wiki.{train,valid,test}.tokens) or one text file.",
-    ),
+    data: Optional[str] = DATA_OPTION,
+    max_seeds: Optional[int] = MAX_SEEDS_OPTION,
     markdown: bool = typer.Option(False, "--markdown", help="report: print the verdicts as a markdown table."),
-    brief: bool = typer.Option(
-        False,
-        "--brief",
-        help="report --markdown: the README's short table (claim names, "
-        "the deciding numbers, an inconclusive verdict's cause in a word).",
-    ),
+    brief: bool = BRIEF_OPTION,
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -56,8 +67,8 @@ def reproduce(
             reproductions.report(out)
         else:
             try:
-                reproductions.reproduce(
-                    target, scale, store, out, workers or available_cores(), ray, yes, progress, retry_failed, data
-                )
+                cores = workers or available_cores()
+                options = dict(progress=progress, retry_failed=retry_failed, data=data, max_seeds=max_seeds)
+                reproductions.reproduce(target, scale, store, out, cores, ray, yes, **options)
             except reproductions.ReproductionsFailed as error:
                 fail(str(error), 1)

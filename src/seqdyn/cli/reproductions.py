@@ -10,6 +10,7 @@ from pathlib import Path
 from seqdyn.reproduce import get, names
 from seqdyn.reproduce.base import SCALES, Reproduction, check_scale
 from seqdyn.reproduce.runner import Written, brief_numbers, check_store, named_sweeps, run, verdict_rows
+from seqdyn.reproduce.seeds import check_max_seeds, with_stored_seeds
 from seqdyn.train.config import RunConfig
 from seqdyn.train.progress import console
 from seqdyn.train.store import Store
@@ -119,10 +120,16 @@ def reproduce(
     progress: bool = True,
     retry_failed: bool = False,
     data: str | None = None,
+    max_seeds: int | None = None,
 ) -> None:
     """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts.  ``all`` without
-    ``data`` leaves out (and names) the reproductions that need a corpus; one such reproduction alone is an error."""
+    ``data`` leaves out (and names) the reproductions that need a corpus; one such reproduction alone is an error.
+    ``max_seeds``: the cap on seeds added to decide a claim (None: each reproduction's budget decides)."""
     check_scale(scale)
+    if max_seeds is not None:
+        check_max_seeds(max_seeds)
+    options = dict(workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed, data=data)
+    options["max_seeds"] = max_seeds
     reproductions = _chosen(target, scale, data)
     _check_before_any_run(reproductions, scale, store, yes, data)
     if target == "all":
@@ -130,17 +137,7 @@ def reproduce(
     failed = []
     for reproduction in reproductions:
         try:
-            written = run(
-                reproduction,
-                scale,
-                store,
-                out,
-                workers=workers,
-                use_ray=use_ray,
-                progress=progress,
-                retry_failed=retry_failed,
-                data=data,
-            )
+            written = run(reproduction, scale, store, out, **options)
         except OSError:  # the machine's (a full disk): every reproduction after it would fail the same way
             raise
         except Exception as error:  # a bug in one reproduction stops neither ``all`` nor the hours of the others
@@ -180,7 +177,7 @@ def _check_before_any_run(
     if Path(store).exists():
         held = Store(store)
         for sweeps in planned:
-            check_store(held, sweeps)
+            check_store(held, with_stored_seeds(held, sweeps))
 
 
 def _print_expected_time(reproductions: list[Reproduction], scale: str) -> None:

@@ -36,7 +36,7 @@ from seqdyn.reproduce.base import SCALES, Reproduction, Results
 __all__ = ["FRAMEWORK", "SCALES", "Reproduction", "Results", "get", "names"]
 
 #: the modules that are not reproductions
-FRAMEWORK = frozenset({"base", "claims", "protocols", "runner"})
+FRAMEWORK = frozenset({"base", "claims", "protocols", "runner", "seeds"})
 
 
 @lru_cache(maxsize=None)

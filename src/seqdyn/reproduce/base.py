@@ -83,6 +83,7 @@ class Results:
         """Per seed: the best result over the rows of each cell (rows that agree on the keys ``cells``; what is
         left to vary is the learning-rate grid), averaged over the cells.  Runs without a result (failed for
         another reason than divergence, unfinished, not run) are named as missing."""
+        rows = list(rows)
         by_seed: dict[Any, dict[tuple, list[float]]] = {}
         best_rows: dict[Any, dict[str, Any]] = {}
         missing = []
@@ -96,10 +97,18 @@ class Results:
             by_seed.setdefault(row.get(SEED), {}).setdefault(cell, []).append(value)
             seed_best = best_rows.get(row.get(SEED))
             if seed_best is None or (value > seed_best["value"] if higher_is_better else value < seed_best["value"]):
-                best_rows[row.get(SEED)] = {"value": value, "steps": row.get("steps")}
+                best_rows[row.get(SEED)] = {"value": value, "steps": row.get("steps"), "curve": _open_curve(row)}
         values = tuple(sum(pick(v) for v in seed_cells.values()) / len(seed_cells) for seed_cells in by_seed.values())
         stops = tuple(f"seed {seed}: {_stopped(best)}" for seed, best in best_rows.items())
-        return Score(label, values, tuple(missing), stops)
+        curves = tuple(best["curve"] for best in best_rows.values())
+        runs = tuple(row["run_id"] for row in rows if row.get("run_id"))
+        return Score(label, values, tuple(missing), stops, False, curves, higher_is_better, runs)
+
+
+def _open_curve(row: dict[str, Any]) -> tuple[tuple[int, float], ...]:
+    """A run's evaluations, ``(step, value)``, for the convergence rule — none where it stopped early at its target
+    (it stopped because it had arrived) or diverged."""
+    return tuple(row.get("curve") or ()) if row["status"] == "finished" else ()
 
 
 def _stopped(best: dict[str, Any]) -> str:

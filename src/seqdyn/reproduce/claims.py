@@ -5,17 +5,23 @@ A claim tests one sentence of a paper with a threshold written once, beside the 
 seeds' spread) and returns an :class:`Outcome`: the verdict, the numbers that decided it, and for an
 *inconclusive* verdict the reason (a run failed or is missing, or the margin lies inside the seed spread).
 
-The comparisons every claim is built from:
+The comparisons every claim is built from decide on a 95 % confidence interval over seeds (:data:`CONFIDENCE`):
 
-- :func:`at_least` — ``a ≥ b + margin``: *held* when the difference clears the margin by more than the spread,
-  *did not hold* when it misses the margin by more than the spread, else *inconclusive*;
-- :func:`within` — ``|a − b| ≤ tolerance``: *held* when the difference is inside the tolerance, *did not hold*
-  when it exceeds the tolerance by more than the spread, else *inconclusive*;
-- :func:`reaches` and :func:`at_most` — one setting against a threshold: *held* when every seed is on the right
-  side, *did not hold* when none is, else *inconclusive*.
+- :func:`at_least` — ``a ≥ b + margin``: Welch's interval of the difference of the means; *held* when it lies
+  above the margin, *did not hold* when it lies below, else *inconclusive (seeds)*;
+- :func:`within` — ``|a − b| ≤ tolerance``: *held* when that interval lies inside ``±tolerance`` (an equivalence
+  test), *did not hold* when it lies outside, else *inconclusive (seeds)*;
+- :func:`reaches` and :func:`at_most` — one setting against a threshold: Student's interval of the mean on the
+  right side of the threshold (*held*), on the wrong side (*did not hold*), or across it (*inconclusive*).
 
-The spread of a comparison is the larger of its two settings' seed ranges (max − min over seeds), so one seed
-has none and decides on the numbers alone.
+An interval is the mean ± ``t`` standard errors with ``t`` Student's quantile (Welch–Satterthwaite degrees of
+freedom for a difference): more seeds from the same distribution narrow it as ``1/√n``, so adding seeds settles a
+comparison that a real difference separates.  A score computed exactly (:attr:`Score.exact`, a lemma evaluated,
+no training) has no standard error and decides on its value; a trained score needs two seeds.
+
+:meth:`Claim.decide` then applies the safety rules to every outcome, *held* included: a failed control, a compared
+model that never left the task's plateau (:class:`Plateau`) or is still improving at its last evaluations
+(:func:`still_improving`) make the claim *inconclusive*, whatever the comparison said.
 """
 
 from __future__ import annotations
@@ -47,6 +53,13 @@ class Score:
     missing: tuple[str, ...] = ()
     #: per seed, where its best run stopped ("seed 1: step 4,000, 0.251"), where the results say
     stops: tuple[str, ...] = ()
+    #: computed exactly (no seed noise: a lemma evaluated, a count over fixed data): decides on its values alone
+    exact: bool = False
+    #: per seed, ``(step, value)`` of its best run's evaluations (empty where the run stopped early at its target)
+    curves: tuple[tuple[tuple[int, float], ...], ...] = ()
+    higher_is_better: bool = True
+    #: the ids of the runs it was read from (where more seeds are added to decide it)
+    runs: tuple[str, ...] = ()
 
     @property
     def mean(self) -> float:
@@ -58,16 +71,36 @@ class Score:
         return max(self.values) - min(self.values) if self.values else math.nan
 
     @property
+    def variance(self) -> float:
+        """The seeds' sample variance (``n − 1`` in the denominator); 0 for an exact score, NaN below two seeds."""
+        if self.exact:
+            return 0.0
+        if len(self.values) < 2:
+            return math.nan
+        return sum((value - self.mean) ** 2 for value in self.values) / (len(self.values) - 1)
+
+    @property
+    def standard_error(self) -> float:
+        """The standard error of the mean over seeds (``s/√n``): 0 for an exact score, NaN below two seeds."""
+        return math.sqrt(self.variance / len(self.values)) if self.values else math.nan
+
+    @property
     def complete(self) -> bool:
         return bool(self.values) and not self.missing
 
 
 def weakest(scores: Sequence[Score]) -> Score:
-    """Of several scores (one per task, say), the one whose lowest seed is lowest — an incomplete or empty one
-    first: every seed of every score reaches a threshold exactly when every seed of this one does."""
+    """Of several scores (one per task, say), the one whose interval of the mean (:func:`mean_interval`) reaches
+    lowest — an incomplete one, or a single seed of a trained setting, first: every score reaches a threshold
+    (:func:`reaches`) exactly when this one does."""
     if not scores:
         raise ValueError("scores: expected at least one score to pick the weakest of")
-    return min(scores, key=lambda score: (score.complete, min(score.values) if score.values else -math.inf))
+
+    def low_end(score: Score) -> tuple[bool, float]:
+        computable = score.complete and (score.exact or len(score.values) > 1)
+        return computable, mean_interval(score).low if computable else -math.inf
+
+    return min(scores, key=low_end)
 
 
 @dataclass(frozen=True)
@@ -81,6 +114,24 @@ class Outcome:
     #: the claim's positive control as it was checked (:meth:`Control.check`); empty for a claim without one
     control: dict[str, Any] = field(default_factory=dict)
     cause: Cause | None = None
+    #: the scores the comparison read: the safety rules of :meth:`Claim.decide` look at them
+    scores: tuple[Score, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def seeds(self) -> dict[str, int]:
+        """The seeds that decided it, per compared setting (an exact score counts its computations)."""
+        return {score.label: len(score.values) for score in self.scores}
+
+    def record(self) -> dict[str, Any]:
+        """What ``verdict.json`` keeps of it: verdict, numbers, reason, control, cause and the seeds per setting."""
+        return {
+            "verdict": self.verdict,
+            "numbers": self.numbers,
+            "reason": self.reason,
+            "control": self.control,
+            "cause": self.cause,
+            "seeds": self.seeds,
+        }
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -133,6 +184,8 @@ class Control:
             "threshold": threshold,
             "passed": outcome.verdict == HELD,
         }
+        if outcome.cause == SEEDS:  # the seeds leave it open: more of them decide it
+            checked["undecided"] = outcome.reason
         if not checked["passed"] and score.values and sign * (score.mean - threshold) >= 0:
             # the mean is on the right side: a seed is not, and that seed is what failed the control
             checked["weakest_seed"] = min(score.values) if self.higher_is_better else max(score.values)
@@ -203,29 +256,159 @@ class Claim:
     plateau: Plateau | None = None
 
     def decide(self, results: Any) -> Outcome:
-        """The predicate's outcome — *inconclusive* instead where the control did not pass, with its value as the
-        reason ("control softmax with positions 0.49 < 0.9"), and *inconclusive (budget)* where it did not hold
-        while a compared model never left the task's plateau (:class:`Plateau`); a claim the seeds' spread left
-        undecided says so too, after its own reason."""
+        """The predicate's outcome, then the safety rules on every verdict, *held* included: *inconclusive
+        (control)* where the control did not pass, with its value as the reason ("control softmax with positions
+        0.49 < 0.9"), *inconclusive (seeds)* where its seeds leave it open, and *inconclusive (budget)* where a
+        compared model never left the task's plateau (:class:`Plateau`) or is still improving at its last
+        evaluations (:func:`still_improving`); a claim already open says so too, after its own reason."""
         outcome = self.test(results)
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
-            return Outcome(
-                INCONCLUSIVE,
-                outcome.numbers,
-                f"control {checked['setting']} {control_value(checked)} "
-                f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})",
-                checked,
-                CONTROL,
-            )
-        undecided = outcome.verdict in (FAILED, INCONCLUSIVE)
-        stuck = self.plateau.stuck(results) if self.plateau is not None and undecided else []
-        if stuck:
-            budget = f"{BUDGET}: " + "; ".join(stuck) + f" ({self.plateau.description})"
-            if outcome.verdict == FAILED:
-                return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET)
-            return replace(outcome, reason=f"{outcome.reason}; and {budget}", control=checked)
-        return replace(outcome, control=checked)
+            return self._control_open(outcome, checked)
+        if outcome.cause == MISSING:
+            return replace(outcome, control=checked)
+        stuck = self.plateau.stuck(results) if self.plateau is not None else []
+        improving = [found for score in outcome.scores for found in still_improving(score)]
+        if not stuck and not improving:
+            return replace(outcome, control=checked)
+        words = [f"{'; '.join(stuck)} ({self.plateau.description})"] if stuck else []
+        words += [f"{'; '.join(improving)} (still improving at its last evaluations)"] if improving else []
+        budget = f"{BUDGET}: " + "; ".join(words)
+        if outcome.verdict != INCONCLUSIVE:
+            return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET, outcome.scores)
+        return replace(outcome, reason=f"{outcome.reason}; and {budget}", control=checked)
+
+    def _control_open(self, outcome: Outcome, checked: dict[str, Any]) -> Outcome:
+        """*Inconclusive* for a control that did not pass: *(seeds)* where its seeds leave it open, else
+        *(control)*."""
+        if "undecided" in checked:
+            reason = f"control {checked['setting']} undecided: {checked['undecided']} ({checked['description']})"
+            return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked, SEEDS, outcome.scores)
+        reason = (
+            f"control {checked['setting']} {control_value(checked)} "
+            f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})"
+        )
+        return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked, CONTROL, outcome.scores)
+
+
+#: the evaluations at the end of a run over which :func:`still_improving` fits its slope (at least four)
+CONVERGENCE_WINDOW = 5
+#: one-sided level of its slope test
+CONVERGENCE_LEVEL = 0.95
+#: the least gain over the window that counts as improving: this share of the last value, or this much (accuracy,
+#: R²), whichever is larger — one point of accuracy, 1 % of a perplexity
+CONVERGENCE_GAIN = 0.01
+
+
+def still_improving(score: Score) -> list[str]:
+    """Whether a model had not converged: over the last :data:`CONVERGENCE_WINDOW` evaluations of its seeds' mean
+    curve (the steps every seed's best run evaluated), the least-squares slope points the better way, is
+    significant against the window's own noise (one-sided ``t`` test of the slope, ``W − 2`` degrees of freedom,
+    level :data:`CONVERGENCE_LEVEL`), and gains at least :data:`CONVERGENCE_GAIN` over the window.  Returns the
+    model with its slope in words, or nothing (converged, or fewer than four common evaluations to test)."""
+    curves = [dict(curve) for curve in score.curves if curve]
+    if not curves:
+        return []
+    steps = sorted(set.intersection(*(set(curve) for curve in curves)))[-CONVERGENCE_WINDOW:]
+    if len(steps) < 4:
+        return []
+    values = [sum(curve[step] for curve in curves) / len(curves) for step in steps]
+    slope, error = _slope(steps, values)
+    sign = 1.0 if score.higher_is_better else -1.0
+    gain = sign * slope * (steps[-1] - steps[0])
+    if gain < max(CONVERGENCE_GAIN, CONVERGENCE_GAIN * abs(values[-1])):
+        return []
+    from scipy import stats
+
+    if error > 0 and sign * slope / error < stats.t.ppf(CONVERGENCE_LEVEL, len(steps) - 2):
+        return []
+    return [
+        f"{score.label} gained {gain:.3g} over its last {len(steps)} evaluations (steps {steps[0]:,}–{steps[-1]:,})"
+    ]
+
+
+def _slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """The least-squares slope of ``y`` on ``x`` and its standard error ``√(Σr²/(n − 2) / Σ(x − x̄)²)``."""
+    mean_x, mean_y = sum(x) / len(x), sum(y) / len(y)
+    spread = sum((value - mean_x) ** 2 for value in x)
+    slope = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y)) / spread
+    residuals = sum((b - mean_y - slope * (a - mean_x)) ** 2 for a, b in zip(x, y))
+    return slope, math.sqrt(residuals / (len(x) - 2) / spread)
+
+
+#: the two-sided level of every interval a rule decides on
+CONFIDENCE = 0.95
+
+
+def t_quantile(degrees_of_freedom: float) -> float:
+    """Student's ``t`` quantile of the two-sided :data:`CONFIDENCE` interval (the normal one for infinite degrees of
+    freedom): 12.7 for one, 4.30 for two, 2.78 for four, 1.96 in the limit."""
+    from scipy import stats
+
+    return float(stats.t.ppf((1 + CONFIDENCE) / 2, degrees_of_freedom))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its :data:`CONFIDENCE` interval ``[low, high]`` (``half`` its half-width), and how it was
+    made, in words."""
+
+    estimate: float
+    half: float
+    method: str
+
+    @property
+    def low(self) -> float:
+        return self.estimate - self.half
+
+    @property
+    def high(self) -> float:
+        return self.estimate + self.half
+
+    def words(self) -> str:
+        return f"{self.estimate:+.3g} ± {self.half:.3g} ({CONFIDENCE:.0%}, {self.method})"
+
+
+def _seeds_needed(scores: Sequence[Score]) -> Outcome | None:
+    """*Inconclusive (seeds)* where a trained score has one seed (no standard error to decide on); else None."""
+    short = [score.label for score in scores if not score.exact and len(score.values) < 2]
+    if not short:
+        return None
+    numbers = {score.label: score.mean for score in scores}
+    return Outcome(INCONCLUSIVE, numbers, f"one seed of {', '.join(short)}: the rule needs two", cause=SEEDS)
+
+
+def mean_interval(score: Score) -> Interval:
+    """Student's interval of the mean over seeds (``n − 1`` degrees of freedom; a point for an exact score or
+    identical seeds)."""
+    error = score.standard_error
+    half = 0.0 if error == 0 else t_quantile(len(score.values) - 1) * error
+    return Interval(score.mean, half, "exact" if score.exact else f"Student, {len(score.values)} seeds")
+
+
+def difference_interval(a: Score, b: Score) -> Interval:
+    """Welch's interval of ``mean(a) − mean(b)``: standard error ``√(s_a²/n_a + s_b²/n_b)``, Welch–Satterthwaite
+    degrees of freedom (the settings' seeds are not paired: the models differ in their initialization)."""
+    parts = [score.variance / len(score.values) for score in (a, b)]
+    error = math.sqrt(sum(parts))
+    if error == 0:
+        return Interval(a.mean - b.mean, 0.0, "exact" if a.exact and b.exact else "identical seeds")
+    freedom = sum(parts) ** 2 / sum(part**2 / (len(score.values) - 1) for part, score in zip(parts, (a, b)) if part > 0)
+    return Interval(a.mean - b.mean, t_quantile(freedom) * error, f"Welch, {len(a.values)} and {len(b.values)} seeds")
+
+
+def _open(scores: Sequence[Score]) -> Outcome | None:
+    """*Inconclusive* where a score lacks a run (:func:`_incomplete`), has a non-finite value, or is a single seed
+    of a trained setting (:func:`_seeds_needed`); None where the rule can be computed."""
+    incomplete = _incomplete(scores)
+    if incomplete is not None:
+        return replace(incomplete, scores=tuple(scores))
+    broken = [score.label for score in scores if not all(math.isfinite(value) for value in score.values)]
+    if broken:
+        reason = f"a non-finite value in {', '.join(broken)}: the rule cannot be computed"
+        return Outcome(INCONCLUSIVE, {}, reason, cause=MISSING, scores=tuple(scores))
+    short = _seeds_needed(scores)
+    return None if short is None else replace(short, scores=tuple(scores))
 
 
 def _incomplete(scores: Sequence[Score]) -> Outcome | None:
@@ -239,101 +422,114 @@ def _incomplete(scores: Sequence[Score]) -> Outcome | None:
     return Outcome(INCONCLUSIVE, numbers, "runs missing or failed (" + "; ".join(missing) + ")", cause=MISSING)
 
 
-def _numbers(a: Score, b: Score, difference: float, spread: float) -> dict[str, float]:
-    return {a.label: a.mean, b.label: b.mean, "difference": difference, "seed spread": spread}
+def _numbers(a: Score, b: Score, interval: Interval) -> dict[str, float]:
+    return {a.label: a.mean, b.label: b.mean, "difference": interval.estimate, "interval half-width": interval.half}
+
+
+def _at_ceiling(a: Score, b: Score, ceiling: float | None) -> str:
+    """Why two scores cannot be told apart at the metric's best value (both means within ``PLATEAU_MARGIN`` of
+    ``ceiling``); empty where they can."""
+    if ceiling is None or min(a.mean, b.mean) < ceiling - PLATEAU_MARGIN:
+        return ""
+    return (
+        f"at the ceiling: {a.label} {a.mean:.3g} and {b.label} {b.mean:.3g} both within {PLATEAU_MARGIN:g} "
+        f"of the best score {ceiling:g}"
+    )
 
 
 def at_least(a: Score, b: Score, margin: float = 0.0, ceiling: float | None = None) -> Outcome:
-    """Whether ``a ≥ b + margin`` (means over seeds), decided only where the seeds' spread cannot overturn it.
-    ``ceiling``: the metric's best value (1 for an accuracy or R²); where both means lie within ``PLATEAU_MARGIN``
-    of it, the task does not separate the two, and a comparison that did not hold is *inconclusive* — the mirror of
-    the plateau rule (:class:`Plateau`)."""
-    incomplete = _incomplete((a, b))
-    if incomplete is not None:
-        return incomplete
-    difference, spread = a.mean - b.mean, max(a.spread, b.spread)
-    numbers = _numbers(a, b, difference, spread) | {"margin": margin}
-    if difference - margin > spread or (spread == 0 and difference >= margin):
-        return Outcome(HELD, numbers)
-    if ceiling is not None and min(a.mean, b.mean) >= ceiling - PLATEAU_MARGIN:
-        reason = (
-            f"at the ceiling: {a.label} {a.mean:.3g} and {b.label} {b.mean:.3g} both within {PLATEAU_MARGIN:g} "
-            f"of the best score {ceiling:g}"
-        )
-        return Outcome(INCONCLUSIVE, numbers, reason, cause=CEILING)
-    if margin - difference > spread:
-        return Outcome(FAILED, numbers)
-    return Outcome(
-        INCONCLUSIVE,
-        numbers,
-        f"the difference {difference:+.3f} is within the seed spread {spread:.3f} of the margin {margin:+.3f}",
-        cause=SEEDS,
-    )
+    """Whether ``a ≥ b + margin``: *held* when Welch's interval of the difference (:func:`difference_interval`) lies
+    above ``margin``, *did not hold* when it lies below, else *inconclusive (seeds)*.  ``ceiling``: the metric's best
+    value (1 for an accuracy or R²); where both means lie within ``PLATEAU_MARGIN`` of it the task does not separate
+    the two, whatever the difference: *inconclusive (ceiling)*."""
+    unknown = _open((a, b))
+    if unknown is not None:
+        return unknown
+    interval = difference_interval(a, b)
+    numbers = _numbers(a, b, interval) | {"margin": margin}
+    scores = (a, b)
+    ceiling_reason = _at_ceiling(a, b, ceiling)
+    if ceiling_reason:
+        return Outcome(INCONCLUSIVE, numbers, ceiling_reason, cause=CEILING, scores=scores)
+    if interval.low > margin or (interval.half == 0 and interval.estimate >= margin):
+        return Outcome(HELD, numbers, scores=scores)
+    if interval.high < margin:
+        return Outcome(FAILED, numbers, scores=scores)
+    reason = f"the difference {interval.words()} includes the margin {margin:+.3f}"
+    return Outcome(INCONCLUSIVE, numbers, reason, cause=SEEDS, scores=scores)
 
 
-def within(a: Score, b: Score, tolerance: float) -> Outcome:
-    """Whether ``|a − b| ≤ tolerance`` (means over seeds); a larger difference fails only beyond the spread."""
-    incomplete = _incomplete((a, b))
-    if incomplete is not None:
-        return incomplete
-    difference, spread = a.mean - b.mean, max(a.spread, b.spread)
-    numbers = _numbers(a, b, difference, spread) | {"tolerance": tolerance}
-    if abs(difference) <= tolerance:
-        return Outcome(HELD, numbers)
-    if abs(difference) - tolerance > spread:
-        return Outcome(FAILED, numbers)
-    return Outcome(
-        INCONCLUSIVE,
-        numbers,
-        f"|difference| {abs(difference):.3f} exceeds the tolerance {tolerance:.3f} "
-        f"by less than the seed spread {spread:.3f}",
-        cause=SEEDS,
-    )
+def within(a: Score, b: Score, tolerance: float, ceiling: float | None = None) -> Outcome:
+    """Whether ``|a − b| ≤ tolerance``, as an equivalence test: *held* when Welch's interval of the difference lies
+    inside ``±tolerance``, *did not hold* when it lies outside, else *inconclusive (seeds)*.  Never *held* at the
+    ``ceiling`` (both means within ``PLATEAU_MARGIN`` of it: any two models agree there) — *inconclusive
+    (ceiling)*."""
+    unknown = _open((a, b))
+    if unknown is not None:
+        return unknown
+    interval = difference_interval(a, b)
+    numbers = _numbers(a, b, interval) | {"tolerance": tolerance}
+    scores = (a, b)
+    ceiling_reason = _at_ceiling(a, b, ceiling)
+    if ceiling_reason:
+        return Outcome(INCONCLUSIVE, numbers, ceiling_reason, cause=CEILING, scores=scores)
+    if -tolerance <= interval.low and interval.high <= tolerance:
+        return Outcome(HELD, numbers, scores=scores)
+    if interval.low > tolerance or interval.high < -tolerance:
+        return Outcome(FAILED, numbers, scores=scores)
+    reason = f"the difference {interval.words()} is not inside nor outside the tolerance ±{tolerance:.3f}"
+    return Outcome(INCONCLUSIVE, numbers, reason, cause=SEEDS, scores=scores)
 
 
 def reaches(score: Score, threshold: float) -> Outcome:
-    """Whether ``score ≥ threshold`` on every seed (*held*), on none (*did not hold*) or on some (*inconclusive*)."""
-    return _every_seed(score, threshold, "reach", lambda value: value >= threshold)
+    """Whether ``mean ≥ threshold``: Student's interval of the mean (:func:`mean_interval`) at or above the
+    threshold (*held*), below it (*did not hold*), or across it (*inconclusive (seeds)*)."""
+    return _against(score, threshold, "reach", higher=True)
 
 
 def at_most(score: Score, threshold: float) -> Outcome:
-    """Whether ``score ≤ threshold`` on every seed (*held*), on none (*did not hold*) or on some (*inconclusive*):
-    a model that fails a task stays at or below it."""
-    return _every_seed(score, threshold, "stay at or below", lambda value: value <= threshold)
+    """Whether ``mean ≤ threshold`` (a model that fails a task stays at or below it): Student's interval of the mean
+    at or below the threshold (*held*), above it (*did not hold*), or across it (*inconclusive (seeds)*)."""
+    return _against(score, threshold, "stay at or below", higher=False)
 
 
-def _every_seed(score: Score, threshold: float, verb: str, passes: Callable[[float], bool]) -> Outcome:
-    incomplete = _incomplete((score,))
-    if incomplete is not None:
-        return incomplete
+def _against(score: Score, threshold: float, verb: str, higher: bool) -> Outcome:
+    unknown = _open((score,))
+    if unknown is not None:
+        return unknown
+    interval = mean_interval(score)
     numbers = {
         score.label: score.mean,
         "lowest seed": min(score.values),
         "highest seed": max(score.values),
+        "interval half-width": interval.half,
         "threshold": threshold,
     }
-    passed = [passes(value) for value in score.values]
-    if all(passed):
-        return Outcome(HELD, numbers)
-    if not any(passed):
-        return Outcome(FAILED, numbers)
-    return Outcome(INCONCLUSIVE, numbers, f"{sum(passed)} of {len(passed)} seeds {verb} {threshold}", cause=SEEDS)
+    passing, failing = (interval.low, interval.high) if higher else (-interval.high, -interval.low)
+    bound = threshold if higher else -threshold
+    if passing >= bound:
+        return Outcome(HELD, numbers, scores=(score,))
+    if failing < bound:
+        return Outcome(FAILED, numbers, scores=(score,))
+    reason = f"the mean {interval.words()} does not {verb} {threshold:g} on both sides of its interval"
+    return Outcome(INCONCLUSIVE, numbers, reason, cause=SEEDS, scores=(score,))
 
 
 def every(outcomes: dict[str, Outcome]) -> Outcome:
     """All of several outcomes (one per task, say): *held* when every one held, *did not hold* when one did not,
     else *inconclusive* (also when there is no part at all: nothing was run to decide on, its runs are missing) for
-    the first of :data:`CAUSES` that leaves a part open; the numbers keep each part's under its key."""
+    the first of :data:`CAUSES` that leaves a part open; the numbers keep each part's under its key, the scores
+    every part's."""
     if not outcomes:
         return Outcome(INCONCLUSIVE, {}, "no results to decide on", cause=MISSING)
     numbers = {f"{key}: {name}": value for key, outcome in outcomes.items() for name, value in outcome.numbers.items()}
+    scores = tuple(score for outcome in outcomes.values() for score in outcome.scores)
     failed = [key for key, outcome in outcomes.items() if outcome.verdict == FAILED]
     if failed:
-        return Outcome(FAILED, numbers, "did not hold on " + ", ".join(failed))
+        return Outcome(FAILED, numbers, "did not hold on " + ", ".join(failed), scores=scores)
     open_ = {key: outcome for key, outcome in outcomes.items() if outcome.verdict == INCONCLUSIVE}
     if open_:
         cause = min((outcome.cause for outcome in open_.values()), key=CAUSES.index)
-        return Outcome(
-            INCONCLUSIVE, numbers, "; ".join(f"{key}: {outcome.reason}" for key, outcome in open_.items()), cause=cause
-        )
-    return Outcome(HELD, numbers)
+        reason = "; ".join(f"{key}: {outcome.reason}" for key, outcome in open_.items())
+        return Outcome(INCONCLUSIVE, numbers, reason, cause=cause, scores=scores)
+    return Outcome(HELD, numbers, scores=scores)

@@ -24,12 +24,20 @@ import json
 import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import RESULT_STATUSES, TIMING, Reproduction, Results, check_scale, read_timing, sweep_name
 from seqdyn.reproduce.claims import INCONCLUSIVE, Cause, Outcome, control_value
+from seqdyn.reproduce.seeds import (
+    check_max_seeds,
+    default_max_seeds,
+    needing_seeds,
+    with_one_more_seed,
+    with_stored_seeds,
+)
 from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
 from seqdyn.train.store import DIVERGED, Store, flatten
@@ -102,13 +110,22 @@ def run(
     progress: bool = True,
     retry_failed: bool = False,
     data: str | Path | None = None,
+    max_seeds: int | None = None,
 ) -> Written:
     """Train what is missing of the reproduction at ``scale`` (on the corpus ``data``, where it needs one) into the
-    store (and, with ``retry_failed``, what failed for another reason than divergence), then write ``OUT/NAME/``."""
+    store (and, with ``retry_failed``, what failed for another reason than divergence), add seeds to the sweeps
+    behind each claim its seeds left open until it is decided or ``max_seeds`` are reached
+    (:mod:`seqdyn.reproduce.seeds`; None: :func:`~seqdyn.reproduce.seeds.default_max_seeds`), then write
+    ``OUT/NAME/``."""
     start = time.monotonic()
-    sweeps = named_sweeps(reproduction, scale, data)
     store = Store(store_path)
+    sweeps = with_stored_seeds(store, named_sweeps(reproduction, scale, data))
     check_store(store, sweeps)
+    cap = (
+        default_max_seeds(scale, sweeps, reproduction.wall_time.get(scale))
+        if max_seeds is None
+        else check_max_seeds(max_seeds)
+    )
     rows = collect(store, sweeps, scale).rows
     runs_before = sum(row["status"] in RESULT_STATUSES for row in rows)
     left = [
@@ -116,9 +133,14 @@ def run(
         for row in rows
         if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))
     ]
-    for sweep in sweeps:
-        run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
-    results = reproduction.measure(collect(store, sweeps, scale), store_path)
+
+    def train(sweeps: list[SweepConfig]) -> Results:
+        for sweep in sweeps:
+            run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
+        return reproduction.measure(collect(store, sweeps, scale), store_path)
+
+    results, grown = _seeded_until_decided(reproduction, sweeps, train, cap)
+    left += grown
     elapsed = time.monotonic() - start
     earlier = None
     if not left and reproduction.trains:  # nothing trained: the outputs keep the wall time of the call that did
@@ -128,6 +150,21 @@ def run(
     if earlier is None or scale not in read_timing(written.folder).get("scales", {}):
         record_timing(written.folder, scale, elapsed, runs_before, workers)
     return written
+
+
+def _seeded_until_decided(
+    reproduction: Reproduction, sweeps: list[SweepConfig], train: Callable[[list[SweepConfig]], Results], cap: int
+) -> tuple[Results, list[str]]:
+    """``train(sweeps)``, then a seed more for the sweeps behind each claim its seeds left open, trained, until no
+    such claim is left or those sweeps run ``cap`` seeds; the results and the sweeps that grew (once per seed)."""
+    results, grown = train(sweeps), []
+    while True:
+        outcomes = {claim.name: claim.decide(results) for claim in reproduction.claims}
+        sweeps, names = with_one_more_seed(sweeps, needing_seeds(reproduction, results, outcomes), cap)
+        if not names:
+            return results, grown
+        grown += names
+        results = train(sweeps)
 
 
 def record_timing(folder: Path, scale: str, elapsed_s: float, runs_before: int, workers: int) -> None:
@@ -220,7 +257,7 @@ def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: fl
                 "statement": claim.statement,
                 "quote": claim.quote,
                 "paper_value": claim.paper_value,
-                **asdict(outcomes[claim.name]),
+                **outcomes[claim.name].record(),
             }
             for claim in reproduction.claims
         ],
@@ -278,6 +315,16 @@ def _write_csv(path: Path, results: Results) -> None:
         writer.writerows(results.rows)
 
 
+def seeds_text(seeds: dict[str, int]) -> str:
+    """The seeds that decided a verdict, in words: " — 3 seeds", or per setting where they differ."""
+    if not seeds:
+        return ""
+    if len(set(seeds.values())) == 1:
+        (count,) = set(seeds.values())
+        return f" — {count} seed{'s' if count > 1 else ''}"
+    return " — seeds: " + ", ".join(f"{label} {count}" for label, count in seeds.items())
+
+
 def _table_md(
     reproduction: Reproduction, results: Results, outcomes: dict[str, Outcome], provenance: dict[str, Any]
 ) -> str:
@@ -301,7 +348,7 @@ def _table_md(
     for claim in reproduction.claims:
         outcome = outcomes[claim.name]
         ours = ours_text(outcome.numbers)
-        verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "")
+        verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "") + seeds_text(outcome.seeds)
         cells = (claim.statement, claim.paper_value or "—", ours, f"**{verdict}**")
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     controls = [
@@ -312,7 +359,7 @@ def _table_md(
         lines += [
             f"- *{name}*: {control['description']} — {control['setting']} {control_value(control)} against "
             f"{control['threshold']:.3g}{_level_words(control)}: "
-            f"**{'passed' if control['passed'] else 'failed'}**"
+            f"**{'passed' if control['passed'] else 'undecided' if 'undecided' in control else 'failed'}**"
             for name, control in controls
         ]
     lines += ["", "What the paper says:", ""]
@@ -389,11 +436,14 @@ def brief_numbers(numbers: dict[str, float]) -> str:
 #: what an *inconclusive* reason says (``re.search``) for each cause, in a ``verdict.json`` written before claims
 #: recorded their ``cause``
 _LEGACY_CAUSES = (
+    (r"^control [^:]* undecided: ", "seeds"),
     (r"^control ", "control"),
     (r"^budget: ", "budget"),
     ("at the ceiling", "ceiling"),
     ("seed spread", "seeds"),
     (r"\d+ of \d+ seeds ", "seeds"),
+    ("the rule needs two", "seeds"),
+    (r" ± \S+ \(\d+%, ", "seeds"),
     ("missing", "missing"),
     ("no finished run", "missing"),
 )
