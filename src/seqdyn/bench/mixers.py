@@ -224,5 +224,5 @@ def run_mixer_benchmark(
         cells, linear = run_benchmark(names, seq_lens, d_model, batch, device, repeats, max_seconds, advance, rounds)
     dev = resolve_device(device)
     console.print(results_table(cells, str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev)))
-    console.print(checks_table(target_checks(cells, linear), "targets (issue 'mixer zoo')"))
+    console.print(checks_table(target_checks(cells, linear), "targets"))
     return cells

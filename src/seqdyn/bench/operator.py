@@ -1,6 +1,6 @@
 """``seqdyn bench operator``: time and peak memory of every backend of ``coefficient_dynamics`` side by side.
 
-Argument types follow the mixers they stand for (DESIGN §4), at the operator level:
+Argument types follow the mixers they stand for, at the operator level:
   ``gla``      diagonal decay ``g = logsigmoid(·)/16``, scale K^-½;
   ``mamba2``   scalar decay ``g = Δ·A`` (Δ = softplus, A < 0), scale ``b = Δ``, q = C and k = B shared by heads;
   ``deltanet`` Householder factor with L2-normalized keys, ``β = σ(·)``, scale ``β·K^-½``;
@@ -290,7 +290,7 @@ def _picked_time(report: Report, auto: Cell) -> float:
     return min(times)
 
 
-def checks_table(checks, title: str = "targets (issue 'foundation')", noise: float | None = None):
+def checks_table(checks, title: str = "targets", noise: float | None = None):
     """The targets as a table; with ``noise`` (:func:`timing_noise`), a time target missed by less than that
     factor says so."""
     from rich.table import Table
