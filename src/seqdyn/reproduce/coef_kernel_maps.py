@@ -1,4 +1,4 @@
-"""Seed 001 (coefficient dynamics), Fig. 8 and Fig. 9: kernel approximations of exp (Principles 2.1 and 2.2).
+"""Sieber et al. 2025 (coefficient dynamics), Fig. 8 and Fig. 9: kernel approximations of exp (Principles 2.1 and 2.2).
 
 "To validate Principle 2.1, we ablate four kernel approximation maps that approximate the readout map as
 φ(q_iᵀ x) ≈ ψ(q_i)ᵀ ψ(x). [...] we report the performance of all approximation maps on the fuzzy in-context recall
@@ -275,7 +275,7 @@ CLAIMS = (
 
 class KernelMaps(Reproduction):
     name = "coef_kernel_maps"
-    paper = "seed 001 (coefficient dynamics)"
+    paper = "Sieber et al. 2025 (coefficient dynamics)"
     figure = "Fig. 8 / Fig. 9"
     summary = (
         "Softmax, linear attention, four kernel approximations ψ(q)ᵀψ(k) of exp and Fig. 1's other readouts with a "
@@ -331,7 +331,7 @@ class KernelMaps(Reproduction):
         return plot_principle(
             principle_panels(results, (READOUT, FEATURE), label_of),
             path,
-            title="seed 001 Fig. 8: kernel approximations of exp",
+            title="Sieber et al. 2025, Fig. 8: kernel approximations of exp",
         )
 
 

@@ -1,4 +1,5 @@
-"""Seed 001 (coefficient dynamics), Fig. 1 and Fig. 6: readout maps φ against accuracy and the near-zero fraction.
+"""Sieber et al. 2025 (coefficient dynamics), Fig. 1 and Fig. 6: readout maps φ against accuracy and the near-zero
+fraction.
 
 "Figure 1 shows the accuracy of different readout maps on the fuzzy in-context recall and selective copying tasks
 of MAD. The other parameters are fixed [...] across all readout maps. Since input selectivity is crucial for both
@@ -195,7 +196,7 @@ CLAIMS = (
 
 class ReadoutMaps(Reproduction):
     name = "coef_readout_maps"
-    paper = "seed 001 (coefficient dynamics)"
+    paper = "Sieber et al. 2025 (coefficient dynamics)"
     figure = "Fig. 1 / Fig. 6"
     summary = (
         "Seven readout maps φ in one coefficient-dynamics mixer (Λ = I, b = K^-½, η = max(|Σα|, 1)) on MAD's "
@@ -246,7 +247,7 @@ class ReadoutMaps(Reproduction):
     def plot(self, results: Results, path: Path) -> Path:
         """Fig. 1's panels: per task, accuracy against the near-zero fraction of each readout's best runs."""
         panels = principle_panels(results, (READOUT,), lambda row: LABELS[row[READOUT]])
-        return plot_principle(panels, path, title="seed 001 Fig. 1/6: readout maps")
+        return plot_principle(panels, path, title="Sieber et al. 2025, Fig. 1/6: readout maps")
 
 
 REPRODUCTION = ReadoutMaps()

@@ -1,4 +1,4 @@
-"""Seed 002 (DLR), Table 1: single DLR, DSS-EXP and ATTENTION layers on the eleven atomic tasks.
+"""Gupta et al. 2022 (DLR), Table 1: single DLR, DSS-EXP and ATTENTION layers on the eleven atomic tasks.
 
 "To compare attention-based contextualization to SSMs, we trained single DLR, DSS_EXP and ATTENTION layers on the
 atomic tasks described in §3.1" (§3.3), reporting R² per task; the paper's conclusions: SSM layers are "highly
@@ -276,7 +276,7 @@ CLAIMS = (
 
 class AtomicTable1(Reproduction):
     name = "dlr_atomic"
-    paper = "seed 002 (DLR)"
+    paper = "Gupta et al. 2022 (DLR)"
     figure = "Table 1"
     summary = (
         "Single DLR, DSS-EXP and ATTENTION layers on the eleven atomic tasks: R² (best evaluation, mean over "
@@ -312,7 +312,7 @@ class AtomicTable1(Reproduction):
         )
 
     def plot(self, results: Results, path: Path) -> Path:
-        return plot_r2_grid(results, path, "seed 002 Table 1: R² of single layers")
+        return plot_r2_grid(results, path, "Gupta et al. 2022, Table 1: R² of single layers")
 
 
 REPRODUCTION = AtomicTable1()

@@ -1,4 +1,5 @@
-"""Seed 002 (DLR), §3.3 "Convnet layers struggle with context-dependent operations": a reduced Table 1, the main job.
+"""Gupta et al. 2022 (DLR), §3.3 "Convnet layers struggle with context-dependent operations": a reduced Table 1, the
+main job.
 
 "SSM layers (DLR, DSS_EXP) are highly effective on tasks like SHIFT and CUMSUM that can be described via a small
 number of convolutional kernels. On the other hand, they fail on tasks such a REVERSE that potentially require a
@@ -49,7 +50,7 @@ SCALES = {
 
 class ContextDependence(Reproduction):
     name = "dlr_context"
-    paper = "seed 002 (DLR)"
+    paper = "Gupta et al. 2022 (DLR)"
     figure = "§3.3"
     summary = (
         "One DLR layer against one ATTENTION layer on tasks a fixed convolution kernel solves (SHIFT, "
@@ -80,7 +81,7 @@ class ContextDependence(Reproduction):
         return r2_table(results) + "\n\nR² per task; the paper's Table 1 (L = 2^12) in parentheses."
 
     def plot(self, results: Results, path: Path) -> Path:
-        return plot_r2_grid(results, path, "seed 002 §3.3: R² of one layer")
+        return plot_r2_grid(results, path, "Gupta et al. 2022, §3.3: R² of one layer")
 
 
 REPRODUCTION = ContextDependence()

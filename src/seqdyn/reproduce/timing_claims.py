@@ -1,16 +1,17 @@
-"""Seed 001 Fig. 5 and seed 002 Table 1 (bottom): the papers' timing claims, measured on this machine.
+"""Sieber et al. 2025, Fig. 5 and Gupta et al. 2022, Table 1 (bottom): the papers' timing claims, measured on this
+machine.
 
 "With respect to sequence length, a recurrent implementation has linear complexity, while a non-recurrent
 implementation has quadratic complexity. Figure 5 shows the computation time of FlashAttention-2 [...] – a
-non-recurrent implementation – and SSD [...] – a recurrent implementation – against sequence length" (seed 001
-appendix D.1).  No training: one softmax attention layer computed as attention (its ``chunk`` backend,
+non-recurrent implementation – and SSD [...] – a recurrent implementation – against sequence length" (Sieber et al.
+2025, appendix D.1).  No training: one softmax attention layer computed as attention (its ``chunk`` backend,
 PyTorch's fused scaled-dot-product attention: FlashAttention's blockwise algorithm on this machine) and one Mamba-2
 layer computed with SSD's chunked algorithm (the ``chunk`` backend), the same width, batch 1, forward only, timed
 on this machine (one thread, the fastest of a few calls) at growing lengths L.  Each claim reads the slope of log time
 against log L over the three longest lengths, where the work of the sequence dominates the fixed costs of a call.
 
-Seed 002 Table 1 (bottom), §3.3: "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is more
-expressive than a single SSM layer. On the other hand, already for lengths as short as 4096, it is more than 6×
+Gupta et al. 2022, Table 1 (bottom), §3.3: "there are tasks such as CUMMAX and MIPS on which a single ATTENTION layer is
+more expressive than a single SSM layer. On the other hand, already for lengths as short as 4096, it is more than 6×
 slower" (6.3× per step).  Here: one training step (forward and backward) of one ATTENTION layer and of one DLR
 layer as :mod:`seqdyn.reproduce.protocols.atomic` builds them, at Table 1's L = 4096, H = 128 and N = 4096 and
 Table 7's batch 16, on a CUDA GPU where there is one, else on one CPU thread.  The 6.3× is a ratio of two GPU
@@ -258,12 +259,12 @@ CLAIMS = (
 
 class TimingClaims(Computation):
     name = "timing_claims"
-    paper = "seeds 001/002"
-    figure = "Fig. 5; seed 002 Table 1"
+    paper = "Sieber et al. 2025; Gupta et al. 2022"
+    figure = "Fig. 5; Gupta et al. 2022, Table 1"
     summary = (
         "Forward time of one softmax attention layer (fused attention) and one SSD layer (Mamba-2, chunked) "
-        "against the length L, and the time per training step of seed 002's single ATTENTION and DLR layers at "
-        "Table 7's batch 16 (on a CUDA GPU where there is one), measured on this machine without training."
+        "against the length L, and the time per training step of Gupta et al. 2022's single ATTENTION and DLR "
+        "layers at Table 7's batch 16 (on a CUDA GPU where there is one), measured on this machine without training."
     )
     claims = CLAIMS
     reductions = {
@@ -319,7 +320,9 @@ class TimingClaims(Computation):
             points = times(results, layer)
             if points:
                 axes.loglog(*zip(*points), marker="o", label=label)
-        axes.set(xlabel="sequence length L", ylabel="forward time (s)", title="seed 001 Fig. 5 on this machine")
+        axes.set(
+            xlabel="sequence length L", ylabel="forward time (s)", title="Sieber et al. 2025, Fig. 5 on this machine"
+        )
         axes.legend()
         figure.tight_layout()
         figure.savefig(path, dpi=120)
