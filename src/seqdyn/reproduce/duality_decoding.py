@@ -194,7 +194,7 @@ CLAIMS = (
 
 class Decoding(Reproduction):
     name = "duality_decoding"
-    paper = "Fedotov (blog post); “Deep SSMs and Linear Attention” (chapter)"
+    paper = "Fedotov; “Deep SSMs and Linear Attention”"
     figure = "recurrent inference"
     summary = (
         "Four models trained on MQAR, then decoded token by token with step(): the bytes of the streaming "

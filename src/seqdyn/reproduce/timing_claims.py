@@ -260,7 +260,7 @@ CLAIMS = (
 class TimingClaims(Computation):
     name = "timing_claims"
     paper = "Sieber et al. 2025; Gupta et al. 2022"
-    figure = "Fig. 5; Gupta et al. 2022, Table 1"
+    figure = "Fig. 5; Table 1 (bottom)"
     summary = (
         "Forward time of one softmax attention layer (fused attention) and one SSD layer (Mamba-2, chunked) "
         "against the length L, and the time per training step of Gupta et al. 2022's single ATTENTION and DLR "
