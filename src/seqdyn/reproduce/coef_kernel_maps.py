@@ -18,7 +18,7 @@ these are the elementwise positive maps of ``seqdyn.features``) — and the othe
 near-zero set (ReLU, softplus, sigmoid, elu + 1: ``coef_readout_maps``' runs, shared in a store).  The best run of
 each (task, model, seed) has its coefficients measured on 16 test inputs: the near-zero fraction (|α| < ε =
 10⁻³) and, for the kernel approximations, Fig. 9's count — per layer, head and row index i the batch's mean number
-of coefficients with |α| < ε, the paper's "we treat [|α| < ε] as zero" (rows without a coefficient above ε left
+of coefficients with |α| ≤ ε, the paper's "we treat [|α| < ε] as zero" (rows without a coefficient above ε left
 out) — whose largest value is held against K − 1.
 
 How each claim reads the paper, fixed before its verdict:
@@ -95,7 +95,7 @@ KERNELS = tuple(label for label, _, feature in MODELS if feature is not None)
 PRINCIPLE_KERNELS = tuple(label for label in KERNELS if label != "ψ = ReLU")
 #: "the readout maps in Figure 1": those with a large near-zero set, softmax's exp among them
 FIGURE1_READOUTS = ("softmax", *(label for label, _, _ in FIGURE1_OTHERS))
-#: Fig. 9's count, the batch's mean number of coefficients with |α| < ε in a row, largest over layers, heads and
+#: Fig. 9's count, the batch's mean number of coefficients with |α| ≤ ε in a row, largest over layers, heads and
 #: rows — at ε = NEAR_ZERO_EPS, the near-zero set's (the paper's ε is lost from its text copy)
 EPS_ZEROS = "coefficients.max_mean_eps_zero_count"
 #: "deteriorating performance": the kernel approximations below softmax by at least 5 points
@@ -179,7 +179,7 @@ def counts_zeros(row: dict[str, Any]) -> bool:
 
 def epsilon_zeros(store: Any, row: dict[str, Any], examples: int = MEASURE_EXAMPLES) -> dict[str, Any]:
     """Fig. 9's count of one trained run on ``examples`` test inputs of its task: per layer, head and row index the
-    batch's mean number of coefficients with |α| < ``NEAR_ZERO_EPS``, its largest value (:data:`EPS_ZEROS`), and the
+    batch's mean number of coefficients with |α| ≤ ``NEAR_ZERO_EPS``, its largest value (:data:`EPS_ZEROS`), and the
     bound K − 1 of Corollary 2.2 (``ZERO_BOUND``); nothing where no head has the bound."""
     from seqdyn.analysis.model import inspect_model
     from seqdyn.train.checkpoint import load_trained
@@ -263,7 +263,7 @@ CLAIMS = (
     Claim(
         "zeros per row ≤ K − 1",
         "in the trained kernel approximations with a positive ψ (elu + 1, softplus, exp), no row index has more "
-        "than K − 1 coefficients below ε = 10⁻³ on average over a batch (Corollary 2.2; rows without a coefficient "
+        "than K − 1 coefficients |α| ≤ ε = 10⁻³ on average over a batch (Corollary 2.2; rows without a coefficient "
         "above ε left out)",
         "Since no coefficient is exactly set to zero due to numerical precision, we treat [|α| < ε] as zero. Using "
         "two models trained for Figure 8 [...] we expect no more than [K − 1] zero coefficients per time index and "
@@ -316,7 +316,7 @@ class KernelMaps(Reproduction):
         bound = (
             ""
             if not excess.values
-            else f"\n\nFig. 9's count (the batch's mean number of coefficients below ε = 10⁻³ in a row, largest over "
+            else f"\n\nFig. 9's count (the batch's mean number of coefficients |α| ≤ ε = 10⁻³ in a row, largest over "
             f"layers, heads and rows) of the kernel approximations with a positive ψ, minus the bound K − 1: "
             f"{max(excess.values):+.2f} (Corollary 2.2 allows ≤ 0)."
         )
