@@ -108,7 +108,7 @@ def dsf(
     problem = prepare(dynamics).folded()
     if not problem.readout.linear:
         raise ValueError(
-            f"readout: {problem.readout.name!r} has no finite DSF (Sieber et al. 2024 Lemma 1); use "
+            f"readout: {problem.readout.name!r} has no finite DSF (Sieber et al. 2024, Lemma 1); use "
             "readout='identity', e.g. on seqdyn.features.taylor(q, p) and taylor(k, p) for a degree-p approximation "
             "of softmax"
         )
