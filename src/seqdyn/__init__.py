@@ -6,6 +6,12 @@ seqdyn reduces to one operator, :func:`coefficient_dynamics` (Sieber et al. 2025
 
 Sub-packages (``layers``, ``mixers``, ``models``, ``tasks``, ``train``, ``analysis``, ``bench``, ``features``) are
 imported on first use so that ``import seqdyn`` stays light.
+
+The docstrings cite papers by author and year, most often these three: Sieber et al. 2024, "Understanding the
+differences in Foundation Models: Attention, State Space Models, and Recurrent Neural Networks"
+(https://arxiv.org/abs/2405.15731); Sieber et al. 2025, "Design Principles for Sequence Models via Coefficient
+Dynamics" (https://arxiv.org/abs/2510.09389); Gupta et al. 2022, "Simplifying and Understanding State Space Models
+with Diagonal Linear RNNs" (https://arxiv.org/abs/2212.00768).
 """
 
 from importlib import import_module

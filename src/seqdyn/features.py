@@ -1,7 +1,7 @@
-"""Feature maps that turn a nonlinear readout into an identity readout on features (seed 000 §3, appendix C).
+"""Feature maps that turn a nonlinear readout into an identity readout on features (Sieber et al. 2024 §3, appendix C).
 
 With features ``ψ``, ``φ(qᵀk) ≈ ψ(q)ᵀψ(k)`` makes the coefficient dynamics linear, hence a finite DSF
-(Principle 2.1 of seed 001 explains what this costs in input selectivity).
+(Principle 2.1 of Sieber et al. 2025 explains what this costs in input selectivity).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def taylor_dim(dim: int, degree: int) -> int:
 
 
 def taylor(x: Tensor, degree: int) -> Tensor:
-    """Degree-p Taylor features ``φ_p(x) = [1, x, x⊗x/√2!, …, x^{⊗p}/√p!]`` along the last axis (seed 000 Lemma 1).
+    """Degree-p Taylor features ``φ_p(x) = [1, x, x⊗x/√2!, …, x^{⊗p}/√p!]`` along the last axis (Sieber et al. 2024
+    Lemma 1).
 
     ``φ_p(q)ᵀ φ_p(k) = Σ_{d=0}^{p} (qᵀk)^d / d!``, the degree-p Taylor polynomial of ``exp(qᵀk)``, whose error
     vanishes as p grows.  ``x`` ``[..., K]`` → ``[..., Σ_d K^d]``.
@@ -41,7 +42,8 @@ def taylor(x: Tensor, degree: int) -> Tensor:
     return torch.cat(parts, dim=-1)
 
 
-#: Positive and polynomial feature maps ψ for linear attention: ``φ(qᵀk) ≈ ψ(q)ᵀψ(k)`` (seed 001 Principle 2.1).
+#: Positive and polynomial feature maps ψ for linear attention: ``φ(qᵀk) ≈ ψ(q)ᵀψ(k)``
+#: (Sieber et al. 2025 Principle 2.1).
 FEATURE_MAPS = {
     "identity": lambda x: x,
     "elu1": elu1,

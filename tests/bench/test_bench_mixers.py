@@ -19,6 +19,15 @@ def test_cells_linear_time_and_checks():
     assert not any(REFERENCE + " faster" in w for w in whats)
 
 
+def test_a_time_budget_skips_the_longer_cells_with_their_estimate():
+    cells, _ = run_benchmark(["mamba2"], seq_lens=[16, 64], d_model=16, batch=1, repeats=0, max_seconds=1e-9)
+    status = {(c.name, c.length): (c.status, c.note) for c in cells}
+    assert status[("mamba2", 16)] == ("ok", "") and status[(REFERENCE, 16)] == ("ok", "")
+    for name in ("mamba2", REFERENCE):
+        skipped, note = status[(name, 64)]
+        assert skipped == "skip" and note.startswith("est. ") and note.endswith(" s")
+
+
 def test_bench_mixers_and_mixers_commands():
     runner = CliRunner()
     result = runner.invoke(

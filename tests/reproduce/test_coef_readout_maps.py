@@ -122,3 +122,24 @@ def test_readouts_on_the_plateau_with_the_control_there_too_are_inconclusive_for
     readout there, the exp one (the control) too, the control's failure is the reason given, before the plateau's."""
     outcome = fig.CLAIMS[1].decide(table([0.16, 0.16], [0.14, 0.15], [0.1, 0.1], [0.3, 0.3]))
     assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control softmax on ")
+
+
+def test_memorization_does_not_decide_the_near_zero_claim():
+    """Fig. 1's sentence is about its two tasks: memorization (Fig. 6) suppressing nothing with the large sets, or
+    everything with the thin ones, leaves the verdict of fuzzy recall and selective copying as it is."""
+    data = table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72])
+
+    def memorization(thin_zeros: float, large_zeros: float) -> list[dict]:
+        copied = [r | {"task.name": "memorization", "run_id": "m" + r["run_id"]} for r in data.rows]
+        return [
+            r | {NEAR_ZERO: thin_zeros if fig.is_thin(r["model.mixer_options.readout"]) else large_zeros}
+            if NEAR_ZERO in r
+            else r
+            for r in copied
+        ]
+
+    for thin_zeros, large_zeros in ((0.0, 0.0), (0.9, 0.0)):
+        outcome = fig.CLAIMS[0].decide(results([*data.rows, *memorization(thin_zeros, large_zeros)]))
+        assert outcome.verdict == HELD and not any(key.startswith("memorization") for key in outcome.numbers)
+    outcome = fig.CLAIMS[0].decide(results(memorization(0.0, 0.9)))
+    assert outcome.verdict == INCONCLUSIVE and outcome.numbers == {}

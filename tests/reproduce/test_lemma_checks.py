@@ -52,8 +52,8 @@ CLAIM_OF = dict(zip(lc.LEMMAS, (claim.name for claim in lc.CLAIMS)))
 @pytest.mark.parametrize(
     ("lemma", "value", "setting"),
     [
-        ("taylor", 0.05, None),  # every degree as large: above 1e-2 and not falling
-        ("taylor", 0.02, "p = 5"),  # p = 10's error (smoke: about 4e-3) is then not a tenth of p = 5's
+        ("taylor", 0.05, None),  # every degree as large: p = 10's error is not a tenth of p = 1's
+        ("taylor", 0.5, "p = 8"),  # an even degree whose error rises above the one before it
         ("s6", 1e-6, None),
         ("state", 1e-9, "s6"),
         ("positions", 1e-9, "Λ = I"),
@@ -75,13 +75,46 @@ def test_a_claim_without_its_computation_is_inconclusive(computed, lemma):
 
 
 def test_taylor_attention_approaches_softmax_and_a_broken_feature_map_does_not():
-    assert lc.taylor_coefficient_error(10, seed=0) <= lc.TAYLOR_ERROR
-    assert lc.taylor_coefficient_error(10, seed=0, features=taylor) == pytest.approx(
-        lc.taylor_coefficient_error(10, seed=0), abs=1e-12
-    )
-    assert lc.taylor_coefficient_error(10, seed=0, features=lambda x, p: 3 * taylor(x, p)) <= lc.TAYLOR_ERROR  # η
+    first, top = lc.taylor_coefficient_error(1, seed=0), lc.taylor_coefficient_error(10, seed=0)
+    assert top <= lc.TAYLOR_FALL * first
+    assert lc.taylor_coefficient_error(10, seed=0, features=taylor) == pytest.approx(top, abs=1e-12)
+    tripled = lc.taylor_coefficient_error(10, seed=0, features=lambda x, p: 3 * taylor(x, p))  # η divides it out
+    assert tripled == pytest.approx(top, abs=1e-12)
     without_constant = lambda x, p: torch.cat([2 * taylor(x, p)[..., :1], taylor(x, p)[..., 1:]], dim=-1)  # noqa: E731
-    assert lc.taylor_coefficient_error(10, seed=0, features=without_constant) > 10 * lc.TAYLOR_ERROR
+    assert lc.taylor_coefficient_error(10, seed=0, features=without_constant) > 10 * top
+
+
+def _taylor_rows(errors: dict[int, float]) -> Results:
+    return Results("cpu", tuple(lc._row("taylor", f"p = {p}", error, 0.0, p) for p, error in errors.items()))
+
+
+#: p = 1's error 1, the even degrees' falling, the odd ones' ten times larger and rising (their normalizer can pass
+#: through zero)
+FALLING = {1: 1.0, 2: 0.9, 4: 0.5, 6: 0.3, 8: 0.2, 10: 0.05} | {p: 10.0 * p for p in (3, 5, 7, 9)}
+
+
+def _taylor_verdict(errors: dict[int, float]) -> str:
+    return next(claim for claim in lc.CLAIMS if claim.name.startswith("Lemma 1")).decide(_taylor_rows(errors)).verdict
+
+
+@pytest.mark.parametrize(
+    ("changes", "verdict"),
+    [
+        ({}, HELD),  # odd degrees rising do not count: only the even ones converge at finite p
+        ({10: 0.099}, HELD),  # just inside a tenth of p = 1's error
+        ({10: 0.101}, FAILED),  # just outside it
+        ({8: 0.301}, FAILED),  # p = 8 just above p = 6's 0.3: the error rose between even degrees
+        ({8: 0.299}, HELD),  # just below it
+        ({6: 0.2}, HELD),  # equal errors do not rise
+    ],
+)
+def test_lemma1_converges_over_the_even_degrees_and_falls_a_tenth_from_p1(changes, verdict):
+    assert _taylor_verdict({**FALLING, **changes}) == verdict
+
+
+def test_lemma1_without_a_degree_is_inconclusive():
+    errors = {p: error for p, error in FALLING.items() if p != 4}
+    assert _taylor_verdict(errors) == INCONCLUSIVE
 
 
 def test_eq22_needs_a_scalar_a_and_its_own_exponent():

@@ -4,10 +4,11 @@ and stay open; the slope is a power law's exponent."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from seqdyn.reproduce import timing_claims as tc
 from seqdyn.reproduce.base import Results
-from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE, MISSING
 
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 
@@ -78,8 +79,8 @@ def test_the_layers_compute_attention_as_attention_and_ssd_with_its_chunked_algo
     }
 
 
-def with_steps(data: Results, attention_s: float, dlr_s: float) -> Results:
-    """``data`` with Table 1's two step timings."""
+def with_steps(data: Results, attention_s: float, dlr_s: float, device: str | None = "cuda: NVIDIA H200") -> Results:
+    """``data`` with Table 1's two step timings, timed on ``device`` (None: a row that does not say)."""
     rows = [
         {
             "name": f"{layer} step",
@@ -93,24 +94,51 @@ def with_steps(data: Results, attention_s: float, dlr_s: float) -> Results:
             "timing.layer": f"{layer}_step",
             "timing.length": 4096,
             "timing.seconds": seconds,
+            "timing.batch": 16,
         }
+        | ({} if device is None else {"timing.device": device})
         for layer, seconds in (("attention", attention_s), ("dlr", dlr_s))
     ]
     return Results(data.scale, data.rows + tuple(rows))
+
+
+SIX_TIMES = next(claim for claim in tc.CLAIMS if claim.name == "ATTENTION 6× slower than DLR")
 
 
 @pytest.mark.parametrize(
     ("attention_s", "dlr_s", "verdict"),
     [(6.3, 1.0, HELD), (6.0, 1.0, HELD), (5.9, 1.0, FAILED), (None, 1.0, INCONCLUSIVE)],
 )
-def test_attention_six_times_slower_than_dlr_per_step(attention_s, dlr_s, verdict):
-    """Table 1 (bottom): "more than 6× slower" at L = 4096, the ratio of the two layers' step times."""
+def test_attention_six_times_slower_than_dlr_per_step_on_a_cuda_device(attention_s, dlr_s, verdict):
+    """Table 1 (bottom): "more than 6× slower" at L = 4096, the ratio of the two layers' step times on a GPU; the
+    verdict names the GPU."""
     data = timings(2.0, 1.0)
     data = with_steps(data, attention_s, dlr_s) if attention_s else data
-    assert tc.CLAIMS[2].decide(data).verdict == verdict
+    outcome = SIX_TIMES.decide(data)
+    assert outcome.verdict == verdict
+    if verdict != INCONCLUSIVE:
+        assert outcome.reason == "timed on cuda: NVIDIA H200"
+
+
+@pytest.mark.parametrize("device", ["cpu", None])
+@pytest.mark.parametrize("attention_s", [6.3, 5.9])
+def test_attention_six_times_slower_is_not_decided_off_a_cuda_device(device, attention_s):
+    """The 6.3× is the paper's PyKeOps kernels on one NVIDIA 3090: timed on a CPU — or on rows that do not say where —
+    the claim is inconclusive whichever side of 6 the ratio lies, and the reason says why and what would decide it."""
+    outcome = SIX_TIMES.decide(with_steps(timings(2.0, 1.0), attention_s, 1.0, device))
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == MISSING
+    assert outcome.reason.startswith("decided only on a CUDA device") and "timed on cpu" in outcome.reason
+    assert f"ratio {attention_s:.2f}" in outcome.reason
+
+
+def test_the_step_is_timed_on_the_cpu_here_at_the_scales_batch_and_says_so():
+    rows = [row for row in tc.compute_rows(tc.SCALES["smoke"]) if row["timing.layer"] in tc.STEP_NAMES]
+    device = "cpu" if not torch.cuda.is_available() else tc.device_name(torch.device("cuda"))
+    assert [(row["timing.device"], row["timing.batch"]) for row in rows] == [(device, 2)] * 2
+    assert f"batch 2, timed on {device}" in tc.REPRODUCTION.table(Results("smoke", tuple(rows)))
 
 
 def test_the_step_is_table_1s_single_layers_at_its_sizes():
     scale = tc.SCALES["cpu"]
-    assert (scale.step_length, scale.step_width, scale.step_state) == (4096, 128, 4096)
+    assert (scale.step_length, scale.step_width, scale.step_state, scale.step_batch) == (4096, 128, 4096, 16)
     assert tc.STEP_LAYERS == ("attention", "dlr")

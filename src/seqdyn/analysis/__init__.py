@@ -1,7 +1,7 @@
-"""Analysis toolkit (DESIGN §5): what coefficient dynamics say about a tensor of coefficients, a mixer or a model.
+"""Analysis toolkit: what coefficient dynamics say about a tensor of coefficients, a mixer or a model.
 
     A = seqdyn.mixers.build("softmax_attention", 64).coefficients(x)     # [B, H, T, T]
-    seqdyn.analysis.near_zero_fraction(A)                                # Principle 2 (seed 001)
+    seqdyn.analysis.near_zero_fraction(A)                                # Principle 2 (Sieber et al. 2025)
     seqdyn.analysis.combination_class_shares(A)                          # {"convex": 1.0, ...} (appendix A)
     seqdyn.analysis.has_positional_information(mixer)                    # Lemma 3: Λ ≠ I
     rows = seqdyn.analysis.inspect_model(model, inputs)                  # per layer and head

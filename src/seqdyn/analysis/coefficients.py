@@ -1,7 +1,7 @@
-"""Metrics on coefficient matrices ``A [B, H, T, T]`` (seed 001 §4.1, appendix A, appendix D).
+"""Metrics on coefficient matrices ``A [B, H, T, T]`` (Sieber et al. 2025 §4.1, appendix A, appendix D).
 
 Every mixer's output is ``y_i = Σ_{j≤i} A_ij v_j`` with the normalized coefficients ``A_ij = α_ij / η_i``
-(seed 001 eqs. 2 and 4), returned by ``seqdyn.coefficients(q, k, ...)`` or by a mixer's ``coefficients(x)``:
+(Sieber et al. 2025 eqs. 2 and 4), returned by ``seqdyn.coefficients(q, k, ...)`` or by a mixer's ``coefficients(x)``:
 zero above the diagonal (causal).  Only the causal entries ``j ≤ i`` enter the metrics below.
 
     near_zero_fraction(A, eps)      fraction of causal entries with |A_ij| < eps           (Principle 2, Fig. 1)
@@ -12,7 +12,7 @@ zero above the diagonal (causal).  Only the causal entries ``j ≤ i`` enter the
 
 Tolerances.  ``eps = 1e-3`` (:data:`NEAR_ZERO_EPS`) marks a coefficient as suppressed: it lies well below the
 uniform weight ``1/T`` of a convex combination for every T up to 1000 (the paper's own ε was lost from the text
-copy of seed 001).  Exact zeros (Corollary 2.2) and exact sums (Table 2) are judged at round-off level: a
+copy of Sieber et al. 2025).  Exact zeros (Corollary 2.2) and exact sums (Table 2) are judged at round-off level: a
 float32 row cannot sum to 1 more closely than its round-off, so tolerances are never taken below
 :func:`roundoff` of the dtype.
 """
@@ -45,7 +45,7 @@ NEAR_ZERO_EPS = 1e-3
 #: Default ``tol`` of :func:`combination_class` (raised to the dtype's :func:`roundoff` where that is larger).
 COMBINATION_TOL = 1e-9
 
-#: The linear-combination classes of seed 001 Table 2, most specific first: convex ⊂ conical, convex ⊂ affine.
+#: The linear-combination classes of Sieber et al. 2025 Table 2, most specific first: convex ⊂ conical, convex ⊂ affine.
 COMBINATION_CLASSES = ("convex", "conical", "affine", "linear")
 
 #: Units of the dtype's machine epsilon within which a computed coefficient counts as exactly zero.
@@ -108,7 +108,7 @@ def _causal_count(A: Tensor) -> int:
 
 
 def near_zero_fraction(A: Tensor, eps: float = NEAR_ZERO_EPS) -> float:
-    """Fraction of causal entries ``j ≤ i`` with ``|A_ij| < eps`` (seed 001 Principle 2, Fig. 1).
+    """Fraction of causal entries ``j ≤ i`` with ``|A_ij| < eps`` (Sieber et al. 2025 Principle 2, Fig. 1).
 
     The empirical counterpart of the readout's near-zero set (:func:`seqdyn.analysis.readout_near_zero_set`):
     how many coefficients a model actually suppresses.  ``A`` ``[B, H, T, T]`` causal; ``eps > 0``.
@@ -120,7 +120,7 @@ def near_zero_fraction(A: Tensor, eps: float = NEAR_ZERO_EPS) -> float:
 
 
 def large_fraction(A: Tensor, eps: float = NEAR_ZERO_EPS) -> float:
-    """Fraction of causal entries with ``|A_ij| ≥ eps`` (seed 001 appendix D.2, Fig. 7).
+    """Fraction of causal entries with ``|A_ij| ≥ eps`` (Sieber et al. 2025 appendix D.2, Fig. 7).
 
     With the same ``eps`` this is ``1 − near_zero_fraction(A, eps)``; a larger threshold (e.g. ``eps=0.5`` for
     normalized coefficients) counts the coefficients a model *selects*.
@@ -132,7 +132,7 @@ def large_fraction(A: Tensor, eps: float = NEAR_ZERO_EPS) -> float:
 
 
 def near_zero_ratio(A: Tensor, eps: float = NEAR_ZERO_EPS, large: float | None = None) -> float:
-    """``large_fraction(A, large) / near_zero_fraction(A, eps)`` (seed 001 appendix D.2, Fig. 7, log scale).
+    """``large_fraction(A, large) / near_zero_fraction(A, eps)`` (Sieber et al. 2025 appendix D.2, Fig. 7, log scale).
 
     ``large`` defaults to ``eps``.  Returns ``inf`` when no entry is near zero but some are large, ``nan`` when
     neither occurs.
@@ -147,7 +147,7 @@ def near_zero_ratio(A: Tensor, eps: float = NEAR_ZERO_EPS, large: float | None =
 def zero_count_per_row(A: Tensor, tol: float | None = None) -> Tensor:
     """Number of zero coefficients ``|A_ij| ≤ tol``, ``j ≤ i``, of every row: int64 ``[B, H, T]``.
 
-    Seed 001 Corollary 2.2: with the identity readout a nonzero query ``q_i`` can zero at most ``K − 1``
+    Sieber et al. 2025, Corollary 2.2: with the identity readout a nonzero query ``q_i`` can zero at most ``K − 1``
     coefficients whose transformed keys ``x_i^(j)`` are linearly independent (K: the head's key/state dimension);
     a row with more zeros has a zero query or linearly dependent (e.g. vanished) states.  ``tol`` is absolute;
     ``None`` means exact zero up to round-off *relative to the row*, ``|A_ij| ≤ ZERO_ULPS · eps(dtype) ·
@@ -164,9 +164,9 @@ def zero_count_per_row(A: Tensor, tol: float | None = None) -> Tensor:
 
 
 def mean_zero_count(A: Tensor, tol: float | None = None) -> Tensor:
-    """Seed 001 Fig. 9's statistic: per head and row index i, the mean over the batch of :func:`zero_count_per_row`,
-    float64 ``[H, T]``.  Rows without a nonzero coefficient (a zero query, outside Corollary 2.2) are left out of
-    the mean; a (head, i) whose rows are all such is NaN."""
+    """Sieber et al. 2025 Fig. 9's statistic: per head and row index i, the mean over the batch of
+    :func:`zero_count_per_row`, float64 ``[H, T]``.  Rows without a nonzero coefficient (a zero query, outside
+    Corollary 2.2) are left out of the mean; a (head, i) whose rows are all such is NaN."""
     counts = zero_count_per_row(A, tol).to(torch.float64)  # [B, H, T]
     empty = counts == _causal(A).sum(dim=-1).to(torch.float64)  # every causal entry zero
     kept = (~empty).sum(dim=0)
@@ -189,7 +189,7 @@ def _class_index(A: Tensor, tol: float) -> Tensor:
 
 
 def combination_class(A: Tensor, tol: float = COMBINATION_TOL) -> np.ndarray:
-    """The linear-combination class of every row ``i`` of ``A`` (seed 001 appendix A, Table 2).
+    """The linear-combination class of every row ``i`` of ``A`` (Sieber et al. 2025 appendix A, Table 2).
 
     Returns a numpy array of strings ``[B, H, T]`` holding the most specific class of row ``(b, h, i)``:
 

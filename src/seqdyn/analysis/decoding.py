@@ -1,5 +1,5 @@
-"""Decoding a model token by token with its recurrent form (seeds 003/004: "a fixed-size hidden-state update
-(fast O(1)-memory inference)", against attention's state that keeps every key).
+"""Decoding a model token by token with its recurrent form (a fixed-size hidden-state update, O(1) memory
+per token, against attention's state that keeps every key).
 
 :func:`decode_profile` steps a model through a context and reports, at each of several context lengths, the
 bytes its streaming state holds and the wall time per token there; :func:`step_error` compares the token-by-token

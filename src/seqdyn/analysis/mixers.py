@@ -46,7 +46,7 @@ ReadoutLike = Union[str, Callable[[Tensor], Tensor]]
 DEFAULT_WINDOW = (-10.0, 10.0)
 
 
-# --- readout maps (seed 001 Principle 2, Example 1) ----------------------------------------------------------
+# --- readout maps (Sieber et al. 2025 Principle 2, Example 1) ---------------------------------------------------------
 
 
 def _near_zero_intervals(name: str, eps: float) -> list[tuple[float, float]]:
@@ -75,7 +75,8 @@ def readout_near_zero_set(
     window: tuple[float, float] = DEFAULT_WINDOW,
     points: int = 1_000_000,
 ) -> float:
-    """Lebesgue measure of the near-zero set ``{x ∈ window : |φ(x)| < eps}`` (seed 001 Principle 2, Example 1).
+    """Lebesgue measure of the near-zero set ``{x ∈ window : |φ(x)| < eps}``
+    (Sieber et al. 2025 Principle 2, Example 1).
 
     ``readout`` is a name of ``seqdyn.READOUTS`` — measured exactly from the closed-form set — or a callable
     on scores, measured on a midpoint grid of ``points`` cells over ``window`` (error ≤ cell width per boundary
@@ -108,7 +109,7 @@ def readout_near_zero_set(
     return float((values.abs() < eps).sum()) * width
 
 
-# --- positional information (seed 001 Lemma 3) --------------------------------------------------------------
+# --- positional information (Sieber et al. 2025 Lemma 3) --------------------------------------------------------------
 
 
 def _warmup(mixer: torch.nn.Module) -> int:
@@ -139,7 +140,7 @@ def _has_scalar_coefficients(mixer: Any) -> bool:
 def has_positional_information(
     mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6, method: str = "auto"
 ) -> bool:
-    """Whether identical inputs at different positions get different coefficients in any head (seed 001
+    """Whether identical inputs at different positions get different coefficients in any head (Sieber et al. 2025
     Definition 1, Lemma 3): :func:`positional_heads`, any of them."""
     return bool(positional_heads(mixer, length, seed, rtol, method).any())
 
@@ -148,19 +149,19 @@ def positional_heads(
     mixer: torch.nn.Module, length: int = 16, seed: int = 0, rtol: float = 1e-6, method: str = "auto"
 ) -> Tensor:
     """Per head ``[H]`` (one entry for a system without heads): whether identical inputs at different positions get
-    different coefficients (seed 001 Definition 1, Lemma 3).
+    different coefficients (Sieber et al. 2025 Definition 1, Lemma 3).
 
     Lemma 3: this holds iff the evolution matrices are not the identity, Λ ≠ I.  The probe feeds a repeated
     token, ``x_t = u`` for every t (random u, float64 copy of ``mixer``): then every key, scale and gate is the
     same at every position, so with Λ = I the causal entries of each row ``A[i, :i+1]`` are all equal
     (position-free), while Λ ≠ I makes ``A_ij`` depend on the distance ``i − j``.  The first ``w − 1`` positions
     after the start are skipped when the mixer has a short convolution of width w (its zero padding makes the
-    first keys differ — seed 001 Remark 3 — but a repeated token is the signal it cannot tell apart).
+    first keys differ — Sieber et al. 2025 Remark 3 — but a repeated token is the signal it cannot tell apart).
 
     ``method``: ``"coefficients"`` compares the entries of each row as above (needs scalar coefficients,
     ``ValueError`` otherwise); ``"dsf"`` checks whether any DSF transition Λ_t differs from I (note that a
-    normalizer enters Λ_t^DSF as η_{t−1}/η_t, seed 000 eq. 15); ``"auto"`` uses coefficients when the mixer has
-    them and the DSF otherwise (MIMO LTI mixers such as ``s5``, ``lru``; a nonlinear readout's DSF keeps every
+    normalizer enters Λ_t^DSF as η_{t−1}/η_t, Sieber et al. 2024 eq. 15); ``"auto"`` uses coefficients when the mixer
+    has them and the DSF otherwise (MIMO LTI mixers such as ``s5``, ``lru``; a nonlinear readout's DSF keeps every
     value with Λ = I, so only the coefficients see its decay).  Differences count above
     ``rtol`` relative to the row's (or Λ's) largest entry.
     """
@@ -209,7 +210,7 @@ def _rows_vary(A: Tensor, rtol: float) -> Tensor:
     return ((high - low) > rtol * scale).any(dim=-1).any(dim=0).cpu()  # [B, H, T] → [H]
 
 
-# --- spectra of the evolution matrices (seed 001 Principle 6) -----------------------------------------------
+# --- spectra of the evolution matrices (Sieber et al. 2025 Principle 6) -----------------------------------------------
 
 
 def evolution_radii(mixer: Any, x: Tensor) -> Tensor:
@@ -251,11 +252,11 @@ def is_lti(mixer: Any) -> bool:
 def spectral_radii(mixer: torch.nn.Module, x: Tensor, source: str = "auto") -> Tensor:
     """Largest ``|eigenvalue|`` of the evolution matrices Λ_t per head, over batch and time: ``[H]``.
 
-    Seed 001 Principle 6: with a radius above 1 (unstable Λ) the normalization η must counteract the growth.
-    ``source``: ``"evolution"`` — the Λ_t of the coefficient dynamics (seed 001 eq. 3b; exact closed form for
+    Sieber et al. 2025, Principle 6: with a radius above 1 (unstable Λ) the normalization η must counteract the growth.
+    ``source``: ``"evolution"`` — the Λ_t of the coefficient dynamics (Sieber et al. 2025 eq. 3b; exact closed form for
     scalar and diagonal decays, eigenvalues of the K × K matrices with a Householder factor) for mixers built on
     ``seqdyn.coefficient_dynamics``; ``"dsf"`` — the transitions of ``mixer.dsf(x)``, which include the
-    normalizer ratio η_{i−1}/η_i (seed 000 eq. 15; N × N with N = K·V, small sizes only); ``"auto"`` —
+    normalizer ratio η_{i−1}/η_i (Sieber et al. 2024 eq. 15; N × N with N = K·V, small sizes only); ``"auto"`` —
     ``"evolution"`` where available, else the DSF (LTI mixers, whose Λ is the same at every step).
     ``x`` is the mixer's input ``[B, T, D]``.
     """
@@ -276,18 +277,18 @@ def spectral_radii(mixer: torch.nn.Module, x: Tensor, source: str = "auto") -> T
 
 
 def spectral_bound(mixer: torch.nn.Module, x: Tensor, source: str = "auto") -> float:
-    """``max_t max |eig(Λ_t)|`` over batch, heads and time (seed 001 Principle 6); see :func:`spectral_radii`.
+    """``max_t max |eig(Λ_t)|`` over batch, heads and time (Sieber et al. 2025 Principle 6); see :func:`spectral_radii`.
 
     1 for Λ = I (attention), below 1 for stable decays (Mamba-2, GLA, RetNet), above 1 for unstable Λ.
     """
     return float(spectral_radii(mixer, x, source).max())
 
 
-# --- scaling (seed 001 Lemma 5, Principle 5) ----------------------------------------------------------------
+# --- scaling (Sieber et al. 2025 Lemma 5, Principle 5) ----------------------------------------------------------------
 
 
 def dot_product_variance(K: int, scale: float | str = 1.0, samples: int = 100_000, seed: int = 0) -> float:
-    """Empirical variance of ``scale · qᵀk`` for independent ``q, k ~ N(0, I_K)`` (seed 001 Lemma 5).
+    """Empirical variance of ``scale · qᵀk`` for independent ``q, k ~ N(0, I_K)`` (Sieber et al. 2025 Lemma 5).
 
     ``scale`` is the key scaling b of eq. 4: a number, or ``"inv_sqrt"`` for ``K^-½`` (Principle 5).  The exact
     variance is ``scale² · K``: it grows linearly in K for ``scale = 1`` and stays 1 for ``K^-½``.  Float64,
@@ -314,11 +315,11 @@ def dot_product_variance(K: int, scale: float | str = 1.0, samples: int = 100_00
     return float(torch.cat(products).var())
 
 
-# --- finite DSF of softmax (seed 000 Lemma 1) ---------------------------------------------------------------
+# --- finite DSF of softmax (Sieber et al. 2024 Lemma 1) ---------------------------------------------------------------
 
 
 def taylor_softmax_error(q: Tensor, k: Tensor, degree: int) -> float:
-    """``max_ij |exp(q_iᵀk_j) − φ_p(q_i)ᵀφ_p(k_j)| / exp(q_iᵀk_j)`` (seed 000 Lemma 1, appendix C).
+    """``max_ij |exp(q_iᵀk_j) − φ_p(q_i)ᵀφ_p(k_j)| / exp(q_iᵀk_j)`` (Sieber et al. 2024 Lemma 1, appendix C).
 
     ``φ_p = seqdyn.features.taylor(·, p)``, so ``φ_p(q)ᵀφ_p(k) = Σ_{d≤p} (qᵀk)^d / d!``: the finite DSF of
     degree p whose error vanishes as p grows.  ``q`` ``[N, K]``, ``k`` ``[M, K]`` (raw scores, no ``K^-½``); computed
@@ -344,11 +345,11 @@ def taylor_softmax_error(q: Tensor, k: Tensor, degree: int) -> float:
     return float(((exact - approx).abs() / exact).max())
 
 
-# --- state expansion (seed 000 Lemma 2, appendix H) ---------------------------------------------------------
+# --- state expansion (Sieber et al. 2024 Lemma 2, appendix H) ---------------------------------------------------------
 
 
 def expand_state(system: DSF, extra_states: int, seed: int = 0) -> DSF:
-    """The larger system of seed 000 appendix H that reproduces ``system`` with ``extra_states`` more states::
+    """The larger system of Sieber et al. 2024 appendix H that reproduces ``system`` with ``extra_states`` more states::
 
         Λ̄_i = [[Λ_i, 0], [Λ₂₁, Λ₂₂]],   B̄_i = [[B_i], [B₂]],   C̄_i = [C_i, 0],   D̄_i = D_i
 
@@ -379,7 +380,7 @@ def expand_state(system: DSF, extra_states: int, seed: int = 0) -> DSF:
 
 
 def larger_state_recovers(system: DSF, extra_states: int, u: Tensor | None = None, seed: int = 0) -> float:
-    """``max |y − ȳ|`` between ``system`` and its :func:`expand_state` on inputs ``u`` (seed 000 Lemma 2).
+    """``max |y − ȳ|`` between ``system`` and its :func:`expand_state` on inputs ``u`` (Sieber et al. 2024 Lemma 2).
 
     Both systems are run step by step (``DSF.simulate``); ``u`` ``[B, T, H, V]`` defaults to standard normal
     inputs drawn from ``seed``.  Lemma 2 says the error is zero: the state of dimension N̄ ≥ N recovers the
@@ -414,7 +415,7 @@ def lemma2_demo(
     seed: int = 0,
     dtype: torch.dtype = torch.float64,
 ) -> float:
-    """Seed 000 Lemma 2 on a random time-varying system: the output error of :func:`larger_state_recovers`.
+    """Sieber et al. 2024, Lemma 2, on a random time-varying system: the output error of :func:`larger_state_recovers`.
 
     The small system has random ``Λ_i`` (spectral radius about ½), ``B_i``, ``C_i``, ``D_i`` of ``state_dim``
     states; the larger one ``state_dim + extra_states``.  Returns ``max |y − ȳ|``, zero up to round-off.

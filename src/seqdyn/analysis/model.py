@@ -1,4 +1,4 @@
-"""Per-layer, per-head measurements of a whole model (seed 001 §5 and appendix D, on trained networks).
+"""Per-layer, per-head measurements of a whole model (Sieber et al. 2025 §5 and appendix D, on trained networks).
 
     rows = inspect_model(model, inputs)          one HeadReport per (layer, head)
     console.print(format_table(rows))            a rich table
@@ -71,14 +71,14 @@ class HeadReport:
         layer, module, mixer, head: position in the model (``module`` is the qualified module name).
         key_dim: K, the head's key / state dimension (for LTI mixers the real state size per channel).
         readout: the readout φ of the coefficient dynamics (``"identity"`` for LTI mixers).
-        near_zero_fraction, large_fraction: at ``eps`` (seed 001 Principle 2, appendix D.2).
+        near_zero_fraction, large_fraction: at ``eps`` (Sieber et al. 2025 Principle 2, appendix D.2).
         max_zero_count: largest number of zero coefficients in any row (Corollary 2.2).
-        mean_zero_count: seed 001 Fig. 9's count — per row index, the batch's mean number of zero coefficients (rows
-            of a zero query left out: :func:`~seqdyn.analysis.mean_zero_count`) — its largest value.
+        mean_zero_count: Sieber et al. 2025 Fig. 9's count — per row index, the batch's mean number of zero coefficients
+            (rows of a zero query left out: :func:`~seqdyn.analysis.mean_zero_count`) — its largest value.
         zero_bound: K − 1 where Corollary 2.2 applies (identity readout), else ``None``.
         class_shares: share of rows per combination class (appendix A, Table 2).
         spectral_bound: largest |eigenvalue| of Λ_t over batch and time (Principle 6).
-        positional: whether a repeated token gets different coefficients at different positions (seed 001
+        positional: whether a repeated token gets different coefficients at different positions (Sieber et al. 2025
             Definition 1, Lemma 3: :func:`~seqdyn.analysis.positional_heads`).
     """
 
@@ -203,8 +203,8 @@ def layer_coefficients(model: nn.Module, inputs: Tensor) -> dict[str, Tensor]:
 def layer_dsfs(
     model: nn.Module, inputs: Tensor, max_entries: int = DSF_MAX_ENTRIES
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The DSF matrices (seed 000 eq. 12: ``h_i = Λ_i h_{i−1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i``) of every
-    layer's mixer on the activations it receives for ``inputs``: ``{label: DSF}``, and ``{label: why}`` for the
+    """The DSF matrices (Sieber et al. 2024 eq. 12: ``h_i = Λ_i h_{i−1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i``) of
+    every layer's mixer on the activations it receives for ``inputs``: ``{label: DSF}``, and ``{label: why}`` for the
     layers left out because their Λ would hold more than ``max_entries`` numbers — a Gated DeltaNet head with
     K = V = 64 has N = 4,096 states (16.8M entries per step), a softmax head's realization keeps every past value
     (N = T·V)."""
@@ -257,7 +257,7 @@ def inspect_model(
 
     For each layer's mixer, on the activations it receives: the near-zero and large fractions at ``eps``, the
     largest zero count per row at ``zero_tol`` (see :func:`~seqdyn.analysis.zero_count_per_row`) against the
-    bound K − 1 of seed 001 Corollary 2.2 (identity readouts only), the shares of the combination classes
+    bound K − 1 of Sieber et al. 2025 Corollary 2.2 (identity readouts only), the shares of the combination classes
     (appendix A) at ``class_tol``, and — when ``spectral`` — the largest |eigenvalue| of Λ_t (Principle 6).
     Returns one :class:`HeadReport` per (layer, head), in layer then head order.
     """

@@ -1,4 +1,4 @@
-"""Figures of the analysis (DESIGN §5): coefficient heat maps, principle plots, accuracy grids.
+"""Figures of the analysis: coefficient heat maps, principle plots, accuracy grids.
 
 matplotlib is imported inside each function and used without pyplot: each figure is drawn on its own Agg
 canvas and written to ``path`` (format from the suffix, e.g. ``.png``, ``.pdf``), so no global backend state
@@ -139,7 +139,8 @@ def plot_principle(
     title: str | None = None,
     log_x: bool = False,
 ) -> Path:
-    """Accuracy against the near-zero fraction across runs (seed 001 Fig. 1; Fig. 7 with ``log_x`` and ratios).
+    """Accuracy against the near-zero fraction across runs (Sieber et al. 2025 Fig. 1; Fig. 7
+    with ``log_x`` and ratios).
 
     ``points``: ``(label, near_zero_fraction, accuracy)`` per run, e.g. the readout map as label; runs with the
     same label share a colour and a legend entry.  A mapping ``panel title → points`` draws one panel each (one
@@ -187,7 +188,7 @@ def plot_accuracy_grid(
     title: str | None = None,
     percent: bool = True,
 ) -> Path:
-    """A grid of accuracies with the value in each cell (seed 000 Fig. 5 style: rows n, columns d).
+    """A grid of accuracies with the value in each cell (Sieber et al. 2024 Fig. 5 style: rows n, columns d).
 
     ``values`` ``[rows, columns]`` (array-like; NaN cells stay blank) in [0, 1]; ``percent`` prints them in %.
     """
@@ -219,8 +220,8 @@ def plot_bars(
     title: str | None = None,
     percent: bool = True,
 ) -> Path:
-    """Grouped bars with error bars, one panel per key of ``panels`` (seed 000 Figs. 1–3 style: accuracy per model
-    size or state expansion, one bar per model).
+    """Grouped bars with error bars, one panel per key of ``panels`` (Sieber et al. 2024 Figs. 1–3 style: accuracy per
+    model size or state expansion, one bar per model).
 
     ``panels[panel][series]``: ``(x, value, error)`` per bar group — ``value`` in [0, 1] (NaN: no bar) and
     ``error`` the half-height of its error bar (the seeds' spread; 0 draws none).

@@ -1,4 +1,5 @@
-"""The analysis of trained runs in a results store (``seqdyn inspect``; seed 001 §5 and Fig. 1 on trained models).
+"""The analysis of trained runs in a results store (``seqdyn inspect``; Sieber et al. 2025 §5 and Fig. 1
+on trained models).
 
 report = inspect_run("seqdyn.db", "3f2a9c01d4e7")        # per layer and head, on a batch of its test set
 points = principle_points("seqdyn.db", sweep="mqar-main")  # (mixer, near-zero fraction, best accuracy) per run
@@ -121,8 +122,8 @@ def principle_points(
     store, sweep: str | None = None, examples: int = 8, eps: float = NEAR_ZERO_EPS
 ) -> list[tuple[str, float, float]]:
     """``(label, mean near-zero fraction, best metric)`` for every run with a checkpoint (of ``sweep``, if given),
-    the points of seed 001 Fig. 1 (accuracy against the fraction of near-zero coefficients).  A run's label is what
-    varies across these runs besides the learning rate and seeds (:func:`seqdyn.train.report.run_labels`), e.g.
+    the points of Sieber et al. 2025 Fig. 1 (accuracy against the fraction of near-zero coefficients).  A run's label is
+    what varies across these runs besides the learning rate and seeds (:func:`seqdyn.train.report.run_labels`), e.g.
     ``"readout=relu"`` for two ``custom`` mixers."""
     from seqdyn.train.report import LR_KEY, run_labels
     from seqdyn.train.store import Store

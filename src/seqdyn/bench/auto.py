@@ -12,7 +12,7 @@ call by call alternating with the backend it chose, so that the two see the same
 machine, the same computation differs by up to 1.5× between two calls here, which no choice can fix.
 The first ``auto`` call of a case is timed apart: it is where a cold cache chooses (its ``choose`` column).
 
-Targets (issue "auto picks the fastest exact backend"): ``auto`` within 1.2× of the fastest backend in every
+Targets: ``auto`` within 1.2× of the fastest backend in every
 cell, and the geometric mean of ``auto / fastest`` within 1.05×.
 """
 

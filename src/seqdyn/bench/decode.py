@@ -1,4 +1,4 @@
-"""``seqdyn bench decode``: a language model's prefill and decode against the context length (issue 33, item 6).
+"""``seqdyn bench decode``: a language model's prefill and decode against the context length.
 
 For each model — softmax attention (rotary), Mamba-2 and Gated DeltaNet, each a :class:`~seqdyn.hf.SeqdynForCausalLM`
 of ``layers`` blocks at width ``d_model``, float32, one torch thread — and each context length:

@@ -1,13 +1,13 @@
 """``seqdyn bench hf``: a transformers model as it runs on a CPU (its pure-PyTorch fallbacks) against the same model
-with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread (issue 34, item 3).
+with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread.
 
 Per length: the prompt's forward (prefill) and forward + backward times, and greedy decoding's tokens per second,
 of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Then the model's
 first accelerated layer alone, and each swapped function alone — transformers' fallback against seqdyn's — on the
 arguments that layer receives in the model (what the targets compare when the rest of the model, identical in both,
 is most of its time).  Both models share
-their weights (the accelerated one is a copy), and their logits are compared at each length first.  The targets of
-issue 34: prefill ≥ 1.5× and forward + backward ≥ 2× at 4k tokens, decoding not slower.
+their weights (the accelerated one is a copy), and their logits are compared at each length first.  The targets:
+prefill ≥ 1.5× and forward + backward ≥ 2× at 4k tokens, decoding not slower.
 """
 
 from __future__ import annotations

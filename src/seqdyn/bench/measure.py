@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -206,6 +206,42 @@ def measure_step(
     with PeakMemory(device) as peak:
         train_step()
     return Measurement(forward_s, train_s, None if peak.peak_bytes is None else peak.peak_bytes / 2**20)
+
+
+class Skip(NamedTuple):
+    """Why a cell is skipped: its estimate (``"est. N s"`` or ``"est. N MB"``) and the factor of its time over the
+    measured cell's."""
+
+    note: str
+    growth: float
+
+
+def skip_estimate(
+    measured: Any,
+    length: int,
+    exponent: float,
+    max_seconds: float,
+    memory: int | None,
+    memory_share: float,
+    memory_growth: Callable[[float], float] | None = None,
+) -> Skip | None:
+    """Whether to skip a cell of ``length`` whose cost is extrapolated from the cell ``measured`` at a shorter length
+    (with ``length``, ``forward_s``, ``train_s`` and ``peak_mb``): its time grows by ``growth = (length /
+    measured.length) ** exponent``, its peak memory by ``memory_growth(growth)`` (by default the lengths' ratio).  A
+    :class:`Skip` where one forward and two training steps would take over ``max_seconds``, or the peak memory would
+    exceed ``memory_share`` of ``memory`` bytes (``None``: unknown); ``None`` to measure it (also where ``measured``
+    has no time)."""
+    if measured.train_s is None:
+        return None
+    growth = (length / measured.length) ** exponent
+    seconds = (measured.forward_s + 2 * measured.train_s) * growth
+    peak_mb = measured.peak_mb or 0.0
+    megabytes = peak_mb * length / measured.length if memory_growth is None else peak_mb * memory_growth(growth)
+    if seconds > max_seconds:
+        return Skip(f"est. {seconds:.0f} s", growth)
+    if memory and megabytes * 2**20 > memory_share * memory:
+        return Skip(f"est. {megabytes:.0f} MB", growth)
+    return None
 
 
 def resolve_device(device: str) -> torch.device:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from seqdyn import mixers
-from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device
+from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device, skip_estimate
 from seqdyn.mixers.base import CoefficientMixer
 
 REFERENCE = "softmax_attention"
@@ -92,18 +92,14 @@ def _skip_if_too_costly(
     max_seconds: float,
     memory: int | None,
 ) -> MixerCell | None:
-    """A skipped cell when the estimate from the cell ``prev`` measured at a shorter length exceeds a limit: the time
-    of one forward and two training steps (scaled linearly in T for a linear-time mixer, quadratically otherwise)
-    above ``max_seconds``, or the peak memory (scaled linearly) above 60 % of ``memory``; ``None`` to measure it."""
+    """A skipped cell when the estimate from the cell ``prev`` measured at a shorter length exceeds a limit
+    (:func:`skip_estimate`): the time of one forward and two training steps (scaled linearly in T for a linear-time
+    mixer, quadratically otherwise) above ``max_seconds``, or the peak memory (scaled linearly) above 60 % of
+    ``memory``; ``None`` to measure it."""
     if prev is None:
         return None
-    growth = (length / prev.length) ** (1 if is_linear else 2)
-    est_s = (prev.forward_s + 2 * prev.train_s) * growth
-    est_mb = (prev.peak_mb or 0.0) * length / prev.length
-    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.6 * memory):
-        note = f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB"
-        return MixerCell(name, length, backend, status="skip", note=note)
-    return None
+    skip = skip_estimate(prev, length, 1 if is_linear else 2, max_seconds, memory, memory_share=0.6)
+    return None if skip is None else MixerCell(name, length, backend, status="skip", note=skip.note)
 
 
 def run_benchmark(
@@ -228,5 +224,5 @@ def run_mixer_benchmark(
         cells, linear = run_benchmark(names, seq_lens, d_model, batch, device, repeats, max_seconds, advance, rounds)
     dev = resolve_device(device)
     console.print(results_table(cells, str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev)))
-    console.print(checks_table(target_checks(cells, linear), "targets (issue 'mixer zoo')"))
+    console.print(checks_table(target_checks(cells, linear), "targets"))
     return cells

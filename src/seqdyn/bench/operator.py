@@ -1,6 +1,6 @@
 """``seqdyn bench operator``: time and peak memory of every backend of ``coefficient_dynamics`` side by side.
 
-Argument types follow the mixers they stand for (DESIGN §4), at the operator level:
+Argument types follow the mixers they stand for, at the operator level:
   ``gla``      diagonal decay ``g = logsigmoid(·)/16``, scale K^-½;
   ``mamba2``   scalar decay ``g = Δ·A`` (Δ = softplus, A < 0), scale ``b = Δ``, q = C and k = B shared by heads;
   ``deltanet`` Householder factor with L2-normalized keys, ``β = σ(·)``, scale ``β·K^-½``;
@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device
+from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device, skip_estimate
 from seqdyn.core.operator import coefficient_dynamics, select_backend
 
 KINDS = ("gla", "mamba2", "deltanet", "softmax")
@@ -116,6 +116,28 @@ def _measure_cell(
     return cell
 
 
+def _memory_growth(growth: float) -> float:
+    """The factor of a cell's peak memory for the factor ``growth`` of its time: the same, beyond 16 its 2/3
+    power."""
+    return growth ** (2 / 3 if growth > 16 else 1)
+
+
+def _skip_if_too_costly(
+    kind: str, length: int, backend: str, prev: Cell | None, max_seconds: float, memory: int | None
+) -> Cell | None:
+    """A skipped cell, with its extrapolated training time, when the estimate from the cell ``prev`` measured at a
+    shorter length exceeds a limit (:func:`skip_estimate`): the time of one forward and two training steps (scaled
+    by the backend's cost exponent in T, for ``auto`` the one of the backend it picked) above ``max_seconds``, or
+    the peak memory (:func:`_memory_growth`) above 75 % of ``memory``; ``None`` to measure it."""
+    if prev is None:
+        return None
+    exponent = _cost_exponent(kind, backend if backend != "auto" else prev.picked)
+    skip = skip_estimate(prev, length, exponent, max_seconds, memory, memory_share=0.75, memory_growth=_memory_growth)
+    if skip is None:
+        return None
+    return Cell(kind, length, backend, status="skip", note=skip.note, estimated_train_s=prev.train_s * skip.growth)
+
+
 def run_benchmark(
     seq_lens, kinds, backends, batch=4, heads=4, dim=64, device="auto", repeats=3, max_seconds=120.0, progress=None
 ) -> Report:
@@ -134,23 +156,7 @@ def run_benchmark(
         last: dict[str, Cell] = {}
         for length in sorted(seq_lens):
             for backend in backends:
-                prev = last.get(backend)
-                cell = None
-                if prev is not None and prev.train_s is not None:
-                    growth = (length / prev.length) ** _cost_exponent(
-                        kind, backend if backend != "auto" else prev.picked
-                    )
-                    est_s = (prev.forward_s + 2 * prev.train_s) * growth
-                    est_mb = (prev.peak_mb or 0.0) * growth ** (2 / 3 if growth > 16 else 1)
-                    if est_s > max_seconds or (memory and est_mb * 2**20 > 0.75 * memory):
-                        cell = Cell(
-                            kind,
-                            length,
-                            backend,
-                            status="skip",
-                            note=f"est. {est_s:.0f} s" if est_s > max_seconds else f"est. {est_mb:.0f} MB",
-                            estimated_train_s=prev.train_s * growth,
-                        )
+                cell = _skip_if_too_costly(kind, length, backend, last.get(backend), max_seconds, memory)
                 if cell is None:
                     cell = _measure_cell(kind, length, backend, batch, heads, dim, device, repeats)
                     if cell.status == "ok":
@@ -284,7 +290,7 @@ def _picked_time(report: Report, auto: Cell) -> float:
     return min(times)
 
 
-def checks_table(checks, title: str = "targets (issue 'foundation')", noise: float | None = None):
+def checks_table(checks, title: str = "targets", noise: float | None = None):
     """The targets as a table; with ``noise`` (:func:`timing_noise`), a time target missed by less than that
     factor says so."""
     from rich.table import Table

@@ -1,13 +1,14 @@
-"""The DSF view: every identity-readout mixer as a linear time-varying system (seed 000 §3, eq. 12, appendix B).
+"""The DSF view: every identity-readout mixer as a linear time-varying system (Sieber et al. 2024 §3, eq. 12,
+appendix B).
 
 ``h_i = Λ_i h_{i-1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i`` with kernel ``Φ_ij = C_i Λ_i ⋯ Λ_{j+1} B_j``
 (``+ D_i`` on the diagonal), so ``y = Φ u``.  For the coefficient form the state is ``h = vec(S)/η``
 (N = K·V per head, row-major ``h[k·V + a] = S[k, a]``), the input is the value ``u_i = v_i`` (``W_V = I``) and
-(seed 000 eq. 15)::
+(Sieber et al. 2024 eq. 15)::
 
     Λ_i^DSF = (η_{i-1}/η_i) (Λ_i ⊗ I_V),   B_i = (b_i/η_i) (k_i ⊗ I_V),   C_i = q_iᵀ ⊗ I_V,   D_i = 0.
 
-Nonlinear readouts have no finite DSF (seed 000 Lemma 1); Taylor features (:func:`seqdyn.features.taylor`)
+Nonlinear readouts have no finite DSF (Sieber et al. 2024 Lemma 1); Taylor features (:func:`seqdyn.features.taylor`)
 give a finite approximation of softmax.
 """
 
@@ -29,7 +30,7 @@ __all__ = ["DSF", "dsf", "from_coefficients"]
 
 @dataclass
 class DSF:
-    """Per-step DSF matrices of every batch element and head (seed 000 eq. 12).
+    """Per-step DSF matrices of every batch element and head (Sieber et al. 2024 eq. 12).
 
     Attributes:
         Lambda: ``[B, H, T, N, N]`` state transitions Λ_i.
@@ -84,7 +85,8 @@ def dsf(
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
 ) -> DSF:
-    """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (seed 000 eq. 15); ``DSF.apply(v)`` equals it.
+    """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (Sieber et al. 2024 eq. 15); ``DSF.apply(v)``
+    equals it.
 
     The keywords are those of :class:`~seqdyn.core.dynamics.Dynamics` (or ``q`` a ``Dynamics`` alone).  ``v`` only
     fixes the value width V (the values are the DSF's inputs).  For small sizes: Λ is ``[N, N]`` with
@@ -106,8 +108,9 @@ def dsf(
     problem = prepare(dynamics).folded()
     if not problem.readout.linear:
         raise ValueError(
-            f"readout: {problem.readout.name!r} has no finite DSF (seed 000 Lemma 1); use readout='identity', e.g. on "
-            "seqdyn.features.taylor(q, p) and taylor(k, p) for a degree-p approximation of softmax"
+            f"readout: {problem.readout.name!r} has no finite DSF (Sieber et al. 2024, Lemma 1); use "
+            "readout='identity', e.g. on seqdyn.features.taylor(q, p) and taylor(k, p) for a degree-p approximation "
+            "of softmax"
         )
     return _realization(problem, _transitions(problem), _eta(problem))
 
@@ -163,7 +166,7 @@ def from_coefficients(coefficients: Tensor, value_dim: int) -> DSF:
 
     The state keeps every past value, ``h_i = [v_0, …, v_i, 0, …]`` (N = T·V): ``Λ_i = I``,
     ``B_i = e_i ⊗ I_V``, ``C_i = A_i ⊗ I_V``.  For a nonlinear readout this is the only kind of realization there
-    is — the state grows with T (seed 000 Lemma 1) — and it serves to inspect such mixers on a fixed input.
+    is — the state grows with T (Sieber et al. 2024 Lemma 1) — and it serves to inspect such mixers on a fixed input.
     """
     batch, heads, length, _ = coefficients.shape
     eye_v = torch.eye(value_dim, dtype=coefficients.dtype, device=coefficients.device)

@@ -1,4 +1,4 @@
-"""``Dynamics``: the one description of a coefficient-dynamics problem (DESIGN §2; seed 001 eqs. 2–4).
+"""``Dynamics``: the one description of a coefficient-dynamics problem (Sieber et al. 2025 eqs. 2–4).
 
 For each head, every key position ``j`` starts an autonomous linear system with an impulse input::
 
@@ -10,7 +10,7 @@ For each head, every key position ``j`` starts an autonomous linear system with 
 Every entry point takes or builds a :class:`Dynamics`: :func:`~seqdyn.coefficient_dynamics`,
 :func:`~seqdyn.coefficients`, :func:`~seqdyn.coefficient_dynamics_step`, :func:`~seqdyn.dsf` and the mixers
 (``core_inputs``).  Their keyword arguments are its fields; :func:`as_dynamics` builds it from them once.
-The DSF view of the same system (DESIGN §3): ``h = vec(S)/η``, ``Λ_i^DSF = (η_{i-1}/η_i)(Λ_i ⊗ I_V)``,
+The DSF view of the same system (Sieber et al. 2024 §3): ``h = vec(S)/η``, ``Λ_i^DSF = (η_{i-1}/η_i)(Λ_i ⊗ I_V)``,
 ``B_i = (b_i/η_i)(k_i ⊗ I_V)``, ``C_i = q_iᵀ ⊗ I_V``.
 """
 
@@ -27,7 +27,7 @@ __all__ = ["Dynamics", "as_dynamics"]
 
 @dataclass(frozen=True)
 class Dynamics:
-    """The arguments of the one operator: queries, keys, values and the maps φ, Λ, b, η of DESIGN §2.
+    """The arguments of the one operator: queries, keys, values and the maps φ, Λ, b, η of the coefficient dynamics.
 
     Attributes:
         q, k: ``[B, T, H, K]`` queries and keys; v: ``[B, T, H, V]`` values (``None`` where only coefficients
@@ -47,8 +47,8 @@ class Dynamics:
             input gate ``exp(ĩ)``); with the identity readout it is folded into the stabilization, never
             exponentiated alone.
         decay_rate: ``A`` ``[H, K]`` (or ``[1, K]``) of a factored diagonal decay ``g_t = Δ_t ⊗ A`` with the steps
-            ``Δ`` given as a scalar ``log_decay`` ``[B, T, H]`` (Mamba-1's discretization, seed 000 eq. 4).  The
-            same as passing ``g`` ``[B, T, H, K]``, but the ``scan`` backend never forms ``g``.
+            ``Δ`` given as a scalar ``log_decay`` ``[B, T, H]`` (Mamba-1's discretization, Sieber et al. 2024 eq. 4).
+            The same as passing ``g`` ``[B, T, H, K]``, but the ``scan`` backend never forms ``g``.
 
     Nothing is checked here: :func:`seqdyn.core.problem.prepare` validates a description (each argument named
     in its error) and brings it into the backends' layout.

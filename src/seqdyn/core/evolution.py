@@ -1,8 +1,8 @@
 """Evolution matrices ``Λ_t = D_t (I − β_t w_t w_tᵀ)`` and the decayed products every backend is made of.
 
-Notation (DESIGN §1–2, head-major inside the backends): ``g`` is the log decay, ``[B, H, T]`` for a scalar
+Notation (head-major inside the backends): ``g`` is the log decay, ``[B, H, T]`` for a scalar
 ``D_t = exp(g_t)·I`` or ``[B, H, T, K]`` for a diagonal ``D_t = diag(exp(g_t))``; ``β`` ``[B, H, T]`` and
-``w`` ``[B, H, T, K]`` give the Householder factor (seed 001 Lemma 4 a–c).  ``G_t = Σ_{s≤t} g_s`` is the
+``w`` ``[B, H, T, K]`` give the Householder factor (Sieber et al. 2025 Lemma 4 a–c).  ``G_t = Σ_{s≤t} g_s`` is the
 inclusive cumulative log decay, so ``D_i ⋯ D_{j+1} = diag(exp(G_i − G_j))``.
 """
 
@@ -24,7 +24,7 @@ HARD_RESET = -1e4
 def apply_evolution(
     state: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None, diagonal: bool
 ) -> Tensor:
-    """``Λ_t X = D_t (X − β_t w_t (w_tᵀ X))`` for one time step (seed 001 eq. 3b).
+    """``Λ_t X = D_t (X − β_t w_t (w_tᵀ X))`` for one time step (Sieber et al. 2025 eq. 3b).
 
     ``state`` is ``[B, H, K, X]`` (a linear state ``S`` with X = V, or a cache of transformed keys with X = N);
     ``log_decay`` is ``[B, H]`` (scalar) or ``[B, H, K]`` (``diagonal``); ``beta`` ``[B, H]``; ``direction``

@@ -1,29 +1,29 @@
-"""The shared linear time-invariant (LTI) operator of the SSM mixers (DESIGN §4): complex diagonal state spaces
+"""The shared linear time-invariant (LTI) operator of the SSM mixers: complex diagonal state spaces
 (and, for S4, a dense real one) computed by FFT convolution, a parallel scan or a step-by-step recurrence.
 
-Diagonal linear RNN (DLR, seed 002 §2.1), per channel and complex state n (λ_n, b_n, c_n ∈ ℂ)::
+Diagonal linear RNN (DLR, Gupta et al. 2022 §2.1), per channel and complex state n (λ_n, b_n, c_n ∈ ℂ)::
 
-    x_{k,n} = λ_n x_{k-1,n} + b_n u_k,       y_k = Re( Σ_n c_n x_{k,n} )                 (002 eqs. 1-2)
+    x_{k,n} = λ_n x_{k-1,n} + b_n u_k,       y_k = Re( Σ_n c_n x_{k,n} )                 (Gupta et al. 2022 eqs. 1-2)
 
-which unrolls (x_{-1} = 0) into a causal convolution with a real kernel (the cast to ℝ of 002 §2.1)::
+which unrolls (x_{-1} = 0) into a causal convolution with a real kernel (the cast to ℝ of Gupta et al. 2022 §2.1)::
 
-    y_k = Σ_{j≤k} K_j u_{k-j},     K_j = Re( Σ_n w_n λ_n^j ),   w_n = c_n b_n            (002 eqs. 3-4)
+    y_k = Σ_{j≤k} K_j u_{k-j},     K_j = Re( Σ_n w_n λ_n^j ),   w_n = c_n b_n            (Gupta et al. 2022 eqs. 3-4)
 
 * ``fft``: the kernel is materialized with λ^j = exp(j·log λ) and applied as a circulant product of size ≥ 2T
-  (002 §A.1), O(T log T).  The Vandermonde product Σ_n w_n λ_n^j is factored as j = a·S + s (S ≈ √T), so it is
-  one batched matmul ``[A, N] @ [N, S]`` with O(N·√T) memory instead of an ``[N, T]`` power table; the
+  (Gupta et al. 2022 §A.1), O(T log T).  The Vandermonde product Σ_n w_n λ_n^j is factored as j = a·S + s (S ≈ √T), so
+  it is one batched matmul ``[A, N] @ [N, S]`` with O(N·√T) memory instead of an ``[N, T]`` power table; the
   convolution's backward pass is two real inverse FFTs of the saved spectra.  MIMO systems convolve each state's
   input sequence (B u)_n with λ_n^j instead (a complex FFT; the D×D kernel is never formed).
-* ``scan``: all states by a parallel associative scan over the pairs (λ, b u_k) (Blelloch; seed 004 §S5).
+* ``scan``: all states by a parallel associative scan over the pairs (λ, b u_k) (Blelloch; as S5, Smith et al. 2023).
 * ``recurrent``: the recurrence token by token (what ``step`` does); the reference.
-* DLR-prod (002 §2.1) casts with K_j = Re(K̃_j)·Im(K̃_j) instead.  By 002 §A.2 this is again a DLR kernel:
-  Re(z)·Im(z) = ½ Im(z²) = Re(−i/2 · z²), and K̃² is the kernel of the Kronecker square (λ⊗λ, w⊗w) (§A.2,
+* DLR-prod (Gupta et al. 2022 §2.1) casts with K_j = Re(K̃_j)·Im(K̃_j) instead.  By Gupta et al. 2022 §A.2 this is again
+  a DLR kernel: Re(z)·Im(z) = ½ Im(z²) = Re(−i/2 · z²), and K̃² is the kernel of the Kronecker square (λ⊗λ, w⊗w) (§A.2,
   "Kronecker product of DLRs").  Merging the symmetric pairs (m, n), (n, m) leaves N(N+1)/2 states (fewer than
   the 4N² of §A.2); ``scan``, ``recurrent`` and streaming states use that realization, ``fft`` the direct kernel.
-* Bidirectional DLR (002 eqs. 5-6): y_k = Σ_{j≤k} K→_{k-j} u_j + Σ_{j>k} K←_{j-k-1} u_j, one circulant
-  product (002 §A.1) or a second system run on the reversed input.
+* Bidirectional DLR (Gupta et al. 2022 eqs. 5-6): y_k = Σ_{j≤k} K→_{k-j} u_j + Σ_{j>k} K←_{j-k-1} u_j, one circulant
+  product (Gupta et al. 2022 §A.1) or a second system run on the reversed input.
 
-The discretizations of the SSMs (seed 002 §2.1 DSS-EXP; seed 004 S4, S5) are zero-order holds:
+The discretizations of the SSMs (Gupta et al. 2022 §2.1 DSS-EXP; S4, Gu et al. 2022a; S5) are zero-order holds:
 λ = exp(Δa), b̄ = (exp(Δa) − 1)/a · b for a diagonal a (:func:`zoh`), and Ā = exp(ΔA), B̄ = A⁻¹(Ā − I)B for a
 dense A (:func:`zoh_dense`, computed as one matrix exponential of ``[[ΔA, ΔB], [0, 0]]``).
 
@@ -86,7 +86,7 @@ def complex_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def zoh(a: Tensor, dt: Tensor) -> tuple[Tensor, Tensor]:
-    """Zero-order hold of ``x' = diag(a) x + b u`` with step Δ (seed 002 §2.1, DSS-EXP; seed 004, S4).
+    """Zero-order hold of ``x' = diag(a) x + b u`` with step Δ (Gupta et al. 2022 §2.1, DSS-EXP; S4).
 
     Returns ``log λ = Δ·a`` and the input factor ``(exp(Δa) − 1)/a``, so that ``b̄ = factor · b``.
     """
@@ -95,7 +95,7 @@ def zoh(a: Tensor, dt: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def zoh_dense(A: Tensor, b: Tensor, dt: Tensor) -> tuple[Tensor, Tensor]:
-    """Zero-order hold of ``x' = A x + b u``: ``Ā = exp(ΔA)``, ``b̄ = A⁻¹(exp(ΔA) − I) b`` (seed 004, S4).
+    """Zero-order hold of ``x' = A x + b u``: ``Ā = exp(ΔA)``, ``b̄ = A⁻¹(exp(ΔA) − I) b`` (S4, Gu et al. 2022a).
 
     ``A`` ``[..., N, N]``, ``b`` ``[..., N]``, ``dt`` ``[...]``.  ``exp([[ΔA, Δb], [0, 0]]) = [[Ā, b̄], [0, 1]]``
     needs no inverse of A.
@@ -132,7 +132,7 @@ def _exp_table(log_lam: Tensor, count: int, stride: int = 1) -> Tensor:
 
 
 def vandermonde(log_lam: Tensor, weights: Tensor, length: int) -> Tensor:
-    """``Σ_n w_n λ_n^j`` for j < length (seed 002 eq. 4 before the cast, ``K = w P`` with ``P_nj = λ_n^j``).
+    """``Σ_n w_n λ_n^j`` for j < length (Gupta et al. 2022 eq. 4 before the cast, ``K = w P`` with ``P_nj = λ_n^j``).
 
     ``log_lam`` ``[..., N]`` complex, ``weights`` broadcastable to it; returns complex ``[..., length]``.  Computed as
     ``(w ⊙ λ^{aS})ᵀ @ λ^s`` over j = a·S + s: O(N·length) work, O(N·√length) memory.
@@ -152,13 +152,14 @@ def vandermonde_transpose(log_lam: Tensor, values: Tensor) -> Tensor:
 
 
 def kernel(log_lam: Tensor, weights: Tensor, length: int, prod: bool = False) -> Tensor:
-    """The real DLR kernel: ``Re(K̃_j)`` (002 eq. 4 cast to ℝ), or ``Re(K̃_j)·Im(K̃_j)`` for DLR-prod (002 §2.1)."""
+    """The real DLR kernel: ``Re(K̃_j)`` (Gupta et al. 2022 eq. 4 cast to ℝ), or ``Re(K̃_j)·Im(K̃_j)`` for DLR-prod
+    (Gupta et al. 2022 §2.1)."""
     full = vandermonde(log_lam, weights, length)
     return full.real * full.imag if prod else full.real
 
 
 def kronecker(log_lam1: Tensor, w1: Tensor, log_lam2: Tensor, w2: Tensor) -> tuple[Tensor, Tensor]:
-    """The Kronecker product of two DLRs (002 §A.2): ``(Λ ⊗ Λ̃, w ⊗ w̃)``, ``[..., M·N]``.
+    """The Kronecker product of two DLRs (Gupta et al. 2022 §A.2): ``(Λ ⊗ Λ̃, w ⊗ w̃)``, ``[..., M·N]``.
 
     Its (complex) kernel is the elementwise product ``K(Λ, w)_k · K(Λ̃, w̃)_k``.  Logs add: ``log(λ_m λ̃_n)``.
     """
@@ -167,7 +168,8 @@ def kronecker(log_lam1: Tensor, w1: Tensor, log_lam2: Tensor, w2: Tensor) -> tup
 
 
 def prod_system(log_lam: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
-    """A DLR of N(N+1)/2 states whose real kernel is the DLR-prod kernel ``Re(K̃)·Im(K̃)`` of ``(Λ, w)`` (002 §A.2).
+    """A DLR of N(N+1)/2 states whose real kernel is the DLR-prod kernel ``Re(K̃)·Im(K̃)`` of ``(Λ, w)``
+    (Gupta et al. 2022 §A.2).
 
     ``Re(K̃)Im(K̃) = Re(−i/2 · K̃²)`` and ``K̃²`` is the kernel of the Kronecker square; the pairs m < n appear twice.
     """
@@ -178,7 +180,8 @@ def prod_system(log_lam: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def toeplitz(kernel: Tensor, anticausal: Tensor | None = None) -> Tensor:
-    """The matrix ``M_ij = K_{i-j}`` for j ≤ i and ``K←_{j-i-1}`` for j > i (0 without ``anticausal``) (002 eq. 6).
+    """The matrix ``M_ij = K_{i-j}`` for j ≤ i and ``K←_{j-i-1}`` for j > i (0 without ``anticausal``)
+    (Gupta et al. 2022 eq. 6).
 
     ``kernel`` ``[..., T]`` -> ``[..., T, T]``; row i holds the coefficients of output i.
     """
@@ -234,7 +237,7 @@ class _CircularConv(torch.autograd.Function):
 
 
 def fft_conv(u: Tensor, kernel: Tensor, anticausal: Tensor | None = None) -> Tensor:
-    """``y_k = Σ_{j≤k} K_{k-j} u_j (+ Σ_{j>k} K←_{j-k-1} u_j)`` along the last axis by FFT (002 §A.1).
+    """``y_k = Σ_{j≤k} K_{k-j} u_j (+ Σ_{j>k} K←_{j-k-1} u_j)`` along the last axis by FFT (Gupta et al. 2022 §A.1).
 
     ``u`` ``[..., T]`` real, ``kernel`` (and ``anticausal``) ``[..., T]`` broadcastable to it.  The circulant has
     size n ≥ 2T − 1: the causal kernel first, the reversed anticausal one at the end, zeros between.
@@ -335,11 +338,11 @@ def _finish(y: Tensor, state: Tensor, output_final_state: bool):
 
 @dataclass
 class DiagonalSISO:
-    """H independent single-input single-output DLRs of N complex states each (seed 002 eqs. 1-4).
+    """H independent single-input single-output DLRs of N complex states each (Gupta et al. 2022 eqs. 1-4).
 
     ``x_k = λ ⊙ x_{k-1} + b u_k``, ``y_k = Re(cᵀ x_k)`` per channel; ``prod=True`` gives the DLR-prod kernel
-    ``Re(K̃)·Im(K̃)`` (002 §2.1, §A.2).  ``b``, ``c`` ``[H, N]`` (``b=None``: ones); ``log_lam`` ``[H, N]``, or ``[N]``
-    when the channels share λ (DLR), which the kernel then computes once.
+    ``Re(K̃)·Im(K̃)`` (Gupta et al. 2022 §2.1, §A.2).  ``b``, ``c`` ``[H, N]`` (``b=None``: ones); ``log_lam``
+    ``[H, N]``, or ``[N]`` when the channels share λ (DLR), which the kernel then computes once.
     """
 
     log_lam: Tensor
@@ -356,7 +359,7 @@ class DiagonalSISO:
         return self.c.shape[0]
 
     def kernel(self, length: int) -> Tensor:
-        """The real kernel ``[H, length]`` (002 eq. 4, cast by Re or by Re·Im)."""
+        """The real kernel ``[H, length]`` (Gupta et al. 2022 eq. 4, cast by Re or by Re·Im)."""
         return kernel(self.log_lam, self.b * self.c, length, self.prod)
 
     def realization(self) -> DiagonalSISO:
@@ -427,7 +430,7 @@ class DiagonalSISO:
 class DenseSISO:
     """H single-input single-output systems with a dense real transition (S4: HiPPO is not diagonalizable stably).
 
-    ``x_k = Ā x_{k-1} + b̄ u_k``, ``y_k = cᵀ x_k`` with ``A`` ``[H, N, N]``, ``b``, ``c`` ``[H, N]`` (seed 004, S4).
+    ``x_k = Ā x_{k-1} + b̄ u_k``, ``y_k = cᵀ x_k`` with ``A`` ``[H, N, N]``, ``b``, ``c`` ``[H, N]`` (S4).
     The kernel ``K_j = c Ā^j b̄`` is built from two Krylov blocks, ``(c Ā^{aS}) @ (Ā^s b̄)`` (S ≈ √T), in
     O(N²√T + N·T) per channel — stable, unlike a diagonalization of HiPPO-LegS.
     """
@@ -457,7 +460,7 @@ class DenseSISO:
         return torch.einsum("hna,...hns->...has", left, right).flatten(-2)[..., :length]
 
     def kernel(self, length: int) -> Tensor:
-        """``K_j = c Ā^j b̄`` ``[H, length]`` (seed 004: K̄ = (CB̄, CĀB̄, CĀ²B̄, …))."""
+        """``K_j = c Ā^j b̄`` ``[H, length]`` (S4's K̄ = (CB̄, CĀB̄, CĀ²B̄, …))."""
         return self._kernel(self.b, length)
 
     def init_state(self, batch: int) -> Tensor:
@@ -523,7 +526,7 @@ class DenseSISO:
 
 @dataclass
 class DiagonalMIMO:
-    """One multi-input multi-output complex diagonal system (seed 004 §S5; LRU): D channels in, D out.
+    """One multi-input multi-output complex diagonal system (S5, Smith et al. 2023; LRU): D channels in, D out.
 
     ``x_k = λ ⊙ x_{k-1} + B u_k``, ``y_k = Re(C x_k)`` with ``log_lam`` ``[N]``, ``B`` ``[N, Din]``, ``C`` ``[Dout, N]``
     complex.  ``fft`` and ``scan`` project all inputs at once and convolve / scan each state (the kernel of state n
@@ -603,10 +606,10 @@ class DiagonalMIMO:
 
 
 def bidirectional(forward: DiagonalSISO, backward: DiagonalSISO, u: Tensor, backend: str = "auto") -> Tensor:
-    """Bidirectional DLR (002 eqs. 5-6): ``y_k = Σ_{j≤k} K→_{k-j} u_j + Σ_{j>k} K←_{j-k-1} u_j``.
+    """Bidirectional DLR (Gupta et al. 2022 eqs. 5-6): ``y_k = Σ_{j≤k} K→_{k-j} u_j + Σ_{j>k} K←_{j-k-1} u_j``.
 
-    ``fft`` forms one circulant of size ≥ 2T (002 §A.1); the other backends run ``backward`` on the reversed
-    input, whose output at position T−2−k is the anticausal sum of position k.  Not causal: no streaming.
+    ``fft`` forms one circulant of size ≥ 2T (Gupta et al. 2022 §A.1); the other backends run ``backward`` on the
+    reversed input, whose output at position T−2−k is the anticausal sum of position k.  Not causal: no streaming.
     """
     backend = check_backend(backend)
     length = u.shape[1]

@@ -1,4 +1,5 @@
-"""``coefficient_dynamics``: the one operator every mixer reduces to (DESIGN §2; seed 001 eqs. 2–4; seed 000 eq. 11).
+"""``coefficient_dynamics``: the one operator every mixer reduces to (Sieber et al. 2025 eqs. 2–4; Sieber et al. 2024
+eq. 11).
 
 For each head, every key position ``j`` starts an autonomous linear system with an impulse input::
 
@@ -58,7 +59,7 @@ def coefficient_dynamics(
     decay_rate: Tensor | None = None,
     cu_seqlens: Tensor | Packing | None = None,
 ):
-    """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (seed 001 eqs. 2 and 4).
+    """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (Sieber et al. 2025 eqs. 2 and 4).
 
     Args:
         q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate: the

@@ -1,6 +1,6 @@
 """Validation of a :class:`~seqdyn.core.dynamics.Dynamics` and the canonical, head-major form every backend receives.
 
-Public layout (DESIGN §1): ``q, k: [B, T, H, K]``, ``v: [B, T, H, V]``, per-head scalars ``[B, T, H]``; a head
+Public layout: ``q, k: [B, T, H, K]``, ``v: [B, T, H, V]``, per-head scalars ``[B, T, H]``; a head
 axis of size 1 is shared by all heads.  Inside, every tensor is head-major (``[B, H, T, ...]``), heads are
 expanded, the scale ``b`` stays beside the keys (each backend multiplies it in where it is cheapest), and half
 precision is computed in float32.
@@ -23,11 +23,11 @@ DEFAULT_CHUNK_SIZE = 64
 
 @dataclass
 class Problem:
-    """The operator's arguments after validation (DESIGN §2), in the layout the backends share.
+    """The operator's arguments after validation, in the layout the backends share.
 
     Attributes:
         q: ``[B, H, T, K]`` queries.
-        k: ``[B, H, T, K]`` keys; the impulse of seed 001 eq. 3a is ``b_j k_j`` with the scale ``b`` below.
+        k: ``[B, H, T, K]`` keys; the impulse of Sieber et al. 2025 eq. 3a is ``b_j k_j`` with the scale ``b`` below.
         scale: ``b`` as ``[B, H, T]`` or a constant float; ``None`` when ``b`` is given in log space (``log_scale``)
             or is 1.  Where ``b`` is multiplied in is the backends' decision (:meth:`with_scale_applied`).
         log_scale: ``log b`` ``[B, H, T]`` or ``None``, for scales beyond the float range (folded in by
@@ -62,7 +62,8 @@ class Problem:
         return copy_with(self, changes)
 
     def materialized(self) -> "Problem":
-        """The same problem with a factored decay formed: ``g_t = Δ_t A`` ``[B, H, T, K]`` (seed 000 eq. 4)."""
+        """The same problem with a factored decay formed: ``g_t = Δ_t A`` ``[B, H, T, K]``
+        (Sieber et al. 2024 eq. 4)."""
         if self.decay_rate is None:
             return self
         return self.replaced(log_decay=factored_log_decay(self.log_decay, self.decay_rate), decay_rate=None)
@@ -416,7 +417,7 @@ def _check_decay_rate(rate: Any, log_decay: Tensor | None, sizes: _Sizes) -> Non
 
 
 def state_layout(problem: Problem) -> str:
-    """The layout of the recurrent state for this combination (DESIGN §2), for messages and docs."""
+    """The layout of the recurrent state for this combination, for messages and docs."""
     if not problem.readout.linear:
         return "a key cache (keys [B, H, N, K], values [B, H, N, V]) of transformed keys"
     if problem.augmented:

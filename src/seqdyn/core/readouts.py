@@ -1,4 +1,4 @@
-"""Readout maps φ and normalization η of the coefficient dynamics (seed 001 eqs. 2 and 4).
+"""Readout maps φ and normalization η of the coefficient dynamics (Sieber et al. 2025 eqs. 2 and 4).
 
 A coefficient is ``α_ij = φ(s_ij)`` with the score ``s_ij = q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j``; the output is
 ``y_i = (1/η_i) Σ_{j≤i} α_ij v_j``.  This module holds the maps φ, the normalizers η and the one function that
@@ -48,7 +48,7 @@ def _log_elu1(s: Tensor) -> Tensor:
     return torch.where(s > 0, torch.log1p(F.relu(s)), s)
 
 
-#: The named readout maps φ (seed 001 §4.1, Fig. 1).  ``identity`` is the only linear one (Lemma 1).
+#: The named readout maps φ (Sieber et al. 2025 §4.1, Fig. 1).  ``identity`` is the only linear one (Lemma 1).
 READOUTS: dict[str, Callable[[Tensor], Tensor]] = {
     "identity": _identity,
     "exp": torch.exp,
@@ -68,7 +68,7 @@ LOG_READOUTS: dict[str, Callable[[Tensor], Tensor]] = {
     "elu1": _log_elu1,
 }
 
-#: The named normalizers η (DESIGN §2); a tensor ``[B, T, H]`` of given η_i is also accepted.
+#: The named normalizers η; a tensor ``[B, T, H]`` of given η_i is also accepted.
 NORMALIZERS = ("none", "sum", "abs_max1")
 #: The normalizers computed from a state ``z_t`` carried beside ``S_t`` (for the identity readout).
 STATE_NORMALIZERS = ("sum", "abs_max1")
@@ -119,7 +119,7 @@ def resolve_readout(readout: ReadoutLike) -> Readout:
 def normalize(
     num: Tensor, den: Tensor, normalizer: NormalizerLike, log_scale: Tensor | None = None, *, may_lack_mass: bool = True
 ) -> Tensor:
-    """Apply η to a row quantity given up to a per-row factor: returns ``e^c · num / η`` (DESIGN §2).
+    """Apply η to a row quantity given up to a per-row factor: returns ``e^c · num / η``.
 
     ``num`` ``[..., X]`` and ``den`` ``[...]`` are ``e^{-c} Σ_j α_ij x_j`` and ``e^{-c} Σ_j α_ij`` for a per-row
     log-scale ``c`` (``log_scale``, ``[...]``; ``None`` means 0) chosen by the caller to keep them finite.  Then
@@ -145,7 +145,7 @@ def normalize(
 def normalized_coefficients(
     scores: Tensor, valid: Tensor | None, readout: Readout, normalizer: NormalizerLike
 ) -> Tensor:
-    """Normalized coefficients ``A_ij = φ(s_ij) / η_i`` from scores ``[..., Tq, Tk]`` (seed 001 eqs. 2, 4).
+    """Normalized coefficients ``A_ij = φ(s_ij) / η_i`` from scores ``[..., Tq, Tk]`` (Sieber et al. 2025 eqs. 2, 4).
 
     ``valid`` (broadcastable boolean, e.g. the causal mask) marks the pairs ``j ≤ i`` that exist; the others get
     coefficient 0.  The positive readouts of :data:`LOG_READOUTS` are evaluated relative to the row maximum,

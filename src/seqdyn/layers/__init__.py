@@ -1,4 +1,4 @@
-"""What mixers are built from (DESIGN §7): the short causal convolution, norms, MLPs, decay gates and parameter
+"""What mixers are built from: the short causal convolution, norms, MLPs, decay gates and parameter
 helpers.  Layers import only the core; mixers and models import them."""
 
 from seqdyn.layers.conv import ShortConv

@@ -1,8 +1,8 @@
 """Decay parameterizations shared by several mixers (defined once here; each mixer file names the one it uses).
 
 * :class:`MambaDecay` — ``g_t = Δ_t A`` with ``Δ_t = softplus(w_Δᵀ u_t + b_Δ)`` and ``A = −exp(A_log) < 0`` per
-  head (Mamba-2, Gated DeltaNet; seed 001 §5 "Mamba-2 parameterization").
-* :class:`GLADecay` — ``g_t = logsigmoid(W_2 W_1 u_t) / τ`` per key channel (GLA; seed 001 §5 "GLA
+  head (Mamba-2, Gated DeltaNet; Sieber et al. 2025 §5 "Mamba-2 parameterization").
+* :class:`GLADecay` — ``g_t = logsigmoid(W_2 W_1 u_t) / τ`` per key channel (GLA; Sieber et al. 2025 §5 "GLA
   parameterization").
 """
 

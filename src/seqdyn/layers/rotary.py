@@ -1,4 +1,5 @@
-"""Rotary position embeddings (Su et al. 2021, "RoFormer", eq. 34), the positions of seed 002's attention block.
+"""Rotary position embeddings (Su et al. 2021, "RoFormer", eq. 34), the positions of the attention
+block of Gupta et al. 2022.
 
 Each pair of channels ``(x_m, x_{m + d/2})`` of a query or key at position t is rotated by the angle
 ``t·θ_m`` with ``θ_m = base^(−2m/d)``, m = 0 .. d/2 − 1 (the "rotate half" pairing of GPT-NeoX)::

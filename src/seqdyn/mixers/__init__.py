@@ -1,4 +1,4 @@
-"""The mixer zoo (DESIGN §4): one file per mixer, its only definition, registered by file name.
+"""The mixer zoo: one file per mixer, its only definition, registered by file name.
 
     seqdyn.mixers.names()                      -> ["deltanet", "gla", "mamba2", ...]
     seqdyn.mixers.build("mamba2", 256, heads=4) -> a Mixer mapping [B, T, 256] -> [B, T, 256]

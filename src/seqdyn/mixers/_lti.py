@@ -2,7 +2,7 @@
 (:mod:`seqdyn.core.lti`), the layer's output head, and the HiPPO / S4D initializations.
 
 An :class:`LTIMixer` only turns its parameters into a discretized system (:meth:`LTIMixer.system`); mixing, streaming,
-coefficients and the DSF all come from that system.  Coefficient form (DESIGN §2): a SISO LTI mixer is, per
+coefficients and the DSF all come from that system.  Coefficient form: a SISO LTI mixer is, per
 channel, φ = identity with the time-invariant coefficients ``α_ij = K_{i-j}`` (a Toeplitz matrix); MIMO systems
 (S5, LRU) mix channels and have a matrix kernel, so no scalar coefficients.
 """
@@ -82,7 +82,8 @@ def complex_normal(*shape: int, std: float) -> Tensor:
 
 
 def hippo_legs(n: int) -> tuple[Tensor, Tensor]:
-    """HiPPO-LegS (seed 004): ``A_nk = −√(2n+1)√(2k+1)`` (n > k), ``−(n+1)`` (n = k), 0 (n < k); ``B_n = √(2n+1)``."""
+    """HiPPO-LegS (Gu et al. 2020): ``A_nk = −√(2n+1)√(2k+1)`` (n > k), ``−(n+1)`` (n = k), 0 (n < k);
+    ``B_n = √(2n+1)``."""
     index = torch.arange(n, dtype=torch.float64)
     root = torch.sqrt(2 * index + 1)
     A = torch.tril(-root[:, None] * root[None, :], diagonal=-1) - torch.diag(index + 1)
@@ -107,7 +108,7 @@ def hippo_legs_nplr(n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 def s4d_init(modes: int, kind: str) -> Tensor:
     """Diagonal inits (Gu et al. 2022b), N = 2·modes: S4D-Lin ``−½ + iπn``; S4D-Inv ``−½ + i(N/π)(N/(2n+1) − 1)``;
-    ``lin2pi`` ``−½ + 2πin`` (seed 002 §A, the DSS-EXP runs)."""
+    ``lin2pi`` ``−½ + 2πin`` (Gupta et al. 2022 §A, the DSS-EXP runs)."""
     n = torch.arange(modes, dtype=torch.float64)
     full = 2 * modes
     imag = {"lin": math.pi * n, "inv": full / math.pi * (full / (2 * n + 1) - 1), "lin2pi": 2 * math.pi * n}[kind]
@@ -119,7 +120,8 @@ def s4d_init(modes: int, kind: str) -> Tensor:
 
 
 class OutputHead(nn.Module):
-    """What an SSM layer does after the convolution (S4/S4D, DLR §2.3, S5, LRU): ``out(act(y + D ⊙ u))``.
+    """What an SSM layer does after the convolution (S4/S4D, DLR of Gupta et al. 2022 §2.3, S5, LRU):
+    ``out(act(y + D ⊙ u))``.
 
     ``skip``: learned D ~ N(0, 1) (S4, S5, LRU) | identity (DLR's residual) | none.  ``activation``: gelu | none.
     ``output``: glu (``Linear(H, 2H)`` then GLU, S4) | half_glu (``y ⊙ σ(W y + b)``, S5) | linear | none.

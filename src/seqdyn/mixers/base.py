@@ -1,4 +1,4 @@
-"""The mixer interface (DESIGN §4) and the base class of every mixer that reduces to the one operator.
+"""The mixer interface and the base class of every mixer that reduces to the one operator.
 
 A mixer maps ``[B, T, D] -> [B, T, D]`` and offers ``forward(x, backend)``, ``init_state(batch)``,
 ``step(x_t, state)``, ``state_size(seq_len)``, ``coefficients(x)`` (scalar coefficients per head) and ``dsf(x)``
@@ -86,7 +86,7 @@ def check_choice(name: str, value: Any, allowed) -> Any:
 
 
 class Mixer(nn.Module, ABC):
-    """A sequence mixer ``[B, T, D] -> [B, T, D]`` (DESIGN §4)."""
+    """A sequence mixer ``[B, T, D] -> [B, T, D]``."""
 
     #: registry name (the file name under ``seqdyn/mixers``); a class that sets none is named after itself
     name: ClassVar[str] = ""
@@ -245,8 +245,9 @@ class Mixer(nn.Module, ABC):
 
     def ssm_parameters(self) -> list[nn.Parameter]:
         """The parameters of the state space itself — its transition Λ and step Δ (and for an LTI layer also its
-        B, C, W) — which an optimizer may give their own learning rate and weight decay (S4's convention; seed
-        002 §2.3: "weight decay is not applied to DLR parameters").  A mixer without a state space has none."""
+        B, C, W) — which an optimizer may give their own learning rate and weight decay (S4's convention;
+        Gupta et al. 2022 §2.3: "weight decay is not applied to DLR parameters").  A mixer without a state space has
+        none."""
         return [
             p
             for name, p in self.named_parameters()
@@ -435,7 +436,7 @@ class CoefficientMixer(Mixer):
         inputs, _ = self.core_inputs(x, MixerState())
         if inputs.readout == "identity":
             return dsf(inputs)
-        # no finite DSF (seed 000 Lemma 1): the realization whose state keeps every value, for this input
+        # no finite DSF (Sieber et al. 2024 Lemma 1): the realization whose state keeps every value, for this input
         return from_coefficients(self.coefficients(x), inputs.v.shape[3])
 
     def state_size(self, seq_len: int) -> int:
@@ -445,7 +446,7 @@ class CoefficientMixer(Mixer):
         key_dim, value_dim = inputs.q.shape[3], inputs.v.shape[3]
         conv = sum((module.width - 1) * module.channels for module in self.convs.values())
         linear = inputs.readout == "identity"
-        if not linear:  # the key cache grows with the sequence (seed 001 Lemma 1)
+        if not linear:  # the key cache grows with the sequence (Sieber et al. 2025 Lemma 1)
             return seq_len * heads * (key_dim + value_dim) + conv
         normalizer_state = heads * key_dim if inputs.normalizer in STATE_NORMALIZERS else 0
         return heads * key_dim * value_dim + normalizer_state + conv

@@ -1,12 +1,12 @@
-"""A mixer that exposes the operator's knobs directly, so seed 001's ablations (§5, appendix D) are configs.
+"""A mixer that exposes the operator's knobs directly, so Sieber et al. 2025's ablations (§5, appendix D) are configs.
 
 Per head (key dim K, value dim V), from projections ``q, k, v`` of the input u (optionally through a short
 convolution, the Type-2 block's preprocessing) and an optional feature map ψ on q and k::
 
     x_i^(j) = Λ_i ⋯ Λ_{j+1} b_j ψ(k_j),   α_ij = φ(ψ(q_i)ᵀ x_i^(j)),   y_i = (1/η_i) Σ_j α_ij v_j
 
-with every choice of the coefficient dynamics of seed 001 (eqs. 2–4) an option: the readout φ (Principle 2), the
-transition Λ_t = D_t (I − β_t w_t w_tᵀ) through ``decay`` and ``householder`` (Principles 3, 4 and 6), the key scale
+with every choice of the coefficient dynamics of Sieber et al. 2025 (eqs. 2–4) an option: the readout φ (Principle 2),
+the transition Λ_t = D_t (I − β_t w_t w_tᵀ) through ``decay`` and ``householder`` (Principles 3, 4 and 6), the key scale
 b_t (Principle 5) and the normalizer η.  ``seqdyn mixers custom`` says what each value means.
 """
 
@@ -57,14 +57,14 @@ def _check_combination(
 
 
 class Custom(CoefficientMixer):
-    """The operator with every knob an option: seed 001's ablations as configs (GLA, Mamba-2, DeltaNet, mLSTM,
+    """The operator with every knob an option: Sieber et al. 2025's ablations as configs (GLA, Mamba-2, DeltaNet, mLSTM,
     normalized attention, ReLU or softmax readouts, ... by choosing values; docs/recipes.md has the recipes).
 
     Args:
         heads: the number of heads H; each has its own decay, β and scale gates.
         key_dim: the key (and query) dimension K of a head, the state's rows; None: d_model / heads.
         value_dim: the value dimension V of a head, the state's columns; None: d_model / heads.
-        readout: the readout φ of the scores s_ij = ψ(q_i)ᵀ x_i^(j) (seed 001 §4.1, Principle 2): identity
+        readout: the readout φ of the scores s_ij = ψ(q_i)ᵀ x_i^(j) (Sieber et al. 2025 §4.1, Principle 2): identity
             (linear: linear attention and every SSM; the only readout with a finite state), exp (softmax attention
             with normalizer sum), softplus, relu (ReLU attention), sigmoid, elu1 (elu(s) + 1 = relu(s) + e^{min(s,
             0)}), square (s²). Any but identity keeps every key: cost quadratic in the length.

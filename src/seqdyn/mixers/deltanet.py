@@ -1,4 +1,4 @@
-"""DeltaNet: linear attention trained by the delta rule (Schlag et al. 2021; Yang et al. 2024; seed 004).
+"""DeltaNet: linear attention trained by the delta rule (Schlag et al. 2021; Yang et al. 2024).
 
 Per head (K = D/H or ``key_dim``, V = expand_v·D/H), keys and queries L2-normalized after a short convolution with
 SiLU::
@@ -7,7 +7,7 @@ SiLU::
     S_t = (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ,   o_t = S_tᵀ (q_t K^-½)
     y_t = W_O RMSNorm(o_t)
 
-— one step of online regression ``min_S ½‖Sᵀk_t − v_t‖²`` with step size β_t (textbook seed 004).
+— one step of online regression ``min_S ½‖Sᵀk_t − v_t‖²`` with step size β_t.
 Coefficient form: φ = identity, Λ_t = I − β_t k_t k_tᵀ (Householder factor with w = k), b_t = β_t K^-½, η = 1.
 The options of the released models (Qwen3-Next, Qwen3.5): ``key_heads`` query/key heads fewer than the value heads
 (each serves H / key_heads consecutive value heads, "grouped value attention"), a per-head ``key_dim``, and

@@ -1,4 +1,4 @@
-"""DLR — diagonal linear RNN (Gupta et al. 2022, §2; the sections and equations below are that paper's).
+"""DLR — diagonal linear RNN (Gupta et al. 2022 §2; the sections and equations below are that paper's).
 
 Per channel h, with λ and w complex (eqs. 1-4)::
 
@@ -50,15 +50,15 @@ class DLR(LTIMixer):
 
     Args:
         state_dim: the number N of complex states (λ_n and w_{h,n}); λ is shared by the channels, w is per channel.
-        prod: DLR-prod, the kernel Re(K̃_j)·Im(K̃_j) (seed 002 §A.2); False: K_j = Re(K̃_j).
+        prod: DLR-prod, the kernel Re(K̃_j)·Im(K̃_j) (Gupta et al. 2022 §A.2); False: K_j = Re(K̃_j).
         bidirectional: sum a second, independent DLR run right to left (non-causal: no step(), state or DSF).
-        residual: the residual DLR(u) + u before the activation (seed 002 §2.3); False: DLR(u) alone.
+        residual: the residual DLR(u) + u before the activation (Gupta et al. 2022 §2.3); False: DLR(u) alone.
         activation: gelu (GELU after the residual, as the paper) or none.
         output: the position-wise map after the activation: linear (a linear map without bias, as the paper),
             glu (Linear(H, 2H) then GLU), half_glu (y ⊙ σ(W y + b)) or none.
         r_range: (low, high) of the initialization of |λ|: r ~ U(log low, log high) and |λ| = exp(−e^r / 2), so the
             default (0.0005, 0.5) gives |λ| ∈ [0.78, 0.9997].
-        real: DLR-ℝ: real λ ∈ (0, 1] and real w, the phases fixed at 0 (seed 002 §3.3); cannot be combined with
+        real: DLR-ℝ: real λ ∈ (0, 1] and real w, the phases fixed at 0 (Gupta et al. 2022 §3.3); cannot be combined with
             prod.
     """
 
@@ -130,7 +130,8 @@ class DLR(LTIMixer):
         return lti.bidirectional(self.direction(0), self.direction(1), u, backend)
 
     def coefficients(self, x: Tensor) -> Tensor:
-        """Toeplitz ``[B, H, T, T]``: causal, or with the anticausal kernel above the diagonal (002 eq. 6)."""
+        """Toeplitz ``[B, H, T, T]``: causal, or with the anticausal kernel above the diagonal
+        (Gupta et al. 2022 eq. 6)."""
         if not self.bidirectional:
             return super().coefficients(x)
         self.check_input(x)

@@ -1,14 +1,14 @@
-"""DSS-EXP — diagonal state space, zero-order hold (Gupta et al. 2022; seed 002 §2.1 "Comparison with DSS").
+"""DSS-EXP — diagonal state space, zero-order hold (Gupta et al. 2022 §2.1 "Comparison with DSS").
 
 The continuous diagonal system ``x'(t) = diag(Λ) x(t) + 1·u(t)``, ``y(t) = w·x(t)`` discretized with step Δ
-(zero-order hold) is the DLR (seed 002 §2.1)::
+(zero-order hold) is the DLR (Gupta et al. 2022 §2.1)::
 
     x_k = diag(exp(ΔΛ)) x_{k-1} + 1·u_k,      y_k = Re⟨w ⊙ (exp(ΔΛ) − 1)/Λ, x_k⟩
 
 i.e. λ = exp(ΔΛ), kernel K_j = Re(Σ_n w_n (exp(ΔΛ_n) − 1)/Λ_n · exp(jΔΛ_n)), computed by FFT convolution.
 Λ ∈ ℂ^N is shared by the H channels, Δ_h and w_h ∈ ℂ^N are per channel; Re Λ = −exp(·) < 0.
-Init: Λ_n = −½ + 2πin (``init="lin2pi"``, seed 002 §A, the DSS-EXP runs), or S4D-Lin / S4D-Inv; Δ log-uniform in
-[dt_min, dt_max]; Re w, Im w ~ N(0, 1).  Layer as S4's: ``GLU(W GELU(y + D ⊙ u))``, D ~ N(0, 1).
+Init: Λ_n = −½ + 2πin (``init="lin2pi"``, Gupta et al. 2022 §A, the DSS-EXP runs), or S4D-Lin / S4D-Inv; Δ log-uniform
+in [dt_min, dt_max]; Re w, Im w ~ N(0, 1).  Layer as S4's: ``GLU(W GELU(y + D ⊙ u))``, D ~ N(0, 1).
 
 Coefficient form: per channel, φ = identity with the LTI coefficients α_ij = K_{i-j}.
 """
@@ -43,7 +43,7 @@ class DSSExp(LTIMixer):
 
     Args:
         state_dim: the number N of complex states Λ_n, shared by the channels.
-        init: the initialization of Λ: lin2pi (Λ_n = −½ + 2πin, the DSS-EXP runs of seed 002), lin (S4D-Lin,
+        init: the initialization of Λ: lin2pi (Λ_n = −½ + 2πin, the DSS-EXP runs of Gupta et al. 2022), lin (S4D-Lin,
             −½ + iπn) or inv (S4D-Inv, −½ + i(N/π)(N/(2n+1) − 1)).
     """
 

@@ -1,4 +1,4 @@
-"""Gated DeltaNet (Yang et al. 2025; seed 001 Table 1): the delta rule with a Mamba-2 decay gate.
+"""Gated DeltaNet (Yang et al. 2025; Sieber et al. 2025 Table 1): the delta rule with a Mamba-2 decay gate.
 
 As :mod:`seqdyn.mixers.deltanet`, with a scalar decay per head in front of the Householder factor::
 

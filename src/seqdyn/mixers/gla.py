@@ -1,4 +1,4 @@
-"""Gated Linear Attention (Yang et al. 2023; seed 001 Table 1).
+"""Gated Linear Attention (Yang et al. 2023; Sieber et al. 2025 Table 1).
 
 Per head (key dim K = expand_k·D/H, value dim V = expand_v·D/H)::
 

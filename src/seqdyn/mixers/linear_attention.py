@@ -1,4 +1,4 @@
-"""Linear attention (Katharopoulos et al. 2020; seed 000 eq. 16, §4.1 and Fig. 1).
+"""Linear attention (Katharopoulos et al. 2020; Sieber et al. 2024 eq. 16, §4.1 and Fig. 1).
 
 Per head, with a positive feature map ψ (default ``elu(·) + 1``) on n-dimensional queries and keys::
 
@@ -6,7 +6,7 @@ Per head, with a positive feature map ψ (default ``elu(·) + 1``) on n-dimensio
 
 Coefficient form: φ = identity on the features, Λ = I, b = 1, η_i = Σ_j α_ij; a finite state
 ``S_i = Σ_j ψ(k_j) v_jᵀ`` of n·V floats per head, so the state expansion n (``state_dim``) sets its capacity
-(seed 000 Lemma 2, Fig. 1).
+(Sieber et al. 2024 Lemma 2, Fig. 1).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class LinearAttention(CoefficientMixer):
     Args:
         heads: the number of heads H; values have d_model / H channels per head.
         state_dim: the dimension n of a head's queries and keys, the rows of its n × V state (the state expansion
-            of seed 000 Fig. 1); None: d_model / heads.
+            of Sieber et al. 2024 Fig. 1); None: d_model / heads.
         feature_map: ψ applied to queries and keys: elu1 (elu(x) + 1, Katharopoulos et al. 2020), identity, relu,
             softplus, exp, square (elementwise x²).
         bias: biases in the query, key, value and output projections.

@@ -1,4 +1,4 @@
-"""Local attention, the tractable attention baseline of the DLR paper (seed 002 §3.4, "LOCALATTENTION").
+"""Local attention, the tractable attention baseline of the DLR paper (Gupta et al. 2022 §3.4, "LOCALATTENTION").
 
 The sequence is cut into non-overlapping chunks of ``window`` tokens; a query attends, causally, to its own chunk
 and the whole previous chunk::
@@ -75,7 +75,7 @@ class LocalAttention(SoftmaxAttention):
     Args:
         window: the chunk length C; a query reads its own chunk (causally) and the whole previous one, so at most
             2C keys (a window above the sequence length is causal softmax attention).
-        rotary: rotary position embeddings on q and k (RoFormer), as the ATTENTION block that seed 002's
+        rotary: rotary position embeddings on q and k (RoFormer), as the ATTENTION block that Gupta et al. 2022's
             LOCALATTENTION chunks ("a 4-head attention layer and rotary positional embeddings", §3.3).
         sliding: a query reads the last ``window`` keys, itself included (Mistral, Gemma 2, Griffin) instead of
             its own chunk and the previous one.

@@ -1,6 +1,6 @@
-"""Mamba-2 / SSD (Dao & Gu 2024; seed 001 Table 1; blog seed 003 "state space duality").
+"""Mamba-2 / SSD (Dao & Gu 2024, "state space duality"; Sieber et al. 2025 Table 1).
 
-(The "SSD" of seed 000's MQAR experiments is the bare S6 block with one scalar A: :mod:`seqdyn.mixers.ssd`.)
+(The "SSD" of Sieber et al. 2024's MQAR experiments is the bare S6 block with one scalar A: :mod:`seqdyn.mixers.ssd`.)
 
 Per head h (head dim P, state N; B and C shared by all heads, or by each of ``groups`` groups of heads)::
 

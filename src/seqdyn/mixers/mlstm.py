@@ -1,4 +1,4 @@
-"""mLSTM, the matrix-memory cell of xLSTM (Beck et al. 2024; seed 001 Table 1).
+"""mLSTM, the matrix-memory cell of xLSTM (Beck et al. 2024; Sieber et al. 2025 Table 1).
 
 Per head (K = V = D/H), with exponential input gate and sigmoid forget gate::
 

@@ -1,11 +1,11 @@
-"""Normalized attention (seed 000 eq. 21, §4.2): linear attention whose normalization is learned, as in S6.
+"""Normalized attention (Sieber et al. 2024 eq. 21, §4.2): linear attention whose normalization is learned, as in S6.
 
 Per head, identity features on n-dimensional queries and keys::
 
     y_i = Σ_{j≤i} (q_iᵀ k_j) v_j / η_i,      η_i = exp(w_ηᵀ u_i)
 
 Coefficient form: φ = identity, Λ = I, b = 1, η_i given by the input (a normalizer tensor).  In the DSF the
-ratio η_{i-1}/η_i enters Λ_i (seed 000 eq. 15), like the discretization step Δ_i of S6.
+ratio η_{i-1}/η_i enters Λ_i (Sieber et al. 2024 eq. 15), like the discretization step Δ_i of S6.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""qLSTM, the quasi LSTM whose gates see only the input (Stanić et al. 2023; seed 000 eqs. 5–8, 19, appendix E.2).
+"""qLSTM, the quasi LSTM whose gates see only the input (Stanić et al. 2023; Sieber et al. 2024 eqs. 5–8, 19,
+appendix E.2).
 
 Per channel (no state expansion, n = 1), with gates from the layer input u_t only (eq. 8)::
 
@@ -12,7 +13,7 @@ Coefficient form, one head per channel (H = I, K = V = 1): φ = identity, Λ_t =
 ``dsf_form=True`` drops both tanh (eq. 19): v = W_u u_t and the output gate becomes the query, q = o_t, so the
 DSF is exactly eq. 19: Λ_i = diag(σ(W_f u_i)), B_i = diag(σ(W_i u_i)) W_u, C_i = diag(σ(W_o u_i)).
 
-The layer around it (Languini's quasi-LSTM block, which seed 000 puts where attention was)::
+The layer around it (Languini's quasi-LSTM block, which Sieber et al. 2024 puts where attention was)::
 
     ũ = conv(u)                             (``short_conv``: depthwise causal conv, no activation; Hawk-style)
     f, i, o, ū from ũ by one projection D → 4·I   (I = expand·D channels)

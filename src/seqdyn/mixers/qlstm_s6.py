@@ -1,4 +1,4 @@
-"""qLSTM with the S6 state transition (seed 000 §4.3, eq. 22, Fig. 3, appendix G).
+"""qLSTM with the S6 state transition (Sieber et al. 2024 §4.3, eq. 22, Fig. 3, appendix G).
 
 S6's transition with a scalar A = a·I is a reversed sigmoid raised to the power a (appendix G, eq. 29)::
 
@@ -25,7 +25,8 @@ from seqdyn.mixers.qlstm import QLSTM
 
 
 class QLSTMS6(QLSTM):
-    """qLSTM with S6's transition as its forget gate, f_t = σ_rev(W_Δ u_t)^a (seed 000 eq. 22); options as qlstm."""
+    """qLSTM with S6's transition as its forget gate, f_t = σ_rev(W_Δ u_t)^a (Sieber et al. 2024 eq. 22);
+    options as qlstm."""
 
     name = "qlstm_s6"
     ssm_parameter_names = ("a_log",)  # the S6 transition's A

@@ -5,7 +5,7 @@ Per head h (K = D/H, V = expand_v·D/H), with fixed ``γ_h = 1 − 2^{−5−h}`
     S_t = γ_h S_{t-1} + k_t v_tᵀ,   o_t = S_tᵀ (q_t K^-½),   y_t = W_O (RMSNorm(o_t) ⊙ SiLU(W_g u_t))
 
 Coefficient form: φ = identity, Λ = γ_h I (a scalar decay that does not depend on the input), b = K^-½,
-η = 1 — the simplest Λ ≠ I that gives the coefficients positional information (seed 001 Lemma 3).  RetNet's
+η = 1 — the simplest Λ ≠ I that gives the coefficients positional information (Sieber et al. 2025 Lemma 3).  RetNet's
 xPos rotation of q and k is left out (it would make Λ complex).
 """
 

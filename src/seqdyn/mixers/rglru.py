@@ -1,4 +1,5 @@
-"""RG-LRU, the real-gated linear recurrent unit of Griffin/Hawk (De et al. 2024; seed 000 eqs. 9–10, 20, app. E.1).
+"""RG-LRU, the real-gated linear recurrent unit of Griffin/Hawk (De et al. 2024; Sieber et al. 2024 eqs. 9–10, 20,
+appendix E.1).
 
 Per channel (no state expansion), with gates from the unit's input u_t and no pre-processing of u_t::
 

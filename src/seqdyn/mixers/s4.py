@@ -1,6 +1,6 @@
-"""S4 — structured state space with the HiPPO-LegS matrix (Gu et al. 2022a; seed 004 §S4).
+"""S4 — structured state space with the HiPPO-LegS matrix (Gu et al. 2022a).
 
-Per channel h, ``x'(t) = A x(t) + B u(t)``, ``y = C x`` with A initialized to HiPPO-LegS (seed 004)::
+Per channel h, ``x'(t) = A x(t) + B u(t)``, ``y = C x`` with A initialized to HiPPO-LegS (Gu et al. 2020)::
 
     A_nk = −√(2n+1)√(2k+1) (n > k),   −(n+1) (n = k),   0 (n < k);      B_n = √(2n+1)
 
@@ -11,7 +11,7 @@ r = (Re z, Im z) of the first half z (N real states):
     A_r = [[Re(X+Y), Im(Y−X)], [Im(X+Y), Re(X−Y)]],  X = diag Λ − p p*,  Y = −p pᵀ;  B_r = (Re B, Im B);
     C_r = (2 Re C, −2 Im C)
 
-and discretized exactly by zero-order hold (seed 004): Ā = exp(ΔA_r), B̄ = A_r⁻¹(Ā − I)B_r (one matrix
+and discretized exactly by zero-order hold: Ā = exp(ΔA_r), B̄ = A_r⁻¹(Ā − I)B_r (one matrix
 exponential).  The kernel K̄ = (C B̄, C Ā B̄, C Ā² B̄, …) is built from Krylov blocks and applied by FFT
 (:class:`seqdyn.core.lti.DenseSISO`).  HiPPO-LegS is far from normal (its eigenvector matrix has entries ~2^{4N/3},
 S4 Lemma 3.2), so a diagonalization would not be exact in floating point: the transition stays dense.

@@ -1,7 +1,7 @@
-"""S4D — diagonal S4 (Gu et al. 2022b, "On the parameterization and initialization of diagonal SSMs"; seed 004).
+"""S4D — diagonal S4 (Gu et al. 2022b, "On the parameterization and initialization of diagonal SSMs").
 
 Per channel h, a diagonal continuous system ``x' = diag(A) x + B u``, ``y = 2 Re(C x)`` over N/2 complex states
-(the conjugate halves of a real N-state system), discretized by zero-order hold (seed 004)::
+(the conjugate halves of a real N-state system), discretized by zero-order hold::
 
     Ā = exp(ΔA),  B̄ = (exp(ΔA) − 1)/A · B,   x_k = Ā x_{k-1} + B̄ u_k,   y_k = 2 Re(C x_k)
 

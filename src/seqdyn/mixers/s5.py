@@ -1,7 +1,7 @@
-"""S5 — simplified state space layer: one MIMO complex diagonal system (Smith et al. 2023; seed 004 §S5).
+"""S5 — simplified state space layer: one MIMO complex diagonal system (Smith et al. 2023).
 
 With the state matrix diagonalized, Λ = V⁻¹AV, the P-dimensional state of one system whose input and output are
-the D channels decouples into scalar recurrences (seed 004)::
+the D channels decouples into scalar recurrences::
 
     x̃_{k,i} = λ̄_i x̃_{k-1,i} + (B̄ u_k)_i,     y_k = Re(C̃ x̃_k) + D ⊙ u_k
 

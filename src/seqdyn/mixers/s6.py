@@ -1,14 +1,14 @@
-"""S6, the selective SSM of Mamba-1 (Gu & Dao 2023; seed 000 eqs. 4 and 18, appendix D).
+"""S6, the selective SSM of Mamba-1 (Gu & Dao 2023; Sieber et al. 2024 eqs. 4 and 18, appendix D).
 
 Per channel c of the inner width I (state dim N, B and C shared by all channels)::
 
     Δ_t = softplus(W_Δ (W_r x_t) + b_Δ)              (low-rank dt projection, rank R = ceil(D/16))
     h_t^c = exp(Δ_t^c A^c) ⊙ h_{t-1}^c + Δ_t^c B_t x_t^c,   A^c = −exp(A_log^c) ∈ R^N (diagonal, < 0)
-    y_t^c = C_tᵀ h_t^c + D^c x_t^c                                                  (seed 000 eq. 4)
+    y_t^c = C_tᵀ h_t^c + D^c x_t^c                                                  (Sieber et al. 2024 eq. 4)
 
 Coefficient form, one head per channel (H = I, K = N, V = 1): φ = identity, Λ_t = diag(exp(Δ_t^c A^c))
 (diagonal log decay ``Δ ⊗ A``), b_t = Δ_t^c, η = 1, q = C_t and k = B_t shared by every channel, v = x^c; the
-skip D stays outside the core.  The DSF is seed 000 eq. 18: Λ_i = exp((Δ_i ⊗ I_N) ⊙ A), B_i = Δ_i ⊗ b_i,
+skip D stays outside the core.  The DSF is Sieber et al. 2024 eq. 18: Λ_i = exp((Δ_i ⊗ I_N) ⊙ A), B_i = Δ_i ⊗ b_i,
 C_i = I ⊗ c_iᵀ.
 
 The block around it is Mamba-1's (``mamba_simple.Mamba``)::
@@ -20,12 +20,12 @@ The block around it is Mamba-1's (``mamba_simple.Mamba``)::
     y = y ⊙ SiLU(z)                        (``gate``)
     out = W_out y
 
-``short_conv=False, gate=False`` is the bare S6 block of seed 000's experiments (appendix I: "we do not
+``short_conv=False, gate=False`` is the bare S6 block of Sieber et al. 2024's experiments (appendix I: "we do not
 implement the pre-convolution on the input or the SiLU activations").  ``scalar_decay=True`` learns one A = a·1
 for every channel and state (A = −exp(a_log), a_log = 0: |A| = 1 at the start), so that Λ_t^c = exp(Δ_t^c a)·I is
-a scalar decay per channel (seed 000 eq. 22's A = aI); with ``dt_rank=1`` this is the SSD of seed 000's
-experiments, :mod:`seqdyn.mixers.ssd`.  Initialization as in Mamba-1: S4D-Real A^c_n = −(n + 1), Δ = softplus(b_Δ)
-log-uniform in [dt_min, dt_max] (floor 1e-4), W_Δ ~ U(±R^-½), D = 1.
+a scalar decay per channel (Sieber et al. 2024 eq. 22's A = aI); with ``dt_rank=1`` this is the SSD of the
+experiments of Sieber et al. 2024, :mod:`seqdyn.mixers.ssd`.  Initialization as in Mamba-1: S4D-Real
+A^c_n = −(n + 1), Δ = softplus(b_Δ) log-uniform in [dt_min, dt_max] (floor 1e-4), W_Δ ~ U(±R^-½), D = 1.
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ class S6(CoefficientMixer):
             [dt_min, dt_max].
         dt_max: the largest step Δ at initialization.
         input_projection: x = W_in u (and z, with ``gate``), as Mamba-1; False: x = u itself (needs expand = 1 and
-            no gate; seed 000's SSD).
+            no gate; Sieber et al. 2024's SSD).
         scalar_decay: one learned A = a·1 shared by every channel and state (a = −1 at the start), so each
-            channel decays by the scalar exp(Δ_t^c a) (seed 000's SSD); False: Mamba-1's diagonal A per channel.
+            channel decays by the scalar exp(Δ_t^c a) (Sieber et al. 2024's SSD); False: Mamba-1's diagonal A
+            per channel.
         bcdt_rms_eps: B_t, C_t and the low-rank Δ input W_r x_t each divided by √(mean of its squares + ε) before
             use — weightless RMS norms — with this ε (e.g. Falcon-Mamba, transformers' ``mixer_rms_eps``, 1e-6);
             None: none, as Mamba-1.

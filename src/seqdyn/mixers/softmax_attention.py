@@ -1,13 +1,13 @@
-"""Softmax attention (Vaswani et al. 2017; seed 000 eq. 2; seed 001 Table 1).
+"""Softmax attention (Vaswani et al. 2017; Sieber et al. 2024 eq. 2; Sieber et al. 2025 Table 1).
 
 Per head h (K = V = D/H, or ``head_dim``)::
 
     q_i, k_i, v_i = W_Q u_i, W_K u_i, W_V u_i
     y_i = Σ_{j≤i} exp(q_iᵀ k_j / √K) v_j / Σ_{j≤i} exp(q_iᵀ k_j / √K),      output W_O y_i
 
-Coefficient form: φ = exp, Λ = I, b = K^-½, η_i = Σ_j α_ij.  No finite state (seed 000 Lemma 1): the recurrent
+Coefficient form: φ = exp, Λ = I, b = K^-½, η_i = Σ_j α_ij.  No finite state (Sieber et al. 2024 Lemma 1): the recurrent
 form keeps every key; position information comes from the model (learned positions), since Λ = I (Lemma 3), or
-with ``rotary=True`` from rotary embeddings of q and k (RoFormer eq. 34; the ATTENTION block of seed 002 §3.3:
+with ``rotary=True`` from rotary embeddings of q and k (RoFormer eq. 34; the ATTENTION block of Gupta et al. 2022 §3.3:
 "a 4-head attention layer and rotary positional embeddings").
 
 The options of today's hybrid language models (Qwen3 / Qwen3-Next / Qwen3.5 attention layers): ``kv_heads``

@@ -1,11 +1,11 @@
-"""SSD as seed 000 (the DSF paper) ran it on MQAR (§4.2, appendix I.1): the bare S6 block with one scalar A.
+"""SSD as Sieber et al. 2024 (the DSF paper) ran it on MQAR (§4.2, appendix I.1): the bare S6 block with one scalar A.
 
 Per channel c of the width d (each channel its own state of N, B and C shared by all channels)::
 
     Δ_t = softplus(w_Δ (w_r · x_t) + b_Δ)         (dt_rank 1: one input-dependent step per token, mapped to every
                                                    channel by a per-channel weight w_Δ^c and bias b_Δ^c)
     h_t^c = exp(Δ_t^c a) h_{t-1}^c + Δ_t^c B_t x_t^c,   a = −exp(a_log) one learned scalar (a = −1 at the start)
-    y_t^c = C_tᵀ h_t^c + D^c x_t^c,   out = W_out y                            (seed 000 eq. 4 with A = aI, eq. 22)
+    y_t^c = C_tᵀ h_t^c + D^c x_t^c,   out = W_out y                 (Sieber et al. 2024 eq. 4 with A = aI, eq. 22)
 
 No input projection, convolution or gate ("we do not implement the pre-convolution on the input or the SiLU
 activations; but just the S6 and SSD blocks", I.1).  This is :mod:`seqdyn.mixers.s6` with ``expand=1,

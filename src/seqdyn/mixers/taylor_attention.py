@@ -1,4 +1,4 @@
-"""Taylor attention (seed 000 Lemma 1, appendix C; the feature map of Based, Arora et al. 2024).
+"""Taylor attention (Sieber et al. 2024 Lemma 1, appendix C; the feature map of Based, Arora et al. 2024).
 
 Queries and keys of dimension n are lifted to degree-p Taylor features
 ``φ_p(x) = [1, x, x⊗x/√2!, …, x^{⊗p}/√p!]`` so that ``φ_p(q)ᵀφ_p(k) = Σ_{d≤p} (qᵀk)^d/d! ≈ exp(qᵀk)``::

@@ -1,11 +1,11 @@
-"""TTT-Linear (Sun et al. 2024; textbook seed 004 "test-time regression").
+"""TTT-Linear (Sun et al. 2024, "Learning to (Learn at Test Time)").
 
 The state is the weight W of an inner linear model trained online by one gradient step per token on
 ``ℓ(W) = ½‖Wᵀk_t − v_t‖²`` with a fixed inner learning rate η::
 
     S_t = S_{t-1} − η k_t (k_tᵀ S_{t-1} − v_tᵀ) = (I − η k_t k_tᵀ) S_{t-1} + η k_t v_tᵀ,   o_t = S_tᵀ (q_t K^-½)
 
-— the delta rule with β_t = η (seed 004).  Coefficient form: φ = identity, Λ_t = I − η k_t k_tᵀ, b = η K^-½,
+— the delta rule with β_t = η.  Coefficient form: φ = identity, Λ_t = I − η k_t k_tᵀ, b = η K^-½,
 η_norm = 1.  Keys are L2-normalized so the inner step is stable for 0 < η < 2.
 """
 

@@ -1,4 +1,4 @@
-"""Models built from mixers (DESIGN §7): blocks, heads, the sequence model and its config.
+"""Models built from mixers: blocks, heads, the sequence model and its config.
 
 model = seqdyn.models.build_model(config.model, task.spec)     # a SequenceModel
 outputs = model(inputs)                                         # [n, input_len, output_size] for task.loss

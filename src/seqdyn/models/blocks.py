@@ -1,4 +1,4 @@
-"""The two residual blocks around a mixer (DESIGN §7; seed 001 appendix E, "Block Design").
+"""The two residual blocks around a mixer (Sieber et al. 2025 appendix E, "Block Design").
 
 ``transformer`` (Type 1, pre-norm; Vaswani et al. 2017, GPT-2)::
 
@@ -15,9 +15,9 @@
 
 With ``bidirectional`` models (:class:`Bidirectional`) a block's mixer is a pair that reads the sequence both ways.
 
-With ``norm_position="post"`` (Vaswani et al. 2017's original order; seed 002 §A.6: "All experiments use post-norm
-Layer Normalization") every residual branch ``x + f(norm x)`` becomes ``norm(x + f(x))``; with ``"output"`` (OLMo 2's
-reordered norm, OLMo-hybrid's attention layers) ``x + norm(f(x))``.
+With ``norm_position="post"`` (Vaswani et al. 2017's original order; Gupta et al. 2022 §A.6: "All experiments use
+post-norm Layer Normalization") every residual branch ``x + f(norm x)`` becomes ``norm(x + f(x))``; with ``"output"``
+(OLMo 2's reordered norm, OLMo-hybrid's attention layers) ``x + norm(f(x))``.
 
 The residual projections — the last linear map of each residual branch, which the model's initialization scales
 by 1/√(2·layers) — are the mixer's output projection and ``fc2`` (transformer), ``W_out`` and ``fc2`` (gated).
@@ -62,8 +62,8 @@ NO_STEP = (
 
 class Bidirectional(nn.Module):
     """A non-causal mixer made of two of the same kind, ``y = f(x) + flip(b(flip(x)))``: ``forward_mixer`` reads
-    the sequence left to right, ``backward_mixer`` right to left (seed 002 §3.4: "we trained bidirectional models"
-    on Pathfinder-Segmentation).  Having read the whole sequence, it cannot stream."""
+    the sequence left to right, ``backward_mixer`` right to left (Gupta et al. 2022 §3.4: "we trained bidirectional
+    models" on Pathfinder-Segmentation).  Having read the whole sequence, it cannot stream."""
 
     def __init__(self, forward_mixer: Mixer, backward_mixer: Mixer):
         super().__init__()

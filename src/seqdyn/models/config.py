@@ -1,4 +1,4 @@
-"""The configuration of a model (DESIGN §7): the network around the mixers.  ``train.config.RunConfig`` holds
+"""The configuration of a model: the network around the mixers.  ``train.config.RunConfig`` holds
 one as ``model``; :func:`seqdyn.models.build_model` builds it for a task."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class MixtureOfExperts(Strict):
 
 
 class ModelConfig(Strict):
-    """The network around the mixers (DESIGN §7): blocks, widths, positions, MLP, norms and head tying."""
+    """The network around the mixers: blocks, widths, positions, MLP, norms and head tying."""
 
     block: Literal["transformer", "gated"] = Field(
         "transformer",
@@ -71,7 +71,7 @@ class ModelConfig(Strict):
     bidirectional: bool = Field(
         False,
         description="each block runs a second mixer of the same kind on the "
-        "reversed sequence and adds its output: a non-causal model (seed 002's "
+        "reversed sequence and adds its output: a non-causal model (Gupta et al. 2022's "
         "Pathfinder-Segmentation), which cannot step()",
     )
     mlp: Union[MLPKind, list[MLPKind]] = Field(
@@ -96,7 +96,7 @@ class ModelConfig(Strict):
     norm_position: Union[NormPosition, list[NormPosition]] = Field(
         "pre",
         description="where each block's norms sit: pre (x + f(norm x), GPT-2), post (norm(x + f(x)), "
-        "Vaswani et al.; seed 002's blocks; a model of post blocks alone has no final norm) or "
+        "Vaswani et al.; Gupta et al. 2022's blocks; a model of post blocks alone has no final norm) or "
         "output (x + norm(f(x)), OLMo 2's), or one of these per layer",
     )
     expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")

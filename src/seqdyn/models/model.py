@@ -1,4 +1,4 @@
-"""The sequence model of a run (DESIGN §7): input map, optional learned positions, blocks, final norm, head.
+"""The sequence model of a run: input map, optional learned positions, blocks, final norm, head.
 
     x = E(inputs) (+ P[0:T])              token embedding [V, D] or Linear(C_in → D); P learned, T ≤ input_len
     x = block_l(x),  l = 1 … layers       transformer or gated block, each with its layer's mixer (hybrid stacks)

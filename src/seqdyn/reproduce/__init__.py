@@ -5,7 +5,7 @@
     seqdyn reproduce report                        the verdicts of everything that has run
 
 A reproduction is a module here defining ``REPRODUCTION`` (:class:`~seqdyn.reproduce.base.Reproduction`): its
-sweeps per scale, its claims (:mod:`~seqdyn.reproduce.claims`), its table and its figure; "where is seed 000's
+sweeps per scale, its claims (:mod:`~seqdyn.reproduce.claims`), its table and its figure; "where is Sieber et al. 2024's
 Fig. 2 reproduced?" — in ``seqdyn/reproduce/dsf_mqar_models.py``.  The framework modules (:data:`FRAMEWORK`)
 hold what they share: the claims, the base class, the runner and the papers' training protocols
 (:mod:`seqdyn.reproduce.protocols`).

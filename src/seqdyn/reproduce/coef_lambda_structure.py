@@ -1,4 +1,4 @@
-"""Seed 001 (coefficient dynamics), Principle 4 (§5): the structure of the evolution matrices Λ_i.
+"""Sieber et al. 2025 (coefficient dynamics), Principle 4 (§5): the structure of the evolution matrices Λ_i.
 
 "we ablate four structures imposed on Λ_i – scalar, diagonal, Householder with keys, and Householder with a learned
 vector – on the fuzzy in-context recall and selective copying tasks of MAD; the other parameters are fixed [...]
@@ -11,8 +11,8 @@ important and good parameterizations can considerably improve performance (orang
 
 Every structure runs in the ``custom`` mixer with the identity readout (Principle 4 assumes a linear readout),
 b = K^-½ and no normalizer, in Type 2 (Gated DeltaNet style) blocks whose keys and queries pass a short convolution,
-without positions (seed 001 appendix E.2).  The fixed β of the Householder variants is lost from the text copy; it
-is 2 here, a reflection, against β = σ(W u) ∈ (0, 1) from the input.
+without positions (Sieber et al. 2025, appendix E.2).  The fixed β of the Householder variants is lost from the text
+copy; it is 2 here, a reflection, against β = σ(W u) ∈ (0, 1) from the input.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ CLAIMS = (
 
 class LambdaStructure(Reproduction):
     name = "coef_lambda_structure"
-    paper = "seed 001 (coefficient dynamics)"
+    paper = "Sieber et al. 2025 (coefficient dynamics)"
     figure = "Principle 4 (§5)"
     summary = (
         "Four structures of the evolution matrices Λ — scalar, diagonal, Householder with w = k, Householder "
@@ -269,7 +269,7 @@ class LambdaStructure(Reproduction):
                     if score.values:
                         series.setdefault(name, []).append((structure, score.mean, score.spread / 2))
             panels[task.replace("_", " ")] = series
-        return plot_bars(panels, path, xlabel="structure of Λ", title="seed 001 Principle 4: structure of Λ")
+        return plot_bars(panels, path, xlabel="structure of Λ", title="Sieber et al. 2025, Principle 4: structure of Λ")
 
 
 REPRODUCTION = LambdaStructure()

@@ -1,4 +1,4 @@
-"""Seed 001 (coefficient dynamics), Fig. 2 (Principle 3): Λ = λI in place of positional embeddings.
+"""Sieber et al. 2025 (coefficient dynamics), Fig. 2 (Principle 3): Λ = λI in place of positional embeddings.
 
 "We show that Λ_i can replace positional embeddings (PE) for the simplest choice of Λ_i. Figure 2 shows the accuracy
 of four models on the noisy in-context recall of MAD, where we set [b and η] and vary φ, Λ_i and wether the models
@@ -168,7 +168,7 @@ CLAIMS = (
 
 class Positions(Reproduction):
     name = "coef_positions"
-    paper = "seed 001 (coefficient dynamics)"
+    paper = "Sieber et al. 2025 (coefficient dynamics)"
     figure = "Fig. 2"
     summary = (
         "Four readout maps on MAD's noisy in-context recall with learned positions and Λ = I, without "
@@ -220,7 +220,7 @@ class Positions(Reproduction):
             {"noisy in-context recall": series},
             path,
             xlabel="readout map φ",
-            title="seed 001 Fig. 2: Λ = λI in place of positions",
+            title="Sieber et al. 2025, Fig. 2: Λ = λI in place of positions",
         )
 
 

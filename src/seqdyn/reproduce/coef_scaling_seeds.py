@@ -1,5 +1,5 @@
-"""Seed 001 (coefficient dynamics), Fig. 10 (Principle 5): scalings b that keep qᵀ(b k) at unit variance vary less
-across seeds.
+"""Sieber et al. 2025 (coefficient dynamics), Fig. 10 (Principle 5): scalings b that keep qᵀ(b k) at unit variance vary
+less across seeds.
 
 "we ablate four choices of scaling factors b_i, on four combinations of readout maps and evolution matrices. We
 choose two scaling factors that adhere to the principle (b = K^-½, b = σ(W u) K^-½) and two that do not (b = 1,
@@ -202,7 +202,7 @@ CLAIMS = (
 
 class ScalingSeeds(Reproduction):
     name = "coef_scaling_seeds"
-    paper = "seed 001 (coefficient dynamics)"
+    paper = "Sieber et al. 2025 (coefficient dynamics)"
     figure = "Fig. 10"
     summary = (
         "Four scalings b of the keys on four combinations of readout φ and evolution Λ on MAD's fuzzy "
@@ -257,7 +257,7 @@ class ScalingSeeds(Reproduction):
             panels[cell[0]] = series
         if not any(panels.values()):
             panels = {"no finished run yet": {"none": [("", float("nan"), 0.0)]}}
-        return plot_bars(panels, path, xlabel="", title="seed 001 Fig. 10: scalings b")
+        return plot_bars(panels, path, xlabel="", title="Sieber et al. 2025, Fig. 10: scalings b")
 
 
 REPRODUCTION = ScalingSeeds()

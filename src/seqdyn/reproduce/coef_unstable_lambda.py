@@ -1,4 +1,4 @@
-"""Seed 001 (coefficient dynamics), Fig. 11 (Principle 6): an unstable Λ trains with the right normalization.
+"""Sieber et al. 2025 (coefficient dynamics), Fig. 11 (Principle 6): an unstable Λ trains with the right normalization.
 
 "we therefore consider the simple unstable evolution matrix Λ_i = λI [λ > 1] and show that with appropriate design
 of η_i, we are able to solve noisy in-context recall. We fix [b] and ablate the readout maps and normalization
@@ -209,7 +209,7 @@ CLAIMS = (
 
 class UnstableLambda(Reproduction):
     name = "coef_unstable_lambda"
-    paper = "seed 001 (coefficient dynamics)"
+    paper = "Sieber et al. 2025 (coefficient dynamics)"
     figure = "Fig. 11"
     summary = (
         "An unstable Λ = λI (λ^(L−1) = 1.01^127) with readouts exp, ReLU and softplus and normalizers η = 1, "
@@ -261,7 +261,7 @@ class UnstableLambda(Reproduction):
             {"noisy in-context recall": series},
             path,
             xlabel="readout map φ",
-            title=f"seed 001 Fig. 11: Λ = {_lambdas(results)} I and the normalizer η",
+            title=f"Sieber et al. 2025, Fig. 11: Λ = {_lambdas(results)} I and the normalizer η",
         )
 
 

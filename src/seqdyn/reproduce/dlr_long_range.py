@@ -1,4 +1,4 @@
-"""Seed 002 (DLR), Table 3: multi-layer DLR, DSS-EXP and local attention on ListOps-SubTrees and
+"""Gupta et al. 2022 (DLR), Table 3: multi-layer DLR, DSS-EXP and local attention on ListOps-SubTrees and
 Pathfinder-Segmentation.
 
 "ListOps-SubTrees: Similar to the experiments in §3.3, the performance of DLR is again slightly better than
@@ -241,7 +241,7 @@ CLAIMS = (
 
 class LongRange(Reproduction):
     name = "dlr_long_range"
-    paper = "seed 002 (DLR)"
+    paper = "Gupta et al. 2022 (DLR)"
     figure = "Table 3"
     summary = (
         "Multi-layer DLR, DSS-EXP and local attention on ListOps-SubTrees (token-wise accuracy) and "
@@ -293,7 +293,8 @@ class LongRange(Reproduction):
                 series[label] = [("ours", score.mean, score.spread / 2)] if score.values else []
                 series[label].append(("paper", PAPER[task][model] / 100, 0.0))
             panels[title] = series
-        return plot_bars(panels, path, xlabel="", ylabel="score", title="seed 002 Table 3: higher-order tasks")
+        title = "Gupta et al. 2022, Table 3: higher-order tasks"
+        return plot_bars(panels, path, xlabel="", ylabel="score", title=title)
 
 
 REPRODUCTION = LongRange()

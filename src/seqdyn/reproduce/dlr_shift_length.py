@@ -1,4 +1,5 @@
-"""Seed 002 (DLR), Table 2: a single layer on SHIFT as the input grows; DLR-prod, a small state, real-valued DLR.
+"""Gupta et al. 2022 (DLR), Table 2: a single layer on SHIFT as the input grows; DLR-prod, a small state, real-valued
+DLR.
 
 "even a single DLR layer provides excellent performance on this task on 16K-long sequences, but the performance
 starts to degrade beyond that. Interestingly, we found that the DLR-prod version of DLR (§2.1) performs
@@ -182,7 +183,7 @@ CLAIMS = (
 
 class ShiftLength(Reproduction):
     name = "dlr_shift_length"
-    paper = "seed 002 (DLR)"
+    paper = "Gupta et al. 2022 (DLR)"
     figure = "Table 2"
     summary = (
         "One layer on SHIFT at growing input length L: DSS-EXP, DLR, DLR-prod, DLR with an eighth of the "
@@ -233,7 +234,7 @@ class ShiftLength(Reproduction):
             "input length L",
             {"SHIFT": "R²"},
             logy=False,
-            title="seed 002 Table 2: one layer on SHIFT",
+            title="Gupta et al. 2022, Table 2: one layer on SHIFT",
         )
 
 

@@ -1,10 +1,12 @@
-"""Seed 000 (the DSF paper), Table 1: softmax, normalized and linear attention as language models on WikiText-103.
+"""Sieber et al. 2024 (the DSF paper), Table 1: softmax, normalized and linear attention as language models on
+WikiText-103.
 
 "the results on WikiText-103 (Table 1) show that better normalization can close 25% of the perplexity gap between
 linear attention and softmax attention" (appendix J); Table 1 gives the training perplexity of each attention
-function in the 70M-parameter Pythia architecture (its numbers are lost from the text copy of seed 000).  Protocol
-(appendix I.2): Pythia-70M (width 512, 8 heads, 6 layers, learned positions), context 1024, batch 128, 50 epochs,
-AdamW (β = (0.9, 0.95), weight decay 0.1, gradient clipping 1), 10 % linear warm-up, lr ∈ {3e-4, 1e-3, 3e-3, 1e-2}.
+function in the 70M-parameter Pythia architecture (its numbers are lost from the text copy of Sieber et al. 2024).
+Protocol (appendix I.2): Pythia-70M (width 512, 8 heads, 6 layers, learned positions), context 1024, batch 128, 50
+epochs, AdamW (β = (0.9, 0.95), weight decay 0.1, gradient clipping 1), 10 % linear warm-up, lr ∈ {3e-4, 1e-3, 3e-3,
+1e-2}.
 
 The corpus is local: ``--data DIR`` (a WikiText-103 copy: ``wiki.{train,valid,test}.tokens``) or ``--data FILE``
 (any text file, split 90/5/5 in order; ``make corpus`` builds ``data/shakespeare.txt``, 5.0 MB of Shakespeare's
@@ -204,7 +206,7 @@ CLAIMS = (
 
 class LmPerplexity(Reproduction):
     name = "dsf_lm_perplexity"
-    paper = "seed 000 (DSF)"
+    paper = "Sieber et al. 2024 (DSF)"
     figure = "Table 1"
     summary = (
         "Softmax, normalized and linear attention in one GPT-style language model on a local corpus (--data): "
@@ -283,7 +285,7 @@ class LmPerplexity(Reproduction):
             xlabel="",
             ylabel="perplexity",
             percent=False,
-            title="seed 000 Table 1: attention normalizations as language models",
+            title="Sieber et al. 2024, Table 1: attention normalizations as language models",
         )
 
 

@@ -1,4 +1,4 @@
-"""Seed 000 (the DSF paper), Fig. 2 and Fig. 5: softmax, linear and normalized attention, S6 and SSD on MQAR.
+"""Sieber et al. 2024 (the DSF paper), Fig. 2 and Fig. 5: softmax, linear and normalized attention, S6 and SSD on MQAR.
 
 "we compare S6 and softmax attention to SSD, linear attention, and normalized attention on the multi-query
 associative recall (MQAR) benchmark" (§4.2) over the model size d and the state expansion n, best of the
@@ -144,7 +144,7 @@ CLAIMS = (
 
 class MqarModels(Reproduction):
     name = "dsf_mqar_models"
-    paper = "seed 000 (DSF)"
+    paper = "Sieber et al. 2024 (DSF)"
     figure = "Fig. 2 / Fig. 5"
     summary = (
         "Softmax, linear and normalized attention, S6 and SSD on MQAR: accuracy (best over the learning-rate "
@@ -164,7 +164,7 @@ class MqarModels(Reproduction):
         "(`python examples/pilots/escape_steps.py dsf_mqar_models --steps 5000`, c33c722): at 0.01 none of "
         "the 12 runs of linear and normalized attention, S6 and SSD left the plateau, at 2.15e-3 7 of 12 "
         "did; softmax attention solved the task at both. A first attempt found that budgets below a few "
-        "thousand steps decide nothing (issue 20). And " + CPU_MODEL_REASON + ".",
+        "thousand steps decide nothing. And " + CPU_MODEL_REASON + ".",
         "smoke": "The whole pipeline on a toy MQAR (L = 16, 2 pairs, d = 16, 6 steps): no verdict to trust.",
     }
 
@@ -187,7 +187,7 @@ class MqarModels(Reproduction):
             bar_panels(results, MODELS, "model.d_model"),
             path,
             xlabel="model size d",
-            title="seed 000 Fig. 2/5: MQAR accuracy",
+            title="Sieber et al. 2024, Fig. 2/5: MQAR accuracy",
         )
 
 

@@ -1,4 +1,4 @@
-"""Seed 000 (the DSF paper), Fig. 3: qLSTM against qLSTM with the S6 state transition on MQAR.
+"""Sieber et al. 2024 (the DSF paper), Fig. 3: qLSTM against qLSTM with the S6 state transition on MQAR.
 
 "Inspired by the subtle difference in the state transition, we compare the original qLSTM state transition and
 the S6 state transition on the MQAR benchmark. [...] We note that the reversed sigmoid state transition
@@ -92,7 +92,7 @@ CLAIMS = (
 
 class QlstmTransition(Reproduction):
     name = "dsf_qlstm_transition"
-    paper = "seed 000 (DSF)"
+    paper = "Sieber et al. 2024 (DSF)"
     figure = "Fig. 3"
     summary = (
         "qLSTM against qLSTM with the S6 state transition (eq. 22) on MQAR: accuracy per model size d, best "
@@ -142,7 +142,7 @@ class QlstmTransition(Reproduction):
             bar_panels(results, MODELS, "model.d_model"),
             path,
             xlabel="model size d",
-            title="seed 000 Fig. 3: qLSTM state transitions",
+            title="Sieber et al. 2024, Fig. 3: qLSTM state transitions",
         )
 
 

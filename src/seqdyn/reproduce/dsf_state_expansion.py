@@ -1,4 +1,4 @@
-"""Seed 000 (the DSF paper), Fig. 1: linear against softmax attention on MQAR as the state expansion n grows.
+"""Sieber et al. 2024 (the DSF paper), Fig. 1: linear against softmax attention on MQAR as the state expansion n grows.
 
 "Since N = nd, this means that the larger the state expansion n, the more expressivity the architecture has – in
 the case of softmax attention, n = ∞ (Lemma 1). To show expressivity with increasing n empirically, we compare
@@ -129,7 +129,7 @@ CLAIMS = (
 
 class StateExpansion(Reproduction):
     name = "dsf_state_expansion"
-    paper = "seed 000 (DSF)"
+    paper = "Sieber et al. 2024 (DSF)"
     figure = "Fig. 1"
     summary = (
         "Linear attention against softmax attention on MQAR as the state expansion n (the feature size of "
@@ -173,7 +173,7 @@ class StateExpansion(Reproduction):
             bar_panels(results, MODELS, STATE),
             path,
             xlabel="state expansion n",
-            title="seed 000 Fig. 1: linear vs softmax attention",
+            title="Sieber et al. 2024, Fig. 1: linear vs softmax attention",
         )
 
 

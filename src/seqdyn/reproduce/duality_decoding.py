@@ -1,12 +1,13 @@
-"""Seeds 003/004 (duality and efficient inference): a trained model decoded token by token with ``step()``.
+"""Fedotov's blog post and the chapter "Deep SSMs and Linear Attention" (duality and efficient inference): a trained
+model decoded token by token with ``step()``.
 
 "A linear recurrence is simultaneously a convolution (fast parallel training via FFT or parallel scan) and a
 fixed-size hidden-state update (fast O(1)-memory inference)" while "Transformers compute all pairwise token
-interactions, incurring O(N²) time and memory" (seed 004, opening); "As a recurrent mechanism, it has linear
-complexity at inference time with respect to the sequence length L" (seed 003 §2).  Four models are trained on
-MQAR through the sweep machinery, then each is loaded from its checkpoint and decoded token by token: the bytes
-of its streaming state, the wall time per token and the peak memory decoding adds at growing context lengths,
-and the largest difference between its token-by-token outputs and its parallel forward pass on the same tokens.
+interactions, incurring O(N²) time and memory" ("Deep SSMs and Linear Attention", opening); "As a recurrent mechanism,
+it has linear complexity at inference time with respect to the sequence length L" (Fedotov's blog post, §2).  Four
+models are trained on MQAR through the sweep machinery, then each is loaded from its checkpoint and decoded token by
+token: the bytes of its streaming state, the wall time per token and the peak memory decoding adds at growing context
+lengths, and the largest difference between its token-by-token outputs and its parallel forward pass on the same tokens.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ CLAIMS = (
 
 class Decoding(Reproduction):
     name = "duality_decoding"
-    paper = "seeds 003/004"
+    paper = "Fedotov; “Deep SSMs and Linear Attention”"
     figure = "recurrent inference"
     summary = (
         "Four models trained on MQAR, then decoded token by token with step(): the bytes of the streaming "
@@ -202,8 +203,9 @@ class Decoding(Reproduction):
     )
     claims = CLAIMS
     reductions = {
-        "paper": "Seeds 003/004 run no experiment of their own: this scale decodes to 65,536 tokens models of "
-        "width 256 trained on MQAR L = 512 for 5,000 steps (a GPU: softmax attention's step is O(context)).",
+        "paper": "The blog post and the chapter run no experiment of their own: this scale decodes to 65,536 "
+        "tokens models of width 256 trained on MQAR L = 512 for 5,000 steps (a GPU: softmax attention's step is "
+        "O(context)).",
         "cpu": "Models of width 64, two layers, trained 400 steps on MQAR (L = 64, 4 pairs, vocabulary 128), decoded "
         "to 4,096 tokens on one thread; times are wall time on this machine (the mean of the last 64 "
         "steps before each length), so only their trend means something.",
@@ -268,7 +270,7 @@ class Decoding(Reproduction):
             path,
             "context length (tokens)",
             {"state": "streaming state (KiB per sequence)", "time": "ms per token", "peak": "peak memory added (KiB)"},
-            title="seeds 003/004: decoding token by token",
+            title="Fedotov; “Deep SSMs and Linear Attention”: decoding token by token",
         )
 
 

@@ -1,4 +1,4 @@
-"""Task suites (DESIGN §6, §8): MQAR, MAD, the atomic and higher-order tasks of seed 002, and language modelling.
+"""Task suites: MQAR, MAD, the atomic and higher-order tasks of Gupta et al. 2022, and language modelling.
 
 ``build(name, **params)`` returns a :class:`Task`; ``names()`` lists the registered names. Every task generates
 ``(inputs, targets)`` with ``task.generate(num_examples, seed, split="train")``; see :mod:`seqdyn.tasks.base` for

@@ -1,5 +1,6 @@
-"""The atomic regression tasks of seed 002 §3.1 (Gupta et al., "Simplifying and Understanding State Space Models
-with Diagonal Linear RNNs"), exactly as written there. L = ``seq_len`` (the paper's 2^12 by default).
+"""The atomic regression tasks of Gupta et al. 2022 §3.1 ("Simplifying and Understanding State Space Models with
+Diagonal Linear RNNs", https://arxiv.org/abs/2212.00768), exactly as written there.
+L = ``seq_len`` (the paper's 2^12 by default).
 
 Unless said otherwise, x ∈ R^L has N(0, 1) entries divided by ‖x‖_∞.
 
@@ -18,7 +19,7 @@ Unless said otherwise, x ∈ R^L has N(0, 1) entries divided by ‖x‖_∞.
   (a_1, b_1, …, a_N, b_N, 0, …) ∈ R^L with a_i the i-th row of A; y = X on the N rightmost outputs.
 
 Every input gets two positional channels cos(2πi/T), sin(2πi/T) appended, T its length. Loss: MSE on the T_out
-rightmost outputs. Metric: R² = 1 − MSE / Var(y) with the mean of y taken over the whole batch (002 §3.3).
+rightmost outputs. Metric: R² = 1 − MSE / Var(y) with the mean of y taken over the whole batch (Gupta et al. 2022 §3.3).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class _Atomic(Task):
     """A regression task: data ``[n, T_in, C_data]`` (+ 2 positional channels), targets ``[n, T_out, C_out]``."""
 
     family = "atomic"
-    reference = "Gupta et al., seed 002 §3.1"
+    reference = "Gupta et al. 2022 §3.1"
     head_kind = "regression"
     data_channels = 1
     out_channels = 1

@@ -1,9 +1,9 @@
-"""The task interface, its parameter validation and the registry (DESIGN §6).
+"""The task interface, its parameter validation and the registry.
 
 A task is built by name with keyword parameters, ``seqdyn.tasks.build("mqar", seq_len=256)``, and then
 generates data on demand: ``inputs, targets = task.generate(num_examples, seed, split="train")``.
 
-Layouts (DESIGN §6):
+Layouts:
 
 - token inputs: int64 ``[n, T]``; token targets int64 ``[n, T]`` with ``IGNORE_INDEX`` (−100) where nothing is
   predicted;
@@ -319,7 +319,7 @@ def per_example_accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 def regression_metrics(outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-    """R² = 1 − MSE / Var(targets) with the mean taken over the whole batch (seed 002 §3.3), and the MSE."""
+    """R² = 1 − MSE / Var(targets) with the mean taken over the whole batch (Gupta et al. 2022 §3.3), and the MSE."""
     outputs, targets = outputs.double(), targets.double()
     mse = float(((outputs - targets) ** 2).mean())
     var = float(((targets - targets.mean()) ** 2).mean())
@@ -399,7 +399,7 @@ def first_index(codes: np.ndarray) -> np.ndarray:
 
 
 def positional_channels(length: int) -> np.ndarray:
-    """``[length, 2]``: cos(2πi/T), sin(2πi/T) for i = 0..T−1 (seed 002 §3.1)."""
+    """``[length, 2]``: cos(2πi/T), sin(2πi/T) for i = 0..T−1 (Gupta et al. 2022 §3.1)."""
     angle = 2 * np.pi * np.arange(length) / length
     return np.stack([np.cos(angle), np.sin(angle)], axis=1)
 

@@ -1,5 +1,5 @@
-"""ListOps-SubTrees (seed 002 §3.2): tag every closing bracket of a long ListOps expression with the value of its
-sub-expression.
+"""ListOps-SubTrees (Gupta et al. 2022 §3.2): tag every closing bracket of a long ListOps expression with the value of
+its sub-expression.
 
 Example (tokens separated by spaces)::
 
@@ -43,7 +43,7 @@ class ListOpsSubTrees(Task):
 
     name = "listops_subtrees"
     family = "higher-order"
-    reference = "Gupta et al., seed 002 §3.2 (ListOps-SubTrees)"
+    reference = "Gupta et al. 2022 §3.2 (ListOps-SubTrees)"
     head_kind = "tagging"
     PARAMS = {
         "seq_len": Param(8192, int, "maximum expression length; sequences are padded to it", low=4),

@@ -1,4 +1,4 @@
-"""Language modelling: next-token prediction on a local corpus (DESIGN §6; seed 000 §4 and appendix I.2).
+"""Language modelling: next-token prediction on a local corpus (Sieber et al. 2024 §4 and appendix I.2).
 
 Sources (exactly one):
 
@@ -13,7 +13,8 @@ Tokenizers: ``"bytes"`` (UTF-8 bytes, vocabulary 256) or ``"gpt2"`` (GPT-2 BPE t
 
 ``generate(n, seed, split)`` cuts ``n`` windows of ``seq_len + 1`` tokens at uniformly random offsets of the
 split's stream: ``inputs = window[:-1]``, ``targets = window[1:]``. ``windows(split)`` gives the consecutive
-non-overlapping windows, for evaluating perplexity on a whole split. Default context: 1024 (seed 000 I.2).
+non-overlapping windows, for evaluating perplexity on a whole split. Default context: 1024 (Sieber et al. 2024
+appendix I.2).
 
 Documents: with ``document_separator`` (e.g. ``"\n\n"``) the split's text is cut into documents at every
 separator, and an example is one whole document drawn at random (its first ``seq_len + 1`` tokens), right-padded:
@@ -60,7 +61,7 @@ class LanguageModeling(Task):
 
     name = "lm"
     family = "lm"
-    reference = "seed 000 §4, appendix I.2 (WikiText-103, context 1024)"
+    reference = "Sieber et al. 2024 §4, appendix I.2 (WikiText-103, context 1024)"
     splits = ("train", "valid", "test")
     PARAMS = {
         "seq_len": Param(1024, int, "context length", low=1),

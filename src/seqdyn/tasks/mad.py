@@ -1,5 +1,5 @@
 """The MAD token-manipulation tasks (Poli et al. 2024, "Mechanistic Design and Scaling of Hybrid Architectures";
-the mad-lab generators; DESIGN §8), vectorized.
+the mad-lab generators), vectorized.
 
 Conventions shared by all six tasks: ``inputs`` and ``targets`` are ``[n, seq_len]`` int64, −100 where nothing
 is predicted, and the target at position t is what the model must output after reading ``inputs[: t+1]``.
@@ -66,7 +66,7 @@ def _shift_targets(seq: np.ndarray) -> np.ndarray:
 
 class _MadTask(Task):
     family = "mad"
-    reference = "Poli et al. 2024 (MAD), mad-lab generators; DESIGN §8"
+    reference = "Poli et al. 2024 (MAD), mad-lab generators"
 
     def _spec(self) -> TaskSpec:
         V, T = self.vocab_size, self.seq_len

@@ -1,4 +1,4 @@
-"""Multi-query associative recall (MQAR), exactly as Zoology's ``multiquery_ar`` (Arora et al. 2023; DESIGN §8).
+"""Multi-query associative recall (MQAR), exactly as Zoology's ``multiquery_ar`` (Arora et al. 2023).
 
 An example with P key–value pairs, L = ``seq_len`` and V = ``vocab_size`` (keys in ``1 .. V/2 − 1``, values in
 ``V/2 .. V − 1``, 0 the filler), e.g. V = 12, P = 2, L = 16, ``random_non_queries=False``::
@@ -41,7 +41,7 @@ class MQAR(Task):
 
     name = "mqar"
     family = "mqar"
-    reference = "Arora et al. 2023 (Zoology), multiquery_ar; DESIGN §8"
+    reference = "Arora et al. 2023 (Zoology), multiquery_ar"
     PARAMS = {
         "vocab_size": Param(8192, int, "vocabulary size V (keys below V/2, values from V/2)", low=4),
         "seq_len": Param(64, int, "sequence length L (even, < vocab_size)", low=2),
@@ -112,7 +112,7 @@ class MQAR(Task):
         return np.take_along_axis(first, order, axis=1)
 
     def metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        """Per-example accuracy over labelled positions, averaged over examples (DESIGN §8), and the loss."""
+        """Per-example accuracy over labelled positions, averaged over examples as Zoology does, and the loss."""
         outputs = self._output_window(outputs.detach(), targets)
         targets = targets.to(outputs.device)
         return {"accuracy": per_example_accuracy(outputs, targets), "loss": float(self.loss(outputs, targets))}

@@ -1,4 +1,4 @@
-"""Pathfinder-Segmentation (seed 002 §3.2): label every pixel of a Pathfinder image, flattened to T = M².
+"""Pathfinder-Segmentation (Gupta et al. 2022 §3.2): label every pixel of a Pathfinder image, flattened to T = M².
 
 An M×M image (M = √``seq_len``: 256 by default, 512 in the paper's hardest setting) holds two long dashed main
 paths of ``num_dashes`` dashes, short dashed distractors of ``distractor_dashes`` dashes, and two filled circles
@@ -17,7 +17,7 @@ cannot be placed in a few tries is dropped. Strokes are binary (1 on black).
 
 Inputs: float ``[n, M², 1]`` pixel intensities in row-major order; targets int64 ``[n, M²]`` in {0, 1, 2}.
 Head: tagging with 3 classes. Metrics: macro F1 and macro accuracy (per-class F1 / recall averaged over the
-classes, seed 002 Table 3), and pixel accuracy.
+classes, Gupta et al. 2022 Table 3), and pixel accuracy.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class PathfinderSegmentation(Task):
 
     name = "pathfinder_segmentation"
     family = "higher-order"
-    reference = "Gupta et al., seed 002 §3.2 (Pathfinder-Segmentation); Linsley et al. 2018"
+    reference = "Gupta et al. 2022 §3.2 (Pathfinder-Segmentation); Linsley et al. 2018"
     head_kind = "tagging"
     PARAMS = {
         "seq_len": Param(65536, int, "M² for an M×M image (256² default; 512² in the paper)", low=1024),

@@ -1,4 +1,4 @@
-"""Typed run and sweep configurations (pydantic), read from YAML (DESIGN §7).
+"""Typed run and sweep configurations (pydantic), read from YAML.
 
 A run config::
 
@@ -66,7 +66,7 @@ class ConfigError(ValueError):
 
 
 class TaskConfig(Strict):
-    """The task (DESIGN §6), its parameters and data sizes; train and test data come from disjoint seeds."""
+    """The task, its parameters and data sizes; train and test data come from disjoint seeds."""
 
     name: str = Field(description="a task name (`seqdyn tasks list` lists them)")
     params: dict[str, Any] = Field(
@@ -105,7 +105,7 @@ class OptimizerConfig(Strict):
         None,
         ge=0,
         description="weight decay of the state-space "
-        "parameters (seed 002: 0, 'weight decay is not applied to DLR "
+        "parameters (Gupta et al. 2022: 0, 'weight decay is not applied to DLR "
         "parameters'); null: as the other parameters",
     )
     weight_decay: float = Field(

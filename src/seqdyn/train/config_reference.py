@@ -22,6 +22,8 @@ INTRO = """\
 A run is a YAML file of these sections; a sweep adds `sweep`. Generated from the pydantic models of
 `seqdyn.train.config` and `seqdyn.models.config` by `seqdyn config schema` (regenerate this file with
 `seqdyn config schema > docs/config.md`; a test fails when it is not current). `null` is YAML's empty value.
+Gupta et al. 2022 is ["Simplifying and Understanding State Space Models with Diagonal Linear
+RNNs"](https://arxiv.org/abs/2212.00768).
 """
 
 BOUNDS = (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"))  # the constraints of Field(gt=..., ...)

@@ -1,11 +1,11 @@
-"""Reports on a results store (DESIGN §7, §8, §9): run tables, best-over-learning-rate tables and figures.
+"""Reports on a results store: run tables, best-over-learning-rate tables and figures.
 
 ``run_rows`` gives one row per run with the hyper-parameters that vary across the selected runs (dotted keys
 such as ``model.mixer``, ``optimizer.lr``, ``model.d_model``); ``best_over`` keeps, for each combination of the
-other varying hyper-parameters, the run with the best final metric over the learning rate (DESIGN §8: "the best
-is reported"); ``render`` prints rows as a table, CSV or JSON; ``plot_grid`` draws the accuracy grid of seed 000
-Fig. 5 (mixers × model width, best over lr, values written in the cells) and ``plot_curves`` the primary metric
-against the step. matplotlib is imported only by the plotting functions.
+other varying hyper-parameters, the run with the best final metric over the learning rate (the number the MQAR
+protocol of Zoology and Sieber et al. 2024 reports); ``render`` prints rows as a table, CSV or JSON; ``plot_grid`` draws
+the accuracy grid of Sieber et al. 2024 Fig. 5 (mixers × model width, best over lr, values written in the cells) and
+``plot_curves`` the primary metric against the step. matplotlib is imported only by the plotting functions.
 
 A row is a dict: ``run_id``, ``name``, ``status``, the varying hyper-parameters, ``metric`` (its name),
 ``final``, ``best``, ``steps``, ``wall_time``, ``backend`` (the backend its layers computed with, only where a run
@@ -290,7 +290,7 @@ def _hashable(value: Any) -> Any:
 class GridPanel:
     """One panel of the accuracy grid: ``values[i][j]`` is the best-over-lr final metric of row value
     ``rows[i]`` and column value ``cols[j]`` (NaN where no run has one); ``facet`` names the panel's fixed
-    values of the other varying hyper-parameters (e.g. the task and the state size, as in seed 000 Fig. 5)."""
+    values of the other varying hyper-parameters (e.g. the task and the state size, as in Sieber et al. 2024 Fig. 5)."""
 
     facet: dict[str, Any]
     row_key: str
@@ -403,7 +403,7 @@ def plot_grid(
     col_key: str = "model.d_model",
     sweep: str | None = None,
 ) -> list[GridPanel]:
-    """Draw the accuracy grid of seed 000 Fig. 5 (rows × columns, best over lr per cell, values in the cells;
+    """Draw the accuracy grid of Sieber et al. 2024 Fig. 5 (rows × columns, best over lr per cell, values in the cells;
     accuracies in %) to ``path`` (.png, .pdf or .svg); returns the panels drawn."""
     path = _plot_path(path)
     panels = grid_data(store, row_key, col_key, sweep)

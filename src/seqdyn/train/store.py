@@ -1,4 +1,4 @@
-"""The embedded results store (DESIGN §7): one SQLite file holding runs, their configs, metrics and checkpoints.
+"""The embedded results store: one SQLite file holding runs, their configs, metrics and checkpoints.
 
 A store is safe for several processes at once (two sweeps on one file, a sweep's workers, a report reading while
 a sweep writes):

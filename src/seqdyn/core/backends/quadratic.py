@@ -1,6 +1,6 @@
 """The ``quadratic`` backend: materialize every coefficient, the reference for all other backends.
 
-Step by step (seed 001 eqs. 2–4):
+Step by step (Sieber et al. 2025 eqs. 2–4):
   1. scores ``s_ij = q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j`` for all pairs ``j ≤ i`` (:func:`scores`);
   2. coefficients ``α_ij = φ(s_ij)`` and their normalization ``1/η_i``;
   3. outputs ``y_i = Σ_j (α_ij/η_i) v_j`` as one matrix product.

@@ -1,8 +1,8 @@
 """The ``recurrent`` backend: the coefficient dynamics step by step, the streaming form of every mixer.
 
-Identity readout (seed 001 Lemma 1; DESIGN §2): a finite state ``S_t = Λ_t S_{t-1} + b_t k_t v_tᵀ`` ``[K, V]``
+Identity readout (Sieber et al. 2025 Lemma 1): a finite state ``S_t = Λ_t S_{t-1} + b_t k_t v_tᵀ`` ``[K, V]``
 and ``y_t = S_tᵀ q_t``.  Any other readout has no finite state: the state is the cache of transformed keys
-``x_t^(j) = Λ_t x_{t-1}^(j)`` of every past ``j`` with their values (seed 001 eq. 3), and
+``x_t^(j) = Λ_t x_{t-1}^(j)`` of every past ``j`` with their values (Sieber et al. 2025 eq. 3), and
 ``y_t = Σ_j φ(q_tᵀ x_t^(j)) v_j / η_t`` — a KV cache that grows with t.  ``O(T·K·V)`` time in T Python steps.
 """
 

@@ -1,7 +1,7 @@
 """The ``scan`` backend: the pairs ``(Λ_t, b_t k_t v_tᵀ)`` scanned in blocks, with a hand-written adjoint.
 
 The states of the identity readout satisfy ``S_t = Λ_t S_{t-1} + X_t`` with ``X_t = b_t k_t v_tᵀ`` and Λ scalar
-or diagonal, so every state element follows its own first-order linear recurrence (textbook seed 004, S5; the
+or diagonal, so every state element follows its own first-order linear recurrence (as in S5, Smith et al. 2023; the
 "selective scan" of Mamba).  The sequence is taken in blocks of :data:`BLOCK` steps: a block's decays and ``X``
 are formed at once, its steps applied one after another — each one multiply-add over every batch, head and
 state element — and its outputs read at once (:func:`scan_block`).  Only the state entering each block is kept;

@@ -5,6 +5,7 @@ they take its checks from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -15,12 +16,11 @@ from seqdyn.hf.convert.common import (
     attention_heads,
     check_default_rope,
     copy_decoder_stack,
-    dt_limit,
     hybrid_config,
     plain_attention_weights,
     rotary_options,
 )
-from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
+from seqdyn.hf.convert.mamba2 import HYBRID_MAMBA2_FIELDS, mamba2_mixer_weights, mamba2_options
 from seqdyn.hf.convert.registry import TinyModel, refuse, refuse_any, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
@@ -44,15 +44,7 @@ def check_mamba2_hybrid_options(config: Any, *extra: tuple[str, Any, str]) -> No
 def hybrid_mixers(config: Any, attention: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Per layer of ``layers_block_type``: mamba2 of the ``mamba_*`` fields (its gated RMSNorm with the checkpoint's
     ε) or softmax attention with grouped key–value heads and the options ``attention``."""
-    mamba2 = {
-        "state_dim": config.mamba_d_state,
-        "expand": config.mamba_expand,
-        "head_dim": config.mamba_d_head,
-        "groups": config.mamba_n_groups,
-        "conv_size": config.mamba_d_conv,
-        "norm_eps": config.rms_norm_eps,
-        **dt_limit(config.time_step_limit),
-    }
+    mamba2 = mamba2_options(config, HYBRID_MAMBA2_FIELDS)
     attention = {**attention_heads(config), **attention}
     return [
         ("mamba2", mamba2) if kind == "linear_attention" else ("softmax_attention", attention)
@@ -68,14 +60,37 @@ def _bamba_config(config: Any) -> SeqdynConfig:
     return hybrid_config(config, hybrid_mixers(config, rotary_options(config)))
 
 
+def bamba_layout(mixers: dict[str, tuple[str, Callable[[str, nn.Module, nn.Module], None]]]) -> DecoderLayout:
+    """Where Bamba's decoder (and Falcon-H1's) keeps its weights: per layer ``input_layernorm``, ``pre_ff_layernorm``
+    and the ``feed_forward`` SwiGLU, the mixer of each layer type as ``mixers`` says; ``final_layernorm``."""
+    return DecoderLayout(("input_layernorm", "pre_ff_layernorm"), "feed_forward", mixers, "final_layernorm")
+
+
 def _bamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    layout = DecoderLayout(
-        ("input_layernorm", "pre_ff_layernorm"),
-        "feed_forward",
-        {"linear_attention": ("mamba", mamba2_mixer_weights), "full_attention": ("self_attn", plain_attention_weights)},
-        "final_layernorm",
+    mixers = {
+        "linear_attention": ("mamba", mamba2_mixer_weights),
+        "full_attention": ("self_attn", plain_attention_weights),
+    }
+    copy_decoder_stack(source, target, bamba_layout(mixers))
+
+
+def tiny_mamba2_hybrid_fields(**own: Any) -> dict[str, Any]:
+    """The tiny config of a Mamba-2 hybrid (Bamba, Granite 4.0-H, Falcon-H1): width 16, attention of 2 query heads
+    and 1 key–value head, Mamba-2 of 8 heads (expand 2), 2 groups of B and C, state 4, conv width 4, chunks of 8;
+    with the family's ``own`` fields in their place."""
+    fields = dict(
+        vocab_size=48,
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        mamba_n_heads=8,
+        mamba_n_groups=2,
+        mamba_d_state=4,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=8,
     )
-    copy_decoder_stack(source, target, layout)
+    return {**fields, **own}
 
 
 register(
@@ -85,20 +100,6 @@ register(
     TinyModel(
         "BambaForCausalLM",
         "BambaConfig",
-        dict(
-            vocab_size=48,
-            hidden_size=16,
-            intermediate_size=40,
-            num_hidden_layers=4,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            attn_layer_indices=[1, 3],
-            mamba_n_heads=8,
-            mamba_n_groups=2,
-            mamba_d_state=4,
-            mamba_d_conv=4,
-            mamba_expand=2,
-            mamba_chunk_size=8,
-        ),
+        tiny_mamba2_hybrid_fields(intermediate_size=40, num_hidden_layers=4, attn_layer_indices=[1, 3]),
     ),
 )

@@ -9,18 +9,16 @@ from typing import Any
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.bamba import check_mamba2_hybrid_options
+from seqdyn.hf.convert.bamba import bamba_layout, check_mamba2_hybrid_options, tiny_mamba2_hybrid_fields
 from seqdyn.hf.convert.common import (
-    DecoderLayout,
     attention_heads,
     check_default_rope,
     copy_decoder_stack,
-    dt_limit,
     hybrid_config,
     plain_attention_weights,
     rotary_options,
 )
-from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
+from seqdyn.hf.convert.mamba2 import HYBRID_MAMBA2_FIELDS, mamba2_mixer_weights, mamba2_options
 from seqdyn.hf.convert.registry import TinyModel, refuse, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
@@ -44,16 +42,9 @@ def _falcon_h1_config(config: Any) -> SeqdynConfig:
         )
     check_default_rope(config)
     inner = config.mamba_d_ssm or config.mamba_expand * config.hidden_size
-    mamba2 = {
-        "state_dim": config.mamba_d_state,
-        "expand": inner / config.hidden_size,
-        "head_dim": config.mamba_d_head,
-        "groups": config.mamba_n_groups,
-        "conv_size": config.mamba_d_conv,
-        "gate_norm": bool(config.mamba_rms_norm),
-        "norm_eps": config.rms_norm_eps,
-        **dt_limit(config.time_step_limit),
-    }
+    mamba2 = mamba2_options(
+        config, HYBRID_MAMBA2_FIELDS, expand=inner / config.hidden_size, gate_norm=bool(config.mamba_rms_norm)
+    )
     attention = {**attention_heads(config), **rotary_options(config)}
     parallel = ("parallel", {"parts": [["mamba2", mamba2], ["softmax_attention", attention]]})
     scaled = (config.embedding_multiplier, config.lm_head_multiplier) != (1, 1)
@@ -92,13 +83,7 @@ def _fold_falcon_h1(source: nn.Module, target: SeqdynForCausalLM) -> None:
 
 
 def _falcon_h1_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    layout = DecoderLayout(
-        ("input_layernorm", "pre_ff_layernorm"),
-        "feed_forward",
-        {"hybrid": ("", _falcon_h1_mixer_weights)},
-        "final_layernorm",
-    )
-    copy_decoder_stack(source, target, layout)
+    copy_decoder_stack(source, target, bamba_layout({"hybrid": ("", _falcon_h1_mixer_weights)}))
     _fold_falcon_h1(source, target)
 
 
@@ -109,20 +94,13 @@ register(
     TinyModel(
         "FalconH1ForCausalLM",
         "FalconH1Config",
-        dict(
-            vocab_size=48,
-            hidden_size=16,
+        tiny_mamba2_hybrid_fields(
             intermediate_size=24,
             num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
             head_dim=8,
             mamba_d_ssm=24,
             mamba_n_heads=6,
             mamba_d_head=4,
-            mamba_n_groups=2,
-            mamba_d_state=4,
-            mamba_chunk_size=8,
             embedding_multiplier=2.0,
             lm_head_multiplier=0.5,
             mlp_multipliers=[1.5, 0.7],

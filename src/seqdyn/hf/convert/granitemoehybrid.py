@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.bamba import check_mamba2_hybrid_options, hybrid_mixers
+from seqdyn.hf.convert.bamba import check_mamba2_hybrid_options, hybrid_mixers, tiny_mamba2_hybrid_fields
 from seqdyn.hf.convert.common import (
     DecoderLayout,
     copy_decoder_stack,
@@ -100,23 +100,13 @@ register(
     TinyModel(
         "GraniteMoeHybridForCausalLM",
         "GraniteMoeHybridConfig",
-        dict(
-            vocab_size=48,
-            hidden_size=16,
+        tiny_mamba2_hybrid_fields(
             intermediate_size=8,
             shared_intermediate_size=24,
             num_hidden_layers=4,
-            num_attention_heads=2,
-            num_key_value_heads=1,
             layer_types=["linear_attention", "full_attention"] * 2,
             num_local_experts=4,
             num_experts_per_tok=2,
-            mamba_n_heads=8,
-            mamba_n_groups=2,
-            mamba_d_state=4,
-            mamba_d_conv=4,
-            mamba_expand=2,
-            mamba_chunk_size=8,
             position_embedding_type="rope",
             tie_word_embeddings=True,
             embedding_multiplier=3.0,

@@ -9,12 +9,21 @@ from typing import Any
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.common import attention_heads, copy_weight, dt_limit, plain_attention_weights
-from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
+from seqdyn.hf.convert.common import attention_heads, copy_weight, plain_attention_weights
+from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights, mamba2_options
 from seqdyn.hf.convert.registry import TinyModel, refuse, refuse_any, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
 _NEMOTRON_MIXERS = ("linear_attention", "full_attention")
+#: where ``NemotronHConfig`` holds mamba2's options (its width, ``expand``, is the heads' ``mamba_num_heads`` times
+#: ``mamba_head_dim``)
+_NEMOTRON_MAMBA2_FIELDS = {
+    "state_dim": "ssm_state_size",
+    "head_dim": "mamba_head_dim",
+    "groups": "n_groups",
+    "conv_size": "conv_kernel",
+    "norm_eps": "layer_norm_epsilon",
+}
 
 
 def _nemotron_blocks(config: Any) -> list[tuple[int, int | None]]:
@@ -62,15 +71,12 @@ def _nemotron_config(config: Any) -> SeqdynConfig:
     """``NemotronHConfig`` → one block per Mamba-2 or attention layer (no positions, grouped key–value heads), with
     the squared-ReLU MLP layer after it as its MLP; Δ clamped from below at ``time_step_min`` as the layer does."""
     _check_nemotron_options(config)
-    mamba2 = {
-        "state_dim": config.ssm_state_size,
-        "expand": config.mamba_num_heads * config.mamba_head_dim // config.hidden_size,
-        "head_dim": config.mamba_head_dim,
-        "groups": config.n_groups,
-        "conv_size": config.conv_kernel,
-        "norm_eps": config.layer_norm_epsilon,
-        **dt_limit((config.time_step_min, float("inf"))),
-    }
+    mamba2 = mamba2_options(
+        config,
+        _NEMOTRON_MAMBA2_FIELDS,
+        (config.time_step_min, float("inf")),
+        expand=config.mamba_num_heads * config.mamba_head_dim // config.hidden_size,
+    )
     attention = {**attention_heads(config), "rotary": False}
     blocks = _nemotron_blocks(config)
     kinds = config.layers_block_type

@@ -20,7 +20,7 @@ from seqdyn.hf.convert.common import (
     plain_attention_weights,
     rotary_or_none,
 )
-from seqdyn.hf.convert.qwen3_5 import DELTA_DECAY, check_delta_hybrid_options, delta_options
+from seqdyn.hf.convert.qwen3_5 import DELTA_DECAY, check_delta_hybrid_options, delta_options, tiny_delta_hybrid_fields
 from seqdyn.hf.convert.registry import TinyModel, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
@@ -98,19 +98,8 @@ register(
     TinyModel(
         "OlmoHybridForCausalLM",
         "OlmoHybridConfig",
-        dict(
-            vocab_size=48,
-            hidden_size=16,
+        tiny_delta_hybrid_fields(
             intermediate_size=40,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=6,
-            linear_value_head_dim=8,
-            linear_conv_kernel_dim=4,
-            layer_types=["linear_attention", "full_attention"] * 2,
             rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
             pad_token_id=0,
             eos_token_id=1,

@@ -150,6 +150,29 @@ def qwen_weights(
     return lambda source, target: copy_decoder_stack(source, target, layout)
 
 
+def tiny_delta_hybrid_fields(**own: Any) -> dict[str, Any]:
+    """The tiny config of a Gated DeltaNet hybrid (Qwen3.5, Qwen3-Next, Qwen3.5-MoE, OLMo-hybrid): 4 layers of width
+    16, Gated DeltaNet (2 key heads of width 6, 4 value heads of width 8, conv width 4) and attention (4 query heads,
+    2 key–value heads) alternating, with the family's ``own`` fields."""
+    return dict(
+        vocab_size=48,
+        hidden_size=16,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=6,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        layer_types=["linear_attention", "full_attention"] * 2,
+        **own,
+    )
+
+
+#: the tiny Qwen hybrids' rotary embeddings: on half of each head, at the default frequencies
+QWEN_TINY_ROPE = {"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.5}
+
 register(
     "qwen3_5_text",
     _qwen3_5_config,
@@ -157,22 +180,7 @@ register(
     TinyModel(
         "Qwen3_5ForCausalLM",
         "Qwen3_5TextConfig",
-        dict(
-            vocab_size=48,
-            hidden_size=16,
-            intermediate_size=40,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=6,
-            linear_value_head_dim=8,
-            linear_conv_kernel_dim=4,
-            layer_types=["linear_attention", "full_attention"] * 2,
-            rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.5},
-        ),
+        tiny_delta_hybrid_fields(head_dim=8, intermediate_size=40, rope_parameters=dict(QWEN_TINY_ROPE)),
     ),
     vision_language="qwen3_5",
 )

@@ -11,7 +11,13 @@ from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.convert.common import copy_pairs, copy_swiglu, copy_weight, hybrid_config
-from seqdyn.hf.convert.qwen3_5 import QWEN_DELTA_REST, check_qwen3_5_options, qwen3_5_mixers, qwen_weights
+from seqdyn.hf.convert.qwen3_5 import (
+    QWEN_DELTA_REST,
+    check_qwen3_5_options,
+    qwen3_5_mixers,
+    qwen_weights,
+    tiny_delta_hybrid_fields,
+)
 from seqdyn.hf.convert.registry import TinyModel, refuse, register
 
 
@@ -27,7 +33,13 @@ def _qwen3_next_config(config: Any) -> SeqdynConfig:
             (config.decoder_sparse_step, config.mlp_only_layers, config.num_experts),
             "seqdyn's model has one kind of MLP in every layer: experts in all of them",
         )
-    return hybrid_config(config, qwen3_5_mixers(config), **experts(config, config.norm_topk_prob))
+    return experts_hybrid_config(config, config.norm_topk_prob)
+
+
+def experts_hybrid_config(config: Any, normalize: bool) -> SeqdynConfig:
+    """Qwen3.5's layers (:func:`qwen3_5_mixers`) with the Qwen mixture of experts (:func:`experts`) in every layer,
+    its top-k weights renormalized where ``normalize``."""
+    return hybrid_config(config, qwen3_5_mixers(config), **experts(config, normalize))
 
 
 def experts(config: Any, normalize: bool) -> dict[str, Any]:
@@ -70,6 +82,15 @@ def copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     copy_weight(ours.shared_gate.weight, theirs.shared_expert_gate.weight, f"{prefix}.shared_expert_gate.weight")
 
 
+#: the tiny Qwen hybrids' mixture of experts: 4 experts of width 8, the top 2 per token, a shared expert of 12
+TINY_EXPERTS = {
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 8,
+    "shared_expert_intermediate_size": 12,
+    "experts_implementation": "eager",
+}
+
 register(
     "qwen3_next",
     _qwen3_next_config,
@@ -77,26 +98,6 @@ register(
     TinyModel(
         "Qwen3NextForCausalLM",
         "Qwen3NextConfig",
-        dict(
-            vocab_size=48,
-            hidden_size=16,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=6,
-            linear_value_head_dim=8,
-            linear_conv_kernel_dim=4,
-            layer_types=["linear_attention", "full_attention"] * 2,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=8,
-            shared_expert_intermediate_size=12,
-            intermediate_size=40,
-            partial_rotary_factor=0.5,
-            experts_implementation="eager",
-        ),
+        tiny_delta_hybrid_fields(head_dim=8, **TINY_EXPERTS, intermediate_size=40, partial_rotary_factor=0.5),
     ),
 )

@@ -1,4 +1,4 @@
-"""The atomic-task protocol of seed 002 (Gupta et al., DLR; §3.3 and appendix A.6), as sweep configs.
+"""The atomic-task protocol of Gupta et al. 2022 (DLR; §3.3 and appendix A.6), as sweep configs.
 
 "Input x ∈ R^{L×D} is linearly projected to xW ∈ R^{L×d} where d is the model dimension. For a desired output
 y ∈ R^{L'×D'} we take the output o ∈ R^{L×d} of the model and linearly project it to oW' ∈ R^{L×D'} and take its
@@ -244,7 +244,7 @@ def r2_cell(ours: Score, paper: float | None) -> str:
 
 
 def plot_r2_grid(results: Results, path: Path, title: str) -> Path:
-    """A task × model grid of our R² (mean over seeds), Table 1 drawn as seed 000 Fig. 5 draws its grids."""
+    """A task × model grid of our R² (mean over seeds), Table 1 drawn as Sieber et al. 2024, Fig. 5 draws its grids."""
     from seqdyn.analysis.plots import plot_accuracy_grid
 
     tasks, models = present(results)

@@ -1,14 +1,14 @@
-"""The MAD protocol (Poli et al. 2024) as seed 001 ran it (appendix E), as sweep configs, and the coefficient
-measurements seed 001 takes on the trained models.
+"""The MAD protocol (Poli et al. 2024) as Sieber et al. 2025 ran it (appendix E), as sweep configs, and the coefficient
+measurements Sieber et al. 2025 takes on the trained models.
 
-MAD (DESIGN §8): 12,800 training and 1,280 test examples, batch 128, 200 epochs, AdamW with
+MAD (Poli et al. 2024): 12,800 training and 1,280 test examples, batch 128, 200 epochs, AdamW with
 lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine decay to 1e-6, early stop at 99.9 % test accuracy, width
 128; a model's *MAD score* on a task is the mean over the task's settings of its best test accuracy over the
-lr × weight-decay grid.  Seed 001 (appendix E): "We use the two block designs shown in Figure 12. Generally, we use
-the Transformer style block for attention-based models [...] and the Gated DeltaNet style block for SSMs/RNNs
+lr × weight-decay grid.  Sieber et al. 2025 (appendix E): "We use the two block designs shown in Figure 12. Generally,
+we use the Transformer style block for attention-based models [...] and the Gated DeltaNet style block for SSMs/RNNs
 [...] we typically use interleaved MLP blocks after each block [...] two dense layers with SwiGLU activation".
-The numbers of seed 001's tables E.1/E.2 (layers, widths, heads, MLP width) are lost from its text copy; where a
-reproduction needs them it takes MAD's: two layers, width 128.
+The numbers of Sieber et al. 2025's tables E.1/E.2 (layers, widths, heads, MLP width) are lost from its text copy; where
+a reproduction needs them it takes MAD's: two layers, width 128.
 
 :func:`mad_sweeps` writes one sweep per task: every model entry × learning rate × weight decay × seed.  The names and
 signatures are every protocol's (:mod:`seqdyn.reproduce.protocols.base`).
@@ -37,17 +37,17 @@ PAPER_TRAIN, PAPER_TEST, PAPER_BATCH, PAPER_EPOCHS = 12_800, 1_280, 128, 200
 PAPER_MIN_LR, PAPER_WIDTH, PAPER_LAYERS = 1e-6, 128, 2
 EARLY_STOP = 0.999
 
-#: seed 001 Fig. 12, Type 1: ``x + mixer(norm x)`` at the model width, learned positions
+#: Sieber et al. 2025, Fig. 12, Type 1: ``x + mixer(norm x)`` at the model width, learned positions
 TRANSFORMER_BLOCK: dict[str, Any] = {"block": "transformer", "positions": True}
-#: seed 001 Fig. 12, Type 2 (Gated DeltaNet style): input and gate projections and an output gate around the
+#: Sieber et al. 2025, Fig. 12, Type 2 (Gated DeltaNet style): input and gate projections and an output gate around the
 #: mixer, no positions (the short convolution of its keys and queries is the mixer's ``short_conv``)
 GATED_BLOCK: dict[str, Any] = {"block": "gated", "positions": False}
 
 
 @dataclass(frozen=True, kw_only=True)
 class MADModel(base.Model):
-    """A model of seed 001 as it ran it: the mixer and its options in a block design (:data:`TRANSFORMER_BLOCK` or
-    :data:`GATED_BLOCK`)."""
+    """A model of Sieber et al. 2025 as it ran it: the mixer and its options in a block design
+    (:data:`TRANSFORMER_BLOCK` or :data:`GATED_BLOCK`)."""
 
     block: dict[str, Any]
 
@@ -56,7 +56,7 @@ class MADModel(base.Model):
         return {**self.block, "mixer": self.mixer, "mixer_options": dict(self.options)}
 
 
-#: seed 001's MAD tasks at MAD's settings (DESIGN §8)
+#: Sieber et al. 2025's MAD tasks at MAD's settings (Poli et al. 2024)
 PAPER_TASKS: dict[str, dict[str, Any]] = {
     "fuzzy_in_context_recall": {"vocab_size": 16, "seq_len": 128, "k_motif_size": 3, "v_motif_size": 3},
     "selective_copying": {"vocab_size": 16, "seq_len": 256, "num_tokens_to_copy": 16},
@@ -121,7 +121,7 @@ def pick(tasks: Mapping[str, Mapping[str, Any]], *names: str) -> dict[str, dict[
 class Budget(base.Budget):
     """How long and on how much data — ``steps`` (else ``epochs``), the examples, the batch size, an evaluation
     every ``eval_every`` steps — and the model around the mixers: ``width``, ``layers`` and the interleaved
-    ``mlp`` (seed 001: SwiGLU)."""
+    ``mlp`` (Sieber et al. 2025: SwiGLU)."""
 
     epochs: int | None = PAPER_EPOCHS
     train_examples: int = PAPER_TRAIN
@@ -134,14 +134,14 @@ class Budget(base.Budget):
 
 #: how the ``paper`` scales train, in words for their ``reductions``
 PAPER_PROTOCOL = (
-    "MAD's protocol (seed 001 appendix E; DESIGN §8): 12,800 training and 1,280 test examples, batch "
+    "MAD's protocol (Sieber et al. 2025, appendix E): 12,800 training and 1,280 test examples, batch "
     "128, 200 epochs, lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine to 1e-6, early stop "
-    "at 99.9 %; two blocks of width 128 with SwiGLU MLPs, 4 heads (seed 001's layer counts, widths and "
+    "at 99.9 %; two blocks of width 128 with SwiGLU MLPs, 4 heads (Sieber et al. 2025's layer counts, widths and "
     "heads are lost from its text copy: MAD's are taken); one seed"
 )
 SMOKE_REDUCTION = "The whole pipeline on toy tasks (L = 16, d = 16, 4 steps): no verdict to trust."
 
-#: the ``smoke`` budget of every seed 001 reproduction
+#: the ``smoke`` budget of every Sieber et al. 2025 reproduction
 SMOKE = Budget(
     epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8, eval_every=2, width=16, layers=1
 )
@@ -337,7 +337,8 @@ def measured_score(label: str, rows: Sequence[dict[str, Any]], key: str, cells: 
 # ------------------------------------------------------------------------------------------------ measurements
 NEAR_ZERO = "coefficients.near_zero_fraction"
 LARGE = "coefficients.large_fraction"
-#: seed 001 Fig. 9: the largest, over layers, heads and row indices i, of the batch's mean zero count of row i
+#: Sieber et al. 2025, Fig. 9: the largest, over layers, heads and row indices i, of the batch's mean zero count of
+#: row i
 MAX_ZEROS = "coefficients.max_mean_zero_count"
 ZERO_BOUND = "coefficients.zero_bound"
 #: test examples the coefficients are measured on
@@ -345,7 +346,7 @@ MEASURE_EXAMPLES = 16
 
 
 def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASURE_EXAMPLES) -> dict[str, Any]:
-    """Seed 001's measurements of one trained run on ``examples`` test inputs of its task: the near-zero and
+    """Sieber et al. 2025's measurements of one trained run on ``examples`` test inputs of its task: the near-zero and
     large fractions of its coefficients (mean over layers and heads, at ``NEAR_ZERO_EPS``) and, where the bound
     of Corollary 2.2 applies (identity readouts), Fig. 9's count — per layer, head and row index, the batch's mean
     number of zero coefficients (``HeadReport.mean_zero_count``), its largest value — and the bound K − 1."""
@@ -382,7 +383,7 @@ def measure_best_runs(results: Results, store_path: str | Path, cells: Sequence[
 
 
 def principle_panels(results: Results, cells: Sequence[str], label: Any) -> dict[str, list[tuple[str, float, float]]]:
-    """Seed 001 Fig. 1's panels for :func:`~seqdyn.analysis.plots.plot_principle`: per task, ``(label(row),
+    """Sieber et al. 2025, Fig. 1's panels for :func:`~seqdyn.analysis.plots.plot_principle`: per task, ``(label(row),
     near-zero fraction, accuracy)`` of every measured best run; a placeholder panel where none is measured yet."""
     panels = {}
     for task in tasks_of(results):

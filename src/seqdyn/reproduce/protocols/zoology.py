@@ -1,18 +1,18 @@
-"""The MQAR protocol of seed 000 (appendix I.1), which is Zoology's (Arora et al. 2023), as sweep configs.
+"""The MQAR protocol of Sieber et al. 2024 (appendix I.1), which is Zoology's (Arora et al. 2023), as sweep configs.
 
 "Weight decay of 0.1, linear warmup with duration of 10%, AdamW optimizer. For each run, we sweep the learning
 rates in np.logspace(-4, -2, 4) and train for 64 epochs. [...] We use a global batch size of 512, which we reduce
 to 256 if sequence length L ≥ 128, to 128 if sequence length L ≥ 256, and to 64 if sequence length L ≥ 512.
 [...] we use two layers (each with a sequence model and a MLP, interleaved with layer normalization). [...]
 Positional embeddings are used for the attention and RNN architecture classes, but not for the SSM architecture
-classes. [...] Each model is trained on 100,000 datapoints and evaluated on 3,000 datapoints." (seed 000, I.1);
-vocabulary 8,192 (§4); one head for the attention functions, "S6 and SSD [...] we do not implement the
+classes. [...] Each model is trained on 100,000 datapoints and evaluated on 3,000 datapoints." (Sieber et al. 2024,
+I.1); vocabulary 8,192 (§4); one head for the attention functions, "S6 and SSD [...] we do not implement the
 pre-convolution on the input or the SiLU activations; but just the S6 and SSD blocks" (I.1).  Zoology stops a
 run once test accuracy passes 99 %.
 
 :func:`mqar_sweeps` writes one sweep per MQAR task ``(L, P)``: every mixer at every state expansion n, width d,
-learning rate and seed.  :data:`MIXERS` gives each mixer of seed 000 as the paper ran it.  The names and signatures
-are every protocol's (:mod:`seqdyn.reproduce.protocols.base`).
+learning rate and seed.  :data:`MIXERS` gives each mixer of Sieber et al. 2024 as the paper ran it.  The names and
+signatures are every protocol's (:mod:`seqdyn.reproduce.protocols.base`).
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ EARLY_STOP = 0.99
 
 
 def paper_batch_size(seq_len: int) -> int:
-    """512, or 256 from L = 128, 128 from L = 256, 64 from L = 512 (seed 000 I.1)."""
+    """512, or 256 from L = 128, 128 from L = 256, 64 from L = 512 (Sieber et al. 2024 I.1)."""
     return 64 if seq_len >= 512 else 128 if seq_len >= 256 else 256 if seq_len >= 128 else 512
 
 
 @dataclass(frozen=True, kw_only=True)
 class MQARModel(base.Model):
-    """A mixer of seed 000 as the paper ran it: the mixer and its options, whether it takes the state expansion n
-    (``state_dim``), whether the model adds learned positions (attention and RNNs: yes; SSMs: no) and the blocks'
-    MLP where the authors' config for this mixer sets its own (None: the budget's)."""
+    """A mixer of Sieber et al. 2024 as the paper ran it: the mixer and its options, whether it takes the state
+    expansion n (``state_dim``), whether the model adds learned positions (attention and RNNs: yes; SSMs: no) and the
+    blocks' MLP where the authors' config for this mixer sets its own (None: the budget's)."""
 
     expands: bool = True
     positions: bool = True
@@ -69,8 +69,8 @@ class MQARModel(base.Model):
         ]
 
 
-#: seed 000 Fig. 3's qLSTM block (appendix I.1 and the authors' code, built on Hippogriff): width expansion 2, a
-#: depthwise causal convolution before the gates, a GELU gate branch, and no tanh (the DSF form, eq. 19)
+#: Sieber et al. 2024, Fig. 3's qLSTM block (appendix I.1 and the authors' code, built on Hippogriff): width expansion
+#: 2, a depthwise causal convolution before the gates, a GELU gate branch, and no tanh (the DSF form, eq. 19)
 QLSTM_BLOCK = {"expand": 2, "short_conv": True, "gate": True, "dsf_form": True}
 
 MIXERS = {
@@ -78,8 +78,8 @@ MIXERS = {
     "linear_attention": MQARModel(mixer="linear_attention", options={"heads": 1}),
     # the one MQAR model whose block keeps its MLP in the authors' configs
     "normalized_attention": MQARModel(mixer="normalized_attention", options={"heads": 1}, mlp="gelu"),
-    # the S6 and SSD blocks alone: no short convolution, no SiLU gate, no expansion of the width (seed 000 I.1);
-    # the SSD is the bare S6 block with dt_rank 1 and one scalar A (seqdyn/mixers/ssd.py)
+    # the S6 and SSD blocks alone: no short convolution, no SiLU gate, no expansion of the width (Sieber et al. 2024
+    # I.1); the SSD is the bare S6 block with dt_rank 1 and one scalar A (seqdyn/mixers/ssd.py)
     "s6": MQARModel(mixer="s6", options={"expand": 1, "short_conv": False, "gate": False}, positions=False),
     "ssd": MQARModel(mixer="ssd", positions=False),
     "qlstm": MQARModel(mixer="qlstm", options=QLSTM_BLOCK, expands=False),
@@ -300,8 +300,8 @@ def escape_words(results: Results) -> str:
     )
 
 
-#: the positive control of every MQAR comparison: softmax attention solves the same task (seed 000 Fig. 1: "perfect
-#: accuracy throughout") on every seed, so that a model below it is below a model that learnt the task
+#: the positive control of every MQAR comparison: softmax attention solves the same task (Sieber et al. 2024, Fig. 1:
+#: "perfect accuracy throughout") on every seed, so that a model below it is below a model that learnt the task
 SOFTMAX_CONTROL = Control(
     f"softmax attention on the same task reaches Zoology's early stop {EARLY_STOP} on every seed",
     lambda results: results.score("softmax attention", rows_of(results, "softmax_attention"), cells=TASK_KEYS),

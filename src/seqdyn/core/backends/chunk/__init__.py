@@ -1,6 +1,6 @@
 """The ``chunk`` backend: chunkwise-parallel coefficient dynamics, linear in T.
 
-Identity readout (GLA / SSD / DeltaNet chunk form; seed 003 on structured masks, Yang et al. 2024 for the UT
+Identity readout (GLA / SSD / DeltaNet chunk form; Dao & Gu 2024 on structured masks, Yang et al. 2024 for the UT
 transform).  Split the sequence into chunks of C steps and let ``γ_t`` be the log decay accumulated inside the
 chunk.  With the state ``S`` entering the chunk:
   1. intra-chunk coefficients ``A[t,j] = q_tᵀ diag(e^{γ_t − γ_j}) k_j`` (``j ≤ t``) and ``y = A V``;
