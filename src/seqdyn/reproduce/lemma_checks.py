@@ -459,7 +459,8 @@ def _score(results: Results, lemma: str, setting: str | None = None) -> Score:
     values = _values(results, lemma)
     picked = [values[setting]] if setting in values else [] if setting else list(values.values())
     label = setting or LEMMAS[lemma]
-    return Score(label, (max(picked),) if picked else (), () if picked else (f"{LEMMAS[lemma]} {label} not computed",))
+    missing = () if picked else (f"{LEMMAS[lemma]} {label} not computed",)
+    return Score(label, (max(picked),) if picked else (), missing, exact=True)
 
 
 def _each_at_most(lemma: str, settings: Iterable[str], threshold: float) -> Callable[[Results], Outcome]:
@@ -473,9 +474,9 @@ def error_ratio(results: Results, upper: int, lower: int) -> Score:
     top, bottom = _score(results, "taylor", f"p = {upper}"), _score(results, "taylor", f"p = {lower}")
     label = f"p = {upper} / p = {lower}"
     if not top.values or not bottom.values:
-        return Score(label, (), (*top.missing, *bottom.missing))
+        return Score(label, (), (*top.missing, *bottom.missing), exact=True)
     numerator, denominator = top.values[0], bottom.values[0]
-    return Score(label, (numerator / denominator if denominator else 0.0 if numerator == 0 else math.inf,))
+    return Score(label, (numerator / denominator if denominator else 0.0 if numerator == 0 else math.inf,), exact=True)
 
 
 def _taylor_converges(results: Results) -> Outcome:
@@ -500,7 +501,7 @@ def _variance_fits(results: Results) -> Outcome:
     deviations = tuple(abs(ratio - 1) for ratio in _values(results, "variance").values())
     label = "max |Var / b²K − 1|"
     return at_most(
-        Score(label, (max(deviations),) if deviations else (), () if deviations else (f"{label}: none",)),
+        Score(label, (max(deviations),) if deviations else (), () if deviations else (f"{label}: none",), exact=True),
         VARIANCE_TOLERANCE,
     )
 
