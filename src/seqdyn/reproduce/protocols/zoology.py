@@ -137,6 +137,23 @@ CPU_MODEL_REASON = (
 )
 
 
+#: whether the mixers keep the initialization they give themselves: not in the DSF authors' MQAR runs.  Their Zoology
+#: fork (IntelligentControlSystems/dsf-mqar at 7c5aff8) builds every model and then applies ``_init_weights`` to all
+#: of it (zoology/model.py, lines 73-96, applied at lines 157 and 184): every ``nn.Linear`` weight ~ N(0, 0.02²) and
+#: every Linear bias zeroed, without reading the ``_no_reinit`` mark their S6 puts on ``dt_proj.bias``
+#: (zoology/mixers/mamba.py, line 262; only ``MambaInit``, line 525, reads it, and nothing calls it).  So S6's and
+#: SSD's Δ start near softplus(0) ≈ 0.69 (not Mamba's [0.001, 0.1]), their ``dt_proj`` weight is N(0, 0.02²), and the
+#: qLSTM's gate biases (zoology/mixers/lstm.py, line 17: ``nn.Linear(hidden, 3*hidden, bias=True)``), the forget
+#: gate's included, start at 0
+KEEP_MIXER_INIT = False
+
+#: the initialization of every MQAR model, in words for the reproductions' ``reductions``
+ZOOLOGY_INIT_WORDS = (
+    "Zoology's initialization as in the authors' runs: every Linear weight ~ N(0, 0.02²) (the residual "
+    "projections 0.02/√(2·layers)) and every Linear bias 0, S6's and SSD's Δ projection included (Δ starts near "
+    "softplus(0) ≈ 0.69, not in Mamba's [0.001, 0.1]) and the qLSTMs' forget gate (f starts at σ(0) = 0.5)"
+)
+
 #: the DSF authors' MQAR configs all set ``random_non_queries: False`` (fillers stay 0; Zoology's default, True,
 #: fills them with random tokens, about one of which per example collides with a key at a vocabulary of 256)
 RANDOM_NON_QUERIES = False
@@ -186,6 +203,7 @@ def mqar_sweeps(
                 "mlp": budget.mlp,
                 "norm": "layernorm",
                 "init_std": budget.init_std,
+                "keep_mixer_init": KEEP_MIXER_INIT,
             },
             "task": _mqar_task(seq_len, pairs, budget),
             "optimizer": {"weight_decay": 0.1},
