@@ -41,9 +41,9 @@ def results(rows: list[dict[str, Any]], scale: str = "cpu") -> Results:
 #: the pilots ran before the MQAR reproductions took the DSF configs' ``random_non_queries: False``: they leave it
 #: at the task's default (random fillers)
 FILLERS_THEN = {"random_non_queries": None}
-#: the pilots ran before the MQAR reproductions took Zoology's initialization of the mixers' own parameters
-#: (``keep_mixer_init: false``): they keep them
-INIT_THEN = {"keep_mixer_init": True}
+#: the pilots ran before the MQAR reproductions took Zoology's initialization (std 0.02, and the mixers' own
+#: parameters drawn too: ``keep_mixer_init: false``): they drew the weights with std 0.1 and kept those parameters
+INIT_THEN = {"init_std": 0.1, "keep_mixer_init": True}
 
 
 def _update(options: dict[str, Any], changes: dict[str, Any] | None) -> None:

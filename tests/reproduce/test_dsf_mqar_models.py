@@ -202,14 +202,14 @@ def test_the_ssms_start_as_zoology_initializes_them(scale):
     (zoology/model.py, lines 73-96, at lines 157 and 184) to the whole model: every Linear weight ~ N(0, 0.02²)
     and every Linear bias zeroed, S6's ``dt_proj`` included (the ``_no_reinit`` mark of zoology/mixers/mamba.py,
     line 262, is read only by the unused ``MambaInit``). So Δ starts near softplus(0) = ln 2, not in Mamba's
-    [0.001, 0.1]; the MQAR protocol builds every model so (``keep_mixer_init: false``)."""
+    [0.001, 0.1]; the MQAR protocol builds every model so at every scale (``keep_mixer_init: false``, std 0.02)."""
     import torch
     import torch.nn.functional as F
 
     sweeps = fig.REPRODUCTION.sweeps(scale)
     assert {sweep.model.keep_mixer_init for sweep in sweeps} == {False}  # no sweep axis sets it
+    assert {sweep.model.init_std for sweep in sweeps} == {0.02}
     if scale == "paper":
-        assert {sweep.model.init_std for sweep in sweeps} == {0.02}
         return
     runs = [run for sweep in sweeps for run in sweep.expand()]
     for mixer in ("s6", "ssd"):

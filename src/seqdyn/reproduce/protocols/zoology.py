@@ -111,7 +111,7 @@ SMOKE_GRID = dict(tasks=((16, 2),), widths=(16,), lrs=(1e-2,), seeds=(0,))
 
 def cpu_budget(steps: int, train_examples: int = 20_000) -> Budget:
     """The ``cpu`` budget of the MQAR reproductions: ``steps`` of batch 64 over ``train_examples`` (1,000 test), a
-    vocabulary of 256, an evaluation every 250 steps, blocks without MLPs and weights drawn with std 0.1 — see
+    vocabulary of 256, an evaluation every 250 steps, blocks without MLPs and Zoology's weights (std 0.02) — see
     :data:`CPU_MODEL_REASON`."""
     return Budget(
         epochs=None,
@@ -122,18 +122,21 @@ def cpu_budget(steps: int, train_examples: int = 20_000) -> Budget:
         batch_size=64,
         eval_every=250,
         mlp="none",
-        init_std=0.1,
     )
 
 
-#: why the ``cpu`` scales leave out the MLPs and draw larger initial weights (measured 2026-11-25, MQAR L = 64,
-#: d = 64, batch 64, lr 0.01, 1,500 steps at most: ``seqdyn sweep examples/pilots/mqar_cpu_model.yaml``)
+#: why the ``cpu`` scales leave out the MLPs (measured 2026-11-25, MQAR L = 64, d = 64, batch 64, lr 0.01, 1,500 steps
+#: at most: ``seqdyn sweep examples/pilots/mqar_cpu_model.yaml``), and what Zoology's weights do at this scale
+#: (2026-11-29: the seed-0 runs of dsf_mqar_models' and dsf_state_expansion's cpu scales)
 CPU_MODEL_REASON = (
-    "the blocks have no MLPs and their weights are drawn with std 0.1 instead of Zoology's 0.02: "
-    "with the paper's GELU MLPs and std 0.02, softmax attention itself stayed on the plateau for "
-    "1,500 steps (best 0.26 with 4 pairs, 0.15 with 8), and with either change alone too (0.14 "
-    "and 0.15 with 8 pairs), while with both it solved 4 and 8 pairs by step 500 (0.999 and "
-    "0.996), each step taking about half the time"
+    "the blocks have no MLPs, as in the authors' configs of every model but normalized attention "
+    "(state_mixer torch.nn.Identity; S6 and SSD in Mamba blocks without one), while the paper's text gives every "
+    "block one: with GELU MLPs softmax attention itself stayed on the plateau for 1,500 steps at lr 0.01 (best "
+    "0.26 with 4 pairs, 0.15 with 8), and without them each step takes about half the time. The weights are "
+    "Zoology's (std 0.02, every bias 0, S6's Δ near 0.69): at lr 2.15e-3 softmax attention solved 4 pairs by "
+    "step 2,250 (0.996) and 8 pairs by step 1,500 (0.994) on seed 0, and S6 on 4 pairs stayed at 0.235, below "
+    "the copy plateau of 0.25, for 5,000 steps (these scales drew the weights with std 0.1 before, and left "
+    "S6's Δ in Mamba's [0.001, 0.1]: softmax then solved both by step 500)"
 )
 
 
