@@ -11,6 +11,11 @@ trains the rungs in turn (their seeds side by side) into ``--store`` (resumable:
 prints one JSON line per run (best test accuracy, steps, first evaluation above the task's plateau + 0.05) and per
 ladder the rung it chooses.
 
+The ``chosen`` rung it prints is the control's half of the choice only.  Where the compared models' numbers are
+known on the rungs too, the setting a ``cpu`` scale runs is ``seqdyn.reproduce.protocols.mad.choose_rung``'s: the
+easiest rung where the compared models are not all at the ceiling while the control still learns (``mad.LADDERS``
+holds the numbers; selective copying moved so from L = 32 to L = 64).
+
 Run: python examples/pilots/control_difficulty.py fuzzy noisy --store difficulty.db --workers 2
 """
 

@@ -86,6 +86,35 @@ def test_paper_inits_survive():
     torch.testing.assert_close(mamba2.skip, torch.ones_like(mamba2.skip))
 
 
+@torch.no_grad()
+def test_without_keep_mixer_init_the_model_init_draws_the_kept_linears_too():
+    """``keep_mixer_init: false`` is Zoology's own ``_init_weights``, which never reads Mamba's ``_no_reinit``
+    mark: S6's Δ projection is drawn as every Linear (bias 0, so Δ starts near softplus(0) = ln 2) and the qLSTMs'
+    gate biases, the forget gate's included, are 0; kept parameters that are no Linear's (A, D, a) keep theirs."""
+    torch.manual_seed(0)
+    model = build_model(
+        config(
+            layers=3,
+            mixer=["s6", "qlstm", "qlstm_s6"],
+            mixer_options=[{"state_dim": 4, "dt_rank": 8}, {}, {}],
+            keep_mixer_init=False,
+        ),
+        spec(),
+    )
+    s6, qlstm, qlstm_s6 = (block.mixer for block in model.blocks)
+    assert float(s6.dt_proj.bias.abs().max()) == 0
+    assert _std([s6.dt_proj.weight]) == pytest.approx(0.02, rel=0.15)
+    step = F.softplus(s6.dt_proj(torch.randn(64, 8)))
+    assert float(step.mean()) == pytest.approx(math.log(2), abs=0.01)
+    assert float(step.min()) > 0.5 and float(step.max()) < 0.9  # Mamba's own init: Δ in [1e-3, 0.1]
+    assert float(qlstm.gates.bias.abs().max()) == 0 and float(qlstm_s6.gates.bias.abs().max()) == 0
+    torch.testing.assert_close(s6.skip, torch.ones_like(s6.skip))
+    torch.testing.assert_close(s6.a_log[0], torch.log(torch.arange(1.0, 5.0)))
+    assert float(qlstm_s6.a_log) == 0
+    kept = build_model(config(mixer="qlstm", keep_mixer_init=True), spec()).blocks[0].mixer
+    assert float(kept.gates.bias[: kept.inner].min()) == kept.forget_bias == 1.0
+
+
 @pytest.mark.parametrize("name", ["s6", "rglru", "qlstm", "qlstm_s6", "mamba2", "gated_deltanet", "mlstm", "custom"])
 def test_kept_parameters_are_untouched_by_a_reinit(name):
     options = {"custom": {"heads": 2, "decay": "scalar", "scale": "delta"}}.get(name, SMALL.get(name, {}))

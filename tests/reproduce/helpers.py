@@ -41,6 +41,9 @@ def results(rows: list[dict[str, Any]], scale: str = "cpu") -> Results:
 #: the pilots ran before the MQAR reproductions took the DSF configs' ``random_non_queries: False``: they leave it
 #: at the task's default (random fillers)
 FILLERS_THEN = {"random_non_queries": None}
+#: the pilots ran before the MQAR reproductions took Zoology's initialization (std 0.02, and the mixers' own
+#: parameters drawn too: ``keep_mixer_init: false``): they drew the weights with std 0.1 and kept those parameters
+INIT_THEN = {"init_std": 0.1, "keep_mixer_init": True}
 
 
 def _update(options: dict[str, Any], changes: dict[str, Any] | None) -> None:
@@ -58,10 +61,11 @@ def runs_by_key(
     mixer_options: dict | None = None,
     key=("model.mixer", "optimizer.lr", "train.seed"),
     task_params: dict | None = None,
+    model: dict | None = None,
 ) -> dict[tuple, dict[str, Any]]:
-    """Canonical run configs (their names left out) by the dotted ``key`` paths, with ``train``, ``mixer_options``
-    and ``task_params`` updated (a value ``None``: left out): what a pilot should equal once its deliberate changes are
-    undone."""
+    """Canonical run configs (their names left out) by the dotted ``key`` paths, with ``train``, ``mixer_options``,
+    ``task_params`` and ``model`` updated (a value ``None``: left out): what a pilot should equal once its deliberate
+    changes are undone."""
     runs = {}
     for config in configs:
         canonical = config.canonical()
@@ -69,6 +73,7 @@ def runs_by_key(
         canonical["train"].update(train or {})
         _update(canonical["model"]["mixer_options"], mixer_options)
         _update(canonical["task"]["params"], task_params)
+        _update(canonical["model"], model)
         values = []
         for path in key:
             value = canonical

@@ -97,6 +97,23 @@ def test_the_control_has_its_row_in_the_table():
     assert "| softmax (control) | Type 1 block | 96.0 ± 1.0 | 96.0 ± 1.0 |" in fig.REPRODUCTION.table(table(rising))
 
 
+def test_the_cpu_scale_runs_selective_copying_at_its_ladders_choice_and_shows_the_ladder():
+    """The ladder's rule (mad.choose_rung): one rung harder than where every Λ sat at the ceiling (L = 32, 4 tokens:
+    0.998-0.999), to L = 64 with 8 tokens; the table prints the ladder's numbers under the results."""
+    assert fig.SCALES["cpu"]["tasks"] == {
+        "selective_copying": {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8}
+    }
+    rising = {
+        "scalar": [0.4, 0.4],
+        "diagonal": [0.6, 0.6],
+        "Householder, w = k": [0.8, 0.8],
+        "Householder, learned w": [0.9, 0.9],
+    }
+    shown = fig.REPRODUCTION.table(table(rising))
+    assert "Difficulty ladder of selective_copying" in shown and "0.872 / 0.914" in shown
+    assert "Difficulty ladder of fuzzy_in_context_recall" not in shown  # fuzzy recall has no ladder
+
+
 def test_overlapping_seeds_are_inconclusive():
     overlapping = {
         "scalar": [0.4, 0.9],

@@ -73,10 +73,32 @@ def test_listops_keeps_the_papers_chunk_of_an_eighth_of_the_sequence_at_the_cpu_
 
 
 def test_the_cpu_sweeps_run_every_model_with_two_seeds_on_both_tasks():
-    for sweep in table3.sweeps_of("cpu"):
-        runs = sweep.expand()
-        assert len(runs) == len(table3.MODELS) * 2
-        assert {run.model.mixer for run in runs} == set(table3.MODELS)
+    runs = [run for sweep in table3.sweeps_of("cpu") for run in sweep.expand()]
+    for task in (table3.LISTOPS, table3.PATHFINDER):
+        on_task = [run for run in runs if run.task.name == task]
+        assert len(on_task) == len(table3.MODELS) * 2
+        assert {run.model.mixer for run in on_task} == set(table3.MODELS)
+
+
+@pytest.mark.parametrize("scale", ["paper", "cpu", "smoke"])
+def test_dss_exp_runs_at_its_authors_settings_and_dlr_at_table_8s(scale):
+    """Table 8 gives DLR's settings only; DSS-EXP's on both tasks are its authors' commands (ag1988/dlr at 580d854,
+    README.md, line 72 for Pathfinder-Segmentation-128 and line 102 for ListOps-SubTrees): ``dt_min=0.0001
+    dt_max=0.01`` and ``optimizer.lr=0.001`` (its SSM parameters' rates 0.001 too), where DLR runs with dt-max 0.1
+    and lr 8e-4 (ListOps) / 1e-4 (Pathfinder)."""
+    runs = [run for sweep in table3.sweeps_of(scale) for run in sweep.expand()]
+    for task, setup in table3.SCALES[scale].items():
+        dss = [run for run in runs if run.task.name == task and run.model.mixer == "dss_exp"]
+        assert dss and {(run.model.mixer_options["dt_min"], run.model.mixer_options["dt_max"]) for run in dss} == {
+            (1e-4, 1e-2)
+        }
+        assert {run.optimizer.lr for run in dss} == {1e-3} and {run.optimizer.ssm_lr for run in dss} == {None}
+        others = [run for run in runs if run.task.name == task and run.model.mixer != "dss_exp"]
+        assert {run.optimizer.lr for run in others} == {setup.lr}
+        dlr = [run for run in others if run.model.mixer == "dlr"]
+        assert {tuple(run.model.mixer_options["r_range"]) for run in dlr} == {(1e-4, 1e-1)}
+    if scale == "paper":
+        assert table3.SCALES[scale][table3.LISTOPS].lr == 8e-4 and table3.SCALES[scale][table3.PATHFINDER].lr == 1e-4
 
 
 TABLE3 = {

@@ -186,3 +186,35 @@ def test_a_model_that_never_left_the_plateau_makes_a_failed_claim_inconclusive_f
     assert {claim.name: claim.decide(table(left, tasks=((64, 4),))).verdict for claim in fig.CLAIMS}[
         "normalized > linear"
     ] == FAILED
+
+
+def built(run):
+    """The model a run of a sweep trains, as the trainer builds it."""
+    from seqdyn.models import build_model
+    from seqdyn.tasks import build as build_task
+
+    return build_model(run.model, build_task(run.task.name, **run.task.params))
+
+
+@pytest.mark.parametrize("scale", ["paper", "cpu", "smoke"])
+def test_the_ssms_start_as_zoology_initializes_them(scale):
+    """The authors' Zoology fork (IntelligentControlSystems/dsf-mqar at 7c5aff8) applies ``_init_weights``
+    (zoology/model.py, lines 73-96, at lines 157 and 184) to the whole model: every Linear weight ~ N(0, 0.02²)
+    and every Linear bias zeroed, S6's ``dt_proj`` included (the ``_no_reinit`` mark of zoology/mixers/mamba.py,
+    line 262, is read only by the unused ``MambaInit``). So Δ starts near softplus(0) = ln 2, not in Mamba's
+    [0.001, 0.1]; the MQAR protocol builds every model so at every scale (``keep_mixer_init: false``, std 0.02)."""
+    import torch
+    import torch.nn.functional as F
+
+    sweeps = fig.REPRODUCTION.sweeps(scale)
+    assert {sweep.model.keep_mixer_init for sweep in sweeps} == {False}  # no sweep axis sets it
+    assert {sweep.model.init_std for sweep in sweeps} == {0.02}
+    if scale == "paper":
+        return
+    runs = [run for sweep in sweeps for run in sweep.expand()]
+    for mixer in ("s6", "ssd"):
+        torch.manual_seed(0)
+        s6 = built(next(run for run in runs if run.model.mixer == mixer)).blocks[0].mixer
+        assert float(s6.dt_proj.bias.detach().abs().max()) == 0
+        step = F.softplus(s6.dt_proj(torch.randn(256, s6.dt_rank))).detach()
+        assert float(step.mean()) == pytest.approx(0.693, abs=0.02)

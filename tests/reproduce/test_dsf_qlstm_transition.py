@@ -78,3 +78,20 @@ def test_the_softmax_control_shares_its_runs_with_dsf_mqar_models(scale):
 
     control = softmax_ids(fig.REPRODUCTION)
     assert control and control <= softmax_ids(dsf_mqar_models.REPRODUCTION)
+
+
+def test_both_forget_gates_start_at_a_zero_bias_as_in_the_authors_runs():
+    """The authors' qLSTM (IntelligentControlSystems/dsf-mqar at 7c5aff8, zoology/mixers/lstm.py, line 17) computes
+    its gates with ``nn.Linear(hidden, 3*hidden, bias=True)``, whose bias Zoology's ``_init_weights``
+    (zoology/model.py, lines 79-82) zeroes: both variants start with f = σ(0) = 0.5, where the mixers alone start
+    at a forget bias of +1 (qLSTM) and −1 (σ_rev)."""
+    from seqdyn.models import build_model
+    from seqdyn.tasks import build as build_task
+
+    for scale in ("paper", "cpu", "smoke"):
+        assert {sweep.model.keep_mixer_init for sweep in fig.REPRODUCTION.sweeps(scale)} == {False}
+    for run in (run for sweep in fig.REPRODUCTION.sweeps("smoke") for run in sweep.expand()):
+        model = build_model(run.model, build_task(run.task.name, **run.task.params))
+        for block in model.blocks:
+            if block.mixer.name in ("qlstm", "qlstm_s6"):
+                assert float(block.mixer.gates.bias.detach().abs().max()) == 0

@@ -7,7 +7,15 @@ import pytest
 
 from seqdyn.reproduce import dsf_state_expansion as fig
 from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
-from tests.reproduce.helpers import FILLERS_THEN, assert_verdict, pilot_and_scale_runs, results, row, runs_by_key
+from tests.reproduce.helpers import (
+    FILLERS_THEN,
+    INIT_THEN,
+    assert_verdict,
+    pilot_and_scale_runs,
+    results,
+    row,
+    runs_by_key,
+)
 
 
 def table(softmax: list[float], linear: dict[int, list[float]]):
@@ -87,7 +95,7 @@ def test_large_n_pilot_is_the_cpu_scale_at_n_64_but_its_feature_map():
     differs."""
     pilot, cpu = pilot_and_scale_runs("linear_attention_large_n.yaml", fig.REPRODUCTION)
     key = ("model.mixer", "model.mixer_options.state_dim", "train.seed")
-    relu = runs_by_key(cpu, mixer_options={"feature_map": "relu"}, key=key, task_params=FILLERS_THEN)
+    relu = runs_by_key(cpu, mixer_options={"feature_map": "relu"}, key=key, task_params=FILLERS_THEN, model=INIT_THEN)
     expected = {k: run for k, run in relu.items() if k[:2] == ("linear_attention", 64) and k[2] < 2}
     assert {c.model.mixer_options["feature_map"] for c in pilot} == {"relu"}
     assert runs_by_key(pilot, key=key) == expected and len(expected) == 2
@@ -98,7 +106,7 @@ def test_small_n_pilot_is_the_cpu_scale_at_n_4_and_16_but_its_feature_map():
     the ReLU feature map instead of elu + 1, on the cpu scale's first two seeds; nothing else differs."""
     pilot, cpu = pilot_and_scale_runs("linear_attention_relu_small_n.yaml", fig.REPRODUCTION)
     key = ("model.mixer", "model.mixer_options.state_dim", "train.seed")
-    relu = runs_by_key(cpu, mixer_options={"feature_map": "relu"}, key=key, task_params=FILLERS_THEN)
+    relu = runs_by_key(cpu, mixer_options={"feature_map": "relu"}, key=key, task_params=FILLERS_THEN, model=INIT_THEN)
     expected = {k: run for k, run in relu.items() if k[0] == "linear_attention" and k[1] in (4, 16) and k[2] < 2}
     assert {c.model.mixer_options["feature_map"] for c in pilot} == {"relu"}
     assert runs_by_key(pilot, key=key) == expected and len(expected) == 4

@@ -9,19 +9,32 @@ import pytest
 
 from seqdyn.analysis.model import HeadReport
 from seqdyn.reproduce import get
+from seqdyn.reproduce.claims import PLATEAU_MARGIN
 from seqdyn.reproduce.protocols.mad import (
+    CPU_TASKS,
     LARGE,
     MAX_ZEROS,
     NEAR_ZERO,
     PAPER_MIN_LR,
+    PAPER_TASKS,
+    SELECTIVE_COPYING_LADDER,
+    SMOKE,
+    TASK_TRAIN_EXAMPLES,
     TRANSFORMER_BLOCK,
     ZERO_BOUND,
     Budget,
+    Rung,
+    at_ceiling,
     best_runs,
+    choose_rung,
+    ladder_table,
     mad_score,
     mad_sweeps,
     measure_coefficients,
     measured_score,
+    pick,
+    plateau_level,
+    train_examples,
 )
 from seqdyn.reproduce.runner import run
 from tests.reproduce.helpers import results, row
@@ -206,7 +219,7 @@ def test_cpu_tasks_leave_out_the_tasks_the_difficulty_pilot_found_no_setting_for
     from seqdyn.reproduce.protocols import mad
 
     tasks = mad.cpu_tasks("fuzzy_in_context_recall", "selective_copying", "memorization")
-    assert list(tasks) == ["selective_copying", "memorization"] and tasks["selective_copying"]["seq_len"] == 32
+    assert list(tasks) == ["selective_copying", "memorization"] and tasks["selective_copying"]["seq_len"] == 64
     assert list(coef_readout_maps.SCALES["cpu"]["tasks"]) == ["selective_copying", "memorization"]
     assert "fuzzy_in_context_recall" in coef_readout_maps.SCALES["paper"]["tasks"]  # the paper scale keeps it
     words = mad.left_out_words("fuzzy_in_context_recall", "selective_copying")
@@ -214,3 +227,73 @@ def test_cpu_tasks_leave_out_the_tasks_the_difficulty_pilot_found_no_setting_for
     assert mad.left_out_words("selective_copying") == ""
     with pytest.raises(ValueError, match="names: copying has no cpu setting"):
         mad.cpu_tasks("copying")
+
+
+def test_memorization_trains_on_mad_labs_256_examples():
+    """MAD's memorization learns its fixed key-value map from 256 examples (athms/mad-lab at 0f49a45,
+    configs/tasks/memorization.yml, line 4: ``num_train_examples: 256``); every other task takes MADConfig's
+    12,800 (mad/configs.py, line 43).  A budget with fewer examples keeps its own."""
+    assert TASK_TRAIN_EXAMPLES == {"memorization": 256}
+    sweeps = mad_sweeps(
+        "p",
+        [{**TRANSFORMER_BLOCK, "mixer": "linear_attention"}],
+        pick(PAPER_TASKS, "memorization", "selective_copying"),
+        (0,),
+        Budget(),
+        weight_decays=(0.0,),
+    )
+    assert [sweep.task.train_examples for sweep in sweeps] == [256, 12_800]
+    assert train_examples("memorization", Budget(epochs=None, steps=2_000, train_examples=12_800)) == 256
+    assert train_examples("memorization", SMOKE) == SMOKE.train_examples == 64
+
+
+# ------------------------------------------------------------------------------------------------ difficulty
+SETTINGS = (
+    {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
+    {"vocab_size": 16, "seq_len": 32, "num_tokens_to_copy": 4},
+)
+
+
+def ladder(hard_control, hard_compared, easy_control, easy_compared):
+    """Selective copying's two rungs (hardest first) with hand-made numbers."""
+    return (
+        Rung(SETTINGS[0], tuple(hard_control), dict(enumerate(hard_compared)), "hand-made"),
+        Rung(SETTINGS[1], tuple(easy_control), dict(enumerate(easy_compared)), "hand-made"),
+    )
+
+
+def chosen(rungs):
+    rung = choose_rung("selective_copying", rungs)
+    return None if rung is None else rungs.index(rung)
+
+
+def test_the_ceiling_is_within_the_plateau_margin_of_one():
+    assert at_ceiling(0.95) and at_ceiling(1.0) and not at_ceiling(0.9499)
+
+
+def test_the_ladder_takes_the_easiest_rung_where_the_compared_models_are_not_all_at_the_ceiling():
+    """Just inside and outside the ceiling (1 − 0.05): one compared model at 0.9499 keeps the easy rung; all at
+    0.95 or above move the choice one rung harder; a harder rung the control learns is not taken over an easier one."""
+    assert chosen(ladder([0.8, 0.8], [0.6, 0.7], [0.99, 0.99], [0.9499, 1.0])) == 1
+    assert chosen(ladder([0.8, 0.8], [0.6, 0.7], [0.99, 0.99], [0.95, 1.0])) == 0
+    assert chosen(ladder([0.8, 0.8], [0.95, 0.99], [0.99, 0.99], [0.95, 1.0])) is None  # all at the ceiling
+    assert chosen(ladder([0.8, 0.8], [0.6], [0.99, 0.99], [])) == 0  # no compared numbers: no choice there
+
+
+def test_the_ladder_takes_a_rung_only_where_every_seed_of_the_control_leaves_the_plateau():
+    """Just inside and outside the control's bar: every seed above the task's plateau + 0.05 (0.165 + 0.05 at
+    L = 64 with 8 tokens) learns; one seed at the bar does not, and then no rung is chosen."""
+    bar = plateau_level("selective_copying", **SETTINGS[0]) + PLATEAU_MARGIN
+    assert bar == pytest.approx(0.215, abs=0.01)
+    assert chosen(ladder([bar + 1e-3, 0.9], [0.6, 0.7], [0.99, 0.99], [1.0, 1.0])) == 0
+    assert chosen(ladder([bar, 0.9], [0.6, 0.7], [0.99, 0.99], [1.0, 1.0])) is None
+
+
+def test_the_cpu_setting_of_selective_copying_is_the_ladders_choice_and_its_numbers_are_shown():
+    """One rung harder than the control's old choice: at L = 32 with 4 tokens all 15 compared models scored
+    0.979-1.0 (3810fbc); at L = 64 with 8 they are apart (0.706-0.999) and the control learns (0.872 / 0.914)."""
+    rung = choose_rung("selective_copying", SELECTIVE_COPYING_LADDER)
+    assert rung is SELECTIVE_COPYING_LADDER[0] and CPU_TASKS["selective_copying"] == rung.params == SETTINGS[0]
+    table = ladder_table("selective_copying")
+    assert "0.872 / 0.914" in table and "0.706-0.999" in table and "15 of 15" in table and "| yes |" in table
+    assert ladder_table("memorization") == ""

@@ -64,3 +64,13 @@ def test_the_learning_rates_default_to_the_papers_and_may_be_given():
     )
     assert [run.run_id for run in entry[0].expand()] == [run.run_id for run in as_dict[0].expand()]
     assert {run.optimizer.lr for run in entry[0].expand()} == set(mad.PAPER_LRS)
+
+
+def test_only_zoologys_protocol_draws_the_mixers_own_inits_as_well():
+    """Zoology's ``_init_weights`` ignores the mixers' own initializations (IntelligentControlSystems/dsf-mqar at
+    7c5aff8, zoology/model.py, lines 73-96); MAD and the DLR tasks keep them."""
+    (mqar,) = zoology.mqar_sweeps("p", ("s6",), ((16, 2),), (0,), zoology.SMOKE, widths=(16,), states=(8,))
+    (tasks,) = mad.mad_sweeps("p", [mad.CONTROL], {"memorization": {"vocab_size": 16, "seq_len": 8}}, (0,), mad.SMOKE)
+    (atomics,) = atomic.atomic_sweeps("p", ("dlr",), ("shift",), (0,), atomic.SMOKE)
+    assert zoology.KEEP_MIXER_INIT is False and mqar.model.keep_mixer_init is False
+    assert tasks.model.keep_mixer_init is True and atomics.model.keep_mixer_init is True

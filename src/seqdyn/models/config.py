@@ -120,6 +120,12 @@ class ModelConfig(Strict):
         "biases 0; the residual projections ~ N(0, (init_std / √(2·layers))²); parameters a "
         "mixer initializes itself (Mamba's Δ, ...) keep their initialization",
     )
+    keep_mixer_init: bool = Field(
+        True,
+        description="parameters a mixer initializes itself (Mamba's Δ projection, the LSTMs' gate biases) "
+        "keep their initialization; false: the model-wide one draws them too (every Linear weight ~ "
+        "N(0, init_std²), every Linear bias 0: Zoology's _init_weights, which ignores Mamba's _no_reinit mark)",
+    )
 
     def layer_mixers(self) -> list[tuple[str, dict[str, Any]]]:
         """``(mixer name, options)`` of every layer; a hybrid stack lists one mixer per layer."""

@@ -8,8 +8,9 @@
 Initialization (Zoology ``_init_weights``, after GPT-2 / nanoGPT): every ``nn.Linear`` and ``nn.Embedding`` weight
 ~ N(0, init_std²), Linear biases 0, then the residual projections (each block's mixer output projection or gated
 out-projection, and its MLP's ``fc2``) ~ N(0, (init_std / √(2·layers))²).  Parameters a mixer marked with
-:func:`seqdyn.mixers.base.keep_init` (paper inits: Mamba's Δ, xLSTM's gate biases, …) are left alone; norms,
-short convolutions and the mixers' other plain parameters keep their own initialization.
+:func:`seqdyn.mixers.base.keep_init` (paper inits: Mamba's Δ, xLSTM's gate biases, …) are left alone, unless the
+config's ``keep_mixer_init`` is false (Zoology's own init draws them too); norms, short convolutions and the mixers'
+other plain parameters keep their own initialization.
 """
 
 from __future__ import annotations
@@ -275,16 +276,18 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
 
 @torch.no_grad()
 def init_weights(model: SequenceModel) -> None:
-    """Zoology's initialization of ``model`` in place (module docstring); parameters marked kept are skipped."""
+    """Zoology's initialization of ``model`` in place (module docstring); parameters marked kept are skipped unless
+    the config's ``keep_mixer_init`` is false."""
     std = model.config.init_std
+    kept = is_kept if model.config.keep_mixer_init else lambda parameter: False
     for module in model.modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)) and not is_kept(module.weight):
+        if isinstance(module, (nn.Linear, nn.Embedding)) and not kept(module.weight):
             nn.init.normal_(module.weight, std=std)
-        if isinstance(module, nn.Linear) and module.bias is not None and not is_kept(module.bias):
+        if isinstance(module, nn.Linear) and module.bias is not None and not kept(module.bias):
             nn.init.zeros_(module.bias)
     residual_std = std / math.sqrt(2 * model.config.layers)
     for projection in residual_projections(model):
-        if not is_kept(projection.weight):
+        if not kept(projection.weight):
             nn.init.normal_(projection.weight, std=residual_std)
 
 

@@ -29,6 +29,7 @@ from seqdyn.reproduce.protocols.zoology import (
     SOFTMAX_CONTROL,
     STATE,
     TASK_KEYS,
+    ZOOLOGY_INIT_WORDS,
     Budget,
     bar_panels,
     compared_plateau,
@@ -155,7 +156,7 @@ class MqarModels(Reproduction):
         "paper": "The paper's protocol (appendix I.1): four tasks, d ∈ {64, 128, 256, 512}, n ∈ {32, 64, 128, 256}, "
         "lr ∈ logspace(−4, −2, 4), 64 epochs of 100,000 examples, 3,000 test examples, vocabulary 8,192, "
         "batch 512/256/128/64 by L, one seed; fillers stay 0 (random_non_queries: False, as every MQAR "
-        "config of the authors).",
+        "config of the authors); " + ZOOLOGY_INIT_WORDS + ".",
         "cpu": "One task, {64, 4}, at d = 64, n = 32; 5,000 steps of batch 64 over the paper's 100,000 examples "
         "(1,000 test) and a vocabulary of 256 instead of 8,192; fillers 0 as the authors' configs; the "
         "authors' blocks (SSD: the bare S6 block with dt_rank 1 and one scalar A; normalized attention with "

@@ -24,6 +24,7 @@ from seqdyn.reproduce.protocols.zoology import (
     SMOKE,
     SMOKE_GRID,
     SOFTMAX_CONTROL,
+    ZOOLOGY_INIT_WORDS,
     Budget,
     bar_panels,
     compared_plateau,
@@ -101,7 +102,9 @@ class QlstmTransition(Reproduction):
     claims = CLAIMS
     reductions = {
         "paper": "The paper's Fig. 3: tasks {64, 4}, {128, 8}, {256, 16}, d ∈ {64, 128, 256, 512}, lr ∈ "
-        "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, one seed.",
+        "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, one seed; "
+        + ZOOLOGY_INIT_WORDS
+        + ".",
         "cpu": "One task, {64, 4}, at d = 64; Fig. 3's block (expansion 2, a causal convolution before the "
         "gates, a GELU gate branch, no tanh); softmax attention beside it as the control (dsf_mqar_models' "
         "runs of it, shared in the store); 3,000 steps of "

@@ -25,6 +25,7 @@ from seqdyn.reproduce.protocols.zoology import (
     SMOKE_GRID,
     SOFTMAX_CONTROL,
     STATE,
+    ZOOLOGY_INIT_WORDS,
     Budget,
     bar_panels,
     compared_plateau,
@@ -140,7 +141,7 @@ class StateExpansion(Reproduction):
     reductions = {
         "paper": "The paper's Fig. 1: tasks {256, 16} and {512, 64} at d = 512, n ∈ {32, 64, 128, 256}, lr ∈ "
         "logspace(−4, −2, 4), 64 epochs of 100,000 examples (3,000 test), vocabulary 8,192, batch 128 and "
-        "64, one seed.",
+        "64, one seed; " + ZOOLOGY_INIT_WORDS + ".",
         "cpu": "One task, {64, 8}, at d = 64 with n ∈ {4, 16, 64} (eight pairs against states of 4 to 64 features, "
         "where the paper has 16 and 64 pairs against n = 32…256 at d = 512); one learning rate of the "
         "paper's grid, 2.15e-3; 12,000 steps of batch 64 over the paper's 100,000 examples (1,000 test), "

@@ -48,6 +48,7 @@ ADDED_FIELDS = (
     ("model", "norm_eps", None),
     ("model", "moe", MixtureOfExperts().model_dump()),
     ("model", "logit_softcap", None),
+    ("model", "keep_mixer_init", True),
 )
 
 

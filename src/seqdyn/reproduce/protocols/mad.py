@@ -1,7 +1,7 @@
 """The MAD protocol (Poli et al. 2024) as Sieber et al. 2025 ran it (appendix E), as sweep configs, and the coefficient
 measurements Sieber et al. 2025 takes on the trained models.
 
-MAD (Poli et al. 2024): 12,800 training and 1,280 test examples, batch 128, 200 epochs, AdamW with
+MAD (Poli et al. 2024): 12,800 training (memorization: 256) and 1,280 test examples, batch 128, 200 epochs, AdamW with
 lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine decay to 1e-6, early stop at 99.9 % test accuracy, width
 128; a model's *MAD score* on a task is the mean over the task's settings of its best test accuracy over the
 lr × weight-decay grid.  Sieber et al. 2025 (appendix E): "We use the two block designs shown in Figure 12. Generally,
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from seqdyn.reproduce.base import SEED, Results, result_value
-from seqdyn.reproduce.claims import PLATEAU_MARGIN, Control, Plateau, Score, weakest
+from seqdyn.reproduce.claims import BEST_SCORE, PLATEAU_MARGIN, Control, Plateau, Score, weakest
 from seqdyn.reproduce.protocols import base
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
@@ -36,6 +36,11 @@ PAPER_WEIGHT_DECAYS = (0.0, 0.1)
 PAPER_TRAIN, PAPER_TEST, PAPER_BATCH, PAPER_EPOCHS = 12_800, 1_280, 128, 200
 PAPER_MIN_LR, PAPER_WIDTH, PAPER_LAYERS = 1e-6, 128, 2
 EARLY_STOP = 0.999
+#: the tasks whose MAD configuration sets its own number of training examples: memorization learns a fixed key-value
+#: map from 256 examples (athms/mad-lab at 0f49a45, configs/tasks/memorization.yml, line 4: ``num_train_examples:
+#: 256``; every other task takes MADConfig's default, 12,800: mad/configs.py, line 43)
+TASK_TRAIN_EXAMPLES = {"memorization": 256}
+
 
 #: Sieber et al. 2025, Fig. 12, Type 1: ``x + mixer(norm x)`` at the model width, learned positions
 TRANSFORMER_BLOCK: dict[str, Any] = {"block": "transformer", "positions": True}
@@ -63,16 +68,16 @@ PAPER_TASKS: dict[str, dict[str, Any]] = {
     "memorization": {"vocab_size": 256, "seq_len": 32},
     "noisy_in_context_recall": {"vocab_size": 32, "seq_len": 128, "noise_vocab_size": 16, "frac_noise": 0.2},
 }
-#: the same tasks as the ``cpu`` scales run them, each at the hardest rung of a ladder of settings where the control
-#: (softmax in the Type 1 block, ``MAD_CONTROL``) reached 0.9 on both seeds at the scale's budget in the difficulty
-#: pilot (examples/pilots/control_difficulty.py, 2026-11-27): selective copying at L = 32 with 4 tokens to copy
-#: (0.989 / 0.999 in 2,000 steps; at L = 64 with 8: 0.872 / 0.914); memorization at MAD's settings (1.0 for every
-#: model at 6db3862); noisy recall at L = 16 with 4 keys (V = 24, 16 of them noise), the hardest
-#: rung where the control (softmax with positions) reached 0.9 on both seeds within coef_positions' 4,000 steps in
-#: the difficulty pilot (examples/pilots/control_difficulty.py, 2026-11-27: 0.935 / 0.903; at V = 32, L = 16:
-#: 0.76 / 0.45; at L = 32: 0.49 in coef_positions' run at 6db3862)
+#: the same tasks as the ``cpu`` scales run them.  Selective copying at the rung :func:`choose_rung` picks from its
+#: ladder (:data:`SELECTIVE_COPYING_LADDER`): L = 64 with 8 tokens to copy, where the compared models are apart
+#: (0.71-0.999) and the control learns (0.872 / 0.914); one rung easier, L = 32 with 4, every compared model sat at
+#: the ceiling (0.979-1.0).  Memorization at MAD's settings, its 256 training examples included
+#: (:data:`TASK_TRAIN_EXAMPLES`; with 12,800 every model scored 1.0 at 6db3862).  Noisy recall at L = 16 with 4 keys
+#: (V = 24, 16 of them noise), the hardest rung where the control (softmax with positions) reached 0.9 on both seeds
+#: within coef_positions' 4,000 steps in the difficulty pilot (examples/pilots/control_difficulty.py, 2026-11-27:
+#: 0.935 / 0.903; at V = 32, L = 16: 0.76 / 0.45; at L = 32: 0.49 in coef_positions' run at 6db3862)
 CPU_TASKS: dict[str, dict[str, Any]] = {
-    "selective_copying": {"vocab_size": 16, "seq_len": 32, "num_tokens_to_copy": 4},
+    "selective_copying": {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
     "memorization": {"vocab_size": 256, "seq_len": 32},
     "noisy_in_context_recall": {"vocab_size": 24, "seq_len": 16, "noise_vocab_size": 16, "frac_noise": 0.2},
 }
@@ -132,9 +137,16 @@ class Budget(base.Budget):
     mlp: str = "swiglu"
 
 
+def train_examples(task: str, budget: Budget) -> int:
+    """The training examples of ``task`` within ``budget``: MAD's own number for the task
+    (:data:`TASK_TRAIN_EXAMPLES`) where it has one and the budget allows that many, else the budget's."""
+    return min(budget.train_examples, TASK_TRAIN_EXAMPLES.get(task, budget.train_examples))
+
+
 #: how the ``paper`` scales train, in words for their ``reductions``
 PAPER_PROTOCOL = (
-    "MAD's protocol (Sieber et al. 2025, appendix E): 12,800 training and 1,280 test examples, batch "
+    "MAD's protocol (Sieber et al. 2025, appendix E): 12,800 training (memorization: 256, as mad-lab's "
+    "configuration) and 1,280 test examples, batch "
     "128, 200 epochs, lr ∈ {1e-4, 5e-4, 1e-3} × weight decay ∈ {0, 0.1}, cosine to 1e-6, early stop "
     "at 99.9 %; two blocks of width 128 with SwiGLU MLPs, 4 heads (Sieber et al. 2025's layer counts, widths and "
     "heads are lost from its text copy: MAD's are taken); one seed"
@@ -170,7 +182,7 @@ def mad_sweeps(
             "task": {
                 "name": task,
                 "params": dict(params),
-                "train_examples": budget.train_examples,
+                "train_examples": train_examples(task, budget),
                 "test_examples": budget.test_examples,
             },
             "optimizer": {"weight_decay": weight_decays[0]},
@@ -240,6 +252,132 @@ def task_plateau(results: Results, task: str) -> float:
     }
     levels = [plateau_level(task, **dict(setting)) for setting in settings]
     return sum(levels) / len(levels)
+
+
+# ------------------------------------------------------------------------------------------------ difficulty
+@dataclass(frozen=True)
+class Rung:
+    """One setting of a MAD task on its difficulty ladder and what was measured there at a ``cpu`` budget: the
+    control's best accuracy per seed, each compared model's MAD score (mean over its seeds) and where these
+    numbers come from."""
+
+    params: dict[str, Any]
+    control: tuple[float, ...]
+    compared: dict[str, float]
+    source: str
+
+
+def at_ceiling(score: float) -> bool:
+    """Whether a score sits at the ceiling: within :data:`PLATEAU_MARGIN` of the best score, 1."""
+    return score >= BEST_SCORE - PLATEAU_MARGIN
+
+
+def control_learns(task: str, rung: Rung) -> bool:
+    """Whether the control learns ``task`` at ``rung``: every seed of it leaves the task's plateau
+    (:func:`plateau_level` at the rung's setting) by more than :data:`PLATEAU_MARGIN`."""
+    level = plateau_level(task, **rung.params)
+    return bool(rung.control) and all(value > level + PLATEAU_MARGIN for value in rung.control)
+
+
+def choose_rung(task: str, rungs: Sequence[Rung]) -> Rung | None:
+    """The difficulty a ``cpu`` scale runs ``task`` at, from its ladder ``rungs`` (hardest first): the easiest rung
+    at which the compared models are not all at the ceiling (some model's score below 1 − :data:`PLATEAU_MARGIN`)
+    while the control still learns (:func:`control_learns`); None where no rung is both.  Easier rungs leave every
+    comparison at the ceiling, where no claim can be decided; harder ones only weaken the control.  Whether the
+    control also reaches the claims' bar (:data:`MAD_CONTROL`) is each claim's check, not the ladder's."""
+    for rung in reversed(rungs):
+        if control_learns(task, rung) and not all(at_ceiling(score) for score in rung.compared.values()):
+            return rung
+    return None
+
+
+#: selective copying's ladder, hardest first.  The control: softmax in the Type 1 block alone at coef_readout_maps'
+#: cpu budget (2,000 steps), two seeds (examples/pilots/control_difficulty.py, 2026-11-27).  The compared models:
+#: the readouts of coef_readout_maps and the kernel approximations of coef_kernel_maps (2,000 steps) and the best
+#: parameterization of each Λ structure of coef_lambda_structure (1,500 steps), from their cpu runs
+SELECTIVE_COPYING_LADDER = (
+    Rung(
+        {"vocab_size": 16, "seq_len": 64, "num_tokens_to_copy": 8},
+        (0.872, 0.914),
+        {
+            "readout identity": 0.886,
+            "readout x²": 0.952,
+            "readout ReLU": 0.866,
+            "readout softplus": 0.917,
+            "readout sigmoid": 0.963,
+            "readout elu + 1": 0.888,
+            "readout exp": 0.893,
+            "kernel ψ = elu + 1": 0.917,
+            "kernel ψ = ReLU": 0.896,
+            "kernel ψ = softplus": 0.945,
+            "kernel ψ = exp": 0.948,
+            "Λ scalar": 0.706,
+            "Λ diagonal": 0.957,
+            "Λ Householder, w = k": 0.999,
+            "Λ Householder, learned w": 0.930,
+        },
+        "readouts and kernels at 6db3862, Λ at 9e4b7b2 (two seeds each)",
+    ),
+    Rung(
+        {"vocab_size": 16, "seq_len": 32, "num_tokens_to_copy": 4},
+        (0.989, 0.999),
+        {
+            "readout identity": 0.999,
+            "readout x²": 0.999,
+            "readout ReLU": 0.979,
+            "readout softplus": 0.993,
+            "readout sigmoid": 0.998,
+            "readout elu + 1": 0.989,
+            "readout exp": 0.996,
+            "kernel ψ = elu + 1": 1.0,
+            "kernel ψ = ReLU": 0.987,
+            "kernel ψ = softplus": 1.0,
+            "kernel ψ = exp": 0.999,
+            "Λ scalar": 0.999,
+            "Λ diagonal": 0.999,
+            "Λ Householder, w = k": 0.998,
+            "Λ Householder, learned w": 0.999,
+        },
+        "every model at 3810fbc (three seeds)",
+    ),
+)
+#: each task's difficulty ladder, where a ``cpu`` scale's setting was chosen on one
+LADDERS: dict[str, tuple[Rung, ...]] = {"selective_copying": SELECTIVE_COPYING_LADDER}
+
+
+def ladder_table(task: str) -> str:
+    """``task``'s difficulty ladder as a markdown table (hardest rung first): per rung the setting, the control
+    per seed against the plateau, the compared models' range and how many sit at the ceiling, and which rung
+    :func:`choose_rung` picks; "" where the task has no ladder."""
+    rungs = LADDERS.get(task)
+    if not rungs:
+        return ""
+    chosen = choose_rung(task, rungs)
+    lines = [
+        f"Difficulty ladder of {task} (the chosen rung: the easiest where the compared models are not all within "
+        f"{PLATEAU_MARGIN} of 1 while every seed of the control leaves the plateau by more than {PLATEAU_MARGIN}):",
+        "",
+        "| setting | control per seed | plateau | compared models | at the ceiling | chosen | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for rung in rungs:
+        scores = rung.compared.values()
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    ", ".join(f"{key} {value}" for key, value in rung.params.items()),
+                    " / ".join(f"{value:.3f}" for value in rung.control),
+                    f"{plateau_level(task, **rung.params):.3f}",
+                    f"{min(scores):.3f}-{max(scores):.3f}",
+                    f"{sum(at_ceiling(score) for score in scores)} of {len(rung.compared)}",
+                    "yes" if rung is chosen else "",
+                    rung.source,
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines)
 
 
 #: "solved": at least 90 % of a MAD task's answers right

@@ -111,7 +111,7 @@ SMOKE_GRID = dict(tasks=((16, 2),), widths=(16,), lrs=(1e-2,), seeds=(0,))
 
 def cpu_budget(steps: int, train_examples: int = 20_000) -> Budget:
     """The ``cpu`` budget of the MQAR reproductions: ``steps`` of batch 64 over ``train_examples`` (1,000 test), a
-    vocabulary of 256, an evaluation every 250 steps, blocks without MLPs and weights drawn with std 0.1 — see
+    vocabulary of 256, an evaluation every 250 steps, blocks without MLPs and Zoology's weights (std 0.02) — see
     :data:`CPU_MODEL_REASON`."""
     return Budget(
         epochs=None,
@@ -122,20 +122,40 @@ def cpu_budget(steps: int, train_examples: int = 20_000) -> Budget:
         batch_size=64,
         eval_every=250,
         mlp="none",
-        init_std=0.1,
     )
 
 
-#: why the ``cpu`` scales leave out the MLPs and draw larger initial weights (measured 2026-11-25, MQAR L = 64,
-#: d = 64, batch 64, lr 0.01, 1,500 steps at most: ``seqdyn sweep examples/pilots/mqar_cpu_model.yaml``)
+#: why the ``cpu`` scales leave out the MLPs (measured 2026-11-25, MQAR L = 64, d = 64, batch 64, lr 0.01, 1,500 steps
+#: at most: ``seqdyn sweep examples/pilots/mqar_cpu_model.yaml``), and what Zoology's weights do at this scale
+#: (2026-11-29: the seed-0 runs of dsf_mqar_models' and dsf_state_expansion's cpu scales)
 CPU_MODEL_REASON = (
-    "the blocks have no MLPs and their weights are drawn with std 0.1 instead of Zoology's 0.02: "
-    "with the paper's GELU MLPs and std 0.02, softmax attention itself stayed on the plateau for "
-    "1,500 steps (best 0.26 with 4 pairs, 0.15 with 8), and with either change alone too (0.14 "
-    "and 0.15 with 8 pairs), while with both it solved 4 and 8 pairs by step 500 (0.999 and "
-    "0.996), each step taking about half the time"
+    "the blocks have no MLPs, as in the authors' configs of every model but normalized attention "
+    "(state_mixer torch.nn.Identity; S6 and SSD in Mamba blocks without one), while the paper's text gives every "
+    "block one: with GELU MLPs softmax attention itself stayed on the plateau for 1,500 steps at lr 0.01 (best "
+    "0.26 with 4 pairs, 0.15 with 8), and without them each step takes about half the time. The weights are "
+    "Zoology's (std 0.02, every bias 0, S6's Δ near 0.69): at lr 2.15e-3 softmax attention solved 4 pairs by "
+    "step 2,250 (0.996) and 8 pairs by step 1,500 (0.994) on seed 0, and S6 on 4 pairs stayed at 0.235, below "
+    "the copy plateau of 0.25, for 5,000 steps (these scales drew the weights with std 0.1 before, and left "
+    "S6's Δ in Mamba's [0.001, 0.1]: softmax then solved both by step 500)"
 )
 
+
+#: whether the mixers keep the initialization they give themselves: not in the DSF authors' MQAR runs.  Their Zoology
+#: fork (IntelligentControlSystems/dsf-mqar at 7c5aff8) builds every model and then applies ``_init_weights`` to all
+#: of it (zoology/model.py, lines 73-96, applied at lines 157 and 184): every ``nn.Linear`` weight ~ N(0, 0.02²) and
+#: every Linear bias zeroed, without reading the ``_no_reinit`` mark their S6 puts on ``dt_proj.bias``
+#: (zoology/mixers/mamba.py, line 262; only ``MambaInit``, line 525, reads it, and nothing calls it).  So S6's and
+#: SSD's Δ start near softplus(0) ≈ 0.69 (not Mamba's [0.001, 0.1]), their ``dt_proj`` weight is N(0, 0.02²), and the
+#: qLSTM's gate biases (zoology/mixers/lstm.py, line 17: ``nn.Linear(hidden, 3*hidden, bias=True)``), the forget
+#: gate's included, start at 0
+KEEP_MIXER_INIT = False
+
+#: the initialization of every MQAR model, in words for the reproductions' ``reductions``
+ZOOLOGY_INIT_WORDS = (
+    "Zoology's initialization as in the authors' runs: every Linear weight ~ N(0, 0.02²) (the residual "
+    "projections 0.02/√(2·layers)) and every Linear bias 0, S6's and SSD's Δ projection included (Δ starts near "
+    "softplus(0) ≈ 0.69, not in Mamba's [0.001, 0.1]) and the qLSTMs' forget gate (f starts at σ(0) = 0.5)"
+)
 
 #: the DSF authors' MQAR configs all set ``random_non_queries: False`` (fillers stay 0; Zoology's default, True,
 #: fills them with random tokens, about one of which per example collides with a key at a vocabulary of 256)
@@ -186,6 +206,7 @@ def mqar_sweeps(
                 "mlp": budget.mlp,
                 "norm": "layernorm",
                 "init_std": budget.init_std,
+                "keep_mixer_init": KEEP_MIXER_INIT,
             },
             "task": _mqar_task(seq_len, pairs, budget),
             "optimizer": {"weight_decay": 0.1},
