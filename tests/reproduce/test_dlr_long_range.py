@@ -29,14 +29,32 @@ def verdicts(data) -> list[str]:
     return [claim.decide(data).verdict for claim in table3.CLAIMS]
 
 
-def test_the_papers_table_holds():
+def test_the_papers_order_holds_below_the_ceiling_and_table_3_itself_is_at_the_ceiling_on_pathfinder():
+    """Table 3's order on both tasks (three seeds each) holds; Table 3's own Pathfinder numbers (96.8, 95.x, 94.x)
+    all lie within 5 points of the best score, where the ceiling rule decides nothing — inconclusive (ceiling)."""
     data = table(
         {
-            table3.LISTOPS: {"local_attention": [0.94, 0.93], "dss_exp": [0.838, 0.83], "dlr": [0.857, 0.86]},
-            table3.PATHFINDER: {"local_attention": [0.952, 0.95], "dss_exp": [0.944, 0.94], "dlr": [0.968, 0.97]},
+            table3.LISTOPS: {
+                "local_attention": [0.94, 0.93, 0.935],
+                "dss_exp": [0.838, 0.83, 0.834],
+                "dlr": [0.857, 0.86, 0.8585],
+            },
+            table3.PATHFINDER: {
+                "local_attention": [0.852, 0.85, 0.851],
+                "dss_exp": [0.844, 0.84, 0.842],
+                "dlr": [0.868, 0.87, 0.869],
+            },
         }
     )
     assert verdicts(data) == [HELD, HELD, HELD]
+    paper = table(
+        {
+            table3.LISTOPS: {"local_attention": [0.5, 0.5], "dss_exp": [0.4, 0.4], "dlr": [0.45, 0.45]},
+            table3.PATHFINDER: {"local_attention": [0.952, 0.95], "dss_exp": [0.944, 0.94], "dlr": [0.968, 0.97]},
+        }
+    )
+    outcome = table3.CLAIMS[2].decide(paper)
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "ceiling"
 
 
 def test_the_opposite_fails():
@@ -103,8 +121,8 @@ def test_dss_exp_runs_at_its_authors_settings_and_dlr_at_table_8s(scale):
 
 TABLE3 = {
     table3.LISTOPS: {"local_attention": [0.94, 0.94], "dss_exp": [0.84, 0.84], "dlr": [0.86, 0.86]},
-    table3.PATHFINDER: {"local_attention": [0.95, 0.95], "dss_exp": [0.94, 0.94], "dlr": [0.97, 0.97]},
-}
+    table3.PATHFINDER: {"local_attention": [0.85, 0.85], "dss_exp": [0.84, 0.84], "dlr": [0.87, 0.87]},
+}  # Pathfinder below the ceiling band (Table 3's own 94–97 sit in it)
 
 
 @pytest.mark.parametrize(
@@ -115,8 +133,8 @@ TABLE3 = {
         ("ListOps: DLR ≥ DSS-EXP", table3.LISTOPS, {"dlr": [0.83, 0.83]}, FAILED),
         ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.87, 0.87]}, HELD),
         ("ListOps: local attention > SSMs", table3.LISTOPS, {"local_attention": [0.85, 0.85]}, FAILED),
-        ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.96, 0.96]}, HELD),
-        ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.94, 0.94]}, FAILED),
+        ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.86, 0.86]}, HELD),
+        ("Pathfinder: DLR > baselines", table3.PATHFINDER, {"dlr": [0.84, 0.84]}, FAILED),
     ],
 )
 def test_dlr_long_range_claims_just_above_and_below_their_order(claim, task, changed, verdict):
@@ -143,7 +161,7 @@ def test_the_constant_answer_scores_the_commonest_labels_share_or_its_macro_f1()
     assert table3.constant_answer_score(table3.PATHFINDER, 4096, examples=8) == pytest.approx(2 * p / (1 + p) / 3)
 
 
-@pytest.mark.parametrize(("scores", "verdict"), [([0.12, 0.14], INCONCLUSIVE), ([0.5, 0.5], FAILED)])
+@pytest.mark.parametrize(("scores", "verdict"), [([0.12, 0.13, 0.125], INCONCLUSIVE), ([0.5, 0.5], FAILED)])
 def test_local_attention_on_the_listops_plateau_fails_the_control(scores, verdict):
     """Local attention, Table 3's best on ListOps, is the control of the ListOps claims: on the constant answer's
     level (0.119) it decides nothing."""
@@ -160,7 +178,7 @@ def test_local_attention_on_the_listops_plateau_fails_the_control(scores, verdic
         assert outcome.control["passed"] is (verdict == FAILED)
         assert outcome.control["threshold"] == pytest.approx(outcome.control["level"] + 0.05)
         if verdict == INCONCLUSIVE:
-            assert outcome.reason.startswith("control LOCALATTENTION 0.13 < 0.169")
+            assert outcome.reason.startswith("control LOCALATTENTION 0.125 < 0.169")
 
 
 def test_dlr_on_the_listops_plateau_leaves_its_claim_inconclusive_for_the_budget():
@@ -171,6 +189,14 @@ def test_dlr_on_the_listops_plateau_leaves_its_claim_inconclusive_for_the_budget
 
 
 def test_dlr_short_of_the_pathfinder_control_decides_nothing():
-    data = table({table3.PATHFINDER: {"local_attention": [0.9, 0.9], "dss_exp": [0.9, 0.9], "dlr": [0.36, 0.5]}})
-    outcome = table3.CLAIMS[2].decide(data)
-    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control DLR 0.43, weakest seed 0.36 < 0.378")
+    """Below the constant answer's level + 0.05 (0.378) on three seeds: the control failed; seeds on both sides
+    of it: the control is open, and more seeds decide it."""
+    short = table({table3.PATHFINDER: {"local_attention": [0.9, 0.9], "dss_exp": [0.9, 0.9], "dlr": [0.3, 0.31, 0.32]}})
+    outcome = table3.CLAIMS[2].decide(short)
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control DLR 0.31 < 0.378")
+    split = table({table3.PATHFINDER: {"local_attention": [0.9, 0.9], "dss_exp": [0.9, 0.9], "dlr": [0.36, 0.5]}})
+    outcome = table3.CLAIMS[2].decide(split)
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "seeds"
+    assert (
+        outcome.reason.startswith("control DLR undecided: the mean +0.43") and outcome.control["weakest_seed"] == 0.36
+    )

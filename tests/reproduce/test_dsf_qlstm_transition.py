@@ -43,10 +43,12 @@ def test_the_s6_transition_claim(qlstm, s6, verdict):
 
 
 @pytest.mark.parametrize(
-    ("qlstm", "s6", "verdict"), [([0.5], [0.51], HELD), ([0.5], [0.5], HELD), ([0.5], [0.49], FAILED)]
+    ("qlstm", "s6", "verdict"),
+    [([0.5, 0.5], [0.51, 0.51], HELD), ([0.5, 0.5], [0.5, 0.5], HELD), ([0.5, 0.5], [0.49, 0.49], FAILED)],
 )
 def test_dsf_qlstm_transition_claim_just_above_and_below_its_order(qlstm, s6, verdict):
-    """ "qLSTM with the S6 transition > qLSTM", no margin: one point either side (one seed), a tie holds."""
+    """ "qLSTM with the S6 transition > qLSTM", no margin: one point either side (two identical seeds: an interval
+    of width 0, the line itself), a tie holds."""
     assert_verdict(fig.CLAIMS, "S6 transition > qLSTM's", table(qlstm, s6), verdict)
 
 

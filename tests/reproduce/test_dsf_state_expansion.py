@@ -55,11 +55,14 @@ def verdicts(data) -> list[str]:
 
 
 def test_the_papers_picture_holds():
-    assert verdicts(table([1.0, 0.995], {4: [0.3, 0.32], 16: [0.7, 0.71], 64: [0.98, 0.97]})) == [HELD] * 3
+    """Three seeds: at two, Student's interval of softmax's (1.0, 0.995) reaches below 0.99."""
+    picture = table([1.0, 1.0, 0.995], {4: [0.3, 0.32, 0.31], 16: [0.7, 0.71, 0.705], 64: [0.98, 0.97, 0.975]})
+    assert verdicts(picture) == [HELD] * 3
 
 
 def test_the_opposite_fails():
-    assert verdicts(table([1.0, 0.995], {4: [0.9, 0.91], 16: [0.5, 0.5], 64: [0.2, 0.21]})) == [FAILED, FAILED, HELD]
+    opposite = table([1.0, 1.0, 0.995], {4: [0.9, 0.91, 0.905], 16: [0.5, 0.5, 0.5], 64: [0.2, 0.21, 0.205]})
+    assert verdicts(opposite) == [FAILED, FAILED, HELD]
 
 
 def test_a_softmax_that_did_not_solve_the_task_leaves_the_comparisons_inconclusive():

@@ -195,7 +195,8 @@ def test_the_plateau_is_the_better_of_a_constant_answer_and_copying_from_the_con
 
 def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_every_task():
     """``mad.MAD_CONTROL``: the exp readout with exactly the control's options, learned positions and the
-    transformer block; 0.95 on one task and a seed at 0.85 on the other fail it, naming that task."""
+    transformer block; its mean must reach 0.9 on every task (Student's interval: 0.95, 0.96, 0.955 does), and a
+    task whose seeds (0.99, 0.85) leave it open — or below — fails it, naming that task."""
     from seqdyn.reproduce.protocols import mad
     from tests.reproduce.helpers import entry_keys
 
@@ -205,7 +206,9 @@ def test_the_mad_control_is_softmax_in_the_type_1_block_and_must_reach_0_9_on_ev
 
     other = control_rows("selective_copying", [0.2, 0.2], model__positions=False)  # not the control: no positions
     assert not mad.is_control(other[0]) and mad.is_control(control_rows("memorization", [0.9])[0])
-    passing = results(control_rows("fuzzy_in_context_recall", [0.95, 0.96]) + control_rows("memorization", [1, 1]))
+    passing = results(
+        control_rows("fuzzy_in_context_recall", [0.95, 0.96, 0.955]) + control_rows("memorization", [1, 1, 1])
+    )
     assert mad.MAD_CONTROL.check(passing)["passed"]
     failing = results(
         control_rows("fuzzy_in_context_recall", [0.95, 0.96]) + control_rows("selective_copying", [0.99, 0.85]) + other

@@ -260,7 +260,8 @@ class Claim:
         (control)* where the control did not pass, with its value as the reason ("control softmax with positions
         0.49 < 0.9"), *inconclusive (seeds)* where its seeds leave it open, and *inconclusive (budget)* where a
         compared model never left the task's plateau (:class:`Plateau`) or is still improving at its last
-        evaluations (:func:`still_improving`); a claim already open says so too, after its own reason."""
+        evaluations (:func:`still_improving`) — before the reason of a claim already open for its seeds or the
+        ceiling."""
         outcome = self.test(results)
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
@@ -274,9 +275,9 @@ class Claim:
         words = [f"{'; '.join(stuck)} ({self.plateau.description})"] if stuck else []
         words += [f"{'; '.join(improving)} (still improving at its last evaluations)"] if improving else []
         budget = f"{BUDGET}: " + "; ".join(words)
-        if outcome.verdict != INCONCLUSIVE:
-            return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET, outcome.scores)
-        return replace(outcome, reason=f"{outcome.reason}; and {budget}", control=checked)
+        if outcome.verdict == INCONCLUSIVE:  # the budget comes first: more seeds of a model that never learned say little
+            budget += f"; and {outcome.reason}"
+        return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET, outcome.scores)
 
     def _control_open(self, outcome: Outcome, checked: dict[str, Any]) -> Outcome:
         """*Inconclusive* for a control that did not pass: *(seeds)* where its seeds leave it open, else

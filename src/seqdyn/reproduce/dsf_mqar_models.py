@@ -96,7 +96,7 @@ def _normalized_beats_linear(results: Results) -> Outcome:
 
 
 def _normalized_on_par_with_s6(results: Results) -> Outcome:
-    return within(_score(results, "normalized_attention"), _score(results, "s6"), ON_PAR)
+    return within(_score(results, "normalized_attention"), _score(results, "s6"), ON_PAR, ceiling=BEST_SCORE)
 
 
 def _ssd_at_least_s6(results: Results) -> Outcome:
