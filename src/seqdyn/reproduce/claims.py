@@ -275,7 +275,7 @@ class Claim:
         words = [f"{'; '.join(stuck)} ({self.plateau.description})"] if stuck else []
         words += [f"{'; '.join(improving)} (still improving at its last evaluations)"] if improving else []
         budget = f"{BUDGET}: " + "; ".join(words)
-        if outcome.verdict == INCONCLUSIVE:  # the budget comes first: more seeds of a model that never learned say little
+        if outcome.verdict == INCONCLUSIVE:  # the budget first: more seeds of a model that never learned say little
             budget += f"; and {outcome.reason}"
         return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET, outcome.scores)
 
