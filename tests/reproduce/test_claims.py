@@ -519,3 +519,13 @@ def test_a_held_claim_on_a_model_still_improving_is_inconclusive_budget():
     assert claim.decide({"a": a_flat, "b": b_flat}).verdict == HELD
     failed = Claim("c", "b ≥ a", "quote", lambda results: at_least(results["b"], results["a"], 0.05))
     assert failed.decide({"a": a_flat, "b": b_rising}).cause == "budget"  # and to a claim that did not hold
+
+
+def test_a_claim_whose_rule_cannot_be_computed_is_inconclusive_naming_the_error():
+    def divides_by_nothing(results):
+        return reaches(score(sum(results) / len(results), sum(results) / len(results)), 0.5)
+
+    outcome = Claim("c", "mean ≥ 0.5", "quote", divides_by_nothing).decide([])
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "missing"
+    assert outcome.reason == "the rule cannot be computed: ZeroDivisionError: division by zero"
+    assert Claim("c", "mean ≥ 0.5", "quote", divides_by_nothing).decide([0.9, 0.9]).verdict == HELD

@@ -262,7 +262,7 @@ class Claim:
         compared model never left the task's plateau (:class:`Plateau`) or is still improving at its last
         evaluations (:func:`still_improving`) — before the reason of a claim already open for its seeds or the
         ceiling."""
-        outcome = self.test(results)
+        outcome = self._tested(results)
         checked = {} if self.control is None else self.control.check(results)
         if checked and not checked["passed"]:
             return self._control_open(outcome, checked)
@@ -278,6 +278,15 @@ class Claim:
         if outcome.verdict == INCONCLUSIVE:  # the budget first: more seeds of a model that never learned say little
             budget += f"; and {outcome.reason}"
         return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET, outcome.scores)
+
+    def _tested(self, results: Any) -> Outcome:
+        """The predicate's outcome, or *inconclusive (missing)* naming the error where its numbers cannot be computed
+        (an empty or non-finite result it divides by, say): never *held*, and nothing else is left unwritten."""
+        try:
+            return self.test(results)
+        except (ArithmeticError, ValueError) as error:
+            reason = f"the rule cannot be computed: {type(error).__name__}: {error}"
+            return Outcome(INCONCLUSIVE, {}, reason, cause=MISSING)
 
     def _control_open(self, outcome: Outcome, checked: dict[str, Any]) -> Outcome:
         """*Inconclusive* for a control that did not pass: *(seeds)* where its seeds leave it open, else
