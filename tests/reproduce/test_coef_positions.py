@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from seqdyn.reproduce import coef_positions as fig
-from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE, SEEDS
 from tests.reproduce.helpers import assert_verdict, results, row
 
 
@@ -44,7 +44,8 @@ def test_the_papers_picture_holds():
 
 
 def test_the_opposite_fails():
-    data = table({"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.3, 0.31], "no PE, Λ = I": [0.95, 0.96]})
+    # Λ = I without positions above 0.9 on its interval (0.975 ± 0.064)
+    data = table({"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.3, 0.31], "no PE, Λ = I": [0.97, 0.98]})
     assert verdicts(data) == [FAILED, FAILED, FAILED]
 
 
@@ -57,8 +58,11 @@ def test_a_control_that_never_learned_decides_nothing():
 
 
 def test_seeds_on_both_sides_are_inconclusive():
-    data = table({"PE, Λ = I": [0.95, 0.5], "no PE, Λ = λI": [0.95, 0.5], "no PE, Λ = I": [0.95, 0.4]})
-    assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
+    data = table({"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.95, 0.5], "no PE, Λ = I": [0.95, 0.4]})
+    outcomes = [claim.decide(data) for claim in fig.CLAIMS]
+    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
+    # the compared seeds leave the claims open, not the control (softmax with positions, which passes)
+    assert all(outcome.cause == SEEDS and not outcome.reason.startswith("control") for outcome in outcomes)
 
 
 PAPERLIKE = {"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.97, 0.98], "no PE, Λ = I": [0.3, 0.35]}
@@ -71,7 +75,8 @@ PAPERLIKE = {"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [0.97, 0.98], "no PE,
         ("PE and λI both solve", {"no PE, Λ = λI": [0.91, 0.91]}, HELD),
         ("PE and λI both solve", {"PE, Λ = I": [0.9, 0.9]}, HELD),
         ("PE and λI both solve", {"no PE, Λ = λI": [0.89, 0.89]}, FAILED),
-        ("PE and λI both solve", {"PE, Λ = I": [0.89, 0.91]}, INCONCLUSIVE),
+        ("PE and λI both solve", {"PE, Λ = I": [0.89, 0.91]}, INCONCLUSIVE),  # softmax's: the control undecided
+        ("PE and λI both solve", {"no PE, Λ = λI": [0.89, 0.91]}, INCONCLUSIVE),  # the claim's own interval
         # "replaces": Λ = λI ≥ Λ = I + 0.05 without positions
         ("λI replaces PE", {"no PE, Λ = λI": [0.96, 0.96], "no PE, Λ = I": [0.9, 0.9]}, HELD),
         ("λI replaces PE", {"no PE, Λ = λI": [0.96, 0.96], "no PE, Λ = I": [0.92, 0.92]}, FAILED),
@@ -108,8 +113,8 @@ def test_a_readout_that_stayed_on_the_plateau_leaves_the_claims_inconclusive_for
 
     params = fig.SCALES["cpu"]["tasks"][fig.TASK]
     level = mad.plateau_level(fig.TASK, **params) + mad.PLATEAU_MARGIN
-    stuck = table({"PE, Λ = I": [0.95, 0.96], "no PE, Λ = λI": [level - 0.01] * 2, "no PE, Λ = I": [0.7, 0.72]}, params)
+    stuck = table({"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [level - 0.01] * 2, "no PE, Λ = I": [0.7, 0.72]}, params)
     outcome = fig.CLAIMS[0].decide(stuck)
     assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("budget: ") and "plateau" in outcome.reason
-    above = table({"PE, Λ = I": [0.95, 0.96], "no PE, Λ = λI": [level + 0.05] * 2, "no PE, Λ = I": [0.7, 0.72]}, params)
+    above = table({"PE, Λ = I": [0.99, 1.0], "no PE, Λ = λI": [level + 0.05] * 2, "no PE, Λ = I": [0.7, 0.72]}, params)
     assert fig.CLAIMS[0].decide(above).verdict == FAILED  # above the plateau and below 0.9: a real failure

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from seqdyn.reproduce import coef_readout_maps as fig
-from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE, SEEDS
 from seqdyn.reproduce.protocols.mad import NEAR_ZERO
-from tests.reproduce.helpers import assert_verdict, entry_keys, results, row
+from tests.reproduce.helpers import entry_keys, results, row
 
 TASKS = ("fuzzy_in_context_recall", "selective_copying")
 
@@ -60,12 +60,17 @@ def verdicts(data) -> list[str]:
     return [claim.decide(data).verdict for claim in fig.CLAIMS]
 
 
+#: the paper's picture (thin accuracies, large ones, thin near-zero fractions, large ones); the large sets' two seeds
+#: (0.97, 0.98), the control's among them, reach 0.9 on their 95 % interval (0.975 ± 0.064)
+PAPERLIKE = ([0.4, 0.42], [0.97, 0.98], [0.05, 0.06], [0.7, 0.72])
+
+
 def test_the_papers_picture_holds():
-    assert verdicts(table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72])) == [HELD, HELD]
+    assert verdicts(table(*PAPERLIKE)) == [HELD, HELD]
 
 
 def test_the_opposite_fails():
-    assert verdicts(table([0.9, 0.92], [0.4, 0.41], [0.7, 0.72], [0.05, 0.06], control=[0.95, 0.96])) == [
+    assert verdicts(table([0.9, 0.92], [0.4, 0.41], [0.7, 0.72], [0.05, 0.06], control=[0.97, 0.98])) == [
         FAILED,
         FAILED,
     ]
@@ -73,7 +78,7 @@ def test_the_opposite_fails():
 
 def test_a_control_below_its_threshold_leaves_both_claims_inconclusive():
     """The picture of the paper, but softmax (the exp readout) reaches 0.9 on one seed only: nothing is decided."""
-    data = table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72], control=[0.95, 0.85])
+    data = table(*PAPERLIKE, control=[0.95, 0.85])
     for claim in fig.CLAIMS:
         outcome = claim.decide(data)
         assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("control softmax on ")
@@ -81,11 +86,15 @@ def test_a_control_below_its_threshold_leaves_both_claims_inconclusive():
 
 
 def test_overlapping_seeds_are_inconclusive():
-    assert verdicts(table([0.5, 0.9], [0.6, 0.9], [0.1, 0.6], [0.3, 0.5])) == [INCONCLUSIVE, INCONCLUSIVE]
+    data = table([0.5, 0.9], [0.6, 0.9], [0.1, 0.6], [0.3, 0.5], control=[0.97, 0.98])
+    outcomes = [claim.decide(data) for claim in fig.CLAIMS]
+    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE, INCONCLUSIVE]
+    # the compared seeds leave the comparisons open, not the control (which passes)
+    assert all(outcome.cause == SEEDS and not outcome.reason.startswith("control") for outcome in outcomes)
 
 
 def test_a_best_run_without_its_measurement_leaves_the_first_claim_open():
-    data = table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72])
+    data = table(*PAPERLIKE)
     data = results(
         [
             {k: v for k, v in r.items() if k != NEAR_ZERO} if r.get("model.mixer_options.readout") == "exp" else r
@@ -107,14 +116,17 @@ def test_a_best_run_without_its_measurement_leaves_the_first_claim_open():
         # (the exp readout, a large set, is also the control: it must reach 0.9)
         ("near-zero set → accuracy", [0.9, 0.9], [0.96, 0.96], [0.05, 0.05], [0.7, 0.7], HELD),
         ("near-zero set → accuracy", [0.9, 0.9], [0.94, 0.94], [0.05, 0.05], [0.7, 0.7], FAILED),
-        ("near-zero set → accuracy", [0.9, 0.9], [0.98, 0.94], [0.05, 0.05], [0.7, 0.7], INCONCLUSIVE),
+        # 0.07 ± 0.064 includes the margin, while the large sets' seeds (the control's) reach 0.9 (0.97 ± 0.064)
+        ("near-zero set → accuracy", [0.9, 0.9], [0.975, 0.965], [0.05, 0.05], [0.7, 0.7], INCONCLUSIVE),
     ],
 )
 def test_coef_readout_maps_claims_just_above_and_below_their_thresholds(
     claim, thin, large, thin_zeros, large_zeros, verdict
 ):
     """Figs. 1 / 6's claims one group past the order of the near-zero fractions or the accuracy margin 0.05."""
-    assert_verdict(fig.CLAIMS, claim, table(thin, large, thin_zeros, large_zeros), verdict)
+    outcome = next(c for c in fig.CLAIMS if c.name == claim).decide(table(thin, large, thin_zeros, large_zeros))
+    assert outcome.verdict == verdict, outcome
+    assert not outcome.reason.startswith("control"), outcome  # the comparison decides, not the control
 
 
 def test_readouts_on_the_plateau_with_the_control_there_too_are_inconclusive_for_the_control():
@@ -127,7 +139,7 @@ def test_readouts_on_the_plateau_with_the_control_there_too_are_inconclusive_for
 def test_memorization_does_not_decide_the_near_zero_claim():
     """Fig. 1's sentence is about its two tasks: memorization (Fig. 6) suppressing nothing with the large sets, or
     everything with the thin ones, leaves the verdict of fuzzy recall and selective copying as it is."""
-    data = table([0.4, 0.42], [0.9, 0.95], [0.05, 0.06], [0.7, 0.72])
+    data = table(*PAPERLIKE)
 
     def memorization(thin_zeros: float, large_zeros: float) -> list[dict]:
         copied = [r | {"task.name": "memorization", "run_id": "m" + r["run_id"]} for r in data.rows]

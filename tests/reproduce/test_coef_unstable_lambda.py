@@ -62,22 +62,23 @@ def test_the_papers_picture_holds():
             ("exp", "none"): [0.12, 0.13],
             ("linear", "none"): [0.7, 0.75],
             ("exp", "state"): [0.13, 0.12],
-            ("linear", "state"): [0.99, 0.97],
+            ("linear", "state"): [0.99, 0.98],
         }
     )
     assert verdicts(data) == [HELD, HELD, HELD]
 
 
 def test_the_opposite_fails():
-    # (above the setting's plateau, 0.53 + 0.05, where they fail: failures a longer budget would not undo)
+    # (above the setting's plateau, 0.53 + 0.05, where they fail: failures a longer budget would not undo; and below
+    # 0.9 on their seeds' interval, 0.695 ± 0.064)
     data = table(
         {
-            ("exp", "sum"): [0.7, 0.65],
-            ("linear", "sum"): [0.7, 0.65],
+            ("exp", "sum"): [0.7, 0.69],
+            ("linear", "sum"): [0.7, 0.69],
             ("exp", "none"): [0.9, 0.95],
             ("linear", "none"): [0.65, 0.66],
             ("exp", "state"): [0.95, 0.97],
-            ("linear", "state"): [0.7, 0.65],
+            ("linear", "state"): [0.7, 0.69],
         }
     )
     assert verdicts(data) == [FAILED, FAILED, FAILED]
@@ -91,7 +92,7 @@ def test_seeds_on_both_sides_are_inconclusive():
             ("exp", "none"): [0.12, 0.5],
             ("linear", "none"): [0.4, 0.9],
             ("exp", "state"): [0.13, 0.6],
-            ("linear", "state"): [0.99, 0.97],
+            ("linear", "state"): [0.99, 0.98],
         }
     )
     assert verdicts(data) == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
@@ -122,7 +123,7 @@ PAPERLIKE = {
     ("exp", "none"): [0.12, 0.13],
     ("linear", "none"): [0.8, 0.85],
     ("exp", "state"): [0.13, 0.12],
-    ("linear", "state"): [0.99, 0.97],
+    ("linear", "state"): [0.99, 0.98],
 }
 #: "fails to learn anything": at most the task's plateau + 0.05, the plateau measured on the cpu setting's examples
 LEVEL = mad.plateau_level(fig.TASK, **fig.SCALES["cpu"]["tasks"][fig.TASK]) + mad.PLATEAU_MARGIN
@@ -170,7 +171,7 @@ def test_a_control_below_the_line_leaves_every_claim_inconclusive():
         ("exp", "none"): [0.12, 0.13],
         ("linear", "none"): [0.7, 0.75],
         ("exp", "state"): [0.13, 0.12],
-        ("linear", "state"): [0.99, 0.97],
+        ("linear", "state"): [0.99, 0.98],
     }
     outcomes = [claim.decide(table(paperlike, control=0.5)) for claim in fig.CLAIMS]
     assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * 3

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from seqdyn.cli import app
 from seqdyn.reproduce import dlr_long_range
 from seqdyn.reproduce import dsf_lm_perplexity as table1
-from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE
+from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE, SEEDS
 from seqdyn.reproduce.runner import regenerate_command
 from tests.reproduce.helpers import assert_verdict, results, row
 
@@ -61,7 +61,11 @@ def test_the_opposite_order_fails():
 
 
 def test_overlapping_seeds_are_inconclusive():
-    assert verdicts(perplexities([20.0, 36.0], [30.0, 34.0], [32.0, 40.0])) == [INCONCLUSIVE] * 3
+    # softmax's seeds (20, 22) below the constant predictor's 64 on their interval: the control passes, the order
+    # flips between the seeds, and the comparisons are left open by their own intervals
+    outcomes = [claim.decide(perplexities([20.0, 22.0], [30.0, 18.0], [32.0, 40.0])) for claim in table1.CLAIMS]
+    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * 3
+    assert all(outcome.cause == SEEDS and outcome.control["passed"] for outcome in outcomes)
 
 
 def test_the_control_level_is_the_unigram_perplexity_of_the_corpus():
@@ -161,6 +165,7 @@ def test_the_regenerate_command_names_the_corpus_the_runs_read():
     ],
 )
 def test_dsf_lm_perplexity_claims_just_above_and_below_their_thresholds(claim, softmax, normalized, linear, verdict):
-    """Seed 000 Table 1's claims one perplexity past the order or the share 25 % (one seed, no spread)."""
-    data = perplexities([softmax], [normalized], [linear])
+    """Seed 000 Table 1's claims one perplexity past the order or the share 25 % (two identical seeds: no spread, so
+    the interval is the value itself; one seed of a trained model would leave every claim open)."""
+    data = perplexities([softmax] * 2, [normalized] * 2, [linear] * 2)
     assert_verdict(table1.CLAIMS, claim, data, verdict)

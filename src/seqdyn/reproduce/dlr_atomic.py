@@ -158,11 +158,12 @@ def _dlr_solves_select_fixed(results: Results) -> Outcome:
 
 
 def _dlr_as_good_as_dss(results: Results) -> Outcome:
+    """DLR ≥ DSS-EXP + ``AS_GOOD`` on every task, without the ceiling rule: two means within ``PLATEAU_MARGIN`` of
+    R² 1 already differ by no more than ``AS_GOOD``, so a task both layers solve (Table 1's SHIFT and CUMSUM) shows
+    DLR as good as DSS-EXP rather than hiding a difference."""
     return every(
         {
-            TASK_LABELS[task]: at_least(
-                r2(results, "dlr", task), r2(results, "dss_exp", task), AS_GOOD, ceiling=BEST_SCORE
-            )
+            TASK_LABELS[task]: at_least(r2(results, "dlr", task), r2(results, "dss_exp", task), AS_GOOD)
             for task in present(results)[0]
         }
     )

@@ -8,6 +8,10 @@ it has linear complexity at inference time with respect to the sequence length L
 models are trained on MQAR through the sweep machinery, then each is loaded from its checkpoint and decoded token by
 token: the bytes of its streaming state, the wall time per token and the peak memory decoding adds at growing context
 lengths, and the largest difference between its token-by-token outputs and its parallel forward pass on the same tokens.
+
+The claims read these measurements as ``exact`` scores, decided on their values: a state's bytes are counted, and the
+difference of the two forms is computed on fixed tokens of one trained model — properties of the computation, not
+means over seeds (each model is trained once).
 """
 
 from __future__ import annotations
@@ -128,10 +132,11 @@ def decoding_peak_bytes(model, tokens) -> int | None:
 
 
 def _value(results: Results, mixer: str, key: str) -> Score:
+    """One model's measurement ``key``, an exact score (counted or computed, not a mean over seeds)."""
     rows = results.select(model__mixer=mixer)
     values = tuple(row[key] for row in rows if row.get(key) is not None)
     missing = tuple(f"{row['name']} ({row['status']})" for row in rows if row.get(key) is None)
-    return Score(MODELS[mixer][0], values, missing or (() if rows else ("not run",)))
+    return Score(MODELS[mixer][0], values, missing or (() if rows else ("not run",)), exact=True)
 
 
 def _context_lengths(results: Results) -> list[int]:
@@ -149,7 +154,7 @@ def _growth(results: Results, mixer: str) -> Score:
     short, long = _lengths(results)
     first, last = _value(results, mixer, f"{STATE}.{short}"), _value(results, mixer, f"{STATE}.{long}")
     ratios = tuple(b / a for a, b in zip(first.values, last.values) if a)
-    return Score(first.label, ratios, first.missing + last.missing)
+    return Score(first.label, ratios, first.missing + last.missing, exact=True)
 
 
 def _recurrent_fixed(results: Results) -> Outcome:
