@@ -288,7 +288,7 @@ class KernelMaps(Reproduction):
     reductions = {
         "paper": PAPER_PROTOCOL + "; Type 1 blocks with learned positions; both tasks at MAD's settings.",
         "cpu": "The sizes of coef_readout_maps' cpu scale on its tasks among Fig. 8's two: selective copying at L = "
-        "32 with 4 tokens to copy (the setting its control's difficulty pilot chose, mad.CPU_TASKS); width 64 "
+        "64 with 8 tokens to copy (the rung mad.choose_rung picks on its difficulty ladder, mad.CPU_TASKS); width 64 "
         "(4 heads of 16, so K − 1 = 15); 2,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and "
         "weight decay 0.1 only; three seeds; softmax, linear attention and Fig. 1's other readouts are "
         "coef_readout_maps' runs (shared in a store). " + left_out_words(*TASKS),
