@@ -357,3 +357,27 @@ def test_every_published_reproduction_has_its_measured_wall_times_beside_its_ver
             set(entry) == {"seconds", "date", "commit", "workers", "runs_before", "note"}
             for entry in timing["scales"].values()
         )
+
+
+def test_a_claim_open_for_the_budget_names_what_would_decide_it():
+    """The paper scale's protocol (its first clause) and its estimated cost on one H200; at the paper scale, that
+    the paper's own budget left it open; other verdicts untouched."""
+    from types import SimpleNamespace
+
+    from seqdyn.reproduce.claims import Outcome
+    from seqdyn.reproduce.runner import with_what_decides
+
+    reproduction = SimpleNamespace(
+        reductions={"paper": "Table 8's settings: 300,000 steps of batch 32; five seeds."},
+        paper_gpu_estimate="over 40 h",
+    )
+    budget = Outcome("inconclusive", {}, "budget: DLR still improving", cause="budget")
+    assert with_what_decides(budget, reproduction, "cpu").reason == (
+        "budget: DLR still improving; would decide it: --scale paper — Table 8's settings: 300,000 steps of batch "
+        "32 (estimated over 40 h on one H200)"
+    )
+    unestimated = SimpleNamespace(reductions={}, paper_gpu_estimate="")
+    assert with_what_decides(budget, unestimated, "cpu").reason.endswith("--scale paper (its cost not estimated yet)")
+    assert with_what_decides(budget, reproduction, "paper").reason.endswith("; the paper's own budget left it open")
+    held = Outcome("held", {"x": 1.0})
+    assert with_what_decides(held, reproduction, "cpu") is held

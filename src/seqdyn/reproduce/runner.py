@@ -25,7 +25,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +240,10 @@ def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: fl
     already held results when it began."""
     folder = out / reproduction.name
     folder.mkdir(parents=True, exist_ok=True)
-    outcomes = {claim.name: claim.decide(results) for claim in reproduction.claims}
+    outcomes = {
+        claim.name: with_what_decides(claim.decide(results), reproduction, results.scale)
+        for claim in reproduction.claims
+    }
     _write_csv(folder / "results.csv", results)
     reproduction.plot(results, folder / "figure.png")
     provenance = _provenance(results, elapsed_s, runs_before)
@@ -269,6 +272,20 @@ def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: fl
 def _level_words(control: dict[str, Any]) -> str:
     """Where a control's threshold counts from a level the reproduction measured: that level, in words."""
     return "" if control.get("level") is None else f" (the measured level {control['level']:.3g} and its margin)"
+
+
+def with_what_decides(outcome: Outcome, reproduction: Reproduction, scale: str) -> Outcome:
+    """An *inconclusive (budget)* outcome with what would decide it: the paper's budget (the ``paper`` scale's
+    protocol, in the words of its first clause) and its estimated cost on one H200; other outcomes as they are."""
+    if outcome.cause != "budget":
+        return outcome
+    if scale == "paper":
+        return replace(outcome, reason=f"{outcome.reason}; the paper's own budget left it open")
+    protocol = reproduction.reductions.get("paper", "").split(";")[0].strip().rstrip(".")
+    estimate = reproduction.paper_gpu_estimate
+    cost = f"estimated {estimate} on one H200" if estimate else "its cost not estimated yet"
+    paper = f" — {protocol}" if protocol else ""
+    return replace(outcome, reason=f"{outcome.reason}; would decide it: --scale paper{paper} ({cost})")
 
 
 def _json_number(value: Any) -> Any:
