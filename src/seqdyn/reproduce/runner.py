@@ -424,13 +424,13 @@ def _short(value: float) -> str:
 
 
 #: the numbers of an outcome that say how it was decided rather than what was measured (kept in verdict.json)
-DECIDING = ("lowest seed", "highest seed", "threshold", "difference", "margin", "tolerance")
+DECIDING = ("lowest seed", "highest seed", "threshold", "difference", "margin", "tolerance", "interval half-width")
 
 
 def ours_text(numbers: dict[str, float]) -> str:
-    """The measured numbers of an outcome for a table cell: every setting's score and the seed spreads, without
-    the thresholds and the per-seed extremes; a part's key that already names its score is not repeated
-    (``"DLR SHIFT: DLR"`` → ``"DLR SHIFT"``)."""
+    """The measured numbers of an outcome for a table cell: every setting's score, without the thresholds, the
+    per-seed extremes and the intervals (a verdict its interval left open says so in its reason); a part's key
+    that already names its score is not repeated (``"DLR SHIFT: DLR"`` → ``"DLR SHIFT"``)."""
     shown = []
     for key, value in numbers.items():
         part, _, name = key.rpartition(": ")
