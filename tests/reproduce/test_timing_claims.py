@@ -13,12 +13,16 @@ from seqdyn.reproduce.claims import FAILED, HELD, INCONCLUSIVE, MISSING
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 
 
-def timings(softmax_power: float, ssd_power: float, lengths=LENGTHS, fixed: float = 0.0) -> Results:
-    """Rows of both layers with time = fixed + (L / 512)^power milliseconds."""
+def timings(
+    softmax_power: float, ssd_power: float, lengths=LENGTHS, fixed: float = 0.0, ssd_powers: tuple = ()
+) -> Results:
+    """Rows of both layers with time = fixed + (L / 512)^power milliseconds, in two identical rounds (an interval
+    of width 0: the slope itself decides), or one round per SSD power of ``ssd_powers``."""
+    ssd_rounds = ssd_powers or (ssd_power, ssd_power)
     rows = [
         {
-            "name": f"{layer} {length}",
-            "run_id": f"{layer}/{length}",
+            "name": f"{layer} {length} {turn}",
+            "run_id": f"{layer}/{length}/{turn}",
             "status": "finished",
             "reason": None,
             "best": None,
@@ -28,8 +32,10 @@ def timings(softmax_power: float, ssd_power: float, lengths=LENGTHS, fixed: floa
             "timing.layer": layer,
             "timing.length": length,
             "timing.seconds": 1e-3 * (fixed + (length / 512) ** power),
+            "timing.round": turn,
         }
-        for layer, power in (("softmax", softmax_power), ("ssd", ssd_power))
+        for turn, ssd in enumerate(ssd_rounds)
+        for layer, power in (("softmax", softmax_power), ("ssd", ssd))
         for length in lengths
     ]
     return Results("cpu", tuple(rows))
@@ -62,6 +68,20 @@ def test_the_slope_is_read_over_the_longest_lengths_where_fixed_costs_fade():
     assert tc.slope(data, "softmax").values[0] > 1.5 and verdicts(data) == [HELD, HELD]
 
 
+def test_rounds_either_side_of_the_line_leave_the_claim_open_and_agreeing_rounds_decide_it():
+    """The published run's SSD slope 1.006 and a later one's 1.2025, either side of 1.2: open (seeds) — a single
+    timing decides nothing; five rounds close together decide."""
+    ssd = next(claim for claim in tc.CLAIMS if claim.name == "SSD time linear in L")
+    split = ssd.decide(timings(2.0, 1.0, ssd_powers=(1.006, 1.2025)))
+    assert split.verdict == INCONCLUSIVE and split.cause == "seeds" and split.seeds == {ssd_label(): 2}
+    close = ssd.decide(timings(2.0, 1.0, ssd_powers=(1.0, 1.02, 1.05, 0.99, 1.03)))
+    assert close.verdict == HELD and close.seeds == {ssd_label(): 5}
+
+
+def ssd_label() -> str:
+    return f"{tc.LAYERS['ssd'][0]}: slope of log time against log L"
+
+
 def test_too_few_lengths_leave_the_claims_open():
     assert verdicts(timings(2.0, 1.0, lengths=(512, 1024))) == [INCONCLUSIVE, INCONCLUSIVE]
 
@@ -83,8 +103,8 @@ def with_steps(data: Results, attention_s: float, dlr_s: float, device: str | No
     """``data`` with Table 1's two step timings, timed on ``device`` (None: a row that does not say)."""
     rows = [
         {
-            "name": f"{layer} step",
-            "run_id": f"{layer}_step/4096",
+            "name": f"{layer} step {turn}",
+            "run_id": f"{layer}_step/4096/{turn}",
             "status": "finished",
             "reason": None,
             "best": None,
@@ -95,8 +115,10 @@ def with_steps(data: Results, attention_s: float, dlr_s: float, device: str | No
             "timing.length": 4096,
             "timing.seconds": seconds,
             "timing.batch": 16,
+            "timing.round": turn,
         }
         | ({} if device is None else {"timing.device": device})
+        for turn in (0, 1)
         for layer, seconds in (("attention", attention_s), ("dlr", dlr_s))
     ]
     return Results(data.scale, data.rows + tuple(rows))
@@ -134,7 +156,12 @@ def test_attention_six_times_slower_is_not_decided_off_a_cuda_device(device, att
 def test_the_step_is_timed_on_the_cpu_here_at_the_scales_batch_and_says_so():
     rows = [row for row in tc.compute_rows(tc.SCALES["smoke"]) if row["timing.layer"] in tc.STEP_NAMES]
     device = "cpu" if not torch.cuda.is_available() else tc.device_name(torch.device("cuda"))
-    assert [(row["timing.device"], row["timing.batch"]) for row in rows] == [(device, 2)] * 2
+    assert [(row["timing.device"], row["timing.batch"], row["timing.round"]) for row in rows] == [
+        (device, 2, 0),
+        (device, 2, 0),
+        (device, 2, 1),
+        (device, 2, 1),
+    ]
     assert f"batch 2, timed on {device}" in tc.REPRODUCTION.table(Results("smoke", tuple(rows)))
 
 
