@@ -82,7 +82,7 @@ def test_a_cached_choice_is_read_without_making_its_key_or_its_explanation_again
     def made_again(*_):
         raise AssertionError("a cached choice made its key or explanation again")
 
-    monkeypatch.setattr(choice, "problem_signature", made_again)
+    monkeypatch.setattr(choice, "BackendKey", made_again)
     monkeypatch.setattr(autotune, "_described", made_again)
     assert seqdyn.select_backend(*args, **options) is hit
     monkeypatch.undo()

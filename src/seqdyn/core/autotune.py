@@ -383,6 +383,11 @@ _HITS: dict[tuple[int, str], BackendChoice] = {}
 HITS_KEPT = 4096
 
 
+def _where(path: Path | None) -> str:
+    """Where the choices are kept, in words: the cache file, or this process's memory."""
+    return str(path) if path is not None else "this process's memory"
+
+
 def _cached_choice(
     entries: dict[str, dict], key: str, path: Path | None, valid: Callable[[str], bool], shape: Callable[[], str]
 ) -> BackendChoice | None:
@@ -390,7 +395,7 @@ def _cached_choice(
     entry = entries.get(key)
     if entry is None or not valid(entry["backend"]):
         return None
-    where = str(path) if path is not None else "this process's memory"
+    where = _where(path)
     times = dict(sorted(entry.get("times_ms", {}).items(), key=lambda item: item[1]))
     if len(_HITS) >= HITS_KEPT:
         _HITS.clear()
@@ -424,7 +429,7 @@ def choose(
     hit = _HITS.get((id(entries), key)) or _cached_choice(entries, key, path, valid, shape)
     if hit is not None:
         return hit
-    where = str(path) if path is not None else "this process's memory"
+    where = _where(path)
     shape = shape()
     candidates, modelled, reason = plan()
     if len(candidates) == 1:

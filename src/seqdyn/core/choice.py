@@ -164,7 +164,7 @@ def _tensors(problem: Problem) -> list[Tensor]:
     return [x for x in parts if isinstance(x, Tensor)]
 
 
-#: the operator's cache keys made so far, by what they depend on (a cached choice then makes no key)
+#: the operator's cache keys made so far, by the values they hold (a cached choice then makes no new key object)
 _OPERATOR_KEYS: dict[tuple, BackendKey] = {}
 #: at most this many kept keys (a padded batch has a key per shape)
 OPERATOR_KEYS_KEPT = 4096
@@ -172,32 +172,15 @@ OPERATOR_KEYS_KEPT = 4096
 
 def _shape_key(problem: Problem, want_state: bool, train: bool) -> BackendKey:
     """Everything but the data that a backend's speed depends on, as the cache key of :mod:`autotune`: made once
-    per combination of what :func:`problem_signature` reads, the state passed in or out and the mode."""
-    seen = (
-        problem.shape,
-        problem.describe(),
-        problem.q.dtype,
-        problem.out_dtype,
-        problem.chunk_size,
-        shared_over_heads(problem.q),
-        shared_over_heads(problem.k),
-        _scale_kind(problem.scale),
-        problem.log_scale is not None,
-        problem.decay_rate is not None,
-        problem.initial_state is not None,
-        want_state,
-        train,
-    )
+    per :func:`problem_signature`, batch, length, state passed in or out and mode."""
+    batch, _, length, _, _ = problem.shape
+    signature = problem_signature(problem)
+    seen = (*signature.values(), batch, length, problem.initial_state is not None, want_state, train)
     key = _OPERATOR_KEYS.get(seen)
     if key is None:
         if len(_OPERATOR_KEYS) >= OPERATOR_KEYS_KEPT:
             _OPERATOR_KEYS.clear()
-        batch, _, length, _, _ = problem.shape
-        options = (
-            *problem_signature(problem).items(),
-            ("state in", problem.initial_state is not None),
-            ("state out", want_state),
-        )
+        options = (*signature.items(), ("state in", problem.initial_state is not None), ("state out", want_state))
         mode = "train" if train else "forward"
         key = _OPERATOR_KEYS[seen] = BackendKey(
             "operator", options, (("B", batch), ("T", length)), str(problem.q.dtype), mode

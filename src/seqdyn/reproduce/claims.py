@@ -452,21 +452,15 @@ def at_least(a: Score, b: Score, margin: float = 0.0, ceiling: float | None = No
     above ``margin``, *did not hold* when it lies below, else *inconclusive (seeds)*.  ``ceiling``: the metric's best
     value (1 for an accuracy or R²); where both means lie within ``PLATEAU_MARGIN`` of it the task does not separate
     the two, whatever the difference: *inconclusive (ceiling)*."""
-    unknown = _open((a, b))
-    if unknown is not None:
-        return unknown
-    interval = difference_interval(a, b)
-    numbers = _numbers(a, b, interval) | {"margin": margin}
-    scores = (a, b)
-    ceiling_reason = _at_ceiling(a, b, ceiling)
-    if ceiling_reason:
-        return Outcome(INCONCLUSIVE, numbers, ceiling_reason, cause=CEILING, scores=scores)
-    if interval.low > margin or (interval.half == 0 and interval.estimate >= margin):
-        return Outcome(HELD, numbers, scores=scores)
-    if interval.high < margin:
-        return Outcome(FAILED, numbers, scores=scores)
-    reason = f"the difference {interval.words()} includes the margin {margin:+.3f}"
-    return Outcome(INCONCLUSIVE, numbers, reason, cause=SEEDS, scores=scores)
+    return _compared(
+        a,
+        b,
+        ("margin", margin),
+        ceiling,
+        held=lambda interval: interval.low > margin or (interval.half == 0 and interval.estimate >= margin),
+        failed=lambda interval: interval.high < margin,
+        open_words=f"includes the margin {margin:+.3f}",
+    )
 
 
 def within(a: Score, b: Score, tolerance: float, ceiling: float | None = None) -> Outcome:
@@ -474,20 +468,45 @@ def within(a: Score, b: Score, tolerance: float, ceiling: float | None = None) -
     inside ``±tolerance``, *did not hold* when it lies outside, else *inconclusive (seeds)*.  Never *held* at the
     ``ceiling`` (both means within ``PLATEAU_MARGIN`` of it: any two models agree there) — *inconclusive
     (ceiling)*."""
+    return _compared(
+        a,
+        b,
+        ("tolerance", tolerance),
+        ceiling,
+        held=lambda interval: -tolerance <= interval.low and interval.high <= tolerance,
+        failed=lambda interval: interval.low > tolerance or interval.high < -tolerance,
+        open_words=f"is not inside nor outside the tolerance ±{tolerance:.3f}",
+    )
+
+
+def _compared(
+    a: Score,
+    b: Score,
+    line: tuple[str, float],
+    ceiling: float | None,
+    held: Callable[[Interval], bool],
+    failed: Callable[[Interval], bool],
+    open_words: str,
+) -> Outcome:
+    """A comparison of two settings on Welch's interval of their difference: *inconclusive* where it cannot be
+    computed (:func:`_open`) or both lie at the ``ceiling``; else *held* where ``held(interval)``, *did not hold*
+    where ``failed(interval)``, *inconclusive (seeds)* otherwise.  ``line``: the rule's name and value (margin or
+    tolerance), kept in the numbers."""
     unknown = _open((a, b))
     if unknown is not None:
         return unknown
     interval = difference_interval(a, b)
-    numbers = _numbers(a, b, interval) | {"tolerance": tolerance}
+    name, value = line
+    numbers = _numbers(a, b, interval) | {name: value}
     scores = (a, b)
     ceiling_reason = _at_ceiling(a, b, ceiling)
     if ceiling_reason:
         return Outcome(INCONCLUSIVE, numbers, ceiling_reason, cause=CEILING, scores=scores)
-    if -tolerance <= interval.low and interval.high <= tolerance:
+    if held(interval):
         return Outcome(HELD, numbers, scores=scores)
-    if interval.low > tolerance or interval.high < -tolerance:
+    if failed(interval):
         return Outcome(FAILED, numbers, scores=scores)
-    reason = f"the difference {interval.words()} is not inside nor outside the tolerance ±{tolerance:.3f}"
+    reason = f"the difference {interval.words()} {open_words}"
     return Outcome(INCONCLUSIVE, numbers, reason, cause=SEEDS, scores=scores)
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from seqdyn.reproduce.base import RESULT_STATUSES, TIMING, Reproduction, Results, check_scale, read_timing, sweep_name
-from seqdyn.reproduce.claims import INCONCLUSIVE, Cause, Outcome, control_value
+from seqdyn.reproduce.claims import BUDGET, INCONCLUSIVE, Cause, Outcome, control_value
 from seqdyn.reproduce.seeds import (
     check_max_seeds,
     default_max_seeds,
@@ -277,7 +277,7 @@ def _level_words(control: dict[str, Any]) -> str:
 def with_what_decides(outcome: Outcome, reproduction: Reproduction, scale: str) -> Outcome:
     """An *inconclusive (budget)* outcome with what would decide it: the paper's budget (the ``paper`` scale's
     protocol, in the words of its first clause) and its estimated cost on one H200; other outcomes as they are."""
-    if outcome.cause != "budget":
+    if outcome.cause != BUDGET:
         return outcome
     if scale == "paper":
         return replace(outcome, reason=f"{outcome.reason}; the paper's own budget left it open")
