@@ -286,7 +286,8 @@ def test_the_table_has_a_row_per_task_and_the_papers_numbers():
 
 @pytest.mark.parametrize("scale", ["cpu", "paper"])
 def test_the_scales_train_every_task_with_the_papers_learning_rates(scale):
-    runs = [config for sweep in table1.REPRODUCTION.sweeps(scale) for config in sweep.expand()]
+    sweeps = [sweep for sweep in table1.REPRODUCTION.sweeps(scale) if not sweep.name.startswith("select_fixed")]
+    runs = [config for sweep in sweeps for config in sweep.expand()]
     assert {config.task.name for config in runs} == set(TASKS)
     for config in runs:
         assert config.model.norm_position == "post" and config.schedule.kind == "constant"
@@ -381,7 +382,7 @@ def assert_select_fixed_pilot(pilot_file: str, mixer_options: dict | None = None
     expected = {
         k: run
         for k, run in runs_by_key(cpu, key=key, mixer_options=mixer_options).items()
-        if k[:2] == ("dlr", "select_fixed")
+        if k[:3] == ("dlr", "select_fixed", 1e-4)
     }
     undone = runs_by_key(pilot, train=dict(steps=1_500, eval_every=250), key=key)
     assert {k: run for k, run in undone.items() if k[2] == 1e-4} == expected and len(expected) == 2
@@ -404,6 +405,34 @@ def test_select_fixed_table7_pilot_is_the_cpu_scale_dlr_runs_but_its_budget():
     """examples/pilots/dlr_select_fixed_table7.yaml: the same with the cpu runs' Table 7 initialization kept."""
     expected = assert_select_fixed_pilot("dlr_select_fixed_table7.yaml")
     assert all(run["model"]["mixer_options"]["r_range"] == [1e-5, 1e-5] for run in expected.values())
+
+
+def test_select_fixed_is_decided_on_the_pilots_dlr_at_lr_1e_3_and_10_000_steps():
+    """At cpu the claim reads a DLR layer of its own: the table7 pilot's run at lr 1e-3, evaluated every 250 steps
+    instead of 500 and on a fresh batch every step (the protocol's rule; the pilot reused the 1,500 steps' 24,000
+    examples); the Table 1 runs keep the paper's 1e-4, and without the extra run the claim reads them."""
+    pilot, cpu = pilot_and_scale_runs("dlr_select_fixed_table7.yaml", table1.REPRODUCTION)
+    key = ("model.mixer", "task.name", "optimizer.lr", "train.seed")
+    extra = [sweep for sweep in table1.REPRODUCTION.sweeps("cpu") if sweep.name == "select_fixed-dlr_fast"]
+    assert len(extra) == 1 and {config.train.steps for config in extra[0].expand()} == {10_000}
+    fast = {k: run for k, run in runs_by_key(cpu, key=key).items() if k[2] == 1e-3 and k[0] == "dlr"}
+    piloted = {k: run for k, run in runs_by_key(pilot, train=dict(eval_every=250), key=key).items() if k[2] == 1e-3}
+    for run in piloted.values():
+        run["task"]["train_examples"] = 10_000 * 16
+    assert fast == piloted and len(fast) == 2
+    assert not any(s.name.startswith("select_fixed") for s in table1.REPRODUCTION.sweeps("paper"))
+    claim = named_claim("DLR solves SELECT-FIXED")
+    slow = table({"select_fixed": {"dlr": (0.04, 0.05)}})
+    fast_rows = [
+        {**r, "name": r["name"].replace("table1-dlr", "select_fixed-dlr_fast")}
+        for r in table({"select_fixed": {"dlr": (0.961, 0.959)}}).rows
+    ]
+    both = type(slow)(scale=slow.scale, rows=slow.rows + tuple(fast_rows))
+    assert claim.decide(both).verdict == HELD and claim.decide(slow).cause == "budget"
+
+
+def named_claim(name: str):
+    return next(claim for claim in table1.CLAIMS if claim.name == name)
 
 
 SHIFT_PAPERLIKE = {

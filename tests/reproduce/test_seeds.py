@@ -9,10 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 from seqdyn.cli import app
-from seqdyn.reproduce.base import CPU_BUDGET_S, SEED, Reproduction, Results
+from seqdyn.reproduce import runner
+from seqdyn.reproduce.base import SEED, Reproduction, Results
 from seqdyn.reproduce.claims import Claim, at_least
 from seqdyn.reproduce.runner import named_sweeps, run
 from seqdyn.reproduce.seeds import (
+    MOST_SEEDS,
+    affords_one_more_seed,
     check_max_seeds,
     default_max_seeds,
     seed_count,
@@ -25,6 +28,8 @@ from seqdyn.train.store import Store
 
 #: per mixer, the result of seeds 0, 1, 2, …: two seeds leave "a ≥ b" open (Welch's interval ±0.45), three decide it
 RESULTS = {"linear_attention": (0.60, 0.70, 0.62, 0.66), "softmax_attention": (0.55, 0.50, 0.52, 0.51)}
+#: the wall time every fake run records (seconds)
+RUN_SECONDS = 60.0
 
 
 class TwoModels(Reproduction):
@@ -69,7 +74,9 @@ def trained(monkeypatch):
     def finish(config, store, **options):
         store.claim(config.run_id, "test", stale_after=float("inf"))
         value = RESULTS.get(config.model.mixer, (0.5,) * 10)[config.train.seed]
-        store.finish(config.run_id, "test", "finished", step=10, best_metric=value, final_metric=value)
+        store.finish(
+            config.run_id, "test", "finished", step=10, best_metric=value, final_metric=value, wall_time=RUN_SECONDS
+        )
         calls.append((config.model.mixer, config.train.seed))
         return sweep_module._from_record(store.run(config.run_id))
 
@@ -115,12 +122,36 @@ def test_one_more_seed_goes_to_the_sweeps_that_hold_the_runs_up_to_the_cap():
     assert seed_count(grown) == 3
 
 
-def test_the_default_cap_is_what_the_measured_time_leaves_of_the_budget():
+def test_the_default_cap_adds_seeds_only_at_cpu():
     sweeps = TwoModels().sweeps("cpu")
-    assert default_max_seeds("cpu", sweeps, CPU_BUDGET_S / 2) == 4  # two seeds took half the budget
-    assert default_max_seeds("cpu", sweeps, CPU_BUDGET_S) == 2  # at least today's seeds
-    assert default_max_seeds("cpu", sweeps, 1.0) == 10  # at most ten
-    assert default_max_seeds("cpu", sweeps, None) == 2 and default_max_seeds("smoke", sweeps, 1.0) == 2
+    assert default_max_seeds("cpu", sweeps) == MOST_SEEDS and default_max_seeds("smoke", sweeps) == 2
+
+
+def _results_of(sweeps: list[SweepConfig], seconds: float) -> Results:
+    rows = [{"run_id": run.run_id, "wall_time": seconds} for sweep in sweeps for run in sweep.expand()]
+    return Results(scale="cpu", rows=tuple(rows))
+
+
+def test_one_more_seed_is_affordable_while_the_stored_runs_and_one_seed_of_the_growing_sweeps_fit_the_budget():
+    sweeps = TwoModels().sweeps("cpu")  # compared: 2 mixers × 2 seeds, other: 1 mixer × 2 seeds — six runs
+    # six runs of 100 s on 2 workers took 300 s; one seed of "compared" is two runs, 100 s on 2 workers
+    assert affords_one_more_seed(_results_of(sweeps, 100.0), sweeps, ["compared"], workers=2, budget_s=400.0)
+    assert not affords_one_more_seed(_results_of(sweeps, 100.0), sweeps, ["compared"], workers=2, budget_s=399.0)
+    # on one worker the same took 600 s and the seed 200 s
+    assert affords_one_more_seed(_results_of(sweeps, 100.0), sweeps, ["compared"], workers=1, budget_s=800.0)
+    assert not affords_one_more_seed(_results_of(sweeps, 100.0), sweeps, ["compared"], workers=1, budget_s=799.0)
+    # never less than the longest run of the seed, however many workers
+    assert not affords_one_more_seed(_results_of(sweeps, 100.0), sweeps, ["compared"], workers=8, budget_s=174.0)
+
+
+def test_the_default_cap_stops_adding_seeds_where_the_next_would_not_fit_the_budget(trained, tmp_path, monkeypatch):
+    # six runs of 60 s on one worker: 360 s; the third seed of "compared" would add 120 s
+    monkeypatch.setattr(runner, "CPU_BUDGET_S", 479.0)
+    written = run(TwoModels(), "cpu", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    assert written.outcomes["a ≥ b"].cause == "seeds" and len(trained) == 6
+    monkeypatch.setattr(runner, "CPU_BUDGET_S", 480.0)
+    written = run(TwoModels(), "cpu", tmp_path / "runs.db", tmp_path / "out", progress=False)
+    assert written.outcomes["a ≥ b"].verdict == "held" and len(trained) == 8
 
 
 def test_a_cap_below_two_seeds_is_one_line_naming_the_option(tmp_path):

@@ -10,6 +10,7 @@ effective on tasks like SHIFT and CUMSUM", "fail on tasks such a REVERSE", on SE
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -54,6 +55,14 @@ LEARNERS = {"reverse": "dlr_6", "select": "attention_2"}
 #: Table 1 cannot: that another layer learns CONTEXTSHIFT where the SSMs fail.  Fixed before any re-decision.
 #: task → (its context-free version, the best R² of any model of Table 1 on the task)
 CONTEXT_FREE = {"context_shift": ("shift", 0.11)}
+
+#: the model and budget "DLR solves SELECT-FIXED" is decided on at ``cpu``, fixed before the run from the pilots
+#: (examples/pilots/dlr_select_fixed_table7.yaml, 2026-11-28, 865f17b): from Table 7's initialization, DLR at the
+#: paper's lr 1e-4 reached R² 0.04 after 1,500 steps and 0.38-0.43 after 10,000, still rising as slowly as the
+#: paper's 40,000 steps suggest; at lr 1e-3 (the other layers' rate in Table 7) 0.72-0.78 at step 4,000, 0.947 at
+#: 8,000 and 0.96 at 10,000.  The claim is about what the layer can express, which a faster rate does not change;
+#: the paper's own rate stays in the Table 1 runs, where every comparison between layers is read
+SELECT_FIXED_MODEL, SELECT_FIXED_STEPS = "dlr_fast", 10_000
 
 SCALES = {
     "paper": dict(tasks=TASKS, seeds=(0,), budget=Budget()),
@@ -151,10 +160,24 @@ def learner_sweeps(part: str, tasks: Sequence[str], seeds: Sequence[int], budget
     ]
 
 
+def select_fixed_dlr(results: Results) -> str:
+    """The DLR layer "DLR solves SELECT-FIXED" reads: the one trained for it (:data:`SELECT_FIXED_MODEL`) where the
+    results hold it, else the Table 1 layer."""
+    return SELECT_FIXED_MODEL if SELECT_FIXED_MODEL in present(results)[1] else "dlr"
+
+
 def _dlr_solves_select_fixed(results: Results) -> Outcome:
+    model = select_fixed_dlr(results)
     return every(
-        {TASK_LABELS[task]: reaches(r2(results, "dlr", task), SOLVED) for task in _tasks(results, ("select_fixed",))}
+        {TASK_LABELS[task]: reaches(r2(results, model, task), SOLVED) for task in _tasks(results, ("select_fixed",))}
     )
+
+
+def select_fixed_sweeps(seeds: Sequence[int], budget: Budget, **_: object) -> list[SweepConfig]:
+    """The run "DLR solves SELECT-FIXED" is decided on at ``cpu``: :data:`SELECT_FIXED_MODEL` on SELECT-FIXED for
+    :data:`SELECT_FIXED_STEPS` steps."""
+    longer = dataclasses.replace(budget, steps=SELECT_FIXED_STEPS)
+    return atomic_sweeps("select_fixed", (SELECT_FIXED_MODEL,), ("select_fixed",), seeds, longer)
 
 
 def _dlr_as_good_as_dss(results: Results) -> Outcome:
@@ -257,12 +280,13 @@ CLAIMS = (
     ssms_fail_claim("context_shift"),
     Claim(
         "DLR solves SELECT-FIXED",
-        f"DLR reaches R² ≥ {SOLVED} on SELECT-FIXED",
+        f"DLR reaches R² ≥ {SOLVED} on SELECT-FIXED (at cpu: at lr 1e-3 for {SELECT_FIXED_STEPS:,} steps, "
+        "where the paper's 1e-4 needs its 40,000)",
         "the perfect performance of DLR on SELECT-FIXED in which the value of the shifts does not change with the "
         "inputs",
         _dlr_solves_select_fixed,
         paper_value=".97",
-        plateau=_learning(lambda results: ["dlr"], ("select_fixed",)),
+        plateau=_learning(lambda results: [select_fixed_dlr(results)], ("select_fixed",)),
     ),
     Claim(
         "DLR ≥ DSS-EXP",
@@ -294,7 +318,9 @@ class AtomicTable1(Reproduction):
         "steps): DLR reached R² 0.995 on SHIFT and 0.997 on CUMSUM and stayed at 0.02 on REVERSE, ATTENTION "
         "reached 0.99 on CUMMAX and 0.83 on MIPS; but DLR on SELECT-FIXED was at 0.04 after 3,000 steps "
         "(0.39 with a ten times larger learning rate), so SELECT-FIXED needs far more steps than this scale "
-        "has. Our R² is the best evaluation on 256 fresh test examples, where the paper averages over its "
+        "has: its claim is decided on a DLR layer of its own at lr 1e-3 for 10,000 steps (two seeds), which the "
+        "pilots showed reaches R² 0.96 (the paper's 1e-4 reached 0.38-0.43 in as many steps). Our R² is the best "
+        "evaluation on 256 fresh test examples, where the paper averages over its "
         "evaluation batches. The claims that SSMs fail REVERSE and SELECT each have a control from Table 1's "
         "deeper columns on that task alone (DLR with 6 layers on REVERSE, ATTENTION with 2 layers on SELECT), "
         "on the same budget. No column of Table 1 learns CONTEXTSHIFT (.11 at best), so its claim is agreement "
@@ -304,7 +330,10 @@ class AtomicTable1(Reproduction):
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        return atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale]) + learner_sweeps("control", **SCALES[scale])
+        extra = select_fixed_sweeps(**SCALES[scale]) if scale == "cpu" else []
+        return (
+            atomic_sweeps("table1", SINGLE_LAYER, **SCALES[scale]) + learner_sweeps("control", **SCALES[scale]) + extra
+        )
 
     def table(self, results: Results) -> str:
         return (

@@ -29,9 +29,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from seqdyn.reproduce.base import RESULT_STATUSES, TIMING, Reproduction, Results, check_scale, read_timing, sweep_name
+from seqdyn.reproduce.base import (
+    CPU_BUDGET_S,
+    RESULT_STATUSES,
+    TIMING,
+    Reproduction,
+    Results,
+    check_scale,
+    read_timing,
+    sweep_name,
+)
 from seqdyn.reproduce.claims import BUDGET, INCONCLUSIVE, Cause, Outcome, control_value
 from seqdyn.reproduce.seeds import (
+    affords_one_more_seed,
     check_max_seeds,
     default_max_seeds,
     needing_seeds,
@@ -121,11 +131,8 @@ def run(
     store = Store(store_path)
     sweeps = with_stored_seeds(store, named_sweeps(reproduction, scale, data))
     check_store(store, sweeps)
-    cap = (
-        default_max_seeds(scale, sweeps, reproduction.wall_time.get(scale))
-        if max_seeds is None
-        else check_max_seeds(max_seeds)
-    )
+    cap = default_max_seeds(scale, sweeps) if max_seeds is None else check_max_seeds(max_seeds)
+    budget = CPU_BUDGET_S if max_seeds is None and scale == "cpu" else None
     rows = collect(store, sweeps, scale).rows
     runs_before = sum(row["status"] in RESULT_STATUSES for row in rows)
     left = [
@@ -139,7 +146,7 @@ def run(
             run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
         return reproduction.measure(collect(store, sweeps, scale), store_path)
 
-    results, grown = _seeded_until_decided(reproduction, sweeps, train, cap)
+    results, grown = _seeded_until_decided(reproduction, sweeps, train, cap, (budget, workers))
     left += grown
     elapsed = time.monotonic() - start
     earlier = None
@@ -153,17 +160,25 @@ def run(
 
 
 def _seeded_until_decided(
-    reproduction: Reproduction, sweeps: list[SweepConfig], train: Callable[[list[SweepConfig]], Results], cap: int
+    reproduction: Reproduction,
+    sweeps: list[SweepConfig],
+    train: Callable[[list[SweepConfig]], Results],
+    cap: int,
+    budget: tuple[float | None, int] = (None, 1),
 ) -> tuple[Results, list[str]]:
     """``train(sweeps)``, then a seed more for the sweeps behind each claim its seeds left open, trained, until no
-    such claim is left or those sweeps run ``cap`` seeds; the results and the sweeps that grew (once per seed)."""
+    such claim is left, those sweeps run ``cap`` seeds or — where ``budget`` (seconds, workers) gives seconds — the
+    next seed would not fit in them (:func:`~seqdyn.reproduce.seeds.affords_one_more_seed`); the results and the
+    sweeps that grew (once per seed)."""
     results, grown = train(sweeps), []
+    seconds, workers = budget
     while True:
         outcomes = {claim.name: claim.decide(results) for claim in reproduction.claims}
-        sweeps, names = with_one_more_seed(sweeps, needing_seeds(reproduction, results, outcomes), cap)
-        if not names:
+        wider, names = with_one_more_seed(sweeps, needing_seeds(reproduction, results, outcomes), cap)
+        if not names or (seconds is not None and not affords_one_more_seed(results, sweeps, names, workers, seconds)):
             return results, grown
         grown += names
+        sweeps = wider
         results = train(sweeps)
 
 

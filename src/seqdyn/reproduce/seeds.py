@@ -4,9 +4,10 @@ A claim whose confidence interval straddles its line (*inconclusive (seeds)*, :m
 decided by more seeds from the same distribution: the interval narrows as ``1/√n``.  After a reproduction's runs,
 :func:`needing_seeds` names the runs behind every claim the seeds left open (its compared settings and, where the
 control is what is open, the control's), and :func:`with_one_more_seed` adds the next seed to the ``train.seed``
-axis of the sweeps that hold them — up to a cap (``--max-seeds``; by default :func:`default_max_seeds`, what the
-reproduction's measured wall time leaves of its budget).  The runs of an added seed are ordinary runs of the sweep,
-so a store keeps them and the next call reads them back (:func:`with_stored_seeds`).
+axis of the sweeps that hold them — up to a cap (``--max-seeds``; by default :func:`default_max_seeds`, and at
+``cpu`` only while the next seed fits in the reproduction's budget, :func:`affords_one_more_seed`).  The runs of an
+added seed are ordinary runs of the sweep, so a store keeps them and the next call reads them back
+(:func:`with_stored_seeds`).
 
 Looking at the verdict after each seed and stopping once it is decided is optional stopping: each look is a 95 %
 interval, so over ``m`` looks the chance that some look decides wrongly is at most ``m × 5 %`` (Bonferroni); the
@@ -15,7 +16,6 @@ cap bounds ``m``, and the verdict records the seeds that decided it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -26,6 +26,7 @@ from seqdyn.train.store import Store
 
 __all__ = [
     "MIN_SEEDS",
+    "affords_one_more_seed",
     "check_max_seeds",
     "default_max_seeds",
     "needing_seeds",
@@ -53,16 +54,33 @@ def seed_count(sweeps: Iterable[SweepConfig]) -> int:
     return max((len(sweep.sweep.get(SEED, [None])) for sweep in sweeps), default=0)
 
 
-def default_max_seeds(scale: str, sweeps: list[SweepConfig], seconds: float | None) -> int:
-    """The cap on seeds where ``--max-seeds`` is not given: at ``cpu``, as many seeds as the reproduction's measured
-    wall time (``seconds`` at today's seeds) leaves within :data:`~seqdyn.reproduce.base.CPU_BUDGET_S` if every
-    sweep got them (at least today's, at most :data:`MOST_SEEDS`); at other scales, and where nothing was
-    measured, today's seeds (no seed is added)."""
+def default_max_seeds(scale: str, sweeps: list[SweepConfig]) -> int:
+    """The cap on seeds where ``--max-seeds`` is not given: at ``cpu``, :data:`MOST_SEEDS` (each added seed also has
+    to fit in the budget, :func:`affords_one_more_seed`); at other scales today's seeds (no seed is added)."""
     today = seed_count(sweeps)
-    if scale != "cpu" or not seconds or today == 0:
+    if scale != "cpu" or today == 0:
         return today
-    affordable = math.floor(CPU_BUDGET_S * today / seconds)
-    return max(today, min(MOST_SEEDS, affordable))
+    return max(today, MOST_SEEDS)
+
+
+def affords_one_more_seed(
+    results: Results, sweeps: list[SweepConfig], growing: list[str], workers: int, budget_s: float = CPU_BUDGET_S
+) -> bool:
+    """Whether one more seed of the sweeps named ``growing`` keeps the reproduction within ``budget_s``: the stored
+    runs' summed wall time over the ``workers`` (what the reproduction took so far, whichever call trained them),
+    plus one seed's share of the growing sweeps' runs — their summed wall time over their seeds, over the workers,
+    and no less than their longest run — is at most the budget.  Measured on the runs themselves, so a changed
+    setting or an earlier call's runs are counted as they are."""
+    seconds = {row["run_id"]: float(row["wall_time"] or 0.0) for row in results.rows}
+    so_far = sum(seconds.values()) / workers
+    share, longest = 0.0, 0.0
+    for sweep in sweeps:
+        if sweep.name not in growing:
+            continue
+        times = [seconds.get(run.run_id, 0.0) for run in sweep.expand()]
+        share += sum(times) / max(1, len(sweep.sweep.get(SEED, [None])))
+        longest = max([longest, *times])
+    return so_far + max(share / workers, longest) <= budget_s
 
 
 def with_stored_seeds(store: Store, sweeps: list[SweepConfig]) -> list[SweepConfig]:

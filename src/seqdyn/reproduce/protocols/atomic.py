@@ -102,6 +102,8 @@ MODELS = {
         layers=2,
         has_state=False,
     ),
+    # the single DLR layer at the other layers' learning rate: what a short budget needs on SELECT-FIXED
+    "dlr_fast": AtomicModel(label="DLR, lr 1e-3", mixer="dlr", options=TABLE7_DLR, lr=OTHER_LR),
     # Table 2's variants of the single DLR layer
     "dlr_prod": AtomicModel(label="DLR-prod", mixer="dlr", options={**TABLE7_DLR, "prod": True}, lr=DLR_LR),
     "dlr_small_n": AtomicModel(label="DLR, N/8", mixer="dlr", options=TABLE7_DLR, lr=DLR_LR, state_scale=1 / 8),
