@@ -12,11 +12,17 @@ from tests.reproduce.helpers import assert_verdict, results, row
 
 #: the cpu scale's task parameters, which the rows carry: the plateau that "fails" is measured against is theirs
 PARAMS = {f"task__params__{key}": value for key, value in fig.SCALES["cpu"]["tasks"][fig.TASK].items()}
+LENGTH = fig.SCALES["cpu"]["tasks"][fig.TASK]["seq_len"]
 
 
-def table(accuracy: dict[tuple[str, str], list[float]], control: float = 0.99):
-    """``accuracy[(readout group, normalizer)]`` per seed, group "exp" or "linear"; a worse run per cell too; the
-    control (softmax attention, Λ = I) at ``control`` on every seed."""
+def table(
+    accuracy: dict[tuple[str, str], list[float]],
+    control: float = 0.99,
+    unstable: dict[tuple[str, str], list[float]] | None = None,
+):
+    """``accuracy[(readout group, normalizer)]`` per seed in the published cell (``unstable``: in the cell of b = 1
+    and the larger growth), group "exp" or "linear"; a worse run per setting too; the control (softmax attention,
+    Λ = I) at ``control`` on every seed."""
     rows = [
         row(
             control,
@@ -30,28 +36,32 @@ def table(accuracy: dict[tuple[str, str], list[float]], control: float = 0.99):
         )
         for seed in range(2)
     ]
-    for readout in fig.READOUTS:
-        group = "exp" if readout == "exp" else "linear"
-        for normalizer in fig.NORMALIZERS:
-            for seed, value in enumerate(accuracy[(group, normalizer)]):
-                for wd, lower in ((0.1, 0.0), (0.0, 0.05)):
-                    rows.append(
-                        row(
-                            value - lower,
-                            model__mixer_options__readout=readout,
-                            model__mixer_options__normalizer=normalizer,
-                            task__name=fig.TASK,
-                            model__mixer_options__decay="constant",
-                            optimizer__weight_decay=wd,
-                            train__seed=seed,
-                            **PARAMS,
+    for cell, cell_accuracy in ((fig.PUBLISHED, accuracy), (fig.UNSTABLE, unstable or {})):
+        for readout in fig.READOUTS:
+            group = "exp" if readout == "exp" else "linear"
+            for normalizer in fig.NORMALIZERS:
+                for seed, value in enumerate(cell_accuracy.get((group, normalizer), [])):
+                    for wd, lower in ((0.1, 0.0), (0.0, 0.05)):
+                        rows.append(
+                            row(
+                                value - lower,
+                                model__mixer_options__readout=readout,
+                                model__mixer_options__normalizer=normalizer,
+                                model__mixer_options__scale=cell.scale,
+                                model__mixer_options__constant_decay=fig.unstable_lambda(LENGTH, cell.growth),
+                                task__name=fig.TASK,
+                                model__mixer_options__decay="constant",
+                                optimizer__weight_decay=wd,
+                                train__seed=seed,
+                                **PARAMS,
+                            )
                         )
-                    )
     return results(rows)
 
 
-def verdicts(data) -> list[str]:
-    return [claim.decide(data).verdict for claim in fig.CLAIMS]
+def verdicts(data, claims=fig.CLAIMS[:3]) -> list[str]:
+    """The verdicts of the published cell's claims (or of ``claims``)."""
+    return [claim.decide(data).verdict for claim in claims]
 
 
 def test_the_papers_picture_holds():
@@ -106,15 +116,38 @@ def test_lambda_keeps_the_growth_over_the_sequence_at_every_length():
         assert abs(lam ** (length - 1) / fig.GROWTH - 1) < 0.02
 
 
-def test_every_scale_trains_its_own_lengths_lambda():
+def test_every_scale_trains_its_own_lengths_lambda_in_each_cell():
     for scale in ("smoke", "cpu", "paper"):
         (sweep,) = fig.REPRODUCTION.sweeps(scale)
-        lam = fig.unstable_lambda(sweep.task.params["seq_len"])
-        assert {
-            entry["mixer_options"]["constant_decay"]
+        length = sweep.task.params["seq_len"]
+        cells = {
+            (entry["mixer_options"]["scale"], entry["mixer_options"]["constant_decay"]): entry["mixer_options"]
             for entry in sweep.sweep["model"]
             if entry["mixer_options"]["decay"] == "constant"
-        } == {lam}  # the control has Λ = I
+        }  # the control has Λ = I
+        assert set(cells) == {(cell.scale, fig.unstable_lambda(length, cell.growth)) for cell in fig.CELLS}
+        normalizers = {
+            entry["mixer_options"]["normalizer"]
+            for entry in sweep.sweep["model"]
+            if entry["mixer_options"].get("scale") == "one"
+        }
+        assert normalizers == {"none", "state"}  # the larger cell trains what the claims that exp fails read
+
+
+def test_the_claims_that_exp_fails_are_read_in_each_cell_on_its_own():
+    """Exp learns in the published cell (as in the run of 2026-11-28) and fails in the cell of b = 1 and the larger
+    growth: the published cell's claims do not hold, the other cell's hold; without that cell's runs they are open."""
+    learned = {**PAPERLIKE, ("exp", "none"): [0.96, 0.97], ("exp", "state"): [0.97, 0.98]}
+    failing = {
+        key: PAPERLIKE[key] for key in [("exp", "none"), ("linear", "none"), ("exp", "state"), ("linear", "state")]
+    }
+    data = table(learned, unstable=failing)
+    assert verdicts(data, fig.CLAIMS[1:]) == [FAILED, FAILED, HELD, HELD]
+    assert [claim.name for claim in fig.CLAIMS[3:]] == [
+        "η = 1: exp fails (b = 1, λ^(L−1) = 1.05^127)",
+        "linear η: only exp fails (b = 1, λ^(L−1) = 1.05^127)",
+    ]
+    assert verdicts(table(learned), fig.CLAIMS[3:]) == [INCONCLUSIVE, INCONCLUSIVE]
 
 
 PAPERLIKE = {
@@ -174,7 +207,7 @@ def test_a_control_below_the_line_leaves_every_claim_inconclusive():
         ("linear", "state"): [0.99, 0.98],
     }
     outcomes = [claim.decide(table(paperlike, control=0.5)) for claim in fig.CLAIMS]
-    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * 3
+    assert [outcome.verdict for outcome in outcomes] == [INCONCLUSIVE] * len(fig.CLAIMS)
     assert all(outcome.reason.startswith("control softmax attention, Λ = I 0.5 < 0.9") for outcome in outcomes)
 
 

@@ -228,3 +228,37 @@ def test_on_par_at_the_ceiling_is_never_held():
     top = table({**PAPER_LIKE, "normalized_attention": [0.99, 0.99], "s6": [0.98, 0.98]})
     outcome = next(claim for claim in fig.CLAIMS if claim.name == "normalized ≈ S6").decide(top)
     assert outcome.verdict == INCONCLUSIVE and outcome.cause == "ceiling"
+
+
+def test_the_cpu_scale_reads_normalized_against_linear_on_the_harder_task_only():
+    """{64, 4} trains every model but linear attention; {128, 8} softmax, linear and normalized attention on two
+    seeds — fixed before the run, since at {64, 4} linear attention sat at 0.96."""
+    by_task = {
+        (sweep.task.params["seq_len"], sweep.task.params["num_kv_pairs"]): sweep
+        for sweep in fig.REPRODUCTION.sweeps("cpu")
+    }
+    assert set(by_task) == {(64, 4), fig.HARDER_TASK}
+    mixers = {task: {entry["mixer"] for entry in sweep.sweep["model"]} for task, sweep in by_task.items()}
+    assert mixers[(64, 4)] == set(fig.ORDER) - {"linear_attention"}
+    assert mixers[fig.HARDER_TASK] == set(fig.HARDER_MODELS)
+    assert by_task[fig.HARDER_TASK].sweep["train.seed"] == [0, 1]
+    assert all("linear_attention" in {e["mixer"] for e in s.sweep["model"]} for s in fig.REPRODUCTION.sweeps("paper"))
+
+
+def test_a_comparison_averaged_over_tasks_reads_both_models_on_the_same_tasks():
+    """Normalized attention at 0.3 on the harder task (above its plateau), where S6 did not train, leaves "normalized ≈ S6" on {64, 4}
+    alone; "normalized > linear" reads the one task with linear attention."""
+    easy = table({k: v for k, v in PAPER_LIKE.items() if k != "linear_attention"}, tasks=((64, 4),))
+    hard = table(
+        {
+            "softmax_attention": PAPER_LIKE["softmax_attention"],
+            "linear_attention": [0.60, 0.62, 0.61],
+            "normalized_attention": [0.30, 0.31, 0.30],
+        },
+        tasks=(fig.HARDER_TASK,),
+    )
+    data = type(easy)(scale=easy.scale, rows=easy.rows + hard.rows)
+    outcomes = {claim.name: claim.decide(data) for claim in fig.CLAIMS}
+    assert outcomes["normalized ≈ S6"].verdict == HELD and outcomes["SSD ≥ S6"].verdict == HELD
+    assert outcomes["normalized > linear"].verdict == FAILED
+    assert all(key.startswith("L=128, KV=8") for key in outcomes["normalized > linear"].numbers)

@@ -15,11 +15,18 @@ sequence (:func:`unstable_lambda`: 1.0416 at the cpu scale's L = 32), b = K^-½,
 ReLU and softplus (linear growth; the paper's two are lost), and three normalizers: none (η = 1), ``state``
 (η_i = max(|q_iᵀ n_i|, 1) with mLSTM's normalization state, linear in the state) and ``sum`` (η_i = Σ_j α_ij,
 Corollary 6.1); Type 1 blocks with learned positions.
+
+The two claims that exp fails are also read in a second cell, fixed before its run: at b = K^-½ and a growth of 3.5
+exp's scores stay within a few units, so nothing in that cell can be unstable, and exp learned there (0.963 with
+η = 1, 0.977 with the state normalizer, 2026-11-28).  The paper's b and λ are lost from the text copy; the second
+cell takes b = 1 (the scores K^½ = 4 times larger) and λ = 1.05 at L = 128 (a growth λ^(L−1) ≈ 490), each claim
+decided in each cell on its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +68,30 @@ from seqdyn.train.config import SweepConfig
 LAMBDA, PAPER_LENGTH = 1.01, 128
 GROWTH = LAMBDA ** (PAPER_LENGTH - 1)
 DECAY = "model.mixer_options.constant_decay"
+SCALE = "model.mixer_options.scale"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One setting of the key scale b and the growth λ^(L−1) over the sequence, and its label."""
+
+    label: str
+    scale: str
+    growth: float
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        """Whether a row of the unstable Λ was trained in this cell (its b, and its λ at its length)."""
+        seq_len = row.get("task.params.seq_len", PAPER_LENGTH)
+        return row.get(SCALE) == self.scale and row.get(DECAY) == unstable_lambda(seq_len, self.growth)
+
+
+#: the published cell: b = K^-½ and λ = 1.01 at L = 128
+PUBLISHED = Cell("b = K^-½, λ^(L−1) = 1.01^127", "inv_sqrt", GROWTH)
+#: the cell fixed before its run where exp's scores can grow: b = 1 and λ = 1.05 at L = 128
+UNSTABLE = Cell("b = 1, λ^(L−1) = 1.05^127", "one", 1.05 ** (PAPER_LENGTH - 1))
+CELLS = (PUBLISHED, UNSTABLE)
+#: the normalizers the claims that exp fails read: every cell trains them
+FAILS_NORMALIZERS = ("none", "state")
 READOUTS = {"exp": "exp", "relu": "ReLU", "softplus": "softplus"}
 LINEAR = ("relu", "softplus")
 NORMALIZERS = {"none": "η = 1", "state": "η = max(|qᵀn|, 1)", "sum": "η = Σα"}
@@ -89,18 +120,19 @@ SCALES: dict[str, dict[str, Any]] = {
 }
 
 
-def unstable_lambda(seq_len: int) -> float:
-    """The λ whose growth λ^(L−1) over ``seq_len`` tokens is λ = 1.01's over MAD's 128 (to four decimals)."""
-    return round(GROWTH ** (1 / (seq_len - 1)), 4)
+def unstable_lambda(seq_len: int, growth: float = GROWTH) -> float:
+    """The λ whose growth λ^(L−1) over ``seq_len`` tokens is ``growth`` (by default λ = 1.01's over MAD's 128), to
+    four decimals."""
+    return round(growth ** (1 / (seq_len - 1)), 4)
 
 
-def model_entry(readout: str, normalizer: str, lam: float) -> dict[str, Any]:
+def model_entry(readout: str, normalizer: str, seq_len: int, cell: Cell = PUBLISHED) -> dict[str, Any]:
     options = {
         "readout": readout,
         "heads": 4,
         "decay": "constant",
-        "constant_decay": lam,
-        "scale": "inv_sqrt",
+        "constant_decay": unstable_lambda(seq_len, cell.growth),
+        "scale": cell.scale,
         "normalizer": normalizer,
     }
     return {**TRANSFORMER_BLOCK, "mixer": "custom", "mixer_options": options}
@@ -124,13 +156,14 @@ CONTROL = Control(
 )
 
 
-def _score(results: Results, readouts: tuple[str, ...], normalizer: str) -> Score:
+def _score(results: Results, readouts: tuple[str, ...], normalizer: str, cell: Cell = PUBLISHED) -> Score:
     rows = [
         row
         for row in results.select(model__mixer_options__normalizer=normalizer, model__mixer_options__decay="constant")
-        if row.get("model.mixer_options.readout") in readouts
+        if row.get("model.mixer_options.readout") in readouts and cell.matches(row)
     ]
     label = ", ".join(READOUTS[r] for r in readouts) + f" ({NORMALIZERS[normalizer]})"
+    label += "" if cell is PUBLISHED else f", {cell.label}"
     return mad_score(results, label, rows, by=("model.mixer_options.readout",))
 
 
@@ -155,23 +188,62 @@ def _plateau(compared: Callable[[Results], list[Score]]) -> Plateau:
     return mad_plateau(lambda results, task: compared(results))
 
 
-def _unnormalized_exp_fails(results: Results) -> Outcome:
-    return every(
-        {
-            "exp": at_most(_score(results, ("exp",), "none"), fails_level(results)),
-            "linear readouts vs exp": at_least(
-                _score(results, LINEAR, "none"), _score(results, ("exp",), "none"), MARGIN, ceiling=BEST_SCORE
-            ),
-        }
+def _unnormalized_exp_fails(cell: Cell) -> Callable[[Results], Outcome]:
+    def test(results: Results) -> Outcome:
+        exp = _score(results, ("exp",), "none", cell)
+        return every(
+            {
+                "exp": at_most(exp, fails_level(results)),
+                "linear readouts vs exp": at_least(
+                    _score(results, LINEAR, "none", cell), exp, MARGIN, ceiling=BEST_SCORE
+                ),
+            }
+        )
+
+    return test
+
+
+def _state_normalizer(cell: Cell) -> Callable[[Results], Outcome]:
+    def test(results: Results) -> Outcome:
+        return every(
+            {
+                "exp": at_most(_score(results, ("exp",), "state", cell), fails_level(results)),
+                **{READOUTS[r]: reaches(_score(results, (r,), "state", cell), SOLVED) for r in LINEAR},
+            }
+        )
+
+    return test
+
+
+def _in_cell(cell: Cell) -> str:
+    return "" if cell is PUBLISHED else f" ({cell.label})"
+
+
+def unnormalized_exp_fails_claim(cell: Cell) -> Claim:
+    """ "With η = 1 exp fails and the linear readouts learn", read in ``cell``."""
+    return Claim(
+        "η = 1: exp fails" + _in_cell(cell),
+        f"with η = 1{_in_cell(cell)}, exp stays within {PLATEAU_MARGIN} of the task's plateau and the linear "
+        f"readouts score ≥ exp + {MARGIN}",
+        "for readout map [exp], training is unstable and the model fails to learn anything, yet for readout maps "
+        "[that grow linearly] training is stable and the model achieves good performance, albeit suboptimal",
+        _unnormalized_exp_fails(cell),
+        control=CONTROL,
+        plateau=_plateau(lambda results: [_score(results, LINEAR, "none", cell)]),
     )
 
 
-def _state_normalizer(results: Results) -> Outcome:
-    return every(
-        {
-            "exp": at_most(_score(results, ("exp",), "state"), fails_level(results)),
-            **{READOUTS[r]: reaches(_score(results, (r,), "state"), SOLVED) for r in LINEAR},
-        }
+def state_normalizer_claim(cell: Cell) -> Claim:
+    """ "With a normalizer linear in the state only exp fails", read in ``cell``."""
+    return Claim(
+        "linear η: only exp fails" + _in_cell(cell),
+        f"with η = max(|qᵀn|, 1){_in_cell(cell)}, exp stays within {PLATEAU_MARGIN} of the task's "
+        f"plateau and ReLU and softplus reach {SOLVED}",
+        "for readout map [exp], training is unstable and the model fails to learn anything, yet for "
+        "[the others] training is stable and the model achieves perfect performance",
+        _state_normalizer(cell),
+        control=CONTROL,
+        plateau=_plateau(lambda results: [_score(results, (r,), "state", cell) for r in LINEAR]),
     )
 
 
@@ -184,26 +256,10 @@ CLAIMS = (
         control=CONTROL,
         plateau=_plateau(lambda results: [_score(results, (r,), "sum") for r in READOUTS]),
     ),
-    Claim(
-        "η = 1: exp fails",
-        f"with η = 1, exp stays within {PLATEAU_MARGIN} of the task's plateau and the linear "
-        f"readouts score ≥ exp + {MARGIN}",
-        "for readout map [exp], training is unstable and the model fails to learn anything, yet for readout maps "
-        "[that grow linearly] training is stable and the model achieves good performance, albeit suboptimal",
-        _unnormalized_exp_fails,
-        control=CONTROL,
-        plateau=_plateau(lambda results: [_score(results, LINEAR, "none")]),
-    ),
-    Claim(
-        "linear η: only exp fails",
-        f"with η = max(|qᵀn|, 1), exp stays within {PLATEAU_MARGIN} of the task's "
-        f"plateau and ReLU and softplus reach {SOLVED}",
-        "for readout map [exp], training is unstable and the model fails to learn anything, yet for "
-        "[the others] training is stable and the model achieves perfect performance",
-        _state_normalizer,
-        control=CONTROL,
-        plateau=_plateau(lambda results: [_score(results, (r,), "state") for r in LINEAR]),
-    ),
+    unnormalized_exp_fails_claim(PUBLISHED),
+    state_normalizer_claim(PUBLISHED),
+    unnormalized_exp_fails_claim(UNSTABLE),
+    state_normalizer_claim(UNSTABLE),
 )
 
 
@@ -226,42 +282,55 @@ class UnstableLambda(Reproduction):
         "0.935 / 0.903 after 4,000 steps, where at L = 32 (the run at 6db3862) softmax reached 0.50. Softmax "
         "attention with Λ = I, η = Σα and positions is trained beside the models as every claim's control; "
         "'fails to learn anything' is within 0.05 of the task's plateau (0.53 here: a constant answer or a "
-        "value copied from the context), not below a multiple of chance.",
+        "value copied from the context), not below a multiple of chance. The claims that exp fails are read "
+        "again in a second cell fixed before its run, b = 1 and λ = 1.05 at L = 128 (λ = 1.51 at L = 16), where "
+        "exp's scores can grow; that cell trains η = 1 and η = max(|qᵀn|, 1) only.",
         "smoke": SMOKE_REDUCTION,
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        lam = unstable_lambda(SCALES[scale]["tasks"][TASK]["seq_len"])
-        entries = [model_entry(readout, normalizer, lam) for readout in READOUTS for normalizer in NORMALIZERS]
+        seq_len = SCALES[scale]["tasks"][TASK]["seq_len"]
+        entries = [model_entry(readout, normalizer, seq_len) for readout in READOUTS for normalizer in NORMALIZERS]
         entries.append(CONTROL_ENTRY)
+        entries += [
+            model_entry(readout, normalizer, seq_len, UNSTABLE)
+            for readout in READOUTS
+            for normalizer in FAILS_NORMALIZERS
+        ]
         return mad_sweeps("unstable", entries, **SCALES[scale])
 
     def table(self, results: Results) -> str:
-        """Fig. 11 as a table: one row per readout, one column per normalizer."""
+        """Fig. 11 as a table: one row per readout and cell, one column per normalizer ("—" where the cell does not
+        train it)."""
         lines = [
-            "| φ | " + " | ".join(label.replace("|", "\\|") + " %" for label in NORMALIZERS.values()) + " |",
-            "|" + "---|" * (1 + len(NORMALIZERS)),
+            "| cell | φ | " + " | ".join(label.replace("|", "\\|") + " %" for label in NORMALIZERS.values()) + " |",
+            "|" + "---|" * (2 + len(NORMALIZERS)),
         ]
-        for readout, label in READOUTS.items():
-            cells = [score_cell(_score(results, (readout,), normalizer), percent) for normalizer in NORMALIZERS]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        caption = f"Accuracy in %, Λ = {_lambdas(results)} I. The paper prints Fig. 11 only as a figure."
+        for cell in CELLS:
+            for readout, label in READOUTS.items():
+                cells = [
+                    score_cell(_score(results, (readout,), normalizer, cell), percent) for normalizer in NORMALIZERS
+                ]
+                lines.append(f"| {cell.label} | {label} | " + " | ".join(cells) + " |")
+        caption = f"Accuracy in %, Λ = λI with λ = {_lambdas(results)}. The paper prints Fig. 11 only as a figure."
         return "\n".join(lines) + "\n\n" + caption
 
     def plot(self, results: Results, path: Path) -> Path:
         series = {}
-        for normalizer, label in NORMALIZERS.items():
-            bars = []
-            for readout, name in READOUTS.items():
-                score = _score(results, (readout,), normalizer)
-                if score.values:
-                    bars.append((name, score.mean, score.spread / 2))
-            series[label] = bars
+        for cell in CELLS:
+            for normalizer, label in NORMALIZERS.items():
+                bars = []
+                for readout, name in READOUTS.items():
+                    score = _score(results, (readout,), normalizer, cell)
+                    if score.values:
+                        bars.append((name, score.mean, score.spread / 2))
+                if bars:
+                    series[label + _in_cell(cell)] = bars
         return plot_bars(
             {"noisy in-context recall": series},
             path,
             xlabel="readout map φ",
-            title=f"Sieber et al. 2025, Fig. 11: Λ = {_lambdas(results)} I and the normalizer η",
+            title=f"Sieber et al. 2025, Fig. 11: Λ = λI (λ = {_lambdas(results)}) and the normalizer η",
         )
 
 

@@ -58,6 +58,12 @@ CELL_KEYS = ("model.d_model", STATE)
 NORMALIZED_MARGIN = 0.05
 #: "on par": normalized attention and S6 within 5 points, averaged over the tasks
 ON_PAR = 0.05
+#: the cpu scale's cell for "normalized > linear", fixed before its run: at {64, 4} linear attention reached 0.96
+#: (0.99, 0.90, 0.99 by seed; 2026-11-28, 64f00cd), so normalized attention could not score 0.05 above it there.
+#: Fig. 5's next task, {128, 8}, at the same d = 64 and n = 32, with softmax attention as its control; two seeds
+#: (more where the budget allows), and linear attention only there, since no other claim reads it
+HARDER_TASK = (128, 8)
+HARDER_MODELS = ("softmax_attention", "linear_attention", "normalized_attention")
 
 SCALES = {
     "paper": dict(
@@ -81,6 +87,14 @@ def _score(results: Results, mixer: str, task: tuple[int, int] | None = None) ->
     return results.score(MODELS[mixer], rows_of(results, mixer, task), cells=TASK_KEYS + CELL_KEYS)
 
 
+def _score_on_shared_tasks(results: Results, mixer: str, other: str) -> Score:
+    """``mixer``'s accuracy averaged over the tasks ``other`` was trained on too (a comparison averaged over tasks
+    reads both on the same ones)."""
+    shared = {task for task in tasks_of(results) if rows_of(results, mixer, task) and rows_of(results, other, task)}
+    rows = [row for task in tasks_of(results) if task in shared for row in rows_of(results, mixer, task)]
+    return results.score(MODELS[mixer], rows, cells=TASK_KEYS + CELL_KEYS)
+
+
 def _normalized_beats_linear(results: Results) -> Outcome:
     return every(
         {
@@ -91,16 +105,27 @@ def _normalized_beats_linear(results: Results) -> Outcome:
                 ceiling=BEST_SCORE,
             )
             for task in tasks_of(results)
+            if rows_of(results, "linear_attention", task)
         }
     )
 
 
 def _normalized_on_par_with_s6(results: Results) -> Outcome:
-    return within(_score(results, "normalized_attention"), _score(results, "s6"), ON_PAR, ceiling=BEST_SCORE)
+    return within(
+        _score_on_shared_tasks(results, "normalized_attention", "s6"),
+        _score_on_shared_tasks(results, "s6", "normalized_attention"),
+        ON_PAR,
+        ceiling=BEST_SCORE,
+    )
 
 
 def _ssd_at_least_s6(results: Results) -> Outcome:
-    return at_least(_score(results, "ssd"), _score(results, "s6"), 0.0, ceiling=BEST_SCORE)
+    return at_least(
+        _score_on_shared_tasks(results, "ssd", "s6"),
+        _score_on_shared_tasks(results, "s6", "ssd"),
+        0.0,
+        ceiling=BEST_SCORE,
+    )
 
 
 def _plateau(*mixers: str, per_task: bool) -> Plateau:
@@ -157,7 +182,10 @@ class MqarModels(Reproduction):
         "lr ∈ logspace(−4, −2, 4), 64 epochs of 100,000 examples, 3,000 test examples, vocabulary 8,192, "
         "batch 512/256/128/64 by L, one seed; fillers stay 0 (random_non_queries: False, as every MQAR "
         "config of the authors); " + ZOOLOGY_INIT_WORDS + ".",
-        "cpu": "One task, {64, 4}, at d = 64, n = 32; 5,000 steps of batch 64 over the paper's 100,000 examples "
+        "cpu": "One task, {64, 4}, at d = 64, n = 32, and for 'normalized > linear' the next, {128, 8}, with "
+        "linear attention there only (at {64, 4} it reached 0.96, 2026-11-28, where nothing can be 0.05 above "
+        "it; fixed before the run; two seeds, softmax attention as its control); 5,000 steps of batch 64 over the "
+        "paper's 100,000 examples "
         "(1,000 test) and a vocabulary of 256 instead of 8,192; fillers 0 as the authors' configs; the "
         "authors' blocks (SSD: the bare S6 block with dt_rank 1 and one scalar A; normalized attention with "
         "its MLP); three seeds, since leaving the plateau is a matter of the seed. One learning rate of the "
@@ -170,7 +198,11 @@ class MqarModels(Reproduction):
     }
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
-        return mqar_sweeps("models", ORDER, **SCALES[scale])
+        if scale != "cpu":
+            return mqar_sweeps("models", ORDER, **SCALES[scale])
+        easier = tuple(model for model in ORDER if model != "linear_attention")
+        harder = {**SCALES[scale], "tasks": (HARDER_TASK,), "seeds": (0, 1)}
+        return mqar_sweeps("models", easier, **SCALES[scale]) + mqar_sweeps("models", HARDER_MODELS, **harder)
 
     def table(self, results: Results) -> str:
         """Fig. 5's grid: one row per (task, model, n), one column per model size d."""
