@@ -200,3 +200,15 @@ def test_dlr_short_of_the_pathfinder_control_decides_nothing():
     assert (
         outcome.reason.startswith("control DLR undecided: the mean +0.43") and outcome.control["weakest_seed"] == 0.36
     )
+
+
+def test_each_claim_names_the_papers_budget_on_its_own_task():
+    """An *inconclusive (budget)* on Pathfinder names Pathfinder's 150,000 steps, not ListOps' 300,000."""
+    budgets = {claim.name: claim.paper_budget for claim in table3.CLAIMS}
+    assert all(
+        "ListOps-SubTrees at L = 8,192" in budgets[name] and "300,000 steps" in budgets[name]
+        for name in budgets
+        if name.startswith("ListOps")
+    )
+    assert "Pathfinder-Segmentation at L = 16,384" in budgets["Pathfinder: DLR > baselines"]
+    assert "150,000 steps of batch 16" in budgets["Pathfinder: DLR > baselines"]

@@ -246,8 +246,8 @@ def test_the_cpu_scale_reads_normalized_against_linear_on_the_harder_task_only()
 
 
 def test_a_comparison_averaged_over_tasks_reads_both_models_on_the_same_tasks():
-    """Normalized attention at 0.3 on the harder task (above its plateau), where S6 did not train, leaves "normalized ≈ S6" on {64, 4}
-    alone; "normalized > linear" reads the one task with linear attention."""
+    """Normalized attention at 0.3 on the harder task (above its plateau), where S6 did not train, leaves
+    "normalized ≈ S6" on {64, 4} alone; "normalized > linear" reads the one task with linear attention."""
     easy = table({k: v for k, v in PAPER_LIKE.items() if k != "linear_attention"}, tasks=((64, 4),))
     hard = table(
         {

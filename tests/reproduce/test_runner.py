@@ -381,3 +381,7 @@ def test_a_claim_open_for_the_budget_names_what_would_decide_it():
     assert with_what_decides(budget, reproduction, "paper").reason.endswith("; the paper's own budget left it open")
     held = Outcome("held", {"x": 1.0})
     assert with_what_decides(held, reproduction, "cpu") is held
+    own = with_what_decides(budget, reproduction, "cpu", "Pathfinder at L = 16,384, 150,000 steps of batch 16")
+    assert own.reason.endswith(
+        "--scale paper — Pathfinder at L = 16,384, 150,000 steps of batch 16 (estimated over 40 h on one H200)"
+    )

@@ -254,6 +254,9 @@ class Claim:
     paper_value: str = ""
     control: Control | None = None
     plateau: Plateau | None = None
+    #: the paper's budget for this claim, where its reproduction's ``paper`` protocol covers several (one task's
+    #: steps and sizes among others); "" where that protocol's first clause says it
+    paper_budget: str = ""
 
     def decide(self, results: Any) -> Outcome:
         """The predicate's outcome, then the safety rules on every verdict, *held* included: *inconclusive

@@ -240,6 +240,15 @@ def _control(task: str) -> Control:
     )
 
 
+def paper_budget(task: str) -> str:
+    """The paper's budget on ``task`` (Table 8), in words: what an *inconclusive (budget)* on it names."""
+    setup = SCALES["paper"][task]
+    return (
+        f"{TASK_LABELS[task]} at L = {setup.seq_len:,}, {setup.layers} layers of width {setup.width}, "
+        f"{setup.steps:,} steps of batch {setup.batch_size} (Table 8)"
+    )
+
+
 CLAIMS = (
     Claim(
         "ListOps: DLR ≥ DSS-EXP",
@@ -248,6 +257,7 @@ CLAIMS = (
         _listops_dlr_beats_dss,
         paper_value="85.7 vs 83.8",
         control=_control(LISTOPS),
+        paper_budget=paper_budget(LISTOPS),
         plateau=_plateau(LISTOPS, ("dlr",)),
     ),
     Claim(
@@ -257,6 +267,7 @@ CLAIMS = (
         _listops_attention_beats_ssms,
         paper_value="94.0 vs 85.7, 83.8",
         control=_control(LISTOPS),
+        paper_budget=paper_budget(LISTOPS),
         plateau=_plateau(LISTOPS, ("local_attention",)),
     ),
     Claim(
@@ -266,6 +277,7 @@ CLAIMS = (
         _pathfinder_dlr_beats_baselines,
         paper_value="96.8 vs 95.2, 94.4",
         control=_control(PATHFINDER),
+        paper_budget=paper_budget(PATHFINDER),
         plateau=_plateau(PATHFINDER, ("dlr",)),
     ),
 )

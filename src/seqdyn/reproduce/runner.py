@@ -256,7 +256,7 @@ def write(reproduction: Reproduction, results: Results, out: Path, elapsed_s: fl
     folder = out / reproduction.name
     folder.mkdir(parents=True, exist_ok=True)
     outcomes = {
-        claim.name: with_what_decides(claim.decide(results), reproduction, results.scale)
+        claim.name: with_what_decides(claim.decide(results), reproduction, results.scale, claim.paper_budget)
         for claim in reproduction.claims
     }
     _write_csv(folder / "results.csv", results)
@@ -289,14 +289,15 @@ def _level_words(control: dict[str, Any]) -> str:
     return "" if control.get("level") is None else f" (the measured level {control['level']:.3g} and its margin)"
 
 
-def with_what_decides(outcome: Outcome, reproduction: Reproduction, scale: str) -> Outcome:
-    """An *inconclusive (budget)* outcome with what would decide it: the paper's budget (the ``paper`` scale's
-    protocol, in the words of its first clause) and its estimated cost on one H200; other outcomes as they are."""
+def with_what_decides(outcome: Outcome, reproduction: Reproduction, scale: str, paper_budget: str = "") -> Outcome:
+    """An *inconclusive (budget)* outcome with what would decide it: the paper's budget (the claim's own,
+    ``paper_budget``, else the ``paper`` scale's protocol in the words of its first clause) and its estimated cost
+    on one H200; other outcomes as they are."""
     if outcome.cause != BUDGET:
         return outcome
     if scale == "paper":
         return replace(outcome, reason=f"{outcome.reason}; the paper's own budget left it open")
-    protocol = reproduction.reductions.get("paper", "").split(";")[0].strip().rstrip(".")
+    protocol = paper_budget or reproduction.reductions.get("paper", "").split(";")[0].strip().rstrip(".")
     estimate = reproduction.paper_gpu_estimate
     cost = f"estimated {estimate} on one H200" if estimate else "its cost not estimated yet"
     paper = f" — {protocol}" if protocol else ""
