@@ -162,3 +162,27 @@ def test_a_cap_below_two_seeds_is_one_line_naming_the_option(tmp_path):
     )
     assert result.exit_code == 2 and "--max-seeds: the decision rules need at least 2 seeds" in result.output
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_reproduction_the_time_limit_stops_writes_nothing_and_the_same_call_resumes_it(
+    trained, tmp_path, monkeypatch
+):
+    finish = sweep_module.train_or_record_failure
+    done = []
+
+    def first_only(config, store, **options):  # the limit is reached after the first run
+        if done:
+            return sweep_module._from_record(store.run(config.run_id))
+        done.append(config.run_id)
+        return finish(config, store, **options)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sweep_module, "train_or_record_failure", first_only)
+        patch.setattr(runner, "time_is_up", lambda: True)
+        with pytest.raises(
+            runner.TimeLimitReached, match=r"^two_models: time limit reached with 5 of 6 runs unfinished"
+        ):
+            run(TwoModels(), "cpu", tmp_path / "runs.db", tmp_path / "out", progress=False, max_seeds=4)
+    assert not (tmp_path / "out").exists() and len(trained) == 1
+    written = run(TwoModels(), "cpu", tmp_path / "runs.db", tmp_path / "out", progress=False, max_seeds=4)
+    assert written.outcomes["a ≥ b"].verdict == "held" and len(trained) == 8  # 5 left, then the third seed's 2

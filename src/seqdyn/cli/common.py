@@ -21,6 +21,23 @@ RETRY_OPTION = typer.Option(
     help="Train again the runs that failed (a diverged loss excepted: the same config repeats it).",
 )
 RAY_OPTION = typer.Option(False, "--ray", help="Run each run as a Ray task (RAY_ADDRESS picks the cluster).")
+TIME_LIMIT_OPTION = typer.Option(
+    None,
+    "--time-limit",
+    help="Stop training after this long (8m, 90s, 1h30m): every run stops at a checkpoint and the same command "
+    "started again resumes them exactly.",
+)
+
+
+def time_limit_seconds(text: str | None, ray: bool = False) -> float | None:
+    """The seconds of ``--time-limit`` (None where it is not given); one line for a bad value or with ``--ray``."""
+    from seqdyn.train.timelimit import parse_duration
+
+    if text is None:
+        return None
+    if ray:
+        raise ValueError("--time-limit: not with --ray (Ray's workers do not see the limit); use local --workers")
+    return parse_duration(text)
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -9,7 +9,16 @@ from typing import Optional
 
 import typer
 
-from seqdyn.cli.common import RAY_OPTION, RETRY_OPTION, STORE_OPTION, WORKERS_OPTION, fail, training_errors
+from seqdyn.cli.common import (
+    RAY_OPTION,
+    RETRY_OPTION,
+    STORE_OPTION,
+    TIME_LIMIT_OPTION,
+    WORKERS_OPTION,
+    fail,
+    time_limit_seconds,
+    training_errors,
+)
 
 OUT_OPTION = typer.Option(
     "reproductions",
@@ -25,7 +34,8 @@ MAX_SEEDS_OPTION = typer.Option(
     None,
     "--max-seeds",
     help="The most seeds per setting: a claim its seeds leave open gets one more seed at a time until it is "
-    "decided or this many are run (default: as many as the reproduction's measured time leaves of its budget).",
+    "decided or this many are run (default: 10, and at --scale cpu only while the next seed fits in the "
+    "45-minute budget).",
 )
 BRIEF_OPTION = typer.Option(
     False,
@@ -49,6 +59,7 @@ def reproduce(
     max_seeds: Optional[int] = MAX_SEEDS_OPTION,
     markdown: bool = typer.Option(False, "--markdown", help="report: print the verdicts as a markdown table."),
     brief: bool = BRIEF_OPTION,
+    time_limit: Optional[str] = TIME_LIMIT_OPTION,
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -57,7 +68,12 @@ def reproduce(
     """
     from seqdyn.cli import reproductions
     from seqdyn.train.sweep import available_cores
+    from seqdyn.train.timelimit import time_limit as limited
 
+    try:
+        seconds = time_limit_seconds(time_limit, ray)
+    except ValueError as error:
+        fail(str(error))
     with training_errors():
         if target == "list":
             reproductions.list_table()
@@ -69,6 +85,7 @@ def reproduce(
             try:
                 cores = workers or available_cores()
                 options = dict(progress=progress, retry_failed=retry_failed, data=data, max_seeds=max_seeds)
-                reproductions.reproduce(target, scale, store, out, cores, ray, yes, **options)
+                with limited(seconds):
+                    reproductions.reproduce(target, scale, store, out, cores, ray, yes, **options)
             except reproductions.ReproductionsFailed as error:
                 fail(str(error), 1)

@@ -9,7 +9,15 @@ from pathlib import Path
 
 from seqdyn.reproduce import get, names
 from seqdyn.reproduce.base import SCALES, Reproduction, check_scale
-from seqdyn.reproduce.runner import Written, brief_numbers, check_store, named_sweeps, run, verdict_rows
+from seqdyn.reproduce.runner import (
+    TimeLimitReached,
+    Written,
+    brief_numbers,
+    check_store,
+    named_sweeps,
+    run,
+    verdict_rows,
+)
 from seqdyn.reproduce.seeds import check_max_seeds, with_stored_seeds
 from seqdyn.train.config import RunConfig
 from seqdyn.train.progress import console
@@ -138,6 +146,9 @@ def reproduce(
     for reproduction in reproductions:
         try:
             written = run(reproduction, scale, store, out, **options)
+        except TimeLimitReached as reached:  # a visit's end: the runs left resume with the same command
+            console().print(str(reached))
+            break
         except OSError:  # the machine's (a full disk): every reproduction after it would fail the same way
             raise
         except Exception as error:  # a bug in one reproduction stops neither ``all`` nor the hours of the others

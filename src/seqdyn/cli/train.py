@@ -4,10 +4,20 @@ measure the coefficient dynamics of a trained run or a model folder."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
-from seqdyn.cli.common import RAY_OPTION, RETRY_OPTION, STORE_OPTION, WORKERS_OPTION, fail, training_errors
+from seqdyn.cli.common import (
+    RAY_OPTION,
+    RETRY_OPTION,
+    STORE_OPTION,
+    TIME_LIMIT_OPTION,
+    WORKERS_OPTION,
+    fail,
+    time_limit_seconds,
+    training_errors,
+)
 
 
 def _check_before_start(config_path: str, runs, store: str, use_ray: bool = False, workers: int = 1) -> None:
@@ -85,10 +95,16 @@ def sweep(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="List the runs it would train and those already done, and train nothing."
     ),
+    time_limit: Optional[str] = TIME_LIMIT_OPTION,
 ) -> None:
     """Train every run of a sweep that is not finished yet, then print a summary."""
     from seqdyn.train.sweep import available_cores, expand, plan_sweep, run_sweep
+    from seqdyn.train.timelimit import time_limit as limited
 
+    try:
+        seconds = time_limit_seconds(time_limit, ray)
+    except ValueError as error:
+        fail(str(error))
     parsed = _load(config)
     workers = workers or available_cores()
     _check_before_start(config, expand(parsed), store, use_ray=ray, workers=workers)
@@ -100,9 +116,10 @@ def sweep(
         _print_plan(planned, store)
         return
     _open_store(store)
-    with training_errors():
+    with training_errors(), limited(seconds):
         results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress, retry_failed=retry_failed)
     _print_summary(results)
+    _say_if_out_of_time(results, config, time_limit)
     skipped = sum(run.action == "done" for run in planned)
     if skipped == len(planned):
         typer.echo(
@@ -111,6 +128,20 @@ def sweep(
         )
     elif skipped:
         typer.echo(f"trained {len(planned) - skipped} runs; {skipped} already done in {store} were skipped")
+
+
+def _say_if_out_of_time(results, config: str, time_limit: str | None) -> None:
+    """One line where the time limit stopped runs or left them unstarted: how many, and that the same command
+    resumes them."""
+    left = sum(
+        result.status in ("interrupted", "skipped") and result.reason and "time limit" in result.reason
+        for result in results
+    )
+    if left:
+        typer.echo(
+            f"time limit {time_limit} reached: {left} runs stopped at a checkpoint or not started; "
+            f"`seqdyn sweep {config}` again (same store) resumes them"
+        )
 
 
 def _print_plan(planned, store: str) -> None:

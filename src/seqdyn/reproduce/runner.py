@@ -52,6 +52,7 @@ from seqdyn.train.config import RunConfig, SweepConfig
 from seqdyn.train.report import varying_keys
 from seqdyn.train.store import DIVERGED, Store, flatten
 from seqdyn.train.sweep import DONE, expand, run_sweep
+from seqdyn.train.timelimit import time_is_up
 
 OUTPUTS = ("results.csv", "table.md", "figure.png", "verdict.json", TIMING)
 #: the hyper-parameters every ``results.csv`` shows, beside those that vary
@@ -68,6 +69,10 @@ class Written:
     outcomes: dict[str, Outcome]
     elapsed_s: float
     runs_before: int = 0
+
+
+#: the statuses of a run that has neither a result nor a final failure: a later call trains or resumes it
+UNFINISHED = ("missing", "pending", "running", "interrupted")
 
 
 def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
@@ -144,7 +149,9 @@ def run(
     def train(sweeps: list[SweepConfig]) -> Results:
         for sweep in sweeps:
             run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
-        return reproduction.measure(collect(store, sweeps, scale), store_path)
+        collected = collect(store, sweeps, scale)
+        check_time_left(reproduction, collected)
+        return reproduction.measure(collected, store_path)
 
     results, grown = _seeded_until_decided(reproduction, sweeps, train, cap, (budget, workers))
     left += grown
@@ -157,6 +164,21 @@ def run(
     if earlier is None or scale not in read_timing(written.folder).get("scales", {}):
         record_timing(written.folder, scale, elapsed, runs_before, workers)
     return written
+
+
+class TimeLimitReached(Exception):
+    """The command's time limit (:mod:`seqdyn.train.timelimit`) stopped a reproduction with runs left: nothing of
+    it is written; the same command resumes them."""
+
+
+def check_time_left(reproduction: Reproduction, results: Results) -> None:
+    """Raise :class:`TimeLimitReached` where the time limit has passed and runs of ``results`` are unfinished."""
+    unfinished = sum(row["status"] in UNFINISHED for row in results.rows)
+    if unfinished and time_is_up():
+        raise TimeLimitReached(
+            f"{reproduction.name}: time limit reached with {unfinished} of {len(results.rows)} runs unfinished "
+            "(stopped at a checkpoint or not started); nothing written for it — the same command resumes them"
+        )
 
 
 def _seeded_until_decided(
@@ -176,6 +198,8 @@ def _seeded_until_decided(
         outcomes = {claim.name: claim.decide(results) for claim in reproduction.claims}
         wider, names = with_one_more_seed(sweeps, needing_seeds(reproduction, results, outcomes), cap)
         if not names or (seconds is not None and not affords_one_more_seed(results, sweeps, names, workers, seconds)):
+            return results, grown
+        if time_is_up():  # the command's time limit: the next call adds the seed
             return results, grown
         grown += names
         sweeps = wider

@@ -45,6 +45,7 @@ from seqdyn.train.interrupt import signals_interrupt
 from seqdyn.train.ownership import Heartbeat, default_owner, stale_after
 from seqdyn.train.progress import RunProgress
 from seqdyn.train.store import DIVERGED, DIVERGED_REASON, FINAL_STATUSES
+from seqdyn.train.timelimit import OutOfTime, stop_at, time_is_up
 
 #: evaluate on the concatenated outputs (exact for every metric) while they hold at most this many numbers
 EXACT_EVAL_ELEMENTS = 1 << 25
@@ -284,6 +285,7 @@ class Trainer:
         self.loggers = _Loggers(config, self.run_id, self.checkpoint_path.parent / "logs") if self.lead else None
         self.progress = progress and self.lead
         self.step, self.best, self.elapsed, self.final = 0, None, 0.0, {}
+        self.stop_at = stop_at()  # the command's time limit (seqdyn.train.timelimit), None where it has none
         self.losses: list[float] = []  # training losses since the last evaluation
         self.backends: list[str] | None = None  # the backend of every layer, known after the first step
         dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[config.train.dtype]
@@ -411,10 +413,15 @@ class Trainer:
                     )
                     bar.show(self.watched, self.final.get(self.watched, float("nan")))
                     self.losses = []
-                if self.step % self.plan.checkpoint_every == 0 or stop or last:
+                checkpointed = self.step % self.plan.checkpoint_every == 0 or stop or last
+                if checkpointed:
                     self.checkpoint(self.elapsed + time.perf_counter() - begun)
                 if stop:
                     return "stopped_early", None
+                if not last and self.stop_at is not None and time_is_up(self.stop_at):
+                    if not checkpointed:
+                        self.checkpoint(self.elapsed + time.perf_counter() - begun)
+                    raise OutOfTime(self.step)
             return "finished", None
         except Diverged as error:
             return DIVERGED, str(error)
@@ -439,8 +446,12 @@ def train_run(
     The run is claimed in the store first, so concurrent sweeps never train it twice; a run whose owner died
     (killed on this host, or silent for two minutes elsewhere) is taken over and resumed.  A checkpoint that does
     not belong to this config raises ``ValueError`` before anything in the store changes.  SIGINT and SIGTERM
-    release the run as ``interrupted`` and raise :class:`~seqdyn.train.interrupt.Interrupted`.
+    release the run as ``interrupted`` and raise :class:`~seqdyn.train.interrupt.Interrupted`.  Past the command's
+    time limit (:mod:`seqdyn.train.timelimit`) the run is not started; reached while it trains, the run stops at a
+    checkpoint and is released as ``interrupted`` (the result says so).
     """
+    if time_is_up():
+        return _not_started(config)
     run_id, owner = config.run_id, owner or default_owner()
     lead = distributed is None or distributed.rank == 0
     record = None
@@ -463,6 +474,10 @@ def train_run(
     try:
         with Heartbeat(store if lead else None, run_id, owner):
             status, reason = trainer.run()
+    except OutOfTime as out:
+        if store is not None and lead:
+            store.release(run_id, owner)
+        return _result(config, trainer, "interrupted", str(out))
     except BaseException:
         if store is not None and lead:
             store.release(run_id, owner)  # interrupted: the next sweep resumes it from its checkpoint
@@ -474,21 +489,27 @@ def _finish(config: RunConfig, trainer: Trainer, status: str, reason: str | None
     """The :class:`RunResult` of ``trainer``'s run of ``config`` ending with ``status`` (and ``reason``), the
     watched metric's final value taken from ``trainer.final``; also recorded as finished by ``owner`` in ``store``
     unless it is ``None``."""
-    run_id, final_value = config.run_id, trainer.final.get(trainer.watched) if trainer.final else None
+    result = _result(config, trainer, status, reason)
     if store is not None:
         store.finish(
-            run_id,
+            result.run_id,
             owner,
             status,
             step=trainer.step,
             reason=reason,
-            final_metric=final_value,
+            final_metric=result.final_metric,
             best_metric=trainer.best,
             metric_name=trainer.watched,
             wall_time=trainer.elapsed,
         )
+    return result
+
+
+def _result(config: RunConfig, trainer: Trainer, status: str, reason: str | None) -> RunResult:
+    """The :class:`RunResult` of ``trainer``'s run of ``config`` as it stands, with ``status`` and ``reason``."""
+    final_value = trainer.final.get(trainer.watched) if trainer.final else None
     return RunResult(
-        run_id,
+        config.run_id,
         config.name,
         status,
         trainer.step,
@@ -499,6 +520,11 @@ def _finish(config: RunConfig, trainer: Trainer, status: str, reason: str | None
         trainer.elapsed,
         reason,
     )
+
+
+def _not_started(config: RunConfig) -> RunResult:
+    """The result of a run the time limit left unstarted (in the store as it was)."""
+    return RunResult(config.run_id, config.name, "skipped", 0, "", None, None, {}, 0.0, "time limit reached")
 
 
 def _skipped(config: RunConfig, record) -> RunResult:
