@@ -1,7 +1,7 @@
 """The ``seqdyn`` command line (typer + rich): the app, with one module per group of commands.
 
     common.py         what the commands share: one-line errors, the store and worker options, lists and lengths
-    train.py          seqdyn train, sweep, report, inspect
+    train.py          seqdyn train, sweep, report, merge, inspect
     reproduce.py      seqdyn reproduce (reproductions.py: what it lists, runs and reports)
     bench.py          seqdyn bench ... (the benchmarks themselves are in seqdyn.bench)
     tasks.py          seqdyn tasks ...
@@ -28,6 +28,7 @@ app.add_typer(tasks.app, name="tasks", help="List the task suites and show a gen
 app.command()(train.train)
 app.command()(train.sweep)
 app.command()(train.report)
+app.command()(train.merge)
 app.command()(train.inspect)
 app.command()(reproduce.reproduce)
 app.command()(models.demo)

@@ -130,6 +130,26 @@ def sweep(
         typer.echo(f"trained {len(planned) - skipped} runs; {skipped} already done in {store} were skipped")
 
 
+def merge(
+    source: str = typer.Argument(
+        ..., help="The store to merge in: another machine's (a visit's), its .checkpoints folder beside it."
+    ),
+    store: str = STORE_OPTION,
+) -> None:
+    """Merge another store's runs into --store: those it has further along (new, with a result, or checkpointed
+    later), with their metrics and checkpoints; a run both finished with different results stops the merge."""
+    from seqdyn.train.merge import merge_stores
+
+    try:
+        report = merge_stores(source, store)
+    except ValueError as error:
+        fail(str(error))
+    typer.echo(
+        f"merged {source} into {store}: {len(report.added)} new runs, {len(report.advanced)} further along, "
+        f"{report.kept} kept as they were"
+    )
+
+
 def _say_if_out_of_time(results, config: str, time_limit: str | None) -> None:
     """One line where the time limit stopped runs or left them unstarted: how many, and that the same command
     resumes them."""

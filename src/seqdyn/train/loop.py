@@ -471,18 +471,24 @@ def train_run(
         claimed = store.run(run_id)
         if claimed.checkpoint_step != record.checkpoint_step and claimed.checkpoint:
             trainer.resume(*recorded_checkpoint(claimed))  # its last owner checkpointed after we looked
+    return _trained(config, trainer, store if lead else None, owner)
+
+
+def _trained(config: RunConfig, trainer: Trainer, store, owner: str) -> RunResult:
+    """Train the claimed run to its end and record how it ended in ``store`` (None: not this rank's to record);
+    stopped by the time limit or a signal, the run is released as ``interrupted``."""
     try:
-        with Heartbeat(store if lead else None, run_id, owner):
+        with Heartbeat(store, config.run_id, owner):
             status, reason = trainer.run()
     except OutOfTime as out:
-        if store is not None and lead:
-            store.release(run_id, owner)
+        if store is not None:
+            store.release(config.run_id, owner)
         return _result(config, trainer, "interrupted", str(out))
     except BaseException:
-        if store is not None and lead:
-            store.release(run_id, owner)  # interrupted: the next sweep resumes it from its checkpoint
+        if store is not None:
+            store.release(config.run_id, owner)  # interrupted: the next sweep resumes it from its checkpoint
         raise
-    return _finish(config, trainer, status, reason, store if lead else None, owner)
+    return _finish(config, trainer, status, reason, store, owner)
 
 
 def _finish(config: RunConfig, trainer: Trainer, status: str, reason: str | None, store, owner: str) -> RunResult:

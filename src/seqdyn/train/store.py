@@ -165,7 +165,12 @@ class MetricRow:
 
 
 _RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
+#: where each run copied in from another store came from (:meth:`Store.copy_runs`)
+_MERGED_TABLE = (
+    "CREATE TABLE IF NOT EXISTS merged_runs (run_id TEXT PRIMARY KEY, source TEXT NOT NULL, merged REAL NOT NULL)"
+)
 _METRIC_COLUMNS = tuple(f.name for f in fields(MetricRow))
+_INSERT_METRIC = f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) VALUES ({', '.join('?' * len(_METRIC_COLUMNS))})"
 
 
 @dataclass
@@ -433,6 +438,43 @@ class Store:
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
             raise ValueError(f"run {run_id}: not in the results store {self.path}")
+
+    def copy_runs(self, source: Store, checkpoints: dict[str, str | None], origin: str) -> None:
+        """Copy the runs named by ``checkpoints`` from ``source`` — their rows and metrics, replacing this store's —
+        in one transaction, each run's checkpoint path replaced by its value there (where the file now is, None:
+        none); a run ``running`` there becomes ``interrupted`` here (its process is not this machine's).  Each is
+        recorded in ``merged_runs`` with ``origin`` and the time."""
+        columns = self._run_columns()
+        if source._run_columns() != columns:
+            raise ValueError(f"{source.path}: another schema than {self.path}; open it once with `seqdyn report`")
+        rows = {
+            run_id: source._read(f"SELECT {', '.join(columns)} FROM runs WHERE id = ?", (run_id,))[0]
+            for run_id in checkpoints
+        }
+        metrics = {
+            run_id: source._read(f"SELECT {', '.join(_METRIC_COLUMNS)} FROM metrics WHERE run_id = ?", (run_id,))
+            for run_id in checkpoints
+        }
+        with self._write() as conn:
+            conn.execute(_MERGED_TABLE)
+            for run_id, path in checkpoints.items():
+                values = dict(zip(columns, rows[run_id]))
+                values["checkpoint"] = path
+                if values["status"] == "running":
+                    values["status"], values["heartbeat"] = "interrupted", None
+                conn.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
+                conn.execute(
+                    f"INSERT OR REPLACE INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                    tuple(values.values()),
+                )
+                conn.executemany(_INSERT_METRIC, [tuple(row) for row in metrics[run_id]])
+                conn.execute("INSERT OR REPLACE INTO merged_runs VALUES (?, ?, ?)", (run_id, origin, self.clock()))
+
+    def merged_from(self) -> dict[str, str]:
+        """The runs copied in from another store (:meth:`copy_runs`) and where each came from, the latest copy."""
+        if not self._read("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'merged_runs'"):
+            return {}
+        return dict(self._read("SELECT run_id, source FROM merged_runs ORDER BY run_id"))
 
     # --- queries --------------------------------------------------------------------------------------
     def run(self, run_id: str) -> RunRecord | None:
