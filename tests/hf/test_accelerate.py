@@ -483,3 +483,39 @@ def test_an_accelerated_layer_has_its_own_forward_and_transformers_class_and_mod
     assert innermost.__globals__ is vars(modeling_mamba2)
     with pytest.raises(ValueError, match=r"^functions: \['mamba3_scan'\] are not globals of .*modeling_mamba2"):
         acc.rebound_forward(layer, {"mamba3_scan": acc.ssd_chunk_scan})
+
+
+def test_an_accelerated_model_copied_saved_and_loaded_computes_with_its_own_weights_and_seqdyns_functions(
+    monkeypatch, tmp_path
+):
+    """A deep copy, a model saved whole and loaded, and a state-dict round trip each compute with their own weights
+    through seqdyn's functions (transformers' fallback made to raise shows it), and accelerating again changes
+    nothing."""
+    import copy
+
+    from transformers.models.mamba2 import modeling_mamba2
+
+    model = acc.accelerate(tiny_model("mamba2"))
+    inputs = ids(12)
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in copied.parameters():
+            parameter.mul_(0.5)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    restored = acc.accelerate(tiny_model("mamba2"))
+    restored.load_state_dict(model.state_dict())
+    halved = tiny_model("mamba2")
+    halved.load_state_dict(copied.state_dict())
+    with torch.no_grad():
+        expected, expected_half = model(inputs).logits, halved(inputs).logits
+    monkeypatch.setattr(modeling_mamba2, "mamba2_chunk_scan", lambda *a, **k: pytest.fail("the fallback ran"))
+    with torch.no_grad():
+        assert torch.allclose(copied(inputs).logits, expected_half, atol=1e-5)
+        assert torch.equal(loaded(inputs).logits, expected) and torch.equal(restored(inputs).logits, expected)
+    for each in (copied, loaded):
+        layer = each.backbone.layers[0].mixer
+        assert isinstance(layer.forward, acc.Swapped) and layer.forward.__self__ is layer
+        forward = layer.forward
+        acc.accelerate(each)
+        assert layer.forward is forward

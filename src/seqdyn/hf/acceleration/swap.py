@@ -37,6 +37,7 @@ __all__ = [
     "ACCELERATED",
     "ACCELERATED_LAYERS",
     "ACCELERATED_METHODS",
+    "Swapped",
     "accelerate",
     "rebound_forward",
     "swapped_functions",
@@ -101,9 +102,9 @@ def accelerate(model: nn.Module) -> nn.Module:
         if getattr(layer, "_seqdyn_accelerated", False):  # accelerated once: not wrapped twice
             continue
         if kind in ACCELERATED_LAYERS:
-            layer.forward = rebound_forward(layer, ACCELERATED[ACCELERATED_LAYERS[kind]], around=_with_prompt)
-        for name, function in ACCELERATED_METHODS.get(kind, {}).items():
-            setattr(layer, name, types.MethodType(_accelerated_method(getattr(type(layer), name), function), layer))
+            layer.forward = Swapped(layer, "forward")
+        for name in ACCELERATED_METHODS.get(kind, {}):
+            setattr(layer, name, Swapped(layer, name))
         layer._seqdyn_accelerated = True
     if not found:
         raise ValueError(
@@ -111,6 +112,43 @@ def accelerate(model: nn.Module) -> nn.Module:
             f"{', '.join([*ACCELERATED_LAYERS, *ACCELERATED_METHODS])})"
         )
     return model
+
+
+class Swapped:
+    """An accelerated layer's forward (or its method ``name`` of :data:`ACCELERATED_METHODS`), bound to ``layer``
+    and called as the bound method would be.  Copied (``copy.deepcopy``) or saved and loaded (``torch.save``,
+    pickle) with its layer, it is made anew for the copy — bound to the copy, with seqdyn's functions — where a
+    bound method would be copied bound to the original or loaded as the class's own forward."""
+
+    def __init__(self, layer: nn.Module, name: str):
+        self.layer, self.name = layer, name
+        self.call = _swapped_call(layer, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Swapped, (self.layer, self.name)
+
+    @property
+    def __func__(self) -> Callable[..., Any]:
+        """The function the call runs (a bound method's ``__func__``)."""
+        return self.call.__func__
+
+    @property
+    def __self__(self) -> nn.Module:
+        """The layer it is bound to (a bound method's ``__self__``)."""
+        return self.layer
+
+
+def _swapped_call(layer: nn.Module, name: str) -> Callable[..., Any]:
+    """The method ``name`` of ``layer`` with seqdyn's functions: the forward of a layer of :data:`ACCELERATED_LAYERS`
+    (:func:`rebound_forward`), or a method of :data:`ACCELERATED_METHODS`, bound to ``layer``."""
+    kind = type(layer).__name__
+    if name == "forward" and kind in ACCELERATED_LAYERS:
+        return rebound_forward(layer, ACCELERATED[ACCELERATED_LAYERS[kind]], around=_with_prompt)
+    function = ACCELERATED_METHODS[kind][name]
+    return types.MethodType(_accelerated_method(getattr(type(layer), name), function), layer)
 
 
 def swapped_functions(model: nn.Module) -> list[tuple[Any, str, Callable[..., Any]]]:
