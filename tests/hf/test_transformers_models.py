@@ -76,16 +76,13 @@ def test_the_config_takes_the_model_fields_and_the_auto_classes_know_it(tmp_path
 @pytest.mark.parametrize(
     "fields, words",
     [
-        (dict(d_modl=16), "unknown"),  # not a model field: transformers keeps it; the model fields are checked
+        (dict(d_modl=16), "unknown field 'd_modl' \\(did you mean 'd_model'"),
         (dict(mixer="mamba3"), "mamba3"),
         (dict(mixer="mamba2", mixer_options={"head_dims": 4}), "did you mean 'head_dim'"),
         (dict(layers=0), "layers"),
     ],
 )
 def test_a_bad_config_is_one_line_naming_the_field(fields, words):
-    if "d_modl" in fields:
-        assert not hasattr(SeqdynConfig(vocab_size=VOCAB, **fields), "d_model")
-        return
     with pytest.raises(ValueError, match=words) as error:
         SeqdynConfig(vocab_size=VOCAB, **fields)
     assert "\n" not in str(error.value) and str(error.value).startswith("SeqdynConfig: ")
@@ -255,3 +252,30 @@ def test_every_registered_mixer_generates_from_its_cache_as_without(name):
         uncached, uncached_logits = greedy(model, batch, attention_mask=batch_mask, use_cache=False)
         assert torch.equal(cached, uncached)
         torch.testing.assert_close(logits, uncached_logits, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"), [("d_modle", "d_model"), ("mixr", "mixer"), ("num_hiden_layers", "num_hidden_layers")]
+)
+def test_a_misspelled_config_field_is_one_line_with_the_closest_name(typo, meant):
+    with pytest.raises(ValueError, match=rf"^SeqdynConfig: unknown field '{typo}' \(did you mean '{meant}'\?\)"):
+        SeqdynConfig(vocab_size=VOCAB, **{typo: 2})
+
+
+def test_tie_word_embeddings_false_builds_an_untied_head_and_stays_false():
+    untied = SeqdynConfig(vocab_size=VOCAB, d_model=16, layers=1, tie_word_embeddings=False)
+    tied = SeqdynConfig(vocab_size=VOCAB, d_model=16, layers=1)
+    assert untied.tie_word_embeddings is False and tied.tie_word_embeddings is True
+    assert not SeqdynForCausalLM(untied).seqdyn.tied and SeqdynForCausalLM(tied).seqdyn.tied
+    untied_size = sum(p.numel() for p in SeqdynForCausalLM(untied).parameters())
+    assert untied_size == sum(p.numel() for p in SeqdynForCausalLM(tied).parameters()) + VOCAB * 16
+
+
+def test_from_pretrained_takes_transformers_overrides_of_the_models_size(tmp_path):
+    tiny("gated_deltanet").save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, num_hidden_layers=1)
+    assert model.config.num_hidden_layers == 1 and len(model.seqdyn.blocks) == 1
+    config = AutoConfig.from_pretrained(tmp_path, hidden_size=32)
+    assert config.model["d_model"] == 32 and config.hidden_size == 32
+    with pytest.raises(ValueError, match="^SeqdynConfig: layers"):
+        config.num_hidden_layers = 0

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 from transformers import PreTrainedConfig
 
+from seqdyn.core.names import did_you_mean
 from seqdyn.models.config import ModelConfig, describe_errors
 from seqdyn.tasks.base import TaskSpec
 
@@ -22,6 +23,31 @@ __all__ = ["SeqdynConfig"]
 
 #: the model fields transformers has its own names for
 ALIASES = {"hidden_size": "d_model", "num_hidden_layers": "layers"}
+#: the keywords transformers' configs take besides their fields (``PreTrainedConfig.__post_init__``)
+TRANSFORMERS_KEYWORDS = (
+    "torch_dtype",
+    "name_or_path",
+    "_commit_hash",
+    "output_attentions",
+    "attn_implementation",
+    "experts_implementation",
+    "per_layer_config",
+    "_attn_implementation_internal",
+    "_experts_implementation_internal",
+    "auto_map",
+    "tokenizer_class",
+)
+
+
+def _transformers_names(config: type) -> set[str]:
+    """Every keyword a transformers config takes: its dataclass fields, the keywords above, generation parameters."""
+    from transformers import GenerationConfig
+
+    return (
+        set(getattr(config, "__dataclass_fields__", {}))
+        | set(TRANSFORMERS_KEYWORDS)
+        | set(GenerationConfig._get_default_generation_params())
+    )
 
 
 class SeqdynConfig(PreTrainedConfig):
@@ -49,16 +75,35 @@ class SeqdynConfig(PreTrainedConfig):
             for name in list(kwargs)
             if ALIASES.get(name, name) in ModelConfig.model_fields
         }
+        self._refuse_unknown(kwargs)
         fields = {"positions": False, **(self.model or {}), **given}
-        try:
-            checked = ModelConfig.model_validate(fields)
-        except ValidationError as error:
-            raise ValueError(f"SeqdynConfig: {describe_errors(error, ModelConfig)}") from None
+        if self.tie_word_embeddings is False:  # transformers' name for it, set to untie
+            fields["tie_embeddings"] = False
+        self.model = self._checked(fields)
         if not isinstance(self.vocab_size, int) or self.vocab_size < 1:
             raise ValueError(f"SeqdynConfig: vocab_size must be a positive int, got {self.vocab_size!r}")
-        self.model = checked.model_dump()
-        self.tie_word_embeddings = checked.tie_embeddings
+        self.tie_word_embeddings = self.model["tie_embeddings"]
         super().__post_init__(**kwargs)
+
+    @staticmethod
+    def _checked(fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` checked as a :class:`~seqdyn.models.ModelConfig` (one line naming the field where not)."""
+        try:
+            return ModelConfig.model_validate(fields).model_dump()
+        except ValidationError as error:
+            raise ValueError(f"SeqdynConfig: {describe_errors(error, ModelConfig)}") from None
+
+    def _refuse_unknown(self, kwargs: dict[str, Any]) -> None:
+        """One line for a keyword that is neither a seqdyn model field, nor transformers' name for one, nor a
+        keyword transformers' configs take (token ids included), with the closest known name."""
+        known = _transformers_names(type(self))
+        unknown = [name for name in kwargs if name not in known and not name.endswith("_token_id")]
+        if unknown:
+            names = [*ModelConfig.model_fields, *ALIASES, *sorted(known)]
+            raise ValueError(
+                f"SeqdynConfig: unknown field {unknown[0]!r}{did_you_mean(unknown[0], names)}; the model's fields "
+                f"are {', '.join(ModelConfig.model_fields)} (or hidden_size, num_hidden_layers)"
+            )
 
     @property
     def model_config(self) -> ModelConfig:
@@ -83,6 +128,14 @@ class SeqdynConfig(PreTrainedConfig):
     def hidden_size(self) -> int:
         return self.model["d_model"]
 
+    @hidden_size.setter
+    def hidden_size(self, value: int) -> None:  # transformers sets it (from_pretrained(..., hidden_size=...))
+        self.model = self._checked({**self.model, "d_model": value})
+
     @property
     def num_hidden_layers(self) -> int:
         return self.model["layers"]
+
+    @num_hidden_layers.setter
+    def num_hidden_layers(self, value: int) -> None:
+        self.model = self._checked({**self.model, "layers": value})
