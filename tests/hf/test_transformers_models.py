@@ -279,3 +279,54 @@ def test_from_pretrained_takes_transformers_overrides_of_the_models_size(tmp_pat
     assert config.model["d_model"] == 32 and config.hidden_size == 32
     with pytest.raises(ValueError, match="^SeqdynConfig: layers"):
         config.num_hidden_layers = 0
+
+
+def test_past_key_values_is_the_cache_by_its_older_name():
+    model = tiny("hybrid")
+    ids = prompts(12)[0]
+    with torch.no_grad():
+        whole = model(ids, use_cache=False).logits
+        prefix = model(ids[:, :7], use_cache=True)
+        by_old_name = model(ids[:, 7:], past_key_values=prefix.cache).logits
+    torch.testing.assert_close(by_old_name, whole[:, 7:], rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match="^past_key_values: give the cache once"):
+        model(ids[:, 7:], cache=prefix.cache, past_key_values=SeqdynCache(2))
+
+
+def _packed(lengths=(5, 7, 4)):
+    docs = prompts(*lengths, seed=3)
+    ids = torch.cat(docs, dim=1)
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    positions = torch.cat([torch.arange(length) for length in lengths])[None]
+    return docs, ids, offsets, positions
+
+
+@pytest.mark.parametrize("how", ["cu_seqlens", "position_ids", "cu_seq_lens_q"])
+def test_packed_documents_give_each_documents_logits_and_the_loss_within_documents(how):
+    """As each document alone, through seqdyn's cu_seqlens and through transformers' packing arguments (what
+    DataCollatorWithFlattening gives); the loss is the mean over every document's own next-token predictions."""
+    model = tiny("hybrid", mixer_options=[{}, {"rotary": True}])
+    docs, ids, offsets, positions = _packed()
+    packing = {
+        "cu_seqlens": dict(cu_seqlens=offsets),
+        "position_ids": dict(position_ids=positions),
+        "cu_seq_lens_q": dict(cu_seq_lens_q=offsets, cu_seq_lens_k=offsets, position_ids=positions),
+    }[how]
+    with torch.no_grad():
+        packed = model(ids, labels=ids, **packing)
+        alone = [model(doc, labels=doc, use_cache=False) for doc in docs]
+    torch.testing.assert_close(packed.logits, torch.cat([out.logits for out in alone], dim=1), rtol=0, atol=1e-10)
+    predictions = [doc.shape[1] - 1 for doc in docs]
+    expected = sum(out.loss * count for out, count in zip(alone, predictions)) / sum(predictions)
+    torch.testing.assert_close(packed.loss, expected, rtol=1e-12, atol=0)
+
+
+def test_packed_documents_are_one_row_without_a_cache():
+    model = tiny("hybrid")
+    _, ids, offsets, _ = _packed()
+    with pytest.raises(ValueError, match=r"^cu_seqlens: packed documents come as one row"):
+        model(torch.cat([ids, ids]), cu_seqlens=offsets)
+    with pytest.raises(ValueError, match="^cu_seqlens: packed documents run without a cache"):
+        model(ids, cu_seqlens=offsets, cache=SeqdynCache(2))
+    with pytest.raises(ValueError, match="^cu_seq_lens_q: differs from the packing given before it"):
+        model(ids, cu_seqlens=offsets, cu_seq_lens_q=offsets + 1)

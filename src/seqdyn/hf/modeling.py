@@ -58,11 +58,13 @@ class SeqdynPreTrainedModel(PreTrainedModel):
         use_cache: bool,
         head: bool,
         inputs_embeds: Tensor | None,
+        cu_seqlens: Tensor | None = None,
     ) -> tuple[Tensor, SeqdynCache | None]:
         """``(outputs [B, t, ·], cache)`` of the tokens ``input_ids`` ``[B, t]`` that follow ``cache``.
 
         ``attention_mask`` ``[B, seen + t]`` (or ``[B, t]``), 1 = token, 0 = padding: each row is the sequence of
-        its tokens, computed as if alone; the outputs at padded steps are 0.
+        its tokens, computed as if alone; the outputs at padded steps are 0.  ``cu_seqlens`` (offsets ``[N + 1]``,
+        ``input_ids`` ``[1, T]``): packed documents, each computed as if alone, without a cache.
         """
         if inputs_embeds is not None:
             raise ValueError("inputs_embeds: a seqdyn model takes input_ids (its embedding is part of the model)")
@@ -71,6 +73,10 @@ class SeqdynPreTrainedModel(PreTrainedModel):
             raise ValueError(f"input_ids: expected token ids [batch, length], got {got}")
         if cache is not None and not isinstance(cache, SeqdynCache):
             raise ValueError(f"cache: expected the SeqdynCache this model returned, got {type(cache).__name__}")
+        if cu_seqlens is not None:
+            if cache is not None:
+                raise ValueError("cu_seqlens: packed documents run without a cache; drop cache / past_key_values")
+            return self.seqdyn(input_ids, cu_seqlens=cu_seqlens, head=head), None
         mask = _step_mask(attention_mask, input_ids)
         if cache is None and not use_cache:
             return self.seqdyn(input_ids, attention_mask=mask, head=head), None
@@ -110,10 +116,12 @@ class SeqdynModel(SeqdynPreTrainedModel):
         use_cache: bool | None = None,
         inputs_embeds: Tensor | None = None,
         return_dict: bool | None = None,
+        cu_seqlens: Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast | tuple:
+        cache, cu_seqlens = _cache_of(cache, kwargs), _packing_of(cu_seqlens, input_ids, kwargs)
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        hidden, cache = self._run(input_ids, attention_mask, cache, use_cache, False, inputs_embeds)
+        hidden, cache = self._run(input_ids, attention_mask, cache, use_cache, False, inputs_embeds, cu_seqlens)
         output = BaseModelOutputWithPast(last_hidden_state=hidden, cache=cache)
         return output if return_dict is not False else output.to_tuple()
 
@@ -131,19 +139,65 @@ class SeqdynForCausalLM(SeqdynPreTrainedModel, GenerationMixin):
         inputs_embeds: Tensor | None = None,
         logits_to_keep: int | Tensor = 0,
         return_dict: bool | None = None,
+        cu_seqlens: Tensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
+        """Logits of ``input_ids`` (after ``cache``, or transformers' older name for it, ``past_key_values``), and
+        with ``labels`` the loss.  Packed documents — ``cu_seqlens``, or transformers' packing arguments
+        (``position_ids`` restarting at each document, ``cu_seq_lens_q`` / ``cu_seq_lens_k``) — are each computed as
+        if alone, and the loss never predicts a document's first token from the one before."""
+        cache, cu_seqlens = _cache_of(cache, kwargs), _packing_of(cu_seqlens, input_ids, kwargs)
         use_cache = (self.config.use_cache and labels is None) if use_cache is None else use_cache
-        logits, cache = self._run(input_ids, attention_mask, cache, use_cache, True, inputs_embeds)
+        logits, cache = self._run(input_ids, attention_mask, cache, use_cache, True, inputs_embeds, cu_seqlens)
         if isinstance(logits_to_keep, int):
             logits = logits[:, -logits_to_keep:] if logits_to_keep else logits
         else:
             logits = logits[:, logits_to_keep]
         loss = None
         if labels is not None:
+            labels = _within_documents(labels, cu_seqlens)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         output = CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)
         return output if return_dict is not False else output.to_tuple()
+
+
+def _cache_of(cache: SeqdynCache | None, kwargs: dict) -> SeqdynCache | None:
+    """The cache, given as ``cache`` or by transformers' older name ``past_key_values`` (taken out of ``kwargs``)."""
+    old = kwargs.pop("past_key_values", None)
+    if old is not None and cache is not None and old is not cache:
+        raise ValueError("past_key_values: give the cache once, as cache or as past_key_values")
+    return cache if cache is not None else old
+
+
+def _packing_of(cu_seqlens: Tensor | None, input_ids: Tensor | None, kwargs: dict) -> Tensor | None:
+    """The offsets of packed documents in ``input_ids`` ``[1, T]``: ``cu_seqlens``, else transformers' own
+    ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (taken out of ``kwargs``; they must agree), else where ``position_ids``
+    ``[1, T]`` restarts at 0 (``DataCollatorWithFlattening``); None for one unpacked row."""
+    given = [kwargs.pop(name, None) for name in ("cu_seq_lens_q", "cu_seq_lens_k")]
+    position_ids = kwargs.pop("position_ids", None)
+    for name, other in zip(("cu_seq_lens_q", "cu_seq_lens_k"), given):
+        if other is None:
+            continue
+        if cu_seqlens is not None and not torch.equal(cu_seqlens.to(other.device).long(), other.long()):
+            raise ValueError(f"{name}: differs from the packing given before it; give the documents' offsets once")
+        cu_seqlens = other
+    if cu_seqlens is None and isinstance(position_ids, Tensor) and position_ids.dim() == 2:
+        starts = (position_ids[0] == 0).nonzero().flatten()
+        if position_ids.shape[0] == 1 and len(starts) > 1 and int(starts[0]) == 0:
+            cu_seqlens = torch.cat([starts, starts.new_tensor([position_ids.shape[1]])])
+    if cu_seqlens is not None and (input_ids is None or input_ids.shape[0] != 1):
+        raise ValueError("cu_seqlens: packed documents come as one row, input_ids [1, total tokens]")
+    return None if cu_seqlens is None else cu_seqlens.long()
+
+
+def _within_documents(labels: Tensor, cu_seqlens: Tensor | None) -> Tensor:
+    """``labels`` with each packed document's first token ignored (-100), so that the shifted loss never predicts
+    it from the previous document."""
+    if cu_seqlens is None:
+        return labels
+    labels = labels.clone()
+    labels[0, cu_seqlens[1:-1].to(labels.device)] = -100
+    return labels
 
 
 def _step_mask(attention_mask: Tensor | None, input_ids: Tensor) -> Tensor | None:
