@@ -64,7 +64,7 @@ def test_variants_on_the_plateau_leave_the_claim_inconclusive_for_the_budget():
     assert outcome.verdict == INCONCLUSIVE and "budget" in outcome.reason and "plateau" in outcome.reason
 
 
-@pytest.mark.parametrize("scale", ["smoke", "cpu", "paper"])
+@pytest.mark.parametrize("scale", ["smoke", "cpu", "gpu", "paper"])
 def test_the_softmax_control_shares_its_runs_with_dsf_mqar_models(scale):
     """The same model on the same task is one run: a store that ran dsf_mqar_models holds this control."""
     from seqdyn.reproduce import dsf_mqar_models

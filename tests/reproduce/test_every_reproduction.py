@@ -52,13 +52,18 @@ def test_every_scale_expands_to_valid_runs(name, scale, tmp_path, monkeypatch):
         data.write_text("a small corpus of plain words, repeated. " * 2_000)
         if scale == "paper":  # the paper's GPT-2 tokens: tiktoken's code path with a word-level encoding (offline)
             stub_tiktoken(monkeypatch)
+    if scale not in reproduction.scales:  # only the reproductions with a claim cpu leaves open have a gpu scale
+        assert scale == "gpu"
+        with pytest.raises(ValueError, match=f"^--scale gpu: {name} has no gpu scale"):
+            named_sweeps(reproduction, scale, data)
+        return
     runs = [config for sweep in named_sweeps(reproduction, scale, data) for config in sweep.expand()]
     if not reproduction.trains:  # it computes its numbers in ``measure``: no run at any scale
         assert not runs and reproduction.reductions[scale]
         return
     assert runs and len({config.run_id for config in runs}) == len(runs)
     assert reproduction.reductions[scale]
-    assert {config.train.device for config in runs} == {"auto" if scale == "paper" else "cpu"}
+    assert {config.train.device for config in runs} == {{"paper": "auto", "gpu": "cuda"}.get(scale, "cpu")}
     if scale == "smoke":
         assert all(config.train.steps <= 20 and config.model.d_model <= 32 for config in runs)
     if reproduction.corpus and scale == "paper":  # the paper's GPT-2 tokens, as the stand-in encoded them

@@ -99,7 +99,9 @@ def test_list_shows_every_reproduction_module():
     ("arguments", "message"),
     [
         (["no_such_thing"], "unknown reproduction 'no_such_thing'; known: coef_kernel_maps, coef_lambda_structure"),
-        (["dsf_mqar_models", "--scale", "huge"], "--scale: expected one of smoke, cpu, paper, got 'huge'"),
+        (["dsf_mqar_models", "--scale", "huge"], "--scale: expected one of smoke, cpu, gpu, paper, got 'huge'"),
+        (["dlr_shift_length", "--scale", "gpu"], "--scale gpu: dlr_shift_length has no gpu scale"),
+        (["dsf_mqar_models", "--scale", "gpu"], "--scale gpu: its runs train on a GPU and this machine has none"),
         (["dsf_mqar_models", "--scale", "paper"], "add --yes to start anyway"),
         (["report"], "no reproduction has written a verdict.json there yet"),
     ],
@@ -161,15 +163,15 @@ def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(
 
 
 def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_its_cause(tmp_path):
-    from seqdyn.reproduce.runner import brief_numbers, claim_cause
+    from seqdyn.reproduce.runner import brief_numbers, claim_cause, commit_text
 
     run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "out", progress=False)
     result = CliRunner().invoke(app, ["reproduce", "report", "--out", str(tmp_path / "out"), "--markdown", "--brief"])
     assert result.exit_code == 0 and result.output == report_markdown(tmp_path / "out", brief=True)
-    # one reproduction: its scale, date and commit are said once above the table, not on its row
+    # one reproduction: its scale, date and commit (with what it ran on) are said once above the table, not on its row
     verdict = json.loads((tmp_path / "out" / REPRODUCTION.name / "verdict.json").read_text())
     assert result.output.startswith(
-        f"All at scale smoke, date {verdict['date']}, commit {verdict['commit']}.\n\n"
+        f"All at scale smoke, date {verdict['date']}, commit {commit_text(verdict)}.\n\n"
         "| reproduction (wall time) | claim |"
     )
     assert result.output.count("smoke") == 1
@@ -341,10 +343,10 @@ def test_the_runner_writes_each_scales_wall_time_beside_the_verdict_and_a_publis
     assert (scales["cpu"]["seconds"], scales["cpu"]["runs_before"]) == (600.0, 3)
     # what a reproduction says it takes is its published folder's timing, not a number in its code
     monkeypatch.setattr(base, "PUBLISHED", tmp_path / "out")
-    assert REPRODUCTION.wall_time == {"smoke": 1234.5, "cpu": 600.0, "paper": None}
+    assert REPRODUCTION.wall_time == {"smoke": 1234.5, "cpu": 600.0, "gpu": None, "paper": None}
     assert REPRODUCTION.paper_gpu_estimate == ""
     monkeypatch.setattr(base, "PUBLISHED", tmp_path / "nowhere")
-    assert REPRODUCTION.wall_time == {"smoke": None, "cpu": None, "paper": None}
+    assert REPRODUCTION.wall_time == {"smoke": None, "cpu": None, "gpu": None, "paper": None}
 
 
 def test_every_published_reproduction_has_its_measured_wall_times_beside_its_verdict():

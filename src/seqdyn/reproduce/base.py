@@ -7,15 +7,18 @@ trained by the sweep machinery into the results store; :class:`Results` reads th
 best over the learning-rate grid), which the claims compare.
 
 Scales: ``paper`` (the paper's own hyper-parameters, for a GPU or a Ray cluster; its runs train on the GPU where
-there is one), ``cpu`` (a faithful reduction that finishes within :data:`CPU_BUDGET_S` on a 2-core CPU;
-:attr:`Reproduction.reductions` says what was reduced and why) and ``smoke`` (a minute or less: the whole
-pipeline, no verdict to trust).
+there is one), ``gpu`` (for a claim the ``cpu`` scale cannot decide, the smallest setting of the paper's own budgets
+that would: minutes to an hour of one GPU; only the reproductions that have such a claim define it, see
+:attr:`Reproduction.scales`; its runs train on ``cuda``), ``cpu`` (a faithful reduction that finishes within
+:data:`CPU_BUDGET_S` on a 2-core CPU; :attr:`Reproduction.reductions` says what was reduced and why) and ``smoke``
+(a minute or less: the whole pipeline, no verdict to trust).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,9 @@ from seqdyn.reproduce.claims import Claim, Score
 from seqdyn.train.config import SweepConfig
 from seqdyn.train.store import DIVERGED
 
-SCALES = ("smoke", "cpu", "paper")
+SCALES = ("smoke", "cpu", "gpu", "paper")
+#: the scales every reproduction has; ``gpu`` only those whose module defines it
+EVERY_SCALE = ("smoke", "cpu", "paper")
 #: the longest a ``cpu`` reproduction may take on the project's 2-core machine, and a ``smoke`` one
 CPU_BUDGET_S, SMOKE_BUDGET_S = 45 * 60, 60
 #: the run statuses that give a result; a run that diverged (non-finite loss) gives its best value before that
@@ -150,13 +155,23 @@ class Reproduction:
     data_help: ClassVar[str] = ""
     #: False: it trains nothing — its sweeps are empty at every scale and :meth:`measure` computes its rows
     trains: ClassVar[bool] = True
+    #: the ``gpu`` scale's estimated wall time on one H200 in minutes, one run at a time (None: no gpu scale); its
+    #: ``reductions["gpu"]`` says what the estimate rests on
+    gpu_minutes: ClassVar[float | None] = None
+
+    @property
+    def scales(self) -> tuple[str, ...]:
+        """The scales this reproduction has, in the order of :data:`SCALES`: those its module's ``SCALES`` names
+        (every one of :data:`EVERY_SCALE` where the module defines no ``SCALES``)."""
+        defined = getattr(sys.modules[type(self).__module__], "SCALES", None)
+        return tuple(scale for scale in SCALES if (scale in defined if defined is not None else scale in EVERY_SCALE))
 
     @property
     def wall_time(self) -> dict[str, float | None]:
-        """Per scale: the measured wall time in seconds on the project's 2-core CPU machine, as published beside the
-        verdict (:data:`PUBLISHED`; None: not measured yet)."""
+        """Per scale it has (:attr:`scales`): the measured wall time in seconds, as published beside the verdict
+        (:data:`PUBLISHED`; None: not measured yet)."""
         measured = read_timing(PUBLISHED / self.name).get("scales", {})
-        return {scale: measured[scale]["seconds"] if scale in measured else None for scale in SCALES}
+        return {scale: measured[scale]["seconds"] if scale in measured else None for scale in self.scales}
 
     @property
     def paper_gpu_estimate(self) -> str:

@@ -50,6 +50,7 @@ from seqdyn.reproduce.coef_readout_maps import SCALES as READOUT_SCALES
 from seqdyn.reproduce.coef_readout_maps import is_thin
 from seqdyn.reproduce.protocols.mad import (
     CONTROL_OPTIONS,
+    GPU_STEP_S,
     MAD_CONTROL,
     MEASURE_EXAMPLES,
     NEAR_ZERO,
@@ -58,6 +59,7 @@ from seqdyn.reproduce.protocols.mad import (
     TRANSFORMER_BLOCK,
     ZERO_BOUND,
     best_runs,
+    gpu_words,
     left_out_words,
     mad_plateau,
     mad_score,
@@ -106,6 +108,8 @@ SCALES: dict[str, dict[str, Any]] = {
     scale: {**sizes, "tasks": {task: sizes["tasks"][task] for task in TASKS if task in sizes["tasks"]}}
     for scale, sizes in READOUT_SCALES.items()
 }
+#: the ``gpu`` scale's runs (ten models on two tasks, three seeds) and those of them that are not coef_readout_maps'
+GPU_RUNS, GPU_OWN_RUNS = len(MODELS) * len(TASKS) * 3, len(KERNELS) * len(TASKS) * 3
 
 
 def model_entry(readout: str, feature: str | None) -> dict[str, Any]:
@@ -292,8 +296,19 @@ class KernelMaps(Reproduction):
         "(4 heads of 16, so K − 1 = 15); 2,000 steps of batch 32 over 12,800 examples (256 test); lr 1e-3 and "
         "weight decay 0.1 only; three seeds; softmax, linear attention and Fig. 1's other readouts are "
         "coef_readout_maps' runs (shared in a store). " + left_out_words(*TASKS),
+        "gpu": "coef_readout_maps' gpu scale on Fig. 8's two tasks at MAD's settings: fuzzy recall (L = 128, "
+        "motifs of 3), which the cpu scale left out, and selective copying (L = 256, 16 tokens), off the ceiling "
+        "where the cpu scale's setting left softmax and the kernels (0.996 / 0.997); "
+        "4 heads of 32 at width 128, so K − 1 = 31. "
+        + gpu_words(
+            GPU_RUNS,
+            f"and {GPU_OWN_RUNS} runs after coef_readout_maps' gpu scale in the same store, which "
+            "holds softmax's, linear attention's and Fig. 1's other readouts'",
+        )
+        + ".",
         "smoke": SMOKE_REDUCTION,
     }
+    gpu_minutes = round(GPU_RUNS * 10_000 * GPU_STEP_S / 60)
 
     def sweeps(self, scale: str) -> list[SweepConfig]:
         return mad_sweeps("kernels", [model_entry(readout, feature) for _, readout, feature in MODELS], **SCALES[scale])

@@ -9,7 +9,9 @@ as :class:`~seqdyn.reproduce.base.Results`, decides every claim and writes ``OUT
 - ``table.md`` — the reproduction's table in the paper's layout, the claims with the paper's numbers beside ours
   and their verdicts, what the scale reduced and why, and the command that regenerates it;
 - ``figure.png`` — the paper's figure style;
-- ``verdict.json`` — every claim's verdict, the numbers that decided it and the reason where it is inconclusive;
+- ``verdict.json`` — every claim's verdict, the numbers that decided it and the reason where it is inconclusive,
+  and where it was computed: date, commit, device (the GPU's name where CUDA ran the runs, else "cpu"), torch's and
+  CUDA's versions;
 - ``timing.json`` — the wall time of the call that ran each scale, with its date, commit and workers (a published
   folder's is what :attr:`~seqdyn.reproduce.base.Reproduction.wall_time` reads).
 
@@ -28,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from seqdyn.reproduce.base import (
     CPU_BUDGET_S,
@@ -55,6 +59,8 @@ from seqdyn.train.sweep import DONE, expand, run_sweep
 from seqdyn.train.timelimit import time_is_up
 
 OUTPUTS = ("results.csv", "table.md", "figure.png", "verdict.json", TIMING)
+#: the ``train.device`` of the scales that do not keep the CPU: ``paper`` on the GPU where there is one, ``gpu`` on it
+DEVICES = {"paper": "auto", "gpu": "cuda"}
 #: the hyper-parameters every ``results.csv`` shows, beside those that vary
 ALWAYS = ("model.mixer", "model.d_model", "task.name", "optimizer.lr", "train.seed")
 
@@ -78,8 +84,9 @@ UNFINISHED = ("missing", "pending", "running", "interrupted")
 def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None = None) -> list[SweepConfig]:
     """The reproduction's sweeps at ``scale`` (a ``corpus`` reproduction's on ``data``, which every scale but
     ``smoke`` needs), each renamed ``NAME/SCALE/PART`` as the store keeps it.  The ``paper`` scale trains on the
-    GPU where there is one (``train.device`` ``auto``); ``smoke`` and ``cpu`` keep the CPU."""
-    check_scale(scale)
+    GPU where there is one (``train.device`` ``auto``), the ``gpu`` scale on the GPU (``cuda``); ``smoke`` and
+    ``cpu`` keep the CPU.  A scale the reproduction does not have (:attr:`~Reproduction.scales`) is refused."""
+    check_has_scale(reproduction, scale)
     if not reproduction.corpus:
         sweeps = reproduction.sweeps(scale)
     elif data is None and scale != "smoke":
@@ -92,13 +99,27 @@ def named_sweeps(reproduction: Reproduction, scale: str, data: str | Path | None
     parts = [sweep.name for sweep in sweeps]
     if len(set(parts)) != len(parts):
         raise ValueError(f"{reproduction.name}: its sweeps need distinct names, got {parts}")
-    device = {"device": "auto"} if scale == "paper" else {}
+    device = {"device": DEVICES[scale]} if scale in DEVICES else {}
     return [
         sweep.model_copy(
             update={"name": sweep_name(reproduction, scale, sweep), "train": sweep.train.model_copy(update=device)}
         )
         for sweep in sweeps
     ]
+
+
+def check_has_scale(reproduction: Reproduction, scale: str) -> str:
+    """``scale``, where it is a scale the reproduction has; else one line naming those that have it."""
+    check_scale(scale)
+    if scale in reproduction.scales:
+        return scale
+    from seqdyn.reproduce import get, names
+
+    having = [name for name in names() if scale in get(name).scales]
+    raise ValueError(
+        f"--scale {scale}: {reproduction.name} has no {scale} scale (the cpu scale decides its claims); "
+        f"the reproductions with one: {', '.join(having) or 'none'}"
+    )
 
 
 def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
@@ -133,6 +154,9 @@ def run(
     (:mod:`seqdyn.reproduce.seeds`; None: :func:`~seqdyn.reproduce.seeds.default_max_seeds`), then write
     ``OUT/NAME/``."""
     start = time.monotonic()
+    check_has_scale(reproduction, scale)
+    if DEVICES.get(scale) == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--scale {scale}: its runs train on a GPU and this machine has none; run it where one is")
     store = Store(store_path)
     sweeps = with_stored_seeds(store, named_sweeps(reproduction, scale, data))
     check_store(store, sweeps)
@@ -333,19 +357,48 @@ def _json_number(value: Any) -> Any:
 
 
 def _provenance(results: Results, elapsed_s: float, runs_before: int) -> dict[str, Any]:
-    """When and from which commit, the runs' summed wall time, how many gave a result, the call's wall time and
-    how many runs held a result before it began."""
+    """When, from which commit and on what (:func:`hardware`), the runs' summed wall time, how many gave a result,
+    the call's wall time and how many runs held a result before it began."""
     run_time = sum(row["wall_time"] or 0.0 for row in results.rows)
     done = sum(row["status"] in DONE for row in results.rows)
     return {
         "date": datetime.date.today().isoformat(),
         "commit": _commit(),
+        **hardware(results),
         "runs": len(results.rows),
         "runs_done": done,
         "run_time_s": round(run_time, 1),
         "elapsed_s": round(elapsed_s, 1),
         "runs_before": runs_before,
     }
+
+
+def hardware(results: Results) -> dict[str, str | None]:
+    """What the runs computed on: ``device``, the GPU's name where CUDA ran them (a run whose ``train.device`` is
+    not ``cpu``, on a machine with CUDA), else "cpu"; ``torch``, its version; ``cuda``, the CUDA version torch was
+    built with (None for a build without CUDA)."""
+    on_gpu = torch.cuda.is_available() and any(row.get("train.device", "cpu") != "cpu" for row in results.rows)
+    return {
+        "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+    }
+
+
+def hardware_text(provenance: dict[str, Any]) -> str:
+    """A verdict's :func:`hardware` in words, "NVIDIA H200, torch 2.5.1, CUDA 12.4" ("cpu, torch 2.5.1" without
+    CUDA); "" for a verdict written before it was recorded."""
+    if "device" not in provenance:
+        return ""
+    cuda = f", CUDA {provenance['cuda']}" if provenance.get("cuda") else ""
+    return f"{provenance['device']}, torch {provenance['torch']}{cuda}"
+
+
+def commit_text(provenance: dict[str, Any]) -> str:
+    """A verdict's commit and what it ran on, "3810fbc on NVIDIA H200, torch 2.5.1, CUDA 12.4" (the commit alone
+    for a verdict written before :func:`hardware` was recorded), as the report prints it beside the commit."""
+    hardware_words = hardware_text(provenance)
+    return provenance["commit"] + (f" on {hardware_words}" if hardware_words else "")
 
 
 def _commit() -> str:
@@ -391,7 +444,7 @@ def _table_md(
         reproduction.summary,
         "",
         f"Scale `{results.scale}`: {_work_text(reproduction, provenance)}, {provenance['date']}, commit "
-        f"{provenance['commit']}." + _resumed_text(provenance),
+        f"{commit_text(provenance)}." + _resumed_text(provenance),
         "",
         "## Results",
         "",
@@ -519,7 +572,8 @@ def claim_cause(claim: dict[str, Any]) -> Cause | None:
 
 def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
     """One row per claim of every ``verdict.json`` under ``out`` (reproduction, scale, claim, paper value, our
-    numbers, verdict, reason and cause, date and commit), in the order of the reproductions' names."""
+    numbers, verdict, reason and cause, date, commit with what it ran on (:func:`commit_text`) and that alone,
+    ``hardware``), in the order of the reproductions' names."""
     rows = []
     for path in sorted(Path(out).glob("*/verdict.json")):
         verdict = json.loads(path.read_text())
@@ -537,7 +591,8 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
                     "reason": claim["reason"],
                     "cause": claim_cause(claim),
                     "date": verdict["date"],
-                    "commit": verdict["commit"],
+                    "commit": commit_text(verdict),
+                    "hardware": hardware_text(verdict),
                     "elapsed_s": verdict["elapsed_s"],
                     "runs_before": verdict.get("runs_before", 0),
                 }

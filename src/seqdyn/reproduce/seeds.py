@@ -55,10 +55,11 @@ def seed_count(sweeps: Iterable[SweepConfig]) -> int:
 
 
 def default_max_seeds(scale: str, sweeps: list[SweepConfig]) -> int:
-    """The cap on seeds where ``--max-seeds`` is not given: at ``cpu``, :data:`MOST_SEEDS` (each added seed also has
-    to fit in the budget, :func:`affords_one_more_seed`); at other scales today's seeds (no seed is added)."""
+    """The cap on seeds where ``--max-seeds`` is not given: at ``cpu`` and ``gpu``, :data:`MOST_SEEDS` (at ``cpu`` each
+    added seed also has to fit in the budget, :func:`affords_one_more_seed`); at other scales today's seeds (no seed
+    is added)."""
     today = seed_count(sweeps)
-    if scale != "cpu" or today == 0:
+    if scale not in ("cpu", "gpu") or today == 0:
         return today
     return max(today, MOST_SEEDS)
 

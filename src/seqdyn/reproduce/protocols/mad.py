@@ -153,6 +153,41 @@ PAPER_PROTOCOL = (
 )
 SMOKE_REDUCTION = "The whole pipeline on toy tasks (L = 16, d = 16, 4 steps): no verdict to trust."
 
+#: the ``gpu`` budget of the Sieber et al. 2025 reproductions that have a ``gpu`` scale, fixed before any run: MAD's
+#: model, data and batch (width 128, two blocks with SwiGLU MLPs, 12,800 training examples — memorization's 256 —,
+#: 1,280 test, batch 128) for 10,000 steps, 100 of MAD's 200 epochs, an evaluation every 500 steps
+GPU = Budget(epochs=None, steps=10_000, eval_every=500)
+#: the H200 time of one step at MAD's sizes that the ``gpu`` scales' estimates take: the paper scale's timed steps put
+#: coef_scaling_seeds' 864 runs of 20,000 steps (fuzzy recall at L = 128) at 51 h, 10.6 ms a step
+GPU_STEP_S = 0.0106
+
+
+def gpu_scale(*names: str) -> dict[str, Any]:
+    """The ``gpu`` scale of the tasks ``names`` (:data:`GPU` at MAD's settings, lr 1e-3, weight decay 0.1, three
+    seeds), as a reproduction's ``SCALES`` entry."""
+    return dict(tasks=pick(PAPER_TASKS, *names), lrs=(1e-3,), weight_decays=(0.1,), seeds=(0, 1, 2), budget=GPU)
+
+
+def gpu_words(runs: int, note: str = "") -> str:
+    """What the ``gpu`` scales share, in words for their ``reductions``: MAD's sizes at half of MAD's steps, what
+    should decide the claims there, and the estimated H200 time of ``runs`` runs (``note``: what lowers it)."""
+    minutes = runs * GPU.steps * GPU_STEP_S / 60
+    return (
+        "MAD's own sizes: the tasks at MAD's settings, width 128, two blocks with SwiGLU MLPs, "
+        "12,800 training examples (memorization: 256) and 1,280 test, batch 128; 10,000 steps, 100 of MAD's 200 "
+        "epochs; lr 1e-3 and weight decay 0.1 only, where MAD sweeps 3 × 2; three seeds (the seed loop adds more "
+        "while a claim's seeds leave it open). Why it should decide the claims: the cpu scale read them at "
+        "settings its 2-core budget could train (L = 16-64, width 64, 2,000-8,000 steps of batch 32), where the "
+        "models sat at the ceiling or the control fell short; at MAD's lengths the tasks are as hard as the paper "
+        "reports them, and 100 epochs of batch 128 are 5-20 times the examples the cpu scale saw. "
+        f"Estimated {minutes:.0f} min on one H200 one run at a time: {runs} runs of 10,000 steps at "
+        f"{1000 * GPU_STEP_S:.1f} ms a step (the paper scale's timed steps at MAD's sizes: 51 h for "
+        "coef_scaling_seeds' 864 runs of 20,000 steps), before early stops at 99.9 %"
+        + (f", {note}" if note else "")
+        + "; less with runs sharing the device"
+    )
+
+
 #: the ``smoke`` budget of every Sieber et al. 2025 reproduction
 SMOKE = Budget(
     epochs=None, steps=4, train_examples=64, test_examples=16, batch_size=8, eval_every=2, width=16, layers=1
