@@ -89,6 +89,10 @@ def test_list_shows_every_reproduction_module():
     from seqdyn.cli.reproductions import _scale_time
 
     assert _scale_time(reproduce.get("dsf_qlstm_transition"), "paper") == "about 27 h on one H200 (estimated)"
+    # the gpu scale: its estimate where the module has one, "—" where it has no gpu scale
+    assert _scale_time(reproduce.get("dsf_qlstm_transition"), "gpu") == "about 50 min on one H200 (estimated)"
+    assert _scale_time(reproduce.get("dlr_shift_length"), "gpu") == "—"
+    assert "--scale smoke|cpu|gpu|paper" in result.output
     assert [name for name in sorted(modules) if _scale_time(reproduce.get(name), "paper") == "not measured"] == [
         "dsf_lm_perplexity"
     ]

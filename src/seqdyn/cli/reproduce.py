@@ -47,7 +47,11 @@ BRIEF_OPTION = typer.Option(
 
 def reproduce(
     target: str = typer.Argument(..., help="A reproduction's name, or list, all or report."),
-    scale: str = typer.Option("cpu", help="smoke (a minute), cpu (at most 45 min on 2 cores) or paper (a GPU)."),
+    scale: str = typer.Option(
+        "cpu",
+        help="smoke (a minute), cpu (at most 45 min on 2 cores), gpu (on a GPU: the smallest setting that decides "
+        "what cpu leaves open; `list` shows which reproductions have it) or paper (a GPU).",
+    ),
     store: str = STORE_OPTION,
     out: str = OUT_OPTION,
     workers: int = WORKERS_OPTION,

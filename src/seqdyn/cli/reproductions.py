@@ -51,9 +51,10 @@ def list_table() -> None:
     paper scale's GPU estimate where it was not measured)."""
     from rich.table import Table
 
-    table = Table(title="seqdyn reproductions (seqdyn reproduce NAME --scale smoke|cpu|paper)", show_lines=True)
+    table = Table(title=f"seqdyn reproductions (seqdyn reproduce NAME --scale {'|'.join(SCALES)})", show_lines=True)
     for column in ("name", "paper", "claims", *(f"{scale} wall time" for scale in SCALES)):
-        table.add_column(column, max_width=72 if column == "claims" else None)  # the long claims wrap, not the names
+        # the long claims and times wrap, not the names
+        table.add_column(column, max_width=72 if column == "claims" else 16 if "time" in column else None)
     for name in names():
         reproduction = get(name)
         table.add_row(
@@ -64,15 +65,21 @@ def list_table() -> None:
         )
     console().print(table)
     console().print(
-        "smoke and cpu: measured on the project's 2-core CPU machine; paper: estimated on one H200 from "
-        "timed training steps (examples/pilots/paper_step_times.py)",
+        "smoke and cpu: measured on the project's 2-core CPU machine; gpu: estimated on one H200, one run at a time "
+        "(each module's reductions say from what); paper: estimated on one H200 from timed training steps "
+        "(examples/pilots/paper_step_times.py)",
         style="dim",
     )
 
 
 def _scale_time(reproduction: Reproduction, scale: str) -> str:
-    """A scale's measured wall time, or the paper scale's GPU estimate where it was not measured."""
+    """A scale's measured wall time, or the gpu or paper scale's H200 estimate where it was not measured ("—" for a
+    scale the reproduction does not have)."""
+    if scale not in reproduction.scales:
+        return "—"
     measured = reproduction.wall_time.get(scale)
+    if measured is None and scale == "gpu":
+        return f"about {reproduction.gpu_minutes:.0f} min on one H200 (estimated)"
     if measured is None and scale == "paper" and reproduction.paper_gpu_estimate:
         return f"about {reproduction.paper_gpu_estimate} on one H200 (estimated)"
     return _duration(measured)
