@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from seqdyn import reproduce
-from seqdyn.reproduce.base import SCALES
-from seqdyn.reproduce.runner import named_sweeps, run, verdict_rows
+from seqdyn.reproduce.base import SCALES, Results
+from seqdyn.reproduce.runner import commit_text, hardware, named_sweeps, run, verdict_rows
 from seqdyn.reproduce.seeds import MOST_SEEDS, default_max_seeds
 
 #: what each gpu scale's reason says it enlarges over the cpu scale: run keys (a dotted config key, or
@@ -133,6 +133,18 @@ def test_a_verdict_names_the_device_torch_and_cuda_beside_its_commit(tmp_path, m
     rows = verdict_rows(tmp_path / "out")
     assert {row["commit"] for row in rows} == {f"{verdict['commit']} {on}"}
     assert {row["hardware"] for row in rows} == {on.removeprefix("on ")}
+
+
+def test_the_device_is_the_gpus_name_only_where_cuda_ran_the_runs(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *device: "NVIDIA H200")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    on = {"device": "NVIDIA H200", "torch": str(torch.__version__), "cuda": "12.4"}
+    assert hardware(Results("gpu", ({"train.device": "cuda"},))) == on
+    assert hardware(Results("cpu", ({"train.device": "cpu"},))) == {**on, "device": "cpu"}
+    assert hardware(Results("cpu", ())) == {**on, "device": "cpu"}  # a computation: no run trains
+    assert commit_text({"commit": "abc1234", **on}) == f"abc1234 on NVIDIA H200, torch {torch.__version__}, CUDA 12.4"
+    assert commit_text({"commit": "abc1234"}) == "abc1234"  # a verdict written before the device was recorded
 
 
 def test_the_docs_list_every_gpu_scale_with_its_estimate():

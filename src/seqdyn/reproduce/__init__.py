@@ -12,10 +12,11 @@ hold what they share: the claims, the base class, the runner and the papers' tra
 
 Adding one (``seqdyn reproduce list`` and the smoke test of every reproduction find the module by itself):
 
-1. ``seqdyn/reproduce/<name>.py`` defining ``REPRODUCTION``: sweeps per scale (``paper`` the paper's own
-   hyper-parameters, trained on the GPU where there is one; ``cpu`` a reduction measured to fit
-   :data:`~seqdyn.reproduce.base.CPU_BUDGET_S` on 2 cores; ``smoke`` under a minute), ``reductions`` saying what
-   each scale changed and why, the table and the figure.
+1. ``seqdyn/reproduce/<name>.py`` defining ``REPRODUCTION``: sweeps per scale of its module's ``SCALES`` (``paper``
+   the paper's own hyper-parameters, trained on the GPU where there is one; ``cpu`` a reduction measured to fit
+   :data:`~seqdyn.reproduce.base.CPU_BUDGET_S` on 2 cores; ``smoke`` under a minute; and, where a claim is left open
+   at ``cpu``, ``gpu``: the smallest setting of the paper's own budgets that would decide it, with its estimated
+   H200 time in ``gpu_minutes``), ``reductions`` saying what each scale changed and why, the table and the figure.
 2. Each claim a :class:`~seqdyn.reproduce.claims.Claim` whose threshold stands beside the paper's sentence it
    tests, fixed before any result is seen; ``tests/reproduce/test_<name>.py`` decides it on hand-made results
    where it must hold, fail and be inconclusive, and pins the paper scale to the paper's numbers.
