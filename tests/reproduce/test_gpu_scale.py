@@ -114,6 +114,15 @@ def test_a_reproduction_without_a_gpu_scale_refuses_it_in_one_line_naming_those_
     )
 
 
+def test_all_at_the_gpu_scale_chooses_the_reproductions_that_have_one(capsys):
+    from seqdyn.cli.reproductions import _chosen
+
+    assert [reproduction.name for reproduction in _chosen("all", "gpu", "corpus.txt")] == sorted(LARGER)
+    assert (
+        "left out (no gpu scale: the cpu scale decides their claims): " + ", ".join(WITHOUT) in capsys.readouterr().out
+    )
+
+
 def test_the_gpu_scale_refuses_a_machine_without_a_gpu_before_touching_the_store(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=r"^--scale gpu: its runs train on a GPU and this machine has none"):

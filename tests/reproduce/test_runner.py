@@ -106,6 +106,7 @@ def test_list_shows_every_reproduction_module():
         (["dsf_mqar_models", "--scale", "huge"], "--scale: expected one of smoke, cpu, gpu, paper, got 'huge'"),
         (["dlr_shift_length", "--scale", "gpu"], "--scale gpu: dlr_shift_length has no gpu scale"),
         (["dsf_mqar_models", "--scale", "gpu"], "--scale gpu: its runs train on a GPU and this machine has none"),
+        (["all", "--scale", "gpu"], "--scale gpu: its runs train on a GPU and this machine has none"),
         (["dsf_mqar_models", "--scale", "paper"], "add --yes to start anyway"),
         (["report"], "no reproduction has written a verdict.json there yet"),
     ],

@@ -13,6 +13,7 @@ from seqdyn.reproduce.runner import (
     TimeLimitReached,
     Written,
     brief_numbers,
+    check_gpu_at_hand,
     check_store,
     named_sweeps,
     run,
@@ -109,10 +110,13 @@ def estimate_seconds(reproduction: Reproduction, scale: str, data: str | None = 
 
 
 def check_device(reproductions: list[Reproduction], scale: str, yes: bool, data: str | None = None) -> None:
-    """Refuse ``--scale paper`` without a GPU unless ``yes``: the error gives the estimated time on this CPU."""
+    """Refuse ``--scale gpu`` without a GPU, and ``--scale paper`` unless ``yes``: the error gives the estimated
+    time on this CPU."""
     import torch
 
     reproductions = [reproduction for reproduction in reproductions if reproduction.trains]
+    if reproductions:
+        check_gpu_at_hand(scale)
     if scale != "paper" or yes or not reproductions or torch.cuda.is_available():
         return
     estimates = [estimate_seconds(reproduction, scale, data) for reproduction in reproductions]
@@ -174,13 +178,17 @@ def reproduce(
 
 def _chosen(target: str, scale: str, data: str | None) -> list[Reproduction]:
     """The reproductions ``target`` names: one, or every one for ``all``, less (named on the console) those that
-    train on a local corpus where no ``data`` is given above the smoke scale."""
+    train on a local corpus where no ``data`` is given above the smoke scale and those without the scale."""
     reproductions = [get(name) for name in (names() if target == "all" else [target])]
     if target == "all" and data is None and scale != "smoke":
         skipped = [r.name for r in reproductions if r.corpus]
         reproductions = [r for r in reproductions if not r.corpus]
         if skipped:
             console().print(f"left out (they train on a local corpus: add --data PATH): {', '.join(skipped)}")
+    without = [r.name for r in reproductions if scale not in r.scales]
+    if target == "all" and without:
+        reproductions = [r for r in reproductions if scale in r.scales]
+        console().print(f"left out (no {scale} scale: the cpu scale decides their claims): {', '.join(without)}")
     return reproductions
 
 

@@ -122,6 +122,12 @@ def check_has_scale(reproduction: Reproduction, scale: str) -> str:
     )
 
 
+def check_gpu_at_hand(scale: str) -> None:
+    """Refuse a scale whose runs train on ``cuda`` on a machine without CUDA, in one line."""
+    if DEVICES.get(scale) == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--scale {scale}: its runs train on a GPU and this machine has none; run it where one is")
+
+
 def check_store(store: Store, sweeps: list[SweepConfig]) -> None:
     """Refuse a store that holds runs under one of these sweep names whose configs are not this version's (their
     results would be mixed with this version's, or silently dropped); nothing in the store changes."""
@@ -155,8 +161,7 @@ def run(
     ``OUT/NAME/``."""
     start = time.monotonic()
     check_has_scale(reproduction, scale)
-    if DEVICES.get(scale) == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--scale {scale}: its runs train on a GPU and this machine has none; run it where one is")
+    check_gpu_at_hand(scale)
     store = Store(store_path)
     sweeps = with_stored_seeds(store, named_sweeps(reproduction, scale, data))
     check_store(store, sweeps)
