@@ -355,8 +355,8 @@ class AtomicTable1(Reproduction):
         "version of.",
         "gpu": GPU_REASON + ". The single layers are DLR and DSS-EXP on SHIFT, REVERSE, SELECT and CONTEXTSHIFT; "
         "the controls the 6-layer DLR on REVERSE and the 2-layer ATTENTION on SELECT. The claims the cpu scale "
-        "decided (SHIFT and CUMSUM solved, SELECT-FIXED, ATTENTION on CUMMAX and MIPS) are not retrained: they "
-        "read inconclusive (missing) or on fewer tasks here, and their cpu verdicts stand. "
+        "decides (SHIFT and CUMSUM solved, SELECT-FIXED on its own DLR layer, ATTENTION on CUMMAX and MIPS) are "
+        "not retrained: they read inconclusive (missing) or on fewer tasks here, and their cpu verdicts stand. "
         + GPU_ESTIMATE.format(minutes=40)
         + ": 24 single-layer runs (22 min), 3 of the 6-layer DLR (11 min) and 3 of the 2-layer ATTENTION (4 min), "
         "less with runs sharing the device.",
