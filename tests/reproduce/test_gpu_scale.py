@@ -5,6 +5,7 @@ refuse it in one line, and every verdict names the device, torch and CUDA beside
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import torch
 
 from seqdyn import reproduce
 from seqdyn.reproduce.base import SCALES, Results
+from seqdyn.reproduce.claims import VERDICTS
 from seqdyn.reproduce.runner import commit_text, hardware, named_sweeps, run, verdict_rows
 from seqdyn.reproduce.seeds import MOST_SEEDS, default_max_seeds
+from seqdyn.train.store import flatten
 
 #: what each gpu scale's reason says it enlarges over the cpu scale: run keys (a dotted config key, or
 #: "examples": steps × batch), compared task by task
@@ -112,6 +115,25 @@ def test_a_reproduction_without_a_gpu_scale_refuses_it_in_one_line_naming_those_
         f"--scale gpu: {name} has no gpu scale (the cpu scale decides its claims); the reproductions with one: "
         + ", ".join(sorted(LARGER))
     )
+
+
+@pytest.mark.parametrize("name", sorted(LARGER))
+def test_the_claims_table_and_figure_read_results_of_the_gpu_scales_runs(name, tmp_path):
+    """No run trains here: each run of the gpu scale as a finished row with a made-up score (an R², an accuracy, a
+    perplexity); every claim decides on them, and the table and the figure are drawn."""
+    reproduction, rng = reproduce.get(name), random.Random(0)
+    rows = []
+    for config in _runs(name, "gpu", tmp_path):
+        value = rng.uniform(0.2, 1.0) if reproduction.higher_is_better else rng.uniform(5.0, 12.0)
+        rows.append(
+            flatten({key: item for key, item in config.canonical().items() if key != "name"})
+            | dict(run_id=config.run_id, name=config.name, status="finished", reason=None, best=value, final=value)
+            | dict(steps=config.train.steps, wall_time=1.0, curve=((config.train.steps, value),))
+        )
+    results = Results("gpu", tuple(rows))
+    assert all(claim.decide(results).verdict in VERDICTS for claim in reproduction.claims)
+    assert reproduction.table(results)
+    assert reproduction.plot(results, tmp_path / "figure.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_all_at_the_gpu_scale_chooses_the_reproductions_that_have_one(capsys):
