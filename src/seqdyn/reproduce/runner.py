@@ -160,8 +160,7 @@ def run(
     (:mod:`seqdyn.reproduce.seeds`; None: :func:`~seqdyn.reproduce.seeds.default_max_seeds`), then write
     ``OUT/NAME/``."""
     start = time.monotonic()
-    check_has_scale(reproduction, scale)
-    check_gpu_at_hand(scale)
+    check_gpu_at_hand(check_has_scale(reproduction, scale))
     store = Store(store_path)
     sweeps = with_stored_seeds(store, named_sweeps(reproduction, scale, data))
     check_store(store, sweeps)
