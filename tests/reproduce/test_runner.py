@@ -388,6 +388,12 @@ def test_a_claim_open_for_the_budget_names_what_would_decide_it():
     assert with_what_decides(budget, reproduction, "paper").reason.endswith("; the paper's own budget left it open")
     held = Outcome("held", {"x": 1.0})
     assert with_what_decides(held, reproduction, "cpu") is held
+    nearer = SimpleNamespace(**vars(reproduction), scales=("smoke", "cpu", "gpu", "paper"), gpu_minutes=40)
+    assert with_what_decides(budget, nearer, "cpu").reason == (
+        "budget: DLR still improving; would decide it: --scale gpu (estimated 40 min on one H200, one run at a "
+        "time), else --scale paper — Table 8's settings: 300,000 steps of batch 32 (estimated over 40 h on one H200)"
+    )
+    assert "--scale gpu" not in with_what_decides(budget, nearer, "gpu").reason
     own = with_what_decides(budget, reproduction, "cpu", "Pathfinder at L = 16,384, 150,000 steps of batch 16")
     assert own.reason.endswith(
         "--scale paper — Pathfinder at L = 16,384, 150,000 steps of batch 16 (estimated over 40 h on one H200)"

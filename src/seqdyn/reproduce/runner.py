@@ -343,8 +343,9 @@ def _level_words(control: dict[str, Any]) -> str:
 
 def with_what_decides(outcome: Outcome, reproduction: Reproduction, scale: str, paper_budget: str = "") -> Outcome:
     """An *inconclusive (budget)* outcome with what would decide it: the paper's budget (the claim's own,
-    ``paper_budget``, else the ``paper`` scale's protocol in the words of its first clause) and its estimated cost
-    on one H200; other outcomes as they are."""
+    ``paper_budget``, else the ``paper`` scale's protocol in the words of its first clause), and the scale the
+    project expects to decide it at — ``gpu`` with its estimate where the reproduction has that scale and this is
+    a smaller one, else ``paper`` with its estimated cost on one H200; other outcomes as they are."""
     if outcome.cause != BUDGET:
         return outcome
     if scale == "paper":
@@ -352,8 +353,12 @@ def with_what_decides(outcome: Outcome, reproduction: Reproduction, scale: str, 
     protocol = paper_budget or reproduction.reductions.get("paper", "").split(";")[0].strip().rstrip(".")
     estimate = reproduction.paper_gpu_estimate
     cost = f"estimated {estimate} on one H200" if estimate else "its cost not estimated yet"
-    paper = f" — {protocol}" if protocol else ""
-    return replace(outcome, reason=f"{outcome.reason}; would decide it: --scale paper{paper} ({cost})")
+    paper = f"--scale paper — {protocol} ({cost})" if protocol else f"--scale paper ({cost})"
+    minutes = getattr(reproduction, "gpu_minutes", None)
+    if scale in ("smoke", "cpu") and "gpu" in getattr(reproduction, "scales", ()) and minutes:
+        nearer = f"--scale gpu (estimated {minutes:g} min on one H200, one run at a time)"
+        return replace(outcome, reason=f"{outcome.reason}; would decide it: {nearer}, else {paper}")
+    return replace(outcome, reason=f"{outcome.reason}; would decide it: {paper}")
 
 
 def _json_number(value: Any) -> Any:
