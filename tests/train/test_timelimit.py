@@ -91,3 +91,37 @@ def test_the_cli_refuses_a_bad_limit_and_the_limit_with_ray_in_one_line(tmp_path
         result = CliRunner().invoke(app, ["reproduce", "dlr_context", "--store", str(tmp_path / "s.db"), *options])
         assert result.exit_code == 2 and words in result.output
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_store_moved_with_its_checkpoints_resumes_from_them(tmp_path, monkeypatch):
+    """A visit's folder — the store and its .checkpoints beside it — moved to another place (another machine) resumes
+    the stopped run from its checkpoint, to the metrics of an uninterrupted run."""
+    import shutil
+
+    from seqdyn.train.checkpoint import checkpoint_dir_for
+
+    config = parse_config(tiny(eval_every=5))
+    with Store(tmp_path / "whole.db") as whole:
+        train_run(config, whole, checkpoint_dir=tmp_path / "whole", progress=False)
+        expected = metrics(whole)
+    there = tmp_path / "there" / "visit.db"
+    there.parent.mkdir()
+    with monkeypatch.context() as patch, timelimit.time_limit(3600):
+        _up_after(patch, 13)
+        with Store(there) as store:
+            train_run(config, store, checkpoint_dir=checkpoint_dir_for(there), progress=False)
+    here = tmp_path / "here" / "visit.db"
+    shutil.move(str(there.parent), str(here.parent))
+    started = []
+    monkeypatch.setattr(loop.Trainer, "train_step", _recording(loop.Trainer.train_step, started))
+    with Store(here) as store:
+        assert train_run(config, store, checkpoint_dir=checkpoint_dir_for(here), progress=False).status == "finished"
+        assert started[0] == 13 and metrics(store) == expected
+
+
+def _recording(train_step, steps: list):
+    def recorded(self):
+        steps.append(self.step)
+        return train_step(self)
+
+    return recorded

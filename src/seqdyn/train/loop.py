@@ -308,6 +308,14 @@ class Trainer:
             if self.scaler is not None:
                 self.scaler.load_state_dict(meta["grad_scaler"])
 
+    def checkpoint_of(self, record) -> tuple[Path | None, str | None]:
+        """The checkpoint a store record names and its SHA-256 — found in this run's checkpoint folder where the
+        recorded path is gone (a store moved with its ``.checkpoints`` folder, e.g. from another machine)."""
+        path, sha256 = recorded_checkpoint(record)
+        if path is not None and not path.exists() and self.checkpoint_path.exists():
+            path = self.checkpoint_path
+        return path, sha256
+
     def train_step(self) -> float:
         indices = self.plan.batch(self.step, self.config.train.seed)
         if self.distributed is not None:
@@ -463,14 +471,14 @@ def train_run(
     trainer = Trainer(
         config, store, checkpoint_dir=checkpoint_dir, owner=owner, progress=progress, distributed=distributed
     )
-    trainer.resume(*recorded_checkpoint(record))
+    trainer.resume(*trainer.checkpoint_of(record))
     if store is not None and lead:
         if not store.claim(run_id, owner, stale_after=stale_after(record)):
             return _skipped(config, store.run(run_id))
         store.set_threads(run_id, torch.get_num_threads())
         claimed = store.run(run_id)
         if claimed.checkpoint_step != record.checkpoint_step and claimed.checkpoint:
-            trainer.resume(*recorded_checkpoint(claimed))  # its last owner checkpointed after we looked
+            trainer.resume(*trainer.checkpoint_of(claimed))  # its last owner checkpointed after we looked
     return _trained(config, trainer, store if lead else None, owner)
 
 
