@@ -525,3 +525,57 @@ def test_recurrent_gemma_without_attention_biases_converts_exactly_and_its_activ
 def test_qwen3_next_with_dense_layers_among_the_experts_is_refused():
     with pytest.raises(UnsupportedModel, match=r"^qwen3_next: config option decoder_sparse_step / mlp_only_layers"):
         from_transformers(tiny_model("qwen3_next", mlp_only_layers=[1]))
+
+
+def test_a_converted_folder_has_the_tokenizer_and_inspect_reads_text_through_it_as_the_readme_writes(tmp_path):
+    """`seqdyn convert mamba/ mamba-seqdyn/` then `seqdyn inspect mamba-seqdyn/ --text …`: the tokenizer and the
+    generation config travel with the weights."""
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    theirs = tiny_mamba(torch.float32, hidden_size=8)
+    theirs.save_pretrained(tmp_path / "mamba")
+    _save_word_tokenizer(tmp_path / "mamba")
+    result = CliRunner().invoke(app, ["convert", str(tmp_path / "mamba"), str(tmp_path / "mamba-seqdyn")])
+    assert result.exit_code == 0, result.output
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (tmp_path / "mamba-seqdyn" / name).read_bytes() == (tmp_path / "mamba" / name).read_bytes()
+    text = " ".join(f"w{i % VOCAB}" for i in range(5, 65, 3))
+    result = CliRunner().invoke(
+        app, ["inspect", str(tmp_path / "mamba-seqdyn"), "--text", text], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "from --text (20 tokens)" in result.output
+
+
+def test_convert_help_names_every_family_it_converts():
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+    from seqdyn.hf.convert import SUPPORTED
+
+    words = " ".join(CliRunner().invoke(app, ["convert", "--help"], env={"COLUMNS": "200"}).output.split())
+    names = {
+        "mamba": "Mamba,",
+        "falcon_mamba": "Falcon-Mamba",
+        "mamba2": "Mamba-2",
+        "qwen3_5_text": "Qwen3.5,",
+        "qwen3_next": "Qwen3-Next",
+        "qwen3_5_moe_text": "Qwen3.5-MoE",
+        "bamba": "Bamba",
+        "granitemoehybrid": "Granite-MoE-Hybrid",
+        "nemotron_h": "Nemotron-H",
+        "olmo_hybrid": "OLMo-Hybrid",
+        "recurrent_gemma": "RecurrentGemma",
+        "falcon_h1": "Falcon-H1",
+    }
+    assert set(names) == set(SUPPORTED)  # a family added to the registry needs its name here and in the help
+    assert all(name in words for name in names.values()), words
+
+
+@pytest.mark.parametrize("family", ["mamba2", "qwen3_5_text"])
+def test_a_model_without_a_language_model_head_is_refused_in_one_line(family):
+    body = TINY[family]().model if family == "qwen3_5_text" else TINY[family]().backbone
+    with pytest.raises(UnsupportedModel, match=rf"^model: {type(body).__name__} has no language-model head"):
+        from_transformers(body)

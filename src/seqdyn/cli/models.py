@@ -44,10 +44,12 @@ def convert(
         "offline, and print the largest differences from transformers.",
     ),
 ) -> None:
-    """Convert a transformers model (Mamba, Mamba-2, Qwen3.5, Bamba, Granite, Nemotron-H) to seqdyn: same logits.
+    """Convert a transformers model to seqdyn: the same logits, its tokenizer and generation config copied.
 
-    The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is imported, and opens in
-    `seqdyn inspect OUT_DIR` and the analysis API as coefficient dynamics.
+    Families: Mamba, Falcon-Mamba, Mamba-2, Qwen3.5, Qwen3-Next, Qwen3.5-MoE, Bamba, Granite-MoE-Hybrid,
+    Nemotron-H, OLMo-Hybrid, RecurrentGemma, Falcon-H1. The result loads with transformers'
+    AutoModelForCausalLM once seqdyn.hf is imported, and opens in `seqdyn inspect OUT_DIR --text ...` and the
+    analysis API as coefficient dynamics.
     """
     try:
         from seqdyn.hf.convert import TINY_CONFIGS, UnsupportedModel, check_conversion, convert_checkpoint

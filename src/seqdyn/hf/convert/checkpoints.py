@@ -28,8 +28,10 @@ WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 def convert_checkpoint(model_dir: str | Path, out_dir: str | Path) -> Path:
     """``seqdyn convert``: the transformers checkpoint in ``model_dir`` (``config.json`` and its weights) converted
     by :func:`from_transformers` and saved as a seqdyn checkpoint in ``out_dir`` (``save_pretrained``; loads with
-    ``AutoModelForCausalLM.from_pretrained`` once ``seqdyn.hf`` is imported).  The family is checked from the config
-    before any weight is read; ``out_dir`` is written whole or not at all (a folder beside it, renamed at the end)."""
+    ``AutoModelForCausalLM.from_pretrained`` once ``seqdyn.hf`` is imported), with the folder's tokenizer and
+    generation config (:func:`beside_the_weights`), so that the result is a complete model.  The family is checked
+    from the config before any weight is read; ``out_dir`` is written whole or not at all (a folder beside it,
+    renamed at the end)."""
     source, target = Path(model_dir), Path(out_dir)
     if target.exists() and any(target.iterdir()):
         raise UnsupportedModel(f"OUT_DIR: {target} exists and is not empty; name a new folder")
@@ -39,12 +41,37 @@ def convert_checkpoint(model_dir: str | Path, out_dir: str | Path) -> Path:
     partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
         converted.save_pretrained(partial)
+        for path in beside_the_weights(source):
+            shutil.copyfile(path, partial / path.name)
         if target.exists():
             target.rmdir()  # empty: checked above
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+#: the files of a checkpoint folder besides its config and weights that make it a complete model: the tokenizer's
+#: (as transformers and sentencepiece save them) and the generation config
+COMPANION_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
+
+
+def beside_the_weights(source: Path) -> list[Path]:
+    """The files of :data:`COMPANION_FILES` the checkpoint folder ``source`` has."""
+    return [source / name for name in COMPANION_FILES if (source / name).is_file()]
 
 
 def checkpoint_family(source: Path) -> str | None:

@@ -89,6 +89,12 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
             f"model: family {family!r} ({type(model).__name__}) has no seqdyn converter"
             f"{missing(family)}; supported: {', '.join(sorted(SUPPORTED))}"
         )
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if head is None:
+        raise UnsupportedModel(
+            f"model: {type(model).__name__} has no language-model head (a body without one); convert the causal "
+            f"LM of its checkpoint instead (AutoModelForCausalLM.from_pretrained of the same folder)"
+        )
     make_config, copy_weights = SUPPORTED[family]
     converted = SeqdynForCausalLM(make_config(config))
     dtype = next(model.parameters()).dtype
