@@ -237,3 +237,43 @@ def test_auto_does_not_time_a_scan_that_materializes_more_than_the_limit(monkeyp
     at_limit = mixers.build("dlr", 32, state_dim=256)  # 16·256·(32·256·2) = 2^26 entries: timed
     assert "scan" not in at_limit.auto_timing(torch.randn(16, 256, 32)).ruled_out()
     autotune.clear_cache()
+
+
+COMPLEX_MIXERS = ("dlr", "dss_exp", "lru", "s4", "s4d", "s5")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", COMPLEX_MIXERS)
+def test_half_precision_weights_compute_their_kernels_in_complex64_and_return_their_dtype(name, dtype):
+    """With bfloat16 or float16 weights the forward and the steps give the float32 model's outputs (its weights the
+    half ones, widened) to within 4 roundings of the dtype, in the weights' dtype, with finite gradients; the state
+    is complex64 (float32 for S4's real state)."""
+    torch.manual_seed(0)
+    half = mixers.build(name, 16).to(dtype)
+    exact = mixers.build(name, 16)
+    exact.load_state_dict({key: value.float() for key, value in half.state_dict().items()})
+    x = torch.randn(2, 12, 16).to(dtype)
+    expected = exact(x.float())
+    y = half(x)
+    state, steps = half.init_state(2), []
+    for position in range(x.shape[1]):
+        out, state = half.step(x[:, position], state)
+        steps.append(out)
+    tolerance = 4 * torch.finfo(dtype).eps * expected.abs().max()
+    assert y.dtype == dtype and (y.float() - expected).abs().max() <= tolerance
+    assert (torch.stack(steps, 1).float() - expected).abs().max() <= tolerance
+    assert state.dtype in (torch.complex64, torch.float32)
+    y.float().square().sum().backward()
+    assert all(bool(torch.isfinite(p.grad).all()) for p in half.parameters() if p.grad is not None)
+
+
+def test_s4_in_a_float16_model_gives_finite_logits():
+    from seqdyn.models import build_model
+    from seqdyn.models.config import ModelConfig
+    from seqdyn.tasks.base import TaskSpec
+
+    spec = TaskSpec("tokens", 32, 24, "lm", 32, 24, "loss", False)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(mixer="s4", d_model=16, layers=2), spec).to(torch.float16)
+    logits = model(torch.randint(0, 32, (2, 24)))
+    assert logits.dtype == torch.float16 and bool(torch.isfinite(logits).all())

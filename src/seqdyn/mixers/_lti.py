@@ -30,6 +30,10 @@ Output = Literal["glu", "half_glu", "linear", "none"]
 ACTIVATIONS, OUTPUTS = get_args(Activation), get_args(Output)
 
 
+#: the half-precision dtypes, whose complex counterpart (complex32) most operations lack
+HALF = (torch.float16, torch.bfloat16)
+
+
 def check_even(name: str, value: Any) -> int:
     check_positive(name, value)
     if value % 2:
@@ -191,7 +195,22 @@ class LTIMixer(Mixer):
     def system(self) -> lti.DiagonalSISO | lti.DenseSISO | lti.DiagonalMIMO:
         """The discretized LTI system of the current parameters."""
 
+    def widened(self, parameter: Tensor) -> Tensor:
+        """A parameter as the system computes with it: in float32 where the weights are half precision (bfloat16 or
+        float16), so that its complex kernels are complex64 — complex32 lacks most operations — else as it is."""
+        return parameter.float() if parameter.dtype in HALF else parameter
+
     def run_core(self, u: Tensor, backend: str, state: Tensor | None = None, output_final_state: bool = False):
+        """The core's output on ``u`` (and the final state with ``output_final_state``): half-precision inputs are
+        computed in float32 (:meth:`widened`) and the output returned in their dtype; the state stays complex64."""
+        dtype = u.dtype
+        out = self.compute_core(u.float() if dtype in HALF else u, backend, state, output_final_state)
+        if dtype not in HALF:
+            return out
+        return (out[0].to(dtype), out[1]) if isinstance(out, tuple) else out.to(dtype)
+
+    def compute_core(self, u: Tensor, backend: str, state: Tensor | None, output_final_state: bool):
+        """:meth:`run_core` in the system's own dtype."""
         if backend == "auto":
             backend = self.chose(self._auto_backend(u, state, output_final_state))
         return self.system()(u, backend, state, output_final_state)
@@ -253,7 +272,7 @@ class LTIMixer(Mixer):
                 f"{list(expected.shape)}, got {got}"
             )
         u = x_t.unsqueeze(1)
-        y, state = system(u, "recurrent", state, output_final_state=True)
+        y, state = self.run_core(u, "recurrent", state, output_final_state=True)
         return self.head(y, u)[:, 0], state
 
     def state_size(self, seq_len: int) -> int:

@@ -112,8 +112,9 @@ class DLR(LTIMixer):
 
     def direction(self, index: int) -> lti.DiagonalSISO:
         """The DLR of direction ``index`` (0: left to right; 1: right to left when bidirectional)."""
-        log_lam = torch.complex(-(self.log_re[index] ** 2), self.log_im[index])
-        W = torch.complex(self.W[index], torch.zeros_like(self.W[index])) if self.real else as_complex(self.W[index])
+        log_re, log_im, W = (self.widened(p)[index] for p in (self.log_re, self.log_im, self.W))
+        log_lam = torch.complex(-(log_re**2), log_im)
+        W = torch.complex(W, torch.zeros_like(W)) if self.real else as_complex(W)
         return lti.DiagonalSISO(log_lam, None, W, prod=self.prod)
 
     def system(self) -> lti.DiagonalSISO:
@@ -124,9 +125,9 @@ class DLR(LTIMixer):
             )
         return self.direction(0)
 
-    def run_core(self, u: Tensor, backend: str, state: Tensor | None = None, output_final_state: bool = False):
+    def compute_core(self, u: Tensor, backend: str, state: Tensor | None, output_final_state: bool):
         if not self.bidirectional:
-            return super().run_core(u, backend, state, output_final_state)
+            return super().compute_core(u, backend, state, output_final_state)
         return lti.bidirectional(self.direction(0), self.direction(1), u, backend)
 
     def coefficients(self, x: Tensor) -> Tensor:

@@ -74,9 +74,9 @@ class DSSExp(LTIMixer):
         self.head = OutputHead(d_model, "learned" if skip else "none", activation, output)
 
     def system(self) -> lti.DiagonalSISO:
-        lam = torch.complex(-torch.exp(self.log_neg_re), self.im)
-        log_lam, factor = lti.zoh(lam, torch.exp(self.log_dt)[:, None])  # [H, N]
-        return lti.DiagonalSISO(log_lam, None, as_complex(self.W) * factor)
+        lam = torch.complex(-torch.exp(self.widened(self.log_neg_re)), self.widened(self.im))
+        log_lam, factor = lti.zoh(lam, torch.exp(self.widened(self.log_dt))[:, None])  # [H, N]
+        return lti.DiagonalSISO(log_lam, None, as_complex(self.widened(self.W)) * factor)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, state_dim={self.state_dim}, init={self.init!r}"

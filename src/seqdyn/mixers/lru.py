@@ -76,8 +76,12 @@ class LRU(LTIMixer):
         self.head = OutputHead(d_model, "learned" if skip else "none", activation, output)
 
     def system(self) -> lti.DiagonalMIMO:
-        log_lam = torch.complex(-torch.exp(self.nu_log), torch.exp(self.theta_log))
-        return lti.DiagonalMIMO(log_lam, torch.exp(self.gamma_log)[:, None] * as_complex(self.B), as_complex(self.C))
+        log_lam = torch.complex(-torch.exp(self.widened(self.nu_log)), torch.exp(self.widened(self.theta_log)))
+        return lti.DiagonalMIMO(
+            log_lam,
+            torch.exp(self.widened(self.gamma_log))[:, None] * as_complex(self.widened(self.B)),
+            as_complex(self.widened(self.C)),
+        )
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, state_dim={self.state_dim}, r_min={self.r_min}, r_max={self.r_max}"

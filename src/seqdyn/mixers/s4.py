@@ -90,19 +90,19 @@ class S4(LTIMixer):
 
     def continuous(self) -> tuple[Tensor, Tensor, Tensor]:
         """The real continuous system ``(A_r [H, N, N], B_r [H, N], C_r [H, N])`` of every channel."""
-        lam = torch.complex(-torch.exp(self.log_neg_re), self.im)
-        p, b = as_complex(self.P), as_complex(self.B)
+        lam = torch.complex(-torch.exp(self.widened(self.log_neg_re)), self.widened(self.im))
+        p, b = as_complex(self.widened(self.P)), as_complex(self.widened(self.B))
         X = torch.diag_embed(lam) - p.unsqueeze(-1) * p.conj().unsqueeze(-2)
         Y = -p.unsqueeze(-1) * p.unsqueeze(-2)
         A = torch.cat([torch.cat([(X + Y).real, (Y - X).imag], -1), torch.cat([(X + Y).imag, (X - Y).real], -1)], -2)
         B = torch.cat([b.real, b.imag], -1)
         repeats = self.d_model // self.n_ssm
-        c = as_complex(self.C)
+        c = as_complex(self.widened(self.C))
         return A.repeat(repeats, 1, 1), B.repeat(repeats, 1), torch.cat([2 * c.real, -2 * c.imag], -1)
 
     def system(self) -> lti.DenseSISO:
         A, B, C = self.continuous()
-        A_bar, B_bar = lti.zoh_dense(A, B, torch.exp(self.log_dt))
+        A_bar, B_bar = lti.zoh_dense(A, B, torch.exp(self.widened(self.log_dt)))
         return lti.DenseSISO(A_bar, B_bar, C)
 
     def extra_repr(self) -> str:

@@ -78,9 +78,11 @@ class S4D(LTIMixer):
         self.head = OutputHead(d_model, "learned" if skip else "none", activation, output)
 
     def system(self) -> lti.DiagonalSISO:
-        A = torch.complex(-torch.exp(self.log_neg_re), self.im)
-        log_lam, factor = lti.zoh(A, torch.exp(self.log_dt)[:, None])
-        return lti.DiagonalSISO(log_lam, as_complex(self.B) * factor, 2 * as_complex(self.C))
+        A = torch.complex(-torch.exp(self.widened(self.log_neg_re)), self.widened(self.im))
+        log_lam, factor = lti.zoh(A, torch.exp(self.widened(self.log_dt))[:, None])
+        return lti.DiagonalSISO(
+            log_lam, as_complex(self.widened(self.B)) * factor, 2 * as_complex(self.widened(self.C))
+        )
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, state_dim={self.state_dim}, init={self.init!r}"

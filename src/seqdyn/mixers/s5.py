@@ -87,9 +87,10 @@ class S5(LTIMixer):
         self.head = OutputHead(d_model, "learned" if skip else "none", activation, output)
 
     def system(self) -> lti.DiagonalMIMO:
-        real = self.lambda_re.clamp(max=-1e-4) if self.clip_eigs else self.lambda_re
-        log_lam, factor = lti.zoh(torch.complex(real, self.lambda_im), torch.exp(self.log_step))
-        return lti.DiagonalMIMO(log_lam, factor[:, None] * as_complex(self.B), 2 * as_complex(self.C))
+        real, imag, log_step, B, C = map(self.widened, (self.lambda_re, self.lambda_im, self.log_step, self.B, self.C))
+        real = real.clamp(max=-1e-4) if self.clip_eigs else real
+        log_lam, factor = lti.zoh(torch.complex(real, imag), torch.exp(log_step))
+        return lti.DiagonalMIMO(log_lam, factor[:, None] * as_complex(B), 2 * as_complex(C))
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, state_dim={self.state_dim}, blocks={self.blocks}"
