@@ -161,6 +161,9 @@ def test_render_formats(grid_store):
         "best",
         "steps",
         "wall_time",
+        "parameters",
+        "non_embedding",
+        "state_floats",
     ]
     assert float(parsed[0]["final"]) == rows[0]["final"]
 
@@ -284,3 +287,27 @@ def test_run_labels_name_what_varies_besides_seeds_and_excluded_keys():
         {"model": {"mixer": "a", "x": {"d": 3}}, "task": {"d": 4}},
     ]
     assert run_labels(both) == ["model.x.d=1, task.d=2", "model.x.d=3, task.d=4"]  # two keys end in d
+
+
+def test_each_run_shows_its_models_parameters_with_and_without_the_vocabulary_and_its_state(grid_store):
+    """Parameters as the built model counts them (a tied head once), those outside the embedding and head, and the
+    mixers' state after the task's length — which grows with the length for softmax attention only."""
+    from seqdyn import tasks
+    from seqdyn.models import build_model
+    from seqdyn.models.config import ModelConfig
+    from seqdyn.train.report import model_sizes
+
+    rows = run_rows(grid_store)
+    for row in rows:
+        config = row["_config"]
+        spec = tasks.build(config["task"]["name"], **config["task"]["params"]).spec
+        model = build_model(ModelConfig.model_validate(config["model"]), spec)
+        assert row["parameters"] == sum(p.numel() for p in model.parameters())
+        vocabulary = {id(p): p.numel() for m in (model.embedding, model.head) for p in m.parameters()}
+        assert row["non_embedding"] == row["parameters"] - sum(vocabulary.values()) > 0
+        assert row["state_floats"] > 0
+    softmax = next(row["_config"] for row in rows if row["_config"]["model"]["mixer"] == "softmax_attention")
+    params = {**softmax["task"]["params"], "seq_len": 64, "vocab_size": 128}
+    longer = {**softmax, "task": {**softmax["task"], "params": params}}
+    assert model_sizes(longer)["state_floats"] > model_sizes(softmax)["state_floats"]
+    assert "parameters" in report_command(str(grid_store.path), "table", None)

@@ -78,3 +78,17 @@ def test_a_sweep_piped_into_a_file_prints_no_blank_lines(tmp_path):
     assert result.exit_code == 0, result.output
     assert "tiny[lr=0.001]" in result.output
     assert [line for line in result.output.splitlines() if not line.strip()] == []
+
+
+def test_dry_run_shows_each_runs_model_sizes(tmp_path):
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        ["sweep", "examples/mqar_tiny.yaml", "--store", str(tmp_path / "s.db"), "--dry-run"],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "parameters" in result.output and "non-embedding" in result.output and "9,920" in result.output

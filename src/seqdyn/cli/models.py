@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import typer
@@ -103,10 +104,36 @@ def list_mixers(
         return
     table = Table(
         title="seqdyn mixers (seqdyn.mixers.build(name, d_model, **options))",
-        caption="seqdyn mixers NAME: its equations and what each option means",
+        caption=f"sizes at d_model = {SIZE_WIDTH} with the defaults; state: the floats the layer keeps per sequence "
+        f"after {SIZE_LENGTH:,} tokens (÷ tokens: what attention's cache adds per token). seqdyn mixers NAME: its "
+        "equations and what each option means",
     )
-    table.add_column("name")
-    table.add_column("options (defaults)")
+    for column in ("name", "what it is", "parameters", f"state at {SIZE_LENGTH:,}", "options (defaults)"):
+        table.add_column(column, justify="right" if column == "parameters" else "left", no_wrap=column == "name")
     for name in mixers.names():
-        table.add_row(name, ", ".join(f"{k}={v!r}" for k, v in mixers.options(name).items()))
+        parameters, state = mixer_sizes(name)
+        summary = first_sentence(mixers.describe(name).summary)
+        options = ", ".join(f"{k}={v!r}" for k, v in mixers.options(name).items())
+        table.add_row(name, summary, f"{parameters:,}", state, options)
     Console().print(table)
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (an author list's "et al." does not end one)."""
+    return re.split(r"(?<!\bal)\.(?:\s|$)", text.strip(), maxsplit=1)[0]
+
+
+#: the width and the sequence length `seqdyn mixers` measures every mixer's size at
+SIZE_WIDTH, SIZE_LENGTH = 64, 1024
+
+
+def mixer_sizes(name: str) -> tuple[int, str]:
+    """Mixer ``name``'s parameters at :data:`SIZE_WIDTH` with its defaults, and its state after :data:`SIZE_LENGTH`
+    tokens in floats (with the floats per token where it grows with the sequence)."""
+    from seqdyn import mixers
+
+    mixer = mixers.build(name, SIZE_WIDTH)
+    parameters = sum(p.numel() for p in mixer.parameters())
+    state = mixer.state_size(SIZE_LENGTH)
+    grows = mixer.state_size(2 * SIZE_LENGTH) > state
+    return parameters, f"{state:,}" + (f" ({state // SIZE_LENGTH:,} per token)" if grows else "")

@@ -113,7 +113,7 @@ def sweep(
     except ValueError as error:
         fail(f"{store}: {error}")
     if dry_run:
-        _print_plan(planned, store)
+        _print_plan(planned, store, expand(parsed))
         return
     _open_store(store)
     with training_errors(), limited(seconds):
@@ -164,18 +164,22 @@ def _say_if_out_of_time(results, config: str, time_limit: str | None) -> None:
         )
 
 
-def _print_plan(planned, store: str) -> None:
-    """``sweep --dry-run``: each run and what the sweep would do with it."""
+def _print_plan(planned, store: str, runs) -> None:
+    """``sweep --dry-run``: each run, its model's sizes and what the sweep would do with it."""
     from rich.markup import escape
     from rich.table import Table
 
     from seqdyn.train.progress import console
+    from seqdyn.train.report import model_sizes
 
     table = Table(title=f"sweep --dry-run against {escape(store)}: nothing trained")
-    for column in ("run", "name", "in the store", "would"):
-        table.add_column(column)
-    for run in planned:
-        table.add_row(run.run_id, escape(run.name), run.status or "—", run.action)
+    for column in ("run", "name", "parameters", "non-embedding", "state floats", "in the store", "would"):
+        table.add_column(
+            column, justify="right" if column in ("parameters", "non-embedding", "state floats") else "left"
+        )
+    for run, config in zip(planned, runs):
+        sizes = [f"{value:,}" if value is not None else "—" for value in model_sizes(config.canonical()).values()]
+        table.add_row(run.run_id, escape(run.name), *sizes, run.status or "—", run.action)
     console().print(table)
     counts = {action: sum(run.action == action for run in planned) for action in ("train", "resume", "retry", "done")}
     typer.echo(", ".join(f"{count} {action}" for action, count in counts.items() if count) + f" of {len(planned)} runs")

@@ -8,8 +8,9 @@ the accuracy grid of Sieber et al. 2024 Fig. 5 (mixers × model width, best over
 ``plot_curves`` the primary metric against the step. matplotlib is imported only by the plotting functions.
 
 A row is a dict: ``run_id``, ``name``, ``status``, the varying hyper-parameters, ``metric`` (its name),
-``final``, ``best``, ``steps``, ``wall_time``, ``backend`` (the backend its layers computed with, only where a run
-of the selection recorded one) and ``_config`` (the resolved config, which ``render`` omits).
+``final``, ``best``, ``steps``, ``wall_time``, the model's sizes (:func:`model_sizes`), ``backend`` (the backend
+its layers computed with, only where a run of the selection recorded one) and ``_config`` (the resolved config,
+which ``render`` omits).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ LR_KEY = "optimizer.lr"
 METRIC_COLUMNS = ("metric", "final", "best", "steps", "wall_time")
 ID_COLUMNS = ("run_id", "name", "status")
 BACKEND_COLUMN = "backend"
+#: the size columns of a run: its parameters, those outside the token embedding and the lm head (which count
+#: the vocabulary, not the mixer), and the floats its mixers keep per sequence after the task's length
+SIZE_COLUMNS = ("parameters", "non_embedding", "state_floats")
 BEST_FLAG = "best_over_lr"
 EVAL_SPLITS = ("test", "valid")  # the splits a run's curve and metric come from, in order of preference
 _MISSING = object()
@@ -53,6 +57,7 @@ def run_rows(store: Store, sweep: str | None = None) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"run_id": record.id, "name": record.name, "status": record.status}
         row.update({key: config.get(key) for key in varying})
         row.update(_metric_columns(store, record))
+        row.update(model_sizes(record.config))
         if recorded:
             row[BACKEND_COLUMN] = describe_backends(record.backends)
         row["_config"] = record.config
@@ -119,7 +124,7 @@ def run_labels(configs: list[dict[str, Any]], exclude: Iterable[str] = ()) -> li
 
 def hyper_keys(rows: list[dict[str, Any]]) -> list[str]:
     """The hyper-parameter columns of rows made by :func:`run_rows`."""
-    fixed = set(ID_COLUMNS) | set(METRIC_COLUMNS) | {BEST_FLAG, BACKEND_COLUMN}
+    fixed = set(ID_COLUMNS) | set(METRIC_COLUMNS) | set(SIZE_COLUMNS) | {BEST_FLAG, BACKEND_COLUMN}
     keys: list[str] = []
     for row in rows:
         keys.extend(key for key in row if key not in fixed and not key.startswith("_") and key not in keys)
@@ -185,6 +190,34 @@ def higher_is_better(row: dict[str, Any]) -> bool:
     return _task_info(config)[1]
 
 
+def model_sizes(config: dict[str, Any]) -> dict[str, int | None]:
+    """A run's :data:`SIZE_COLUMNS`, from its resolved config (the model built once per model and task; None where
+    it cannot be built here, e.g. a corpus that moved)."""
+    model, task = config.get("model") or {}, config.get("task") or {}
+    return dict(zip(SIZE_COLUMNS, _sizes(json.dumps(model, sort_keys=True), json.dumps(task, sort_keys=True))))
+
+
+@functools.lru_cache(maxsize=256)
+def _sizes(model_json: str, task_json: str) -> tuple[int | None, int | None, int | None]:
+    from seqdyn import tasks
+    from seqdyn.models import build_model
+    from seqdyn.models.config import ModelConfig
+
+    task = json.loads(task_json)
+    try:
+        spec = tasks.build(task.get("name", ""), **(task.get("params") or {})).spec
+        model = build_model(ModelConfig.model_validate(json.loads(model_json)), spec)
+    except (ValueError, TypeError, OSError):
+        return None, None, None
+    unique = {id(p): p for p in model.parameters()}
+    total = sum(p.numel() for p in unique.values())
+    vocabulary = (
+        {id(p): p for m in (model.embedding, model.head) for p in m.parameters()} if spec.input_kind == "tokens" else {}
+    )
+    state = sum(block.mixer.state_size(spec.input_len) for block in model.blocks if hasattr(block, "mixer"))
+    return total, total - sum(p.numel() for p in vocabulary.values()), state
+
+
 def _task_info(config: dict[str, Any]) -> tuple[str, bool]:
     task = config.get("task") or {}
     return _task_spec(task.get("name", ""), json.dumps(task.get("params") or {}, sort_keys=True))
@@ -241,7 +274,7 @@ def _render_table(rows: list[dict[str, Any]], columns: list[str], title: str) ->
 
     table = Table(title=title, title_justify="left")
     for column in columns:
-        numeric = column in ("final", "best", "steps", "wall_time") or any(
+        numeric = column in ("final", "best", "steps", "wall_time", *SIZE_COLUMNS) or any(
             isinstance(row.get(column), (int, float)) and not isinstance(row.get(column), bool) for row in rows
         )
         table.add_column(column, justify="right" if numeric else "left", overflow="fold")
@@ -259,6 +292,8 @@ def _text(column: str, value: Any) -> str:
         return f"{value:.4f}"
     if column == "wall_time":
         return f"{value:.1f}s"
+    if column in SIZE_COLUMNS:
+        return f"{value:,}"
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (list, tuple)):
