@@ -57,3 +57,15 @@ def test_show_pathfinder_writes_a_png(tmp_path):
     result = runner.invoke(app, ["show", "pathfinder_segmentation", "-p", "seq_len=4096", "--png", str(png)])
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:4] == b"\x89PNG" and "label 2" in result.output
+
+
+def test_a_pathfinder_image_too_small_for_its_paths_is_one_line_naming_the_fix():
+    """At 32 × 32 the default 14 dashes do not fit (the generator used to fail after 20 scenes with a traceback);
+    at 44 × 44 they do."""
+    result = runner.invoke(app, ["show", "pathfinder_segmentation", "-p", "seq_len=1024"])
+    assert result.exit_code == 2
+    [line] = result.output.strip().splitlines()
+    assert "has no room for a main path of 14 dashes" in line and "take a larger seq_len or fewer num_dashes" in line
+    from seqdyn import tasks
+
+    assert tasks.build("pathfinder_segmentation", seq_len=44 * 44).generate(4, 0, "train")[0].shape == (4, 1936, 1)

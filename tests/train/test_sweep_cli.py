@@ -92,3 +92,40 @@ def test_dry_run_shows_each_runs_model_sizes(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "parameters" in result.output and "non-embedding" in result.output and "9,920" in result.output
+
+
+def test_a_run_that_cannot_start_is_recorded_failed_with_its_reason_in_one_line(tmp_path, monkeypatch):
+    import yaml
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+    from seqdyn.train import loop
+    from seqdyn.train.store import Store
+
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"name": "x", "task": {"name": "mqar"}, "train": {"steps": 2}}))
+
+    def cannot_start(self, *args, **kwargs):
+        raise RuntimeError("no room for the scene\nsecond line of a traceback")
+
+    monkeypatch.setattr(loop.Trainer, "__init__", cannot_start)
+    result = CliRunner().invoke(app, ["train", str(config), "--store", str(tmp_path / "s.db"), "--no-progress"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {config}: the run failed: RuntimeError: no room for the scene"
+    )
+    with Store(tmp_path / "s.db", readonly=True) as store:
+        [record] = store.runs()
+        assert record.status == "failed" and record.reason == "RuntimeError: no room for the scene"
+
+
+def test_dry_run_refuses_a_store_the_sweep_would_refuse(tmp_path):
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    store = tmp_path / "missing" / "s.db"
+    for options in ([], ["--dry-run"]):
+        result = CliRunner().invoke(app, ["sweep", "examples/mqar_tiny.yaml", "--store", str(store), *options])
+        assert result.exit_code == 2
+        assert result.stderr.strip() == f"error: results store {store}: directory {store.parent} does not exist"

@@ -64,6 +64,7 @@ def train(
     from seqdyn.train.config import SweepConfig
     from seqdyn.train.distributed import Distributed
     from seqdyn.train.loop import train_run
+    from seqdyn.train.sweep import train_or_record_failure
 
     run = _load(config)
     if isinstance(run, SweepConfig):
@@ -71,9 +72,10 @@ def train(
     _check_before_start(config, [run], store)
     distributed = Distributed.from_environment()
     results = _open_store(store) if distributed is None or distributed.rank == 0 else None
+    train = train_run if distributed is not None else train_or_record_failure  # a run that cannot start: failed
     try:
         with training_errors():
-            result = train_run(
+            result = train(
                 run, results, checkpoint_dir=checkpoint_dir_for(store), progress=progress, distributed=distributed
             )
             if distributed is not None:
@@ -83,6 +85,8 @@ def train(
             distributed.close()
     if distributed is None or distributed.rank == 0:
         _print_summary([result])
+        if result.status == "failed":
+            fail(f"{config}: the run failed: {result.reason}", 1)
 
 
 def sweep(
@@ -113,6 +117,12 @@ def sweep(
     except ValueError as error:
         fail(f"{store}: {error}")
     if dry_run:
+        from seqdyn.train.store import check_store_path
+
+        try:
+            check_store_path(store)  # what the sweep itself would refuse
+        except ValueError as error:
+            fail(str(error))
         _print_plan(planned, store, expand(parsed))
         return
     _open_store(store)

@@ -41,6 +41,12 @@ def _size(default: str) -> Param:
     return Param(None, int, f"pixels; None: {default}", low=1, optional=True)
 
 
+#: how long a main path may be against the room between the circles' margins (M − 2·(radius + 1)) for its scenes to
+#: be drawn; measured with the defaults: M = 40 (42 px against 32) fails to place its paths, M = 44 (42 against 36)
+#: draws them
+PATH_ROOM = 1.2
+
+
 @register
 class PathfinderSegmentation(Task):
     """Per-pixel Pathfinder: which pixels lie on the main path whose two ends carry the circles."""
@@ -81,6 +87,13 @@ class PathfinderSegmentation(Task):
             )
         if self.width > self.dash:
             self._fail(f"parameter line_width={self.width} must be <= dash_length={self.dash}")
+        path = self.num_dashes * (self.dash + self.gap)
+        if path > PATH_ROOM * room:
+            self._fail(
+                f"parameter seq_len={self.seq_len} (M={M}) has no room for a main path of {self.num_dashes} dashes of "
+                f"{self.dash}+{self.gap} px ({path} px > {PATH_ROOM} × {room} px between the circles' margins); "
+                f"take a larger seq_len or fewer num_dashes"
+            )
 
     def _spec(self) -> TaskSpec:
         T = self.seq_len

@@ -718,6 +718,12 @@ def _closing_on_error(conn: sqlite3.Connection, path: Path) -> Iterator[None]:
         raise
 
 
+def check_store_path(path: str | os.PathLike) -> None:
+    """Raise ValueError (naming the path and the reason) unless a store can be written at ``path``: what opening
+    it would check, without creating anything (``sweep --dry-run``)."""
+    _check_path(Path(path), readonly=False)
+
+
 def _check_path(path: Path, readonly: bool) -> None:
     """Raise ValueError (naming the path and the reason) unless ``path`` can hold a store; opens nothing (closing
     a descriptor of the file would drop this process's SQLite locks on it), so the file's header is left for
