@@ -153,3 +153,26 @@ def test_format_table_renders_every_row(model):
 def test_a_module_without_mixers_is_rejected():
     with pytest.raises(ValueError, match="^model: no seqdyn mixer"):
         analysis.inspect_model(torch.nn.Linear(3, 3), torch.zeros(2, 3))
+
+
+def test_zeros_beyond_k_minus_1_come_from_a_decay_below_round_off_and_the_legend_says_so():
+    """An identity readout with Λ = 0.3·I over 128 tokens in float32: 0.3^(i−j) falls below float32's smallest
+    number after about 86 steps, so rows hold more exact zeros than K − 1 — flagged, and explained under the table;
+    with Λ = I no row exceeds the bound and no such line is printed."""
+    length = 128
+    decayed = build_model(
+        dict(
+            d_model=16, layers=1, mixer="custom", mixer_options={"heads": 2, "decay": "constant", "constant_decay": 0.3}
+        ),
+        TaskSpec("tokens", VOCAB, length, "lm", VOCAB, length, "accuracy"),
+    )
+    inputs = torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(0))
+    rows = analysis.inspect_model(decayed, inputs)
+    assert all(row.within_bound is False for row in rows) and "exceeds*" in analysis.model._zeros_cell(rows[0])
+    assert analysis.model.BEYOND_THE_BOUND in analysis.table_legend(rows)
+    plain = build_model(
+        dict(d_model=16, layers=1, mixer="custom", mixer_options={"heads": 2}),
+        TaskSpec("tokens", VOCAB, length, "lm", VOCAB, length, "accuracy"),
+    )
+    rows = analysis.inspect_model(plain, inputs)
+    assert all(row.within_bound for row in rows) and analysis.model.BEYOND_THE_BOUND not in analysis.table_legend(rows)

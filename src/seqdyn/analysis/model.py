@@ -367,8 +367,16 @@ def _zeros_cell(row: HeadReport) -> str:
         return "—"
     if row.zero_bound is None:
         return f"{row.max_zero_count} (bound for φ identity only)"
-    flag = "" if row.within_bound in (None, True) else " [red]exceeds[/red]"
+    flag = "" if row.within_bound in (None, True) else " [red]exceeds*[/red]"
     return f"{row.max_zero_count} / {row.zero_bound}{flag}"
+
+
+#: why a row can hold more exact zeros than K − 1 (the legend line under a table where one does)
+BEYOND_THE_BOUND = (
+    "exceeds*: more exactly-zero coefficients than K − 1, which exact arithmetic rules out: the extra zeros are "
+    "coefficients of old keys whose decay (the product of Λ over the steps between) fell below the smallest number "
+    "the dtype holds — round-off, not the readout (with Λ = I there is no decay to fall below it)"
+)
 
 
 def _classes_cell(row: HeadReport) -> str:
@@ -410,4 +418,6 @@ def table_legend(rows: list[HeadReport], eps: float = NEAR_ZERO_EPS) -> list[str
     lines = [f"{name}: {meaning.format(eps=f'eps = {eps:g}')}" for name, _, meaning in COLUMNS if meaning]
     if any(row.class_shares is None for row in rows):
         lines.append(NO_COEFFICIENTS)
+    if any(row.within_bound is False for row in rows):
+        lines.append(BEYOND_THE_BOUND)
     return lines
