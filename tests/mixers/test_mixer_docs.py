@@ -3,6 +3,7 @@ option's type, allowed values, default and meaning, all read from the code."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import pytest
@@ -65,3 +66,17 @@ def test_seqdyn_mixers_lists_every_mixer_and_a_bad_name_is_one_line():
     assert line.startswith(
         f"error: NAME: mixer: unknown name 'mamba3' (did you mean 'mamba2'?); known mixers: {', '.join(mixers.names())}"
     )
+
+
+def test_every_mixer_page_is_plain_text_without_rest_markup():
+    """`seqdyn mixers NAME` prints what a terminal shows: no ``literal`` backquotes, no :role:`target`."""
+    from seqdyn.mixers._docs import plain
+
+    markup = re.compile(r":[a-z]+:`|``")
+    for name in mixers.names():
+        text = mixers.describe(name).text()
+        assert not markup.search(text), (name, markup.findall(text)[:3])
+    assert plain(
+        "see :func:`~seqdyn.core.coefficients`, :class:`the cache <seqdyn.hf.cache.SeqdynCache>` and ``x``"
+    ) == ("see coefficients, the cache and x")
+    assert plain("computed as::\n\n    y = A v") == "computed as:\n\n    y = A v"

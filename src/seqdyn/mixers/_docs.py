@@ -55,24 +55,42 @@ class MixerDoc:
     options: tuple[OptionDoc, ...]
 
     def text(self, width: int = 100) -> str:
-        """The documentation as plain text, lines at most ``width`` characters (the equations as written)."""
+        """The documentation as plain text (:func:`plain`), lines at most ``width`` characters (the equations as
+        written)."""
         lines = [
-            *textwrap.wrap(f"{self.name}: {self.summary}", width),
+            *textwrap.wrap(f"{self.name}: {plain(self.summary)}", width),
             "",
-            self.equations,
+            plain(self.equations),
             "",
             f"Options (seqdyn.mixers.build({self.name!r}, d_model, **options), or mixer_options in a config):",
         ]
         for option in self.options:
             lines.append(f"  {option.name}: {option_kind(option)}")
             lines += textwrap.wrap(
-                option.meaning or "(not documented)",
+                plain(option.meaning) or "(not documented)",
                 width,
                 initial_indent=" " * 6,
                 subsequent_indent=" " * 6,
                 break_on_hyphens=False,
             )
         return "\n".join(lines) + "\n"
+
+
+#: reST roles (``:func:`~seqdyn.core.x```, ``:class:`text <target>```) and inline literals (````x````)
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`<]*?)(?:\s*<[^`>]*>)?`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain(text: str) -> str:
+    """A docstring's reST as a terminal shows it: a role as its text (``~a.b.c`` as ``c``), a literal without its
+    backquotes, ``::`` before a code block as ``:``."""
+
+    def role(match: re.Match) -> str:
+        short, target = match.group(1), match.group(2).strip()
+        return target.rsplit(".", 1)[-1] if short else target
+
+    text = _LITERAL.sub(r"\1", _ROLE.sub(role, text))
+    return re.sub(r"(?<=\S)::(?=\s*$)", ":", text, flags=re.MULTILINE)
 
 
 def option_kind(option: OptionDoc) -> str:
