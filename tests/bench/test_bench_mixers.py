@@ -36,7 +36,7 @@ def test_bench_mixers_and_mixers_commands():
     )
     assert result.exit_code == 0, result.output
     assert "gla" in result.output and REFERENCE in result.output and "targets" in result.output
-    listing = runner.invoke(app, ["mixers"])
+    listing = runner.invoke(app, ["mixers"], env={"COLUMNS": "250"})
     assert listing.exit_code == 0 and "mamba2" in listing.output and "state_dim=64" in listing.output
     bad = runner.invoke(app, ["bench", "mixers", "--names", "mamba3"])
     assert bad.exit_code == 2 and "unknown name 'mamba3'" in bad.stderr  # one line, no traceback

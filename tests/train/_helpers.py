@@ -119,3 +119,37 @@ def unprivileged(command: list[str], locked: Path) -> list[str]:
         (locked / "probe").unlink(missing_ok=True)
         pytest.skip("running as root without a way to drop the capabilities that ignore file permissions")
     return [*prefix, *command]
+
+
+def quick_run(**train) -> dict:
+    """A run of a few milliseconds a step: one small softmax layer on a short MQAR (``train`` overrides)."""
+    return {
+        "name": "tiny",
+        "model": {"mixer": "softmax_attention", "d_model": 16, "layers": 1, "mlp": "none"},
+        "task": {
+            "name": "mqar",
+            "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
+            "train_examples": 256,
+            "test_examples": 32,
+        },
+        "train": {"steps": 20, "batch_size": 16, "eval_every": 5, **train},
+    }
+
+
+def metrics(store: Store) -> dict:
+    """Every metric of the store by (step, split, name)."""
+    return {(m.step, m.split, m.name): m.value for m in store.metrics()}
+
+
+def time_up_after(monkeypatch, steps: int) -> None:
+    """Make the time limit (seqdyn.train.timelimit) reached once ``steps`` training steps are done, the check before
+    the run starts included."""
+    from seqdyn.train import loop
+
+    checks = {"count": 0}
+
+    def time_is_up(moment=None):
+        checks["count"] += 1
+        return checks["count"] > steps
+
+    monkeypatch.setattr(loop, "time_is_up", time_is_up)

@@ -47,7 +47,7 @@ def test_a_run_records_the_backend_each_layer_computed_with(tmp_path, monkeypatc
         assert store.run(result.run_id).backends == [expected, expected]
         (row,) = run_rows(store)
     assert row["backend"] == expected
-    assert render([row], "csv").splitlines()[0].endswith(",wall_time,backend")
+    assert render([row], "csv").splitlines()[0].endswith(",wall_time,parameters,non_embedding,state_floats,backend")
 
 
 def test_a_run_records_what_auto_measured_and_why(tmp_path):

@@ -22,23 +22,10 @@ from seqdyn.train.config import parse_config
 from seqdyn.train.loop import Trainer, train_run
 from seqdyn.train.store import _SCHEMA, Store
 from seqdyn.train.sweep import run_sweep
+from tests.train._helpers import metrics
+from tests.train._helpers import quick_run as tiny
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tiny(**train) -> dict:
-    """A run of a few milliseconds a step: one small softmax layer on a short MQAR."""
-    return {
-        "name": "tiny",
-        "model": {"mixer": "softmax_attention", "d_model": 16, "layers": 1, "mlp": "none"},
-        "task": {
-            "name": "mqar",
-            "params": {"seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32},
-            "train_examples": 256,
-            "test_examples": 32,
-        },
-        "train": {"steps": 20, "batch_size": 16, "eval_every": 5, **train},
-    }
 
 
 def interrupt_at(monkeypatch, step: int) -> None:
@@ -51,10 +38,6 @@ def interrupt_at(monkeypatch, step: int) -> None:
         return original(self)
 
     monkeypatch.setattr(Trainer, "train_step", train_step)
-
-
-def metrics(store: Store) -> dict:
-    return {(m.step, m.split, m.name): m.value for m in store.metrics()}
 
 
 def damage(path: Path, how: str) -> None:

@@ -16,9 +16,8 @@ from seqdyn.train.config import parse_config
 from seqdyn.train.loop import train_run
 from seqdyn.train.merge import merge_stores
 from seqdyn.train.store import Store
-from tests.train._helpers import add_finished, sweep_configs
-from tests.train.test_interrupt import tiny
-from tests.train.test_timelimit import _up_after
+from tests.train._helpers import add_finished, sweep_configs, time_up_after
+from tests.train._helpers import quick_run as tiny
 
 
 def _snapshot(path) -> tuple:
@@ -33,7 +32,7 @@ def _visit(tmp_path, monkeypatch, steps: int):
     visit = tmp_path / "visit" / "seqdyn.db"
     visit.parent.mkdir()
     with monkeypatch.context() as patch, timelimit.time_limit(3600):
-        _up_after(patch, steps)
+        time_up_after(patch, steps)
         with Store(visit) as store:
             assert train_run(config, store, checkpoint_dir=checkpoint_dir_for(visit), progress=False).status == (
                 "interrupted"

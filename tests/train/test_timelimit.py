@@ -15,7 +15,8 @@ from seqdyn.train.config import parse_config
 from seqdyn.train.loop import train_run
 from seqdyn.train.store import Store
 from seqdyn.train.sweep import run_sweep
-from tests.train.test_interrupt import metrics, tiny
+from tests.train._helpers import metrics, time_up_after
+from tests.train._helpers import quick_run as tiny
 
 
 @pytest.mark.parametrize(
@@ -41,24 +42,13 @@ def test_the_limit_is_in_the_environment_within_the_block_only(monkeypatch):
         assert stop is None and timelimit.stop_at() is None
 
 
-def _up_after(monkeypatch, steps: int) -> None:
-    """The limit is reached once ``steps`` training steps are done (the check before the run starts included)."""
-    checks = {"count": 0}
-
-    def time_is_up(moment=None):
-        checks["count"] += 1
-        return checks["count"] > steps
-
-    monkeypatch.setattr(loop, "time_is_up", time_is_up)
-
-
 def test_a_run_stopped_by_the_limit_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, monkeypatch):
     config = parse_config(tiny(eval_every=5))
     with Store(tmp_path / "whole.db") as whole:
         train_run(config, whole, checkpoint_dir=tmp_path / "whole", progress=False)
         expected = metrics(whole)
     with monkeypatch.context() as patch, timelimit.time_limit(3600):
-        _up_after(patch, 13)
+        time_up_after(patch, 13)
         with Store(tmp_path / "cut.db") as store:
             result = train_run(config, store, checkpoint_dir=tmp_path / "cut", progress=False)
             record = store.run(config.run_id)
@@ -107,7 +97,7 @@ def test_a_store_moved_with_its_checkpoints_resumes_from_them(tmp_path, monkeypa
     there = tmp_path / "there" / "visit.db"
     there.parent.mkdir()
     with monkeypatch.context() as patch, timelimit.time_limit(3600):
-        _up_after(patch, 13)
+        time_up_after(patch, 13)
         with Store(there) as store:
             train_run(config, store, checkpoint_dir=checkpoint_dir_for(there), progress=False)
     here = tmp_path / "here" / "visit.db"
