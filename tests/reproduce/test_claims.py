@@ -259,7 +259,26 @@ def test_the_record_of_an_outcome_names_the_seeds_that_decided_it():
         "control": {},
         "cause": None,
         "seeds": {"a": 3, "b": 2},
+        "rule": "Welch's 95% interval of the difference above +0.1",
     }
+
+
+def test_each_rule_says_its_interval_and_where_it_must_lie_whatever_the_verdict():
+    seeds, other = score(0.9, 0.92, 0.91), score(0.5, 0.52, label="b")
+    welch = "Welch's 95% interval of the difference"
+    assert at_least(seeds, other, 0.05).rule == f"{welch} above +0.05"
+    assert at_least(other, seeds).rule == f"{welch} above +0"  # did not hold: the same rule
+    assert within(seeds, other, 0.02).rule == f"{welch} inside ±0.02"
+    assert reaches(seeds, 0.95).rule == "Student's 95% interval of the mean ≥ 0.95"
+    assert at_most(seeds, 0.2).rule == "Student's 95% interval of the mean ≤ 0.2"
+    assert at_least(exact(0.3), exact(0.1, "b"), 0.1).rule == "the exact difference above +0.1"
+    assert reaches(exact(0.3), 0.1).rule == "the exact mean ≥ 0.1"
+    # open for want of seeds or runs, the rule that would decide it is still named
+    assert reaches(score(0.9), 0.5).rule == "Student's 95% interval of the mean ≥ 0.5"
+    assert at_least(score(0.9, missing=("seed 1",)), other).rule == f"{welch} above +0"
+    # every part under the same rule names it once; different rules each once, in order
+    parts = {"x": at_least(seeds, other, 0.1), "y": at_least(seeds, other, 0.1), "z": reaches(seeds, 0.5)}
+    assert every(parts).rule == f"{welch} above +0.1; Student's 95% interval of the mean ≥ 0.5"
 
 
 # --- the ceiling: any comparison there, held or not, is inconclusive ---------------------------------------------
@@ -372,6 +391,16 @@ def test_a_control_its_seeds_leave_open_makes_the_claim_inconclusive_seeds_namin
     assert outcome.reason.startswith("control softmax + PE undecided: the mean +0.92 ± 0.0745 (95%, Student, 3 seeds)")
     assert outcome.reason.endswith("(the control learns the task)")
     assert outcome.control["weakest_seed"] == 0.89 and outcome.control["value"] == pytest.approx(0.92)
+    kept = Claim(
+        "c",
+        "a ≥ 0.5",
+        "quote",
+        lambda results: reaches(score(0.6, 0.7), 0.5),
+        control=Control(
+            "the control learns the task", lambda results: score(0.95, 0.89, 0.92, label="softmax + PE"), 0.9
+        ),
+    )
+    assert kept.decide(None).rule == "Student's 95% interval of the mean ≥ 0.5"  # open for its control: rule kept
     assert "weakest_seed" not in _claim_with_control((0.49, 0.51), HELD).decide(None).control  # the mean fails
     perplexity = Control(
         "below the unigram model", lambda results: results, 1.0, level=lambda results: 28.0, higher_is_better=False
@@ -512,6 +541,7 @@ def test_a_held_claim_on_a_model_still_improving_is_inconclusive_budget():
     outcome = claim.decide({"a": a_flat, "b": b_rising})
     assert at_least(a_flat, b_rising, 0.05).verdict == HELD
     assert outcome.verdict == INCONCLUSIVE and outcome.cause == "budget"
+    assert outcome.rule == "Welch's 95% interval of the difference above +0.05"  # the rule it would have decided on
     assert (
         outcome.reason.startswith("budget: b gained") and "(still improving at its last evaluations)" in outcome.reason
     )

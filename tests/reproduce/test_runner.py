@@ -156,7 +156,8 @@ def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(
     assert [row.count(f"`{REPRODUCTION.name}` (smoke, ") for row in rows] == [1] + [0] * (len(rows) - 1)
     for row, claim in zip(rows, REPRODUCTION.claims):
         cells = row.replace("\\|", "¦").split(" | ")
-        assert len(cells) == 5 and cells[1] == claim.statement.replace("|", "¦")
+        assert len(cells) == 6 and cells[1] == claim.statement.replace("|", "¦")
+        assert cells[4].startswith(("Welch's 95% interval", "Student's 95% interval"))  # the rule, then the seeds
     assert "evidence" not in result.output
     # the folder's hand-written evidence follows the full table, not the brief one
     (tmp_path / "out" / "evidence.md").write_text("## Evidence\n\n- *a claim*: why.\n")
@@ -165,6 +166,35 @@ def test_report_markdown_has_one_row_per_claim_and_names_each_reproduction_once(
     assert full.endswith("|\n\n## Evidence\n\n- *a claim*: why.\n")
     assert "The evidence after the table is `evidence.md`, written by hand." in full
     assert "Evidence" not in report_markdown(tmp_path / "out", brief=True)
+
+
+def test_report_against_an_earlier_run_gives_each_claim_before_and_after_with_the_counts(tmp_path):
+    run(REPRODUCTION, "smoke", tmp_path / "runs.db", tmp_path / "after", progress=False)
+    (tmp_path / "before" / REPRODUCTION.name).mkdir(parents=True)
+    verdict = json.loads((tmp_path / "after" / REPRODUCTION.name / "verdict.json").read_text())
+    first, second, *rest = verdict["claims"]
+    earlier = {"verdict": "held", "cause": None, "reason": "", "name": first["name"]}
+    gone = {**second, "name": "a claim no longer made", "verdict": "did not hold", "cause": None}
+    old = {**verdict, "date": "2026-11-28", "commit": "3810fbc", "claims": [{**first, **earlier}, gone, *rest]}
+    (tmp_path / "before" / REPRODUCTION.name / "verdict.json").write_text(json.dumps(old))
+    (tmp_path / "before" / "other").mkdir()  # a reproduction the new run did not make is left out
+    (tmp_path / "before" / "other" / "verdict.json").write_text(json.dumps({**old, "reproduction": "other"}))
+    result = CliRunner().invoke(
+        app, ["reproduce", "report", "--out", str(tmp_path / "after"), "--against", str(tmp_path / "before")]
+    )
+    assert result.exit_code == 0, result.output
+    rows = {line.split(" | ")[1]: line.split(" | ")[2:] for line in result.output.splitlines()[2:] if "`" in line}
+    after = f"{verdict['date']}, {verdict['commit'].split()[0]}"
+    now = first["verdict"] + (f" ({first['cause']})" if first["cause"] else "")
+    assert rows[first["name"]] == ["held, 2026-11-28, 3810fbc", f"{now}, {after} |"]
+    assert rows[second["name"]][0] == "—" and rows["a claim no longer made"][1] == "— |"
+    assert "other" not in result.output
+
+    def counts(claims):
+        by_verdict = [sum(claim["verdict"] == name for claim in claims) for name in VERDICT_STYLES]
+        return f"{len(claims)} claims: {by_verdict[0]} held, {by_verdict[1]} did not hold, {by_verdict[2]} inconclusive"
+
+    assert result.output.endswith(f"\n\nBefore: {counts(old['claims'])}. After: {counts(verdict['claims'])}.\n")
 
 
 def test_brief_report_gives_each_claim_by_its_name_and_an_inconclusive_verdict_its_cause(tmp_path):

@@ -45,6 +45,14 @@ BRIEF_OPTION = typer.Option(
 )
 
 
+AGAINST_OPTION = typer.Option(
+    None,
+    "--against",
+    help="report: the verdicts under this folder (an earlier run) beside those under --out, claim by claim, "
+    "as a markdown table with the counts before and after.",
+)
+
+
 def reproduce(
     target: str = typer.Argument(..., help="A reproduction's name, or list, all or report."),
     scale: str = typer.Option(
@@ -63,6 +71,7 @@ def reproduce(
     max_seeds: Optional[int] = MAX_SEEDS_OPTION,
     markdown: bool = typer.Option(False, "--markdown", help="report: print the verdicts as a markdown table."),
     brief: bool = BRIEF_OPTION,
+    against: Optional[str] = AGAINST_OPTION,
     time_limit: Optional[str] = TIME_LIMIT_OPTION,
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
@@ -81,6 +90,8 @@ def reproduce(
     with training_errors():
         if target == "list":
             reproductions.list_table()
+        elif target == "report" and against:
+            typer.echo(reproductions.changes_markdown(out, against), nl=False)
         elif target == "report" and markdown:
             typer.echo(reproductions.report_markdown(out, brief), nl=False)
         elif target == "report":

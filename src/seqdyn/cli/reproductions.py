@@ -9,6 +9,7 @@ from pathlib import Path
 
 from seqdyn.reproduce import get, names
 from seqdyn.reproduce.base import SCALES, Reproduction, check_scale
+from seqdyn.reproduce.claims import control_state, control_value
 from seqdyn.reproduce.runner import (
     TimeLimitReached,
     Written,
@@ -17,6 +18,7 @@ from seqdyn.reproduce.runner import (
     check_store,
     named_sweeps,
     run,
+    seeds_text,
     verdict_rows,
 )
 from seqdyn.reproduce.seeds import check_max_seeds, with_stored_seeds
@@ -261,9 +263,10 @@ def report_markdown(out: str | Path, brief: bool = False) -> str:
     if shared:
         lines += ["All at " + ", ".join(f"{key} {value}" for key, value in shared.items()) + ".", ""]
     kept = [key for key in ("scale", "date", "commit") if key not in shared]
+    header = f"| reproduction ({', '.join([*kept, 'wall time'])}) | claim | paper | ours |"
     lines += [
-        f"| reproduction ({', '.join([*kept, 'wall time'])}) | claim | paper | ours | verdict |",
-        "|---|---|---|---|---|",
+        header + (" verdict |" if brief else " rule, seeds, control | verdict |"),
+        "|---|---|---|---|---|" + ("" if brief else "---|"),
     ]
     shown = None
     for row in rows:
@@ -302,8 +305,61 @@ def _markdown_row(row: dict, kept: list[str], first: bool, brief: bool) -> str:
         )
     else:
         verdict = reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason else "")
-        cells = (name, row["claim"], row["paper"] or "—", row["ours"], verdict)
+        cells = (name, row["claim"], row["paper"] or "—", row["ours"], decided_by(row), verdict)
     return "| " + " | ".join(str(text).replace("|", "\\|").replace("\n", " ") for text in cells) + " |"
+
+
+def decided_by(row: dict) -> str:
+    """What decided a claim's verdict, in one cell: its rule, the seeds per setting, its control as checked ("—"
+    where a file written before these were recorded has none)."""
+    parts = [row["rule"]] if row["rule"] else []
+    seeds = seeds_text(row["seeds"]).removeprefix(" — ")
+    parts += [seeds] if seeds else []
+    control = row["control"]
+    if control:
+        parts.append(
+            f"control {control['setting']} {control_value(control)} against {control['threshold']:.3g}: "
+            + control_state(control)
+        )
+    return "; ".join(parts) or "—"
+
+
+def changes_markdown(out: str | Path, against: str | Path) -> str:
+    """Claim by claim, the verdicts under ``against`` (before) beside those under ``out`` (after), for the
+    reproductions ``out`` holds: each verdict with its cause, a claim new in ``out`` or no longer made marked
+    "—", and the counts of each verdict before and after."""
+    before = {(row["reproduction"], row["name"]): row for row in _rows(against)}
+    after = _rows(out)
+    rerun = {row["reproduction"] for row in after}
+    pairs = [(before.pop((row["reproduction"], row["name"]), None), row) for row in after]
+    pairs += [(row, None) for key, row in before.items() if key[0] in rerun]
+    pairs.sort(key=lambda pair: next(row["reproduction"] for row in pair if row is not None))
+    lines = [
+        f"| reproduction | claim | before ({Path(against).as_posix()}) | after ({Path(out).as_posix()}) |",
+        "|---|---|---|---|",
+    ]
+    for old, new in pairs:
+        either = new or old
+        cells = (f"`{either['reproduction']}`", either["name"], _verdict_words(old), _verdict_words(new))
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    counts = [_counts([row for row, _ in pairs if row]), _counts([row for _, row in pairs if row])]
+    lines += ["", f"Before: {counts[0]}. After: {counts[1]}."]
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_words(row: dict | None) -> str:
+    """A verdict with an inconclusive one's cause and where it was decided ("inconclusive (seeds), 3810fbc")."""
+    if row is None:
+        return "—"
+    return (
+        row["verdict"] + (f" ({row['cause']})" if row["cause"] else "") + f", {row['date']}, {row['commit'].split()[0]}"
+    )
+
+
+def _counts(rows: list[dict]) -> str:
+    """How many claims of each verdict, in words ("12 claims: 5 held, 2 did not hold, 5 inconclusive")."""
+    by_verdict = ", ".join(f"{sum(row['verdict'] == verdict for row in rows)} {verdict}" for verdict in VERDICT_STYLES)
+    return f"{len(rows)} claims: {by_verdict}"
 
 
 def _shared_provenance(rows: list[dict]) -> dict[str, str]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 HELD, FAILED, INCONCLUSIVE = "held", "did not hold", "inconclusive"
@@ -116,6 +117,8 @@ class Outcome:
     cause: Cause | None = None
     #: the scores the comparison read: the safety rules of :meth:`Claim.decide` look at them
     scores: tuple[Score, ...] = field(default=(), repr=False, compare=False)
+    #: the decision rule, in words ("Welch's 95 % interval of the difference above +0.05"); "" where none applied
+    rule: str = ""
 
     @property
     def seeds(self) -> dict[str, int]:
@@ -123,7 +126,8 @@ class Outcome:
         return {score.label: len(score.values) for score in self.scores}
 
     def record(self) -> dict[str, Any]:
-        """What ``verdict.json`` keeps of it: verdict, numbers, reason, control, cause and the seeds per setting."""
+        """What ``verdict.json`` keeps of it: verdict, numbers, reason, control, cause, the seeds per setting and the
+        rule."""
         return {
             "verdict": self.verdict,
             "numbers": self.numbers,
@@ -131,6 +135,7 @@ class Outcome:
             "control": self.control,
             "cause": self.cause,
             "seeds": self.seeds,
+            "rule": self.rule,
         }
 
     def __post_init__(self) -> None:
@@ -195,6 +200,11 @@ class Control:
     def short_of(self) -> str:
         """How a failed control's value stands to its threshold, in one sign."""
         return "<" if self.higher_is_better else ">"
+
+
+def control_state(checked: dict[str, Any]) -> str:
+    """A checked control's state in a word: passed, undecided (its seeds leave it open) or failed."""
+    return "passed" if checked["passed"] else "undecided" if "undecided" in checked else "failed"
 
 
 def control_value(checked: dict[str, Any]) -> str:
@@ -280,7 +290,7 @@ class Claim:
         budget = f"{BUDGET}: " + "; ".join(words)
         if outcome.verdict == INCONCLUSIVE:  # the budget first: more seeds of a model that never learned say little
             budget += f"; and {outcome.reason}"
-        return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET, outcome.scores)
+        return Outcome(INCONCLUSIVE, outcome.numbers, budget, checked, BUDGET, outcome.scores, outcome.rule)
 
     def _tested(self, results: Any) -> Outcome:
         """The predicate's outcome, or *inconclusive (missing)* naming the error where its numbers cannot be computed
@@ -296,12 +306,12 @@ class Claim:
         *(control)*."""
         if "undecided" in checked:
             reason = f"control {checked['setting']} undecided: {checked['undecided']} ({checked['description']})"
-            return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked, SEEDS, outcome.scores)
+            return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked, SEEDS, outcome.scores, outcome.rule)
         reason = (
             f"control {checked['setting']} {control_value(checked)} "
             f"{self.control.short_of} {checked['threshold']:.3g} ({checked['description']})"
         )
-        return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked, CONTROL, outcome.scores)
+        return Outcome(INCONCLUSIVE, outcome.numbers, reason, checked, CONTROL, outcome.scores, outcome.rule)
 
 
 #: the evaluations at the end of a run over which :func:`still_improving` fits its slope (at least four)
@@ -463,6 +473,7 @@ def at_least(a: Score, b: Score, margin: float = 0.0, ceiling: float | None = No
         held=lambda interval: interval.low > margin or (interval.half == 0 and interval.estimate >= margin),
         failed=lambda interval: interval.high < margin,
         open_words=f"includes the margin {margin:+.3f}",
+        rule=f"above {margin:+.3g}",
     )
 
 
@@ -479,6 +490,7 @@ def within(a: Score, b: Score, tolerance: float, ceiling: float | None = None) -
         held=lambda interval: -tolerance <= interval.low and interval.high <= tolerance,
         failed=lambda interval: interval.low > tolerance or interval.high < -tolerance,
         open_words=f"is not inside nor outside the tolerance ±{tolerance:.3f}",
+        rule=f"inside ±{tolerance:.3g}",
     )
 
 
@@ -490,27 +502,38 @@ def _compared(
     held: Callable[[Interval], bool],
     failed: Callable[[Interval], bool],
     open_words: str,
+    rule: str,
 ) -> Outcome:
     """A comparison of two settings on Welch's interval of their difference: *inconclusive* where it cannot be
     computed (:func:`_open`) or both lie at the ``ceiling``; else *held* where ``held(interval)``, *did not hold*
     where ``failed(interval)``, *inconclusive (seeds)* otherwise.  ``line``: the rule's name and value (margin or
-    tolerance), kept in the numbers."""
+    tolerance), kept in the numbers; ``rule``: where the difference must lie, kept in the outcome in words
+    (:func:`rule_words`)."""
+    rule = rule_words("difference", rule, "Welch", a.exact and b.exact)
     unknown = _open((a, b))
     if unknown is not None:
-        return unknown
+        return replace(unknown, rule=rule)
     interval = difference_interval(a, b)
     name, value = line
     numbers = _numbers(a, b, interval) | {name: value}
-    scores = (a, b)
+    decided = partial(Outcome, scores=(a, b), rule=rule)
     ceiling_reason = _at_ceiling(a, b, ceiling)
     if ceiling_reason:
-        return Outcome(INCONCLUSIVE, numbers, ceiling_reason, cause=CEILING, scores=scores)
+        return decided(INCONCLUSIVE, numbers, ceiling_reason, cause=CEILING)
     if held(interval):
-        return Outcome(HELD, numbers, scores=scores)
+        return decided(HELD, numbers)
     if failed(interval):
-        return Outcome(FAILED, numbers, scores=scores)
-    reason = f"the difference {interval.words()} {open_words}"
-    return Outcome(INCONCLUSIVE, numbers, reason, cause=SEEDS, scores=scores)
+        return decided(FAILED, numbers)
+    return decided(INCONCLUSIVE, numbers, f"the difference {interval.words()} {open_words}", cause=SEEDS)
+
+
+def rule_words(estimate: str, condition: str, method: str, exact: bool) -> str:
+    """A decision rule in words, with how its interval is made: "Welch's 95% interval of the difference above
+    +0.05" over seeds, "the exact difference above +0.05" for scores computed exactly (no interval: the value
+    decides)."""
+    if exact:
+        return f"the exact {estimate} {condition}"
+    return f"{method}'s {CONFIDENCE:.0%} interval of the {estimate} {condition}"
 
 
 def reaches(score: Score, threshold: float) -> Outcome:
@@ -526,9 +549,10 @@ def at_most(score: Score, threshold: float) -> Outcome:
 
 
 def _against(score: Score, threshold: float, verb: str, higher: bool) -> Outcome:
+    rule = rule_words("mean", f"{'≥' if higher else '≤'} {threshold:.3g}", "Student", score.exact)
     unknown = _open((score,))
     if unknown is not None:
-        return unknown
+        return replace(unknown, rule=rule)
     interval = mean_interval(score)
     numbers = {
         score.label: score.mean,
@@ -539,29 +563,32 @@ def _against(score: Score, threshold: float, verb: str, higher: bool) -> Outcome
     }
     passing, failing = (interval.low, interval.high) if higher else (-interval.high, -interval.low)
     bound = threshold if higher else -threshold
+    decided = partial(Outcome, scores=(score,), rule=rule)
     if passing >= bound:
-        return Outcome(HELD, numbers, scores=(score,))
+        return decided(HELD, numbers)
     if failing < bound:
-        return Outcome(FAILED, numbers, scores=(score,))
+        return decided(FAILED, numbers)
     reason = f"the mean {interval.words()} does not {verb} {threshold:g} on both sides of its interval"
-    return Outcome(INCONCLUSIVE, numbers, reason, cause=SEEDS, scores=(score,))
+    return decided(INCONCLUSIVE, numbers, reason, cause=SEEDS)
 
 
 def every(outcomes: dict[str, Outcome]) -> Outcome:
     """All of several outcomes (one per task, say): *held* when every one held, *did not hold* when one did not,
     else *inconclusive* (also when there is no part at all: nothing was run to decide on, its runs are missing) for
     the first of :data:`CAUSES` that leaves a part open; the numbers keep each part's under its key, the scores
-    every part's."""
+    every part's, the rule each different rule of the parts once."""
     if not outcomes:
         return Outcome(INCONCLUSIVE, {}, "no results to decide on", cause=MISSING)
     numbers = {f"{key}: {name}": value for key, outcome in outcomes.items() for name, value in outcome.numbers.items()}
     scores = tuple(score for outcome in outcomes.values() for score in outcome.scores)
+    rules = "; ".join(dict.fromkeys(outcome.rule for outcome in outcomes.values() if outcome.rule))
+    decided = partial(Outcome, scores=scores, rule=rules)
     failed = [key for key, outcome in outcomes.items() if outcome.verdict == FAILED]
     if failed:
-        return Outcome(FAILED, numbers, "did not hold on " + ", ".join(failed), scores=scores)
+        return decided(FAILED, numbers, "did not hold on " + ", ".join(failed))
     open_ = {key: outcome for key, outcome in outcomes.items() if outcome.verdict == INCONCLUSIVE}
     if open_:
         cause = min((outcome.cause for outcome in open_.values()), key=CAUSES.index)
         reason = "; ".join(f"{key}: {outcome.reason}" for key, outcome in open_.items())
-        return Outcome(INCONCLUSIVE, numbers, reason, cause=cause, scores=scores)
-    return Outcome(HELD, numbers, scores=scores)
+        return decided(INCONCLUSIVE, numbers, reason, cause=cause)
+    return decided(HELD, numbers)

@@ -43,7 +43,7 @@ from seqdyn.reproduce.base import (
     read_timing,
     sweep_name,
 )
-from seqdyn.reproduce.claims import BUDGET, INCONCLUSIVE, Cause, Outcome, control_value
+from seqdyn.reproduce.claims import BUDGET, INCONCLUSIVE, Cause, Outcome, control_state, control_value
 from seqdyn.reproduce.seeds import (
     affords_one_more_seed,
     check_max_seeds,
@@ -461,14 +461,14 @@ def _table_md(
         "",
         "## Claims",
         "",
-        "| claim | paper | ours | verdict |",
-        "|---|---|---|---|",
+        "| claim | paper | ours | rule | verdict |",
+        "|---|---|---|---|---|",
     ]
     for claim in reproduction.claims:
         outcome = outcomes[claim.name]
         ours = ours_text(outcome.numbers)
         verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "") + seeds_text(outcome.seeds)
-        cells = (claim.statement, claim.paper_value or "—", ours, f"**{verdict}**")
+        cells = (claim.statement, claim.paper_value or "—", ours, outcome.rule or "—", f"**{verdict}**")
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     controls = [
         (claim.name, outcomes[claim.name].control) for claim in reproduction.claims if outcomes[claim.name].control
@@ -477,8 +477,7 @@ def _table_md(
         lines += ["", "Controls (checked before each claim; a control that fails leaves its claim inconclusive):", ""]
         lines += [
             f"- *{name}*: {control['description']} — {control['setting']} {control_value(control)} against "
-            f"{control['threshold']:.3g}{_level_words(control)}: "
-            f"**{'passed' if control['passed'] else 'undecided' if 'undecided' in control else 'failed'}**"
+            f"{control['threshold']:.3g}{_level_words(control)}: **{control_state(control)}**"
             for name, control in controls
         ]
     lines += ["", "What the paper says:", ""]
@@ -581,8 +580,9 @@ def claim_cause(claim: dict[str, Any]) -> Cause | None:
 
 def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
     """One row per claim of every ``verdict.json`` under ``out`` (reproduction, scale, claim, paper value, our
-    numbers, verdict, reason and cause, date, commit with what it ran on (:func:`commit_text`) and that alone,
-    ``hardware``), in the order of the reproductions' names."""
+    numbers, verdict, reason and cause, the rule, the seeds that decided it and its control as checked (empty in
+    files written before they were recorded), date, commit with what it ran on (:func:`commit_text`) and that
+    alone, ``hardware``), in the order of the reproductions' names."""
     rows = []
     for path in sorted(Path(out).glob("*/verdict.json")):
         verdict = json.loads(path.read_text())
@@ -599,6 +599,9 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
                     "verdict": claim["verdict"],
                     "reason": claim["reason"],
                     "cause": claim_cause(claim),
+                    "rule": claim.get("rule", ""),
+                    "seeds": claim.get("seeds", {}),
+                    "control": claim.get("control", {}),
                     "date": verdict["date"],
                     "commit": commit_text(verdict),
                     "hardware": hardware_text(verdict),
