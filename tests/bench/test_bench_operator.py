@@ -10,8 +10,19 @@ import torch
 from typer.testing import CliRunner
 
 from seqdyn.bench.measure import PeakMemory
-from seqdyn.bench.operator import BACKEND_ORDER, KINDS, agreement, run_benchmark, target_checks
+from seqdyn.bench.operator import BACKEND_ORDER, KINDS, agreement, demo_plan, run_benchmark, target_checks
 from seqdyn.cli import app
+
+
+def test_the_quick_demo_times_every_backend_but_the_recurrent_loop_and_the_full_one_all_of_them():
+    lengths, backends = demo_plan(quick=True)
+    assert lengths == [256, 1024] and backends == [name for name in BACKEND_ORDER if name != "recurrent"]
+    assert demo_plan(quick=False) == ([256, 1024, 4096], list(BACKEND_ORDER))
+    # without recurrent's cells the checks against it are left out, the others still made
+    report = run_benchmark([8, 16], ["gla"], backends, batch=1, heads=1, dim=4, repeats=1)
+    checks = [check.what for check in target_checks(report)]
+    assert checks and not any("recurrent" in target for target in checks)
+    assert any("faster than quadratic" in target for target in checks)
 
 
 def test_bench_operator_command_prints_every_backend_and_the_targets():

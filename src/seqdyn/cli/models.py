@@ -15,7 +15,10 @@ config_app = typer.Typer(help="The run and sweep configs (YAML).", no_args_is_he
 
 
 def demo(
-    quick: bool = typer.Option(False, help="Only T=256 and 1024 in the benchmark table (about 75 s on 2 cores)."),
+    quick: bool = typer.Option(
+        False,
+        help="Only T=256 and 1024 in the benchmark table, without the slow recurrent reference's timings (under a minute).",
+    ),
 ) -> None:
     """The operator demo: every backend against the reference, then the benchmark table."""
     from seqdyn.bench.operator import run_demo
