@@ -17,7 +17,8 @@ config_app = typer.Typer(help="The run and sweep configs (YAML).", no_args_is_he
 def demo(
     quick: bool = typer.Option(
         False,
-        help="Only T=256 and 1024 in the benchmark table, without the slow recurrent reference's timings (under a minute).",
+        help="Only T=256 and 1024 in the benchmark table, without the slow recurrent reference's timings "
+        "(under a minute).",
     ),
 ) -> None:
     """The operator demo: every backend against the reference, then the benchmark table."""
