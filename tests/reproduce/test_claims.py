@@ -272,7 +272,7 @@ def test_each_rule_says_its_interval_and_where_it_must_lie_whatever_the_verdict(
     assert reaches(seeds, 0.95).rule == "Student's 95% interval of the mean ≥ 0.95"
     assert at_most(seeds, 0.2).rule == "Student's 95% interval of the mean ≤ 0.2"
     assert at_least(exact(0.3), exact(0.1, "b"), 0.1).rule == "the exact difference above +0.1"
-    assert reaches(exact(0.3), 0.1).rule == "the exact mean ≥ 0.1"
+    assert reaches(exact(0.3), 0.1).rule == "the exact value ≥ 0.1"
     # open for want of seeds or runs, the rule that would decide it is still named
     assert reaches(score(0.9), 0.5).rule == "Student's 95% interval of the mean ≥ 0.5"
     assert at_least(score(0.9, missing=("seed 1",)), other).rule == f"{welch} above +0"

@@ -549,7 +549,8 @@ def at_most(score: Score, threshold: float) -> Outcome:
 
 
 def _against(score: Score, threshold: float, verb: str, higher: bool) -> Outcome:
-    rule = rule_words("mean", f"{'≥' if higher else '≤'} {threshold:.3g}", "Student", score.exact)
+    estimate = "value" if score.exact else "mean"
+    rule = rule_words(estimate, f"{'≥' if higher else '≤'} {threshold:.3g}", "Student", score.exact)
     unknown = _open((score,))
     if unknown is not None:
         return replace(unknown, rule=rule)
