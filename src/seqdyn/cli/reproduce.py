@@ -90,12 +90,8 @@ def reproduce(
     with training_errors():
         if target == "list":
             reproductions.list_table()
-        elif target == "report" and against:
-            typer.echo(reproductions.changes_markdown(out, against), nl=False)
-        elif target == "report" and markdown:
-            typer.echo(reproductions.report_markdown(out, brief), nl=False)
         elif target == "report":
-            reproductions.report(out)
+            reproductions.print_report(out, markdown, brief, against)
         else:
             try:
                 cores = workers or available_cores()

@@ -370,6 +370,19 @@ def _shared_provenance(rows: list[dict]) -> dict[str, str]:
     }
 
 
+def print_report(out: str | Path, markdown: bool, brief: bool, against: str | None) -> None:
+    """``seqdyn reproduce report``: the verdicts under ``out`` beside those under ``against`` where given
+    (:func:`changes_markdown`), else as markdown (:func:`report_markdown`) or as a table (:func:`report`)."""
+    import typer
+
+    if against:
+        typer.echo(changes_markdown(out, against), nl=False)
+    elif markdown:
+        typer.echo(report_markdown(out, brief), nl=False)
+    else:
+        report(out)
+
+
 def report(out: str | Path, only: str | None = None) -> None:
     """The verdict table of every reproduction written under ``out`` (or only of ``only``)."""
     from rich.table import Table
