@@ -306,6 +306,11 @@ def _markdown_row(row: dict, kept: list[str], first: bool, brief: bool) -> str:
     else:
         verdict = reason if reason.startswith(row["verdict"]) else row["verdict"] + (f": {reason}" if reason else "")
         cells = (name, row["claim"], row["paper"] or "—", row["ours"], decided_by(row), verdict)
+    return _table_line(cells)
+
+
+def _table_line(cells) -> str:
+    """One row of a markdown table: its cells' ``|`` escaped and line breaks made spaces."""
     return "| " + " | ".join(str(text).replace("|", "\\|").replace("\n", " ") for text in cells) + " |"
 
 
@@ -341,7 +346,7 @@ def changes_markdown(out: str | Path, against: str | Path) -> str:
     for old, new in pairs:
         either = new or old
         cells = (f"`{either['reproduction']}`", either["name"], _verdict_words(old), _verdict_words(new))
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append(_table_line(cells))
     counts = [_counts([row for row, _ in pairs if row]), _counts([row for _, row in pairs if row])]
     lines += ["", f"Before: {counts[0]}. After: {counts[1]}."]
     return "\n".join(lines) + "\n"
