@@ -10,7 +10,7 @@ import random
 import pytest
 from scipy import stats
 
-from seqdyn.reproduce.base import Results
+from seqdyn.reproduce.base import Results, score_cell
 from seqdyn.reproduce.claims import (
     FAILED,
     HELD,
@@ -559,3 +559,14 @@ def test_a_claim_whose_rule_cannot_be_computed_is_inconclusive_naming_the_error(
     assert outcome.verdict == INCONCLUSIVE and outcome.cause == "missing"
     assert outcome.reason == "the rule cannot be computed: ZeroDivisionError: division by zero"
     assert Claim("c", "mean ≥ 0.5", "quote", divides_by_nothing).decide([0.9, 0.9]).verdict == HELD
+
+
+def test_a_table_cell_and_an_error_bar_give_the_standard_error_the_rules_decide_on():
+    """Three seeds 0.1 apart: the cell says the mean ± s/√3 (not half the range); one seed or an exact score has
+    no error bar."""
+    three = score(0.5, 0.6, 0.7)
+    assert math.isclose(three.error_bar, 0.1 / math.sqrt(3)) and three.error_bar != three.spread / 2
+    assert score_cell(three, "{:.3f}".format) == "0.600 ± 0.058"
+    assert score(0.5).error_bar == 0.0 and score_cell(score(0.5), "{:.3f}".format) == "0.500"
+    exact = Score("exact", (0.5, 0.7), exact=True)
+    assert exact.error_bar == 0.0 and score_cell(exact, "{:.1f}".format) == "0.6"

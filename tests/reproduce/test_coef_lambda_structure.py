@@ -95,7 +95,8 @@ def test_the_control_has_its_row_in_the_table():
         "Householder, w = k": [0.8, 0.8],
         "Householder, learned w": [0.9, 0.92],
     }
-    assert "| softmax (control) | Type 1 block | 96.0 ± 1.0 | 96.0 ± 1.0 |" in fig.REPRODUCTION.table(table(rising))
+    # the control's seeds 0.95, 0.97, 0.96: mean 0.96, standard error 0.01/√3
+    assert "| softmax (control) | Type 1 block | 96.0 ± 0.6 | 96.0 ± 0.6 |" in fig.REPRODUCTION.table(table(rising))
 
 
 def test_the_cpu_scale_runs_selective_copying_at_its_ladders_choice_and_shows_the_ladder():

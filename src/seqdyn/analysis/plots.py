@@ -224,7 +224,7 @@ def plot_bars(
     model size or state expansion, one bar per model).
 
     ``panels[panel][series]``: ``(x, value, error)`` per bar group — ``value`` in [0, 1] (NaN: no bar) and
-    ``error`` the half-height of its error bar (the seeds' spread; 0 draws none).
+    ``error`` the half-height of its error bar (the standard error over seeds; 0 draws none).
     """
     if not panels or not any(panels.values()):
         raise ValueError("panels: nothing to plot")

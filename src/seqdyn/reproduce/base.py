@@ -238,13 +238,13 @@ def sweep_name(reproduction: Reproduction, scale: str, sweep: SweepConfig) -> st
 
 
 def score_cell(score: Score, number: Callable[[float], str]) -> str:
-    """A table cell of a score: the mean over seeds ± half their range (each written by ``number``), marked
+    """A table cell of a score: the mean over seeds ± its standard error (each written by ``number``), marked
     "(incomplete)" where runs are missing; "missing" where none gave a result, blank where there was no run."""
     if not score.values:
         return "missing" if score.missing else ""
     text = number(score.mean)
-    if len(score.values) > 1:
-        text += f" ± {number(score.spread / 2)}"
+    if score.error_bar:
+        text += f" ± {number(score.error_bar)}"
     return text + (" (incomplete)" if score.missing else "")
 
 

@@ -2,8 +2,9 @@
 
 A claim tests one sentence of a paper with a threshold written once, beside the sentence.  Its predicate reads
 :class:`Score` s (one number per setting: the mean over seeds of the best over the learning-rate grid, with the
-seeds' spread) and returns an :class:`Outcome`: the verdict, the numbers that decided it, and for an
-*inconclusive* verdict the reason (a run failed or is missing, or the margin lies inside the seed spread).
+seeds' standard error) and returns an :class:`Outcome`: the verdict, the numbers that decided it, and for an
+*inconclusive* verdict the reason (a run failed or is missing, or the margin's interval still straddles its
+threshold).
 
 The comparisons every claim is built from decide on a 95 % confidence interval over seeds (:data:`CONFIDENCE`):
 
@@ -84,6 +85,12 @@ class Score:
     def standard_error(self) -> float:
         """The standard error of the mean over seeds (``s/√n``): 0 for an exact score, NaN below two seeds."""
         return math.sqrt(self.variance / len(self.values)) if self.values else math.nan
+
+    @property
+    def error_bar(self) -> float:
+        """The half-height of the score's error bar in tables and figures: its standard error, 0 where it has
+        none (an exact score, one seed)."""
+        return self.standard_error if len(self.values) > 1 and not self.exact else 0.0
 
     @property
     def complete(self) -> bool:

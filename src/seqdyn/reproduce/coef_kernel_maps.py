@@ -284,7 +284,7 @@ class KernelMaps(Reproduction):
     summary = (
         "Softmax, linear attention, four kernel approximations ψ(q)ᵀψ(k) of exp and Fig. 1's other readouts with a "
         "large near-zero set (Λ = I, b = K^-½, η = max(|Σα|, 1)) on MAD's fuzzy in-context recall and selective "
-        "copying: accuracy (best over the lr × weight-decay grid, mean over seeds ± half the seed range), the "
+        "copying: accuracy (best over the lr × weight-decay grid, mean over seeds ± its standard error), the "
         "fraction of coefficients below 10⁻³, and the kernel approximations' mean number of coefficients below "
         "10⁻³ in a row against K − 1."
     )

@@ -222,8 +222,8 @@ class LambdaStructure(Reproduction):
     summary = (
         "Four structures of the evolution matrices Λ — scalar, diagonal, Householder with w = k, Householder "
         "with a learned w — each in two parameterizations, with the identity readout on MAD's fuzzy in-context "
-        "recall and selective copying: accuracy (best over the lr × weight-decay grid, mean over seeds ± half "
-        "the seed range)."
+        "recall and selective copying: accuracy (best over the lr × weight-decay grid, mean over seeds ± its "
+        "standard error)."
     )
     claims = CLAIMS
     reductions = {
@@ -288,7 +288,7 @@ class LambdaStructure(Reproduction):
                     variant = [v for v in VARIANTS if v.structure == structure][slot]
                     score = _score(results, task, structure, variant.parameterization)
                     if score.values:
-                        series.setdefault(name, []).append((structure, score.mean, score.spread / 2))
+                        series.setdefault(name, []).append((structure, score.mean, score.error_bar))
             panels[task.replace("_", " ")] = series
         return plot_bars(panels, path, xlabel="structure of Λ", title="Sieber et al. 2025, Principle 4: structure of Λ")
 

@@ -182,7 +182,7 @@ class Positions(Reproduction):
     summary = (
         "Four readout maps on MAD's noisy in-context recall with learned positions and Λ = I, without "
         "positions and Λ = λI (λ^(L−1) ≈ 0.28), and without either: accuracy (best over the lr × weight-decay grid, "
-        "mean over seeds ± half the seed range)."
+        "mean over seeds ± its standard error)."
     )
     claims = CLAIMS
     reductions = {
@@ -230,7 +230,7 @@ class Positions(Reproduction):
             for readout in _readouts(results):
                 score = _score(results, readout, label)
                 if score.values:
-                    bars.append((LABELS[readout], score.mean, score.spread / 2))
+                    bars.append((LABELS[readout], score.mean, score.error_bar))
             series[label] = bars
         return plot_bars(
             {"noisy in-context recall": series},

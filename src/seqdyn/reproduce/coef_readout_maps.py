@@ -208,7 +208,7 @@ class ReadoutMaps(Reproduction):
     summary = (
         "Seven readout maps φ in one coefficient-dynamics mixer (Λ = I, b = K^-½, η = max(|Σα|, 1)) on MAD's "
         "fuzzy in-context recall, selective copying and memorization: accuracy (best over the lr × weight-"
-        "decay grid, mean over seeds ± half the seed range) against the fraction of coefficients below 10⁻³ "
+        "decay grid, mean over seeds ± its standard error) against the fraction of coefficients below 10⁻³ "
         "and the measure of φ's near-zero set."
     )
     claims = CLAIMS

@@ -278,7 +278,7 @@ class UnstableLambda(Reproduction):
     summary = (
         "An unstable Λ = λI (λ^(L−1) = 1.01^127) with readouts exp, ReLU and softplus and normalizers η = 1, "
         "η = max(|qᵀn|, 1) and η = Σα on MAD's noisy in-context recall: accuracy (best over the lr × "
-        "weight-decay grid, mean over seeds ± half the seed range)."
+        "weight-decay grid, mean over seeds ± its standard error)."
     )
     claims = CLAIMS
     reductions = {
@@ -337,7 +337,7 @@ class UnstableLambda(Reproduction):
                 for readout, name in READOUTS.items():
                     score = _score(results, (readout,), normalizer, cell)
                     if score.values:
-                        bars.append((name, score.mean, score.spread / 2))
+                        bars.append((name, score.mean, score.error_bar))
                 if bars:
                     series[label + _in_cell(cell)] = bars
         return plot_bars(

@@ -332,7 +332,7 @@ class AtomicTable1(Reproduction):
     figure = "Table 1"
     summary = (
         "Single DLR, DSS-EXP and ATTENTION layers on the eleven atomic tasks: R² (best evaluation, mean over "
-        "seeds ± half the seed range), the paper's in parentheses."
+        "seeds ± its standard error), the paper's in parentheses."
     )
     claims = CLAIMS
     reductions = {
@@ -340,8 +340,8 @@ class AtomicTable1(Reproduction):
         "constant learning rate 1e-4 (DLR) or 1e-3 (DSS-EXP, ATTENTION), weight decay 0, post-norm "
         "LayerNorm, one seed.",
         "cpu": "L = 2^8 instead of 2^12 with the state size N = L as in the paper (N = 256), width H = 64 instead of "
-        "128, 1,500 steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds, so "
-        "that the seed spread decides what is inconclusive. Measured first at L = 256 (one seed, 1,000 "
+        "128, 1,500 steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds to "
+        "start, more until the interval rule decides. Measured first at L = 256 (one seed, 1,000 "
         "steps): DLR reached R² 0.995 on SHIFT and 0.997 on CUMSUM and stayed at 0.02 on REVERSE, ATTENTION "
         "reached 0.99 on CUMMAX and 0.83 on MIPS; but DLR on SELECT-FIXED was at 0.04 after 3,000 steps "
         "(0.39 with a ten times larger learning rate), so SELECT-FIXED needs far more steps than this scale "

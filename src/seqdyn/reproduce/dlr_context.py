@@ -68,7 +68,7 @@ class ContextDependence(Reproduction):
     summary = (
         "One DLR layer against one ATTENTION layer on tasks a fixed convolution kernel solves (SHIFT, "
         "CUMSUM) and on tasks it cannot (REVERSE, CONTEXTSHIFT, CUMMAX, MIPS): R² (best evaluation, mean "
-        "over seeds ± half the seed range), the paper's Table 1 in parentheses."
+        "over seeds ± its standard error), the paper's Table 1 in parentheses."
     )
     claims = CLAIMS
     reductions = {
@@ -77,8 +77,8 @@ class ContextDependence(Reproduction):
         "decay 0, post-norm LayerNorm, one seed.",
         "cpu": "Six of Table 1's eleven tasks and two of its models, so that it runs in minutes: L = 2^8 instead of "
         "2^12 with the state size N = L as in the paper (N = 256), width H = 64 instead of 128, 1,000 "
-        "steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds, so that the "
-        "seed spread decides what is inconclusive. Our R² is the best evaluation on 256 fresh test "
+        "steps instead of 40K (batch 16, the paper's learning rates, constant); two seeds to start, more "
+        "until the interval rule decides. Our R² is the best evaluation on 256 fresh test "
         "examples, where the paper averages over its evaluation batches. The claim that the DLR layer fails "
         "REVERSE has a control from Table 1's deeper columns on that task alone (DLR with 6 layers), on the "
         "same budget. No column of Table 1 learns CONTEXTSHIFT (.11 at best), so a model that learns it could "

@@ -187,7 +187,7 @@ class ShiftLength(Reproduction):
     figure = "Table 2"
     summary = (
         "One layer on SHIFT at growing input length L: DSS-EXP, DLR, DLR-prod, DLR with an eighth of the "
-        "state and real-valued DLR (DLR-ℝ): R² (best evaluation, mean over seeds ± half the seed range), the "
+        "state and real-valued DLR (DLR-ℝ): R² (best evaluation, mean over seeds ± its standard error), the "
         "paper's in parentheses where it has the length."
     )
     claims = CLAIMS

@@ -213,8 +213,8 @@ class LmPerplexity(Reproduction):
     figure = "Table 1"
     summary = (
         "Softmax, normalized and linear attention in one GPT-style language model on a local corpus (--data): "
-        "held-out perplexity per attention function (best over the learning rates, mean over seeds ± half "
-        "the seed range)."
+        "held-out perplexity per attention function (best over the learning rates, mean over seeds ± its "
+        "standard error)."
     )
     claims = CLAIMS
     corpus = True
@@ -294,7 +294,7 @@ class LmPerplexity(Reproduction):
         for mixer, label in MODELS.items():
             score = _score(results, mixer)
             if score.values:
-                series[label] = [("perplexity", score.mean, score.spread / 2)]
+                series[label] = [("perplexity", score.mean, score.error_bar)]
         return plot_bars(
             {"held-out perplexity": series or {"none": []}},
             path,

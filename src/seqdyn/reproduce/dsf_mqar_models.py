@@ -193,7 +193,7 @@ class MqarModels(Reproduction):
     figure = "Fig. 2 / Fig. 5"
     summary = (
         "Softmax, linear and normalized attention, S6 and SSD on MQAR: accuracy (best over the learning-rate "
-        "grid, mean over seeds ± half the seed range) per task, model size d and state expansion n."
+        "grid, mean over seeds ± its standard error) per task, model size d and state expansion n."
     )
     claims = CLAIMS
     reductions = {

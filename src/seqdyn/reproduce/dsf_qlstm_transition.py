@@ -107,7 +107,7 @@ class QlstmTransition(Reproduction):
     figure = "Fig. 3"
     summary = (
         "qLSTM against qLSTM with the S6 state transition (eq. 22) on MQAR: accuracy per model size d, best "
-        "over the learning-rate grid, mean over seeds ± half the seed range."
+        "over the learning-rate grid, mean over seeds ± its standard error."
     )
     claims = CLAIMS
     reductions = {

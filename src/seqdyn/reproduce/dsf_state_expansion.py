@@ -134,8 +134,8 @@ class StateExpansion(Reproduction):
     figure = "Fig. 1"
     summary = (
         "Linear attention against softmax attention on MQAR as the state expansion n (the feature size of "
-        "linear attention) grows: accuracy, best over the learning-rate grid, mean over seeds ± half the "
-        "seed range."
+        "linear attention) grows: accuracy, best over the learning-rate grid, mean over seeds ± its standard "
+        "error."
     )
     claims = CLAIMS
     reductions = {

@@ -229,8 +229,8 @@ def present(results: Results) -> tuple[list[str], list[str]]:
 
 
 def r2_table(results: Results, paper: Mapping[str, Mapping[str, float]] = PAPER_R2) -> str:
-    """Table 1's layout: one row per task, one column per model; each cell our R² (mean over seeds ± half their
-    range) with the paper's in parentheses."""
+    """Table 1's layout: one row per task, one column per model; each cell our R² (mean over seeds ± its standard
+    error) with the paper's in parentheses."""
     tasks, models = present(results)
     header = ["task", *(MODELS[key].label for key in models)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -241,7 +241,7 @@ def r2_table(results: Results, paper: Mapping[str, Mapping[str, float]] = PAPER_
 
 
 def r2_cell(ours: Score, paper: float | None) -> str:
-    """Our R² (mean over seeds ± half their range) with the paper's in parentheses where it prints one."""
+    """Our R² (mean over seeds ± its standard error) with the paper's in parentheses where it prints one."""
     return score_cell(ours, "{:.2f}".format) + ("" if paper is None else f" ({paper:g})")
 
 

@@ -366,7 +366,7 @@ def grid_table(
     row_label: str = "n",
 ) -> str:
     """A markdown table of accuracy (%): one row per (task, model[, ``row_key`` value]), one column per value of
-    ``column``; each cell the mean over seeds of the best over the learning rates (± half the seed range).  A model
+    ``column``; each cell the mean over seeds of the best over the learning rates (± its standard error).  A model
     without ``column`` (softmax attention has no state size) shows its one value in every column."""
     columns = [value for value in results.values(column) if value is not None]
     header = ["task", "model", *([row_label] if row_key else []), *(f"{column_label} = {value}" for value in columns)]
@@ -388,8 +388,8 @@ def grid_table(
 
 
 def bar_panels(results: Results, models: dict[str, str], x: str) -> dict[str, dict[str, list]]:
-    """One panel per task for :func:`~seqdyn.analysis.plots.plot_bars`: per model, ``(x value, mean, half the seed
-    range)`` with the best over everything else (learning rate, other sizes)."""
+    """One panel per task for :func:`~seqdyn.analysis.plots.plot_bars`: per model, ``(x value, mean, standard
+    error)`` with the best over everything else (learning rate, other sizes)."""
     panels = {}
     for task in tasks_of(results):
         series = {}
@@ -399,7 +399,7 @@ def bar_panels(results: Results, models: dict[str, str], x: str) -> dict[str, di
             for value in [v for v in results.values(x) if v is not None]:
                 score = results.score(label, [row for row in rows if row.get(x) in (value, None)])
                 if score.values:
-                    bars.append((value, score.mean, score.spread / 2))
+                    bars.append((value, score.mean, score.error_bar))
             series[label] = bars
         panels[task_label(task)] = series
     return panels
