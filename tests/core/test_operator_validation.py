@@ -29,7 +29,8 @@ BAD = [
     ("log_decay rank", good(log_decay=torch.randn(B, T)), ["log_decay", "[B, T, H]", "[B, T, H, K]"]),
     ("log_decay K", good(log_decay=torch.randn(B, T, H, K + 2)), ["log_decay", "last dimension 6", "K=4"]),
     ("log_decay heads", good(log_decay=torch.randn(B, T, 2)), ["log_decay", "2 heads"]),
-    ("householder rank", good(householder=torch.rand(B, T, H, K)), ["householder", "[B, T, H]"]),
+    ("householder rank", good(householder=torch.rand(B, T, H, K, 1)), ["householder", "[B, T, H]", "factors per step"]),
+    ("householder factors", good(householder=torch.rand(B, T, H, K)), ["k: with householder", "[B, T, H, n, K]"]),
     (
         "direction without householder",
         good(householder_dir=torch.randn(B, T, H, K)),

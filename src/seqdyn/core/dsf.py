@@ -24,6 +24,7 @@ from seqdyn.core.backends import quadratic
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.problem import prepare
+from seqdyn.core.products import sub_steps
 
 __all__ = ["DSF", "dsf", "from_coefficients"]
 
@@ -84,6 +85,7 @@ def dsf(
     normalizer: Any = "none",
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
+    decay_first: bool = False,
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (Sieber et al. 2024 eq. 15); ``DSF.apply(v)``
     equals it.
@@ -104,7 +106,13 @@ def dsf(
         normalizer=normalizer,
         log_scale=log_scale,
         decay_rate=decay_rate,
+        decay_first=decay_first,
     )
+    if sub_steps(dynamics) is not None:
+        raise ValueError(
+            "householder: the DSF matrices of several Householder factors per step (or of a diagonal decay before "
+            "the factor) are not formed; coefficients() gives the coefficient matrix of that form"
+        )
     problem = prepare(dynamics).folded()
     if not problem.readout.linear:
         raise ValueError(

@@ -49,6 +49,13 @@ class Dynamics:
         decay_rate: ``A`` ``[H, K]`` (or ``[1, K]``) of a factored diagonal decay ``g_t = Δ_t ⊗ A`` with the steps
             ``Δ`` given as a scalar ``log_decay`` ``[B, T, H]`` (Mamba-1's discretization, Sieber et al. 2024 eq. 4).
             The same as passing ``g`` ``[B, T, H, K]``, but the ``scan`` backend never forms ``g``.
+        Several Householder factors per step (Gated DeltaProduct): householder β ``[B, T, H, n]`` with k, v,
+            householder_dir ``[B, T, H, n, K/V]`` and a tensor scale or log_scale ``[B, T, H, n]``, one per factor:
+            ``Λ_t = D_t Π_{s=n}^{1} (I − β_ts w_ts w_tsᵀ)``, each factor's impulse ``b_ts k_ts`` written after it
+            (:mod:`seqdyn.core.products`).
+        decay_first: apply a diagonal decay before the factors, ``Λ_t = (Π_s (I − β_ts w_ts w_tsᵀ)) D_t``
+            (Kimi Delta Attention's order); ``False``: the operator's ``D_t`` after the first factor.  A scalar
+            decay commutes with the factors, so the flag changes nothing there.
 
     Nothing is checked here: :func:`seqdyn.core.problem.prepare` validates a description (each argument named
     in its error) and brings it into the backends' layout.
@@ -65,6 +72,7 @@ class Dynamics:
     normalizer: Any = "none"
     log_scale: Tensor | None = None
     decay_rate: Tensor | None = None
+    decay_first: bool = False
 
     def options(self) -> dict[str, Any]:
         """Every field except q, k, v: the keywords of :func:`~seqdyn.coefficient_dynamics` beside them."""

@@ -27,6 +27,7 @@ from seqdyn.core.dynamics import OPTIONS, Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
 from seqdyn.core.packing import Packing, dynamics_side_by_side, packing_of, reset_at_starts, timed_fields
 from seqdyn.core.problem import Problem, prepare
+from seqdyn.core.products import SubSteps, expanded, sub_steps
 from seqdyn.core.readouts import NORMALIZERS, normalize, normalized_coefficients, resolve_readout
 
 __all__ = [
@@ -58,12 +59,13 @@ def coefficient_dynamics(
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
     cu_seqlens: Tensor | Packing | None = None,
+    decay_first: bool = False,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (Sieber et al. 2025 eqs. 2 and 4).
 
     Args:
-        q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate: the
-            fields of :class:`~seqdyn.core.dynamics.Dynamics`, which documents each; or ``q`` a ``Dynamics`` alone.
+        q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate,
+            decay_first: the fields of :class:`~seqdyn.core.dynamics.Dynamics`, which documents each; or ``q`` one.
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
@@ -83,10 +85,25 @@ def coefficient_dynamics(
     Raises:
         ValueError: naming the argument, what was given and what is allowed.
     """
-    dynamics = _dynamics_of(locals())
+    dynamics, cu_seqlens, plan = _sub_stepped(_dynamics_of(locals()), cu_seqlens)
     if cu_seqlens is not None:
-        return _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
-    return _outputs(dynamics, initial_state, output_final_state, backend, chunk_size)
+        result = _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
+    else:
+        result = _outputs(dynamics, initial_state, output_final_state, backend, chunk_size)
+    return result if plan is None else plan.token_outputs(result, output_final_state)
+
+
+def _sub_stepped(dynamics: Dynamics, cu_seqlens: Any) -> tuple[Dynamics, Any, SubSteps | None]:
+    """``(dynamics, cu_seqlens, plan)`` as the operator computes them: a description with several Householder
+    factors per step or a diagonal decay before its factor as its sub-steps (:mod:`seqdyn.core.products`), the
+    packing's offsets with them; any other unchanged (``plan`` None)."""
+    plan = sub_steps(dynamics)
+    if plan is None:
+        return dynamics, cu_seqlens, None
+    if cu_seqlens is not None:
+        offsets = plan.offsets(packing_of(dynamics, cu_seqlens).offsets)
+        cu_seqlens = Packing.of_lengths(offsets, dynamics.q.device)
+    return expanded(dynamics, plan), cu_seqlens, plan
 
 
 def _dynamics_of(arguments: dict[str, Any]) -> Dynamics:
@@ -197,7 +214,7 @@ def select_backend(
     want_state = bool(options.pop("output_final_state", False))
     beside = {name: options.pop(name) for name in ("initial_state", "chunk_size") if name in options}
     cu_seqlens = options.pop("cu_seqlens", None)
-    dynamics = as_dynamics(q, k, v, **options)
+    dynamics, cu_seqlens, _ = _sub_stepped(as_dynamics(q, k, v, **options), cu_seqlens)
     if cu_seqlens is not None:
         packing = packing_of(dynamics, cu_seqlens)
         dynamics = (
@@ -212,14 +229,14 @@ def select_backend(
 #: the per-token layouts of :func:`coefficient_dynamics_step`: argument -> (allowed ranks, layout)
 STEP_LAYOUTS = {
     "q": ((3,), "[B, H, K]"),
-    "k": ((3,), "[B, H, K]"),
-    "v": ((3,), "[B, H, V]"),
+    "k": ((3, 4), "[B, H, K] or, per factor, [B, H, n, K]"),
+    "v": ((3, 4), "[B, H, V] or, per factor, [B, H, n, V]"),
     "log_decay": ((2, 3), "[B, H] or [B, H, K]"),
-    "householder": ((2,), "[B, H]"),
-    "householder_dir": ((3,), "[B, H, K]"),
-    "scale": ((2,), "[B, H]"),
+    "householder": ((2, 3), "[B, H] or, per factor, [B, H, n]"),
+    "householder_dir": ((3, 4), "[B, H, K] or, per factor, [B, H, n, K]"),
+    "scale": ((2, 3), "[B, H] or, per factor, [B, H, n]"),
     "normalizer": ((2,), "[B, H]"),
-    "log_scale": ((2,), "[B, H]"),
+    "log_scale": ((2, 3), "[B, H] or, per factor, [B, H, n]"),
 }
 
 
@@ -237,6 +254,7 @@ def coefficient_dynamics_step(
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
     cu_seqlens: Tensor | Packing | None = None,
+    decay_first: bool = False,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
@@ -251,8 +269,7 @@ def coefficient_dynamics_step(
     rows), and ``state`` as ``coefficient_dynamics(…, cu_seqlens=…)`` returns it — ``[N, …]``, or a list of ``N``
     key caches of different lengths, each sequence stepping from its own (the returned state is such a list too).
     """
-    dynamics = _dynamics_of(locals())
-    steps = _one_step_as_sequence(dynamics)
+    steps = _one_step_as_sequence(_dynamics_of(locals()))
     if cu_seqlens is not None:
         rows = steps.q.shape[0]
         offsets = list(Packing.of(cu_seqlens, rows, 1, steps.q.device).offsets)
@@ -264,12 +281,16 @@ def coefficient_dynamics_step(
     if isinstance(state, list):
         if len(state) != steps.q.shape[0]:
             raise ValueError(f"state: a list of one state per sequence needs {steps.q.shape[0]}, got {len(state)}")
-        outputs, states = zip(
-            *(_outputs(_row(steps, row), part, True, "recurrent", None) for row, part in enumerate(state))
-        )
-        return torch.cat(outputs)[:, 0], list(states)
-    y, new_state = _outputs(steps, state, True, "recurrent", None)
-    return y[:, 0], new_state
+        outputs, states = zip(*(_step_of(_row(steps, row), part) for row, part in enumerate(state)))
+        return torch.cat(outputs), list(states)
+    return _step_of(steps, state)
+
+
+def _step_of(steps: Dynamics, state: Any) -> tuple[Tensor, Any]:
+    """``(y_t [B, H, V], state_t)`` of one token as a sequence of one step (its sub-steps, where it has them)."""
+    plan = sub_steps(steps)
+    y, new_state = _outputs(steps if plan is None else expanded(steps, plan), state, True, "recurrent", None)
+    return (y if plan is None else plan.outputs(y))[:, 0], new_state
 
 
 def _row(dynamics: Dynamics, row: int) -> Dynamics:
@@ -312,6 +333,7 @@ def coefficients(
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
     cu_seqlens: Tensor | Packing | None = None,
+    decay_first: bool = False,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
@@ -325,6 +347,10 @@ def coefficients(
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
     dynamics = _dynamics_of(locals()).replace(v=None)
+    plan = sub_steps(dynamics)
+    if plan is not None:
+        dynamics, cu_seqlens, _ = _sub_stepped(dynamics, cu_seqlens)
+        return plan.coefficients(coefficients(dynamics, backend=backend, chunk_size=chunk_size, cu_seqlens=cu_seqlens))
     if cu_seqlens is not None:
         packing = packing_of(dynamics, cu_seqlens)
         return packing.block_diagonal(

@@ -353,7 +353,7 @@ def _check_householder(householder: Any, direction: Any) -> None:
     if direction is not None and householder is None:
         raise ValueError("householder_dir: given without householder; pass householder=β [B, T, H] as well")
     if householder is not None:
-        _check_tensor("householder", householder, 3, "β as [B, T, H]")
+        _check_tensor("householder", householder, 3, "β as [B, T, H] (or [B, T, H, n] for n factors per step)")
         if direction is not None:
             _check_tensor("householder_dir", direction, 4, "w as [B, T, H, K]")
 

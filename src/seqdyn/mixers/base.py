@@ -26,6 +26,7 @@ from seqdyn.core.dynamics import Dynamics
 from seqdyn.core.operator import auto_plan, coefficient_dynamics, coefficients
 from seqdyn.core.packing import Packing, Padding, Sequences, from_state, sequences_of
 from seqdyn.core.problem import prepare
+from seqdyn.core.products import operator_steps
 from seqdyn.core.readouts import STATE_NORMALIZERS
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width  # noqa: F401 (the mixers import them here)
 
@@ -351,7 +352,7 @@ class CoefficientMixer(Mixer):
 
         def ruled() -> dict[str, str]:
             with torch.no_grad():
-                return ruled_out(prepare(self.core_inputs(x, state)[0], chunk_size=self.chunk_size))
+                return ruled_out(prepare(operator_steps(self.core_inputs(x, state)[0]), chunk_size=self.chunk_size))
 
         if packing is None:
             run = lambda inputs, name: self.forward(inputs, name)  # noqa: E731
@@ -365,7 +366,7 @@ class CoefficientMixer(Mixer):
         chunk) and the same in words, fixed by the options: probed once per parameter dtype."""
         dtype = next(self.parameters()).dtype
         if getattr(self, "_signature", (None,))[0] != dtype:
-            problem = prepare(self._probe(), chunk_size=self.chunk_size)
+            problem = prepare(operator_steps(self._probe()), chunk_size=self.chunk_size)
             _, heads, _, key_dim, value_dim = problem.shape
             signature = {f"operator {name}": value for name, value in problem_signature(problem).items()}
             self._signature = (dtype, signature, f"H={heads}, K={key_dim}, V={value_dim}, {problem.describe()}")
