@@ -223,6 +223,19 @@ def test_a_description_carries_the_order():
     )
 
 
-def test_the_dsf_of_several_factors_is_refused_by_name():
-    with pytest.raises(ValueError, match="householder: the DSF matrices of several Householder factors"):
-        seqdyn.dsf(**draw(2, "scalar", seed=1))
+@pytest.mark.parametrize("normalizer", ["none", "sum", "tensor"])
+@pytest.mark.parametrize(("factors", "decay", "decay_first"), CASES)
+def test_the_dsf_per_token_takes_each_factors_value_as_an_input(factors, decay, decay_first, normalizer):
+    """``Φ u`` and the simulated DSF on ``u_t = [v_t1, …, v_tn]`` equal the operator; Λ̄_t is the token's product."""
+    arguments = draw(factors, decay, seed=11)
+    if normalizer == "tensor":
+        normalizer = 1.0 + torch.rand(B, T, H, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y = seqdyn.coefficient_dynamics(**arguments, normalizer=normalizer, decay_first=decay_first)
+    system = seqdyn.dsf(**arguments, normalizer=normalizer, decay_first=decay_first)
+    values = arguments["v"] if factors is not None else arguments["v"][:, :, :, None]
+    u = values.flatten(3)  # [B, T, H, n·V]
+    torch.testing.assert_close(system.apply(u), y, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(system.simulate(u), y, rtol=1e-10, atol=1e-10)
+    if normalizer == "none":
+        expected = torch.kron(transition(arguments, 2, decay_first)[0, 1], torch.eye(V, dtype=torch.float64))
+        torch.testing.assert_close(system.Lambda[0, 1, 2], expected, rtol=1e-12, atol=1e-12)

@@ -22,6 +22,7 @@ from seqdyn.analysis.coefficients import NEAR_ZERO_EPS
 from seqdyn.core.dsf import DSF
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.problem import prepare
+from seqdyn.core.products import operator_steps, sub_steps
 from seqdyn.core.readouts import READOUTS, resolve_readout
 
 __all__ = [
@@ -214,21 +215,27 @@ def _rows_vary(A: Tensor, rtol: float) -> Tensor:
 
 
 def evolution_radii(mixer: Any, x: Tensor) -> Tensor:
-    """Largest |eigenvalue| of the coefficient dynamics' Λ_t per head, max over batch and time: ``[H]``."""
+    """Largest |eigenvalue| of the coefficient dynamics' Λ_t per head, max over batch and time: ``[H]``; with
+    several Householder factors per step (:mod:`seqdyn.core.products`), of each token's product of them."""
     from seqdyn.mixers.base import MixerState
 
     inputs, _ = mixer.core_inputs(x, MixerState())
-    problem = prepare(inputs)
+    plan = sub_steps(inputs)
+    problem = prepare(operator_steps(inputs))
     batch, heads, length, key_dim, _ = problem.shape
+    per_token = 1 if plan is None else plan.per_token
     if problem.beta is None:  # Λ_t = exp(g_t)·I or diag(exp(g_t)): the eigenvalues are the decays
         if problem.log_decay is None:
             return problem.q.new_ones(heads)
         log_decay = problem.log_decay if not problem.diagonal else problem.log_decay.amax(dim=-1)
         return torch.exp(log_decay.amax(dim=(0, 2)))
     radii = []
-    for t in range(length):  # Householder factor: eigenvalues of the K × K matrices
-        step = [None if p is None else p[:, :, t] for p in (problem.log_decay, problem.beta, problem.direction)]
-        matrices = evolution_matrix(*step, problem.diagonal, key_dim, problem.q)
+    for token in range(0, length, per_token):  # Householder factors: eigenvalues of the K × K products
+        matrices = None
+        for t in range(token, token + per_token):
+            step = [None if p is None else p[:, :, t] for p in (problem.log_decay, problem.beta, problem.direction)]
+            factor = evolution_matrix(*step, problem.diagonal, key_dim, problem.q)
+            matrices = factor if matrices is None else factor @ matrices
         radii.append(torch.linalg.eigvals(matrices).abs().amax(dim=-1))  # [B, H]
     return torch.stack(radii, dim=2).amax(dim=(0, 2)).to(problem.q.dtype)
 

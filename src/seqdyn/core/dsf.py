@@ -23,8 +23,9 @@ from torch import Tensor
 from seqdyn.core.backends import quadratic
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import evolution_matrix
+from seqdyn.core.operator import coefficients
 from seqdyn.core.problem import prepare
-from seqdyn.core.products import sub_steps
+from seqdyn.core.products import SubSteps, expanded, sub_steps
 
 __all__ = ["DSF", "dsf", "from_coefficients"]
 
@@ -35,9 +36,10 @@ class DSF:
 
     Attributes:
         Lambda: ``[B, H, T, N, N]`` state transitions Λ_i.
-        B: ``[B, H, T, N, V]`` input matrices B_i.
+        B: ``[B, H, T, N, U]`` input matrices B_i (``U = V``; ``n·V`` for the ``n`` values per step of several
+            Householder factors per step, ``u_i = [v_i1, …, v_in]``).
         C: ``[B, H, T, V, N]`` output matrices C_i.
-        D: ``[B, H, T, V, V]`` feedthrough D_i.
+        D: ``[B, H, T, V, U]`` feedthrough D_i.
     """
 
     Lambda: Tensor
@@ -49,7 +51,7 @@ class DSF:
         """``Φ`` ``[B, H, T, T, V, V]``: block ``(i, j)`` is ``C_i Λ_i ⋯ Λ_{j+1} B_j`` (+ ``D_i`` if i = j), 0 if
         j > i."""
         batch, heads, length, state_dim, width = self.B.shape
-        blocks = self.B.new_zeros(batch, heads, length, length, width, width)
+        blocks = self.B.new_zeros(batch, heads, length, length, self.C.shape[-2], width)
         carried = self.B.new_zeros(batch, heads, length, state_dim, width)  # Λ_i ⋯ Λ_{j+1} B_j for every j ≤ i
         for i in range(length):
             carried = self.Lambda[:, :, i].unsqueeze(2) @ carried
@@ -59,11 +61,11 @@ class DSF:
         return blocks
 
     def apply(self, u: Tensor) -> Tensor:
-        """``y = Φ u`` for inputs ``u`` ``[B, T, H, V]``; returns ``[B, T, H, V]``."""
+        """``y = Φ u`` for inputs ``u`` ``[B, T, H, U]``; returns ``[B, T, H, V]``."""
         return torch.einsum("bhijac,bjhc->biha", self.kernel(), u.to(self.B.dtype))
 
     def simulate(self, u: Tensor) -> Tensor:
-        """Run ``h_i = Λ_i h_{i-1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i`` step by step; ``u`` ``[B, T, H, V]``."""
+        """Run ``h_i = Λ_i h_{i-1} + B_i u_i``, ``y_i = C_i h_i + D_i u_i`` step by step; ``u`` ``[B, T, H, U]``."""
         u = u.to(self.B.dtype).transpose(1, 2)
         state = self.B.new_zeros(*self.B.shape[:2], self.B.shape[3], 1)
         outputs = []
@@ -108,19 +110,47 @@ def dsf(
         decay_rate=decay_rate,
         decay_first=decay_first,
     )
-    if sub_steps(dynamics) is not None:
-        raise ValueError(
-            "householder: the DSF matrices of several Householder factors per step (or of a diagonal decay before "
-            "the factor) are not formed; coefficients() gives the coefficient matrix of that form"
-        )
-    problem = prepare(dynamics).folded()
+    plan = sub_steps(dynamics)
+    problem = prepare(dynamics if plan is None else expanded(dynamics.replace(normalizer="none"), plan)).folded()
     if not problem.readout.linear:
         raise ValueError(
             f"readout: {problem.readout.name!r} has no finite DSF (Sieber et al. 2024, Lemma 1); use "
             "readout='identity', e.g. on seqdyn.features.taylor(q, p) and taylor(k, p) for a degree-p approximation "
             "of softmax"
         )
+    if plan is not None:
+        return _token_realization(dynamics, problem, plan)
     return _realization(problem, _transitions(problem), _eta(problem))
+
+
+def _token_realization(dynamics: Dynamics, steps, plan: SubSteps) -> DSF:
+    """The DSF per token of several Householder factors per step (:mod:`seqdyn.core.products`) from the DSF of its
+    sub-steps ``steps`` (a folded problem, η = 1): ``Λ̄_t = Λ_t,m ⋯ Λ_t,1``, ``B̄_t = [Λ_t,m ⋯ Λ_t,s+1 B_t,s]_s``
+    over the factors' sub-steps (``u_t = [v_t1, …, v_tn]``), ``C̄_t = C_t,m``; then the tokens' η as
+    :func:`_realization` applies it."""
+    plain = _realization(steps, _transitions(steps), steps.q.new_ones(steps.q.shape[:3]))
+    m = plan.per_token
+    lam = plain.Lambda.unflatten(2, (-1, m))  # [B, H, T, m, N, N]
+    inputs = plain.B.unflatten(2, (-1, m))  # [B, H, T, m, N, V]
+    total, columns = lam[:, :, :, 0], [inputs[:, :, :, 0]]
+    for s in range(1, m):
+        total = lam[:, :, :, s] @ total
+        columns = [lam[:, :, :, s] @ column for column in columns] + [inputs[:, :, :, s]]
+    B = torch.cat(columns[plan.lead :], dim=-1)  # [B, H, T, N, n·V]
+    eta = _token_eta(dynamics)
+    eta_before = torch.cat([torch.ones_like(eta[:, :, :1]), eta[:, :, :-1]], dim=2)
+    C = plain.C[:, :, m - 1 :: m]
+    D = C.new_zeros(*C.shape[:-1], B.shape[-1])
+    return DSF(Lambda=total * (eta_before / eta)[..., None, None], B=B / eta[..., None, None], C=C, D=D)
+
+
+def _token_eta(dynamics: Dynamics) -> Tensor:
+    """η ``[B, H, T]`` of each token of several factors per step: given, 1, or from its coefficient rows."""
+    normalizer = dynamics.normalizer
+    if isinstance(normalizer, Tensor):
+        return normalizer.transpose(1, 2).expand(dynamics.q.shape[0], dynamics.q.shape[2], -1)
+    sums = coefficients(dynamics.replace(normalizer="none")).sum(-1)
+    return torch.ones_like(sums) if normalizer == "none" else sums if normalizer == "sum" else sums.abs().clamp(min=1.0)
 
 
 def _transitions(problem) -> Tensor:

@@ -386,6 +386,7 @@ def auto_plan(
     what a mixer
     that times its whole call with each backend (:meth:`~seqdyn.mixers.base.CoefficientMixer.backend_for`)
     chooses among; with ``cu_seqlens``, for the packed sequences side by side, as they are computed."""
+    dynamics, cu_seqlens, _ = _sub_stepped(dynamics, cu_seqlens)
     if cu_seqlens is not None:
         dynamics = dynamics_side_by_side(dynamics, packing_of(dynamics, cu_seqlens))
     return choice.plan(prepare(dynamics, chunk_size=chunk_size))

@@ -406,11 +406,13 @@ class CoefficientMixer(Mixer):
         return coefficients(inputs)
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
-        """The mixing core's output ``[B, T, H, V]`` and the values it mixes ``[B, T, H, V]`` (analysis, tests)."""
+        """The mixing core's output ``[B, T, H, V]`` and the values it mixes ``[B, T, H, V]`` (analysis, tests); with
+        ``n`` Householder factors per step, ``[B, T·n, H, V]``, value ``j·n + s`` in the coefficients' column order."""
         self.check_input(x)
         inputs, _ = self.core_inputs(x, MixerState())
         out = self.run_core(inputs, self.check_backend(backend))
-        return out, inputs.v.expand(*inputs.v.shape[:2], out.shape[2], inputs.v.shape[3])
+        values = inputs.v if inputs.v.dim() == 4 else inputs.v.movedim(3, 2).flatten(1, 2)  # [B, T·n, H, V]
+        return out, values.expand(*values.shape[:2], out.shape[2], values.shape[3])
 
     def _probe(self) -> Dynamics:
         """The operator's arguments for a one-token input, which fix heads, dimensions and the combination."""
@@ -425,8 +427,7 @@ class CoefficientMixer(Mixer):
     def backends(self) -> tuple[str, ...]:
         # the combination (readout, decay, Householder, normalizer) is fixed by the options: probe once
         if getattr(self, "_backends", None) is None:
-            inputs = self._probe()
-            problem = prepare(inputs)
+            problem = prepare(operator_steps(self._probe()))
             self._backends = ("auto",) + tuple(
                 name for name, module in REGISTRY.items() if module.unsupported(problem) is None
             )
@@ -444,10 +445,11 @@ class CoefficientMixer(Mixer):
         check_positive("seq_len", seq_len)
         inputs = self._probe()
         heads = max(inputs.q.shape[2], inputs.k.shape[2], inputs.v.shape[2])
-        key_dim, value_dim = inputs.q.shape[3], inputs.v.shape[3]
+        key_dim, value_dim = inputs.q.shape[3], inputs.v.shape[-1]
+        keys_per_token = inputs.k.shape[3] if inputs.k.dim() == 5 else 1  # n Householder factors: n keys each
         conv = sum((module.width - 1) * module.channels for module in self.convs.values())
         linear = inputs.readout == "identity"
         if not linear:  # the key cache grows with the sequence (Sieber et al. 2025 Lemma 1)
-            return seq_len * heads * (key_dim + value_dim) + conv
+            return seq_len * keys_per_token * heads * (key_dim + value_dim) + conv
         normalizer_state = heads * key_dim if inputs.normalizer in STATE_NORMALIZERS else 0
         return heads * key_dim * value_dim + normalizer_state + conv

@@ -105,11 +105,13 @@ def coefficients_reproduce_core(mixer: Mixer, x: Tensor, tol: float = 1e-10) -> 
         raise NotApplicable("no scalar coefficients per head (a MIMO system)")
     core, values = _core(mixer, x)
     A = mixer.coefficients(x)
-    assert A.shape == (x.shape[0], core.shape[2], x.shape[1], x.shape[1]), (
-        f"{mixer.name} coefficients: shape {list(A.shape)}, expected [B, H, T, T] = "
-        f"{[x.shape[0], core.shape[2], x.shape[1], x.shape[1]]}"
+    length, per_token = x.shape[1], values.shape[1] // x.shape[1]  # n values per token: a column each
+    assert A.shape == (x.shape[0], core.shape[2], length, length * per_token), (
+        f"{mixer.name} coefficients: shape {list(A.shape)}, expected [B, H, T, T·n] = "
+        f"{[x.shape[0], core.shape[2], length, length * per_token]}"
     )
-    assert torch.all(A.triu(1) == 0), f"{mixer.name} coefficients: not causal (entries above the diagonal)"
+    future = torch.ones(length, length, dtype=torch.bool, device=A.device).triu(1).repeat_interleave(per_token, dim=1)
+    assert torch.all(A[..., future] == 0), f"{mixer.name} coefficients: not causal (entries above the diagonal)"
     error = assert_close(torch.einsum("bhij,bjhv->bihv", A, values), core, f"{mixer.name} A·v", tol)
     return f"A @ v against the core, error {error:.1e}"
 
@@ -117,7 +119,8 @@ def coefficients_reproduce_core(mixer: Mixer, x: Tensor, tol: float = 1e-10) -> 
 def dsf_reproduces_core(mixer: Mixer, x: Tensor, tol: float = 1e-10) -> str:
     """The DSF kernel Φ of ``mixer.dsf(x)`` applied to the values is the mixing core."""
     core, values = _core(mixer, x)
-    error = assert_close(mixer.dsf(x).apply(values), core, f"{mixer.name} Φ u", tol)
+    inputs = values.unflatten(1, (x.shape[1], -1)).movedim(2, 3).flatten(3)  # [B, T, H, n·V]: a token's n values
+    error = assert_close(mixer.dsf(x).apply(inputs), core, f"{mixer.name} Φ u", tol)
     return f"Φ u against the core, error {error:.1e}"
 
 

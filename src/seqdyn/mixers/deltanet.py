@@ -47,6 +47,9 @@ class DeltaNet(CoefficientMixer):
             along k_t (Grazzi et al. 2025, "Unlocking state-tracking in linear RNNs through negative eigenvalues",
             OLMo-hybrid's allow_neg_eigval); False: β_t = σ(w_βᵀ u_t).
         output_norm_eps: the ε of the per-head RMSNorm of the output (1e-6 as Qwen3.5; OLMo-hybrid: 1e-5).
+        householders: n, the Householder factors per token (DeltaProduct, Siems et al. 2025): n keys, values and
+            step sizes per token, ``S_t = Π_{s=n}^{1}(I − β_ts k_ts k_tsᵀ) S_{t−1}`` with each value written after
+            its factor; 1: DeltaNet.
     """
 
     name = "deltanet"
@@ -66,8 +69,10 @@ class DeltaNet(CoefficientMixer):
         conv_bias: bool = True,
         negative_eigenvalues: bool = False,
         output_norm_eps: float = 1e-6,
+        householders: int = 1,
     ):
         super().__init__(d_model, chunk_size)
+        self.householders = check_positive("householders", householders)
         self.negative_eigenvalues = check_choice("negative_eigenvalues", negative_eigenvalues, (False, True))
         self.heads = check_heads(heads, d_model) if key_dim is None else check_positive("heads", heads)
         self.key_heads = heads if key_heads is None else check_positive("key_heads", key_heads)
@@ -78,9 +83,10 @@ class DeltaNet(CoefficientMixer):
         self.value_width = scaled_width("expand_v", d_model, expand_v)
         check_heads(heads, self.value_width, "expand_v·d_model")
         key_width = self.key_heads * self.key_dim
-        self.widths = [key_width, key_width, self.value_width]  # of q, k and v
+        factors = self.householders
+        self.widths = [key_width, factors * key_width, factors * self.value_width]  # of q, k and v (n of each)
         self.qkv = nn.Linear(d_model, sum(self.widths), bias=False)  # W_Q, W_K, W_V stacked: one product
-        self.beta = nn.Linear(d_model, heads, bias=False)
+        self.beta = nn.Linear(d_model, factors * heads, bias=False)
         if short_conv:  # the three convolutions of q, k and v as one over their stacked channels
             self.convs["qkv"] = ShortConv(sum(self.widths), conv_size, bias=conv_bias)
         self.output = HeadOutput(
@@ -102,19 +108,29 @@ class DeltaNet(CoefficientMixer):
         else:
             q, k, v = qkv.split(self.widths, dim=-1)
             q, k = F.silu(q), F.silu(k)
-        q, k = (self._normalize(split_heads(t, self.key_heads)) for t in (q, k))
-        if self.key_heads != self.heads:  # [B, T, H_k, K] -> [B, T, H, K]: each serves consecutive value heads
+        q, k = self._normalize(split_heads(q, self.key_heads)), self._normalize(self._per_factor(k, self.key_heads))
+        if self.key_heads != self.heads:  # [B, T, H_k, (n,) K] -> [B, T, H, (n,) K]: each serves consecutive heads
             q, k = (t.repeat_interleave(self.heads // self.key_heads, dim=2) for t in (q, k))
-        beta = torch.sigmoid(self.beta(x)) * (2.0 if self.negative_eigenvalues else 1.0)
+        beta = torch.sigmoid(self._per_factor(self.beta(x), self.heads, 1)) * (
+            2.0 if self.negative_eigenvalues else 1.0
+        )
         inputs = Dynamics(
             q,
             k,
-            split_heads(v, self.heads),
+            self._per_factor(v, self.heads),
             householder=beta,
             scale=beta * q.shape[-1] ** -0.5,
             log_decay=self.log_decay(x),
         )
         return inputs, x
+
+    def _per_factor(self, x: Tensor, heads: int, width: int | None = None) -> Tensor:
+        """``[B, T, n·H·d] -> [B, T, H, n, d]`` (factor-major channels, as flash-linear-attention's DeltaProduct),
+        ``[B, T, H, d]`` for one factor; ``width=1``: ``[B, T, H, n]`` or ``[B, T, H]``."""
+        if self.householders == 1:
+            return x if width == 1 else split_heads(x, heads)
+        per = x.unflatten(-1, (self.householders, heads, -1)).movedim(2, 3)  # [B, T, H, n, d]
+        return per.squeeze(-1) if width == 1 else per
 
     def _normalize(self, x: Tensor) -> Tensor:
         if self.qk_norm_eps is None:

@@ -48,6 +48,7 @@ class GatedDeltaNet(DeltaNet):
         conv_bias: bool = True,
         negative_eigenvalues: bool = False,
         output_norm_eps: float = 1e-6,
+        householders: int = 1,
     ):
         super().__init__(
             d_model,
@@ -63,6 +64,7 @@ class GatedDeltaNet(DeltaNet):
             conv_bias,
             negative_eigenvalues,
             output_norm_eps,
+            householders,
         )
         self.decay = MambaDecay(d_model, heads, dt_min, dt_max, a_init_range)
 
