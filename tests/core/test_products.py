@@ -239,3 +239,16 @@ def test_the_dsf_per_token_takes_each_factors_value_as_an_input(factors, decay, 
     if normalizer == "none":
         expected = torch.kron(transition(arguments, 2, decay_first)[0, 1], torch.eye(V, dtype=torch.float64))
         torch.testing.assert_close(system.Lambda[0, 1, 2], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_strong_diagonal_decays_stay_finite_under_float16_autocast():
+    """Kimi Delta Attention's initial decays reach e^{-11} per step: the chunks are sized for float16's range where
+    autocast forms the products in it."""
+    arguments = draw(None, "diagonal", seed=12, length=24)
+    arguments["log_decay"] = 25 * arguments["log_decay"]  # down to −17 per step
+    expected = reference(arguments, decay_first=True)
+    single = {name: value.float() for name, value in arguments.items()}
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = seqdyn.coefficient_dynamics(**single, decay_first=True, backend="chunk", chunk_size=8)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y.double(), expected, rtol=2e-2, atol=2e-2)

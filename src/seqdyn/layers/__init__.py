@@ -2,7 +2,7 @@
 helpers.  Layers import only the core; mixers and models import them."""
 
 from seqdyn.layers.conv import ShortConv
-from seqdyn.layers.gates import GLADecay, MambaDecay, init_dt_bias, inverse_softplus
+from seqdyn.layers.gates import GLADecay, KDADecay, MambaDecay, init_dt_bias, inverse_softplus
 from seqdyn.layers.mlp import MLP, build_mlp
 from seqdyn.layers.norms import GatedRMSNorm, HeadOutput, RMSNorm, l2_normalize, rms_norm
 from seqdyn.layers.params import check_positive, is_kept, keep_init, scaled_width
@@ -12,6 +12,7 @@ __all__ = [
     "GLADecay",
     "GatedRMSNorm",
     "HeadOutput",
+    "KDADecay",
     "MLP",
     "MambaDecay",
     "RMSNorm",

@@ -4,6 +4,8 @@
   head (Mamba-2, Gated DeltaNet; Sieber et al. 2025 §5 "Mamba-2 parameterization").
 * :class:`GLADecay` — ``g_t = logsigmoid(W_2 W_1 u_t) / τ`` per key channel (GLA; Sieber et al. 2025 §5 "GLA
   parameterization").
+* :class:`KDADecay` — ``g_t = −exp(A_log) softplus(W_2 W_1 u_t + b_Δ)`` per key channel, A per head (Kimi Delta
+  Attention, Kimi Team 2025).
 """
 
 from __future__ import annotations
@@ -81,3 +83,25 @@ class GLADecay(nn.Module):
 
     def forward(self, u: Tensor) -> Tensor:
         return F.logsigmoid(self.up(self.down(u))) / self.normalizer
+
+
+class KDADecay(nn.Module):
+    """``g_t = −exp(A_log) ⊙ softplus(W_2 W_1 u_t + b_Δ)`` ``[B, T, H, K]``: Mamba-2's gate made channel-wise through a
+    rank-r bottleneck (Kimi Delta Attention, `Kimi Team 2025 <https://arxiv.org/abs/2510.26692>`_),
+    ``A ~ U(a_init_range)`` per head and ``b_Δ`` per channel, initialized at 0 (flash-linear-attention's
+    ``KimiDeltaAttention``)."""
+
+    def __init__(self, d_model: int, heads: int, key_dim: int, low_rank: int, a_init_range=(1.0, 16.0)):
+        super().__init__()
+        if not 0 < a_init_range[0] <= a_init_range[1]:
+            raise ValueError(f"a_init_range: expected 0 < low <= high, got {a_init_range}")
+        self.heads = heads
+        self.down = nn.Linear(d_model, check_positive("gate_low_rank", low_rank), bias=False)
+        self.up = nn.Linear(low_rank, heads * key_dim, bias=False)
+        self.a_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*a_init_range)))
+        self.dt_bias = nn.Parameter(torch.zeros(heads * key_dim))
+        keep_init(self.a_log, self.dt_bias)
+
+    def forward(self, u: Tensor) -> Tensor:
+        step = F.softplus(self.up(self.down(u)) + self.dt_bias).unflatten(-1, (self.heads, -1))  # [B, T, H, K]
+        return -torch.exp(self.a_log)[:, None] * step

@@ -30,13 +30,22 @@ def safe_chunk_size(log_decay: Tensor, chunk_size: int, largest_step: float | No
     :data:`~seqdyn.core.evolution.HARD_RESET`; other non-finite decays are ignored here (they propagate as NaN/Inf
     like any other input).  ``largest_step``: ``max |g|`` when the caller has it.
     """
-    limit = 0.75 * math.log(torch.finfo(log_decay.dtype).max)
+    limit = 0.75 * math.log(torch.finfo(product_dtype(log_decay)).max)
     if largest_step is None:
         largest_step = _largest_step(log_decay)
     if largest_step * chunk_size < limit:  # the common case: no chunk can span the limit
         return chunk_size
     with torch.no_grad():
         return _halve_until_safe(log_decay, chunk_size, limit)
+
+
+def product_dtype(x: Tensor) -> torch.dtype:
+    """The dtype matrix products of ``x``'s factors are formed in: autocast's where it is on for ``x``'s device (its
+    float16 reaches only ``e^{11}``, so under it the chunks are sized for that), else ``x``'s own."""
+    device = x.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return x.dtype
 
 
 def _largest_step(log_decay: Tensor) -> float:
