@@ -24,6 +24,7 @@ from seqdyn.core.backends import quadratic
 from seqdyn.core.dynamics import Dynamics, as_dynamics
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.operator import coefficients
+from seqdyn.core.outer import outer_decayed
 from seqdyn.core.problem import prepare
 from seqdyn.core.products import SubSteps, expanded, sub_steps
 
@@ -88,6 +89,7 @@ def dsf(
     log_scale: Tensor | None = None,
     decay_rate: Tensor | None = None,
     decay_first: bool = False,
+    outer_log_decay: Tensor | None = None,
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (Sieber et al. 2024 eq. 15); ``DSF.apply(v)``
     equals it.
@@ -109,7 +111,10 @@ def dsf(
         log_scale=log_scale,
         decay_rate=decay_rate,
         decay_first=decay_first,
+        outer_log_decay=outer_log_decay,
     )
+    outer = outer_decayed(dynamics)
+    dynamics = dynamics if outer is None else outer[0]
     plan = sub_steps(dynamics)
     problem = prepare(dynamics if plan is None else expanded(dynamics.replace(normalizer="none"), plan)).folded()
     if not problem.readout.linear:

@@ -53,6 +53,9 @@ class Dynamics:
             householder_dir ``[B, T, H, n, K/V]`` and a tensor scale or log_scale ``[B, T, H, n]``, one per factor:
             ``Λ_t = D_t Π_{s=n}^{1} (I − β_ts w_ts w_tsᵀ)``, each factor's impulse ``b_ts k_ts`` written after it
             (:mod:`seqdyn.core.products`).
+        outer_log_decay: h ``[B, T, H]``, a decay outside the readout: ``α_ij ← α_ij · exp(Σ_{l=j+1}^{i} h_l)`` — an
+            additive bias inside softmax (the Forgetting Transformer's forget gate, ALiBi), a scalar decay for the
+            identity readout; the ``exp`` and ``identity`` readouts take it (:mod:`seqdyn.core.outer`).
         decay_first: apply a diagonal decay before the factors, ``Λ_t = (Π_s (I − β_ts w_ts w_tsᵀ)) D_t``
             (Kimi Delta Attention's order); ``False``: the operator's ``D_t`` after the first factor.  A scalar
             decay commutes with the factors, so the flag changes nothing there.
@@ -73,6 +76,7 @@ class Dynamics:
     log_scale: Tensor | None = None
     decay_rate: Tensor | None = None
     decay_first: bool = False
+    outer_log_decay: Tensor | None = None
 
     def options(self) -> dict[str, Any]:
         """Every field except q, k, v: the keywords of :func:`~seqdyn.coefficient_dynamics` beside them."""

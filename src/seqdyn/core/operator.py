@@ -25,6 +25,7 @@ from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.choice import BACKENDS
 from seqdyn.core.dynamics import OPTIONS, Dynamics, as_dynamics
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
+from seqdyn.core.outer import OuterDecay, outer_decayed
 from seqdyn.core.packing import Packing, dynamics_side_by_side, packing_of, reset_at_starts, timed_fields
 from seqdyn.core.problem import Problem, prepare
 from seqdyn.core.products import SubSteps, expanded, sub_steps
@@ -60,12 +61,14 @@ def coefficient_dynamics(
     decay_rate: Tensor | None = None,
     cu_seqlens: Tensor | Packing | None = None,
     decay_first: bool = False,
+    outer_log_decay: Tensor | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (Sieber et al. 2025 eqs. 2 and 4).
 
     Args:
         q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate,
-            decay_first: the fields of :class:`~seqdyn.core.dynamics.Dynamics`, which documents each; or ``q`` one.
+            decay_first, outer_log_decay: the fields of :class:`~seqdyn.core.dynamics.Dynamics`, which documents
+            each; or ``q`` one.
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
@@ -79,13 +82,11 @@ def coefficient_dynamics(
             Without states, the identity readout runs the ``T`` packed steps as one sequence with a hard reset at
             each start (``chunk``: scalar or no decay; ``scan``), nothing computed for padding.
 
-    Returns:
-        ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``.
-
-    Raises:
-        ValueError: naming the argument, what was given and what is allowed.
+    Returns ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``; raises ``ValueError`` naming the
+    argument, what was given and what is allowed.
     """
-    dynamics, cu_seqlens, plan = _sub_stepped(_dynamics_of(locals()), cu_seqlens)
+    states = initial_state is not None or bool(output_final_state)
+    dynamics, cu_seqlens, plan = _sub_stepped(_dynamics_of(locals()), cu_seqlens, states)
     if cu_seqlens is not None:
         result = _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
     else:
@@ -93,10 +94,23 @@ def coefficient_dynamics(
     return result if plan is None else plan.token_outputs(result, output_final_state)
 
 
-def _sub_stepped(dynamics: Dynamics, cu_seqlens: Any) -> tuple[Dynamics, Any, SubSteps | None]:
-    """``(dynamics, cu_seqlens, plan)`` as the operator computes them: a description with several Householder
-    factors per step or a diagonal decay before its factor as its sub-steps (:mod:`seqdyn.core.products`), the
-    packing's offsets with them; any other unchanged (``plan`` None)."""
+def _sub_stepped(
+    dynamics: Dynamics, cu_seqlens: Any, states: bool = False
+) -> tuple[Dynamics, Any, SubSteps | OuterDecay | None]:
+    """``(dynamics, cu_seqlens, plan)`` as the operator computes them: a decay outside the readout reduced to the
+    operator (:mod:`seqdyn.core.outer`); a description with several Householder factors per step or a diagonal decay
+    before its factor as its sub-steps (:mod:`seqdyn.core.products`), the packing's offsets with them; any other
+    unchanged (``plan`` None).  ``plan.token_outputs`` maps the operator's result back."""
+    outer = outer_decayed(dynamics)
+    if outer is not None:
+        if sub_steps(outer[0]) is not None:
+            raise ValueError("outer_log_decay: not taken with several Householder factors per step or decay_first")
+        if states and cu_seqlens is not None and outer[1].total is not None:
+            raise ValueError(
+                "outer_log_decay: with the exp readout and cu_seqlens, states are not taken; call each sequence "
+                "alone to pass or return its key cache"
+            )
+        return outer[0], cu_seqlens, outer[1]
     plan = sub_steps(dynamics)
     if plan is None:
         return dynamics, cu_seqlens, None
@@ -237,6 +251,7 @@ STEP_LAYOUTS = {
     "scale": ((2, 3), "[B, H] or, per factor, [B, H, n]"),
     "normalizer": ((2,), "[B, H]"),
     "log_scale": ((2, 3), "[B, H] or, per factor, [B, H, n]"),
+    "outer_log_decay": ((2,), "[B, H]"),
 }
 
 
@@ -255,6 +270,7 @@ def coefficient_dynamics_step(
     decay_rate: Tensor | None = None,
     cu_seqlens: Tensor | Packing | None = None,
     decay_first: bool = False,
+    outer_log_decay: Tensor | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
@@ -288,9 +304,10 @@ def coefficient_dynamics_step(
 
 def _step_of(steps: Dynamics, state: Any) -> tuple[Tensor, Any]:
     """``(y_t [B, H, V], state_t)`` of one token as a sequence of one step (its sub-steps, where it has them)."""
-    plan = sub_steps(steps)
-    y, new_state = _outputs(steps if plan is None else expanded(steps, plan), state, True, "recurrent", None)
-    return (y if plan is None else plan.outputs(y))[:, 0], new_state
+    steps, _, plan = _sub_stepped(steps, None)
+    result = _outputs(steps, state, True, "recurrent", None)
+    y, new_state = result if plan is None else plan.token_outputs(result, True)
+    return y[:, 0], new_state
 
 
 def _row(dynamics: Dynamics, row: int) -> Dynamics:
@@ -334,6 +351,7 @@ def coefficients(
     decay_rate: Tensor | None = None,
     cu_seqlens: Tensor | Packing | None = None,
     decay_first: bool = False,
+    outer_log_decay: Tensor | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
@@ -347,10 +365,10 @@ def coefficients(
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
     dynamics = _dynamics_of(locals()).replace(v=None)
-    plan = sub_steps(dynamics)
+    computed, steps_packing, plan = _sub_stepped(dynamics, cu_seqlens)
     if plan is not None:
-        dynamics, cu_seqlens, _ = _sub_stepped(dynamics, cu_seqlens)
-        return plan.coefficients(coefficients(dynamics, backend=backend, chunk_size=chunk_size, cu_seqlens=cu_seqlens))
+        matrix = coefficients(computed, backend=backend, chunk_size=chunk_size, cu_seqlens=steps_packing)
+        return plan.coefficients(matrix) if isinstance(plan, SubSteps) else matrix
     if cu_seqlens is not None:
         packing = packing_of(dynamics, cu_seqlens)
         return packing.block_diagonal(

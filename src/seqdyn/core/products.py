@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from seqdyn.core.dynamics import Dynamics
+from seqdyn.core.outer import outer_decayed
 from seqdyn.core.readouts import resolve_readout
 
 #: the fields that carry one entry per factor ``[B, T, H, n, …]`` (per sub-step once expanded)
@@ -151,7 +152,11 @@ def expanded(dynamics: Dynamics, plan: SubSteps) -> Dynamics:
 
 
 def operator_steps(dynamics: Dynamics) -> Dynamics:
-    """The steps the operator computes for ``dynamics``: its sub-steps where it has them (:func:`sub_steps`), else
-    itself — what a problem is prepared from, its backends chosen and ruled out on."""
+    """The steps the operator computes for ``dynamics``: a decay outside the readout reduced
+    (:func:`~seqdyn.core.outer.outer_decayed`), its sub-steps where it has them (:func:`sub_steps`), else itself —
+    what a problem is prepared from, its backends chosen and ruled out on."""
+    outer = outer_decayed(dynamics)
+    if outer is not None:
+        return outer[0]
     plan = sub_steps(dynamics)
     return dynamics if plan is None else expanded(dynamics, plan)

@@ -445,7 +445,7 @@ class CoefficientMixer(Mixer):
         check_positive("seq_len", seq_len)
         inputs = self._probe()
         heads = max(inputs.q.shape[2], inputs.k.shape[2], inputs.v.shape[2])
-        key_dim, value_dim = inputs.q.shape[3], inputs.v.shape[-1]
+        key_dim, value_dim = operator_steps(inputs).q.shape[3], inputs.v.shape[-1]  # a decay outside: K + 2 cached
         keys_per_token = inputs.k.shape[3] if inputs.k.dim() == 5 else 1  # n Householder factors: n keys each
         conv = sum((module.width - 1) * module.channels for module in self.convs.values())
         linear = inputs.readout == "identity"
