@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from seqdyn.bench.measure import PeakMemory
-from seqdyn.bench.operator import BACKEND_ORDER, KINDS, agreement, demo_plan, run_benchmark, target_checks
+from seqdyn.bench.operator import BACKEND_ORDER, DEFAULT_KINDS, agreement, demo_plan, run_benchmark, target_checks
 from seqdyn.cli import app
 
 
@@ -30,7 +30,7 @@ def test_bench_operator_command_prints_every_backend_and_the_targets():
         app, ["bench", "operator", "--seq-lens", "8,16", "--batch", "1", "--heads", "2", "--dim", "4", "--repeats", "1"]
     )
     assert result.exit_code == 0, result.output
-    for word in (*BACKEND_ORDER, *KINDS, "fwd+bwd ms", "peak MB", "targets"):
+    for word in (*BACKEND_ORDER, *DEFAULT_KINDS, "fwd+bwd ms", "peak MB", "targets"):
         assert word in result.output
     assert "n/a" in result.output  # scan cannot compute DeltaNet- or softmax-type arguments
 
@@ -201,3 +201,19 @@ def test_timing_mode_keeps_freed_memory_and_peak_memory_still_sees_allocations()
         block = torch.ones(64, 2**20 // 4)
         del block
     assert peak.peak_bytes > 32 * 2**20
+
+
+def test_the_newest_transitions_are_timed_on_request_with_the_same_targets():
+    """``--kinds kda,deltaproduct,fox``: every backend that computes them (scan none), the targets of the others."""
+    import inspect
+
+    from seqdyn.cli import bench
+
+    default = inspect.signature(bench.bench_operator).parameters["kinds"].default.default
+    assert default == ",".join(DEFAULT_KINDS)
+    report = run_benchmark(
+        [8, 16], ["kda", "deltaproduct", "fox"], list(BACKEND_ORDER), batch=1, heads=2, dim=4, repeats=0
+    )
+    for kind in ("kda", "deltaproduct", "fox"):
+        assert report.get(kind, 8, "scan").status == "n/a" and report.get(kind, 16, "chunk").status == "ok"
+    assert {check.what.split(":")[0] for check in target_checks(report)} == {"kda", "deltaproduct", "fox"}

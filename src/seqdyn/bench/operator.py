@@ -4,7 +4,10 @@ Argument types follow the mixers they stand for, at the operator level:
   ``gla``      diagonal decay ``g = logsigmoid(·)/16``, scale K^-½;
   ``mamba2``   scalar decay ``g = Δ·A`` (Δ = softplus, A < 0), scale ``b = Δ``, q = C and k = B shared by heads;
   ``deltanet`` Householder factor with L2-normalized keys, ``β = σ(·)``, scale ``β·K^-½``;
-  ``softmax``  exp readout with ``"sum"`` normalizer.
+  ``softmax``  exp readout with ``"sum"`` normalizer;
+  ``kda``      Kimi Delta Attention: a diagonal decay before the Householder factor (``decay_first``);
+  ``deltaproduct`` Gated DeltaProduct: 2 Householder factors per token with a scalar decay, β ∈ (0, 2);
+  ``fox``      the Forgetting Transformer: softmax with a forget gate outside the exponential.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import torch.nn.functional as F
 from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device, skip_estimate
 from seqdyn.core.operator import coefficient_dynamics, select_backend
 
-KINDS = ("gla", "mamba2", "deltanet", "softmax")
+KINDS = ("gla", "mamba2", "deltanet", "softmax", "kda", "deltaproduct", "fox")
+#: what ``seqdyn bench operator`` times unless told (the newest transitions on request: ``--kinds kda,…``)
+DEFAULT_KINDS = KINDS[:4]
 BACKEND_ORDER = ("quadratic", "recurrent", "chunk", "scan", "auto")
 
 
@@ -48,13 +53,23 @@ def make_arguments(
         step = F.softplus(rand(batch, length, heads) - 2.0)
         rate = torch.linspace(1.0, 16.0, heads, dtype=dtype, device=device)
         options.update(log_decay=-step * rate, scale=step)
-    elif kind == "deltanet":
+    elif kind in ("deltanet", "kda"):
         k = F.normalize(k, dim=-1)
         beta = torch.sigmoid(rand(batch, length, heads))
         options.update(householder=beta, scale=beta * dim**-0.5)
+        if kind == "kda":
+            options.update(log_decay=F.logsigmoid(rand(batch, length, heads, dim) + 4.0), decay_first=True)
+    elif kind == "deltaproduct":
+        k, v = F.normalize(rand(batch, length, heads, 2, dim), dim=-1), rand(batch, length, heads, 2, dim)
+        beta = 2 * torch.sigmoid(rand(batch, length, heads, 2))
+        options.update(
+            householder=beta, scale=beta * dim**-0.5, log_decay=F.logsigmoid(rand(batch, length, heads) + 4.0)
+        )
     else:
         options.update(readout="exp", normalizer="sum")
-    leaves = [q, k, v] + [x for x in options.values() if isinstance(x, torch.Tensor)]
+        if kind == "fox":
+            options["outer_log_decay"] = F.logsigmoid(rand(batch, length, heads) + 4.0)
+    leaves = [q, k, v] + [x for x in options.values() if isinstance(x, torch.Tensor) and x.is_floating_point()]
     for x in leaves:
         x.requires_grad_(True)
     return (q, k, v), options
