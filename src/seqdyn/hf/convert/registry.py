@@ -106,9 +106,9 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
 
 #: the families of the roadmap not converted yet, with what seqdyn lacks for each
 NOT_YET: dict[str, str] = {
-    "kimi_linear": "KDA: a channel-wise decay applied before the delta rule's Householder factor, where seqdyn's "
-    "operator applies Λ = D(I − βkkᵀ); latent attention with its own key and value widths; a grouped "
-    "sigmoid router",
+    "kimi_linear": "a converter of its layers: its KDA layers are seqdyn's kda mixer (the decay before the "
+    "Householder factor), but its latent attention with its own key and value widths and its grouped sigmoid "
+    "router have no seqdyn layer",
     "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε of the xLSTM large models, whose ε depends on the "
     "kernel's chunking of the stabilizer m; per-head LayerNorm weights; soft-capped gates",
     "zamba2": "a shared attention block on [hidden state, embeddings] whose output enters only the next Mamba-2 "
