@@ -2,12 +2,12 @@
 
     python tools/peer_check_fla.py --fla PATH [--commit REV] [--write-fixture tests/core/fixtures/fla_naive.json]
 
-PATH is a flash-linear-attention checkout or its bare git directory (``REV``, default ``HEAD``).  The script reads
+PATH is a flash-linear-attention checkout or its bare git directory (``REV``, default ``HEAD``). The script reads
 each op's ``naive.py`` there (its code stays out of this project), lifts it to float64 (their references compute in
-float32: ``.float()`` becomes ``.double()``), runs it on seeded inputs and compares seqdyn's every backend with it.
-``--write-fixture`` also saves each case's seqdyn arguments and fla's outputs as numbers, which
-``tests/core/test_fla_fixtures.py`` checks in CI without flash-linear-attention.  Exits 1 if any comparison is off
-by more than 1e-10.
+float32: ``.float()`` becomes ``.double()``, and the default dtype is float64), runs it on seeded inputs and
+compares seqdyn's every backend with it. ``--write-fixture`` also saves each case's seqdyn arguments and fla's
+outputs as numbers, which ``tests/core/test_fla_fixtures.py`` checks in CI without flash-linear-attention. Exits 1
+if any comparison is off by more than 1e-10.
 """
 
 from __future__ import annotations
@@ -130,6 +130,26 @@ def cases(fla: Path, commit: str, x: dict[str, torch.Tensor]):
         expected,
         dict(q=x["q"], k=x["k"], v=x["v"], log_decay=fixed, scale=1.0, query_scale=1.0),
     )
+    path = naive_module(fla, commit, "path_attn")  # PaTH-FoX: Householder transitions inside softmax, FoX's gate
+    w = F.normalize(x["k_factors"][:, :, :, 0], dim=-1)
+    beta = 2 * x["beta"]
+    expected = path.naive_path_attn(x["q"], x["k"], x["v"], w, beta, x["log_decay"], K**-0.5, chunk_size=4)
+    yield (
+        "path_attn/naive_path_attn",
+        expected,
+        dict(
+            q=x["q"],
+            k=x["k"],
+            v=x["v"],
+            readout="exp",
+            normalizer="sum",
+            householder=beta,
+            householder_dir=w,
+            outer_log_decay=x["log_decay"] * K**-0.5,  # fla scales the gate with the scores: (s + G_i − G_j)/√K
+            query_scale=1.0,
+            backends=("quadratic", "recurrent", "auto"),
+        ),
+    )
     forgetting = naive_module(fla, commit, "forgetting_attn")
     expected = forgetting.naive_forgetting_attn(x["q"], x["k"], x["v"], x["log_decay"])
     yield (
@@ -151,6 +171,7 @@ def seqdyn_outputs(description: dict, backend: str) -> torch.Tensor:
     """seqdyn's output for a case (``query_scale`` multiplies q: where fla scales q, seqdyn's ``b`` scales keys)."""
     description = dict(description)
     scale = description.pop("query_scale")
+    description.pop("backends", None)
     if description.get("readout", "identity") == "identity":
         description["q"] = description["q"] * scale
     return seqdyn.coefficient_dynamics(**description, backend=backend)
@@ -163,9 +184,10 @@ def main() -> int:
     parser.add_argument("--write-fixture", type=Path, default=None)
     arguments = parser.parse_args()
     torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)  # what their references allocate without a dtype (path_attn's A) too
     x, failures, fixture = inputs(0), 0, {"cases": []}
     for name, expected, description in cases(arguments.fla, arguments.commit, x):
-        backends = ("quadratic", "recurrent", "chunk", "auto")
+        backends = description.get("backends", ("quadratic", "recurrent", "chunk", "auto"))
         errors = {backend: float((seqdyn_outputs(description, backend) - expected).abs().max()) for backend in backends}
         worst = max(errors.values())
         failures += worst > TOLERANCE
