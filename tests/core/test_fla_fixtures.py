@@ -16,7 +16,7 @@ FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "fla_naive.json").rea
 
 @pytest.mark.parametrize("backend", ["quadratic", "recurrent", "chunk", "auto"])
 @pytest.mark.parametrize("case", FIXTURE["cases"], ids=[case["name"].split(" ")[0] for case in FIXTURE["cases"]])
-def test_every_backend_agrees_with_flash_linear_attentions_reference(case, backend):
+def test_every_backend_agrees_with_the_fla_reference_op(case, backend):
     arguments = {name: torch.tensor(value, dtype=torch.float64) for name, value in case["tensors"].items()}
     options = dict(case["options"])
     query_scale = options.pop("query_scale")

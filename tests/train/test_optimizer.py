@@ -23,6 +23,8 @@ SSM_MIXERS = (
     "ssd",
     "mamba2",
     "gated_deltanet",
+    "gated_deltaproduct",
+    "kda",
     "qlstm_s6",
     "rglru",
     "parallel",
