@@ -252,3 +252,15 @@ def test_strong_diagonal_decays_stay_finite_under_float16_autocast():
         y = seqdyn.coefficient_dynamics(**single, decay_first=True, backend="chunk", chunk_size=8)
     assert torch.isfinite(y).all()
     torch.testing.assert_close(y.double(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_a_factored_decay_is_diagonal_and_takes_the_order_too():
+    """``log_decay`` Δ ``[B, T, H]`` with ``decay_rate`` A is the diagonal ``Δ ⊗ A``: decay_first puts it before the
+    factor as the formed ``g`` would."""
+    arguments = draw(None, "scalar", seed=13)
+    step = -arguments.pop("log_decay")  # Δ > 0
+    rate = -torch.rand(H, K, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    formed = seqdyn.coefficient_dynamics(**arguments, log_decay=step[..., None] * rate, decay_first=True)
+    factored = seqdyn.coefficient_dynamics(**arguments, log_decay=step, decay_rate=rate, decay_first=True)
+    torch.testing.assert_close(factored, formed, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(formed, seqdyn.coefficient_dynamics(**arguments, log_decay=step, decay_rate=rate))

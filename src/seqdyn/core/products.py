@@ -74,18 +74,18 @@ def sub_steps(dynamics: Dynamics) -> SubSteps | None:
     the decay where the operator puts it).  Raises ``ValueError`` naming the argument whose shape does not fit."""
     beta, decay_first = dynamics.householder, bool(dynamics.decay_first)
     several = isinstance(beta, Tensor) and beta.dim() == 4
+    g = dynamics.log_decay  # diagonal: [B, T, H, K], or the steps Δ of a factored Δ ⊗ A
+    diagonal = isinstance(g, Tensor) and (g.dim() == 4 or dynamics.decay_rate is not None)
     if not several:
         if isinstance(dynamics.k, Tensor) and dynamics.k.dim() == 5:
             raise ValueError(
                 f"k: keys per factor [B, T, H, n, K] (shape {list(dynamics.k.shape)}) need householder=β "
                 "[B, T, H, n], one step size per factor"
             )
-        diagonal = isinstance(dynamics.log_decay, Tensor) and dynamics.log_decay.dim() == 4
         if not (decay_first and diagonal and beta is not None):
             return None  # a scalar decay commutes with the factor; without a factor the order is moot
         plan = SubSteps(1, 1)
     else:
-        diagonal = isinstance(dynamics.log_decay, Tensor) and dynamics.log_decay.dim() == 4
         plan = SubSteps(beta.shape[-1], int(decay_first and diagonal))
     _check_factor_shapes(dynamics, plan.factors, several)
     if plan.lead and not resolve_readout(dynamics.readout).linear:
