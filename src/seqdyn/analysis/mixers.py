@@ -22,7 +22,7 @@ from seqdyn.analysis.coefficients import NEAR_ZERO_EPS
 from seqdyn.core.dsf import DSF
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.problem import prepare
-from seqdyn.core.products import operator_steps, sub_steps
+from seqdyn.core.products import transition_steps
 from seqdyn.core.readouts import READOUTS, resolve_readout
 
 __all__ = [
@@ -220,10 +220,9 @@ def evolution_radii(mixer: Any, x: Tensor) -> Tensor:
     from seqdyn.mixers.base import MixerState
 
     inputs, _ = mixer.core_inputs(x, MixerState())
-    plan = sub_steps(inputs)
-    problem = prepare(operator_steps(inputs))
+    problem = prepare(transition_steps(inputs))
     batch, heads, length, key_dim, _ = problem.shape
-    per_token = 1 if plan is None else plan.per_token
+    per_token = length // inputs.q.shape[1]  # the sub-steps of each token
     if problem.beta is None:  # Λ_t = exp(g_t)·I or diag(exp(g_t)): the eigenvalues are the decays
         if problem.log_decay is None:
             return problem.q.new_ones(heads)

@@ -233,14 +233,14 @@ def _structure(call: MixerCall, spectral: bool) -> tuple[str, int, Tensor | None
     """``(readout name, key dim K, spectral radii [H])`` of a mixer on its captured input; the radii are ``None``
     when not ``spectral`` (mixers built on ``coefficient_dynamics``) — the DSF of others is computed anyway."""
     from seqdyn.core.problem import prepare
-    from seqdyn.core.products import operator_steps
+    from seqdyn.core.products import transition_steps
     from seqdyn.mixers.base import CoefficientMixer, MixerState
 
     mixer, x = call.mixer, call.x
     with torch.no_grad():
         if isinstance(mixer, CoefficientMixer):
             inputs, _ = mixer.core_inputs(x, MixerState())
-            problem = prepare(operator_steps(inputs))
+            problem = prepare(transition_steps(inputs))
             return problem.readout.name, problem.q.shape[-1], evolution_radii(mixer, x) if spectral else None
         system = mixer.dsf(x[:1, :1] if is_lti(mixer) else x)  # an LTI system's DSF does not depend on x
         return "identity", system.B.shape[-2] // system.B.shape[-1], dsf_radii(system)

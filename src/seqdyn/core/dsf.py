@@ -151,11 +151,13 @@ def _token_realization(dynamics: Dynamics, steps, plan: SubSteps) -> DSF:
 
 def _token_eta(dynamics: Dynamics) -> Tensor:
     """η ``[B, H, T]`` of each token of several factors per step: given, 1, or from its coefficient rows."""
-    normalizer = dynamics.normalizer
+    normalizer, (batch, length, heads) = dynamics.normalizer, dynamics.q.shape[:3]
     if isinstance(normalizer, Tensor):
-        return normalizer.transpose(1, 2).expand(dynamics.q.shape[0], dynamics.q.shape[2], -1)
+        return normalizer.transpose(1, 2).expand(batch, heads, length)
+    if normalizer == "none":
+        return dynamics.q.new_ones(batch, heads, length)
     sums = coefficients(dynamics.replace(normalizer="none")).sum(-1)
-    return torch.ones_like(sums) if normalizer == "none" else sums if normalizer == "sum" else sums.abs().clamp(min=1.0)
+    return sums if normalizer == "sum" else sums.abs().clamp(min=1.0)
 
 
 def _transitions(problem) -> Tensor:

@@ -368,7 +368,7 @@ def coefficients(
     computed, steps_packing, plan = _sub_stepped(dynamics, cu_seqlens)
     if plan is not None:
         matrix = coefficients(computed, backend=backend, chunk_size=chunk_size, cu_seqlens=steps_packing)
-        return plan.coefficients(matrix) if isinstance(plan, SubSteps) else matrix
+        return plan.coefficients(matrix)
     if cu_seqlens is not None:
         packing = packing_of(dynamics, cu_seqlens)
         return packing.block_diagonal(

@@ -34,6 +34,10 @@ class OuterDecay:
 
     total: Tensor | None
 
+    def coefficients(self, matrix: Tensor) -> Tensor:
+        """The coefficient matrix of the reduced problem: the original's (the two channels only add the bias)."""
+        return matrix
+
     def token_outputs(self, result: Any, with_state: bool) -> Any:
         """The operator's result with the final key cache (if any) made relative to its end."""
         if not with_state or self.total is None:

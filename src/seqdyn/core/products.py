@@ -151,6 +151,14 @@ def expanded(dynamics: Dynamics, plan: SubSteps) -> Dynamics:
     return dynamics.replace(**changes)
 
 
+def transition_steps(dynamics: Dynamics) -> Dynamics:
+    """The steps of ``dynamics``' transitions Λ alone: its sub-steps where it has them, the decay outside the readout
+    left out (it is no part of Λ) — what its spectra are read from."""
+    steps = dynamics if dynamics.outer_log_decay is None else dynamics.replace(outer_log_decay=None)
+    plan = sub_steps(steps)
+    return steps if plan is None else expanded(steps, plan)
+
+
 def operator_steps(dynamics: Dynamics) -> Dynamics:
     """The steps the operator computes for ``dynamics``: a decay outside the readout reduced
     (:func:`~seqdyn.core.outer.outer_decayed`), its sub-steps where it has them (:func:`sub_steps`), else itself —
