@@ -232,8 +232,8 @@ def evolution_radii(mixer: Any, x: Tensor) -> Tensor:
     for token in range(0, length, per_token):  # Householder factors: eigenvalues of the K × K products
         matrices = None
         for t in range(token, token + per_token):
-            step = [None if p is None else p[:, :, t] for p in (problem.log_decay, problem.beta, problem.direction)]
-            factor = evolution_matrix(*step, problem.diagonal, key_dim, problem.q)
+            step = tuple(None if p is None else p[:, :, t] for p in problem.transition)
+            factor = evolution_matrix(step, problem.diagonal, key_dim, problem.q)
             matrices = factor if matrices is None else factor @ matrices
         radii.append(torch.linalg.eigvals(matrices).abs().amax(dim=-1))  # [B, H]
     return torch.stack(radii, dim=2).amax(dim=(0, 2)).to(problem.q.dtype)

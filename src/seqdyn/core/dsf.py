@@ -90,6 +90,8 @@ def dsf(
     decay_rate: Tensor | None = None,
     decay_first: bool = False,
     outer_log_decay: Tensor | None = None,
+    low_rank_write: Tensor | None = None,
+    low_rank_read: Tensor | None = None,
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (Sieber et al. 2024 eq. 15); ``DSF.apply(v)``
     equals it.
@@ -112,6 +114,8 @@ def dsf(
         decay_rate=decay_rate,
         decay_first=decay_first,
         outer_log_decay=outer_log_decay,
+        low_rank_write=low_rank_write,
+        low_rank_read=low_rank_read,
     )
     outer = outer_decayed(dynamics)
     dynamics = dynamics if outer is None else outer[0]
@@ -166,7 +170,7 @@ def _transitions(problem) -> Tensor:
     return torch.stack(
         [
             evolution_matrix(
-                *(None if x is None else x[:, :, t] for x in (problem.log_decay, problem.beta, problem.direction)),
+                tuple(None if x is None else x[:, :, t] for x in problem.transition),
                 problem.diagonal,
                 key_dim,
                 problem.q,

@@ -4,6 +4,7 @@ For each head, every key position ``j`` starts an autonomous linear system with 
 
     x_j^(j) = b_j k_j                                     impulse at time j (scale b)
     x_i^(j) = Λ_i x_{i-1}^(j),   i > j                    Λ_t = D_t (I − β_t w_t w_tᵀ),  D_t = exp(g_t)
+                                                          (or Λ_t = D_t + u_t z_tᵀ, diagonal plus low rank)
     α_ij    = φ(q_iᵀ x_i^(j))                              readout φ
     y_i     = (1/η_i) Σ_{j≤i} α_ij v_j                     normalizer η
 
@@ -59,6 +60,11 @@ class Dynamics:
         decay_first: apply a diagonal decay before the factors, ``Λ_t = (Π_s (I − β_ts w_ts w_tsᵀ)) D_t``
             (Kimi Delta Attention's order); ``False``: the operator's ``D_t`` after the first factor.  A scalar
             decay commutes with the factors, so the flag changes nothing there.
+        low_rank_write, low_rank_read: u, z ``[B, T, H, K]`` of a diagonal-plus-low-rank transition
+            ``Λ_t = D_t + u_t z_tᵀ`` (in place of the Householder factor): the state read by z before the step,
+            written along u — RWKV-7 and the generalized delta rule (:mod:`seqdyn.core.low_rank`).  Both orders of
+            decay and update are cases: ``D(I − βwwᵀ)`` is ``u = −β D w, z = w``, ``(I − βkkᵀ) D`` is
+            ``u = −β k, z = D k``.
 
     Nothing is checked here: :func:`seqdyn.core.problem.prepare` validates a description (each argument named
     in its error) and brings it into the backends' layout.
@@ -77,6 +83,8 @@ class Dynamics:
     decay_rate: Tensor | None = None
     decay_first: bool = False
     outer_log_decay: Tensor | None = None
+    low_rank_write: Tensor | None = None
+    low_rank_read: Tensor | None = None
 
     def options(self) -> dict[str, Any]:
         """Every field except q, k, v: the keywords of :func:`~seqdyn.coefficient_dynamics` beside them."""

@@ -1,4 +1,5 @@
-"""Evolution matrices ``Λ_t = D_t (I − β_t w_t w_tᵀ)`` and the decayed products every backend is made of.
+"""Evolution matrices ``Λ_t = D_t (I − β_t w_t w_tᵀ)`` (or ``D_t − ũ_t w_tᵀ``) and the decayed products every backend
+is made of.
 
 Notation (head-major inside the backends): ``g`` is the log decay, ``[B, H, T]`` for a scalar
 ``D_t = exp(g_t)·I`` or ``[B, H, T, K]`` for a diagonal ``D_t = diag(exp(g_t))``; ``β`` ``[B, H, T]`` and
@@ -21,31 +22,32 @@ PAIRWISE_BLOCK_ELEMENTS = 1 << 24
 HARD_RESET = -1e4
 
 
-def apply_evolution(
-    state: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None, diagonal: bool
-) -> Tensor:
-    """``Λ_t X = D_t (X − β_t w_t (w_tᵀ X))`` for one time step (Sieber et al. 2025 eq. 3b).
+def apply_evolution(state: Tensor, transition: tuple, diagonal: bool) -> Tensor:
+    """``Λ_t X = D_t (X − β_t w_t (w_tᵀ X))`` for one time step (Sieber et al. 2025 eq. 3b), or with ``written``
+    ``ũ_t`` the diagonal-plus-low-rank ``Λ_t X = D_t X − ũ_t (w_tᵀ X)``.
 
     ``state`` is ``[B, H, K, X]`` (a linear state ``S`` with X = V, or a cache of transformed keys with X = N);
-    ``log_decay`` is ``[B, H]`` (scalar) or ``[B, H, K]`` (``diagonal``); ``beta`` ``[B, H]``; ``direction``
-    ``[B, H, K]``.
+    ``transition`` is the step's ``(log_decay, beta, direction, written)``: ``log_decay`` ``[B, H]`` (scalar) or
+    ``[B, H, K]`` (``diagonal``), ``beta`` ``[B, H]``, ``direction`` and ``written`` ``[B, H, K]`` (or ``None``).
     """
-    if beta is not None:
-        projection = torch.einsum("bhk,bhkx->bhx", direction, state)
+    log_decay, beta, direction, written = transition
+    projection = None if beta is None else torch.einsum("bhk,bhkx->bhx", direction, state)
+    if projection is not None and written is None:
         state = state - (beta[..., None] * direction).unsqueeze(-1) * projection.unsqueeze(-2)
     if log_decay is not None:
         factor = torch.exp(log_decay)
         state = state * (factor.unsqueeze(-1) if diagonal else factor[..., None, None])
+    if written is not None:
+        state = state - written.unsqueeze(-1) * projection.unsqueeze(-2)
     return state
 
 
-def evolution_matrix(
-    log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None, diagonal: bool, size: int, like: Tensor
-) -> Tensor:
-    """The matrices ``Λ_t`` ``[B, H, K, K]`` of one step, built by applying :func:`apply_evolution` to ``I``."""
+def evolution_matrix(transition: tuple, diagonal: bool, size: int, like: Tensor) -> Tensor:
+    """The matrices ``Λ_t`` ``[B, H, K, K]`` of one step, built by applying :func:`apply_evolution` to ``I``;
+    ``transition`` is the step's ``(log_decay, beta, direction, written)``."""
     batch, heads = like.shape[:2]
     eye = torch.eye(size, dtype=like.dtype, device=like.device).expand(batch, heads, size, size)
-    return apply_evolution(eye, log_decay, beta, direction, diagonal)
+    return apply_evolution(eye, transition, diagonal)
 
 
 def decay_factor(log_factor: Tensor) -> Tensor:

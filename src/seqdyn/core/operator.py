@@ -62,13 +62,15 @@ def coefficient_dynamics(
     cu_seqlens: Tensor | Packing | None = None,
     decay_first: bool = False,
     outer_log_decay: Tensor | None = None,
+    low_rank_write: Tensor | None = None,
+    low_rank_read: Tensor | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (Sieber et al. 2025 eqs. 2 and 4).
 
     Args:
         q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate,
-            decay_first, outer_log_decay: the fields of :class:`~seqdyn.core.dynamics.Dynamics`, which documents
-            each; or ``q`` one.
+            decay_first, outer_log_decay, low_rank_write, low_rank_read: the fields of
+            :class:`~seqdyn.core.dynamics.Dynamics`, which documents each; or ``q`` one.
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
@@ -252,6 +254,8 @@ STEP_LAYOUTS = {
     "normalizer": ((2,), "[B, H]"),
     "log_scale": ((2, 3), "[B, H] or, per factor, [B, H, n]"),
     "outer_log_decay": ((2,), "[B, H]"),
+    "low_rank_write": ((3,), "[B, H, K]"),
+    "low_rank_read": ((3,), "[B, H, K]"),
 }
 
 
@@ -271,6 +275,8 @@ def coefficient_dynamics_step(
     cu_seqlens: Tensor | Packing | None = None,
     decay_first: bool = False,
     outer_log_decay: Tensor | None = None,
+    low_rank_write: Tensor | None = None,
+    low_rank_read: Tensor | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
@@ -352,6 +358,8 @@ def coefficients(
     cu_seqlens: Tensor | Packing | None = None,
     decay_first: bool = False,
     outer_log_decay: Tensor | None = None,
+    low_rank_write: Tensor | None = None,
+    low_rank_read: Tensor | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 

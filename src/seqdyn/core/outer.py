@@ -102,4 +102,7 @@ def _augmented(dynamics: Dynamics, h: Tensor) -> tuple[Dynamics, OuterDecay]:
     if dynamics.householder is not None:  # w = [w, 0, 0]: the factor leaves the two channels alone
         w = k if dynamics.householder_dir is None else dynamics.householder_dir
         changes["householder_dir"] = torch.cat([expand(w), w.new_zeros(batch, length, heads, 2)], dim=-1)
+    for name in ("low_rank_write", "low_rank_read"):  # u = [u, 0, 0]: the low-rank part leaves them alone too
+        if (x := getattr(dynamics, name)) is not None:
+            changes[name] = torch.cat([expand(x), x.new_zeros(batch, length, heads, 2)], dim=-1)
     return dynamics.replace(**changes), OuterDecay(G[:, -1])

@@ -411,6 +411,8 @@ TIMED_FIELDS = {
     "log_decay": 0.0,
     "householder": 0.0,
     "householder_dir": 0.0,
+    "low_rank_write": 0.0,
+    "low_rank_read": 0.0,
     "scale": 1.0,
     "normalizer": 1.0,
     "log_scale": 0.0,
@@ -454,4 +456,8 @@ def reset_at_starts(dynamics: Dynamics, packing: Packing) -> Dynamics:
     if g is None:  # Λ = I: a scalar decay shared by all heads, 0 but at the starts
         g = dynamics.q.new_zeros(1, packing.position.numel(), 1)
     starts = packing.starts.reshape(1, -1, *(1,) * (g.dim() - 2))  # [1, T, 1…]
-    return dynamics.replace(log_decay=torch.where(starts, g.new_full((), float("-inf")), g))
+    changes = {"log_decay": torch.where(starts, g.new_full((), float("-inf")), g)}
+    if dynamics.low_rank_write is not None:  # Λ = D + u zᵀ is 0 only with u = 0 as well
+        u = dynamics.low_rank_write
+        changes["low_rank_write"] = u.masked_fill(packing.starts.reshape(1, -1, 1, 1), 0.0)
+    return dynamics.replace(**changes)

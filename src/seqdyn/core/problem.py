@@ -38,6 +38,10 @@ class Problem:
         decay_rate: ``A`` ``[H, K]`` of a factored diagonal decay, kept apart only for the backends that use the
             factors (``scan``); :meth:`materialized` forms ``g`` for the others.
         beta, direction: the Householder factor ``I − β w wᵀ`` (``[B, H, T]``, ``[B, H, T, K]``) or ``None``.
+        written: ``ũ`` ``[B, H, T, K]`` of a diagonal-plus-low-rank transition ``Λ_t = D_t − ũ_t w_tᵀ`` (``ũ = −u``
+            of the description's ``D + u zᵀ``, ``w = z`` the direction, β = 1), or ``None``: the vector the state's
+            projection ``w_tᵀ S_{t−1}`` is written along, *not* decayed by ``D_t`` (the Householder factor writes
+            ``D_t β_t w_t``).
         readout: the map φ.  normalizer: a name, or η as ``[B, H, T]``.
         initial_state: validated, head-major state (see :func:`check_state`), or ``None``.
     """
@@ -56,6 +60,7 @@ class Problem:
     scale: Tensor | float | None = None
     log_scale: Tensor | None = None
     decay_rate: Tensor | None = None
+    written: Tensor | None = None
 
     def replaced(self, **changes: Any) -> "Problem":
         """``dataclasses.replace(self, **changes)`` without its per-field bookkeeping (:func:`copy_with`)."""
@@ -122,7 +127,13 @@ class Problem:
     def direction_is_key(self) -> bool:
         """DeltaNet: the Householder direction is the key itself (``w_t = k_t``), so the impulses ``b_t w_t`` share
         the direction's Gram matrices in the ``chunk`` backend."""
-        return self.beta is not None and self.direction is self.k
+        return self.beta is not None and self.direction is self.k and self.written is None
+
+    @property
+    def transition(self) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
+        """The fields of ``Λ_t`` ``(log_decay, beta, direction, written)``, in the order the evolution takes them
+        (:func:`~seqdyn.core.evolution.apply_evolution`)."""
+        return self.log_decay, self.beta, self.direction, self.written
 
     @property
     def decay_kind(self) -> str:
@@ -156,7 +167,7 @@ class Problem:
         """A short description of the combination, used in error messages."""
         parts = [f"readout={self.readout.name!r}", f"decay={self.decay_kind}"]
         if self.householder:
-            parts.append("householder")
+            parts.append("householder" if self.written is None else "low rank")
         parts.append(f"normalizer={self.normalizer_kind!r}")
         return ", ".join(parts)
 
@@ -198,7 +209,7 @@ class _Sizes:
         if k.shape[3] != self.key_dim:
             raise ValueError(f"k: key dimension {k.shape[3]} does not match q's {self.key_dim} (shapes [B, T, H, K])")
         for name, x in per_head.items():
-            self.check(name, x, key_dim=name in ("q", "k", "householder_dir") or (name == "log_decay" and x.dim() == 4))
+            self.check(name, x, key_dim=name in KEY_FIELDS or (name == "log_decay" and x.dim() == 4))
 
     def check(self, name: str, x: Tensor, key_dim: bool = False, heads_of: str = "the other inputs") -> None:
         """Check batch, time, heads (1 or H) and, for ``key_dim``, the last axis K of ``x`` ``[B, T, H, ...]``."""
@@ -224,6 +235,10 @@ class _Sizes:
         return x.expand(x.shape[0], self.heads, *x.shape[2:])
 
 
+#: the fields whose last axis is the key dimension K
+KEY_FIELDS = ("q", "k", "householder_dir", "low_rank_write", "low_rank_read")
+
+
 def _per_head(dynamics: Dynamics) -> dict[str, Tensor]:
     """The tensors laid out ``[B, T, H|1, ...]``, in the order their sizes are checked."""
     scale = dynamics.scale if isinstance(dynamics.scale, Tensor) and dynamics.scale.dim() == 3 else None
@@ -235,6 +250,8 @@ def _per_head(dynamics: Dynamics) -> dict[str, Tensor]:
         "log_decay": dynamics.log_decay,
         "householder": dynamics.householder,
         "householder_dir": dynamics.householder_dir,
+        "low_rank_write": dynamics.low_rank_write,
+        "low_rank_read": dynamics.low_rank_read,
         "scale": scale,
         "log_scale": dynamics.log_scale,
         "normalizer": normalizer,
@@ -281,6 +298,7 @@ def _check_arguments(dynamics: Dynamics) -> Readout:
     readout = resolve_readout(dynamics.readout)
     _check_log_decay(dynamics.log_decay)
     _check_householder(dynamics.householder, dynamics.householder_dir)
+    _check_low_rank(dynamics)
     _check_scale(dynamics.scale)
     _check_log_scale(dynamics.log_scale, dynamics.scale)
     _check_normalizer(dynamics.normalizer)
@@ -303,6 +321,8 @@ def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size:
         dynamics.decay_rate,
         dynamics.householder,
         dynamics.householder_dir,
+        dynamics.low_rank_write,
+        dynamics.low_rank_read,
         scale_tensor,
         dynamics.log_scale,
         normalizer,
@@ -312,13 +332,18 @@ def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size:
     k = sizes.head_major(dynamics.k, dtype)
     key_is_direction = dynamics.householder is not None and dynamics.householder_dir is None
     direction = k if key_is_direction else sizes.head_major(dynamics.householder_dir, dtype)  # DeltaNet: w = k
+    beta, written = sizes.head_major(dynamics.householder, dtype), None
+    if dynamics.low_rank_write is not None:  # Λ = D + u zᵀ = D − ũ zᵀ: direction z, ũ = −u written undecayed
+        direction = sizes.head_major(dynamics.low_rank_read, dtype)
+        written = -sizes.head_major(dynamics.low_rank_write, dtype)
+        beta = written.new_ones(written.shape[:3])
     rate = dynamics.decay_rate
     return Problem(
         q=sizes.head_major(dynamics.q, dtype),
         k=k,
         v=sizes.head_major(dynamics.v, dtype),
         log_decay=sizes.head_major(dynamics.log_decay, dtype),
-        beta=sizes.head_major(dynamics.householder, dtype),
+        beta=beta,
         direction=direction,
         readout=readout,
         normalizer=dynamics.normalizer if normalizer is None else sizes.head_major(normalizer, dtype),
@@ -328,6 +353,7 @@ def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size:
         scale=sizes.head_major(scale_tensor, dtype) if scale_tensor is not None else scale,
         log_scale=sizes.head_major(dynamics.log_scale, dtype),
         decay_rate=None if rate is None else rate.to(dtype).expand(sizes.heads, sizes.key_dim),
+        written=written,
     )
 
 
@@ -356,6 +382,28 @@ def _check_householder(householder: Any, direction: Any) -> None:
         _check_tensor("householder", householder, 3, "β as [B, T, H] (or [B, T, H, n] for n factors per step)")
         if direction is not None:
             _check_tensor("householder_dir", direction, 4, "w as [B, T, H, K]")
+
+
+def _check_low_rank(dynamics: Dynamics) -> None:
+    """u and z of ``Λ_t = D_t + u_t z_tᵀ``: both ``[B, T, H, K]``, given together, in place of a Householder factor."""
+    write, read = dynamics.low_rank_write, dynamics.low_rank_read
+    if write is None and read is None:
+        return
+    if write is None or read is None:
+        missing = "low_rank_write" if write is None else "low_rank_read"
+        raise ValueError(f"{missing}: Λ = D + u zᵀ needs both u (low_rank_write) and z (low_rank_read); pass it too")
+    if dynamics.householder is not None:
+        raise ValueError(
+            "low_rank_write/low_rank_read: given beside householder; a diagonal-plus-low-rank transition replaces "
+            "the Householder factor (D(I − βwwᵀ) is u = −β D w, z = w): pass one of them"
+        )
+    if dynamics.decay_first:
+        raise ValueError(
+            "decay_first: Λ = D + u zᵀ has no order of decay and update (both act on the previous state); "
+            "for (I − βkkᵀ) D pass u = −β k, z = D k"
+        )
+    _check_tensor("low_rank_write", write, 4, "u as [B, T, H, K]")
+    _check_tensor("low_rank_read", read, 4, "z as [B, T, H, K]")
 
 
 def _check_scale(scale: Any) -> None:

@@ -26,9 +26,9 @@ def unsupported(problem: Problem) -> str | None:
     return None
 
 
-def _grams(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None):
+def _grams(q: Tensor, k: Tensor, log_decay, beta, direction, written=None):
     """The decayed Gram matrices ``A_k`` and, with a Householder factor, ``A_e``, ``M_k``, ``M_e`` (see
-    :func:`scores`)."""
+    :func:`scores`); a written vector ``ũ_t`` is not decayed by its own step, so its log factor is ``G_t``."""
     length, device = q.shape[-2], q.device
     inclusive = causal_mask(length, length, device)
     cumulative = None if log_decay is None else cumulative_log_decay(log_decay)
@@ -37,15 +37,16 @@ def _grams(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, 
         return coupled, None
     strict = causal_mask(length, length, device, strict=True)
     before = None if log_decay is None else cumulative - bounded_log_decay(log_decay.to(torch.float64))  # G_{t-1}
-    weighted_dir = beta.unsqueeze(-1) * direction
-    a_e = pairwise_gram(q, weighted_dir, cumulative, before, inclusive)
+    weighted_dir = beta.unsqueeze(-1) * direction if written is None else written
+    written_log = before if written is None else cumulative  # e_t = D_t β_t w_t = e^{G_t − G_{t−1}} β_t w_t, or ũ_t
+    a_e = pairwise_gram(q, weighted_dir, cumulative, written_log, inclusive)
     m_k = pairwise_gram(direction, k, before, cumulative, strict)
-    m_e = pairwise_gram(direction, weighted_dir, before, before, strict)
+    m_e = pairwise_gram(direction, weighted_dir, before, written_log, strict)
     unit_lower = torch.eye(length, dtype=q.dtype, device=device) + m_e
     return coupled, (a_e, m_k, unit_lower)
 
 
-def scores(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None) -> Tensor:
+def scores(q: Tensor, k: Tensor, log_decay, beta, direction, written=None) -> Tensor:
     """``s_ij = q_iᵀ Λ_i ⋯ Λ_{j+1} k_j`` ``[B, H, T, T]`` for ``j ≤ i`` (0 above the diagonal); keys carry b.
 
     Without a Householder factor the product of diagonal matrices is ``diag(exp(G_i − G_j))``.  With
@@ -55,21 +56,20 @@ def scores(q: Tensor, k: Tensor, log_decay: Tensor | None, beta: Tensor | None, 
     ``s = A_k − A_e (I + M_e)^{-1} M_k`` with the decayed Gram matrices
     ``A_k[i,j] = q_iᵀ Φ_{i,j} k_j``, ``A_e[i,j] = q_iᵀ Φ_{i,j} e_j``, ``M_k[i,j] = w_iᵀ Φ_{i-1,j} k_j``,
     ``M_e[i,j] = w_iᵀ Φ_{i-1,j} e_j`` (``j < i`` for M) and ``Φ_{i,j} = D_i ⋯ D_{j+1}``.  Forming every
-    coefficient with a Householder factor solves for T right-hand sides: ``O(T³)``.
+    coefficient with a Householder factor solves for T right-hand sides: ``O(T³)``.  A diagonal-plus-low-rank
+    ``Λ_t = D_t − ũ_t w_tᵀ`` is the same with ``e_t = ũ_t`` (``written``).
     """
-    coupled, householder = _grams(q, k, log_decay, beta, direction)
+    coupled, householder = _grams(q, k, log_decay, beta, direction, written)
     if householder is None:
         return coupled
     a_e, m_k, unit_lower = householder
     return coupled - a_e @ torch.linalg.solve_triangular(unit_lower, m_k, upper=False, unitriangular=True)
 
 
-def outputs(
-    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, beta: Tensor | None, direction: Tensor | None
-) -> Tensor:
+def outputs(q: Tensor, k: Tensor, v: Tensor, log_decay, beta, direction, written=None) -> Tensor:
     """``y = s v`` for the identity readout; with a Householder factor ``y = A_k V − A_e (I + M_e)^{-1} (M_k V)``
     solves for V right-hand sides only, so the cost stays ``O(T²(K+V))``."""
-    coupled, householder = _grams(q, k, log_decay, beta, direction)
+    coupled, householder = _grams(q, k, log_decay, beta, direction, written)
     if householder is None:
         return coupled @ v
     a_e, m_k, unit_lower = householder
@@ -79,7 +79,7 @@ def outputs(
 def _extend(problem: Problem, prefix_keys: Tensor | None, prefix_values: Tensor | None, final_queries: bool):
     """Add virtual positions with ``Λ = I``: keys/values before the sequence and the K unit queries after it.
 
-    Returns ``(q, k, v, log_decay, beta, direction)`` of the extended sequence.
+    Returns ``(q, k, v, log_decay, beta, direction, written)`` of the extended sequence.
     """
     batch, heads, _, key_dim, value_dim = problem.shape
     q = problem.q
@@ -104,6 +104,7 @@ def _extend(problem: Problem, prefix_keys: Tensor | None, prefix_values: Tensor 
         extended(problem.log_decay),
         extended(problem.beta),
         extended(problem.direction),
+        extended(problem.written),
     )
 
 
@@ -116,7 +117,7 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor | None]:
     problem = problem.with_scale_applied()
     batch, heads, length, key_dim, value_dim = problem.shape
     if problem.initial_state is None and not want_state:
-        return outputs(problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction), None
+        return outputs(problem.q, problem.k, problem.v, *problem.transition), None
     eye = torch.eye(key_dim, dtype=problem.q.dtype, device=problem.q.device).expand(batch, heads, key_dim, key_dim)
     state = problem.initial_state
     if state is None:
@@ -130,8 +131,8 @@ def nonlinear(problem: Problem, want_state: bool):
     length = problem.shape[2]
     cache = problem.initial_state
     prefix = 0 if cache is None else cache[0].shape[2]
-    q, k, v, g, beta, direction = _extend(problem, *(cache or (None, None)), final_queries=want_state)
-    s = scores(q, k, g, beta, direction)
+    q, k, v, *transition = _extend(problem, *(cache or (None, None)), final_queries=want_state)
+    s = scores(q, k, *transition)
     rows = s[:, :, prefix : prefix + length, : prefix + length]
     valid = causal_mask(length, prefix + length, s.device, offset=prefix)
     coefficients = normalized_coefficients(rows, valid, problem.readout, problem.normalizer)
@@ -145,4 +146,4 @@ def nonlinear(problem: Problem, want_state: bool):
 def coefficient_scores(problem: Problem) -> Tensor:
     """The scores ``s`` of :func:`scores` for the problem's own sequence (its keys multiplied by ``b``)."""
     problem = problem.folded()
-    return scores(problem.q, problem.k, problem.log_decay, problem.beta, problem.direction)
+    return scores(problem.q, problem.k, *problem.transition)

@@ -34,9 +34,11 @@ def steps_of(*tensors: Tensor | None) -> list[tuple]:
     return list(zip(*slices))
 
 
-def state_step(state: Tensor, key: Tensor, value: Tensor, log_decay, beta, direction, diagonal: bool) -> Tensor:
-    """``S_t = Λ_t S_{t-1} + k_t v_tᵀ`` for one step; ``state`` ``[B, H, K, V]``, ``key`` ``[B, H, K]`` (with b)."""
-    return apply_evolution(state, log_decay, beta, direction, diagonal) + key.unsqueeze(-1) * value.unsqueeze(-2)
+def state_step(state: Tensor, key: Tensor, value: Tensor, transition: tuple, diagonal: bool) -> Tensor:
+    """``S_t = Λ_t S_{t-1} + k_t v_tᵀ`` for one step; ``state`` ``[B, H, K, V]``, ``key`` ``[B, H, K]`` (with b),
+    ``transition`` the step's ``(log_decay, beta, direction, written)`` (:func:`apply_evolution`)."""
+    evolved = apply_evolution(state, transition, diagonal)
+    return evolved + key.unsqueeze(-1) * value.unsqueeze(-2)
 
 
 def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
@@ -47,10 +49,8 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     if state is None:
         state = problem.v.new_zeros(batch, heads, key_dim, value_dim)
     outputs = []
-    for query, key, value, log_decay, beta, direction in steps_of(
-        problem.q, problem.k, problem.v, problem.log_decay, problem.beta, problem.direction
-    ):
-        state = state_step(state, key, value, log_decay, beta, direction, problem.diagonal)
+    for query, key, value, *transition in steps_of(problem.q, problem.k, problem.v, *problem.transition):
+        state = state_step(state, key, value, transition, problem.diagonal)
         outputs.append(torch.einsum("bhk,bhkv->bhv", query, state))
     return torch.stack(outputs, dim=2), state
 
@@ -73,13 +73,13 @@ def nonlinear(problem: Problem, want_state: bool):
     else:
         keys = cache[0].transpose(-1, -2)  # [B, H, K, N]
     outputs = []
-    steps = steps_of(problem.q, problem.k, problem.log_decay, problem.beta, problem.direction)
-    for t, (query, key, log_decay, beta, direction) in enumerate(steps):
+    steps = steps_of(problem.q, problem.k, *problem.transition)
+    for t, (query, key, *transition) in enumerate(steps):
         size = prefix + t + 1
         if static:
             current = keys[..., :size]
         else:
-            current = apply_evolution(keys, log_decay, beta, direction, problem.diagonal)
+            current = apply_evolution(keys, transition, problem.diagonal)
             keys = current = torch.cat([current, key.unsqueeze(-1)], dim=-1)
         scores = torch.einsum("bhk,bhkn->bhn", query, current).unsqueeze(-2)
         coefficients = normalized_coefficients(scores, None, problem.readout, row_normalizers[t])

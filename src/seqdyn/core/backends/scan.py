@@ -41,7 +41,8 @@ def unsupported(problem: Problem) -> str | None:
     if not problem.readout.linear:
         return f"readout={problem.readout.name!r} has no finite state to scan; scan needs readout='identity'"
     if problem.householder:
-        return "householder is not scalar or diagonal; scan needs Λ without a Householder factor"
+        part = "a Householder factor" if problem.written is None else "a low-rank part"
+        return f"Λ with {part} is not scalar or diagonal; scan needs Λ without one"
     return None
 
 

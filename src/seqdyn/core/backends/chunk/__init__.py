@@ -74,7 +74,9 @@ def linear(problem: Problem, want_state: bool) -> tuple[Tensor, Tensor]:
     elif delta_rule:
         out, state = delta_rule_chunks(q, direction, v, g, beta, chunked(key_scale), problem.initial_state)
     else:
+        keys, written = dense(chunked(problem.k)), dense(chunked(problem.written))
+        heads_of = (batch, heads)
         out, state = householder_chunks(
-            q, dense(chunked(problem.k)), v, direction, g, beta, problem.initial_state, problem.diagonal, (batch, heads)
+            q, keys, v, direction, g, beta, problem.initial_state, problem.diagonal, heads_of, written
         )
     return unchunked(out, length), state

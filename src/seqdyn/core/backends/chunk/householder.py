@@ -33,13 +33,17 @@ def householder_chunks(
     initial: Tensor | None,
     diagonal: bool,
     batch_heads: tuple[int, int],
+    written: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(Y [B, H, N, C, V], S_T [B, H, K, V])`` of chunked ``q``, ``k``, ``direction`` ``[B, H, N, C, K]``, ``v``
     ``[B, H, N, C, V]``, ``g`` ``[B, H, N, C]``, ``[B, H, N, C, K]`` (``diagonal``) or ``None`` and β
     ``[B, H, N, C]`` from the state ``initial`` ``[B, H, K, V]`` (or zero); ``batch_heads`` is ``(B, H)``, inputs
-    with a batch or head axis of size 1 broadcast."""
+    with a batch or head axis of size 1 broadcast.  ``written`` ``[B, H, N, C, K]``: the diagonal-plus-low-rank
+    ``Λ_t = D_t − ũ_t w_tᵀ``, whose ``ũ_t`` takes the place of ``D_t β_t w_t`` (its log factor ``γ_t``, not
+    ``γ_{t−1}``)."""
     (batch, heads), key_dim, value_dim = batch_heads, q.shape[-1], v.shape[-1]
     q, k, direction = (x.expand(batch, heads, *x.shape[2:]) for x in (q, k, direction))
+    written = None if written is None else written.expand(batch, heads, *written.shape[2:])
     decayed = g is not None
     if decayed and not diagonal:  # scalar γ in float64: a chunk of strong decays sums to large γ whose differences
         g = bounded_log_decay(g.to(torch.float64))  # matter; diagonal chunks are sized so their γ range fits
@@ -48,13 +52,14 @@ def householder_chunks(
     before = gamma - g if decayed else None  # γ_{t-1}
     chunk_decay = _chunk_decay(total, diagonal, q)  # diag(e^{Γ}) [B, H, N, K, K]
     out, query_in, delta_state = _decayed_terms(q, k, v, gamma, total, diagonal)
-    weighted = beta.unsqueeze(-1) * direction
-    a_e = _chunk_gram(q, weighted, gamma, before, False, diagonal)
+    weighted = beta.unsqueeze(-1) * direction if written is None else written
+    written_log = before if written is None else gamma
+    a_e = _chunk_gram(q, weighted, gamma, written_log, False, diagonal)
     m_k = _chunk_gram(direction, k, before, gamma, True, diagonal)
-    m_e = _chunk_gram(direction, weighted, before, before, True, diagonal)
+    m_e = _chunk_gram(direction, weighted, before, written_log, True, diagonal)
     rhs = torch.cat([_grown(direction, before, diagonal), m_k @ v], dim=-1)  # [W̃, M_k V] [B, H, N, C, K + V]
     from_state, from_values = unit_lower_solve(m_e, rhs).split([key_dim, value_dim], dim=-1)  # U_E, U_V
-    e_out = _grown(weighted, _to_end(total, before), diagonal).transpose(-1, -2)  # Ẽᵀ [B, H, N, K, C]
+    e_out = _grown(weighted, _to_end(total, written_log), diagonal).transpose(-1, -2)  # Ẽᵀ [B, H, N, K, C]
     query_in = query_in - a_e @ from_state
     out = out - a_e @ from_values
     delta_state = delta_state - e_out @ from_values
