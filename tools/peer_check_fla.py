@@ -13,6 +13,7 @@ if any comparison is off by more than 1e-10.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import subprocess
@@ -62,6 +63,8 @@ def inputs(seed: int) -> dict[str, torch.Tensor]:
         "beta_factors": rand(B, T, H, N),
         "log_decay": torch.log(0.5 + 0.5 * rand(B, T, H)),
         "log_decay_diagonal": torch.log(0.5 + 0.5 * rand(B, T, H, K)),
+        "removal_key": F.normalize(randn(B, T, H, K), dim=-1),  # RWKV-7's κ̂
+        "rate": rand(B, T, H, K),  # its in-context learning rate a
     }
 
 
@@ -167,6 +170,25 @@ def cases(fla: Path, commit: str, x: dict[str, torch.Tensor]):
     )
 
 
+def low_rank_cases(fla: Path, commit: str, x: dict[str, torch.Tensor]):
+    """The generalized delta rule, ``S_t = (D_t + β_t α_tᵀ) S_{t−1} + k_t v_tᵀ`` (``dplr``; ``iplr`` without D), on
+    RWKV-7's rank-one part α = −κ̂, β = κ̂ ⊙ a: seqdyn's ``low_rank_write`` β and ``low_rank_read`` α.  fla lays
+    these references out head first, ``[B, H, T, ·]``."""
+    alpha, beta = -x["removal_key"], x["removal_key"] * x["rate"]
+    first = lambda t: t.transpose(1, 2)  # noqa: E731  [B, T, H, ·] <-> [B, H, T, ·]
+    for op, decayed in (("dplr", True), ("iplr", False)):
+        module = naive_module(fla, commit, f"generalized_delta_rule/{op}")
+        decay = (first(x["log_decay_diagonal"]),) if decayed else ()
+        for name in (f"{op}_recurrence", f"{op}_chunkwise"):
+            options = {"chunk_size": 3} if name.endswith("chunkwise") else {}
+            tensors = (first(x[key]) for key in ("q", "k", "v"))
+            expected = getattr(module, name)(*tensors, first(alpha), first(beta), *decay, **options)[0]
+            description = dict(q=x["q"], k=x["k"], v=x["v"], low_rank_write=beta, low_rank_read=alpha, scale=1.0)
+            if decayed:
+                description["log_decay"] = x["log_decay_diagonal"]
+            yield f"generalized_delta_rule/{op}/{name}", first(expected), dict(description, query_scale=K**-0.5)
+
+
 def seqdyn_outputs(description: dict, backend: str) -> torch.Tensor:
     """seqdyn's output for a case (``query_scale`` multiplies q: where fla scales q, seqdyn's ``b`` scales keys)."""
     description = dict(description)
@@ -186,7 +208,8 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)  # what their references allocate without a dtype (path_attn's A) too
     x, failures, fixture = inputs(0), 0, {"cases": []}
-    for name, expected, description in cases(arguments.fla, arguments.commit, x):
+    every = itertools.chain(cases(arguments.fla, arguments.commit, x), low_rank_cases(arguments.fla, arguments.commit, x))
+    for name, expected, description in every:
         backends = description.get("backends", ("quadratic", "recurrent", "chunk", "auto"))
         errors = {backend: float((seqdyn_outputs(description, backend) - expected).abs().max()) for backend in backends}
         worst = max(errors.values())
