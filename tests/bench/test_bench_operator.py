@@ -204,7 +204,8 @@ def test_timing_mode_keeps_freed_memory_and_peak_memory_still_sees_allocations()
 
 
 def test_the_newest_transitions_are_timed_on_request_with_the_same_targets():
-    """``--kinds kda,deltaproduct,fox``: every backend that computes them (scan none), the targets of the others."""
+    """``--kinds kda,deltaproduct,fox,rwkv7``: every backend that computes them (scan none), the targets of the
+    others."""
     import inspect
 
     from seqdyn.cli import bench
@@ -212,8 +213,8 @@ def test_the_newest_transitions_are_timed_on_request_with_the_same_targets():
     default = inspect.signature(bench.bench_operator).parameters["kinds"].default.default
     assert default == ",".join(DEFAULT_KINDS)
     report = run_benchmark(
-        [8, 16], ["kda", "deltaproduct", "fox"], list(BACKEND_ORDER), batch=1, heads=2, dim=4, repeats=0
+        [8, 16], ["kda", "deltaproduct", "fox", "rwkv7"], list(BACKEND_ORDER), batch=1, heads=2, dim=4, repeats=0
     )
-    for kind in ("kda", "deltaproduct", "fox"):
+    for kind in ("kda", "deltaproduct", "fox", "rwkv7"):
         assert report.get(kind, 8, "scan").status == "n/a" and report.get(kind, 16, "chunk").status == "ok"
-    assert {check.what.split(":")[0] for check in target_checks(report)} == {"kda", "deltaproduct", "fox"}
+    assert {check.what.split(":")[0] for check in target_checks(report)} == {"kda", "deltaproduct", "fox", "rwkv7"}

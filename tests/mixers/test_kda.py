@@ -74,16 +74,20 @@ def test_kda_matches_its_paper(part):
 
 
 def test_the_decay_comes_before_the_update():
-    """The same weights with the operator's own order, ``Diag(α_t)(I − β_t k_t k_tᵀ)``, give other outputs: the order
-    is what KDA changes."""
+    """The low-rank form the mixer computes is the decay before the Householder factor (its sub-steps,
+    ``decay_first``); the operator's own order, ``Diag(α_t)(I − β_t k_t k_tᵀ)``, gives other outputs: the order is
+    what KDA changes."""
     from seqdyn.mixers.base import MixerState
 
     mixer = double_mixer("kda", D, heads=HEADS, conv_size=CONV)
     x = inputs(1, 9, D, seed=2)
     dynamics, _ = mixer.core_inputs(x, MixerState())
-    assert dynamics.decay_first and dynamics.log_decay.shape == (1, 9, HEADS, D // HEADS)
-    other = mixer.run_core(dynamics.replace(decay_first=False))
-    assert not torch.allclose(other, mixer.run_core(dynamics), atol=1e-6)
+    assert dynamics.log_decay.shape == (1, 9, HEADS, D // HEADS)
+    beta = -(dynamics.low_rank_write * dynamics.k).sum(-1) / dynamics.k.square().sum(-1)  # u = −β k
+    householder = dynamics.replace(low_rank_write=None, low_rank_read=None, householder=beta)
+    computed = mixer.run_core(dynamics)
+    torch.testing.assert_close(mixer.run_core(householder.replace(decay_first=True)), computed, rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(mixer.run_core(householder), computed, atol=1e-6)
 
 
 def test_the_decay_is_in_the_unit_interval_per_channel():

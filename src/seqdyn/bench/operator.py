@@ -5,7 +5,9 @@ Argument types follow the mixers they stand for, at the operator level:
   ``mamba2``   scalar decay ``g = Δ·A`` (Δ = softplus, A < 0), scale ``b = Δ``, q = C and k = B shared by heads;
   ``deltanet`` Householder factor with L2-normalized keys, ``β = σ(·)``, scale ``β·K^-½``;
   ``softmax``  exp readout with ``"sum"`` normalizer;
-  ``kda``      Kimi Delta Attention: a diagonal decay before the Householder factor (``decay_first``);
+  ``kda``      Kimi Delta Attention: a diagonal decay before the Householder factor, as its mixer computes it (the
+               diagonal-plus-low-rank ``Diag(α) − β k (α ⊙ k)ᵀ``, one step per token);
+  ``rwkv7``    RWKV-7: ``Diag(w) − (a ⊙ κ̂) κ̂ᵀ`` with a unit removal key κ̂, rates a ∈ (0, 1), w ∈ (0.55, 1);
   ``deltaproduct`` Gated DeltaProduct: 2 Householder factors per token with a scalar decay, β ∈ (0, 2);
   ``fox``      the Forgetting Transformer: softmax with a forget gate outside the exponential.
 """
@@ -19,9 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device, skip_estimate
+from seqdyn.core.low_rank import householder_as_low_rank
 from seqdyn.core.operator import coefficient_dynamics, select_backend
 
-KINDS = ("gla", "mamba2", "deltanet", "softmax", "kda", "deltaproduct", "fox")
+KINDS = ("gla", "mamba2", "deltanet", "softmax", "kda", "deltaproduct", "fox", "rwkv7")
 #: what ``seqdyn bench operator`` times unless told (the newest transitions on request: ``--kinds kda,…``)
 DEFAULT_KINDS = KINDS[:4]
 BACKEND_ORDER = ("quadratic", "recurrent", "chunk", "scan", "auto")
@@ -58,7 +61,14 @@ def make_arguments(
         beta = torch.sigmoid(rand(batch, length, heads))
         options.update(householder=beta, scale=beta * dim**-0.5)
         if kind == "kda":
-            options.update(log_decay=F.logsigmoid(rand(batch, length, heads, dim) + 4.0), decay_first=True)
+            g = F.logsigmoid(rand(batch, length, heads, dim) + 4.0)
+            write, read = householder_as_low_rank(options.pop("householder"), k, g, decay_first=True)
+            options.update(log_decay=g, low_rank_write=write, low_rank_read=read)
+    elif kind == "rwkv7":
+        removal = F.normalize(rand(batch, length, heads, dim), dim=-1)
+        rate = torch.sigmoid(rand(batch, length, heads, dim))
+        log_decay = -0.6065306597126334 * torch.sigmoid(rand(batch, length, heads, dim))  # −e^{−½} σ(·)
+        options.update(log_decay=log_decay, low_rank_write=-rate * removal, low_rank_read=removal, scale=1.0)
     elif kind == "deltaproduct":
         k, v = F.normalize(rand(batch, length, heads, 2, dim), dim=-1), rand(batch, length, heads, 2, dim)
         beta = 2 * torch.sigmoid(rand(batch, length, heads, 2))

@@ -108,7 +108,7 @@ def _train_table(cells, setup: dict, device, compile_step: bool):
 def bench_operator(
     seq_lens: str = typer.Option("256,1024,4096", "--seq-lens", help="Comma-separated sequence lengths T."),
     kinds: str = typer.Option(
-        "gla,mamba2,deltanet,softmax", help="Comma-separated argument types (also: kda, deltaproduct, fox)."
+        "gla,mamba2,deltanet,softmax", help="Comma-separated argument types (also: kda, deltaproduct, fox, rwkv7)."
     ),
     backends: str = typer.Option("quadratic,recurrent,chunk,scan,auto", help="Comma-separated backends."),
     batch: int = typer.Option(4, help="Batch size B."),

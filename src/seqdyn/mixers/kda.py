@@ -8,9 +8,11 @@ L2-normalized (flash-linear-attention's ε = 1e-6 inside the root)::
     S_t = (I − β_t k_t k_tᵀ) Diag(α_t) S_{t−1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K
     y_t = W_O (RMSNorm(o_t) ⊙ σ(W_g2 W_g1 u_t + b_g))
 
-Coefficient form: φ = identity, Λ_t = (I − β_t k_t k_tᵀ) Diag(α_t) — the decay before the Householder factor
-(``decay_first``), which is ``D (I − β w wᵀ)`` for no ``w`` — b_t = β_t K^-½, η = 1.  The operator computes it as two
-sub-steps per token, a decay and a delta-rule step (:mod:`seqdyn.core.products`).
+Coefficient form: φ = identity, Λ_t = (I − β_t k_t k_tᵀ) Diag(α_t) — the decay before the Householder factor, which
+is ``D (I − β w wᵀ)`` for no ``w`` — b_t = β_t K^-½, η = 1.  It is the diagonal-plus-low-rank transition
+``Diag(α_t) + u_t z_tᵀ`` with ``u_t = −β_t k_t`` and ``z_t = α_t ⊙ k_t`` (:mod:`seqdyn.core.low_rank`), one operator
+step per token; the same order as two sub-steps, a decay and a delta-rule step (``decay_first``,
+:mod:`seqdyn.core.products`), gives the same outputs at twice the steps.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
+from seqdyn.core.low_rank import householder_as_low_rank
 from seqdyn.layers import KDADecay, rms_norm
 from seqdyn.mixers.base import MixerState
 from seqdyn.mixers.deltanet import DeltaNet
@@ -81,7 +84,8 @@ class KimiDeltaAttention(DeltaNet):
 
     def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         inputs, extras = super().core_inputs(x, state)
-        return inputs.replace(decay_first=True), extras
+        write, read = householder_as_low_rank(inputs.householder, inputs.k, inputs.log_decay, decay_first=True)
+        return inputs.replace(householder=None, low_rank_write=write, low_rank_read=read), extras
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
         gate = torch.sigmoid(self.gate(extras)).unflatten(-1, core.shape[-2:])
