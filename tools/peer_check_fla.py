@@ -208,7 +208,9 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)  # what their references allocate without a dtype (path_attn's A) too
     x, failures, fixture = inputs(0), 0, {"cases": []}
-    every = itertools.chain(cases(arguments.fla, arguments.commit, x), low_rank_cases(arguments.fla, arguments.commit, x))
+    every = itertools.chain(
+        cases(arguments.fla, arguments.commit, x), low_rank_cases(arguments.fla, arguments.commit, x)
+    )
     for name, expected, description in every:
         backends = description.get("backends", ("quadratic", "recurrent", "chunk", "auto"))
         errors = {backend: float((seqdyn_outputs(description, backend) - expected).abs().max()) for backend in backends}
