@@ -1,4 +1,5 @@
-"""The short causal convolution (its hand-written backward) against ``F.conv1d``, and its streaming state."""
+"""The short causal convolution (its hand-written backward) against ``F.conv1d``, and its streaming state; the token
+shift."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqdyn.layers import ShortConv
+from seqdyn.layers import ShortConv, TokenShift
 
 
 def _reference(conv: ShortConv, x, state):
@@ -79,3 +80,20 @@ def test_short_conv_in_pieces_equals_the_whole_sequence():
     first, state = conv(x[:, :7])
     second, _ = conv(x[:, 7:], state)
     torch.testing.assert_close(torch.cat([first, second], dim=1), whole, rtol=0, atol=1e-13)
+
+
+def test_the_token_shift_reads_the_previous_input_across_calls_and_restarts_packed_sequences():
+    shift = TokenShift(3)
+    x = torch.randn(2, 7, 3, generator=torch.Generator().manual_seed(0))
+    whole, last = shift(x)
+    torch.testing.assert_close(whole, torch.cat([torch.zeros(2, 1, 3), x[:, :-1]], dim=1), rtol=0, atol=0)
+    first, state = shift(x[:, :4])
+    second, end = shift(x[:, 4:], state)
+    torch.testing.assert_close(torch.cat([first, second], 1), whole, rtol=0, atol=0)
+    torch.testing.assert_close(end, last, rtol=0, atol=0)
+    positions = torch.tensor([0, 1, 2, 0, 1, 0, 1])  # sequences of 3, 2 and 2 steps
+    packed, _ = shift(x[:1], positions=positions)
+    assert bool((packed[0, positions == 0] == 0).all())
+    torch.testing.assert_close(packed[0, 1:3], x[0, :2], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="token shift's last input"):
+        shift(x, torch.zeros(2, 2, 3))

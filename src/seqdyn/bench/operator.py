@@ -56,25 +56,12 @@ def make_arguments(
         step = F.softplus(rand(batch, length, heads) - 2.0)
         rate = torch.linspace(1.0, 16.0, heads, dtype=dtype, device=device)
         options.update(log_decay=-step * rate, scale=step)
-    elif kind in ("deltanet", "kda"):
+    elif kind == "deltanet":
         k = F.normalize(k, dim=-1)
         beta = torch.sigmoid(rand(batch, length, heads))
         options.update(householder=beta, scale=beta * dim**-0.5)
-        if kind == "kda":
-            g = F.logsigmoid(rand(batch, length, heads, dim) + 4.0)
-            write, read = householder_as_low_rank(options.pop("householder"), k, g, decay_first=True)
-            options.update(log_decay=g, low_rank_write=write, low_rank_read=read)
-    elif kind == "rwkv7":
-        removal = F.normalize(rand(batch, length, heads, dim), dim=-1)
-        rate = torch.sigmoid(rand(batch, length, heads, dim))
-        log_decay = -0.6065306597126334 * torch.sigmoid(rand(batch, length, heads, dim))  # −e^{−½} σ(·)
-        options.update(log_decay=log_decay, low_rank_write=-rate * removal, low_rank_read=removal, scale=1.0)
-    elif kind == "deltaproduct":
-        k, v = F.normalize(rand(batch, length, heads, 2, dim), dim=-1), rand(batch, length, heads, 2, dim)
-        beta = 2 * torch.sigmoid(rand(batch, length, heads, 2))
-        options.update(
-            householder=beta, scale=beta * dim**-0.5, log_decay=F.logsigmoid(rand(batch, length, heads) + 4.0)
-        )
+    elif kind in ("kda", "rwkv7", "deltaproduct"):
+        k, v, options = _newest_transition(kind, k, v, rand, (batch, length, heads, dim))
     else:
         options.update(readout="exp", normalizer="sum")
         if kind == "fox":
@@ -83,6 +70,29 @@ def make_arguments(
     for x in leaves:
         x.requires_grad_(True)
     return (q, k, v), options
+
+
+def _newest_transition(kind: str, k, v, rand, shape: tuple[int, int, int, int]) -> tuple:
+    """``(k, v, keywords)`` of Kimi Delta Attention (as its mixer computes it), RWKV-7 and Gated DeltaProduct."""
+    batch, length, heads, dim = shape
+    if kind == "kda":
+        k = F.normalize(k, dim=-1)
+        beta = torch.sigmoid(rand(batch, length, heads))
+        g = F.logsigmoid(rand(batch, length, heads, dim) + 4.0)
+        write, read = householder_as_low_rank(beta, k, g, decay_first=True)
+        return k, v, dict(log_decay=g, low_rank_write=write, low_rank_read=read, scale=beta * dim**-0.5)
+    if kind == "rwkv7":
+        removal = F.normalize(rand(batch, length, heads, dim), dim=-1)
+        rate = torch.sigmoid(rand(batch, length, heads, dim))
+        log_decay = -0.6065306597126334 * torch.sigmoid(rand(batch, length, heads, dim))  # −e^{−½} σ(·)
+        return k, v, dict(log_decay=log_decay, low_rank_write=-rate * removal, low_rank_read=removal, scale=1.0)
+    k, v = F.normalize(rand(batch, length, heads, 2, dim), dim=-1), rand(batch, length, heads, 2, dim)
+    beta = 2 * torch.sigmoid(rand(batch, length, heads, 2))
+    return (
+        k,
+        v,
+        dict(householder=beta, scale=beta * dim**-0.5, log_decay=F.logsigmoid(rand(batch, length, heads) + 4.0)),
+    )
 
 
 def _cost_exponent(kind: str, backend: str) -> int:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from seqdyn.core.backends import quadratic
-from seqdyn.core.dynamics import Dynamics, as_dynamics
+from seqdyn.core.dynamics import Dynamics, dynamics_of_call
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.operator import coefficients
 from seqdyn.core.outer import outer_decayed
@@ -100,23 +100,7 @@ def dsf(
     fixes the value width V (the values are the DSF's inputs).  For small sizes: Λ is ``[N, N]`` with
     ``N = K·V``.  η for ``"sum"``/``"abs_max1"`` is computed from the coefficients, which depend on q, k and Λ only.
     """
-    dynamics = as_dynamics(
-        q,
-        k,
-        v,
-        readout=readout,
-        log_decay=log_decay,
-        householder=householder,
-        householder_dir=householder_dir,
-        scale=scale,
-        normalizer=normalizer,
-        log_scale=log_scale,
-        decay_rate=decay_rate,
-        decay_first=decay_first,
-        outer_log_decay=outer_log_decay,
-        low_rank_write=low_rank_write,
-        low_rank_read=low_rank_read,
-    )
+    dynamics = dynamics_of_call(locals())
     outer = outer_decayed(dynamics)
     dynamics = dynamics if outer is None else outer[0]
     plan = sub_steps(dynamics)

@@ -112,6 +112,14 @@ def copy_with(instance: Any, changes: dict[str, Any]) -> Any:
     return copy
 
 
+def dynamics_of_call(arguments: dict[str, Any]) -> Dynamics:
+    """The :class:`Dynamics` of a public function's ``arguments`` (its ``locals()`` before it binds another name):
+    ``q``, ``k``, ``v`` (``None`` where it takes none) and the keywords named as the fields of a description, or
+    ``q`` itself when it is a ``Dynamics`` given alone."""
+    options = {name: arguments[name] for name in OPTIONS}
+    return as_dynamics(arguments["q"], arguments["k"], arguments.get("v"), **options)
+
+
 def as_dynamics(q: Tensor | Dynamics, k: Tensor | None, v: Tensor | None, **options: Any) -> Dynamics:
     """The :class:`Dynamics` of a keyword call: ``Dynamics(q, k, v, **options)``, or ``q`` itself when it is one
     (then neither k, v nor an option may be given beside it)."""

@@ -23,7 +23,7 @@ from seqdyn.core import choice
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.choice import BACKENDS
-from seqdyn.core.dynamics import OPTIONS, Dynamics, as_dynamics
+from seqdyn.core.dynamics import Dynamics, as_dynamics, dynamics_of_call
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
 from seqdyn.core.outer import OuterDecay, outer_decayed
 from seqdyn.core.packing import Packing, dynamics_side_by_side, packing_of, reset_at_starts, timed_fields
@@ -69,8 +69,7 @@ def coefficient_dynamics(
 
     Args:
         q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate,
-            decay_first, outer_log_decay, low_rank_write, low_rank_read: the fields of
-            :class:`~seqdyn.core.dynamics.Dynamics`, which documents each; or ``q`` one.
+            decay_first, outer_log_decay, low_rank_write, low_rank_read: the fields of a ``Dynamics`` (or ``q`` one).
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
@@ -88,7 +87,7 @@ def coefficient_dynamics(
     argument, what was given and what is allowed.
     """
     states = initial_state is not None or bool(output_final_state)
-    dynamics, cu_seqlens, plan = _sub_stepped(_dynamics_of(locals()), cu_seqlens, states)
+    dynamics, cu_seqlens, plan = _sub_stepped(dynamics_of_call(locals()), cu_seqlens, states)
     if cu_seqlens is not None:
         result = _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
     else:
@@ -120,14 +119,6 @@ def _sub_stepped(
         offsets = plan.offsets(packing_of(dynamics, cu_seqlens).offsets)
         cu_seqlens = Packing.of_lengths(offsets, dynamics.q.device)
     return expanded(dynamics, plan), cu_seqlens, plan
-
-
-def _dynamics_of(arguments: dict[str, Any]) -> Dynamics:
-    """The :class:`Dynamics` of a public function's ``arguments`` (its ``locals()`` before it binds another name):
-    ``q``, ``k``, ``v`` (``None`` where it takes none) and the keywords named as the fields of a description, or
-    ``q`` itself when it is a ``Dynamics`` given alone."""
-    options = {name: arguments[name] for name in OPTIONS}
-    return as_dynamics(arguments["q"], arguments["k"], arguments.get("v"), **options)
 
 
 def _outputs(dynamics: Dynamics, initial_state: Any, output_final_state: bool, backend: str, chunk_size: int | None):
@@ -291,7 +282,7 @@ def coefficient_dynamics_step(
     rows), and ``state`` as ``coefficient_dynamics(…, cu_seqlens=…)`` returns it — ``[N, …]``, or a list of ``N``
     key caches of different lengths, each sequence stepping from its own (the returned state is such a list too).
     """
-    steps = _one_step_as_sequence(_dynamics_of(locals()))
+    steps = _one_step_as_sequence(dynamics_of_call(locals()))
     if cu_seqlens is not None:
         rows = steps.q.shape[0]
         offsets = list(Packing.of(cu_seqlens, rows, 1, steps.q.device).offsets)
@@ -372,7 +363,7 @@ def coefficients(
     """
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")
-    dynamics = _dynamics_of(locals()).replace(v=None)
+    dynamics = dynamics_of_call(locals()).replace(v=None)
     computed, steps_packing, plan = _sub_stepped(dynamics, cu_seqlens)
     if plan is not None:
         matrix = coefficients(computed, backend=backend, chunk_size=chunk_size, cu_seqlens=steps_packing)

@@ -1,7 +1,7 @@
 """What mixers are built from: the short causal convolution, norms, MLPs, decay gates and parameter
 helpers.  Layers import only the core; mixers and models import them."""
 
-from seqdyn.layers.conv import ShortConv
+from seqdyn.layers.conv import ShortConv, TokenShift
 from seqdyn.layers.gates import GLADecay, KDADecay, MambaDecay, init_dt_bias, inverse_softplus
 from seqdyn.layers.mlp import MLP, build_mlp
 from seqdyn.layers.norms import GatedRMSNorm, HeadOutput, RMSNorm, l2_normalize, rms_norm
@@ -17,6 +17,7 @@ __all__ = [
     "MambaDecay",
     "RMSNorm",
     "ShortConv",
+    "TokenShift",
     "build_mlp",
     "check_positive",
     "init_dt_bias",

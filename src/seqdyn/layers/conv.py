@@ -62,6 +62,38 @@ class ShortConv(nn.Module):
         return f"channels={self.channels}, width={self.width}, activation={self.activation}"
 
 
+class TokenShift(nn.Module):
+    """``x_{t−1}`` of ``x`` ``[B, T, C]`` (RWKV's token shift; 0 before the start): a short convolution of width 2
+    with the kernel ``[1, 0]``, with :class:`ShortConv`'s interface — ``forward(x, state=None, positions=None)``
+    returns ``(x_{t−1}, state)``, the state the last input ``[B, 1, C]``; ``positions`` restart packed sequences."""
+
+    width = 2
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.channels = channels
+
+    def init_state(self, batch: int, like: Tensor | None = None) -> Tensor:
+        return torch.zeros(batch, 1, self.channels, dtype=None if like is None else like.dtype)
+
+    def forward(
+        self, x: Tensor, state: Tensor | None = None, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        if positions is not None:
+            earlier = F.pad(x[:, :-1], (0, 0, 1, 0))
+            return torch.where((positions >= 1)[:, None], earlier, earlier.new_zeros(())), None
+        if state is not None and list(state.shape) != [x.shape[0], 1, self.channels]:
+            raise ValueError(
+                f"state: expected the token shift's last input [B, 1, C] = {[x.shape[0], 1, self.channels]}, got "
+                f"{list(state.shape)}; start a state for this batch with init_state({x.shape[0]})"
+            )
+        state = x.new_zeros(x.shape[0], 1, self.channels) if state is None else state.to(x.dtype)
+        return torch.cat([state, x[:, :-1]], dim=1), x[:, -1:]
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}"
+
+
 def causal_depthwise_conv(
     x: Tensor, weight: Tensor, bias: Tensor | None = None, positions: Tensor | None = None
 ) -> Tensor:
