@@ -34,8 +34,9 @@ B, T, H, K, V, N = 2, 9, 2, 4, 3, 2  # N: Householder factors per token
 
 
 def naive_module(fla: Path, commit: str, op: str) -> types.ModuleType:
-    """``fla/ops/OP/naive.py`` of the checkout or git directory ``fla``, lifted to float64."""
-    relative = f"fla/ops/{op}/naive.py"
+    """``fla/ops/OP/naive.py`` (or ``fla/ops/OP`` where OP names a file) of the checkout or git directory ``fla``,
+    lifted to float64."""
+    relative = f"fla/ops/{op}" if op.endswith(".py") else f"fla/ops/{op}/naive.py"
     if (fla / relative).exists():
         source = (fla / relative).read_text()
     else:
@@ -43,7 +44,7 @@ def naive_module(fla: Path, commit: str, op: str) -> types.ModuleType:
             ["git", "--git-dir", str(fla), "show", f"{commit}:{relative}"], check=True, capture_output=True, text=True
         ).stdout
     source = re.sub(r"torch\.float(32)?\b", "torch.float64", source.replace(".float()", ".double()"))
-    module = types.ModuleType(f"fla_naive_{op}")
+    module = types.ModuleType(f"fla_naive_{op.replace('/', '_').removesuffix('.py')}")
     exec(compile(source, relative, "exec"), module.__dict__)
     return module
 
@@ -172,8 +173,9 @@ def cases(fla: Path, commit: str, x: dict[str, torch.Tensor]):
 
 def low_rank_cases(fla: Path, commit: str, x: dict[str, torch.Tensor]):
     """The generalized delta rule, ``S_t = (D_t + β_t α_tᵀ) S_{t−1} + k_t v_tᵀ`` (``dplr``; ``iplr`` without D), on
-    RWKV-7's rank-one part α = −κ̂, β = κ̂ ⊙ a: seqdyn's ``low_rank_write`` β and ``low_rank_read`` α.  fla lays
-    these references out head first, ``[B, H, T, ·]``."""
+    RWKV-7's rank-one part α = −κ̂, β = κ̂ ⊙ a: seqdyn's ``low_rank_write`` β and ``low_rank_read`` α; and RWKV-6,
+    whose output reads the state before the step plus the bonus ``q_tᵀ Diag(u) k_t v_t`` (seqdyn's ``bonus``).  fla
+    lays these references out head first, ``[B, H, T, ·]``."""
     alpha, beta = -x["removal_key"], x["removal_key"] * x["rate"]
     first = lambda t: t.transpose(1, 2)  # noqa: E731  [B, T, H, ·] <-> [B, H, T, ·]
     for op, decayed in (("dplr", True), ("iplr", False)):
@@ -187,6 +189,17 @@ def low_rank_cases(fla: Path, commit: str, x: dict[str, torch.Tensor]):
             if decayed:
                 description["log_decay"] = x["log_decay_diagonal"]
             yield f"generalized_delta_rule/{op}/{name}", first(expected), dict(description, query_scale=K**-0.5)
+    bonus = x["rate"][0, 0]  # RWKV-6's u [H, K]
+    description = dict(q=x["q"], k=x["k"], v=x["v"], log_decay=x["log_decay_diagonal"], bonus=bonus, scale=1.0)
+    tensors = [first(x[key]) for key in ("q", "k", "v", "log_decay_diagonal")]
+    recurrent = naive_module(fla, commit, "rwkv6/recurrent_naive.py").naive_recurrent_rwkv6
+    yield "rwkv6/naive_recurrent_rwkv6", first(recurrent(*tensors, bonus)[0]), dict(description, query_scale=K**-0.5)
+    chunked = naive_module(fla, commit, "rwkv6/chunk_naive.py").naive_chunk_rwkv6  # no query scale; T = 3 chunks
+    part = {
+        key: value[:, : T - T % 3] if getattr(value, "ndim", 0) > 2 else value for key, value in description.items()
+    }
+    expected = chunked(*(t[:, :, : T - T % 3] for t in tensors), bonus, chunk_size=3)
+    yield "rwkv6/naive_chunk_rwkv6", first(expected), dict(part, query_scale=1.0)
 
 
 def seqdyn_outputs(description: dict, backend: str) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from seqdyn.core.backends import quadratic
+from seqdyn.core.bonus import bonus_reduced
 from seqdyn.core.dynamics import Dynamics, dynamics_of_call
 from seqdyn.core.evolution import evolution_matrix
 from seqdyn.core.operator import coefficients
@@ -92,6 +93,7 @@ def dsf(
     outer_log_decay: Tensor | None = None,
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
+    bonus: Tensor | None = None,
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (Sieber et al. 2024 eq. 15); ``DSF.apply(v)``
     equals it.
@@ -101,6 +103,9 @@ def dsf(
     ``N = K·V``.  η for ``"sum"``/``"abs_max1"`` is computed from the coefficients, which depend on q, k and Λ only.
     """
     dynamics = dynamics_of_call(locals())
+    reduced = bonus_reduced(dynamics)
+    if reduced is not None:
+        return _with_bonus(dsf(dynamics.replace(bonus=None)), reduced[1].current)
     outer = outer_decayed(dynamics)
     dynamics = dynamics if outer is None else outer[0]
     plan = sub_steps(dynamics)
@@ -135,6 +140,25 @@ def _token_realization(dynamics: Dynamics, steps, plan: SubSteps) -> DSF:
     C = plain.C[:, :, m - 1 :: m]
     D = C.new_zeros(*C.shape[:-1], B.shape[-1])
     return DSF(Lambda=total * (eta_before / eta)[..., None, None], B=B / eta[..., None, None], C=C, D=D)
+
+
+def _with_bonus(plain: DSF, current: Tensor) -> DSF:
+    """The DSF of a current-token bonus (:mod:`seqdyn.core.bonus`): the state ``[h_i; h_{i−1}]`` keeps the one
+    before the step, which the output reads, and the bonus ``c_i`` ``[B, T, H]`` is the feedthrough::
+
+        Λ'_i = [[Λ_i, 0], [I, 0]],   B'_i = [B_i; 0],   C'_i = [0, C_i],   D'_i = c_i I_V
+    """
+    lam, inputs, outputs = plain.Lambda, plain.B, plain.C
+    eye = torch.eye(lam.shape[-1], dtype=lam.dtype, device=lam.device).expand_as(lam)
+    zeros = torch.zeros_like(lam)
+    transition = torch.cat([torch.cat([lam, zeros], -1), torch.cat([eye, zeros], -1)], -2)  # [B, H, T, 2N, 2N]
+    feedthrough = current.transpose(1, 2)[..., None, None] * torch.eye(plain.D.shape[-1], dtype=lam.dtype)
+    return DSF(
+        Lambda=transition,
+        B=torch.cat([inputs, torch.zeros_like(inputs)], dim=-2),
+        C=torch.cat([torch.zeros_like(outputs), outputs], dim=-1),
+        D=feedthrough.to(plain.D.dtype),
+    )
 
 
 def _token_eta(dynamics: Dynamics) -> Tensor:

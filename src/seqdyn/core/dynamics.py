@@ -65,6 +65,9 @@ class Dynamics:
             written along u — RWKV-7 and the generalized delta rule (:mod:`seqdyn.core.low_rank`).  Both orders of
             decay and update are cases: ``D(I − βwwᵀ)`` is ``u = −β D w, z = w``, ``(I − βkkᵀ) D`` is
             ``u = −β k, z = D k``.
+        bonus: u ``[H, K]`` or ``[B, T, H, K]``, a bonus for the current token: the output reads the state before
+            the token's step, ``y_t = q_tᵀ (S_{t−1} + Diag(u_t) b_t k_t v_tᵀ)`` (RWKV-5/6; identity readout, no
+            normalizer; :mod:`seqdyn.core.bonus`).
 
     Nothing is checked here: :func:`seqdyn.core.problem.prepare` validates a description (each argument named
     in its error) and brings it into the backends' layout.
@@ -85,6 +88,7 @@ class Dynamics:
     outer_log_decay: Tensor | None = None
     low_rank_write: Tensor | None = None
     low_rank_read: Tensor | None = None
+    bonus: Tensor | None = None
 
     def options(self) -> dict[str, Any]:
         """Every field except q, k, v: the keywords of :func:`~seqdyn.coefficient_dynamics` beside them."""

@@ -22,6 +22,7 @@ from torch import Tensor
 from seqdyn.core import choice
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import quadratic as quadratic_backend
+from seqdyn.core.bonus import Bonus, bonus_reduced
 from seqdyn.core.choice import BACKENDS
 from seqdyn.core.dynamics import Dynamics, as_dynamics, dynamics_of_call
 from seqdyn.core.evolution import causal_mask, cumulative_log_decay
@@ -64,12 +65,14 @@ def coefficient_dynamics(
     outer_log_decay: Tensor | None = None,
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
+    bonus: Tensor | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (Sieber et al. 2025 eqs. 2 and 4).
 
     Args:
         q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate,
-            decay_first, outer_log_decay, low_rank_write, low_rank_read: the fields of a ``Dynamics`` (or ``q`` one).
+            decay_first, outer_log_decay, low_rank_write, low_rank_read, bonus: the fields of a ``Dynamics`` (or ``q``
+            one).
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
@@ -77,17 +80,15 @@ def coefficient_dynamics(
         backend: ``"quadratic"``, ``"recurrent"``, ``"chunk"``, ``"scan"`` or ``"auto"``.
         chunk_size: chunk length C of the ``chunk`` backend (default 64).
         cu_seqlens: int offsets ``[N + 1]`` of ``N`` sequences packed along time in a batch of one, or their
-            :class:`~seqdyn.core.packing.Packing` (checked once where it was made): each is computed alone, no
-            coefficient crosses a boundary; states are per sequence — ``initial_state`` and the final state
-            ``[N, …]``, or for a key cache a list of ``N``.
-            Without states, the identity readout runs the ``T`` packed steps as one sequence with a hard reset at
-            each start (``chunk``: scalar or no decay; ``scan``), nothing computed for padding.
+            :class:`~seqdyn.core.packing.Packing`: each is computed alone; states are per sequence (``[N, …]``, or for
+            a key cache a list of ``N``).  Without states, the identity readout runs the ``T`` packed steps as one
+            sequence with a hard reset at each start (``chunk``: scalar or no decay; ``scan``).
 
     Returns ``y`` ``[B, T, H, V]`` in the dtype of ``v``, or ``(y, final_state)``; raises ``ValueError`` naming the
     argument, what was given and what is allowed.
     """
     states = initial_state is not None or bool(output_final_state)
-    dynamics, cu_seqlens, plan = _sub_stepped(dynamics_of_call(locals()), cu_seqlens, states)
+    dynamics, cu_seqlens, plan = _sub_stepped(dynamics_of_call(locals()), cu_seqlens, states, initial_state)
     if cu_seqlens is not None:
         result = _packed_outputs(dynamics, cu_seqlens, initial_state, output_final_state, backend, chunk_size)
     else:
@@ -96,12 +97,16 @@ def coefficient_dynamics(
 
 
 def _sub_stepped(
-    dynamics: Dynamics, cu_seqlens: Any, states: bool = False
-) -> tuple[Dynamics, Any, SubSteps | OuterDecay | None]:
-    """``(dynamics, cu_seqlens, plan)`` as the operator computes them: a decay outside the readout reduced to the
-    operator (:mod:`seqdyn.core.outer`); a description with several Householder factors per step or a diagonal decay
-    before its factor as its sub-steps (:mod:`seqdyn.core.products`), the packing's offsets with them; any other
-    unchanged (``plan`` None).  ``plan.token_outputs`` maps the operator's result back."""
+    dynamics: Dynamics, cu_seqlens: Any, states: bool = False, initial_state: Any = None
+) -> tuple[Dynamics, Any, SubSteps | OuterDecay | Bonus | None]:
+    """``(dynamics, cu_seqlens, plan)`` as the operator computes them: a current-token bonus as shifted queries
+    (:mod:`seqdyn.core.bonus`, which reads ``initial_state`` at the starts); a decay outside the readout reduced to
+    the operator (:mod:`seqdyn.core.outer`); a description with several Householder factors per step or a diagonal
+    decay before its factor as its sub-steps (:mod:`seqdyn.core.products`), the packing's offsets with them; any
+    other unchanged (``plan`` None).  ``plan.token_outputs`` maps the operator's result back."""
+    bonus = bonus_reduced(dynamics, cu_seqlens, initial_state)
+    if bonus is not None:
+        return bonus[0], cu_seqlens, bonus[1]
     outer = outer_decayed(dynamics)
     if outer is not None:
         if sub_steps(outer[0]) is not None:
@@ -247,6 +252,7 @@ STEP_LAYOUTS = {
     "outer_log_decay": ((2,), "[B, H]"),
     "low_rank_write": ((3,), "[B, H, K]"),
     "low_rank_read": ((3,), "[B, H, K]"),
+    "bonus": ((2, 3), "[H, K] or [B, H, K]"),
 }
 
 
@@ -268,6 +274,7 @@ def coefficient_dynamics_step(
     outer_log_decay: Tensor | None = None,
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
+    bonus: Tensor | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
@@ -301,7 +308,7 @@ def coefficient_dynamics_step(
 
 def _step_of(steps: Dynamics, state: Any) -> tuple[Tensor, Any]:
     """``(y_t [B, H, V], state_t)`` of one token as a sequence of one step (its sub-steps, where it has them)."""
-    steps, _, plan = _sub_stepped(steps, None)
+    steps, _, plan = _sub_stepped(steps, None, True, state)
     result = _outputs(steps, state, True, "recurrent", None)
     y, new_state = result if plan is None else plan.token_outputs(result, True)
     return y[:, 0], new_state
@@ -313,7 +320,7 @@ def _row(dynamics: Dynamics, row: int) -> Dynamics:
         **{
             name: getattr(dynamics, name)[row : row + 1]
             for name in STEP_LAYOUTS
-            if isinstance(getattr(dynamics, name), Tensor) and getattr(dynamics, name).dim() > 0
+            if isinstance(getattr(dynamics, name), Tensor) and not _without_batch(name, getattr(dynamics, name))
         }
     )
 
@@ -327,8 +334,14 @@ def _one_step_as_sequence(dynamics: Dynamics) -> Dynamics:
             continue
         if value.dim() not in ranks:
             raise ValueError(f"{name}: one step expects {layout}, got shape {list(value.shape)}")
-        timed[name] = value.unsqueeze(1)
+        if not _without_batch(name, value):
+            timed[name] = value.unsqueeze(1)
     return dynamics.replace(**timed)
+
+
+def _without_batch(name: str, value: Tensor) -> bool:
+    """A number (a scale) or one bonus per head ``[H, K]``: the same for every row and step."""
+    return value.dim() == 0 or (name == "bonus" and value.dim() == 2)
 
 
 def coefficients(
@@ -351,6 +364,7 @@ def coefficients(
     outer_log_decay: Tensor | None = None,
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
+    bonus: Tensor | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
