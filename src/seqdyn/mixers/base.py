@@ -79,6 +79,15 @@ def check_heads(heads: int, width: int, what: str = "d_model") -> int:
     return heads
 
 
+def expanded_widths(heads: int, d_model: int, expand_k: float, expand_v: float) -> tuple[int, int]:
+    """``(key width, value width)`` ``expand_k·D`` and ``expand_v·D`` over all heads, each a multiple of ``heads``."""
+    key_width = scaled_width("expand_k", d_model, expand_k)
+    value_width = scaled_width("expand_v", d_model, expand_v)
+    check_heads(heads, key_width, "expand_k·d_model")
+    check_heads(heads, value_width, "expand_v·d_model")
+    return key_width, value_width
+
+
 def check_choice(name: str, value: Any, allowed) -> Any:
     """``value`` must be one of ``allowed`` with the same type (so ``1`` is not accepted for ``True``)."""
     if not any(value == option and type(value) is type(option) for option in allowed):

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers import HeadOutput, ShortConv
 from seqdyn.layers.gates import GLADecay
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_heads, scaled_width, split_heads
+from seqdyn.mixers.base import CoefficientMixer, MixerState, expanded_widths, split_heads
 
 
 class GLA(CoefficientMixer):
@@ -51,10 +51,8 @@ class GLA(CoefficientMixer):
         chunk_size: int = 64,
     ):
         super().__init__(d_model, chunk_size)
-        self.key_width = scaled_width("expand_k", d_model, expand_k)
-        self.value_width = scaled_width("expand_v", d_model, expand_v)
-        self.heads = check_heads(heads, self.key_width, "expand_k·d_model")
-        check_heads(heads, self.value_width, "expand_v·d_model")
+        self.key_width, self.value_width = expanded_widths(heads, d_model, expand_k, expand_v)
+        self.heads = heads
         self.q = nn.Linear(d_model, self.key_width, bias=False)
         self.k = nn.Linear(d_model, self.key_width, bias=False)
         self.v = nn.Linear(d_model, self.value_width, bias=False)
