@@ -14,6 +14,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from seqdyn.hf.convert import (  # noqa: E402  (after the importorskip: the module skips without transformers)
+    NOT_YET,
     TINY_CONFIGS,
     UnsupportedModel,
     check_conversion,
@@ -459,6 +460,9 @@ def test_convert_check_prints_every_family_with_its_differences():
     for family, (model_class, _, _) in TINY_CONFIGS.items():
         assert f"│ {family} " in result.output and model_class in result.output
     assert result.output.count("True") == len(TINY_CONFIGS)  # the same greedy tokens, every family
+    refused = result.output[result.output.index("refused: the linear-recurrent families") :]
+    for family in NOT_YET:
+        assert f"│ {family} " in refused, family
     assert CliRunner().invoke(app, ["convert"]).exit_code == 2
 
 

@@ -61,21 +61,7 @@ def convert(
     except ImportError as error:
         fail(str(error))
     if check:
-        from rich.table import Table
-
-        from seqdyn.train.progress import console
-
-        reports = [check_conversion(family) for family in TINY_CONFIGS]
-        columns = [key for key in reports[0] if key != "family"]
-        table = Table(title="seqdyn convert --check: largest |seqdyn − transformers| / largest |logit|, tiny models")
-        for column in ("family", *columns):
-            table.add_column(column)
-        for report in reports:
-            table.add_row(
-                report["family"],
-                *(f"{report[key]:.1e}" if isinstance(report[key], float) else str(report[key]) for key in columns),
-            )
-        console().print(table)
+        _print_checks([check_conversion(family) for family in TINY_CONFIGS])
         return
     if model_dir is None or out_dir is None:
         fail("convert: give MODEL_DIR and OUT_DIR (or --check)")
@@ -84,6 +70,32 @@ def convert(
     except UnsupportedModel as error:
         fail(str(error))
     typer.echo(f"{written}: a seqdyn checkpoint converted from {model_dir}")
+
+
+def _print_checks(reports: list[dict]) -> None:
+    """``convert --check``'s tables: each converted family's differences, then each linear-recurrent family of
+    transformers that is refused, with what seqdyn lacks to compute it exactly."""
+    from rich.table import Table
+
+    from seqdyn.hf.convert import NOT_YET
+    from seqdyn.train.progress import console
+
+    columns = [key for key in reports[0] if key != "family"]
+    table = Table(title="seqdyn convert --check: largest |seqdyn − transformers| / largest |logit|, tiny models")
+    for column in ("family", *columns):
+        table.add_column(column)
+    for report in reports:
+        table.add_row(
+            report["family"],
+            *(f"{report[key]:.1e}" if isinstance(report[key], float) else str(report[key]) for key in columns),
+        )
+    refused = Table(title="refused: the linear-recurrent families of transformers seqdyn does not compute exactly yet")
+    refused.add_column("family")
+    refused.add_column("what seqdyn lacks for it")
+    for family, reason in sorted(NOT_YET.items()):
+        refused.add_row(family, reason)
+    console().print(table)
+    console().print(refused)
 
 
 def list_mixers(

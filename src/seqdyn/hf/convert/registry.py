@@ -104,15 +104,30 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
     return converted.eval()
 
 
-#: the families of the roadmap not converted yet, with what seqdyn lacks for each
+#: the linear-recurrent families of transformers not converted yet, each with what seqdyn lacks to compute it exactly
 NOT_YET: dict[str, str] = {
-    "kimi_linear": "a converter of its layers: its KDA layers are seqdyn's kda mixer (the decay before the "
-    "Householder factor), but its latent attention with its own key and value widths and its grouped sigmoid "
-    "router have no seqdyn layer",
-    "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε of the xLSTM large models, whose ε depends on the "
-    "kernel's chunking of the stabilizer m; per-head LayerNorm weights; soft-capped gates",
+    "kimi_linear": "a converter of its layers: its KDA layers are seqdyn's kda mixer (Diag(α) − βk(α⊙k)ᵀ), but its "
+    "latent attention (low-rank q and kv projections with their own RMSNorms, a position-free key part shared by "
+    "the heads) and its grouped sigmoid router with a selection-only bias and a routed scaling factor have no "
+    "seqdyn layer",
+    "bailing_hybrid": "the same as kimi_linear's (KDA with the gate −5σ(·), latent attention with interleaved "
+    "partial RoPE and a sigmoid gate per head, the grouped sigmoid router)",
+    "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε, whose ε is scaled by exp(m_t), the running maximum of "
+    "the stabilizer (max(|Σ_j w_tj|, 1) + ε·e^{m_t} unstabilized, not a normalizer of the operator); per-head "
+    "LayerNorm; gates soft-capped at 15 and logits at 30",
     "zamba2": "a shared attention block on [hidden state, embeddings] whose output enters only the next Mamba-2 "
     "layer's input, not the residual stream, with LoRA adapters per use",
+    "zamba": "one attention-and-MLP block shared by every hybrid layer, on [hidden state, embeddings], whose output "
+    "enters the next Mamba layer's input and not the residual stream; Mamba-1 with two heads of their own Δ, B, C",
+    "jamba": "the RMS norms with weights of Δ's input, B and C inside its Mamba-1 layers (seqdyn's s6 has weightless "
+    "ones, Falcon-Mamba's)",
+    "minimax": "its blocks' residual taken after the norm, h̄ = norm(h), h ← α h̄ + β f(h̄) (seqdyn's blocks add f "
+    "to the residual stream before any norm)",
+    "lfm2": "a gated short convolution C ⊙ conv₃(B ⊙ x) as a token mixer (seqdyn's short convolutions run before a "
+    "mixer, not as one)",
+    "rwkv": "RWKV-4's WKV: the current token's bonus e^{u + k_t} inside both the sum and its normalizer (the "
+    "operator's bonus is for the identity readout without a normalizer), per-channel decays on keys in the "
+    "exponent, and the halving of the stream every six blocks in eval mode",
 }
 
 
