@@ -147,6 +147,19 @@ def test_bamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named
         from_transformers(tiny_model("bamba", **change))
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"mamba_proj_bias": True}, "mamba_proj_bias=True"),
+        ({"mamba_conv_bias": False}, "mamba_conv_bias=False"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ],
+)
+def test_jamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^jamba: config option {re.escape(named)} cannot be converted"):
+        from_transformers(tiny_model("jamba", **change))
+
+
 def logits_agree(theirs: torch.nn.Module, length: int = 12, tolerance: float = FLOAT32_ROUNDING) -> None:
     """The converted model's logits are transformers' (float64: to its float32 roundings) within ``tolerance`` of the
     largest."""

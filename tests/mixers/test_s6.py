@@ -20,6 +20,7 @@ CONFIGS = [
     dict(state_dim=4),
     dict(state_dim=3, short_conv=False, gate=False, dt_rank=3, expand=1),
     dict(state_dim=4, dt_rank=2, bcdt_rms_eps=1e-6),
+    dict(state_dim=4, dt_rank=2, bcdt_rms_eps=1e-6, bcdt_norm_weights=True),
 ]
 
 
@@ -34,6 +35,8 @@ def mamba_inputs(m, u):
     low, B, C = (x @ m.x_proj.weight.T).split([m.dt_rank, m.state_dim, m.state_dim], dim=-1)
     if m.bcdt_rms_eps is not None:  # Falcon-Mamba (transformers' FalconMambaMixer): weightless RMS norms
         low, B, C = (t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + m.bcdt_rms_eps) for t in (low, B, C))
+    if m.bcdt_norms is not None:  # Jamba (JambaMambaMixer's dt_layernorm, b_layernorm, c_layernorm): with weights
+        low, B, C = (t * w for t, w in zip((low, B, C), m.bcdt_norms))
     delta = F.softplus(low @ m.dt_proj.weight.T + m.dt_proj.bias)
     return x, z, delta, -torch.exp(m.a_log), B, C, conv_in
 
@@ -86,3 +89,8 @@ def test_s6_initialization_is_mamba_1s():
     assert spread.min() < math.log(0.002) + 0.5 and spread.max() > math.log(0.05) - 0.5
     assert m.dt_proj.weight.abs().max() <= 4**-0.5
     assert torch.all(m.skip == 1)
+
+
+def test_weights_of_the_rms_norms_need_their_epsilon():
+    with pytest.raises(ValueError, match="bcdt_norm_weights: weights of the RMS norms of Δ, B and C need bcdt_rms_eps"):
+        mixers.build("s6", D, bcdt_norm_weights=True)

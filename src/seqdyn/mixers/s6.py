@@ -77,6 +77,8 @@ class S6(CoefficientMixer):
         bcdt_rms_eps: B_t, C_t and the low-rank Δ input W_r x_t each divided by √(mean of its squares + ε) before
             use — weightless RMS norms — with this ε (e.g. Falcon-Mamba, transformers' ``mixer_rms_eps``, 1e-6);
             None: none, as Mamba-1.
+        bcdt_norm_weights: those RMS norms each with a learned weight per channel (Jamba's ``dt_layernorm``,
+            ``b_layernorm``, ``c_layernorm``); needs bcdt_rms_eps.
     """
 
     name = "s6"
@@ -97,10 +99,13 @@ class S6(CoefficientMixer):
         scalar_decay: bool = False,
         chunk_size: int = 64,
         bcdt_rms_eps: float | None = None,
+        bcdt_norm_weights: bool = False,
     ):
         super().__init__(d_model, chunk_size)
         if bcdt_rms_eps is not None and not bcdt_rms_eps > 0:
             raise ValueError(f"bcdt_rms_eps: expected an ε > 0 or None, got {bcdt_rms_eps!r}")
+        if check_choice("bcdt_norm_weights", bcdt_norm_weights, (True, False)) and bcdt_rms_eps is None:
+            raise ValueError("bcdt_norm_weights: weights of the RMS norms of Δ, B and C need bcdt_rms_eps (their ε)")
         self.bcdt_rms_eps = bcdt_rms_eps
         self.scalar_decay = check_choice("scalar_decay", scalar_decay, (True, False))
         self.state_dim = check_positive("state_dim", state_dim)
@@ -123,6 +128,8 @@ class S6(CoefficientMixer):
         self.x_proj = nn.Linear(self.inner, self.dt_rank + 2 * state_dim, bias=False)
         self.dt_proj = nn.Linear(self.dt_rank, self.inner, bias=True)
         self.a_log = nn.Parameter(torch.zeros(()) if scalar_decay else s4d_real(self.inner, state_dim))
+        widths = (self.dt_rank, state_dim, state_dim)
+        self.bcdt_norms = nn.ParameterList([nn.Parameter(torch.ones(w)) for w in widths]) if bcdt_norm_weights else None
         self.skip = nn.Parameter(torch.ones(self.inner))  # D
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
         with torch.no_grad():
@@ -140,8 +147,10 @@ class S6(CoefficientMixer):
         if self.convs:
             x = self.convolve("x", x, state)
         dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
-        if self.bcdt_rms_eps is not None:  # weightless RMS norms of Δ's input, B and C
+        if self.bcdt_rms_eps is not None:  # RMS norms of Δ's input, B and C (with weights, or without)
             dt, b, c = (t * torch.rsqrt(t.square().mean(-1, keepdim=True) + self.bcdt_rms_eps) for t in (dt, b, c))
+            if self.bcdt_norms is not None:
+                dt, b, c = (t * weight for t, weight in zip((dt, b, c), self.bcdt_norms))
         step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
         if self.scalar_decay:  # g = Δ a, one scalar per channel
             decay = dict(log_decay=step * self.A)

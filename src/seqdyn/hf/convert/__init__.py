@@ -78,6 +78,7 @@ FAMILY_MODULES = (
     "olmo_hybrid",
     "recurrent_gemma",
     "falcon_h1",
+    "jamba",
 )
 
 

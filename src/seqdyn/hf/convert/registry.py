@@ -119,12 +119,24 @@ NOT_YET: dict[str, str] = {
     "layer's input, not the residual stream, with LoRA adapters per use",
     "zamba": "one attention-and-MLP block shared by every hybrid layer, on [hidden state, embeddings], whose output "
     "enters the next Mamba layer's input and not the residual stream; Mamba-1 with two heads of their own Δ, B, C",
-    "jamba": "the RMS norms with weights of Δ's input, B and C inside its Mamba-1 layers (seqdyn's s6 has weightless "
-    "ones, Falcon-Mamba's)",
     "minimax": "its blocks' residual taken after the norm, h̄ = norm(h), h ← α h̄ + β f(h̄) (seqdyn's blocks add f "
     "to the residual stream before any norm)",
     "lfm2": "a gated short convolution C ⊙ conv₃(B ⊙ x) as a token mixer (seqdyn's short convolutions run before a "
     "mixer, not as one)",
+    "lfm2_moe": "LFM2's gated short convolution as a token mixer, and a sigmoid router with a selection bias",
+    "lfm3": "LFM2's gated short convolution as a token mixer (width 7), norms after each branch as well as before",
+    "glm5_next": "its text model's residual of four streams mixed by Sinkhorn-normalized matrices around every "
+    "branch (mHC), beside KDA layers (the kda mixer) and latent attention with a sparse indexer",
+    "qwen4_exp": "its text model's gated residual of four streams without per-layer norms, hashed n-gram embeddings "
+    "with a dilated convolution, and an attention whose keys a block indexer selects (its Gated DeltaNet layers "
+    "are Qwen3.5's)",
+    "lara_mini": "weights of its RMS norms applied in float32 after the norm, sliding-window RoPE attention beside "
+    "position-free full attention, and experts beside an ungated shared one, around Qwen3.5's Gated DeltaNet layers",
+    "inkling": "short convolutions with an identity residual on attention's keys and values and on each branch's "
+    "output, and a learned relative-position bias in attention without RoPE",
+    "inkling2": "Inkling's short convolutions with an input-dependent kernel on keys and values, a residual that "
+    "attends over earlier blocks' sums, per-token attention sinks",
+    "inkling2_loop": "Inkling 2's layers, a span of them run three times with messages between the passes",
     "rwkv": "RWKV-4's WKV: the current token's bonus e^{u + k_t} inside both the sum and its normalizer (the "
     "operator's bonus is for the identity readout without a normalizer), per-channel decays on keys in the "
     "exponent, and the halving of the stream every six blocks in eval mode",
