@@ -1,6 +1,7 @@
 """seqdyn's backends inside a loaded transformers model (issue 34, item 3): ``accelerate`` swaps the
 pure-PyTorch SSD scan of Mamba-2 and its hybrids (Bamba, Granite 4.0, Nemotron-H, Zamba2, Falcon-H1) and Gated
-DeltaNet's chunked delta rule (Qwen3.5, Qwen3-Next) — and RecurrentGemma's RG-LRU loop, a method of each layer —
+DeltaNet's chunked delta rule (Qwen3.5, Qwen3-Next), Kimi Delta Attention (Kimi-Linear) — and RecurrentGemma's RG-LRU
+loop, a method of each layer —
 for seqdyn's operator in that model only;
 logits, the cache and generation stay transformers' to round-off, and packed sequences (``seq_idx``,
 ``cu_seqlens``) are computed each alone."""
@@ -14,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from seqdyn.hf import acceleration as acc  # noqa: E402
 from seqdyn.hf.convert import tiny_model  # noqa: E402
+from seqdyn.hf.convert.checks import random_model  # noqa: E402
 
 #: transformers' fallback upcasts the scan to float32 whatever the dtype: both agree to a few float32 roundings
 FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
@@ -21,16 +23,6 @@ FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 
 def ids(length: int, batch: int = 2) -> torch.Tensor:
     return torch.randint(0, 48, (batch, length), generator=torch.Generator().manual_seed(1))
-
-
-def transformers_model(model_class: str, config_class: str, dtype: torch.dtype, **fields) -> torch.nn.Module:
-    """A tiny random transformers model of a family seqdyn accelerates but does not convert."""
-    torch.manual_seed(0)
-    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**fields)).to(dtype).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-    return model
 
 
 SMALL = dict(vocab_size=48, hidden_size=16, intermediate_size=24)
@@ -53,12 +45,37 @@ UNCONVERTED = {
             chunk_size=8,
         ),
     ),
+    "kimi_linear": (
+        "KimiLinearForCausalLM",
+        "KimiLinearConfig",
+        dict(
+            SMALL,
+            moe_intermediate_size=8,
+            num_hidden_layers=2,
+            layer_types=["linear_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            kv_lora_rank=8,
+            qk_rope_head_dim=4,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            linear_head_dim=8,
+            linear_num_heads=2,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            experts_implementation="eager",
+        ),
+    ),
 }
 
 
 def build(family: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     if family in UNCONVERTED:
-        return transformers_model(*UNCONVERTED[family][:2], dtype, **UNCONVERTED[family][2])
+        return random_model(*UNCONVERTED[family], dtype)
     return tiny_model(family, dtype)
 
 
@@ -105,6 +122,24 @@ def test_accelerated_models_give_transformers_logits_through_seqdyns_operator(fa
             )
         got = acc.accelerate(model)(inputs).logits
     assert sorted(calls) == sorted(names * layers)  # each once per layer
+    assert (got - expected).abs().max() <= tolerance * expected.abs().max()
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
+def test_kimi_delta_attention_runs_on_the_low_rank_transition(dtype, tolerance, monkeypatch):
+    """Kimi-Linear's KDA layers (the decay before the delta rule, ``(I − βkkᵀ) Diag(α)``) on seqdyn's operator as
+    ``Diag(α) − βk(α⊙k)ᵀ``: transformers' logits over 150 tokens, its chunked fallback replaced in each KDA layer."""
+    module = module_of("kimi_linear")
+    model, inputs = build("kimi_linear", dtype), ids(150)
+    calls = []
+    swapped = acc.ACCELERATED[module]["chunk_kimi_delta_attention"]
+    monkeypatch.setitem(
+        acc.ACCELERATED[module], "chunk_kimi_delta_attention", lambda *a, **k: calls.append(1) or swapped(*a, **k)
+    )
+    with torch.no_grad():
+        expected = model(inputs).logits
+        got = acc.accelerate(model)(inputs).logits
+    assert len(calls) == 1  # the one KDA layer
     assert (got - expected).abs().max() <= tolerance * expected.abs().max()
 
 
@@ -158,7 +193,7 @@ def test_linear_rnn_scan_equals_recurrent_gemmas_loop_with_resets_a_state_and_gr
 
 
 @pytest.mark.parametrize(
-    "family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h", "recurrent_gemma"]
+    "family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h", "recurrent_gemma", "kimi_linear"]
 )
 def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""
@@ -357,7 +392,7 @@ def test_gated_delta_rule_equals_transformers_recurrent_form():
         torch.testing.assert_close(ours, theirs.double(), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("family", ["mamba", "falcon_mamba", "mamba2", "qwen3_5_text"])
+@pytest.mark.parametrize("family", ["mamba", "falcon_mamba", "mamba2", "qwen3_5_text", "kimi_linear"])
 def test_a_prompt_prefilled_in_two_pieces_gives_the_logits_of_one_forward(family):
     """Accelerated, the second piece continues from the cache's recurrent state; transformers' Mamba and
     Falcon-Mamba fallbacks start every multi-token call from zeros (their chunked prefill diverges)."""

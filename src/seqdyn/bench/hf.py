@@ -70,6 +70,25 @@ FAMILIES: dict[str, dict[str, Any]] = {
         logits_soft_cap=30.0,
         vocab_size=1024,
     ),
+    "kimi_linear": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        mlp_layer_types=["dense"] * 4,
+        linear_num_heads=4,
+        linear_head_dim=64,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        kv_lora_rank=64,
+        qk_rope_head_dim=32,
+        qk_nope_head_dim=32,
+        v_head_dim=64,
+        vocab_size=1024,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
 }
 #: how the table names each benchmarked model
 MODEL_WORDS = {
@@ -78,6 +97,7 @@ MODEL_WORDS = {
     "qwen3_5_text": "Qwen3.5, 3 Gated DeltaNet layers (8 value heads of 64, 4 key heads of 64) and 1 gated "
     "attention layer, width 256",
     "recurrent_gemma": "RecurrentGemma, 2 RG-LRU blocks of 256 channels and 1 local attention layer, width 256",
+    "kimi_linear": "Kimi-Linear, 3 KDA layers (4 heads of 64) and 1 latent attention layer, width 256",
 }
 LENGTHS = (1024, 4096, 16384)
 #: toy versions of :data:`FAMILIES` for ``--quick``
@@ -117,6 +137,25 @@ QUICK: dict[str, dict[str, Any]] = {
         num_key_value_heads=1,
         attention_window_size=16,
         vocab_size=64,
+    ),
+    "kimi_linear": dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        mlp_layer_types=["dense"] * 2,
+        linear_num_heads=2,
+        linear_head_dim=16,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+        vocab_size=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     ),
 }
 
@@ -181,9 +220,8 @@ def _decode_rate(model: torch.nn.Module, prompt: torch.Tensor, tokens: int) -> f
 def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, decode_tokens: int = 32) -> HfRow:
     """Both models of ``family`` (config ``fields``) on a random prompt of ``length`` tokens."""
     from seqdyn.hf import accelerate
-    from seqdyn.hf.convert import tiny_model
 
-    plain = tiny_model(family, torch.float32, **fields)
+    plain = _model(family, fields)
     fast = accelerate(copy.deepcopy(plain))
     inputs = torch.randint(0, fields["vocab_size"], (1, length), generator=torch.Generator().manual_seed(0))
     cpu = torch.device("cpu")
@@ -208,6 +246,21 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
     decode = tuple(_decode_rate(model, prompt, decode_tokens) for model in (plain, fast))
     functions = tuple(_measure_function(*call, repeats) for call in _first_calls(plain, fast, inputs))
     return HfRow(family, length, prefill_s, backward_s, decode, difference, functions)
+
+
+#: the benchmarked families seqdyn accelerates but does not convert: their transformers classes
+ACCELERATED_ONLY = {"kimi_linear": ("KimiLinearForCausalLM", "KimiLinearConfig")}
+
+
+def _model(family: str, fields: dict[str, Any]) -> torch.nn.Module:
+    """``family``'s transformers model of ``fields`` in float32 (:func:`~seqdyn.hf.convert.tiny_model`'s, or for a
+    family that is only accelerated its classes')."""
+    from seqdyn.hf.convert import tiny_model
+    from seqdyn.hf.convert.checks import random_model
+
+    if family not in ACCELERATED_ONLY:
+        return tiny_model(family, torch.float32, **fields)
+    return random_model(*ACCELERATED_ONLY[family], fields)
 
 
 def _first_calls(

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqdyn.core.low_rank import householder_as_low_rank
 from seqdyn.core.operator import coefficient_dynamics
 from seqdyn.core.packing import Packing
 from seqdyn.hf.acceleration.prompt import current_prompt, real_steps
@@ -187,14 +188,8 @@ def gated_delta_rule(
     ``[b, l, h, V]``, ``g``, ``beta`` ``[b, l, h]``, ``initial_state`` and the final state ``[b, h, K, V]``;
     ``use_qk_l2norm_in_kernel``: q, k ← q (‖q‖² + 1e-6)^-½ first (FLA's l2norm); ``cu_seqlens`` ``[N + 1]``: packed
     sequences in a batch of one, each from its own state.  Computed in float32 at least, as the fallback does."""
-    dtype = value.dtype
-    work = torch.promote_types(dtype, torch.float32)
-    query, key, value, g, beta = (t.to(work) for t in (query, key, value, g, beta))
-    real = real_steps(*g.shape[:2])
-    if real is not None:  # a padded step is no step: no decay (g = 0), no update (β = 0)
-        g, beta = g.masked_fill(~real.unsqueeze(-1), 0.0), beta.masked_fill(~real.unsqueeze(-1), 0.0)
-    if use_qk_l2norm_in_kernel:
-        query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
+    dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
+    query, key, value, g, beta = _delta_rule_inputs(query, key, value, g, beta, use_qk_l2norm_in_kernel)
     queries, keys, value = _head_major(query * query.shape[-1] ** -0.5, key, value)
     state = None if initial_state is None else initial_state.to(work)
     output, final = coefficient_dynamics(
@@ -211,6 +206,64 @@ def gated_delta_rule(
         cu_seqlens=cu_seqlens,
     )
     return output.to(dtype), (final if output_final_state else None)
+
+
+def kimi_delta_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    chunk_size: int = 64,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    cu_seqlens: Tensor | None = None,
+    **_: Any,
+):
+    """flash-linear-attention's ``chunk_kda`` and ``fused_recurrent_kda`` (transformers' ``chunk_kimi_delta_attention``
+    and ``recurrent_kimi_delta_attention``) by seqdyn's operator (Kimi Team 2025, eq. 1)::
+
+        S_t = (I − β_t k_t k_tᵀ) Diag(e^{g_t}) S_{t−1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K
+
+    as the diagonal-plus-low-rank ``Diag(α_t) − β_t k_t (α_t ⊙ k_t)ᵀ`` (:mod:`seqdyn.core.low_rank`), one step per
+    token.  ``query``, ``key``, ``value``, ``g`` ``[b, l, h, K]`` (``g`` per key channel), ``beta`` ``[b, l, h]``,
+    ``initial_state`` and the final state ``[b, h, K, V]``; ``use_qk_l2norm_in_kernel``: q, k ← q (‖q‖² + 1e-6)^-½
+    first; ``cu_seqlens``: packed sequences, each from its own state.  In float32 at least, as the fallback."""
+    dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
+    query, key, value, g, beta = _delta_rule_inputs(query, key, value, g, beta, use_qk_l2norm_in_kernel)
+    write, read = householder_as_low_rank(beta, key, g, decay_first=True)
+    output, final = coefficient_dynamics(
+        query * query.shape[-1] ** -0.5,
+        key,
+        value,
+        log_decay=g,
+        low_rank_write=write,
+        low_rank_read=read,
+        scale=beta,
+        initial_state=None if initial_state is None else initial_state.to(work),
+        output_final_state=True,
+        backend="chunk",
+        chunk_size=chunk_size,
+        cu_seqlens=cu_seqlens,
+    )
+    return output.to(dtype), (final if output_final_state else None)
+
+
+def _delta_rule_inputs(
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, l2norm: bool
+) -> tuple[Tensor, ...]:
+    """A delta rule's arguments as its fallbacks compute them: in float32 at least, a padded step no step (no decay,
+    g = 0; no update, β = 0), and with ``l2norm`` q, k ← q (‖q‖² + 1e-6)^-½ (FLA's l2norm, ε inside the root)."""
+    work = torch.promote_types(value.dtype, torch.float32)
+    query, key, value, g, beta = (t.to(work) for t in (query, key, value, g, beta))
+    real = real_steps(*g.shape[:2])
+    if real is not None:
+        g = g.masked_fill(~real.view(*real.shape, *(1,) * (g.dim() - 2)), 0.0)
+        beta = beta.masked_fill(~real.unsqueeze(-1), 0.0)
+    if l2norm:
+        query, key = (l2_normalize(t, 1e-6, inside_root=True) for t in (query, key))
+    return query, key, value, g, beta
 
 
 def _head_major(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:

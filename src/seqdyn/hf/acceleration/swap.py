@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from seqdyn.hf.acceleration.functions import (
     causal_conv1d,
     gated_delta_rule,
+    kimi_delta_attention,
     linear_rnn_scan,
     selective_scan,
     ssd_chunk_scan,
@@ -66,6 +67,14 @@ ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
         }
         for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")
     },
+    **{
+        f"transformers.models.{name}.modeling_{name}": {
+            "chunk_kimi_delta_attention": kimi_delta_attention,
+            "recurrent_kimi_delta_attention": kimi_delta_attention,
+            "causal_conv1d_fn": causal_conv1d,
+        }
+        for name in ("kimi_linear", "bailing_hybrid", "glm5_next")
+    },
 }
 #: transformers layer class → {its method that runs a fallback: seqdyn's function}, swapped on each such layer
 ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {
@@ -85,6 +94,9 @@ ACCELERATED_LAYERS = {
     "Qwen3_5MoeGatedDeltaNet": "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
     "Qwen3NextGatedDeltaNet": "transformers.models.qwen3_next.modeling_qwen3_next",
     "OlmoHybridGatedDeltaNet": "transformers.models.olmo_hybrid.modeling_olmo_hybrid",
+    "KimiLinearDeltaAttention": "transformers.models.kimi_linear.modeling_kimi_linear",
+    "BailingHybridDeltaAttention": "transformers.models.bailing_hybrid.modeling_bailing_hybrid",
+    "Glm5NextTextLinearAttention": "transformers.models.glm5_next.modeling_glm5_next",
 }
 
 

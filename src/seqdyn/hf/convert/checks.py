@@ -17,14 +17,21 @@ def tiny_model(family: str, dtype: torch.dtype = torch.float32, seed: int = 0, *
     """A random transformers model of ``family`` at :data:`TINY_CONFIGS`' size (with ``changes`` to its config),
     in eval mode, every weight moved off transformers' initialization (which leaves some at 0 or 1, where a wrongly
     mapped weight would not show)."""
-    import transformers
-
     if family not in TINY_CONFIGS:
         raise ValueError(f"family: expected one of {', '.join(TINY_CONFIGS)}, got {family!r}")
     model_class, config_class, fields = TINY_CONFIGS[family]
+    return random_model(model_class, config_class, {**fields, **changes}, dtype, seed)
+
+
+def random_model(
+    model_class: str, config_class: str, fields: dict[str, Any], dtype: torch.dtype = torch.float32, seed: int = 0
+) -> nn.Module:
+    """transformers' ``model_class`` of ``config_class(**fields)``, random from ``seed``, in eval mode, every weight
+    moved by N(0, 0.05²) off its initialization."""
+    import transformers
+
     torch.manual_seed(seed)
-    config = getattr(transformers, config_class)(**{**fields, **changes})
-    model = getattr(transformers, model_class)(config).to(dtype).eval()
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**fields)).to(dtype).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
