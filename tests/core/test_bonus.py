@@ -131,3 +131,13 @@ def test_the_dsf_keeps_the_state_before_the_step():
 def test_bad_bonus_arguments_are_named(change, message):
     with pytest.raises(ValueError, match=message):
         seqdyn.coefficient_dynamics(**{**draw(), **change})
+
+
+@pytest.mark.parametrize("backend", ["quadratic", "chunk", "scan"])
+def test_unstable_decays_and_scales_in_log_space_take_the_bonus(backend):
+    arguments = draw(9)
+    arguments["log_decay"] = arguments["log_decay"] + 0.3
+    log_scale = torch.randn(B, T, H, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    arguments.pop("scale")
+    y = seqdyn.coefficient_dynamics(**arguments, log_scale=log_scale, backend=backend, chunk_size=4)
+    torch.testing.assert_close(y, reference({**arguments, "scale": torch.exp(log_scale)})[0], **TOL)

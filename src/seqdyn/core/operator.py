@@ -498,7 +498,7 @@ def _stabilized(problem: Problem):
         cumulative, impulse = _log_decays_and_scales(problem)
         lifted = impulse.unsqueeze(-1) if cumulative.dim() == 4 else impulse
         log_scale = cumulative + torch.clamp((lifted - cumulative).cummax(dim=2).values, min=0.0)
-        if problem.diagonal and problem.householder:  # the Householder factor only commutes with scalars
+        if problem.diagonal and problem.householder:  # the Householder or low-rank factor commutes with scalars only
             log_scale = log_scale.amax(-1)
         per_channel = log_scale.dim() == 4
         row_scale = log_scale.amax(-1) if per_channel else log_scale
@@ -510,11 +510,17 @@ def _stabilized(problem: Problem):
     new_decay = -shift if g is None else g.to(torch.float64) - shift
     key_log = impulse if ell is None else ell.to(torch.float64)
     key_factor = torch.exp((key_log.unsqueeze(-1) if per_channel else key_log) - log_scale)
+    changes = {}
+    if problem.written is not None:  # Λ = D − ũ zᵀ scales as a whole: ũ with D (a scalar m, the factor not commuting)
+        changes["written"] = problem.written * torch.exp(-(shift if shift.dim() == 4 else shift.unsqueeze(-1))).to(
+            dtype
+        )
     stable = problem.with_keys_scaled(
         key_factor,
         log_decay=new_decay.to(dtype),
         q=problem.q * torch.exp(log_scale - row_scale.unsqueeze(-1)).to(dtype) if per_channel else problem.q,
         log_scale=None,
+        **changes,
     )
     final = torch.exp(along_keys(log_scale[:, :, -1])).unsqueeze(-1)  # multiplies S_T [B, H, K, V]
     return stable, row_scale, final
