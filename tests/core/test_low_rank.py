@@ -254,8 +254,8 @@ def test_the_scan_backend_says_why_it_does_not_compute_it():
 @pytest.mark.parametrize("decay", ["scalar", "diagonal"])
 @pytest.mark.parametrize("backend", ["quadratic", "recurrent", "chunk"])
 def test_unstable_decays_and_scales_in_log_space_rescale_the_low_rank_part_too(decay, backend):
-    """The operator's stabilization (``g > 0``, ``log_scale``) rescales the state by a scalar per step: ``D − ũ zᵀ`` as a
-    whole, its low-rank part with its decay."""
+    """The operator's stabilization (``g > 0``, ``log_scale``) rescales the state by a scalar per step: ``D − ũ zᵀ``
+    as a whole, its low-rank part with its decay."""
     arguments = draw(decay, seed=19)
     arguments["log_decay"] = arguments["log_decay"] + 0.3  # some steps with g > 0
     log_scale = torch.randn(B, T, H, generator=torch.Generator().manual_seed(20), dtype=torch.float64)

@@ -102,11 +102,7 @@ class S6(CoefficientMixer):
         bcdt_norm_weights: bool = False,
     ):
         super().__init__(d_model, chunk_size)
-        if bcdt_rms_eps is not None and not bcdt_rms_eps > 0:
-            raise ValueError(f"bcdt_rms_eps: expected an ε > 0 or None, got {bcdt_rms_eps!r}")
-        if check_choice("bcdt_norm_weights", bcdt_norm_weights, (True, False)) and bcdt_rms_eps is None:
-            raise ValueError("bcdt_norm_weights: weights of the RMS norms of Δ, B and C need bcdt_rms_eps (their ε)")
-        self.bcdt_rms_eps = bcdt_rms_eps
+        self.bcdt_rms_eps = _check_bcdt_norms(bcdt_rms_eps, bcdt_norm_weights)
         self.scalar_decay = check_choice("scalar_decay", scalar_decay, (True, False))
         self.state_dim = check_positive("state_dim", state_dim)
         self.inner = scaled_width("expand", d_model, expand)
@@ -169,6 +165,15 @@ class S6(CoefficientMixer):
             f"d_model={self.d_model}, inner={self.inner}, state_dim={self.state_dim}, dt_rank={self.dt_rank}, "
             f"gate={self.gate}" + (", scalar_decay=True" if self.scalar_decay else "")
         )
+
+
+def _check_bcdt_norms(eps: float | None, weights: bool) -> float | None:
+    """The ε of the RMS norms of Δ's input, B and C (None: none), and whether they have weights (only with an ε)."""
+    if eps is not None and not eps > 0:
+        raise ValueError(f"bcdt_rms_eps: expected an ε > 0 or None, got {eps!r}")
+    if check_choice("bcdt_norm_weights", weights, (True, False)) and eps is None:
+        raise ValueError("bcdt_norm_weights: weights of the RMS norms of Δ, B and C need bcdt_rms_eps (their ε)")
+    return eps
 
 
 MIXER = S6
