@@ -160,6 +160,19 @@ def test_jamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named
         from_transformers(tiny_model("jamba", **change))
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"mlp_alpha_factor": 2.0}, "*_alpha_factor=[1.5, 2.0]"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"head_dim": 4}, "head_dim=4"),
+    ],
+)
+def test_minimax_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=f"^minimax: config option {re.escape(named)} cannot be converted"):
+        from_transformers(tiny_model("minimax", **change))
+
+
 def logits_agree(theirs: torch.nn.Module, length: int = 12, tolerance: float = FLOAT32_ROUNDING) -> None:
     """The converted model's logits are transformers' (float64: to its float32 roundings) within ``tolerance`` of the
     largest."""

@@ -311,6 +311,20 @@ def test_output_norm_blocks_add_the_normalized_branch():
     assert not torch.allclose(block(x), pre_norm)
 
 
+def test_normed_residual_blocks_carry_the_normalized_stream_times_alpha():
+    """norm_position="normed" (MiniMax-01): ``u = norm(x)``, ``x ← α·u + branch(u)`` for the mixer, then the MLP."""
+    torch.manual_seed(0)
+    model = build_model(
+        config(norm_position="normed", residual_scale=1.7, mixer="gated_deltanet", mixer_options={"heads": 2}), spec()
+    )
+    x = model.embed(inputs(spec()))
+    block = model.blocks[0]
+    u = block.norm1(x)
+    after_mixer = 1.7 * u + block.mixer(u)
+    w = block.norm2(after_mixer)
+    torch.testing.assert_close(block(x), 1.7 * w + block.mlp(w))
+
+
 def test_norm_position_is_checked():
     with pytest.raises(ValueError, match="norm_position"):
         config(norm_position="middle")

@@ -17,7 +17,8 @@ With ``bidirectional`` models (:class:`Bidirectional`) a block's mixer is a pair
 
 With ``norm_position="post"`` (Vaswani et al. 2017's original order; Gupta et al. 2022 §A.6: "All experiments use
 post-norm Layer Normalization") every residual branch ``x + f(norm x)`` becomes ``norm(x + f(x))``; with ``"output"``
-(OLMo 2's reordered norm, OLMo-hybrid's attention layers) ``x + norm(f(x))``.
+(OLMo 2's reordered norm, OLMo-hybrid's attention layers) ``x + norm(f(x))``; with ``"normed"`` (MiniMax-01's) the
+residual is the normed stream, ``u = norm(x)``, ``x ← α·u + f(u)`` (α the block's ``residual_scale``).
 
 The residual projections — the last linear map of each residual branch, which the model's initialization scales
 by 1/√(2·layers) — are the mixer's output projection and ``fc2`` (transformer), ``W_out`` and ``fc2`` (gated).
@@ -40,7 +41,7 @@ from seqdyn.mixers.base import Mixer
 
 NORMS = ("layernorm", "rmsnorm")
 BLOCKS = ("transformer", "gated")
-NORM_POSITIONS = ("pre", "post", "output")
+NORM_POSITIONS = ("pre", "post", "output", "normed")
 
 
 def make_norm(kind: str, dim: int, eps: float | None = None) -> nn.Module:
@@ -121,20 +122,25 @@ class _Block(nn.Module):
         norm_position: str,
         norm_eps: float | None = None,
         moe: dict[str, Any] | None = None,
+        residual_scale: float = 1.0,
     ) -> None:
         if norm_position not in NORM_POSITIONS:
             raise ValueError(f"norm_position: expected one of {list(NORM_POSITIONS)}, got {norm_position!r}")
-        self.norm_position = norm_position
+        self.norm_position, self.residual_scale = norm_position, residual_scale
         module = build_mlp(mlp, d_model, mlp_ratio, moe)
         self.norm2 = make_norm(norm, d_model, norm_eps) if module is not None else None
         self.mlp = module
 
     def _residual(self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor]) -> Tensor:
-        """Pre-norm ``x + branch(norm x)``, post-norm ``norm(x + branch(x))`` or output-norm ``x + norm(branch(x))``."""
+        """Pre-norm ``x + branch(norm x)``, post-norm ``norm(x + branch(x))``, output-norm ``x + norm(branch(x))`` or
+        the normed residual ``α·norm(x) + branch(norm(x))``."""
         if self.norm_position == "post":
             return norm(x + branch(x))
         if self.norm_position == "output":
             return x + norm(branch(x))
+        if self.norm_position == "normed":
+            u = norm(x)
+            return self.residual_scale * u + branch(u)
         return x + branch(norm(x))
 
     def _mix(self, u: Tensor, backend: str, packing: Packing | None) -> Tensor:
@@ -163,6 +169,7 @@ class TransformerBlock(_Block):
         norm_position: str = "pre",
         norm_eps: float | None = None,
         moe: dict[str, Any] | None = None,
+        residual_scale: float = 1.0,
     ):
         super().__init__()
         if mixer.d_model != d_model:
@@ -171,7 +178,7 @@ class TransformerBlock(_Block):
             )
         self.norm1 = make_norm(norm, d_model, norm_eps)
         self.mixer = mixer
-        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe, residual_scale)
 
     def forward(self, x: Tensor, backend: str = "auto", packing: Packing | None = None) -> Tensor:
         """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``packing`` (only the mixer reads across steps)."""
@@ -232,6 +239,7 @@ class GatedBlock(_Block):
         norm_position: str = "pre",
         norm_eps: float | None = None,
         moe: dict[str, Any] | None = None,
+        residual_scale: float = 1.0,
     ):
         super().__init__()
         inner = mixer.d_model
@@ -242,7 +250,7 @@ class GatedBlock(_Block):
         self.mixer = mixer
         self.out_norm = RMSNorm(inner)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
-        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe)
+        self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe, residual_scale)
 
     def _mixer_input(
         self, u: Tensor, conv_state: Tensor | None, packing: Packing | None = None

@@ -16,7 +16,7 @@ class Strict(BaseModel):
 
 
 MLPKind = Literal["gelu", "swiglu", "geglu", "relu2", "moe", "none"]
-NormPosition = Literal["pre", "post", "output"]
+NormPosition = Literal["pre", "post", "output", "normed"]
 
 
 class MixtureOfExperts(Strict):
@@ -97,7 +97,11 @@ class ModelConfig(Strict):
         "pre",
         description="where each block's norms sit: pre (x + f(norm x), GPT-2), post (norm(x + f(x)), "
         "Vaswani et al.; Gupta et al. 2022's blocks; a model of post blocks alone has no final norm) or "
-        "output (x + norm(f(x)), OLMo 2's), or one of these per layer",
+        "output (x + norm(f(x)), OLMo 2's), normed (u = norm x, x ← α·u + f(u), MiniMax-01's; α: residual_scale) "
+        "or one of these per layer",
+    )
+    residual_scale: float = Field(
+        1.0, gt=0, description="α of the normed residual (norm_position: normed) of every branch; 1 elsewhere"
     )
     expand: float = Field(1.0, gt=0, description="inner width of the gated block, in multiples of d_model")
     short_conv: bool = Field(False, description="gated block: short causal convolution before the mixer")

@@ -266,6 +266,7 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
         norm_position=config.layer_norm_positions()[index],
         norm_eps=config.norm_eps,
         moe=config.moe.model_dump(),
+        residual_scale=config.residual_scale,
     )
     if config.block == "transformer":
         return TransformerBlock(d, mixer, **common)

@@ -79,6 +79,7 @@ FAMILY_MODULES = (
     "recurrent_gemma",
     "falcon_h1",
     "jamba",
+    "minimax",
 )
 
 

@@ -62,6 +62,14 @@ def copy_swiglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     copy_weight(ours.fc2.weight, theirs.down_proj.weight, f"{prefix}.down_proj.weight")
 
 
+def copy_experts(prefix: str, router: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """A mixture of SwiGLU experts — its linear router (the attribute ``router``) and ``experts`` (``gate_up_proj`` =
+    [gate | up], ``down_proj``, one slice per expert) — into seqdyn's (``router``, ``gate_up``, ``down``)."""
+    copy_weight(ours.router.weight, getattr(theirs, router).weight, f"{prefix}.{router}.weight")
+    copy_weight(ours.gate_up, theirs.experts.gate_up_proj, f"{prefix}.experts.gate_up_proj")
+    copy_weight(ours.down, theirs.experts.down_proj, f"{prefix}.experts.down_proj")
+
+
 def plain_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     stacked = torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight])
     copy_weight(ours.qkv.weight, stacked, f"{prefix}.q_proj/k_proj/v_proj.weight")

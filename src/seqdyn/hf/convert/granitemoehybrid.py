@@ -13,6 +13,7 @@ from seqdyn.hf.convert.bamba import check_mamba2_hybrid_options, hybrid_mixers, 
 from seqdyn.hf.convert.common import (
     DecoderLayout,
     copy_decoder_stack,
+    copy_experts,
     copy_weight,
     hybrid_config,
     plain_attention_weights,
@@ -56,10 +57,7 @@ def _granite_mlp_weights(prefix: str, layer: nn.Module, ours: nn.Module) -> None
     copy_weight(shared.fc1.weight, layer.shared_mlp.input_linear.weight, f"{prefix}.shared_mlp.input_linear.weight")
     copy_weight(shared.fc2.weight, layer.shared_mlp.output_linear.weight, f"{prefix}.shared_mlp.output_linear.weight")
     if layer.block_sparse_moe is not None:
-        moe = layer.block_sparse_moe
-        copy_weight(ours.router.weight, moe.router.weight, f"{prefix}.block_sparse_moe.router.weight")
-        copy_weight(ours.gate_up, moe.experts.gate_up_proj, f"{prefix}.block_sparse_moe.experts.gate_up_proj")
-        copy_weight(ours.down, moe.experts.down_proj, f"{prefix}.block_sparse_moe.experts.down_proj")
+        copy_experts(f"{prefix}.block_sparse_moe", "router", layer.block_sparse_moe, ours)
 
 
 def _fold_granite(config: Any, target: SeqdynForCausalLM) -> None:

@@ -15,6 +15,7 @@ from seqdyn.hf.convert.common import (
     attention_heads,
     copy_conv,
     copy_decoder_stack,
+    copy_experts,
     copy_linears,
     copy_swiglu,
     copy_weight,
@@ -67,9 +68,7 @@ def _feed_forward_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> No
     if not hasattr(theirs, "router"):
         copy_swiglu(prefix, theirs, ours)
         return
-    copy_weight(ours.router.weight, theirs.router.weight, f"{prefix}.router.weight")
-    copy_weight(ours.gate_up, theirs.experts.gate_up_proj, f"{prefix}.experts.gate_up_proj")
-    copy_weight(ours.down, theirs.experts.down_proj, f"{prefix}.experts.down_proj")
+    copy_experts(prefix, "router", theirs, ours)
 
 
 def _jamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:

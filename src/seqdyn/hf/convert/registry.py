@@ -119,8 +119,6 @@ NOT_YET: dict[str, str] = {
     "layer's input, not the residual stream, with LoRA adapters per use",
     "zamba": "one attention-and-MLP block shared by every hybrid layer, on [hidden state, embeddings], whose output "
     "enters the next Mamba layer's input and not the residual stream; Mamba-1 with two heads of their own Δ, B, C",
-    "minimax": "its blocks' residual taken after the norm, h̄ = norm(h), h ← α h̄ + β f(h̄) (seqdyn's blocks add f "
-    "to the residual stream before any norm)",
     "lfm2": "a gated short convolution C ⊙ conv₃(B ⊙ x) as a token mixer (seqdyn's short convolutions run before a "
     "mixer, not as one)",
     "lfm2_moe": "LFM2's gated short convolution as a token mixer, and a sigmoid router with a selection bias",
