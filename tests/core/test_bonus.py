@@ -126,6 +126,7 @@ def test_the_dsf_keeps_the_state_before_the_step():
         ({"normalizer": "sum"}, "bonus: taken with the identity readout and normalizer='none'"),
         ({"readout": "exp"}, "not readout='exp'"),
         ({"decay_first": True}, "bonus: not taken with several Householder factors per step, decay_first"),
+        ({"log_decay": None}, "bonus: given without log_decay"),
     ],
 )
 def test_bad_bonus_arguments_are_named(change, message):

@@ -111,6 +111,11 @@ def _check_bonus(dynamics: Dynamics, u: Any) -> None:
         raise ValueError(
             f"bonus: last dimension {u.shape[-1]} does not match the key dimension K={dynamics.q.shape[-1]}"
         )
+    if dynamics.log_decay is None:
+        raise ValueError(
+            "bonus: given without log_decay; the current token's bonus goes with a decayed state (RWKV-5/6: "
+            "S_t = Diag(w_t) S_{t−1} + k_t v_tᵀ): pass the decay (log_decay = 0 for Λ = I)"
+        )
     readout = resolve_readout(dynamics.readout)
     if readout.name != "identity" or not (isinstance(dynamics.normalizer, str) and dynamics.normalizer == "none"):
         raise ValueError(
