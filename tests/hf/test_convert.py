@@ -173,6 +173,11 @@ def test_minimax_options_seqdyn_cannot_represent_are_refused_by_name(change, nam
         from_transformers(tiny_model("minimax", **change))
 
 
+def test_lfm2_with_biases_in_its_convolution_layers_converts_exactly():
+    """LFM2's ``conv_bias``: the gated convolution's projections and taps with biases."""
+    logits_agree(tiny_model("lfm2", conv_bias=True), tolerance=1e-5)
+
+
 def logits_agree(theirs: torch.nn.Module, length: int = 12, tolerance: float = FLOAT32_ROUNDING) -> None:
     """The converted model's logits are transformers' (float64: to its float32 roundings) within ``tolerance`` of the
     largest."""

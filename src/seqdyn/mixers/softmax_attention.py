@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers.norms import RMSNorm
-from seqdyn.layers.params import check_positive
+from seqdyn.layers.params import check_positive, check_positive_eps
 from seqdyn.layers.rotary import ROPE_BASE, rotary
 from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_heads, split_heads
 
@@ -41,7 +41,8 @@ class SoftmaxAttention(CoefficientMixer):
         kv_heads: grouped key–value heads (a divisor of heads; each serves heads / kv_heads consecutive query
             heads); None: one per query head.
         head_dim: the width K = V of each head; None: d_model / heads.
-        qk_norm: an RMSNorm (ε = 1e-6, a learned weight over the head dimension) of every head's query and key.
+        qk_norm: an RMSNorm (a learned weight over the head dimension) of every head's query and key.
+        qk_norm_eps: its ε (1e-6; LFM2's 1e-5).
         qk_norm_scope: what qk_norm normalizes: "head", each head's query and key (Qwen3); "projection", all the
             query heads together and all the key heads together (OLMo 2, OLMo-hybrid).
         rotary_fraction: the fraction of each head's channels that rotary embeddings rotate (the first ones).
@@ -65,6 +66,7 @@ class SoftmaxAttention(CoefficientMixer):
         rotary_base: float = ROPE_BASE,
         output_gate: bool = False,
         qk_norm_scope: str = "head",
+        qk_norm_eps: float = 1e-6,
     ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model) if head_dim is None else check_positive("heads", heads)
@@ -79,7 +81,8 @@ class SoftmaxAttention(CoefficientMixer):
         self.qkv = nn.Linear(d_model, sum(self.widths), bias=bias)
         self.qk_norm_scope = check_choice("qk_norm_scope", qk_norm_scope, ("head", "projection"))
         widths = (self.head_dim, self.head_dim) if qk_norm_scope == "head" else (inner, kv_inner)
-        self.q_norm, self.k_norm = (RMSNorm(widths[0]), RMSNorm(widths[1])) if qk_norm else (None, None)
+        eps = check_positive_eps("qk_norm_eps", qk_norm_eps)
+        self.q_norm, self.k_norm = (RMSNorm(widths[0], eps), RMSNorm(widths[1], eps)) if qk_norm else (None, None)
         self.gate = nn.Linear(d_model, inner, bias=bias) if output_gate else None
         self.out = nn.Linear(inner, d_model, bias=bias)
 

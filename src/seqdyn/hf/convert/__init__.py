@@ -80,6 +80,7 @@ FAMILY_MODULES = (
     "falcon_h1",
     "jamba",
     "minimax",
+    "lfm2",
 )
 
 

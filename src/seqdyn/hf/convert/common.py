@@ -70,9 +70,14 @@ def copy_experts(prefix: str, router: str, theirs: nn.Module, ours: nn.Module) -
     copy_weight(ours.down, theirs.experts.down_proj, f"{prefix}.experts.down_proj")
 
 
-def plain_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+def copy_qkv(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """Separate ``q_proj``, ``k_proj``, ``v_proj`` weights into seqdyn's stacked ``qkv``."""
     stacked = torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight])
     copy_weight(ours.qkv.weight, stacked, f"{prefix}.q_proj/k_proj/v_proj.weight")
+
+
+def plain_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    copy_qkv(prefix, theirs, ours)
     copy_weight(ours.out.weight, theirs.o_proj.weight, f"{prefix}.o_proj.weight")
 
 
@@ -123,6 +128,7 @@ def hybrid_config(
     special tokens; ``fields`` set other model fields (another MLP, norm positions)."""
     if "mlp" not in fields:
         fields.update(mlp="swiglu", mlp_ratio=config.intermediate_size / config.hidden_size)
+    fields.setdefault("norm_eps", getattr(config, "rms_norm_eps", None))
     return SeqdynConfig(
         vocab_size=config.vocab_size,
         d_model=config.hidden_size,
@@ -130,7 +136,6 @@ def hybrid_config(
         mixer=[name for name, _ in mixers],
         mixer_options=[options for _, options in mixers],
         norm="rmsnorm",
-        norm_eps=config.rms_norm_eps,
         tie_embeddings=config.tie_word_embeddings if tie is None else tie,
         pad_token_id=config.pad_token_id,
         bos_token_id=config.bos_token_id,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
@@ -15,6 +14,7 @@ from seqdyn.hf.convert.common import (
     attention_heads,
     copy_decoder_stack,
     copy_pairs,
+    copy_qkv,
     copy_weight,
     hybrid_config,
     plain_attention_weights,
@@ -52,8 +52,7 @@ def _olmo_hybrid_config(config: Any) -> SeqdynConfig:
 
 def _olmo_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     """Separate ``q_proj``, ``k_proj``, ``v_proj``, the gate ``g_proj``, β's ``b_proj``, the decay's ``a_proj``."""
-    stacked = torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight])
-    copy_weight(ours.qkv.weight, stacked, f"{prefix}.q_proj/k_proj/v_proj.weight")
+    copy_qkv(prefix, theirs, ours)
     copy_pairs(
         prefix,
         theirs,

@@ -119,10 +119,10 @@ NOT_YET: dict[str, str] = {
     "layer's input, not the residual stream, with LoRA adapters per use",
     "zamba": "one attention-and-MLP block shared by every hybrid layer, on [hidden state, embeddings], whose output "
     "enters the next Mamba layer's input and not the residual stream; Mamba-1 with two heads of their own Δ, B, C",
-    "lfm2": "a gated short convolution C ⊙ conv₃(B ⊙ x) as a token mixer (seqdyn's short convolutions run before a "
-    "mixer, not as one)",
-    "lfm2_moe": "LFM2's gated short convolution as a token mixer, and a sigmoid router with a selection bias",
-    "lfm3": "LFM2's gated short convolution as a token mixer (width 7), norms after each branch as well as before",
+    "lfm2_moe": "a sigmoid router whose choice adds an expert bias, with a routed scaling factor (its gated "
+    "convolution layers are lfm2's gated_conv)",
+    "lfm3": "norms after each branch as well as before it, and sliding-window attention with a per-head gate beside "
+    "full attention (its convolution layers are lfm2's gated_conv)",
     "glm5_next": "its text model's residual of four streams mixed by Sinkhorn-normalized matrices around every "
     "branch (mHC), beside KDA layers (the kda mixer) and latent attention with a sparse indexer",
     "qwen4_exp": "its text model's gated residual of four streams without per-layer norms, hashed n-gram embeddings "
