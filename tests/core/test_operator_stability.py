@@ -233,3 +233,16 @@ def test_float32_chunk_with_diagonal_decay_and_householder_factor_survives_stron
     for i, (got, exact, magnitude) in enumerate(zip(results[torch.float32], results[torch.float64], magnitudes)):
         assert torch.isfinite(got).all(), f"part {i}"
         assert relative_to_magnitude(got, exact, magnitude).max() <= 1e-4, f"part {i}"
+
+
+@pytest.mark.parametrize("backend", ["quadratic", "recurrent", "chunk"])
+def test_a_nonlinear_readout_of_scores_that_outgrow_the_float_range_says_why(backend):
+    """Unstable decays (g > 0) grow the scores as e^{Σg}: the identity readout rescales its state, exp cannot — one
+    line naming log_decay instead of NaN outputs; decays the float range holds compute as before."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 60, 1, 2, generator=gen) for _ in range(3))
+    g = torch.full((1, 60, 1), 3.0)
+    with pytest.raises(ValueError, match=r"log_decay: decays above 1 \(g up to 3 > 0\) make the scores of the exp"):
+        seqdyn.coefficient_dynamics(q, k, v, log_decay=g, readout="exp", normalizer="sum", backend=backend)
+    small = seqdyn.coefficient_dynamics(q, k, v, log_decay=g / 100, readout="exp", normalizer="sum", backend=backend)
+    assert torch.isfinite(small).all()

@@ -425,7 +425,9 @@ def auto_plan(
 
 def _run(problem: Problem, module, want_state: bool):
     if not problem.readout.linear:
-        return module.nonlinear(problem.folded(), want_state)
+        result = module.nonlinear(problem.folded(), want_state)
+        _check_growth(problem, result[0])
+        return result
     original = problem
     if problem.augmented:  # z_t rides along as a value column of ones: q_tᵀ z_t = Σ_j α_tj
         ones = problem.v.new_ones(*problem.v.shape[:-1], 1)
@@ -473,6 +475,21 @@ def _log_decays_and_scales(problem: Problem) -> tuple[Tensor, Tensor]:
         else ell.detach().to(torch.float64)
     )
     return cumulative, impulse
+
+
+def _check_growth(problem: Problem, y: Tensor) -> None:
+    """A nonlinear readout of scores that outgrew the float range: unstable decays (``g > 0``, ``|Λ| > 1``) make
+    ``s_ij`` grow as ``e^{Σ g}``, which only the identity readout's rescaling (:func:`_stabilized`) absorbs.  Says so
+    where the outputs came out non-finite (one check of g, and of y only where some g > 0)."""
+    g = problem.log_decay
+    if g is None or not bool(g.detach().amax() > 0) or bool(torch.isfinite(y.detach()).all()):
+        return
+    raise ValueError(
+        f"log_decay: decays above 1 (g up to {float(g.detach().amax()):.3g} > 0) make the scores of the "
+        f"{problem.readout.name} readout grow as e^(Σ g) beyond the float range over this sequence; the identity "
+        "readout rescales its state, a nonlinear readout cannot: keep g ≤ 0 (decays ≤ 1), shorten the sequence, "
+        "or use readout='identity'"
+    )
 
 
 def _stabilized(problem: Problem):
