@@ -324,8 +324,8 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
     with pytest.raises(
         UnsupportedModel,
         match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-        r"supported: bamba, falcon_h1, falcon_mamba, granitemoehybrid, mamba, mamba2, nemotron_h, "
-        r"olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma$",
+        r"supported: bamba, falcon_h1, falcon_mamba, granitemoehybrid, jamba, lfm2, mamba, mamba2, minimax, "
+        r"nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma$",
     ):
         from_transformers(model)
 
@@ -604,6 +604,9 @@ def test_convert_help_names_every_family_it_converts():
         "olmo_hybrid": "OLMo-Hybrid",
         "recurrent_gemma": "RecurrentGemma",
         "falcon_h1": "Falcon-H1",
+        "jamba": "Jamba,",
+        "minimax": "MiniMax-01,",
+        "lfm2": "LFM2.",
     }
     assert set(names) == set(SUPPORTED)  # a family added to the registry needs its name here and in the help
     assert all(name in words for name in names.values()), words

@@ -49,6 +49,7 @@ ADDED_FIELDS = (
     ("model", "moe", MixtureOfExperts().model_dump()),
     ("model", "logit_softcap", None),
     ("model", "keep_mixer_init", True),
+    ("model", "residual_scale", 1.0),
 )
 
 
