@@ -152,7 +152,17 @@ def measured(monkeypatch, heads: list[HeadReport]) -> dict:
         "inspect_model",
         lambda model, inputs, spectral: heads if (model, inputs, spectral) == ("model", "inputs", False) else [],
     )
-    return measure_coefficients(store=None, row={"run_id": "r"})
+    return measure_coefficients(store=NothingKept(), row={"run_id": "r"})
+
+
+class NothingKept:
+    """A store that has kept no measurement, and keeps none."""
+
+    def measurements(self, run_id, kind):
+        return None
+
+    def record_measurements(self, run_id, kind, values):
+        pass
 
 
 def test_measure_coefficients_averages_the_fractions_over_layers_and_heads(monkeypatch):

@@ -37,7 +37,7 @@ from seqdyn.reproduce.base import SCALES, Reproduction, Results
 __all__ = ["FRAMEWORK", "SCALES", "Reproduction", "Results", "get", "names"]
 
 #: the modules that are not reproductions
-FRAMEWORK = frozenset({"base", "claims", "protocols", "runner", "seeds"})
+FRAMEWORK = frozenset({"base", "claims", "measured", "protocols", "runner", "seeds"})
 
 
 @lru_cache(maxsize=None)

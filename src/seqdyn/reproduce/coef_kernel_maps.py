@@ -185,6 +185,13 @@ def epsilon_zeros(store: Any, row: dict[str, Any], examples: int = MEASURE_EXAMP
     """Fig. 9's count of one trained run on ``examples`` test inputs of its task: per layer, head and row index the
     batch's mean number of coefficients with |α| ≤ ``NEAR_ZERO_EPS``, its largest value (:data:`EPS_ZEROS`), and the
     bound K − 1 of Corollary 2.2 (``ZERO_BOUND``); nothing where no head has the bound."""
+    from seqdyn.reproduce.measured import measured_once
+
+    kind = f"epsilon_zeros(examples={examples}, eps={NEAR_ZERO_EPS:g})"
+    return measured_once(store, row["run_id"], kind, lambda: _epsilon_zeros(store, row, examples))
+
+
+def _epsilon_zeros(store: Any, row: dict[str, Any], examples: int) -> dict[str, Any]:
     from seqdyn.analysis.model import inspect_model
     from seqdyn.train.checkpoint import load_trained
 

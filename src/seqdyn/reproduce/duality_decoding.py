@@ -101,6 +101,13 @@ def _sweep(scale: Scale) -> SweepConfig:
 def measure_run(store, row: dict[str, Any], scale: Scale) -> dict[str, Any]:
     """The decoding measurements of one trained run: state bytes, ms per token and peak memory at every context
     length, and the step-versus-forward difference."""
+    from seqdyn.reproduce.measured import measured_once
+
+    kind = f"decoding(lengths={list(scale.lengths)}, window={scale.window}, compare={scale.compare})"
+    return measured_once(store, row["run_id"], kind, lambda: _decoding(store, row, scale))
+
+
+def _decoding(store, row: dict[str, Any], scale: Scale) -> dict[str, Any]:
     from seqdyn.analysis.decoding import decode_profile, random_tokens, step_error
     from seqdyn.train.checkpoint import load_trained
 

@@ -44,6 +44,7 @@ from seqdyn.reproduce.base import (
     sweep_name,
 )
 from seqdyn.reproduce.claims import BUDGET, INCONCLUSIVE, Cause, Outcome, control_state, control_value
+from seqdyn.reproduce.measured import collecting_missing
 from seqdyn.reproduce.seeds import (
     affords_one_more_seed,
     check_max_seeds,
@@ -174,15 +175,26 @@ def run(
         if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))
     ]
 
+    retrained: set[str] = set()
+
     def train(sweeps: list[SweepConfig]) -> Results:
         for sweep in sweeps:
             run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
         collected = collect(store, sweeps, scale)
         check_time_left(reproduction, collected)
-        return reproduction.measure(collected, store_path)
+        with collecting_missing() as missing:
+            measured = reproduction.measure(collected, store_path)
+        if not missing:
+            return measured
+        again = retrained.intersection(missing)
+        if again:
+            raise ValueError(f"{reproduction.name}: runs {', '.join(sorted(again))} trained again left no checkpoint")
+        store.retrain(missing)  # their checkpoints are gone and nothing of their models was kept: train them again
+        retrained.update(missing)
+        return train(sweeps)
 
     results, grown = _seeded_until_decided(reproduction, sweeps, train, cap, (budget, workers))
-    left += grown
+    left += grown + sorted(retrained)
     elapsed = time.monotonic() - start
     earlier = None
     if not left and reproduction.trains:  # nothing trained: the outputs keep the wall time of the call that did

@@ -222,6 +222,14 @@ def _load_weights(path: Path, model: torch.nn.Module, tensors: dict[str, Tensor]
         ) from None
 
 
+class MissingCheckpoint(ValueError):
+    """A finished run whose checkpoint is not on disk (a store copied without its checkpoint folder)."""
+
+    def __init__(self, run_id: str, message: str):
+        super().__init__(message)
+        self.run_id = run_id
+
+
 def load_trained(store, run_id: str):
     """``(config, task, model)`` of run ``run_id`` in ``store`` with the weights of its last checkpoint, in
     evaluation mode on the CPU.  An unknown run id, or a run without a checkpoint or with a damaged one, raises
@@ -239,8 +247,9 @@ def load_trained(store, run_id: str):
     if record.checkpoint and not path.exists():  # the store and its checkpoint folder moved together
         path = checkpoint_dir_for(store.path) / path.name
     if not record.checkpoint or not path.exists():
-        raise ValueError(
-            f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})"
+        raise MissingCheckpoint(
+            run_id,
+            f"run {run_id} ({record.status}): has no checkpoint on disk ({record.checkpoint or 'none recorded'})",
         )
     problem = checkpoint_problem(path, record.checkpoint_sha256)
     if problem is not None:

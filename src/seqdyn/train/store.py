@@ -57,6 +57,8 @@ SCHEMA_VERSION = 5
 DIVERGED_SCHEMA = 5
 #: what the reason of a diverged run says: its loss was not finite
 DIVERGED_REASON = "non-finite loss"
+#: the split of what was measured of a trained model from its checkpoint (:meth:`Store.record_measurements`)
+MEASURED_SPLIT = "measured"
 #: a run of a store written before :data:`DIVERGED_SCHEMA` that diverged
 _DIVERGED_BEFORE = f"status = 'failed' AND instr(COALESCE(reason, ''), '{DIVERGED_REASON}') > 0"
 
@@ -434,6 +436,42 @@ class Store:
                 rows,
             )
             conn.execute("UPDATE runs SET step = ?, epoch = ? WHERE id = ?", (step, epoch, run_id))
+
+    def retrain(self, run_ids: Iterable[str]) -> None:
+        """Put runs back as ``pending`` with nothing of their training kept (result, metrics, checkpoint), so that a
+        sweep trains them again from the start: for finished runs whose model must be measured again and whose
+        checkpoint is gone."""
+        with self._write() as conn:
+            for run_id in run_ids:
+                self._require(conn, run_id)
+                conn.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
+                conn.execute(_RETRAIN, (run_id,))
+
+    def record_measurements(self, run_id: str, kind: str, values: dict[str, float | None]) -> None:
+        """Keep ``values``, measured of run ``run_id``'s trained model by the measurement ``kind`` (a name that
+        changes with its parameters), under split :data:`MEASURED_SPLIT` at the run's step, so that the store
+        answers again without the checkpoint; the run's step stays as it is."""
+        record = self.run(run_id)
+        if record is None:
+            raise ValueError(f"run {run_id}: not in the results store {self.path}")
+        names = {"": 1.0, **values}  # the empty name marks the measurement as kept, whatever it found
+        rows = [
+            (run_id, record.step, None, MEASURED_SPLIT, f"{kind}{_KIND}{name}", _real(v), None)
+            for name, v in names.items()
+        ]
+        with self._write() as conn:
+            conn.executemany(_INSERT_METRIC.replace("INSERT", "INSERT OR REPLACE", 1), rows)
+
+    def measurements(self, run_id: str, kind: str) -> dict[str, float | None] | None:
+        """What :meth:`record_measurements` kept of run ``run_id`` for ``kind`` at the run's current step (NaN read
+        back as None); None where nothing was."""
+        record, prefix = self.run(run_id), f"{kind}{_KIND}"
+        kept = {
+            row.name.removeprefix(prefix): None if math.isnan(row.value) else row.value
+            for row in self.metrics(run_id, split=MEASURED_SPLIT)
+            if record is not None and row.step == record.step and row.name.startswith(prefix)
+        }
+        return None if "" not in kept else {name: value for name, value in kept.items() if name}
 
     def _require(self, conn: sqlite3.Connection, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
@@ -838,6 +876,14 @@ def _config_json(config: dict[str, Any]) -> str:
         return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as error:
         raise ValueError(f"add_run: config is not plain JSON data ({error})") from None
+
+
+_RETRAIN = (
+    "UPDATE runs SET status = 'pending', reason = NULL, step = 0, epoch = NULL, metric_name = NULL, "
+    "final_metric = NULL, best_metric = NULL, checkpoint = NULL, checkpoint_step = NULL, checkpoint_sha256 = NULL, "
+    "started = NULL, finished = NULL, wall_time = NULL, owner = NULL, heartbeat = NULL WHERE id = ?"
+)
+_KIND = "::"  # between a measurement's kind and a value's name in the metric name of what it kept
 
 
 def _real(value: float | None) -> float | None:

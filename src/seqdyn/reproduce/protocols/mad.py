@@ -524,6 +524,14 @@ def measure_coefficients(store: Any, row: dict[str, Any], examples: int = MEASUR
     large fractions of its coefficients (mean over layers and heads, at ``NEAR_ZERO_EPS``) and, where the bound
     of Corollary 2.2 applies (identity readouts), Fig. 9's count — per layer, head and row index, the batch's mean
     number of zero coefficients (``HeadReport.mean_zero_count``), its largest value — and the bound K − 1."""
+    from seqdyn.reproduce.measured import measured_once
+
+    return measured_once(
+        store, row["run_id"], f"coefficients(examples={examples})", lambda: _coefficients(store, row, examples)
+    )
+
+
+def _coefficients(store: Any, row: dict[str, Any], examples: int) -> dict[str, Any]:
     from seqdyn.analysis.model import inspect_model
     from seqdyn.train.checkpoint import load_trained
 
