@@ -29,6 +29,7 @@ from seqdyn.reproduce.claims import (
     reaches,
     still_improving,
     t_quantile,
+    weakest,
     within,
 )
 
@@ -114,6 +115,50 @@ def test_reaches_and_at_most_on_the_interval_of_the_mean(offset, reached, stayed
     high = 0.82 + mean_interval(score(*values)).half
     assert at_most(score(*values), high + 0.001).verdict == HELD
     assert reaches(score(*values), high + 0.001).verdict == FAILED
+
+
+@pytest.mark.parametrize(
+    ("at_target", "threshold", "verdict"),
+    [
+        ((True, True, True), 0.99, HELD),  # each seed stopped at its target: the values are censored there
+        ((True, True, True), 0.9925, INCONCLUSIVE),  # a threshold above the lowest seed: the interval decides
+        ((True, False, True), 0.99, INCONCLUSIVE),  # one seed ran to the end: the interval decides
+        ((), 0.99, INCONCLUSIVE),
+    ],
+)
+def test_seeds_stopped_early_at_their_target_reach_it_where_no_interval_can(at_target, threshold, verdict):
+    """Zoology stops a run once it reaches 0.99: 0.991, 1.0 and 0.992 reach 0.99, but Student's interval around
+    them (0.994 ± 0.012) crosses it, and no number of such seeds would ever clear it."""
+    values = (0.991, 1.0, 0.992)
+    assert mean_interval(score(*values)).low < 0.99
+    assert reaches(Score("a", values, at_target=at_target), threshold).verdict == verdict
+
+
+def test_the_weakest_of_scores_stopped_at_their_target_is_the_one_with_the_lowest_known_value():
+    at_target = Score("a", (0.991, 1.0, 0.992), at_target=(True, True, True))
+    still_open = Score("b", (0.995, 0.996, 0.994))
+    assert weakest([at_target, still_open]).label == "a"  # 0.991 known, the interval of b reaches down to 0.9915
+    assert weakest([Score("a", (0.999, 1.0, 0.999), at_target=(True,) * 3), still_open]).label == "b"
+
+
+def test_a_score_knows_which_seeds_stopped_early_in_every_cell():
+    rows = [
+        {
+            "name": f"{seed}-{lr}",
+            "run_id": f"{seed}{lr}",
+            "status": status,
+            "best": best,
+            "train.seed": seed,
+            "optimizer.lr": lr,
+        }
+        for seed, lr, status, best in [
+            (0, 1, "stopped_early", 0.99),
+            (0, 2, "finished", 0.5),  # the best over the rates stopped early
+            (1, 1, "finished", 0.995),
+            (1, 2, "stopped_early", 0.99),  # the best ran to the end
+        ]
+    ]
+    assert Results("cpu", tuple(rows)).score("m", rows).at_target == (True, False)
 
 
 @pytest.mark.parametrize(

@@ -262,3 +262,21 @@ def test_a_comparison_averaged_over_tasks_reads_both_models_on_the_same_tasks():
     assert outcomes["normalized ≈ S6"].verdict == HELD and outcomes["SSD ≥ S6"].verdict == HELD
     assert outcomes["normalized > linear"].verdict == FAILED
     assert all(key.startswith("L=128, KV=8") for key in outcomes["normalized > linear"].numbers)
+
+
+def test_each_comparison_reads_its_control_and_plateau_on_the_tasks_it_compares():
+    """As the cpu scale trains them: every model on 4 pairs, linear and normalized attention also on 8. Softmax
+    attention failing a seed on 8 pairs leaves "normalized > linear" open and not the comparisons with S6, which
+    compare on 4 pairs only; their plateau is that task's (1/4), not the mean of both tasks' (3/16)."""
+    small = table(PAPER_LIKE, tasks=TASKS[:1])
+    hard = {
+        "softmax_attention": [1.0, 0.14, 1.0],
+        **{m: PAPER_LIKE[m] for m in ("linear_attention", "normalized_attention")},
+    }
+    data = results(list(small.rows) + list(table(hard, tasks=TASKS[1:]).rows))
+    claims = {claim.name: claim for claim in fig.CLAIMS}
+    assert claims["normalized > linear"].control.check(data)["passed"] is False
+    for name in ("normalized ≈ S6", "SSD ≥ S6"):
+        assert claims[name].control.check(data)["passed"] is True
+        (level,) = {level for _, level in claims[name].plateau.compared(data)}
+        assert level == pytest.approx(0.25, abs=0.02)

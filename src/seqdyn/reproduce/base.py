@@ -90,6 +90,7 @@ class Results:
         another reason than divergence, unfinished, not run) are named as missing."""
         rows = list(rows)
         by_seed: dict[Any, dict[tuple, list[float]]] = {}
+        cell_best: dict[tuple, tuple[float, bool]] = {}  # (seed, cell) → the best value and whether it stopped early
         best_rows: dict[Any, dict[str, Any]] = {}
         missing = []
         pick = max if higher_is_better else min
@@ -100,6 +101,9 @@ class Results:
                 continue
             cell = tuple(row.get(key) for key in cells)
             by_seed.setdefault(row.get(SEED), {}).setdefault(cell, []).append(value)
+            earlier = cell_best.get((row.get(SEED), cell))
+            if earlier is None or (value > earlier[0] if higher_is_better else value < earlier[0]):
+                cell_best[(row.get(SEED), cell)] = (value, row["status"] == "stopped_early")
             seed_best = best_rows.get(row.get(SEED))
             if seed_best is None or (value > seed_best["value"] if higher_is_better else value < seed_best["value"]):
                 best_rows[row.get(SEED)] = {"value": value, "steps": row.get("steps"), "curve": _open_curve(row)}
@@ -107,7 +111,10 @@ class Results:
         stops = tuple(f"seed {seed}: {_stopped(best)}" for seed, best in best_rows.items())
         curves = tuple(best["curve"] for best in best_rows.values())
         runs = tuple(row["run_id"] for row in rows if row.get("run_id"))
-        return Score(label, values, tuple(missing), stops, False, curves, higher_is_better, runs)
+        at_target = tuple(
+            all(cell_best[(seed, cell)][1] for cell in seed_cells) for seed, seed_cells in by_seed.items()
+        )
+        return Score(label, values, tuple(missing), stops, False, curves, higher_is_better, runs, at_target)
 
 
 def _open_curve(row: dict[str, Any]) -> tuple[tuple[int, float], ...]:

@@ -62,6 +62,13 @@ class Score:
     higher_is_better: bool = True
     #: the ids of the runs it was read from (where more seeds are added to decide it)
     runs: tuple[str, ...] = ()
+    #: per seed, whether every best run of its cells stopped early at its target (its value censored there)
+    at_target: tuple[bool, ...] = ()
+
+    @property
+    def every_seed_at_target(self) -> bool:
+        """Whether each seed's runs stopped early at their target: each reached it, whatever the spread above."""
+        return bool(self.values) and len(self.at_target) == len(self.values) and all(self.at_target)
 
     @property
     def mean(self) -> float:
@@ -106,6 +113,8 @@ def weakest(scores: Sequence[Score]) -> Score:
 
     def low_end(score: Score) -> tuple[bool, float]:
         computable = score.complete and (score.exact or len(score.values) > 1)
+        if computable and score.every_seed_at_target:  # each seed is known to have reached at least its value
+            return computable, min(score.values)
         return computable, mean_interval(score).low if computable else -math.inf
 
     return min(scores, key=low_end)
@@ -569,6 +578,10 @@ def _against(score: Score, threshold: float, verb: str, higher: bool) -> Outcome
         "interval half-width": interval.half,
         "threshold": threshold,
     }
+    if higher and score.every_seed_at_target and min(score.values) >= threshold:
+        # values censored at an early stop ≥ the threshold: no interval around them can clear it, each seed did
+        rule = f"every seed stopped early at its target ≥ {threshold:.3g}, else {rule}"
+        return Outcome(HELD, numbers, scores=(score,), rule=rule)
     passing, failing = (interval.low, interval.high) if higher else (-interval.high, -interval.low)
     bound = threshold if higher else -threshold
     decided = partial(Outcome, scores=(score,), rule=rule)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seqdyn.reproduce.base import Results, percent, result_value, score_cell
-from seqdyn.reproduce.claims import PLATEAU_MARGIN, Control, Outcome, Plateau, Score, every, reaches
+from seqdyn.reproduce.claims import PLATEAU_MARGIN, Control, Outcome, Plateau, Score, every, reaches, weakest
 from seqdyn.reproduce.protocols import base
 from seqdyn.tasks import IGNORE_INDEX
 from seqdyn.tasks import build as build_task
@@ -323,21 +323,47 @@ def escape_words(results: Results) -> str:
 
 #: the positive control of every MQAR comparison: softmax attention solves the same task (Sieber et al. 2024, Fig. 1:
 #: "perfect accuracy throughout") on every seed, so that a model below it is below a model that learnt the task
-SOFTMAX_CONTROL = Control(
-    f"softmax attention on the same task reaches Zoology's early stop {EARLY_STOP} on every seed",
-    lambda results: results.score("softmax attention", rows_of(results, "softmax_attention"), cells=TASK_KEYS),
-    EARLY_STOP,
-)
+def softmax_control(tasks: Callable[[Results], Sequence[tuple[int, int]]] | None = None) -> Control:
+    """That control on each of the claim's ``tasks`` (results → the tasks it compares; every task of the results
+    where None): the weakest of softmax attention's scores there (:func:`~seqdyn.reproduce.claims.weakest`) must
+    reach the early stop."""
+
+    def score(results: Results) -> Score:
+        scores = [
+            results.score("softmax attention", rows_of(results, "softmax_attention", task))
+            for task in (tasks_of(results) if tasks is None else tasks(results))
+        ]
+        return weakest(scores) if scores else Score("softmax attention", (), ("softmax attention: no task",))
+
+    return Control(
+        f"softmax attention on the same tasks reaches Zoology's early stop {EARLY_STOP} on every seed",
+        score,
+        EARLY_STOP,
+    )
 
 
-def compared_plateau(score: Callable[..., Score], *mixers: Any, per_task: bool) -> Plateau:
+SOFTMAX_CONTROL = softmax_control()
+
+
+def compared_plateau(
+    score: Callable[..., Score],
+    *mixers: Any,
+    per_task: bool,
+    tasks: Callable[[Results], Sequence[tuple[int, int]]] | None = None,
+) -> Plateau:
     """MQAR's plateau for the compared ``mixers`` (``score(results, mixer, task)`` their scores; a mixer may be
     any key ``score`` takes, e.g. the index of a state size): on each task (``per_task``) or averaged over the
-    tasks, as the claim compares them."""
+    tasks, as the claim compares them — those of ``tasks(results)`` where given, else every task."""
+
+    def averaged_level(results: Results) -> float:
+        if tasks is None:
+            return plateau_level(results)
+        levels = [plateau_level(results, task) for task in tasks(results)]
+        return sum(levels) / len(levels) if levels else plateau_level(results)
 
     def compared(results: Results) -> list[tuple[Score, float]]:
         if not per_task:
-            return [(score(results, mixer), plateau_level(results)) for mixer in mixers]
+            return [(score(results, mixer), averaged_level(results)) for mixer in mixers]
         return [
             (score(results, mixer, task), plateau_level(results, task))
             for task in tasks_of(results)
