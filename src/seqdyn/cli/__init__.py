@@ -6,6 +6,7 @@
     bench.py          seqdyn bench ... (the benchmarks themselves are in seqdyn.bench)
     tasks.py          seqdyn tasks ...
     models.py         seqdyn mixers, convert, config schema, demo
+    conform.py        seqdyn conform (the harness itself is seqdyn.conform)
 
 Each command imports its machinery when it runs, so that the command line starts fast.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import typer
 
-from seqdyn.cli import bench, models, reproduce, tasks, train
+from seqdyn.cli import bench, conform, models, reproduce, tasks, train
 
 app = typer.Typer(
     name="seqdyn",
@@ -33,6 +34,7 @@ app.command()(train.inspect)
 app.command()(reproduce.reproduce)
 app.command()(models.demo)
 app.command()(models.convert)
+app.command()(conform.conform)
 app.command("mixers")(models.list_mixers)
 
 

@@ -28,6 +28,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -169,30 +170,18 @@ def run(
     budget = CPU_BUDGET_S if max_seeds is None and scale == "cpu" else None
     rows = collect(store, sweeps, scale).rows
     runs_before = sum(row["status"] in RESULT_STATUSES for row in rows)
-    left = [
-        row
-        for row in rows
-        if row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))
-    ]
+    left = [row for row in rows if _to_train(row, retry_failed)]
 
     retrained: set[str] = set()
-
-    def train(sweeps: list[SweepConfig]) -> Results:
-        for sweep in sweeps:
-            run_sweep(sweep, store_path, workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed)
-        collected = collect(store, sweeps, scale)
-        check_time_left(reproduction, collected)
-        with collecting_missing() as missing:
-            measured = reproduction.measure(collected, store_path)
-        if not missing:
-            return measured
-        again = retrained.intersection(missing)
-        if again:
-            raise ValueError(f"{reproduction.name}: runs {', '.join(sorted(again))} trained again left no checkpoint")
-        store.retrain(missing)  # their checkpoints are gone and nothing of their models was kept: train them again
-        retrained.update(missing)
-        return train(sweeps)
-
+    train = partial(
+        _train_and_measure,
+        reproduction,
+        store,
+        store_path,
+        scale,
+        retrained,
+        dict(workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed),
+    )
     results, grown = _seeded_until_decided(reproduction, sweeps, train, cap, (budget, workers))
     left += grown + sorted(retrained)
     elapsed = time.monotonic() - start
@@ -204,6 +193,40 @@ def run(
     if earlier is None or scale not in read_timing(written.folder).get("scales", {}):
         record_timing(written.folder, scale, elapsed, runs_before, workers)
     return written
+
+
+def _to_train(row: dict[str, Any], retry_failed: bool) -> bool:
+    """Whether a run of the reproduction is trained by this call: it has no result, and it did not fail (for another
+    reason than divergence, with ``retry_failed``)."""
+    return row["status"] not in RESULT_STATUSES and (retry_failed or row["status"] not in ("failed", DIVERGED))
+
+
+def _train_and_measure(
+    reproduction: Reproduction,
+    store: Store,
+    store_path: str | Path,
+    scale: str,
+    retrained: set[str],
+    options: dict[str, Any],
+    sweeps: list[SweepConfig],
+) -> Results:
+    """Train ``sweeps`` (``options`` for :func:`~seqdyn.train.sweep.run_sweep`) and measure their results; runs whose
+    model must be measured and whose checkpoint is gone, nothing of them kept (:mod:`seqdyn.reproduce.measured`),
+    are trained again from the start (added to ``retrained``) and measured then."""
+    for sweep in sweeps:
+        run_sweep(sweep, store_path, **options)
+    collected = collect(store, sweeps, scale)
+    check_time_left(reproduction, collected)
+    with collecting_missing() as missing:
+        measured = reproduction.measure(collected, store_path)
+    if not missing:
+        return measured
+    again = retrained.intersection(missing)
+    if again:
+        raise ValueError(f"{reproduction.name}: runs {', '.join(sorted(again))} trained again left no checkpoint")
+    store.retrain(missing)
+    retrained.update(missing)
+    return _train_and_measure(reproduction, store, store_path, scale, retrained, options, sweeps)
 
 
 class TimeLimitReached(Exception):

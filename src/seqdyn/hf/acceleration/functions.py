@@ -177,6 +177,7 @@ def gated_delta_rule(
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
     cu_seqlens: Tensor | None = None,
+    backend: str = "chunk",
     **_: Any,
 ):
     """flash-linear-attention's ``chunk_gated_delta_rule`` (transformers' ``torch_chunk_gated_delta_rule``) by seqdyn's
@@ -187,7 +188,8 @@ def gated_delta_rule(
     ``query``, ``key`` ``[b, l, h_k, K]`` (each of the h_k heads serves h / h_k consecutive value heads), ``value``
     ``[b, l, h, V]``, ``g``, ``beta`` ``[b, l, h]``, ``initial_state`` and the final state ``[b, h, K, V]``;
     ``use_qk_l2norm_in_kernel``: q, k ← q (‖q‖² + 1e-6)^-½ first (FLA's l2norm); ``cu_seqlens`` ``[N + 1]``: packed
-    sequences in a batch of one, each from its own state.  Computed in float32 at least, as the fallback does."""
+    sequences in a batch of one, each from its own state; ``backend``: the operator's (``recurrent``: the float64
+    reference of :mod:`seqdyn.conform`).  Computed in float32 at least, as the fallback does."""
     dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
     query, key, value, g, beta = _delta_rule_inputs(query, key, value, g, beta, use_qk_l2norm_in_kernel)
     queries, keys, value = _head_major(query * query.shape[-1] ** -0.5, key, value)
@@ -201,8 +203,8 @@ def gated_delta_rule(
         scale=beta,
         initial_state=state,
         output_final_state=True,
-        backend="chunk",
-        chunk_size=min(chunk_size, DELTA_RULE_CHUNK_SIZE),
+        backend=backend,
+        **({"chunk_size": min(chunk_size, DELTA_RULE_CHUNK_SIZE)} if backend == "chunk" else {}),
         cu_seqlens=cu_seqlens,
     )
     return output.to(dtype), (final if output_final_state else None)

@@ -1,0 +1,70 @@
+"""``seqdyn conform``: a third-party implementation of an op against seqdyn's float64 reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from seqdyn.cli.common import name_list, one_line_errors
+
+
+@one_line_errors
+def conform(
+    target: str = typer.Argument(
+        ..., metavar="CALLABLE", help="The implementation, as module.path:function (imported here)."
+    ),
+    op: str = typer.Option(..., "--op", help="The op it claims to compute: gated_delta_rule."),
+    adapter: Optional[str] = typer.Option(
+        None, help="Its calling convention (transformers, fla); by default the one its parameters match."
+    ),
+    dtypes: str = typer.Option(
+        "float32,bfloat16", help="The dtypes to compute in, comma-separated (float64, float16 too)."
+    ),
+    device: str = typer.Option("cpu", help="Where the implementation runs (the reference runs on the CPU in float64)."),
+    quick: bool = typer.Option(False, "--quick", help="A dozen cases per dtype instead of the full sweep."),
+    json_out: Optional[Path] = typer.Option(
+        None, "--json", help="Write the report (every case, the minimized one) here."
+    ),
+) -> None:
+    """Sweep shapes (odd lengths, lengths around chunk boundaries, head widths 16–256, grouped heads), initial
+    states, extreme decays and dtypes, comparing outputs, final states and every gradient with seqdyn's float64
+    reference within a tolerance scaled to the dtype and to each case's condition; print the table, shrink the first
+    failing case to the smallest that still fails. Exit code 1 where a case fails."""
+    from seqdyn.conform import conform as run_conformance
+    from seqdyn.conform import load_callable, sweep
+    from seqdyn.conform.cases import DTYPES
+
+    chosen = tuple(name_list(dtypes) or ())
+    unknown = [name for name in chosen if name not in DTYPES]
+    if unknown or not chosen:
+        raise ValueError(f"--dtypes: expected some of {', '.join(DTYPES)}; got {dtypes!r}")
+    report = run_conformance(load_callable(target), op, sweep(quick, chosen), adapter, device)
+    report["callable"] = target
+    _print(report)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
+    if report["failed"]:
+        raise typer.Exit(1)
+
+
+def _print(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"seqdyn conform {report['callable']} --op {report['op']} ({report['adapter']} convention)")
+    for column in ("case", "passed", "error / tolerance", "worst quantity"):
+        table.add_column(column, justify="left" if column in ("case", "worst quantity") else "right")
+    for case in report["cases"]:
+        ratio = case["error"] or ("∞" if case["worst_ratio"] is None else f"{case['worst_ratio']:.3g}")
+        mark = "[green]yes[/green]" if case["passed"] else "[red]no[/red]"
+        table.add_row(case["case"], mark, ratio, case["quantity"])
+    console = Console(width=140)
+    console.print(table)
+    console.print(f"{report['passed']} passed, {report['failed']} failed")
+    if report["minimized"]:
+        smallest = report["minimized"]
+        why = smallest["error"] or f"{smallest['quantity']} at {smallest['worst_ratio']:.3g}× its tolerance"
+        console.print(f"smallest failing case: {smallest['case']} — {why}")

@@ -1,0 +1,134 @@
+"""The ops a conformance sweep knows: what each computes (its float64 reference, seqdyn's operator), how its inputs
+are drawn for a :class:`~seqdyn.conform.cases.Case`, and the calling conventions of the implementations the field
+ships (:data:`ADAPTERS`), recognized by their parameters' names."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqdyn.conform.cases import Case
+
+#: the inputs of the gated delta rule, in the order of transformers' fallback: query, key ``[B, T, H_k, K]``, value
+#: ``[B, T, H, V]``, log-decay g and β ``[B, T, H]``, and the initial state ``[B, H, K, V]`` (where the case has one)
+DELTA_RULE_INPUTS = ("query", "key", "value", "g", "beta", "initial_state")
+
+
+def delta_rule_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
+    """A gated delta rule problem in float64: unit-norm keys (the delta rule's state stays bounded only for ‖k‖ ≤ 1),
+    β in (0, 1), the case's decays."""
+
+    def draw(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    b, t, h, hk = case.batch, case.length, case.heads, case.groups
+    low = {"typical": -0.5, "none": 0.0, "extreme": -30.0}[case.decay]
+    inputs = {
+        "query": draw(b, t, hk, case.key_dim),
+        "key": F.normalize(draw(b, t, hk, case.key_dim), dim=-1),
+        "value": draw(b, t, h, case.value_dim),
+        "g": low * torch.rand(b, t, h, generator=generator, dtype=torch.float64),
+        "beta": torch.rand(b, t, h, generator=generator, dtype=torch.float64),
+    }
+    if case.initial_state:
+        inputs["initial_state"] = 0.1 * draw(b, h, case.key_dim, case.value_dim)
+    return inputs
+
+
+def delta_rule_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Yang et al. 2025 (Gated DeltaNet), eq. 10, by seqdyn's recurrent backend in the inputs' dtype (float64)::
+
+    S_t = e^{g_t} (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K"""
+    from seqdyn.hf.acceleration.functions import gated_delta_rule
+
+    output, state = gated_delta_rule(**inputs, output_final_state=True, backend="recurrent")
+    return {"output": output, "final_state": state}
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A calling convention of ``op``: the parameter names that recognize it, whether it takes grouped key heads,
+    and how to call an implementation with seqdyn's inputs (→ its ``{"output", "final_state"}``)."""
+
+    name: str
+    op: str
+    parameters: tuple[str, ...]
+    grouped_heads: bool
+    call: Callable[[Callable[..., Any], dict[str, Tensor]], dict[str, Tensor]]
+
+
+def _transformers_delta_rule(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    output, state = fn(**inputs, output_final_state=True, use_qk_l2norm_in_kernel=False)
+    return {"output": output, "final_state": state}
+
+
+def _fla_delta_rule(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    q, k, v, g, beta = (inputs[name] for name in DELTA_RULE_INPUTS[:5])
+    output, state = fn(q, k, v, beta=beta, g=g, initial_state=inputs.get("initial_state"), output_final_state=True)
+    return {"output": output, "final_state": state}
+
+
+ADAPTERS = (
+    # transformers' torch_chunk_gated_delta_rule and torch_recurrent_gated_delta_rule (Qwen3-Next, Qwen3.5, OLMo-hybrid)
+    Adapter(
+        "transformers", "gated_delta_rule", ("query", "key", "value", "g", "beta"), False, _transformers_delta_rule
+    ),
+    # flash-linear-attention's chunk_gated_delta_rule, fused_recurrent_gated_delta_rule and naive references
+    Adapter("fla", "gated_delta_rule", ("q", "k", "v", "g", "beta"), True, _fla_delta_rule),
+)
+
+
+@dataclass(frozen=True)
+class Op:
+    """An op: its inputs per case, its float64 reference, and which inputs take gradients."""
+
+    name: str
+    description: str
+    inputs: Callable[[Case, torch.Generator], dict[str, Tensor]]
+    reference: Callable[[dict[str, Tensor]], dict[str, Tensor]]
+    differentiable: tuple[str, ...]
+
+
+OPS = {
+    "gated_delta_rule": Op(
+        "gated_delta_rule",
+        "the gated delta rule (Yang et al. 2025, Gated DeltaNet, eq. 10), outputs and final state",
+        delta_rule_inputs,
+        delta_rule_reference,
+        DELTA_RULE_INPUTS,
+    ),
+}
+
+
+def check_op(name: str) -> Op:
+    if name not in OPS:
+        raise ValueError(f"--op: seqdyn knows {', '.join(OPS)}; got {name!r}")
+    return OPS[name]
+
+
+def adapter_for(fn: Callable[..., Any], op: str, name: str | None = None) -> Adapter:
+    """The adapter of ``op`` named ``name``, else the one whose parameters ``fn`` takes."""
+    known = [adapter for adapter in ADAPTERS if adapter.op == op]
+    if name is not None:
+        for adapter in known:
+            if adapter.name == name:
+                return adapter
+        raise ValueError(f"--adapter: {op} has the adapters {', '.join(a.name for a in known)}; got {name!r}")
+    try:
+        parameters = set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        parameters = set()
+    for adapter in known:
+        if set(adapter.parameters) <= parameters:
+            return adapter
+    conventions = "; ".join(f"{a.name}: ({', '.join(a.parameters)})" for a in known)
+    raise ValueError(
+        f"the callable's parameters ({', '.join(sorted(parameters)) or 'unreadable'}) match no calling convention of "
+        f"{op} ({conventions}); wrap it in a function of one of them, or name one with --adapter"
+    )

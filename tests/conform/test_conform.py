@@ -1,0 +1,136 @@
+"""``seqdyn conform``: correct implementations pass every case, each kind of bug fails the cases it touches and
+shrinks to a small failing case, and bad input is one line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from seqdyn.cli import app
+from seqdyn.conform import Case, conform, load_callable, sweep
+from seqdyn.conform.harness import check_case
+from seqdyn.conform.ops import OPS, adapter_for
+from seqdyn.hf.acceleration.functions import gated_delta_rule
+
+QUICK = sweep(quick=True, dtypes=("float32",))
+
+
+def seqdyn_chunk(query, key, value, g, beta, initial_state=None, output_final_state=False, **kwargs):
+    """seqdyn's own chunk form, in transformers' convention."""
+    return gated_delta_rule(query, key, value, g, beta, initial_state=initial_state, output_final_state=True)
+
+
+def fla_style(q, k, v, beta, g, scale=None, initial_state=None, output_final_state=False):
+    """The same, in flash-linear-attention's convention (grouped key heads taken)."""
+    return gated_delta_rule(q, k, v, g, beta, initial_state=initial_state, output_final_state=True)
+
+
+def forgets_the_initial_state(query, key, value, g, beta, initial_state=None, **kwargs):
+    return seqdyn_chunk(query, key, value, g, beta, initial_state=None)
+
+
+def wrong_after_one_chunk(query, key, value, g, beta, initial_state=None, **kwargs):
+    """Right within the first 64 steps, with the decays after them dropped."""
+    return seqdyn_chunk(query, key, value, torch.cat([g[:, :64], 0 * g[:, 64:]], 1), beta, initial_state)
+
+
+def noisy(relative: float):
+    def implementation(query, key, value, g, beta, initial_state=None, **kwargs):
+        output, state = seqdyn_chunk(query, key, value, g, beta, initial_state)
+        unit = torch.finfo(output.dtype).eps / 2
+        generator = torch.Generator().manual_seed(3)
+        jitter = 2 * torch.rand(output.shape, generator=generator, dtype=output.dtype) - 1
+        return output + relative * unit * output.abs().max().detach() * jitter, state
+
+    return implementation
+
+
+def crashes(query, key, value, g, beta, **kwargs):
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_seqdyns_own_chunk_form_conforms_in_float32_and_float64():
+    report = conform(seqdyn_chunk, "gated_delta_rule", sweep(quick=True, dtypes=("float32", "float64")))
+    assert report["failed"] == 0 and report["passed"] == len(report["cases"]) == 18
+
+
+def test_transformers_fallbacks_conform_in_float32_and_bfloat16_and_compute_float64_in_float32():
+    pytest.importorskip("transformers")
+    fn = load_callable("transformers.models.qwen3_next.modeling_qwen3_next:torch_chunk_gated_delta_rule")
+    assert conform(fn, "gated_delta_rule", sweep(quick=True))["failed"] == 0
+    in_float64 = conform(fn, "gated_delta_rule", sweep(quick=True, dtypes=("float64",))[:2])
+    assert in_float64["failed"] == 2  # its float32 round-off is a million times float64's tolerance
+    assert min(case["worst_ratio"] for case in in_float64["cases"]) > 1e4
+
+
+def test_the_fla_convention_is_recognized_and_takes_grouped_heads():
+    report = conform(fla_style, "gated_delta_rule", QUICK)
+    assert report["adapter"] == "fla" and report["failed"] == 0
+    assert any("key heads" in case["case"] for case in report["cases"])
+    assert not any("key heads" in case["case"] for case in conform(seqdyn_chunk, "gated_delta_rule", QUICK)["cases"])
+
+
+def test_a_forgotten_initial_state_fails_only_the_cases_with_one_and_shrinks_to_a_tiny_one():
+    report = conform(forgets_the_initial_state, "gated_delta_rule", QUICK)
+    failing = [case["case"] for case in report["cases"] if not case["passed"]]
+    assert failing and all("initial state" in case for case in failing)
+    smallest = report["minimized"]["case"]
+    assert smallest.startswith("B=1 T=1 H=1 K=1 V=1, initial state")
+
+
+def test_a_bug_after_the_first_chunk_shrinks_to_the_first_length_past_it():
+    report = conform(wrong_after_one_chunk, "gated_delta_rule", QUICK)
+    assert all(case["passed"] for case in report["cases"] if " T=64 " in case["case"] or " T=7 " in case["case"])
+    assert report["minimized"]["case"].startswith("B=1 T=65 ")
+
+
+@pytest.mark.parametrize(("relative", "passed"), [(1.0, True), (1e4, False)])
+def test_the_tolerance_admits_round_off_of_the_dtype_and_not_a_thousand_times_more(relative, passed):
+    case = Case(1, 65, 2, 32, 32, dtype="float32")
+    spec = OPS["gated_delta_rule"]
+    checked = check_case(spec, adapter_for(seqdyn_chunk, spec.name), noisy(relative), case)
+    assert checked.passed is passed and (passed or checked.quantity == "output")
+
+
+def test_a_crash_inside_the_implementation_is_a_failing_case_with_its_message():
+    report = conform(crashes, "gated_delta_rule", QUICK[:2])
+    assert report["failed"] == 2 and "illegal memory access" in report["cases"][0]["error"]
+    assert report["minimized"]["error"].startswith("RuntimeError")
+
+
+def test_a_case_shrinks_along_one_axis_at_a_time():
+    case = Case(2, 65, 4, 32, 16, key_heads=2, initial_state=True, decay="extreme")
+    smaller = case.smaller()
+    assert replace(case, batch=1) in smaller and replace(case, length=32) in smaller
+    assert replace(case, heads=2, key_heads=None) in smaller and replace(case, decay="typical") in smaller
+    assert all(each.size < case.size or each.decay != case.decay or not each.initial_state for each in smaller)
+
+
+def test_bad_input_is_one_line_naming_the_argument():
+    runner = CliRunner()
+    for arguments, message in [
+        (["tests.conform.test_conform:seqdyn_chunk", "--op", "ssd_scan"], "--op: seqdyn knows gated_delta_rule"),
+        (["no.such.module:f", "--op", "gated_delta_rule"], "callable 'no.such.module:f'"),
+        (["json:dumps", "--op", "gated_delta_rule"], "match no calling convention"),
+        (["tests.conform.test_conform:seqdyn_chunk", "--op", "gated_delta_rule", "--dtypes", "f8"], "--dtypes"),
+    ]:
+        result = runner.invoke(app, ["conform", *arguments])
+        assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_the_command_writes_the_report_and_exits_1_on_a_failing_case(tmp_path):
+    runner = CliRunner()
+    path = tmp_path / "report.json"
+    target = "tests.conform.test_conform:forgets_the_initial_state"
+    result = runner.invoke(app, ["conform", target, "--op", "gated_delta_rule", "--quick", "--json", str(path)])
+    assert result.exit_code == 1 and "smallest failing case: B=1 T=1" in result.output
+    report = json.loads(path.read_text())
+    assert report["callable"] == target and report["failed"] > 0
+    ok = runner.invoke(
+        app, ["conform", "tests.conform.test_conform:seqdyn_chunk", "--op", "gated_delta_rule", "--quick"]
+    )
+    assert ok.exit_code == 0, ok.output
