@@ -113,7 +113,10 @@ def test_a_case_shrinks_along_one_axis_at_a_time():
 def test_bad_input_is_one_line_naming_the_argument():
     runner = CliRunner()
     for arguments, message in [
-        (["tests.conform.test_conform:seqdyn_chunk", "--op", "ssd_scan"], "--op: seqdyn knows gated_delta_rule"),
+        (
+            ["tests.conform.test_conform:seqdyn_chunk", "--op", "ssd_scan"],
+            "--op: seqdyn knows gated_delta_rule, selective_scan",
+        ),
         (["no.such.module:f", "--op", "gated_delta_rule"], "callable 'no.such.module:f'"),
         (["json:dumps", "--op", "gated_delta_rule"], "match no calling convention"),
         (["tests.conform.test_conform:seqdyn_chunk", "--op", "gated_delta_rule", "--dtypes", "f8"], "--dtypes"),
@@ -134,3 +137,40 @@ def test_the_command_writes_the_report_and_exits_1_on_a_failing_case(tmp_path):
         app, ["conform", "tests.conform.test_conform:seqdyn_chunk", "--op", "gated_delta_rule", "--quick"]
     )
     assert ok.exit_code == 0, ok.output
+
+
+def naive_selective_scan(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):  # noqa: N803
+    """Gu & Dao 2023, Algorithm 2, step by step as mamba_ssm's ``selective_scan_ref`` states it (x ``[b, d, l]``,
+    A ``[d, n]``, B, C ``[b, n, l]``)."""
+    delta = delta + delta_bias[:, None] if delta_bias is not None else delta
+    delta = torch.nn.functional.softplus(delta) if delta_softplus else delta
+    state = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
+    outputs = []
+    for t in range(u.shape[2]):
+        step = delta[:, :, t, None]  # [b, d, 1]
+        state = torch.exp(step * A) * state + step * B[:, None, :, t] * u[:, :, t, None]
+        outputs.append((state * C[:, None, :, t]).sum(-1))
+    y = torch.stack(outputs, dim=-1) + (u * D[:, None] if D is not None else 0)
+    y = y * torch.nn.functional.silu(z) if z is not None else y
+    return (y, state) if return_last_state else y
+
+
+def test_mambas_reference_scan_and_seqdyns_accelerated_one_conform():
+    from seqdyn.hf.acceleration.functions import selective_scan
+
+    naive = conform(naive_selective_scan, "selective_scan", sweep(quick=True, dtypes=("float32", "float64")))
+    assert naive["adapter"] == "mamba_ssm" and naive["failed"] == 0 and naive["passed"] > 10
+    assert all("initial state" not in case["case"] and "N=" in case["case"] for case in naive["cases"])
+    accelerated = conform(selective_scan, "selective_scan", QUICK)
+    assert accelerated["adapter"] == "transformers" and accelerated["failed"] == 0
+
+
+def test_a_scan_without_its_skip_connection_fails_on_the_output_alone():
+    def no_skip(u, delta, A, B, C, D=None, z=None, delta_bias=None, **kwargs):  # noqa: N803
+        return naive_selective_scan(u, delta, A, B, C, None, z, delta_bias, **kwargs)
+
+    report = conform(no_skip, "selective_scan", QUICK[:1])
+    assert report["failed"] == 1 and report["cases"][0]["ratios"]["final_state"] < 1
+    assert report["minimized"]["case"].startswith("B=1 T=1 H=1 N=1")

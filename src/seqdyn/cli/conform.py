@@ -16,9 +16,11 @@ def conform(
     target: str = typer.Argument(
         ..., metavar="CALLABLE", help="The implementation, as module.path:function (imported here)."
     ),
-    op: str = typer.Option(..., "--op", help="The op it claims to compute: gated_delta_rule."),
+    op: str = typer.Option(..., "--op", help="The op it claims to compute: gated_delta_rule or selective_scan."),
     adapter: Optional[str] = typer.Option(
-        None, help="Its calling convention (transformers, fla); by default the one its parameters match."
+        None,
+        help="Its calling convention (gated_delta_rule: transformers, fla; selective_scan: mamba_ssm, "
+        "transformers); by default the one its parameters match.",
     ),
     dtypes: str = typer.Option(
         "float32,bfloat16", help="The dtypes to compute in, comma-separated (float64, float16 too)."

@@ -40,7 +40,7 @@ def conform(
     """Every case of ``cases`` that ``fn``'s convention takes, checked; the report: op, adapter, each case's
     :meth:`Checked.record`, and the first failing case minimized (None where every case passed)."""
     spec, convention = check_op(op), adapter_for(fn, op, adapter)
-    taken = [case for case in cases if convention.grouped_heads or case.key_heads is None]
+    taken = list(dict.fromkeys(spec.case(case) for case in cases if convention.takes(case)))
     checked = [check_case(spec, convention, fn, case, device) for case in taken]
     failing = [each for each in checked if not each.passed]
     smallest = None

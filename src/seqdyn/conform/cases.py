@@ -17,7 +17,8 @@ DECAYS = ("typical", "none", "extreme")
 @dataclass(frozen=True)
 class Case:
     """One problem: ``batch`` sequences of ``length`` steps, ``heads`` value heads served by ``key_heads`` query/key
-    heads, key and value widths, an initial state or none, a kind of decay (:data:`DECAYS`), in ``dtype``."""
+    heads, key and value widths (value width 0: a scan of channels with a state of N = ``key_dim`` each), an initial
+    state or none, a kind of decay (:data:`DECAYS`), in ``dtype``."""
 
     batch: int
     length: int
@@ -40,8 +41,9 @@ class Case:
 
     def label(self) -> str:
         grouped = f", {self.groups} key heads" if self.key_heads is not None else ""
+        widths = f"K={self.key_dim} V={self.value_dim}" if self.value_dim else f"N={self.key_dim}"
         return (
-            f"B={self.batch} T={self.length} H={self.heads}{grouped} K={self.key_dim} V={self.value_dim}, "
+            f"B={self.batch} T={self.length} H={self.heads}{grouped} {widths}, "
             f"{'initial state' if self.initial_state else 'zero state'}, {self.decay} decay, {self.dtype}"
         )
 

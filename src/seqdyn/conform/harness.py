@@ -79,8 +79,8 @@ def check_case(
 ) -> Checked:
     """``fn`` on ``case`` (its inputs drawn with ``seed``, rounded to the case's dtype, on ``device``) against the
     float64 reference of the same rounded inputs, within the tolerance of the module's docstring."""
-    if case.key_heads is not None and not adapter.grouped_heads:
-        raise ValueError(f"{adapter.name}'s convention has no grouped heads: leave {case.label()} out")
+    if not adapter.takes(case):
+        raise ValueError(f"{adapter.name}'s convention cannot state {case.label()}: leave it out")
     dtype = DTYPES[case.dtype]
     exact = op.inputs(case, torch.Generator().manual_seed(seed))
     rounded = {name: tensor.to(dtype).double() for name, tensor in exact.items()}

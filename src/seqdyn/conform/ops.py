@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -61,6 +61,11 @@ class Adapter:
     parameters: tuple[str, ...]
     grouped_heads: bool
     call: Callable[[Callable[..., Any], dict[str, Tensor]], dict[str, Tensor]]
+    initial_state: bool = True
+
+    def takes(self, case: Case) -> bool:
+        """Whether the convention can state ``case`` (grouped heads, an initial state)."""
+        return (self.grouped_heads or case.key_heads is None) and (self.initial_state or not case.initial_state)
 
 
 def _transformers_delta_rule(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -74,6 +79,49 @@ def _fla_delta_rule(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[s
     return {"output": output, "final_state": state}
 
 
+#: the inputs of the selective scan in mamba_ssm's order: x, Δ (before its bias and softplus) ``[B, D, T]``, A
+#: ``[D, N]``, B and C ``[B, N, T]``, D ``[D]``, the gate z ``[B, D, T]`` and Δ's bias ``[D]``
+SCAN_INPUTS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+
+
+def scan_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
+    """A selective scan problem in float64: ``case.heads`` channels with a state of N = ``case.key_dim`` each; A < 0,
+    from S4D-real's −(1 … N) at typical decays, × 30 at extreme ones, 0 for none."""
+
+    def draw(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    b, t, d, n = case.batch, case.length, case.heads, case.key_dim
+    scale = {"typical": 1.0, "none": 0.0, "extreme": 30.0}[case.decay]
+    return {
+        "u": draw(b, d, t),
+        "delta": draw(b, d, t),
+        "A": -scale * torch.arange(1, n + 1, dtype=torch.float64).expand(d, n) / n,
+        "B": draw(b, n, t),
+        "C": draw(b, n, t),
+        "D": draw(d),
+        "z": draw(b, d, t),
+        "delta_bias": draw(d) - 2.0,
+    }
+
+
+def scan_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Gu & Dao 2023 (Mamba), Algorithm 2, by seqdyn's recurrent backend in the inputs' dtype (float64)::
+
+    Δ = softplus(δ + bias),   h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,   y_t = (C_t · h_t + D x_t) · SiLU(z_t)"""
+    from seqdyn.hf.acceleration.functions import selective_scan
+
+    names = dict(zip(SCAN_INPUTS, ("hidden_states", "dt", "A", "B", "C", "D", "z", "delta_bias")))
+    renamed = {names[name]: tensor for name, tensor in inputs.items()}
+    output, state = selective_scan(**renamed, delta_softplus=True, return_last_state=True, backend="recurrent")
+    return {"output": output, "final_state": state}
+
+
+def _mamba_scan(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    output, state = fn(*(inputs[name] for name in SCAN_INPUTS), delta_softplus=True, return_last_state=True)
+    return {"output": output, "final_state": state}
+
+
 ADAPTERS = (
     # transformers' torch_chunk_gated_delta_rule and torch_recurrent_gated_delta_rule (Qwen3-Next, Qwen3.5, OLMo-hybrid)
     Adapter(
@@ -81,6 +129,17 @@ ADAPTERS = (
     ),
     # flash-linear-attention's chunk_gated_delta_rule, fused_recurrent_gated_delta_rule and naive references
     Adapter("fla", "gated_delta_rule", ("q", "k", "v", "g", "beta"), True, _fla_delta_rule),
+    # mamba_ssm's selective_scan_fn and selective_scan_ref (transformers' mamba_selective_scan kernel)
+    Adapter("mamba_ssm", "selective_scan", ("u", "delta", "A", "B", "C"), False, _mamba_scan, initial_state=False),
+    # seqdyn's own, in transformers' names (seqdyn.hf.acceleration.functions.selective_scan)
+    Adapter(
+        "transformers",
+        "selective_scan",
+        ("hidden_states", "dt", "A", "B", "C"),
+        False,
+        _mamba_scan,
+        initial_state=False,
+    ),
 )
 
 
@@ -93,6 +152,12 @@ class Op:
     inputs: Callable[[Case, torch.Generator], dict[str, Tensor]]
     reference: Callable[[dict[str, Tensor]], dict[str, Tensor]]
     differentiable: tuple[str, ...]
+    #: the value width of its cases (0: a scan of channels, each with its own state, no value width)
+    value_dim: int | None = None
+
+    def case(self, case: Case) -> Case:
+        """``case`` as this op states it."""
+        return case if self.value_dim is None else replace(case, value_dim=self.value_dim)
 
 
 OPS = {
@@ -102,6 +167,14 @@ OPS = {
         delta_rule_inputs,
         delta_rule_reference,
         DELTA_RULE_INPUTS,
+    ),
+    "selective_scan": Op(
+        "selective_scan",
+        "Mamba's selective scan (Gu & Dao 2023, Algorithm 2), outputs and last state",
+        scan_inputs,
+        scan_reference,
+        SCAN_INPUTS,
+        value_dim=0,
     ),
 }
 

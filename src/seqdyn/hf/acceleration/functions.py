@@ -130,6 +130,7 @@ def selective_scan(
     delta_bias: Tensor | None = None,  # noqa: N803
     delta_softplus: bool = False,
     return_last_state: bool = False,
+    backend: str = "scan",
     **_: Any,
 ):
     """``mamba_ssm``'s ``selective_scan_fn`` (transformers' ``mamba_selective_scan``) by seqdyn's operator (Gu & Dao
@@ -140,7 +141,7 @@ def selective_scan(
     per channel d with its own state of N: ``hidden_states`` x, ``dt`` and ``z`` ``[b, d, l]``, ``A`` ``[d, N]``,
     ``B``, ``C`` ``[b, N, l]`` (shared by every channel); the last state ``[b, d, N]``; ``z``: y gated by SiLU(z).
     The operator's channels are its heads (K = N, V = 1), keys and queries shared by all of them, on the ``scan``
-    backend (an associative scan over the steps)."""
+    backend (an associative scan over the steps; ``backend``: another of the operator's)."""
     step = _steps(dt.transpose(1, 2), delta_bias, delta_softplus)  # [b, l, d]
     queries, keys = (t.transpose(1, 2).unsqueeze(2) for t in (C, B))  # [b, l, 1, N]
     values = hidden_states.transpose(1, 2).unsqueeze(-1)  # [b, l, d, 1]
@@ -154,7 +155,7 @@ def selective_scan(
         values.to(step.dtype),
         log_decay=step.unsqueeze(-1) * A.to(step.dtype),
         scale=step,
-        backend="scan",
+        backend=backend,
         initial_state=initial,
         output_final_state=True,
     )
