@@ -1,0 +1,140 @@
+"""The invariants a user of a transformers model assumes, checked against seqdyn's float64 reference of it.
+
+For a model of a family seqdyn converts, the reference is its conversion in float64 (exact to round-off:
+``seqdyn convert --check``), run on each row alone. The model under audit, in float32, must give the reference's
+logits (within :data:`TOLERANCE` of the largest logit) however the row reaches it:
+
+- ``alone``: the row by itself;
+- ``left-padded`` / ``right-padded``: in a batch beside a longer row, padded on that side, with its attention mask;
+- ``two-piece prefill``: the prompt in two forward calls, the second continuing the first's cache;
+- ``token by token``: the first token, then every further token decoded from the cache;
+- ``generate``: greedy generation with the cache gives the tokens it gives without.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+#: an invariant holds where its logits stay within this of the reference's, relative to the largest logit (float32
+#: models agree with their float64 conversions to about 1e-6 here; a broken invariant is off by 1e-2 and more)
+TOLERANCE = 1e-4
+#: what transformers' models call the cache they return and take, newest first
+CACHE_NAMES = ("cache", "past_key_values", "cache_params")
+INVARIANTS = ("alone", "left-padded", "right-padded", "two-piece prefill", "token by token", "generate")
+
+
+def _relative(got: Tensor, reference: Tensor) -> float:
+    return float((got.double() - reference).abs().max() / reference.abs().max())
+
+
+def _padded(model: nn.Module, row: Tensor, longer: int, left: bool) -> Tensor:
+    """``row`` ``[1, T]``'s logits in a batch with a row of ``longer`` tokens, padded on the left or the right."""
+    pad = longer - row.shape[1]
+    filler = torch.zeros(1, pad, dtype=row.dtype)
+    tokens = torch.cat([filler, row] if left else [row, filler], 1)
+    mask = torch.cat(
+        [torch.zeros_like(filler), torch.ones_like(row)] if left else [torch.ones_like(row), torch.zeros_like(filler)],
+        1,
+    )
+    other = torch.randint(1, int(row.max()) + 1, (1, longer), generator=torch.Generator().manual_seed(7))
+    logits = model(torch.cat([other, tokens]), attention_mask=torch.cat([torch.ones_like(mask), mask])).logits
+    return logits[1, pad:] if left else logits[1, : row.shape[1]]
+
+
+def _continued(model: nn.Module, tokens: Tensor, earlier: Any, start: int, total: int) -> Any:
+    """``model`` on ``tokens`` (positions ``start`` …) continuing the cache of the call ``earlier`` returned, its
+    inputs prepared as ``generate`` prepares them (``prepare_inputs_for_generation``: each family's own mask, cache
+    and position conventions) from the whole sequence so far."""
+    cache = next(getattr(earlier, name) for name in CACHE_NAMES if getattr(earlier, name, None) is not None)
+    accepted = inspect.signature(model.forward).parameters
+    keyword = next(name for name in CACHE_NAMES if name in accepted)
+    so_far = torch.cat([torch.zeros(1, start, dtype=tokens.dtype), tokens], 1)  # only the new tokens are read
+    inputs = model.prepare_inputs_for_generation(
+        so_far,
+        **{keyword: cache},
+        attention_mask=torch.ones(1, total, dtype=tokens.dtype),
+        cache_position=torch.arange(start, start + tokens.shape[1]),
+        use_cache=True,
+    )
+    inputs["input_ids"] = tokens
+    return model(**inputs)
+
+
+def _pieces(model: nn.Module, row: Tensor, cut: int) -> Tensor:
+    """``row``'s logits from a forward of its first ``cut`` tokens and a second continuing the first's cache."""
+    first = model(row[:, :cut], use_cache=True)
+    second = _continued(model, row[:, cut:], first, cut, row.shape[1])
+    return torch.cat([first.logits, second.logits], 1)[0]
+
+
+def _token_by_token(model: nn.Module, row: Tensor) -> Tensor:
+    out, logits = model(row[:, :1], use_cache=True), []
+    logits.append(out.logits[0])
+    for t in range(1, row.shape[1]):
+        out = _continued(model, row[:, t : t + 1], out, t, t + 1)
+        logits.append(out.logits[0])
+    return torch.cat(logits)
+
+
+def _generate_agrees(model: nn.Module, row: Tensor, new_tokens: int) -> float:
+    """0 where greedy generation gives the same tokens with and without the cache, else 1."""
+    settings = dict(max_new_tokens=new_tokens, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(row))
+    cached = model.generate(row, use_cache=True, **settings)
+    uncached = model.generate(row, use_cache=False, **settings)
+    return 0.0 if torch.equal(cached, uncached) else 1.0
+
+
+def check_invariants(
+    model: nn.Module, reference: Callable[[Tensor], Tensor], row: Tensor, new_tokens: int = 8
+) -> dict[str, Any]:
+    """Each of :data:`INVARIANTS` of ``model`` on ``row`` ``[1, T]``: its error against ``reference(row)`` (float64
+    logits ``[T, vocab]``), whether it holds, or the error the model raised."""
+    expected = reference(row)
+    checks: dict[str, Callable[[], float]] = {
+        "alone": lambda: _relative(model(row).logits[0], expected),
+        "left-padded": lambda: _relative(_padded(model, row, row.shape[1] + 5, left=True), expected),
+        "right-padded": lambda: _relative(_padded(model, row, row.shape[1] + 5, left=False), expected),
+        "two-piece prefill": lambda: _relative(_pieces(model, row, row.shape[1] // 2 + 1), expected),
+        "token by token": lambda: _relative(_token_by_token(model, row), expected),
+        "generate": lambda: _generate_agrees(model, row, new_tokens),
+    }
+    results = {}
+    for name, check in checks.items():
+        try:
+            with torch.no_grad():
+                error = check()
+        except Exception as raised:  # the model's own failure is a broken invariant, never the audit's
+            results[name] = {
+                "holds": False,
+                "error": None,
+                "raised": f"{type(raised).__name__}: {raised}".splitlines()[0][:200],
+            }
+            continue
+        results[name] = {"holds": error <= TOLERANCE, "error": error, "raised": ""}
+    return results
+
+
+def audit_family(family: str, length: int = 21, accelerated: bool = False) -> dict[str, Any]:
+    """The invariants of ``family``'s tiny random transformers model (accelerated by seqdyn where ``accelerated``),
+    against its float64 conversion."""
+    from seqdyn.hf.acceleration import accelerate
+    from seqdyn.hf.convert.checkpoints import quiet_transformers
+    from seqdyn.hf.convert.checks import tiny_model
+    from seqdyn.hf.convert.registry import TINY_CONFIGS, from_transformers
+
+    model = tiny_model(family)
+    reference_model = from_transformers(copy.deepcopy(model).to(torch.float64))
+    vocab = TINY_CONFIGS[family][2]["vocab_size"]
+    row = torch.randint(1, vocab, (1, length), generator=torch.Generator().manual_seed(3))
+    with quiet_transformers():
+        if accelerated:
+            model = accelerate(model)
+        with torch.no_grad():
+            results = check_invariants(model, lambda tokens: reference_model(tokens).logits[0].double(), row)
+    return {"family": family, "accelerated": accelerated, "invariants": results}

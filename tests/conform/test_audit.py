@@ -1,0 +1,39 @@
+"""The invariants of transformers models against their float64 conversions: they hold for the Mamba-2 and
+Qwen3-Next types, plain and accelerated, and a model that forgets its cache breaks exactly the two that read it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from seqdyn.conform.audit import INVARIANTS, audit_family, check_invariants  # noqa: E402
+
+
+@pytest.mark.parametrize("family", ["mamba2", "qwen3_next"])
+@pytest.mark.parametrize("accelerated", [False, True])
+def test_every_invariant_holds_for_a_family_that_keeps_them(family, accelerated):
+    report = audit_family(family, accelerated=accelerated)
+    assert list(report["invariants"]) == list(INVARIANTS)
+    broken = {name: result for name, result in report["invariants"].items() if not result["holds"]}
+    assert not broken
+
+
+def test_a_model_that_forgets_its_cache_breaks_the_prefill_in_pieces_and_the_decoding():
+    from seqdyn.hf.convert.checks import tiny_model
+    from seqdyn.hf.convert.registry import TINY_CONFIGS, from_transformers
+
+    model = tiny_model("qwen3_next")
+    reference = from_transformers(tiny_model("qwen3_next").to(torch.float64))
+    forward = model.forward
+
+    def forgetting(*args, cache=None, **kwargs):
+        return forward(*args, cache=None, **kwargs)  # every call from an empty state
+
+    model.forward = forgetting
+    vocab = TINY_CONFIGS["qwen3_next"][2]["vocab_size"]
+    row = torch.randint(1, vocab, (1, 13), generator=torch.Generator().manual_seed(0))
+    results = check_invariants(model, lambda tokens: reference(tokens).logits[0].double(), row)
+    assert {name for name, result in results.items() if not result["holds"]} >= {"two-piece prefill", "token by token"}
+    assert results["alone"]["holds"] and results["left-padded"]["holds"]
