@@ -37,3 +37,22 @@ def test_a_model_that_forgets_its_cache_breaks_the_prefill_in_pieces_and_the_dec
     results = check_invariants(model, lambda tokens: reference(tokens).logits[0].double(), row)
     assert {name for name, result in results.items() if not result["holds"]} >= {"two-piece prefill", "token by token"}
     assert results["alone"]["holds"] and results["left-padded"]["holds"]
+
+
+def test_seqdyns_conversion_keeps_every_invariant_where_transformers_jamba_breaks_its_prefill_in_pieces():
+    """The control of the harness: the same checks, driven the same way, hold on the conversion."""
+    theirs, ours = audit_family("jamba"), audit_family("jamba", converted=True)
+    assert all(result["holds"] for result in ours["invariants"].values())
+    assert not theirs["invariants"]["two-piece prefill"]["holds"] and theirs["invariants"]["alone"]["holds"]
+
+
+def test_the_command_prints_the_three_ways_of_a_family_and_names_an_unknown_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from seqdyn.cli import app
+
+    result = CliRunner().invoke(app, ["audit", "mamba2", "--json", str(tmp_path / "audit.json")])
+    assert result.exit_code == 0, result.output
+    assert "mamba2 (accelerated)" in result.output and "mamba2 (seqdyn's conversion)" in result.output
+    bad = CliRunner().invoke(app, ["audit", "kimi_linear"])
+    assert bad.exit_code == 2 and "kimi_linear is not converted" in bad.output

@@ -70,3 +70,56 @@ def _print(report: dict) -> None:
         smallest = report["minimized"]
         why = smallest["error"] or f"{smallest['quantity']} at {smallest['worst_ratio']:.3g}× its tolerance"
         console.print(f"smallest failing case: {smallest['case']} — {why}")
+
+
+@one_line_errors
+def audit(
+    families: Optional[list[str]] = typer.Argument(
+        None, metavar="FAMILY...", help="Families of transformers models seqdyn converts (default: every one)."
+    ),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write every family's invariants here."),
+) -> None:
+    """Check the invariants a user of a transformers model assumes — a row alone = left-padded = right-padded, one
+    prefill = the prompt in two pieces = token-by-token decoding, greedy generation with and without the cache — on
+    each family's tiny random model, as transformers runs it, accelerated by seqdyn, and as seqdyn's float32
+    conversion (the control), against its float64 conversion."""
+    from seqdyn.conform.audit import audit_family
+    from seqdyn.hf.convert.checkpoints import quiet_transformers
+    from seqdyn.hf.convert.registry import TINY_CONFIGS
+
+    chosen = families or list(TINY_CONFIGS)
+    unknown = [name for name in chosen if name not in TINY_CONFIGS]
+    if unknown:
+        raise ValueError(f"FAMILY: {', '.join(unknown)} is not converted; seqdyn converts {', '.join(TINY_CONFIGS)}")
+    reports = []
+    with quiet_transformers():
+        for family in chosen:
+            accelerated = audit_family(family, accelerated=True)
+            reports += [audit_family(family), *filter(None, [accelerated]), audit_family(family, converted=True)]
+    _print_audit(reports)
+    if json_out is not None:
+        json_out.write_text(json.dumps(reports, indent=2) + "\n")
+
+
+def _print_audit(reports: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from seqdyn.conform.audit import INVARIANTS
+
+    table = Table(title="seqdyn audit: invariants against the float64 conversion (error relative to the largest logit)")
+    table.add_column("family")
+    for name in INVARIANTS:
+        table.add_column(name, justify="right")
+    for report in reports:
+        cells = []
+        for name in INVARIANTS:
+            result = report["invariants"][name]
+            if result["raised"]:
+                cells.append(f"[red]raised[/red] {result['raised'][:40]}")
+            else:
+                mark = "[green]ok[/green]" if result["holds"] else "[red]broken[/red]"
+                cells.append(f"{mark} {result['error']:.0e}")
+        how = " (seqdyn's conversion)" if report["converted"] else " (accelerated)" if report["accelerated"] else ""
+        table.add_row(report["family"] + how, *cells)
+    Console(width=200).print(table)

@@ -9,6 +9,9 @@ logits (within :data:`TOLERANCE` of the largest logit) however the row reaches i
 - ``two-piece prefill``: the prompt in two forward calls, the second continuing the first's cache;
 - ``token by token``: the first token, then every further token decoded from the cache;
 - ``generate``: greedy generation with the cache gives the tokens it gives without.
+
+The same harness run on seqdyn's float32 conversion of the model is its control: a model that keeps every invariant
+passes every check, so a broken one speaks of the model, not of how the harness drives its cache.
 """
 
 from __future__ import annotations
@@ -50,20 +53,31 @@ def _padded(model: nn.Module, row: Tensor, longer: int, left: bool) -> Tensor:
 def _continued(model: nn.Module, tokens: Tensor, earlier: Any, start: int, total: int) -> Any:
     """``model`` on ``tokens`` (positions ``start`` …) continuing the cache of the call ``earlier`` returned, its
     inputs prepared as ``generate`` prepares them (``prepare_inputs_for_generation``: each family's own mask, cache
-    and position conventions) from the whole sequence so far."""
+    and position conventions) from the whole sequence so far — or, where that preparation fails for more than one
+    new token, as the tokens, the cache, their cache positions and the mask of every token so far."""
     cache = next(getattr(earlier, name) for name in CACHE_NAMES if getattr(earlier, name, None) is not None)
     accepted = inspect.signature(model.forward).parameters
     keyword = next(name for name in CACHE_NAMES if name in accepted)
     so_far = torch.cat([torch.zeros(1, start, dtype=tokens.dtype), tokens], 1)  # only the new tokens are read
     inputs = model.prepare_inputs_for_generation(
-        so_far,
-        **{keyword: cache},
-        attention_mask=torch.ones(1, total, dtype=tokens.dtype),
-        cache_position=torch.arange(start, start + tokens.shape[1]),
-        use_cache=True,
+        so_far, **{keyword: cache}, use_cache=True, **_positions(start, tokens.shape[1], total)
     )
     inputs["input_ids"] = tokens
-    return model(**inputs)
+    try:
+        return model(**inputs)
+    except RuntimeError as prepared_failed:  # a family whose preparation assumes one new token: call it directly
+        try:
+            return model(tokens, **{keyword: cache}, use_cache=True, **_positions(start, tokens.shape[1], total))
+        except RuntimeError:
+            raise prepared_failed from None
+
+
+def _positions(start: int, length: int, total: int) -> dict[str, Tensor]:
+    """The cache position of ``length`` new tokens after ``start`` and the mask of all ``total`` tokens so far."""
+    return {
+        "cache_position": torch.arange(start, start + length),
+        "attention_mask": torch.ones(1, total, dtype=torch.long),
+    }
 
 
 def _pieces(model: nn.Module, row: Tensor, cut: int) -> Tensor:
@@ -120,9 +134,12 @@ def check_invariants(
     return results
 
 
-def audit_family(family: str, length: int = 21, accelerated: bool = False) -> dict[str, Any]:
-    """The invariants of ``family``'s tiny random transformers model (accelerated by seqdyn where ``accelerated``),
-    against its float64 conversion."""
+def audit_family(
+    family: str, length: int = 21, accelerated: bool = False, converted: bool = False
+) -> dict[str, Any] | None:
+    """The invariants of ``family``'s tiny random transformers model (accelerated by seqdyn where ``accelerated``;
+    None where seqdyn accelerates no layer of it; its float32 conversion where ``converted``: the harness's control,
+    a model that keeps every invariant), against its float64 conversion."""
     from seqdyn.hf.acceleration import accelerate
     from seqdyn.hf.convert.checkpoints import quiet_transformers
     from seqdyn.hf.convert.checks import tiny_model
@@ -133,8 +150,13 @@ def audit_family(family: str, length: int = 21, accelerated: bool = False) -> di
     vocab = TINY_CONFIGS[family][2]["vocab_size"]
     row = torch.randint(1, vocab, (1, length), generator=torch.Generator().manual_seed(3))
     with quiet_transformers():
-        if accelerated:
-            model = accelerate(model)
+        if converted:
+            model = from_transformers(copy.deepcopy(model)).float()
+        elif accelerated:
+            try:
+                model = accelerate(model)
+            except ValueError:  # no layer of it that seqdyn accelerates
+                return None
         with torch.no_grad():
             results = check_invariants(model, lambda tokens: reference_model(tokens).logits[0].double(), row)
-    return {"family": family, "accelerated": accelerated, "invariants": results}
+    return {"family": family, "accelerated": accelerated, "converted": converted, "invariants": results}
