@@ -56,3 +56,16 @@ def test_the_command_prints_the_three_ways_of_a_family_and_names_an_unknown_one(
     assert "mamba2 (accelerated)" in result.output and "mamba2 (seqdyn's conversion)" in result.output
     bad = CliRunner().invoke(app, ["audit", "kimi_linear"])
     assert bad.exit_code == 2 and "kimi_linear is not converted" in bad.output
+
+
+def _families():
+    from seqdyn.hf.convert.registry import TINY_CONFIGS
+
+    return list(TINY_CONFIGS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", _families())
+def test_every_familys_conversion_keeps_every_invariant(family):
+    report = audit_family(family, converted=True)
+    assert {name: result for name, result in report["invariants"].items() if not result["holds"]} == {}
