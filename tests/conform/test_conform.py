@@ -174,3 +174,22 @@ def test_a_scan_without_its_skip_connection_fails_on_the_output_alone():
     report = conform(no_skip, "selective_scan", QUICK[:1])
     assert report["failed"] == 1 and report["cases"][0]["ratios"]["final_state"] < 1
     assert report["minimized"]["case"].startswith("B=1 T=1 H=1 N=1")
+
+
+def test_the_precision_report_is_within_a_few_round_offs_of_each_dtype_and_names_a_bad_dtype(tmp_path):
+    from seqdyn.conform.precision import precision_report
+
+    rows = precision_report("selective_scan", lengths=(64,), dtypes=("float32", "bfloat16"))
+    assert {(row["dtype"], row["backend"]) for row in rows} == {
+        (dtype, backend) for dtype in ("float32", "bfloat16") for backend in ("scan", "recurrent")
+    }
+    for row in rows:
+        assert row["finite"] and row["output_error"] < 16 * row["unit_roundoff"]
+    bf16 = next(row for row in rows if row["dtype"] == "bfloat16")
+    assert bf16["output_error"] > 100 * next(row for row in rows if row["dtype"] == "float32")["output_error"]
+    result = CliRunner().invoke(app, ["precision", "--op", "selective_scan", "--lengths", "32", "--dtypes", "f8"])
+    assert result.exit_code == 2 and "--dtypes" in result.output
+    ok = CliRunner().invoke(
+        app, ["precision", "--lengths", "32", "--dtypes", "float32", "--json", str(tmp_path / "p.json")]
+    )
+    assert ok.exit_code == 0 and json.loads((tmp_path / "p.json").read_text())[0]["length"] == 32

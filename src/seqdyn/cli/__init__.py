@@ -6,7 +6,7 @@
     bench.py          seqdyn bench ... (the benchmarks themselves are in seqdyn.bench)
     tasks.py          seqdyn tasks ...
     models.py         seqdyn mixers, convert, config schema, demo
-    conform.py        seqdyn conform, audit (the harness itself is seqdyn.conform)
+    conform.py        seqdyn conform, audit, precision (the machinery is seqdyn.conform)
 
 Each command imports its machinery when it runs, so that the command line starts fast.
 """
@@ -36,6 +36,7 @@ app.command()(models.demo)
 app.command()(models.convert)
 app.command()(conform.conform)
 app.command()(conform.audit)
+app.command()(conform.precision)
 app.command("mixers")(models.list_mixers)
 
 

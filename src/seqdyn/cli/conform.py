@@ -37,13 +37,8 @@ def conform(
     failing case to the smallest that still fails. Exit code 1 where a case fails."""
     from seqdyn.conform import conform as run_conformance
     from seqdyn.conform import load_callable, sweep
-    from seqdyn.conform.cases import DTYPES
 
-    chosen = tuple(name_list(dtypes) or ())
-    unknown = [name for name in chosen if name not in DTYPES]
-    if unknown or not chosen:
-        raise ValueError(f"--dtypes: expected some of {', '.join(DTYPES)}; got {dtypes!r}")
-    report = run_conformance(load_callable(target), op, sweep(quick, chosen), adapter, device)
+    report = run_conformance(load_callable(target), op, sweep(quick, _dtypes(dtypes)), adapter, device)
     report["callable"] = target
     _print(report)
     if json_out is not None:
@@ -123,3 +118,41 @@ def _print_audit(reports: list[dict]) -> None:
         how = " (seqdyn's conversion)" if report["converted"] else " (accelerated)" if report["accelerated"] else ""
         table.add_row(report["family"] + how, *cells)
     Console(width=200).print(table)
+
+
+@one_line_errors
+def precision(
+    op: str = typer.Option("gated_delta_rule", "--op", help="gated_delta_rule or selective_scan."),
+    lengths: str = typer.Option("1024,4096", help="Sequence lengths, comma-separated."),
+    dtypes: str = typer.Option("float32,bfloat16,float16", help="The dtypes to compute in, comma-separated."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write every row here."),
+) -> None:
+    """Where precision is lost: seqdyn's operator on the op's problem, per backend and dtype, against float64 — the
+    error of the outputs and of the final state relative to their largest magnitude beside the dtype's unit
+    round-off, and the state's largest entry."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from seqdyn.cli.common import parse_lengths
+    from seqdyn.conform.precision import precision_report
+
+    rows = precision_report(op, tuple(parse_lengths("--lengths", lengths)), _dtypes(dtypes))
+    table = Table(title=f"seqdyn precision --op {op}: error against float64, relative to the largest magnitude")
+    for column in ("T", "dtype", "backend", "unit round-off", "output", "final state", "largest state entry"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        values = (row["unit_roundoff"], row["output_error"], row["state_error"], row["state_max"])
+        table.add_row(f"{row['length']:,}", row["dtype"], row["backend"], *(f"{value:.2g}" for value in values))
+    Console(width=120).print(table)
+    if json_out is not None:
+        json_out.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def _dtypes(text: str) -> tuple[str, ...]:
+    """``--dtypes`` as names of :data:`~seqdyn.conform.cases.DTYPES`; one line naming the option otherwise."""
+    from seqdyn.conform.cases import DTYPES
+
+    chosen = tuple(name_list(text) or ())
+    if not chosen or any(name not in DTYPES for name in chosen):
+        raise ValueError(f"--dtypes: expected some of {', '.join(DTYPES)}; got {text!r}")
+    return chosen

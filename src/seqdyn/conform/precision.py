@@ -1,0 +1,81 @@
+"""Where precision is lost: seqdyn's operator on one op's problem, per backend and dtype, against float64.
+
+For each length, backend and dtype, the inputs rounded to the dtype are computed by that backend in that dtype and
+compared with the float64 reference of the same rounded inputs: the error of the outputs and of the final state
+relative to their largest magnitude, beside the dtype's unit round-off, and the state's largest magnitude (where a
+format would overflow: float16 above 65,504).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from seqdyn.conform.cases import DTYPES, Case
+from seqdyn.conform.ops import check_op
+from seqdyn.core.operator import coefficient_dynamics
+
+#: the backends compared, per op
+BACKENDS = {"gated_delta_rule": ("chunk", "recurrent"), "selective_scan": ("scan", "recurrent")}
+
+
+def precision_report(
+    op: str, lengths: tuple[int, ...] = (1024, 4096), dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
+) -> list[dict[str, Any]]:
+    """One row per (length, backend, dtype): errors of output and final state relative to their largest
+    magnitude, the dtype's unit round-off, the largest state entry, and whether anything was not finite."""
+    from seqdyn.hf.acceleration import functions
+
+    spec, rows = check_op(op), []
+    compute = {"gated_delta_rule": functions.gated_delta_rule, "selective_scan": functions.selective_scan}[op]
+    for length in lengths:
+        case = spec.case(Case(1, length, 4, 64, 64))
+        inputs = spec.inputs(case, torch.Generator().manual_seed(0))
+        for dtype in dtypes:
+            rounded = {name: tensor.to(DTYPES[dtype]) for name, tensor in inputs.items()}
+            reference = spec.reference({name: tensor.double() for name, tensor in rounded.items()})
+            for backend in BACKENDS[op]:
+                got = _computed(op, compute, rounded, backend)
+                rows.append(_row(op, length, dtype, backend, got, reference))
+    return rows
+
+
+def _computed(op: str, compute: Any, inputs: dict[str, torch.Tensor], backend: str) -> dict[str, torch.Tensor]:
+    """The op by the operator's ``backend`` in the inputs' dtype (the fallbacks' signatures compute the delta rule
+    in float32 at least: it is called as the operator itself)."""
+    if op == "gated_delta_rule":
+        q, k, v, g, beta = (inputs[name] for name in ("query", "key", "value", "g", "beta"))
+        output, state = coefficient_dynamics(
+            q * q.shape[-1] ** -0.5,
+            k,
+            v,
+            log_decay=g,
+            householder=beta,
+            scale=beta,
+            output_final_state=True,
+            backend=backend,
+        )
+    else:
+        names = ("hidden_states", "dt", "A", "B", "C", "D", "z", "delta_bias")
+        renamed = dict(zip(names, inputs.values()))
+        output, state = compute(**renamed, delta_softplus=True, return_last_state=True, backend=backend)
+    return {"output": output, "final_state": state}
+
+
+def _row(op: str, length: int, dtype: str, backend: str, got: dict, reference: dict) -> dict[str, Any]:
+    errors = {
+        name: float((got[name].double() - reference[name]).abs().max() / reference[name].abs().max())
+        for name in reference
+    }
+    return {
+        "op": op,
+        "length": length,
+        "dtype": dtype,
+        "backend": backend,
+        "unit_roundoff": torch.finfo(DTYPES[dtype]).eps / 2,
+        "output_error": errors["output"],
+        "state_error": errors["final_state"],
+        "state_max": float(reference["final_state"].abs().max()),
+        "finite": bool(all(torch.isfinite(value).all() for value in got.values())),
+    }
