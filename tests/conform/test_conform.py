@@ -67,11 +67,24 @@ def test_transformers_fallbacks_conform_in_float32_and_bfloat16_and_compute_floa
     assert min(case["worst_ratio"] for case in in_float64["cases"]) > 1e4
 
 
-def test_the_fla_convention_is_recognized_and_takes_grouped_heads():
+def test_each_convention_is_recognized_and_only_seqdyns_takes_grouped_heads():
     report = conform(fla_style, "gated_delta_rule", QUICK)
     assert report["adapter"] == "fla" and report["failed"] == 0
-    assert any("key heads" in case["case"] for case in report["cases"])
-    assert not any("key heads" in case["case"] for case in conform(seqdyn_chunk, "gated_delta_rule", QUICK)["cases"])
+    assert not any("key heads" in case["case"] for case in report["cases"])
+    own = conform(gated_delta_rule, "gated_delta_rule", QUICK)
+    assert own["adapter"] == "seqdyn" and own["failed"] == 0
+    assert any("key heads" in case["case"] for case in own["cases"])
+    assert conform(seqdyn_chunk, "gated_delta_rule", QUICK[:1])["adapter"] == "transformers"
+
+
+@pytest.mark.parametrize("name", ["naive_recurrent_gated_delta_rule", "naive_chunk_gated_delta_rule"])
+def test_flash_linear_attentions_naive_references_conform(name):
+    """Their naive.py, vendored unchanged (MIT); a decay's gradient that is zero in exact arithmetic (T = 1, zero
+    state) is measured against the case's largest magnitude, where the chunk form's round-off is 1e-9."""
+    from tests.conform.fixtures import fla_gated_delta_rule_naive as fla
+
+    report = conform(getattr(fla, name), "gated_delta_rule", QUICK)
+    assert report["adapter"] == "fla" and report["failed"] == 0 and report["passed"] == 9
 
 
 def test_a_forgotten_initial_state_fails_only_the_cases_with_one_and_shrinks_to_a_tiny_one():

@@ -1,7 +1,8 @@
 """Run an implementation over a sweep of cases against seqdyn's float64 reference: outputs, final states and every
 gradient, each within a tolerance scaled to the dtype and to the problem's own condition.
 
-The tolerance of a quantity y (an output, a state, a gradient), relative to max |y_ref|::
+The tolerance of a quantity y (an output, a state, a gradient), relative to max |y_ref| (to the case's largest
+magnitude where y_ref is zero to round-off)::
 
     tol = C · u · (κ + √T),   κ = max |y_ref(x ⊙ (1 + u ξ)) − y_ref(x)| / (u · max |y_ref|)
 
@@ -96,16 +97,22 @@ def check_case(
         got = _quantities(op, adapter, fn, {name: t.to(device=device, dtype=dtype) for name, t in rounded.items()})
     except Exception as error:  # the tested callable's own failure is a failing case, never the harness's
         return Checked(case, False, math.inf, "", f"{type(error).__name__}: {error}".splitlines()[0][:300])
-    ratios = {name: _ratio(got.get(name), reference[name], moved[name], unit, case.length) for name in reference}
+    largest = max(value.abs().max().item() for value in reference.values())
+    ratios = {
+        name: _ratio(got.get(name), reference[name], moved[name], unit, case.length, largest) for name in reference
+    }
     quantity = max(ratios, key=lambda name: ratios[name])
     return Checked(case, ratios[quantity] <= 1.0, ratios[quantity], quantity, ratios=ratios)
 
 
-def _ratio(got: Tensor | None, reference: Tensor, moved: Tensor, unit: float, length: int) -> float:
-    """The error of ``got`` over its tolerance (∞ where it is missing, of another shape or not finite)."""
+def _ratio(got: Tensor | None, reference: Tensor, moved: Tensor, unit: float, length: int, largest: float) -> float:
+    """The error of ``got`` over its tolerance (∞ where it is missing, of another shape or not finite); a quantity
+    that is zero to the dtype's round-off of the ``largest`` of the case (the gradient of a decay acting on a zero
+    state) is measured against that largest magnitude instead of its own."""
     if got is None or got.shape != reference.shape or not torch.isfinite(got).all():
         return math.inf
-    scale = reference.abs().max().item() or 1e-300
+    own = reference.abs().max().item()
+    scale = own if own > unit * largest else (largest or 1e-300)
     condition = (moved - reference).abs().max().item() / (unit * scale)
     tolerance = SAFETY * unit * (condition + math.sqrt(length))
     return (got - reference).abs().max().item() / scale / tolerance

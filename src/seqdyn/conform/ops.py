@@ -127,8 +127,17 @@ ADAPTERS = (
     Adapter(
         "transformers", "gated_delta_rule", ("query", "key", "value", "g", "beta"), False, _transformers_delta_rule
     ),
-    # flash-linear-attention's chunk_gated_delta_rule, fused_recurrent_gated_delta_rule and naive references
-    Adapter("fla", "gated_delta_rule", ("q", "k", "v", "g", "beta"), True, _fla_delta_rule),
+    # flash-linear-attention's chunk_gated_delta_rule, fused_recurrent_gated_delta_rule and naive references (their
+    # naive ones take as many key heads as value heads)
+    Adapter("fla", "gated_delta_rule", ("q", "k", "v", "g", "beta"), False, _fla_delta_rule),
+    # seqdyn's own, in transformers' names and with grouped key heads (seqdyn.hf.acceleration.functions)
+    Adapter(
+        "seqdyn",
+        "gated_delta_rule",
+        ("query", "key", "value", "g", "beta", "cu_seqlens"),
+        True,
+        _transformers_delta_rule,
+    ),
     # mamba_ssm's selective_scan_fn and selective_scan_ref (transformers' mamba_selective_scan kernel)
     Adapter("mamba_ssm", "selective_scan", ("u", "delta", "A", "B", "C"), False, _mamba_scan, initial_state=False),
     # seqdyn's own, in transformers' names (seqdyn.hf.acceleration.functions.selective_scan)
@@ -197,7 +206,7 @@ def adapter_for(fn: Callable[..., Any], op: str, name: str | None = None) -> Ada
         parameters = set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         parameters = set()
-    for adapter in known:
+    for adapter in sorted(known, key=lambda adapter: -len(adapter.parameters)):  # the most specific first
         if set(adapter.parameters) <= parameters:
             return adapter
     conventions = "; ".join(f"{a.name}: ({', '.join(a.parameters)})" for a in known)
