@@ -169,3 +169,14 @@ def test_dsf_lm_perplexity_claims_just_above_and_below_their_thresholds(claim, s
     the interval is the value itself; one seed of a trained model would leave every claim open)."""
     data = perplexities([softmax] * 2, [normalized] * 2, [linear] * 2)
     assert_verdict(table1.CLAIMS, claim, data, verdict)
+
+
+def test_the_share_of_the_gap_is_inconclusive_while_its_models_are_still_improving():
+    """The share is computed from the three models' perplexities, so their convergence decides whether it may stand:
+    a normalized attention still falling steeply at its last evaluations leaves it open, not *did not hold*."""
+    data = perplexities([6.0, 6.1], [11.8, 11.9], [7.8, 7.9])
+    assert table1.CLAIMS[2].decide(data).verdict == FAILED  # no curves: nothing says they had not converged
+    falling = tuple((step, 20.0 - step / 100) for step in range(200, 1001, 200))  # 18 → 10 over the last five
+    rows = [dict(r, curve=falling) if r["model.mixer"] == "normalized_attention" else r for r in data.rows]
+    outcome = table1.CLAIMS[2].decide(results(rows))
+    assert outcome.verdict == INCONCLUSIVE and outcome.cause == "budget" and "normalized" in outcome.reason
