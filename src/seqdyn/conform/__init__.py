@@ -46,8 +46,7 @@ def conform(
     smallest = None
     if failing:
         first = min(failing, key=lambda each: each.case.size)
-        case = minimized(lambda c: not check_case(spec, convention, fn, c, device).passed, first.case)
-        smallest = check_case(spec, convention, fn, case, device).record()
+        smallest = minimized(lambda case: check_case(spec, convention, fn, case, device), first).record()
     return {
         "op": spec.name,
         "description": spec.description,

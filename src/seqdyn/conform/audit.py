@@ -109,7 +109,8 @@ def check_invariants(
 ) -> dict[str, Any]:
     """Each of :data:`INVARIANTS` of ``model`` on ``row`` ``[1, T]``: its error against ``reference(row)`` (float64
     logits ``[T, vocab]``), whether it holds, or the error the model raised."""
-    expected = reference(row)
+    with torch.no_grad():
+        expected = reference(row)
     checks: dict[str, Callable[[], float]] = {
         "alone": lambda: _relative(model(row).logits[0], expected),
         "left-padded": lambda: _relative(_padded(model, row, row.shape[1] + 5, left=True), expected),
@@ -157,6 +158,5 @@ def audit_family(
                 model = accelerate(model)
             except ValueError:  # no layer of it that seqdyn accelerates
                 return None
-        with torch.no_grad():
-            results = check_invariants(model, lambda tokens: reference_model(tokens).logits[0].double(), row)
+        results = check_invariants(model, lambda tokens: reference_model(tokens).logits[0].double(), row)
     return {"family": family, "accelerated": accelerated, "converted": converted, "invariants": results}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -55,11 +56,13 @@ class Checked:
 
 
 def _quantities(
-    op: Op, adapter: Adapter | None, fn: Callable[..., Any], inputs: dict[str, Tensor]
+    differentiable: tuple[str, ...],
+    compute: Callable[[dict[str, Tensor]], dict[str, Tensor]],
+    inputs: dict[str, Tensor],
 ) -> dict[str, Tensor]:
     """The outputs, final state and gradients of a fixed random projection of both, in float64 for comparing."""
-    leaves = {name: tensor.detach().requires_grad_(name in op.differentiable) for name, tensor in inputs.items()}
-    result = op.reference(leaves) if adapter is None else adapter.call(fn, leaves)
+    leaves = {name: tensor.detach().requires_grad_(name in differentiable) for name, tensor in inputs.items()}
+    result = compute(leaves)
     generator = torch.Generator().manual_seed(1)
     loss = sum(
         (value.double() * torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.device)).sum()
@@ -85,16 +88,17 @@ def check_case(
     dtype = DTYPES[case.dtype]
     exact = op.inputs(case, torch.Generator().manual_seed(seed))
     rounded = {name: tensor.to(dtype).double() for name, tensor in exact.items()}
-    reference = _quantities(op, None, fn, rounded)
+    reference = _quantities(op.differentiable, op.reference, rounded)
     unit = torch.finfo(dtype).eps / 2
     jitter = torch.Generator().manual_seed(seed + 1)
     perturbed = {
         name: tensor * (1 + unit * (2 * torch.rand(tensor.shape, generator=jitter, dtype=torch.float64) - 1))
         for name, tensor in rounded.items()
     }
-    moved = _quantities(op, None, fn, perturbed)
+    moved = _quantities(op.differentiable, op.reference, perturbed)
+    on_device = {name: t.to(device=device, dtype=dtype) for name, t in rounded.items()}
     try:
-        got = _quantities(op, adapter, fn, {name: t.to(device=device, dtype=dtype) for name, t in rounded.items()})
+        got = _quantities(op.differentiable, partial(adapter.call, fn), on_device)
     except Exception as error:  # the tested callable's own failure is a failing case, never the harness's
         return Checked(case, False, math.inf, "", f"{type(error).__name__}: {error}".splitlines()[0][:300])
     largest = max(value.abs().max().item() for value in reference.values())
@@ -118,12 +122,13 @@ def _ratio(got: Tensor | None, reference: Tensor, moved: Tensor, unit: float, le
     return (got - reference).abs().max().item() / scale / tolerance
 
 
-def minimized(failing: Callable[[Case], bool], case: Case) -> Case:
-    """The smallest case reached from ``case`` by one-axis shrinking steps (:meth:`Case.smaller`, smallest first)
-    that still fails."""
+def minimized(check: Callable[[Case], Checked], failing: Checked) -> Checked:
+    """The smallest failing case reached from ``failing`` by one-axis shrinking steps (:meth:`Case.smaller`, smallest
+    first), each checked by ``check``, with its result."""
     for _ in range(MAX_SHRINKS):
-        smaller = next((each for each in sorted(case.smaller(), key=lambda c: c.size) if failing(each)), None)
-        if smaller is None:
-            return case
-        case = smaller
-    return case
+        smaller = (check(each) for each in sorted(failing.case.smaller(), key=lambda c: c.size))
+        found = next((each for each in smaller if not each.passed), None)
+        if found is None:
+            return failing
+        failing = found
+    return failing

@@ -105,15 +105,16 @@ def scan_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
     }
 
 
-def scan_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Gu & Dao 2023 (Mamba), Algorithm 2, by seqdyn's recurrent backend in the inputs' dtype (float64)::
+def scan_reference(inputs: dict[str, Tensor], backend: str = "recurrent") -> dict[str, Tensor]:
+    """Gu & Dao 2023 (Mamba), Algorithm 2, by the operator's ``backend`` (the recurrent one: the reference) in the
+    inputs' dtype (float64 for the reference)::
 
     Δ = softplus(δ + bias),   h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,   y_t = (C_t · h_t + D x_t) · SiLU(z_t)"""
     from seqdyn.hf.acceleration.functions import selective_scan
 
     names = dict(zip(SCAN_INPUTS, ("hidden_states", "dt", "A", "B", "C", "D", "z", "delta_bias")))
     renamed = {names[name]: tensor for name, tensor in inputs.items()}
-    output, state = selective_scan(**renamed, delta_softplus=True, return_last_state=True, backend="recurrent")
+    output, state = selective_scan(**renamed, delta_softplus=True, return_last_state=True, backend=backend)
     return {"output": output, "final_state": state}
 
 

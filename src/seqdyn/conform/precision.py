@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from seqdyn.conform.cases import DTYPES, Case
-from seqdyn.conform.ops import check_op
+from seqdyn.conform.ops import check_op, scan_reference
 from seqdyn.core.operator import coefficient_dynamics
 
 #: the backends compared, per op
@@ -25,10 +25,8 @@ def precision_report(
 ) -> list[dict[str, Any]]:
     """One row per (length, backend, dtype): errors of output and final state relative to their largest
     magnitude, the dtype's unit round-off, the largest state entry, and whether anything was not finite."""
-    from seqdyn.hf.acceleration import functions
-
     spec, rows = check_op(op), []
-    compute = {"gated_delta_rule": functions.gated_delta_rule, "selective_scan": functions.selective_scan}[op]
+    compute = _delta_rule_in_dtype if op == "gated_delta_rule" else scan_reference
     for length in lengths:
         case = spec.case(Case(1, length, 4, 64, 64))
         inputs = spec.inputs(case, torch.Generator().manual_seed(0))
@@ -36,30 +34,25 @@ def precision_report(
             rounded = {name: tensor.to(DTYPES[dtype]) for name, tensor in inputs.items()}
             reference = spec.reference({name: tensor.double() for name, tensor in rounded.items()})
             for backend in BACKENDS[op]:
-                got = _computed(op, compute, rounded, backend)
+                got = compute(rounded, backend)
                 rows.append(_row(op, length, dtype, backend, got, reference))
     return rows
 
 
-def _computed(op: str, compute: Any, inputs: dict[str, torch.Tensor], backend: str) -> dict[str, torch.Tensor]:
-    """The op by the operator's ``backend`` in the inputs' dtype (the fallbacks' signatures compute the delta rule
-    in float32 at least: it is called as the operator itself)."""
-    if op == "gated_delta_rule":
-        q, k, v, g, beta = (inputs[name] for name in ("query", "key", "value", "g", "beta"))
-        output, state = coefficient_dynamics(
-            q * q.shape[-1] ** -0.5,
-            k,
-            v,
-            log_decay=g,
-            householder=beta,
-            scale=beta,
-            output_final_state=True,
-            backend=backend,
-        )
-    else:
-        names = ("hidden_states", "dt", "A", "B", "C", "D", "z", "delta_bias")
-        renamed = dict(zip(names, inputs.values()))
-        output, state = compute(**renamed, delta_softplus=True, return_last_state=True, backend=backend)
+def _delta_rule_in_dtype(inputs: dict[str, torch.Tensor], backend: str) -> dict[str, torch.Tensor]:
+    """The gated delta rule by the operator's ``backend`` in the inputs' dtype (the fallbacks' signature computes it in
+    float32 at least: it is called as the operator itself)."""
+    q, k, v, g, beta = (inputs[name] for name in ("query", "key", "value", "g", "beta"))
+    output, state = coefficient_dynamics(
+        q * q.shape[-1] ** -0.5,
+        k,
+        v,
+        log_decay=g,
+        householder=beta,
+        scale=beta,
+        output_final_state=True,
+        backend=backend,
+    )
     return {"output": output, "final_state": state}
 
 

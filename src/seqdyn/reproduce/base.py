@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class Results:
         best_rows: dict[Any, dict[str, Any]] = {}
         missing = []
         pick = max if higher_is_better else min
+        better = operator.gt if higher_is_better else operator.lt
         for row in rows:
             value = result_value(row, higher_is_better)
             if value is None:
@@ -102,10 +104,10 @@ class Results:
             cell = tuple(row.get(key) for key in cells)
             by_seed.setdefault(row.get(SEED), {}).setdefault(cell, []).append(value)
             earlier = cell_best.get((row.get(SEED), cell))
-            if earlier is None or (value > earlier[0] if higher_is_better else value < earlier[0]):
+            if earlier is None or better(value, earlier[0]):
                 cell_best[(row.get(SEED), cell)] = (value, row["status"] == "stopped_early")
             seed_best = best_rows.get(row.get(SEED))
-            if seed_best is None or (value > seed_best["value"] if higher_is_better else value < seed_best["value"]):
+            if seed_best is None or better(value, seed_best["value"]):
                 best_rows[row.get(SEED)] = {"value": value, "steps": row.get("steps"), "curve": _open_curve(row)}
         values = tuple(sum(pick(v) for v in seed_cells.values()) / len(seed_cells) for seed_cells in by_seed.values())
         stops = tuple(f"seed {seed}: {_stopped(best)}" for seed, best in best_rows.items())

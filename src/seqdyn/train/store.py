@@ -466,10 +466,12 @@ class Store:
         """What :meth:`record_measurements` kept of run ``run_id`` for ``kind`` at the run's current step (NaN read
         back as None); None where nothing was."""
         record, prefix = self.run(run_id), f"{kind}{_KIND}"
+        if record is None:
+            return None
         kept = {
             row.name.removeprefix(prefix): None if math.isnan(row.value) else row.value
             for row in self.metrics(run_id, split=MEASURED_SPLIT)
-            if record is not None and row.step == record.step and row.name.startswith(prefix)
+            if row.step == record.step and row.name.startswith(prefix)
         }
         return None if "" not in kept else {name: value for name, value in kept.items() if name}
 
