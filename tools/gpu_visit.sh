@@ -6,6 +6,10 @@
 #
 #   bash tools/gpu_visit.sh 8m            # on the GPU machine, from the repository's root (WORKERS=8 by default)
 #
+# At the gpu scale it first times stacked runs against one run at a time (`seqdyn bench sweep`, at most
+# BENCH_SECONDS=150 of the limit, kept as bench_sweep.txt and .json; BENCH_SWEEP=0 leaves it out) and trains with
+# the stack size it chooses; STACK=N sets it instead (1: one run at a time per worker).
+#
 # SCALE=smoke ONLY="dlr_context" HOME_STORE=DIR PYTHON=.venv/bin/python run the same on a CPU (the tests do).
 #
 # Brought home (docs/reproducing.md, "Visits to a lent GPU"):
@@ -31,6 +35,16 @@ if [ -f "$home/seqdyn.db" ]; then
 fi
 end=$(( $(date +%s) + seconds ))
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+if [ "${BENCH_SWEEP:-1}" = 1 ] && [ "${SCALE:-gpu}" = gpu ]; then
+  echo "== seqdyn bench sweep (at most ${BENCH_SECONDS:-150} s)"
+  timeout "${BENCH_SECONDS:-150}" "$python" -m seqdyn bench sweep --device cuda --sizes 4,16 --steps 3 \
+    --json "$visit/bench_sweep.json" > "$visit/bench_sweep.txt" 2>&1 || echo "bench sweep: exit status $?"
+  cat "$visit/bench_sweep.txt"
+  if [ -z "${STACK:-}" ] && [ -f "$visit/bench_sweep.json" ]; then
+    STACK=$("$python" -c "import json; print(json.load(open('$visit/bench_sweep.json'))['best_stack'])")
+  fi
+fi
+echo "training with --stack ${STACK:-1}"
 for name in "${ORDER[@]}"; do
   left=$(( end - $(date +%s) ))
   if [ "$left" -le 30 ]; then
@@ -44,7 +58,8 @@ for name in "${ORDER[@]}"; do
   fi
   echo "== $name ($left s left)"
   "$python" -m seqdyn reproduce "$name" --scale "${SCALE:-gpu}" --store "$visit/seqdyn.db" --out "$visit/out" \
-    --workers "${WORKERS:-8}" --time-limit "${left}s" --no-progress "${data[@]}" || echo "$name: exit status $?"
+    --workers "${WORKERS:-8}" --stack "${STACK:-1}" --time-limit "${left}s" --no-progress "${data[@]}" \
+    || echo "$name: exit status $?"
 done
 tar czf "${OUT:-.}/visit.tar.gz" -C "$visit" .
 echo "packed $(du -sh "${OUT:-.}/visit.tar.gz" | cut -f1) into ${OUT:-.}/visit.tar.gz"

@@ -30,6 +30,7 @@ def _visit(tmp_path: Path, home: Path, name: str) -> Path:
         PYTHON=sys.executable,
         OUT=str(out),
         WORKERS="1",
+        STACK="2",  # passed to every reproduce call (the smoke runs, one seed each, have nothing to stack)
         OMP_NUM_THREADS="1",
     )
     done = subprocess.run(

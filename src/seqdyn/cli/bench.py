@@ -103,6 +103,75 @@ def _train_table(cells, setup: dict, device, compile_step: bool):
     return table
 
 
+@app.command("sweep")
+@one_line_errors
+def bench_sweep(
+    reproductions: str = typer.Option(
+        "", help="Comma-separated reproductions whose runs to time (default: dsf_mqar_models and coef_readout_maps)."
+    ),
+    scale: Optional[str] = typer.Option(None, help="Their scale (default: gpu on a GPU, else cpu)."),
+    sizes: str = typer.Option("2,4,8", help="Comma-separated stack sizes (runs per batched model)."),
+    names: str = typer.Option("", "--mixers", help="Comma-separated mixers (default: every mixer of the runs)."),
+    device: str = "auto",
+    steps: int = typer.Option(5, min=1, help="Timed rounds (one step of each setting per round)."),
+    json_path: Optional[Path] = typer.Option(
+        None, "--json", help="Also write the measurement (and the stack size it chooses) as JSON to this file."
+    ),
+) -> None:
+    """Runs per hour stacked into one batched model against one run at a time, per mixer of a sweep's runs, and
+    where stacking stops helping."""
+    import json
+
+    from seqdyn.bench.sweep import DEFAULT_REPRODUCTIONS, as_json, best_stack, run
+    from seqdyn.train.progress import console, progress_bar
+
+    chosen = name_list(reproductions) or DEFAULT_REPRODUCTIONS
+    stack_sizes = [int(size) for size in name_list(sizes) or []]
+    out = console()
+    with progress_bar(console=out) as bar:
+        task = bar.add_task("sweep steps", total=None)
+        cells, scale_, device_ = run(
+            chosen,
+            scale,
+            stack_sizes,
+            device,
+            steps,
+            name_list(names),
+            lambda cell: bar.update(task, advance=1, description=cell.mixer),
+        )
+    out.print(_sweep_table(cells, scale_, device_, stack_sizes))
+    out.print(f"stack size to train with (median ratio ≥ 1.2 over the mixers, else 1): --stack {best_stack(cells)}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(as_json(cells, scale_, device_), indent=1))
+
+
+def _sweep_table(cells, scale: str, device, sizes: list[int]):
+    """``seqdyn bench sweep``'s table: per mixer, one run's step time, each stack's step time and its runs per
+    hour over one run at a time, where stacking stops helping and (on a GPU) the memory per run."""
+    from rich.table import Table
+
+    table = Table(title=f"runs per hour stacked / one at a time, --scale {scale} runs on {device} (median step ms)")
+    columns = ["reproduction", "mixer", "one run ms"] + [f"stack {size}" for size in sorted(sizes)]
+    columns += ["stops helping at", "MB per run (largest stack)"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("reproduction", "mixer") else "right")
+    for cell in cells:
+        if cell.status != "ok":
+            table.add_row(cell.reproduction, cell.mixer, cell.status, cell.note, *[""] * (len(columns) - 4))
+            continue
+        stacked = [f"{cell.stacked_ms[size]:.1f} ms · {cell.ratio(size):.2f}×" for size in sorted(sizes)]
+        memory = cell.memory_per_run_mb.get(max(sizes))
+        table.add_row(
+            cell.reproduction,
+            cell.mixer,
+            f"{cell.one_ms:.1f}",
+            *stacked,
+            str(cell.stops_helping() or f"> {max(sizes)}"),
+            "—" if memory is None else f"{memory:.0f}",
+        )
+    return table
+
+
 @app.command("operator")
 @one_line_errors
 def bench_operator(

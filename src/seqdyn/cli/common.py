@@ -15,6 +15,12 @@ WORKERS_OPTION = typer.Option(
     "the cores' threads; 0 (the default): one per CPU core, 1: the runs in turn in this "
     "process.",
 )
+STACK_OPTION = typer.Option(
+    1,
+    "--stack",
+    help="Runs per batched model: up to that many runs of a sweep that differ only in their seed and learning "
+    "rate train as one model on one worker, each as it would alone (1: one run at a time).",
+)
 RETRY_OPTION = typer.Option(
     False,
     "--retry-failed",

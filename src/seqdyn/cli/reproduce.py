@@ -12,6 +12,7 @@ import typer
 from seqdyn.cli.common import (
     RAY_OPTION,
     RETRY_OPTION,
+    STACK_OPTION,
     STORE_OPTION,
     TIME_LIMIT_OPTION,
     WORKERS_OPTION,
@@ -73,6 +74,7 @@ def reproduce(
     brief: bool = BRIEF_OPTION,
     against: Optional[str] = AGAINST_OPTION,
     time_limit: Optional[str] = TIME_LIMIT_OPTION,
+    stack: int = STACK_OPTION,
 ) -> None:
     """The source documents' experiments: `list` them, run one by NAME (or `all`), or `report` the verdicts.
 
@@ -95,7 +97,9 @@ def reproduce(
         else:
             try:
                 cores = workers or available_cores()
-                options = dict(progress=progress, retry_failed=retry_failed, data=data, max_seeds=max_seeds)
+                options = dict(
+                    progress=progress, retry_failed=retry_failed, data=data, max_seeds=max_seeds, stack=stack
+                )
                 with limited(seconds):
                     reproductions.reproduce(target, scale, store, out, cores, ray, yes, **options)
             except reproductions.ReproductionsFailed as error:

@@ -142,15 +142,18 @@ def reproduce(
     retry_failed: bool = False,
     data: str | None = None,
     max_seeds: int | None = None,
+    stack: int = 1,
 ) -> None:
     """Run one reproduction (``target`` its name) or ``all``, then print each one's verdicts.  ``all`` without
     ``data`` leaves out (and names) the reproductions that need a corpus; one such reproduction alone is an error.
     ``max_seeds``: the cap on seeds added to decide a claim (None: each reproduction's budget decides)."""
     check_scale(scale)
+    if stack < 1:
+        raise ValueError(f"--stack: expected at least 1 run per batched model, got {stack}")
     if max_seeds is not None:
         check_max_seeds(max_seeds)
     options = dict(workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed, data=data)
-    options["max_seeds"] = max_seeds
+    options |= dict(max_seeds=max_seeds, stack=stack)
     reproductions = _chosen(target, scale, data)
     _check_before_any_run(reproductions, scale, store, yes, data)
     if target == "all":

@@ -11,6 +11,7 @@ import typer
 from seqdyn.cli.common import (
     RAY_OPTION,
     RETRY_OPTION,
+    STACK_OPTION,
     STORE_OPTION,
     TIME_LIMIT_OPTION,
     WORKERS_OPTION,
@@ -96,6 +97,7 @@ def sweep(
     ray: bool = RAY_OPTION,
     progress: bool = typer.Option(True, help="Show progress bars."),
     retry_failed: bool = RETRY_OPTION,
+    stack: int = STACK_OPTION,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="List the runs it would train and those already done, and train nothing."
     ),
@@ -109,6 +111,8 @@ def sweep(
         seconds = time_limit_seconds(time_limit, ray)
     except ValueError as error:
         fail(str(error))
+    if stack < 1:
+        fail(f"--stack: expected at least 1 run per batched model, got {stack}")
     parsed = _load(config)
     workers = workers or available_cores()
     _check_before_start(config, expand(parsed), store, use_ray=ray, workers=workers)
@@ -127,9 +131,15 @@ def sweep(
         return
     _open_store(store)
     with training_errors(), limited(seconds):
-        results = run_sweep(parsed, store, workers=workers, use_ray=ray, progress=progress, retry_failed=retry_failed)
+        results = run_sweep(
+            parsed, store, workers=workers, use_ray=ray, progress=progress, retry_failed=retry_failed, stack=stack
+        )
     _print_summary(results)
     _say_if_out_of_time(results, config, time_limit)
+    _say_what_was_skipped(planned, store)
+
+
+def _say_what_was_skipped(planned, store: str) -> None:
     skipped = sum(run.action == "done" for run in planned)
     if skipped == len(planned):
         typer.echo(

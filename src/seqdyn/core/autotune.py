@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from seqdyn.core import stacking
+
 __all__ = [
     "BackendChoice",
     "BackendFailed",
@@ -191,8 +193,9 @@ def tuning_enabled() -> bool:
 
 def can_time_now(device: torch.device) -> bool:
     """Whether timing code is allowed here: not while ``torch.compile`` traces or a CUDA graph captures, not on
-    the ``meta`` device (no data), and not where measuring is turned off."""
-    if not tuning_enabled() or device.type == "meta":
+    the ``meta`` device (no data), not for stacked runs (:mod:`seqdyn.core.stacking`: ``vmap`` cannot time), and
+    not where measuring is turned off."""
+    if not tuning_enabled() or device.type == "meta" or stacking.runs_stacked():
         return False
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return False
@@ -405,6 +408,14 @@ def _cached_choice(
     return hit
 
 
+def _stacked_choice(plan: Callable[[], tuple[list[str], str, str]]) -> BackendChoice:
+    """For stacked runs, where nothing can be timed under ``vmap``: the cost model's choice among the candidates
+    that stack (the cached choices were made among every backend, for one run at a time)."""
+    candidates, modelled, reason = plan()
+    chosen = modelled if modelled in candidates else candidates[0]
+    return BackendChoice(chosen, f"cost model (stacked runs: nothing timed): {reason}", "cost model")
+
+
 def choose(
     key: BackendKey,
     device: torch.device,
@@ -424,6 +435,8 @@ def choose(
         valid: whether a backend can compute the problem (a cached name that cannot — a file edited by hand — is
             a cache miss).
     """
+    if stacking.runs_stacked():
+        return _stacked_choice(plan)
     entries, path = _entries(device)
     key = key.text()
     hit = _HITS.get((id(entries), key)) or _cached_choice(entries, key, path, valid, shape)

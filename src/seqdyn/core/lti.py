@@ -46,6 +46,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from seqdyn.core import stacking
 from seqdyn.core.dsf import DSF
 from seqdyn.core.precision import float32_under_autocast
 
@@ -222,6 +223,10 @@ class _CircularConv(torch.autograd.Function):
         return torch.fft.irfft(u_hat * kernel_hat, n=size)[..., : u.shape[-1]]
 
     @staticmethod
+    def plain(u: Tensor, kernel: Tensor, size: int) -> Tensor:
+        return torch.fft.irfft(torch.fft.rfft(u, n=size) * torch.fft.rfft(kernel, n=size), n=size)[..., : u.shape[-1]]
+
+    @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
         u_hat, kernel_hat = ctx.saved_tensors
@@ -247,7 +252,7 @@ def fft_conv(u: Tensor, kernel: Tensor, anticausal: Tensor | None = None) -> Ten
     if anticausal is not None:
         gap = kernel.new_zeros(*kernel.shape[:-1], size - 2 * length + 1)
         kernel = torch.cat([kernel, gap, anticausal[..., : length - 1].flip(-1)], dim=-1)
-    return _CircularConv.apply(u, kernel, size)
+    return stacking.apply(_CircularConv, u, kernel, size)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqdyn.core import choice
+from seqdyn.core import choice, stacking
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.bonus import Bonus, bonus_reduced
@@ -456,8 +456,9 @@ def _normalized(numerator: Tensor, denominator: Tensor | None, normalizer, row_s
 
 
 def _stable_factors(step: Tensor, rate: Tensor) -> bool:
-    """Whether every ``Δ_t A`` is ``≤ 0`` for sure: steps ``≥ 0`` and rates ``≤ 0`` (NaN: not sure)."""
-    return bool(step.detach().amin() >= 0) and bool(rate.detach().amax() <= 0)
+    """Whether every ``Δ_t A`` is ``≤ 0`` for sure: steps ``≥ 0`` and rates ``≤ 0`` (NaN: not sure); of every run
+    while runs are stacked."""
+    return bool(stacking.amin(step.detach()) >= 0) and bool(stacking.amax(rate.detach()) <= 0)
 
 
 def _log_decays_and_scales(problem: Problem) -> tuple[Tensor, Tensor]:
@@ -482,7 +483,9 @@ def _check_growth(problem: Problem, y: Tensor) -> None:
     ``s_ij`` grow as ``e^{Σ g}``, which only the identity readout's rescaling (:func:`_stabilized`) absorbs.  Says so
     where the outputs came out non-finite (one check of g, and of y only where some g > 0)."""
     g = problem.log_decay
-    if g is None or not bool(g.detach().amax() > 0) or bool(torch.isfinite(y.detach()).all()):
+    if g is None or stacking.runs_stacked():
+        return
+    if not bool(g.detach().amax() > 0) or bool(torch.isfinite(y.detach()).all()):
         return
     raise ValueError(
         f"log_decay: decays above 1 (g up to {float(g.detach().amax()):.3g} > 0) make the scores of the "
@@ -509,8 +512,8 @@ def _stabilized(problem: Problem):
             return problem, None, None
         problem = problem.materialized()
     g, ell = problem.log_decay, problem.log_scale
-    if ell is None and (g is None or not bool(g.detach().amax() > 0)):  # one read (amax: no copy of a strided g)
-        return problem, None, None
+    if ell is None and (g is None or not bool(stacking.amax(g.detach()) > 0)):  # one read (amax: no copy of a
+        return problem, None, None  # strided g); over every run while runs are stacked
     with torch.no_grad():
         cumulative, impulse = _log_decays_and_scales(problem)
         lifted = impulse.unsqueeze(-1) if cumulative.dim() == 4 else impulse

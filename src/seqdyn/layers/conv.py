@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from seqdyn.core import stacking
 from seqdyn.core.precision import float32_under_autocast
 
 
@@ -46,7 +47,7 @@ class ShortConv(nn.Module):
         state = self.init_state(x.shape[0], x) if state is None else state.to(x.dtype)
         weight = self.weight.to(x.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        y = _DepthwiseCorrelation.apply(torch.cat([state, x], dim=1), weight, bias)
+        y = stacking.apply(_DepthwiseCorrelation, torch.cat([state, x], dim=1), weight, bias)
         if self.activation:
             y = F.silu(y)
         recent = torch.cat([state, x[:, max(0, x.shape[1] - (self.width - 1)) :]], dim=1)
@@ -101,7 +102,7 @@ def causal_depthwise_conv(
     before the start; ``positions`` ``[T]``: packed sequences (each step's position in its own sequence, ``l ≤ p_t``
     only), so that no output reads a step of the sequence before."""
     if positions is None:
-        return _DepthwiseCorrelation.apply(F.pad(x, (0, 0, weight.shape[1] - 1, 0)), weight, bias)
+        return stacking.apply(_DepthwiseCorrelation, F.pad(x, (0, 0, weight.shape[1] - 1, 0)), weight, bias)
     width = weight.shape[1]
     y = x * weight[:, -1] if bias is None else torch.addcmul(bias, x, weight[:, -1])
     for lag in range(1, min(width, x.shape[1])):
@@ -134,6 +135,10 @@ class _DepthwiseCorrelation(torch.autograd.Function):
         ctx.save_for_backward(padded, weight)
         ctx.has_bias = bias is not None
         return _correlate(padded, weight, bias).contiguous()
+
+    @staticmethod
+    def plain(padded: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return _correlate(padded, weight, bias)
 
     @staticmethod
     @once_differentiable

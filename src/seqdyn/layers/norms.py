@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from seqdyn.core import stacking
 from seqdyn.core.precision import float32_under_autocast
 
 
@@ -27,7 +28,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, gate: Tensor | None = None) 
     given — by :class:`_RMSNorm` and torch's SiLU."""
     if gate is not None and gate.shape != x.shape:
         raise ValueError(f"gate: expected the shape of x {tuple(x.shape)}, got {tuple(gate.shape)}")
-    y = _RMSNorm.apply(x, weight, eps)
+    y = stacking.apply(_RMSNorm, x, weight, eps)
     return y if gate is None else y * F.silu(gate)
 
 
@@ -39,10 +40,13 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        rows = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps))
-        normalized = x * rows
+        normalized, rows = _rms_normalized(x, eps)
         ctx.save_for_backward(normalized, rows, weight)
         return normalized * weight
+
+    @staticmethod
+    def plain(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        return _rms_normalized(x, eps)[0] * weight
 
     @staticmethod
     @once_differentiable
@@ -55,13 +59,19 @@ class _RMSNorm(torch.autograd.Function):
         return grad_x, grad_weight, None
 
 
+def _rms_normalized(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """``(x r, r)`` with ``r = (mean(x²) + ε)^{-½}`` per row ``[..., 1]``."""
+    rows = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square().div(x.shape[-1]).add(eps))
+    return x * rows, rows
+
+
 def l2_normalize(x: Tensor, eps: float = 1e-12, inside_root: bool = False) -> Tensor:
     """``x / max(‖x‖₂, ε)`` over the last axis (``F.normalize``), with the backward of :class:`_L2Normalize`;
     ``inside_root``: ``x (‖x‖₂² + ε)^-½`` instead, flash-linear-attention's ``l2norm`` (which transformers'
     Gated DeltaNet fallbacks copy)."""
     if inside_root:
         return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
-    return _L2Normalize.apply(x, eps)
+    return stacking.apply(_L2Normalize, x, eps)
 
 
 @float32_under_autocast
@@ -77,6 +87,10 @@ class _L2Normalize(torch.autograd.Function):
         ctx.save_for_backward(y, norms)
         ctx.eps = eps
         return y
+
+    @staticmethod
+    def plain(x: Tensor, eps: float) -> Tensor:
+        return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(eps)
 
     @staticmethod
     @once_differentiable

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from seqdyn.core import stacking
 from seqdyn.core.autotune import BackendChoice
 from seqdyn.core.backends import REGISTRY
 from seqdyn.core.choice import Timing, problem_signature, ruled_out, timed_choice
@@ -434,13 +435,16 @@ class CoefficientMixer(Mixer):
 
     @property
     def backends(self) -> tuple[str, ...]:
-        # the combination (readout, decay, Householder, normalizer) is fixed by the options: probe once
-        if getattr(self, "_backends", None) is None:
+        # the combination (readout, decay, Householder, normalizer) is fixed by the options: probe once, and once
+        # for stacked runs (seqdyn.core.stacking), which some backends cannot compute
+        known = self.__dict__.setdefault("_backends", {})
+        stacked = stacking.runs_stacked()
+        if stacked not in known:
             problem = prepare(operator_steps(self._probe()))
-            self._backends = ("auto",) + tuple(
+            known[stacked] = ("auto",) + tuple(
                 name for name, module in REGISTRY.items() if module.unsupported(problem) is None
             )
-        return self._backends
+        return known[stacked]
 
     def dsf(self, x: Tensor) -> DSF:
         self.check_input(x)

@@ -155,12 +155,13 @@ def run(
     retry_failed: bool = False,
     data: str | Path | None = None,
     max_seeds: int | None = None,
+    stack: int = 1,
 ) -> Written:
     """Train what is missing of the reproduction at ``scale`` (on the corpus ``data``, where it needs one) into the
     store (and, with ``retry_failed``, what failed for another reason than divergence), add seeds to the sweeps
     behind each claim its seeds left open until it is decided or ``max_seeds`` are reached
     (:mod:`seqdyn.reproduce.seeds`; None: :func:`~seqdyn.reproduce.seeds.default_max_seeds`), then write
-    ``OUT/NAME/``."""
+    ``OUT/NAME/``.  ``stack``: runs per batched model (:mod:`seqdyn.train.stacked`)."""
     start = time.monotonic()
     check_gpu_at_hand(check_has_scale(reproduction, scale))
     store = Store(store_path)
@@ -180,7 +181,7 @@ def run(
         store_path,
         scale,
         retrained,
-        dict(workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed),
+        dict(workers=workers, use_ray=use_ray, progress=progress, retry_failed=retry_failed, stack=stack),
     )
     results, grown = _seeded_until_decided(reproduction, sweeps, train, cap, (budget, workers))
     left += grown + sorted(retrained)

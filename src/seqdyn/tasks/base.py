@@ -269,10 +269,12 @@ class Task(ABC):
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy over labelled positions (token heads) or mean squared error (regression)."""
         outputs = self._output_window(outputs, targets)
+        if outputs.dtype != torch.float64:  # half-precision logits: the loss in float32; a float64 model keeps it
+            outputs = outputs.float()
         if self.head == "regression":
-            return F.mse_loss(outputs.float(), targets.to(outputs.device).float())
+            return F.mse_loss(outputs, targets.to(outputs.device).to(outputs.dtype))
         return F.cross_entropy(
-            outputs.reshape(-1, outputs.shape[-1]).float(),
+            outputs.reshape(-1, outputs.shape[-1]),
             targets.to(outputs.device).reshape(-1),
             ignore_index=IGNORE_INDEX,
         )

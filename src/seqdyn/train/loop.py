@@ -317,15 +317,8 @@ class Trainer:
         return path, sha256
 
     def train_step(self) -> float:
-        indices = self.plan.batch(self.step, self.config.train.seed)
-        if self.distributed is not None:
-            indices = self.distributed.shard(indices)
-        inputs, targets = (t[indices].to(self.device) for t in self.train_data)
-        packing = {}
-        if self.config.train.pack:
-            inputs, targets, packing["cu_seqlens"] = pack_documents(inputs, targets, IGNORE_INDEX)
-        for group in self.optimizer.param_groups:
-            group["lr"] = group["base_lr"] * self.lr_factor(self.step)
+        inputs, targets, packing = self.next_batch()
+        self.set_learning_rate()
         with self.autocast(), self.first_step_backends() as backends:
             loss = self.task.loss(self.trained(inputs, backend=self.config.train.backend, **packing), targets)
         if backends is not None:
@@ -334,17 +327,41 @@ class Trainer:
             loss_value = self.distributed.mean(loss.detach())
         else:
             loss_value = float(loss.detach())
-        if not math.isfinite(loss_value):
-            raise Diverged(f"{DIVERGED_REASON} ({loss_value}) at step {self.step}")
+        self.check_finite(loss_value)
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler is None:
             loss.backward()
-            self.clip_gradients()
-            self.optimizer.step()
+            self.update()
         else:
             self.scaled_step(loss)
         self.step += 1
         return loss_value
+
+    def next_batch(self) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """``(inputs, targets, packing)`` of the current step on the run's device (``packing``: the
+        ``cu_seqlens`` of packed documents, where the run packs them)."""
+        indices = self.plan.batch(self.step, self.config.train.seed)
+        if self.distributed is not None:
+            indices = self.distributed.shard(indices)
+        inputs, targets = (t[indices].to(self.device) for t in self.train_data)
+        packing = {}
+        if self.config.train.pack:
+            inputs, targets, packing["cu_seqlens"] = pack_documents(inputs, targets, IGNORE_INDEX)
+        return inputs, targets, packing
+
+    def set_learning_rate(self) -> None:
+        """Every parameter group's learning rate at the current step of the schedule."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["base_lr"] * self.lr_factor(self.step)
+
+    def check_finite(self, loss_value: float) -> None:
+        if not math.isfinite(loss_value):
+            raise Diverged(f"{DIVERGED_REASON} ({loss_value}) at step {self.step}")
+
+    def update(self) -> None:
+        """The optimizer step on the gradients of the current step, clipped where the config says."""
+        self.clip_gradients()
+        self.optimizer.step()
 
     def first_step_backends(self):
         """At the first step this process trains: a list the forward pass fills with the backend each layer
@@ -413,29 +430,36 @@ class Trainer:
         try:
             while self.step < self.plan.total_steps:
                 self.losses.append(self.train_step())
-                bar.advance(self.losses[-1])
-                stop, last = False, self.step == self.plan.total_steps
-                if self.step % self.plan.eval_every == 0 or last:
-                    stop = self.evaluate_and_record(
-                        sum(self.losses) / len(self.losses), self.elapsed + time.perf_counter() - begun
-                    )
-                    bar.show(self.watched, self.final.get(self.watched, float("nan")))
-                    self.losses = []
-                checkpointed = self.step % self.plan.checkpoint_every == 0 or stop or last
-                if checkpointed:
-                    self.checkpoint(self.elapsed + time.perf_counter() - begun)
-                if stop:
-                    return "stopped_early", None
-                if not last and self.stop_at is not None and time_is_up(self.stop_at):
-                    if not checkpointed:
-                        self.checkpoint(self.elapsed + time.perf_counter() - begun)
-                    raise OutOfTime(self.step)
+                ended = self.after_step(bar, lambda: self.elapsed + time.perf_counter() - begun)
+                if ended is not None:
+                    return ended, None
             return "finished", None
         except Diverged as error:
             return DIVERGED, str(error)
         finally:
             self.elapsed += time.perf_counter() - begun
             bar.close()
+
+    def after_step(self, bar: RunProgress, wall: Callable[[], float]) -> str | None:
+        """What follows a training step: its loss on ``bar``, the evaluation and the checkpoint due now (``wall()``:
+        the run's wall time so far).  Returns ``"stopped_early"`` or ``"finished"`` where the run ends here, None
+        where it goes on; past the command's time limit, checkpoints and raises :class:`OutOfTime`."""
+        bar.advance(self.losses[-1])
+        stop, last = False, self.step == self.plan.total_steps
+        if self.step % self.plan.eval_every == 0 or last:
+            stop = self.evaluate_and_record(sum(self.losses) / len(self.losses), wall())
+            bar.show(self.watched, self.final.get(self.watched, float("nan")))
+            self.losses = []
+        checkpointed = self.step % self.plan.checkpoint_every == 0 or stop or last
+        if checkpointed:
+            self.checkpoint(wall())
+        if stop or last:
+            return "stopped_early" if stop else "finished"
+        if self.stop_at is not None and time_is_up(self.stop_at):
+            if not checkpointed:
+                self.checkpoint(wall())
+            raise OutOfTime(self.step)
+        return None
 
 
 @signals_interrupt()
@@ -458,6 +482,23 @@ def train_run(
     time limit (:mod:`seqdyn.train.timelimit`) the run is not started; reached while it trains, the run stops at a
     checkpoint and is released as ``interrupted`` (the result says so).
     """
+    prepared = prepared_trainer(config, store, checkpoint_dir, owner, progress, sweep, distributed)
+    if isinstance(prepared, RunResult):
+        return prepared
+    return _trained(config, prepared, store if prepared.lead else None, prepared.owner)
+
+
+def prepared_trainer(
+    config: RunConfig,
+    store,
+    checkpoint_dir: str | Path | None,
+    owner: str | None,
+    progress: bool,
+    sweep: str | None = None,
+    distributed=None,
+) -> Trainer | RunResult:
+    """The :class:`Trainer` of ``config``, resumed from its checkpoint and claimed in ``store`` — or the
+    :class:`RunResult` of a run not to train (past the time limit, already finished, claimed by another owner)."""
     if time_is_up():
         return _not_started(config)
     run_id, owner = config.run_id, owner or default_owner()
@@ -479,7 +520,7 @@ def train_run(
         claimed = store.run(run_id)
         if claimed.checkpoint_step != record.checkpoint_step and claimed.checkpoint:
             trainer.resume(*trainer.checkpoint_of(claimed))  # its last owner checkpointed after we looked
-    return _trained(config, trainer, store if lead else None, owner)
+    return trainer
 
 
 def _trained(config: RunConfig, trainer: Trainer, store, owner: str) -> RunResult:
@@ -491,19 +532,19 @@ def _trained(config: RunConfig, trainer: Trainer, store, owner: str) -> RunResul
     except OutOfTime as out:
         if store is not None:
             store.release(config.run_id, owner)
-        return _result(config, trainer, "interrupted", str(out))
+        return run_result(config, trainer, "interrupted", str(out))
     except BaseException:
         if store is not None:
             store.release(config.run_id, owner)  # interrupted: the next sweep resumes it from its checkpoint
         raise
-    return _finish(config, trainer, status, reason, store, owner)
+    return finish_run(config, trainer, status, reason, store, owner)
 
 
-def _finish(config: RunConfig, trainer: Trainer, status: str, reason: str | None, store, owner: str) -> RunResult:
+def finish_run(config: RunConfig, trainer: Trainer, status: str, reason: str | None, store, owner: str) -> RunResult:
     """The :class:`RunResult` of ``trainer``'s run of ``config`` ending with ``status`` (and ``reason``), the
     watched metric's final value taken from ``trainer.final``; also recorded as finished by ``owner`` in ``store``
     unless it is ``None``."""
-    result = _result(config, trainer, status, reason)
+    result = run_result(config, trainer, status, reason)
     if store is not None:
         store.finish(
             result.run_id,
@@ -519,7 +560,7 @@ def _finish(config: RunConfig, trainer: Trainer, status: str, reason: str | None
     return result
 
 
-def _result(config: RunConfig, trainer: Trainer, status: str, reason: str | None) -> RunResult:
+def run_result(config: RunConfig, trainer: Trainer, status: str, reason: str | None) -> RunResult:
     """The :class:`RunResult` of ``trainer``'s run of ``config`` as it stands, with ``status`` and ``reason``."""
     final_value = trainer.final.get(trainer.watched) if trainer.final else None
     return RunResult(

@@ -20,6 +20,7 @@ sweep died (even by SIGKILL) releases its run and ends too.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sqlite3
@@ -41,6 +42,8 @@ from seqdyn.train.ownership import default_owner
 from seqdyn.train.store import FINAL_STATUSES
 
 DONE = FINAL_STATUSES
+
+log = logging.getLogger("seqdyn")
 
 
 def expand(config: RunConfig | SweepConfig) -> list[RunConfig]:
@@ -104,14 +107,36 @@ def train_or_record_failure(config: RunConfig, store, **options) -> RunResult:
         return _from_record(store.run(config.run_id))
 
 
-def _train_in_worker(config_data: dict, store_path: str, checkpoint_dir: str, threads: int, sweep: str) -> RunResult:
+def train_group(configs: list[RunConfig], store, **options) -> list[RunResult]:
+    """Train the runs of one group of :func:`~seqdyn.train.stacked.stacks`: a run alone by
+    :func:`train_or_record_failure`, several stacked (:func:`~seqdyn.train.stacked.train_stack`).  A stack that
+    fails as a stack (a model ``vmap`` cannot batch) is released and its runs trained one at a time, with a
+    warning naming the error."""
+    from seqdyn.train.stacked import train_stack
+
+    if len(configs) > 1:
+        try:
+            return train_stack(configs, store, **options)
+        except (OSError, sqlite3.Error):
+            raise
+        except Exception as error:
+            log.warning(
+                "runs %s could not train stacked (%s: %s); training them one at a time",
+                ", ".join(config.name for config in configs),
+                type(error).__name__,
+                (str(error).splitlines() or [""])[0],
+            )
+    return [train_or_record_failure(config, store, **options) for config in configs]
+
+
+def _train_in_worker(
+    configs_data: list[dict], store_path: str, checkpoint_dir: str, threads: int, sweep: str
+) -> list[RunResult]:
     from seqdyn.train.store import Store
 
     torch.set_num_threads(threads)
-    config = validated_run(config_data, f"run {config_data.get('name')!r}")
-    return train_or_record_failure(
-        config, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False, sweep=sweep
-    )
+    configs = [validated_run(data, f"run {data.get('name')!r}") for data in configs_data]
+    return train_group(configs, Store(store_path), checkpoint_dir=checkpoint_dir, progress=False, sweep=sweep)
 
 
 @dataclass(frozen=True)
@@ -163,14 +188,19 @@ def run_sweep(
     progress: bool = True,
     on_result=None,
     retry_failed: bool = False,
+    stack: int = 1,
 ) -> list[RunResult]:
     """Train every run of ``config`` that is not done; returns one result per run of the sweep (in order).
     ``retry_failed``: train again the runs that failed for another reason than a diverged loss (which the same
-    config would repeat)."""
+    config would repeat).  ``stack``: up to that many runs that differ only in their seed and learning rate train
+    as one batched model (:mod:`seqdyn.train.stacked`), each group on one worker."""
+    from seqdyn.train.stacked import stacks
     from seqdyn.train.store import Store
 
     if workers < 1:
         raise ValueError(f"workers: expected at least 1, got {workers}")
+    if stack < 1:
+        raise ValueError(f"stack: expected at least 1 run per batched model, got {stack}")
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else checkpoint_dir_for(store_path)
     runs = expand(config)
     check_before_start(runs, checkpoint_dir, use_ray=use_ray, workers=workers if len(runs) > 1 else 1)
@@ -180,19 +210,20 @@ def run_sweep(
         for run in runs:
             if _retried(store.run(run.run_id)):
                 store.requeue(run.run_id)
-    todo = [run for run in runs if store.run(run.run_id).status not in DONE]
+    groups = stacks([run for run in runs if store.run(run.run_id).status not in DONE], stack)
     results: dict[str, RunResult] = {}
     if use_ray:
-        results = _run_ray(todo, str(store_path), str(checkpoint_dir), config.name, on_result)
-    elif workers > 1 and len(todo) > 1:
-        results = _run_processes(todo, str(store_path), str(checkpoint_dir), config.name, workers, on_result)
+        results = _run_ray(groups, str(store_path), str(checkpoint_dir), config.name, on_result)
+    elif workers > 1 and len(groups) > 1:
+        results = _run_processes(groups, str(store_path), str(checkpoint_dir), config.name, workers, on_result)
     else:
-        for run in todo:
-            results[run.run_id] = train_or_record_failure(
-                run, store, checkpoint_dir=checkpoint_dir, progress=progress, sweep=config.name
-            )
-            if on_result is not None:
-                on_result(results[run.run_id])
+        for group in groups:
+            for result in train_group(
+                group, store, checkpoint_dir=checkpoint_dir, progress=progress, sweep=config.name
+            ):
+                results[result.run_id] = result
+                if on_result is not None:
+                    on_result(result)
     return [results.get(run.run_id) or _from_record(store.run(run.run_id)) for run in runs]
 
 
@@ -238,7 +269,7 @@ def _train_in_local_worker(*args) -> RunResult:
         os._exit(interrupted.exit_status)
 
 
-def _run_processes(todo, store_path, checkpoint_dir, sweep, workers, on_result) -> dict[str, RunResult]:
+def _run_processes(groups, store_path, checkpoint_dir, sweep, workers, on_result) -> dict[str, RunResult]:
     threads = worker_threads(workers)
     results, futures = {}, []
     started_before = set(active_children())
@@ -248,14 +279,21 @@ def _run_processes(todo, store_path, checkpoint_dir, sweep, workers, on_result) 
     try:
         with worker_environment(threads):
             futures += [
-                pool.submit(_train_in_local_worker, run.canonical(), store_path, checkpoint_dir, threads, sweep)
-                for run in todo
+                pool.submit(
+                    _train_in_local_worker,
+                    [run.canonical() for run in group],
+                    store_path,
+                    checkpoint_dir,
+                    threads,
+                    sweep,
+                )
+                for group in groups
             ]
             for future in as_completed(futures):
-                result = future.result()
-                results[result.run_id] = result
-                if on_result is not None:
-                    on_result(result)
+                for result in future.result():
+                    results[result.run_id] = result
+                    if on_result is not None:
+                        on_result(result)
     except BaseException:  # Ctrl-C, SIGTERM or an error: the workers release their runs and end
         for future in futures:
             future.cancel()
@@ -280,7 +318,7 @@ def _stop_workers(workers, grace: float = 5.0) -> None:
             worker.join()
 
 
-def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, RunResult]:
+def _run_ray(groups, store_path, checkpoint_dir, sweep, on_result) -> dict[str, RunResult]:
     try:
         import ray
     except ImportError:
@@ -295,18 +333,19 @@ def _run_ray(todo, store_path, checkpoint_dir, sweep, on_result) -> dict[str, Ru
     )
     gpus = 1 if torch.cuda.is_available() or (address and ray.cluster_resources().get("GPU", 0) > 0) else 0
     remote = ray.remote(num_cpus=1, num_gpus=gpus)(_train_in_worker)
-    refs = [remote.remote(run.canonical(), store_path, checkpoint_dir, 1, sweep) for run in todo]
+    refs = [remote.remote([run.canonical() for run in group], store_path, checkpoint_dir, 1, sweep) for group in groups]
     results = {}
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
         try:
-            result = ray.get(ready[0])
+            finished = ray.get(ready[0])
         except ray.exceptions.RayTaskError as error:
             raise error.cause from None  # the machine's error in the worker (a full disk), not Ray's wrapper of it
-        results[result.run_id] = result
-        if on_result is not None:
-            on_result(result)
+        for result in finished:
+            results[result.run_id] = result
+            if on_result is not None:
+                on_result(result)
     return results
 
 

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from seqdyn.core import stacking
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import Problem, shared_over_heads, spread_over_heads
 from seqdyn.kernels import scan as scan_kernel
@@ -38,6 +39,8 @@ BLOCK = 16
 
 
 def unsupported(problem: Problem) -> str | None:
+    if stacking.runs_stacked():
+        return stacking.unstackable("scan")
     if not problem.readout.linear:
         return f"readout={problem.readout.name!r} has no finite state to scan; scan needs readout='identity'"
     if problem.householder:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from seqdyn.core import stacking
 from seqdyn.core.backends.chunk.chunking import dense, diagonal_chunking, safe_chunk_size, to_chunks, unchunked
 from seqdyn.core.backends.chunk.decayed import decayed_chunks
 from seqdyn.core.backends.chunk.delta_rule import delta_rule_chunks
@@ -38,6 +39,8 @@ __all__ = ["NAME", "SOFTMAX_KEY_BLOCK", "SOFTMAX_QUERY_BLOCK", "linear", "nonlin
 
 
 def unsupported(problem: Problem) -> str | None:
+    if stacking.runs_stacked() and not (problem.readout.linear and problem.beta is None):
+        return stacking.unstackable("chunk") + " (chunk stacks the identity readout without a Householder factor)"
     if problem.readout.linear:
         return None
     if not (problem.readout.is_exp and problem.normalizer_kind == "sum"):

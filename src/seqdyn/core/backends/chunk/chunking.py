@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from seqdyn.core import stacking
 from seqdyn.core.evolution import HARD_RESET, bounded_log_decay, causal_mask, cumulative_log_decay, subnormal_cutoff
 from seqdyn.core.precision import float32_under_autocast
 from seqdyn.core.problem import shared_over_heads
@@ -49,6 +50,9 @@ def product_dtype(x: Tensor) -> torch.dtype:
 
 
 def _largest_step(log_decay: Tensor) -> float:
+    """``max |g|`` (of every run while runs are stacked: :func:`~seqdyn.core.stacking.amax`)."""
+    if stacking.runs_stacked():
+        return stacking.amax(log_decay.detach().abs()).item()
     return torch.linalg.vector_norm(log_decay.detach(), ord=float("inf")).item()
 
 
@@ -71,7 +75,7 @@ def _halve_until_safe(log_decay: Tensor, chunk_size: int, limit: float) -> int:
         padded = torch.cat([cumulative, cumulative[:, :, -1:].expand(-1, -1, pad, -1)], dim=2)  # [B, H, N·C + 1, K]
         windows = padded.unfold(2, chunk_size + 1, chunk_size)  # [B, H, N, K, C + 1]: each chunk and G before it
         spread = torch.nan_to_num(windows.amax(-1) - windows.amin(-1), nan=0.0, posinf=0.0, neginf=0.0)
-        if spread.max().item() < limit:
+        if stacking.amax(spread).item() < limit:
             break
         chunk_size //= 2
     return chunk_size
@@ -124,7 +128,7 @@ def decay_matrix(g: Tensor) -> Tensor:
     bounded = bounded_log_decay(g.to(torch.float64))
     resets = bounded <= HARD_RESET
     across = None
-    if bool(resets.any()):
+    if stacking.anywhere(resets):
         part = resets.cumsum(-1)  # [..., C]: the resets up to each step
         across = part.unsqueeze(-1) != part.unsqueeze(-2)  # [..., C, C]: a reset in (j, t]
         bounded = bounded.masked_fill(resets, 0.0)

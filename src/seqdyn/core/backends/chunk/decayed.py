@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from seqdyn.core import stacking
 from seqdyn.core.backends.chunk.chunking import (
     decay_matrix,
     diagonal_factors,
@@ -33,7 +34,7 @@ def decayed_chunks(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: T
     """``(Y [B, H, N, C, V], S_T [B, H, K, V])`` of chunked ``q``, ``k`` ``[B, H, N, C, K]``, ``v``
     ``[B, H, N, C, V]``, ``g`` ``[B, H, N, C]``, ``[B, H, N, C, K]`` or ``None`` (batch and heads of size 1
     broadcast) from the state ``initial`` ``[B, H, K, V]`` (or zero)."""
-    return _DecayedChunks.apply(q, k, v, g, initial)
+    return stacking.apply(_DecayedChunks, q, k, v, g, initial)
 
 
 @float32_under_autocast
@@ -46,72 +47,86 @@ class _DecayedChunks(torch.autograd.Function):
         diagonal = g is not None and g.dim() == 5
         if g is None:
             g = q.new_zeros(1, 1, *q.shape[2:4])
-        gamma = g.cumsum(dim=3)
-        total = gamma[:, :, :, -1:]  # Γ [B, H, N, 1(, K)]
-        if diagonal:  # e^{γ} = e^{γ − r} e^{r} and e^{Γ − γ} = e^{r − γ} e^{Γ − r}, every factor inside e^{±range/2}
-            coefficients, queries, keys, intra = diagonal_factors(q, k, gamma, total)
-        else:
-            decay = decay_matrix(g)
-            coefficients = (q @ k.transpose(-1, -2)) * decay
-            query_factor, key_factor = decay_factor(gamma).unsqueeze(-1), decay_factor(sum_after(g)).unsqueeze(-1)
-            queries, keys = q * query_factor, k * key_factor
-            intra = (decay, query_factor, key_factor)
-        chunk_decay = decay_factor(total.squeeze(3)).unsqueeze(-1)  # e^{Γ} [B, H, N, K|1, 1]
-        if not diagonal:
-            chunk_decay = chunk_decay.unsqueeze(-1)
-        shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (k.shape[-1], v.shape[-1])
-        entering, state = pass_states(keys.transpose(-1, -2) @ v, chunk_decay, initial, shape)
-        out = coefficients @ v + queries @ entering
-        ctx.save_for_backward(q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra)
+        out, state, saved = _forward(q, k, v, g, initial, diagonal)
+        ctx.save_for_backward(q, k, v, g, initial, *saved)
         ctx.diagonal, ctx.has_decay = diagonal, ctx.needs_input_grad[3]
         return out, state
 
     @staticmethod
+    def plain(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
+        diagonal = g is not None and g.dim() == 5
+        if g is None:
+            g = q.new_zeros(1, 1, *q.shape[2:4])
+        return _forward(q, k, v, g, initial, diagonal)[:2]
+
+    @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_increments, grad_initial = pass_state_gradients(
-            queries.transpose(-1, -2) @ grad_out, chunk_decay, grad_state
-        )
-        grad_queries = grad_out @ entering.transpose(-1, -2)
-        grad_keys = v @ grad_increments.transpose(-1, -2)
-        grad_v = keys @ grad_increments + coefficients.transpose(-1, -2) @ grad_out
-        grad_coefficients = grad_out @ v.transpose(-1, -2)
-        if ctx.diagonal:
-            inner, up, down = intra
-            grad_coefficients = torch.tril(grad_coefficients)
-            grad_q = torch.addcmul(grad_coefficients @ (k / inner), grad_queries, up) * inner
-            grad_k = torch.addcmul(grad_coefficients.transpose(-1, -2) @ (q * inner), grad_keys, down) / inner
-            if ctx.has_decay:  # every factor of q is e^{γ}, of k e^{−γ}: ∂γ = ∂q ⊙ q − ∂k ⊙ k
-                grad_gamma = grad_q * q - grad_k * k
-        else:
-            decay, query_factor, key_factor = intra
-            gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
-            grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
-            # terms reduced to the input's heads one by one: the gram's gradient is already summed over heads
-            grad_q = (grad_gram @ k).sum_to_size(q.shape) + (grad_queries * query_factor).sum_to_size(q.shape)
-            grad_k = (grad_gram.transpose(-1, -2) @ q).sum_to_size(k.shape) + (grad_keys * key_factor).sum_to_size(
-                k.shape
+        return _backward(ctx, grad_out, grad_state)
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial: Tensor | None, diagonal: bool):
+    """``(Y, S_T, what the backward reads)`` of the decayed chunks (``g`` a tensor: zeros for no decay)."""
+    gamma = g.cumsum(dim=3)
+    total = gamma[:, :, :, -1:]  # Γ [B, H, N, 1(, K)]
+    if diagonal:  # e^{γ} = e^{γ − r} e^{r} and e^{Γ − γ} = e^{r − γ} e^{Γ − r}, every factor inside e^{±range/2}
+        coefficients, queries, keys, intra = diagonal_factors(q, k, gamma, total)
+    else:
+        decay = decay_matrix(g)
+        coefficients = (q @ k.transpose(-1, -2)) * decay
+        query_factor, key_factor = decay_factor(gamma).unsqueeze(-1), decay_factor(sum_after(g)).unsqueeze(-1)
+        queries, keys = q * query_factor, k * key_factor
+        intra = (decay, query_factor, key_factor)
+    chunk_decay = decay_factor(total.squeeze(3)).unsqueeze(-1)  # e^{Γ} [B, H, N, K|1, 1]
+    if not diagonal:
+        chunk_decay = chunk_decay.unsqueeze(-1)
+    shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (k.shape[-1], v.shape[-1])
+    entering, state = pass_states(keys.transpose(-1, -2) @ v, chunk_decay, initial, shape)
+    out = coefficients @ v + queries @ entering
+    return out, state, (coefficients, queries, keys, entering, chunk_decay, *intra)
+
+
+def _backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
+    """The gradients of :func:`_forward`'s inputs (the class docstring's backward)."""
+    q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
+    grad_increments, grad_initial = pass_state_gradients(queries.transpose(-1, -2) @ grad_out, chunk_decay, grad_state)
+    grad_queries = grad_out @ entering.transpose(-1, -2)
+    grad_keys = v @ grad_increments.transpose(-1, -2)
+    grad_v = keys @ grad_increments + coefficients.transpose(-1, -2) @ grad_out
+    grad_coefficients = grad_out @ v.transpose(-1, -2)
+    if ctx.diagonal:
+        inner, up, down = intra
+        grad_coefficients = torch.tril(grad_coefficients)
+        grad_q = torch.addcmul(grad_coefficients @ (k / inner), grad_queries, up) * inner
+        grad_k = torch.addcmul(grad_coefficients.transpose(-1, -2) @ (q * inner), grad_keys, down) / inner
+        if ctx.has_decay:  # every factor of q is e^{γ}, of k e^{−γ}: ∂γ = ∂q ⊙ q − ∂k ⊙ k
+            grad_gamma = grad_q * q - grad_k * k
+    else:
+        decay, query_factor, key_factor = intra
+        gram_shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2]) + decay.shape[2:]
+        grad_gram = (grad_coefficients * decay).sum_to_size(gram_shape)  # shared heads: summed first
+        # terms reduced to the input's heads one by one: the gram's gradient is already summed over heads
+        grad_q = (grad_gram @ k).sum_to_size(q.shape) + (grad_queries * query_factor).sum_to_size(q.shape)
+        grad_k = (grad_gram.transpose(-1, -2) @ q).sum_to_size(k.shape) + (grad_keys * key_factor).sum_to_size(k.shape)
+        if ctx.has_decay:
+            grad_segments = grad_coefficients * coefficients  # ∂σ[i, j] with σ = γ_i − γ_j
+            grad_gamma = (
+                grad_segments.sum(-1)
+                - grad_segments.sum(-2)
+                + (grad_queries * queries).sum(-1)
+                - (grad_keys * keys).sum(-1)
             )
-            if ctx.has_decay:
-                grad_segments = grad_coefficients * coefficients  # ∂σ[i, j] with σ = γ_i − γ_j
-                grad_gamma = (
-                    grad_segments.sum(-1)
-                    - grad_segments.sum(-2)
-                    + (grad_queries * queries).sum(-1)
-                    - (grad_keys * keys).sum(-1)
-                )
-        grad_g = None
-        if ctx.has_decay:  # Γ enters e^{Γ − γ} of the keys and e^{Γ} of the state
-            grad_total = (grad_keys * keys).sum(3) + (grad_increments * chunk_decay * entering).sum(-1)
-            grad_gamma[:, :, :, -1] += grad_total if ctx.diagonal else grad_total.sum(-1)
-            grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
-        grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
-        return (
-            grad_q.sum_to_size(q.shape),
-            grad_k.sum_to_size(k.shape),
-            grad_v.sum_to_size(v.shape),
-            grad_g,
-            grad_initial,
-        )
+    grad_g = None
+    if ctx.has_decay:  # Γ enters e^{Γ − γ} of the keys and e^{Γ} of the state
+        grad_total = (grad_keys * keys).sum(3) + (grad_increments * chunk_decay * entering).sum(-1)
+        grad_gamma[:, :, :, -1] += grad_total if ctx.diagonal else grad_total.sum(-1)
+        grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
+    grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
+    return (
+        grad_q.sum_to_size(q.shape),
+        grad_k.sum_to_size(k.shape),
+        grad_v.sum_to_size(v.shape),
+        grad_g,
+        grad_initial,
+    )
