@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqdyn import mixers
-from seqdyn.bench.measure import one_thread, resolve_device
+from seqdyn.bench.measure import pinned_threads, resolve_device, threads_in_words
 from seqdyn.core.autotune import elapsed_seconds
 from seqdyn.core.choice import too_large_to_time
 
@@ -239,7 +239,7 @@ def run_benchmark(
     """Measure every case on one torch thread; ``progress(case)`` after each."""
     device = resolve_device(device)
     cells = []
-    with one_thread():
+    with pinned_threads():
         for case in selected:
             cells.extend(measure_case(case, device, repeats, rounds, modes))
             if progress is not None:
@@ -299,7 +299,7 @@ def results_table(cells: list[Cell], device: str):
     from rich.table import Table
 
     table = Table(
-        title=f"backend='auto' against the fastest backend on {device} (one thread; ms, best of rounds; "
+        title=f"backend='auto' against the fastest backend on {device} ({threads_in_words()}; ms, best of rounds; "
         "auto / fastest = paired auto / chosen × chosen / fastest)"
     )
     for column in (

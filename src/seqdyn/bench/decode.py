@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seqdyn.bench.measure import PeakMemory, one_thread, resolve_device
+from seqdyn.bench.measure import PeakMemory, pinned_threads, resolve_device, threads_in_words
 from seqdyn.core.autotune import elapsed_seconds
 from seqdyn.core.packing import pack_documents
 from seqdyn.core.rows import tensors
@@ -164,7 +164,7 @@ def run_decode_benchmark(
     chunk = min(chunk, min(contexts))
     rows, packing = [], []
     console = Console(width=120)
-    with one_thread():
+    with pinned_threads():
         for name in models or list(MODELS):
             model = build(name, d_model, layers).to(where)
             for context in contexts:
@@ -202,7 +202,7 @@ def render_markdown(
     steps: int,
 ) -> str:
     lines = [
-        f"Decode (d_model {d_model}, {layers} layers, float32, one thread; prefill chunks of {chunk}; "
+        f"Decode (d_model {d_model}, {layers} layers, float32, {threads_in_words()}; prefill chunks of {chunk}; "
         f"{steps} decoded tokens):",
         "",
         "| model | context | prefill s | in chunks s | decode tokens/s | cache MiB | decode peak MiB |",

@@ -1,5 +1,5 @@
 """``seqdyn bench hf``: a transformers model as it runs on a CPU (its pure-PyTorch fallbacks) against the same model
-with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread.
+with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread (or each count of ``--threads``).
 
 Per length: the prompt's forward (prefill) and forward + backward times, and greedy decoding's tokens per second,
 of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Then the model's
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from seqdyn.bench.measure import one_thread, time_call
+from seqdyn.bench.measure import pinned_threads, threads_in_words, time_call
 
 #: the benchmarked models: a Mamba of 2 layers at width 256 (512 channels of state 16: mamba-130m's proportions); a
 #: Mamba-2 of 2 layers at width 256 (8 heads of 64, state 64, one group), transformers'
@@ -366,7 +366,8 @@ def run_hf_benchmark(
     markdown: str | None = None,
     families: tuple[str, ...] = tuple(FAMILIES),
 ) -> list[HfRow]:
-    """Each of ``families`` (of :data:`FAMILIES`) at every length (``quick``: a toy model at 64 tokens), one thread;
+    """Each of ``families`` (of :data:`FAMILIES`) at every length (``quick``: a toy model at 64 tokens), on the
+    benchmark's threads (:func:`~seqdyn.bench.measure.pinned_threads`);
     prints and returns the rows."""
     from rich.console import Console
 
@@ -374,7 +375,7 @@ def run_hf_benchmark(
     if unknown:
         raise ValueError(f"families: {unknown} not benchmarked; choose from {', '.join(FAMILIES)}")
     console, rows = Console(width=140), []
-    with one_thread():
+    with pinned_threads():
         for family in families:
             for length in (64,) if quick else lengths:
                 fields = (QUICK if quick else FAMILIES)[family]
@@ -398,7 +399,7 @@ def render_markdown(rows: list[HfRow], quick: bool) -> str:
         "toy models" if quick else "; ".join(MODEL_WORDS[family] for family in dict.fromkeys(r.family for r in rows))
     )
     lines = [
-        f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({models}; float32, one thread; "
+        f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({models}; float32, {threads_in_words()}; "
         "ratio = transformers / seqdyn, decode = seqdyn / transformers tokens per second):",
         "",
         "| family | tokens | prefill s | ratio | forward + backward s | ratio | decode tokens/s | ratio | "

@@ -7,6 +7,7 @@ and the peak rise over the level before the measured call is reported.
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import ctypes.util
 import gc
@@ -23,17 +24,44 @@ import torch
 
 from seqdyn.core.autotune import elapsed_seconds
 
+#: the torch thread count a benchmark measures at (``--threads``; one unless :func:`benchmark_threads` sets it)
+_THREADS = contextvars.ContextVar("seqdyn_benchmark_threads", default=1)
+
 
 @contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the block on one torch thread (timings comparable across machines and beside other work), restoring
-    the thread count after."""
+def pinned_threads(count: int | None = None) -> Iterator[None]:
+    """Run the block on ``count`` torch threads — by default the benchmark's count (:func:`benchmark_threads`, one
+    unless set: timings comparable across machines and beside other work) — restoring the thread count after."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(_THREADS.get() if count is None else count)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def threads_in_words() -> str:
+    """The benchmark's thread count in words, for a table's title: ``one thread``, ``2 threads``."""
+    count = _THREADS.get()
+    return "one thread" if count == 1 else f"{count} threads"
+
+
+def one_thread():
+    """Run the block on one torch thread (:func:`pinned_threads` with 1)."""
+    return pinned_threads(1)
+
+
+@contextmanager
+def benchmark_threads(count: int) -> Iterator[None]:
+    """Measure the block's benchmarks at ``count`` torch threads (what :func:`pinned_threads` pins)."""
+    if count < 1:
+        raise ValueError(f"--threads: expected thread counts of 1 or more, got {count}")
+    token = _THREADS.set(count)
+    try:
+        with pinned_threads(count):
+            yield
+    finally:
+        _THREADS.reset(token)
 
 
 def _rss_reader() -> Callable[[], int] | None:

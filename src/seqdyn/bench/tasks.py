@@ -1,7 +1,7 @@
 """How fast the task generators are on one CPU core (``seqdyn bench tasks`` prints it).
 
-Times, with torch limited to one thread (these generators use numpy's element-wise kernels, which run on one
-core, and no BLAS): 100,000 MQAR examples at L = 512 with 64 pairs
+Times, with torch limited to one thread unless ``--threads`` says more (these generators use numpy's element-wise
+kernels, which run on one core, and no BLAS): 100,000 MQAR examples at L = 512 with 64 pairs
 (target < 10 s), 1,000 ``listops_subtrees`` expressions of 7,000–8,192 tokens (target < 30 s), 100
 ``pathfinder_segmentation`` images at M = 256 (target < 30 s) and at M = 512 (no target). ``--scale`` multiplies
 every count, and the targets with them, for a quick run.
@@ -32,11 +32,11 @@ CASES = [
 
 def run(scale: float = 1.0, skip_512: bool = False, seed: int = 0) -> list[dict]:
     """Time every case single-threaded; returns one row per case (label, count, seconds, target, met)."""
-    from seqdyn.bench.measure import one_thread
+    from seqdyn.bench.measure import pinned_threads
     from seqdyn.tasks import build
 
     rows = []
-    with one_thread():
+    with pinned_threads():
         for case in CASES:
             if skip_512 and "512" in case.label and case.task == "pathfinder_segmentation":
                 continue

@@ -8,13 +8,14 @@ from typing import Optional
 
 import typer
 
-from seqdyn.cli.common import name_list, one_line_errors, parse_lengths
+from seqdyn.cli.common import name_list, one_line_errors, parse_lengths, per_thread_count
 
 app = typer.Typer(help="Speed and memory benchmarks (ratios measured side by side in one run).", no_args_is_help=True)
 
 
 @app.command("tasks")
 @one_line_errors
+@per_thread_count
 def bench_tasks(
     scale: float = typer.Option(1.0, min=1e-6, help="Multiply every count (and its target) by this, e.g. 0.01."),
     skip_512: bool = typer.Option(False, "--skip-512", help="Leave out Pathfinder-Segmentation at M=512."),
@@ -27,7 +28,9 @@ def bench_tasks(
     from seqdyn.bench.tasks import run
 
     rows = run(scale=scale, skip_512=skip_512, seed=seed)
-    table = Table(title="seqdyn bench tasks (one CPU thread)")
+    from seqdyn.bench.measure import threads_in_words
+
+    table = Table(title=f"seqdyn bench tasks ({threads_in_words()})")
     for column in ("case", "examples", "seconds", "target", "met"):
         table.add_column(column, justify="left" if column == "case" else "right")
     for row in rows:
@@ -39,6 +42,7 @@ def bench_tasks(
 
 @app.command("train")
 @one_line_errors
+@per_thread_count
 def bench_train(names: str = "", device: str = "auto", steps: int = 7, compile_step: bool = False) -> None:
     """Training tokens per second per mixer and the harness overhead (target: under 5 % of the step time);
     --compile-step: also the bare step under torch.compile, against the eager one."""
@@ -105,6 +109,7 @@ def _train_table(cells, setup: dict, device, compile_step: bool):
 
 @app.command("sweep")
 @one_line_errors
+@per_thread_count
 def bench_sweep(
     reproductions: str = typer.Option(
         "", help="Comma-separated reproductions whose runs to time (default: dsf_mqar_models and coef_readout_maps)."
@@ -174,6 +179,7 @@ def _sweep_table(cells, scale: str, device, sizes: list[int]):
 
 @app.command("operator")
 @one_line_errors
+@per_thread_count
 def bench_operator(
     seq_lens: str = typer.Option("256,1024,4096", "--seq-lens", help="Comma-separated sequence lengths T."),
     kinds: str = typer.Option(
@@ -205,6 +211,7 @@ def bench_operator(
 
 @app.command("mixers")
 @one_line_errors
+@per_thread_count
 def bench_mixers(
     names: str = typer.Option("", help="Comma-separated mixer names (default: every registered mixer)."),
     seq_lens: str = typer.Option("1024,4096", "--seq-lens", help="Comma-separated sequence lengths T."),
@@ -229,6 +236,7 @@ def bench_mixers(
 
 @app.command("auto")
 @one_line_errors
+@per_thread_count
 def bench_auto(
     quick: bool = typer.Option(False, help="Four small cases only (a first look, seconds)."),
     mixers: str = typer.Option("", "--mixers", help="Comma-separated mixer names: only the cases of these."),
@@ -252,6 +260,7 @@ def bench_auto(
 
 @app.command("decode")
 @one_line_errors
+@per_thread_count
 def bench_decode(
     quick: bool = typer.Option(False, help="Contexts 128 and 512 only (a first look, seconds)."),
     models: str = typer.Option("", "--models", help="Comma-separated: softmax_attention, mamba2, gated_deltanet."),
@@ -273,6 +282,7 @@ def bench_decode(
 
 @app.command("hf")
 @one_line_errors
+@per_thread_count
 def bench_hf(
     quick: bool = typer.Option(False, help="A toy model at 64 tokens (a first look, seconds)."),
     lengths: str = typer.Option("1024,4096,16384", "--lengths", help="Comma-separated prompt lengths."),

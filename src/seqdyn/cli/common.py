@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 
 import typer
 
@@ -63,6 +64,46 @@ def one_line_errors(command):
             fail(str(error))
 
     return wrapped
+
+
+THREADS_OPTION = typer.Option(
+    "1",
+    "--threads",
+    help="Comma-separated torch thread counts: the benchmark runs and reports at each, one count after another.",
+)
+
+
+def per_thread_count(command):
+    """``command`` (a benchmark) with a ``--threads`` option: run once per thread count, under
+    :func:`~seqdyn.bench.measure.benchmark_threads`, each run's tables after a line naming its count."""
+
+    @functools.wraps(command)
+    def wrapped(*args, threads: str = "1", **kwargs):
+        from seqdyn.bench.measure import benchmark_threads
+        from seqdyn.train.progress import console
+
+        counts = thread_counts(threads)
+        for count in counts:
+            if len(counts) > 1:
+                console().rule(f"at {count} torch thread{'s' if count > 1 else ''}")
+            with benchmark_threads(count):
+                command(*args, **kwargs)
+
+    signature = inspect.signature(command)
+    option = inspect.Parameter("threads", inspect.Parameter.KEYWORD_ONLY, default=THREADS_OPTION, annotation=str)
+    wrapped.__signature__ = signature.replace(parameters=[*signature.parameters.values(), option])
+    return wrapped
+
+
+def thread_counts(text: str) -> list[int]:
+    """``--threads`` as its counts, each a positive integer."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise ValueError(f"--threads: expected comma-separated thread counts of 1 or more, e.g. 1,2; got {text!r}")
+    return counts
 
 
 def name_list(text: str) -> list[str] | None:
