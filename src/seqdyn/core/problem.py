@@ -18,7 +18,12 @@ from torch import Tensor
 from seqdyn.core.dynamics import Dynamics, copy_with
 from seqdyn.core.readouts import NORMALIZERS, STATE_NORMALIZERS, Readout, resolve_readout
 
+#: the chunk of the ``chunk`` backend where the caller names none
 DEFAULT_CHUNK_SIZE = 64
+#: the delta rule's (DeltaNet, Gated DeltaNet) where the caller names none: on one CPU thread at 4k tokens, 8 heads
+#: of 64 or of 128, chunks of 32 run the forward 1.1–1.3× faster than chunks of 64 (the UT transform's inverse and
+#: grams shrink with the chunk; the sequential hand-over of states grows with the count of chunks) (2026-11-28)
+DELTA_RULE_CHUNK_SIZE = 32
 
 
 @dataclass
@@ -275,13 +280,17 @@ def prepare(
     :class:`Problem`, head-major, with the state ``initial_state`` checked against it.
 
     ``factored=True`` keeps a ``decay_rate`` apart from the steps (the
-    caller materializes it where its backend needs ``g``); by default ``g = Δ ⊗ A`` is formed here.
+    caller materializes it where its backend needs ``g``); by default ``g = Δ ⊗ A`` is formed here.  ``chunk_size``
+    None: :data:`DELTA_RULE_CHUNK_SIZE` for the delta rule, :data:`DEFAULT_CHUNK_SIZE` otherwise.
     """
     readout = _check_arguments(dynamics)
     sizes = _Sizes(dynamics)
     chunk_size = _check_chunk_size(chunk_size)
     _check_decay_rate(dynamics.decay_rate, dynamics.log_decay, sizes)
     problem = _head_major(dynamics, readout, sizes, chunk_size)
+    if chunk_size is None:
+        delta_rule = problem.direction_is_key and not problem.diagonal
+        problem.chunk_size = DELTA_RULE_CHUNK_SIZE if delta_rule else DEFAULT_CHUNK_SIZE
     if not factored:
         problem = problem.materialized()
     problem.initial_state = check_state("initial_state", initial_state, problem, problem.q.dtype)
@@ -432,9 +441,9 @@ def _check_normalizer(normalizer: Any) -> None:
         raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
 
 
-def _check_chunk_size(chunk_size: Any) -> int:
+def _check_chunk_size(chunk_size: Any) -> int | None:
     if chunk_size is None:
-        return DEFAULT_CHUNK_SIZE
+        return None  # the default of the problem's kind (prepare)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
     return chunk_size

@@ -285,12 +285,12 @@ class CoefficientMixer(Mixer):
 
     Args:
         chunk_size: the chunk length of the operator's chunk backend (a speed knob: the output does not depend on
-            it beyond rounding).
+            it beyond rounding); None: the operator's default for the problem (32 for the delta rule, else 64).
     """
 
-    def __init__(self, d_model: int, chunk_size: int = 64):
+    def __init__(self, d_model: int, chunk_size: int | None = 64):
         super().__init__(d_model)
-        self.chunk_size = check_positive("chunk_size", chunk_size)
+        self.chunk_size = None if chunk_size is None else check_positive("chunk_size", chunk_size)
         self.convs = nn.ModuleDict()
 
     @abstractmethod

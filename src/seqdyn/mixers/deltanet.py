@@ -62,7 +62,7 @@ class DeltaNet(CoefficientMixer):
         short_conv: bool = True,
         conv_size: int = 4,
         output_gate: bool = False,
-        chunk_size: int = 64,
+        chunk_size: int | None = None,
         key_heads: int | None = None,
         key_dim: int | None = None,
         qk_norm_eps: float | None = None,

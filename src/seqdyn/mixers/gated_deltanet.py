@@ -41,7 +41,7 @@ class GatedDeltaNet(DeltaNet):
         dt_min: float = 0.001,
         dt_max: float = 0.1,
         a_init_range: tuple[float, float] = (1.0, 16.0),
-        chunk_size: int = 64,
+        chunk_size: int | None = None,
         key_heads: int | None = None,
         key_dim: int | None = None,
         qk_norm_eps: float | None = None,

@@ -32,6 +32,7 @@ from torch import Tensor
 from seqdyn.core.low_rank import householder_as_low_rank
 from seqdyn.core.operator import coefficient_dynamics
 from seqdyn.core.packing import Packing
+from seqdyn.core.problem import DELTA_RULE_CHUNK_SIZE
 from seqdyn.hf.acceleration.prompt import current_prompt, real_steps
 from seqdyn.layers.conv import causal_depthwise_conv
 from seqdyn.layers.norms import l2_normalize
@@ -50,10 +51,6 @@ __all__ = [
 #: the result does not depend on it, and chunks of 64 steps form 4× fewer intra-chunk decays than chunks of 256 — on
 #: one CPU thread at 4k tokens the scan runs about 3× faster (2026-11-27)
 CHUNK_SIZE = 64
-#: the delta rule's chunk, at most (transformers asks for 64): on one CPU thread at 4k tokens, 8 heads of 64 or of
-#: 128, chunks of 32 run the forward 1.1–1.3× faster than chunks of 64 (the UT transform's inverse and grams shrink
-#: with the chunk; the sequential hand-over of states grows with the count of chunks) (2026-11-28)
-DELTA_RULE_CHUNK_SIZE = 32
 
 
 def ssd_chunk_scan(
