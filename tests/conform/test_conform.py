@@ -128,7 +128,7 @@ def test_bad_input_is_one_line_naming_the_argument():
     for arguments, message in [
         (
             ["tests.conform.test_conform:seqdyn_chunk", "--op", "ssd_scan"],
-            "--op: seqdyn knows gated_delta_rule, selective_scan",
+            "--op: seqdyn knows gated_delta_rule, selective_scan, causal_conv1d",
         ),
         (["no.such.module:f", "--op", "gated_delta_rule"], "callable 'no.such.module:f'"),
         (["json:dumps", "--op", "gated_delta_rule"], "match no calling convention"),
@@ -206,3 +206,17 @@ def test_the_precision_report_is_within_a_few_round_offs_of_each_dtype_and_names
         app, ["precision", "--lengths", "32", "--dtypes", "float32", "--json", str(tmp_path / "p.json")]
     )
     assert ok.exit_code == 0 and json.loads((tmp_path / "p.json").read_text())[0]["length"] == 32
+
+
+def test_seqdyns_short_convolution_conforms_and_a_flipped_kernel_fails_at_one_step():
+    from seqdyn.hf.acceleration.functions import causal_conv1d
+
+    report = conform(causal_conv1d, "causal_conv1d", sweep(quick=True, dtypes=("float32", "float64")))
+    assert report["adapter"] == "transformers" and report["failed"] == 0 and report["passed"] > 10
+    assert {"output", "dx", "dweight", "dbias"} <= set(report["cases"][0]["ratios"])
+
+    def flipped(x, weight, bias=None, activation=None):  # the taps in the wrong order: correlation for convolution
+        return causal_conv1d(x, weight.flip(-1), bias, activation)
+
+    broken = conform(flipped, "causal_conv1d", QUICK, adapter="causal_conv1d")
+    assert broken["failed"] > 0 and broken["minimized"]["case"].startswith("B=1 T=1 H=1 N=1")  # w_{w−1} against w_0

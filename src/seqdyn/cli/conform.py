@@ -16,7 +16,9 @@ def conform(
     target: str = typer.Argument(
         ..., metavar="CALLABLE", help="The implementation, as module.path:function (imported here)."
     ),
-    op: str = typer.Option(..., "--op", help="The op it claims to compute: gated_delta_rule or selective_scan."),
+    op: str = typer.Option(
+        ..., "--op", help="The op it claims to compute: gated_delta_rule, selective_scan or causal_conv1d."
+    ),
     adapter: Optional[str] = typer.Option(
         None,
         help="Its calling convention (gated_delta_rule: transformers, fla; selective_scan: mamba_ssm, "

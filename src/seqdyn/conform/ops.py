@@ -123,6 +123,38 @@ def _mamba_scan(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, 
     return {"output": output, "final_state": state}
 
 
+#: the inputs of the short causal convolution in the ``causal_conv1d`` package's order: x ``[B, C, T]``, the
+#: depthwise kernel ``[C, w]`` and its bias ``[C]``
+CONV_INPUTS = ("x", "weight", "bias")
+#: the kernel width of the convolution's cases (Mamba's, Mamba-2's, Gated DeltaNet's and GLA's short convolution)
+CONV_WIDTH = 4
+
+
+def conv_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
+    """A short convolution problem in float64: ``case.heads × case.key_dim`` channels of ``case.length`` steps, a
+    kernel of :data:`CONV_WIDTH` taps (a case's decay and initial state do not apply)."""
+    channels = case.heads * case.key_dim
+    return {
+        "x": torch.randn(case.batch, channels, case.length, generator=generator, dtype=torch.float64),
+        "weight": torch.randn(channels, CONV_WIDTH, generator=generator, dtype=torch.float64) / CONV_WIDTH**0.5,
+        "bias": torch.randn(channels, generator=generator, dtype=torch.float64),
+    }
+
+
+def conv_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The short causal convolution with SiLU (Gu & Dao 2023's conv before the scan), by its definition with torch's
+    depthwise ``conv1d`` in the inputs' dtype (float64 for the reference)::
+
+    y_t = SiLU(b + Σ_{l<w} W[:, w−1−l] ⊙ x_{t−l}),   zeros before the start"""
+    x, weight, bias = (inputs[name] for name in CONV_INPUTS)
+    padded = F.pad(x, (weight.shape[1] - 1, 0))
+    return {"output": F.silu(F.conv1d(padded, weight.unsqueeze(1), bias, groups=weight.shape[0]))}
+
+
+def _conv(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {"output": fn(*(inputs[name] for name in CONV_INPUTS), activation="silu")}
+
+
 ADAPTERS = (
     # transformers' torch_chunk_gated_delta_rule and torch_recurrent_gated_delta_rule (Qwen3-Next, Qwen3.5, OLMo-hybrid)
     Adapter(
@@ -150,6 +182,10 @@ ADAPTERS = (
         _mamba_scan,
         initial_state=False,
     ),
+    # the causal_conv1d package's causal_conv1d_fn (and transformers' fallback of that name)
+    Adapter("causal_conv1d", "causal_conv1d", ("x", "weight", "bias", "activation"), False, _conv, False),
+    # seqdyn's own, in transformers' names (seqdyn.hf.acceleration.functions.causal_conv1d)
+    Adapter("transformers", "causal_conv1d", ("hidden_states", "weight", "bias", "activation"), False, _conv, False),
 )
 
 
@@ -184,6 +220,14 @@ OPS = {
         scan_inputs,
         scan_reference,
         SCAN_INPUTS,
+        value_dim=0,
+    ),
+    "causal_conv1d": Op(
+        "causal_conv1d",
+        "the short causal depthwise convolution with SiLU (Mamba's, Gated DeltaNet's), outputs",
+        conv_inputs,
+        conv_reference,
+        CONV_INPUTS,
         value_dim=0,
     ),
 }
