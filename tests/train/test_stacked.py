@@ -157,3 +157,20 @@ def test_the_cli_trains_stacks_on_worker_processes(tmp_path):
     with Store(store) as runs:
         assert sorted(record.status for record in runs.runs()) == ["finished"] * 3
         assert all(record.backends for record in runs.runs())
+
+
+def test_a_stack_that_fails_as_a_stack_is_released_and_its_runs_train_one_at_a_time(tmp_path, monkeypatch, caplog):
+    from seqdyn.train import stacked
+    from seqdyn.train.sweep import run_sweep
+
+    def cannot_batch(self, live):
+        raise RuntimeError("vmap: a hand-written function without a plain form")
+
+    monkeypatch.setattr(stacked.StackedRuns, "step", cannot_batch)
+    data = quick_run(steps=4, eval_every=2) | {"sweep": {"train.seed": [0, 1]}}
+    with caplog.at_level("WARNING", logger="seqdyn"):
+        results = run_sweep(SweepConfig.model_validate(data), tmp_path / "runs.db", progress=False, stack=2)
+    assert [result.status for result in results] == ["finished", "finished"]
+    assert "could not train stacked (RuntimeError: vmap: a hand-written function" in caplog.text
+    with Store(tmp_path / "runs.db") as store:
+        assert [record.attempts for record in store.runs()] == [2, 2]  # claimed by the stack, then alone
