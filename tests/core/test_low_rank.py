@@ -262,3 +262,16 @@ def test_unstable_decays_and_scales_in_log_space_rescale_the_low_rank_part_too(d
     arguments.pop("scale")
     y = seqdyn.coefficient_dynamics(**arguments, log_scale=log_scale, backend=backend, chunk_size=4)
     torch.testing.assert_close(y, reference({**arguments, "scale": torch.exp(log_scale)}), **TOL)
+
+
+def test_a_low_rank_part_that_makes_the_state_overflow_is_one_line_naming_it():
+    arguments = {name: value.float() for name, value in draw("scalar", length=400, batch=1).items()}
+    arguments["low_rank_write"] = 3.0 * arguments["low_rank_read"]  # Λ = D + 3 z zᵀ: an eigenvalue near 4
+    for backend in ("recurrent", "chunk"):
+        with pytest.raises(ValueError, match="low_rank_write: the low-rank part u zᵀ gives the transition"):
+            seqdyn.coefficient_dynamics(**arguments, backend=backend)
+    arguments["q"][0, 0, 0, 0] = float("nan")  # a non-finite input is its own trouble: no word about the transition
+    out = seqdyn.coefficient_dynamics(**arguments, backend="recurrent")
+    assert not torch.isfinite(out).all()
+    stable = {name: value.float() for name, value in draw("scalar", length=400, batch=1).items()}
+    assert torch.isfinite(seqdyn.coefficient_dynamics(**stable, backend="chunk")).all()

@@ -437,6 +437,7 @@ def _run(problem: Problem, module, want_state: bool):
         problem = problem.replaced(v=torch.cat([problem.v, ones], dim=-1), initial_state=state)
     problem, row_scale, state_scale = _stabilized(problem)
     out, state = module.linear(problem, want_state)
+    _check_low_rank_growth(original, out)
     numerator, denominator = (out[..., :-1], out[..., -1]) if original.augmented else (out, None)
     out = _normalized(numerator, denominator, original.normalizer, row_scale)
     if not want_state:
@@ -492,6 +493,25 @@ def _check_growth(problem: Problem, y: Tensor) -> None:
         f"{problem.readout.name} readout grow as e^(Σ g) beyond the float range over this sequence; the identity "
         "readout rescales its state, a nonlinear readout cannot: keep g ≤ 0 (decays ≤ 1), shorten the sequence, "
         "or use readout='identity'"
+    )
+
+
+def _check_low_rank_growth(problem: Problem, y: Tensor) -> None:
+    """A low-rank part ``u zᵀ`` can give a transition a spectral radius above one however small the decays are, and
+    the identity readout's rescaling (:func:`_stabilized`) commutes with scalars only: the state then grows as
+    ``ρ^T`` past the float range.  Says so where the outputs came out non-finite from finite inputs (one check of
+    y; the inputs read only then)."""
+    if problem.written is None or stacking.runs_stacked() or bool(torch.isfinite(y.detach()).all()):
+        return
+    parts = (problem.q, problem.k, problem.v, problem.written, problem.direction, problem.log_decay)
+    if not all(bool(torch.isfinite(x.detach()).all()) for x in parts if isinstance(x, Tensor)):
+        return  # a non-finite input: its own trouble, not the transition's
+    raise ValueError(
+        "low_rank_write: the low-rank part u zᵀ gives the transition D + u zᵀ a spectral radius above one, so the "
+        "state grows beyond the float range over this sequence (the outputs came out non-finite from finite "
+        "inputs); the identity readout rescales scalar and diagonal decays only: keep |zᵀu| and the decays within "
+        "the unit disc (RWKV-7's u = −a ⊙ κ̂ with a ∈ (0, 1) and a unit κ̂), shorten the sequence, or compute in "
+        "float64"
     )
 
 
