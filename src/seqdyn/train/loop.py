@@ -530,14 +530,21 @@ def _trained(config: RunConfig, trainer: Trainer, store, owner: str) -> RunResul
         with Heartbeat(store, config.run_id, owner):
             status, reason = trainer.run()
     except OutOfTime as out:
-        if store is not None:
-            store.release(config.run_id, owner)
-        return run_result(config, trainer, "interrupted", str(out))
+        return release_run(config, trainer, str(out), store, owner)
     except BaseException:
         if store is not None:
             store.release(config.run_id, owner)  # interrupted: the next sweep resumes it from its checkpoint
         raise
     return finish_run(config, trainer, status, reason, store, owner)
+
+
+def release_run(config: RunConfig, trainer: Trainer, reason: str, store, owner: str) -> RunResult:
+    """The :class:`RunResult` of ``trainer``'s run of ``config`` stopped at a checkpoint (the time limit) as
+    ``interrupted`` with ``reason``; released by ``owner`` in ``store`` unless it is ``None``, for the next call to
+    resume."""
+    if store is not None:
+        store.release(config.run_id, owner)
+    return run_result(config, trainer, "interrupted", reason)
 
 
 def finish_run(config: RunConfig, trainer: Trainer, status: str, reason: str | None, store, owner: str) -> RunResult:

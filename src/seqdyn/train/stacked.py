@@ -38,7 +38,7 @@ from seqdyn.train.loop import (
     Trainer,
     finish_run,
     prepared_trainer,
-    run_result,
+    release_run,
 )
 from seqdyn.train.ownership import Heartbeat, default_owner
 from seqdyn.train.progress import RunProgress
@@ -105,7 +105,6 @@ class StackedRuns:
                     f"stack: run {trainer.config.name!r} differs from {first.config.name!r} in more than "
                     f"{', '.join(MAY_DIFFER[1:])}; runs of one stack share their architecture, task and budget"
                 )
-        self.trainers = list(trainers)
         self.template = first.model  # the module whose forward every run computes with its own parameters
         self.backends_recorded = False
 
@@ -200,11 +199,10 @@ def _trained_together(trainers: list[Trainer], store, owner: str, progress: bool
             ended = _stacked_step(stack, live, bar)
             for trainer, (status, reason) in ended.items():
                 if status == "interrupted":
-                    if store is not None:
-                        store.release(trainer.run_id, owner)
-                    results[trainer.run_id] = run_result(trainer.config, trainer, status, reason)
+                    result = release_run(trainer.config, trainer, reason, store, owner)
                 else:
-                    results[trainer.run_id] = finish_run(trainer.config, trainer, status, reason, store, owner)
+                    result = finish_run(trainer.config, trainer, status, reason, store, owner)
+                results[trainer.run_id] = result
                 live.remove(trainer)
     except BaseException:
         for trainer in live:
@@ -239,11 +237,10 @@ def _stacked_step(stack: StackedRuns, live: list[Trainer], bar: RunProgress) -> 
         started = time.perf_counter()
         try:
             status = trainer.after_step(bar, lambda t=trainer, s=started: t.elapsed + time.perf_counter() - s)
+            if status is not None:
+                ended[trainer] = (status, None)
         except OutOfTime as out:
-            status = "interrupted"
-            ended[trainer] = (status, str(out))
+            ended[trainer] = ("interrupted", str(out))
         finally:
             trainer.elapsed += time.perf_counter() - started
-        if status not in (None, "interrupted"):
-            ended[trainer] = (status, None)
     return ended

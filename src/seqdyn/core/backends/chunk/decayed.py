@@ -44,9 +44,7 @@ class _DecayedChunks(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
-        diagonal = g is not None and g.dim() == 5
-        if g is None:
-            g = q.new_zeros(1, 1, *q.shape[2:4])
+        g, diagonal = _decays(q, g)
         out, state, saved = _forward(q, k, v, g, initial, diagonal)
         ctx.save_for_backward(q, k, v, g, initial, *saved)
         ctx.diagonal, ctx.has_decay = diagonal, ctx.needs_input_grad[3]
@@ -54,15 +52,20 @@ class _DecayedChunks(torch.autograd.Function):
 
     @staticmethod
     def plain(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
-        diagonal = g is not None and g.dim() == 5
-        if g is None:
-            g = q.new_zeros(1, 1, *q.shape[2:4])
+        g, diagonal = _decays(q, g)
         return _forward(q, k, v, g, initial, diagonal)[:2]
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
         return _backward(ctx, grad_out, grad_state)
+
+
+def _decays(q: Tensor, g: Tensor | None) -> tuple[Tensor, bool]:
+    """``g`` as a tensor (zeros ``[1, 1, N, C]`` for no decay) and whether it is diagonal."""
+    if g is None:
+        return q.new_zeros(1, 1, *q.shape[2:4]), False
+    return g, g.dim() == 5
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial: Tensor | None, diagonal: bool):
