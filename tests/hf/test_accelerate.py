@@ -100,6 +100,7 @@ SWAPPED = {
     "qwen3_5_moe_text": (DELTA, 2),
     "qwen3_next": (DELTA, 2),
     "olmo_hybrid": (DELTA, 2),
+    "rwkv": (("rwkv_linear_attention",), 2),
 }
 
 
@@ -193,7 +194,8 @@ def test_linear_rnn_scan_equals_recurrent_gemmas_loop_with_resets_a_state_and_gr
 
 
 @pytest.mark.parametrize(
-    "family", ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h", "recurrent_gemma", "kimi_linear"]
+    "family",
+    ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h", "recurrent_gemma", "kimi_linear", "rwkv"],
 )
 def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""
@@ -211,6 +213,31 @@ def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     assert torch.equal(got.sequences, expected.sequences)
     theirs, ours = torch.stack(expected.logits), torch.stack(got.logits)
     assert (ours - theirs).abs().max() <= FLOAT32_ROUNDING * theirs.abs().max()
+
+
+def test_rwkv_linear_attention_equals_transformers_loop_from_a_state_with_large_keys_and_gradients():
+    """RWKV-4's WKV against transformers' CPU loop (float32, its running maximum): keys up to ±150 (e^150 overflows
+    float32), continued from the state of a first call, its outputs, its (numerator, denominator, maximum) state —
+    the same average and the same log of the sum — and the gradients of every input."""
+    from transformers.models.rwkv.modeling_rwkv import rwkv_linear_attention_cpu
+
+    generator = torch.Generator().manual_seed(3)
+    decay, first = torch.randn(6, generator=generator), torch.randn(6, generator=generator)
+    key = 50 * torch.randn(2, 19, 6, generator=generator)
+    value = torch.randn(2, 19, 6, generator=generator)
+    inputs = [t.clone().requires_grad_() for t in (decay, first, key, value)]
+    theirs = [t.clone().requires_grad_() for t in (decay, first, key, value)]
+    _, state = acc.rwkv_linear_attention(*[t.detach() for t in inputs[:2]], key[:, :7], value[:, :7], None, True)
+    _, expected_state = rwkv_linear_attention_cpu(decay, first, key[:, :7], value[:, :7], None, True)
+    (numerator, denominator, maximum), (its_numerator, its_denominator, its_maximum) = state, expected_state
+    torch.testing.assert_close(numerator / denominator, its_numerator / its_denominator)  # the average so far
+    torch.testing.assert_close(denominator.log() + maximum, its_denominator.log() + its_maximum)  # log of the sum
+    got, _ = acc.rwkv_linear_attention(*inputs, state=state)
+    expected, _ = rwkv_linear_attention_cpu(*theirs, state=expected_state)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn(expected.shape, generator=generator)
+    for ours, its in zip(torch.autograd.grad(got, inputs, upstream), torch.autograd.grad(expected, theirs, upstream)):
+        torch.testing.assert_close(ours, its, rtol=1e-4, atol=1e-4)
 
 
 def test_packed_sequences_by_seq_idx_are_each_computed_alone():

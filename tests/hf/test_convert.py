@@ -43,9 +43,9 @@ def tokens(length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(seed))
 
 
-#: transformers' Mamba models return float32 logits whatever their dtype, Mamba-2 runs its gated RMSNorm in float32
-#: and RecurrentGemma its RMSNorms and its RG-LRU's scan: in float64 the two models agree to a few float32 roundings
-#: (8 ε₃₂ ≈ 1e-6 of the largest logit)
+#: transformers' Mamba models return float32 logits whatever their dtype, Mamba-2 runs its gated RMSNorm in float32,
+#: RecurrentGemma its RMSNorms and its RG-LRU's scan, RWKV its WKV: in float64 the two models agree to a few float32
+#: roundings (8 ε₃₂ ≈ 1e-6 of the largest logit)
 FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 
 
@@ -176,6 +176,24 @@ def test_minimax_options_seqdyn_cannot_represent_are_refused_by_name(change, nam
 def test_lfm2_with_biases_in_its_convolution_layers_converts_exactly():
     """LFM2's ``conv_bias``: the gated convolution's projections and taps with biases."""
     logits_agree(tiny_model("lfm2", conv_bias=True), tolerance=1e-5)
+
+
+def test_rwkv_halved_in_eval_mode_converts_at_its_training_scale():
+    """RWKV-4's eval mode divides each block's output weights by 2^⌊block / R⌋ in place and halves the stream every R
+    blocks: converted after such a forward, the model has the training-mode weights and gives transformers'
+    training-mode logits (float64, to its float32 WKV).  Its eval-mode logits differ from its own training-mode ones
+    through each LayerNorm's ε (a norm of x / 2^s with ε is a norm of x with ε·4^s): far above round-off, far below
+    the logits."""
+    theirs = tiny_model("rwkv", torch.float64, rescale_every=1, num_hidden_layers=3)
+    inputs = tokens(12)
+    with torch.no_grad():
+        halved = theirs(inputs).logits  # eval mode: the weights are divided now
+        assert theirs.rwkv.layers_are_rescaled
+        ours = from_transformers(theirs)(inputs).logits
+        trained = theirs.train()(inputs).logits
+    largest = trained.abs().max()
+    assert (ours - trained).abs().max() <= FLOAT32_ROUNDING * largest
+    assert 1e-6 * largest < (halved - trained).abs().max() < 1e-2 * largest
 
 
 def logits_agree(theirs: torch.nn.Module, length: int = 12, tolerance: float = FLOAT32_ROUNDING) -> None:
@@ -325,7 +343,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
         UnsupportedModel,
         match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
         r"supported: bamba, falcon_h1, falcon_mamba, granitemoehybrid, jamba, lfm2, mamba, mamba2, minimax, "
-        r"nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma$",
+        r"nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma, rwkv$",
     ):
         from_transformers(model)
 
@@ -507,7 +525,7 @@ def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
         UnsupportedModel,
         match=r"^model: family 'xlstm' \(xLSTMForCausalLM\) has "
         r"no seqdyn converter yet \(it needs the mLSTM normalizer .*\); "
-        r"supported: bamba, .*, recurrent_gemma$",
+        r"supported: bamba, .*, recurrent_gemma, rwkv$",
     ):
         from_transformers(model)
 
@@ -606,7 +624,8 @@ def test_convert_help_names_every_family_it_converts():
         "falcon_h1": "Falcon-H1",
         "jamba": "Jamba,",
         "minimax": "MiniMax-01,",
-        "lfm2": "LFM2.",
+        "lfm2": "LFM2,",
+        "rwkv": "RWKV-4.",
     }
     assert set(names) == set(SUPPORTED)  # a family added to the registry needs its name here and in the help
     assert all(name in words for name in names.values()), words

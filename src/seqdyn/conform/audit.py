@@ -27,8 +27,8 @@ from torch import Tensor, nn
 #: an invariant holds where its logits stay within this of the reference's, relative to the largest logit (float32
 #: models agree with their float64 conversions to about 1e-6 here; a broken invariant is off by 1e-2 and more)
 TOLERANCE = 1e-4
-#: what transformers' models call the cache they return and take, newest first
-CACHE_NAMES = ("cache", "past_key_values", "cache_params")
+#: what transformers' models call the cache they return and take, newest first (RWKV: its state)
+CACHE_NAMES = ("cache", "past_key_values", "cache_params", "state")
 INVARIANTS = ("alone", "left-padded", "right-padded", "two-piece prefill", "token by token", "generate")
 
 

@@ -43,14 +43,16 @@ def takes_sequences(mixer_class: type) -> bool:
 @dataclass
 class MixerState:
     """Streaming state of a :class:`CoefficientMixer`: the operator's state, the short convolutions' inputs, the
-    batch size they stream (``None``: any) and the position of the next token (rotary embeddings need it) — or,
-    for a call on packed sequences, their :class:`~seqdyn.core.packing.Packing` (no state then)."""
+    batch size they stream (``None``: any), the position of the next token (rotary embeddings need it) and the log
+    scale ``m`` a mixer stores its operator state at (``core · e^m`` the state; RWKV-4's stabilizer, ``None``: 1) —
+    or, for a call on packed sequences, their :class:`~seqdyn.core.packing.Packing` (no state then)."""
 
     core: Any = None
     conv: dict[str, Tensor] = field(default_factory=dict)
     batch: int | None = None
     position: int = 0
     packing: Packing | None = None
+    scale: Tensor | None = None
 
     @property
     def positions(self) -> int | Tensor:
@@ -277,6 +279,53 @@ class Mixer(nn.Module, ABC):
         return f"d_model={self.d_model}"
 
 
+class ConvolutionMixer(Mixer):
+    """A mixer whose only reading across time is one short causal convolution, ``self.conv`` (a
+    :class:`~seqdyn.layers.ShortConv` or :class:`~seqdyn.layers.TokenShift`): ``after(conv(u), extras)`` with
+    ``(u, extras) = before(x)``; its streaming state the convolution's last inputs.  Subclasses define
+    :meth:`before` and :meth:`after`."""
+
+    conv: nn.Module
+
+    @abstractmethod
+    def before(self, x: Tensor) -> tuple[Tensor, Any]:
+        """The convolution's input ``[B, T, C]`` and what :meth:`after` needs."""
+
+    @abstractmethod
+    def after(self, convolved: Tensor, extras: Any) -> Tensor:
+        """The mixer's output ``[B, T, D]`` from the convolution's."""
+
+    def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
+        """``[B, T, D] -> [B, T, D]``; packed sequences and a padded batch's tokens restart the convolution at each
+        sequence's start (nothing is computed for padding)."""
+        self.check_input(x)
+        self.chose(self.check_backend(backend))
+        if sequences is not None and not (isinstance(sequences, Padding) and sequences.whole):
+            u, extras = self.before(sequences.packed(x))
+            return sequences.unpacked(self.after(self.conv(u, positions=sequences.tokens.position)[0], extras))
+        return self.forward_with_state(x, None, backend)[0]
+
+    def init_state(self, batch: int) -> Tensor:
+        """The convolution's last inputs ``[B, w − 1, C]`` (zeros before the start)."""
+        return self.conv.init_state(check_positive("batch", batch))
+
+    def forward_with_state(self, x: Tensor, state: Any = None, backend: str = "auto") -> tuple[Tensor, Tensor]:
+        self.check_input(x)
+        self.check_backend(backend)
+        u, extras = self.before(x)
+        convolved, state = self.conv(u, state)
+        return self.after(convolved, extras), state
+
+    def step(self, x_t: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        self.check_input(x_t, "x_t", with_time=False)
+        y, state = self.forward_with_state(x_t.unsqueeze(1), state)
+        return y[:, 0], state
+
+    def state_size(self, seq_len: int) -> int:
+        check_positive("seq_len", seq_len)
+        return (self.conv.width - 1) * self.conv.channels
+
+
 class CoefficientMixer(Mixer):
     """A mixer whose core is ``coefficient_dynamics``: subclasses define :meth:`core_inputs` and :meth:`core_output`.
 
@@ -404,7 +453,7 @@ class CoefficientMixer(Mixer):
                 f"state: expected the MixerState of {self.name}.init_state(batch), got {type(state).__name__}"
             )
         check_state_batch(self.name, state.batch, x.shape[0])
-        state = MixerState(state.core, dict(state.conv), x.shape[0], state.position)
+        state = MixerState(state.core, dict(state.conv), x.shape[0], state.position, scale=state.scale)
         inputs, extras = self.core_inputs(x, state)
         core, state.core = self.run_core(inputs, backend, state.core, output_final_state=True)
         state.position += x.shape[1]

@@ -15,18 +15,15 @@ state the last L − 1.  It has one form, which every backend name computes.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
 from seqdyn.core.dsf import DSF
-from seqdyn.core.packing import Padding, Sequences
 from seqdyn.layers import ShortConv
-from seqdyn.mixers.base import Mixer, check_choice, check_positive
+from seqdyn.mixers.base import ConvolutionMixer, check_choice, check_positive
 
 
-class GatedConv(Mixer):
+class GatedConv(ConvolutionMixer):
     """LFM2's gated short convolution: ``W_out (c ⊙ conv_L(b ⊙ x))`` with ``[b; c; x] = W_in u``.
 
     Args:
@@ -48,36 +45,12 @@ class GatedConv(Mixer):
         """``(b, c, x)`` ``[B, T, D]`` each."""
         return self.in_proj(x).chunk(3, dim=-1)
 
-    def forward(self, x: Tensor, backend: str = "auto", *, sequences: Sequences | None = None) -> Tensor:
-        """``[B, T, D] -> [B, T, D]``; packed sequences and a padded batch's tokens restart the convolution at each
-        sequence's start (nothing is computed for padding)."""
-        self.check_input(x)
-        self.chose(self.check_backend(backend))
-        if sequences is not None and not (isinstance(sequences, Padding) and sequences.whole):
-            b, c, v = self._gates(sequences.packed(x))
-            mixed = c * self.conv(b * v, positions=sequences.tokens.position)[0]
-            return sequences.unpacked(self.out_proj(mixed))
-        return self.forward_with_state(x, None, backend)[0]
-
-    def init_state(self, batch: int) -> Tensor:
-        """The last L − 1 gated inputs ``b ⊙ x`` ``[B, L − 1, D]`` (zeros before the start)."""
-        return self.conv.init_state(check_positive("batch", batch))
-
-    def forward_with_state(self, x: Tensor, state: Any = None, backend: str = "auto") -> tuple[Tensor, Tensor]:
-        self.check_input(x)
-        self.check_backend(backend)
+    def before(self, x: Tensor) -> tuple[Tensor, Tensor]:
         b, c, v = self._gates(x)
-        mixed, state = self.conv(b * v, state)
-        return self.out_proj(c * mixed), state
+        return b * v, c
 
-    def step(self, x_t: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-        self.check_input(x_t, "x_t", with_time=False)
-        y, state = self.forward_with_state(x_t.unsqueeze(1), state)
-        return y[:, 0], state
-
-    def state_size(self, seq_len: int) -> int:
-        check_positive("seq_len", seq_len)
-        return (self.conv_size - 1) * self.d_model
+    def after(self, convolved: Tensor, extras: Tensor) -> Tensor:
+        return self.out_proj(extras * convolved)
 
     def core(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
         """The gated convolution's output ``c ⊙ conv(b ⊙ x)`` and its values ``x``, ``[B, T, D, 1]`` each."""

@@ -93,6 +93,11 @@ class ModelConfig(Strict):
         description="the ε of every norm of the blocks and the final norm; None: each norm's own "
         "(LayerNorm 1e-5, RMSNorm 1e-6). A converted transformers model keeps its own",
     )
+    embedding_norm: bool = Field(
+        False,
+        description="a norm (of the kind of norm, with norm_eps) of the token embeddings, before any learned positions "
+        "and the first block (RWKV's ln0)",
+    )
     norm_position: Union[NormPosition, list[NormPosition]] = Field(
         "pre",
         description="where each block's norms sit: pre (x + f(norm x), GPT-2), post (norm(x + f(x)), "

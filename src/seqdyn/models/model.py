@@ -60,6 +60,7 @@ class SequenceModel(nn.Module):
         tokens = spec.input_kind == "tokens"
         self.embedding = nn.Embedding(spec.input_size, d) if tokens else nn.Linear(spec.input_size, d)
         self.positions = nn.Embedding(spec.input_len, d) if config.positions else None
+        self.embedding_norm = make_norm(config.norm, d, config.norm_eps) if config.embedding_norm else None
         self.blocks = nn.ModuleList(
             _build_block(config, index, name, options) for index, (name, options) in enumerate(config.layer_mixers())
         )
@@ -210,9 +211,12 @@ class SequenceModel(nn.Module):
 
     # --- helpers ---------------------------------------------------------------------------------------------
     def _input_map(self, inputs: Tensor) -> Tensor:
+        """The embedded inputs, normed with ``embedding_norm``."""
         if self.spec.input_kind == "tokens":
-            return self.embedding(inputs)
-        return self.embedding(inputs.to(self.embedding.weight.dtype))
+            x = self.embedding(inputs)
+        else:
+            x = self.embedding(inputs.to(self.embedding.weight.dtype))
+        return x if self.embedding_norm is None else self.embedding_norm(x)
 
     def _check_inputs(self, inputs: Tensor, with_time: bool, length: int | None = None) -> None:
         """``length``: the longest sequence (packed sequences), else ``inputs.shape[1]``."""

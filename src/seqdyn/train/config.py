@@ -50,6 +50,7 @@ ADDED_FIELDS = (
     ("model", "logit_softcap", None),
     ("model", "keep_mixer_init", True),
     ("model", "residual_scale", 1.0),
+    ("model", "embedding_norm", False),
 )
 
 

@@ -13,6 +13,8 @@ wherever ``mamba_ssm``, ``causal_conv1d`` or flash-linear-attention is not insta
   and OLMo-hybrid over a prompt) — with ``cu_seqlens`` (packed sequences, which the fallback ignores) honoured;
 - :func:`linear_rnn_scan` for RecurrentGemma's ``RecurrentGemmaRglru._rnn_scan`` (the RG-LRU's token-by-token loop
   over a prompt) — the resets as hard ones (decay 0);
+- :func:`rwkv_linear_attention` for RWKV-4's ``rwkv_linear_attention`` (the WKV of ``RwkvSelfAttention``, whose
+  CPU fallback loops over the tokens) — the same (numerator, denominator, maximum) state;
 - :func:`causal_conv1d` for ``causal_conv1d_fn``, the short convolution before the scan in every family but
   RecurrentGemma (:mod:`seqdyn.layers.conv`: read in the projection's own memory instead of a transposed copy;
   packed sequences honoured, which the fallback's convolution runs across).
@@ -36,6 +38,7 @@ from seqdyn.core.problem import DELTA_RULE_CHUNK_SIZE
 from seqdyn.hf.acceleration.prompt import current_prompt, real_steps
 from seqdyn.layers.conv import causal_depthwise_conv
 from seqdyn.layers.norms import l2_normalize
+from seqdyn.mixers.rwkv4 import wkv_inputs
 
 __all__ = [
     "CHUNK_SIZE",
@@ -43,6 +46,7 @@ __all__ = [
     "causal_conv1d",
     "gated_delta_rule",
     "linear_rnn_scan",
+    "rwkv_linear_attention",
     "selective_scan",
     "ssd_chunk_scan",
 ]
@@ -306,6 +310,35 @@ def linear_rnn_scan(
         backend="scan",
     )
     return output.squeeze(-1).to(hidden_states.dtype), final[..., 0, 0]
+
+
+def rwkv_linear_attention(
+    time_decay: Tensor,
+    time_first: Tensor,
+    key: Tensor,
+    value: Tensor,
+    state: list[Tensor] | None = None,
+    return_state: bool = False,
+) -> tuple[Tensor, list[Tensor] | None]:
+    """RWKV-4's WKV (Peng et al. 2023 eq. 14; transformers' ``rwkv_linear_attention``) by seqdyn's operator::
+
+        wkv_t = (Σ_{j<t} e^{−(t−1−j) w + k_j} v_j + e^{u + k_t} v_t) / (Σ_{j<t} e^{−(t−1−j) w + k_j} + e^{u + k_t})
+
+    with ``w = exp(time_decay)`` and ``u = time_first`` ``[A]``, ``key`` and ``value`` ``[B, T, A]``; ``state``:
+    transformers' ``[numerator, denominator, maximum]`` ``[B, A]`` each (the true sums are the first two times
+    ``e^maximum``), returned updated where given or asked for, as the fallback does.  The WKV is computed as the
+    ``rwkv4`` mixer computes it (:func:`seqdyn.mixers.rwkv4.wkv_inputs`, the ``chunk`` backend), in float32 at
+    least (the fallback's precision)."""
+    work = torch.promote_types(key.dtype, torch.float32)
+    start = None if state is None else (torch.stack(state[:2], dim=-1).to(work), state[2])
+    dynamics, reading = wkv_inputs(key.to(work), value.to(work), time_decay.to(work), time_first.to(work), start)
+    read, final = coefficient_dynamics(
+        dynamics, initial_state=None if start is None else start[0][:, :, None], output_final_state=True
+    )
+    output = reading.wkv(read).to(key.dtype)
+    if not (return_state or state is not None):
+        return output, None
+    return output, [final[:, :, 0, 0], final[:, :, 0, 1], reading.levels[:, -1].to(torch.float32)]
 
 
 def causal_conv1d(

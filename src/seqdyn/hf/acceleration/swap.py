@@ -29,6 +29,7 @@ from seqdyn.hf.acceleration.functions import (
     gated_delta_rule,
     kimi_delta_attention,
     linear_rnn_scan,
+    rwkv_linear_attention,
     selective_scan,
     ssd_chunk_scan,
 )
@@ -75,6 +76,7 @@ ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
         }
         for name in ("kimi_linear", "bailing_hybrid", "glm5_next")
     },
+    "transformers.models.rwkv.modeling_rwkv": {"rwkv_linear_attention": rwkv_linear_attention},
 }
 #: transformers layer class → {its method that runs a fallback: seqdyn's function}, swapped on each such layer
 ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {
@@ -97,6 +99,7 @@ ACCELERATED_LAYERS = {
     "KimiLinearDeltaAttention": "transformers.models.kimi_linear.modeling_kimi_linear",
     "BailingHybridDeltaAttention": "transformers.models.bailing_hybrid.modeling_bailing_hybrid",
     "Glm5NextTextLinearAttention": "transformers.models.glm5_next.modeling_glm5_next",
+    "RwkvSelfAttention": "transformers.models.rwkv.modeling_rwkv",
 }
 
 

@@ -81,6 +81,7 @@ FAMILY_MODULES = (
     "jamba",
     "minimax",
     "lfm2",
+    "rwkv",
 )
 
 

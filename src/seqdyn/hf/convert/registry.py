@@ -135,9 +135,6 @@ NOT_YET: dict[str, str] = {
     "inkling2": "Inkling's short convolutions with an input-dependent kernel on keys and values, a residual that "
     "attends over earlier blocks' sums, per-token attention sinks",
     "inkling2_loop": "Inkling 2's layers, a span of them run three times with messages between the passes",
-    "rwkv": "RWKV-4's WKV: the current token's bonus e^{u + k_t} inside both the sum and its normalizer (the "
-    "operator's bonus is for the identity readout without a normalizer), per-channel decays on keys in the "
-    "exponent, and the halving of the stream every six blocks in eval mode",
 }
 
 
