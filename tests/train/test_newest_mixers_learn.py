@@ -18,6 +18,7 @@ NEWEST = (
     "path_attention",
     "hgrn2",
     "lightning_attention",
+    "rwkv4",
 )
 
 
