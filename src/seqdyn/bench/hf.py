@@ -89,6 +89,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
         bos_token_id=1,
         eos_token_id=2,
     ),
+    "rwkv": dict(hidden_size=256, num_hidden_layers=2, vocab_size=1024),
 }
 #: how the table names each benchmarked model
 MODEL_WORDS = {
@@ -98,6 +99,7 @@ MODEL_WORDS = {
     "attention layer, width 256",
     "recurrent_gemma": "RecurrentGemma, 2 RG-LRU blocks of 256 channels and 1 local attention layer, width 256",
     "kimi_linear": "Kimi-Linear, 3 KDA layers (4 heads of 64) and 1 latent attention layer, width 256",
+    "rwkv": "RWKV-4, 2 blocks of width 256 (256 channels of WKV)",
 }
 LENGTHS = (1024, 4096, 16384)
 #: toy versions of :data:`FAMILIES` for ``--quick``
@@ -157,6 +159,7 @@ QUICK: dict[str, dict[str, Any]] = {
         bos_token_id=1,
         eos_token_id=2,
     ),
+    "rwkv": dict(hidden_size=32, num_hidden_layers=2, vocab_size=64),
 }
 
 

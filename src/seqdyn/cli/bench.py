@@ -293,7 +293,7 @@ def bench_hf(
         "--families",
         show_default=False,
         help="Comma-separated families to measure (mamba, mamba2, qwen3_5_text, "
-        "recurrent_gemma, kimi_linear); default: all of them.",
+        "recurrent_gemma, kimi_linear, rwkv); default: all of them.",
     ),
 ) -> None:
     """transformers' Mamba, Mamba-2, Qwen3.5 (Gated DeltaNet), RecurrentGemma (RG-LRU) and Kimi-Linear (KDA) on their
