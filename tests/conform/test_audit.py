@@ -37,6 +37,20 @@ def test_a_model_that_forgets_its_cache_breaks_the_prefill_in_pieces_and_the_dec
     results = check_invariants(model, lambda tokens: reference(tokens).logits[0].double(), row)
     assert {name for name, result in results.items() if not result["holds"]} >= {"two-piece prefill", "token by token"}
     assert results["alone"]["holds"] and results["left-padded"]["holds"]
+    # every layer starts from an empty state: the break shows from the first layer on; a kept invariant names none
+    assert results["two-piece prefill"]["first_layer"] == 0 and results["token by token"]["first_layer"] == 0
+    assert results["left-padded"]["first_layer"] is None and results["alone"]["layers"] == len(model.model.layers)
+
+
+def test_the_first_layer_that_breaks_an_invariant_is_named():
+    """A model whose second layer alone reads the padding (its output shifted where the batch is left-padded):
+    left padding breaks from layer 1, not 0; the other invariants hold."""
+    from seqdyn.conform.audit import first_departing_layer
+
+    alone = [torch.zeros(3, 4), torch.ones(3, 4), torch.ones(3, 4)]
+    shifted = [alone[0], alone[1] + 1e-2, alone[2] + 1e-2]
+    assert first_departing_layer(shifted, alone) == 1 and first_departing_layer(alone, alone) is None
+    assert first_departing_layer([alone[0][:2], *alone[1:]], alone) == 0  # a layer of another length departs too
 
 
 def test_seqdyns_conversion_keeps_every_invariant_where_transformers_jamba_breaks_its_prefill_in_pieces():

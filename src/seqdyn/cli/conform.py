@@ -79,7 +79,8 @@ def audit(
     """Check the invariants a user of a transformers model assumes — a row alone = left-padded = right-padded, one
     prefill = the prompt in two pieces = token-by-token decoding, greedy generation with and without the cache — on
     each family's tiny random model, as transformers runs it, accelerated by seqdyn, and as seqdyn's float32
-    conversion (the control), against its float64 conversion."""
+    conversion (the control), against its float64 conversion; a broken invariant names the first layer whose output
+    departs from the row's own forward."""
     from seqdyn.conform.audit import audit_family
     from seqdyn.hf.convert.checkpoints import quiet_transformers
     from seqdyn.hf.convert.registry import TINY_CONFIGS
@@ -116,7 +117,8 @@ def _print_audit(reports: list[dict]) -> None:
                 cells.append(f"[red]raised[/red] {result['raised'][:40]}")
             else:
                 mark = "[green]ok[/green]" if result["holds"] else "[red]broken[/red]"
-                cells.append(f"{mark} {result['error']:.0e}")
+                where = "" if result.get("first_layer") is None else f" from layer {result['first_layer']}"
+                cells.append(f"{mark} {result['error']:.0e}{where}")
         how = " (seqdyn's conversion)" if report["converted"] else " (accelerated)" if report["accelerated"] else ""
         table.add_row(report["family"] + how, *cells)
     Console(width=200).print(table)

@@ -10,6 +10,10 @@ logits (within :data:`TOLERANCE` of the largest logit) however the row reaches i
 - ``token by token``: the first token, then every further token decoded from the cache;
 - ``generate``: greedy generation with the cache gives the tokens it gives without.
 
+Where an invariant breaks, the audit names the first of the model's layers (its largest ``ModuleList``:
+``model.layers``, ``rwkv.blocks``, …) whose output departs from the row's own forward by more than the tolerance —
+where the break begins.
+
 The same harness run on seqdyn's float32 conversion of the model is its control: a model that keeps every invariant
 passes every check, so a broken one speaks of the model, not of how the harness drives its cache.
 """
@@ -18,7 +22,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,8 +41,9 @@ def _relative(got: Tensor, reference: Tensor) -> float:
     return float((got.double() - reference).abs().max() / reference.abs().max())
 
 
-def _padded(model: nn.Module, row: Tensor, longer: int, left: bool) -> Tensor:
-    """``row`` ``[1, T]``'s logits in a batch with a row of ``longer`` tokens, padded on the left or the right."""
+def _padded(model: nn.Module, row: Tensor, longer: int, left: bool) -> tuple[Tensor, list[Tensor]]:
+    """``row`` ``[1, T]``'s logits and layer outputs in a batch with a row of ``longer`` tokens, padded on the left
+    or the right."""
     pad = longer - row.shape[1]
     filler = torch.zeros(1, pad, dtype=row.dtype)
     tokens = torch.cat([filler, row] if left else [row, filler], 1)
@@ -46,8 +52,10 @@ def _padded(model: nn.Module, row: Tensor, longer: int, left: bool) -> Tensor:
         1,
     )
     other = torch.randint(1, int(row.max()) + 1, (1, longer), generator=torch.Generator().manual_seed(7))
-    logits = model(torch.cat([other, tokens]), attention_mask=torch.cat([torch.ones_like(mask), mask])).logits
-    return logits[1, pad:] if left else logits[1, : row.shape[1]]
+    where = slice(pad, None) if left else slice(0, row.shape[1])
+    with recorded_layers(model) as calls:
+        logits = model(torch.cat([other, tokens]), attention_mask=torch.cat([torch.ones_like(mask), mask])).logits
+    return logits[1, where], [layer[1, where] for layer in calls[0]] if calls else []
 
 
 def _continued(model: nn.Module, tokens: Tensor, earlier: Any, start: int, total: int) -> Any:
@@ -80,20 +88,79 @@ def _positions(start: int, length: int, total: int) -> dict[str, Tensor]:
     }
 
 
-def _pieces(model: nn.Module, row: Tensor, cut: int) -> Tensor:
-    """``row``'s logits from a forward of its first ``cut`` tokens and a second continuing the first's cache."""
-    first = model(row[:, :cut], use_cache=True)
-    second = _continued(model, row[:, cut:], first, cut, row.shape[1])
-    return torch.cat([first.logits, second.logits], 1)[0]
+def _alone(model: nn.Module, row: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """``row``'s logits ``[T, vocab]`` and each layer's output ``[T, D]`` from one forward."""
+    with recorded_layers(model) as calls:
+        logits = model(row).logits[0]
+    return logits, [layer[0] for layer in calls[0]] if calls else []
 
 
-def _token_by_token(model: nn.Module, row: Tensor) -> Tensor:
-    out, logits = model(row[:, :1], use_cache=True), []
-    logits.append(out.logits[0])
-    for t in range(1, row.shape[1]):
-        out = _continued(model, row[:, t : t + 1], out, t, t + 1)
+def _pieces(model: nn.Module, row: Tensor, cut: int) -> tuple[Tensor, list[Tensor]]:
+    """``row``'s logits and layer outputs from a forward of its first ``cut`` tokens and a second continuing the
+    first's cache."""
+    with recorded_layers(model) as calls:
+        first = model(row[:, :cut], use_cache=True)
+        second = _continued(model, row[:, cut:], first, cut, row.shape[1])
+    return torch.cat([first.logits, second.logits], 1)[0], _along_time(calls)
+
+
+def _token_by_token(model: nn.Module, row: Tensor) -> tuple[Tensor, list[Tensor]]:
+    with recorded_layers(model) as calls:
+        out, logits = model(row[:, :1], use_cache=True), []
         logits.append(out.logits[0])
-    return torch.cat(logits)
+        for t in range(1, row.shape[1]):
+            out = _continued(model, row[:, t : t + 1], out, t, t + 1)
+            logits.append(out.logits[0])
+    return torch.cat(logits), _along_time(calls)
+
+
+def _along_time(calls: list[list[Tensor]]) -> list[Tensor]:
+    """Each layer's outputs ``[T, D]`` of the first row over successive forward calls, joined along time (none
+    where the model runs its layers without calling them: no hook sees them)."""
+    if not calls:
+        return []
+    return [torch.cat([call[index][0] for call in calls]) for index in range(len(calls[0]))]
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's stack of layers: its ``ModuleList`` with the most parameters (``model.layers``, ``rwkv.blocks``,
+    seqdyn's ``blocks``; a list of experts sits inside a layer and has fewer)."""
+    lists = [module for module in model.modules() if isinstance(module, nn.ModuleList)]
+    if not lists:
+        raise ValueError(f"model: {type(model).__name__} has no ModuleList of layers to localize a break in")
+    return max(lists, key=lambda layers: sum(p.numel() for p in layers.parameters()))
+
+
+@contextmanager
+def recorded_layers(model: nn.Module) -> Iterator[list[list[Tensor]]]:
+    """While inside, each forward of ``model`` appends the outputs of its layers (:func:`decoder_layers`; a layer
+    that returns a tuple: its first item) ``[B, T, D]`` as one list (nothing where a model runs its layers
+    without calling them)."""
+    calls: list[list[Tensor]] = []
+
+    def recorder(index: int) -> Callable[..., None]:
+        def record(module: nn.Module, args: Any, output: Any) -> None:
+            if index == 0:
+                calls.append([])
+            calls[-1].append((output[0] if isinstance(output, tuple) else output).detach())
+
+        return record
+
+    handles = [layer.register_forward_hook(recorder(index)) for index, layer in enumerate(decoder_layers(model))]
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def first_departing_layer(layers: list[Tensor], alone: list[Tensor]) -> int | None:
+    """The index of the first layer whose outputs depart from the row's own forward's by more than
+    :data:`TOLERANCE` (relative to that layer's largest output), or None."""
+    for index, (got, expected) in enumerate(zip(layers, alone)):
+        if got.shape != expected.shape or _relative(got, expected.double()) > TOLERANCE:
+            return index
+    return None
 
 
 def _generate_agrees(model: nn.Module, row: Tensor, new_tokens: int) -> float:
@@ -108,31 +175,44 @@ def check_invariants(
     model: nn.Module, reference: Callable[[Tensor], Tensor], row: Tensor, new_tokens: int = 8
 ) -> dict[str, Any]:
     """Each of :data:`INVARIANTS` of ``model`` on ``row`` ``[1, T]``: its error against ``reference(row)`` (float64
-    logits ``[T, vocab]``), whether it holds, or the error the model raised."""
+    logits ``[T, vocab]``), whether it holds, or the error the model raised; where one breaks beside a row alone that
+    holds, the first layer whose outputs depart from the row alone's (``first_layer``, of ``layers``)."""
     with torch.no_grad():
         expected = reference(row)
-    checks: dict[str, Callable[[], float]] = {
-        "alone": lambda: _relative(model(row).logits[0], expected),
-        "left-padded": lambda: _relative(_padded(model, row, row.shape[1] + 5, left=True), expected),
-        "right-padded": lambda: _relative(_padded(model, row, row.shape[1] + 5, left=False), expected),
-        "two-piece prefill": lambda: _relative(_pieces(model, row, row.shape[1] // 2 + 1), expected),
-        "token by token": lambda: _relative(_token_by_token(model, row), expected),
+    checks: dict[str, Callable[[], tuple[Tensor, list[Tensor]] | float]] = {
+        "alone": lambda: _alone(model, row),
+        "left-padded": lambda: _padded(model, row, row.shape[1] + 5, left=True),
+        "right-padded": lambda: _padded(model, row, row.shape[1] + 5, left=False),
+        "two-piece prefill": lambda: _pieces(model, row, row.shape[1] // 2 + 1),
+        "token by token": lambda: _token_by_token(model, row),
         "generate": lambda: _generate_agrees(model, row, new_tokens),
     }
-    results = {}
+    results, alone = {}, None
     for name, check in checks.items():
         try:
             with torch.no_grad():
-                error = check()
+                results[name] = _judged(check(), expected, alone)
         except Exception as raised:  # the model's own failure is a broken invariant, never the audit's
-            results[name] = {
-                "holds": False,
-                "error": None,
-                "raised": f"{type(raised).__name__}: {raised}".splitlines()[0][:200],
-            }
+            message = f"{type(raised).__name__}: {raised}".splitlines()[0][:200]
+            results[name] = {"holds": False, "error": None, "raised": message, "first_layer": None}
             continue
-        results[name] = {"holds": error <= TOLERANCE, "error": error, "raised": ""}
+        outputs = results[name].pop("outputs", None)
+        alone = outputs if name == "alone" and results[name]["holds"] else alone
+    results["alone"]["layers"] = len(alone) if alone else None
     return results
+
+
+def _judged(
+    outcome: tuple[Tensor, list[Tensor]] | float, expected: Tensor, alone: list[Tensor] | None
+) -> dict[str, Any]:
+    """One invariant's result from its check's outcome (logits and layer outputs, or generate's 0 / 1): its error,
+    whether it holds, and where it breaks beside a row alone that holds, the first departing layer."""
+    if isinstance(outcome, float):
+        return {"holds": outcome <= TOLERANCE, "error": outcome, "raised": "", "first_layer": None}
+    logits, layers = outcome
+    error = _relative(logits, expected)
+    first = first_departing_layer(layers, alone) if error > TOLERANCE and alone else None
+    return {"holds": error <= TOLERANCE, "error": error, "raised": "", "first_layer": first, "outputs": layers}
 
 
 def audit_family(
