@@ -51,9 +51,10 @@ def test_the_commands_name_the_config_with_the_module_on_the_path():
 @pytest.mark.slow
 def test_the_config_learns_what_the_page_says_it_reaches(example_mixer, tmp_path):
     """The page states the accuracy its sweep reaches: 0.96 at its best evaluation with lr 3e-3, against the 0.5 of
-    guessing a value from the context (two pairs)."""
+    guessing a value from the context (two pairs) — to ±0.02, since ``auto`` chooses its backend by timing it, and
+    the backends' float32 roundings move the best evaluation by one test example or two (0.95 on some machines)."""
     [block] = code_blocks(WRITING_A_MIXER, "yaml")
     assert "accuracy 0.96 at its best\nevaluation with lr 3e-3" in WRITING_A_MIXER.read_text()
     [config] = [run for run in parse_config(yaml.safe_load(block)).expand() if run.optimizer.lr == 3e-3]
     result = train_run(config, checkpoint_dir=tmp_path, progress=False)
-    assert result.status in ("finished", "stopped_early") and round(result.best_metric, 2) == 0.96
+    assert result.status in ("finished", "stopped_early") and abs(result.best_metric - 0.96) <= 0.02
