@@ -107,10 +107,107 @@ def test_a_per_layer_list_of_mlps_builds_each_and_must_name_every_layer():
 
     from seqdyn.models.config import ModelConfig
     from seqdyn.models.model import build_model
-    from seqdyn.tasks.base import TaskSpec
 
     config = ModelConfig(layers=3, d_model=8, mixer_options={"heads": 2}, mlp=["swiglu", "none", "relu2"])
-    spec = TaskSpec(
+    spec = language_model_spec()
+    model = build_model(config, spec)
+    assert [block.mlp.kind if block.mlp is not None else None for block in model.blocks] == ["swiglu", None, "relu2"]
+    with pytest.raises(ValidationError, match="mlp: a per-layer list must have one entry per layer"):
+        ModelConfig(layers=3, mlp=["swiglu", "none"])
+
+
+def deepseek_routing_listing(moe: MixtureOfExperts, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """DeepSeek-V3 eqs. 12–16 with node-limited routing, written per token with Python loops: ``s = σ(W_r x)``;
+    the groups ranked by the sum of their two best ``s + b``; the top k of ``s + b`` within the best ``top_groups``
+    groups; ``g = s`` there, renormalized, times the routed scale; plus the ungated shared expert."""
+    out = torch.zeros_like(x)
+    size = EXPERTS_GROUPED // moe.groups
+    for index, token in enumerate(x):
+        s = torch.sigmoid(token @ moe.router.weight.T)
+        choice = (s + bias).tolist()
+        group_score = [sum(sorted(choice[g * size : (g + 1) * size])[-2:]) for g in range(moe.groups)]
+        groups = sorted(range(moe.groups), key=lambda g: -group_score[g])[: moe.top_groups]
+        allowed = [e for e in range(EXPERTS_GROUPED) if e // size in groups]
+        chosen = sorted(allowed, key=lambda e: -choice[e])[: moe.top_k]
+        total = sum(s[e] for e in chosen) + moe.normalize_eps
+        for e in chosen:
+            gate, up = (token @ moe.gate_up[e].T).chunk(2)
+            out[index] += moe.routed_scale * s[e] / total * ((F.silu(gate) * up) @ moe.down[e].T)
+        gate, up = (token @ moe.shared.fc1.weight.T).chunk(2)
+        out[index] += (F.silu(gate) * up) @ moe.shared.fc2.weight.T
+    return out
+
+
+EXPERTS_GROUPED = 8
+
+
+@pytest.mark.parametrize(("groups", "top_groups", "top_k"), [(1, 1, 3), (4, 2, 3), (4, 1, 2), (2, 2, 8)])
+def test_the_sigmoid_router_is_deepseek_v3s(groups, top_groups, top_k):
+    torch.manual_seed(1)
+    options = dict(experts=EXPERTS_GROUPED, top_k=top_k, shared_ratio=0.5, shared_gate=False, router="sigmoid")
+    options.update(groups=groups, top_groups=top_groups, routed_scale=2.5, selection_bias=True, normalize_eps=0.1)
+    moe = build_mlp("moe", D, HIDDEN / D, options).double()
+    bias = torch.randn(EXPERTS_GROUPED, dtype=torch.float64) * 0.5
+    with torch.no_grad():
+        moe.selection_bias.copy_(bias)
+        moe.router.weight.mul_(20)  # scores spread over (0, 1)
+    x = torch.randn(11, D, dtype=torch.float64)
+    torch.testing.assert_close(moe(x), deepseek_routing_listing(moe, x, bias), rtol=1e-12, atol=1e-12)
+    assert "selection_bias" in moe.state_dict() and "selection_bias" not in dict(moe.named_parameters())
+
+
+def test_the_selection_bias_chooses_but_does_not_weigh():
+    """A large bias on one expert makes every token choose it, with the weight of its unbiased score."""
+    moe = build_mlp("moe", D, HIDDEN / D, dict(experts=4, top_k=1, router="sigmoid", selection_bias=True)).double()
+    with torch.no_grad():
+        moe.selection_bias[2] = 100.0
+    x = torch.randn(5, D, dtype=torch.float64)
+    weights, chosen = moe.route(x)
+    assert chosen.flatten().tolist() == [2] * 5
+    torch.testing.assert_close(weights, torch.ones_like(weights))  # renormalized over the one chosen
+    moe.normalize = False
+    weights, _ = moe.route(x)
+    torch.testing.assert_close(weights[:, 0], torch.sigmoid(x @ moe.router.weight[2]))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(router="sparsemax"), "moe.router: expected one of|Input should be 'softmax' or 'sigmoid'"),
+        (dict(groups=3), "moe.groups: 3 does not divide experts=8"),
+        (dict(groups=4, top_groups=5), "moe.top_groups: expected 1 ≤ top_groups ≤ groups=4"),
+        (dict(groups=4, top_groups=1, top_k=3), "moe.top_k: 3 exceeds the 2 experts of the top_groups=1 groups"),
+    ],
+)
+def test_routing_that_cannot_choose_is_refused_by_option(options, message):
+    from pydantic import ValidationError
+
+    from seqdyn.models.config import ModelConfig
+
+    with pytest.raises(ValueError, match=message):
+        build_mlp("moe", D, 1.0, dict(experts=8, **options))
+    with pytest.raises(ValidationError, match=message):
+        ModelConfig(mlp="moe", moe=dict(experts=8, **options))
+
+
+def test_a_per_layer_list_of_mlp_ratios_sizes_each_layer():
+    from pydantic import ValidationError
+
+    from seqdyn.models.config import ModelConfig
+    from seqdyn.models.model import build_model
+
+    config = ModelConfig(layers=2, d_model=8, mixer_options={"heads": 2}, mlp="swiglu", mlp_ratio=[3.0, 0.5])
+    spec = language_model_spec()
+    assert [block.mlp.hidden for block in build_model(config, spec).blocks] == [24, 4]
+    with pytest.raises(ValidationError, match="mlp_ratio: a per-layer list must have one entry per layer"):
+        ModelConfig(layers=3, mlp_ratio=[1.0, 2.0])
+
+
+def language_model_spec():
+    """A token task of 11 symbols, 6 positions, a language-model head."""
+    from seqdyn.tasks.base import TaskSpec
+
+    return TaskSpec(
         input_kind="tokens",
         input_size=11,
         input_len=6,
@@ -119,7 +216,3 @@ def test_a_per_layer_list_of_mlps_builds_each_and_must_name_every_layer():
         output_len=6,
         primary_metric="accuracy",
     )
-    model = build_model(config, spec)
-    assert [block.mlp.kind if block.mlp is not None else None for block in model.blocks] == ["swiglu", None, "relu2"]
-    with pytest.raises(ValidationError, match="mlp: a per-layer list must have one entry per layer"):
-        ModelConfig(layers=3, mlp=["swiglu", "none"])

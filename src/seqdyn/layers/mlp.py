@@ -60,13 +60,39 @@ class MLP(nn.Module):
         return [self.fc2]
 
 
+def check_routing(experts: int, top_k: int, router: str, groups: int, top_groups: int) -> None:
+    """Raise, naming the option, where the router cannot choose ``top_k`` of ``experts``."""
+    if not 0 < top_k <= experts:
+        raise ValueError(f"moe.top_k: expected 1 ≤ top_k ≤ experts={experts}, got {top_k}")
+    if router not in MixtureOfExperts.ROUTERS:
+        raise ValueError(f"moe.router: expected one of {list(MixtureOfExperts.ROUTERS)}, got {router!r}")
+    if groups < 1 or experts % groups:
+        raise ValueError(f"moe.groups: {groups} does not divide experts={experts}; choose a divisor")
+    if not 0 < top_groups <= groups:
+        raise ValueError(f"moe.top_groups: expected 1 ≤ top_groups ≤ groups={groups}, got {top_groups}")
+    if top_k > top_groups * (experts // groups):
+        raise ValueError(
+            f"moe.top_k: {top_k} exceeds the {top_groups * (experts // groups)} experts of the top_groups={top_groups} "
+            f"groups; choose a smaller top_k or more top_groups"
+        )
+
+
 class MixtureOfExperts(nn.Module):
-    """``Σ_{e ∈ top-k} p̃_e · SwiGLU_e(x)  [+ σ(w_sᵀ x) · SwiGLU_s(x)]`` per token, with ``p = softmax(W_r x)``
-    (Shazeer et al. 2017, eqs. 1–3 with softmax gating over the top k) and ``p̃`` the top-k probabilities,
-    renormalized to sum to 1 with ``normalize``; the optional shared expert is gated by a sigmoid (Qwen-MoE,
-    Qwen3-Next) or, without ``shared_gate``, added as it is (Granite 4.0's shared MLP).  Each expert's weights are
-    ``gate_up`` ``[E, 2·hidden, D]`` (the SiLU gate's rows, then the up projection's) and ``down`` ``[E, D, hidden]``;
-    the router's softmax runs in float32 at least."""
+    """``Σ_{e ∈ top-k} g_e · SwiGLU_e(x)  [+ σ(w_sᵀ x) · SwiGLU_s(x)]`` per token.
+
+    The router scores ``s = softmax(W_r x)`` (Shazeer et al. 2017, eqs. 1–3 with softmax gating over the top k) or
+    ``s = σ(W_r x)`` (``router="sigmoid"``, DeepSeek-AI 2024, "DeepSeek-V3 Technical Report",
+    https://arxiv.org/abs/2412.19437, eq. 15).  The top k experts are chosen on ``s + b`` with ``b`` a per-expert
+    ``selection_bias`` that only chooses (its eq. 16, the auxiliary-loss-free balancing; a buffer, which training
+    here leaves at 0: its update rule is not implemented), among the ``top_groups`` of ``groups`` equal groups of
+    experts whose two best ``s + b`` sum highest (its node-limited routing).  The chosen ``s_e`` are the weights
+    ``g_e``, renormalized with ``normalize`` as ``g / (Σ g + normalize_eps)`` (eq. 13) and times ``routed_scale``
+    (DeepSeek-V3's routed scaling factor).  The optional shared expert is gated by a sigmoid (Qwen-MoE, Qwen3-Next)
+    or, without ``shared_gate``, added as it is (Granite 4.0, DeepSeek-V3's shared experts, eq. 12).  Each expert's
+    weights are ``gate_up`` ``[E, 2·hidden, D]`` (the SiLU gate's rows, then the up projection's) and ``down``
+    ``[E, D, hidden]``; the router runs in float32 at least."""
+
+    ROUTERS = ("softmax", "sigmoid")
 
     def __init__(
         self,
@@ -77,26 +103,47 @@ class MixtureOfExperts(nn.Module):
         normalize: bool = True,
         shared_hidden: int = 0,
         shared_gate: bool = True,
+        router: str = "softmax",
+        groups: int = 1,
+        top_groups: int = 1,
+        routed_scale: float = 1.0,
+        selection_bias: bool = False,
+        normalize_eps: float = 0.0,
     ):
         super().__init__()
-        if not 0 < top_k <= experts:
-            raise ValueError(f"moe.top_k: expected 1 ≤ top_k ≤ experts={experts}, got {top_k}")
+        check_routing(experts, top_k, router, groups, top_groups)
+        self.normalize_eps = normalize_eps
         self.experts, self.top_k, self.normalize, self.hidden = experts, top_k, normalize, hidden
+        self.scoring, self.groups, self.top_groups, self.routed_scale = router, groups, top_groups, routed_scale
         self.router = nn.Linear(d_model, experts, bias=False)
         self.gate_up = nn.Parameter(torch.randn(experts, 2 * hidden, d_model) * 0.02)
         self.down = nn.Parameter(torch.randn(experts, d_model, hidden) * 0.02)
         self.shared = MLP(d_model, shared_hidden, "swiglu") if shared_hidden else None
         self.shared_gate = nn.Linear(d_model, 1, bias=False) if shared_hidden and shared_gate else None
+        self.selection_bias = nn.Buffer(torch.zeros(experts)) if selection_bias else None
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """``(weights, experts)`` ``[N, k]`` of the tokens ``x`` ``[N, D]``: the top-k router probabilities (in
+        """``(weights, experts)`` ``[N, k]`` of the tokens ``x`` ``[N, D]``: the chosen experts' weights ``g`` (in
         ``x``'s dtype) and the experts they choose."""
         logits = self.router(x)
-        probabilities = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-        weights, chosen = torch.topk(probabilities, self.top_k, dim=-1)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        scores = torch.softmax(logits, dim=-1) if self.scoring == "softmax" else torch.sigmoid(logits)
+        choice = scores if self.selection_bias is None else scores + self.selection_bias
+        if self.groups > 1:
+            choice = self._best_groups(choice)
+        chosen = torch.topk(choice, self.top_k, dim=-1).indices
+        weights = scores.gather(-1, chosen)
         if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights.to(x.dtype), chosen
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + self.normalize_eps)
+        return (weights * self.routed_scale).to(x.dtype), chosen
+
+    def _best_groups(self, choice: Tensor) -> Tensor:
+        """``choice`` ``[N, E]`` with ``-inf`` outside the ``top_groups`` groups whose two best scores sum highest."""
+        grouped = choice.unflatten(-1, (self.groups, -1))  # [N, E] -> [N, G, E/G]
+        group_scores = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(dim=-1)
+        best = torch.topk(group_scores, self.top_groups, dim=-1).indices
+        kept = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(-1, best, True)
+        return grouped.masked_fill(~kept[..., None], float("-inf")).flatten(-2)
 
     def forward(self, x: Tensor) -> Tensor:
         tokens = x.reshape(-1, x.shape[-1])  # [B, T, D] -> [N, D]
@@ -114,7 +161,9 @@ class MixtureOfExperts(nn.Module):
 
     def extra_repr(self) -> str:
         shared = f", shared_hidden={self.shared.hidden}" if self.shared is not None else ""
-        return f"experts={self.experts}, top_k={self.top_k}, hidden={self.hidden}{shared}"
+        routing = f", router={self.scoring!r}" if self.scoring != "softmax" else ""
+        routing += f", groups={self.groups}, top_groups={self.top_groups}" if self.groups > 1 else ""
+        return f"experts={self.experts}, top_k={self.top_k}, hidden={self.hidden}{shared}{routing}"
 
     def output_projections(self) -> list[nn.Linear]:
         """The shared expert's output projection (the experts' ``down`` is initialized here, at 0.02)."""

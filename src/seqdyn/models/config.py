@@ -6,9 +6,10 @@ from __future__ import annotations
 import typing
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from seqdyn.core.names import did_you_mean
+from seqdyn.layers.mlp import check_routing
 
 
 class Strict(BaseModel):
@@ -21,7 +22,7 @@ NormPosition = Literal["pre", "post", "output", "normed"]
 
 class MixtureOfExperts(Strict):
     """The mixture-of-experts MLP (``mlp: moe``): SwiGLU experts of hidden width round(mlp_ratio · d_model), a
-    softmax router choosing ``top_k`` of them per token, and an optional shared expert gated by a sigmoid."""
+    softmax or sigmoid router choosing ``top_k`` of them per token, and an optional shared expert gated by a sigmoid."""
 
     experts: int = Field(8, gt=0, description="number of experts E")
     top_k: int = Field(2, gt=0, description="experts per token (at most experts)")
@@ -36,10 +37,32 @@ class MixtureOfExperts(Strict):
         True, description="the shared expert gated by σ(w_sᵀ x) (Qwen3-Next); false: added as it is (Granite 4.0)"
     )
 
+    router: Literal["softmax", "sigmoid"] = Field(
+        "softmax",
+        description="the router's scores: softmax over the experts, or an independent sigmoid per expert "
+        "(DeepSeek-V3, Kimi Linear)",
+    )
+    groups: int = Field(
+        1, gt=0, description="the experts in this many equal groups; the top_k are chosen within the top_groups"
+    )
+    top_groups: int = Field(
+        1, gt=0, description="the groups the experts are chosen from: those whose two best scores sum highest"
+    )
+    normalize_eps: float = Field(
+        0.0, ge=0, description="an ε added to the chosen weights' sum where they are renormalized (DeepSeek-V3: 1e-20)"
+    )
+    routed_scale: float = Field(1.0, gt=0, description="a factor on the chosen experts' weights (after normalize)")
+    selection_bias: bool = Field(
+        False,
+        description="a per-expert bias added to the scores only to choose the experts (DeepSeek-V3's "
+        "auxiliary-loss-free balancing; a buffer that converted models load and training leaves at 0)",
+    )
+
     @model_validator(mode="after")
     def _check_top_k(self) -> MixtureOfExperts:
         if self.top_k > self.experts:
             raise ValueError(f"moe.top_k: {self.top_k} exceeds experts={self.experts}; choose top_k ≤ experts")
+        check_routing(self.experts, self.top_k, self.router, self.groups, self.top_groups)
         return self
 
 
@@ -80,8 +103,8 @@ class ModelConfig(Strict):
         "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; moe: a mixture of SwiGLU experts, "
         "see moe; none: no MLP sub-block), or one of these per layer",
     )
-    mlp_ratio: float = Field(
-        4.0, gt=0, description="hidden width of the MLP (of each expert): round(mlp_ratio · d_model)"
+    mlp_ratio: Union[float, list[float]] = Field(
+        4.0, description="hidden width of the MLP (of each expert): round(mlp_ratio · d_model), or one per layer"
     )
     moe: MixtureOfExperts = Field(default_factory=MixtureOfExperts, description="the experts of mlp: moe")
     norm: Literal["layernorm", "rmsnorm"] = Field(
@@ -136,6 +159,13 @@ class ModelConfig(Strict):
         "N(0, init_std²), every Linear bias 0: Zoology's _init_weights, which ignores Mamba's _no_reinit mark)",
     )
 
+    @field_validator("mlp_ratio")
+    @classmethod
+    def _check_mlp_ratio(cls, value: float | list[float]) -> float | list[float]:
+        if any(ratio <= 0 for ratio in (value if isinstance(value, list) else [value])):
+            raise ValueError(f"expected a positive ratio (or one per layer), got {value}")
+        return value
+
     def layer_mixers(self) -> list[tuple[str, dict[str, Any]]]:
         """``(mixer name, options)`` of every layer; a hybrid stack lists one mixer per layer."""
         return list(zip(self._per_layer(self.mixer), self._per_layer(self.mixer_options)))
@@ -143,6 +173,10 @@ class ModelConfig(Strict):
     def layer_mlps(self) -> list[str]:
         """The MLP kind of every layer."""
         return self._per_layer(self.mlp)
+
+    def layer_mlp_ratios(self) -> list[float]:
+        """The MLP's hidden-width ratio of every layer."""
+        return self._per_layer(self.mlp_ratio)
 
     def layer_norm_positions(self) -> list[str]:
         """Where the norms of every layer sit."""
@@ -160,6 +194,7 @@ class ModelConfig(Strict):
             ("mixer", self.mixer),
             ("mixer_options", self.mixer_options),
             ("mlp", self.mlp),
+            ("mlp_ratio", self.mlp_ratio),
             ("norm_position", self.norm_position),
         ):
             if isinstance(value, list) and len(value) != self.layers:

@@ -266,7 +266,7 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
     common = dict(
         norm=config.norm,
         mlp=config.layer_mlps()[index],
-        mlp_ratio=config.mlp_ratio,
+        mlp_ratio=config.layer_mlp_ratios()[index],
         norm_position=config.layer_norm_positions()[index],
         norm_eps=config.norm_eps,
         moe=config.moe.model_dump(),

@@ -81,7 +81,9 @@ FAMILY_MODULES = (
     "jamba",
     "minimax",
     "lfm2",
+    "lfm2_moe",
     "rwkv",
+    "kimi_linear",
 )
 
 

@@ -5,6 +5,7 @@ RMSNorm block with a SwiGLU MLP; the final norm is its ``embedding_norm``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,16 +39,18 @@ def lfm2_mlp_width(config: Any) -> int:
     return width
 
 
-def _lfm2_config(config: Any) -> SeqdynConfig:
-    """``Lfm2Config`` → its ``layer_types`` (``conv`` or ``full_attention``) as seqdyn's hybrid stack."""
+def lfm2_mixers(config: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Its ``layer_types`` (``conv`` or ``full_attention``) as seqdyn's mixers (LFM2 and LFM2-MoE)."""
     check_default_rope(config)
     conv = {"conv_size": config.conv_L_cache, "bias": config.conv_bias}
     attention = {**attention_heads(config), **rotary_options(config), "qk_norm": True, "qk_norm_eps": config.norm_eps}
-    mixers = [
-        ("gated_conv", conv) if kind == "conv" else ("softmax_attention", attention) for kind in config.layer_types
-    ]
+    return [("gated_conv", conv) if kind == "conv" else ("softmax_attention", attention) for kind in config.layer_types]
+
+
+def _lfm2_config(config: Any) -> SeqdynConfig:
+    """``Lfm2Config`` → its ``layer_types`` as seqdyn's hybrid stack, a SwiGLU MLP in every block."""
     fields = dict(mlp="swiglu", mlp_ratio=lfm2_mlp_width(config) / config.hidden_size, norm_eps=config.norm_eps)
-    return hybrid_config(config, mixers, **fields)
+    return hybrid_config(config, lfm2_mixers(config), **fields)
 
 
 def _conv_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
@@ -75,21 +78,25 @@ def _attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     )
 
 
-def _lfm2_mlp_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+def lfm2_mlp_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     """LFM2's SwiGLU ``w2(SiLU(w1 x) ⊙ w3 x)`` into seqdyn's (``fc1`` = [gate | up])."""
     copy_weight(ours.fc1.weight, torch.cat([theirs.w1.weight, theirs.w3.weight]), f"{prefix}.w1/w3.weight")
     copy_weight(ours.fc2.weight, theirs.w2.weight, f"{prefix}.w2.weight")
 
 
-def _lfm2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    layout = DecoderLayout(
+def lfm2_layout(mlp_weights: Callable[[str, nn.Module, nn.Module], None] = lfm2_mlp_weights) -> DecoderLayout:
+    """Where LFM2's (and LFM2-MoE's) weights are, its ``feed_forward`` copied by ``mlp_weights``."""
+    return DecoderLayout(
         ("operator_norm", "ffn_norm"),
         "feed_forward",
         {"conv": ("conv", _conv_weights), "full_attention": ("self_attn", _attention_weights)},
         "embedding_norm",
-        mlp_weights=_lfm2_mlp_weights,
+        mlp_weights=mlp_weights,
     )
-    copy_decoder_stack(source, target, layout)
+
+
+def _lfm2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    copy_decoder_stack(source, target, lfm2_layout())
 
 
 register(

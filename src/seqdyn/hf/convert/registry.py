@@ -106,12 +106,10 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
 
 #: the linear-recurrent families of transformers not converted yet, each with what seqdyn lacks to compute it exactly
 NOT_YET: dict[str, str] = {
-    "kimi_linear": "a converter of its layers: its KDA layers are seqdyn's kda mixer (Diag(α) − βk(α⊙k)ᵀ), but its "
-    "latent attention (low-rank q and kv projections with their own RMSNorms, a position-free key part shared by "
-    "the heads) and its grouped sigmoid router with a selection-only bias and a routed scaling factor have no "
-    "seqdyn layer",
-    "bailing_hybrid": "the same as kimi_linear's (KDA with the gate −5σ(·), latent attention with interleaved "
-    "partial RoPE and a sigmoid gate per head, the grouped sigmoid router)",
+    "bailing_hybrid": "its KDA layers' bounded decay lower_bound·σ(A ⊙ (W_f u + b)) of a full-rank projection "
+    "(seqdyn's kda: −A ⊙ softplus(W_2 W_1 u + b)), and latent attention with interleaved RoPE on the query's and the "
+    "shared key's rotated channels and a sigmoid gate per head (seqdyn's latent_attention rotates channel halves, "
+    "without a gate)",
     "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε, whose ε is scaled by exp(m_t), the running maximum of "
     "the stabilizer (max(|Σ_j w_tj|, 1) + ε·e^{m_t} unstabilized, not a normalizer of the operator); per-head "
     "LayerNorm; gates soft-capped at 15 and logits at 30",
@@ -119,8 +117,6 @@ NOT_YET: dict[str, str] = {
     "layer's input, not the residual stream, with LoRA adapters per use",
     "zamba": "one attention-and-MLP block shared by every hybrid layer, on [hidden state, embeddings], whose output "
     "enters the next Mamba layer's input and not the residual stream; Mamba-1 with two heads of their own Δ, B, C",
-    "lfm2_moe": "a sigmoid router whose choice adds an expert bias, with a routed scaling factor (its gated "
-    "convolution layers are lfm2's gated_conv)",
     "lfm3": "norms after each branch as well as before it, and sliding-window attention with a per-head gate beside "
     "full attention (its convolution layers are lfm2's gated_conv)",
     "glm5_next": "its text model's residual of four streams mixed by Sinkhorn-normalized matrices around every "
