@@ -109,3 +109,15 @@ def test_coef_scaling_seeds_claim_just_above_and_below_its_order(not_adhering, v
     """Principle 5, no margin: the non-adhering scalings' seed range (0.11, then 0.09) against the adhering ones'
     (0.1), the same in every cell, so no spread."""
     assert_verdict(fig.CLAIMS, "Principle 5: less seed variance", table([0.0, 0.1, 0.05], not_adhering), verdict)
+
+
+def test_the_claim_counts_seed_ranges_not_seeds():
+    """Its values are one range per (cell, scaling), each over three seeds: the verdict says "seed ranges"."""
+    from seqdyn.reproduce.runner import seeds_text
+
+    outcome = fig.CLAIMS[0].decide(table([0.0, 0.02, 0.01], [0.0, 0.4, -0.2]))
+    ranges = len(fig.COMBINATIONS) * 2  # the combinations, each with its two scalings of a group
+    assert set(outcome.seeds.values()) == {ranges} and set(outcome.units.values()) == {"seed range"}
+    assert seeds_text(outcome.seeds, outcome.units) == f" — {ranges} seed ranges"
+    assert outcome.record()["units"] == outcome.units
+    assert seeds_text({"a": 3, "b": 3}) == " — 3 seeds" and seeds_text({"a": 1}) == " — 1 seed"

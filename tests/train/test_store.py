@@ -605,12 +605,23 @@ def test_a_run_stored_before_a_field_was_added_is_the_same_run(tmp_path):
 
     config = sweep_configs({"optimizer.lr": [1e-3]})[0]
     current = config.canonical()
-    older = json.loads(json.dumps(current))
+    oldest, with_first_moe = json.loads(json.dumps(current)), json.loads(json.dumps(current))
     for section, key, _ in ADDED_FIELDS:
-        older[section].pop(key)
+        *path, last = section.split(".")
+        holder = oldest
+        for part in path:
+            holder = holder[part]
+        holder[last].pop(key, None)
+        if section == "model.moe":  # a run stored when the experts had only their first fields
+            with_first_moe["model"]["moe"].pop(key)
     store = Store(tmp_path / "runs.db")
-    assert store.add_run(config.run_id, config.name, older)
+    assert store.add_run(config.run_id, config.name, oldest)
     assert not store.add_run(config.run_id, config.name, current)  # the same run, nothing raised
+    assert not store.add_run(config.run_id, config.name, with_first_moe)
+    routed = json.loads(json.dumps(current))
+    routed["model"]["moe"]["router"] = "sigmoid"
+    with pytest.raises(ValueError, match="different config"):
+        store.add_run(config.run_id, config.name, routed)
     changed = json.loads(json.dumps(current))
     changed["optimizer"]["lr"] *= 2
     with pytest.raises(ValueError, match="different config"):

@@ -321,7 +321,7 @@ def decided_by(row: dict) -> str:
     """What decided a claim's verdict, in one cell: its rule, the seeds per setting, its control as checked ("—"
     where a file written before these were recorded has none)."""
     parts = [row["rule"]] if row["rule"] else []
-    seeds = seeds_text(row["seeds"]).removeprefix(" — ")
+    seeds = seeds_text(row["seeds"], row.get("units")).removeprefix(" — ")
     parts += [seeds] if seeds else []
     control = row["control"]
     if control:

@@ -64,6 +64,12 @@ class Score:
     runs: tuple[str, ...] = ()
     #: per seed, whether every best run of its cells stopped early at its target (its value censored there)
     at_target: tuple[bool, ...] = ()
+    #: what one of its values is, where not a seed's result ("seed range": one setting's range over its seeds)
+    unit: str = "seed"
+
+    def counted(self) -> str:
+        """How many values it has, in its unit: "3 seeds", "8 seed ranges"."""
+        return counted(len(self.values), self.unit)
 
     @property
     def every_seed_at_target(self) -> bool:
@@ -104,6 +110,11 @@ class Score:
         return bool(self.values) and not self.missing
 
 
+def counted(count: int, unit: str = "seed") -> str:
+    """``count`` values of ``unit`` in words: "1 seed", "3 seeds", "8 seed ranges"."""
+    return f"{count} {unit}{'' if count == 1 else 's'}"
+
+
 def weakest(scores: Sequence[Score]) -> Score:
     """Of several scores (one per task, say), the one whose interval of the mean (:func:`mean_interval`) reaches
     lowest — an incomplete one, or a single seed of a trained setting, first: every score reaches a threshold
@@ -138,8 +149,14 @@ class Outcome:
 
     @property
     def seeds(self) -> dict[str, int]:
-        """The seeds that decided it, per compared setting (an exact score counts its computations)."""
+        """The seeds that decided it, per compared setting (an exact score counts its computations; a score of
+        other values, its :attr:`units`)."""
         return {score.label: len(score.values) for score in self.scores}
+
+    @property
+    def units(self) -> dict[str, str]:
+        """The compared settings whose values are not one per seed, with what each value is."""
+        return {score.label: score.unit for score in self.scores if score.unit != "seed"}
 
     def record(self) -> dict[str, Any]:
         """What ``verdict.json`` keeps of it: verdict, numbers, reason, control, cause, the seeds per setting and the
@@ -151,6 +168,7 @@ class Outcome:
             "control": self.control,
             "cause": self.cause,
             "seeds": self.seeds,
+            **({"units": self.units} if self.units else {}),
             "rule": self.rule,
         }
 
@@ -422,7 +440,7 @@ def mean_interval(score: Score) -> Interval:
     identical seeds)."""
     error = score.standard_error
     half = 0.0 if error == 0 else t_quantile(len(score.values) - 1) * error
-    return Interval(score.mean, half, "exact" if score.exact else f"Student, {len(score.values)} seeds")
+    return Interval(score.mean, half, "exact" if score.exact else f"Student, {score.counted()}")
 
 
 def difference_interval(a: Score, b: Score) -> Interval:
@@ -433,7 +451,8 @@ def difference_interval(a: Score, b: Score) -> Interval:
     if error == 0:
         return Interval(a.mean - b.mean, 0.0, "exact" if a.exact and b.exact else "identical seeds")
     freedom = sum(parts) ** 2 / sum(part**2 / (len(score.values) - 1) for part, score in zip(parts, (a, b)) if part > 0)
-    return Interval(a.mean - b.mean, t_quantile(freedom) * error, f"Welch, {len(a.values)} and {len(b.values)} seeds")
+    sizes = f"{len(a.values)} and {b.counted()}" if a.unit == b.unit else f"{a.counted()} and {b.counted()}"
+    return Interval(a.mean - b.mean, t_quantile(freedom) * error, f"Welch, {sizes}")
 
 
 def _open(scores: Sequence[Score]) -> Outcome | None:

@@ -169,7 +169,7 @@ def _ranges(results: Results, adhering: bool) -> Score:
                 spread = seed_range(results, cell, scale)
                 (missing.append(f"{cell[0]}, {label}") if spread is None else values.append(spread))
     name = "seed range, scalings " + ("adhering" if adhering else "not adhering")
-    return Score(name, tuple(values), tuple(missing))
+    return Score(name, tuple(values), tuple(missing), unit="seed range")
 
 
 def _adhering_vary_less(results: Results) -> Outcome:

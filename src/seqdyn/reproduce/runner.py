@@ -44,7 +44,7 @@ from seqdyn.reproduce.base import (
     read_timing,
     sweep_name,
 )
-from seqdyn.reproduce.claims import BUDGET, INCONCLUSIVE, Cause, Outcome, control_state, control_value
+from seqdyn.reproduce.claims import BUDGET, INCONCLUSIVE, Cause, Outcome, control_state, control_value, counted
 from seqdyn.reproduce.measured import collecting_missing
 from seqdyn.reproduce.seeds import (
     affords_one_more_seed,
@@ -470,13 +470,15 @@ def _write_csv(path: Path, results: Results) -> None:
         writer.writerows(results.rows)
 
 
-def seeds_text(seeds: dict[str, int]) -> str:
-    """The seeds that decided a verdict, in words: " — 3 seeds", or per setting where they differ."""
+def seeds_text(seeds: dict[str, int], units: dict[str, str] | None = None) -> str:
+    """The seeds that decided a verdict, in words: " — 3 seeds", or per setting where they differ; a setting whose
+    values are not one per seed is counted in its unit (``units``: " — 8 seed ranges")."""
     if not seeds:
         return ""
-    if len(set(seeds.values())) == 1:
-        (count,) = set(seeds.values())
-        return f" — {count} seed{'s' if count > 1 else ''}"
+    units = units or {}
+    words = {label: counted(count, units.get(label, "seed")) for label, count in seeds.items()}
+    if len(set(words.values())) == 1:
+        return f" — {next(iter(words.values()))}"
     return " — seeds: " + ", ".join(f"{label} {count}" for label, count in seeds.items())
 
 
@@ -503,7 +505,11 @@ def _table_md(
     for claim in reproduction.claims:
         outcome = outcomes[claim.name]
         ours = ours_text(outcome.numbers)
-        verdict = outcome.verdict + (f" ({outcome.reason})" if outcome.reason else "") + seeds_text(outcome.seeds)
+        verdict = (
+            outcome.verdict
+            + (f" ({outcome.reason})" if outcome.reason else "")
+            + seeds_text(outcome.seeds, outcome.units)
+        )
         cells = (claim.statement, claim.paper_value or "—", ours, outcome.rule or "—", f"**{verdict}**")
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     controls = [
@@ -637,6 +643,7 @@ def verdict_rows(out: str | Path) -> list[dict[str, Any]]:
                     "cause": claim_cause(claim),
                     "rule": claim.get("rule", ""),
                     "seeds": claim.get("seeds", {}),
+                    "units": claim.get("units", {}),
                     "control": claim.get("control", {}),
                     "date": verdict["date"],
                     "commit": commit_text(verdict),

@@ -38,7 +38,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from seqdyn.core.names import did_you_mean
 from seqdyn.models.config import MixtureOfExperts, ModelConfig, Strict, describe_errors
 
-#: ``(section, field, default)`` of the fields added to the configs after run ids were first given
+#: ``(section, field, default)`` of the fields added to the configs after run ids were first given; a section may be
+#: nested (``"model.moe"``): its added fields are set aside before the section itself is compared with its default
 ADDED_FIELDS = (
     ("model", "norm_position", "pre"),
     ("optimizer", "ssm_lr", None),
@@ -46,21 +47,42 @@ ADDED_FIELDS = (
     ("model", "bidirectional", False),
     ("train", "pack", False),
     ("model", "norm_eps", None),
-    ("model", "moe", MixtureOfExperts().model_dump()),
+    ("model.moe", "router", "softmax"),
+    ("model.moe", "groups", 1),
+    ("model.moe", "top_groups", 1),
+    ("model.moe", "routed_scale", 1.0),
+    ("model.moe", "selection_bias", False),
+    ("model.moe", "normalize_eps", 0.0),
+    ("model", "moe", None),  # its default: MixtureOfExperts' fields of its first version (below)
     ("model", "logit_softcap", None),
     ("model", "keep_mixer_init", True),
     ("model", "residual_scale", 1.0),
     ("model", "embedding_norm", False),
+)
+_ADDED_MOE = {key for section, key, _ in ADDED_FIELDS if section == "model.moe"}
+ADDED_FIELDS = tuple(
+    (section, key, {k: v for k, v in MixtureOfExperts().model_dump().items() if k not in _ADDED_MOE})
+    if (section, key) == ("model", "moe")
+    else (section, key, default)
+    for section, key, default in ADDED_FIELDS
 )
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
     """What identifies a run: its canonical config without its ``name`` and without the fields of
     :data:`ADDED_FIELDS` left at their default (a run written before such a field existed is the same run)."""
-    data = {key: dict(value) if isinstance(value, dict) else value for key, value in config.items() if key != "name"}
-    for section, key, default in ADDED_FIELDS:
-        if isinstance(data.get(section), dict) and data[section].get(key, default) == default:
-            data[section].pop(key, None)
+    data = copy.deepcopy({key: value for key, value in config.items() if key != "name"})
+    for section, key, default in sorted(ADDED_FIELDS, key=lambda entry: -entry[0].count(".")):
+        holder = _section(data, section)
+        if isinstance(holder, dict) and holder.get(key, default) == default:
+            holder.pop(key, None)
+    return data
+
+
+def _section(data: dict[str, Any], dotted: str) -> Any:
+    """``data``'s sub-dict at the dotted path (None where a part is missing or not a dict)."""
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
     return data
 
 
