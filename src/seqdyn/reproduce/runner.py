@@ -502,16 +502,7 @@ def _table_md(
         "| claim | paper | ours | rule | verdict |",
         "|---|---|---|---|---|",
     ]
-    for claim in reproduction.claims:
-        outcome = outcomes[claim.name]
-        ours = ours_text(outcome.numbers)
-        verdict = (
-            outcome.verdict
-            + (f" ({outcome.reason})" if outcome.reason else "")
-            + seeds_text(outcome.seeds, outcome.units)
-        )
-        cells = (claim.statement, claim.paper_value or "—", ours, outcome.rule or "—", f"**{verdict}**")
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines += [_claim_row(claim, outcomes[claim.name]) for claim in reproduction.claims]
     controls = [
         (claim.name, outcomes[claim.name].control) for claim in reproduction.claims if outcomes[claim.name].control
     ]
@@ -534,6 +525,20 @@ def _table_md(
         "",
     ]
     return "\n".join(lines)
+
+
+def _claim_row(claim: Any, outcome: Outcome) -> str:
+    """The claims table's row of one claim: statement, the paper's value, ours, the rule, the verdict in words."""
+    reason = f" ({outcome.reason})" if outcome.reason else ""
+    verdict = outcome.verdict + reason + seeds_text(outcome.seeds, outcome.units)
+    cells = (
+        claim.statement,
+        claim.paper_value or "—",
+        ours_text(outcome.numbers),
+        outcome.rule or "—",
+        f"**{verdict}**",
+    )
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 def _work_text(reproduction: Reproduction, provenance: dict[str, Any]) -> str:
