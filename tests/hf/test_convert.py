@@ -52,7 +52,7 @@ FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 #: (``.float()``) whatever the model's dtype, and through the delta rule's chunk those roundings grow past a few ε₃₂:
 #: its float64 agreement is bounded as float32's, and its exactness checked with those casts lifted
 #: (:func:`test_kimi_linear_is_exact_in_float64_with_transformers_float32_casts_lifted`)
-FLOAT32_INSIDE = {"kimi_linear": 1e-5}
+FLOAT32_INSIDE = {"kimi_linear": 1e-5, "bailing_hybrid": 1e-5}
 
 
 @pytest.mark.parametrize("family", TINY)
@@ -349,8 +349,9 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
     with pytest.raises(
         UnsupportedModel,
         match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
-        r"supported: bamba, falcon_h1, falcon_mamba, granitemoehybrid, jamba, kimi_linear, lfm2, lfm2_moe, mamba, "
-        r"mamba2, minimax, nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, recurrent_gemma, rwkv$",
+        r"supported: bailing_hybrid, bamba, falcon_h1, falcon_mamba, granitemoehybrid, jamba, kimi_linear, lfm2, "
+        r"lfm2_moe, mamba, mamba2, minimax, nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, "
+        r"recurrent_gemma, rwkv$",
     ):
         from_transformers(model)
 
@@ -532,7 +533,7 @@ def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
         UnsupportedModel,
         match=r"^model: family 'xlstm' \(xLSTMForCausalLM\) has "
         r"no seqdyn converter yet \(it needs the mLSTM normalizer .*\); "
-        r"supported: bamba, .*, recurrent_gemma, rwkv$",
+        r"supported: bailing_hybrid, bamba, .*, recurrent_gemma, rwkv$",
     ):
         from_transformers(model)
 
@@ -634,7 +635,8 @@ def test_convert_help_names_every_family_it_converts():
         "lfm2": "LFM2,",
         "lfm2_moe": "LFM2-MoE,",
         "rwkv": "RWKV-4,",
-        "kimi_linear": "Kimi-Linear.",
+        "kimi_linear": "Kimi-Linear,",
+        "bailing_hybrid": "Bailing-hybrid.",
     }
     assert set(names) == set(SUPPORTED)  # a family added to the registry needs its name here and in the help
     assert all(name in words for name in names.values()), words
@@ -648,16 +650,17 @@ def test_a_model_without_a_language_model_head_is_refused_in_one_line(family):
 
 
 @contextlib.contextmanager
-def kimi_linear_in_float64():
-    """transformers' Kimi-Linear with its float32 casts made float64: the module's ``torch.float32`` and
-    ``Tensor.float`` (its decay gate, norms, router and chunk) keep the model's float64."""
+def kimi_linear_in_float64(family: str = "kimi_linear"):
+    """transformers' Kimi-Linear (or Bailing-hybrid) with its float32 casts made float64: the module's
+    ``torch.float32``, ``torch.float`` and ``Tensor.float`` (its decay gate, norms, router, chunk and RoPE frequencies)
+    keep the model's float64."""
     import types
 
-    import transformers.models.kimi_linear.modeling_kimi_linear as modeling
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
 
     class Float64Torch(types.ModuleType):
         def __getattr__(self, name):
-            return torch.float64 if name == "float32" else getattr(torch, name)
+            return torch.float64 if name in ("float32", "float") else getattr(torch, name)
 
     original, original_float = modeling.torch, torch.Tensor.float
     modeling.torch, torch.Tensor.float = Float64Torch("torch"), lambda self, *args, **kwargs: self
@@ -718,3 +721,31 @@ def test_lfm2_moe_routes_with_its_expert_bias_exactly(use_expert_bias):
             expected, got = theirs(tokens(30)).logits.double(), ours(tokens(30)).logits.double()
         assert float((got - expected).abs().max() / expected.abs().max()) <= bound
         assert (ours.seqdyn.blocks[1].mlp.selection_bias is not None) == use_expert_bias
+
+
+@pytest.mark.parametrize(
+    "change",
+    [dict(), dict(kda_safe_gate=False, q_lora_rank=5)],
+    ids=["bounded-decay", "softplus-decay-query-latent"],
+)
+def test_bailing_hybrid_is_exact_in_float64_with_transformers_float32_casts_lifted(change):
+    """Its KDA (the bounded decay, or Kimi's softplus one, from full-rank projections), its latent attention with
+    interleaved RoPE and a gate per head, and its experts, to float64 round-off."""
+    theirs = tiny_model("bailing_hybrid", torch.float64, **change)
+    with torch.no_grad():
+        for module in theirs.modules():
+            if hasattr(module, "e_score_correction_bias"):
+                module.e_score_correction_bias.normal_(0, 0.3)
+    ours = from_transformers(theirs)
+    rotary, dim = theirs.model.rotary_emb, theirs.config.qk_rope_head_dim  # its frequencies, made in float32 at init
+    rotary.inv_freq = 1.0 / rotary.config.rope_parameters["rope_theta"] ** (
+        torch.arange(0, dim, 2, dtype=torch.float64) / dim
+    )
+    inputs = tokens(30)
+    with torch.no_grad(), kimi_linear_in_float64("bailing_hybrid"):
+        expected = theirs(inputs, use_cache=False).logits
+    with torch.no_grad():
+        got = ours(inputs).logits
+    assert float((got - expected).abs().max() / expected.abs().max()) < 1e-12
+    bound = ours.seqdyn.blocks[0].mixer.decay.lower_bound
+    assert bound == (None if change else theirs.config.kda_lower_bound)

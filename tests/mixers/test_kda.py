@@ -17,6 +17,7 @@ def kda_layer(mixer, x):
 
         q, k, v = SiLU(ShortConv(W_Q u, W_K u, W_V u)),   q, k ← q (‖q‖² + 10⁻⁶)^-½, k (‖k‖² + 10⁻⁶)^-½ per head
         β_t = σ(w_βᵀ u_t),   α_t = exp(−exp(A_log) softplus(W_2 W_1 u_t + b_Δ))  per key channel
+        (bounded: α_t = exp(L σ(exp(A_log) (W_2 W_1 u_t + b_Δ))), flash-linear-attention's ``safe_gate``)
         S_t = S_{t−1} ⊙ α_t (rows),   S_t ← S_t + β_t k_t (v_t − S_tᵀ k_t)ᵀ,   o_t = S_tᵀ q_t / √K
         y_t = W_O (RMSNorm_head(o_t) ⊙ σ(W_g2 W_g1 u_t + b_g))
 
@@ -32,7 +33,11 @@ def kda_layer(mixer, x):
     beta = torch.sigmoid(x @ mixer.beta.weight.T)  # [B, T, H]
     gate = mixer.decay
     raw = (x @ gate.down.weight.T) @ gate.up.weight.T + gate.dt_bias
-    alpha = torch.exp(-torch.exp(gate.a_log)[:, None] * F.softplus(raw.view(batch, length, heads, -1)))  # [B, T, H, K]
+    raw, rate = raw.view(batch, length, heads, -1), torch.exp(gate.a_log)[:, None]
+    if gate.lower_bound is None:
+        alpha = torch.exp(-rate * F.softplus(raw))  # [B, T, H, K]
+    else:  # flash-linear-attention's safe gate: log α = L σ(A (W u + b))
+        alpha = torch.exp(gate.lower_bound * torch.sigmoid(rate * raw))
 
     def transition(t, state):  # (I − β_t k_t k_tᵀ) Diag(α_t) applied to a state [B, H, K, ·]
         decayed = alpha[:, t, :, :, None] * state
@@ -67,9 +72,12 @@ def kda_layer(mixer, x):
     return y, (S / k.shape[-1] ** 0.5, projected[:, length - mixer.convs["qkv"].width + 1 :]), A
 
 
+@pytest.mark.parametrize("bound", [None, -5.0], ids=["softplus", "bounded"])
 @pytest.mark.parametrize("part", PARTS)
-def test_kda_matches_its_paper(part):
-    mixer = double_mixer("kda", D, heads=HEADS, conv_size=CONV)
+def test_kda_matches_its_paper(part, bound):
+    mixer = double_mixer("kda", D, heads=HEADS, conv_size=CONV, decay_lower_bound=bound)
+    with torch.no_grad():
+        mixer.decay.dt_bias.normal_()
     compare_with_paper(part, mixer, inputs(2, 9, D, seed=1), kda_layer, state_of=lambda s: (s.core, s.conv["qkv"]))
 
 
@@ -95,3 +103,11 @@ def test_the_decay_is_in_the_unit_interval_per_channel():
     log_alpha = mixer.decay(inputs(1, 5, D, seed=3))
     assert log_alpha.shape == (1, 5, HEADS, D // HEADS) and bool((log_alpha < 0).all())
     assert log_alpha[..., 0].ne(log_alpha[..., 1]).any(), "the decay is not channel-wise"
+
+
+def test_the_bounded_decay_stays_above_its_bound_and_a_positive_bound_is_refused():
+    mixer = double_mixer("kda", D, heads=HEADS, conv_size=CONV, decay_lower_bound=-2.0)
+    log_alpha = mixer.decay(inputs(1, 5, D, seed=3))
+    assert bool((log_alpha < 0).all() and (log_alpha > -2.0).all())
+    with pytest.raises(ValueError, match="decay_lower_bound: expected a negative"):
+        double_mixer("kda", D, heads=HEADS, decay_lower_bound=1.0)

@@ -13,6 +13,7 @@ OPTIONS = {
     "nope": dict(kv_rank=6, nope_dim=5, rope_dim=4, value_dim=3),
     "query_latent": dict(kv_rank=6, q_rank=7, nope_dim=4, rope_dim=2),
     "rotary": dict(kv_rank=5, q_rank=6, nope_dim=3, rope_dim=4, value_dim=6, rotary=True),
+    "head_gate": dict(kv_rank=5, nope_dim=3, rope_dim=4, rotary=True, head_gate=True),
 }
 
 
@@ -48,7 +49,10 @@ def latent_attention_layer(mixer, x):
     scores = q @ k.transpose(-1, -2) / (nope + rope) ** 0.5
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     A = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-    y = (A @ v).transpose(1, 2).reshape(batch, length, -1) @ mixer.out.weight.T
+    o = (A @ v).transpose(1, 2)  # [B, T, H, V]
+    if mixer.gate is not None:  # Ling 3's head-wise gate
+        o = o * torch.sigmoid(x @ mixer.gate.weight.T)[..., None]
+    y = o.reshape(batch, length, -1) @ mixer.out.weight.T
     return y, (k / (nope + rope) ** 0.5, v), A
 
 

@@ -52,8 +52,8 @@ def convert(
     """Convert a transformers model to seqdyn: the same logits, its tokenizer and generation config copied.
 
     Families: Mamba, Falcon-Mamba, Mamba-2, Qwen3.5, Qwen3-Next, Qwen3.5-MoE, Bamba, Granite-MoE-Hybrid,
-    Nemotron-H, OLMo-Hybrid, RecurrentGemma, Falcon-H1, Jamba, MiniMax-01, LFM2, LFM2-MoE, RWKV-4, Kimi-Linear. The
-    result loads with transformers' AutoModelForCausalLM once seqdyn.hf is imported, and opens in
+    Nemotron-H, OLMo-Hybrid, RecurrentGemma, Falcon-H1, Jamba, MiniMax-01, LFM2, LFM2-MoE, RWKV-4, Kimi-Linear,
+    Bailing-hybrid. The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is imported, and opens in
     `seqdyn inspect OUT_DIR --text ...` and the analysis API as coefficient dynamics.
     """
     try:

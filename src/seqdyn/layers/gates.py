@@ -89,13 +89,24 @@ class KDADecay(nn.Module):
     """``g_t = −exp(A_log) ⊙ softplus(W_2 W_1 u_t + b_Δ)`` ``[B, T, H, K]``: Mamba-2's gate made channel-wise through a
     rank-r bottleneck (Kimi Delta Attention, `Kimi Team 2025 <https://arxiv.org/abs/2510.26692>`_),
     ``A ~ U(a_init_range)`` per head and ``b_Δ`` per channel, initialized at 0 (flash-linear-attention's
-    ``KimiDeltaAttention``)."""
+    ``KimiDeltaAttention``).  With a ``lower_bound`` ``L < 0``: ``g_t = L · σ(exp(A_log) ⊙ (W_2 W_1 u_t + b_Δ))``, a
+    log-decay bounded in (L, 0) (flash-linear-attention's ``safe_gate``; Ling 3 / Bailing-hybrid's KDA layers)."""
 
-    def __init__(self, d_model: int, heads: int, key_dim: int, low_rank: int, a_init_range=(1.0, 16.0)):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        key_dim: int,
+        low_rank: int,
+        a_init_range=(1.0, 16.0),
+        lower_bound: float | None = None,
+    ):
         super().__init__()
         if not 0 < a_init_range[0] <= a_init_range[1]:
             raise ValueError(f"a_init_range: expected 0 < low <= high, got {a_init_range}")
-        self.heads = heads
+        if lower_bound is not None and not lower_bound < 0:
+            raise ValueError(f"decay_lower_bound: expected a negative log-decay bound, got {lower_bound}")
+        self.heads, self.lower_bound = heads, lower_bound
         self.down = nn.Linear(d_model, check_positive("gate_low_rank", low_rank), bias=False)
         self.up = nn.Linear(low_rank, heads * key_dim, bias=False)
         self.a_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*a_init_range)))
@@ -103,5 +114,8 @@ class KDADecay(nn.Module):
         keep_init(self.a_log, self.dt_bias)
 
     def forward(self, u: Tensor) -> Tensor:
-        step = F.softplus(self.up(self.down(u)) + self.dt_bias).unflatten(-1, (self.heads, -1))  # [B, T, H, K]
-        return -torch.exp(self.a_log)[:, None] * step
+        shifted = (self.up(self.down(u)) + self.dt_bias).unflatten(-1, (self.heads, -1))  # [B, T, H, K]
+        rate = torch.exp(self.a_log)[:, None]
+        if self.lower_bound is not None:
+            return self.lower_bound * torch.sigmoid(rate * shifted)
+        return -rate * F.softplus(shifted)

@@ -5,6 +5,7 @@ Per head (K = D/H or ``key_dim``, V = expand_v·K), q, k and v after a short con
 L2-normalized (flash-linear-attention's ε = 1e-6 inside the root)::
 
     β_t = σ(w_βᵀ u_t),   α_t = exp(−exp(A_log) ⊙ softplus(W_2 W_1 u_t + b_Δ)) ∈ (0, 1)^K
+    (or, bounded, α_t = exp(L · σ(exp(A_log) ⊙ (W_2 W_1 u_t + b_Δ))) ∈ (e^L, 1)^K with decay_lower_bound L)
     S_t = (I − β_t k_t k_tᵀ) Diag(α_t) S_{t−1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K
     y_t = W_O (RMSNorm(o_t) ⊙ σ(W_g2 W_g1 u_t + b_g))
 
@@ -39,6 +40,8 @@ class KimiDeltaAttention(DeltaNet):
         gate_low_rank: r, the bottleneck of the decay's and of the output gate's projections; None: V.
         a_init_range: A ~ U(low, high) per head, the decay's rate (1, 16).
         output_norm_eps: the ε of the output's RMSNorm (1e-5).
+        decay_lower_bound: L < 0: the bounded decay ``log α_t = L · σ(A ⊙ (W_2 W_1 u_t + b_Δ))``
+            (flash-linear-attention's ``safe_gate``, Bailing-hybrid's); None: Kimi Linear's ``−A ⊙ softplus(·)``.
     """
 
     name = "kda"
@@ -58,6 +61,7 @@ class KimiDeltaAttention(DeltaNet):
         gate_low_rank: int | None = None,
         a_init_range: tuple[float, float] = (1.0, 16.0),
         output_norm_eps: float = 1e-5,
+        decay_lower_bound: float | None = None,
     ):
         key_width = d_model if key_dim is None else heads * key_dim
         super().__init__(
@@ -76,7 +80,7 @@ class KimiDeltaAttention(DeltaNet):
         )
         head_value = self.value_width // heads
         rank = head_value if gate_low_rank is None else gate_low_rank
-        self.decay = KDADecay(d_model, heads, self.key_dim, rank, a_init_range)
+        self.decay = KDADecay(d_model, heads, self.key_dim, rank, a_init_range, decay_lower_bound)
         self.gate = nn.Sequential(nn.Linear(d_model, rank, bias=False), nn.Linear(rank, self.value_width, bias=True))
 
     def log_decay(self, u: Tensor) -> Tensor:

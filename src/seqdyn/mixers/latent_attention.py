@@ -14,7 +14,9 @@ With ``rotary`` the last rope_dim channels of every query head and the shared ke
 RoPE of eqs. 14–15); without it there is no position information in the mixer (Kimi Linear's attention layers, Kimi
 Team 2025, which keep the shared key part unrotated).  Coefficient form: softmax attention's (φ = exp, Λ = I,
 b = K^-½, η_i = Σ_j α_ij); the latent changes what q, k and v are, not the operator.  The state keeps every key and
-value as softmax attention does (not the compressed latent: the same outputs, a larger cache).
+value as softmax attention does (not the compressed latent: the same outputs, a larger cache).  ``head_gate``
+multiplies each head's output by a sigmoid of the input, ``y_t,h ← σ(w_hᵀ u_t) · y_t,h`` before W_O (Ling 3's, the
+head-wise gate of Qiu et al. 2025, "Gated Attention for Large Language Models").
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class LatentAttention(CoefficientMixer):
         rotary: rotate the rope_dim channels of queries and keys (RoFormer eq. 34; needs an even rope_dim).
         rotary_base: the base of the rotation frequencies.
         latent_norm_eps: the ε of the latents' RMSNorms (1e-6).
+        head_gate: multiply each head's output by σ(w_hᵀ u_t) before W_O.
     """
 
     name = "latent_attention"
@@ -59,6 +62,7 @@ class LatentAttention(CoefficientMixer):
         rotary_base: float = ROPE_BASE,
         latent_norm_eps: float = 1e-6,
         chunk_size: int = 64,
+        head_gate: bool = False,
     ):
         super().__init__(d_model, chunk_size)
         self.heads = check_positive("heads", heads)
@@ -80,9 +84,12 @@ class LatentAttention(CoefficientMixer):
         self.kv_down = nn.Linear(d_model, self.kv_rank + self.rope_dim, bias=False)  # [W_DKV ; W_KR]
         self.kv_norm = RMSNorm(self.kv_rank, eps)
         self.kv_up = nn.Linear(self.kv_rank, heads * (self.nope_dim + self.value_dim), bias=False)  # [W_UK,h ; W_UV,h]
+        self.gate = (
+            nn.Linear(d_model, heads, bias=False) if check_choice("head_gate", head_gate, (False, True)) else None
+        )
         self.out = nn.Linear(heads * self.value_dim, d_model, bias=False)
 
-    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, None]:
+    def core_inputs(self, x: Tensor, state: MixerState) -> tuple[Dynamics, Tensor]:
         query = self.q_up(x if self.q_down is None else self.q_norm(self.q_down(x)))
         q = split_heads(query, self.heads)  # [B, T, H, nope + rope]
         latent, shared_key = self.kv_down(x).split([self.kv_rank, self.rope_dim], dim=-1)
@@ -94,10 +101,15 @@ class LatentAttention(CoefficientMixer):
             q = torch.cat([q_latent, rotary(q_rope, state.positions, self.rotary_base)], dim=-1)
             shared_key = rotary(shared_key, state.positions, self.rotary_base)
         k = torch.cat([k_latent, shared_key.expand(*k_latent.shape[:-1], self.rope_dim)], dim=-1)
-        return Dynamics(q, k, v, readout="exp", normalizer="sum"), None
+        return Dynamics(q, k, v, readout="exp", normalizer="sum"), x
 
-    def core_output(self, core: Tensor, extras: None) -> Tensor:
+    def core_output(self, core: Tensor, extras: Tensor) -> Tensor:
+        if self.gate is not None:
+            core = core * torch.sigmoid(self.gate(extras))[..., None]  # [B, T, H, V] by [B, T, H, 1]
         return self.out(core.flatten(2))
+
+    def output_projection(self) -> nn.Linear:
+        return self.out
 
     def extra_repr(self) -> str:
         q_rank = self.q_down.out_features if self.q_down is not None else None

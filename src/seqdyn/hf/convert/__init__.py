@@ -84,6 +84,7 @@ FAMILY_MODULES = (
     "lfm2_moe",
     "rwkv",
     "kimi_linear",
+    "bailing_hybrid",
 )
 
 

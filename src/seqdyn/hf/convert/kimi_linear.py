@@ -7,6 +7,7 @@ ungated shared experts).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,7 +28,9 @@ from seqdyn.hf.convert.registry import TinyModel, refuse, register
 LATENT_NORM_EPS = 1e-6
 
 
-def _check_options(config: Any) -> None:
+def check_options(config: Any) -> None:
+    """What Kimi-Linear and Bailing-hybrid may not set: another activation, attention biases, fewer key–value heads,
+    other layer types."""
     family = config.model_type
     if config.hidden_act != "silu":
         raise refuse(family, "hidden_act", config.hidden_act, "seqdyn's SwiGLU, experts and short convolution use SiLU")
@@ -45,16 +48,21 @@ def _check_options(config: Any) -> None:
         raise refuse(family, "layer_types", sorted(unknown), "seqdyn converts linear_attention and full_attention")
 
 
-def _mixers(config: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Per layer: KDA (its head width the rank of the decay's and the gate's projections) or latent attention."""
-    kda = {
+def kda_options(config: Any, gate_rank: int, **own: Any) -> dict[str, Any]:
+    """The kda mixer's options of a Kimi-Linear or Bailing-hybrid config, its decay's and gate's rank ``gate_rank``."""
+    return {
         "heads": config.linear_num_heads,
         "key_dim": config.linear_head_dim,
         "conv_size": config.linear_conv_kernel_dim,
-        "gate_low_rank": config.linear_head_dim,
+        "gate_low_rank": gate_rank,
         "output_norm_eps": config.rms_norm_eps,
+        **own,
     }
-    attention = {
+
+
+def latent_options(config: Any, **own: Any) -> dict[str, Any]:
+    """The latent_attention mixer's options of a DeepSeek-style attention config (with the family's ``own``)."""
+    return {
         "heads": config.num_attention_heads,
         "kv_rank": config.kv_lora_rank,
         "q_rank": config.q_lora_rank,
@@ -62,14 +70,20 @@ def _mixers(config: Any) -> list[tuple[str, dict[str, Any]]]:
         "rope_dim": config.qk_rope_head_dim,
         "value_dim": config.v_head_dim,
         "latent_norm_eps": LATENT_NORM_EPS,
+        **own,
     }
+
+
+def per_layer(config: Any, kda: dict[str, Any], attention: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """KDA or latent attention by ``layer_types``."""
     return [
         ("kda", kda) if kind == "linear_attention" else ("latent_attention", attention) for kind in config.layer_types
     ]
 
 
-def _mlp_fields(config: Any) -> dict[str, Any]:
-    """The MLP of each layer: a SwiGLU of ``intermediate_size`` or the experts of ``moe_intermediate_size``."""
+def mlp_fields(config: Any) -> dict[str, Any]:
+    """The MLP of each layer: a SwiGLU of ``intermediate_size`` or DeepSeek-V3's experts of ``moe_intermediate_size``
+    (Kimi-Linear, Bailing-hybrid)."""
     sparse = [kind == "sparse" for kind in config.mlp_layer_types]
     hidden = config.hidden_size
     moe = {
@@ -95,30 +109,42 @@ def _mlp_fields(config: Any) -> dict[str, Any]:
 def _kimi_linear_config(config: Any) -> SeqdynConfig:
     """``KimiLinearConfig`` → KDA or latent attention per ``layer_types``, a SwiGLU or experts per
     ``mlp_layer_types``."""
-    _check_options(config)
-    return hybrid_config(config, _mixers(config), **_mlp_fields(config))
+    check_options(config)
+    mixers = per_layer(config, kda_options(config, config.linear_head_dim), latent_options(config))
+    return hybrid_config(config, mixers, **mlp_fields(config))
 
 
-def _kda_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+def copy_kda_common(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """What Kimi-Linear's and Bailing-hybrid's KDA layers name alike: q, k, v, their convolution, β, the gated norm and
+    the output."""
     qkv = torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight])
     copy_weight(ours.qkv.weight, qkv, f"{prefix}.q_proj/k_proj/v_proj.weight")
     pairs = (
         ("convs.qkv.weight", "conv1d.weight"),
         ("beta.weight", "b_proj.weight"),
+        ("output.norm.weight", "o_norm.weight"),
+        ("output.out.weight", "o_proj.weight"),
+    )
+    copy_pairs(prefix, theirs, ours, pairs)
+    ours.gate[1].bias.zero_()  # neither family's gate projection has a bias
+
+
+def _kda_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    copy_kda_common(prefix, theirs, ours)
+    pairs = (
         ("decay.down.weight", "forget_gate.f_a_proj.weight"),
         ("decay.up.weight", "forget_gate.f_b_proj.weight"),
         ("decay.dt_bias", "forget_gate.dt_bias"),
         ("decay.a_log", "forget_gate.A_log"),
         ("gate.0.weight", "g_a_proj.weight"),
         ("gate.1.weight", "g_b_proj.weight"),
-        ("output.norm.weight", "o_norm.weight"),
-        ("output.out.weight", "o_proj.weight"),
     )
     copy_pairs(prefix, theirs, ours, pairs)
-    ours.gate[1].bias.zero_()  # Kimi's gate projection has no bias
 
 
-def _latent_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+def latent_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+    """DeepSeek's latent attention as transformers names it: the query's projection (or latent), the key–value latent
+    with its norm, its up-projection, the output."""
     pairs = [
         ("kv_down.weight", "kv_a_proj_with_mqa.weight"),
         ("kv_norm.weight", "kv_a_layernorm.weight"),
@@ -133,7 +159,7 @@ def _latent_attention_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -
     copy_pairs(prefix, theirs, ours, tuple(pairs))
 
 
-def _mlp_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+def mlp_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     """A dense SwiGLU, or the experts: router ``gate`` (its weight and selection bias), ``experts``, the shared
     experts as one SwiGLU."""
     if not hasattr(theirs, "experts"):
@@ -149,52 +175,62 @@ def _mlp_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     copy_swiglu(f"{prefix}.shared_experts", theirs.shared_experts, ours.shared)
 
 
-def _kimi_linear_weights(source: nn.Module, target: Any) -> None:
+def kda_hybrid_weights(
+    kda_weights: Callable[[str, nn.Module, nn.Module], None],
+    attention_weights: Callable[[str, nn.Module, nn.Module], None],
+) -> Callable[[nn.Module, Any], None]:
+    """The weight copy of a KDA and latent-attention hybrid (Kimi-Linear, Bailing-hybrid) with its layers' copies."""
     layout = DecoderLayout(
         ("input_layernorm", "post_attention_layernorm"),
         "mlp",
-        {"linear_attention": ("self_attn", _kda_weights), "full_attention": ("self_attn", _latent_attention_weights)},
+        {"linear_attention": ("self_attn", kda_weights), "full_attention": ("self_attn", attention_weights)},
         "norm",
-        mlp_weights=_mlp_weights,
+        mlp_weights=mlp_weights,
     )
-    copy_decoder_stack(source, target, layout)
+    return lambda source, target: copy_decoder_stack(source, target, layout)
 
+
+#: the tiny KDA and latent-attention hybrids: width 16, K A K A, 2 attention heads (latent 6, value 6), DeepSeek-V3's
+#: 8 experts in 4 groups after a dense first layer
+TINY_FIELDS = dict(
+    vocab_size=48,
+    hidden_size=16,
+    intermediate_size=24,
+    moe_intermediate_size=8,
+    num_hidden_layers=4,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    kv_lora_rank=6,
+    q_lora_rank=None,
+    qk_nope_head_dim=4,
+    v_head_dim=6,
+    num_local_experts=8,
+    num_experts_per_tok=2,
+    n_group=4,
+    topk_group=2,
+    routed_scaling_factor=2.5,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    experts_implementation="eager",
+)
 
 register(
     "kimi_linear",
     _kimi_linear_config,
-    _kimi_linear_weights,
+    kda_hybrid_weights(_kda_weights, latent_attention_weights),
     TinyModel(
         "KimiLinearForCausalLM",
         "KimiLinearConfig",
         dict(
-            vocab_size=48,
-            hidden_size=16,
-            intermediate_size=24,
-            moe_intermediate_size=8,
-            num_hidden_layers=4,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            kv_lora_rank=6,
-            q_lora_rank=None,
-            qk_nope_head_dim=4,
+            TINY_FIELDS,
             qk_rope_head_dim=2,
-            v_head_dim=6,
             linear_num_heads=2,
             linear_head_dim=8,
             linear_conv_kernel_dim=4,
             layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
             mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
-            num_local_experts=8,
-            num_experts_per_tok=2,
-            n_group=4,
-            topk_group=2,
             n_shared_experts=1,
-            routed_scaling_factor=2.5,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-            experts_implementation="eager",
         ),
     ),
 )

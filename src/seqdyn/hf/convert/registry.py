@@ -106,10 +106,6 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
 
 #: the linear-recurrent families of transformers not converted yet, each with what seqdyn lacks to compute it exactly
 NOT_YET: dict[str, str] = {
-    "bailing_hybrid": "its KDA layers' bounded decay lower_bound·σ(A ⊙ (W_f u + b)) of a full-rank projection "
-    "(seqdyn's kda: −A ⊙ softplus(W_2 W_1 u + b)), and latent attention with interleaved RoPE on the query's and the "
-    "shared key's rotated channels and a sigmoid gate per head (seqdyn's latent_attention rotates channel halves, "
-    "without a gate)",
     "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε, whose ε is scaled by exp(m_t), the running maximum of "
     "the stabilizer (max(|Σ_j w_tj|, 1) + ε·e^{m_t} unstabilized, not a normalizer of the operator); per-head "
     "LayerNorm; gates soft-capped at 15 and logits at 30",
