@@ -76,11 +76,11 @@ def audit(
     ),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write every family's invariants here."),
 ) -> None:
-    """Check the invariants a user of a transformers model assumes — a row alone = left-padded = right-padded, one
-    prefill = the prompt in two pieces = token-by-token decoding, greedy generation with and without the cache — on
-    each family's tiny random model, as transformers runs it, accelerated by seqdyn, and as seqdyn's float32
-    conversion (the control), against its float64 conversion; a broken invariant names the first layer whose output
-    departs from the row's own forward."""
+    """Check the invariants a user of a transformers model assumes — a row alone = left-padded = right-padded = packed
+    after another document, one prefill = the prompt in two pieces = token-by-token decoding, greedy generation with
+    and without the cache — on each family's tiny random model, as transformers runs it, accelerated by seqdyn, and
+    as seqdyn's float32 conversion (the control), against its float64 conversion; a broken invariant names the first
+    layer whose output departs from the row's own forward."""
     from seqdyn.conform.audit import audit_family
     from seqdyn.hf.convert.checkpoints import quiet_transformers
     from seqdyn.hf.convert.registry import TINY_CONFIGS

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 TOLERANCE = 1e-4
 #: what transformers' models call the cache they return and take, newest first (RWKV: its state)
 CACHE_NAMES = ("cache", "past_key_values", "cache_params", "state")
-INVARIANTS = ("alone", "left-padded", "right-padded", "two-piece prefill", "token by token", "generate")
+INVARIANTS = ("alone", "left-padded", "right-padded", "packed", "two-piece prefill", "token by token", "generate")
 
 
 def _relative(got: Tensor, reference: Tensor) -> float:
@@ -56,6 +56,18 @@ def _padded(model: nn.Module, row: Tensor, longer: int, left: bool) -> tuple[Ten
     with recorded_layers(model) as calls:
         logits = model(torch.cat([other, tokens]), attention_mask=torch.cat([torch.ones_like(mask), mask])).logits
     return logits[1, where], [layer[1, where] for layer in calls[0]] if calls else []
+
+
+def _packed(model: nn.Module, row: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """``row`` ``[1, T]``'s logits and layer outputs packed in one row after another document of ``T + 3`` tokens, the
+    positions restarting at 0 where it begins (``position_ids``, as transformers' ``DataCollatorWithFlattening``
+    packs), without an attention mask."""
+    other = torch.randint(1, int(row.max()) + 1, (1, row.shape[1] + 3), generator=torch.Generator().manual_seed(11))
+    positions = torch.cat([torch.arange(other.shape[1]), torch.arange(row.shape[1])])[None]  # [1, 2T + 3]
+    where = slice(other.shape[1], None)
+    with recorded_layers(model) as calls:
+        logits = model(torch.cat([other, row], 1), position_ids=positions).logits
+    return logits[0, where], [layer[0, where] for layer in calls[0]] if calls else []
 
 
 def _continued(model: nn.Module, tokens: Tensor, earlier: Any, start: int, total: int) -> Any:
@@ -183,6 +195,7 @@ def check_invariants(
         "alone": lambda: _alone(model, row),
         "left-padded": lambda: _padded(model, row, row.shape[1] + 5, left=True),
         "right-padded": lambda: _padded(model, row, row.shape[1] + 5, left=False),
+        "packed": lambda: _packed(model, row),
         "two-piece prefill": lambda: _pieces(model, row, row.shape[1] // 2 + 1),
         "token by token": lambda: _token_by_token(model, row),
         "generate": lambda: _generate_agrees(model, row, new_tokens),
