@@ -61,9 +61,16 @@ def test_mixture_of_experts_matches_its_listing_with_gradients(top_k, normalize,
     assert (moe.shared_gate is not None) == (shared_ratio > 0 and shared_gate)
 
 
-def test_a_top_k_beyond_the_experts_is_refused():
-    with pytest.raises(ValueError, match="moe.top_k: expected 1 ≤ top_k ≤ experts=4, got 5"):
-        build_mlp("moe", D, 1.0, dict(experts=4, top_k=5))
+@pytest.mark.parametrize(
+    "top_k, message",
+    [
+        (5, "moe.top_k: 5 exceeds experts=4; choose top_k ≤ experts"),
+        (0, "moe.top_k: expected at least 1 expert per token, got 0"),
+    ],
+)
+def test_a_top_k_beyond_the_experts_or_below_one_is_refused(top_k, message):
+    with pytest.raises(ValueError, match=message):
+        build_mlp("moe", D, 1.0, dict(experts=4, top_k=top_k))
 
 
 def test_a_model_config_with_more_chosen_experts_than_experts_is_refused_by_field():

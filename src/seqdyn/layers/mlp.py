@@ -62,8 +62,10 @@ class MLP(nn.Module):
 
 def check_routing(experts: int, top_k: int, router: str, groups: int, top_groups: int) -> None:
     """Raise, naming the option, where the router cannot choose ``top_k`` of ``experts``."""
-    if not 0 < top_k <= experts:
-        raise ValueError(f"moe.top_k: expected 1 ≤ top_k ≤ experts={experts}, got {top_k}")
+    if top_k < 1:
+        raise ValueError(f"moe.top_k: expected at least 1 expert per token, got {top_k}")
+    if top_k > experts:
+        raise ValueError(f"moe.top_k: {top_k} exceeds experts={experts}; choose top_k ≤ experts")
     if router not in MixtureOfExperts.ROUTERS:
         raise ValueError(f"moe.router: expected one of {list(MixtureOfExperts.ROUTERS)}, got {router!r}")
     if groups < 1 or experts % groups:

@@ -59,9 +59,7 @@ class MixtureOfExperts(Strict):
     )
 
     @model_validator(mode="after")
-    def _check_top_k(self) -> MixtureOfExperts:
-        if self.top_k > self.experts:
-            raise ValueError(f"moe.top_k: {self.top_k} exceeds experts={self.experts}; choose top_k ≤ experts")
+    def _check_routing(self) -> MixtureOfExperts:
         check_routing(self.experts, self.top_k, self.router, self.groups, self.top_groups)
         return self
 

@@ -36,7 +36,11 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from seqdyn.core.names import did_you_mean
-from seqdyn.models.config import MixtureOfExperts, ModelConfig, Strict, describe_errors
+from seqdyn.models.config import ModelConfig, Strict, describe_errors
+
+#: MixtureOfExperts' fields as they were when its section was added to ModelConfig (the later ones are in
+#: :data:`ADDED_FIELDS` under ``model.moe``): what a run written before the section existed is compared with
+FIRST_MOE = {"experts": 8, "top_k": 2, "normalize": True, "shared_ratio": 0.0, "shared_gate": True}
 
 #: ``(section, field, default)`` of the fields added to the configs after run ids were first given; a section may be
 #: nested (``"model.moe"``): its added fields are set aside before the section itself is compared with its default
@@ -53,18 +57,11 @@ ADDED_FIELDS = (
     ("model.moe", "routed_scale", 1.0),
     ("model.moe", "selection_bias", False),
     ("model.moe", "normalize_eps", 0.0),
-    ("model", "moe", None),  # its default: MixtureOfExperts' fields of its first version (below)
+    ("model", "moe", FIRST_MOE),
     ("model", "logit_softcap", None),
     ("model", "keep_mixer_init", True),
     ("model", "residual_scale", 1.0),
     ("model", "embedding_norm", False),
-)
-_ADDED_MOE = {key for section, key, _ in ADDED_FIELDS if section == "model.moe"}
-ADDED_FIELDS = tuple(
-    (section, key, {k: v for k, v in MixtureOfExperts().model_dump().items() if k not in _ADDED_MOE})
-    if (section, key) == ("model", "moe")
-    else (section, key, default)
-    for section, key, default in ADDED_FIELDS
 )
 
 

@@ -62,12 +62,17 @@ def copy_swiglu(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     copy_weight(ours.fc2.weight, theirs.down_proj.weight, f"{prefix}.down_proj.weight")
 
 
-def copy_experts(prefix: str, router: str, theirs: nn.Module, ours: nn.Module) -> None:
-    """A mixture of SwiGLU experts — its linear router (the attribute ``router``) and ``experts`` (``gate_up_proj`` =
-    [gate | up], ``down_proj``, one slice per expert) — into seqdyn's (``router``, ``gate_up``, ``down``)."""
-    copy_weight(ours.router.weight, getattr(theirs, router).weight, f"{prefix}.{router}.weight")
-    copy_weight(ours.gate_up, theirs.experts.gate_up_proj, f"{prefix}.experts.gate_up_proj")
-    copy_weight(ours.down, theirs.experts.down_proj, f"{prefix}.experts.down_proj")
+def copy_experts(
+    prefix: str, router: str, theirs: nn.Module, ours: nn.Module, selection_bias: str | None = None
+) -> None:
+    """A mixture of SwiGLU experts — its linear router (the attribute ``router``), ``experts`` (``gate_up_proj`` =
+    [gate | up], ``down_proj``, one slice per expert) and, where named, the bias that only chooses experts (a dotted
+    name: DeepSeek-V3's ``gate.e_score_correction_bias``) — into seqdyn's (``router``, ``gate_up``, ``down``,
+    ``selection_bias``)."""
+    pairs = [("router.weight", f"{router}.weight"), ("gate_up", "experts.gate_up_proj"), ("down", "experts.down_proj")]
+    if selection_bias is not None:
+        pairs.append(("selection_bias", selection_bias))
+    copy_pairs(prefix, theirs, ours, tuple(pairs))
 
 
 def copy_qkv(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:

@@ -17,6 +17,7 @@ from seqdyn.hf.configuration import SeqdynConfig
 from seqdyn.hf.convert.common import (
     DecoderLayout,
     copy_decoder_stack,
+    copy_experts,
     copy_pairs,
     copy_swiglu,
     copy_weight,
@@ -165,13 +166,7 @@ def mlp_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     if not hasattr(theirs, "experts"):
         copy_swiglu(prefix, theirs, ours)
         return
-    pairs = (
-        ("router.weight", "gate.weight"),
-        ("selection_bias", "gate.e_score_correction_bias"),
-        ("gate_up", "experts.gate_up_proj"),
-        ("down", "experts.down_proj"),
-    )
-    copy_pairs(prefix, theirs, ours, pairs)
+    copy_experts(prefix, "gate", theirs, ours, selection_bias="gate.e_score_correction_bias")
     copy_swiglu(f"{prefix}.shared_experts", theirs.shared_experts, ours.shared)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.common import copy_decoder_stack, copy_pairs, hybrid_config
+from seqdyn.hf.convert.common import copy_decoder_stack, copy_experts, hybrid_config
 from seqdyn.hf.convert.lfm2 import lfm2_layout, lfm2_mixers, lfm2_mlp_weights
 from seqdyn.hf.convert.registry import TinyModel, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
@@ -42,10 +42,7 @@ def _feed_forward_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -> No
     if not hasattr(theirs, "experts"):
         lfm2_mlp_weights(prefix, theirs, ours)
         return
-    pairs = [("router.weight", "gate.weight"), ("gate_up", "experts.gate_up_proj"), ("down", "experts.down_proj")]
-    if theirs.use_expert_bias:
-        pairs.append(("selection_bias", "expert_bias"))
-    copy_pairs(prefix, theirs, ours, tuple(pairs))
+    copy_experts(prefix, "gate", theirs, ours, selection_bias="expert_bias" if theirs.use_expert_bias else None)
 
 
 def _lfm2_moe_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:

@@ -14,7 +14,7 @@ from seqdyn.hf.convert.qwen3_5 import (
     qwen_weights,
     tiny_delta_hybrid_fields,
 )
-from seqdyn.hf.convert.qwen3_next import TINY_EXPERTS, copy_experts, experts_hybrid_config
+from seqdyn.hf.convert.qwen3_next import TINY_EXPERTS, copy_qwen_experts, experts_hybrid_config
 from seqdyn.hf.convert.registry import TinyModel, register
 
 
@@ -27,7 +27,7 @@ def _qwen3_5_moe_config(config: Any) -> SeqdynConfig:
 register(
     "qwen3_5_moe_text",
     _qwen3_5_moe_config,
-    qwen_weights(qwen3_5_delta_weights, copy_experts),
+    qwen_weights(qwen3_5_delta_weights, copy_qwen_experts),
     TinyModel(
         "Qwen3_5MoeForCausalLM",
         "Qwen3_5MoeTextConfig",

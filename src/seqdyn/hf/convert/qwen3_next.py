@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.common import copy_pairs, copy_swiglu, copy_weight, hybrid_config
+from seqdyn.hf.convert.common import copy_experts, copy_pairs, copy_swiglu, copy_weight, hybrid_config
 from seqdyn.hf.convert.qwen3_5 import (
     QWEN_DELTA_REST,
     check_qwen3_5_options,
@@ -72,12 +72,10 @@ def _qwen3_next_delta_weights(prefix: str, theirs: nn.Module, ours: nn.Module) -
     copy_pairs(prefix, theirs, ours, QWEN_DELTA_REST)
 
 
-def copy_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
+def copy_qwen_experts(prefix: str, theirs: nn.Module, ours: nn.Module) -> None:
     """Qwen3-Next's sparse MoE block: router ``gate``, ``experts`` (``gate_up_proj``, ``down_proj``), the shared
     expert and its gate."""
-    copy_weight(ours.router.weight, theirs.gate.weight, f"{prefix}.gate.weight")
-    copy_weight(ours.gate_up, theirs.experts.gate_up_proj, f"{prefix}.experts.gate_up_proj")
-    copy_weight(ours.down, theirs.experts.down_proj, f"{prefix}.experts.down_proj")
+    copy_experts(prefix, "gate", theirs, ours)
     copy_swiglu(f"{prefix}.shared_expert", theirs.shared_expert, ours.shared)
     copy_weight(ours.shared_gate.weight, theirs.shared_expert_gate.weight, f"{prefix}.shared_expert_gate.weight")
 
@@ -94,7 +92,7 @@ TINY_EXPERTS = {
 register(
     "qwen3_next",
     _qwen3_next_config,
-    qwen_weights(_qwen3_next_delta_weights, copy_experts),
+    qwen_weights(_qwen3_next_delta_weights, copy_qwen_experts),
     TinyModel(
         "Qwen3NextForCausalLM",
         "Qwen3NextConfig",
