@@ -220,3 +220,53 @@ def test_seqdyns_short_convolution_conforms_and_a_flipped_kernel_fails_at_one_st
 
     broken = conform(flipped, "causal_conv1d", QUICK, adapter="causal_conv1d")
     assert broken["failed"] > 0 and broken["minimized"]["case"].startswith("B=1 T=1 H=1 N=1")  # w_{w−1} against w_0
+
+
+PACKED = [case for case in sweep(dtypes=("float32",)) if case.documents > 1]
+
+
+def runs_across_documents(query, key, value, g, beta, initial_state=None, cu_seqlens=None, **kwargs):
+    """Takes ``cu_seqlens`` and ignores it: the row runs as one sequence from the first document's state (the
+    field's "state leaks across packed documents" bug)."""
+    first = None if initial_state is None else initial_state[:1]
+    output, state = seqdyn_chunk(query, key, value, g, beta, first)
+    return output, state if cu_seqlens is None else state.expand(len(cu_seqlens) - 1, *state.shape[1:])
+
+
+def test_packed_rows_have_uneven_documents_that_end_inside_and_across_chunks():
+    assert Case(1, 65, 2, 32, 32, documents=3).offsets == (0, 7, 28, 65)
+    assert any(
+        64 in case.offsets[1:-1] or any(a < 64 < b for a, b in zip(case.offsets, case.offsets[1:])) for case in PACKED
+    )
+    with pytest.raises(ValueError, match="documents: 3 packed documents need one row"):
+        Case(2, 65, 2, 32, 32, documents=3)
+    assert all(each.documents <= each.length for each in Case(1, 4, 1, 2, 2, documents=3).smaller())
+
+
+def test_seqdyns_packed_delta_rule_and_convolution_conform_to_each_document_alone():
+    """The reference runs each document alone from its own row of the initial state; seqdyn's packed paths agree in
+    float32 and float64. A convention without the packing input (transformers' fallback) is not given packed rows."""
+    from seqdyn.hf.acceleration.functions import causal_conv1d
+
+    for dtype in ("float32", "float64"):
+        cases = [replace(case, dtype=dtype) for case in PACKED]
+        delta = conform(gated_delta_rule, "gated_delta_rule", cases)
+        assert delta["failed"] == 0 and delta["passed"] == 3 and "documents packed" in delta["cases"][0]["case"]
+        conv = conform(causal_conv1d, "causal_conv1d", cases)
+        assert conv["failed"] == 0 and conv["passed"] >= 1
+    assert conform(seqdyn_chunk, "gated_delta_rule", PACKED + QUICK[:1])["passed"] == 1
+
+
+def test_a_state_leaking_across_packed_documents_fails_every_packed_row_and_shrinks_to_two_steps():
+    report = conform(runs_across_documents, "gated_delta_rule", PACKED + QUICK[:2], adapter="seqdyn")
+    failing = [case["case"] for case in report["cases"] if not case["passed"]]
+    assert len(failing) == 3 and all("documents packed" in case for case in failing)
+    assert report["minimized"]["case"].startswith("B=1 T=2 (2 documents packed) H=1 K=1 V=1")
+
+    def conv_across(x, weight, bias=None, activation=None, seq_idx=None):
+        from seqdyn.hf.acceleration.functions import causal_conv1d
+
+        return causal_conv1d(x, weight, bias, activation)
+
+    conv = conform(conv_across, "causal_conv1d", PACKED, adapter="causal_conv1d")
+    assert conv["failed"] >= 1 and conv["minimized"]["case"].startswith("B=1 T=2 (2 documents packed) H=1 N=1")

@@ -28,7 +28,12 @@ def conform(
         "float32,bfloat16", help="The dtypes to compute in, comma-separated (float64, float16 too)."
     ),
     device: str = typer.Option("cpu", help="Where the implementation runs (the reference runs on the CPU in float64)."),
-    quick: bool = typer.Option(False, "--quick", help="A dozen cases per dtype instead of the full sweep."),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="Ten cases per dtype instead of the full sweep (20: lengths, widths, grouped heads, initial states, "
+        "decays, packed rows).",
+    ),
     json_out: Optional[Path] = typer.Option(
         None, "--json", help="Write the report (every case, the minimized one) here."
     ),

@@ -37,10 +37,11 @@ def load_callable(target: str) -> Callable[..., Any]:
 def conform(
     fn: Callable[..., Any], op: str, cases: Iterable[Case], adapter: str | None = None, device: str = "cpu"
 ) -> dict[str, Any]:
-    """Every case of ``cases`` that ``fn``'s convention takes, checked; the report: op, adapter, each case's
+    """Every case of ``cases`` that ``fn``'s convention takes (packed rows where ``fn`` takes the op's packing
+    input), checked; the report: op, adapter, each case's
     :meth:`Checked.record`, and the first failing case minimized (None where every case passed)."""
     spec, convention = check_op(op), adapter_for(fn, op, adapter)
-    taken = list(dict.fromkeys(spec.case(case) for case in cases if convention.takes(case)))
+    taken = list(dict.fromkeys(spec.case(case) for case in cases if convention.takes(case, fn)))
     checked = [check_case(spec, convention, fn, case, device) for case in taken]
     failing = [each for each in checked if not each.passed]
     smallest = None

@@ -83,20 +83,26 @@ def check_case(
 ) -> Checked:
     """``fn`` on ``case`` (its inputs drawn with ``seed``, rounded to the case's dtype, on ``device``) against the
     float64 reference of the same rounded inputs, within the tolerance of the module's docstring."""
-    if not adapter.takes(case):
+    if not adapter.takes(case, fn):
         raise ValueError(f"{adapter.name}'s convention cannot state {case.label()}: leave it out")
     dtype = DTYPES[case.dtype]
     exact = op.inputs(case, torch.Generator().manual_seed(seed))
-    rounded = {name: tensor.to(dtype).double() for name, tensor in exact.items()}
+    rounded = {
+        name: tensor.to(dtype).double() if tensor.is_floating_point() else tensor for name, tensor in exact.items()
+    }
     reference = _quantities(op.differentiable, op.reference, rounded)
     unit = torch.finfo(dtype).eps / 2
     jitter = torch.Generator().manual_seed(seed + 1)
     perturbed = {
         name: tensor * (1 + unit * (2 * torch.rand(tensor.shape, generator=jitter, dtype=torch.float64) - 1))
+        if tensor.is_floating_point()
+        else tensor
         for name, tensor in rounded.items()
     }
     moved = _quantities(op.differentiable, op.reference, perturbed)
-    on_device = {name: t.to(device=device, dtype=dtype) for name, t in rounded.items()}
+    on_device = {
+        name: t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype) for name, t in rounded.items()
+    }
     try:
         got = _quantities(op.differentiable, partial(adapter.call, fn), on_device)
     except Exception as error:  # the tested callable's own failure is a failing case, never the harness's

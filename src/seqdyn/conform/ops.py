@@ -16,7 +16,8 @@ from torch import Tensor
 from seqdyn.conform.cases import Case
 
 #: the inputs of the gated delta rule, in the order of transformers' fallback: query, key ``[B, T, H_k, K]``, value
-#: ``[B, T, H, V]``, log-decay g and β ``[B, T, H]``, and the initial state ``[B, H, K, V]`` (where the case has one)
+#: ``[B, T, H, V]``, log-decay g and β ``[B, T, H]``, and the initial state ``[B, H, K, V]`` (where the case has one;
+#: ``[N, H, K, V]`` for a row of N packed documents, whose offsets are ``cu_seqlens`` ``[N + 1]``)
 DELTA_RULE_INPUTS = ("query", "key", "value", "g", "beta", "initial_state")
 
 
@@ -37,18 +38,70 @@ def delta_rule_inputs(case: Case, generator: torch.Generator) -> dict[str, Tenso
         "beta": torch.rand(b, t, h, generator=generator, dtype=torch.float64),
     }
     if case.initial_state:
-        inputs["initial_state"] = 0.1 * draw(b, h, case.key_dim, case.value_dim)
+        inputs["initial_state"] = 0.1 * draw(
+            case.documents if case.documents > 1 else b, h, case.key_dim, case.value_dim
+        )
+    if case.documents > 1:
+        inputs["cu_seqlens"] = torch.tensor(case.offsets)
     return inputs
 
 
+def per_document(
+    reference: Callable[[dict[str, Tensor]], dict[str, Tensor]], packing: str, time_dim: int
+) -> Callable[[dict[str, Tensor]], dict[str, Tensor]]:
+    """``reference`` run on each packed document of a row alone (the inputs' ``packing`` entry: ``cu_seqlens``
+    ``[N + 1]`` or ``seq_idx`` ``[1, T]``), each from its own row of the initial state; the outputs concatenated along
+    time (dimension ``time_dim``), the final states stacked — packing's definition, without the packed path."""
+
+    def reference_of_rows(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+        if packing not in inputs:
+            return reference(inputs)
+        marks = inputs[packing]
+        offsets = marks.tolist() if packing == "cu_seqlens" else _offsets_of(marks)
+        pieces = [
+            reference(_document(inputs, packing, time_dim, n, start, end))
+            for n, (start, end) in enumerate(zip(offsets[:-1], offsets[1:]))
+        ]
+        return {
+            name: torch.cat([piece[name] for piece in pieces], dim=time_dim if name == "output" else 0)
+            for name in pieces[0]
+        }
+
+    return reference_of_rows
+
+
+def _document(
+    inputs: dict[str, Tensor], packing: str, time_dim: int, n: int, start: int, end: int
+) -> dict[str, Tensor]:
+    """Document ``n`` of a packed row (steps ``start:end``) as a row of its own: its initial state's row ``n``, the
+    time-indexed inputs narrowed, the rest (weights) as they are."""
+    document = {}
+    for name, tensor in inputs.items():
+        if name == "initial_state":
+            document[name] = tensor[n : n + 1]
+        elif name != packing:
+            document[name] = tensor.narrow(time_dim, start, end - start) if tensor.dim() > time_dim else tensor
+    return document
+
+
+def _offsets_of(seq_idx: Tensor) -> list[int]:
+    """``seq_idx`` ``[1, T]`` (the document of each step) as offsets ``[0, …, T]``."""
+    counts = torch.unique_consecutive(seq_idx[0], return_counts=True)[1]
+    return [0, *counts.cumsum(0).tolist()]
+
+
 def delta_rule_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Yang et al. 2025 (Gated DeltaNet), eq. 10, by seqdyn's recurrent backend in the inputs' dtype (float64)::
+    """Yang et al. 2025 (Gated DeltaNet), eq. 10, by seqdyn's recurrent backend in the inputs' dtype (float64), each
+    packed document alone (:func:`per_document`)::
 
     S_t = e^{g_t} (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,   o_t = S_tᵀ q_t / √K"""
     from seqdyn.hf.acceleration.functions import gated_delta_rule
 
-    output, state = gated_delta_rule(**inputs, output_final_state=True, backend="recurrent")
-    return {"output": output, "final_state": state}
+    def one_row(row: dict[str, Tensor]) -> dict[str, Tensor]:
+        output, state = gated_delta_rule(**row, output_final_state=True, backend="recurrent")
+        return {"output": output, "final_state": state}
+
+    return per_document(one_row, "cu_seqlens", time_dim=1)(inputs)
 
 
 @dataclass(frozen=True)
@@ -63,9 +116,20 @@ class Adapter:
     call: Callable[[Callable[..., Any], dict[str, Tensor]], dict[str, Tensor]]
     initial_state: bool = True
 
-    def takes(self, case: Case) -> bool:
-        """Whether the convention can state ``case`` (grouped heads, an initial state)."""
-        return (self.grouped_heads or case.key_heads is None) and (self.initial_state or not case.initial_state)
+    def takes(self, case: Case, fn: Callable[..., Any] | None = None) -> bool:
+        """Whether the convention can state ``case`` (grouped heads, an initial state) — a packed row only where
+        ``fn`` takes the op's packing input by name."""
+        packs = case.documents == 1 or (fn is not None and OPS[self.op].packing in parameters_of(fn))
+        heads = self.grouped_heads or case.key_heads is None
+        return packs and heads and (self.initial_state or not case.initial_state)
+
+
+def parameters_of(fn: Callable[..., Any]) -> set[str]:
+    """The names of ``fn``'s parameters (none where its signature cannot be read)."""
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 def _transformers_delta_rule(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -75,7 +139,10 @@ def _transformers_delta_rule(fn: Callable[..., Any], inputs: dict[str, Tensor]) 
 
 def _fla_delta_rule(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     q, k, v, g, beta = (inputs[name] for name in DELTA_RULE_INPUTS[:5])
-    output, state = fn(q, k, v, beta=beta, g=g, initial_state=inputs.get("initial_state"), output_final_state=True)
+    packed = {"cu_seqlens": inputs["cu_seqlens"]} if "cu_seqlens" in inputs else {}
+    output, state = fn(
+        q, k, v, beta=beta, g=g, initial_state=inputs.get("initial_state"), output_final_state=True, **packed
+    )
     return {"output": output, "final_state": state}
 
 
@@ -134,25 +201,34 @@ def conv_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
     """A short convolution problem in float64: ``case.heads × case.key_dim`` channels of ``case.length`` steps, a
     kernel of :data:`CONV_WIDTH` taps (a case's decay and initial state do not apply)."""
     channels = case.heads * case.key_dim
-    return {
+    inputs = {
         "x": torch.randn(case.batch, channels, case.length, generator=generator, dtype=torch.float64),
         "weight": torch.randn(channels, CONV_WIDTH, generator=generator, dtype=torch.float64) / CONV_WIDTH**0.5,
         "bias": torch.randn(channels, generator=generator, dtype=torch.float64),
     }
+    if case.documents > 1:  # the document of each step, as the causal_conv1d package's seq_idx
+        lengths = torch.tensor(case.offsets).diff()
+        inputs["seq_idx"] = torch.repeat_interleave(torch.arange(case.documents), lengths)[None].to(torch.int32)
+    return inputs
 
 
 def conv_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     """The short causal convolution with SiLU (Gu & Dao 2023's conv before the scan), by its definition with torch's
     depthwise ``conv1d`` in the inputs' dtype (float64 for the reference)::
 
-    y_t = SiLU(b + Σ_{l<w} W[:, w−1−l] ⊙ x_{t−l}),   zeros before the start"""
-    x, weight, bias = (inputs[name] for name in CONV_INPUTS)
-    padded = F.pad(x, (weight.shape[1] - 1, 0))
-    return {"output": F.silu(F.conv1d(padded, weight.unsqueeze(1), bias, groups=weight.shape[0]))}
+    y_t = SiLU(b + Σ_{l<w} W[:, w−1−l] ⊙ x_{t−l}),   zeros before the start (of each packed document)"""
+
+    def one_row(row: dict[str, Tensor]) -> dict[str, Tensor]:
+        x, weight, bias = (row[name] for name in CONV_INPUTS)
+        padded = F.pad(x, (weight.shape[1] - 1, 0))
+        return {"output": F.silu(F.conv1d(padded, weight.unsqueeze(1), bias, groups=weight.shape[0]))}
+
+    return per_document(one_row, "seq_idx", time_dim=2)(inputs)
 
 
 def _conv(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {"output": fn(*(inputs[name] for name in CONV_INPUTS), activation="silu")}
+    packed = {"seq_idx": inputs["seq_idx"]} if "seq_idx" in inputs else {}
+    return {"output": fn(*(inputs[name] for name in CONV_INPUTS), activation="silu", **packed)}
 
 
 ADAPTERS = (
@@ -200,6 +276,8 @@ class Op:
     differentiable: tuple[str, ...]
     #: the value width of its cases (0: a scan of channels, each with its own state, no value width)
     value_dim: int | None = None
+    #: the input that marks a row's packed documents (``cu_seqlens``, ``seq_idx``); None: no packed form here
+    packing: str | None = None
 
     def case(self, case: Case) -> Case:
         """``case`` as this op states it."""
@@ -213,6 +291,7 @@ OPS = {
         delta_rule_inputs,
         delta_rule_reference,
         DELTA_RULE_INPUTS,
+        packing="cu_seqlens",
     ),
     "selective_scan": Op(
         "selective_scan",
@@ -229,6 +308,7 @@ OPS = {
         conv_reference,
         CONV_INPUTS,
         value_dim=0,
+        packing="seq_idx",
     ),
 }
 
@@ -247,10 +327,7 @@ def adapter_for(fn: Callable[..., Any], op: str, name: str | None = None) -> Ada
             if adapter.name == name:
                 return adapter
         raise ValueError(f"--adapter: {op} has the adapters {', '.join(a.name for a in known)}; got {name!r}")
-    try:
-        parameters = set(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        parameters = set()
+    parameters = parameters_of(fn)
     for adapter in sorted(known, key=lambda adapter: -len(adapter.parameters)):  # the most specific first
         if set(adapter.parameters) <= parameters:
             return adapter
