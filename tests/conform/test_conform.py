@@ -270,3 +270,49 @@ def test_a_state_leaking_across_packed_documents_fails_every_packed_row_and_shri
 
     conv = conform(conv_across, "causal_conv1d", PACKED, adapter="causal_conv1d")
     assert conv["failed"] >= 1 and conv["minimized"]["case"].startswith("B=1 T=2 (2 documents packed) H=1 N=1")
+
+
+def test_mamba2s_ssd_scan_by_transformers_and_by_seqdyn_conforms_with_grouped_b_and_c():
+    """transformers' mamba2_chunk_scan computes in float32 whatever its inputs (float64 fails by design)."""
+    from seqdyn.hf.acceleration.functions import ssd_chunk_scan
+
+    own = conform(ssd_chunk_scan, "ssd", sweep(quick=True, dtypes=("float32", "float64")))
+    assert own["adapter"] == "transformers" and own["failed"] == 0
+    assert any("key heads" in case["case"] for case in own["cases"])
+    pytest.importorskip("transformers")
+    fallback = load_callable("transformers.models.mamba2.modeling_mamba2:mamba2_chunk_scan")
+    assert conform(fallback, "ssd", sweep(quick=True))["failed"] == 0
+    assert conform(fallback, "ssd", sweep(quick=True, dtypes=("float64",))[:2])["failed"] == 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_chunk_backends_scalar_decay_gradient_keeps_its_precision_under_strong_decays(dtype):
+    """Decays down to e^−4 a step: ∂g taken as differences of cumulative sums lost 2-4× the tolerance here (the
+    gradient ~ e^−16 beside terms ~ 1); summed over the segments that contain each step it stays within half of it."""
+    from seqdyn.hf.acceleration.functions import ssd_chunk_scan
+
+    spec = OPS["ssd"]
+    case = Case(1, 4, 1, 16, 32, decay="extreme", dtype=dtype)
+    checked = check_case(spec, adapter_for(ssd_chunk_scan, "ssd"), ssd_chunk_scan, case)
+    assert checked.passed and max(checked.ratios["dA"], checked.ratios["ddt_bias"]) < 0.5
+
+
+def ignores_resets(hidden_states, recurrent_gate, reset, recurrent_states=None):
+    from seqdyn.hf.acceleration.functions import linear_rnn_scan
+
+    return linear_rnn_scan(hidden_states, recurrent_gate, torch.zeros_like(reset), recurrent_states)
+
+
+def test_recurrent_gemmas_linear_recurrence_conforms_with_resets_where_packed_documents_begin():
+    from seqdyn.hf.acceleration.functions import linear_rnn_scan
+
+    cases = sweep(quick=True, dtypes=("float32", "float64"))
+    own = conform(linear_rnn_scan, "linear_rnn", cases)
+    assert own["failed"] == 0 and any("documents packed" in case["case"] for case in own["cases"])
+    broken = conform(ignores_resets, "linear_rnn", cases)
+    failing = [case["case"] for case in broken["cases"] if not case["passed"]]
+    assert failing and all("documents packed" in case for case in failing)
+    pytest.importorskip("transformers")
+    method = "transformers.models.recurrent_gemma.modeling_recurrent_gemma:RecurrentGemmaRglru._rnn_scan"
+    fallback = conform(load_callable(method), "linear_rnn", sweep(quick=True))
+    assert fallback["failed"] == 0 and fallback["passed"] == len(fallback["cases"])

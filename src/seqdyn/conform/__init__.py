@@ -21,12 +21,15 @@ __all__ = ["Case", "Checked", "conform", "load_callable", "sweep"]
 
 
 def load_callable(target: str) -> Callable[..., Any]:
-    """The callable ``module.path:attribute`` (or ``module.path.attribute``) names."""
+    """The callable ``module.path:attribute`` (or ``module.path.attribute``) names; the attribute may be dotted
+    (``module:Class.method``: a method whose ``self`` the function never reads, as RecurrentGemma's ``_rnn_scan``)."""
     module, _, attribute = target.partition(":") if ":" in target else target.rpartition(".")
     if not module or not attribute:
         raise ValueError(f"callable: expected module.path:function, got {target!r}")
     try:
-        found = getattr(importlib.import_module(module), attribute)
+        found = importlib.import_module(module)
+        for part in attribute.split("."):
+            found = getattr(found, part)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"callable {target!r}: {error}") from None
     if not callable(found):

@@ -231,6 +231,119 @@ def _conv(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor
     return {"output": fn(*(inputs[name] for name in CONV_INPUTS), activation="silu", **packed)}
 
 
+#: the inputs of Mamba-2's SSD scan in mamba_ssm's order: x ``[B, T, H, P]``, Δ (before its bias and softplus)
+#: ``[B, T, H]``, A ``[H]``, B and C ``[B, T, G, N]`` (G groups of heads), D and Δ's bias ``[H]``, the initial state
+#: ``[B, H, P, N]`` (where the case has one)
+SSD_INPUTS = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
+#: the chunk size the SSD cases are called with (the sweep's lengths straddle it)
+SSD_CHUNK = 64
+
+
+def ssd_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
+    """An SSD problem in float64: ``case.heads`` heads of P = ``case.value_dim`` channels, a state of N =
+    ``case.key_dim`` per channel, ``case.groups`` groups of B and C; A = −(1 … H)/H (× 30 at extreme decays, 0 for
+    none), Δ's bias around −2."""
+
+    def draw(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    b, t, h, g = case.batch, case.length, case.heads, case.groups
+    scale = {"typical": 1.0, "none": 0.0, "extreme": 30.0}[case.decay]
+    inputs = {
+        "x": draw(b, t, h, case.value_dim),
+        "dt": draw(b, t, h),
+        "A": -scale * torch.arange(1, h + 1, dtype=torch.float64) / h,
+        "B": draw(b, t, g, case.key_dim),
+        "C": draw(b, t, g, case.key_dim),
+        "D": draw(h),
+        "dt_bias": draw(h) - 2.0,
+    }
+    if case.initial_state:
+        inputs["initial_states"] = 0.1 * draw(b, h, case.value_dim, case.key_dim)
+    return inputs
+
+
+def ssd_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Dao & Gu 2024 (Mamba-2, SSD), eq. 1 with a scalar A per head, step by step in the inputs' dtype (float64)::
+
+    Δ = softplus(δ + bias),   S_t = exp(Δ_t A_h) S_{t−1} + Δ_t x_t B_tᵀ,   y_t = S_t C_t + D_h x_t"""
+    x, dt, a, b, c, d, bias = (inputs[name] for name in SSD_INPUTS[:7])
+    heads, groups = x.shape[2], b.shape[2]
+    b, c = (t.repeat_interleave(heads // groups, dim=2) for t in (b, c))  # [B, T, G, N] → [B, T, H, N]
+    step = F.softplus(dt + bias)  # [B, T, H]
+    state = inputs.get("initial_states", x.new_zeros(x.shape[0], heads, x.shape[3], b.shape[3]))
+    outputs = []
+    for t in range(x.shape[1]):
+        decay = torch.exp(step[:, t] * a)[..., None, None]  # [B, H, 1, 1]
+        state = decay * state + (step[:, t, :, None] * x[:, t])[..., None] * b[:, t, :, None, :]
+        outputs.append((state * c[:, t, :, None, :]).sum(-1) + d[:, None] * x[:, t])
+    return {"output": torch.stack(outputs, dim=1), "final_state": state}
+
+
+def _ssd(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    x, dt, a, b, c, d, bias = (inputs[name] for name in SSD_INPUTS[:7])
+    output, state = fn(
+        x,
+        dt,
+        a,
+        b,
+        c,
+        chunk_size=SSD_CHUNK,
+        D=d,
+        dt_bias=bias,
+        initial_states=inputs.get("initial_states"),
+        dt_softplus=True,
+        return_final_states=True,
+    )
+    return {"output": output, "final_state": state}
+
+
+#: the inputs of RecurrentGemma's linear recurrence (Griffin's RG-LRU after its gates): x and the gate a ``[B, T, W]``
+#: (W = H × K channels of the case), the resets ``[B, T, 1]`` (where packed documents begin) and the initial state
+#: ``[B, W]`` (where the case has one)
+RNN_INPUTS = ("hidden_states", "recurrent_gate", "reset", "recurrent_states")
+
+
+def rnn_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
+    """A linear-recurrence problem in float64: gates a = e^{−c} with c uniform in [0, 1] (typical; in [0, 30]
+    extreme; a = 1 for none), resets at the starts of a packed row's documents after the first."""
+    width = case.heads * case.key_dim
+    high = {"typical": 1.0, "none": 0.0, "extreme": 30.0}[case.decay]
+    reset = torch.zeros(case.batch, case.length, 1, dtype=torch.bool)
+    reset[:, list(case.offsets[1:-1]) if case.documents > 1 else []] = True
+    inputs = {
+        "hidden_states": torch.randn(case.batch, case.length, width, generator=generator, dtype=torch.float64),
+        "recurrent_gate": torch.exp(
+            -high * torch.rand(case.batch, case.length, width, generator=generator, dtype=torch.float64)
+        ),
+        "reset": reset,
+    }
+    if case.initial_state:
+        inputs["recurrent_states"] = torch.randn(case.batch, width, generator=generator, dtype=torch.float64)
+    return inputs
+
+
+def rnn_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """De et al. 2024 (Griffin), eq. 4's linear recurrence after its gates, step by step in float64::
+
+    h_t = a_t ⊙ h_{t−1} + x_t,   h_{t−1} taken as 0 where ``reset_t``"""
+    x, gate, reset = (inputs[name] for name in RNN_INPUTS[:3])
+    state = inputs.get("recurrent_states", x.new_zeros(x.shape[0], x.shape[2]))
+    outputs = []
+    for t in range(x.shape[1]):
+        state = torch.where(reset[:, t], 0.0, gate[:, t] * state) + x[:, t]
+        outputs.append(state)
+    return {"output": torch.stack(outputs, dim=1), "final_state": state}
+
+
+def _rnn(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    arguments = [inputs[name] for name in RNN_INPUTS[:3]] + [inputs.get("recurrent_states")]
+    if "self" in parameters_of(fn):  # transformers' RecurrentGemmaRglru._rnn_scan, which never reads its self
+        arguments.insert(0, None)
+    output, state = fn(*arguments)
+    return {"output": output, "final_state": state}
+
+
 ADAPTERS = (
     # transformers' torch_chunk_gated_delta_rule and torch_recurrent_gated_delta_rule (Qwen3-Next, Qwen3.5, OLMo-hybrid)
     Adapter(
@@ -262,6 +375,15 @@ ADAPTERS = (
     Adapter("causal_conv1d", "causal_conv1d", ("x", "weight", "bias", "activation"), False, _conv, False),
     # seqdyn's own, in transformers' names (seqdyn.hf.acceleration.functions.causal_conv1d)
     Adapter("transformers", "causal_conv1d", ("hidden_states", "weight", "bias", "activation"), False, _conv, False),
+    # mamba_ssm's mamba_chunk_scan_combined
+    Adapter("mamba_ssm", "ssd", ("x", "dt", "A", "B", "C", "chunk_size"), True, _ssd),
+    # transformers' mamba2_chunk_scan (Mamba-2, Bamba, Granite 4.0, Nemotron-H, Zamba2, Falcon-H1) and seqdyn's own
+    # (seqdyn.hf.acceleration.functions.ssd_chunk_scan)
+    Adapter("transformers", "ssd", ("hidden_states", "dt", "A", "B", "C", "chunk_size"), True, _ssd),
+    # transformers' RecurrentGemmaRglru._rnn_scan and seqdyn's own (seqdyn.hf.acceleration.functions.linear_rnn_scan)
+    Adapter(
+        "transformers", "linear_rnn", ("hidden_states", "recurrent_gate", "reset", "recurrent_states"), False, _rnn
+    ),
 )
 
 
@@ -309,6 +431,23 @@ OPS = {
         CONV_INPUTS,
         value_dim=0,
         packing="seq_idx",
+    ),
+    "ssd": Op(
+        "ssd",
+        "Mamba-2's SSD scan (Dao & Gu 2024), outputs and final state, with grouped B and C",
+        ssd_inputs,
+        ssd_reference,
+        SSD_INPUTS,
+    ),
+    "linear_rnn": Op(
+        "linear_rnn",
+        "RecurrentGemma's linear recurrence after the RG-LRU's gates (De et al. 2024, Griffin eq. 4), with resets "
+        "where packed documents begin",
+        rnn_inputs,
+        rnn_reference,
+        ("hidden_states", "recurrent_gate", "recurrent_states"),
+        value_dim=0,
+        packing="reset",
     ),
 }
 

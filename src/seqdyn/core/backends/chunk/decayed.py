@@ -39,8 +39,9 @@ def decayed_chunks(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: T
 
 @float32_under_autocast
 class _DecayedChunks(torch.autograd.Function):
-    """The decayed chunks of the module docstring.  The backward runs the state recurrence in reverse and takes
-    ``∂g`` through ``γ = cumsum(g)``: every exponent is a difference of ``γ``'s."""
+    """The decayed chunks of the module docstring.  The backward runs the state recurrence in reverse; a scalar
+    decay's ``∂g_l`` sums the terms that contain ``g_l`` (:func:`_scalar_decay_gradient`), a diagonal one's goes
+    through ``γ = cumsum(g)`` (every exponent a difference of ``γ``'s)."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
@@ -89,6 +90,20 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial: Tensor | None,
     return out, state, (coefficients, queries, keys, entering, chunk_decay, *intra)
 
 
+def _scalar_decay_gradient(grad_segments: Tensor, grad_queries: Tensor, grad_keys: Tensor) -> Tensor:
+    """``∂g_l`` ``[B, H, N, C]`` of a scalar decay from what depends on it inside the chunk, each term summed over
+    the quantities that contain ``g_l`` only: the segments ``σ_ij = Σ_{j<l≤i} g_l`` (``grad_segments`` ∂σ
+    ``[.., C, C]``), the query factors ``e^{γ_i}`` (``i ≥ l``) and the key factors ``e^{Γ−γ_j}`` (``j < l``; their
+    products with the factors' gradients given ``[.., C, X]``).  Differences of γ's suffix sums would give the same
+    in exact arithmetic and cancel catastrophically under strong decays (a gradient ~ e^{−30} beside terms ~ 1)."""
+    below = grad_segments.flip(-2).cumsum(-2).flip(-2)  # [l, j]: Σ_{i ≥ l} ∂σ[i, j]
+    straddling = torch.tril(below, diagonal=-1).sum(-1)  # Σ_{i ≥ l > j} ∂σ[i, j]
+    queries = suffix_sums(grad_queries.sum(-1))  # Σ_{i ≥ l}
+    keys = grad_keys.sum(-1).cumsum(-1)
+    keys = torch.cat([torch.zeros_like(keys[..., :1]), keys[..., :-1]], dim=-1)  # Σ_{j < l}
+    return straddling + queries + keys
+
+
 def _backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
     """The gradients of :func:`_forward`'s inputs (the class docstring's backward)."""
     q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra = ctx.saved_tensors
@@ -112,18 +127,14 @@ def _backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
         # terms reduced to the input's heads one by one: the gram's gradient is already summed over heads
         grad_q = (grad_gram @ k).sum_to_size(q.shape) + (grad_queries * query_factor).sum_to_size(q.shape)
         grad_k = (grad_gram.transpose(-1, -2) @ q).sum_to_size(k.shape) + (grad_keys * key_factor).sum_to_size(k.shape)
-        if ctx.has_decay:
-            grad_segments = grad_coefficients * coefficients  # ∂σ[i, j] with σ = γ_i − γ_j
-            grad_gamma = (
-                grad_segments.sum(-1)
-                - grad_segments.sum(-2)
-                + (grad_queries * queries).sum(-1)
-                - (grad_keys * keys).sum(-1)
-            )
     grad_g = None
-    if ctx.has_decay:  # Γ enters e^{Γ − γ} of the keys and e^{Γ} of the state
+    if ctx.has_decay and not ctx.diagonal:
+        grad_g = _scalar_decay_gradient(grad_coefficients * coefficients, grad_queries * queries, grad_keys * keys)
+        state_part = (grad_increments * chunk_decay * entering).sum((-1, -2))  # Γ in e^{Γ} of the state [B, H, N]
+        grad_g = (grad_g + state_part.unsqueeze(-1)).sum_to_size(g.shape)
+    elif ctx.has_decay:  # Γ enters e^{Γ − γ} of the keys and e^{Γ} of the state
         grad_total = (grad_keys * keys).sum(3) + (grad_increments * chunk_decay * entering).sum(-1)
-        grad_gamma[:, :, :, -1] += grad_total if ctx.diagonal else grad_total.sum(-1)
+        grad_gamma[:, :, :, -1] += grad_total
         grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
     grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
     return (
