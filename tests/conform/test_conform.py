@@ -202,6 +202,8 @@ def test_the_precision_report_is_within_a_few_round_offs_of_each_dtype_and_names
     assert bf16["output_error"] > 100 * next(row for row in rows if row["dtype"] == "float32")["output_error"]
     result = CliRunner().invoke(app, ["precision", "--op", "selective_scan", "--lengths", "32", "--dtypes", "f8"])
     assert result.exit_code == 2 and "--dtypes" in result.output
+    single = CliRunner().invoke(app, ["precision", "--op", "causal_conv1d", "--lengths", "32"])
+    assert single.exit_code == 2 and "--op: the precision report covers" in single.output, single.output
     ok = CliRunner().invoke(
         app, ["precision", "--lengths", "32", "--dtypes", "float32", "--json", str(tmp_path / "p.json")]
     )

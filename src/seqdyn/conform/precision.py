@@ -26,6 +26,10 @@ def precision_report(
     """One row per (length, backend, dtype): errors of output and final state relative to their largest
     magnitude, the dtype's unit round-off, the largest state entry, and whether anything was not finite."""
     spec, rows = check_op(op), []
+    if op not in BACKENDS:
+        raise ValueError(
+            f"--op: the precision report covers {', '.join(BACKENDS)} (the ops with several backends); got {op!r}"
+        )
     compute = _delta_rule_in_dtype if op == "gated_delta_rule" else scan_reference
     for length in lengths:
         case = spec.case(Case(1, length, 4, 64, 64))
