@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import seqdyn
+from seqdyn.core.backends.chunk import delta_rule
 from seqdyn.core.backends.chunk.chunking import to_chunks, unchunked
 from seqdyn.core.backends.chunk.decayed import decayed_chunks
 from seqdyn.core.backends.chunk.delta_rule import delta_rule_chunks
@@ -157,3 +158,36 @@ def test_householder_chunks_backward_matches_the_listing(decay, householder, ini
         (BATCH, HEADS),
     )
     _assert_same((unchunked(out, length), state), x, length, "householder")
+
+
+@pytest.mark.parametrize("per_segment", [1, 3])
+@pytest.mark.parametrize("decay", ["none", "scalar"])
+def test_delta_rule_in_segments_matches_the_listing(decay, per_segment, monkeypatch):
+    """The delta rule a segment of chunks at a time (blocks computed again in the backward): chunks one by one and
+    three by three (the last segment shorter), with an initial state, are the listing's to 1e-10."""
+    monkeypatch.setattr(delta_rule, "SEGMENT_TOKEN_HEADS", 1)
+    monkeypatch.setattr(delta_rule, "SEGMENT_MIN_CHUNKS", per_segment)
+    length = 37  # ten chunks
+    x = _inputs(5, length, decay, "keys", initial=True)
+    out, state = delta_rule_chunks(
+        *(_chunks(x, name, length) for name in ("q", "d", "v", "g", "beta", "s")), x.get("initial")
+    )
+    _assert_same((unchunked(out, length), state), x, length, f"delta rule, {per_segment} chunks per segment")
+
+
+def test_the_delta_rule_keeps_its_inputs_one_state_per_chunk_and_one_segment(monkeypatch):
+    """What the forward keeps for the backward: its inputs, the state entering each chunk and the blocks of its last
+    segment (of 2 chunks of 10 here), nothing else of size ``C²`` or ``C (K + V)`` per chunk."""
+    monkeypatch.setattr(delta_rule, "SEGMENT_TOKEN_HEADS", 1)
+    monkeypatch.setattr(delta_rule, "SEGMENT_MIN_CHUNKS", 2)
+    length = 37
+    x = _inputs(6, length, "scalar", "keys", initial=True)
+    chunked_inputs = [_chunks(x, name, length) for name in ("q", "d", "v", "g", "beta", "s")]
+    out, _ = delta_rule_chunks(*chunked_inputs, x["initial"])
+    kept_blocks = out.grad_fn.last_blocks
+    kept = sum(t.numel() for t in (*out.grad_fn.saved_tensors, *kept_blocks.factors, *kept_blocks[1:]) if t is not None)
+    states = BATCH * HEADS * chunked_inputs[0].shape[2] * KEY_DIM * VALUE_DIM
+    with torch.no_grad():
+        last = delta_rule.segment_blocks(*(t[:, :, -2:] for t in chunked_inputs), (BATCH, HEADS, 2))
+    last_blocks = sum(t.numel() for t in (*last.factors, *last[1:]))
+    assert kept == sum(t.numel() for t in chunked_inputs) + x["initial"].numel() + states + last_blocks

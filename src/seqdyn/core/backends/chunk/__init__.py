@@ -14,7 +14,8 @@ small to be normal floats are 0 (:func:`~seqdyn.core.evolution.decay_factor`).  
 steps in plain autograd code; the modules below are the fast paths, each checked against it:
 
 - :mod:`.decayed`: no, scalar or diagonal decay without a Householder factor, hand-written backward;
-- :mod:`.delta_rule`: DeltaNet's Householder factor with no or scalar decay, hand-written backward (carries the
+- :mod:`.delta_rule`: DeltaNet's Householder factor with no or scalar decay, hand-written backward that computes
+  its blocks again from the inputs and one state per chunk, a segment of chunks at a time (carries the
   corrected values ``V' = U − W S`` from chunk to chunk instead of a ``[K, K]`` transition);
 - :mod:`.householder`: the general Householder factor (a given direction, or a diagonal decay), autograd;
 - :mod:`.softmax`: the ``exp`` readout with ``"sum"``, a blockwise online softmax;

@@ -13,9 +13,16 @@ folding ``e^{g_t}`` in leaves one decay matrix, shared by A and N, whose two gra
 stacked ``[Q; D]`` with ``Dᵀ``.  Only ``V'`` and the states are sequential (the corrected values ``V'`` are
 carried from chunk to chunk instead of a ``[K, K]`` transition); the output is one product ``[Q̃, A] [S; V']``
 per chunk.  :mod:`.minimal` computes the same with autograd.
+
+Memory: the chunks run in segments of about :data:`SEGMENT_TOKEN_HEADS` tokens × batch × heads.  The forward
+keeps its inputs, the state entering each chunk (``K·V`` numbers per chunk) and the last segment's blocks; the
+backward computes each other segment's blocks again from those (flash-linear-attention's kernels keep the same),
+so that forward + backward holds one segment's ``C²`` and ``C (K + V)`` blocks at a time instead of every chunk's.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -25,6 +32,10 @@ from seqdyn.core.backends.chunk.chunking import decay_matrix, suffix_sums, sum_a
 from seqdyn.core.backends.chunk.triangular import unit_lower_inverse
 from seqdyn.core.evolution import decay_factor
 from seqdyn.core.precision import float32_under_autocast
+
+#: tokens × batch × heads per segment of chunks: the forward and the backward keep one segment's blocks at a time
+SEGMENT_TOKEN_HEADS = 4096
+SEGMENT_MIN_CHUNKS = 4
 
 
 def delta_rule_chunks(
@@ -37,26 +48,27 @@ def delta_rule_chunks(
 
 
 def _delta_rule_states(
-    u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, initial: Tensor | None, key_dim: int
+    u: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, initial: Tensor | None, states: Tensor
 ) -> tuple[Tensor, Tensor]:
     """The chunks' sequential part, ``V'_n = U_n − W_n S_n`` and ``S_{n+1} = e^{Γ_n} S_n + D̂_nᵀ V'_n`` from
-    ``S_0`` (``initial`` or zero).  Returns ``[S_n; V'_n]`` stacked ``[B, H, N, K + C, V]`` (the right operand
-    of the output ``Y = [Q̃, A] [S; V']``) and the final state; every input has the full batch and heads."""
-    batch, heads, chunks, size, value_dim = u.shape
-    right = u.new_empty(batch, heads, chunks, key_dim + size, value_dim)
+    ``S_0`` (``initial`` or zero), writing each ``S_n`` into ``states`` ``[B, H, N, K, V]`` (a view whose batch and
+    heads merge).  Returns ``V'`` ``[B, H, N, C, V]`` and the final state; every input has the full batch and
+    heads."""
+    batch, heads, chunks, key_dim, value_dim = states.shape
+    corrected = u.new_empty(batch, heads, chunks, u.shape[-2], value_dim)
     final = u.new_empty(batch * heads, key_dim, value_dim)
-    states, corrected = (x.flatten(0, 1) for x in right.split([key_dim, size], dim=-2))  # [B·H, N, K|C, V] views
+    flat_states, flat_corrected = states.flatten(0, 1), corrected.flatten(0, 1)  # [B·H, N, ·, V] views
     u, w, to_end = (x.flatten(0, 1) for x in (u, w, to_end))  # [B·H, N, C, ·]
     decays = chunk_decay.expand(batch, heads, chunks, 1, 1).flatten(0, 1)  # [B·H, N, 1, 1]
     if initial is None:
-        states[:, 0].zero_()
+        flat_states[:, 0].zero_()
     else:
-        states[:, 0] = initial.expand(batch, heads, key_dim, value_dim).flatten(0, 1)
+        flat_states[:, 0] = initial.expand(batch, heads, key_dim, value_dim).flatten(0, 1)
     for n in range(chunks):
-        state, following = states[:, n], (states[:, n + 1] if n + 1 < chunks else final)
-        torch.baddbmm(u[:, n], w[:, n], state, alpha=-1, out=corrected[:, n])  # V'_n = U_n − W_n S_n
-        torch.mul(state, decays[:, n], out=following).baddbmm_(to_end[:, n].transpose(-1, -2), corrected[:, n])
-    return right, final.view(batch, heads, key_dim, value_dim)
+        state, following = flat_states[:, n], (flat_states[:, n + 1] if n + 1 < chunks else final)
+        torch.baddbmm(u[:, n], w[:, n], state, alpha=-1, out=flat_corrected[:, n])  # V'_n = U_n − W_n S_n
+        torch.mul(state, decays[:, n], out=following).baddbmm_(to_end[:, n].transpose(-1, -2), flat_corrected[:, n])
+    return corrected, final.view(batch, heads, key_dim, value_dim)
 
 
 def _delta_rule_state_gradients(
@@ -130,11 +142,118 @@ def _through_grams(
     return grad_grams @ stacked[..., size:, :], grad_grams.transpose(-1, -2) @ stacked
 
 
+class SegmentBlocks(NamedTuple):
+    """A segment's intra-chunk blocks (everything of the module docstring but the sequential part), computed in the
+    forward and again in the backward from the inputs."""
+
+    factors: tuple[Tensor, Tensor, Tensor, Tensor]  # L, F, e^{Γ − γ}, e^{Γ}
+    stacked: Tensor  # [Q; D] [B, H, n, 2C, K]
+    grams: Tensor  # [A; N] [B, H, n, 2, C, C] (N's diagonal zeroed)
+    inverse: Tensor  # T = (I + βN)^{-1} [B, H, n, C, C]
+    solved: Tensor  # [U, W] [B, H, n, C, V + K]
+    to_end: Tensor  # D̂ [B, H, n, C, K]
+    left: Tensor  # [Q̃, A] [B, H, n, C, K + C]
+
+
+def segment_blocks(
+    q: Tensor, d: Tensor, v: Tensor, g: Tensor, beta: Tensor, s: Tensor, full: tuple[int, ...]
+) -> SegmentBlocks:
+    """The intra-chunk blocks of the chunks of ``q``, ``d``, … (a segment of them), ``full`` = ``(B, H, n)``."""
+    size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
+    factors = _decay_factors(g, full)
+    decay, query_factor, end_factor, _ = factors
+    pair = torch.broadcast_shapes(q.shape, d.shape)
+    stacked = torch.cat([q.expand(pair), d.expand(pair)], dim=-2)  # [Q; D] [B, H, n, 2C, K]
+    # [A; N] = ([Q; D] Dᵀ) ⊙ L, unflattened [B, H, n, 2C, C] -> [B, H, n, 2, C, C]
+    grams = (stacked @ d.transpose(-1, -2)).unflatten(-2, (2, size)) * decay.unsqueeze(-3)
+    coefficients, overlaps = grams.unbind(-3)
+    overlaps.diagonal(dim1=-2, dim2=-1).zero_()
+    beta_rows = beta.unsqueeze(-1)
+    inverse = unit_lower_inverse(beta_rows * overlaps)  # T
+    scaled_keys = beta_rows * query_factor  # β F
+    rows = torch.broadcast_shapes(s.shape, v.shape[:-1], scaled_keys.shape[:-1], d.shape[:-1])
+    rhs = v.new_empty(rows + (value_dim + key_dim,))  # [B, H, n, C, V + K]
+    torch.mul(s.unsqueeze(-1).expand(*rows, 1), v.expand(*rows, value_dim), out=rhs[..., :value_dim])
+    torch.mul(scaled_keys.expand(*rows, 1), d.expand(*rows, key_dim), out=rhs[..., value_dim:])
+    solved = (inverse @ rhs).expand(*full, *rhs.shape[3:])  # [U, W] = T [s ⊙ V, β F ⊙ D]
+    to_end = (d * end_factor).expand(*full, size, key_dim)  # D̂
+    left = torch.cat(
+        [(q * query_factor).expand(*full, size, key_dim), coefficients.expand(*full, size, size)], dim=-1
+    )  # [Q̃, A] [B, H, n, C, K + C]
+    return SegmentBlocks(factors, stacked, grams, inverse, solved, to_end, left)
+
+
+def _segments(full: tuple[int, ...], size: int) -> list[slice]:
+    """The chunks in segments of at most :data:`SEGMENT_TOKEN_HEADS` tokens times batch and heads (at least
+    :data:`SEGMENT_MIN_CHUNKS` chunks): the forward and the backward keep one segment's blocks at a time."""
+    batch, heads, chunks = full
+    per = max(SEGMENT_MIN_CHUNKS, SEGMENT_TOKEN_HEADS // (batch * heads * size))
+    return [slice(first, min(first + per, chunks)) for first in range(0, chunks, per)]
+
+
+def _segment_of(x: Tensor | None, chunks: slice) -> Tensor | None:
+    return None if x is None else x[:, :, chunks]
+
+
+def _segment_backward(
+    blocks: SegmentBlocks, inputs: tuple[Tensor, ...], entering: Tensor, grad_out: Tensor, grad_next: Tensor | None
+) -> tuple[tuple[Tensor | None, ...], Tensor]:
+    """The gradients of one segment's inputs ``(q, d, v, g, β, s)`` (``∂g`` ``None`` when ``g`` is), given the
+    states entering its chunks ``[B, H, n, K, V]``, ``∂Y`` and ``∂S`` of the state leaving it; returns them and
+    ``∂S`` of the state entering it."""
+    q, d, v, g, beta, s = inputs
+    (decay, query_factor, end_factor, chunk_decay), stacked, grams, inverse, solved, to_end, left = blocks
+    size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
+    coefficients, overlaps = grams.unbind(-3)
+    corrected = torch.baddbmm(
+        solved[..., :value_dim].flatten(0, 2), solved[..., value_dim:].flatten(0, 2), entering.flatten(0, 2), alpha=-1
+    ).view(entering.shape[:3] + (size, value_dim))  # V' = U − W S [B, H, n, C, V]
+    grad_after, grad_corrected, grad_entering = _delta_rule_state_gradients(
+        left.transpose(-1, -2) @ grad_out, solved[..., value_dim:], to_end, chunk_decay, grad_next, key_dim
+    )
+    grad_query_in = grad_out @ entering.transpose(-1, -2)  # ∂Q̃ of Y = Q̃ S + A V'
+    grad_coefficients = grad_out @ corrected.transpose(-1, -2)  # ∂A
+    grad_to_end = corrected @ grad_after.transpose(-1, -2)  # ∂D̂ = V' ∂S_nextᵀ
+    # ∂R of the UT transform's right side R = [s ⊙ V, β F ⊙ D], and ∂(βN) = −tril₋₁(products)
+    grad_rhs, products = _through_ut_transform(grad_corrected, entering, inverse, solved)
+    grad_values, grad_scaled_keys = grad_rhs.split([value_dim, key_dim], dim=-1)
+    grad_v = (s.unsqueeze(-1) * grad_values).sum_to_size(v.shape)
+    grad_s = (v * grad_values).sum(-1).sum_to_size(s.shape)
+    from_keys = (d * grad_scaled_keys).sum(-1) * query_factor.squeeze(-1)  # ∂β of β F ⊙ D
+    weighted_overlaps = products * overlaps  # −∂(βN) ⊙ N: N is strictly lower, so is this
+    overlap_rows = weighted_overlaps.sum(-1)
+    grad_beta = (from_keys - overlap_rows).sum_to_size(beta.shape)
+    through_keys, through_stacked = _through_grams(grad_coefficients, products, decay, beta, grams, stacked)
+    grad_q = through_keys[..., :size, :].sum_to_size(q.shape) + (grad_query_in * query_factor).sum_to_size(q.shape)
+    grad_d = (through_keys[..., size:, :] + through_stacked).sum_to_size(d.shape) + (
+        (beta.unsqueeze(-1) * query_factor) * grad_scaled_keys + grad_to_end * end_factor
+    ).sum_to_size(d.shape)
+    grad_g = None
+    if g is not None:  # every decay is a difference of γ's: L[t, j] = e^{γ_t − γ_j}, F_t = e^{γ_t}, e^{Γ − γ_t}
+        grad_segments = grad_coefficients * coefficients  # ∂σ[t, j] through A
+        from_end = (grad_to_end * to_end).sum(-1)  # ∂(Γ − γ_t)
+        grad_gamma = (
+            grad_segments.sum(-1)
+            - grad_segments.sum(-2)
+            - beta * overlap_rows
+            + weighted_overlaps.mul_(beta.unsqueeze(-1)).sum(-2)
+            + (grad_query_in * q * query_factor).sum(-1)
+            + beta * from_keys
+            - from_end
+        )
+        carried = (grad_after * entering).sum((-2, -1)) * chunk_decay.squeeze(-1).squeeze(-1)  # ∂Γ through e^{Γ}
+        grad_gamma[..., -1] += from_end.sum(-1) + carried
+        grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
+    return (grad_q, grad_d, grad_v, grad_g, grad_beta, grad_s), grad_entering
+
+
 @float32_under_autocast
 class _DeltaRuleChunks(torch.autograd.Function):
-    """The delta rule of the module docstring.  The backward runs the two recurrences in reverse and returns
-    through the unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ ∂X``, ``∂(βN) = −tril₋₁(∂R Xᵀ)``);
-    ``∂g`` goes through ``γ = cumsum(g)``."""
+    """The delta rule of the module docstring, a segment of chunks at a time (:func:`_segments`).  The forward
+    keeps its inputs, the state entering each chunk and the last segment's blocks; the backward computes the other
+    segments' blocks again from them (the same operations: the gradients are those of keeping them), runs the two
+    recurrences in reverse and returns through the unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ
+    ∂X``, ``∂(βN) = −tril₋₁(∂R Xᵀ)``); ``∂g`` goes through ``γ = cumsum(g)``."""
 
     @staticmethod
     def forward(
@@ -144,85 +263,52 @@ class _DeltaRuleChunks(torch.autograd.Function):
         if g is None:
             g = q.new_zeros(1, 1, *q.shape[2:4])
         size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
-        full = (
-            torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2], s.shape[:2])
-            + d.shape[2:3]
-        )  # B, H, N
-        factors = _decay_factors(g, full)
-        decay, query_factor, end_factor, chunk_decay = factors
-        pair = torch.broadcast_shapes(q.shape, d.shape)
-        stacked = torch.cat([q.expand(pair), d.expand(pair)], dim=-2)  # [Q; D] [B, H, N, 2C, K]
-        # [A; N] = ([Q; D] Dᵀ) ⊙ L, unflattened [B, H, N, 2C, C] -> [B, H, N, 2, C, C]
-        grams = (stacked @ d.transpose(-1, -2)).unflatten(-2, (2, size)) * decay.unsqueeze(-3)
-        coefficients, overlaps = grams.unbind(-3)
-        overlaps.diagonal(dim1=-2, dim2=-1).zero_()
-        beta_rows = beta.unsqueeze(-1)
-        inverse = unit_lower_inverse(beta_rows * overlaps)  # T
-        scaled_keys = beta_rows * query_factor  # β F
-        rows = torch.broadcast_shapes(s.shape, v.shape[:-1], scaled_keys.shape[:-1], d.shape[:-1])
-        rhs = v.new_empty(rows + (value_dim + key_dim,))  # [B, H, N, C, V + K]
-        torch.mul(s.unsqueeze(-1).expand(*rows, 1), v.expand(*rows, value_dim), out=rhs[..., :value_dim])
-        torch.mul(scaled_keys.expand(*rows, 1), d.expand(*rows, key_dim), out=rhs[..., value_dim:])
-        solved = (inverse @ rhs).expand(*full, *rhs.shape[3:])  # [U, W] = T [s ⊙ V, β F ⊙ D]
-        to_end = (d * end_factor).expand(*full, size, key_dim)  # D̂
-        right, state = _delta_rule_states(
-            solved[..., :value_dim], solved[..., value_dim:], to_end, chunk_decay, initial, key_dim
-        )  # [S; V'] [B, H, N, K + C, V]
-        left = torch.cat(
-            [(q * query_factor).expand(*full, size, key_dim), coefficients.expand(*full, size, size)], dim=-1
-        )  # [Q̃, A] [B, H, N, C, K + C]
-        out = left @ right
-        ctx.save_for_backward(stacked, v, g, beta, s, initial, grams, inverse, solved, left, right, to_end, *factors)
-        ctx.shapes = q.shape, d.shape
+        full = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2], s.shape[:2])
+        out = v.new_empty(*full, d.shape[2], size, value_dim)  # [B, H, N, C, V]
+        entering = []  # the states entering each chunk, a [B, H, n, K, V] per segment
+        state = initial
+        for chunks in _segments((*full, d.shape[2]), size):
+            inputs = [_segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
+            blocks = segment_blocks(*inputs, (*full, chunks.stop - chunks.start))
+            states = v.new_empty(*full, chunks.stop - chunks.start, key_dim, value_dim)
+            entering.append(states)
+            corrected, state = _delta_rule_states(
+                blocks.solved[..., :value_dim],
+                blocks.solved[..., value_dim:],
+                blocks.to_end,
+                blocks.factors[3],
+                state,
+                states,
+            )
+            queries, coefficients = blocks.left.split([key_dim, size], dim=-1)  # Q̃, A
+            out[:, :, chunks] = torch.matmul(coefficients, corrected).add_(queries @ states)  # Y = Q̃ S + A V'
+        ctx.save_for_backward(q, d, v, g, beta, s, initial, *entering)
+        ctx.full = (*full, d.shape[2])
+        # the last segment's blocks, which the backward begins with (on ctx, so that it can let them go after)
+        ctx.last_blocks = blocks
         ctx.has_decay = has_decay and ctx.needs_input_grad[3]
         return out, state
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        stacked, v, g, beta, s, initial, grams, inverse, solved, left, right, to_end, *factors = ctx.saved_tensors
-        decay, query_factor, end_factor, chunk_decay = factors
-        q_shape, d_shape = ctx.shapes
-        size, key_dim, value_dim = stacked.shape[-2] // 2, stacked.shape[-1], v.shape[-1]
-        q, d = stacked[..., :size, :], stacked[..., size:, :]
-        coefficients, overlaps = grams.unbind(-3)
+        q, d, v, g, beta, s, initial, *entering = ctx.saved_tensors
+        grads = [torch.empty_like(x) for x in (q, d, v, g, beta, s)]
         grad_out = grad_out.contiguous()
-        grad_after, grad_corrected, grad_initial = _delta_rule_state_gradients(
-            left.transpose(-1, -2) @ grad_out, solved[..., value_dim:], to_end, chunk_decay, grad_state, key_dim
-        )
-        grad_left = grad_out @ right.transpose(-1, -2)  # [∂Q̃, ∂A]
-        grad_query_in, grad_coefficients = grad_left.split([key_dim, size], dim=-1)
-        entering, corrected = right.split([key_dim, size], dim=-2)
-        grad_to_end = corrected @ grad_after.transpose(-1, -2)  # ∂D̂ = V' ∂S_nextᵀ
-        # ∂R of the UT transform's right side R = [s ⊙ V, β F ⊙ D], and ∂(βN) = −tril₋₁(products)
-        grad_rhs, products = _through_ut_transform(grad_corrected, entering, inverse, solved)
-        grad_values, grad_scaled_keys = grad_rhs.split([value_dim, key_dim], dim=-1)
-        grad_v = (s.unsqueeze(-1) * grad_values).sum_to_size(v.shape)
-        grad_s = (v * grad_values).sum(-1).sum_to_size(s.shape)
-        from_keys = (d * grad_scaled_keys).sum(-1) * query_factor.squeeze(-1)  # ∂β of β F ⊙ D
-        weighted_overlaps = products * overlaps  # −∂(βN) ⊙ N: N is strictly lower, so is this
-        overlap_rows = weighted_overlaps.sum(-1)
-        grad_beta = (from_keys - overlap_rows).sum_to_size(beta.shape)
-        through_keys, through_stacked = _through_grams(grad_coefficients, products, decay, beta, grams, stacked)
-        grad_q = through_keys[..., :size, :].sum_to_size(q_shape) + (grad_query_in * query_factor).sum_to_size(q_shape)
-        grad_d = (through_keys[..., size:, :] + through_stacked).sum_to_size(d_shape) + (
-            (beta.unsqueeze(-1) * query_factor) * grad_scaled_keys + grad_to_end * end_factor
-        ).sum_to_size(d_shape)
-        grad_g = None
-        if ctx.has_decay:  # every decay is a difference of γ's: L[t, j] = e^{γ_t − γ_j}, F_t = e^{γ_t}, e^{Γ − γ_t}
-            grad_segments = grad_coefficients * coefficients  # ∂σ[t, j] through A
-            from_end = (grad_to_end * to_end).sum(-1)  # ∂(Γ − γ_t)
-            grad_gamma = (
-                grad_segments.sum(-1)
-                - grad_segments.sum(-2)
-                - beta * overlap_rows
-                + weighted_overlaps.mul_(beta.unsqueeze(-1)).sum(-2)
-                + (grad_query_in * q * query_factor).sum(-1)
-                + beta * from_keys
-                - from_end
-            )
-            carried = (grad_after * entering).sum((-2, -1)) * chunk_decay.squeeze(-1).squeeze(-1)  # ∂Γ through e^{Γ}
-            grad_gamma[..., -1] += from_end.sum(-1) + carried
-            grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
-        grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
-        return grad_q, grad_d, grad_v, grad_g, grad_beta, grad_s, grad_initial
+        for chunks, states in reversed(list(zip(_segments(ctx.full, d.shape[-2]), entering))):
+            inputs = [_segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
+            if ctx.last_blocks is not None:
+                blocks, ctx.last_blocks = ctx.last_blocks, None
+            else:
+                blocks = segment_blocks(*inputs, states.shape[:3])
+            if not ctx.has_decay:
+                inputs[3] = None
+            segment_grads, grad_state = _segment_backward(
+                blocks, tuple(inputs), states, grad_out[:, :, chunks].contiguous(), grad_state
+            )  # one copy of ∂Y's slice for the several products that take it
+            for grad, segment_grad in zip(grads, segment_grads):
+                if segment_grad is not None:
+                    grad[:, :, chunks] = segment_grad
+        grad_q, grad_d, grad_v, grad_g, grad_beta, grad_s = grads
+        grad_initial = None if initial is None else grad_state.sum_to_size(initial.shape)
+        return grad_q, grad_d, grad_v, grad_g if ctx.has_decay else None, grad_beta, grad_s, grad_initial
