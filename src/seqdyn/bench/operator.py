@@ -23,11 +23,16 @@ import torch.nn.functional as F
 from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device, skip_estimate
 from seqdyn.core.low_rank import householder_as_low_rank
 from seqdyn.core.operator import coefficient_dynamics, select_backend
+from seqdyn.core.problem import DELTA_RULE_CHUNK_SIZE
 
 KINDS = ("gla", "mamba2", "deltanet", "softmax", "kda", "deltaproduct", "fox", "rwkv7")
 #: what ``seqdyn bench operator`` times unless told (the newest transitions on request: ``--kinds kda,…``)
 DEFAULT_KINDS = KINDS[:4]
 BACKEND_ORDER = ("quadratic", "recurrent", "chunk", "scan", "auto")
+#: on request (``--backends chunk,transformers``): transformers' CPU fallback of the same computation, where it has
+#: one (``deltanet``: ``torch_chunk_gated_delta_rule``, Qwen3-Next's); the transformers extra is needed
+FALLBACK = "transformers"
+FALLBACK_OF = {"deltanet": "torch_chunk_gated_delta_rule"}
 
 
 def make_arguments(
@@ -114,6 +119,8 @@ class Cell:
     picked: str | None = None
     note: str = ""
     estimated_train_s: float | None = None  # skipped cells: fwd+bwd time extrapolated from the last measured T
+    inputs_mb: float | None = None  # the arguments' own memory
+    states_mb: float | None = None  # one K × V state per chunk of the delta rule (deltanet)
 
 
 @dataclass
@@ -130,7 +137,13 @@ def _measure_cell(
 ) -> Cell:
     args, options = make_arguments(kind, batch, heads, length, dim, device)
     leaves = [x for x in (*args, *options.values()) if isinstance(x, torch.Tensor)]
-    cell = Cell(kind, length, backend)
+    cell = Cell(kind, length, backend, inputs_mb=sum(x.numel() * x.element_size() for x in leaves) / 2**20)
+    if kind == "deltanet":
+        cell.states_mb = (
+            batch * heads * -(-length // DELTA_RULE_CHUNK_SIZE) * dim * dim * args[2].element_size() / 2**20
+        )
+    if backend == FALLBACK:
+        return _measure_fallback(cell, args, options, leaves, device, repeats)
     try:
         cell.picked = select_backend(*args, backend=backend, **options)
     except ValueError:
@@ -148,6 +161,38 @@ def _measure_cell(
 
     result = measure_step(forward, train_step, device, repeats)
     cell.forward_s, cell.train_s, cell.peak_mb = result.forward_s, result.train_s, result.peak_mb
+    return cell
+
+
+def _measure_fallback(cell: Cell, args: tuple, options: dict, leaves: list, device, repeats: int) -> Cell:
+    """transformers' fallback of ``cell.kind`` on the same arguments (``n/a`` where it has none, or without
+    transformers).  Gated DeltaNet's takes the keys' write scale ``β K^-½`` as ``β`` and ``K^-½`` on the queries:
+    its outputs are the operator's, the state scaled by ``K^-½``."""
+    if cell.kind not in FALLBACK_OF:
+        cell.status, cell.note = "n/a", f"transformers has a fallback for {sorted(FALLBACK_OF)} only"
+        return cell
+    try:
+        from seqdyn.hf.acceleration import fallback_of
+    except ImportError:
+        cell.status, cell.note = "n/a", "needs transformers: pip install 'seqdyn[hf]'"
+        return cell
+    function = fallback_of(FALLBACK_OF[cell.kind])
+    q, k, v = args
+    beta = options["householder"]
+    no_decay = torch.zeros(beta.shape, dtype=beta.dtype, device=beta.device)
+
+    def forward() -> None:
+        with torch.no_grad():
+            function(q, k, v, no_decay, beta, chunk_size=64)
+
+    def train_step() -> None:
+        for x in leaves:
+            x.grad = None
+        function(q, k, v, no_decay, beta, chunk_size=64)[0].sum().backward()
+
+    result = measure_step(forward, train_step, device, repeats)
+    cell.forward_s, cell.train_s, cell.peak_mb = result.forward_s, result.train_s, result.peak_mb
+    cell.picked = FALLBACK_OF[cell.kind]
     return cell
 
 
@@ -180,8 +225,8 @@ def run_benchmark(
     skipped (their estimate is noted).  ``progress(cell)`` is called after each cell."""
     device = resolve_device(device)
     for name in backends:
-        if name not in BACKEND_ORDER:
-            raise ValueError(f"backends: unknown {name!r}; allowed: {list(BACKEND_ORDER)}")
+        if name not in (*BACKEND_ORDER, FALLBACK):
+            raise ValueError(f"backends: unknown {name!r}; allowed: {[*BACKEND_ORDER, FALLBACK]}")
     for kind in kinds:
         if kind not in KINDS:
             raise ValueError(f"kinds: unknown {kind!r}; allowed: {list(KINDS)}")
@@ -257,6 +302,7 @@ def target_checks(report: Report) -> list[Check]:
     for kind in dict.fromkeys(c.kind for c in report.cells):
         checks.extend(_speedup_checks(report, kind, top))
         checks.extend(_memory_check(report, kind, lengths))
+        checks.extend(_memory_budget_checks(report, kind, lengths))
         checks.extend(_auto_checks(report, kind, lengths))
     return checks
 
@@ -296,6 +342,27 @@ def _memory_check(report: Report, kind: str, lengths: list[int]) -> list[Check]:
     growth = m1 / m0
     what = f"{kind}: chunk peak memory linear in T ({t0}→{t1}: ×{t1 / t0:.0f})"
     return [_check(what, f"×{growth:.1f}", growth, 1.5 * t1 / t0, at_least=False)]
+
+
+def _memory_budget_checks(report: Report, kind: str, lengths: list[int]) -> list[Check]:
+    """For the delta rule (``deltanet``), whose chunk backward computes its blocks again: at each T, the chunk
+    backend's forward + backward peak at most 4× its inputs plus one ``K × V`` state per chunk of
+    :data:`DELTA_RULE_CHUNK_SIZE` steps, and at most transformers' fallback's where it was measured."""
+    if kind != "deltanet":
+        return []
+    checks = []
+    for t in lengths:
+        chunk, fallback = report.get(kind, t, "chunk"), report.get(kind, t, FALLBACK)
+        if chunk is None or not chunk.peak_mb or chunk.inputs_mb is None or chunk.states_mb is None:
+            continue
+        budget = 4 * chunk.inputs_mb + chunk.states_mb
+        what = f"{kind}: chunk peak memory ≤ 4× inputs + a state per chunk at T={t}"
+        checks.append(_check(what, f"{chunk.peak_mb:.0f} MB of {budget:.0f}", chunk.peak_mb, budget, at_least=False))
+        if fallback is not None and fallback.peak_mb:
+            what = f"{kind}: chunk peak memory ≤ transformers' at T={t}"
+            measured = f"{chunk.peak_mb / fallback.peak_mb:.2f}×"
+            checks.append(_check(what, measured, chunk.peak_mb, fallback.peak_mb, at_least=False))
+    return checks
 
 
 def _auto_checks(report: Report, kind: str, lengths: list[int]) -> list[Check]:

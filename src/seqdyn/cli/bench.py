@@ -185,7 +185,10 @@ def bench_operator(
     kinds: str = typer.Option(
         "gla,mamba2,deltanet,softmax", help="Comma-separated argument types (also: kda, deltaproduct, fox, rwkv7)."
     ),
-    backends: str = typer.Option("quadratic,recurrent,chunk,scan,auto", help="Comma-separated backends."),
+    backends: str = typer.Option(
+        "quadratic,recurrent,chunk,scan,auto",
+        help="Comma-separated backends (also: transformers, its CPU fallback, for deltanet).",
+    ),
     batch: int = typer.Option(4, help="Batch size B."),
     heads: int = typer.Option(4, help="Heads H."),
     dim: int = typer.Option(64, help="Key and value dimension K = V."),

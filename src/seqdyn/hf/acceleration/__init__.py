@@ -28,6 +28,7 @@ from seqdyn.hf.acceleration.swap import (
     ACCELERATED_METHODS,
     Swapped,
     accelerate,
+    fallback_of,
     rebound_forward,
     swapped_functions,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "Swapped",
     "accelerate",
     "causal_conv1d",
+    "fallback_of",
     "gated_delta_rule",
     "linear_rnn_scan",
     "rwkv_linear_attention",

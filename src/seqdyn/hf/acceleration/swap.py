@@ -41,6 +41,7 @@ __all__ = [
     "ACCELERATED_METHODS",
     "Swapped",
     "accelerate",
+    "fallback_of",
     "rebound_forward",
     "swapped_functions",
 ]
@@ -78,6 +79,18 @@ ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
     },
     "transformers.models.rwkv.modeling_rwkv": {"rwkv_linear_attention": rwkv_linear_attention},
 }
+
+
+def fallback_of(name: str) -> Callable[..., Any]:
+    """transformers' own function ``name`` (a key of :data:`ACCELERATED`'s, e.g. ``"torch_chunk_gated_delta_rule"``),
+    from the first family module that defines it: what the benchmarks time seqdyn's functions against."""
+    modules = [module for module, functions in ACCELERATED.items() if name in functions]
+    if not modules:
+        known = sorted({function for functions in ACCELERATED.values() for function in functions})
+        raise ValueError(f"name: transformers has no fallback {name!r} that seqdyn swaps; known: {known}")
+    return getattr(importlib.import_module(modules[0]), name)
+
+
 #: transformers layer class → {its method that runs a fallback: seqdyn's function}, swapped on each such layer
 ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {
     "RecurrentGemmaRglru": {"_rnn_scan": linear_rnn_scan},
