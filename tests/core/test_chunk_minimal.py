@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import seqdyn
-from seqdyn.core.backends.chunk import delta_rule
+from seqdyn.core.backends.chunk import chunking, delta_rule
 from seqdyn.core.backends.chunk.chunking import to_chunks, unchunked
 from seqdyn.core.backends.chunk.decayed import decayed_chunks
 from seqdyn.core.backends.chunk.delta_rule import delta_rule_chunks
@@ -165,8 +165,8 @@ def test_householder_chunks_backward_matches_the_listing(decay, householder, ini
 def test_delta_rule_in_segments_matches_the_listing(decay, per_segment, monkeypatch):
     """The delta rule a segment of chunks at a time (blocks computed again in the backward): chunks one by one and
     three by three (the last segment shorter), with an initial state, are the listing's to 1e-10."""
-    monkeypatch.setattr(delta_rule, "SEGMENT_TOKEN_HEADS", 1)
-    monkeypatch.setattr(delta_rule, "SEGMENT_MIN_CHUNKS", per_segment)
+    monkeypatch.setattr(chunking, "SEGMENT_TOKEN_HEADS", 1)
+    monkeypatch.setattr(chunking, "SEGMENT_MIN_CHUNKS", per_segment)
     length = 37  # ten chunks
     x = _inputs(5, length, decay, "keys", initial=True)
     out, state = delta_rule_chunks(
@@ -178,8 +178,8 @@ def test_delta_rule_in_segments_matches_the_listing(decay, per_segment, monkeypa
 def test_the_delta_rule_keeps_its_inputs_one_state_per_chunk_and_one_segment(monkeypatch):
     """What the forward keeps for the backward: its inputs, the state entering each chunk and the blocks of its last
     segment (of 2 chunks of 10 here), nothing else of size ``C²`` or ``C (K + V)`` per chunk."""
-    monkeypatch.setattr(delta_rule, "SEGMENT_TOKEN_HEADS", 1)
-    monkeypatch.setattr(delta_rule, "SEGMENT_MIN_CHUNKS", 2)
+    monkeypatch.setattr(chunking, "SEGMENT_TOKEN_HEADS", 1)
+    monkeypatch.setattr(chunking, "SEGMENT_MIN_CHUNKS", 2)
     length = 37
     x = _inputs(6, length, "scalar", "keys", initial=True)
     chunked_inputs = [_chunks(x, name, length) for name in ("q", "d", "v", "g", "beta", "s")]
@@ -191,3 +191,35 @@ def test_the_delta_rule_keeps_its_inputs_one_state_per_chunk_and_one_segment(mon
         last = delta_rule.segment_blocks(*(t[:, :, -2:] for t in chunked_inputs), (BATCH, HEADS, 2))
     last_blocks = sum(t.numel() for t in (*last.factors, *last[1:]))
     assert kept == sum(t.numel() for t in chunked_inputs) + x["initial"].numel() + states + last_blocks
+
+
+@pytest.mark.parametrize("per_segment", [1, 3])
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("decay", ["none", "scalar", "diagonal"])
+def test_decayed_chunks_in_segments_match_the_listing(decay, shared, per_segment, monkeypatch):
+    """The decayed chunks a segment at a time (the other segments' blocks computed again in the backward): chunks
+    one by one and three by three, with an initial state, queries and keys of one head with ``shared``."""
+    monkeypatch.setattr(chunking, "SEGMENT_TOKEN_HEADS", 1)
+    monkeypatch.setattr(chunking, "SEGMENT_MIN_CHUNKS", per_segment)
+    length = 37  # ten chunks
+    x = _inputs(7, length, decay, "none", initial=True, shared=shared)
+    chunked_inputs = [_chunks(x, name, length) for name in ("q", "k", "v", "g")]
+    out, state = decayed_chunks(*chunked_inputs, x["initial"])
+    kept = sum(t.numel() for t in out.grad_fn.saved_tensors if t is not None)
+    inputs = sum(t.numel() for t in chunked_inputs if t is not None) + x["initial"].numel()
+    states = BATCH * HEADS * 10 * KEY_DIM * VALUE_DIM
+    assert kept <= inputs + states + 10 * CHUNK  # (the zero log decays of no decay) the last segment's blocks apart
+    _assert_same((unchunked(out, length), state), x, length, f"decayed, {per_segment} chunks per segment")
+
+
+def test_the_segment_size_is_a_setting(monkeypatch):
+    """``SEQDYN_CHUNK_SEGMENT``: tokens × batch × heads per segment, 0 for one segment; anything else is refused
+    naming the setting."""
+    assert [s.stop - s.start for s in chunking.segments((2, 4, 40), 32)] == [16, 16, 8]  # 4096 // (2·4·32) chunks
+    monkeypatch.setenv("SEQDYN_CHUNK_SEGMENT", "0")
+    assert chunking.segments((2, 4, 40), 32) == [slice(0, 40)]
+    monkeypatch.setenv("SEQDYN_CHUNK_SEGMENT", "2048")
+    assert [s.stop - s.start for s in chunking.segments((2, 4, 40), 32)] == [8] * 5
+    monkeypatch.setenv("SEQDYN_CHUNK_SEGMENT", "large")
+    with pytest.raises(ValueError, match="SEQDYN_CHUNK_SEGMENT: got 'large'"):
+        chunking.segments((2, 4, 40), 32)

@@ -11,6 +11,7 @@ chunks ``E_{n+1} = P_n E_n + ΔS_n`` (:func:`pass_states`).
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch import Tensor
@@ -215,6 +216,41 @@ class OppositeDecays(torch.autograd.Function):
                 exponent_shape
             )
         return grad_q, grad_k, grad_exponent
+
+
+# ---------------------------------------------------------------------------------------------- segments
+#: tokens × batch × heads per segment of chunks: the fast paths' forward and backward keep one segment's blocks at a
+#: time, the backward computing the others again from the inputs and the states entering the chunks
+#: (``SEQDYN_CHUNK_SEGMENT`` sets another; ``0``: one segment, every block kept — more memory, less time)
+SEGMENT_TOKEN_HEADS = 4096
+SEGMENT_MIN_CHUNKS = 4
+
+
+def segment_token_heads() -> int:
+    """:data:`SEGMENT_TOKEN_HEADS`, or ``$SEQDYN_CHUNK_SEGMENT`` where it is set (``0``: no limit)."""
+    text = os.environ.get("SEQDYN_CHUNK_SEGMENT", "").strip()
+    if not text:
+        return SEGMENT_TOKEN_HEADS
+    if not text.isdigit():
+        raise ValueError(
+            f"SEQDYN_CHUNK_SEGMENT: got {text!r}; give tokens × batch × heads per segment (e.g. 4096), or 0 for one "
+            "segment"
+        )
+    return int(text)
+
+
+def segments(full: tuple[int, ...], size: int) -> list[slice]:
+    """The chunks of ``full`` = ``(B, H, N)`` in segments of at most :func:`segment_token_heads` tokens times batch
+    and heads (at least :data:`SEGMENT_MIN_CHUNKS` chunks of ``size`` steps; all of them for a limit of 0)."""
+    batch, heads, chunks = full
+    limit = segment_token_heads()
+    per = max(SEGMENT_MIN_CHUNKS, limit // (batch * heads * size)) if limit else chunks
+    return [slice(first, min(first + per, chunks)) for first in range(0, chunks, per)]
+
+
+def segment_of(x: Tensor | None, chunks: slice) -> Tensor | None:
+    """The chunks ``chunks`` of a chunked ``[B, H, N, ...]`` (``None`` stays ``None``)."""
+    return None if x is None else x[:, :, chunks]
 
 
 # ---------------------------------------------------------------------------------------- states between chunks

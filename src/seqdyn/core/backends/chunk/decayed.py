@@ -23,6 +23,8 @@ from seqdyn.core.backends.chunk.chunking import (
     diagonal_factors,
     pass_state_gradients,
     pass_states,
+    segment_of,
+    segments,
     suffix_sums,
     sum_after,
 )
@@ -39,17 +41,17 @@ def decayed_chunks(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: T
 
 @float32_under_autocast
 class _DecayedChunks(torch.autograd.Function):
-    """The decayed chunks of the module docstring.  The backward runs the state recurrence in reverse; a scalar
+    """The decayed chunks of the module docstring, a segment of chunks at a time: the forward keeps its inputs, the
+    states entering the chunks and the last segment's blocks, the backward computes the other segments' blocks again
+    and runs the state recurrence in reverse; a scalar
     decay's ``∂g_l`` sums the terms that contain ``g_l`` (:func:`_scalar_decay_gradient`), a diagonal one's goes
     through ``γ = cumsum(g)`` (every exponent a difference of ``γ``'s)."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
         g, diagonal = _decays(q, g)
-        out, state, saved = _forward(q, k, v, g, initial, diagonal)
-        ctx.save_for_backward(q, k, v, g, initial, *saved)
         ctx.diagonal, ctx.has_decay = diagonal, ctx.needs_input_grad[3]
-        return out, state
+        return _forward_in_segments(ctx, q, k, v, g, initial, diagonal)
 
     @staticmethod
     def plain(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
@@ -59,7 +61,23 @@ class _DecayedChunks(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-        return _backward(ctx, grad_out, grad_state)
+        q, k, v, g, initial, *entering = ctx.saved_tensors
+        grads = [torch.empty_like(x) for x in (q, k, v, g)]
+        grad_out = grad_out.contiguous()
+        for chunks, states in reversed(list(zip(segments(ctx.full, v.shape[3]), entering))):
+            inputs = [segment_of(x, chunks) for x in (q, k, v, g)]
+            if ctx.last_blocks is not None:
+                blocks, ctx.last_blocks = ctx.last_blocks, None
+            else:
+                blocks = _intra_chunk(inputs[0], inputs[1], inputs[3], ctx.diagonal)
+            segment_grads, grad_state = _backward(
+                ctx, inputs, blocks, states, grad_out[:, :, chunks].contiguous(), grad_state
+            )
+            for grad, segment_grad in zip(grads, segment_grads):
+                if segment_grad is not None:
+                    grad[:, :, chunks] = segment_grad
+        grad_initial = None if initial is None else grad_state.sum_to_size(initial.shape)
+        return grads[0], grads[1], grads[2], grads[3] if ctx.has_decay else None, grad_initial
 
 
 def _decays(q: Tensor, g: Tensor | None) -> tuple[Tensor, bool]:
@@ -69,10 +87,11 @@ def _decays(q: Tensor, g: Tensor | None) -> tuple[Tensor, bool]:
     return g, g.dim() == 5
 
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial: Tensor | None, diagonal: bool):
-    """``(Y, S_T, what the backward reads)`` of the decayed chunks (``g`` a tensor: zeros for no decay)."""
+def _intra_chunk(q: Tensor, k: Tensor, g: Tensor, diagonal: bool) -> tuple:
+    """What each chunk computes from its own inputs: ``(A, Q̃, K̃, e^{Γ} [B, H, n, K|1, 1(, 1)], the factors the
+    backward reads)``."""
     gamma = g.cumsum(dim=3)
-    total = gamma[:, :, :, -1:]  # Γ [B, H, N, 1(, K)]
+    total = gamma[:, :, :, -1:]  # Γ [B, H, n, 1(, K)]
     if diagonal:  # e^{γ} = e^{γ − r} e^{r} and e^{Γ − γ} = e^{r − γ} e^{Γ − r}, every factor inside e^{±range/2}
         coefficients, queries, keys, intra = diagonal_factors(q, k, gamma, total)
     else:
@@ -81,13 +100,36 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial: Tensor | None,
         query_factor, key_factor = decay_factor(gamma).unsqueeze(-1), decay_factor(sum_after(g)).unsqueeze(-1)
         queries, keys = q * query_factor, k * key_factor
         intra = (decay, query_factor, key_factor)
-    chunk_decay = decay_factor(total.squeeze(3)).unsqueeze(-1)  # e^{Γ} [B, H, N, K|1, 1]
+    chunk_decay = decay_factor(total.squeeze(3)).unsqueeze(-1)  # e^{Γ} [B, H, n, K|1, 1]
     if not diagonal:
         chunk_decay = chunk_decay.unsqueeze(-1)
+    return coefficients, queries, keys, chunk_decay, intra
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial: Tensor | None, diagonal: bool):
+    """``(Y, S_T, the states entering the chunks [B, H, n, K, V], the blocks of :func:`_intra_chunk`)`` of the
+    decayed chunks of ``q``, … (``g`` a tensor: zeros for no decay)."""
+    blocks = _intra_chunk(q, k, g, diagonal)
+    coefficients, queries, keys, chunk_decay, _ = blocks
     shape = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2]) + (k.shape[-1], v.shape[-1])
     entering, state = pass_states(keys.transpose(-1, -2) @ v, chunk_decay, initial, shape)
     out = coefficients @ v + queries @ entering
-    return out, state, (coefficients, queries, keys, entering, chunk_decay, *intra)
+    return out, state, entering, blocks
+
+
+def _forward_in_segments(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial: Tensor | None, diagonal: bool):
+    """:func:`_forward` a segment of chunks at a time (:func:`~.chunking.segments`); keeps the inputs, the states
+    entering the chunks and the last segment's blocks for the backward."""
+    full = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2])
+    out = v.new_empty(*full, *v.shape[2:])  # [B, H, N, C, V]
+    entering, state = [], initial
+    for chunks in segments((*full, v.shape[2]), v.shape[3]):
+        segment_out, state, states, blocks = _forward(*(segment_of(x, chunks) for x in (q, k, v, g)), state, diagonal)
+        out[:, :, chunks] = segment_out
+        entering.append(states)
+    ctx.save_for_backward(q, k, v, g, initial, *entering)
+    ctx.last_blocks, ctx.full = blocks, (*full, v.shape[2])
+    return out, state
 
 
 def _scalar_decay_gradient(grad_segments: Tensor, grad_queries: Tensor, grad_keys: Tensor) -> Tensor:
@@ -106,10 +148,12 @@ def _scalar_decay_gradient(grad_segments: Tensor, grad_queries: Tensor, grad_key
     return straddling + queries + keys
 
 
-def _backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
-    """The gradients of :func:`_forward`'s inputs (the class docstring's backward)."""
-    q, k, v, g, initial, coefficients, queries, keys, entering, chunk_decay, *intra = ctx.saved_tensors
-    grad_out = grad_out.contiguous()
+def _backward(ctx, inputs: list, blocks: tuple, entering: Tensor, grad_out: Tensor, grad_state: Tensor | None):
+    """The gradients of one segment's inputs ``(q, k, v, g)`` (the class docstring's backward), given its blocks
+    (:func:`_intra_chunk`), the states entering its chunks, ``∂Y`` and ``∂S`` of the state leaving it; returns them
+    (``∂g`` ``None`` without a decay's gradient) and ``∂S`` of the state entering it."""
+    q, k, v, g = inputs
+    coefficients, queries, keys, chunk_decay, intra = blocks
     grad_increments, grad_initial = pass_state_gradients(queries.transpose(-1, -2) @ grad_out, chunk_decay, grad_state)
     grad_queries = grad_out @ entering.transpose(-1, -2)
     grad_keys = v @ grad_increments.transpose(-1, -2)
@@ -138,11 +182,5 @@ def _backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
         grad_total = (grad_keys * keys).sum(3) + (grad_increments * chunk_decay * entering).sum(-1)
         grad_gamma[:, :, :, -1] += grad_total
         grad_g = suffix_sums(grad_gamma).sum_to_size(g.shape)
-    grad_initial = None if initial is None else grad_initial.sum_to_size(initial.shape)
-    return (
-        grad_q.sum_to_size(q.shape),
-        grad_k.sum_to_size(k.shape),
-        grad_v.sum_to_size(v.shape),
-        grad_g,
-        grad_initial,
-    )
+    grads = (grad_q.sum_to_size(q.shape), grad_k.sum_to_size(k.shape), grad_v.sum_to_size(v.shape), grad_g)
+    return grads, grad_initial

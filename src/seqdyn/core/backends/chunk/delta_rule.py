@@ -14,7 +14,7 @@ stacked ``[Q; D]`` with ``Dᵀ``.  Only ``V'`` and the states are sequential (th
 carried from chunk to chunk instead of a ``[K, K]`` transition); the output is one product ``[Q̃, A] [S; V']``
 per chunk.  :mod:`.minimal` computes the same with autograd.
 
-Memory: the chunks run in segments of about :data:`SEGMENT_TOKEN_HEADS` tokens × batch × heads.  The forward
+Memory: the chunks run in segments of about :data:`~.chunking.SEGMENT_TOKEN_HEADS` tokens × batch × heads.  The forward
 keeps its inputs, the state entering each chunk (``K·V`` numbers per chunk) and the last segment's blocks; the
 backward computes each other segment's blocks again from those (flash-linear-attention's kernels keep the same),
 so that forward + backward holds one segment's ``C²`` and ``C (K + V)`` blocks at a time instead of every chunk's.
@@ -28,14 +28,10 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.backends.chunk.chunking import decay_matrix, suffix_sums, sum_after
+from seqdyn.core.backends.chunk.chunking import decay_matrix, segment_of, segments, suffix_sums, sum_after
 from seqdyn.core.backends.chunk.triangular import unit_lower_inverse
 from seqdyn.core.evolution import decay_factor
 from seqdyn.core.precision import float32_under_autocast
-
-#: tokens × batch × heads per segment of chunks: the forward and the backward keep one segment's blocks at a time
-SEGMENT_TOKEN_HEADS = 4096
-SEGMENT_MIN_CHUNKS = 4
 
 
 def delta_rule_chunks(
@@ -183,18 +179,6 @@ def segment_blocks(
     return SegmentBlocks(factors, stacked, grams, inverse, solved, to_end, left)
 
 
-def _segments(full: tuple[int, ...], size: int) -> list[slice]:
-    """The chunks in segments of at most :data:`SEGMENT_TOKEN_HEADS` tokens times batch and heads (at least
-    :data:`SEGMENT_MIN_CHUNKS` chunks): the forward and the backward keep one segment's blocks at a time."""
-    batch, heads, chunks = full
-    per = max(SEGMENT_MIN_CHUNKS, SEGMENT_TOKEN_HEADS // (batch * heads * size))
-    return [slice(first, min(first + per, chunks)) for first in range(0, chunks, per)]
-
-
-def _segment_of(x: Tensor | None, chunks: slice) -> Tensor | None:
-    return None if x is None else x[:, :, chunks]
-
-
 def _segment_backward(
     blocks: SegmentBlocks, inputs: tuple[Tensor, ...], entering: Tensor, grad_out: Tensor, grad_next: Tensor | None
 ) -> tuple[tuple[Tensor | None, ...], Tensor]:
@@ -267,8 +251,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
         out = v.new_empty(*full, d.shape[2], size, value_dim)  # [B, H, N, C, V]
         entering = []  # the states entering each chunk, a [B, H, n, K, V] per segment
         state = initial
-        for chunks in _segments((*full, d.shape[2]), size):
-            inputs = [_segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
+        for chunks in segments((*full, d.shape[2]), size):
+            inputs = [segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
             blocks = segment_blocks(*inputs, (*full, chunks.stop - chunks.start))
             states = v.new_empty(*full, chunks.stop - chunks.start, key_dim, value_dim)
             entering.append(states)
@@ -295,8 +279,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
         q, d, v, g, beta, s, initial, *entering = ctx.saved_tensors
         grads = [torch.empty_like(x) for x in (q, d, v, g, beta, s)]
         grad_out = grad_out.contiguous()
-        for chunks, states in reversed(list(zip(_segments(ctx.full, d.shape[-2]), entering))):
-            inputs = [_segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
+        for chunks, states in reversed(list(zip(segments(ctx.full, d.shape[-2]), entering))):
+            inputs = [segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
             if ctx.last_blocks is not None:
                 blocks, ctx.last_blocks = ctx.last_blocks, None
             else:
