@@ -241,3 +241,19 @@ def test_transformers_fallback_is_timed_on_request_beside_chunk_with_the_memory_
     assert not any(w.startswith("gla") and "inputs" in w for w in whats)
     with pytest.raises(ValueError, match="name: transformers has no fallback 'nope'"):
         fallback_of("nope")
+
+
+def test_the_product_floor_is_timed_on_request_with_its_targets():
+    """``--backends chunk,floor``: the scalar decay's matrix products alone (12: 4 forward, 8 backward, the
+    gram of shared queries and keys once), ``n/a`` for other kinds; the chunk backend's two ratios to it."""
+    from seqdyn.bench.operator import FLOOR, floor_products
+
+    forward, backward = floor_products(2, 3, 130, 8)  # 3 chunks of 64
+    assert len(forward) == 4 and len(backward) == 8
+    assert forward[0] == (2 * 3, 64, 8, 64) and forward[1] == (2 * 3 * 3, 8, 64, 8)
+    report = run_benchmark([64, 128], ["mamba2", "gla"], ["chunk", FLOOR], batch=1, heads=2, dim=8, repeats=0)
+    floor = report.get("mamba2", 128, FLOOR)
+    assert floor.status == "ok" and 0 < floor.forward_s and report.get("gla", 64, FLOOR).status == "n/a"
+    whats = [check.what for check in target_checks(report)]
+    assert "mamba2: chunk forward ≤ 2× its matrix products' time at T=128" in whats
+    assert "mamba2: chunk fwd+bwd ≤ 2× its matrix products' time at T=128" in whats

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from seqdyn.bench.measure import available_memory_bytes, measure_step, resolve_device, skip_estimate
 from seqdyn.core.low_rank import householder_as_low_rank
 from seqdyn.core.operator import coefficient_dynamics, select_backend
-from seqdyn.core.problem import DELTA_RULE_CHUNK_SIZE
+from seqdyn.core.problem import DEFAULT_CHUNK_SIZE, DELTA_RULE_CHUNK_SIZE
 
 KINDS = ("gla", "mamba2", "deltanet", "softmax", "kda", "deltaproduct", "fox", "rwkv7")
 #: what ``seqdyn bench operator`` times unless told (the newest transitions on request: ``--kinds kda,…``)
@@ -33,6 +33,9 @@ BACKEND_ORDER = ("quadratic", "recurrent", "chunk", "scan", "auto")
 #: one (``deltanet``: ``torch_chunk_gated_delta_rule``, Qwen3-Next's); the transformers extra is needed
 FALLBACK = "transformers"
 FALLBACK_OF = {"deltanet": "torch_chunk_gated_delta_rule"}
+#: on request (``--backends chunk,floor``): the matrix products the chunk backend must do for a scalar decay
+#: (``mamba2``), timed as plain batched products of the same shapes — the time no implementation of it can beat
+FLOOR = "floor"
 
 
 def make_arguments(
@@ -144,6 +147,8 @@ def _measure_cell(
         )
     if backend == FALLBACK:
         return _measure_fallback(cell, args, options, leaves, device, repeats)
+    if backend == FLOOR:
+        return _measure_floor(cell, batch, heads, dim, device, repeats)
     try:
         cell.picked = select_backend(*args, backend=backend, **options)
     except ValueError:
@@ -196,6 +201,52 @@ def _measure_fallback(cell: Cell, args: tuple, options: dict, leaves: list, devi
     return cell
 
 
+def floor_products(batch: int, heads: int, length: int, dim: int, shared_heads: int = 1) -> tuple[list, list]:
+    """The operand shapes of the chunk backend's matrix products for a scalar decay (chunks of
+    :data:`DEFAULT_CHUNK_SIZE`, queries and keys of ``shared_heads`` heads), ``(forward, backward)``, each a list of
+    ``(batch, m, k, n)``: forward ``Q Kᵀ``, ``K̃ᵀ V``, ``A V`` and ``Q̃ E``; backward ``Q̃ᵀ ∂Y``, ``∂Y Eᵀ``,
+    ``V ∂ΔSᵀ``, ``K̃ ∂ΔS``, ``Aᵀ ∂Y``, ``∂Y Vᵀ``, ``∂A K`` and ``∂Aᵀ Q``."""
+    size = DEFAULT_CHUNK_SIZE
+    chunks = -(-length // size)
+    every, shared = batch * heads * chunks, batch * shared_heads * chunks
+    forward = [(shared, size, dim, size), (every, dim, size, dim), (every, size, size, dim), (every, size, dim, dim)]
+    backward = [
+        (every, dim, size, dim),
+        (every, size, dim, dim),
+        (every, size, dim, dim),
+        (every, size, dim, dim),
+        (every, size, size, dim),
+        (every, size, dim, size),
+        (shared, size, size, dim),
+        (shared, size, size, dim),
+    ]
+    return forward, backward
+
+
+def _measure_floor(cell: Cell, batch: int, heads: int, dim: int, device, repeats: int) -> Cell:
+    """The products of :func:`floor_products` timed as ``torch.bmm`` on random operands (``n/a`` but for
+    ``mamba2``): the forward's, and the forward's with the backward's."""
+    if cell.kind != "mamba2":
+        cell.status, cell.note = "n/a", "the product floor is timed for the scalar decay (mamba2)"
+        return cell
+    forward, backward = floor_products(batch, heads, cell.length, dim)
+
+    def operands(shapes):
+        return [(torch.randn(b, m, k, device=device), torch.randn(b, k, n, device=device)) for b, m, k, n in shapes]
+
+    forward_operands, all_operands = operands(forward), operands(forward + backward)
+
+    def products(pairs) -> None:
+        for left, right in pairs:
+            torch.bmm(left, right)
+
+    result = measure_step(
+        lambda: products(forward_operands), lambda: products(all_operands), device, repeats, peak_memory=False
+    )
+    cell.forward_s, cell.train_s, cell.note = result.forward_s, result.train_s, "products only"
+    return cell
+
+
 def _memory_growth(growth: float) -> float:
     """The factor of a cell's peak memory for the factor ``growth`` of its time: the same, beyond 16 its 2/3
     power."""
@@ -225,8 +276,8 @@ def run_benchmark(
     skipped (their estimate is noted).  ``progress(cell)`` is called after each cell."""
     device = resolve_device(device)
     for name in backends:
-        if name not in (*BACKEND_ORDER, FALLBACK):
-            raise ValueError(f"backends: unknown {name!r}; allowed: {[*BACKEND_ORDER, FALLBACK]}")
+        if name not in (*BACKEND_ORDER, FALLBACK, FLOOR):
+            raise ValueError(f"backends: unknown {name!r}; allowed: {[*BACKEND_ORDER, FALLBACK, FLOOR]}")
     for kind in kinds:
         if kind not in KINDS:
             raise ValueError(f"kinds: unknown {kind!r}; allowed: {list(KINDS)}")
@@ -303,6 +354,7 @@ def target_checks(report: Report) -> list[Check]:
         checks.extend(_speedup_checks(report, kind, top))
         checks.extend(_memory_check(report, kind, lengths))
         checks.extend(_memory_budget_checks(report, kind, lengths))
+        checks.extend(_floor_checks(report, kind, lengths))
         checks.extend(_auto_checks(report, kind, lengths))
     return checks
 
@@ -362,6 +414,26 @@ def _memory_budget_checks(report: Report, kind: str, lengths: list[int]) -> list
             what = f"{kind}: chunk peak memory ≤ transformers' at T={t}"
             measured = f"{chunk.peak_mb / fallback.peak_mb:.2f}×"
             checks.append(_check(what, measured, chunk.peak_mb, fallback.peak_mb, at_least=False))
+    return checks
+
+
+def _floor_checks(report: Report, kind: str, lengths: list[int]) -> list[Check]:
+    """Where the product floor was timed: the chunk backend's forward and forward + backward within 2× of it."""
+    checks = []
+    for t in lengths:
+        chunk, floor = report.get(kind, t, "chunk"), report.get(kind, t, FLOOR)
+        if chunk is None or floor is None or floor.train_s is None or chunk.train_s is None:
+            continue
+        for what, ours, theirs in (
+            ("forward", chunk.forward_s, floor.forward_s),
+            ("fwd+bwd", chunk.train_s, floor.train_s),
+        ):
+            ratio = ours / theirs
+            checks.append(
+                _check(
+                    f"{kind}: chunk {what} ≤ 2× its matrix products' time at T={t}", f"{ratio:.2f}×", ratio, 2.0, False
+                )
+            )
     return checks
 
 

@@ -187,7 +187,10 @@ def bench_operator(
     ),
     backends: str = typer.Option(
         "quadratic,recurrent,chunk,scan,auto",
-        help="Comma-separated backends (also: transformers, its CPU fallback, for deltanet).",
+        help=(
+            "Comma-separated backends (also: transformers, its CPU fallback, for deltanet; floor, the matrix "
+            "products alone, for mamba2)."
+        ),
     ),
     batch: int = typer.Option(4, help="Batch size B."),
     heads: int = typer.Option(4, help="Heads H."),
