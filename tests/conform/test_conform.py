@@ -210,6 +210,20 @@ def test_the_precision_report_is_within_a_few_round_offs_of_each_dtype_and_names
     assert ok.exit_code == 0 and json.loads((tmp_path / "p.json").read_text())[0]["length"] == 32
 
 
+@pytest.mark.parametrize("op", ["ssd", "linear_rnn"])
+def test_the_precision_report_covers_ssd_and_the_linear_recurrence_on_every_backend(op):
+    """Mamba-2's SSD (chunk, scan, recurrent) and RecurrentGemma's linear recurrence (scan, chunk, recurrent), each
+    computed in the dtype by that backend (the recurrence accumulated in it too), within a few round-offs."""
+    from seqdyn.conform.precision import BACKENDS, precision_report
+
+    rows = precision_report(op, lengths=(96,), dtypes=("float32", "bfloat16"))
+    assert {row["backend"] for row in rows} == set(BACKENDS[op]) and len(BACKENDS[op]) == 3
+    for row in rows:
+        assert row["finite"] and row["output_error"] < 16 * row["unit_roundoff"], row
+    float32 = max(row["output_error"] for row in rows if row["dtype"] == "float32")
+    assert min(row["output_error"] for row in rows if row["dtype"] == "bfloat16") > 100 * float32
+
+
 def test_seqdyns_short_convolution_conforms_and_a_flipped_kernel_fails_at_one_step():
     from seqdyn.hf.acceleration.functions import causal_conv1d
 

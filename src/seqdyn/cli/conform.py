@@ -131,7 +131,11 @@ def _print_audit(reports: list[dict]) -> None:
 
 @one_line_errors
 def precision(
-    op: str = typer.Option("gated_delta_rule", "--op", help="gated_delta_rule or selective_scan."),
+    op: str = typer.Option(
+        "gated_delta_rule",
+        "--op",
+        help="gated_delta_rule, selective_scan, ssd or linear_rnn (the ops with several backends).",
+    ),
     lengths: str = typer.Option("1024,4096", help="Sequence lengths, comma-separated."),
     dtypes: str = typer.Option("float32,bfloat16,float16", help="The dtypes to compute in, comma-separated."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write every row here."),

@@ -280,7 +280,7 @@ def ssd_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     return {"output": torch.stack(outputs, dim=1), "final_state": state}
 
 
-def _ssd(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+def ssd_call(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     x, dt, a, b, c, d, bias = (inputs[name] for name in SSD_INPUTS[:7])
     output, state = fn(
         x,
@@ -336,7 +336,7 @@ def rnn_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     return {"output": torch.stack(outputs, dim=1), "final_state": state}
 
 
-def _rnn(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+def rnn_call(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     arguments = [inputs[name] for name in RNN_INPUTS[:3]] + [inputs.get("recurrent_states")]
     if "self" in parameters_of(fn):  # transformers' RecurrentGemmaRglru._rnn_scan, which never reads its self
         arguments.insert(0, None)
@@ -376,13 +376,13 @@ ADAPTERS = (
     # seqdyn's own, in transformers' names (seqdyn.hf.acceleration.functions.causal_conv1d)
     Adapter("transformers", "causal_conv1d", ("hidden_states", "weight", "bias", "activation"), False, _conv, False),
     # mamba_ssm's mamba_chunk_scan_combined
-    Adapter("mamba_ssm", "ssd", ("x", "dt", "A", "B", "C", "chunk_size"), True, _ssd),
+    Adapter("mamba_ssm", "ssd", ("x", "dt", "A", "B", "C", "chunk_size"), True, ssd_call),
     # transformers' mamba2_chunk_scan (Mamba-2, Bamba, Granite 4.0, Nemotron-H, Zamba2, Falcon-H1) and seqdyn's own
     # (seqdyn.hf.acceleration.functions.ssd_chunk_scan)
-    Adapter("transformers", "ssd", ("hidden_states", "dt", "A", "B", "C", "chunk_size"), True, _ssd),
+    Adapter("transformers", "ssd", ("hidden_states", "dt", "A", "B", "C", "chunk_size"), True, ssd_call),
     # transformers' RecurrentGemmaRglru._rnn_scan and seqdyn's own (seqdyn.hf.acceleration.functions.linear_rnn_scan)
     Adapter(
-        "transformers", "linear_rnn", ("hidden_states", "recurrent_gate", "reset", "recurrent_states"), False, _rnn
+        "transformers", "linear_rnn", ("hidden_states", "recurrent_gate", "reset", "recurrent_states"), False, rnn_call
     ),
 )
 

@@ -8,16 +8,22 @@ format would overflow: float16 above 65,504).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
 from seqdyn.conform.cases import DTYPES, Case
-from seqdyn.conform.ops import check_op, scan_reference
+from seqdyn.conform.ops import check_op, rnn_call, scan_reference, ssd_call
 from seqdyn.core.operator import coefficient_dynamics
 
 #: the backends compared, per op
-BACKENDS = {"gated_delta_rule": ("chunk", "recurrent"), "selective_scan": ("scan", "recurrent")}
+BACKENDS = {
+    "gated_delta_rule": ("chunk", "recurrent"),
+    "selective_scan": ("scan", "recurrent"),
+    "ssd": ("chunk", "scan", "recurrent"),
+    "linear_rnn": ("scan", "chunk", "recurrent"),
+}
 
 
 def precision_report(
@@ -30,13 +36,13 @@ def precision_report(
         raise ValueError(
             f"--op: the precision report covers {', '.join(BACKENDS)} (the ops with several backends); got {op!r}"
         )
-    compute = _delta_rule_in_dtype if op == "gated_delta_rule" else scan_reference
+    compute = COMPUTE[op]
     for length in lengths:
         case = spec.case(Case(1, length, 4, 64, 64))
         inputs = spec.inputs(case, torch.Generator().manual_seed(0))
         for dtype in dtypes:
-            rounded = {name: tensor.to(DTYPES[dtype]) for name, tensor in inputs.items()}
-            reference = spec.reference({name: tensor.double() for name, tensor in rounded.items()})
+            rounded = {name: _in_dtype(tensor, DTYPES[dtype]) for name, tensor in inputs.items()}
+            reference = spec.reference({name: _in_dtype(tensor, torch.float64) for name, tensor in rounded.items()})
             for backend in BACKENDS[op]:
                 got = compute(rounded, backend)
                 rows.append(_row(op, length, dtype, backend, got, reference))
@@ -58,6 +64,35 @@ def _delta_rule_in_dtype(inputs: dict[str, torch.Tensor], backend: str) -> dict[
         backend=backend,
     )
     return {"output": output, "final_state": state}
+
+
+def _ssd_in_dtype(inputs: dict[str, torch.Tensor], backend: str) -> dict[str, torch.Tensor]:
+    """Mamba-2's SSD by the operator's ``backend`` in the inputs' dtype (in mamba_ssm's signature)."""
+    from seqdyn.hf.acceleration.functions import ssd_chunk_scan
+
+    return ssd_call(functools.partial(ssd_chunk_scan, backend=backend), inputs)
+
+
+def _linear_rnn_in_dtype(inputs: dict[str, torch.Tensor], backend: str) -> dict[str, torch.Tensor]:
+    """RecurrentGemma's linear recurrence by the operator's ``backend``, accumulated in the inputs' dtype."""
+    from seqdyn.hf.acceleration.functions import linear_rnn_scan
+
+    dtype = inputs["hidden_states"].dtype
+    return rnn_call(functools.partial(linear_rnn_scan, acc_dtype=dtype, backend=backend), inputs)
+
+
+def _in_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A floating-point input in ``dtype`` (a mask as it is)."""
+    return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+
+#: how each op is computed by one of the operator's backends in the inputs' dtype
+COMPUTE = {
+    "gated_delta_rule": _delta_rule_in_dtype,
+    "selective_scan": scan_reference,
+    "ssd": _ssd_in_dtype,
+    "linear_rnn": _linear_rnn_in_dtype,
+}
 
 
 def _row(op: str, length: int, dtype: str, backend: str, got: dict, reference: dict) -> dict[str, Any]:

@@ -72,6 +72,7 @@ def ssd_chunk_scan(
     return_final_states: bool = False,
     z: Tensor | None = None,
     seq_idx: Tensor | None = None,
+    backend: str = "chunk",
     **_: Any,
 ):
     """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (transformers' ``mamba2_chunk_scan``) by seqdyn's operator::
@@ -80,14 +81,17 @@ def ssd_chunk_scan(
 
     ``hidden_states`` x ``[b, l, h, p]``, ``dt`` ``[b, l, h]``, ``A`` ``[h]``, ``B``, ``C`` ``[b, l, g, n]`` (g groups
     of heads), ``initial_states`` and the final state ``[b, h, p, n]``; ``z``: the output gated by SiLU(z);
-    ``seq_idx`` ``[1, l]``: packed sequences (each starts from a zero state)."""
+    ``seq_idx`` ``[1, l]``: packed sequences (each starts from a zero state); ``backend``: the operator's (``chunk``,
+    at ``chunk_size`` up to :data:`CHUNK_SIZE`)."""
     heads, groups = hidden_states.shape[2], B.shape[2]
     dt = _steps(dt, dt_bias, dt_softplus, dt_limit)
     keys, queries = B, C  # [b, l, 1, n]: one group, shared by every head (its gram C Bᵀ formed once per chunk)
     if groups > 1:  # [b, l, g, n] → [b, l, h, n]: each group's for its heads
         keys, queries = (t.repeat_interleave(heads // groups, dim=2) for t in (B, C))
     state = None if initial_states is None else initial_states.transpose(-1, -2)  # seqdyn's S is [b, h, n, p]
-    options = dict(log_decay=dt * A.to(dt.dtype), scale=dt, backend="chunk", chunk_size=min(chunk_size, CHUNK_SIZE))
+    options = dict(log_decay=dt * A.to(dt.dtype), scale=dt, backend=backend)
+    if backend == "chunk":
+        options["chunk_size"] = min(chunk_size, CHUNK_SIZE)
     if seq_idx is not None:
         if return_final_states or state is not None:
             raise ValueError("seq_idx: packed sequences run from zero states here, without a final state")
@@ -287,6 +291,7 @@ def linear_rnn_scan(
     reset: Tensor,
     recurrent_states: Tensor | None = None,
     acc_dtype: torch.dtype = torch.float32,
+    backend: str = "scan",
 ) -> tuple[Tensor, Tensor]:
     """RecurrentGemma's ``_rnn_scan`` (Griffin eq. 4's linear recurrence after its gates) by seqdyn's operator::
 
@@ -294,7 +299,7 @@ def linear_rnn_scan(
 
     ``hidden_states`` x and ``recurrent_gate`` a ``[b, l, w]``, ``reset`` ``[b, l, 1]``, ``recurrent_states`` h₀ and
     the last state ``[b, w]`` (in ``acc_dtype`` at least); the output in x's dtype.  Each channel is a head of
-    the operator (K = V = 1, q = k = 1, Λ = a_t, log a = −∞ at a reset), on the ``scan`` backend."""
+    the operator (K = V = 1, q = k = 1, Λ = a_t, log a = −∞ at a reset), on the ``scan`` backend (or ``backend``)."""
     work = torch.promote_types(hidden_states.dtype, acc_dtype)
     log_gate = torch.log(recurrent_gate.to(work)).masked_fill(reset, float("-inf"))
     ones = hidden_states.new_ones(*hidden_states.shape[:2], 1, 1, dtype=work)  # [b, l, 1, 1]: q = k = 1, shared
@@ -307,7 +312,7 @@ def linear_rnn_scan(
         scale=1.0,
         initial_state=state,
         output_final_state=True,
-        backend="scan",
+        backend=backend,
     )
     return output.squeeze(-1).to(hidden_states.dtype), final[..., 0, 0]
 
