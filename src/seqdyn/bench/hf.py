@@ -251,7 +251,8 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
     return HfRow(family, length, prefill_s, backward_s, decode, difference, functions)
 
 
-#: the benchmarked families seqdyn accelerates but does not convert: their transformers classes
+#: the benchmarked families built from transformers' own default configuration beyond the benchmark's fields (not
+#: the conversion tests' tiny one, whose mixture-of-experts defaults differ): their transformers classes
 ACCELERATED_ONLY = {"kimi_linear": ("KimiLinearForCausalLM", "KimiLinearConfig")}
 
 
