@@ -301,6 +301,32 @@ def test_mamba2s_ssd_scan_by_transformers_and_by_seqdyn_conforms_with_grouped_b_
     assert conform(fallback, "ssd", sweep(quick=True, dtypes=("float64",))[:2])["failed"] == 2
 
 
+def ssd_across_documents(hidden_states, dt, A, B, C, chunk_size, seq_idx=None, **kwargs):  # noqa: N803
+    """seqdyn's SSD with ``seq_idx`` dropped: its state runs across the packed documents."""
+    from seqdyn.hf.acceleration.functions import ssd_chunk_scan
+
+    return ssd_chunk_scan(hidden_states, dt, A, B, C, chunk_size, **kwargs)
+
+
+def test_packed_ssd_rows_conform_by_seq_idx_each_document_from_a_zero_state():
+    """``seq_idx`` (mamba_ssm's) packs SSD rows: seqdyn's scan keeps the documents apart in float32 and float64; one
+    that ignores it fails every packed row; a packed row with initial states is not given (``seq_idx`` cannot say
+    them), nor is a packed row to a convention without ``seq_idx`` (transformers' fallback)."""
+    from seqdyn.hf.acceleration.functions import ssd_chunk_scan
+
+    for dtype in ("float32", "float64"):
+        cases = [replace(case, dtype=dtype) for case in PACKED]
+        own = conform(ssd_chunk_scan, "ssd", cases)
+        assert own["failed"] == 0 and own["passed"] == 1 and "documents packed" in own["cases"][0]["case"]
+        assert "initial state" not in own["cases"][0]["case"]
+    broken = conform(ssd_across_documents, "ssd", PACKED, adapter="transformers")
+    failing = [case["case"] for case in broken["cases"] if not case["passed"]]
+    assert failing and all("documents packed" in case for case in failing)
+    pytest.importorskip("transformers")
+    fallback = load_callable("transformers.models.mamba2.modeling_mamba2:mamba2_chunk_scan")
+    assert not any("documents packed" in case["case"] for case in conform(fallback, "ssd", PACKED + QUICK[:1])["cases"])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_chunk_backends_scalar_decay_gradient_keeps_its_precision_under_strong_decays(dtype):
     """Decays down to e^−4 a step: ∂g taken as differences of cumulative sums lost 2-4× the tolerance here (the

@@ -115,13 +115,16 @@ class Adapter:
     grouped_heads: bool
     call: Callable[[Callable[..., Any], dict[str, Tensor]], dict[str, Tensor]]
     initial_state: bool = True
+    #: whether a packed row can start its documents from states of their own (``seq_idx`` cannot say)
+    packed_initial_state: bool = True
 
     def takes(self, case: Case, fn: Callable[..., Any] | None = None) -> bool:
         """Whether the convention can state ``case`` (grouped heads, an initial state) — a packed row only where
         ``fn`` takes the op's packing input by name."""
         packs = case.documents == 1 or (fn is not None and OPS[self.op].packing in parameters_of(fn))
         heads = self.grouped_heads or case.key_heads is None
-        return packs and heads and (self.initial_state or not case.initial_state)
+        states = not case.initial_state or (self.initial_state and (case.documents == 1 or self.packed_initial_state))
+        return packs and heads and states
 
 
 def parameters_of(fn: Callable[..., Any]) -> set[str]:
@@ -260,13 +263,20 @@ def ssd_inputs(case: Case, generator: torch.Generator) -> dict[str, Tensor]:
     }
     if case.initial_state:
         inputs["initial_states"] = 0.1 * draw(b, h, case.value_dim, case.key_dim)
+    if case.documents > 1:  # the document of each step, as mamba_ssm's seq_idx
+        lengths = torch.tensor(case.offsets).diff()
+        inputs["seq_idx"] = torch.repeat_interleave(torch.arange(case.documents), lengths)[None].to(torch.int32)
     return inputs
 
 
 def ssd_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     """Dao & Gu 2024 (Mamba-2, SSD), eq. 1 with a scalar A per head, step by step in the inputs' dtype (float64)::
 
-    Δ = softplus(δ + bias),   S_t = exp(Δ_t A_h) S_{t−1} + Δ_t x_t B_tᵀ,   y_t = S_t C_t + D_h x_t"""
+    Δ = softplus(δ + bias),   S_t = exp(Δ_t A_h) S_{t−1} + Δ_t x_t B_tᵀ,   y_t = S_t C_t + D_h x_t
+
+    A packed row (``seq_idx``): each document from a zero state, its outputs only (mamba_ssm's convention)."""
+    if "seq_idx" in inputs:
+        return per_document(lambda row: {"output": ssd_reference(row)["output"]}, "seq_idx", time_dim=1)(inputs)
     x, dt, a, b, c, d, bias = (inputs[name] for name in SSD_INPUTS[:7])
     heads, groups = x.shape[2], b.shape[2]
     b, c = (t.repeat_interleave(heads // groups, dim=2) for t in (b, c))  # [B, T, G, N] → [B, T, H, N]
@@ -282,6 +292,11 @@ def ssd_reference(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
 
 def ssd_call(fn: Callable[..., Any], inputs: dict[str, Tensor]) -> dict[str, Tensor]:
     x, dt, a, b, c, d, bias = (inputs[name] for name in SSD_INPUTS[:7])
+    if "seq_idx" in inputs:  # a packed row: outputs only
+        output = fn(
+            x, dt, a, b, c, chunk_size=SSD_CHUNK, D=d, dt_bias=bias, dt_softplus=True, seq_idx=inputs["seq_idx"]
+        )
+        return {"output": output}
     output, state = fn(
         x,
         dt,
@@ -376,10 +391,17 @@ ADAPTERS = (
     # seqdyn's own, in transformers' names (seqdyn.hf.acceleration.functions.causal_conv1d)
     Adapter("transformers", "causal_conv1d", ("hidden_states", "weight", "bias", "activation"), False, _conv, False),
     # mamba_ssm's mamba_chunk_scan_combined
-    Adapter("mamba_ssm", "ssd", ("x", "dt", "A", "B", "C", "chunk_size"), True, ssd_call),
+    Adapter("mamba_ssm", "ssd", ("x", "dt", "A", "B", "C", "chunk_size"), True, ssd_call, packed_initial_state=False),
     # transformers' mamba2_chunk_scan (Mamba-2, Bamba, Granite 4.0, Nemotron-H, Zamba2, Falcon-H1) and seqdyn's own
     # (seqdyn.hf.acceleration.functions.ssd_chunk_scan)
-    Adapter("transformers", "ssd", ("hidden_states", "dt", "A", "B", "C", "chunk_size"), True, ssd_call),
+    Adapter(
+        "transformers",
+        "ssd",
+        ("hidden_states", "dt", "A", "B", "C", "chunk_size"),
+        True,
+        ssd_call,
+        packed_initial_state=False,
+    ),
     # transformers' RecurrentGemmaRglru._rnn_scan and seqdyn's own (seqdyn.hf.acceleration.functions.linear_rnn_scan)
     Adapter(
         "transformers", "linear_rnn", ("hidden_states", "recurrent_gate", "reset", "recurrent_states"), False, rnn_call
@@ -438,6 +460,7 @@ OPS = {
         ssd_inputs,
         ssd_reference,
         SSD_INPUTS,
+        packing="seq_idx",
     ),
     "linear_rnn": Op(
         "linear_rnn",
