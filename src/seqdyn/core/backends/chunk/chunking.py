@@ -253,6 +253,30 @@ def segment_of(x: Tensor | None, chunks: slice) -> Tensor | None:
     return None if x is None else x[:, :, chunks]
 
 
+def backward_in_segments(ctx, inputs: tuple, entering: list, grad_out: Tensor, grad_state, blocks_of, backward_of):
+    """The backward of a forward run in ``ctx.segments``, the last segment first: each segment's blocks are
+    ``ctx.last_blocks`` (the forward's last, let go here once used) or ``blocks_of(segment's inputs)``, its gradients
+    ``backward_of(inputs, blocks, its entering states, its ∂Y, ∂S leaving it)`` → ``(gradients, ∂S entering it)``.
+    Returns the inputs' gradients (``None`` where every segment gave none) and ``∂S`` of the initial state."""
+    grads = [torch.empty_like(x) for x in inputs]
+    given = [False] * len(inputs)
+    grad_out = grad_out.contiguous()
+    for chunks, states in reversed(list(zip(ctx.segments, entering))):
+        segment = [segment_of(x, chunks) for x in inputs]
+        if ctx.last_blocks is not None:
+            blocks, ctx.last_blocks = ctx.last_blocks, None
+        else:
+            blocks = blocks_of(segment)
+        # one copy of ∂Y's slice for the several products that take it
+        segment_grads, grad_state = backward_of(
+            segment, blocks, states, grad_out[:, :, chunks].contiguous(), grad_state
+        )
+        for index, segment_grad in enumerate(segment_grads):
+            if segment_grad is not None:
+                grads[index][:, :, chunks], given[index] = segment_grad, True
+    return [grad if was_given else None for grad, was_given in zip(grads, given)], grad_state
+
+
 # ---------------------------------------------------------------------------------------- states between chunks
 def pass_states(
     increments: Tensor, transitions: Tensor, initial: Tensor | None, shape: tuple[int, ...], matrix: bool = False

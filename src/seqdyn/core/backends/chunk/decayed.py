@@ -19,6 +19,7 @@ from torch.autograd.function import once_differentiable
 
 from seqdyn.core import stacking
 from seqdyn.core.backends.chunk.chunking import (
+    backward_in_segments,
     decay_matrix,
     diagonal_factors,
     pass_state_gradients,
@@ -43,9 +44,9 @@ def decayed_chunks(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: T
 class _DecayedChunks(torch.autograd.Function):
     """The decayed chunks of the module docstring, a segment of chunks at a time: the forward keeps its inputs, the
     states entering the chunks and the last segment's blocks, the backward computes the other segments' blocks again
-    and runs the state recurrence in reverse; a scalar
-    decay's ``∂g_l`` sums the terms that contain ``g_l`` (:func:`_scalar_decay_gradient`), a diagonal one's goes
-    through ``γ = cumsum(g)`` (every exponent a difference of ``γ``'s)."""
+    and runs the state recurrence in reverse (:func:`~.chunking.backward_in_segments`); a scalar decay's ``∂g_l``
+    sums the terms that contain ``g_l`` (:func:`_scalar_decay_gradient`), a diagonal one's goes through ``γ =
+    cumsum(g)`` (every exponent a difference of ``γ``'s)."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, initial: Tensor | None):
@@ -62,22 +63,17 @@ class _DecayedChunks(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
         q, k, v, g, initial, *entering = ctx.saved_tensors
-        grads = [torch.empty_like(x) for x in (q, k, v, g)]
-        grad_out = grad_out.contiguous()
-        for chunks, states in reversed(list(zip(segments(ctx.full, v.shape[3]), entering))):
-            inputs = [segment_of(x, chunks) for x in (q, k, v, g)]
-            if ctx.last_blocks is not None:
-                blocks, ctx.last_blocks = ctx.last_blocks, None
-            else:
-                blocks = _intra_chunk(inputs[0], inputs[1], inputs[3], ctx.diagonal)
-            segment_grads, grad_state = _backward(
-                ctx, inputs, blocks, states, grad_out[:, :, chunks].contiguous(), grad_state
-            )
-            for grad, segment_grad in zip(grads, segment_grads):
-                if segment_grad is not None:
-                    grad[:, :, chunks] = segment_grad
+        grads, grad_state = backward_in_segments(
+            ctx,
+            (q, k, v, g),
+            entering,
+            grad_out,
+            grad_state,
+            lambda segment: _intra_chunk(segment[0], segment[1], segment[3], ctx.diagonal),
+            lambda *arguments: _backward(ctx, *arguments),
+        )
         grad_initial = None if initial is None else grad_state.sum_to_size(initial.shape)
-        return grads[0], grads[1], grads[2], grads[3] if ctx.has_decay else None, grad_initial
+        return (*grads, grad_initial)
 
 
 def _decays(q: Tensor, g: Tensor | None) -> tuple[Tensor, bool]:
@@ -122,13 +118,13 @@ def _forward_in_segments(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor, initia
     entering the chunks and the last segment's blocks for the backward."""
     full = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2])
     out = v.new_empty(*full, *v.shape[2:])  # [B, H, N, C, V]
-    entering, state = [], initial
-    for chunks in segments((*full, v.shape[2]), v.shape[3]):
+    entering, state, chunked = [], initial, segments((*full, v.shape[2]), v.shape[3])
+    for chunks in chunked:
         segment_out, state, states, blocks = _forward(*(segment_of(x, chunks) for x in (q, k, v, g)), state, diagonal)
         out[:, :, chunks] = segment_out
         entering.append(states)
     ctx.save_for_backward(q, k, v, g, initial, *entering)
-    ctx.last_blocks, ctx.full = blocks, (*full, v.shape[2])
+    ctx.last_blocks, ctx.segments = blocks, chunked
     return out, state
 
 

@@ -28,7 +28,14 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from seqdyn.core.backends.chunk.chunking import decay_matrix, segment_of, segments, suffix_sums, sum_after
+from seqdyn.core.backends.chunk.chunking import (
+    backward_in_segments,
+    decay_matrix,
+    segment_of,
+    segments,
+    suffix_sums,
+    sum_after,
+)
 from seqdyn.core.backends.chunk.triangular import unit_lower_inverse
 from seqdyn.core.evolution import decay_factor
 from seqdyn.core.precision import float32_under_autocast
@@ -233,11 +240,12 @@ def _segment_backward(
 
 @float32_under_autocast
 class _DeltaRuleChunks(torch.autograd.Function):
-    """The delta rule of the module docstring, a segment of chunks at a time (:func:`_segments`).  The forward
-    keeps its inputs, the state entering each chunk and the last segment's blocks; the backward computes the other
-    segments' blocks again from them (the same operations: the gradients are those of keeping them), runs the two
-    recurrences in reverse and returns through the unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ
-    ∂X``, ``∂(βN) = −tril₋₁(∂R Xᵀ)``); ``∂g`` goes through ``γ = cumsum(g)``."""
+    """The delta rule of the module docstring, a segment of chunks at a time (:func:`~.chunking.segments`,
+    :func:`~.chunking.backward_in_segments`).  The forward keeps its inputs, the state entering each chunk and the
+    last segment's blocks; the backward computes the other segments' blocks again from them (the same operations:
+    the gradients are those of keeping them), runs the two recurrences in reverse and returns through the
+    unit-triangular solve with its explicit inverse ``T`` (``∂R = Tᵀ ∂X``, ``∂(βN) = −tril₋₁(∂R Xᵀ)``); ``∂g`` goes
+    through ``γ = cumsum(g)``."""
 
     @staticmethod
     def forward(
@@ -250,8 +258,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
         full = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2], s.shape[:2])
         out = v.new_empty(*full, d.shape[2], size, value_dim)  # [B, H, N, C, V]
         entering = []  # the states entering each chunk, a [B, H, n, K, V] per segment
-        state = initial
-        for chunks in segments((*full, d.shape[2]), size):
+        state, ctx.segments = initial, segments((*full, d.shape[2]), size)
+        for chunks in ctx.segments:
             inputs = [segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
             blocks = segment_blocks(*inputs, (*full, chunks.stop - chunks.start))
             states = v.new_empty(*full, chunks.stop - chunks.start, key_dim, value_dim)
@@ -267,7 +275,6 @@ class _DeltaRuleChunks(torch.autograd.Function):
             queries, coefficients = blocks.left.split([key_dim, size], dim=-1)  # Q̃, A
             out[:, :, chunks] = torch.matmul(coefficients, corrected).add_(queries @ states)  # Y = Q̃ S + A V'
         ctx.save_for_backward(q, d, v, g, beta, s, initial, *entering)
-        ctx.full = (*full, d.shape[2])
         # the last segment's blocks, which the backward begins with (on ctx, so that it can let them go after)
         ctx.last_blocks = blocks
         ctx.has_decay = has_decay and ctx.needs_input_grad[3]
@@ -277,22 +284,19 @@ class _DeltaRuleChunks(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor, grad_state: Tensor | None):
         q, d, v, g, beta, s, initial, *entering = ctx.saved_tensors
-        grads = [torch.empty_like(x) for x in (q, d, v, g, beta, s)]
-        grad_out = grad_out.contiguous()
-        for chunks, states in reversed(list(zip(segments(ctx.full, d.shape[-2]), entering))):
-            inputs = [segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
-            if ctx.last_blocks is not None:
-                blocks, ctx.last_blocks = ctx.last_blocks, None
-            else:
-                blocks = segment_blocks(*inputs, states.shape[:3])
-            if not ctx.has_decay:
-                inputs[3] = None
-            segment_grads, grad_state = _segment_backward(
-                blocks, tuple(inputs), states, grad_out[:, :, chunks].contiguous(), grad_state
-            )  # one copy of ∂Y's slice for the several products that take it
-            for grad, segment_grad in zip(grads, segment_grads):
-                if segment_grad is not None:
-                    grad[:, :, chunks] = segment_grad
-        grad_q, grad_d, grad_v, grad_g, grad_beta, grad_s = grads
+
+        def backward_of(segment: list, blocks: SegmentBlocks, states: Tensor, grad_out: Tensor, grad_next):
+            inputs = (*segment[:3], segment[3] if ctx.has_decay else None, *segment[4:])
+            return _segment_backward(blocks, inputs, states, grad_out, grad_next)
+
+        grads, grad_state = backward_in_segments(
+            ctx,
+            (q, d, v, g, beta, s),
+            entering,
+            grad_out,
+            grad_state,
+            lambda segment: segment_blocks(*segment, (*entering[0].shape[:2], segment[0].shape[2])),
+            backward_of,
+        )
         grad_initial = None if initial is None else grad_state.sum_to_size(initial.shape)
-        return grad_q, grad_d, grad_v, grad_g if ctx.has_decay else None, grad_beta, grad_s, grad_initial
+        return (*grads, grad_initial)
