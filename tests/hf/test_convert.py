@@ -53,6 +53,8 @@ FLOAT32_ROUNDING = 8 * torch.finfo(torch.float32).eps
 #: its float64 agreement is bounded as float32's, and its exactness checked with those casts lifted
 #: (:func:`test_kimi_linear_is_exact_in_float64_with_transformers_float32_casts_lifted`)
 FLOAT32_INSIDE = {"kimi_linear": 1e-5, "bailing_hybrid": 1e-5}
+#: transformers' xLSTM returns float32 logits and computes its final norm, and the mLSTM's steps after the last whole
+#: chunk, in float32 whatever the model's dtype (:func:`test_xlstm_is_exact_in_float64_with_its_float32_parts_lifted`)
 
 
 @pytest.mark.parametrize("family", TINY)
@@ -351,7 +353,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
         match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
         r"supported: bailing_hybrid, bamba, falcon_h1, falcon_mamba, granitemoehybrid, jamba, kimi_linear, lfm2, "
         r"lfm2_moe, mamba, mamba2, minimax, nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, "
-        r"recurrent_gemma, rwkv$",
+        r"recurrent_gemma, rwkv, xlstm$",
     ):
         from_transformers(model)
 
@@ -524,18 +526,26 @@ def test_convert_check_prints_every_family_with_its_differences():
 
 
 def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
-    from transformers import xLSTMConfig, xLSTMForCausalLM
+    from transformers import Zamba2Config, Zamba2ForCausalLM
 
-    model = xLSTMForCausalLM(
-        xLSTMConfig(vocab_size=VOCAB, hidden_size=16, embedding_dim=16, num_hidden_layers=1, num_blocks=1, num_heads=2)
+    config = Zamba2Config(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        mamba_d_state=4,
+        mamba_headdim=4,
+        n_mamba_heads=2,
+        layers_block_type=["mamba", "hybrid"],
     )
     with pytest.raises(
         UnsupportedModel,
-        match=r"^model: family 'xlstm' \(xLSTMForCausalLM\) has "
-        r"no seqdyn converter yet \(it needs the mLSTM normalizer .*\); "
-        r"supported: bailing_hybrid, bamba, .*, recurrent_gemma, rwkv$",
+        match=r"^model: family 'zamba2' \(Zamba2ForCausalLM\) has "
+        r"no seqdyn converter yet \(it needs a shared attention block .*\); "
+        r"supported: bailing_hybrid, bamba, .*, rwkv, xlstm$",
     ):
-        from_transformers(model)
+        from_transformers(Zamba2ForCausalLM(config))
 
 
 @pytest.mark.parametrize(
@@ -636,7 +646,8 @@ def test_convert_help_names_every_family_it_converts():
         "lfm2_moe": "LFM2-MoE,",
         "rwkv": "RWKV-4,",
         "kimi_linear": "Kimi-Linear,",
-        "bailing_hybrid": "Bailing-hybrid.",
+        "bailing_hybrid": "Bailing-hybrid,",
+        "xlstm": "xLSTM 7B.",
     }
     assert set(names) == set(SUPPORTED)  # a family added to the registry needs its name here and in the help
     assert all(name in words for name in names.values()), words
@@ -749,3 +760,81 @@ def test_bailing_hybrid_is_exact_in_float64_with_transformers_float32_casts_lift
     assert float((got - expected).abs().max() / expected.abs().max()) < 1e-12
     bound = ours.seqdyn.blocks[0].mixer.decay.lower_bound
     assert bound == (None if change else theirs.config.kda_lower_bound)
+
+
+def tiny_xlstm(dtype: torch.dtype = torch.float32, gates=(4.0, -3.0, 8.0, 0.5), **changes) -> torch.nn.Module:
+    """A random ``xLSTMForCausalLM`` (width 64, 4 heads of K = 16 and V = 32, chunks of 16, ε = 0.01) whose input gates
+    ĩ reach e^8 and drop to e^-3: the stabilizer m_t moves, and ε·e^{m_t} is most of some rows' normalizer."""
+    model = tiny_model("xlstm", dtype, **changes)
+    with torch.no_grad():
+        for block in model.backbone.blocks:
+            layer = block.mlstm_layer
+            bias = layer.igate_preact.bias if hasattr(layer, "igate_preact") else layer.ifgate_preact.bias[:4]
+            bias.copy_(torch.tensor(gates))
+    return model
+
+
+def xlstm_wide_logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """transformers' xLSTM logits in the model's dtype, its final norm's float32 reduction lifted (its own forward
+    casts the logits to float32)."""
+    model.backbone.out_norm.force_float32_reductions = False
+    logits = model.lm_head(model.backbone(ids).last_hidden_state)
+    cap = model.config.output_logit_soft_cap
+    return cap * torch.tanh(logits / cap)
+
+
+@pytest.mark.parametrize("length", [32, 48], ids=["two-chunks", "three-chunks"])
+def test_xlstm_is_exact_in_float64_with_its_float32_parts_lifted(length):
+    """Whole chunks of 16 (transformers' chunkwise kernel, in the model's dtype) with the norms' float32 reductions
+    lifted: seqdyn's mLSTM — its ε·e^{m_t} from the step recurrence of m — is transformers' chunk by chunk to 1e-12."""
+    theirs = tiny_xlstm(torch.float64, norm_reduction_force_float32=False)
+    ours = from_transformers(theirs)
+    ids = tokens(length)
+    with torch.no_grad():
+        expected, got = xlstm_wide_logits(theirs, ids), ours(ids).logits
+    assert float((got - expected).abs().max() / expected.abs().max()) < 1e-12
+
+
+def test_xlstm_without_its_normalizer_eps_would_not_agree():
+    """The ε·e^{m_t} term is not lost on the way: the converted model with ε = 0 misses transformers' logits."""
+    theirs = tiny_xlstm(torch.float64, norm_reduction_force_float32=False)
+    ours = from_transformers(theirs)
+    for block in ours.seqdyn.blocks:
+        block.mixer.eps = 0.0
+    ids = tokens(32)
+    with torch.no_grad():
+        expected, got = xlstm_wide_logits(theirs, ids), ours(ids).logits
+    assert float((got - expected).abs().max() / expected.abs().max()) > 1e-6
+
+
+def test_xlstm_with_fused_projections_converts_exactly():
+    """``weight_mode="fused"`` (q, k, v and the output gate in one projection, the gates in another, the MLP's
+    gate and up in one); transformers' own initialization of that mode fails on its gate biases, so the weights are
+    drawn here."""
+    from transformers import initialization, xLSTMConfig, xLSTMForCausalLM
+
+    torch.manual_seed(0)
+    with initialization.no_init_weights():
+        theirs = xLSTMForCausalLM(xLSTMConfig(**{**TINY_CONFIGS["xlstm"].fields, "weight_mode": "fused"})).eval()
+    with torch.no_grad():
+        for parameter in theirs.parameters():
+            parameter.copy_(0.2 * torch.randn_like(parameter))
+    ours, ids = from_transformers(theirs), tokens(40)
+    with torch.no_grad():
+        expected, got = theirs(ids).logits, ours(ids).logits
+    assert float((got - expected).abs().max() / expected.abs().max()) < 1e-5
+
+
+def test_xlstm_with_biases_is_refused_by_name():
+    with pytest.raises(UnsupportedModel, match=re.escape("use_bias=True")):
+        from_transformers(tiny_model("xlstm", use_bias=True))
+
+
+def test_xlstm_of_widths_its_cache_rounds_converts_the_layers_widths():
+    """Width 96: the layers' keys have 48 channels, transformers' cache 64 (it fails with its cache; without it, the
+    logits are the layers'), seqdyn computes the layers' 48."""
+    theirs = tiny_xlstm(hidden_size=96, qk_dim_factor=0.5, v_dim_factor=1.0)
+    ours, ids = from_transformers(theirs), tokens(40)
+    with torch.no_grad():
+        expected, got = theirs(ids, use_cache=False).logits, ours(ids).logits
+    assert float((got - expected).abs().max() / expected.abs().max()) < 1e-5

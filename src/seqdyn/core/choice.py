@@ -160,6 +160,7 @@ def _tensors(problem: Problem) -> list[Tensor]:
         problem.log_scale,
         problem.decay_rate,
         problem.normalizer,
+        problem.normalizer_offset,
         *(state if isinstance(state, tuple) else (state,)),
     ]
     return [x for x in parts if isinstance(x, Tensor)]
@@ -213,6 +214,7 @@ def problem_signature(problem: Problem) -> dict[str, Any]:
         "k": sharing(problem.k),
         "scale": _scale_kind(problem.scale),
         "log_scale": problem.log_scale is not None,
+        "normalizer offset": problem.normalizer_offset is not None,
         "factored": problem.decay_rate is not None,
     }
 
@@ -248,6 +250,7 @@ def _trial(problem: Problem, compute: Compute, name: str, want_state: bool, trai
         "direction",
         "written",
         "normalizer",
+        "normalizer_offset",
         "initial_state",
         "scale",
         "log_scale",

@@ -94,6 +94,7 @@ def dsf(
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
     bonus: Tensor | None = None,
+    normalizer_log_offset: Tensor | None = None,
 ) -> DSF:
     """The DSF matrices of ``coefficient_dynamics(q, k, v, ...)`` (Sieber et al. 2024 eq. 15); ``DSF.apply(v)``
     equals it.
@@ -168,8 +169,10 @@ def _token_eta(dynamics: Dynamics) -> Tensor:
         return normalizer.transpose(1, 2).expand(batch, heads, length)
     if normalizer == "none":
         return dynamics.q.new_ones(batch, heads, length)
-    sums = coefficients(dynamics.replace(normalizer="none")).sum(-1)
-    return sums if normalizer == "sum" else sums.abs().clamp(min=1.0)
+    sums = coefficients(dynamics.replace(normalizer="none", normalizer_log_offset=None)).sum(-1)
+    eta = sums if normalizer == "sum" else sums.abs().clamp(min=1.0)
+    offset = dynamics.normalizer_log_offset
+    return eta if offset is None else eta + torch.exp(offset).transpose(1, 2)
 
 
 def _transitions(problem) -> Tensor:
@@ -215,7 +218,8 @@ def _eta(problem) -> Tensor:
     if problem.normalizer == "none":
         return problem.q.new_ones(problem.q.shape[:3])
     sums = quadratic.coefficient_scores(problem).sum(-1)
-    return sums if problem.normalizer == "sum" else torch.clamp(sums.abs(), min=1.0)
+    eta = sums if problem.normalizer == "sum" else torch.clamp(sums.abs(), min=1.0)
+    return eta if problem.normalizer_offset is None else eta + torch.exp(problem.normalizer_offset)
 
 
 def from_coefficients(coefficients: Tensor, value_dim: int) -> DSF:

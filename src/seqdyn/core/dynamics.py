@@ -68,6 +68,10 @@ class Dynamics:
         bonus: u ``[H, K]`` or ``[B, T, H, K]``, a bonus for the current token: the output reads the state before
             the token's step, ``y_t = q_tᵀ (S_{t−1} + Diag(u_t) b_t k_t v_tᵀ)`` (RWKV-5/6; identity readout, no
             normalizer; :mod:`seqdyn.core.bonus`).
+        normalizer_log_offset: ``log ε_t`` ``[B, T, H]``, a term added to a named normalizer:
+            ``η_t = max(|Σ_j α_tj|, 1) + ε_t`` (``"abs_max1"``) or ``Σ_j α_tj + ε_t`` (``"sum"``), identity readout —
+            xLSTM's ``ε·e^{m_t}`` with its stabilizer ``m_t`` (Beck et al. 2025, xLSTM 7B), which a mixer computes
+            from its gates; given in log space because ``e^{m_t}`` may exceed the float range.
 
     Nothing is checked here: :func:`seqdyn.core.problem.prepare` validates a description (each argument named
     in its error) and brings it into the backends' layout.
@@ -89,6 +93,7 @@ class Dynamics:
     low_rank_write: Tensor | None = None
     low_rank_read: Tensor | None = None
     bonus: Tensor | None = None
+    normalizer_log_offset: Tensor | None = None
 
     def options(self) -> dict[str, Any]:
         """Every field except q, k, v: the keywords of :func:`~seqdyn.coefficient_dynamics` beside them."""

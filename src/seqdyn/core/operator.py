@@ -66,13 +66,14 @@ def coefficient_dynamics(
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
     bonus: Tensor | None = None,
+    normalizer_log_offset: Tensor | None = None,
 ):
     """Outputs ``y_i = (1/η_i) Σ_{j≤i} φ(q_iᵀ Λ_i ⋯ Λ_{j+1} b_j k_j) v_j`` (Sieber et al. 2025 eqs. 2 and 4).
 
     Args:
         q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate,
-            decay_first, outer_log_decay, low_rank_write, low_rank_read, bonus: the fields of a ``Dynamics`` (or ``q``
-            one).
+            decay_first, outer_log_decay, low_rank_write, low_rank_read, bonus, normalizer_log_offset: the fields of a
+            ``Dynamics`` (or ``q`` one).
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
@@ -253,6 +254,7 @@ STEP_LAYOUTS = {
     "low_rank_write": ((3,), "[B, H, K]"),
     "low_rank_read": ((3,), "[B, H, K]"),
     "bonus": ((2, 3), "[H, K] or [B, H, K]"),
+    "normalizer_log_offset": ((2,), "[B, H]"),
 }
 
 
@@ -275,6 +277,7 @@ def coefficient_dynamics_step(
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
     bonus: Tensor | None = None,
+    normalizer_log_offset: Tensor | None = None,
 ):
     """One step of the recurrence, for streaming: ``(y_t, state_t)`` from the token ``t`` and ``state_{t-1}``.
 
@@ -365,6 +368,7 @@ def coefficients(
     low_rank_write: Tensor | None = None,
     low_rank_read: Tensor | None = None,
     bonus: Tensor | None = None,
+    normalizer_log_offset: Tensor | None = None,
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
@@ -407,7 +411,7 @@ def _coefficient_matrix(problem: Problem) -> Tensor:
         )
     problem, row_scale, _ = _stabilized(problem)
     scores = quadratic_backend.coefficient_scores(problem)
-    return _normalized(scores, scores.sum(-1), problem.normalizer, row_scale)
+    return _normalized(scores, scores.sum(-1), problem.normalizer, row_scale, problem.normalizer_offset)
 
 
 def auto_plan(
@@ -439,7 +443,7 @@ def _run(problem: Problem, module, want_state: bool):
     out, state = module.linear(problem, want_state)
     _check_low_rank_growth(original, out)
     numerator, denominator = (out[..., :-1], out[..., -1]) if original.augmented else (out, None)
-    out = _normalized(numerator, denominator, original.normalizer, row_scale)
+    out = _normalized(numerator, denominator, original.normalizer, row_scale, original.normalizer_offset)
     if not want_state:
         return out, None
     if state_scale is not None:
@@ -447,13 +451,15 @@ def _run(problem: Problem, module, want_state: bool):
     return out, ((state[..., :-1], state[..., -1]) if original.augmented else state)
 
 
-def _normalized(numerator: Tensor, denominator: Tensor | None, normalizer, row_scale: Tensor | None) -> Tensor:
+def _normalized(
+    numerator: Tensor, denominator: Tensor | None, normalizer, row_scale: Tensor | None, offset: Tensor | None = None
+) -> Tensor:
     """:func:`normalize`, in float64 when a row scale undoes the stabilization (``e^c`` may exceed float32)."""
     if row_scale is None:
-        return normalize(numerator, denominator, normalizer)
+        return normalize(numerator, denominator, normalizer, log_offset=offset)
     dtype = numerator.dtype
     wide = lambda x: x if x is None or isinstance(x, str) else x.to(torch.float64)  # noqa: E731
-    return normalize(wide(numerator), wide(denominator), wide(normalizer), row_scale).to(dtype)
+    return normalize(wide(numerator), wide(denominator), wide(normalizer), row_scale, log_offset=wide(offset)).to(dtype)
 
 
 def _stable_factors(step: Tensor, rate: Tensor) -> bool:

@@ -416,7 +416,12 @@ TIMED_FIELDS = {
     "scale": 1.0,
     "normalizer": 1.0,
     "log_scale": 0.0,
+    "normalizer_log_offset": 0.0,
 }
+
+
+#: the timed fields without a channel axis (``[B, T, H]``; per factor ``[B, T, H, n]``)
+PER_HEAD_ONLY = ("log_decay", "householder", "scale", "normalizer", "log_scale", "normalizer_log_offset")
 
 
 def timed_fields(dynamics: Dynamics) -> dict[str, Tensor]:
@@ -424,8 +429,7 @@ def timed_fields(dynamics: Dynamics) -> dict[str, Tensor]:
     return {
         name: value
         for name in TIMED_FIELDS
-        if isinstance(value := getattr(dynamics, name), Tensor)
-        and value.dim() >= 3 - (name in ("log_decay", "householder", "scale", "normalizer", "log_scale"))
+        if isinstance(value := getattr(dynamics, name), Tensor) and value.dim() >= 3 - (name in PER_HEAD_ONLY)
     }
 
 

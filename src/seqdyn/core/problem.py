@@ -48,6 +48,7 @@ class Problem:
             projection ``w_tᵀ S_{t−1}`` is written along, *not* decayed by ``D_t`` (the Householder factor writes
             ``D_t β_t w_t``).
         readout: the map φ.  normalizer: a name, or η as ``[B, H, T]``.
+        normalizer_offset: ``log ε`` ``[B, H, T]`` of a term added to the named normalizer's η, or ``None``.
         initial_state: validated, head-major state (see :func:`check_state`), or ``None``.
     """
 
@@ -66,6 +67,7 @@ class Problem:
     log_scale: Tensor | None = None
     decay_rate: Tensor | None = None
     written: Tensor | None = None
+    normalizer_offset: Tensor | None = None
 
     def replaced(self, **changes: Any) -> "Problem":
         """``dataclasses.replace(self, **changes)`` without its per-field bookkeeping (:func:`copy_with`)."""
@@ -260,6 +262,7 @@ def _per_head(dynamics: Dynamics) -> dict[str, Tensor]:
         "scale": scale,
         "log_scale": dynamics.log_scale,
         "normalizer": normalizer,
+        "normalizer_log_offset": dynamics.normalizer_log_offset,
     }
     return {name: x for name, x in per_head.items() if x is not None}
 
@@ -311,6 +314,7 @@ def _check_arguments(dynamics: Dynamics) -> Readout:
     _check_scale(dynamics.scale)
     _check_log_scale(dynamics.log_scale, dynamics.scale)
     _check_normalizer(dynamics.normalizer)
+    _check_normalizer_offset(dynamics.normalizer_log_offset, dynamics.normalizer, readout)
     return readout
 
 
@@ -335,6 +339,7 @@ def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size:
         scale_tensor,
         dynamics.log_scale,
         normalizer,
+        dynamics.normalizer_log_offset,
     )
     if dynamics.log_scale is None and scale_tensor is None:
         scale = sizes.key_dim**-0.5 if scale is None else float(scale)
@@ -363,6 +368,7 @@ def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size:
         log_scale=sizes.head_major(dynamics.log_scale, dtype),
         decay_rate=None if rate is None else rate.to(dtype).expand(sizes.heads, sizes.key_dim),
         written=written,
+        normalizer_offset=sizes.head_major(dynamics.normalizer_log_offset, dtype),
     )
 
 
@@ -439,6 +445,21 @@ def _check_normalizer(normalizer: Any) -> None:
         _check_tensor("normalizer", normalizer, 3, "η as [B, T, H]")
     elif not (isinstance(normalizer, str) and normalizer in NORMALIZERS):
         raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor η [B, T, H]")
+
+
+def _check_normalizer_offset(offset: Any, normalizer: Any, readout: Readout) -> None:
+    """``log ε`` ``[B, T, H]`` of a term added to a named normalizer of the identity readout."""
+    if offset is None:
+        return
+    _check_tensor("normalizer_log_offset", offset, 3, "log ε as [B, T, H]")
+    named = isinstance(normalizer, str) and normalizer in STATE_NORMALIZERS
+    if not named or not readout.linear:
+        given = normalizer if isinstance(normalizer, str) else "a tensor"
+        raise ValueError(
+            f"normalizer_log_offset: adds ε to η = Σ_j α_ij ('sum') or max(|Σ_j α_ij|, 1) ('abs_max1') of the "
+            f"identity readout; got readout={readout.name!r}, normalizer={given!r} (a given η tensor takes its ε "
+            "itself)"
+        )
 
 
 def _check_chunk_size(chunk_size: Any) -> int | None:

@@ -148,6 +148,8 @@ def expanded(dynamics: Dynamics, plan: SubSteps) -> Dynamics:
         changes["log_decay"] = first_step(dynamics.log_decay)
     if isinstance(dynamics.normalizer, Tensor):
         changes["normalizer"] = per_step(dynamics.normalizer)
+    if dynamics.normalizer_log_offset is not None:
+        changes["normalizer_log_offset"] = per_step(dynamics.normalizer_log_offset)
     return dynamics.replace(**changes)
 
 

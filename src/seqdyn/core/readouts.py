@@ -117,7 +117,13 @@ def resolve_readout(readout: ReadoutLike) -> Readout:
 
 
 def normalize(
-    num: Tensor, den: Tensor, normalizer: NormalizerLike, log_scale: Tensor | None = None, *, may_lack_mass: bool = True
+    num: Tensor,
+    den: Tensor,
+    normalizer: NormalizerLike,
+    log_scale: Tensor | None = None,
+    *,
+    may_lack_mass: bool = True,
+    log_offset: Tensor | None = None,
 ) -> Tensor:
     """Apply η to a row quantity given up to a per-row factor: returns ``e^c · num / η``.
 
@@ -126,17 +132,25 @@ def normalize(
     ``"sum"``: ``num / den``, and 0 for a row without mass (``den = 0``); ``"abs_max1"``:
     ``num / max(|den|, e^{-c})``; ``"none"``: ``e^c num``; a tensor η: ``e^c num / η``.  The factor cancels
     exactly, so the result is the same for every ``c``.  ``may_lack_mass=False``: the caller knows ``den > 0``.
+    ``log_offset`` ``log ε`` ``[...]`` adds ``ε`` to the named normalizers' η (``e^{log ε − c}`` to the scaled
+    denominator): xLSTM's ``max(|Σ_j α_ij|, 1) + ε·e^{m_i}``.
     """
     if isinstance(normalizer, Tensor):
         out = num / normalizer.unsqueeze(-1)
         return out if log_scale is None else out * torch.exp(log_scale).unsqueeze(-1)
+    offset = None
+    if log_offset is not None:
+        offset = torch.exp(log_offset if log_scale is None else log_offset - log_scale)
     if normalizer == "sum":
+        if offset is not None:
+            return num / (den + offset).unsqueeze(-1)
         if may_lack_mass:  # num / ∞ = 0 where den = 0, and its gradients are 0 there instead of NaN
             den = torch.where(den == 0, torch.inf, den)
         return num / den.unsqueeze(-1)
     if normalizer == "abs_max1":
         floor = torch.ones_like(den) if log_scale is None else torch.exp(-log_scale)
-        return num / torch.maximum(den.abs(), floor).unsqueeze(-1)
+        bounded = torch.maximum(den.abs(), floor)
+        return num / (bounded if offset is None else bounded + offset).unsqueeze(-1)
     if normalizer == "none":
         return num if log_scale is None else num * torch.exp(log_scale).unsqueeze(-1)
     raise ValueError(f"normalizer: got {normalizer!r}; allowed: {list(NORMALIZERS)} or a tensor [B, T, H]")

@@ -43,9 +43,10 @@ def takes_sequences(mixer_class: type) -> bool:
 @dataclass
 class MixerState:
     """Streaming state of a :class:`CoefficientMixer`: the operator's state, the short convolutions' inputs, the
-    batch size they stream (``None``: any), the position of the next token (rotary embeddings need it) and the log
-    scale ``m`` a mixer stores its operator state at (``core · e^m`` the state; RWKV-4's stabilizer, ``None``: 1) —
-    or, for a call on packed sequences, their :class:`~seqdyn.core.packing.Packing` (no state then)."""
+    batch size they stream (``None``: any), the position of the next token (rotary embeddings need it) and a
+    mixer's running stabilizer ``m`` (RWKV-4 stores its operator state at it, ``core · e^m`` the state; mLSTM's
+    normalizer reads ``ε e^m``; ``None``: none yet) — or, for a call on packed sequences, their
+    :class:`~seqdyn.core.packing.Packing` (no state then)."""
 
     core: Any = None
     conv: dict[str, Tensor] = field(default_factory=dict)

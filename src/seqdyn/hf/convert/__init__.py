@@ -85,6 +85,7 @@ FAMILY_MODULES = (
     "rwkv",
     "kimi_linear",
     "bailing_hybrid",
+    "xlstm",
 )
 
 

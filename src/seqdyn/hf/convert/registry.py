@@ -106,9 +106,6 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
 
 #: the linear-recurrent families of transformers not converted yet, each with what seqdyn lacks to compute it exactly
 NOT_YET: dict[str, str] = {
-    "xlstm": "the mLSTM normalizer max(|q·n|, exp(−m)) + ε, whose ε is scaled by exp(m_t), the running maximum of "
-    "the stabilizer (max(|Σ_j w_tj|, 1) + ε·e^{m_t} unstabilized, not a normalizer of the operator); per-head "
-    "LayerNorm; gates soft-capped at 15 and logits at 30",
     "zamba2": "a shared attention block on [hidden state, embeddings] whose output enters only the next Mamba-2 "
     "layer's input, not the residual stream, with LoRA adapters per use",
     "zamba": "one attention-and-MLP block shared by every hybrid layer, on [hidden state, embeddings], whose output "
