@@ -173,6 +173,53 @@ def test_recurrent_gemma_runs_its_rg_lru_scan_on_seqdyns_operator(dtype, toleran
     assert not getattr(build("recurrent_gemma").model.layers[0].temporal_block.rg_lru, "_seqdyn_accelerated", False)
 
 
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, FLOAT32_ROUNDING)])
+def test_xlstm_runs_its_mlstm_backend_on_seqdyns_operator(dtype, tolerance, monkeypatch):
+    """``xLSTMBackend.forward`` (its chunkwise kernel, then the steps after the last whole chunk) is swapped on each
+    layer's backend: transformers' logits over 150 tokens."""
+    model, inputs, calls = build("xlstm", dtype), ids(150), []
+    counted = acc.ACCELERATED_METHODS["xLSTMBackend"]["forward"]
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return counted(*args, **kwargs)
+
+    counting.binds_layer = True
+    monkeypatch.setitem(acc.ACCELERATED_METHODS["xLSTMBackend"], "forward", counting)
+    with torch.no_grad():
+        expected = model(inputs).logits
+        got = acc.accelerate(model)(inputs).logits
+    assert len(calls) == 2 and (got - expected).abs().max() <= tolerance * expected.abs().max()
+
+
+@pytest.mark.parametrize("mode", ["train", "inference"])
+def test_mlstm_backend_equals_transformers_kernels_from_a_state_with_large_gates_and_gradients(mode):
+    """In float64 against transformers' chunkwise kernel (whole chunks, ``train``) and its chunks-then-steps
+    (``inference``), from a stabilized state (C̃, ñ, m) with input gates up to 8 and ε = 0.05 (most of some rows'
+    normalizer): outputs, final states and the gradients of every input."""
+    from transformers.models.xlstm.modeling_xlstm import xLSTMBackend, xLSTMConfig
+
+    config = xLSTMConfig(mode=mode, chunk_size=8, eps=0.05, return_last_states=True)
+    object.__setattr__(config, "inference_state_dtype", "float64")  # its steps' state dtype (its config allows
+    # float32 and lower only): here the inputs', so that its steps after the last whole chunk keep float64
+    theirs = xLSTMBackend(config)
+    generator = torch.Generator().manual_seed(0)
+    randn = lambda *shape: torch.randn(*shape, generator=generator, dtype=torch.float64)  # noqa: E731
+    length = 24 if mode == "train" else 29
+    inputs = [randn(2, 3, length, 4), randn(2, 3, length, 4), randn(2, 3, length, 5)]
+    inputs += [4 * randn(2, 3, length), randn(2, 3, length) + 3]  # ĩ, f̃
+    states = [randn(2, 3, 4, 5) * 0.1, randn(2, 3, 4) * 0.1, randn(2, 3, 1)]
+    leaves = [x.clone().requires_grad_() for x in inputs]
+    expected, expected_states = theirs(*leaves, *states)
+    got, got_states = acc.mlstm_backend(theirs, *leaves, *states)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    for ours, want in zip(got_states, expected_states):
+        torch.testing.assert_close(ours, want.to(ours.dtype), rtol=1e-10, atol=1e-12)
+    upstream = randn(*expected.shape)
+    for ours, want in zip(torch.autograd.grad(got, leaves, upstream), torch.autograd.grad(expected, leaves, upstream)):
+        torch.testing.assert_close(ours, want, rtol=1e-9, atol=1e-11)
+
+
 def test_linear_rnn_scan_equals_recurrent_gemmas_loop_with_resets_a_state_and_gradients():
     from transformers.models.recurrent_gemma.modeling_recurrent_gemma import RecurrentGemmaRglru
 
@@ -195,7 +242,17 @@ def test_linear_rnn_scan_equals_recurrent_gemmas_loop_with_resets_a_state_and_gr
 
 @pytest.mark.parametrize(
     "family",
-    ["mamba", "mamba2", "qwen3_5_text", "granitemoehybrid", "nemotron_h", "recurrent_gemma", "kimi_linear", "rwkv"],
+    [
+        "mamba",
+        "mamba2",
+        "qwen3_5_text",
+        "granitemoehybrid",
+        "nemotron_h",
+        "recurrent_gemma",
+        "kimi_linear",
+        "rwkv",
+        "xlstm",
+    ],
 )
 def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     """The prompt's final states go into transformers' cache: the decoded tokens and their logits agree."""

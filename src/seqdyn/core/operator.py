@@ -72,8 +72,7 @@ def coefficient_dynamics(
 
     Args:
         q, k, v, readout, log_decay, householder, householder_dir, scale, normalizer, log_scale, decay_rate,
-            decay_first, outer_log_decay, low_rank_write, low_rank_read, bonus, normalizer_log_offset: the fields of a
-            ``Dynamics`` (or ``q`` one).
+            decay_first, outer_log_decay, low_rank_write, low_rank_read, bonus, normalizer_log_offset: Dynamics fields.
         initial_state: the state at time −1 (see ``output_final_state``); ``None`` is zero / empty.
         output_final_state: also return the final state: ``S [B, H, K, V]`` for the identity readout,
             ``(S, z [B, H, K])`` with ``"sum"``/``"abs_max1"``, and the key cache
@@ -372,12 +371,11 @@ def coefficients(
 ) -> Tensor:
     """The normalized coefficient matrix ``A[b, h, i, j] = α_ij / η_i`` ``[B, H, T, T]``, zero above the diagonal.
 
-    Same keywords as :func:`coefficient_dynamics` (without values; or ``q`` a ``Dynamics``, whose values are not
-    read): the "attention matrix" of any mixer, so ``coefficient_dynamics(q, k, v, ...)`` equals ``A @ v`` per
-    head.  ``backend="quadratic"`` (default, also ``"auto"``) forms the scores directly; any other backend that
-    supports the combination computes the rows as outputs for one-hot values (a cross-check of that backend).
-    With ``cu_seqlens`` (a packed batch, see :func:`coefficient_dynamics`) the matrix ``[1, H, T, T]`` is block
-    diagonal: each sequence's own coefficients, zero across sequences.
+    Same keywords as :func:`coefficient_dynamics` (without values; or ``q`` a ``Dynamics``, its values unread): the
+    "attention matrix" of any mixer, ``coefficient_dynamics(q, k, v, ...)`` = ``A @ v`` per head.  The default
+    ``backend="quadratic"`` (also ``"auto"``) forms the scores directly; any other backend that supports the
+    combination computes the rows as outputs for one-hot values (a cross-check of that backend).  With ``cu_seqlens``
+    (packed, see :func:`coefficient_dynamics`) ``[1, H, T, T]`` is block diagonal: zero across sequences.
     """
     if initial_state is not None or output_final_state:
         raise ValueError("initial_state/output_final_state: coefficients describe the sequence alone; leave them unset")

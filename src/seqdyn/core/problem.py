@@ -318,6 +318,22 @@ def _check_arguments(dynamics: Dynamics) -> Readout:
     return readout
 
 
+#: the tensor fields whose dtypes set the compute dtype (with a tensor scale and η)
+COMPUTED_FIELDS = (
+    "q",
+    "k",
+    "v",
+    "log_decay",
+    "decay_rate",
+    "householder",
+    "householder_dir",
+    "low_rank_write",
+    "low_rank_read",
+    "log_scale",
+    "normalizer_log_offset",
+)
+
+
 def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size: int) -> Problem:
     """The layout change: every tensor ``[B, H, T, ...]`` in the compute dtype; the scale ``b`` a float or
     ``[B, H, T]``."""
@@ -326,21 +342,7 @@ def _head_major(dynamics: Dynamics, readout: Readout, sizes: _Sizes, chunk_size:
         scale = scale.to(sizes.device).expand(sizes.batch, sizes.length, 1)
     scale_tensor = scale if isinstance(scale, Tensor) else None
     normalizer = dynamics.normalizer if isinstance(dynamics.normalizer, Tensor) else None
-    dtype = compute_dtype(
-        dynamics.q,
-        dynamics.k,
-        dynamics.v,
-        dynamics.log_decay,
-        dynamics.decay_rate,
-        dynamics.householder,
-        dynamics.householder_dir,
-        dynamics.low_rank_write,
-        dynamics.low_rank_read,
-        scale_tensor,
-        dynamics.log_scale,
-        normalizer,
-        dynamics.normalizer_log_offset,
-    )
+    dtype = compute_dtype(scale_tensor, normalizer, *(getattr(dynamics, name) for name in COMPUTED_FIELDS))
     if dynamics.log_scale is None and scale_tensor is None:
         scale = sizes.key_dim**-0.5 if scale is None else float(scale)
     k = sizes.head_major(dynamics.k, dtype)

@@ -53,6 +53,34 @@ def stabilizer(input_gate: Tensor, log_forget: Tensor, start: Tensor | None, pac
     return (cumulative + torch.maximum(running, first)).to(input_gate.dtype)
 
 
+def mlstm_dynamics(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    input_gate: Tensor,
+    log_forget: Tensor,
+    eps: float = 0.0,
+    start: Tensor | None = None,
+    packing: Packing | None = None,
+    levels: bool = False,
+) -> tuple[Dynamics, Tensor | None]:
+    """The operator's description of the mLSTM (module docstring) for ``q, k`` ``[B, T, H, K]``, ``v``
+    ``[B, T, H, V]``, ``ĩ`` and ``log f`` ``[B, T, H]``: φ = identity, Λ_t = f_t, b_t = e^{ĩ_t} K^-½, η = "abs_max1"
+    plus ``ε e^{m_t}`` where ``eps`` > 0, with the stabilizer ``m_t`` from ``start`` ``[B, H]`` (:func:`stabilizer`).
+    Returns it and ``m`` ``[B, T, H]`` (computed where ε > 0 or ``levels`` asks for it, else None)."""
+    m = stabilizer(input_gate, log_forget, start, packing) if eps > 0 or levels else None
+    dynamics = Dynamics(
+        q,
+        k,
+        v,
+        log_decay=log_forget,
+        log_scale=input_gate - 0.5 * math.log(q.shape[-1]),
+        normalizer="abs_max1",
+        normalizer_log_offset=math.log(eps) + m if eps > 0 else None,  # log(ε e^{m_t})
+    )
+    return dynamics, m
+
+
 class MLSTM(CoefficientMixer):
     """mLSTM: a matrix memory with an exponential input gate, a sigmoid forget gate and a normalizer state.
 
@@ -117,21 +145,9 @@ class MLSTM(CoefficientMixer):
         q, k, v = split_heads(q, self.heads), split_heads(k, self.heads), split_heads(v, self.heads)
         input_gate = soft_capped(self.input_gate(x), self.gate_soft_cap)  # ĩ [B, T, H]
         log_forget = F.logsigmoid(soft_capped(self.forget_gate(x), self.gate_soft_cap))
-        offset = None
-        if self.eps > 0:
-            m = stabilizer(input_gate, log_forget, state.scale, state.packing)
-            if state.packing is None:
-                state.scale = m[:, -1]
-            offset = math.log(self.eps) + m  # log(ε e^{m_t})
-        inputs = Dynamics(
-            q,
-            k,
-            v,
-            log_decay=log_forget,
-            log_scale=input_gate - 0.5 * math.log(q.shape[-1]),
-            normalizer="abs_max1",
-            normalizer_log_offset=offset,
-        )
+        inputs, m = mlstm_dynamics(q, k, v, input_gate, log_forget, self.eps, state.scale, state.packing)
+        if m is not None and state.packing is None:
+            state.scale = m[:, -1]  # m_T, where the next call's ε e^{m_t} starts
         return inputs, torch.sigmoid(self.output_gate(x))
 
     def core_output(self, core: Tensor, extras: Tensor) -> Tensor:

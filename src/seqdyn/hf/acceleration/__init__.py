@@ -3,7 +3,8 @@
 layers only, leaving every weight, every other model and every function of transformers as it is.
 
 - :mod:`~seqdyn.hf.acceleration.functions`: seqdyn's operator in the fallbacks' signatures (the SSD scan, Mamba's
-  S6 scan, Gated DeltaNet's chunked delta rule, the RG-LRU's scan, RWKV-4's WKV, the short convolution);
+  S6 scan, Gated DeltaNet's chunked delta rule, the RG-LRU's scan, RWKV-4's WKV, xLSTM's mLSTM, the short
+  convolution);
 - :mod:`~seqdyn.hf.acceleration.swap`: which layers of which family call which fallback, and how an accelerated
   layer gets a forward (or a method) of its own that calls seqdyn's instead;
 - :mod:`~seqdyn.hf.acceleration.prompt`: what that forward knows of its prompt (padding, the cache's state) and
@@ -18,6 +19,7 @@ from seqdyn.hf.acceleration.functions import (
     causal_conv1d,
     gated_delta_rule,
     linear_rnn_scan,
+    mlstm_backend,
     rwkv_linear_attention,
     selective_scan,
     ssd_chunk_scan,
@@ -45,6 +47,7 @@ __all__ = [
     "fallback_of",
     "gated_delta_rule",
     "linear_rnn_scan",
+    "mlstm_backend",
     "rwkv_linear_attention",
     "rebound_forward",
     "selective_scan",

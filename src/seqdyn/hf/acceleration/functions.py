@@ -15,6 +15,8 @@ wherever ``mamba_ssm``, ``causal_conv1d`` or flash-linear-attention is not insta
   over a prompt) — the resets as hard ones (decay 0);
 - :func:`rwkv_linear_attention` for RWKV-4's ``rwkv_linear_attention`` (the WKV of ``RwkvSelfAttention``, whose
   CPU fallback loops over the tokens) — the same (numerator, denominator, maximum) state;
+- :func:`mlstm_backend` for xLSTM 7B's ``xLSTMBackend.forward`` (its chunkwise, sequence and step kernels: the
+  mLSTM with its stabilizer and its normalizer's ε·e^{m_t}) — the same (C̃, ñ, m) state;
 - :func:`causal_conv1d` for ``causal_conv1d_fn``, the short convolution before the scan in every family but
   RecurrentGemma (:mod:`seqdyn.layers.conv`: read in the projection's own memory instead of a transposed copy;
   packed sequences honoured, which the fallback's convolution runs across).
@@ -38,6 +40,7 @@ from seqdyn.core.problem import DELTA_RULE_CHUNK_SIZE
 from seqdyn.hf.acceleration.prompt import current_prompt, real_steps
 from seqdyn.layers.conv import causal_depthwise_conv
 from seqdyn.layers.norms import l2_normalize
+from seqdyn.mixers.mlstm import mlstm_dynamics
 from seqdyn.mixers.rwkv4 import wkv_inputs
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "causal_conv1d",
     "gated_delta_rule",
     "linear_rnn_scan",
+    "mlstm_backend",
     "rwkv_linear_attention",
     "selective_scan",
     "ssd_chunk_scan",
@@ -344,6 +348,58 @@ def rwkv_linear_attention(
     if not (return_state or state is not None):
         return output, None
     return output, [final[:, :, 0, 0], final[:, :, 0, 1], reading.levels[:, -1].to(torch.float32)]
+
+
+def mlstm_backend(
+    backend: Any,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    igate: Tensor,
+    fgate: Tensor,
+    c_initial: Tensor | None = None,
+    n_initial: Tensor | None = None,
+    m_initial: Tensor | None = None,
+    return_last_states: bool | None = None,
+    mode: str | None = None,
+) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
+    """xLSTM 7B's ``xLSTMBackend.forward`` (bound to the backend ``backend``, whose ``config`` it reads) by seqdyn's
+    operator: per head, with ``q`` scaled by ``K^-½``, the input gate ``ĩ`` and the forget gate's preactivation ``f̃``
+    ``[B, H, T]`` and the stabilizer ``m_t = max(log f_t + m_{t−1}, ĩ_t)``::
+
+        C_t = f_t C_{t−1} + e^{ĩ_t} k_t v_tᵀ,   n_t = f_t n_{t−1} + e^{ĩ_t} k_t,
+        h_t = C_tᵀ q_t / (max(|n_tᵀ q_t|, 1) + ε e^{m_t})
+
+    as the ``mlstm`` mixer computes it (``normalizer_log_offset``, the ``chunk`` backend).  The states in and out are
+    transformers' stabilized ``C̃ = e^{−m} C``, ``ñ = e^{−m} n`` and ``m`` ``[B, H, 1]`` (zeros where not given);
+    they are returned as transformers' backend returns them: always in inference mode, in training mode where
+    ``return_last_states`` (default: the config's) asks for them."""
+    config = backend.config
+    mode = config.mode if mode is None else mode
+    if "inference" not in mode and "train" not in mode:
+        raise ValueError(f"mode: unknown mode {mode!r} of the xLSTM backend")
+    work = torch.promote_types(query.dtype, torch.float32)
+    q, k, v = (x.transpose(1, 2).to(work) for x in (query, key, value))  # [B, T, H, ·]
+    input_gate, log_forget = igate.transpose(1, 2).to(work), F.logsigmoid(fgate.transpose(1, 2).to(work))
+    start = None if m_initial is None else m_initial[..., 0].to(work)  # [B, H]
+    dynamics, levels = mlstm_dynamics(q, k, v, input_gate, log_forget, config.eps, start, levels=True)
+    # the operator's state is S = K^-½ e^{m} C̃ (its impulses carry K^-½, transformers' queries do)
+    root = q.shape[-1] ** 0.5
+    initial = None
+    if c_initial is not None:
+        scale = torch.exp(start)[..., None] / root  # [B, H, 1]
+        initial = (c_initial.to(work) * scale[..., None], n_initial.to(work) * scale)
+    h, (state, norm) = coefficient_dynamics(dynamics, initial_state=initial, output_final_state=True, backend="chunk")
+    h = h.transpose(1, 2).to(query.dtype)
+    final_m = levels[:, -1]  # [B, H]
+    unscale = torch.exp(-final_m)[..., None] * root
+    states = (state * unscale[..., None], norm * unscale, final_m[..., None])
+    wanted = config.return_last_states if return_last_states is None else return_last_states
+    return (h, states) if "inference" in mode or wanted else h
+
+
+#: the layer it swaps is its first argument (a whole method of the layer, steps included)
+mlstm_backend.binds_layer = True
 
 
 def causal_conv1d(

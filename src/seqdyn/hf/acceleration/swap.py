@@ -29,6 +29,7 @@ from seqdyn.hf.acceleration.functions import (
     gated_delta_rule,
     kimi_delta_attention,
     linear_rnn_scan,
+    mlstm_backend,
     rwkv_linear_attention,
     selective_scan,
     ssd_chunk_scan,
@@ -94,6 +95,7 @@ def fallback_of(name: str) -> Callable[..., Any]:
 #: transformers layer class → {its method that runs a fallback: seqdyn's function}, swapped on each such layer
 ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {
     "RecurrentGemmaRglru": {"_rnn_scan": linear_rnn_scan},
+    "xLSTMBackend": {"forward": mlstm_backend},
 }
 #: the transformers layer classes whose forward calls the functions of :data:`ACCELERATED`, with their module
 ACCELERATED_LAYERS = {
@@ -176,6 +178,8 @@ def _swapped_call(layer: nn.Module, name: str) -> Callable[..., Any]:
     if name == "forward" and kind in ACCELERATED_LAYERS:
         return rebound_forward(layer, ACCELERATED[ACCELERATED_LAYERS[kind]], around=_with_prompt)
     function = ACCELERATED_METHODS[kind][name]
+    if getattr(function, "binds_layer", False):  # the whole method, steps included, the layer its first argument
+        return types.MethodType(function, layer)
     return types.MethodType(_accelerated_method(getattr(type(layer), name), function), layer)
 
 
