@@ -20,6 +20,7 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
         ("recurrent_gemma", 64),
         ("kimi_linear", 64),
         ("rwkv", 64),
+        ("xlstm", 64),
     ]
     swapped = {
         "mamba": ["MambaMixer (layer)", "mamba_selective_scan", "causal_conv1d_fn"],
@@ -28,7 +29,9 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
         "recurrent_gemma": ["_rnn_scan"],
         "kimi_linear": ["KimiLinearDeltaAttention (layer)", "chunk_kimi_delta_attention", "causal_conv1d_fn"],
         "rwkv": ["RwkvSelfAttention (layer)", "rwkv_linear_attention"],
-    }  # (its RG-LRU layer keeps a state from call to call; KDA's recurrent form runs only to decode)
+        "xlstm": ["forward"],
+    }  # (its RG-LRU layer keeps a state from call to call; KDA's recurrent form runs only to decode; xLSTM's backend
+    # is swapped whole, its forward the function)
     for row in rows:
         assert row.largest_difference <= 1e-5
         assert all(seconds > 0 for seconds in (*row.prefill_s, *row.forward_backward_s, *row.decode_tokens_per_s))
@@ -37,7 +40,7 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
             assert function.largest_difference <= 1e-5
             assert all(seconds > 0 for seconds in (*function.forward_s, *function.forward_backward_s))
     text = (tmp_path / "hf.md").read_text()
-    for family in ("mamba", "mamba2", "qwen3_5_text", "recurrent_gemma", "kimi_linear", "rwkv"):
+    for family in ("mamba", "mamba2", "qwen3_5_text", "recurrent_gemma", "kimi_linear", "rwkv", "xlstm"):
         assert f"| {family} | 64 |" in text
     assert text == render_markdown(rows, quick=True)
     assert "| qwen3_5_text | `torch_chunk_gated_delta_rule` | 64 |" in text

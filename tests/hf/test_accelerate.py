@@ -272,6 +272,19 @@ def test_generation_after_an_accelerated_prefill_follows_transformers(family):
     assert (ours - theirs).abs().max() <= FLOAT32_ROUNDING * theirs.abs().max()
 
 
+@pytest.mark.parametrize("family", ["rwkv", "xlstm", "mamba2"])
+def test_a_decoded_token_runs_transformers_step_not_the_operator(family, monkeypatch):
+    """The prompt goes through seqdyn's operator once per layer; each decoded token through transformers' own step
+    update (RWKV-4's layer names its input ``hidden``, xLSTM's backend takes ``[B, H, T, K]``)."""
+    calls = []
+    operator = acc.functions.coefficient_dynamics
+    monkeypatch.setattr(acc.functions, "coefficient_dynamics", lambda *a, **k: calls.append(1) or operator(*a, **k))
+    model = acc.accelerate(build(family))
+    prompt = ids(24, batch=1)
+    model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert len(calls) == 2  # the two layers' prefill
+
+
 def test_rwkv_linear_attention_equals_transformers_loop_from_a_state_with_large_keys_and_gradients():
     """RWKV-4's WKV against transformers' CPU loop (float32, its running maximum): keys up to ±150 (e^150 overflows
     float32), continued from the state of a first call, its outputs, its (numerator, denominator, maximum) state —

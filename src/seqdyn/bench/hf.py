@@ -13,6 +13,7 @@ prefill ≥ 1.5× and forward + backward ≥ 2× at 4k tokens, decoding not slow
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
         eos_token_id=2,
     ),
     "rwkv": dict(hidden_size=256, num_hidden_layers=2, vocab_size=1024),
+    "xlstm": dict(hidden_size=256, num_heads=4, num_hidden_layers=2, vocab_size=1024, chunk_size=64),
 }
 #: how the table names each benchmarked model
 MODEL_WORDS = {
@@ -100,6 +102,7 @@ MODEL_WORDS = {
     "recurrent_gemma": "RecurrentGemma, 2 RG-LRU blocks of 256 channels and 1 local attention layer, width 256",
     "kimi_linear": "Kimi-Linear, 3 KDA layers (4 heads of 64) and 1 latent attention layer, width 256",
     "rwkv": "RWKV-4, 2 blocks of width 256 (256 channels of WKV)",
+    "xlstm": "xLSTM 7B's layers, 2 blocks of width 256 (4 mLSTM heads, keys of 32, values of 64)",
 }
 LENGTHS = (1024, 4096, 16384)
 #: toy versions of :data:`FAMILIES` for ``--quick``
@@ -160,6 +163,7 @@ QUICK: dict[str, dict[str, Any]] = {
         eos_token_id=2,
     ),
     "rwkv": dict(hidden_size=32, num_hidden_layers=2, vocab_size=64),
+    "xlstm": dict(hidden_size=64, num_heads=2, qk_dim_factor=1.0, num_hidden_layers=1, vocab_size=64, chunk_size=16),
 }
 
 
@@ -297,10 +301,15 @@ def _first_calls(
         else []
     )
     return layer_call + [
-        (name, original, function, *calls[name])
-        for (_, name, function), original in zip(swaps, originals)
+        (name, original, _bound(function, owner), *calls[name])
+        for (owner, name, function), original in zip(swaps, originals)
         if name in calls
     ]
+
+
+def _bound(function: Any, owner: Any) -> Any:
+    """seqdyn's ``function`` as the fallback is called: bound to ``owner`` where it replaces a whole method of it."""
+    return functools.partial(function, owner) if getattr(function, "binds_layer", False) else function
 
 
 def _recording(

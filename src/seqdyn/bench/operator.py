@@ -14,6 +14,7 @@ Argument types follow the mixers they stand for, at the operator level:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -155,14 +156,21 @@ def _measure_cell(
         cell.status = "n/a"
         return cell
 
+    return _measured(cell, lambda: coefficient_dynamics(*args, backend=backend, **options), leaves, device, repeats)
+
+
+def _measured(cell: Cell, call: Callable[[], torch.Tensor], leaves: list, device, repeats: int) -> Cell:
+    """``cell`` with the time of ``call()`` (outputs ``[…]``) alone and of its forward + backward of the outputs'
+    sum (gradients into ``leaves``), and the peak memory (:func:`~seqdyn.bench.measure.measure_step`)."""
+
     def forward() -> None:
         with torch.no_grad():
-            coefficient_dynamics(*args, backend=backend, **options)
+            call()
 
     def train_step() -> None:
         for x in leaves:
             x.grad = None
-        coefficient_dynamics(*args, backend=backend, **options).sum().backward()
+        call().sum().backward()
 
     result = measure_step(forward, train_step, device, repeats)
     cell.forward_s, cell.train_s, cell.peak_mb = result.forward_s, result.train_s, result.peak_mb
@@ -185,20 +193,8 @@ def _measure_fallback(cell: Cell, args: tuple, options: dict, leaves: list, devi
     q, k, v = args
     beta = options["householder"]
     no_decay = torch.zeros(beta.shape, dtype=beta.dtype, device=beta.device)
-
-    def forward() -> None:
-        with torch.no_grad():
-            function(q, k, v, no_decay, beta, chunk_size=64)
-
-    def train_step() -> None:
-        for x in leaves:
-            x.grad = None
-        function(q, k, v, no_decay, beta, chunk_size=64)[0].sum().backward()
-
-    result = measure_step(forward, train_step, device, repeats)
-    cell.forward_s, cell.train_s, cell.peak_mb = result.forward_s, result.train_s, result.peak_mb
     cell.picked = FALLBACK_OF[cell.kind]
-    return cell
+    return _measured(cell, lambda: function(q, k, v, no_decay, beta, chunk_size=64)[0], leaves, device, repeats)
 
 
 def floor_products(batch: int, heads: int, length: int, dim: int, shared_heads: int = 1) -> tuple[list, list]:

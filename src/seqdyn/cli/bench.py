@@ -299,12 +299,12 @@ def bench_hf(
         "--families",
         show_default=False,
         help="Comma-separated families to measure (mamba, mamba2, qwen3_5_text, "
-        "recurrent_gemma, kimi_linear, rwkv); default: all of them.",
+        "recurrent_gemma, kimi_linear, rwkv, xlstm); default: all of them.",
     ),
 ) -> None:
-    """transformers' Mamba, Mamba-2, Qwen3.5 (Gated DeltaNet), RecurrentGemma (RG-LRU) and Kimi-Linear (KDA) on their
-    PyTorch fallbacks against the same models with seqdyn.hf.accelerate: prefill, forward + backward and decode, side by
-    side (needs the \\[hf] extra)."""
+    """transformers' Mamba, Mamba-2, Qwen3.5 (Gated DeltaNet), RecurrentGemma (RG-LRU), Kimi-Linear (KDA), RWKV-4 and
+    xLSTM 7B on their PyTorch fallbacks against the same models with seqdyn.hf.accelerate: prefill, forward + backward
+    and decode, side by side (needs the \\[hf] extra)."""
     from seqdyn.bench.hf import run_hf_benchmark
 
     chosen = tuple(name.strip() for name in families.split(",") if name.strip())

@@ -373,7 +373,11 @@ def mlstm_backend(
     as the ``mlstm`` mixer computes it (``normalizer_log_offset``, the ``chunk`` backend).  The states in and out are
     transformers' stabilized ``C̃ = e^{−m} C``, ``ñ = e^{−m} n`` and ``m`` ``[B, H, 1]`` (zeros where not given);
     they are returned as transformers' backend returns them: always in inference mode, in training mode where
-    ``return_last_states`` (default: the config's) asks for them."""
+    ``return_last_states`` (default: the config's) asks for them.  One token (decoding) runs transformers' step."""
+    if query.shape[2] == 1:  # one decoded token: transformers' own step kernel, cheaper than an operator call
+        return type(backend).forward(
+            backend, query, key, value, igate, fgate, c_initial, n_initial, m_initial, return_last_states, mode
+        )
     config = backend.config
     mode = config.mode if mode is None else mode
     if "inference" not in mode and "train" not in mode:

@@ -265,13 +265,15 @@ def _holds(cell: types.CellType, value: Any) -> bool:
 def _with_prompt(swapped: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
     """``forward(self, hidden_states, cache=None, attention_mask=None, ...)`` of a transformers layer running
     ``swapped`` (the forward with seqdyn's functions) within what it knows of its prompt, its arguments read by name
-    (:func:`~seqdyn.hf.acceleration.prompt.prompt_of`); one decoded token runs ``original``, the step update."""
+    (:func:`~seqdyn.hf.acceleration.prompt.prompt_of`; the input is the first argument, whatever its name); one
+    decoded token runs ``original``, the step update."""
     signature = inspect.signature(original)
+    first = list(signature.parameters)[1]  # the layer's input, after self: hidden_states (RWKV: hidden)
 
     @functools.wraps(original)
     def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         call = signature.bind(self, *args, **kwargs).arguments
-        hidden, cache = call.get("hidden_states"), call.get("cache")
+        hidden, cache = call.get(first), call.get("cache")
         if isinstance(hidden, Tensor) and hidden.dim() == 3 and hidden.shape[1] == 1:
             return original(self, *args, **kwargs)  # one decoded token: the step update, no scan to swap
         layer_idx = getattr(self, "layer_idx", None)
