@@ -80,6 +80,14 @@ def cumulative_log_decay(log_decay: Tensor, dim: int = 2) -> Tensor:
     return bounded_log_decay(log_decay.to(torch.float64)).cumsum(dim)
 
 
+def running_log_maximum(log_impulse: Tensor, cumulative: Tensor, start: Tensor | float = 0.0, dim: int = 2) -> Tensor:
+    """The running maximum of the log weights, ``m_t = max(g_t + m_{t−1}, ℓ_t)`` from ``m_{−1}`` = ``start``, in
+    closed form ``m_t = G_t + max(m_{−1}, max_{j≤t} (ℓ_j − G_j))`` along ``dim`` for the impulses' log scales ``ℓ`` and
+    the cumulative log decays ``G_t = Σ_{s≤t} g_s`` (xLSTM's stabilizer; RWKV-4's reference ``M``)."""
+    running = (log_impulse - cumulative).cummax(dim).values
+    return cumulative + (running.clamp(min=start) if isinstance(start, float) else torch.maximum(running, start))
+
+
 def pairwise_gram(a: Tensor, b: Tensor, la: Tensor | None, lb: Tensor | None, valid: Tensor) -> Tensor:
     """``P_ij = Σ_k a_ik b_jk exp(la_ik − lb_jk)`` where ``valid[i, j]``, else 0, with every decay formed pairwise.
 

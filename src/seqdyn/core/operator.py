@@ -25,7 +25,7 @@ from seqdyn.core.backends import quadratic as quadratic_backend
 from seqdyn.core.bonus import Bonus, bonus_reduced
 from seqdyn.core.choice import BACKENDS
 from seqdyn.core.dynamics import Dynamics, as_dynamics, dynamics_of_call
-from seqdyn.core.evolution import causal_mask, cumulative_log_decay
+from seqdyn.core.evolution import causal_mask, cumulative_log_decay, running_log_maximum
 from seqdyn.core.outer import OuterDecay, outer_decayed
 from seqdyn.core.packing import Packing, dynamics_side_by_side, packing_of, reset_at_starts, timed_fields
 from seqdyn.core.problem import Problem, prepare
@@ -541,7 +541,7 @@ def _stabilized(problem: Problem):
     with torch.no_grad():
         cumulative, impulse = _log_decays_and_scales(problem)
         lifted = impulse.unsqueeze(-1) if cumulative.dim() == 4 else impulse
-        log_scale = cumulative + torch.clamp((lifted - cumulative).cummax(dim=2).values, min=0.0)
+        log_scale = running_log_maximum(lifted, cumulative)
         if problem.diagonal and problem.householder:  # the Householder or low-rank factor commutes with scalars only
             log_scale = log_scale.amax(-1)
         per_channel = log_scale.dim() == 4

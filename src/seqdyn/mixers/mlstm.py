@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdyn.core.dynamics import Dynamics
+from seqdyn.core.evolution import cumulative_log_decay, running_log_maximum
 from seqdyn.core.packing import Packing
 from seqdyn.layers import RMSNorm
 from seqdyn.layers.params import check_positive
@@ -47,10 +48,9 @@ def stabilizer(input_gate: Tensor, log_forget: Tensor, start: Tensor | None, pac
         bounds = packing.cu_seqlens.tolist()
         pieces = [stabilizer(input_gate[:, a:b], log_forget[:, a:b], None, None) for a, b in zip(bounds, bounds[1:])]
         return torch.cat(pieces, dim=1)
-    cumulative = log_forget.double().cumsum(1)  # G [B, T, H]
-    running = torch.cummax(input_gate.double() - cumulative, dim=1).values
-    first = running.new_zeros(running.shape[0], 1, running.shape[2]) if start is None else start.double()[:, None]
-    return (cumulative + torch.maximum(running, first)).to(input_gate.dtype)
+    cumulative = cumulative_log_decay(log_forget, dim=1)  # G [B, T, H], float64
+    first = 0.0 if start is None else start.double()[:, None]
+    return running_log_maximum(input_gate.double(), cumulative, first, dim=1).to(input_gate.dtype)
 
 
 def mlstm_dynamics(

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from seqdyn.core.dsf import DSF, from_coefficients
 from seqdyn.core.dynamics import Dynamics
+from seqdyn.core.evolution import running_log_maximum
 from seqdyn.core.operator import coefficients as operator_coefficients
 from seqdyn.core.packing import Packing
 from seqdyn.layers import TokenShift
@@ -45,8 +46,8 @@ def shift_mixed(x: Tensor, previous: Tensor, mix: Tensor) -> Tensor:
 def _decayed_maxima(k: Tensor, rate: Tensor, initial: Tensor) -> tuple[Tensor, Tensor]:
     """``(M_{t−1}, M_t)`` of ``M_t = max(M_{t−1} − w, k_t)`` from ``M_{−1} = initial`` ``[B, 1, A]``, for ``k``
     ``[B, T, A]`` and ``w`` ``[A]`` (float64; ``j w`` stays exact to ~1e-10 up to millions of steps)."""
-    steps = torch.arange(k.shape[1], dtype=k.dtype, device=k.device)[None, :, None] * rate  # t w
-    levels = torch.maximum(torch.cummax(k + steps, dim=1).values, initial - rate) - steps
+    decayed = (torch.arange(k.shape[1], dtype=k.dtype, device=k.device)[None, :, None] + 1) * rate  # (t + 1) w
+    levels = running_log_maximum(k, -decayed, initial, dim=1)  # G_t = −(t + 1) w from M_{−1}
     return torch.cat([initial, levels[:, :-1]], dim=1), levels
 
 
