@@ -353,7 +353,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
         match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
         r"supported: bailing_hybrid, bamba, falcon_h1, falcon_mamba, granitemoehybrid, jamba, kimi_linear, lfm2, "
         r"lfm2_moe, mamba, mamba2, minimax, nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, "
-        r"recurrent_gemma, rwkv, xlstm$",
+        r"recurrent_gemma, rwkv, xlstm, zamba2$",
     ):
         from_transformers(model)
 
@@ -526,26 +526,25 @@ def test_convert_check_prints_every_family_with_its_differences():
 
 
 def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
-    from transformers import Zamba2Config, Zamba2ForCausalLM
+    from transformers import ZambaConfig, ZambaForCausalLM
 
-    config = Zamba2Config(
+    config = ZambaConfig(
         vocab_size=VOCAB,
         hidden_size=16,
-        num_hidden_layers=2,
+        num_hidden_layers=3,
         num_attention_heads=2,
         num_key_value_heads=2,
         mamba_d_state=4,
-        mamba_headdim=4,
         n_mamba_heads=2,
-        layers_block_type=["mamba", "hybrid"],
+        layers_block_type=["mamba", "hybrid", "hybrid"],
     )
     with pytest.raises(
         UnsupportedModel,
-        match=r"^model: family 'zamba2' \(Zamba2ForCausalLM\) has "
-        r"no seqdyn converter yet \(it needs a shared attention block .*\); "
-        r"supported: bailing_hybrid, bamba, .*, rwkv, xlstm$",
+        match=r"^model: family 'zamba' \(ZambaForCausalLM\) has "
+        r"no seqdyn converter yet \(it needs Mamba-1 layers split into heads, .*\); "
+        r"supported: bailing_hybrid, bamba, .*, rwkv, xlstm, zamba2$",
     ):
-        from_transformers(Zamba2ForCausalLM(config))
+        from_transformers(ZambaForCausalLM(config))
 
 
 @pytest.mark.parametrize(
@@ -647,7 +646,8 @@ def test_convert_help_names_every_family_it_converts():
         "rwkv": "RWKV-4,",
         "kimi_linear": "Kimi-Linear,",
         "bailing_hybrid": "Bailing-hybrid,",
-        "xlstm": "xLSTM 7B.",
+        "xlstm": "xLSTM 7B,",
+        "zamba2": "Zamba2.",
     }
     assert set(names) == set(SUPPORTED)  # a family added to the registry needs its name here and in the help
     assert all(name in words for name in names.values()), words
@@ -838,3 +838,107 @@ def test_xlstm_of_widths_its_cache_rounds_converts_the_layers_widths():
     with torch.no_grad():
         expected, got = theirs(ids, use_cache=False).logits, ours(ids).logits
     assert float((got - expected).abs().max() / expected.abs().max()) < 1e-5
+
+
+def _zamba2_side_inputs(theirs: torch.nn.Module, ours: torch.nn.Module, inputs: torch.Tensor) -> list[tuple]:
+    """Per hybrid layer, transformers' shared block + ``linear`` output and seqdyn's projection of its shared block's,
+    both on transformers' hidden state entering that layer."""
+    backbone, model = theirs.model, ours.seqdyn
+    embeddings = backbone.embed_tokens(inputs)
+    positions = torch.arange(inputs.shape[1])[None]
+    rotary = backbone.rotary_emb(embeddings, positions) if theirs.config.use_mem_rope else None
+    mask = torch.full((inputs.shape[1],) * 2, float("-inf"), dtype=embeddings.dtype).triu(1)[None, None]
+    pairs, x = [], embeddings
+    for index, layer in enumerate(backbone.layers):
+        if hasattr(layer, "shared_transformer"):
+            expected = layer.linear(
+                layer.shared_transformer(x, embeddings, index, attention_mask=mask, position_embeddings=rotary)
+            )
+            block = model.blocks[index]
+            pairs.append((expected, block.projection(block.shared(x, embeddings, block.use))))
+        x = layer(x, embeddings, index, None, mask, position_embeddings=rotary)
+    return pairs
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        dict(use_shared_attention_adapter=False, use_mem_rope=False, num_mem_blocks=1),
+        dict(hidden_act="silu", use_shared_attention_adapter=False, num_key_value_heads=1),
+    ],
+    ids=["adapters-rope-two-blocks", "one-block-no-positions", "swiglu-grouped-heads"],
+)
+def test_zamba2_is_exact_in_float64_with_transformers_float32_casts_lifted(change):
+    """Zamba2's shared blocks — attention on [hidden, embeddings] with its √2 score factor, each use's adapters, the
+    MLP, the layer's own projection into the Mamba-2 layer's input — equal transformers' to float64 round-off, layer by
+    layer; the whole model to the ~1e-11 that transformers' float64 Mamba-2 chunk scan leaves (Bamba's as well)."""
+    theirs = tiny_model("zamba2", torch.float64, **change)
+    ours = from_transformers(theirs)
+    if theirs.config.use_mem_rope:  # its frequencies, made in float32 when it was built
+        dims = theirs.config.attention_head_dim
+        theirs.model.rotary_emb.inv_freq = 1.0 / 10_000.0 ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims)
+    inputs = tokens(30)
+    with torch.no_grad(), kimi_linear_in_float64("zamba2"):
+        pairs = _zamba2_side_inputs(theirs, ours, inputs)
+        expected = theirs(inputs, use_cache=False).logits
+    assert len(pairs) == 3
+    for want, got in pairs:
+        assert float((got - want).abs().max() / want.abs().max()) < 1e-13
+    with torch.no_grad():
+        got = ours(inputs).logits
+    assert float((got - expected).abs().max() / expected.abs().max()) < 1e-9
+
+
+@pytest.mark.parametrize("part", ["adapters", "score-factor"])
+def test_zamba2_without_its_adapters_or_score_factor_would_not_agree(part):
+    """The check can fail: seqdyn's model with the adapters' weights zeroed, or without the √2 folded into the query,
+    is off by far more than round-off."""
+    theirs = tiny_model("zamba2", torch.float64)
+    ours = from_transformers(theirs)
+    with torch.no_grad():
+        for block in ours.seqdyn.shared:
+            if part == "adapters":
+                for name, parameter in block.named_parameters():
+                    if "adapters" in name:
+                        parameter.zero_()
+            else:
+                queries = block.attention.qkv.base.weight[: block.attention.widths[0]]
+                queries.div_(2**0.5)
+        inputs = tokens(20)
+        difference = (ours(inputs).logits - theirs(inputs).logits).abs().max() / theirs(inputs).logits.abs().max()
+    assert difference > 1e-4
+
+
+def test_zamba2_keeps_one_set_of_shared_weights_with_an_adapter_per_use():
+    """Two shared blocks for three hybrid layers (0, 1, 0): one attention and MLP each, adapters per using layer."""
+    ours = from_transformers(tiny_model("zamba2"))
+    model = ours.seqdyn
+    assert [getattr(block, "use", None) for block in model.blocks] == [None, 1, None, 3, 4]
+    assert model.config.shared_inputs == [None, 0, None, 1, 0]
+    assert sorted(model.shared[0].mlp.fc1.adapters) == ["1", "4"] and sorted(model.shared[1].mlp.fc1.adapters) == ["3"]
+    assert model.blocks[1].shared is model.blocks[4].shared is model.shared[0]
+
+
+def test_zamba2_with_untied_shared_weights_is_refused():
+    theirs = tiny_model("zamba2")
+    layers = theirs.model.layers
+    layers[4].shared_transformer.feed_forward.down_proj = torch.nn.Linear(16, 16, bias=False)
+    assert (
+        layers[4].shared_transformer.feed_forward.down_proj is not layers[1].shared_transformer.feed_forward.down_proj
+    )
+    with pytest.raises(UnsupportedModel, match=r"^weights: model.layers.4.shared_transformer.feed_forward.down_proj"):
+        from_transformers(theirs)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(add_bias_linear=True), "add_bias_linear"),
+        (dict(use_conv_bias=False), "use_conv_bias"),
+        (dict(hidden_act="relu"), "hidden_act"),
+    ],
+)
+def test_zamba2_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=rf"^zamba2: config option {named}="):
+        from_transformers(tiny_model("zamba2", **change))

@@ -109,6 +109,18 @@ def test_geglu_is_griffins_mlp_block():
     assert mlp.hidden == HIDDEN and mlp.fc1.weight.shape == (2 * HIDDEN, D)
 
 
+def test_gated_gelu_is_shazeers_geglu_with_the_exact_gelu_and_no_biases():
+    """Shazeer 2020 eq. 6 as written, Zamba's shared MLP: ``W₂ (GELU(W_a x) ⊙ W_b x)``, GELU(z) = z Φ(z)."""
+    torch.manual_seed(0)
+    mlp = build_mlp("gated_gelu", D, HIDDEN / D).double()
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    w_a, w_b = mlp.fc1.weight.chunk(2)
+    z = x @ w_a.T
+    gelu = z * 0.5 * (1 + torch.erf(z / 2**0.5))
+    torch.testing.assert_close(mlp(x), (gelu * (x @ w_b.T)) @ mlp.fc2.weight.T, rtol=1e-12, atol=1e-12)
+    assert mlp.fc1.bias is None and mlp.fc2.bias is None
+
+
 def test_a_per_layer_list_of_mlps_builds_each_and_must_name_every_layer():
     from pydantic import ValidationError
 

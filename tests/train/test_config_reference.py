@@ -38,9 +38,13 @@ def test_every_field_of_every_section_is_listed():
     assert {f"model.{name}" for name in ModelConfig.model_fields} - {"model.moe"} <= set(paths)
     assert {f"train.{name}" for name in TrainConfig.model_fields} - {"train.early_stop"} <= set(paths)
     assert {"name", "sweep", "train.early_stop.metric", "model.moe.top_k", "schedule.kind", "task.name"} <= set(paths)
-    assert {section.path for section in config_sections()} == {"", "train.early_stop", "model.moe"} | {
-        name for name, info in RunConfig.model_fields.items() if name not in ("name",)
-    }
+    assert "model.shared_blocks[].adapter_rank" in paths  # the model of a list's items, at path[]
+    assert {section.path for section in config_sections()} == {
+        "",
+        "train.early_stop",
+        "model.moe",
+        "model.shared_blocks[]",
+    } | {name for name, info in RunConfig.model_fields.items() if name not in ("name",)}
 
 
 def test_rows_give_type_default_and_allowed_values():

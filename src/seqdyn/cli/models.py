@@ -53,8 +53,8 @@ def convert(
 
     Families: Mamba, Falcon-Mamba, Mamba-2, Qwen3.5, Qwen3-Next, Qwen3.5-MoE, Bamba, Granite-MoE-Hybrid,
     Nemotron-H, OLMo-Hybrid, RecurrentGemma, Falcon-H1, Jamba, MiniMax-01, LFM2, LFM2-MoE, RWKV-4, Kimi-Linear,
-    Bailing-hybrid, xLSTM 7B. The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is imported,
-    and opens in `seqdyn inspect OUT_DIR --text ...` and the analysis API as coefficient dynamics.
+    Bailing-hybrid, xLSTM 7B, Zamba2. The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is
+    imported, and opens in `seqdyn inspect OUT_DIR --text ...` and the analysis API as coefficient dynamics.
     """
     try:
         from seqdyn.hf.convert import TINY_CONFIGS, UnsupportedModel, check_conversion, convert_checkpoint

@@ -1,6 +1,6 @@
 """The position-wise MLP of a block: GELU (GPT-2, Zoology), SwiGLU (Shazeer 2020; Sieber et al. 2025, appendix E),
-GeGLU with biases (Griffin / RecurrentGemma), squared ReLU (Primer), or a mixture of SwiGLU experts (Shazeer et al.
-2017; with the shared expert of Qwen-MoE / Qwen3-Next)."""
+GeGLU with biases (Griffin / RecurrentGemma), GeGLU with the exact GELU and no biases (Zamba), squared ReLU (Primer),
+or a mixture of SwiGLU experts (Shazeer et al. 2017; with the shared expert of Qwen-MoE / Qwen3-Next)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-MLPS = ("gelu", "swiglu", "geglu", "relu2", "moe", "none")
+MLPS = ("gelu", "swiglu", "geglu", "gated_gelu", "relu2", "moe", "none")
 
 
 def hidden_width(d_model: int, ratio: float) -> int:
@@ -23,19 +23,21 @@ def hidden_width(d_model: int, ratio: float) -> int:
 class MLP(nn.Module):
     """``fc2(GELU(fc1 x))`` (``"gelu"``, with biases), ``fc2(SiLU(x W_a) ⊙ x W_b)`` (``"swiglu"``, no biases),
     ``fc2(GELU_tanh(x W_a + b_a) ⊙ (x W_b + b_b)) + b_2`` (``"geglu"``, Shazeer 2020 eq. 6 with the tanh GELU and
-    biases, Griffin's MLP block as RecurrentGemma computes it) or ``fc2(ReLU(fc1 x)²)`` (``"relu2"``, the squared
-    ReLU of So et al. 2021 "Primer", eq. 1; Nemotron-H's; no biases).
+    biases, Griffin's MLP block as RecurrentGemma computes it), ``fc2(GELU(x W_a) ⊙ x W_b)`` (``"gated_gelu"``,
+    Shazeer 2020 eq. 6 as written: the exact GELU, no biases; Zamba's shared MLP) or ``fc2(ReLU(fc1 x)²)``
+    (``"relu2"``, the squared ReLU of So et al. 2021 "Primer", eq. 1; Nemotron-H's; no biases).
 
     ``fc1`` maps ``d_model`` to the hidden width (twice that for the gated kinds: ``[W_a | W_b]``); ``fc2`` maps
     back and is the block's residual projection (Zoology scales its init by 1/√(2·layers)).
     """
 
-    GATED = ("swiglu", "geglu")
+    GATED = ("swiglu", "geglu", "gated_gelu")
+    KINDS = ("gelu", "swiglu", "geglu", "gated_gelu", "relu2")
 
     def __init__(self, d_model: int, hidden: int, kind: str = "gelu"):
         super().__init__()
-        if kind not in ("gelu", "swiglu", "geglu", "relu2"):
-            raise ValueError(f"mlp: expected 'gelu', 'swiglu', 'geglu' or 'relu2', got {kind!r}")
+        if kind not in self.KINDS:
+            raise ValueError(f"mlp: expected one of {list(self.KINDS)}, got {kind!r}")
         self.kind, self.hidden = kind, hidden
         bias = kind in ("gelu", "geglu")
         self.fc1 = nn.Linear(d_model, hidden * (2 if kind in self.GATED else 1), bias=bias)
@@ -50,6 +52,8 @@ class MLP(nn.Module):
         gate, value = h.chunk(2, dim=-1)
         if self.kind == "geglu":
             return self.fc2(F.gelu(gate, approximate="tanh") * value)
+        if self.kind == "gated_gelu":
+            return self.fc2(F.gelu(gate) * value)
         return self.fc2(F.silu(gate) * value)
 
     def extra_repr(self) -> str:

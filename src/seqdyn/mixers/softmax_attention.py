@@ -48,6 +48,8 @@ class SoftmaxAttention(CoefficientMixer):
         rotary_fraction: the fraction of each head's channels that rotary embeddings rotate (the first ones).
         rotary_base: the base of the rotation frequencies θ_m = base^(−2m/d).
         output_gate: multiply the attention output by σ(W_G u) elementwise before W_O.
+        output_width: the width W_O maps to; None: d_model (a block whose attention reads a wider input than it
+            writes, as Zamba's shared attention reads [x, embeddings] and writes the model width).
     """
 
     name = "softmax_attention"
@@ -67,6 +69,7 @@ class SoftmaxAttention(CoefficientMixer):
         output_gate: bool = False,
         qk_norm_scope: str = "head",
         qk_norm_eps: float = 1e-6,
+        output_width: int | None = None,
     ):
         super().__init__(d_model, chunk_size)
         self.heads = check_heads(heads, d_model) if head_dim is None else check_positive("heads", heads)
@@ -84,7 +87,8 @@ class SoftmaxAttention(CoefficientMixer):
         eps = check_positive_eps("qk_norm_eps", qk_norm_eps)
         self.q_norm, self.k_norm = (RMSNorm(widths[0], eps), RMSNorm(widths[1], eps)) if qk_norm else (None, None)
         self.gate = nn.Linear(d_model, inner, bias=bias) if output_gate else None
-        self.out = nn.Linear(inner, d_model, bias=bias)
+        width = d_model if output_width is None else check_positive("output_width", output_width)
+        self.out = nn.Linear(inner, width, bias=bias)
 
     def _rotary_dims(self, fraction: float) -> int:
         """The rotated channels of a head, ``int(head_dim · fraction)`` as transformers counts them: even, > 0."""

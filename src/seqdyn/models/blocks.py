@@ -131,9 +131,16 @@ class _Block(nn.Module):
         self.norm2 = make_norm(norm, d_model, norm_eps) if module is not None else None
         self.mlp = module
 
-    def _residual(self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor]) -> Tensor:
+    def _residual(
+        self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor], side: Tensor | None = None
+    ) -> Tensor:
         """Pre-norm ``x + branch(norm x)``, post-norm ``norm(x + branch(x))``, output-norm ``x + norm(branch(x))`` or
-        the normed residual ``α·norm(x) + branch(norm(x))``."""
+        the normed residual ``α·norm(x) + branch(norm(x))``; a ``side`` input (pre-norm only: a shared block's, see
+        :mod:`seqdyn.models.shared`) enters the branch and not the residual, ``x + branch(norm(x + side))``."""
+        if side is not None:
+            if self.norm_position != "pre":
+                raise ValueError(f"side: a shared block's input needs pre-norm blocks, not {self.norm_position!r}")
+            return x + branch(norm(x + side))
         if self.norm_position == "post":
             return norm(x + branch(x))
         if self.norm_position == "output":
@@ -180,14 +187,19 @@ class TransformerBlock(_Block):
         self.mixer = mixer
         self._init_mlp(d_model, norm, mlp, mlp_ratio, norm_position, norm_eps, moe, residual_scale)
 
-    def forward(self, x: Tensor, backend: str = "auto", packing: Packing | None = None) -> Tensor:
-        """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``packing`` (only the mixer reads across steps)."""
-        return self._mlp(self._residual(x, self.norm1, lambda u: self._mix(u, backend, packing)))
+    def forward(
+        self, x: Tensor, backend: str = "auto", packing: Packing | None = None, side: Tensor | None = None
+    ) -> Tensor:
+        """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``packing`` (only the mixer reads across steps);
+        ``side``: a shared block's input to the mixer."""
+        return self._mlp(self._residual(x, self.norm1, lambda u: self._mix(u, backend, packing), side))
 
     def init_state(self, batch: int) -> Any:
         return self.mixer.init_state(batch)
 
-    def forward_with_state(self, x: Tensor, state: Any, backend: str = "auto") -> tuple[Tensor, Any]:
+    def forward_with_state(
+        self, x: Tensor, state: Any, backend: str = "auto", side: Tensor | None = None
+    ) -> tuple[Tensor, Any]:
         """Positions ``[B, T, D]`` that follow ``state``: ``(x [B, T, D], state)``, the mixer run from its state."""
         ran = []
 
@@ -196,10 +208,10 @@ class TransformerBlock(_Block):
             ran.append(new_state)
             return y
 
-        x = self._mlp(self._residual(x, self.norm1, branch))
+        x = self._mlp(self._residual(x, self.norm1, branch, side))
         return x, ran[0]
 
-    def step(self, x_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+    def step(self, x_t: Tensor, state: Any, side: Tensor | None = None) -> tuple[Tensor, Any]:
         """One position ``[B, D]``: ``(x_t [B, D], state)``."""
         stepped = []
 
@@ -208,7 +220,7 @@ class TransformerBlock(_Block):
             stepped.append(new_state)
             return y
 
-        x_t = self._mlp(self._residual(x_t, self.norm1, branch))
+        x_t = self._mlp(self._residual(x_t, self.norm1, branch, side))
         return x_t, stepped[0]
 
     def residual_projections(self) -> list[nn.Linear]:
@@ -265,21 +277,25 @@ class GatedBlock(_Block):
     def _output(self, m: Tensor, u: Tensor) -> Tensor:
         return self.out_proj(self.out_norm(m) * F.silu(self.gate_proj(u)))
 
-    def forward(self, x: Tensor, backend: str = "auto", packing: Packing | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, backend: str = "auto", packing: Packing | None = None, side: Tensor | None = None
+    ) -> Tensor:
         """``[B, T, D]``, or packed sequences ``[1, T, D]`` with ``packing`` (the short convolution restarts at each
-        sequence's start; the mixer keeps them apart)."""
+        sequence's start; the mixer keeps them apart); ``side``: a shared block's input to the mixer."""
 
         def branch(u: Tensor) -> Tensor:
             a, _ = self._mixer_input(u, None, packing)
             return self._output(self._mix(a, backend, packing), u)
 
-        return self._mlp(self._residual(x, self.norm1, branch))
+        return self._mlp(self._residual(x, self.norm1, branch, side))
 
     def init_state(self, batch: int) -> GatedState:
         conv = None if self.conv is None else self.conv.init_state(batch)
         return GatedState(conv, self.mixer.init_state(batch))
 
-    def forward_with_state(self, x: Tensor, state: GatedState, backend: str = "auto") -> tuple[Tensor, GatedState]:
+    def forward_with_state(
+        self, x: Tensor, state: GatedState, backend: str = "auto", side: Tensor | None = None
+    ) -> tuple[Tensor, GatedState]:
         """Positions ``[B, T, D]`` that follow ``state``: the short convolution from its last inputs, the mixer
         from its state."""
         ran = []
@@ -290,10 +306,10 @@ class GatedBlock(_Block):
             ran.append(GatedState(conv, mixer_state))
             return self._output(m, u)
 
-        x = self._mlp(self._residual(x, self.norm1, branch))
+        x = self._mlp(self._residual(x, self.norm1, branch, side))
         return x, ran[0]
 
-    def step(self, x_t: Tensor, state: GatedState) -> tuple[Tensor, GatedState]:
+    def step(self, x_t: Tensor, state: GatedState, side: Tensor | None = None) -> tuple[Tensor, GatedState]:
         """One position ``[B, D]``: ``(x_t [B, D], state)``."""
         stepped = []
 
@@ -303,7 +319,7 @@ class GatedBlock(_Block):
             stepped.append(GatedState(conv, mixer_state))
             return self._output(m, u)
 
-        x_t = self._mlp(self._residual(x_t, self.norm1, branch))
+        x_t = self._mlp(self._residual(x_t, self.norm1, branch, side))
         return x_t, stepped[0]
 
     def residual_projections(self) -> list[nn.Linear]:

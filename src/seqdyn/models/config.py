@@ -16,7 +16,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-MLPKind = Literal["gelu", "swiglu", "geglu", "relu2", "moe", "none"]
+MLPKind = Literal["gelu", "swiglu", "geglu", "gated_gelu", "relu2", "moe", "none"]
 NormPosition = Literal["pre", "post", "output", "normed"]
 
 
@@ -64,6 +64,39 @@ class MixtureOfExperts(Strict):
         return self
 
 
+class SharedBlockConfig(Strict):
+    """A block several layers share (Zamba's: Glorioso et al. 2024, https://arxiv.org/abs/2405.16712): softmax
+    attention on [x ; embeddings] (width 2·d_model, its output projection back to d_model), then an MLP, no residual;
+    each layer of ``shared_inputs`` that names it adds its own projection of the output to its mixer's input."""
+
+    attention: dict[str, Any] = Field(
+        default_factory=dict,
+        description="softmax_attention's options (heads, kv_heads, head_dim, rotary, …: `seqdyn mixers "
+        "softmax_attention`) at width 2·d_model; the block sets output_width",
+    )
+    mlp: MLPKind = Field("gated_gelu", description="the MLP after the attention (any kind but moe and none)")
+    mlp_ratio: float = Field(4.0, gt=0, description="hidden width of the MLP: round(mlp_ratio · d_model)")
+    adapter_rank: int = Field(
+        0, ge=0, description="rank of each using layer's own low-rank adapter on the MLP's input projection; 0: none"
+    )
+    attention_adapters: bool = Field(
+        False, description="each using layer's adapters also on attention's query, key and value (Zamba2's)"
+    )
+
+    @model_validator(mode="after")
+    def _check_shared(self) -> SharedBlockConfig:
+        from seqdyn import mixers
+
+        if self.mlp in ("moe", "none"):
+            raise ValueError(f"mlp: a shared block needs an MLP of one expert, got {self.mlp!r}")
+        if self.attention_adapters and not self.adapter_rank:
+            raise ValueError("attention_adapters: needs adapter_rank > 0 (the adapters' rank)")
+        unknown = sorted(set(self.attention) - (set(mixers.options("softmax_attention")) - {"output_width"}))
+        if unknown:
+            raise ValueError(f"attention: softmax_attention has no option(s) {unknown} a shared block can set")
+        return self
+
+
 class ModelConfig(Strict):
     """The network around the mixers: blocks, widths, positions, MLP, norms and head tying."""
 
@@ -98,8 +131,9 @@ class ModelConfig(Strict):
     mlp: Union[MLPKind, list[MLPKind]] = Field(
         "gelu",
         description="the MLP after the mixer in every block (relu2: W₂ ReLU(W₁x)², Primer's, without "
-        "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; moe: a mixture of SwiGLU experts, "
-        "see moe; none: no MLP sub-block), or one of these per layer",
+        "biases; geglu: W₂ (GELU_tanh(W_a x) ⊙ W_b x) with biases, Griffin's; gated_gelu: W₂ (GELU(W_a x) ⊙ "
+        "W_b x), the exact GELU without biases, Zamba's; moe: a mixture of SwiGLU experts, see moe; none: no MLP "
+        "sub-block), or one of these per layer",
     )
     mlp_ratio: Union[float, list[float]] = Field(
         4.0, description="hidden width of the MLP (of each expert): round(mlp_ratio · d_model), or one per layer"
@@ -157,6 +191,17 @@ class ModelConfig(Strict):
         "N(0, init_std²), every Linear bias 0: Zoology's _init_weights, which ignores Mamba's _no_reinit mark)",
     )
 
+    shared_blocks: list[SharedBlockConfig] = Field(
+        default_factory=list,
+        description="blocks several layers share (Zamba, Zamba2): see shared_inputs; [] for none",
+    )
+    shared_inputs: Optional[list[Optional[int]]] = Field(
+        None,
+        description="per layer, the index of the shared block (in shared_blocks) whose output, through the layer's "
+        "own d_model → d_model projection, is added to the input of the layer's mixer and not to the residual "
+        "stream (pre-norm blocks: x + mixer(norm(x + W s))); None for a layer without",
+    )
+
     @field_validator("mlp_ratio")
     @classmethod
     def _check_mlp_ratio(cls, value: float | list[float]) -> float | list[float]:
@@ -199,6 +244,7 @@ class ModelConfig(Strict):
                 raise ValueError(
                     f"{field}: a per-layer list must have one entry per layer ({self.layers}), got {len(value)}"
                 )
+        self._check_shared_inputs()
         for name, options in self.layer_mixers():
             mixers.get(name)  # an unknown name, or an import path that does not import, is named
             unknown = sorted(set(options) - set(mixers.options(name)))
@@ -209,6 +255,39 @@ class ModelConfig(Strict):
                     f"allowed: {allowed}"
                 )
         return self
+
+    def _check_shared_inputs(self) -> None:
+        """Each layer's shared block exists, each shared block has a layer, and such layers are pre-norm."""
+        if self.shared_inputs is None:
+            if self.shared_blocks:
+                raise ValueError("shared_inputs: shared_blocks need the layers that use them (one entry per layer)")
+            return
+        if len(self.shared_inputs) != self.layers:
+            raise ValueError(
+                f"shared_inputs: expected one entry per layer ({self.layers}), got {len(self.shared_inputs)}"
+            )
+        used = {index for index in self.shared_inputs if index is not None}
+        if not used <= set(range(len(self.shared_blocks))):
+            raise ValueError(
+                f"shared_inputs: names shared blocks {sorted(used)}; shared_blocks has {len(self.shared_blocks)}"
+            )
+        if len(used) != len(self.shared_blocks):
+            raise ValueError(
+                f"shared_blocks: blocks {sorted(set(range(len(self.shared_blocks))) - used)} have no layer"
+            )
+        positions = self.layer_norm_positions()
+        odd = [
+            layer for layer, index in enumerate(self.shared_inputs) if index is not None and positions[layer] != "pre"
+        ]
+        if odd or (used and self.bidirectional):
+            raise ValueError(
+                f"shared_inputs: a shared block's input needs causal pre-norm blocks (layers {odd}, "
+                f"bidirectional={self.bidirectional})"
+            )
+
+    def layer_shared_inputs(self) -> list[Optional[int]]:
+        """The shared block of every layer (``None``: none)."""
+        return [None] * self.layers if self.shared_inputs is None else list(self.shared_inputs)
 
 
 def describe_errors(error: ValidationError, root: type[BaseModel]) -> str:

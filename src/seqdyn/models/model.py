@@ -30,6 +30,7 @@ from seqdyn.layers.params import is_kept, scaled_width
 from seqdyn.models.blocks import Bidirectional, GatedBlock, TransformerBlock, make_norm
 from seqdyn.models.config import ModelConfig
 from seqdyn.models.heads import HEAD_KINDS, Head, build_head
+from seqdyn.models.shared import SharedBlock, SharedInputBlock, shared_inputs
 
 if TYPE_CHECKING:
     from seqdyn.tasks.base import Task, TaskSpec
@@ -61,8 +62,10 @@ class SequenceModel(nn.Module):
         self.embedding = nn.Embedding(spec.input_size, d) if tokens else nn.Linear(spec.input_size, d)
         self.positions = nn.Embedding(spec.input_len, d) if config.positions else None
         self.embedding_norm = make_norm(config.norm, d, config.norm_eps) if config.embedding_norm else None
+        self.shared = nn.ModuleList(_build_shared(config, index) for index in range(len(config.shared_blocks)))
         self.blocks = nn.ModuleList(
-            _build_block(config, index, name, options) for index, (name, options) in enumerate(config.layer_mixers())
+            self._with_shared_input(index, _build_block(config, index, name, options))
+            for index, (name, options) in enumerate(config.layer_mixers())
         )
         # post-norm blocks end on a norm already
         post = set(config.layer_norm_positions()) == {"post"}
@@ -145,9 +148,9 @@ class SequenceModel(nn.Module):
                     f"(input_len={self.spec.input_len})"
                 )
             x = x + self.positions.weight[state.position : end]
-        block_states = []
+        block_states, embeddings = [], x
         for block, block_state in zip(self.blocks, state.blocks):
-            x, block_state = block.forward_with_state(x, block_state, backend)
+            x, block_state = block.forward_with_state(x, block_state, backend, **shared_inputs(block, embeddings))
             block_states.append(block_state)
         if not head:
             return self.norm(x), ModelState(end, block_states, state.head)
@@ -155,10 +158,15 @@ class SequenceModel(nn.Module):
         return out, ModelState(end, block_states, head_state)
 
     def _forward(self, inputs: Tensor, backend: str, head: bool = True) -> Tensor:
-        x = self.embed(inputs)
-        for block in self.blocks:
-            x = block(x, backend=backend)
+        x = self._blocks(self.embed(inputs), backend)
         return self.head(self.norm(x)) if head else self.norm(x)
+
+    def _blocks(self, x: Tensor, backend: str, packing: Packing | None = None) -> Tensor:
+        """The blocks on their input ``x`` (the embeddings, which the layers of a shared block read too)."""
+        embeddings = x
+        for block in self.blocks:
+            x = block(x, backend=backend, packing=packing, **shared_inputs(block, embeddings))
+        return x
 
     def _forward_packed(self, inputs: Tensor, packing: Packing, backend: str, head: bool = True) -> Tensor:
         """Packed sequences ``[1, T, …]``: embeddings, norms, MLPs and the head token by token, the positions
@@ -167,8 +175,7 @@ class SequenceModel(nn.Module):
         x = self._input_map(inputs)
         if self.positions is not None:
             x = x + self.positions.weight[packing.position]
-        for block in self.blocks:
-            x = block(x, backend=backend, packing=packing)
+        x = self._blocks(x, backend, packing)
         return self.head(self.norm(x)) if head else self.norm(x)
 
     def embed(self, inputs: Tensor) -> Tensor:
@@ -202,14 +209,19 @@ class SequenceModel(nn.Module):
                     f"state: position {state.position} is past the learned positions (input_len={self.spec.input_len})"
                 )
             x = x + self.positions.weight[state.position]
-        block_states = []
+        block_states, embeddings = [], x
         for block, block_state in zip(self.blocks, state.blocks):
-            x, block_state = block.step(x, block_state)
+            x, block_state = block.step(x, block_state, **shared_inputs(block, embeddings))
             block_states.append(block_state)
         out, head_state = self.head.step(self.norm(x), state.head)
         return out, ModelState(state.position + 1, block_states, head_state)
 
     # --- helpers ---------------------------------------------------------------------------------------------
+    def _with_shared_input(self, index: int, block: nn.Module) -> nn.Module:
+        """Layer ``index``'s block, reading its shared block (``shared_inputs``) where it has one."""
+        shared = self.config.layer_shared_inputs()[index]
+        return block if shared is None else SharedInputBlock(block, self.shared[shared], index, self.config.d_model)
+
     def _input_map(self, inputs: Tensor) -> Tensor:
         """The embedded inputs, normed with ``embedding_norm``."""
         if self.spec.input_kind == "tokens":
@@ -277,6 +289,26 @@ def _build_block(config: ModelConfig, index: int, name: str, options: dict[str, 
     if config.block == "gated":
         return GatedBlock(d, mixer, short_conv=config.short_conv, conv_size=config.conv_size, **common)
     raise ValueError(f"block: expected 'transformer' or 'gated', got {config.block!r}")
+
+
+def _build_shared(config: ModelConfig, index: int) -> SharedBlock:
+    """Shared block ``index``, with adapters for each layer that uses it."""
+    shared = config.shared_blocks[index]
+    uses = [layer for layer, used in enumerate(config.layer_shared_inputs()) if used == index]
+    try:
+        return SharedBlock(
+            config.d_model,
+            shared.attention,
+            shared.mlp,
+            shared.mlp_ratio,
+            config.norm,
+            config.norm_eps,
+            uses,
+            shared.adapter_rank,
+            shared.attention_adapters,
+        )
+    except ValueError as error:
+        raise ValueError(f"shared_blocks ({index}): {error}") from None
 
 
 @torch.no_grad()

@@ -62,6 +62,8 @@ ADDED_FIELDS = (
     ("model", "keep_mixer_init", True),
     ("model", "residual_scale", 1.0),
     ("model", "embedding_norm", False),
+    ("model", "shared_blocks", []),
+    ("model", "shared_inputs", None),
 )
 
 

@@ -50,14 +50,18 @@ class Section:
 
 
 def config_sections(model: type[BaseModel] = SweepConfig, path: str = "") -> list[Section]:
-    """Every section of ``model``, depth first: its own fields, then each nested model at its dotted path."""
+    """Every section of ``model``, depth first: its own fields, then each nested model at its dotted path (the model
+    of each item of a list at ``path[]``)."""
     rows, nested = [], []
     for name, info in model.model_fields.items():
         dotted = f"{path}.{name}" if path else name
         if _is_model(info.annotation):
             nested += config_sections(info.annotation, dotted)
-        else:
-            rows.append(_row(dotted, info))
+            continue
+        rows.append(_row(dotted, info))
+        items = typing.get_args(info.annotation) if typing.get_origin(info.annotation) is list else ()
+        if items and _is_model(items[0]):
+            nested += config_sections(items[0], f"{dotted}[]")
     return [Section(path, _summary(model), tuple(rows)), *nested]
 
 

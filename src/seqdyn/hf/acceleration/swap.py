@@ -54,7 +54,7 @@ ACCELERATED: dict[str, dict[str, Callable[..., Any]]] = {
             "mamba_selective_scan": selective_scan,
             "causal_conv1d_fn": causal_conv1d,
         }
-        for name in ("mamba", "falcon_mamba")
+        for name in ("mamba", "falcon_mamba", "zamba")
     },
     **{
         f"transformers.models.{name}.modeling_{name}": {
@@ -101,6 +101,7 @@ ACCELERATED_METHODS: dict[str, dict[str, Callable[..., Any]]] = {
 ACCELERATED_LAYERS = {
     "MambaMixer": "transformers.models.mamba.modeling_mamba",
     "FalconMambaMixer": "transformers.models.falcon_mamba.modeling_falcon_mamba",
+    "ZambaMambaMixer": "transformers.models.zamba.modeling_zamba",
     "Mamba2Mixer": "transformers.models.mamba2.modeling_mamba2",
     "BambaMixer": "transformers.models.bamba.modeling_bamba",
     "GraniteMoeHybridMambaLayer": "transformers.models.granitemoehybrid.modeling_granitemoehybrid",

@@ -23,7 +23,8 @@ pre-norm ``gated_deltanet`` blocks and OLMo 2's output-norm attention blocks; ``
 (``RecurrentGemmaForCausalLM``, Griffin) → per layer ``rglru`` (Griffin's recurrent block, reset at position 0) or
 sliding-window ``local_attention``, each with a GeGLU MLP, logits soft-capped; ``falcon_h1`` (``FalconH1ForCausalLM``)
 → a ``parallel`` mixer per layer (mamba2 beside rotary attention, outputs added), its μP multipliers folded into the
-weights.
+weights; ``zamba2`` (``Zamba2ForCausalLM``) → ``mamba2`` in every layer and its shared attention-and-MLP blocks on
+[hidden state, embeddings] (``seqdyn.models.shared``), each hybrid layer with its own adapters and projection.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ FAMILY_MODULES = (
     "kimi_linear",
     "bailing_hybrid",
     "xlstm",
+    "zamba2",
 )
 
 

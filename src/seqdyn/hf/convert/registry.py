@@ -106,10 +106,8 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
 
 #: the linear-recurrent families of transformers not converted yet, each with what seqdyn lacks to compute it exactly
 NOT_YET: dict[str, str] = {
-    "zamba2": "a shared attention block on [hidden state, embeddings] whose output enters only the next Mamba-2 "
-    "layer's input, not the residual stream, with LoRA adapters per use",
-    "zamba": "one attention-and-MLP block shared by every hybrid layer, on [hidden state, embeddings], whose output "
-    "enters the next Mamba layer's input and not the residual stream; Mamba-1 with two heads of their own Δ, B, C",
+    "zamba": "Mamba-1 layers split into heads, each with its own Δ, B and C projections of its own channels (its "
+    "shared attention-and-MLP block on [hidden state, embeddings] is seqdyn's shared_blocks)",
     "lfm3": "norms after each branch as well as before it, and sliding-window attention with a per-head gate beside "
     "full attention (its convolution layers are lfm2's gated_conv)",
     "glm5_next": "its text model's residual of four streams mixed by Sinkhorn-normalized matrices around every "
