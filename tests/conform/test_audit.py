@@ -78,8 +78,8 @@ def test_the_command_prints_the_three_ways_of_a_family_and_names_an_unknown_one(
     result = CliRunner().invoke(app, ["audit", "mamba2", "--json", str(tmp_path / "audit.json")])
     assert result.exit_code == 0, result.output
     assert "mamba2 (accelerated)" in result.output and "mamba2 (seqdyn's conversion)" in result.output
-    bad = CliRunner().invoke(app, ["audit", "zamba"])
-    assert bad.exit_code == 2 and "zamba is not converted" in bad.output
+    bad = CliRunner().invoke(app, ["audit", "lfm3"])
+    assert bad.exit_code == 2 and "lfm3 is not converted" in bad.output
 
 
 def _families():

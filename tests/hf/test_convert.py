@@ -353,7 +353,7 @@ def test_an_unsupported_family_is_refused_in_one_line_naming_it():
         match=r"^model: family 'gpt2' \(GPT2LMHeadModel\) has no seqdyn converter; "
         r"supported: bailing_hybrid, bamba, falcon_h1, falcon_mamba, granitemoehybrid, jamba, kimi_linear, lfm2, "
         r"lfm2_moe, mamba, mamba2, minimax, nemotron_h, olmo_hybrid, qwen3_5_moe_text, qwen3_5_text, qwen3_next, "
-        r"recurrent_gemma, rwkv, xlstm, zamba2$",
+        r"recurrent_gemma, rwkv, xlstm, zamba, zamba2$",
     ):
         from_transformers(model)
 
@@ -526,25 +526,24 @@ def test_convert_check_prints_every_family_with_its_differences():
 
 
 def test_a_family_of_the_roadmap_is_refused_with_what_seqdyn_lacks_for_it():
-    from transformers import ZambaConfig, ZambaForCausalLM
+    from transformers import Lfm3Config, Lfm3ForCausalLM
 
-    config = ZambaConfig(
+    config = Lfm3Config(
         vocab_size=VOCAB,
         hidden_size=16,
-        num_hidden_layers=3,
+        intermediate_size=24,
+        num_hidden_layers=2,
         num_attention_heads=2,
-        num_key_value_heads=2,
-        mamba_d_state=4,
-        n_mamba_heads=2,
-        layers_block_type=["mamba", "hybrid", "hybrid"],
+        num_key_value_heads=1,
+        pad_token_id=0,
     )
     with pytest.raises(
         UnsupportedModel,
-        match=r"^model: family 'zamba' \(ZambaForCausalLM\) has "
-        r"no seqdyn converter yet \(it needs Mamba-1 layers split into heads, .*\); "
-        r"supported: bailing_hybrid, bamba, .*, rwkv, xlstm, zamba2$",
+        match=r"^model: family 'lfm3' \(Lfm3ForCausalLM\) has "
+        r"no seqdyn converter yet \(it needs norms after each branch as well as before it, .*\); "
+        r"supported: bailing_hybrid, bamba, .*, rwkv, xlstm, zamba, zamba2$",
     ):
-        from_transformers(ZambaForCausalLM(config))
+        from_transformers(Lfm3ForCausalLM(config))
 
 
 @pytest.mark.parametrize(
@@ -647,6 +646,7 @@ def test_convert_help_names_every_family_it_converts():
         "kimi_linear": "Kimi-Linear,",
         "bailing_hybrid": "Bailing-hybrid,",
         "xlstm": "xLSTM 7B,",
+        "zamba": "Zamba,",
         "zamba2": "Zamba2.",
     }
     assert set(names) == set(SUPPORTED)  # a family added to the registry needs its name here and in the help
@@ -942,3 +942,60 @@ def test_zamba2_with_untied_shared_weights_is_refused():
 def test_zamba2_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
     with pytest.raises(UnsupportedModel, match=rf"^zamba2: config option {named}="):
         from_transformers(tiny_model("zamba2", **change))
+
+
+def tiny_zamba(dtype: torch.dtype = torch.float64) -> torch.nn.Module:
+    """The tiny Zamba with its heads' Δ, B, C projections drawn large (transformers starts them at 0 and the tiny
+    model only moves them by N(0, 0.05²), which leaves the heads nearly alike)."""
+    theirs = tiny_model("zamba", dtype)
+    with torch.no_grad():
+        for layer in theirs.model.layers:
+            mamba = getattr(layer, "mamba_decoder", layer).mamba
+            mamba.x_proj_weight.normal_(0, 0.7)
+    return theirs
+
+
+def test_zamba_is_exact_in_float64_with_transformers_float32_casts_lifted():
+    """Zamba's Mamba heads (the s6 mixer's ``heads``: each head's Δ, B, C from its own channels by its own W_x, W_Δ),
+    its interleaved in-projection and its one shared block, to float64 round-off of transformers' layer by layer."""
+    theirs = tiny_zamba()
+    ours = from_transformers(theirs)
+    inputs = tokens(30)
+    with torch.no_grad(), kimi_linear_in_float64("zamba"):
+        expected = theirs(inputs, use_cache=False).logits
+    with torch.no_grad():
+        got = ours(inputs).logits
+    assert ours.seqdyn.blocks[0].mixer.heads == 2
+    assert float((got - expected).abs().max() / expected.abs().max()) < 1e-12
+
+
+def test_zamba_mamba_layer_is_its_heads_and_not_one_b_and_c_for_all_channels():
+    """A Mamba layer alone on the same input: seqdyn's s6 with heads equals transformers' ``ZambaMambaMixer`` to
+    round-off, and with each head's W_x replaced by their mean (one B and C for all channels) it does not (the skip
+    D x set to 0 in both, so that the output is the scan's)."""
+    theirs = tiny_zamba()
+    with torch.no_grad():
+        theirs.model.layers[0].mamba.D.zero_()
+    mixer = from_transformers(theirs).seqdyn.blocks[0].mixer
+    u = torch.randn(2, 17, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad(), kimi_linear_in_float64("zamba"):
+        expected = theirs.model.layers[0].mamba(u)
+    with torch.no_grad():
+        exact = float((mixer(u) - expected).abs().max() / expected.abs().max())
+        mixer.x_proj.weight.copy_(mixer.x_proj.weight.mean(0, keepdim=True).expand_as(mixer.x_proj.weight))
+        merged = float((mixer(u) - expected).abs().max() / expected.abs().max())
+    assert exact < 1e-12 and merged > 1e-2
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(mamba_proj_bias=True), "mamba_proj_bias"),
+        (dict(mamba_conv_bias=False), "mamba_conv_bias"),
+        (dict(hidden_mamba_act="gelu"), "hidden_mamba_act"),
+        (dict(attention_hidden_size=24), "attention_hidden_size"),
+    ],
+)
+def test_zamba_options_seqdyn_cannot_represent_are_refused_by_name(change, named):
+    with pytest.raises(UnsupportedModel, match=rf"^zamba: config option {named}="):
+        from_transformers(tiny_model("zamba", **change))

@@ -53,7 +53,7 @@ def convert(
 
     Families: Mamba, Falcon-Mamba, Mamba-2, Qwen3.5, Qwen3-Next, Qwen3.5-MoE, Bamba, Granite-MoE-Hybrid,
     Nemotron-H, OLMo-Hybrid, RecurrentGemma, Falcon-H1, Jamba, MiniMax-01, LFM2, LFM2-MoE, RWKV-4, Kimi-Linear,
-    Bailing-hybrid, xLSTM 7B, Zamba2. The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is
+    Bailing-hybrid, xLSTM 7B, Zamba, Zamba2. The result loads with transformers' AutoModelForCausalLM once seqdyn.hf is
     imported, and opens in `seqdyn inspect OUT_DIR --text ...` and the analysis API as coefficient dynamics.
     """
     try:

@@ -7,9 +7,9 @@ Per channel c of the inner width I (state dim N, B and C shared by all channels)
     y_t^c = C_tᵀ h_t^c + D^c x_t^c                                                  (Sieber et al. 2024 eq. 4)
 
 Coefficient form, one head per channel (H = I, K = N, V = 1): φ = identity, Λ_t = diag(exp(Δ_t^c A^c))
-(diagonal log decay ``Δ ⊗ A``), b_t = Δ_t^c, η = 1, q = C_t and k = B_t shared by every channel, v = x^c; the
-skip D stays outside the core.  The DSF is Sieber et al. 2024 eq. 18: Λ_i = exp((Δ_i ⊗ I_N) ⊙ A), B_i = Δ_i ⊗ b_i,
-C_i = I ⊗ c_iᵀ.
+(diagonal log decay ``Δ ⊗ A``), b_t = Δ_t^c, η = 1, q = C_t and k = B_t shared by every channel (by every channel
+of its head, with ``heads``), v = x^c; the skip D stays outside the core.  The DSF is Sieber et al. 2024 eq. 18:
+Λ_i = exp((Δ_i ⊗ I_N) ⊙ A), B_i = Δ_i ⊗ b_i, C_i = I ⊗ c_iᵀ.
 
 The block around it is Mamba-1's (``mamba_simple.Mamba``)::
 
@@ -40,7 +40,16 @@ from torch import Tensor, nn
 from seqdyn.core.dynamics import Dynamics
 from seqdyn.layers import ShortConv
 from seqdyn.layers.gates import init_dt_bias
-from seqdyn.mixers.base import CoefficientMixer, MixerState, check_choice, check_positive, keep_init, scaled_width
+from seqdyn.layers.headwise import HeadwiseLinear
+from seqdyn.mixers.base import (
+    CoefficientMixer,
+    MixerState,
+    check_choice,
+    check_heads,
+    check_positive,
+    keep_init,
+    scaled_width,
+)
 
 
 def s4d_real(channels: int, state_dim: int) -> Tensor:
@@ -79,6 +88,9 @@ class S6(CoefficientMixer):
             None: none, as Mamba-1.
         bcdt_norm_weights: those RMS norms each with a learned weight per channel (Jamba's ``dt_layernorm``,
             ``b_layernorm``, ``c_layernorm``); needs bcdt_rms_eps.
+        heads: the inner channels in this many equal groups, each with its own Δ, B and C projected from its own
+            channels (a block-diagonal W_x and W_Δ: Zamba's Mamba heads, Glorioso et al. 2024); 1: Mamba-1's one
+            B and C for all channels.
     """
 
     name = "s6"
@@ -100,6 +112,7 @@ class S6(CoefficientMixer):
         chunk_size: int = 64,
         bcdt_rms_eps: float | None = None,
         bcdt_norm_weights: bool = False,
+        heads: int = 1,
     ):
         super().__init__(d_model, chunk_size)
         self.bcdt_rms_eps = _check_bcdt_norms(bcdt_rms_eps, bcdt_norm_weights)
@@ -121,8 +134,8 @@ class S6(CoefficientMixer):
         )
         if short_conv:
             self.convs["x"] = ShortConv(self.inner, conv_size)  # with SiLU
-        self.x_proj = nn.Linear(self.inner, self.dt_rank + 2 * state_dim, bias=False)
-        self.dt_proj = nn.Linear(self.dt_rank, self.inner, bias=True)
+        self.heads = check_heads(heads, self.inner, "expand·d_model")
+        self.x_proj, self.dt_proj = self._projections(self.heads)
         self.a_log = nn.Parameter(torch.zeros(()) if scalar_decay else s4d_real(self.inner, state_dim))
         widths = (self.dt_rank, state_dim, state_dim)
         self.bcdt_norms = nn.ParameterList([nn.Parameter(torch.ones(w)) for w in widths]) if bcdt_norm_weights else None
@@ -130,8 +143,16 @@ class S6(CoefficientMixer):
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
         with torch.no_grad():
             nn.init.uniform_(self.dt_proj.weight, -(self.dt_rank**-0.5), self.dt_rank**-0.5)
-            self.dt_proj.bias.copy_(init_dt_bias(self.inner, dt_min, dt_max))
+            self.dt_proj.bias.copy_(init_dt_bias(self.inner, dt_min, dt_max).view_as(self.dt_proj.bias))
         keep_init(self.dt_proj.weight, self.dt_proj.bias, self.a_log, self.skip)
+
+    def _projections(self, heads: int) -> tuple[nn.Module, nn.Module]:
+        """``W_x`` (channels → Δ's rank, B, C) and ``W_Δ`` (rank → Δ per channel): Linear maps, or one per head."""
+        width = self.dt_rank + 2 * self.state_dim
+        if heads == 1:
+            return nn.Linear(self.inner, width, bias=False), nn.Linear(self.dt_rank, self.inner, bias=True)
+        channels = self.inner // heads
+        return HeadwiseLinear(heads, channels, width), HeadwiseLinear(heads, self.dt_rank, channels, bias=True)
 
     @property
     def A(self) -> Tensor:  # noqa: N802 — the paper's name
@@ -142,17 +163,20 @@ class S6(CoefficientMixer):
         x, z = self.in_proj(x).split([self.inner, self.inner if self.gate else 0], dim=-1)
         if self.convs:
             x = self.convolve("x", x, state)
-        dt, b, c = self.x_proj(x).split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
+        projected = self.x_proj(x).unflatten(-1, (self.heads, -1))  # [B, T, heads, R + 2N]
+        dt, b, c = projected.split([self.dt_rank, self.state_dim, self.state_dim], dim=-1)
         if self.bcdt_rms_eps is not None:  # RMS norms of Δ's input, B and C (with weights, or without)
             dt, b, c = (t * torch.rsqrt(t.square().mean(-1, keepdim=True) + self.bcdt_rms_eps) for t in (dt, b, c))
             if self.bcdt_norms is not None:
                 dt, b, c = (t * weight for t, weight in zip((dt, b, c), self.bcdt_norms))
-        step = F.softplus(self.dt_proj(dt))  # Δ [B, T, I]
+        step = F.softplus(self.dt_proj(dt.flatten(-2)))  # Δ [B, T, I]
         if self.scalar_decay:  # g = Δ a, one scalar per channel
             decay = dict(log_decay=step * self.A)
         else:  # g = Δ ⊗ A, never formed by the scan
             decay = dict(log_decay=step, decay_rate=self.A)
-        inputs = Dynamics(q=c.unsqueeze(2), k=b.unsqueeze(2), v=x.unsqueeze(-1), scale=step, **decay)
+        if self.heads > 1:  # [B, T, heads, N] -> [B, T, I, N]: each channel its head's B and C
+            b, c = (t.repeat_interleave(self.inner // self.heads, dim=2) for t in (b, c))
+        inputs = Dynamics(q=c, k=b, v=x.unsqueeze(-1), scale=step, **decay)
         return inputs, (x, z if self.gate else None)
 
     def core_output(self, core: Tensor, extras: tuple[Tensor, Tensor | None]) -> Tensor:
@@ -163,7 +187,9 @@ class S6(CoefficientMixer):
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, inner={self.inner}, state_dim={self.state_dim}, dt_rank={self.dt_rank}, "
-            f"gate={self.gate}" + (", scalar_decay=True" if self.scalar_decay else "")
+            f"gate={self.gate}"
+            + (", scalar_decay=True" if self.scalar_decay else "")
+            + (f", heads={self.heads}" if self.heads > 1 else "")
         )
 
 

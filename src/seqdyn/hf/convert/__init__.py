@@ -24,7 +24,8 @@ pre-norm ``gated_deltanet`` blocks and OLMo 2's output-norm attention blocks; ``
 sliding-window ``local_attention``, each with a GeGLU MLP, logits soft-capped; ``falcon_h1`` (``FalconH1ForCausalLM``)
 → a ``parallel`` mixer per layer (mamba2 beside rotary attention, outputs added), its μP multipliers folded into the
 weights; ``zamba2`` (``Zamba2ForCausalLM``) → ``mamba2`` in every layer and its shared attention-and-MLP blocks on
-[hidden state, embeddings] (``seqdyn.models.shared``), each hybrid layer with its own adapters and projection.
+[hidden state, embeddings] (``seqdyn.models.shared``), each hybrid layer with its own adapters and projection;
+``zamba`` (``ZambaForCausalLM``) → ``s6`` with its Mamba heads and one such block (no adapters).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ FAMILY_MODULES = (
     "kimi_linear",
     "bailing_hybrid",
     "xlstm",
+    "zamba",
     "zamba2",
 )
 

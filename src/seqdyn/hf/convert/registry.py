@@ -106,8 +106,6 @@ def from_transformers(model: nn.Module) -> SeqdynForCausalLM:
 
 #: the linear-recurrent families of transformers not converted yet, each with what seqdyn lacks to compute it exactly
 NOT_YET: dict[str, str] = {
-    "zamba": "Mamba-1 layers split into heads, each with its own Δ, B and C projections of its own channels (its "
-    "shared attention-and-MLP block on [hidden state, embeddings] is seqdyn's shared_blocks)",
     "lfm3": "norms after each branch as well as before it, and sliding-window attention with a per-head gate beside "
     "full attention (its convolution layers are lfm2's gated_conv)",
     "glm5_next": "its text model's residual of four streams mixed by Sinkhorn-normalized matrices around every "

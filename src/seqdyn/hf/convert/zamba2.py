@@ -22,6 +22,8 @@ from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
 from seqdyn.hf.convert.registry import TinyModel, UnsupportedModel, refuse, refuse_any, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
+#: √2: Zamba's attention scores are qᵀk / √(K/2), seqdyn's qᵀk / √K
+SCORE_FACTOR = math.sqrt(2.0)
 #: the shared block's MLP of each of Zamba's activations (a gated MLP: act(gate) ⊙ up)
 SHARED_MLPS = {"gelu": "gated_gelu", "silu": "swiglu"}
 
@@ -71,20 +73,29 @@ def _mamba2_options(config: Any) -> dict[str, Any]:
     }
 
 
-def _shared_block(config: Any) -> dict[str, Any]:
+def shared_block(config: Any, **own: Any) -> dict[str, Any]:
+    """Zamba's shared block: attention of its heads (no positions) at twice the width, its gated MLP; ``own``: the
+    family's other fields (Zamba2's adapters, its attention's options)."""
     attention = {
         "heads": config.num_attention_heads,
         "kv_heads": config.num_key_value_heads,
         "head_dim": config.attention_head_dim,
         "rotary": False,
+        **own.pop("attention", {}),
     }
+    mlp_ratio = config.intermediate_size / config.hidden_size
+    return dict(attention=attention, mlp=SHARED_MLPS[config.hidden_act], mlp_ratio=mlp_ratio, **own)
+
+
+def _shared_block(config: Any) -> dict[str, Any]:
+    """Zamba2's: rotary embeddings with ``use_mem_rope``, adapters of ``adapter_rank``."""
+    rotary = {}
     if config.use_mem_rope:
         check_default_rope(config)
-        attention.update(rotary_options(config))
-    return dict(
-        attention=attention,
-        mlp=SHARED_MLPS[config.hidden_act],
-        mlp_ratio=config.intermediate_size / config.hidden_size,
+        rotary = rotary_options(config)
+    return shared_block(
+        config,
+        attention=rotary,
         adapter_rank=config.adapter_rank,
         attention_adapters=config.use_shared_attention_adapter,
     )
@@ -115,32 +126,44 @@ def copy_adapted(target: nn.Module, weight: torch.Tensor, adapters: list[tuple[A
             copy_weight(ours[1].weight, theirs[1].weight, f"{name} adapter {use} B")
 
 
-def _shared_weights(block: nn.Module, uses: list[tuple[nn.Module, int, int]]) -> None:
-    """Shared block ``block`` from the hybrid layers ``uses`` (their ``shared_transformer``, their layer, their
-    index among hybrid layers), whose shared weights must be one set."""
-    first, layer, _ = uses[0]
-    prefix = f"model.layers.{layer}.shared_transformer"
-    for other, other_layer, _ in uses[1:]:
+def check_one_set(uses: list[tuple[nn.Module, int]], attribute: str) -> None:
+    """The shared weights (all but adapters) of each hybrid layer's ``attribute`` (``(its module, its layer)`` in
+    ``uses``) are the first one's."""
+    first, layer = uses[0]
+    for other, other_layer in uses[1:]:
         for (name, theirs), mine in zip(other.state_dict().items(), first.state_dict().values()):
             if "adapter" not in name and not torch.equal(theirs, mine):
                 raise UnsupportedModel(
-                    f"weights: model.layers.{other_layer}.shared_transformer.{name} differs from {prefix}.{name}: "
-                    "the shared block's weights are not one set"
+                    f"weights: model.layers.{other_layer}.{attribute}.{name} differs from "
+                    f"model.layers.{layer}.{attribute}.{name}: the shared block's weights are not one set"
                 )
-    scale = math.sqrt(2.0)  # their scores qᵀk / √(K/2)
-    attention = first.self_attn
-    stacked = torch.cat([attention.q_proj.weight * scale, attention.k_proj.weight, attention.v_proj.weight])
+
+
+def copy_shared_attention(block: nn.Module, theirs: nn.Module, prefix: str, qkv_adapters: list) -> None:
+    """Zamba's shared block's attention and its two norms into ``block`` (a ``SharedBlock``): √2 of its scores
+    ``qᵀk / √(K/2)`` folded into the query projection (its adapters' too: ``qkv_adapters``' B of the query)."""
+    attention = theirs.self_attn
+    stacked = torch.cat([attention.q_proj.weight * SCORE_FACTOR, attention.k_proj.weight, attention.v_proj.weight])
+    copy_adapted(block.attention.qkv, stacked, qkv_adapters, f"{prefix}.self_attn.q_proj/k_proj/v_proj")
+    copy_weight(block.attention.out.weight, attention.o_proj.weight, f"{prefix}.self_attn.o_proj.weight")
+    copy_weight(block.norm_in.weight, theirs.input_layernorm.weight, f"{prefix}.input_layernorm.weight")
+    copy_weight(block.norm_mlp.weight, theirs.pre_ff_layernorm.weight, f"{prefix}.pre_ff_layernorm.weight")
+
+
+def _shared_weights(block: nn.Module, uses: list[tuple[nn.Module, int, int]]) -> None:
+    """Shared block ``block`` from the hybrid layers ``uses`` (their ``shared_transformer``, their layer, their
+    index among hybrid layers), whose shared weights must be one set."""
+    check_one_set([(module, layer) for module, layer, _ in uses], "shared_transformer")
+    first, layer, _ = uses[0]
+    prefix = f"model.layers.{layer}.shared_transformer"
     qkv_adapters = []
-    if attention.config.use_shared_attention_adapter:
+    if first.self_attn.config.use_shared_attention_adapter:
         for theirs, layer_index, use in uses:
             own = theirs.self_attn
             q = own.linear_q_adapter_list[use]
-            scaled = nn.Sequential(q[0], _times(q[1], scale))
+            scaled = nn.Sequential(q[0], _times(q[1], SCORE_FACTOR))
             qkv_adapters.append(((scaled, own.linear_k_adapter_list[use], own.linear_v_adapter_list[use]), layer_index))
-    copy_adapted(block.attention.qkv, stacked, qkv_adapters, f"{prefix}.self_attn.q_proj/k_proj/v_proj")
-    copy_weight(block.attention.out.weight, attention.o_proj.weight, f"{prefix}.self_attn.o_proj.weight")
-    copy_weight(block.norm_in.weight, first.input_layernorm.weight, f"{prefix}.input_layernorm.weight")
-    copy_weight(block.norm_mlp.weight, first.pre_ff_layernorm.weight, f"{prefix}.pre_ff_layernorm.weight")
+    copy_shared_attention(block, first, prefix, qkv_adapters)
     mlp = first.feed_forward
     mlp_adapters = [((own.feed_forward.gate_up_proj_adapter_list[use],), layer) for own, layer, use in uses]
     copy_adapted(block.mlp.fc1, mlp.gate_up_proj.weight, mlp_adapters, f"{prefix}.feed_forward.gate_up_proj")
