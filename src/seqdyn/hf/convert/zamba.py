@@ -21,6 +21,7 @@ from seqdyn.hf.convert.zamba2 import (
     check_one_set,
     check_zamba_options,
     copy_shared_attention,
+    copy_zamba_layers,
     hybrid_layers,
     shared_block,
     shared_inputs,
@@ -97,19 +98,8 @@ def _shared_weights(block: nn.Module, layers: nn.ModuleList, hybrid: list[int]) 
 
 
 def _zamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
-    backbone, model = source.model, target.seqdyn
-    copy_weight(model.embedding.weight, backbone.embed_tokens.weight, "model.embed_tokens.weight")
-    _shared_weights(model.shared[0], backbone.layers, hybrid_layers(source.config))
-    for index, (layer, block) in enumerate(zip(backbone.layers, model.blocks)):
-        prefix = f"model.layers.{index}"
-        if hasattr(layer, "shared_transf"):
-            copy_weight(block.projection.weight, layer.linear.weight, f"{prefix}.linear.weight")
-            layer, block, prefix = layer.mamba_decoder, block.block, f"{prefix}.mamba_decoder"
-        copy_weight(block.norm1.weight, layer.input_layernorm.weight, f"{prefix}.input_layernorm.weight")
-        _mixer_weights(f"{prefix}.mamba", layer.mamba, block.mixer)
-    copy_weight(model.norm.weight, backbone.final_layernorm.weight, "model.final_layernorm.weight")
-    if not target.config.tie_word_embeddings:
-        copy_weight(model.head.weight, source.lm_head.weight, "lm_head.weight")
+    _shared_weights(target.seqdyn.shared[0], source.model.layers, hybrid_layers(source.config))
+    copy_zamba_layers(source, target, _mixer_weights)
 
 
 register(

@@ -11,6 +11,7 @@ projection, and with ``use_shared_attention_adapter`` on the query, key and valu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -177,25 +178,33 @@ def _times(linear: nn.Linear, scale: float) -> nn.Linear:
     return scaled
 
 
-def _zamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+def copy_zamba_layers(
+    source: nn.Module, target: SeqdynForCausalLM, mixer_weights: Callable[[str, nn.Module, nn.Module], None]
+) -> None:
+    """What Zamba and Zamba2 lay out alike: the embedding, each layer's norm and Mamba mixer (``mixer_weights``) and,
+    in a hybrid layer, its own ``linear`` into its block's projection; the final norm and the head."""
     backbone, model = source.model, target.seqdyn
     copy_weight(model.embedding.weight, backbone.embed_tokens.weight, "model.embed_tokens.weight")
-    uses: dict[int, list[tuple[nn.Module, int, int]]] = {}
-    for use, layer in enumerate(hybrid_layers(source.config)):
-        shared = backbone.layers[layer].shared_transformer
-        uses.setdefault(use % source.config.num_mem_blocks, []).append((shared, layer, use))
-    for index, block in enumerate(model.shared):
-        _shared_weights(block, uses[index])
     for index, (layer, block) in enumerate(zip(backbone.layers, model.blocks)):
         prefix = f"model.layers.{index}"
-        if hasattr(layer, "shared_transformer"):
+        if hasattr(layer, "mamba_decoder"):
             copy_weight(block.projection.weight, layer.linear.weight, f"{prefix}.linear.weight")
             layer, block, prefix = layer.mamba_decoder, block.block, f"{prefix}.mamba_decoder"
         copy_weight(block.norm1.weight, layer.input_layernorm.weight, f"{prefix}.input_layernorm.weight")
-        mamba2_mixer_weights(f"{prefix}.mamba", layer.mamba, block.mixer)
+        mixer_weights(f"{prefix}.mamba", layer.mamba, block.mixer)
     copy_weight(model.norm.weight, backbone.final_layernorm.weight, "model.final_layernorm.weight")
     if not target.config.tie_word_embeddings:
         copy_weight(model.head.weight, source.lm_head.weight, "lm_head.weight")
+
+
+def _zamba2_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:
+    uses: dict[int, list[tuple[nn.Module, int, int]]] = {}
+    for use, layer in enumerate(hybrid_layers(source.config)):
+        shared = source.model.layers[layer].shared_transformer
+        uses.setdefault(use % source.config.num_mem_blocks, []).append((shared, layer, use))
+    for index, block in enumerate(target.seqdyn.shared):
+        _shared_weights(block, uses[index])
+    copy_zamba_layers(source, target, mamba2_mixer_weights)
 
 
 register(
