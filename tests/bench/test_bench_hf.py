@@ -21,6 +21,8 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
         ("kimi_linear", 64),
         ("rwkv", 64),
         ("xlstm", 64),
+        ("zamba", 64),
+        ("zamba2", 64),
     ]
     swapped = {
         "mamba": ["MambaMixer (layer)", "mamba_selective_scan", "causal_conv1d_fn"],
@@ -30,6 +32,8 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
         "kimi_linear": ["KimiLinearDeltaAttention (layer)", "chunk_kimi_delta_attention", "causal_conv1d_fn"],
         "rwkv": ["RwkvSelfAttention (layer)", "rwkv_linear_attention"],
         "xlstm": ["forward"],
+        "zamba": ["ZambaMambaMixer (layer)", "mamba_selective_scan", "causal_conv1d_fn"],
+        "zamba2": ["Zamba2MambaMixer (layer)", "mamba2_chunk_scan", "causal_conv1d_fn"],
     }  # (its RG-LRU layer keeps a state from call to call; KDA's recurrent form runs only to decode; xLSTM's backend
     # is swapped whole, its forward the function)
     for row in rows:
@@ -40,7 +44,7 @@ def test_quick_bench_measures_both_models_of_each_family_and_their_logits_agree(
             assert function.largest_difference <= 1e-5
             assert all(seconds > 0 for seconds in (*function.forward_s, *function.forward_backward_s))
     text = (tmp_path / "hf.md").read_text()
-    for family in ("mamba", "mamba2", "qwen3_5_text", "recurrent_gemma", "kimi_linear", "rwkv", "xlstm"):
+    for family in ("mamba", "mamba2", "qwen3_5_text", "recurrent_gemma", "kimi_linear", "rwkv", "xlstm", "zamba"):
         assert f"| {family} | 64 |" in text
     assert text == render_markdown(rows, quick=True)
     assert "| qwen3_5_text | `torch_chunk_gated_delta_rule` | 64 |" in text

@@ -92,6 +92,32 @@ FAMILIES: dict[str, dict[str, Any]] = {
     ),
     "rwkv": dict(hidden_size=256, num_hidden_layers=2, vocab_size=1024),
     "xlstm": dict(hidden_size=256, num_heads=4, num_hidden_layers=2, vocab_size=1024, chunk_size=64),
+    "zamba": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=3,
+        layers_block_type=["mamba", "hybrid", "hybrid"],
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        mamba_d_state=16,
+        n_mamba_heads=2,
+        vocab_size=1024,
+    ),
+    "zamba2": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=3,
+        layers_block_type=["mamba", "hybrid", "hybrid"],
+        num_mem_blocks=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        adapter_rank=16,
+        mamba_d_state=64,
+        n_mamba_heads=8,
+        mamba_ngroups=1,
+        chunk_size=256,
+        vocab_size=1024,
+    ),
 }
 #: how the table names each benchmarked model
 MODEL_WORDS = {
@@ -103,6 +129,10 @@ MODEL_WORDS = {
     "kimi_linear": "Kimi-Linear, 3 KDA layers (4 heads of 64) and 1 latent attention layer, width 256",
     "rwkv": "RWKV-4, 2 blocks of width 256 (256 channels of WKV)",
     "xlstm": "xLSTM 7B's layers, 2 blocks of width 256 (4 mLSTM heads, keys of 32, values of 64)",
+    "zamba": "Zamba, 3 Mamba layers of 2 heads (512 channels of state 16), 2 of them with the shared attention "
+    "block (4 heads of 128), width 256",
+    "zamba2": "Zamba2, 3 Mamba-2 layers (8 heads of 64, state 64), 2 of them with the shared attention block "
+    "(4 heads of 128, adapters of rank 16), width 256",
 }
 LENGTHS = (1024, 4096, 16384)
 #: toy versions of :data:`FAMILIES` for ``--quick``
@@ -164,6 +194,8 @@ QUICK: dict[str, dict[str, Any]] = {
     ),
     "rwkv": dict(hidden_size=32, num_hidden_layers=2, vocab_size=64),
     "xlstm": dict(hidden_size=64, num_heads=2, qk_dim_factor=1.0, num_hidden_layers=1, vocab_size=64, chunk_size=16),
+    "zamba": dict(hidden_size=32, intermediate_size=64, vocab_size=64),
+    "zamba2": dict(hidden_size=32, intermediate_size=64, vocab_size=64),
 }
 
 
