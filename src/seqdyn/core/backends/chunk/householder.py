@@ -15,10 +15,18 @@ with ``Q̃_t = q_t ⊙ e^{γ_t}``, ``K̃_j = k_j ⊙ e^{Γ − γ_j}``, ``W̃_t 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-from seqdyn.core.backends.chunk.chunking import along_keys, diagonal_factors, middle_of_range, pass_states
+from seqdyn.core.backends.chunk.chunking import (
+    OppositeDecays,
+    along_keys,
+    diagonal_factors,
+    middle_of_range,
+    pass_states,
+)
 from seqdyn.core.backends.chunk.triangular import unit_lower_solve
 from seqdyn.core.evolution import bounded_log_decay, causal_mask, decay_factor, pairwise_gram
 
@@ -51,21 +59,82 @@ def householder_chunks(
     total = gamma[:, :, :, -1] if decayed else None  # Γ [B, H, N(, K)]
     before = gamma - g if decayed else None  # γ_{t-1}
     chunk_decay = _chunk_decay(total, diagonal, q)  # diag(e^{Γ}) [B, H, N, K, K]
-    out, query_in, delta_state = _decayed_terms(q, k, v, gamma, total, diagonal)
     weighted = beta.unsqueeze(-1) * direction if written is None else written
     written_log = before if written is None else gamma
-    a_e = _chunk_gram(q, weighted, gamma, written_log, False, diagonal)
-    m_k = _chunk_gram(direction, k, before, gamma, True, diagonal)
-    m_e = _chunk_gram(direction, weighted, before, written_log, True, diagonal)
-    rhs = torch.cat([_grown(direction, before, diagonal), m_k @ v], dim=-1)  # [W̃, M_k V] [B, H, N, C, K + V]
+    if diagonal and q.shape[-2] > 1:
+        terms = _shared_diagonal_terms(q, k, v, direction, weighted, gamma, before, written_log, total)
+    else:
+        terms = _chunk_terms(q, k, v, direction, weighted, gamma, before, written_log, total, diagonal)
+    out, query_in, delta_state, a_e, m_k, m_e, direction_in, e_out = terms
+    rhs = torch.cat([direction_in, m_k @ v], dim=-1)  # [W̃, M_k V] [B, H, N, C, K + V]
     from_state, from_values = unit_lower_solve(m_e, rhs).split([key_dim, value_dim], dim=-1)  # U_E, U_V
-    e_out = _grown(weighted, _to_end(total, written_log), diagonal).transpose(-1, -2)  # Ẽᵀ [B, H, N, K, C]
+    e_out = e_out.transpose(-1, -2)  # Ẽᵀ [B, H, N, K, C]
     query_in = query_in - a_e @ from_state
     out = out - a_e @ from_values
     delta_state = delta_state - e_out @ from_values
     transition = chunk_decay - e_out @ from_state  # [B, H, N, K, K]
     entering, state = pass_states(delta_state, transition, initial, (batch, heads, key_dim, value_dim), matrix=True)
     return out + query_in @ entering, state
+
+
+class ChunkTerms(NamedTuple):
+    """What a chunk's Householder step is made of: ``A_k V``, ``Q̃``, ``K̃ᵀ V``, the grams ``A_e``, ``M_k``, ``M_e``,
+    ``W̃`` and ``Ẽ`` (module docstring), each ``[B, H, N, C, ·]``."""
+
+    out: Tensor
+    query_in: Tensor
+    delta_state: Tensor
+    a_e: Tensor
+    m_k: Tensor
+    m_e: Tensor
+    direction_in: Tensor
+    written_out: Tensor
+
+
+def _chunk_terms(q, k, v, direction, weighted, gamma, before, written_log, total, diagonal: bool) -> ChunkTerms:
+    """Each term with its own factors (scalar decays, no decay, or chunks of one step)."""
+    out, query_in, delta_state = _decayed_terms(q, k, v, gamma, total, diagonal)
+    return ChunkTerms(
+        out,
+        query_in,
+        delta_state,
+        _chunk_gram(q, weighted, gamma, written_log, False, diagonal),
+        _chunk_gram(direction, k, before, gamma, True, diagonal),
+        _chunk_gram(direction, weighted, before, written_log, True, diagonal),
+        _grown(direction, before, diagonal),
+        _grown(weighted, _to_end(total, written_log), diagonal),
+    )
+
+
+def _shared_diagonal_terms(q, k, v, direction, weighted, gamma, before, written_log, total) -> ChunkTerms:
+    """Diagonal decays: every term from four decayed factors around one middle ``r`` of the chunk's range of
+    ``[γ_{t−1}, γ_t]`` (each factor below ``e^{range/2}``; exact for any r, which carries no gradient)::
+
+        Q_r = q ⊙ e^{γ − r},  K_r = k ⊙ e^{r − γ},  W_r = w ⊙ e^{γ_{t−1} − r},  E_r = βw ⊙ e^{r − γ_{t−1}}
+
+    ``A_k = tril(Q_r K_rᵀ)``, ``A_e = Q_r E_rᵀ`` below the diagonal (its diagonal pairwise), ``M_k = W_r K_rᵀ`` and
+    ``M_e = W_r E_rᵀ`` strictly below; ``Q̃ = Q_r e^{r}``, ``K̃ = K_r e^{Γ − r}``, ``W̃ = W_r e^{r}`` and
+    ``Ẽ = E_r e^{Γ − r}`` (``E_r`` with the written vector's own log factor in the diagonal-plus-low-rank form)."""
+    middle = middle_of_range(torch.cat([before, gamma], dim=-2))  # [B, H, N, 1, K]
+    q_r, k_r = OppositeDecays.apply(q, k, gamma - middle)
+    if written_log is before:  # βw: both factors of one exponent
+        w_r, e_r = OppositeDecays.apply(direction, weighted, before - middle)
+    else:
+        w_r, e_r = direction * torch.exp(before - middle), weighted * torch.exp(middle - written_log)
+    size = q.shape[-2]
+    strict = causal_mask(size, size, q.device, strict=True)
+    lower = lambda a, b: torch.where(strict, a @ b.transpose(-1, -2), 0.0)  # noqa: E731
+    up, down = torch.exp(middle), torch.exp(total.unsqueeze(3) - middle)
+    return ChunkTerms(
+        torch.tril(q_r @ k_r.transpose(-1, -2)) @ v,
+        q_r * up,
+        (k_r * down).transpose(-1, -2) @ v,
+        lower(q_r, e_r) + torch.diag_embed(_own_pairs(q, weighted, gamma, written_log)),
+        lower(w_r, k_r),
+        lower(w_r, e_r),
+        w_r * up,
+        e_r * down,
+    )
 
 
 def _grown(x: Tensor, log_factor: Tensor | None, diagonal: bool) -> Tensor:
