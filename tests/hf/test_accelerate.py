@@ -28,19 +28,6 @@ def ids(length: int, batch: int = 2) -> torch.Tensor:
 SMALL = dict(vocab_size=48, hidden_size=16, intermediate_size=24)
 #: the tiny models of these tests that are not the converters' own
 UNCONVERTED = {
-    "zamba": (
-        "ZambaForCausalLM",
-        "ZambaConfig",
-        dict(
-            SMALL,
-            num_hidden_layers=3,
-            layers_block_type=["mamba", "hybrid", "hybrid"],
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            mamba_d_state=4,
-            n_mamba_heads=2,
-        ),
-    ),
     "kimi_linear": (
         "KimiLinearForCausalLM",
         "KimiLinearConfig",
@@ -86,7 +73,7 @@ S6 = ("mamba_selective_scan", "causal_conv1d_fn")
 SWAPPED = {
     "mamba": (S6, 2),
     "falcon_mamba": (S6, 2),
-    "zamba": (S6, {"causal_conv1d_fn": 3, "mamba_selective_scan": 6}),  # 3 layers, a scan per head (2)
+    "zamba": (S6, {"causal_conv1d_fn": 4, "mamba_selective_scan": 8}),  # 4 layers, a scan per head (2)
     "mamba2": (SSD, 2),
     "bamba": (SSD, 2),
     "granitemoehybrid": (SSD, 2),

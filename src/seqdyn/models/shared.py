@@ -62,41 +62,32 @@ class SharedBlock(nn.Module):
             qkv = self.attention.qkv
             self.attention.qkv = AdaptedLinear(qkv, uses, adapter_rank, parts=self.attention.widths)
 
-    def _run(self, x: Tensor, embeddings: Tensor, use: int, attend: Callable[[Tensor], Tensor]) -> Tensor:
+    def _run(
+        self, x: Tensor, embeddings: Tensor, use: int, attend: Callable[[Tensor], tuple[Tensor, Any]]
+    ) -> tuple[Tensor, Any]:
+        """``(s, what attend returned beside its output)``: ``attend`` runs the attention on ``norm_a([x ; e])``."""
         with adapted_as(self, use):
-            a = attend(self.norm_in(torch.cat([x, embeddings], dim=-1)))  # [..., 2D] -> [..., D]
-            return self.mlp(self.norm_mlp(a))
+            a, state = attend(self.norm_in(torch.cat([x, embeddings], dim=-1)))  # [..., 2D] -> [..., D]
+            return self.mlp(self.norm_mlp(a)), state
 
     def forward(
         self, x: Tensor, embeddings: Tensor, use: int, backend: str = "auto", packing: Packing | None = None
     ) -> Tensor:
         """``s`` ``[B, T, D]`` of layer ``use`` (packed sequences ``[1, T, D]`` with ``packing``)."""
         packed = {} if packing is None else {"cu_seqlens": packing}
-        return self._run(x, embeddings, use, lambda u: self.attention(u, backend=backend, **packed))
+        return self._run(x, embeddings, use, lambda u: (self.attention(u, backend=backend, **packed), None))[0]
 
     def forward_with_state(
         self, x: Tensor, embeddings: Tensor, use: int, state: Any, backend: str = "auto"
     ) -> tuple[Tensor, Any]:
         """Positions ``[B, T, D]`` that follow the attention's ``state`` of this use: ``(s, state)``."""
-        ran = []
-
-        def attend(u: Tensor) -> Tensor:
-            a, new_state = self.attention(u, backend=backend, state=state, return_state=True)
-            ran.append(new_state)
-            return a
-
-        return self._run(x, embeddings, use, attend), ran[0]
+        return self._run(
+            x, embeddings, use, lambda u: self.attention(u, backend=backend, state=state, return_state=True)
+        )
 
     def step(self, x_t: Tensor, embeddings_t: Tensor, use: int, state: Any) -> tuple[Tensor, Any]:
         """One position ``[B, D]``: ``(s_t, state)``."""
-        stepped = []
-
-        def attend(u: Tensor) -> Tensor:
-            a, new_state = self.attention.step(u, state)
-            stepped.append(new_state)
-            return a
-
-        return self._run(x_t, embeddings_t, use, attend), stepped[0]
+        return self._run(x_t, embeddings_t, use, lambda u: self.attention.step(u, state))
 
     def init_state(self, batch: int) -> Any:
         return self.attention.init_state(batch)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.common import copy_conv, copy_weight, hybrid_config
-from seqdyn.hf.convert.registry import TinyModel, refuse, refuse_any, register
+from seqdyn.hf.convert.common import copy_conv, copy_swiglu, copy_weight, hybrid_config
+from seqdyn.hf.convert.registry import TinyModel, refuse, register
 from seqdyn.hf.convert.zamba2 import (
     check_one_set,
     check_zamba_options,
@@ -30,13 +29,10 @@ from seqdyn.hf.modeling import SeqdynForCausalLM
 
 
 def _check_zamba(config: Any) -> None:
-    check_zamba_options(config)
-    refuse_any(
+    check_zamba_options(
         config,
-        [
-            ("mamba_proj_bias", True, "seqdyn's s6 projections have no bias"),
-            ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
-        ],
+        ("mamba_proj_bias", True, "seqdyn's s6 projections have no bias"),
+        ("mamba_conv_bias", False, "seqdyn's short convolution has a bias"),
     )
     if config.hidden_mamba_act != "silu":
         raise refuse("zamba", "hidden_mamba_act", config.hidden_mamba_act, "seqdyn's s6 block uses SiLU")
@@ -88,13 +84,7 @@ def _shared_weights(block: nn.Module, layers: nn.ModuleList, hybrid: list[int]) 
     check_one_set([(layers[layer].shared_transf, layer) for layer in hybrid], "shared_transf")
     theirs, prefix = layers[hybrid[0]].shared_transf, f"model.layers.{hybrid[0]}.shared_transf"
     copy_shared_attention(block, theirs, prefix, [])
-    mlp = theirs.feed_forward
-    copy_weight(
-        block.mlp.fc1.weight,
-        torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-        f"{prefix}.feed_forward.gate_proj/up_proj.weight",
-    )
-    copy_weight(block.mlp.fc2.weight, mlp.down_proj.weight, f"{prefix}.feed_forward.down_proj.weight")
+    copy_swiglu(f"{prefix}.feed_forward", theirs.feed_forward, block.mlp)  # fc1 = [gate | up], whatever activation
 
 
 def _zamba_weights(source: nn.Module, target: SeqdynForCausalLM) -> None:

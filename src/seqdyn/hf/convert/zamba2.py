@@ -18,30 +18,29 @@ import torch
 from torch import nn
 
 from seqdyn.hf.configuration import SeqdynConfig
-from seqdyn.hf.convert.common import check_default_rope, copy_weight, dt_limit, hybrid_config, rotary_options
-from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights
+from seqdyn.hf.convert.common import check_default_rope, copy_weight, hybrid_config, rotary_options
+from seqdyn.hf.convert.mamba2 import mamba2_mixer_weights, mamba2_options
 from seqdyn.hf.convert.registry import TinyModel, UnsupportedModel, refuse, refuse_any, register
 from seqdyn.hf.modeling import SeqdynForCausalLM
 
 #: √2: Zamba's attention scores are qᵀk / √(K/2), seqdyn's qᵀk / √K
 SCORE_FACTOR = math.sqrt(2.0)
+#: where ``Zamba2Config`` holds each option of the mamba2 mixer (its ``mamba_headdim``: expand·hidden / heads)
+ZAMBA2_MAMBA2_FIELDS = {
+    "state_dim": "mamba_d_state",
+    "expand": "mamba_expand",
+    "head_dim": "mamba_headdim",
+    "groups": "mamba_ngroups",
+    "conv_size": "mamba_d_conv",
+}
 #: the shared block's MLP of each of Zamba's activations (a gated MLP: act(gate) ⊙ up)
 SHARED_MLPS = {"gelu": "gated_gelu", "silu": "swiglu"}
 
 
-def check_zamba_options(config: Any) -> None:
-    """What Zamba and Zamba2 may not set: biases where seqdyn has none, another activation of the shared MLP."""
-    refuse_any(
-        config,
-        [
-            (option, value, why)
-            for option, value, why in (
-                ("add_bias_linear", True, "seqdyn's mamba2 and shared projections have no bias"),
-                ("use_conv_bias", False, "seqdyn's short convolution has a bias"),
-            )
-            if hasattr(config, option)
-        ],
-    )
+def check_zamba_options(config: Any, *refused: tuple[str, Any, str]) -> None:
+    """What Zamba and Zamba2 may not set: the family's ``refused`` ``(option, value, why)`` (biases where seqdyn has
+    none, or none where it has one), another activation of the shared MLP."""
+    refuse_any(config, list(refused))
     if config.hidden_act not in SHARED_MLPS:
         raise refuse(
             config.model_type, "hidden_act", config.hidden_act, f"seqdyn's gated MLPs use {sorted(SHARED_MLPS)}"
@@ -60,32 +59,25 @@ def shared_inputs(config: Any, blocks: int) -> list[int | None]:
 
 
 def _mamba2_options(config: Any) -> dict[str, Any]:
-    inner = int(config.mamba_expand * config.hidden_size)
-    if inner % config.n_mamba_heads:
+    """The mamba2 mixer of its layers: Δ floored at ``time_step_min`` (its only limit), its gated norm's own ε."""
+    if int(config.mamba_expand * config.hidden_size) % config.n_mamba_heads:
         raise refuse("zamba2", "n_mamba_heads", config.n_mamba_heads, "it must divide mamba_expand·hidden_size")
-    return {
-        "state_dim": config.mamba_d_state,
-        "expand": config.mamba_expand,
-        "head_dim": inner // config.n_mamba_heads,
-        "groups": config.mamba_ngroups,
-        "conv_size": config.mamba_d_conv,
-        "norm_eps": 1e-5,  # Zamba2's gated norm has its own ε
-        **dt_limit((config.time_step_min, float("inf"))),
-    }
+    return mamba2_options(config, ZAMBA2_MAMBA2_FIELDS, (config.time_step_min, float("inf")), norm_eps=1e-5)
 
 
-def shared_block(config: Any, **own: Any) -> dict[str, Any]:
-    """Zamba's shared block: attention of its heads (no positions) at twice the width, its gated MLP; ``own``: the
-    family's other fields (Zamba2's adapters, its attention's options)."""
-    attention = {
+def shared_block(config: Any, attention: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """Zamba's shared block: attention of its heads (no positions, unless ``attention`` says otherwise) at twice the
+    width, its gated MLP; ``fields``: the family's other fields (Zamba2's adapters)."""
+    heads = {
         "heads": config.num_attention_heads,
         "kv_heads": config.num_key_value_heads,
         "head_dim": config.attention_head_dim,
         "rotary": False,
-        **own.pop("attention", {}),
     }
     mlp_ratio = config.intermediate_size / config.hidden_size
-    return dict(attention=attention, mlp=SHARED_MLPS[config.hidden_act], mlp_ratio=mlp_ratio, **own)
+    return dict(
+        attention={**heads, **(attention or {})}, mlp=SHARED_MLPS[config.hidden_act], mlp_ratio=mlp_ratio, **fields
+    )
 
 
 def _shared_block(config: Any) -> dict[str, Any]:
@@ -104,7 +96,11 @@ def _shared_block(config: Any) -> dict[str, Any]:
 
 def _zamba2_config(config: Any) -> SeqdynConfig:
     """``Zamba2Config`` → mamba2 in every layer, without MLP, and its shared blocks on the hybrid layers."""
-    check_zamba_options(config)
+    check_zamba_options(
+        config,
+        ("add_bias_linear", True, "seqdyn's mamba2 and shared projections have no bias"),
+        ("use_conv_bias", False, "seqdyn's short convolution has a bias"),
+    )
     blocks = config.num_mem_blocks
     mixers = [("mamba2", _mamba2_options(config))] * config.num_hidden_layers
     return hybrid_config(
@@ -141,11 +137,15 @@ def check_one_set(uses: list[tuple[nn.Module, int]], attribute: str) -> None:
 
 
 def copy_shared_attention(block: nn.Module, theirs: nn.Module, prefix: str, qkv_adapters: list) -> None:
-    """Zamba's shared block's attention and its two norms into ``block`` (a ``SharedBlock``): √2 of its scores
-    ``qᵀk / √(K/2)`` folded into the query projection (its adapters' too: ``qkv_adapters``' B of the query)."""
-    attention = theirs.self_attn
-    stacked = torch.cat([attention.q_proj.weight * SCORE_FACTOR, attention.k_proj.weight, attention.v_proj.weight])
-    copy_adapted(block.attention.qkv, stacked, qkv_adapters, f"{prefix}.self_attn.q_proj/k_proj/v_proj")
+    """Zamba's shared block's attention (with ``qkv_adapters``) and its two norms into ``block`` (a
+    ``SharedBlock``), then √2 of its scores ``qᵀk / √(K/2)`` folded into the query projection and each use's query
+    adapter (its B)."""
+    attention, qkv = theirs.self_attn, block.attention.qkv
+    stacked = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
+    copy_adapted(qkv, stacked, qkv_adapters, f"{prefix}.self_attn.q_proj/k_proj/v_proj")
+    getattr(qkv, "base", qkv).weight[: block.attention.widths[0]].mul_(SCORE_FACTOR)
+    for query, _, _ in getattr(qkv, "adapters", {}).values():
+        query[1].weight.mul_(SCORE_FACTOR)
     copy_weight(block.attention.out.weight, attention.o_proj.weight, f"{prefix}.self_attn.o_proj.weight")
     copy_weight(block.norm_in.weight, theirs.input_layernorm.weight, f"{prefix}.input_layernorm.weight")
     copy_weight(block.norm_mlp.weight, theirs.pre_ff_layernorm.weight, f"{prefix}.pre_ff_layernorm.weight")
@@ -161,21 +161,13 @@ def _shared_weights(block: nn.Module, uses: list[tuple[nn.Module, int, int]]) ->
     if first.self_attn.config.use_shared_attention_adapter:
         for theirs, layer_index, use in uses:
             own = theirs.self_attn
-            q = own.linear_q_adapter_list[use]
-            scaled = nn.Sequential(q[0], _times(q[1], SCORE_FACTOR))
-            qkv_adapters.append(((scaled, own.linear_k_adapter_list[use], own.linear_v_adapter_list[use]), layer_index))
+            parts = (own.linear_q_adapter_list[use], own.linear_k_adapter_list[use], own.linear_v_adapter_list[use])
+            qkv_adapters.append((parts, layer_index))
     copy_shared_attention(block, first, prefix, qkv_adapters)
     mlp = first.feed_forward
     mlp_adapters = [((own.feed_forward.gate_up_proj_adapter_list[use],), layer) for own, layer, use in uses]
     copy_adapted(block.mlp.fc1, mlp.gate_up_proj.weight, mlp_adapters, f"{prefix}.feed_forward.gate_up_proj")
     copy_weight(block.mlp.fc2.weight, mlp.down_proj.weight, f"{prefix}.feed_forward.down_proj.weight")
-
-
-def _times(linear: nn.Linear, scale: float) -> nn.Linear:
-    """A copy of ``linear`` (no bias) with its weight times ``scale``."""
-    scaled = nn.Linear(linear.in_features, linear.out_features, bias=False, dtype=linear.weight.dtype)
-    scaled.weight.data.copy_(linear.weight * scale)
-    return scaled
 
 
 def copy_zamba_layers(
