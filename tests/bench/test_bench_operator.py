@@ -220,25 +220,40 @@ def test_the_newest_transitions_are_timed_on_request_with_the_same_targets():
     assert {check.what.split(":")[0] for check in target_checks(report)} == {"kda", "deltaproduct", "fox", "rwkv7"}
 
 
-def test_transformers_fallback_is_timed_on_request_beside_chunk_with_the_memory_targets():
-    """``--backends chunk,transformers``: Gated DeltaNet's fallback on the same arguments (its outputs the
-    operator's), ``n/a`` for a kind without one; deltanet's memory targets against the inputs and the fallback."""
+@pytest.mark.parametrize("kind", ["deltanet", "kda"])
+def test_transformers_fallback_computes_the_operators_outputs_from_the_same_arguments(kind):
+    """Gated DeltaNet's and Kimi Delta Attention's fallbacks on :func:`fallback_arguments` give the operator's
+    outputs (a wrong β, decay or query scale would not)."""
     pytest.importorskip("transformers")
-    from seqdyn.bench.operator import FALLBACK, make_arguments
+    from seqdyn.bench.operator import FALLBACK_OF, fallback_arguments, make_arguments
     from seqdyn.core.operator import coefficient_dynamics
     from seqdyn.hf.acceleration import fallback_of
 
-    (q, k, v), options = make_arguments("deltanet", 1, 2, 40, 8, torch.device("cpu"), torch.float64)
-    beta = options["householder"]
-    theirs = fallback_of("torch_chunk_gated_delta_rule")(q, k, v, torch.zeros_like(beta), beta, chunk_size=64)[0]
-    ours = coefficient_dynamics(q, k, v, **options)
-    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)  # transformers computes it in float32
-    report = run_benchmark([64, 128], ["deltanet", "gla"], ["chunk", FALLBACK], batch=1, heads=2, dim=8, repeats=0)
+    (q, k, v), options = make_arguments(kind, 1, 2, 40, 8, torch.device("cpu"), torch.float64)
+    theirs = fallback_of(FALLBACK_OF[kind])(*fallback_arguments(kind, (q, k, v), options), chunk_size=16)[0]
+    ours = coefficient_dynamics(q, k, v, **options, backend="recurrent")
+    torch.testing.assert_close(theirs.to(ours.dtype), ours, rtol=1e-5, atol=1e-5)  # transformers computes in float32
+
+
+def test_transformers_fallback_is_timed_on_request_beside_chunk_with_its_targets():
+    """``--backends chunk,transformers``: the fallback on the same arguments, ``n/a`` for a kind without one;
+    deltanet's memory targets against the inputs and the fallback, and both kinds' times against the fallback's."""
+    pytest.importorskip("transformers")
+    from seqdyn.bench.operator import FALLBACK
+    from seqdyn.hf.acceleration import fallback_of
+
+    report = run_benchmark(
+        [64, 128], ["deltanet", "kda", "gla"], ["chunk", FALLBACK], batch=1, heads=2, dim=8, repeats=0
+    )
     assert report.get("deltanet", 64, FALLBACK).status == "ok" and report.get("gla", 64, FALLBACK).status == "n/a"
+    assert report.get("kda", 128, FALLBACK).status == "ok"
     whats = [check.what for check in target_checks(report)]
     assert "deltanet: chunk peak memory ≤ 4× inputs + a state per chunk at T=128" in whats
     assert "deltanet: chunk peak memory ≤ transformers' at T=128" in whats
-    assert not any(w.startswith("gla") and "inputs" in w for w in whats)
+    for kind in ("deltanet", "kda"):
+        assert f"{kind}: chunk forward ≤ 0.7× transformers' fallback at T=128" in whats
+        assert f"{kind}: chunk fwd+bwd ≤ 0.5× transformers' fallback at T=128" in whats
+    assert not any(w.startswith("gla") and ("inputs" in w or "fallback" in w) for w in whats)
     with pytest.raises(ValueError, match="name: transformers has no fallback 'nope'"):
         fallback_of("nope")
 

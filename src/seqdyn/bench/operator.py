@@ -31,9 +31,10 @@ KINDS = ("gla", "mamba2", "deltanet", "softmax", "kda", "deltaproduct", "fox", "
 DEFAULT_KINDS = KINDS[:4]
 BACKEND_ORDER = ("quadratic", "recurrent", "chunk", "scan", "auto")
 #: on request (``--backends chunk,transformers``): transformers' CPU fallback of the same computation, where it has
-#: one (``deltanet``: ``torch_chunk_gated_delta_rule``, Qwen3-Next's); the transformers extra is needed
+#: one (``deltanet``: ``torch_chunk_gated_delta_rule``, Qwen3-Next's; ``kda``: Kimi-Linear's
+#: ``chunk_kimi_delta_attention``); the transformers extra is needed
 FALLBACK = "transformers"
-FALLBACK_OF = {"deltanet": "torch_chunk_gated_delta_rule"}
+FALLBACK_OF = {"deltanet": "torch_chunk_gated_delta_rule", "kda": "chunk_kimi_delta_attention"}
 #: on request (``--backends chunk,floor``): the matrix products the chunk backend must do for a scalar decay
 #: (``mamba2``), timed as plain batched products of the same shapes — the time no implementation of it can beat
 FLOOR = "floor"
@@ -179,8 +180,7 @@ def _measured(cell: Cell, call: Callable[[], torch.Tensor], leaves: list, device
 
 def _measure_fallback(cell: Cell, args: tuple, options: dict, leaves: list, device, repeats: int) -> Cell:
     """transformers' fallback of ``cell.kind`` on the same arguments (``n/a`` where it has none, or without
-    transformers).  Gated DeltaNet's takes the keys' write scale ``β K^-½`` as ``β`` and ``K^-½`` on the queries:
-    its outputs are the operator's, the state scaled by ``K^-½``."""
+    transformers): its outputs are the operator's (:func:`fallback_arguments`)."""
     if cell.kind not in FALLBACK_OF:
         cell.status, cell.note = "n/a", f"transformers has a fallback for {sorted(FALLBACK_OF)} only"
         return cell
@@ -190,11 +190,21 @@ def _measure_fallback(cell: Cell, args: tuple, options: dict, leaves: list, devi
         cell.status, cell.note = "n/a", "needs transformers: pip install 'seqdyn[hf]'"
         return cell
     function = fallback_of(FALLBACK_OF[cell.kind])
-    q, k, v = args
-    beta = options["householder"]
-    no_decay = torch.zeros(beta.shape, dtype=beta.dtype, device=beta.device)
     cell.picked = FALLBACK_OF[cell.kind]
-    return _measured(cell, lambda: function(q, k, v, no_decay, beta, chunk_size=64)[0], leaves, device, repeats)
+    return _measured(cell, lambda: function(*fallback_arguments(cell.kind, args, options))[0], leaves, device, repeats)
+
+
+def fallback_arguments(kind: str, args: tuple, options: dict) -> tuple:
+    """``(q, k, v, g, β)`` of transformers' fallback of ``kind`` for the operator's ``args``, ``options``.  Both
+    fallbacks scale the queries by ``K^-½`` and write ``β k vᵀ``, where the operator writes ``β K^-½ k vᵀ`` and reads
+    with the queries as given: the same outputs, the state scaled by ``K^-½``.  Gated DeltaNet's β is the
+    Householder factor's and its decay 0; Kimi Delta Attention's β is its write scale times ``√K`` and its decay
+    the operator's diagonal one."""
+    q, k, v = args
+    if kind == "deltanet":
+        beta = options["householder"]
+        return q, k, v, torch.zeros(beta.shape, dtype=beta.dtype, device=beta.device), beta
+    return q, k, v, options["log_decay"], options["scale"] * q.shape[-1] ** 0.5
 
 
 def floor_products(batch: int, heads: int, length: int, dim: int, shared_heads: int = 1) -> tuple[list, list]:
@@ -351,6 +361,7 @@ def target_checks(report: Report) -> list[Check]:
         checks.extend(_memory_check(report, kind, lengths))
         checks.extend(_memory_budget_checks(report, kind, lengths))
         checks.extend(_floor_checks(report, kind, lengths))
+        checks.extend(_fallback_checks(report, kind, lengths))
         checks.extend(_auto_checks(report, kind, lengths))
     return checks
 
@@ -413,23 +424,41 @@ def _memory_budget_checks(report: Report, kind: str, lengths: list[int]) -> list
     return checks
 
 
+#: the chunk backend's time over its matrix products' at most (forward, forward + backward)
+FLOOR_TARGETS = {"forward": 2.0, "fwd+bwd": 2.0}
+#: the chunk backend's time over transformers' fallback's at most: forward, forward + backward (the forward's from
+#: the Gated DeltaNet target of the CPU work; the other from the accelerated models' ≥ 2× forward + backward)
+FALLBACK_TARGETS = {"forward": 0.7, "fwd+bwd": 0.5}
+
+
 def _floor_checks(report: Report, kind: str, lengths: list[int]) -> list[Check]:
     """Where the product floor was timed: the chunk backend's forward and forward + backward within 2× of it."""
+    return _time_ratio_checks(report, kind, lengths, FLOOR, FLOOR_TARGETS, "its matrix products' time")
+
+
+def _fallback_checks(report: Report, kind: str, lengths: list[int]) -> list[Check]:
+    """Where transformers' fallback was timed: the chunk backend's forward and forward + backward time over its, at
+    most :data:`FALLBACK_TARGETS`."""
+    return _time_ratio_checks(report, kind, lengths, FALLBACK, FALLBACK_TARGETS, "transformers' fallback")
+
+
+def _time_ratio_checks(
+    report: Report, kind: str, lengths: list[int], other: str, targets: dict[str, float], against: str
+) -> list[Check]:
+    """At each T where both were timed: the chunk backend's forward and forward + backward time over the cell
+    ``other``'s, at most ``targets``."""
     checks = []
     for t in lengths:
-        chunk, floor = report.get(kind, t, "chunk"), report.get(kind, t, FLOOR)
-        if chunk is None or floor is None or floor.train_s is None or chunk.train_s is None:
+        chunk, cell = report.get(kind, t, "chunk"), report.get(kind, t, other)
+        if chunk is None or cell is None or cell.train_s is None or chunk.train_s is None:
             continue
         for what, ours, theirs in (
-            ("forward", chunk.forward_s, floor.forward_s),
-            ("fwd+bwd", chunk.train_s, floor.train_s),
+            ("forward", chunk.forward_s, cell.forward_s),
+            ("fwd+bwd", chunk.train_s, cell.train_s),
         ):
             ratio = ours / theirs
-            checks.append(
-                _check(
-                    f"{kind}: chunk {what} ≤ 2× its matrix products' time at T={t}", f"{ratio:.2f}×", ratio, 2.0, False
-                )
-            )
+            text = f"{kind}: chunk {what} ≤ {targets[what]:g}× {against} at T={t}"
+            checks.append(_check(text, f"{ratio:.2f}×", ratio, targets[what], at_least=False))
     return checks
 
 

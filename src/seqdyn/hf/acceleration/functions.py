@@ -266,8 +266,10 @@ def _delta_rule_inputs(
     query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, l2norm: bool
 ) -> tuple[Tensor, ...]:
     """A delta rule's arguments as its fallbacks compute them: in float32 at least, a padded step no step (no decay,
-    g = 0; no update, β = 0), and with ``l2norm`` q, k ← q (‖q‖² + 1e-6)^-½ (FLA's l2norm, ε inside the root)."""
+    g = 0; no update, β = 0), and with ``l2norm`` q, k ← q (‖q‖² + 1e-6)^-½ (FLA's l2norm, ε inside the root).
+    ``query``, ``key``, ``value`` come back in the operator's head-major memory (:func:`_in_head_major_memory`)."""
     work = torch.promote_types(value.dtype, torch.float32)
+    query, key, value = (_in_head_major_memory(t) for t in (query, key, value))
     query, key, value, g, beta = (t.to(work) for t in (query, key, value, g, beta))
     real = real_steps(*g.shape[:2])
     if real is not None:
@@ -278,6 +280,14 @@ def _delta_rule_inputs(
     return query, key, value, g, beta
 
 
+def _in_head_major_memory(x: Tensor) -> Tensor:
+    """``x`` ``[b, l, h, ·]`` with its values in ``[b, h, l, ·]`` memory, the operator's layout (copied once where it
+    is not: transformers hands over views of its short convolution's ``[b, channels, l]`` output, whose steps are
+    innermost; a norm over the channels of such a view, or a copy of it per repeated head, is several times slower
+    than on rows in memory)."""
+    return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def _head_major(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``query``, ``key`` ``[b, l, h_k, K]`` repeated to the h heads of ``value`` ``[b, l, h, V]`` (each serves h / h_k
     consecutive heads), the three ``[b, h, l, ·]`` in memory, handed over as ``[b, l, h, ·]`` views: the operator's
@@ -286,7 +296,7 @@ def _head_major(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tens
     queries, keys = (
         t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2) for t in (query, key)
     )
-    return queries, keys, value.transpose(1, 2).contiguous().transpose(1, 2)
+    return queries, keys, _in_head_major_memory(value)
 
 
 def linear_rnn_scan(
