@@ -2,11 +2,13 @@
 with :func:`seqdyn.hf.accelerate`, side by side in one process on one thread (or each count of ``--threads``).
 
 Per length: the prompt's forward (prefill) and forward + backward times, and greedy decoding's tokens per second,
-of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Then the model's
-first accelerated layer alone, and each swapped function alone — transformers' fallback against seqdyn's — on the
-arguments that layer receives in the model (what the targets compare when the rest of the model, identical in both,
-is most of its time).  Both models share
-their weights (the accelerated one is a copy), and their logits are compared at each length first.  The targets:
+of both; the ratio is transformers' time over the accelerated one's (> 1: seqdyn is faster).  Beside them a third
+model, the same with the swapped functions at no cost (:func:`costless_model`), gives each ratio's ceiling.  Then
+the model's first accelerated layer alone, and each swapped function alone — transformers' fallback against
+seqdyn's — on the arguments that layer receives in the model (what the targets compare when the rest of the model,
+identical in both, is most of its time).  The models, and the two versions of each layer or function, are timed
+alternately, best of the rounds, after a warm-up call each.  All three models share their weights (the others are
+copies), and the logits of the two are compared at each length first.  The targets:
 prefill ≥ 1.5× and forward + backward ≥ 2× at 4k tokens, decoding not slower.
 """
 
@@ -14,13 +16,12 @@ from __future__ import annotations
 
 import copy
 import functools
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from seqdyn.bench.measure import pinned_threads, threads_in_words, time_call
+from seqdyn.bench.measure import pinned_threads, threads_in_words, time_alternately
 
 #: the benchmarked models: a Mamba of 2 layers at width 256 (512 channels of state 16: mamba-130m's proportions); a
 #: Mamba-2 of 2 layers at width 256 (8 heads of 64, state 64, one group), transformers'
@@ -229,6 +230,9 @@ class HfRow:
     decode_tokens_per_s: tuple[float, float]
     largest_difference: float
     functions: tuple[FunctionRow, ...] = ()
+    #: seconds of the prefill and of the forward + backward of the model with its swapped functions at no cost
+    #: (:func:`costless_model`): what no faster function can go below
+    costless_s: tuple[float, float] | None = None
 
     @property
     def ratios(self) -> dict[str, float]:
@@ -240,8 +244,21 @@ class HfRow:
             "decode": self.decode_tokens_per_s[1] / self.decode_tokens_per_s[0],
         }
 
+    @property
+    def ceilings(self) -> dict[str, float]:
+        """transformers' time over the costless model's: the largest ratio any function in place of the swapped ones
+        could reach, the rest of the model (projections, attention, norms, head) being the same in both."""
+        if self.costless_s is None:
+            return {}
+        return {
+            "prefill": self.prefill_s[0] / self.costless_s[0],
+            "forward + backward": self.forward_backward_s[0] / self.costless_s[1],
+        }
 
-def _decode_rate(model: torch.nn.Module, prompt: torch.Tensor, tokens: int) -> float:
+
+def _decode_rates(models: tuple[torch.nn.Module, ...], prompt: torch.Tensor, tokens: int, repeats: int) -> tuple:
+    """Greedy decoding's tokens per second of each of ``models`` from ``prompt`` (``tokens`` new tokens, the prompt's
+    prefill included), the models timed alternately (:func:`~seqdyn.bench.measure.time_alternately`)."""
     settings = dict(
         attention_mask=torch.ones_like(prompt),
         max_new_tokens=tokens,
@@ -249,19 +266,23 @@ def _decode_rate(model: torch.nn.Module, prompt: torch.Tensor, tokens: int) -> f
         do_sample=False,
         pad_token_id=0,
     )
+
+    def generate(model):
+        return lambda: model.generate(prompt, **settings)
+
     with torch.no_grad():
-        model.generate(prompt, **{**settings, "max_new_tokens": 2, "min_new_tokens": 2})  # warm-up
-        start = time.perf_counter()
-        model.generate(prompt, **settings)
-    return tokens / (time.perf_counter() - start)
+        seconds = time_alternately([generate(model) for model in models], torch.device("cpu"), repeats)
+    return tuple(tokens / s for s in seconds)
 
 
 def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, decode_tokens: int = 32) -> HfRow:
-    """Both models of ``family`` (config ``fields``) on a random prompt of ``length`` tokens."""
+    """Both models of ``family`` (config ``fields``) on a random prompt of ``length`` tokens, and the costless one
+    (:func:`costless_model`); the three timed alternately, best of ``repeats`` rounds after a warm-up call each."""
     from seqdyn.hf import accelerate
 
     plain = _model(family, fields)
     fast = accelerate(copy.deepcopy(plain))
+    costless = costless_model(plain)
     inputs = torch.randint(0, fields["vocab_size"], (1, length), generator=torch.Generator().manual_seed(0))
     cpu = torch.device("cpu")
     with torch.no_grad():
@@ -278,13 +299,68 @@ def measure(family: str, length: int, fields: dict[str, Any], repeats: int = 2, 
 
         return step
 
+    models = (plain, fast, costless)
     with torch.no_grad():
-        prefill_s = tuple(time_call(prefill(model), cpu, repeats).best_s for model in (plain, fast))
-    backward_s = tuple(time_call(train_step(model), cpu, repeats).best_s for model in (plain, fast))
+        prefill_s = time_alternately([prefill(model) for model in models], cpu, repeats)
+    backward_s = time_alternately([train_step(model) for model in models], cpu, repeats)
     prompt = inputs[:, : min(length, 256)]
-    decode = tuple(_decode_rate(model, prompt, decode_tokens) for model in (plain, fast))
+    decode = _decode_rates((plain, fast), prompt, decode_tokens, repeats)
     functions = tuple(_measure_function(*call, repeats) for call in _first_calls(plain, fast, inputs))
-    return HfRow(family, length, prefill_s, backward_s, decode, difference, functions)
+    return HfRow(
+        family,
+        length,
+        tuple(prefill_s[:2]),
+        tuple(backward_s[:2]),
+        decode,
+        difference,
+        functions,
+        (prefill_s[2], backward_s[2]),
+    )
+
+
+def costless_model(plain: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``plain`` whose functions that :func:`~seqdyn.hf.accelerate` swaps cost (nearly) nothing
+    (:func:`costless`, each computing seqdyn's function once per argument shapes): the rest of the model computes
+    as in both others, so its time is what neither the fallbacks nor seqdyn's functions can change."""
+    from seqdyn.hf.acceleration import ACCELERATED, ACCELERATED_LAYERS, ACCELERATED_METHODS, Swapped, rebound_forward
+
+    model = copy.deepcopy(plain)
+    for layer in model.modules():
+        kind = type(layer).__name__
+        if kind in ACCELERATED_LAYERS:
+            functions = ACCELERATED[ACCELERATED_LAYERS[kind]]
+            layer.forward = rebound_forward(layer, {name: costless(function) for name, function in functions.items()})
+        for name in ACCELERATED_METHODS.get(kind, {}):
+            setattr(layer, name, costless(Swapped(layer, name)))
+    return model
+
+
+def costless(function: Any) -> Any:
+    """``function`` at (nearly) no cost: its outputs for the first arguments of each shapes, computed once, then
+    returned plus ``0 · Σ x`` of every floating-point argument ``x`` — one pass over each, through which gradients
+    still reach the arguments, so that the layers before it run their backward as with ``function``."""
+    outputs: dict[tuple, Any] = {}
+
+    def call(*args, **kwargs):
+        tensors = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        key = tuple(tuple(x.shape) for x in tensors)
+        if key not in outputs:
+            with torch.no_grad():
+                outputs[key] = function(*args, **kwargs)
+        link = sum(x.sum() for x in tensors) * 0
+        return _linked(outputs[key], link)
+
+    return call
+
+
+def _linked(output: Any, link: torch.Tensor) -> Any:
+    """``output`` (a tensor, or tuples and lists of them and anything else) with ``link`` added to each
+    floating-point tensor."""
+    if isinstance(output, torch.Tensor):
+        return output + link.to(output.dtype) if output.is_floating_point() else output
+    if isinstance(output, (tuple, list)):
+        return type(output)(_linked(item, link) for item in output)
+    return output
 
 
 #: the benchmarked families built from transformers' own default configuration beyond the benchmark's fields (not
@@ -391,9 +467,9 @@ def _measure_function(
 
     with torch.no_grad():
         expected, got = call(original, False)(), call(replacement, False)()
-        forward_s = tuple(time_call(call(f, False), cpu, repeats).best_s for f in (original, replacement))
+        forward_s = tuple(time_alternately([call(f, False) for f in (original, replacement)], cpu, repeats))
     difference = float((got.float() - expected.float()).abs().max() / expected.float().abs().max())
-    backward_s = tuple(time_call(call(f, True), cpu, repeats).best_s for f in (original, replacement))
+    backward_s = tuple(time_alternately([call(f, True) for f in (original, replacement)], cpu, repeats))
     return FunctionRow(name, forward_s, backward_s, difference)
 
 
@@ -436,7 +512,11 @@ def run_hf_benchmark(
 
 def _line(row: HfRow) -> str:
     ratios = ", ".join(f"{name} {value:.2f}×" for name, value in row.ratios.items())
-    return f"{row.family} L={row.length}: {ratios} (largest logit difference {row.largest_difference:.1e})"
+    ceilings = ", ".join(f"{name} {value:.2f}×" for name, value in row.ceilings.items())
+    return (
+        f"{row.family} L={row.length}: {ratios} (ceilings {ceilings or 'not measured'}; largest logit difference "
+        f"{row.largest_difference:.1e})"
+    )
 
 
 def render_markdown(rows: list[HfRow], quick: bool) -> str:
@@ -445,19 +525,25 @@ def render_markdown(rows: list[HfRow], quick: bool) -> str:
     )
     lines = [
         f"transformers' PyTorch fallback against `seqdyn.hf.accelerate` ({models}; float32, {threads_in_words()}; "
-        "ratio = transformers / seqdyn, decode = seqdyn / transformers tokens per second):",
+        "ratio = transformers / seqdyn, decode = seqdyn / transformers tokens per second; ceiling = transformers / "
+        "the model with its swapped functions at no cost, the largest ratio any function could reach; the models "
+        "timed alternately, best of the rounds, after a warm-up call each):",
         "",
-        "| family | tokens | prefill s | ratio | forward + backward s | ratio | decode tokens/s | ratio | "
-        "largest difference |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| family | tokens | prefill s | ratio | ceiling | forward + backward s | ratio | ceiling | decode tokens/s | "
+        "ratio | largest difference |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        ratios = row.ratios
+        ratios, ceilings = row.ratios, row.ceilings
+        prefill_ceiling, backward_ceiling = (
+            f"{ceilings[name]:.2f}×" if name in ceilings else "—" for name in ("prefill", "forward + backward")
+        )
         lines.append(
             f"| {row.family} | {row.length:,} | {row.prefill_s[0]:.3f} → {row.prefill_s[1]:.3f} | "
-            f"{ratios['prefill']:.2f}× | {row.forward_backward_s[0]:.3f} → {row.forward_backward_s[1]:.3f} | "
-            f"{ratios['forward + backward']:.2f}× | {row.decode_tokens_per_s[0]:,.1f} → "
-            f"{row.decode_tokens_per_s[1]:,.1f} | {ratios['decode']:.2f}× | {row.largest_difference:.1e} |"
+            f"{ratios['prefill']:.2f}× | {prefill_ceiling} | {row.forward_backward_s[0]:.3f} → "
+            f"{row.forward_backward_s[1]:.3f} | {ratios['forward + backward']:.2f}× | {backward_ceiling} | "
+            f"{row.decode_tokens_per_s[0]:,.1f} → {row.decode_tokens_per_s[1]:,.1f} | {ratios['decode']:.2f}× | "
+            f"{row.largest_difference:.1e} |"
         )
     if any(row.functions for row in rows):
         lines += _function_table(rows)

@@ -188,6 +188,20 @@ def time_call(
     return Timing(min(once() for _ in range(repeats)), repeats)
 
 
+def time_alternately(calls: list[Callable[[], object]], device: torch.device, repeats: int) -> list[float]:
+    """Best wall time of each of ``calls``, timed alternately: one warm-up call each (not counted), then ``repeats``
+    rounds (at least one) that call each once, in turn — forwards, then backwards the next round — so that drifts
+    in the machine's speed (other work, clock changes) fall on all of them alike."""
+    for fn in calls:
+        elapsed_seconds(fn, device)
+    best = [float("inf")] * len(calls)
+    for round_ in range(max(repeats, 1)):
+        order = range(len(calls)) if round_ % 2 == 0 else reversed(range(len(calls)))
+        for index in order:
+            best[index] = min(best[index], elapsed_seconds(calls[index], device))
+    return best
+
+
 def compilations() -> int:
     """Graphs ``torch.compile`` has compiled in this process so far (0 before it was first used)."""
     dynamo = sys.modules.get("torch._dynamo")
