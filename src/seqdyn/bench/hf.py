@@ -28,7 +28,8 @@ from seqdyn.bench.measure import pinned_threads, threads_in_words, time_alternat
 #: default chunk of 256; a Qwen3.5 of 4 layers at width 256 in the released models' pattern, 3 Gated DeltaNet layers
 #: (8 value heads of 64 sharing 4 query/key heads of 64, as Qwen3.5's 2:1) then one gated attention layer (4 heads of
 #: 64, 2 key-value heads), SwiGLU of 512 (transformers cannot generate from a model of Gated DeltaNet layers alone:
-#: its cache asks an attention layer for the length); a RecurrentGemma of 3 layers at width 256 in Griffin's pattern
+#: its cache asks an attention layer for the length); a Qwen3-Next of the same layers with a mixture of 8 experts of
+#: 128 (the top 2) and a shared expert of 256 in place of each MLP; a RecurrentGemma of 3 layers at width 256 in Griffin's pattern
 #: (two recurrent blocks of 256 channels in 4 gate blocks, then local attention of 4 heads of 64, one key-value
 #: head, a window of 2048), GeGLU of 384
 
@@ -57,6 +58,23 @@ FAMILIES: dict[str, dict[str, Any]] = {
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=64,
+        vocab_size=1024,
+    ),
+    "qwen3_next": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=128,
+        shared_expert_intermediate_size=256,
         vocab_size=1024,
     ),
     "recurrent_gemma": dict(
@@ -126,6 +144,8 @@ MODEL_WORDS = {
     "mamba2": "Mamba-2, 2 layers, width 256, 8 heads of 64, state 64",
     "qwen3_5_text": "Qwen3.5, 3 Gated DeltaNet layers (8 value heads of 64, 4 key heads of 64) and 1 gated "
     "attention layer, width 256",
+    "qwen3_next": "Qwen3-Next, Qwen3.5's layers with a mixture of 8 experts of 128 (the top 2) and a shared expert "
+    "of 256 in place of each MLP",
     "recurrent_gemma": "RecurrentGemma, 2 RG-LRU blocks of 256 channels and 1 local attention layer, width 256",
     "kimi_linear": "Kimi-Linear, 3 KDA layers (4 heads of 64) and 1 latent attention layer, width 256",
     "rwkv": "RWKV-4, 2 blocks of width 256 (256 channels of WKV)",
@@ -162,6 +182,23 @@ QUICK: dict[str, dict[str, Any]] = {
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=16,
+        vocab_size=64,
+    ),
+    "qwen3_next": dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        linear_num_key_heads=1,
+        linear_num_value_heads=2,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=32,
         vocab_size=64,
     ),
     "recurrent_gemma": dict(
