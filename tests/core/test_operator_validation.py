@@ -117,16 +117,22 @@ def test_mixed_precision_promotes_and_returns_the_dtype_of_v():
     assert state.dtype == torch.float64
 
 
-def test_without_a_chunk_size_the_delta_rule_chunks_by_32_and_every_other_problem_by_64():
+def test_without_a_chunk_size_householder_factors_of_narrow_keys_chunk_by_32_and_every_other_problem_by_64():
     from seqdyn.core.dynamics import Dynamics
-    from seqdyn.core.problem import DEFAULT_CHUNK_SIZE, DELTA_RULE_CHUNK_SIZE, prepare
+    from seqdyn.core.problem import DEFAULT_CHUNK_SIZE, DELTA_RULE_CHUNK_SIZE, HOUSEHOLDER_CHUNK_SIZE, prepare
 
     q, k, v = (torch.randn(1, 8, 2, 4) for _ in range(3))
     beta, g = torch.rand(1, 8, 2), -torch.rand(1, 8, 2)
     delta_rule = Dynamics(q, k, v, log_decay=g, householder=beta, scale=beta)
-    assert (DELTA_RULE_CHUNK_SIZE, DEFAULT_CHUNK_SIZE) == (32, 64)
+    assert (DELTA_RULE_CHUNK_SIZE, HOUSEHOLDER_CHUNK_SIZE, DEFAULT_CHUNK_SIZE) == (32, 32, 64)
     assert prepare(delta_rule).chunk_size == DELTA_RULE_CHUNK_SIZE
     assert prepare(delta_rule, chunk_size=16).chunk_size == 16
     assert prepare(Dynamics(q, k, v, log_decay=g)).chunk_size == DEFAULT_CHUNK_SIZE
     other_direction = Dynamics(q, k, v, householder=beta, householder_dir=torch.randn(1, 8, 2, 4))
-    assert prepare(other_direction).chunk_size == DEFAULT_CHUNK_SIZE
+    assert prepare(other_direction).chunk_size == HOUSEHOLDER_CHUNK_SIZE
+    diagonal = Dynamics(q, k, v, log_decay=-torch.rand(1, 8, 2, 4), householder=beta)
+    assert prepare(diagonal).chunk_size == HOUSEHOLDER_CHUNK_SIZE
+    wide = torch.randn(1, 8, 2, 128)
+    wide_keys = Dynamics(wide, wide, v, log_decay=-torch.rand(1, 8, 2, 128), householder=beta)
+    assert prepare(wide_keys).chunk_size == DEFAULT_CHUNK_SIZE
+    assert prepare(Dynamics(wide, wide, v, householder=beta)).chunk_size == DELTA_RULE_CHUNK_SIZE

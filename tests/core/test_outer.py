@@ -140,3 +140,21 @@ def test_what_it_cannot_take_is_named(change, message):
     arguments = {**draw(seed=8, batch=1), "readout": "exp", "normalizer": "sum", **change}
     with pytest.raises(ValueError, match=message):
         seqdyn.coefficient_dynamics(**arguments)
+
+
+@pytest.mark.parametrize("key_dim, value_dim", [(6, 4), (4, 6), (4, 4)])
+def test_the_fused_causal_softmax_pads_the_narrower_side_so_that_torchs_fused_kernel_takes_it(key_dim, value_dim):
+    """The Forgetting Transformer's queries and keys carry two channels more than its values: torch's fused
+    attention kernel refuses unequal widths (and would form every T × T score instead), so the narrower side is
+    padded with zeros; the outputs are the causal softmax's written out."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from seqdyn.core.backends.chunk.softmax import fused_causal_softmax
+
+    generator = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, 16, key_dim, generator=generator, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 2, 16, value_dim, generator=generator, dtype=torch.float64)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):  # raises where the fused kernel cannot run
+        out = fused_causal_softmax(q, k, v)
+    scores = (q @ k.transpose(-1, -2)).masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(out, torch.softmax(scores, dim=-1) @ v, rtol=1e-12, atol=1e-12)

@@ -241,7 +241,8 @@ def kimi_delta_attention(
     as the diagonal-plus-low-rank ``Diag(α_t) − β_t k_t (α_t ⊙ k_t)ᵀ`` (:mod:`seqdyn.core.low_rank`), one step per
     token.  ``query``, ``key``, ``value``, ``g`` ``[b, l, h, K]`` (``g`` per key channel), ``beta`` ``[b, l, h]``,
     ``initial_state`` and the final state ``[b, h, K, V]``; ``use_qk_l2norm_in_kernel``: q, k ← q (‖q‖² + 1e-6)^-½
-    first; ``cu_seqlens``: packed sequences, each from its own state.  In float32 at least, as the fallback."""
+    first; ``cu_seqlens``: packed sequences, each from its own state; ``chunk_size`` is not used (the operator
+    chooses its chunks, which do not change the result).  In float32 at least, as the fallback."""
     dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
     query, key, value, g, beta = _delta_rule_inputs(query, key, value, g, beta, use_qk_l2norm_in_kernel)
     write, read = householder_as_low_rank(beta, key, g, decay_first=True)
@@ -256,7 +257,6 @@ def kimi_delta_attention(
         initial_state=None if initial_state is None else initial_state.to(work),
         output_final_state=True,
         backend="chunk",
-        chunk_size=chunk_size,
         cu_seqlens=cu_seqlens,
     )
     return output.to(dtype), (final if output_final_state else None)

@@ -23,7 +23,7 @@ def nonlinear(problem: Problem, want_state: bool):
     (``P`` cached keys before the sequence)."""
     cache = problem.initial_state
     if problem.log_decay is None and cache is None:
-        out = F.scaled_dot_product_attention(problem.q, problem.k, problem.v, is_causal=True, scale=1.0)
+        out = fused_causal_softmax(problem.q, problem.k, problem.v)
         return out, ((problem.k, problem.v) if want_state else None)
     batch, heads, length, key_dim, value_dim = problem.shape
     prefix = 0 if cache is None else cache[0].shape[2]
@@ -56,6 +56,20 @@ def nonlinear(problem: Problem, want_state: bool):
         final = query_log[:, :, -1:]
         keys = keys * torch.exp(along_keys(final - key_log, problem.diagonal)).to(keys.dtype)
     return out, (keys, values)
+
+
+def fused_causal_softmax(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``softmax(q kᵀ + causal mask) v`` ``[B, H, T, V]`` by torch's fused attention (scale 1).  Its fused kernels
+    take one width for queries, keys and values, and otherwise form every ``T × T`` score: where the widths differ
+    (the Forgetting Transformer's two extra channels of queries and keys, :mod:`seqdyn.core.outer`), the narrower
+    side is padded with zeros — which add nothing to a score and leave padded output columns, dropped here."""
+    extra = q.shape[-1] - v.shape[-1]
+    if extra > 0:
+        v = F.pad(v, (0, extra))  # [B, H, T, K]
+    elif extra < 0:
+        q, k = F.pad(q, (0, -extra)), F.pad(k, (0, -extra))  # [B, H, T, V]
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+    return out[..., : out.shape[-1] - extra] if extra > 0 else out
 
 
 def _softmax_block(
