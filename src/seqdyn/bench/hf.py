@@ -29,9 +29,9 @@ from seqdyn.bench.measure import pinned_threads, threads_in_words, time_alternat
 #: (8 value heads of 64 sharing 4 query/key heads of 64, as Qwen3.5's 2:1) then one gated attention layer (4 heads of
 #: 64, 2 key-value heads), SwiGLU of 512 (transformers cannot generate from a model of Gated DeltaNet layers alone:
 #: its cache asks an attention layer for the length); a Qwen3-Next of the same layers with a mixture of 8 experts of
-#: 128 (the top 2) and a shared expert of 256 in place of each MLP; a RecurrentGemma of 3 layers at width 256 in Griffin's pattern
-#: (two recurrent blocks of 256 channels in 4 gate blocks, then local attention of 4 heads of 64, one key-value
-#: head, a window of 2048), GeGLU of 384
+#: 128 (the top 2) and a shared expert of 256 in place of each MLP; a RecurrentGemma of 3 layers at width 256 in
+#: Griffin's pattern (two recurrent blocks of 256 channels in 4 gate blocks, then local attention of 4 heads of 64,
+#: one key-value head, a window of 2048), GeGLU of 384
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "mamba": dict(hidden_size=256, state_size=16, expand=2, num_hidden_layers=2, vocab_size=1024, time_step_rank=16),
