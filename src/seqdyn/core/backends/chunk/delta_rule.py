@@ -75,18 +75,23 @@ def _delta_rule_states(
 
 
 def _delta_rule_state_gradients(
-    direct: Tensor, w: Tensor, to_end: Tensor, chunk_decay: Tensor, grad_final: Tensor | None, key_dim: int
+    direct_states: Tensor,
+    direct_corrected: Tensor,
+    w: Tensor,
+    to_end: Tensor,
+    chunk_decay: Tensor,
+    grad_final: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The reverse of :func:`_delta_rule_states`, given the direct gradients ``[∂S_n; ∂V'_n]`` of the output:
-    ``∂V'_n = ∂_direct V'_n + D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n + e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.
-    Returns ``(∂S_{n+1} [B, H, N, K, V], ∂V' [B, H, N, C, V], ∂S_0)``."""
-    batch, heads, chunks, _, value_dim = direct.shape
-    size = direct.shape[3] - key_dim
-    grad_after = direct.new_empty(batch, heads, chunks, key_dim, value_dim)
-    grad_corrected = direct.new_empty(batch, heads, chunks, size, value_dim)
-    grad_initial = direct.new_empty(batch * heads, key_dim, value_dim)
+    """The reverse of :func:`_delta_rule_states`, given the direct gradients of the output ``∂S_n`` ``[B, H, N, K,
+    V]`` and ``∂V'_n`` ``[B, H, N, C, V]``: ``∂V'_n = ∂_direct V'_n + D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n +
+    e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.  Returns ``(∂S_{n+1} [B, H, N, K, V], ∂V' [B, H, N, C, V], ∂S_0)``."""
+    batch, heads, chunks, key_dim, value_dim = direct_states.shape
+    size = direct_corrected.shape[3]
+    grad_after = direct_states.new_empty(batch, heads, chunks, key_dim, value_dim)
+    grad_corrected = direct_states.new_empty(batch, heads, chunks, size, value_dim)
+    grad_initial = direct_states.new_empty(batch * heads, key_dim, value_dim)
     after, corrected = grad_after.flatten(0, 1), grad_corrected.flatten(0, 1)  # [B·H, N, ·, V] views
-    direct_states, direct_corrected = (x.flatten(0, 1) for x in direct.split([key_dim, size], dim=-2))
+    direct_states, direct_corrected = direct_states.flatten(0, 1), direct_corrected.flatten(0, 1)
     w, to_end = w.flatten(0, 1), to_end.flatten(0, 1)  # [B·H, N, C, K]
     decays = chunk_decay.expand(batch, heads, chunks, 1, 1).flatten(0, 1)  # [B·H, N, 1, 1]
     if grad_final is None:
@@ -155,7 +160,7 @@ class SegmentBlocks(NamedTuple):
     inverse: Tensor  # T = (I + βN)^{-1} [B, H, n, C, C]
     solved: Tensor  # [U, W] [B, H, n, C, V + K]
     to_end: Tensor  # D̂ [B, H, n, C, K]
-    left: Tensor  # [Q̃, A] [B, H, n, C, K + C]
+    query_in: Tensor  # Q̃ [B, H, n, C, K]
 
 
 def segment_blocks(
@@ -180,10 +185,8 @@ def segment_blocks(
     torch.mul(scaled_keys.expand(*rows, 1), d.expand(*rows, key_dim), out=rhs[..., value_dim:])
     solved = (inverse @ rhs).expand(*full, *rhs.shape[3:])  # [U, W] = T [s ⊙ V, β F ⊙ D]
     to_end = (d * end_factor).expand(*full, size, key_dim)  # D̂
-    left = torch.cat(
-        [(q * query_factor).expand(*full, size, key_dim), coefficients.expand(*full, size, size)], dim=-1
-    )  # [Q̃, A] [B, H, n, C, K + C]
-    return SegmentBlocks(factors, stacked, grams, inverse, solved, to_end, left)
+    query_in = (q * query_factor).expand(*full, size, key_dim)  # Q̃
+    return SegmentBlocks(factors, stacked, grams, inverse, solved, to_end, query_in)
 
 
 def _segment_backward(
@@ -193,14 +196,19 @@ def _segment_backward(
     states entering its chunks ``[B, H, n, K, V]``, ``∂Y`` and ``∂S`` of the state leaving it; returns them and
     ``∂S`` of the state entering it."""
     q, d, v, g, beta, s = inputs
-    (decay, query_factor, end_factor, chunk_decay), stacked, grams, inverse, solved, to_end, left = blocks
+    (decay, query_factor, end_factor, chunk_decay), stacked, grams, inverse, solved, to_end, query_in = blocks
     size, key_dim, value_dim = d.shape[-2], d.shape[-1], v.shape[-1]
     coefficients, overlaps = grams.unbind(-3)
     corrected = torch.baddbmm(
         solved[..., :value_dim].flatten(0, 2), solved[..., value_dim:].flatten(0, 2), entering.flatten(0, 2), alpha=-1
     ).view(entering.shape[:3] + (size, value_dim))  # V' = U − W S [B, H, n, C, V]
     grad_after, grad_corrected, grad_entering = _delta_rule_state_gradients(
-        left.transpose(-1, -2) @ grad_out, solved[..., value_dim:], to_end, chunk_decay, grad_next, key_dim
+        query_in.transpose(-1, -2) @ grad_out,  # ∂S of Y = Q̃ S + A V'
+        coefficients.transpose(-1, -2) @ grad_out,  # ∂V'
+        solved[..., value_dim:],
+        to_end,
+        chunk_decay,
+        grad_next,
     )
     grad_query_in = grad_out @ entering.transpose(-1, -2)  # ∂Q̃ of Y = Q̃ S + A V'
     grad_coefficients = grad_out @ corrected.transpose(-1, -2)  # ∂A
@@ -272,8 +280,8 @@ class _DeltaRuleChunks(torch.autograd.Function):
                 state,
                 states,
             )
-            queries, coefficients = blocks.left.split([key_dim, size], dim=-1)  # Q̃, A
-            out[:, :, chunks] = torch.matmul(coefficients, corrected).add_(queries @ states)  # Y = Q̃ S + A V'
+            coefficients = blocks.grams[..., 0, :, :]  # A
+            out[:, :, chunks] = torch.matmul(coefficients, corrected).add_(blocks.query_in @ states)  # Y = Q̃ S + A V'
         ctx.save_for_backward(q, d, v, g, beta, s, initial, *entering)
         # the last segment's blocks, which the backward begins with (on ctx, so that it can let them go after)
         ctx.last_blocks = blocks
