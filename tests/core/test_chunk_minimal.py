@@ -212,9 +212,20 @@ def test_decayed_chunks_in_segments_match_the_listing(decay, shared, per_segment
     _assert_same((unchunked(out, length), state), x, length, f"decayed, {per_segment} chunks per segment")
 
 
+def test_segments_are_an_eighth_of_the_problem_within_their_bounds_or_the_largest_without_a_backward():
+    """With a backward to follow, a segment is an eighth of all the tokens × batch × heads, between 2,048 and 4,096
+    of them; a forward alone runs segments of 4,096."""
+    sizes = lambda full, backward=True: [s.stop - s.start for s in chunking.segments(full, 32, backward)]  # noqa: E731
+    assert sizes((2, 4, 40)) == [8] * 5  # 2·4·40·32 / 8 = 1,280 → 2,048 // (2·4·32) = 8 chunks
+    assert sizes((2, 4, 128)) == [16] * 8  # 32,768 / 8 = 4,096 → 16 chunks
+    assert sizes((2, 4, 512)) == [16] * 32  # 131,072 / 8 beyond 4,096: 16 chunks
+    assert sizes((2, 4, 40), backward=False) == [16, 16, 8]  # 4,096 // (2·4·32) chunks
+
+
 def test_the_segment_size_is_a_setting(monkeypatch):
     """``SEQDYN_CHUNK_SEGMENT``: tokens × batch × heads per segment, 0 for one segment; anything else is refused
     naming the setting."""
+    monkeypatch.setenv("SEQDYN_CHUNK_SEGMENT", "4096")
     assert [s.stop - s.start for s in chunking.segments((2, 4, 40), 32)] == [16, 16, 8]  # 4096 // (2·4·32) chunks
     monkeypatch.setenv("SEQDYN_CHUNK_SEGMENT", "0")
     assert chunking.segments((2, 4, 40), 32) == [slice(0, 40)]

@@ -118,7 +118,7 @@ def _forward_in_segments(ctx, q: Tensor, k: Tensor, v: Tensor, g: Tensor, initia
     entering the chunks and the last segment's blocks for the backward."""
     full = torch.broadcast_shapes(q.shape[:2], k.shape[:2], v.shape[:2], g.shape[:2])
     out = v.new_empty(*full, *v.shape[2:])  # [B, H, N, C, V]
-    entering, state, chunked = [], initial, segments((*full, v.shape[2]), v.shape[3])
+    entering, state, chunked = [], initial, segments((*full, v.shape[2]), v.shape[3], any(ctx.needs_input_grad))
     for chunks in chunked:
         segment_out, state, states, blocks = _forward(*(segment_of(x, chunks) for x in (q, k, v, g)), state, diagonal)
         out[:, :, chunks] = segment_out

@@ -266,7 +266,7 @@ class _DeltaRuleChunks(torch.autograd.Function):
         full = torch.broadcast_shapes(q.shape[:2], d.shape[:2], v.shape[:2], g.shape[:2], beta.shape[:2], s.shape[:2])
         out = v.new_empty(*full, d.shape[2], size, value_dim)  # [B, H, N, C, V]
         entering = []  # the states entering each chunk, a [B, H, n, K, V] per segment
-        state, ctx.segments = initial, segments((*full, d.shape[2]), size)
+        state, ctx.segments = initial, segments((*full, d.shape[2]), size, backward=any(ctx.needs_input_grad))
         for chunks in ctx.segments:
             inputs = [segment_of(x, chunks) for x in (q, d, v, g, beta, s)]
             blocks = segment_blocks(*inputs, (*full, chunks.stop - chunks.start))
