@@ -75,16 +75,19 @@ def _delta_rule_states(
 
 
 def _delta_rule_state_gradients(
-    direct_states: Tensor,
-    direct_corrected: Tensor,
+    grad_out: Tensor,
+    query_in: Tensor,
+    coefficients: Tensor,
     w: Tensor,
     to_end: Tensor,
     chunk_decay: Tensor,
     grad_final: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The reverse of :func:`_delta_rule_states`, given the direct gradients of the output ``∂S_n`` ``[B, H, N, K,
-    V]`` and ``∂V'_n`` ``[B, H, N, C, V]``: ``∂V'_n = ∂_direct V'_n + D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n +
-    e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.  Returns ``(∂S_{n+1} [B, H, N, K, V], ∂V' [B, H, N, C, V], ∂S_0)``."""
+    """The reverse of :func:`_delta_rule_states`, given ``∂Y`` of ``Y = Q̃ S + A V'`` (``query_in`` Q̃, ``coefficients``
+    A): with the direct gradients ``∂_direct S_n = Q̃ᵀ ∂Y`` and ``∂_direct V'_n = Aᵀ ∂Y``, ``∂V'_n = ∂_direct V'_n +
+    D̂_n ∂S_{n+1}`` and ``∂S_n = ∂_direct S_n + e^{Γ_n} ∂S_{n+1} − W_nᵀ ∂V'_n``.  Returns ``(∂S_{n+1} [B, H, N, K,
+    V], ∂V' [B, H, N, C, V], ∂S_0)``."""
+    direct_states, direct_corrected = query_in.transpose(-1, -2) @ grad_out, coefficients.transpose(-1, -2) @ grad_out
     batch, heads, chunks, key_dim, value_dim = direct_states.shape
     size = direct_corrected.shape[3]
     grad_after = direct_states.new_empty(batch, heads, chunks, key_dim, value_dim)
@@ -203,12 +206,7 @@ def _segment_backward(
         solved[..., :value_dim].flatten(0, 2), solved[..., value_dim:].flatten(0, 2), entering.flatten(0, 2), alpha=-1
     ).view(entering.shape[:3] + (size, value_dim))  # V' = U − W S [B, H, n, C, V]
     grad_after, grad_corrected, grad_entering = _delta_rule_state_gradients(
-        query_in.transpose(-1, -2) @ grad_out,  # ∂S of Y = Q̃ S + A V'
-        coefficients.transpose(-1, -2) @ grad_out,  # ∂V'
-        solved[..., value_dim:],
-        to_end,
-        chunk_decay,
-        grad_next,
+        grad_out, query_in, coefficients, solved[..., value_dim:], to_end, chunk_decay, grad_next
     )
     grad_query_in = grad_out @ entering.transpose(-1, -2)  # ∂Q̃ of Y = Q̃ S + A V'
     grad_coefficients = grad_out @ corrected.transpose(-1, -2)  # ∂A
