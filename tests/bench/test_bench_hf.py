@@ -133,3 +133,19 @@ def test_the_costless_model_runs_its_swapped_functions_as_stand_ins():
     costless(second).logits.sum().backward()
     assert plain.model.layers[0].linear_attn.in_proj_qkv.weight.grad is None  # the copy's own weights
     assert costless.model.layers[0].linear_attn.in_proj_qkv.weight.grad is not None
+
+
+def test_a_costless_function_keeps_the_shape_of_named_tuples_and_of_functions_of_no_tensor():
+    from typing import NamedTuple
+
+    import torch
+
+    from seqdyn.bench.hf import costless
+
+    class Pair(NamedTuple):
+        out: torch.Tensor
+        state: torch.Tensor | None
+
+    pair = costless(lambda x: Pair(x * 2, None))(torch.ones(2))
+    assert isinstance(pair, Pair) and torch.equal(pair.out, torch.full((2,), 2.0)) and pair.state is None
+    assert torch.equal(costless(lambda n: torch.arange(float(n)))(3), torch.arange(3.0))

@@ -384,7 +384,7 @@ def costless(function: Any) -> Any:
         if key not in outputs:
             with torch.no_grad():
                 outputs[key] = function(*args, **kwargs)
-        link = sum(x.sum() for x in tensors) * 0
+        link = sum((x.sum() for x in tensors), torch.zeros(())) * 0
         return _linked(outputs[key], link)
 
     return call
@@ -396,7 +396,8 @@ def _linked(output: Any, link: torch.Tensor) -> Any:
     if isinstance(output, torch.Tensor):
         return output + link.to(output.dtype) if output.is_floating_point() else output
     if isinstance(output, (tuple, list)):
-        return type(output)(_linked(item, link) for item in output)
+        items = [_linked(item, link) for item in output]
+        return type(output)(*items) if hasattr(output, "_fields") else type(output)(items)  # a named tuple's fields
     return output
 
 
