@@ -33,6 +33,50 @@ from seqdyn.bench.measure import pinned_threads, threads_in_words, time_alternat
 #: Griffin's pattern (two recurrent blocks of 256 channels in 4 gate blocks, then local attention of 4 heads of 64,
 #: one key-value head, a window of 2048), GeGLU of 384
 
+#: the benchmarked Qwen3.5 and its toy version, whose layers the Qwen3-Next benchmark shares
+QWEN3_5: dict[str, Any] = dict(
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    layer_types=["linear_attention"] * 3 + ["full_attention"],
+    linear_num_key_heads=4,
+    linear_num_value_heads=8,
+    linear_key_head_dim=64,
+    linear_value_head_dim=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=1024,
+)
+QUICK_QWEN3_5: dict[str, Any] = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    layer_types=["linear_attention", "full_attention"],
+    linear_num_key_heads=1,
+    linear_num_value_heads=2,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    vocab_size=64,
+)
+
+
+def _with_experts(fields: dict[str, Any], experts: int, width: int, shared_width: int) -> dict[str, Any]:
+    """Qwen3-Next's config of a Qwen3.5's ``fields``: each MLP a mixture of ``experts`` experts of ``width`` (the top
+    2) and a shared expert of ``shared_width``."""
+    layers = {name: value for name, value in fields.items() if name != "intermediate_size"}
+    return {
+        **layers,
+        "num_experts": experts,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": width,
+        "shared_expert_intermediate_size": shared_width,
+    }
+
+
 FAMILIES: dict[str, dict[str, Any]] = {
     "mamba": dict(hidden_size=256, state_size=16, expand=2, num_hidden_layers=2, vocab_size=1024, time_step_rank=16),
     "mamba2": dict(
@@ -46,37 +90,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
         vocab_size=1024,
         chunk_size=256,
     ),
-    "qwen3_5_text": dict(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        layer_types=["linear_attention"] * 3 + ["full_attention"],
-        linear_num_key_heads=4,
-        linear_num_value_heads=8,
-        linear_key_head_dim=64,
-        linear_value_head_dim=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        vocab_size=1024,
-    ),
-    "qwen3_next": dict(
-        hidden_size=256,
-        num_hidden_layers=4,
-        layer_types=["linear_attention"] * 3 + ["full_attention"],
-        linear_num_key_heads=4,
-        linear_num_value_heads=8,
-        linear_key_head_dim=64,
-        linear_value_head_dim=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        num_experts=8,
-        num_experts_per_tok=2,
-        moe_intermediate_size=128,
-        shared_expert_intermediate_size=256,
-        vocab_size=1024,
-    ),
+    "qwen3_5_text": QWEN3_5,
+    "qwen3_next": _with_experts(QWEN3_5, experts=8, width=128, shared_width=256),
     "recurrent_gemma": dict(
         hidden_size=256,
         lru_width=256,
@@ -170,37 +185,8 @@ QUICK: dict[str, dict[str, Any]] = {
         vocab_size=64,
         chunk_size=16,
     ),
-    "qwen3_5_text": dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"],
-        linear_num_key_heads=1,
-        linear_num_value_heads=2,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        vocab_size=64,
-    ),
-    "qwen3_next": dict(
-        hidden_size=32,
-        num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"],
-        linear_num_key_heads=1,
-        linear_num_value_heads=2,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=16,
-        shared_expert_intermediate_size=32,
-        vocab_size=64,
-    ),
+    "qwen3_5_text": QUICK_QWEN3_5,
+    "qwen3_next": _with_experts(QUICK_QWEN3_5, experts=4, width=16, shared_width=32),
     "recurrent_gemma": dict(
         hidden_size=32,
         lru_width=32,

@@ -202,7 +202,7 @@ def gated_delta_rule(
     reference of :mod:`seqdyn.conform`).  Computed in float32 at least, as the fallback does."""
     dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
     query, key, value, g, beta = _delta_rule_inputs(query, key, value, g, beta, use_qk_l2norm_in_kernel)
-    queries, keys, value = _head_major(query * query.shape[-1] ** -0.5, key, value)
+    queries, keys = _repeated_heads(query * query.shape[-1] ** -0.5, key, value.shape[2])
     state = None if initial_state is None else initial_state.to(work)
     output, final = coefficient_dynamics(
         queries,
@@ -288,15 +288,11 @@ def _in_head_major_memory(x: Tensor) -> Tensor:
     return x.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-def _head_major(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``query``, ``key`` ``[b, l, h_k, K]`` repeated to the h heads of ``value`` ``[b, l, h, V]`` (each serves h / h_k
-    consecutive heads), the three ``[b, h, l, ·]`` in memory, handed over as ``[b, l, h, ·]`` views: the operator's
-    head-major layout without a copy."""
-    heads = value.shape[2]
-    queries, keys = (
-        t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2) for t in (query, key)
-    )
-    return queries, keys, _in_head_major_memory(value)
+def _repeated_heads(query: Tensor, key: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """``query``, ``key`` ``[b, l, h_k, K]`` in head-major memory (:func:`_delta_rule_inputs`) repeated to ``heads``
+    heads (each serving ``heads / h_k`` consecutive heads), ``[b, h, l, K]`` in memory handed over as ``[b, l, h, K]``
+    views: the operator's head-major layout without a further copy."""
+    return tuple(t.transpose(1, 2).repeat_interleave(heads // t.shape[2], dim=1).transpose(1, 2) for t in (query, key))
 
 
 def linear_rnn_scan(

@@ -233,13 +233,13 @@ SEGMENT_LEAST_TOKEN_HEADS = 2048
 SEGMENT_MIN_CHUNKS = 4
 
 
-def segment_token_heads(total: int | None = None, backward: bool = True) -> int:
+def segment_token_heads(total: int, backward: bool = True) -> int:
     """Tokens × batch × heads per segment of a problem of ``total`` of them: :data:`SEGMENT_TOKEN_HEADS`, or with a
     ``backward`` to follow its :data:`SEGMENT_SHARE`-th part within ``[SEGMENT_LEAST_TOKEN_HEADS,
     SEGMENT_TOKEN_HEADS]``; ``$SEQDYN_CHUNK_SEGMENT`` where it is set (``0``: no limit)."""
     text = os.environ.get("SEQDYN_CHUNK_SEGMENT", "").strip()
     if not text:
-        if not backward or total is None:
+        if not backward:
             return SEGMENT_TOKEN_HEADS
         return min(SEGMENT_TOKEN_HEADS, max(SEGMENT_LEAST_TOKEN_HEADS, total // SEGMENT_SHARE))
     if not text.isdigit():
