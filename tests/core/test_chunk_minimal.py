@@ -8,6 +8,7 @@ import torch
 
 import seqdyn
 from seqdyn.core.backends.chunk import chunking, delta_rule
+from seqdyn.core.backends.chunk import householder as householder_module
 from seqdyn.core.backends.chunk.chunking import to_chunks, unchunked
 from seqdyn.core.backends.chunk.decayed import decayed_chunks
 from seqdyn.core.backends.chunk.delta_rule import delta_rule_chunks
@@ -143,10 +144,16 @@ def test_householder_chunks_backward_matches_the_listing(decay, householder, ini
     """:mod:`~seqdyn.core.backends.chunk.householder`, autograd through the hand-written backwards of the unit
     lower-triangular solve and (diagonal decays) of the opposite decay factors."""
     x = _inputs(4, length, decay, householder, initial)
+    out, state = _householder_chunks(x, decay, length)
+    _assert_same((unchunked(out, length), state), x, length, "householder")
+
+
+def _householder_chunks(x: dict, decay: str, length: int):
+    """:func:`householder_chunks` on the chunked inputs of :func:`_inputs` (keys or given directions)."""
     keys = x["s"].unsqueeze(-1) * x["d"] if "d" in x else x["k"]
     direction = x["d"] if "d" in x else x["w"]
     chunked_keys, chunked_direction = (to_chunks(t, -(-length // CHUNK), CHUNK) for t in (keys, direction))
-    out, state = householder_chunks(
+    return householder_chunks(
         _chunks(x, "q", length),
         chunked_keys,
         _chunks(x, "v", length),
@@ -157,7 +164,41 @@ def test_householder_chunks_backward_matches_the_listing(decay, householder, ini
         decay == "diagonal",
         (BATCH, HEADS),
     )
-    _assert_same((unchunked(out, length), state), x, length, "householder")
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+@pytest.mark.parametrize("per_segment", [1, 3])
+@pytest.mark.parametrize("householder", ["keys", "given"])
+@pytest.mark.parametrize("decay", ["none", "scalar", "diagonal"])
+def test_householder_chunks_in_segments_match_the_listing(decay, householder, per_segment, recompute, monkeypatch):
+    """The general Householder path a segment of chunks at a time, its blocks kept or (``recompute``) computed again
+    in the backward: chunks one by one and three by three, with an initial state, are the listing's to 1e-10."""
+    monkeypatch.setattr(chunking, "SEGMENT_TOKEN_HEADS", 1)
+    monkeypatch.setattr(chunking, "SEGMENT_MIN_CHUNKS", per_segment)
+    monkeypatch.setattr(householder_module, "KEPT_BLOCKS_BYTES", 0 if recompute else 2**40)
+    length = 37  # ten chunks
+    x = _inputs(8, length, decay, householder, initial=True)
+    out, state = _householder_chunks(x, decay, length)
+    what = f"householder, {per_segment} chunks per segment, recompute={recompute}"
+    _assert_same((unchunked(out, length), state), x, length, what)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_the_householder_path_computing_again_keeps_its_inputs_and_a_state_per_segment(recompute, monkeypatch):
+    """What autograd keeps of the general Householder path: where its blocks are computed again, no more than its
+    inputs and the state entering each segment; where they are kept, more (the blocks)."""
+    monkeypatch.setattr(chunking, "SEGMENT_TOKEN_HEADS", 1)
+    monkeypatch.setattr(chunking, "SEGMENT_MIN_CHUNKS", 2)
+    monkeypatch.setattr(householder_module, "KEPT_BLOCKS_BYTES", 0 if recompute else 2**40)
+    length = 40  # five segments of two chunks
+    x = _inputs(9, length, "diagonal", "given", initial=True)
+    chunked_inputs = [_chunks(x, name, length) for name in ("q", "k", "v", "w", "g", "beta")]
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t.numel()) or t, lambda t: t):
+        out, state = householder_chunks(*chunked_inputs[:4], *chunked_inputs[4:], x["initial"], True, (BATCH, HEADS))
+    states = 5 * BATCH * HEADS * KEY_DIM * VALUE_DIM
+    bound = sum(t.numel() for t in chunked_inputs) + x["initial"].numel() + states
+    assert (sum(kept) <= bound) == recompute, f"kept {sum(kept)} numbers, inputs and states {bound}"
 
 
 @pytest.mark.parametrize("per_segment", [1, 3])

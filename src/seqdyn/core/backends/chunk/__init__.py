@@ -17,7 +17,8 @@ steps in plain autograd code; the modules below are the fast paths, each checked
 - :mod:`.delta_rule`: DeltaNet's Householder factor with no or scalar decay, hand-written backward that computes
   its blocks again from the inputs and one state per chunk, a segment of chunks at a time (carries the
   corrected values ``V' = U − W S`` from chunk to chunk instead of a ``[K, K]`` transition);
-- :mod:`.householder`: the general Householder factor (a given direction, or a diagonal decay), autograd;
+- :mod:`.householder`: the general Householder factor (a given direction, or a diagonal decay), autograd a segment
+  of chunks at a time, the blocks computed again in the backward where keeping them all would take much memory;
 - :mod:`.softmax`: the ``exp`` readout with ``"sum"``, a blockwise online softmax;
 - :mod:`.chunking` and :mod:`.triangular`: the pieces they share.
 """

@@ -1,6 +1,6 @@
 """The general Householder factor ``Λ_t = D_t (I − β_t w_t w_tᵀ)``: a given direction, or any factor with a
-diagonal decay; autograd through every head (the fast paths of :mod:`.decayed` and :mod:`.delta_rule` cover the
-rest).
+diagonal decay; autograd through every head, a segment of chunks at a time (the fast paths of :mod:`.decayed` and
+:mod:`.delta_rule` cover the rest).
 
 Per chunk, with the state ``E`` entering it, the corrections ``u_t = S_{t−1}ᵀ w_t`` solve the unit
 lower-triangular system ``(I + M_e) U = W̃ E + M_k V`` (the UT transform; the matrices as in
@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from seqdyn.core.backends.chunk.chunking import (
     OppositeDecays,
@@ -26,9 +27,18 @@ from seqdyn.core.backends.chunk.chunking import (
     diagonal_factors,
     middle_of_range,
     pass_states,
+    segments,
 )
 from seqdyn.core.backends.chunk.triangular import unit_lower_solve
 from seqdyn.core.evolution import bounded_log_decay, causal_mask, decay_factor, pairwise_gram
+
+#: the blocks autograd keeps for the backward, per token × batch × head × key channel (KDA, 4k tokens, B = 4, H = 4,
+#: K = V = 64: 265 MB, 15.8 floats; 2026-12-03)
+BLOCK_FLOATS_PER_KEY = 16
+#: the general Householder path keeps every block for the backward while they take at most this much; beyond it, the
+#: backward computes them again a segment at a time (KDA at 4k tokens, B = 4: peak 292 MB instead of 557, forward +
+#: backward about a forward's time longer)
+KEPT_BLOCKS_BYTES = 128 * 2**20
 
 
 def householder_chunks(
@@ -48,8 +58,49 @@ def householder_chunks(
     ``[B, H, N, C]`` from the state ``initial`` ``[B, H, K, V]`` (or zero); ``batch_heads`` is ``(B, H)``, inputs
     with a batch or head axis of size 1 broadcast.  ``written`` ``[B, H, N, C, K]``: the diagonal-plus-low-rank
     ``Λ_t = D_t − ũ_t w_tᵀ``, whose ``ũ_t`` takes the place of ``D_t β_t w_t`` (its log factor ``γ_t``, not
-    ``γ_{t−1}``)."""
+    ``γ_{t−1}``).
+
+    The chunks run a segment at a time (:func:`~.chunking.segments`).  Where a backward follows and the blocks
+    would take more than :data:`KEPT_BLOCKS_BYTES`, each segment is checkpointed: autograd keeps its inputs and the
+    state entering it, and the backward computes its blocks again, one segment's at a time
+    (:func:`torch.utils.checkpoint.checkpoint`)."""
     (batch, heads), key_dim, value_dim = batch_heads, q.shape[-1], v.shape[-1]
+    inputs = (q, k, v, direction, g, beta, written)
+    backward = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (*inputs, initial))
+    shape = (batch, heads, key_dim, value_dim)
+    state = q.new_zeros(shape) if initial is None else initial.expand(shape)
+    full = (batch, heads, q.shape[2])
+    sizes = [chunks.stop - chunks.start for chunks in segments(full, q.shape[3], backward)]
+    recompute = backward and len(sizes) > 1 and _blocks_bytes(q, full) > KEPT_BLOCKS_BYTES
+    outs = []
+    # split, not sliced: under autograd one split gathers the segments' gradients once, where each slice would add a
+    # zero-filled gradient of the whole input
+    for segment in zip(*(_split(x, sizes) for x in inputs)):
+        if recompute:
+            out, state = checkpoint(_segment, state, segment, diagonal, use_reentrant=False, preserve_rng_state=False)
+        else:
+            out, state = _segment(state, segment, diagonal)
+        outs.append(out)
+    return torch.cat(outs, dim=2), state
+
+
+def _blocks_bytes(q: Tensor, full: tuple[int, int, int]) -> int:
+    """About the memory the blocks of every chunk would take for the backward: :data:`BLOCK_FLOATS_PER_KEY` floats
+    per token × batch × head × key channel of ``q`` ``[B, H, N, C, K]`` (``full`` = ``(B, H, N)``)."""
+    batch, heads, chunks = full
+    return BLOCK_FLOATS_PER_KEY * batch * heads * chunks * q.shape[3] * q.shape[4] * q.element_size()
+
+
+def _split(x: Tensor | None, sizes: list[int]) -> list[Tensor | None]:
+    """``x`` ``[B, H, N, ...]`` split along its chunks into segments of ``sizes`` chunks (``None`` for each)."""
+    return [None] * len(sizes) if x is None else list(x.split(sizes, dim=2))
+
+
+def _segment(entering: Tensor, segment: tuple, diagonal: bool) -> tuple[Tensor, Tensor]:
+    """:func:`householder_chunks` of one segment of chunks (its ``q``, ``k``, ``v``, ``direction``, ``g``, β and
+    ``written``), from the state ``entering`` it ``[B, H, K, V]``."""
+    q, k, v, direction, g, beta, written = segment
+    (batch, heads, key_dim, value_dim) = entering.shape
     q, k, direction = (x.expand(batch, heads, *x.shape[2:]) for x in (q, k, direction))
     written = None if written is None else written.expand(batch, heads, *written.shape[2:])
     decayed = g is not None
@@ -73,7 +124,7 @@ def householder_chunks(
     out = out - a_e @ from_values
     delta_state = delta_state - e_out @ from_values
     transition = chunk_decay - e_out @ from_state  # [B, H, N, K, K]
-    entering, state = pass_states(delta_state, transition, initial, (batch, heads, key_dim, value_dim), matrix=True)
+    entering, state = pass_states(delta_state, transition, entering, entering.shape, matrix=True)
     return out + query_in @ entering, state
 
 
