@@ -188,7 +188,7 @@ def bench_operator(
     backends: str = typer.Option(
         "quadratic,recurrent,chunk,scan,auto",
         help=(
-            "Comma-separated backends (also: transformers, its CPU fallback, for deltanet; floor, the matrix "
+            "Comma-separated backends (also: transformers, its CPU fallback, for deltanet and kda; floor, the matrix "
             "products alone, for mamba2)."
         ),
     ),
